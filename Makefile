@@ -1,0 +1,60 @@
+# nodevol: `make demo` runs the demo node agent, `make test` runs every test.
+# Both install what they need on a fresh Debian machine (system packages when
+# run as root, pinned Go tools into ./bin).
+
+GO              ?= go
+BIN             := $(CURDIR)/bin
+CSI_SANITY_VER  := v5.6.0
+GOTESTFLAGS     ?= -race -count=1 -timeout 30m
+export PATH     := $(BIN):$(PATH)
+export CSI_SANITY := $(BIN)/csi-sanity
+
+.PHONY: all build test unit bench demo lint deps tools clean
+
+all: build
+
+build:
+	$(GO) build ./...
+
+# System packages the real-mount tests and the loop driver use. Only root can
+# install them; as non-root the root tests skip and say so.
+deps:
+	@if [ "$$(id -u)" = 0 ]; then \
+		missing=""; \
+		for c in mkfs.ext4:e2fsprogs resize2fs:e2fsprogs losetup:util-linux mount:mount blkid:util-linux; do \
+			command -v $${c%%:*} >/dev/null 2>&1 || missing="$$missing $${c##*:}"; \
+		done; \
+		if [ -n "$$missing" ]; then \
+			echo "installing:$$missing"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+		fi; \
+		modprobe loop 2>/dev/null || true; \
+	else \
+		echo "not root: skipping system packages (tests that need root will skip)"; \
+	fi
+
+tools: $(BIN)/csi-sanity
+
+$(BIN)/csi-sanity:
+	GOBIN=$(BIN) $(GO) install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$(CSI_SANITY_VER)
+
+test: deps tools
+	$(GO) vet ./...
+	$(GO) test $(GOTESTFLAGS) ./...
+
+# Fast tests only: no root, no real mounts.
+unit:
+	$(GO) test -short -count=1 ./...
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...
+
+demo: deps build
+	$(GO) run ./examples/nodeagent --demo
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,119 @@
+package cache
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// UniqueVolumeName identifies a volume on the node. For CSI volumes it is
+// "kubernetes.io/csi/{driver}^{volumeHandle}", the kubelet's own name, so that
+// Node.Status.VolumesInUse means the same thing to both.
+type UniqueVolumeName string
+
+// CSIPluginName is the kubelet's name of the CSI volume plugin.
+const CSIPluginName = "kubernetes.io/csi"
+
+// CSIVolumeName returns the unique name of a CSI volume.
+func CSIVolumeName(driver, volumeHandle string) UniqueVolumeName {
+	return UniqueVolumeName(fmt.Sprintf("%s/%s^%s", CSIPluginName, driver, volumeHandle))
+}
+
+// MountState is the state of a staged device or of a pod's mount of a volume.
+type MountState int
+
+const (
+	// NotMounted: nothing is mounted, as far as nodevol knows.
+	NotMounted MountState = iota
+	// Uncertain: an operation may have half-happened (a timed-out NodeStage,
+	// a failed NodeUnpublish, a volume found on disk after a restart). The
+	// volume must be mounted again or torn down before it is trusted.
+	Uncertain
+	// Mounted: the operation finished successfully.
+	Mounted
+)
+
+func (s MountState) String() string {
+	switch s {
+	case NotMounted:
+		return "NotMounted"
+	case Uncertain:
+		return "Uncertain"
+	case Mounted:
+		return "Mounted"
+	}
+	return fmt.Sprintf("MountState(%d)", int(s))
+}
+
+// MayBeMounted reports whether something may be mounted: Mounted or Uncertain.
+func (s MountState) MayBeMounted() bool { return s != NotMounted }
+
+// VolumeMode is the PV's volumeMode.
+type VolumeMode string
+
+const (
+	// Filesystem volumes are published as a mounted directory.
+	Filesystem VolumeMode = "Filesystem"
+	// Block volumes are published as a raw block device.
+	Block VolumeMode = "Block"
+)
+
+// SecretRef names a Secret.
+type SecretRef struct {
+	Namespace string
+	Name      string
+}
+
+// VolumeSpec is everything the node needs to know about one CSI volume,
+// resolved from the PV (or inline source) once by the populator. It is plain
+// data: no API objects, no plugin objects.
+type VolumeSpec struct {
+	// Name is the unique volume name (see CSIVolumeName).
+	Name UniqueVolumeName
+	// PVName is the PersistentVolume's name; empty for inline volumes.
+	PVName string
+	// Driver is the CSI driver name.
+	Driver string
+	// VolumeHandle is the CSI volume ID.
+	VolumeHandle string
+	// Mode is Filesystem or Block.
+	Mode VolumeMode
+	// FSType is the PV's csi.fsType; may be empty.
+	FSType string
+	// ReadOnly is the PV's csi.readOnly (the pod's claim read-only flag is per pod).
+	ReadOnly bool
+	// AccessMode is the PV's first access mode ("ReadWriteOnce", ...), as the kubelet uses it.
+	AccessMode string
+	// MountOptions are the PV's spec.mountOptions.
+	MountOptions []string
+	// Attributes is the PV's csi.volumeAttributes (the CSI volume context).
+	Attributes map[string]string
+	// NodeStageSecret and NodePublishSecret are the PV's secret references, if any.
+	NodeStageSecret   *SecretRef
+	NodePublishSecret *SecretRef
+	// Ephemeral marks an inline CSI volume: pod-scoped, never attached or staged.
+	Ephemeral bool
+}
+
+// PodRef identifies a pod and carries what drivers may be told about it.
+type PodRef struct {
+	UID            types.UID
+	Namespace      string
+	Name           string
+	ServiceAccount string
+}
+
+func (p PodRef) String() string { return p.Namespace + "/" + p.Name }
+
+// PodVolume is one volume a pod wants mounted.
+type PodVolume struct {
+	Pod PodRef
+	// SpecName is the name of the volume in pod.spec.volumes; it names the
+	// pod's volume directory.
+	SpecName string
+	// ReadOnly is true when the pod's claim or the PV asks for read-only.
+	ReadOnly bool
+	// FSGroup and SELinuxLabel are kept for fsGroup and SELinux support.
+	FSGroup      *int64
+	SELinuxLabel string
+}

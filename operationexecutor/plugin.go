@@ -1,0 +1,80 @@
+package operationexecutor
+
+import (
+	"context"
+	"errors"
+
+	"github.com/nodevol/nodevol/cache"
+)
+
+// The interfaces below are what the operations need from a volume plugin.
+// csiplugin implements them; tests use fakes.
+
+// Attacher confirms that a volume is attached to this node.
+type Attacher interface {
+	// WaitForAttach returns the publish context once the volume is attached
+	// to this node. It returns (nil, nil) at once when the driver needs no
+	// attach. It does not block for long: "not attached yet" is an error
+	// wrapping ErrNotReady, and the caller retries when something changes.
+	WaitForAttach(ctx context.Context, spec *cache.VolumeSpec) (map[string]string, error)
+}
+
+// DeviceMounter stages and unstages a volume's device (NodeStageVolume).
+type DeviceMounter interface {
+	// MountDevice stages the volume and returns the device mount path
+	// (the staging path), or "" when the driver does not stage volumes.
+	// Idempotent.
+	MountDevice(ctx context.Context, req DeviceRequest) (string, error)
+	// UnmountDevice unstages the volume and removes the staging directory.
+	// Idempotent: a volume that is not staged is not an error.
+	UnmountDevice(ctx context.Context, req DeviceRequest) error
+}
+
+// Mounter publishes and unpublishes a volume into a pod (NodePublishVolume).
+type Mounter interface {
+	// SetUp publishes the volume into the pod's volume directory and
+	// returns the path it was published at. Idempotent.
+	SetUp(ctx context.Context, req MountRequest) (string, error)
+	// TearDown unpublishes the volume from the pod and removes the pod's
+	// volume directory. Idempotent.
+	TearDown(ctx context.Context, req MountRequest) error
+}
+
+// Plugin is a whole volume plugin.
+type Plugin interface {
+	Attacher
+	DeviceMounter
+	Mounter
+}
+
+// DeviceRequest asks for a volume to be staged or unstaged.
+type DeviceRequest struct {
+	Spec *cache.VolumeSpec
+	// PublishContext is what WaitForAttach returned.
+	PublishContext map[string]string
+}
+
+// MountRequest asks for a volume to be published into, or unpublished from, a pod.
+type MountRequest struct {
+	Spec   *cache.VolumeSpec
+	Volume cache.PodVolume
+	// PublishContext is what WaitForAttach returned.
+	PublishContext map[string]string
+	// DeviceMountPath is what MountDevice returned ("" if not staged).
+	DeviceMountPath string
+}
+
+// Error classes. Plugins wrap their errors with these sentinels (errors.Is).
+var (
+	// ErrInProgress: the operation may have started and may still finish
+	// (gRPC Canceled, DeadlineExceeded, Unavailable, ResourceExhausted,
+	// Aborted, or a transport failure). The volume becomes Uncertain.
+	ErrInProgress = errors.New("operation may still be in progress")
+	// ErrNotReady: something the operation waits for is not there yet (a
+	// VolumeAttachment not attached, a driver not registered). Nothing was
+	// changed; retried with backoff and when the world changes.
+	ErrNotReady = errors.New("not ready")
+)
+
+// IsUncertain reports whether err means the operation may have half-happened.
+func IsUncertain(err error) bool { return errors.Is(err, ErrInProgress) }
