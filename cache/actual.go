@@ -1,0 +1,225 @@
+package cache
+
+import (
+	"sort"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// ActualVolume is a snapshot of what is really done for one volume on this node.
+type ActualVolume struct {
+	Spec VolumeSpec
+	// Attached is true once the attachment was confirmed (or not needed).
+	Attached bool
+	// PublishContext came from the VolumeAttachment.
+	PublishContext map[string]string
+	// DeviceState is the state of the staged device.
+	DeviceState MountState
+	// DeviceMountPath is the staging path ("" when the driver does not stage).
+	DeviceMountPath string
+	// Pods maps each pod that may have the volume published to its mount.
+	Pods map[types.UID]PodMount
+}
+
+// PodMount is one pod's mount of a volume.
+type PodMount struct {
+	Volume PodVolume
+	State  MountState
+	// Path is where the volume was published for the pod.
+	Path string
+}
+
+// MountedVolume is one volume of a pod, as GetMountedVolumesForPod reports it.
+type MountedVolume struct {
+	Name     UniqueVolumeName
+	SpecName string
+	Driver   string
+	State    MountState
+	Path     string
+	ReadOnly bool
+}
+
+// ActualStateOfWorld holds what is really attached, staged and published on
+// this node. The reconciler is its only writer; queries may come from
+// anywhere. Waiters for a pod are woken by PodChanged.
+type ActualStateOfWorld struct {
+	mu      sync.RWMutex
+	volumes map[UniqueVolumeName]*ActualVolume
+	pods    map[types.UID]map[UniqueVolumeName]struct{}
+	waiters map[types.UID]chan struct{}
+}
+
+// NewActualStateOfWorld returns an empty actual state.
+func NewActualStateOfWorld() *ActualStateOfWorld {
+	return &ActualStateOfWorld{
+		volumes: map[UniqueVolumeName]*ActualVolume{},
+		pods:    map[types.UID]map[UniqueVolumeName]struct{}{},
+		waiters: map[types.UID]chan struct{}{},
+	}
+}
+
+// Volume returns a snapshot of one volume; ok is false when nothing is known of it.
+func (a *ActualStateOfWorld) Volume(name UniqueVolumeName) (ActualVolume, bool) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	v := a.volumes[name]
+	if v == nil {
+		return ActualVolume{}, false
+	}
+	out := *v
+	out.Pods = make(map[types.UID]PodMount, len(v.Pods))
+	for k, p := range v.Pods {
+		out.Pods[k] = p
+	}
+	return out, true
+}
+
+func (a *ActualStateOfWorld) volume(spec VolumeSpec) *ActualVolume {
+	v := a.volumes[spec.Name]
+	if v == nil {
+		v = &ActualVolume{Spec: spec, Pods: map[types.UID]PodMount{}}
+		a.volumes[spec.Name] = v
+	}
+	return v
+}
+
+// MarkAttached records that the volume is attached (or needs no attach).
+func (a *ActualStateOfWorld) MarkAttached(spec VolumeSpec, publishContext map[string]string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	v := a.volume(spec)
+	v.Attached = true
+	v.PublishContext = publishContext
+	a.wakeVolume(v)
+}
+
+// SetDeviceState records the state of the volume's staged device.
+func (a *ActualStateOfWorld) SetDeviceState(spec VolumeSpec, state MountState, deviceMountPath string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	v := a.volume(spec)
+	v.DeviceState = state
+	if deviceMountPath != "" || state == NotMounted {
+		v.DeviceMountPath = deviceMountPath
+	}
+	a.wakeVolume(v)
+}
+
+// SetPodMount records the state of a pod's mount of a volume.
+func (a *ActualStateOfWorld) SetPodMount(spec VolumeSpec, vol PodVolume, state MountState, path string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	v := a.volume(spec)
+	pm := v.Pods[vol.Pod.UID]
+	pm.Volume, pm.State = vol, state
+	if path != "" {
+		pm.Path = path
+	}
+	v.Pods[vol.Pod.UID] = pm
+	idx := a.pods[vol.Pod.UID]
+	if idx == nil {
+		idx = map[UniqueVolumeName]struct{}{}
+		a.pods[vol.Pod.UID] = idx
+	}
+	idx[spec.Name] = struct{}{}
+	a.wake(vol.Pod.UID)
+}
+
+// DeletePodMount forgets a pod's mount of a volume (it is unmounted).
+func (a *ActualStateOfWorld) DeletePodMount(name UniqueVolumeName, uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if v := a.volumes[name]; v != nil {
+		delete(v.Pods, uid)
+	}
+	if idx := a.pods[uid]; idx != nil {
+		delete(idx, name)
+		if len(idx) == 0 {
+			delete(a.pods, uid)
+		}
+	}
+	a.wake(uid)
+}
+
+// DeleteVolume forgets a volume entirely: nothing of it is left on the node.
+func (a *ActualStateOfWorld) DeleteVolume(name UniqueVolumeName) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	v := a.volumes[name]
+	if v == nil {
+		return
+	}
+	for uid := range v.Pods {
+		if idx := a.pods[uid]; idx != nil {
+			delete(idx, name)
+			if len(idx) == 0 {
+				delete(a.pods, uid)
+			}
+		}
+		a.wake(uid)
+	}
+	delete(a.volumes, name)
+}
+
+// PodVolumes returns the volumes a pod may have mounted (Mounted or Uncertain),
+// sorted by spec name.
+func (a *ActualStateOfWorld) PodVolumes(uid types.UID) []MountedVolume {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	var out []MountedVolume
+	for name := range a.pods[uid] {
+		v := a.volumes[name]
+		if v == nil {
+			continue
+		}
+		pm, ok := v.Pods[uid]
+		if !ok || !pm.State.MayBeMounted() {
+			continue
+		}
+		out = append(out, MountedVolume{
+			Name: name, SpecName: pm.Volume.SpecName, Driver: v.Spec.Driver,
+			State: pm.State, Path: pm.Path, ReadOnly: pm.Volume.ReadOnly || v.Spec.ReadOnly,
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].SpecName < out[j].SpecName })
+	return out
+}
+
+// VolumeNames returns every volume the actual state knows of.
+func (a *ActualStateOfWorld) VolumeNames() []UniqueVolumeName {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	out := make([]UniqueVolumeName, 0, len(a.volumes))
+	for name := range a.volumes {
+		out = append(out, name)
+	}
+	return out
+}
+
+// PodChanged returns a channel that is closed at the next change to any of
+// the pod's mounts. Waiters take a new channel after each wake-up.
+func (a *ActualStateOfWorld) PodChanged(uid types.UID) <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ch := a.waiters[uid]
+	if ch == nil {
+		ch = make(chan struct{})
+		a.waiters[uid] = ch
+	}
+	return ch
+}
+
+// wakeVolume wakes the waiters of every pod of v: a device change matters to all of them.
+func (a *ActualStateOfWorld) wakeVolume(v *ActualVolume) {
+	for uid := range v.Pods {
+		a.wake(uid)
+	}
+}
+
+func (a *ActualStateOfWorld) wake(uid types.UID) {
+	if ch := a.waiters[uid]; ch != nil {
+		close(ch)
+		delete(a.waiters, uid)
+	}
+}

@@ -1,0 +1,192 @@
+package cache
+
+import (
+	"errors"
+	"reflect"
+	"sort"
+	"sync"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func spec(driver, handle, pv string) VolumeSpec {
+	return VolumeSpec{Name: CSIVolumeName(driver, handle), Driver: driver, VolumeHandle: handle, PVName: pv, Mode: Filesystem}
+}
+
+func pod(uid string) PodRef { return PodRef{UID: types.UID(uid), Namespace: "ns", Name: "pod-" + uid} }
+
+type recorder struct {
+	mu    sync.Mutex
+	names []UniqueVolumeName
+}
+
+func (r *recorder) notify(n UniqueVolumeName) { r.mu.Lock(); r.names = append(r.names, n); r.mu.Unlock() }
+func (r *recorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, len(r.names))
+	for i, n := range r.names {
+		out[i] = string(n)
+	}
+	r.names = nil
+	sort.Strings(out)
+	return out
+}
+
+func TestCSIVolumeName(t *testing.T) {
+	if got := CSIVolumeName("d.example.com", "vol-1"); got != "kubernetes.io/csi/d.example.com^vol-1" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestDesiredSetPodAndDelete(t *testing.T) {
+	r := &recorder{}
+	d := NewDesiredStateOfWorld(r.notify)
+	a, b := spec("drv", "a", "pv-a"), spec("drv", "b", "pv-b")
+
+	d.SetPod(pod("1"), []string{"va", "vb", "vc"}, []DesiredVolume{
+		{Spec: a, Volume: PodVolume{SpecName: "va"}},
+		{Spec: b, Volume: PodVolume{SpecName: "vb"}},
+	}, map[string]error{"vc": errors.New("pvc pending")})
+	if got := r.take(); !reflect.DeepEqual(got, []string{string(a.Name), string(b.Name)}) {
+		t.Fatalf("notified %v", got)
+	}
+	// The same set again changes nothing and notifies nothing.
+	d.SetPod(pod("1"), []string{"va", "vb", "vc"}, []DesiredVolume{
+		{Spec: a, Volume: PodVolume{SpecName: "va"}},
+		{Spec: b, Volume: PodVolume{SpecName: "vb"}},
+	}, nil)
+	if got := r.take(); len(got) != 0 {
+		t.Fatalf("unchanged pod notified %v", got)
+	}
+	// A second pod shares volume a.
+	d.SetPod(pod("2"), []string{"x"}, []DesiredVolume{{Spec: a, Volume: PodVolume{SpecName: "x", ReadOnly: true}}}, nil)
+	_, pods, ok := d.Volume(a.Name)
+	if !ok || len(pods) != 2 || pods[1].Pod.UID != "2" || !pods[1].ReadOnly {
+		t.Fatalf("volume a pods = %+v", pods)
+	}
+	// Pod 1 drops volume b.
+	r.take()
+	d.SetPod(pod("1"), []string{"va"}, []DesiredVolume{{Spec: a, Volume: PodVolume{SpecName: "va"}}}, nil)
+	if got := r.take(); !reflect.DeepEqual(got, []string{string(b.Name)}) {
+		t.Fatalf("notified %v", got)
+	}
+	if _, _, ok := d.Volume(b.Name); ok {
+		t.Fatal("volume b still desired")
+	}
+	if _, ok := d.VolumeForPV("pv-b"); ok {
+		t.Fatal("pv index kept pv-b")
+	}
+	if n, ok := d.VolumeForPV("pv-a"); !ok || n != a.Name {
+		t.Fatalf("VolumeForPV(pv-a) = %q %v", n, ok)
+	}
+	d.DeletePod("1")
+	if _, pods, _ := d.Volume(a.Name); len(pods) != 1 {
+		t.Fatalf("pods after delete = %v", pods)
+	}
+	d.DeletePod("2")
+	if len(d.VolumeNames()) != 0 {
+		t.Fatalf("volumes left: %v", d.VolumeNames())
+	}
+	d.DeletePod("unknown") // no-op
+}
+
+func TestDesiredPodState(t *testing.T) {
+	d := NewDesiredStateOfWorld(nil)
+	a := spec("drv", "a", "")
+	d.SetPod(pod("1"), []string{"va", "vb"}, []DesiredVolume{{Spec: a, Volume: PodVolume{SpecName: "va"}}}, map[string]error{"vb": errors.New("boom")})
+	st, ok := d.Pod("1")
+	if !ok || st.Volumes["va"] != a.Name || st.Errors["vb"] == nil || len(st.Wanted) != 2 {
+		t.Fatalf("pod state %+v", st)
+	}
+	if got := d.PodsWithErrors(); len(got) != 1 {
+		t.Fatalf("PodsWithErrors = %v", got)
+	}
+	if got := d.VolumesOfDriver("drv"); len(got) != 1 {
+		t.Fatalf("VolumesOfDriver = %v", got)
+	}
+}
+
+func TestActualStates(t *testing.T) {
+	a := NewActualStateOfWorld()
+	s := spec("drv", "a", "pv")
+	p1 := PodVolume{Pod: pod("1"), SpecName: "v"}
+	ch := a.PodChanged("1")
+
+	a.MarkAttached(s, map[string]string{"k": "v"})
+	a.SetDeviceState(s, Uncertain, "/stage")
+	a.SetDeviceState(s, Mounted, "")
+	a.SetPodMount(s, p1, Mounted, "/pods/1/v")
+	select {
+	case <-ch:
+	default:
+		t.Fatal("pod waiter not woken")
+	}
+	v, ok := a.Volume(s.Name)
+	if !ok || !v.Attached || v.DeviceState != Mounted || v.DeviceMountPath != "/stage" || v.PublishContext["k"] != "v" {
+		t.Fatalf("volume %+v", v)
+	}
+	got := a.PodVolumes("1")
+	want := []MountedVolume{{Name: s.Name, SpecName: "v", Driver: "drv", State: Mounted, Path: "/pods/1/v"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("PodVolumes = %+v, want %+v", got, want)
+	}
+	// The snapshot is a copy.
+	v.Pods["x"] = PodMount{}
+	if v2, _ := a.Volume(s.Name); len(v2.Pods) != 1 {
+		t.Fatal("snapshot shares its map")
+	}
+	// Uncertain still counts as possibly mounted; NotMounted does not.
+	a.SetPodMount(s, p1, Uncertain, "")
+	if got := a.PodVolumes("1"); len(got) != 1 || got[0].State != Uncertain || got[0].Path != "/pods/1/v" {
+		t.Fatalf("uncertain PodVolumes = %+v", got)
+	}
+	a.SetPodMount(s, p1, NotMounted, "")
+	if got := a.PodVolumes("1"); len(got) != 0 {
+		t.Fatalf("not-mounted PodVolumes = %+v", got)
+	}
+	a.DeletePodMount(s.Name, "1")
+	a.SetDeviceState(s, NotMounted, "")
+	if v, _ := a.Volume(s.Name); v.DeviceMountPath != "" || len(v.Pods) != 0 {
+		t.Fatalf("after teardown %+v", v)
+	}
+	a.DeleteVolume(s.Name)
+	if _, ok := a.Volume(s.Name); ok || len(a.VolumeNames()) != 0 {
+		t.Fatal("volume not deleted")
+	}
+}
+
+func TestMountStateString(t *testing.T) {
+	for s, want := range map[MountState]string{NotMounted: "NotMounted", Uncertain: "Uncertain", Mounted: "Mounted", 7: "MountState(7)"} {
+		if s.String() != want {
+			t.Errorf("%d: %q", int(s), s.String())
+		}
+	}
+	if NotMounted.MayBeMounted() || !Uncertain.MayBeMounted() || !Mounted.MayBeMounted() {
+		t.Error("MayBeMounted wrong")
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	d := NewDesiredStateOfWorld(func(UniqueVolumeName) {})
+	a := NewActualStateOfWorld()
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			s := spec("drv", string(rune('a'+i)), "")
+			p := pod(string(rune('a' + i)))
+			for j := 0; j < 200; j++ {
+				d.SetPod(p, []string{"v"}, []DesiredVolume{{Spec: s, Volume: PodVolume{SpecName: "v"}}}, nil)
+				a.SetPodMount(s, PodVolume{Pod: p, SpecName: "v"}, Mounted, "/x")
+				_ = a.PodVolumes(p.UID)
+				_, _, _ = d.Volume(s.Name)
+				a.DeletePodMount(s.Name, p.UID)
+				d.DeletePod(p.UID)
+			}
+		}(i)
+	}
+	wg.Wait()
+}

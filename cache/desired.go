@@ -1,0 +1,238 @@
+package cache
+
+import (
+	"sort"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// DesiredVolume is one volume of one pod, resolved: what the pod wants mounted.
+type DesiredVolume struct {
+	Spec   VolumeSpec
+	Volume PodVolume
+}
+
+// DesiredStateOfWorld holds the pods on this node and the CSI volumes they
+// want mounted. It is written by the populator and read by the reconciler.
+// Every change reports the volumes it touched to the notify function, so that
+// the reconciler only looks at what changed.
+type DesiredStateOfWorld struct {
+	mu      sync.RWMutex
+	notify  func(UniqueVolumeName)
+	volumes map[UniqueVolumeName]*desiredVolume
+	pods    map[types.UID]*desiredPod
+	byPV    map[string]UniqueVolumeName
+}
+
+type desiredVolume struct {
+	spec VolumeSpec
+	pods map[types.UID]PodVolume
+}
+
+type desiredPod struct {
+	ref PodRef
+	// wanted lists every CSI volume (by spec name) the pod needs, resolved or not.
+	wanted []string
+	// volumes maps a resolved spec name to its volume.
+	volumes map[string]UniqueVolumeName
+	// errs holds why a spec name could not be resolved.
+	errs map[string]error
+}
+
+// NewDesiredStateOfWorld returns an empty desired state. notify, if not nil,
+// is called (without locks held) with every volume a change touched.
+func NewDesiredStateOfWorld(notify func(UniqueVolumeName)) *DesiredStateOfWorld {
+	if notify == nil {
+		notify = func(UniqueVolumeName) {}
+	}
+	return &DesiredStateOfWorld{
+		notify:  notify,
+		volumes: map[UniqueVolumeName]*desiredVolume{},
+		pods:    map[types.UID]*desiredPod{},
+		byPV:    map[string]UniqueVolumeName{},
+	}
+}
+
+// SetPod replaces everything known about a pod: wanted lists the spec names
+// of all CSI volumes it needs, resolved the ones that could be resolved, and
+// errs why the others could not. Volumes the pod no longer has lose it.
+func (d *DesiredStateOfWorld) SetPod(pod PodRef, wanted []string, resolved []DesiredVolume, errs map[string]error) {
+	var touched []UniqueVolumeName
+	d.mu.Lock()
+	old := d.pods[pod.UID]
+	p := &desiredPod{ref: pod, wanted: append([]string(nil), wanted...), volumes: map[string]UniqueVolumeName{}, errs: map[string]error{}}
+	for k, v := range errs {
+		p.errs[k] = v
+	}
+	for _, dv := range resolved {
+		name := dv.Spec.Name
+		p.volumes[dv.Volume.SpecName] = name
+		v := d.volumes[name]
+		if v == nil {
+			v = &desiredVolume{pods: map[types.UID]PodVolume{}}
+			d.volumes[name] = v
+		}
+		v.spec = dv.Spec
+		if dv.Spec.PVName != "" {
+			d.byPV[dv.Spec.PVName] = name
+		}
+		pv := dv.Volume
+		pv.Pod = pod
+		if cur, ok := v.pods[pod.UID]; !ok || !samePodVolume(cur, pv) {
+			touched = append(touched, name)
+		}
+		v.pods[pod.UID] = pv
+	}
+	if old != nil {
+		for spec, name := range old.volumes {
+			if p.volumes[spec] == name {
+				continue
+			}
+			d.removePodFromVolume(name, pod.UID)
+			touched = append(touched, name)
+		}
+	}
+	d.pods[pod.UID] = p
+	d.mu.Unlock()
+	for _, name := range touched {
+		d.notify(name)
+	}
+}
+
+// DeletePod removes a pod and its claim on every volume.
+func (d *DesiredStateOfWorld) DeletePod(uid types.UID) {
+	d.mu.Lock()
+	p := d.pods[uid]
+	if p == nil {
+		d.mu.Unlock()
+		return
+	}
+	delete(d.pods, uid)
+	var touched []UniqueVolumeName
+	for _, name := range p.volumes {
+		d.removePodFromVolume(name, uid)
+		touched = append(touched, name)
+	}
+	d.mu.Unlock()
+	for _, name := range touched {
+		d.notify(name)
+	}
+}
+
+func (d *DesiredStateOfWorld) removePodFromVolume(name UniqueVolumeName, uid types.UID) {
+	v := d.volumes[name]
+	if v == nil {
+		return
+	}
+	delete(v.pods, uid)
+	if len(v.pods) == 0 {
+		delete(d.volumes, name)
+		if v.spec.PVName != "" && d.byPV[v.spec.PVName] == name {
+			delete(d.byPV, v.spec.PVName)
+		}
+	}
+}
+
+func samePodVolume(a, b PodVolume) bool {
+	return a.Pod == b.Pod && a.SpecName == b.SpecName && a.ReadOnly == b.ReadOnly &&
+		a.SELinuxLabel == b.SELinuxLabel && ptrEq(a.FSGroup, b.FSGroup)
+}
+
+func ptrEq(a, b *int64) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// Volume returns the spec of a desired volume and the pods that want it.
+// ok is false when no pod wants the volume.
+func (d *DesiredStateOfWorld) Volume(name UniqueVolumeName) (spec VolumeSpec, pods []PodVolume, ok bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	v := d.volumes[name]
+	if v == nil {
+		return VolumeSpec{}, nil, false
+	}
+	pods = make([]PodVolume, 0, len(v.pods))
+	for _, p := range v.pods {
+		pods = append(pods, p)
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Pod.UID < pods[j].Pod.UID })
+	return v.spec, pods, true
+}
+
+// VolumeForPV returns the desired volume backed by the named PV.
+func (d *DesiredStateOfWorld) VolumeForPV(pvName string) (UniqueVolumeName, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	name, ok := d.byPV[pvName]
+	return name, ok
+}
+
+// VolumeNames returns every desired volume, for a periodic resync.
+func (d *DesiredStateOfWorld) VolumeNames() []UniqueVolumeName {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make([]UniqueVolumeName, 0, len(d.volumes))
+	for name := range d.volumes {
+		out = append(out, name)
+	}
+	return out
+}
+
+// VolumesOfDriver returns every desired volume of a driver.
+func (d *DesiredStateOfWorld) VolumesOfDriver(driver string) []UniqueVolumeName {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	var out []UniqueVolumeName
+	for name, v := range d.volumes {
+		if v.spec.Driver == driver {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// PodState is what the desired state knows about one pod.
+type PodState struct {
+	Pod PodRef
+	// Wanted lists the spec names of every CSI volume the pod needs.
+	Wanted []string
+	// Volumes maps each resolved spec name to its volume.
+	Volumes map[string]UniqueVolumeName
+	// Errors maps each unresolved spec name to the reason.
+	Errors map[string]error
+}
+
+// Pod returns a copy of what is known about a pod.
+func (d *DesiredStateOfWorld) Pod(uid types.UID) (PodState, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	p := d.pods[uid]
+	if p == nil {
+		return PodState{}, false
+	}
+	st := PodState{Pod: p.ref, Wanted: append([]string(nil), p.wanted...), Volumes: make(map[string]UniqueVolumeName, len(p.volumes)), Errors: make(map[string]error, len(p.errs))}
+	for k, v := range p.volumes {
+		st.Volumes[k] = v
+	}
+	for k, v := range p.errs {
+		st.Errors[k] = v
+	}
+	return st, true
+}
+
+// PodsWithErrors returns the pods that have volumes that could not be resolved.
+func (d *DesiredStateOfWorld) PodsWithErrors() []PodRef {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	var out []PodRef
+	for _, p := range d.pods {
+		if len(p.errs) > 0 {
+			out = append(out, p.ref)
+		}
+	}
+	return out
+}

@@ -1,0 +1,132 @@
+package operationexecutor
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nodevol/nodevol/cache"
+)
+
+// OpKind is one kind of volume operation.
+type OpKind int
+
+const (
+	// OpAttach confirms the volume is attached (WaitForAttach).
+	OpAttach OpKind = iota
+	// OpStage stages the device (MountDevice, NodeStageVolume).
+	OpStage
+	// OpPublish publishes into a pod (SetUp, NodePublishVolume).
+	OpPublish
+	// OpUnpublish unpublishes from a pod (TearDown, NodeUnpublishVolume).
+	OpUnpublish
+	// OpUnstage unstages the device (UnmountDevice, NodeUnstageVolume).
+	OpUnstage
+)
+
+// String returns the kubelet's operation name, used in metrics and backoff.
+func (k OpKind) String() string {
+	switch k {
+	case OpAttach:
+		return "verify_controller_attached_volume"
+	case OpStage:
+		return "mount_device"
+	case OpPublish:
+		return "volume_mount"
+	case OpUnpublish:
+		return "volume_unmount"
+	case OpUnstage:
+		return "unmount_device"
+	}
+	return fmt.Sprintf("OpKind(%d)", int(k))
+}
+
+// Action is one operation the reconciler wants done.
+type Action struct {
+	Kind   OpKind
+	Volume cache.UniqueVolumeName
+	// Pod is set for OpPublish and OpUnpublish.
+	Pod cache.PodVolume
+}
+
+// Key returns the exclusion key of the action.
+func (a Action) Key() Key {
+	if a.Kind == OpPublish || a.Kind == OpUnpublish {
+		return Key{Volume: a.Volume, Pod: a.Pod.Pod.UID}
+	}
+	return Key{Volume: a.Volume}
+}
+
+func (a Action) String() string {
+	if a.Kind == OpPublish || a.Kind == OpUnpublish {
+		return fmt.Sprintf("%s %s pod=%s", a.Kind, a.Volume, a.Pod.Pod)
+	}
+	return fmt.Sprintf("%s %s", a.Kind, a.Volume)
+}
+
+// Outcome is what an operation did. The reconciler applies it to the actual state.
+type Outcome struct {
+	Action Action
+	Spec   cache.VolumeSpec
+	// Err is nil on success.
+	Err error
+	// Uncertain is true when Err means the operation may have half-happened.
+	Uncertain bool
+	// Path is the staging path (OpStage) or the pod's volume path (OpPublish).
+	Path string
+	// PublishContext is set by OpAttach.
+	PublishContext map[string]string
+	// Duration is how long the plugin call took.
+	Duration time.Duration
+}
+
+// Input is what an operation needs from the actual state.
+type Input struct {
+	Spec            cache.VolumeSpec
+	PublishContext  map[string]string
+	DeviceMountPath string
+}
+
+// NewOperation turns an action into an Operation that calls the plugin and
+// hands its Outcome to done. done runs after the executor released the key.
+func NewOperation(p Plugin, a Action, in Input, done func(Outcome)) Operation {
+	spec := in.Spec
+	out := Outcome{Action: a, Spec: spec}
+	fn := func(ctx context.Context) error {
+		start := time.Now()
+		switch a.Kind {
+		case OpAttach:
+			out.PublishContext, out.Err = p.WaitForAttach(ctx, &spec)
+		case OpStage:
+			out.Path, out.Err = p.MountDevice(ctx, DeviceRequest{Spec: &spec, PublishContext: in.PublishContext})
+		case OpUnstage:
+			out.Err = p.UnmountDevice(ctx, DeviceRequest{Spec: &spec, PublishContext: in.PublishContext})
+		case OpPublish:
+			out.Path, out.Err = p.SetUp(ctx, MountRequest{Spec: &spec, Volume: a.Pod, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath})
+		case OpUnpublish:
+			out.Err = p.TearDown(ctx, MountRequest{Spec: &spec, Volume: a.Pod, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath})
+		default:
+			out.Err = fmt.Errorf("unknown operation %v", a.Kind)
+		}
+		out.Duration = time.Since(start)
+		if out.Err != nil {
+			out.Uncertain = IsUncertain(out.Err)
+			out.Err = fmt.Errorf("%s failed for volume %q (driver %s%s): %w", a.Kind, spec.Name, spec.Driver, podSuffix(a), out.Err)
+		}
+		return out.Err
+	}
+	return Operation{Key: a.Key(), Name: a.Kind.String(), Fn: fn, Done: func(err error) {
+		if out.Err == nil && err != nil {
+			// Fn never ran (cancelled while waiting for a slot): nothing happened.
+			out.Err = err
+		}
+		done(out)
+	}}
+}
+
+func podSuffix(a Action) string {
+	if a.Kind == OpPublish || a.Kind == OpUnpublish {
+		return ", pod " + a.Pod.Pod.String()
+	}
+	return ""
+}
