@@ -114,9 +114,12 @@ func TestDoneAndConcurrencyLimit(t *testing.T) {
 	e := New(Options{MaxConcurrent: 1})
 	b := newBlocker()
 	done := make(chan error, 2)
-	if err := e.Run(context.Background(), Operation{Key: Key{Volume: "a"}, Name: "x", Fn: b.fn, Done: func(err error) { done <- err }}); err != nil {
+	holding := make(chan struct{})
+	first := func(ctx context.Context) error { close(holding); return b.fn(ctx) }
+	if err := e.Run(context.Background(), Operation{Key: Key{Volume: "a"}, Name: "x", Fn: first, Done: func(err error) { done <- err }}); err != nil {
 		t.Fatal(err)
 	}
+	<-holding // the first operation holds the only slot
 	started := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	// The second operation waits for a slot; cancelling its context ends it without running.
