@@ -75,7 +75,12 @@ type Operation struct {
 	Name string
 	// Fn does the work. Its error decides the backoff.
 	Fn func(ctx context.Context) error
-	// Done, if set, is called with Fn's error after the key is released.
+	// Apply, if set, is called with Fn's error while the key is still held:
+	// the place to record the outcome, so that no conflicting operation can
+	// start before the actual state shows what this one did.
+	Apply func(err error)
+	// Done, if set, is called with Fn's error after the key is released:
+	// the place to ask for the next step.
 	Done func(err error)
 }
 
@@ -145,6 +150,9 @@ func (e *Executor) Run(ctx context.Context, op Operation) error {
 			<-e.sem
 		case <-ctx.Done():
 			err = ctx.Err()
+		}
+		if op.Apply != nil {
+			op.Apply(err)
 		}
 		e.finish(op, err)
 		if op.Done != nil {

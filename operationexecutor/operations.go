@@ -88,8 +88,9 @@ type Input struct {
 }
 
 // NewOperation turns an action into an Operation that calls the plugin and
-// hands its Outcome to done. done runs after the executor released the key.
-func NewOperation(p Plugin, a Action, in Input, done func(Outcome)) Operation {
+// hands its Outcome to apply while the key is held, then calls done (if not
+// nil) after the key is released.
+func NewOperation(p Plugin, a Action, in Input, apply func(Outcome), done func()) Operation {
 	spec := in.Spec
 	out := Outcome{Action: a, Spec: spec}
 	fn := func(ctx context.Context) error {
@@ -115,13 +116,17 @@ func NewOperation(p Plugin, a Action, in Input, done func(Outcome)) Operation {
 		}
 		return out.Err
 	}
-	return Operation{Key: a.Key(), Name: a.Kind.String(), Fn: fn, Done: func(err error) {
+	op := Operation{Key: a.Key(), Name: a.Kind.String(), Fn: fn, Apply: func(err error) {
 		if out.Err == nil && err != nil {
 			// Fn never ran (cancelled while waiting for a slot): nothing happened.
 			out.Err = err
 		}
-		done(out)
+		apply(out)
 	}}
+	if done != nil {
+		op.Done = func(error) { done() }
+	}
+	return op
 }
 
 func podSuffix(a Action) string {

@@ -64,7 +64,7 @@ func TestNewOperationOutcomes(t *testing.T) {
 			a := Action{Kind: tc.kind, Volume: spec.Name, Pod: pv}
 			var got Outcome
 			e := New(Options{})
-			if err := e.Run(context.Background(), NewOperation(p, a, Input{Spec: spec, PublishContext: map[string]string{"a": "b"}, DeviceMountPath: "/stage"}, func(o Outcome) { got = o })); err != nil {
+			if err := e.Run(context.Background(), NewOperation(p, a, Input{Spec: spec, PublishContext: map[string]string{"a": "b"}, DeviceMountPath: "/stage"}, func(o Outcome) { got = o }, nil)); err != nil {
 				t.Fatal(err)
 			}
 			e.Wait()
