@@ -1,0 +1,80 @@
+package csiplugin
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+
+	"github.com/nodevol/nodevol/cache"
+	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/util/fsutil"
+)
+
+// WaitForAttach implements operationexecutor.Attacher. It returns (nil,
+// nil) for an inline (ephemeral) volume and for a driver whose CSIDriver
+// object says attachRequired: false; a driver without a CSIDriver object
+// needs attaching, as in the kubelet. Otherwise it reads the
+// VolumeAttachment AttachmentName(handle, driver, node) from the lister and
+//
+//   - returns its status.attachmentMetadata (the publish context, never
+//     nil) when it is attached;
+//   - fails for good when it is being deleted, or with the attacher's
+//     status.attachError message;
+//   - returns an error wrapping ErrNotReady when it is missing or not
+//     attached yet: the caller retries when the VolumeAttachment changes.
+//
+// It never blocks and never calls the API server.
+func (p *Plugin) WaitForAttach(ctx context.Context, spec *cache.VolumeSpec) (map[string]string, error) {
+	if spec.Ephemeral {
+		return nil, nil
+	}
+	if err := fsutil.ValidateName("driver name", spec.Driver); err != nil {
+		return nil, fmt.Errorf("waiting for attach of volume %s: %w", volumeDesc(spec), err)
+	}
+	driver, err := p.csiDriver(spec.Driver)
+	if err != nil {
+		return nil, fmt.Errorf("waiting for attach of volume %s: %w", volumeDesc(spec), err)
+	}
+	if driver != nil && driver.Spec.AttachRequired != nil && !*driver.Spec.AttachRequired {
+		return nil, nil
+	}
+	name := AttachmentName(spec.VolumeHandle, spec.Driver, p.node)
+	va, err := p.attachments.Get(name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("waiting for VolumeAttachment %s of driver %s for volume %s to be attached: not found: %w",
+			name, spec.Driver, volumeDesc(spec), oe.ErrNotReady)
+	case err != nil:
+		return nil, fmt.Errorf("reading VolumeAttachment %s for volume %s: %w (%w)", name, volumeDesc(spec), err, oe.ErrNotReady)
+	case va.DeletionTimestamp != nil:
+		return nil, fmt.Errorf("VolumeAttachment %s for volume %s is being deleted", name, volumeDesc(spec))
+	case va.Status.Attached:
+		klog.FromContext(ctx).V(4).Info("Volume attached", "volume", spec.Name, "volumeAttachment", name)
+		pc := maps.Clone(va.Status.AttachmentMetadata)
+		if pc == nil {
+			pc = map[string]string{}
+		}
+		return pc, nil
+	case va.Status.AttachError != nil && va.Status.AttachError.Message != "":
+		return nil, fmt.Errorf("attaching volume %s to node %s failed (VolumeAttachment %s): %s",
+			volumeDesc(spec), p.node, name, va.Status.AttachError.Message)
+	}
+	return nil, fmt.Errorf("waiting for VolumeAttachment %s of driver %s for volume %s to be attached: %w",
+		name, spec.Driver, volumeDesc(spec), oe.ErrNotReady)
+}
+
+// csiDriver returns the driver's CSIDriver object, or nil when there is none.
+func (p *Plugin) csiDriver(name string) (*storagev1.CSIDriver, error) {
+	d, err := p.csiDrivers.Get(name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading CSIDriver %s: %w (%w)", name, err, oe.ErrNotReady)
+	}
+	return d, nil
+}

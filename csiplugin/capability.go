@@ -1,0 +1,55 @@
+package csiplugin
+
+import (
+	"strconv"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodevol/nodevol/cache"
+)
+
+// accessMode maps a PV access mode to a CSI one, as the kubelet does. With
+// the SingleNodeMultiWriter capability ReadWriteOnce becomes
+// SINGLE_NODE_MULTI_WRITER (any number of pods on this node may write) and
+// ReadWriteOncePod SINGLE_NODE_SINGLE_WRITER; without it both are
+// SINGLE_NODE_WRITER. An empty or unknown mode gives UNKNOWN.
+func accessMode(mode string, caps Capabilities) csi.VolumeCapability_AccessMode_Mode {
+	switch v1.PersistentVolumeAccessMode(mode) {
+	case v1.ReadWriteOnce:
+		if caps.SingleNodeMultiWriter {
+			return csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER
+		}
+		return csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	case v1.ReadOnlyMany:
+		return csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+	case v1.ReadWriteMany:
+		return csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+	case v1.ReadWriteOncePod:
+		if caps.SingleNodeMultiWriter {
+			return csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+		}
+		return csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	}
+	return csi.VolumeCapability_AccessMode_UNKNOWN
+}
+
+// volumeCapability builds the capability a volume is staged and published
+// with: a block volume for Block mode, else a mount volume with the PV's
+// fsType and mountOptions, and the pod's fsGroup as volume_mount_group when
+// fsGroup is given (the caller checks the driver may apply it).
+func volumeCapability(spec *cache.VolumeSpec, caps Capabilities, fsGroup *int64) *csi.VolumeCapability {
+	vc := &csi.VolumeCapability{
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: accessMode(spec.AccessMode, caps)},
+	}
+	if spec.Mode == cache.Block {
+		vc.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
+		return vc
+	}
+	m := &csi.VolumeCapability_MountVolume{FsType: spec.FSType, MountFlags: spec.MountOptions}
+	if fsGroup != nil {
+		m.VolumeMountGroup = strconv.FormatInt(*fsGroup, 10)
+	}
+	vc.AccessType = &csi.VolumeCapability_Mount{Mount: m}
+	return vc
+}

@@ -1,0 +1,164 @@
+package csiplugin
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+)
+
+// DefaultCallTimeout bounds one CSI call when nothing else does: the
+// kubelet's csiTimeout.
+const DefaultCallTimeout = 2 * time.Minute
+
+// Capabilities are a driver's node service capabilities, fetched once when
+// the driver registers.
+type Capabilities struct {
+	// StageUnstage: the driver implements NodeStageVolume / NodeUnstageVolume.
+	StageUnstage bool
+	// GetVolumeStats: the driver implements NodeGetVolumeStats.
+	GetVolumeStats bool
+	// Expand: the driver implements NodeExpandVolume.
+	Expand bool
+	// SingleNodeMultiWriter: the driver knows the SINGLE_NODE_SINGLE_WRITER
+	// and SINGLE_NODE_MULTI_WRITER access modes.
+	SingleNodeMultiWriter bool
+	// VolumeMountGroup: the driver applies an fsGroup itself
+	// (volume_mount_group).
+	VolumeMountGroup bool
+	// VolumeHealth: the driver implements NodeGetVolumeHealth (CSI 1.13;
+	// earlier versions reported a volume condition in NodeGetVolumeStats).
+	VolumeHealth bool
+}
+
+func capabilitiesFrom(resp *csi.NodeGetCapabilitiesResponse) Capabilities {
+	var c Capabilities
+	for _, capability := range resp.GetCapabilities() {
+		switch capability.GetRpc().GetType() {
+		case csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME:
+			c.StageUnstage = true
+		case csi.NodeServiceCapability_RPC_GET_VOLUME_STATS:
+			c.GetVolumeStats = true
+		case csi.NodeServiceCapability_RPC_EXPAND_VOLUME:
+			c.Expand = true
+		case csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER:
+			c.SingleNodeMultiWriter = true
+		case csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP:
+			c.VolumeMountGroup = true
+		case csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH:
+			c.VolumeHealth = true
+		}
+	}
+	return c
+}
+
+// NodeInfo is a driver's answer to NodeGetInfo.
+type NodeInfo struct {
+	// NodeID is the driver's ID of this node (the CSINode driver nodeID and
+	// the csi.volume.kubernetes.io/nodeid annotation).
+	NodeID string
+	// MaxVolumesPerNode is 0 when the driver sets no limit.
+	MaxVolumesPerNode int64
+	// Topology is the node's accessible topology segments, if any.
+	Topology map[string]string
+}
+
+// Client calls one registered driver's Node service over the driver's
+// shared connection. Every call is bounded by the caller's context and by
+// the client's call timeout, whichever ends first, and its error is
+// classified once (see CallError). A Client is safe for concurrent use; it
+// stays usable until the driver is deregistered or registered again, after
+// which its calls fail with codes.Canceled.
+type Client struct {
+	driver   string
+	endpoint string
+	conn     *grpc.ClientConn
+	node     csi.NodeClient
+	caps     Capabilities
+	timeout  time.Duration
+}
+
+// Driver returns the driver's name.
+func (c *Client) Driver() string { return c.driver }
+
+// Endpoint returns the driver's socket path.
+func (c *Client) Endpoint() string { return c.endpoint }
+
+// Capabilities returns the node capabilities fetched at registration.
+func (c *Client) Capabilities() Capabilities { return c.caps }
+
+// withTimeout returns c with its call timeout lowered to d, if d is shorter.
+func (c *Client) withTimeout(d time.Duration) *Client {
+	if d <= 0 || d >= c.timeout {
+		return c
+	}
+	cc := *c
+	cc.timeout = d
+	return &cc
+}
+
+// call runs one RPC with the client's timeout and classifies its error.
+func call[Req, Resp any](ctx context.Context, c *Client, method string, req Req,
+	rpc func(context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
+	callCtx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	resp, err := rpc(callCtx, req)
+	return resp, classify(ctx, c.driver, method, err)
+}
+
+// NodeGetInfo asks the driver for its ID of this node and its limits.
+func (c *Client) NodeGetInfo(ctx context.Context) (NodeInfo, error) {
+	resp, err := call(ctx, c, "NodeGetInfo", &csi.NodeGetInfoRequest{}, c.node.NodeGetInfo)
+	if err != nil {
+		return NodeInfo{}, err
+	}
+	return NodeInfo{
+		NodeID:            resp.GetNodeId(),
+		MaxVolumesPerNode: resp.GetMaxVolumesPerNode(),
+		Topology:          resp.GetAccessibleTopology().GetSegments(),
+	}, nil
+}
+
+// NodeStageVolume stages a volume. Secrets in req are never logged.
+func (c *Client) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) error {
+	_, err := call(ctx, c, "NodeStageVolume", req, c.node.NodeStageVolume)
+	return err
+}
+
+// NodeUnstageVolume unstages a volume.
+func (c *Client) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) error {
+	_, err := call(ctx, c, "NodeUnstageVolume", req, c.node.NodeUnstageVolume)
+	return err
+}
+
+// NodePublishVolume publishes a volume. Secrets in req are never logged.
+func (c *Client) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) error {
+	_, err := call(ctx, c, "NodePublishVolume", req, c.node.NodePublishVolume)
+	return err
+}
+
+// NodeUnpublishVolume unpublishes a volume.
+func (c *Client) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) error {
+	_, err := call(ctx, c, "NodeUnpublishVolume", req, c.node.NodeUnpublishVolume)
+	return err
+}
+
+// NodeGetVolumeStats asks for a published volume's usage. It needs the
+// GetVolumeStats capability.
+func (c *Client) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	if !c.caps.GetVolumeStats {
+		return nil, fmt.Errorf("CSI driver %s does not support NodeGetVolumeStats", c.driver)
+	}
+	return call(ctx, c, "NodeGetVolumeStats", req, c.node.NodeGetVolumeStats)
+}
+
+// NodeExpandVolume expands a volume's file system on the node. It needs
+// the Expand capability.
+func (c *Client) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
+	if !c.caps.Expand {
+		return nil, fmt.Errorf("CSI driver %s does not support NodeExpandVolume", c.driver)
+	}
+	return call(ctx, c, "NodeExpandVolume", req, c.node.NodeExpandVolume)
+}

@@ -1,0 +1,199 @@
+package csiplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/nodevol/nodevol/cache"
+	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/util/fsutil"
+)
+
+// Keys of the pod information passed in the volume context to drivers
+// whose CSIDriver sets podInfoOnMount.
+const (
+	PodNameKey            = "csi.storage.k8s.io/pod.name"
+	PodNamespaceKey       = "csi.storage.k8s.io/pod.namespace"
+	PodUIDKey             = "csi.storage.k8s.io/pod.uid"
+	ServiceAccountNameKey = "csi.storage.k8s.io/serviceAccount.name"
+	EphemeralKey          = "csi.storage.k8s.io/ephemeral"
+)
+
+// SetUp implements operationexecutor.Mounter: it publishes the volume with
+// NodePublishVolume at PodVolumePath(root, podUID, VolumeDirName(...)) and
+// returns that path. Before the call it creates the pod's volume directory
+// (the driver creates the "mount" directory in it, as the CSI spec says)
+// and writes vol_data.json there, in the kubelet's format. On a final
+// error it removes them again; on an error wrapping ErrInProgress it
+// leaves them. Idempotent, as NodePublishVolume is.
+func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error) {
+	spec, vol := req.Spec, req.Volume
+	fail := func(err error) (string, error) {
+		return "", fmt.Errorf("publishing volume %s for pod %s: %w", volumeDesc(spec), vol.Pod, err)
+	}
+	if spec.Mode == cache.Block {
+		return fail(errBlock)
+	}
+	dir, err := PodVolumeDir(p.root, vol.Pod.UID, VolumeDirName(spec, vol))
+	if err != nil {
+		return fail(err)
+	}
+	if err := fsutil.ValidateName("driver name", spec.Driver); err != nil {
+		return fail(err)
+	}
+	driver, err := p.csiDriver(spec.Driver)
+	if err != nil {
+		return fail(err)
+	}
+	if err := checkLifecycleMode(driver, spec); err != nil {
+		return fail(err)
+	}
+	client, err := p.drivers.Client(spec.Driver)
+	if err != nil {
+		return fail(err)
+	}
+	secretRef := spec.NodePublishSecret
+	if secretRef != nil && secretRef.Namespace == "" {
+		secretRef = &cache.SecretRef{Namespace: vol.Pod.Namespace, Name: secretRef.Name}
+	}
+	secrets, err := p.secretData(ctx, secretRef, "NodePublish")
+	if err != nil {
+		return fail(err)
+	}
+	csiReq := p.publishRequest(spec, vol, req, client.caps, driver)
+	csiReq.Secrets = secrets
+	csiReq.TargetPath = filepath.Join(dir, publishMount)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fail(err)
+	}
+	err = saveVolumeData(dir, p.podVolumeData(spec, vol))
+	if err == nil {
+		err = client.withTimeout(p.timeout).NodePublishVolume(ctx, csiReq)
+	}
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "driver", spec.Driver)
+	if err != nil {
+		if !oe.IsUncertain(err) {
+			if cerr := p.removeVolumeDir(dir, publishMount); cerr != nil {
+				logger.Error(cerr, "Cleaning up after a failed NodePublishVolume")
+			}
+		}
+		return "", fmt.Errorf("publishing volume %s for pod %s at %s: %w", volumeDesc(spec), vol.Pod, csiReq.TargetPath, err)
+	}
+	logger.V(4).Info("Volume published", "targetPath", csiReq.TargetPath)
+	return csiReq.TargetPath, nil
+}
+
+// publishRequest builds a NodePublishVolume request without its secrets
+// and target path.
+func (p *Plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req oe.MountRequest,
+	caps Capabilities, driver *storagev1.CSIDriver) *csi.NodePublishVolumeRequest {
+	stagingPath := req.DeviceMountPath
+	if stagingPath == "" && caps.StageUnstage && !spec.Ephemeral {
+		stagingPath, _ = StagingPath(p.root, spec.Driver, spec.VolumeHandle)
+	}
+	var fsGroup *int64
+	if caps.VolumeMountGroup && vol.FSGroup != nil &&
+		(driver == nil || driver.Spec.FSGroupPolicy == nil || *driver.Spec.FSGroupPolicy != storagev1.NoneFSGroupPolicy) {
+		fsGroup = vol.FSGroup
+	}
+	volCtx := spec.Attributes
+	if driver != nil && driver.Spec.PodInfoOnMount != nil && *driver.Spec.PodInfoOnMount {
+		volCtx = maps.Clone(spec.Attributes)
+		if volCtx == nil {
+			volCtx = map[string]string{}
+		}
+		volCtx[PodNameKey] = vol.Pod.Name
+		volCtx[PodNamespaceKey] = vol.Pod.Namespace
+		volCtx[PodUIDKey] = string(vol.Pod.UID)
+		volCtx[ServiceAccountNameKey] = vol.Pod.ServiceAccount
+		volCtx[EphemeralKey] = strconv.FormatBool(spec.Ephemeral)
+	}
+	return &csi.NodePublishVolumeRequest{
+		VolumeId:          spec.VolumeHandle,
+		PublishContext:    req.PublishContext,
+		StagingTargetPath: stagingPath,
+		VolumeCapability:  volumeCapability(spec, caps, fsGroup),
+		Readonly:          vol.ReadOnly || spec.ReadOnly,
+		VolumeContext:     volCtx,
+	}
+}
+
+// podVolumeData is the vol_data.json of a pod's volume.
+func (p *Plugin) podVolumeData(spec *cache.VolumeSpec, vol cache.PodVolume) *VolumeData {
+	d := &VolumeData{
+		SpecVolID:           VolumeDirName(spec, vol),
+		VolumeHandle:        spec.VolumeHandle,
+		DriverName:          spec.Driver,
+		NodeName:            p.node,
+		AttachmentID:        AttachmentName(spec.VolumeHandle, spec.Driver, p.node),
+		VolumeLifecycleMode: string(storagev1.VolumeLifecyclePersistent),
+	}
+	if spec.Ephemeral {
+		d.VolumeLifecycleMode = string(storagev1.VolumeLifecycleEphemeral)
+	}
+	return d
+}
+
+// checkLifecycleMode fails when the driver does not support the volume's
+// lifecycle mode. Without a CSIDriver object (or with no modes listed) a
+// driver supports only persistent volumes, as in the kubelet.
+func checkLifecycleMode(driver *storagev1.CSIDriver, spec *cache.VolumeSpec) error {
+	want := storagev1.VolumeLifecyclePersistent
+	if spec.Ephemeral {
+		want = storagev1.VolumeLifecycleEphemeral
+	}
+	modes := []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}
+	if driver != nil && len(driver.Spec.VolumeLifecycleModes) > 0 {
+		modes = driver.Spec.VolumeLifecycleModes
+	}
+	if !slices.Contains(modes, want) {
+		return fmt.Errorf("CSI driver %s does not support volume lifecycle mode %s (CSIDriver volumeLifecycleModes: %v)", spec.Driver, want, modes)
+	}
+	return nil
+}
+
+// TearDown implements operationexecutor.Mounter: it unpublishes the volume
+// with NodeUnpublishVolume and removes the "mount" directory (unless it is
+// still a mount point), vol_data.json and the pod's volume directory. A
+// volume whose directory does not exist is not published: nothing to do.
+func (p *Plugin) TearDown(ctx context.Context, req oe.MountRequest) error {
+	spec, vol := req.Spec, req.Volume
+	fail := func(err error) error {
+		return fmt.Errorf("unpublishing volume %s from pod %s: %w", volumeDesc(spec), vol.Pod, err)
+	}
+	dir, err := PodVolumeDir(p.root, vol.Pod.UID, VolumeDirName(spec, vol))
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	client, err := p.drivers.Client(spec.Driver)
+	if err != nil {
+		return fail(err)
+	}
+	target := filepath.Join(dir, publishMount)
+	err = client.withTimeout(p.timeout).NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{
+		VolumeId:   spec.VolumeHandle,
+		TargetPath: target,
+	})
+	if err != nil {
+		return fmt.Errorf("unpublishing volume %s from pod %s at %s: %w", volumeDesc(spec), vol.Pod, target, err)
+	}
+	if err := p.removeVolumeDir(dir, publishMount); err != nil {
+		return fail(err)
+	}
+	klog.FromContext(ctx).V(4).Info("Volume unpublished", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "targetPath", target)
+	return nil
+}

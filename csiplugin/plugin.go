@@ -1,0 +1,106 @@
+package csiplugin
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/mount-utils"
+
+	oe "github.com/nodevol/nodevol/operationexecutor"
+)
+
+// Config configures a Plugin. NodeName, CSIDriverLister and
+// VolumeAttachmentLister are required; every other field has the default
+// its comment gives.
+type Config struct {
+	// RootDir holds pods/ and plugins/, as the kubelet's root directory
+	// does. It is made absolute. Default "/var/lib/kubelet".
+	RootDir string
+	// NodeName is this node's name; it is part of VolumeAttachment names. Required.
+	NodeName string
+	// Registry holds the registered CSI drivers. Default: a new, empty
+	// registry (reachable through Plugin.Registry).
+	Registry *Registry
+	// CSIDriverLister reads CSIDriver objects (attachRequired,
+	// podInfoOnMount, volumeLifecycleModes, fsGroupPolicy). Required.
+	CSIDriverLister storagelisters.CSIDriverLister
+	// VolumeAttachmentLister reads VolumeAttachments. Required.
+	VolumeAttachmentLister storagelisters.VolumeAttachmentLister
+	// Secrets reads the Secrets that PVs reference for NodeStage and
+	// NodePublish. Default: none; a volume that references a Secret fails
+	// with an error saying so.
+	Secrets SecretGetter
+	// Mounter tells mount points from plain directories before they are
+	// removed. Default mount.New("").
+	Mounter mount.Interface
+	// CallTimeout bounds each NodeStage, NodeUnstage, NodePublish and
+	// NodeUnpublish call (the caller's context and the registry's own
+	// timeout may end it sooner). Default DefaultCallTimeout (2 minutes,
+	// the kubelet's).
+	CallTimeout time.Duration
+}
+
+// Plugin is the CSI volume plugin: it implements operationexecutor.Plugin
+// for CSI volumes. Create it with New; it is safe for concurrent use, but
+// the caller must not run two operations on the same volume (or on the
+// same pod's volume) at once.
+type Plugin struct {
+	root        string
+	node        string
+	drivers     *Registry
+	csiDrivers  storagelisters.CSIDriverLister
+	attachments storagelisters.VolumeAttachmentLister
+	secrets     SecretGetter
+	mounter     mount.Interface
+	timeout     time.Duration
+}
+
+var _ oe.Plugin = (*Plugin)(nil)
+
+// New checks cfg, fills in defaults and returns a Plugin.
+func New(cfg Config) (*Plugin, error) {
+	if cfg.NodeName == "" {
+		return nil, errors.New("csiplugin: Config.NodeName is required")
+	}
+	if cfg.CSIDriverLister == nil || cfg.VolumeAttachmentLister == nil {
+		return nil, errors.New("csiplugin: Config.CSIDriverLister and Config.VolumeAttachmentLister are required")
+	}
+	if cfg.RootDir == "" {
+		cfg.RootDir = "/var/lib/kubelet"
+	}
+	root, err := filepath.Abs(cfg.RootDir)
+	if err != nil {
+		return nil, fmt.Errorf("csiplugin: Config.RootDir: %w", err)
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = NewRegistry(RegistryOptions{})
+	}
+	if cfg.Secrets == nil {
+		cfg.Secrets = noSecrets{}
+	}
+	if cfg.Mounter == nil {
+		cfg.Mounter = mount.New("")
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	return &Plugin{
+		root:        root,
+		node:        cfg.NodeName,
+		drivers:     cfg.Registry,
+		csiDrivers:  cfg.CSIDriverLister,
+		attachments: cfg.VolumeAttachmentLister,
+		secrets:     cfg.Secrets,
+		mounter:     cfg.Mounter,
+		timeout:     cfg.CallTimeout,
+	}, nil
+}
+
+// Registry returns the plugin's driver registry.
+func (p *Plugin) Registry() *Registry { return p.drivers }
+
+// RootDir returns the absolute root directory.
+func (p *Plugin) RootDir() string { return p.root }

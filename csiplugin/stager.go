@@ -1,0 +1,144 @@
+package csiplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"k8s.io/klog/v2"
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/cache"
+	oe "github.com/nodevol/nodevol/operationexecutor"
+)
+
+// errBlock is returned for raw block volumes, which need the block mapper.
+var errBlock = errors.New("raw block volumes are not supported by this plugin yet")
+
+// MountDevice implements operationexecutor.DeviceMounter: it stages the
+// volume with NodeStageVolume at StagingPath and returns that path. It
+// returns ("", nil) without doing anything for an inline volume and for a
+// driver without the STAGE_UNSTAGE_VOLUME capability (nothing to stage, so
+// nothing is written either). Before the call it creates the staging
+// directory and writes vol_data.json beside it, in the kubelet's format.
+// On a final error it removes them again; on an error wrapping
+// ErrInProgress it leaves them, since the driver may still stage.
+// Idempotent, as NodeStageVolume is.
+func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string, error) {
+	spec := req.Spec
+	if spec.Ephemeral {
+		return "", nil
+	}
+	fail := func(err error) (string, error) {
+		return "", fmt.Errorf("staging volume %s: %w", volumeDesc(spec), err)
+	}
+	if spec.Mode == cache.Block {
+		return fail(errBlock)
+	}
+	dir, err := StagingDir(p.root, spec.Driver, spec.VolumeHandle)
+	if err != nil {
+		return fail(err)
+	}
+	client, err := p.drivers.Client(spec.Driver)
+	if err != nil {
+		return fail(err)
+	}
+	logger := klog.FromContext(ctx).WithValues("volume", spec.Name, "driver", spec.Driver)
+	if !client.caps.StageUnstage {
+		logger.V(4).Info("Driver does not stage volumes, skipping NodeStageVolume")
+		return "", nil
+	}
+	secrets, err := p.secretData(ctx, spec.NodeStageSecret, "NodeStage")
+	if err != nil {
+		return fail(err)
+	}
+	stagingPath := filepath.Join(dir, globalMount)
+	if err := os.MkdirAll(stagingPath, 0o750); err != nil {
+		return fail(err)
+	}
+	err = saveVolumeData(dir, &VolumeData{VolumeHandle: spec.VolumeHandle, DriverName: spec.Driver})
+	if err == nil {
+		err = client.withTimeout(p.timeout).NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
+			VolumeId:          spec.VolumeHandle,
+			PublishContext:    req.PublishContext,
+			StagingTargetPath: stagingPath,
+			VolumeCapability:  volumeCapability(spec, client.caps, nil),
+			Secrets:           secrets,
+			VolumeContext:     spec.Attributes,
+		})
+	}
+	if err != nil {
+		if !oe.IsUncertain(err) {
+			if cerr := p.removeVolumeDir(dir, globalMount); cerr != nil {
+				logger.Error(cerr, "Cleaning up after a failed NodeStageVolume")
+			}
+		}
+		return "", fmt.Errorf("staging volume %s at %s: %w", volumeDesc(spec), stagingPath, err)
+	}
+	logger.V(4).Info("Volume staged", "stagingPath", stagingPath)
+	return stagingPath, nil
+}
+
+// UnmountDevice implements operationexecutor.DeviceMounter: it unstages
+// the volume with NodeUnstageVolume (when the driver stages volumes) and
+// removes the staging path, vol_data.json and their directory. A volume
+// whose staging directory does not exist is not staged: nothing to do,
+// whether or not its driver is registered. The staging path is removed
+// only when it is no longer a mount point.
+func (p *Plugin) UnmountDevice(ctx context.Context, req oe.DeviceRequest) error {
+	spec := req.Spec
+	if spec.Ephemeral {
+		return nil
+	}
+	dir, err := StagingDir(p.root, spec.Driver, spec.VolumeHandle)
+	if err != nil {
+		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
+	}
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	client, err := p.drivers.Client(spec.Driver)
+	if err != nil {
+		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
+	}
+	stagingPath := filepath.Join(dir, globalMount)
+	if client.caps.StageUnstage {
+		err := client.withTimeout(p.timeout).NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{
+			VolumeId:          spec.VolumeHandle,
+			StagingTargetPath: stagingPath,
+		})
+		if err != nil {
+			return fmt.Errorf("unstaging volume %s from %s: %w", volumeDesc(spec), stagingPath, err)
+		}
+	}
+	if err := p.removeVolumeDir(dir, globalMount); err != nil {
+		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
+	}
+	klog.FromContext(ctx).V(4).Info("Volume unstaged", "volume", spec.Name, "driver", spec.Driver, "stagingPath", stagingPath)
+	return nil
+}
+
+// removeVolumeDir removes dir/leaf (a staging or publish path) unless it
+// is a mount point, then dir's vol_data.json and dir itself. It never
+// removes anything recursively: a directory the driver left files in stays,
+// and the error says so. Missing entries are not an error.
+func (p *Plugin) removeVolumeDir(dir, leaf string) error {
+	path := filepath.Join(dir, leaf)
+	notMnt, err := mount.IsNotMountPoint(p.mounter, path)
+	switch {
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("checking whether %s is a mount point: %w", path, err)
+	case err == nil && !notMnt:
+		return fmt.Errorf("%s is still a mount point", path)
+	}
+	for _, name := range []string{path, filepath.Join(dir, VolumeDataFile), dir} {
+		if err := os.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("removing %s: %w", name, err)
+		}
+	}
+	return nil
+}
