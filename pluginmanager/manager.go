@@ -1,0 +1,281 @@
+package pluginmanager
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// PluginInfo describes a registered plugin.
+type PluginInfo struct {
+	// SocketPath is the registrar's socket in the registration directory.
+	SocketPath string
+	// Type, Name, Endpoint and Versions are the registrar's GetInfo
+	// answer; Endpoint defaults to SocketPath when the answer has none.
+	Type, Name, Endpoint string
+	Versions             []string
+	// RegisteredAt is when the registration completed.
+	RegisteredAt time.Time
+}
+
+// Manager watches a plugin registration directory and registers the
+// plugins whose registrars appear there. Create it with New and start it
+// with Run.
+type Manager struct {
+	opts    Options
+	started atomic.Bool
+
+	mu         sync.RWMutex
+	registered map[string]PluginInfo // by socket path; a copy of actual
+
+	// Owned by the Run loop.
+	watcher  *fsnotify.Watcher
+	desired  map[string]*desiredPlugin
+	actual   map[string]*actualPlugin
+	backoffs map[string]*backoff
+	running  map[string]*operation
+	dirty    map[string]struct{}
+	nextGen  uint64
+	results  chan outcome
+	wg       sync.WaitGroup
+	wake     time.Time
+	timer    clock.Timer
+}
+
+// operation is a registration or deregistration in flight.
+type operation struct {
+	dereg  bool
+	gen    uint64
+	cancel context.CancelFunc
+}
+
+// outcome is what an operation returns to the loop.
+type outcome struct {
+	path  string
+	dereg bool
+	gen   uint64
+	// plugin is the registered plugin after a successful registration.
+	plugin *actualPlugin
+	err    error
+}
+
+// New returns a manager for opts, with the defaults filled in (see
+// Options). It does no I/O.
+func New(opts Options) (*Manager, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{
+		opts:       opts,
+		registered: map[string]PluginInfo{},
+		desired:    map[string]*desiredPlugin{},
+		actual:     map[string]*actualPlugin{},
+		backoffs:   map[string]*backoff{},
+		running:    map[string]*operation{},
+		dirty:      map[string]struct{}{},
+		results:    make(chan outcome),
+	}, nil
+}
+
+// Plugins returns the registered plugins, sorted by socket path.
+func (m *Manager) Plugins() []PluginInfo {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]PluginInfo, 0, len(m.registered))
+	for _, p := range m.registered {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b PluginInfo) int { return strings.Compare(a.SocketPath, b.SocketPath) })
+	return out
+}
+
+// Run creates the registration directory if missing, watches it, registers
+// the plugins found there and keeps doing so until ctx ends. It returns
+// ctx's error after every running registration has finished (they are
+// cancelled), or an error if the directory cannot be watched. Run may be
+// called once.
+func (m *Manager) Run(ctx context.Context) error {
+	if !m.started.CompareAndSwap(false, true) {
+		return errors.New("pluginmanager: Run called twice")
+	}
+	logger := klog.FromContext(ctx).WithName("pluginmanager").WithValues("dir", m.opts.Dir)
+	ctx = klog.NewContext(ctx, logger)
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	m.watcher = w
+	defer w.Close()
+	if err := m.rescan(ctx); err != nil {
+		return err
+	}
+	logger.V(2).Info("Watching plugin registration directory")
+	resync := m.opts.Clock.NewTicker(m.opts.ResyncPeriod)
+	defer resync.Stop()
+	defer m.stopTimer()
+	for {
+		m.process(ctx)
+		var timerC <-chan time.Time
+		if m.timer != nil {
+			timerC = m.timer.C()
+		}
+		select {
+		case <-ctx.Done():
+			m.drain(ctx)
+			return ctx.Err()
+		case ev := <-w.Events:
+			m.handleEvent(ctx, ev)
+		case err := <-w.Errors:
+			logger.Error(err, "Watching plugin registration directory failed, rescanning")
+			m.rescanLogged(ctx)
+		case out := <-m.results:
+			m.apply(ctx, out)
+		case <-timerC:
+			m.timer, m.wake = nil, time.Time{}
+			m.markBackoffsDue()
+		case <-resync.C():
+			m.rescanLogged(ctx)
+		}
+	}
+}
+
+// drain waits for the running operations (already cancelled through the
+// context) and applies their outcomes.
+func (m *Manager) drain(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		m.wg.Wait()
+		close(done)
+	}()
+	for {
+		select {
+		case out := <-m.results:
+			m.apply(ctx, out)
+		case <-done:
+			return
+		}
+	}
+}
+
+// process plans every dirty socket, starts the operations due and arms the
+// timer for the earliest backoff.
+func (m *Manager) process(ctx context.Context) {
+	now := m.opts.Clock.Now()
+	for path := range m.dirty {
+		delete(m.dirty, path)
+		d, a := m.desired[path], m.actual[path]
+		if op := m.running[path]; op != nil {
+			if !op.dereg && (d == nil || d.gen != op.gen) {
+				op.cancel() // the socket went or was replaced: stop registering it
+			}
+			continue
+		}
+		b := m.backoffs[path]
+		if b != nil && !b.applies(d, a) {
+			delete(m.backoffs, path) // for a generation that is gone
+			b = nil
+		}
+		switch s, _ := plan(d, a, b, now); s {
+		case stepRegister:
+			m.start(ctx, path, false, d.gen, func(ctx context.Context) outcome { return m.register(ctx, path, d.gen) })
+		case stepDeregister:
+			m.start(ctx, path, true, a.gen, func(ctx context.Context) outcome { return m.deregister(ctx, path, a) })
+		}
+	}
+	m.armTimer()
+}
+
+// start runs op in a goroutine; its outcome comes back on m.results.
+func (m *Manager) start(ctx context.Context, path string, dereg bool, gen uint64, op func(context.Context) outcome) {
+	opCtx, cancel := context.WithCancel(ctx)
+	m.running[path] = &operation{dereg: dereg, gen: gen, cancel: cancel}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer cancel()
+		m.results <- op(opCtx)
+	}()
+}
+
+// apply records an operation's outcome: the single writer of m.actual.
+func (m *Manager) apply(ctx context.Context, out outcome) {
+	logger := klog.FromContext(ctx)
+	delete(m.running, out.path)
+	m.dirty[out.path] = struct{}{}
+	if out.err != nil {
+		b := m.backoffs[out.path]
+		if b == nil || b.gen != out.gen || b.dereg != out.dereg {
+			b = &backoff{dereg: out.dereg, gen: out.gen}
+			m.backoffs[out.path] = b
+		}
+		b.failures++
+		wait := delay(b.failures, m.opts.InitialBackoff, m.opts.MaxBackoff)
+		b.until = m.opts.Clock.Now().Add(wait)
+		what := "Plugin registration failed, will retry"
+		if out.dereg {
+			what = "Plugin deregistration failed, will retry"
+		}
+		if ctx.Err() == nil {
+			logger.Error(out.err, what, "socketPath", out.path, "failures", b.failures, "retryAfter", wait)
+		}
+		return
+	}
+	delete(m.backoffs, out.path)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if out.dereg {
+		delete(m.actual, out.path)
+		delete(m.registered, out.path)
+		return
+	}
+	m.actual[out.path] = out.plugin
+	m.registered[out.path] = out.plugin.info
+}
+
+// markBackoffsDue marks the sockets whose backoff has expired dirty.
+func (m *Manager) markBackoffsDue() {
+	now := m.opts.Clock.Now()
+	for path, b := range m.backoffs {
+		if !now.Before(b.until) {
+			m.dirty[path] = struct{}{}
+		}
+	}
+}
+
+// armTimer sets the timer to the earliest backoff expiry still pending.
+func (m *Manager) armTimer() {
+	var next time.Time
+	for path, b := range m.backoffs {
+		if m.running[path] != nil || !b.until.After(m.opts.Clock.Now()) {
+			continue
+		}
+		if next.IsZero() || b.until.Before(next) {
+			next = b.until
+		}
+	}
+	if next.Equal(m.wake) && (m.timer != nil || next.IsZero()) {
+		return
+	}
+	m.stopTimer()
+	if next.IsZero() {
+		return
+	}
+	m.wake = next
+	m.timer = m.opts.Clock.NewTimer(next.Sub(m.opts.Clock.Now()))
+}
+
+func (m *Manager) stopTimer() {
+	if m.timer != nil {
+		m.timer.Stop()
+	}
+	m.timer, m.wake = nil, time.Time{}
+}

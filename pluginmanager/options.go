@@ -1,0 +1,110 @@
+package pluginmanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// Handler registers and deregisters the plugins of one type ("CSIPlugin").
+// The manager calls it from several goroutines, but never twice at once for
+// the same socket. Every method is bounded by its context.
+type Handler interface {
+	// ValidatePlugin checks a plugin's GetInfo answer before registration:
+	// an error refuses the plugin, and its text is sent to the registrar.
+	ValidatePlugin(ctx context.Context, name, endpoint string, versions []string) error
+	// RegisterPlugin makes the plugin usable. On error nothing must remain
+	// registered; the manager retries later.
+	RegisterPlugin(ctx context.Context, name, endpoint string, versions []string) error
+	// DeRegisterPlugin undoes RegisterPlugin for the plugin registered with
+	// this name and endpoint. It is idempotent; on error the manager
+	// retries later.
+	DeRegisterPlugin(ctx context.Context, name, endpoint string) error
+}
+
+// Defaults of Options.
+const (
+	DefaultRPCTimeout     = 10 * time.Second
+	DefaultHandlerTimeout = 2 * time.Minute
+	DefaultInitialBackoff = 500 * time.Millisecond
+	DefaultMaxBackoff     = 2 * time.Minute
+	DefaultResyncPeriod   = time.Minute
+)
+
+// Options configures a Manager.
+type Options struct {
+	// Dir is the plugin registration directory, usually
+	// {root}/plugins_registry. Required. Run creates it if missing.
+	Dir string
+	// Handlers maps a plugin type, as a registrar reports it in GetInfo
+	// ("CSIPlugin", pluginregistration/v1.CSIPlugin), to its handler.
+	// Plugins of other types are refused. Required: at least one.
+	Handlers map[string]Handler
+	// Clock is used for backoff and resync timers. Default: the real clock.
+	Clock clock.WithTicker
+	// RPCTimeout bounds each call to a registrar's socket: connecting plus
+	// GetInfo, and NotifyRegistrationStatus. Default DefaultRPCTimeout
+	// (the kubelet's connection timeout).
+	RPCTimeout time.Duration
+	// HandlerTimeout bounds a handler's ValidatePlugin plus RegisterPlugin,
+	// and its DeRegisterPlugin. Default DefaultHandlerTimeout (the
+	// kubelet's CSI call timeout).
+	HandlerTimeout time.Duration
+	// InitialBackoff is the wait before the first retry of a failed
+	// registration or deregistration; it doubles with each failure of the
+	// same socket up to MaxBackoff, and is forgotten on success or when
+	// the socket is created again. Default DefaultInitialBackoff.
+	InitialBackoff time.Duration
+	// MaxBackoff caps the wait between retries. Default DefaultMaxBackoff.
+	MaxBackoff time.Duration
+	// ResyncPeriod is how often the directory is rescanned in case an
+	// fsnotify event was lost; events, not the rescan, drive registration.
+	// Default DefaultResyncPeriod.
+	ResyncPeriod time.Duration
+}
+
+// withDefaults validates o and fills in the defaults.
+func (o Options) withDefaults() (Options, error) {
+	if o.Dir == "" {
+		return o, errors.New("pluginmanager: Options.Dir is required")
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return o, fmt.Errorf("pluginmanager: Options.Dir: %w", err)
+	}
+	o.Dir = dir
+	if len(o.Handlers) == 0 {
+		return o, errors.New("pluginmanager: Options.Handlers needs at least one handler")
+	}
+	handlers := make(map[string]Handler, len(o.Handlers))
+	for typ, h := range o.Handlers {
+		if typ == "" || h == nil {
+			return o, fmt.Errorf("pluginmanager: Options.Handlers: invalid entry for type %q", typ)
+		}
+		handlers[typ] = h
+	}
+	o.Handlers = handlers
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	o.RPCTimeout = orDefault(o.RPCTimeout, DefaultRPCTimeout)
+	o.HandlerTimeout = orDefault(o.HandlerTimeout, DefaultHandlerTimeout)
+	o.InitialBackoff = orDefault(o.InitialBackoff, DefaultInitialBackoff)
+	o.MaxBackoff = orDefault(o.MaxBackoff, DefaultMaxBackoff)
+	if o.MaxBackoff < o.InitialBackoff {
+		o.MaxBackoff = o.InitialBackoff
+	}
+	o.ResyncPeriod = orDefault(o.ResyncPeriod, DefaultResyncPeriod)
+	return o, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
