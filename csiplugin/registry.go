@@ -37,6 +37,9 @@ type RegistryOptions struct {
 type Registry struct {
 	opts  RegistryOptions
 	dials atomic.Int64
+	// regMu serializes Register, Deregister and Close, so that a
+	// connection is never closed under a registration that reuses it.
+	regMu sync.Mutex
 
 	mu        sync.RWMutex
 	drivers   map[string]*Client
@@ -68,13 +71,15 @@ func (r *Registry) Register(ctx context.Context, name, endpoint string) error {
 	if err != nil {
 		return fmt.Errorf("registering CSI driver %s: %w", name, err)
 	}
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
 	r.mu.RLock()
 	old, closed := r.drivers[name], r.closed
 	r.mu.RUnlock()
 	if closed {
 		return fmt.Errorf("registering CSI driver %s: registry is closed", name)
 	}
-	conn := (*grpc.ClientConn)(nil)
+	var conn *grpc.ClientConn
 	if old != nil && old.endpoint == path {
 		conn = old.conn
 		conn.ResetConnectBackoff()
@@ -92,11 +97,6 @@ func (r *Registry) Register(ctx context.Context, name, endpoint string) error {
 	c.caps = capabilitiesFrom(resp)
 
 	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		_ = conn.Close()
-		return fmt.Errorf("registering CSI driver %s: registry is closed", name)
-	}
 	prev := r.drivers[name]
 	r.drivers[name] = c
 	listeners := r.listeners
@@ -142,6 +142,8 @@ func (r *Registry) dial(path string) (*grpc.ClientConn, error) {
 // running on it end with codes.Canceled. Unknown names are ignored.
 // Listeners (OnChange) are told.
 func (r *Registry) Deregister(name string) {
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
 	r.mu.Lock()
 	c := r.drivers[name]
 	delete(r.drivers, name)
@@ -204,6 +206,8 @@ func (r *Registry) Dials() int64 { return r.dials.Load() }
 // Close deregisters every driver and closes their connections. Register
 // fails afterwards.
 func (r *Registry) Close() error {
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
 	r.mu.Lock()
 	drivers := r.drivers
 	r.drivers = map[string]*Client{}

@@ -1,0 +1,173 @@
+package csiplugin
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/cache"
+	oe "github.com/nodevol/nodevol/operationexecutor"
+)
+
+const testNode = "node-1"
+
+// listers returns CSIDriver and VolumeAttachment listers over indexers
+// filled with objs.
+func listers(t *testing.T, objs ...any) (storagelisters.CSIDriverLister, storagelisters.VolumeAttachmentLister) {
+	t.Helper()
+	drivers := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+	attachments := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+	for _, o := range objs {
+		var err error
+		switch o := o.(type) {
+		case *storagev1.CSIDriver:
+			err = drivers.Add(o)
+		case *storagev1.VolumeAttachment:
+			err = attachments.Add(o)
+		default:
+			t.Fatalf("listers: unexpected %T", o)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return storagelisters.NewCSIDriverLister(drivers), storagelisters.NewVolumeAttachmentLister(attachments)
+}
+
+func attachPlugin(t *testing.T, objs ...any) *Plugin {
+	t.Helper()
+	dl, vl := listers(t, objs...)
+	p, err := New(Config{RootDir: t.TempDir(), NodeName: testNode, CSIDriverLister: dl, VolumeAttachmentLister: vl, Mounter: mount.NewFakeMounter(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func csiDriverObj(name string, mutate func(*storagev1.CSIDriver)) *storagev1.CSIDriver {
+	d := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if mutate != nil {
+		mutate(d)
+	}
+	return d
+}
+
+func vaObj(spec *cache.VolumeSpec, mutate func(*storagev1.VolumeAttachment)) *storagev1.VolumeAttachment {
+	pv := spec.PVName
+	va := &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: AttachmentName(spec.VolumeHandle, spec.Driver, testNode)},
+		Spec: storagev1.VolumeAttachmentSpec{
+			Attacher: spec.Driver, NodeName: testNode,
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv},
+		},
+	}
+	if mutate != nil {
+		mutate(va)
+	}
+	return va
+}
+
+func testSpec(driver string) *cache.VolumeSpec {
+	return &cache.VolumeSpec{
+		Name: cache.CSIVolumeName(driver, "vol-1"), PVName: "pv-1", Driver: driver, VolumeHandle: "vol-1",
+		Mode: cache.Filesystem, FSType: "ext4", AccessMode: "ReadWriteOnce",
+	}
+}
+
+func TestAttachmentName(t *testing.T) {
+	// printf 'vol-1csi.example.comnode-1' | sha256sum
+	const want = "csi-b74c7fc125891ffa0d0f2e0d645733e3fae7fba3066e76500a771ea08be9da28"
+	if got := AttachmentName("vol-1", "csi.example.com", testNode); got != want {
+		t.Errorf("AttachmentName = %q, want %q", got, want)
+	}
+}
+
+func TestWaitForAttach(t *testing.T) {
+	const drv = "csi.example.com"
+	spec := testSpec(drv)
+	now := metav1.Now()
+	no, yes := false, true
+	tests := []struct {
+		name     string
+		spec     *cache.VolumeSpec
+		objs     []any
+		want     map[string]string
+		notReady bool
+		errText  string
+	}{
+		{name: "attachRequired false: no VolumeAttachment needed",
+			objs: []any{csiDriverObj(drv, func(d *storagev1.CSIDriver) { d.Spec.AttachRequired = &no })}},
+		{name: "ephemeral: never attached",
+			spec: &cache.VolumeSpec{Name: "x", Driver: drv, VolumeHandle: "csi-abc", Ephemeral: true}},
+		{name: "CSIDriver missing: attach required, VolumeAttachment missing",
+			notReady: true, errText: "waiting for VolumeAttachment " + AttachmentName("vol-1", drv, testNode) + " of driver " + drv},
+		{name: "attachRequired true, VolumeAttachment missing",
+			objs:     []any{csiDriverObj(drv, func(d *storagev1.CSIDriver) { d.Spec.AttachRequired = &yes })},
+			notReady: true, errText: "to be attached"},
+		{name: "not attached yet",
+			objs:     []any{vaObj(spec, nil)},
+			notReady: true, errText: "to be attached"},
+		{name: "attach error",
+			objs: []any{vaObj(spec, func(va *storagev1.VolumeAttachment) {
+				va.Status.AttachError = &storagev1.VolumeError{Message: "disk quota exceeded"}
+			})},
+			errText: "disk quota exceeded"},
+		{name: "being deleted",
+			objs: []any{vaObj(spec, func(va *storagev1.VolumeAttachment) {
+				va.DeletionTimestamp = &now
+				va.Finalizers = []string{"x"}
+				va.Status.Attached = true
+			})},
+			errText: "being deleted"},
+		{name: "attached with metadata",
+			objs: []any{vaObj(spec, func(va *storagev1.VolumeAttachment) {
+				va.Status.Attached = true
+				va.Status.AttachmentMetadata = map[string]string{"devicePath": "/dev/xvdb"}
+			})},
+			want: map[string]string{"devicePath": "/dev/xvdb"}},
+		{name: "attached without metadata: empty, non-nil publish context",
+			objs: []any{vaObj(spec, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true })},
+			want: map[string]string{}},
+		{name: "hostile driver name",
+			spec:    &cache.VolumeSpec{Name: "x", Driver: "../etc", VolumeHandle: "h"},
+			errText: "invalid driver name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := attachPlugin(t, tt.objs...)
+			s := spec
+			if tt.spec != nil {
+				s = tt.spec
+			}
+			got, err := p.WaitForAttach(context.Background(), s)
+			if tt.errText == "" {
+				if err != nil {
+					t.Fatalf("WaitForAttach: %v", err)
+				}
+				if (got == nil) != (tt.want == nil) || len(got) != len(tt.want) || got["devicePath"] != tt.want["devicePath"] {
+					t.Fatalf("WaitForAttach = %#v, want %#v", got, tt.want)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("WaitForAttach = %v, want an error containing %q", got, tt.errText)
+			}
+			if !strings.Contains(err.Error(), tt.errText) {
+				t.Errorf("error %q does not contain %q", err, tt.errText)
+			}
+			if errors.Is(err, oe.ErrNotReady) != tt.notReady {
+				t.Errorf("errors.Is(err, ErrNotReady) = %v, want %v (%v)", !tt.notReady, tt.notReady, err)
+			}
+			if oe.IsUncertain(err) {
+				t.Errorf("attach error %v is uncertain", err)
+			}
+		})
+	}
+}
