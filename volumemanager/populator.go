@@ -1,0 +1,223 @@
+package volumemanager
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	corelisters "k8s.io/client-go/listers/core/v1"
+
+	"github.com/nodevol/nodevol/cache"
+)
+
+// resolver turns a pod's volumes into desired CSI volumes, reading PVCs and
+// PVs through informer listers (never a GET per pod).
+type resolver struct {
+	pvcs corelisters.PersistentVolumeClaimLister
+	pvs  corelisters.PersistentVolumeLister
+}
+
+// podCSIVolumes returns the pod's volumes that nodevol handles, in spec
+// order, with whether each is used as a block device. Only volumes that a
+// container mounts or maps count, as in the kubelet; volumes of other kinds
+// (emptyDir, configMap, ...) are not nodevol's.
+func podCSIVolumes(pod *v1.Pod) (vols []v1.Volume, block map[string]bool) {
+	mounts, devices := map[string]bool{}, map[string]bool{}
+	visit := func(cs []v1.Container) {
+		for _, c := range cs {
+			for _, m := range c.VolumeMounts {
+				mounts[m.Name] = true
+			}
+			for _, d := range c.VolumeDevices {
+				devices[d.Name] = true
+			}
+		}
+	}
+	visit(pod.Spec.InitContainers)
+	visit(pod.Spec.Containers)
+	for _, ec := range pod.Spec.EphemeralContainers {
+		for _, m := range ec.VolumeMounts {
+			mounts[m.Name] = true
+		}
+	}
+	block = map[string]bool{}
+	for _, v := range pod.Spec.Volumes {
+		if !mounts[v.Name] && !devices[v.Name] {
+			continue
+		}
+		if v.PersistentVolumeClaim == nil && v.Ephemeral == nil && v.CSI == nil {
+			continue
+		}
+		vols = append(vols, v)
+		block[v.Name] = devices[v.Name]
+	}
+	return vols, block
+}
+
+// resolvePod resolves every CSI volume of the pod. wanted lists them all by
+// spec name; errs says why some could not be resolved.
+func (r *resolver) resolvePod(pod *v1.Pod) (ref cache.PodRef, wanted []string, resolved []cache.DesiredVolume, errs map[string]error) {
+	ref = podRef(pod)
+	errs = map[string]error{}
+	vols, block := podCSIVolumes(pod)
+	for i := range vols {
+		v := &vols[i]
+		wanted = append(wanted, v.Name)
+		dv, err := r.resolveVolume(pod, v, block[v.Name])
+		if err != nil {
+			errs[v.Name] = fmt.Errorf("pod %s volume %q: %w", ref, v.Name, err)
+			continue
+		}
+		dv.Volume.Pod = ref
+		resolved = append(resolved, dv)
+	}
+	return ref, wanted, resolved, errs
+}
+
+func podRef(pod *v1.Pod) cache.PodRef {
+	return cache.PodRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, ServiceAccount: pod.Spec.ServiceAccountName}
+}
+
+func (r *resolver) resolveVolume(pod *v1.Pod, v *v1.Volume, asBlock bool) (cache.DesiredVolume, error) {
+	pv := cache.PodVolume{SpecName: v.Name}
+	if sc := pod.Spec.SecurityContext; sc != nil {
+		pv.FSGroup = sc.FSGroup
+		if sc.SELinuxOptions != nil {
+			pv.SELinuxLabel = sc.SELinuxOptions.Level
+		}
+	}
+	switch {
+	case v.CSI != nil:
+		if asBlock {
+			return cache.DesiredVolume{}, fmt.Errorf("inline CSI volume cannot be used in volumeDevices")
+		}
+		return cache.DesiredVolume{Spec: inlineSpec(pod, v), Volume: pv}, nil
+	case v.PersistentVolumeClaim != nil:
+		spec, err := r.claimSpec(pod.Namespace, v.PersistentVolumeClaim.ClaimName, nil)
+		if err != nil {
+			return cache.DesiredVolume{}, err
+		}
+		pv.ReadOnly = v.PersistentVolumeClaim.ReadOnly || spec.ReadOnly
+		return cache.DesiredVolume{Spec: spec, Volume: pv}, checkMode(spec, asBlock)
+	default: // generic ephemeral volume: a PVC named after the pod and the volume
+		spec, err := r.claimSpec(pod.Namespace, pod.Name+"-"+v.Name, pod)
+		if err != nil {
+			return cache.DesiredVolume{}, err
+		}
+		pv.ReadOnly = spec.ReadOnly
+		return cache.DesiredVolume{Spec: spec, Volume: pv}, checkMode(spec, asBlock)
+	}
+}
+
+func checkMode(spec cache.VolumeSpec, asBlock bool) error {
+	switch {
+	case asBlock && spec.Mode != cache.Block:
+		return fmt.Errorf("volume has volumeMode %s, but is specified in volumeDevices", spec.Mode)
+	case !asBlock && spec.Mode == cache.Block:
+		return fmt.Errorf("volume has volumeMode %s, but is specified in volumeMounts", spec.Mode)
+	}
+	return nil
+}
+
+// claimSpec follows a PVC to its bound CSI PV. owner, when set, must own the
+// PVC (generic ephemeral volumes).
+func (r *resolver) claimSpec(ns, claim string, owner *v1.Pod) (cache.VolumeSpec, error) {
+	pvc, err := r.pvcs.PersistentVolumeClaims(ns).Get(claim)
+	if apierrors.IsNotFound(err) {
+		return cache.VolumeSpec{}, fmt.Errorf("PVC %s/%s not found", ns, claim)
+	} else if err != nil {
+		return cache.VolumeSpec{}, fmt.Errorf("PVC %s/%s: %w", ns, claim, err)
+	}
+	if owner != nil && !ownedBy(pvc, owner) {
+		return cache.VolumeSpec{}, fmt.Errorf("PVC %s/%s was not created for pod %s/%s (pod is not owner)", ns, claim, owner.Namespace, owner.Name)
+	}
+	if pvc.DeletionTimestamp != nil {
+		return cache.VolumeSpec{}, fmt.Errorf("PVC %s/%s is being deleted", ns, claim)
+	}
+	if pvc.Status.Phase != v1.ClaimBound || pvc.Spec.VolumeName == "" {
+		return cache.VolumeSpec{}, fmt.Errorf("PVC %s/%s is not bound (phase %q)", ns, claim, pvc.Status.Phase)
+	}
+	pv, err := r.pvs.Get(pvc.Spec.VolumeName)
+	if apierrors.IsNotFound(err) {
+		return cache.VolumeSpec{}, fmt.Errorf("PV %s of PVC %s/%s not found", pvc.Spec.VolumeName, ns, claim)
+	} else if err != nil {
+		return cache.VolumeSpec{}, fmt.Errorf("PV %s: %w", pvc.Spec.VolumeName, err)
+	}
+	if pv.Spec.ClaimRef == nil {
+		return cache.VolumeSpec{}, fmt.Errorf("PV %s is not yet bound to PVC %s/%s", pv.Name, ns, claim)
+	}
+	if pv.Spec.ClaimRef.UID != pvc.UID {
+		return cache.VolumeSpec{}, fmt.Errorf("PV %s is bound to a different claim (uid %q, PVC %s/%s has %q)", pv.Name, pv.Spec.ClaimRef.UID, ns, claim, pvc.UID)
+	}
+	return pvSpec(pv)
+}
+
+func ownedBy(pvc *v1.PersistentVolumeClaim, pod *v1.Pod) bool {
+	for _, o := range pvc.OwnerReferences {
+		if o.UID == pod.UID && o.Controller != nil && *o.Controller {
+			return true
+		}
+	}
+	return false
+}
+
+// pvSpec turns a CSI PV into a VolumeSpec.
+func pvSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
+	src := pv.Spec.CSI
+	if src == nil {
+		return cache.VolumeSpec{}, fmt.Errorf("PV %s has no CSI source: nodevol only mounts CSI volumes", pv.Name)
+	}
+	if src.Driver == "" || src.VolumeHandle == "" {
+		return cache.VolumeSpec{}, fmt.Errorf("PV %s: csi.driver and csi.volumeHandle must be set", pv.Name)
+	}
+	spec := cache.VolumeSpec{
+		Name:         cache.CSIVolumeName(src.Driver, src.VolumeHandle),
+		PVName:       pv.Name,
+		Driver:       src.Driver,
+		VolumeHandle: src.VolumeHandle,
+		Mode:         cache.Filesystem,
+		FSType:       src.FSType,
+		ReadOnly:     src.ReadOnly,
+		MountOptions: pv.Spec.MountOptions,
+		Attributes:   src.VolumeAttributes,
+	}
+	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == v1.PersistentVolumeBlock {
+		spec.Mode = cache.Block
+	}
+	if len(pv.Spec.AccessModes) > 0 {
+		spec.AccessMode = string(pv.Spec.AccessModes[0])
+	}
+	if r := src.NodeStageSecretRef; r != nil {
+		spec.NodeStageSecret = &cache.SecretRef{Namespace: r.Namespace, Name: r.Name}
+	}
+	if r := src.NodePublishSecretRef; r != nil {
+		spec.NodePublishSecret = &cache.SecretRef{Namespace: r.Namespace, Name: r.Name}
+	}
+	return spec, nil
+}
+
+// inlineSpec is the spec of an inline (ephemeral) CSI volume: pod-scoped,
+// with the kubelet's handle, csi- + sha256(podUID + specName).
+func inlineSpec(pod *v1.Pod, v *v1.Volume) cache.VolumeSpec {
+	sum := sha256.Sum256([]byte(string(pod.UID) + v.Name))
+	spec := cache.VolumeSpec{
+		Name:         cache.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", cache.CSIPluginName, pod.UID, v.Name)),
+		Driver:       v.CSI.Driver,
+		VolumeHandle: "csi-" + hex.EncodeToString(sum[:]),
+		Mode:         cache.Filesystem,
+		Attributes:   v.CSI.VolumeAttributes,
+		Ephemeral:    true,
+	}
+	if v.CSI.FSType != nil {
+		spec.FSType = *v.CSI.FSType
+	}
+	if v.CSI.ReadOnly != nil {
+		spec.ReadOnly = *v.CSI.ReadOnly
+	}
+	if r := v.CSI.NodePublishSecretRef; r != nil {
+		spec.NodePublishSecret = &cache.SecretRef{Namespace: pod.Namespace, Name: r.Name}
+	}
+	return spec
+}
