@@ -1,0 +1,23 @@
+// Package csitest is nodevol's test kit: an in-process CSI driver, builders
+// for the Kubernetes objects nodevol reads, and a fake external-attacher,
+// for nodevol's own tests and for those of its users.
+//
+//   - Server (Start, New) serves the CSI Identity and Node services (and a
+//     Controller service without capabilities) on a real unix socket. It
+//     keeps the node's volume state in memory and checks requests like a
+//     strict driver: required fields, stage before publish, unpublish
+//     before unstage, idempotent repeats. It records requests, counts
+//     calls and connections, and fails, delays or holds calls on demand
+//     (Inject), which is how tests reach nodevol's error, timeout and
+//     uncertain-state paths. It needs no testing.TB, so demos can use it.
+//   - PV, PVC, BoundClaim, Pod, CSIDriver, Secret and VolumeAttachment
+//     build typed objects with the API server's defaults and deterministic
+//     UIDs, ready for a fake clientset.
+//   - RunFakeAttacher (NewFakeAttacher in tests) stands in for the
+//     external-attacher, marking VolumeAttachments attached or failed;
+//     AttachVolume and DetachVolume stand in for the attach-detach
+//     controller that creates and deletes them.
+//
+// The package does not import csiplugin, so csiplugin's own tests can use
+// it.
+package csitest

@@ -1,0 +1,451 @@
+package csitest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// Defaults for Options.
+const (
+	DefaultDriverName    = "csitest.nodevol.io"
+	DefaultNodeID        = "node-1"
+	DefaultVendorVersion = "0.0.0-csitest"
+	// DefaultCapacity is the size every volume reports in NodeGetVolumeStats
+	// until NodeExpandVolume grows it.
+	DefaultCapacity int64 = 1 << 30
+)
+
+// maxSocketPath is the usable length of sun_path on Linux (108 bytes with
+// the terminating NUL).
+const maxSocketPath = 107
+
+// Options configure a Server. Every field's zero value is the default
+// stated on it: the zero Options is a driver named DefaultDriverName on node
+// DefaultNodeID that implements STAGE_UNSTAGE_VOLUME and nothing else
+// optional.
+type Options struct {
+	// DriverName is GetPluginInfo's name. Default DefaultDriverName.
+	DriverName string
+	// VendorVersion is GetPluginInfo's vendor_version. Default
+	// DefaultVendorVersion.
+	VendorVersion string
+	// NodeID is NodeGetInfo's node_id. Default DefaultNodeID.
+	NodeID string
+	// MaxVolumes is NodeGetInfo's max_volumes_per_node. Default 0: no limit.
+	MaxVolumes int64
+	// Topology, when not empty, is NodeGetInfo's accessible_topology, and
+	// the plugin then reports VOLUME_ACCESSIBILITY_CONSTRAINTS. Default none.
+	Topology map[string]string
+
+	// NoStageUnstage drops the STAGE_UNSTAGE_VOLUME node capability:
+	// NodeStageVolume and NodeUnstageVolume then fail with Unimplemented and
+	// NodePublishVolume ignores staging_target_path. Default false: the
+	// driver stages, as most block-backed drivers do.
+	NoStageUnstage bool
+	// GetVolumeStats reports GET_VOLUME_STATS; without it
+	// NodeGetVolumeStats fails with Unimplemented. Default false.
+	GetVolumeStats bool
+	// Expand reports EXPAND_VOLUME; without it NodeExpandVolume fails with
+	// Unimplemented. Default false.
+	Expand bool
+	// SingleNodeMultiWriter reports SINGLE_NODE_MULTI_WRITER. Default false.
+	SingleNodeMultiWriter bool
+	// VolumeMountGroup reports VOLUME_MOUNT_GROUP. Default false.
+	VolumeMountGroup bool
+
+	// CreateTargetDirs makes NodePublishVolume create its target_path (a
+	// directory for mount volumes, an empty file for block volumes) and
+	// NodeUnpublishVolume remove it, as a real driver does. Paths that
+	// already exist are left as they are, so the caller may create them
+	// first (mount-utils' FakeMounter flows). Default false: the server
+	// touches no file system.
+	CreateTargetDirs bool
+
+	// NoRecord stops Requests from recording requests (and cloning them),
+	// for benchmarks. Calls, WaitForCalls and Connections still count.
+	// Default false: every request is recorded.
+	NoRecord bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.DriverName == "" {
+		o.DriverName = DefaultDriverName
+	}
+	if o.VendorVersion == "" {
+		o.VendorVersion = DefaultVendorVersion
+	}
+	if o.NodeID == "" {
+		o.NodeID = DefaultNodeID
+	}
+	// A copy, so that the caller may reuse its map.
+	o.Topology = maps.Clone(o.Topology)
+	return o
+}
+
+// Request is one request the server received.
+type Request struct {
+	// Method is the RPC's short name, e.g. "NodeStageVolume".
+	Method string
+	// VolumeID is the request's volume_id, "" for RPCs without one.
+	VolumeID string
+	// Req is a clone of the request message (e.g. *csi.NodeStageVolumeRequest),
+	// taken on arrival. Treat it as read-only: Requests returns the same
+	// message to every caller.
+	Req proto.Message
+	// Time is when the request arrived.
+	Time time.Time
+}
+
+// Server is an in-process CSI driver serving the Identity, Node and
+// (empty) Controller services on a unix socket. It keeps the node's volume
+// state in memory and enforces the CSI spec's arguments and ordering like a
+// strict driver (see NodeStageVolume and friends in node.go), records every
+// request, counts connections, and fails or delays calls on demand (Inject).
+// All methods are safe for concurrent use.
+type Server struct {
+	opts     Options
+	endpoint string
+	tmpDir   string // a fallback directory Start made; Stop removes it
+	lis      *countingListener
+	srv      *grpc.Server
+	served   chan struct{} // closed when Serve has returned
+	stopped  chan struct{} // closed by Stop; ends blocked faults
+	stopOnce sync.Once
+
+	mu       sync.Mutex
+	requests []Request
+	calls    map[string]int
+	total    int
+	// called is closed and replaced on every request, so that WaitForCalls
+	// wakes without polling.
+	called  chan struct{}
+	faults  []*fault
+	volumes map[string]*volume
+}
+
+// Start serves a new driver on dir/csi.sock. An empty dir, or one whose
+// socket path would exceed the 107 bytes a unix socket path may have, is
+// replaced by a new directory under os.TempDir() that Stop removes. A stale
+// socket file at the path is removed first, so a driver can be "restarted"
+// in the same directory. Stop the server when done.
+func Start(dir string, opts Options) (*Server, error) {
+	s := &Server{
+		opts:    opts.withDefaults(),
+		served:  make(chan struct{}),
+		stopped: make(chan struct{}),
+		calls:   make(map[string]int),
+		called:  make(chan struct{}),
+		volumes: make(map[string]*volume),
+	}
+	if dir == "" || len(filepath.Join(dir, "csi.sock")) > maxSocketPath {
+		tmp, err := os.MkdirTemp("", "csitest-")
+		if err != nil {
+			return nil, fmt.Errorf("csitest: making a socket directory: %w", err)
+		}
+		s.tmpDir, dir = tmp, tmp
+	}
+	s.endpoint = filepath.Join(dir, "csi.sock")
+	if len(s.endpoint) > maxSocketPath {
+		s.removeTmp()
+		return nil, fmt.Errorf("csitest: socket path %q is longer than %d bytes", s.endpoint, maxSocketPath)
+	}
+	if err := os.Remove(s.endpoint); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.removeTmp()
+		return nil, fmt.Errorf("csitest: removing stale socket: %w", err)
+	}
+	lis, err := net.Listen("unix", s.endpoint)
+	if err != nil {
+		s.removeTmp()
+		return nil, fmt.Errorf("csitest: listening on %s: %w", s.endpoint, err)
+	}
+	s.lis = &countingListener{Listener: lis}
+	s.srv = grpc.NewServer(grpc.UnaryInterceptor(s.intercept))
+	csi.RegisterIdentityServer(s.srv, &identityServer{s: s})
+	csi.RegisterNodeServer(s.srv, &nodeServer{s: s})
+	csi.RegisterControllerServer(s.srv, &controllerServer{})
+	go func() {
+		defer close(s.served)
+		// Serve returns only when Stop closes the listener; its error then
+		// says nothing useful.
+		_ = s.srv.Serve(s.lis)
+	}()
+	return s, nil
+}
+
+// New starts a server for a test in tb.TempDir() (or a shorter directory,
+// see Start) and stops it when the test ends. It fails the test if the
+// server cannot start.
+func New(tb testing.TB, opts Options) *Server {
+	tb.Helper()
+	s, err := Start(tb.TempDir(), opts)
+	if err != nil {
+		tb.Fatalf("starting CSI test driver: %v", err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// Stop closes the listener and every connection, ends calls that a fault
+// holds (they fail with Unavailable), and removes the socket. It is
+// idempotent.
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() {
+		close(s.stopped)
+		s.srv.Stop()
+		<-s.served
+		_ = os.Remove(s.endpoint)
+		s.removeTmp()
+	})
+}
+
+func (s *Server) removeTmp() {
+	if s.tmpDir != "" {
+		_ = os.RemoveAll(s.tmpDir)
+	}
+}
+
+// Endpoint is the path of the server's unix socket (no "unix://" prefix).
+func (s *Server) Endpoint() string { return s.endpoint }
+
+// DriverName is the name GetPluginInfo returns.
+func (s *Server) DriverName() string { return s.opts.DriverName }
+
+// NodeID is the node ID NodeGetInfo returns.
+func (s *Server) NodeID() string { return s.opts.NodeID }
+
+// Dial makes a new, lazily connecting gRPC client connection to the server.
+// The caller closes it.
+func (s *Server) Dial() (*grpc.ClientConn, error) {
+	return grpc.NewClient("unix://"+s.endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+// Connections is the number of connections the server has accepted since it
+// started. A client that shares one connection for all its calls keeps it
+// at 1.
+func (s *Server) Connections() int { return int(s.lis.accepted.Load()) }
+
+// Requests returns the requests received since the start or the last
+// Reset, oldest first. It is empty when Options.NoRecord is set.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+// Calls is the number of calls of method (e.g. "NodePublishVolume")
+// received since the start or the last Reset; "" counts every method.
+// Calls that a fault failed or delayed count too.
+func (s *Server) Calls(method string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if method == "" {
+		return s.total
+	}
+	return s.calls[method]
+}
+
+// WaitForCalls blocks until Calls(method) is at least n, and returns
+// ctx.Err() if ctx ends first. It lets a test wait for a call to arrive
+// (for example one that a Fault.Block holds) without sleeping.
+func (s *Server) WaitForCalls(ctx context.Context, method string, n int) error {
+	for {
+		s.mu.Lock()
+		got := s.total
+		if method != "" {
+			got = s.calls[method]
+		}
+		called := s.called
+		s.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-called:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %d %q calls, have %d: %w", n, method, got, ctx.Err())
+		}
+	}
+}
+
+// Reset forgets the recorded requests and zeroes the call counts. It keeps
+// the volume state, the faults and the connection count.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = nil
+	s.calls = make(map[string]int)
+	s.total = 0
+}
+
+// Staged returns the staging_target_path volumeID is staged at, and whether
+// it is staged.
+func (s *Server) Staged(volumeID string) (path string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := s.volumes[volumeID]
+	if v == nil || !v.staged {
+		return "", false
+	}
+	return v.stagingPath, true
+}
+
+// Published returns the target paths volumeID is published at, sorted;
+// nil when it is published nowhere.
+func (s *Server) Published(volumeID string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := s.volumes[volumeID]
+	if v == nil || len(v.published) == 0 {
+		return nil
+	}
+	paths := make([]string, 0, len(v.published))
+	for p := range v.published {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	return paths
+}
+
+// StagedVolumes returns the IDs of the staged volumes, sorted.
+func (s *Server) StagedVolumes() []string {
+	return s.volumeIDs(func(v *volume) bool { return v.staged })
+}
+
+// PublishedVolumes returns the IDs of the volumes published at one target
+// path or more, sorted.
+func (s *Server) PublishedVolumes() []string {
+	return s.volumeIDs(func(v *volume) bool { return len(v.published) > 0 })
+}
+
+func (s *Server) volumeIDs(keep func(*volume) bool) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for id, v := range s.volumes {
+		if keep(v) {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// intercept is where every RPC passes: it counts and records the request,
+// then applies the first matching fault, if any, around the handler.
+func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+	var volumeID string
+	if r, ok := req.(interface{ GetVolumeId() string }); ok {
+		volumeID = r.GetVolumeId()
+	}
+	f := s.arrive(method, volumeID, req)
+	if f == nil {
+		return handler(ctx, req)
+	}
+	waitErr := s.hold(ctx, f)
+	var resp any
+	var err error
+	if f.Commit || (waitErr == nil && f.Err == nil) {
+		resp, err = handler(ctx, req)
+	}
+	switch {
+	case waitErr != nil:
+		return nil, waitErr
+	case f.Err != nil:
+		return nil, f.Err
+	default:
+		return resp, err
+	}
+}
+
+// arrive counts and records a request and returns the fault to apply to
+// it, or nil.
+func (s *Server) arrive(method, volumeID string, req any) *Fault {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls[method]++
+	s.total++
+	close(s.called)
+	s.called = make(chan struct{})
+	if !s.opts.NoRecord {
+		r := Request{Method: method, VolumeID: volumeID, Time: time.Now()}
+		if m, ok := req.(proto.Message); ok {
+			r.Req = proto.Clone(m)
+		}
+		s.requests = append(s.requests, r)
+	}
+	return s.takeFault(method, volumeID)
+}
+
+// countingListener counts accepted connections.
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
+
+// identityServer implements the CSI Identity service.
+type identityServer struct {
+	csi.UnimplementedIdentityServer
+	s *Server
+}
+
+func (i *identityServer) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return &csi.GetPluginInfoResponse{Name: i.s.opts.DriverName, VendorVersion: i.s.opts.VendorVersion}, nil
+}
+
+func (i *identityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
+	resp := &csi.GetPluginCapabilitiesResponse{}
+	if len(i.s.opts.Topology) > 0 {
+		resp.Capabilities = append(resp.Capabilities, &csi.PluginCapability{
+			Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{
+				Type: csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS,
+			}},
+		})
+	}
+	return resp, nil
+}
+
+func (i *identityServer) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+	return &csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil
+}
+
+// controllerServer is the Controller service of a driver without a
+// controller: it only answers that it has no capabilities, which is what
+// nodevol asks when it checks whether a driver attaches.
+type controllerServer struct {
+	csi.UnimplementedControllerServer
+}
+
+func (controllerServer) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	return &csi.ControllerGetCapabilitiesResponse{}, nil
+}
+
+// errStopped is what calls that a fault holds return when the server stops.
+var errStopped = status.Error(codes.Unavailable, "csitest: server stopped")
