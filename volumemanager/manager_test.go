@@ -1,0 +1,407 @@
+package volumemanager
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+)
+
+const node = "node-1"
+
+// env is a running VolumeManager on the fake clientset, the fake mounter
+// and the test kit's in-process driver over a real unix socket.
+type env struct {
+	t      *testing.T
+	client *fake.Clientset
+	drv    *csitest.Server
+	vm     *VolumeManager
+	root   string
+	events *record.FakeRecorder
+}
+
+type envOptions struct {
+	objects     []runtime.Object
+	driver      csitest.Options
+	noRegister  bool
+	callTimeout time.Duration
+}
+
+func newEnv(t *testing.T, o envOptions) *env {
+	t.Helper()
+	o.driver.CreateTargetDirs = true
+	e := &env{t: t, drv: csitest.New(t, o.driver), root: t.TempDir(), events: record.NewFakeRecorder(100)}
+	objs := append([]runtime.Object{csitest.CSIDriver(e.drv.DriverName(), false)}, o.objects...)
+	e.client = fake.NewClientset(objs...)
+	vm, err := New(Config{
+		NodeName:       node,
+		KubeClient:     e.client,
+		RootDir:        e.root,
+		Mounter:        mount.NewFakeMounter(nil),
+		EventRecorder:  e.events,
+		CSICallTimeout: o.callTimeout,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.vm = vm
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- vm.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	if !o.noRegister {
+		e.register()
+	}
+	return e
+}
+
+func (e *env) register() {
+	e.t.Helper()
+	if err := e.vm.Drivers().Register(context.Background(), e.drv.DriverName(), e.drv.Endpoint()); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// claim creates a bound PVC/PV pair in namespace "ns" and returns the PV's name.
+func (e *env) claim(name string, opts ...csitest.PVOption) string {
+	e.t.Helper()
+	pvc, pv := csitest.BoundClaim("ns", name, e.drv.DriverName(), "handle-"+name, opts...)
+	e.create(pvc, pv)
+	return pv.Name
+}
+
+func (e *env) create(objs ...runtime.Object) {
+	e.t.Helper()
+	ctx := context.Background()
+	for _, o := range objs {
+		var err error
+		switch o := o.(type) {
+		case *v1.PersistentVolumeClaim:
+			_, err = e.client.CoreV1().PersistentVolumeClaims(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *v1.PersistentVolume:
+			_, err = e.client.CoreV1().PersistentVolumes().Create(ctx, o, metav1.CreateOptions{})
+		case *storagev1.VolumeAttachment:
+			_, err = e.client.StorageV1().VolumeAttachments().Create(ctx, o, metav1.CreateOptions{})
+		case *v1.Secret:
+			_, err = e.client.CoreV1().Secrets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		default:
+			e.t.Fatalf("cannot create %T", o)
+		}
+		if err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+func (e *env) mount(pod *v1.Pod, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	e.vm.AddPod(pod)
+	return e.vm.WaitForAttachAndMount(ctx, pod)
+}
+
+func (e *env) unmount(pod *v1.Pod) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e.vm.DeletePod(pod)
+	if err := e.vm.WaitForUnmount(ctx, pod); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// eventually polls cond with a deadline: for observing the result of
+// asynchronous work, never for ordering it.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+func TestMountAndUnmountPods(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	e.claim("shared", csitest.PVAccessModes(v1.ReadWriteMany))
+	ownPV := e.claim("own")
+	p1 := csitest.Pod("ns", "p1", csitest.WithPVC("data", "shared", false))
+	p2 := csitest.Pod("ns", "p2", csitest.WithPVC("data", "shared", true), csitest.WithPVC("mine", "own", false))
+
+	for _, p := range []*v1.Pod{p1, p2} {
+		if err := e.mount(p, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.drv.Calls("NodeStageVolume"); got != 2 {
+		t.Errorf("NodeStageVolume calls = %d, want 2 (once per volume)", got)
+	}
+	if got := e.drv.Calls("NodePublishVolume"); got != 3 {
+		t.Errorf("NodePublishVolume calls = %d, want 3", got)
+	}
+	mounted := e.vm.GetMountedVolumesForPod(p2.UID)
+	if len(mounted) != 2 || mounted[0].SpecName != "data" || !mounted[0].ReadOnly || mounted[1].SpecName != "mine" {
+		t.Fatalf("mounted volumes of p2 = %+v", mounted)
+	}
+	// The kubelet names a PVC's directory after the PV.
+	want := filepath.Join(e.root, "pods", string(p2.UID), "volumes", "kubernetes.io~csi", ownPV, "mount")
+	if mounted[1].Path != want {
+		t.Errorf("path = %s, want %s", mounted[1].Path, want)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(want), "vol_data.json")); err != nil {
+		t.Errorf("vol_data.json: %v", err)
+	}
+	if got := e.vm.GetVolumesInUse(); len(got) != 2 || got[0] != cache.CSIVolumeName(e.drv.DriverName(), "handle-own") {
+		t.Errorf("volumes in use = %v", got)
+	}
+
+	// p1 goes: the shared volume stays staged for p2.
+	e.unmount(p1)
+	if _, staged := e.drv.Staged("handle-shared"); !staged {
+		t.Fatal("shared volume unstaged while p2 still uses it")
+	}
+	if e.vm.HasPossiblyMountedVolumesForPod(p1.UID) {
+		t.Fatal("p1 still has volumes")
+	}
+	e.unmount(p2)
+	eventually(t, "both volumes unstaged", func() bool { return len(e.drv.StagedVolumes()) == 0 })
+	eventually(t, "volumes no longer in use", func() bool { return len(e.vm.GetVolumesInUse()) == 0 })
+	if got := e.drv.Calls("NodeUnpublishVolume"); got != 3 {
+		t.Errorf("NodeUnpublishVolume calls = %d, want 3", got)
+	}
+	for _, p := range []*v1.Pod{p1, p2} {
+		dir := filepath.Join(e.root, "pods", string(p.UID), "volumes", "kubernetes.io~csi")
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			t.Errorf("left behind in %s: %v", dir, entries)
+		}
+	}
+	if got := e.drv.Connections(); got != 1 {
+		t.Errorf("driver connections = %d, want 1", got)
+	}
+}
+
+func TestAttachRequired(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	if _, err := e.client.StorageV1().CSIDrivers().Update(context.Background(), csitest.CSIDriver(e.drv.DriverName(), true), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.claim("vol")
+	vaName := csitest.AttachmentName("handle-vol", e.drv.DriverName(), node)
+	va := csitest.VolumeAttachment(vaName, e.drv.DriverName(), "pv-vol", node, false)
+	va.Status.AttachError = &storagev1.VolumeError{Message: "disk is on fire"}
+	e.create(va)
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+
+	err := e.mount(pod, 300*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "disk is on fire") || !strings.Contains(err.Error(), "data") {
+		t.Fatalf("WaitForAttachAndMount = %v, want the attach error naming the volume", err)
+	}
+	if e.drv.Calls("NodeStageVolume") != 0 {
+		t.Fatal("staged a volume that is not attached")
+	}
+	// The attacher succeeds: the update alone (no backoff wait) mounts the volume.
+	va.Status = storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: map[string]string{"dev": "/dev/x"}}
+	if _, err := e.client.StorageV1().VolumeAttachments().UpdateStatus(context.Background(), va, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.mount(pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range e.drv.Requests() {
+		if r.Method == "NodeStageVolume" || r.Method == "NodePublishVolume" {
+			if pc := r.Req.(interface{ GetPublishContext() map[string]string }).GetPublishContext(); pc["dev"] != "/dev/x" {
+				t.Errorf("%s publish context = %v", r.Method, pc)
+			}
+		}
+	}
+	select {
+	case ev := <-e.events.Events:
+		if !strings.Contains(ev, "FailedAttachVolume") {
+			t.Errorf("event %q", ev)
+		}
+	default:
+		t.Error("no event recorded for the attach error")
+	}
+}
+
+func TestDriverRegisteredLater(t *testing.T) {
+	e := newEnv(t, envOptions{noRegister: true})
+	e.claim("vol")
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	err := e.mount(pod, 300*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "not found in the list of registered CSI drivers") {
+		t.Fatalf("WaitForAttachAndMount = %v", err)
+	}
+	e.register() // retried at once, not after a backoff
+	if err := e.mount(pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFinalErrorRetried(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	e.claim("vol")
+	e.drv.Inject(csitest.Fault{Method: "NodePublishVolume", Err: status.Error(codes.Internal, "no luck"), Times: 1})
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	if err := e.mount(pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.drv.Calls("NodePublishVolume"); got != 2 {
+		t.Fatalf("NodePublishVolume calls = %d, want 2 (failed once, retried after backoff)", got)
+	}
+}
+
+func TestFinalErrorReported(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	e.claim("vol")
+	e.drv.Inject(csitest.Fault{Method: "NodePublishVolume", Err: status.Error(codes.InvalidArgument, "bad flags")})
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	err := e.mount(pod, 400*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "bad flags") || !strings.Contains(err.Error(), "unmounted volumes=[data]") {
+		t.Fatalf("WaitForAttachAndMount = %v", err)
+	}
+	if e.vm.HasPossiblyMountedVolumesForPod(pod.UID) {
+		t.Fatal("a final error left the volume possibly mounted")
+	}
+}
+
+func TestTimeoutLeavesUncertainAndIsTornDown(t *testing.T) {
+	e := newEnv(t, envOptions{callTimeout: 100 * time.Millisecond})
+	e.claim("vol")
+	block := make(chan struct{})
+	defer close(block)
+	e.drv.Inject(csitest.Fault{Method: "NodeStageVolume", Block: block})
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	e.vm.AddPod(pod)
+	name := cache.CSIVolumeName(e.drv.DriverName(), "handle-vol")
+	eventually(t, "device uncertain", func() bool {
+		v, ok := e.vm.asw.Volume(name)
+		return ok && v.DeviceState == cache.Uncertain
+	})
+	// The pod goes before the stage ever finished: the volume must still be unstaged.
+	e.vm.DeletePod(pod)
+	eventually(t, "NodeUnstageVolume of the uncertain device", func() bool { return e.drv.Calls("NodeUnstageVolume") > 0 })
+	eventually(t, "volume forgotten", func() bool { _, ok := e.vm.asw.Volume(name); return !ok })
+}
+
+func TestUncertainStageRetried(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	e.claim("vol")
+	e.drv.Inject(csitest.Fault{Method: "NodeStageVolume", Err: status.Error(codes.Unavailable, "busy"), Times: 1})
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	if err := e.mount(pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.drv.Calls("NodeStageVolume"); got != 2 {
+		t.Fatalf("NodeStageVolume calls = %d, want 2", got)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	pending := csitest.PVC("ns", "pending", "", csitest.PVCPending())
+	noCSI := csitest.PV("pv-nfs", e.drv.DriverName(), "h")
+	noCSI.Spec.CSI = nil
+	noCSI.Spec.NFS = &v1.NFSVolumeSource{Server: "x", Path: "/"}
+	nfsClaim := csitest.PVC("ns", "nfs", "pv-nfs")
+	noCSI.Spec.ClaimRef = &v1.ObjectReference{Namespace: "ns", Name: "nfs", UID: nfsClaim.UID}
+	e.create(pending, noCSI, nfsClaim)
+	e.claim("secret", csitest.PVNodePublishSecret("ns", "missing"))
+
+	tests := []struct {
+		name string
+		pod  *v1.Pod
+		want string
+	}{
+		{"pending PVC", csitest.Pod("ns", "a", csitest.WithPVC("data", "pending", false)), "PVC ns/pending is not bound"},
+		{"missing PVC", csitest.Pod("ns", "b", csitest.WithPVC("data", "nope", false)), "PVC ns/nope not found"},
+		{"PV without CSI", csitest.Pod("ns", "c", csitest.WithPVC("data", "nfs", false)), "has no CSI source"},
+		{"missing secret", csitest.Pod("ns", "d", csitest.WithPVC("data", "secret", false)), "missing"},
+		{"unknown driver", csitest.Pod("ns", "e", csitest.WithPVC("data", "nobody", false)), "nobody.example.com not found"},
+		{"hostile pod UID", csitest.Pod("ns", "f", csitest.PodUID("../../../escape"), csitest.WithPVC("data", "secret", false)), "pod UID"},
+		{"block PV in volumeMounts", csitest.Pod("ns", "g", csitest.WithPVC("data", "blk", false)), "but is specified in volumeMounts"},
+	}
+	e.claim("blk", csitest.PVBlock())
+	pvc, pv := csitest.BoundClaim("ns", "nobody", "nobody.example.com", "h-nobody")
+	e.create(pvc, pv)
+	if _, err := e.client.StorageV1().CSIDrivers().Create(context.Background(), csitest.CSIDriver("nobody.example.com", false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := e.mount(tc.pod, 300*time.Millisecond)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("WaitForAttachAndMount = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(e.root, "..", "escape")); !os.IsNotExist(err) {
+		t.Fatalf("a hostile pod UID created a path outside the root: %v", err)
+	}
+	// The pending claim binds: the waiting pod mounts without being added again.
+	pvc, pv = csitest.BoundClaim("ns", "pending", e.drv.DriverName(), "handle-pending")
+	pvc.UID = pending.UID
+	pv.Spec.ClaimRef.UID = pending.UID
+	e.create(pv)
+	if _, err := e.client.CoreV1().PersistentVolumeClaims("ns").Update(context.Background(), pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.vm.WaitForAttachAndMount(ctx, tests[0].pod); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInlineAndEphemeral(t *testing.T) {
+	// Inline volumes are published without staging, which a driver that
+	// stages refuses (the CSI spec makes staging_target_path required then).
+	e := newEnv(t, envOptions{driver: csitest.Options{NoStageUnstage: true}})
+	drv := csitest.CSIDriver(e.drv.DriverName(), false, csitest.DriverLifecycleModes(storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral))
+	if _, err := e.client.StorageV1().CSIDrivers().Update(context.Background(), drv, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := csitest.Pod("ns", "p", csitest.WithInlineCSI("scratch", e.drv.DriverName(), false, map[string]string{"size": "1Gi"}), csitest.WithEphemeral("eph", "fast"))
+	pvc, pv := csitest.BoundClaim("ns", csitest.EphemeralClaimName(pod, "eph"), e.drv.DriverName(), "handle-eph")
+	csitest.PVCOwnedBy(pod)(pvc)
+	e.create(pvc, pv)
+	if err := e.mount(pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.drv.Calls("NodePublishVolume"); got != 2 {
+		t.Errorf("NodePublishVolume calls = %d, want 2", got)
+	}
+	e.unmount(pod)
+	eventually(t, "all unpublished", func() bool { return len(e.drv.PublishedVolumes()) == 0 && len(e.drv.StagedVolumes()) == 0 })
+}
+
+func TestNewValidates(t *testing.T) {
+	if _, err := New(Config{KubeClient: fake.NewClientset()}); err == nil {
+		t.Error("no NodeName accepted")
+	}
+	if _, err := New(Config{NodeName: node}); err == nil {
+		t.Error("no KubeClient accepted")
+	}
+}
