@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +20,6 @@ import (
 // client is a test's view of a Server: one connection, and helpers for the
 // node calls that take the usual arguments.
 type client struct {
-	t testing.TB
 	csi.NodeClient
 	csi.IdentityClient
 	csi.ControllerClient
@@ -32,7 +32,7 @@ func dial(t testing.TB, s *Server) *client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return &client{t: t, NodeClient: csi.NewNodeClient(conn), IdentityClient: csi.NewIdentityClient(conn), ControllerClient: csi.NewControllerClient(conn)}
+	return &client{NodeClient: csi.NewNodeClient(conn), IdentityClient: csi.NewIdentityClient(conn), ControllerClient: csi.NewControllerClient(conn)}
 }
 
 func ctxFor(t testing.TB) context.Context {
@@ -56,24 +56,32 @@ func blockCap() *csi.VolumeCapability {
 }
 
 func (c *client) stage(vol, path string, vc *csi.VolumeCapability) error {
-	_, err := c.NodeStageVolume(ctxFor(c.t), &csi.NodeStageVolumeRequest{VolumeId: vol, StagingTargetPath: path, VolumeCapability: vc})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := c.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: vol, StagingTargetPath: path, VolumeCapability: vc})
 	return err
 }
 
 func (c *client) unstage(vol, path string) error {
-	_, err := c.NodeUnstageVolume(ctxFor(c.t), &csi.NodeUnstageVolumeRequest{VolumeId: vol, StagingTargetPath: path})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := c.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol, StagingTargetPath: path})
 	return err
 }
 
 func (c *client) publish(vol, staging, target string, vc *csi.VolumeCapability, readOnly bool) error {
-	_, err := c.NodePublishVolume(ctxFor(c.t), &csi.NodePublishVolumeRequest{
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := c.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
 		VolumeId: vol, StagingTargetPath: staging, TargetPath: target, VolumeCapability: vc, Readonly: readOnly,
 	})
 	return err
 }
 
 func (c *client) unpublish(vol, target string) error {
-	_, err := c.NodeUnpublishVolume(ctxFor(c.t), &csi.NodeUnpublishVolumeRequest{VolumeId: vol, TargetPath: target})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := c.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vol, TargetPath: target})
 	return err
 }
 
@@ -492,7 +500,9 @@ func TestConnectionsAndRecording(t *testing.T) {
 		t.Errorf("recorded capability %v", sr.GetVolumeCapability())
 	}
 
-	dial(t, s).Probe(ctxFor(t), &csi.ProbeRequest{})
+	if _, err := dial(t, s).Probe(ctxFor(t), &csi.ProbeRequest{}); err != nil {
+		t.Fatal(err)
+	}
 	if got := s.Connections(); got != 2 {
 		t.Errorf("Connections = %d after a second connection, want 2", got)
 	}
@@ -597,5 +607,34 @@ func TestCreateTargetDirs(t *testing.T) {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s not removed: %v", p, err)
 		}
+	}
+}
+
+// BenchmarkStagePublish measures the server's cost per volume for a full
+// stage, publish, unpublish, unstage cycle over one connection.
+func BenchmarkStagePublish(b *testing.B) {
+	for _, record := range []bool{false, true} {
+		b.Run(map[bool]string{false: "NoRecord", true: "Record"}[record], func(b *testing.B) {
+			s := New(b, Options{NoRecord: !record})
+			c := dial(b, s)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				vol := "vol-" + strconv.Itoa(i)
+				i++
+				if err := c.stage(vol, "/st/"+vol, mountCap()); err != nil {
+					b.Fatal(err)
+				}
+				if err := c.publish(vol, "/st/"+vol, "/p/"+vol, mountCap(), false); err != nil {
+					b.Fatal(err)
+				}
+				if err := c.unpublish(vol, "/p/"+vol); err != nil {
+					b.Fatal(err)
+				}
+				if err := c.unstage(vol, "/st/"+vol); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
