@@ -13,6 +13,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// ephemeralKey is the volume_context key with which the kubelet tells a
+// driver whether a volume is an inline ephemeral one (with podInfoOnMount).
+const ephemeralKey = "csi.storage.k8s.io/ephemeral"
+
 // volume is what the server knows about one volume on this node.
 type volume struct {
 	staged      bool
@@ -44,6 +48,11 @@ func (p *publication) block() bool { return p.capability.GetBlock() != nil }
 //   - staging a staged volume at another staging path is AlreadyExists;
 //   - publishing a volume that is not staged at staging_target_path (when
 //     the driver stages) is FailedPrecondition;
+//   - publishing with no staging_target_path on a driver that stages is
+//     taken as the publish of an inline ephemeral volume, which the kubelet
+//     does not stage: it is FailedPrecondition if the volume is staged, and
+//     InvalidArgument if volume_context has csi.storage.k8s.io/ephemeral
+//     "false";
 //   - unstaging a volume that is still published is FailedPrecondition;
 //   - unstaging or unpublishing what is not staged or published at that
 //     path succeeds and changes nothing.
@@ -156,13 +165,19 @@ func (n *nodeServer) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVo
 
 // NodePublishVolume records the volume as published at target_path.
 func (n *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	// The kubelet publishes inline (CSI ephemeral) volumes without staging
+	// them, even on drivers that stage, and drivers that offer the
+	// Ephemeral lifecycle mode accept that. So an empty
+	// staging_target_path is taken as such a publish, unless the volume
+	// context says the volume is not ephemeral.
 	stages := !n.s.opts.NoStageUnstage
+	inline := stages && req.GetStagingTargetPath() == "" && req.GetVolumeContext()[ephemeralKey] != "false"
 	switch {
 	case req.GetVolumeId() == "":
 		return nil, missing("volume_id")
 	case req.GetTargetPath() == "":
 		return nil, missing("target_path")
-	case stages && req.GetStagingTargetPath() == "":
+	case stages && !inline && req.GetStagingTargetPath() == "":
 		return nil, missing("staging_target_path")
 	}
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
@@ -179,7 +194,10 @@ func (n *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVo
 		pub.stagingPath = req.GetStagingTargetPath()
 	}
 	v := s.volumes[req.GetVolumeId()]
-	if stages && (v == nil || !v.staged || v.stagingPath != pub.stagingPath) {
+	switch {
+	case inline && v != nil && v.staged:
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged at %s but published without staging_target_path", req.GetVolumeId(), v.stagingPath)
+	case stages && !inline && (v == nil || !v.staged || v.stagingPath != pub.stagingPath):
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", req.GetVolumeId(), pub.stagingPath)
 	}
 	v = s.vol(req.GetVolumeId())

@@ -124,12 +124,14 @@ type Request struct {
 type Server struct {
 	opts     Options
 	endpoint string
-	tmpDir   string // a fallback directory Start made; Stop removes it
-	lis      *countingListener
-	srv      *grpc.Server
-	served   chan struct{} // closed when Serve has returned
-	stopped  chan struct{} // closed by Stop; ends blocked faults
-	stopOnce sync.Once
+	tmpDir   string        // a fallback directory Start made; Stop removes it
+	accepted atomic.Int64  // connections accepted, over restarts
+	stopped  chan struct{} // closed by Stop; ends held faults
+
+	// life serializes Stop and Restart, which replace srv and served.
+	life   sync.Mutex
+	srv    *grpc.Server
+	served chan struct{} // closed when srv.Serve has returned
 
 	mu       sync.Mutex
 	requests []Request
@@ -150,7 +152,6 @@ type Server struct {
 func Start(dir string, opts Options) (*Server, error) {
 	s := &Server{
 		opts:    opts.withDefaults(),
-		served:  make(chan struct{}),
 		stopped: make(chan struct{}),
 		calls:   make(map[string]int),
 		called:  make(chan struct{}),
@@ -168,27 +169,36 @@ func Start(dir string, opts Options) (*Server, error) {
 		s.removeTmp()
 		return nil, fmt.Errorf("csitest: socket path %q is longer than %d bytes", s.endpoint, maxSocketPath)
 	}
-	if err := os.Remove(s.endpoint); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := s.serve(); err != nil {
 		s.removeTmp()
-		return nil, fmt.Errorf("csitest: removing stale socket: %w", err)
+		return nil, err
+	}
+	return s, nil
+}
+
+// serve listens on the endpoint, replacing a stale socket file, and serves
+// on it in a new goroutine. The caller holds s.life or owns s alone.
+func (s *Server) serve() error {
+	if err := os.Remove(s.endpoint); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("csitest: removing stale socket: %w", err)
 	}
 	lis, err := net.Listen("unix", s.endpoint)
 	if err != nil {
-		s.removeTmp()
-		return nil, fmt.Errorf("csitest: listening on %s: %w", s.endpoint, err)
+		return fmt.Errorf("csitest: listening on %s: %w", s.endpoint, err)
 	}
-	s.lis = &countingListener{Listener: lis}
-	s.srv = grpc.NewServer(grpc.UnaryInterceptor(s.intercept))
-	csi.RegisterIdentityServer(s.srv, &identityServer{s: s})
-	csi.RegisterNodeServer(s.srv, &nodeServer{s: s})
-	csi.RegisterControllerServer(s.srv, &controllerServer{})
+	srv := grpc.NewServer(grpc.UnaryInterceptor(s.intercept))
+	csi.RegisterIdentityServer(srv, &identityServer{s: s})
+	csi.RegisterNodeServer(srv, &nodeServer{s: s})
+	csi.RegisterControllerServer(srv, &controllerServer{})
+	served := make(chan struct{})
 	go func() {
-		defer close(s.served)
-		// Serve returns only when Stop closes the listener; its error then
-		// says nothing useful.
-		_ = s.srv.Serve(s.lis)
+		defer close(served)
+		// Serve returns only when Stop or Restart closes the listener;
+		// its error then says nothing useful.
+		_ = srv.Serve(&countingListener{Listener: lis, accepted: &s.accepted})
 	}()
-	return s, nil
+	s.srv, s.served = srv, served
+	return nil
 }
 
 // New starts a server for a test in tb.TempDir() (or a shorter directory,
@@ -208,13 +218,37 @@ func New(tb testing.TB, opts Options) *Server {
 // holds (they fail with Unavailable), and removes the socket. It is
 // idempotent.
 func (s *Server) Stop() {
-	s.stopOnce.Do(func() {
-		close(s.stopped)
-		s.srv.Stop()
-		<-s.served
-		_ = os.Remove(s.endpoint)
-		s.removeTmp()
-	})
+	s.life.Lock()
+	defer s.life.Unlock()
+	select {
+	case <-s.stopped:
+		return
+	default:
+	}
+	close(s.stopped)
+	s.srv.Stop()
+	<-s.served
+	_ = os.Remove(s.endpoint)
+	s.removeTmp()
+}
+
+// Restart simulates a restart of the driver process that keeps the node's
+// state (what is staged and published stays so, as mounts outlive a
+// driver): it closes the listener and every connection, which cancels the
+// calls in flight, and serves again on the same socket. Recorded requests,
+// counts, faults and Connections carry over, so a client that reconnects
+// raises Connections by one. It fails after Stop.
+func (s *Server) Restart() error {
+	s.life.Lock()
+	defer s.life.Unlock()
+	select {
+	case <-s.stopped:
+		return errors.New("csitest: restart of a stopped server")
+	default:
+	}
+	s.srv.Stop()
+	<-s.served
+	return s.serve()
 }
 
 func (s *Server) removeTmp() {
@@ -239,9 +273,9 @@ func (s *Server) Dial() (*grpc.ClientConn, error) {
 }
 
 // Connections is the number of connections the server has accepted since it
-// started. A client that shares one connection for all its calls keeps it
+// started, over restarts. A client that shares one connection for all its calls keeps it
 // at 1.
-func (s *Server) Connections() int { return int(s.lis.accepted.Load()) }
+func (s *Server) Connections() int { return int(s.accepted.Load()) }
 
 // Requests returns the requests received since the start or the last
 // Reset, oldest first. It is empty when Options.NoRecord is set.
@@ -399,7 +433,7 @@ func (s *Server) arrive(method, volumeID string, req any) *Fault {
 // countingListener counts accepted connections.
 type countingListener struct {
 	net.Listener
-	accepted atomic.Int64
+	accepted *atomic.Int64
 }
 
 func (l *countingListener) Accept() (net.Conn, error) {
