@@ -1,0 +1,45 @@
+// Package driver is a CSI driver that keeps each volume as a sparse
+// image file in a state directory and attaches it on the node through a
+// loop device: a real driver for nodevol's end-to-end tests, small
+// enough to read, proven by kubernetes-csi's csi-sanity.
+//
+// One process serves the Identity, Controller and Node services for one
+// node. The controller side creates, deletes, grows and lists images and
+// records which node a volume is published to; the node side attaches
+// an image to a loop device and makes and mounts a file system on it
+// (NodeStageVolume), bind-mounts it into a pod directory or onto a block
+// device file (NodePublishVolume), and undoes both.
+//
+// # Contract
+//
+//   - Every RPC is idempotent: repeating a successful call succeeds and
+//     changes nothing. A call that fails part way undoes what it did (a
+//     loop device it attached, a mount it made, a target it created).
+//   - Calls on one volume run one at a time; a call that cannot get the
+//     volume before its deadline fails with Aborted. Calls on different
+//     volumes run in parallel.
+//   - Errors use the CSI spec's codes: InvalidArgument (naming the
+//     field) for missing or malformed fields, including volume IDs and
+//     names that are not one safe path element; NotFound for unknown
+//     volumes, nodes and paths; FailedPrecondition for calls out of
+//     order (publish before stage, unstage while published, delete while
+//     in use); AlreadyExists for an incompatible repeat.
+//   - A file system that holds data is never formatted again: staging
+//     formats only a device on which blkid finds nothing.
+//   - State lives in {statedir}/volumes/{id}.json (format version 1)
+//     beside the image {id}.img, written atomically, so a restarted
+//     driver continues where the old one stopped. The loop device of a
+//     volume is always found by its backing image (losetup --associated),
+//     never remembered, so attachments that a crash left behind are
+//     reused or detached, not leaked.
+//   - The driver touches no path outside its state directory and the
+//     staging and target paths it is given; those must be absolute,
+//     clean and outside the state directory.
+//
+// Faults (Config.Faults, the --fault flag, Config.FaultHook) make the
+// driver delay, fail or exit in the middle of an RPC, for tests of what
+// a CO does when a driver misbehaves.
+//
+// Start it in process with New and Serve or Run, or as a program with
+// Main.
+package driver

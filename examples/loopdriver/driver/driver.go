@@ -1,0 +1,349 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	"k8s.io/mount-utils"
+	utilexec "k8s.io/utils/exec"
+)
+
+// DefaultDriverName is the CSI driver name used when Config.DriverName
+// is empty.
+const DefaultDriverName = "loop.csi.nodevol.io"
+
+// DefaultMaxVolumes is NodeGetInfo's max_volumes_per_node when
+// Config.MaxVolumes is zero.
+const DefaultMaxVolumes = 64
+
+// Version is reported by GetPluginInfo.
+const Version = "0.1.0"
+
+// Config configures a Driver. NodeID and StateDir are required; every
+// other field has the default its comment gives.
+type Config struct {
+	// DriverName is the CSI driver name; default DefaultDriverName.
+	DriverName string
+	// NodeID is this node's ID, returned by NodeGetInfo and the only node
+	// ControllerPublishVolume accepts. Required.
+	NodeID string
+	// StateDir holds the volume images and state files. It is created if
+	// missing. Required.
+	StateDir string
+	// MaxVolumes is max_volumes_per_node; default DefaultMaxVolumes.
+	// ControllerPublishVolume refuses to publish more to the node.
+	MaxVolumes int64
+	// Mounter does the mounts; default mount.NewWithoutSystemd("").
+	Mounter mount.Interface
+	// Exec runs mkfs, blkid, resize2fs and losetup; default exec.New().
+	Exec utilexec.Interface
+	// Loop attaches images to loop devices; default losetup(8) run
+	// through Exec.
+	Loop LoopDevices
+	// Faults are injected failures (see Fault); default none.
+	Faults []Fault
+	// FaultHook, if set, is called at every fault point before Faults:
+	// at AtStart of every RPC and AtMid of the RPCs that have one. A
+	// non-nil error fails the RPC with it (use a gRPC status error to
+	// choose the code). Default none.
+	FaultHook func(ctx context.Context, method, volumeID string, at FaultPoint) error
+	// Exit ends the process for an Exit fault; default os.Exit.
+	Exit func(code int)
+}
+
+// Driver is a CSI driver (Identity, Controller and Node services) that
+// keeps each volume as a sparse image file and attaches it on the node
+// through a loop device. Create one with New and serve it with Serve or
+// Run. All methods are safe for concurrent use; operations on one volume
+// are serialized, operations on different volumes run in parallel.
+type Driver struct {
+	csi.UnimplementedIdentityServer
+	csi.UnimplementedControllerServer
+	csi.UnimplementedNodeServer
+
+	name, nodeID string
+	maxVolumes   int64
+	stateDir     string
+	topology     map[string]string
+
+	store   *store
+	mounter *mount.SafeFormatAndMount
+	exec    utilexec.Interface
+	loop    LoopDevices
+	faults  *faults
+	locks   keyedMutex
+}
+
+var (
+	_ csi.IdentityServer   = (*Driver)(nil)
+	_ csi.ControllerServer = (*Driver)(nil)
+	_ csi.NodeServer       = (*Driver)(nil)
+)
+
+// New checks cfg, fills in its defaults and loads the state directory.
+// It fails, naming the file, if a state file is corrupt or of an unknown
+// version.
+func New(cfg Config) (*Driver, error) {
+	if cfg.DriverName == "" {
+		cfg.DriverName = DefaultDriverName
+	}
+	if err := validateDriverName(cfg.DriverName); err != nil {
+		return nil, err
+	}
+	if cfg.NodeID == "" {
+		return nil, errors.New("loop driver: node ID is required")
+	}
+	if cfg.StateDir == "" {
+		return nil, errors.New("loop driver: state directory is required")
+	}
+	stateDir, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("loop driver: state directory: %w", err)
+	}
+	if cfg.MaxVolumes < 0 {
+		return nil, fmt.Errorf("loop driver: max volumes %d is negative", cfg.MaxVolumes)
+	}
+	if cfg.MaxVolumes == 0 {
+		cfg.MaxVolumes = DefaultMaxVolumes
+	}
+	if cfg.Mounter == nil {
+		cfg.Mounter = mount.NewWithoutSystemd("")
+	}
+	if cfg.Exec == nil {
+		cfg.Exec = utilexec.New()
+	}
+	if cfg.Loop == nil {
+		cfg.Loop = losetup{exec: cfg.Exec}
+	}
+	if cfg.Exit == nil {
+		cfg.Exit = os.Exit
+	}
+	st, err := openStore(stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("loop driver: %w", err)
+	}
+	return &Driver{
+		name:       cfg.DriverName,
+		nodeID:     cfg.NodeID,
+		maxVolumes: cfg.MaxVolumes,
+		stateDir:   stateDir,
+		topology:   map[string]string{topologyKey(cfg.DriverName): cfg.NodeID},
+		store:      st,
+		mounter:    mount.NewSafeFormatAndMount(cfg.Mounter, cfg.Exec),
+		exec:       cfg.Exec,
+		loop:       cfg.Loop,
+		faults: &faults{
+			hook:  cfg.FaultHook,
+			exit:  cfg.Exit,
+			list:  cfg.Faults,
+			fired: make([]int, len(cfg.Faults)),
+		},
+	}, nil
+}
+
+// topologyKey is the topology segment key naming the node a volume is
+// accessible from, e.g. topology.loop.csi.nodevol.io/node.
+func topologyKey(driverName string) string { return "topology." + driverName + "/node" }
+
+// validateDriverName applies the CSI spec's rules for plugin names.
+func validateDriverName(name string) error {
+	if len(name) > 63 {
+		return fmt.Errorf("loop driver: driver name %q is longer than 63 characters", name)
+	}
+	for i, r := range name {
+		alnum := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+		if !alnum && (i == 0 || i == len(name)-1 || !strings.ContainsRune("-_.", r)) {
+			return fmt.Errorf("loop driver: driver name %q: must be alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric", name)
+		}
+	}
+	return nil
+}
+
+// NewServer returns a gRPC server with the driver's three services
+// registered, logging and fault injection wired in.
+func (d *Driver) NewServer() *grpc.Server {
+	srv := grpc.NewServer(grpc.UnaryInterceptor(d.intercept))
+	csi.RegisterIdentityServer(srv, d)
+	csi.RegisterControllerServer(srv, d)
+	csi.RegisterNodeServer(srv, d)
+	return srv
+}
+
+// Serve serves the driver on lis until ctx ends, then stops gracefully
+// (waiting up to 10 seconds for running RPCs) and returns nil. It returns
+// an error if serving fails. lis is closed either way.
+func (d *Driver) Serve(ctx context.Context, lis net.Listener) error {
+	srv := d.NewServer()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("loop driver: serving on %s: %w", lis.Addr(), err)
+	case <-ctx.Done():
+	}
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		srv.Stop()
+	}
+	<-errc
+	return nil
+}
+
+// Run listens on endpoint (unix:///path/to.sock or a plain path),
+// removing a stale socket file first, and serves until ctx ends; then it
+// removes the socket.
+func (d *Driver) Run(ctx context.Context, endpoint string) error {
+	path, err := ParseEndpoint(endpoint)
+	if err != nil {
+		return err
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != fs.ModeSocket {
+			return fmt.Errorf("loop driver: endpoint %s exists and is not a socket", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("loop driver: removing stale socket: %w", err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return fmt.Errorf("loop driver: creating socket directory: %w", err)
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("loop driver: %w", err)
+	}
+	defer os.Remove(path)
+	klog.FromContext(ctx).Info("Serving CSI", "driver", d.name, "node", d.nodeID, "endpoint", path, "stateDir", d.stateDir)
+	return d.Serve(ctx, lis)
+}
+
+// ParseEndpoint returns the socket path of a unix:// endpoint or a plain
+// path. Other schemes are refused: the driver only serves on this node.
+func ParseEndpoint(endpoint string) (string, error) {
+	path := endpoint
+	if rest, ok := strings.CutPrefix(endpoint, "unix://"); ok {
+		path = rest
+	} else if strings.Contains(endpoint, "://") {
+		return "", fmt.Errorf("loop driver: endpoint %q: only unix:// endpoints are supported", endpoint)
+	}
+	if path == "" {
+		return "", fmt.Errorf("loop driver: endpoint %q has no path", endpoint)
+	}
+	return filepath.Clean(path), nil
+}
+
+// volumeIDGetter is implemented by every request that names a volume.
+type volumeIDGetter interface{ GetVolumeId() string }
+
+// intercept logs each RPC (never its secrets: only the method, volume ID
+// and outcome) and fires the AtStart faults, and the AtMid faults of the
+// RPCs that have no mid point of their own.
+func (d *Driver) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+	var volID string
+	if r, ok := req.(volumeIDGetter); ok {
+		volID = r.GetVolumeId()
+	}
+	logger := klog.FromContext(ctx).WithValues("method", method)
+	if volID != "" {
+		logger = logger.WithValues("volumeID", volID)
+	}
+	ctx = klog.NewContext(ctx, logger)
+	start := time.Now()
+	resp, err := d.runFaulted(ctx, method, volID, req, handler)
+	if err != nil {
+		logger.Error(err, "CSI call failed", "code", status.Code(err), "duration", time.Since(start))
+	} else {
+		logger.V(4).Info("CSI call done", "duration", time.Since(start))
+	}
+	return resp, err
+}
+
+func (d *Driver) runFaulted(ctx context.Context, method, volID string, req any, handler grpc.UnaryHandler) (any, error) {
+	if err := d.faults.fire(ctx, method, volID, AtStart); err != nil {
+		return nil, err
+	}
+	if !midMethods[method] {
+		if err := d.faults.fire(ctx, method, volID, AtMid); err != nil {
+			return nil, err
+		}
+	}
+	return handler(ctx, req)
+}
+
+// midMethods are the RPCs that call d.mid part way through.
+var midMethods = map[string]bool{
+	"CreateVolume": true, "ControllerExpandVolume": true,
+	"NodeStageVolume": true, "NodeUnstageVolume": true,
+	"NodePublishVolume": true, "NodeUnpublishVolume": true,
+	"NodeExpandVolume": true,
+}
+
+// mid fires the AtMid faults of method for volume id.
+func (d *Driver) mid(ctx context.Context, method, id string) error {
+	return d.faults.fire(ctx, method, id, AtMid)
+}
+
+// keyedMutex serializes work per key (volume ID); different keys do not
+// wait for each other.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyLock
+}
+
+type keyLock struct {
+	ch   chan struct{} // holds a token while the key is locked
+	refs int
+}
+
+// lock waits for key, or for ctx to end, and returns the unlock function.
+func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyLock{}
+	}
+	l := k.locks[key]
+	if l == nil {
+		l = &keyLock{ch: make(chan struct{}, 1)}
+		k.locks[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+
+	release := func() {
+		k.mu.Lock()
+		l.refs--
+		if l.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+	select {
+	case l.ch <- struct{}{}:
+		return func() { <-l.ch; release() }, nil
+	case <-ctx.Done():
+		release()
+		return nil, status.Errorf(codes.Aborted, "volume %s: waiting for another operation on it: %v", key, ctx.Err())
+	}
+}
+
+// lockVolume takes the per-volume lock of id for one RPC.
+func (d *Driver) lockVolume(ctx context.Context, id string) (func(), error) {
+	return d.locks.lock(ctx, id)
+}
