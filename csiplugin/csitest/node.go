@@ -250,10 +250,10 @@ func (n *nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpubli
 		return &csi.NodeUnpublishVolumeResponse{}, nil
 	}
 	if s.opts.CreateTargetDirs {
-		// A driver unmounts and removes the target; a directory that is
-		// not empty means something else still lives there, and a real
-		// driver would fail the same way.
-		if err := os.Remove(req.GetTargetPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		// A driver unmounts and removes the target. Nothing is mounted
+		// here, so whatever a workload wrote lives in the target itself:
+		// it is the simulated volume's content and goes with it.
+		if err := os.RemoveAll(req.GetTargetPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, status.Errorf(codes.Internal, "removing target path: %v", err)
 		}
 	}

@@ -1,0 +1,299 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/examples/loopdriver/driver"
+	"github.com/nodevol/nodevol/volumemanager"
+)
+
+// loopDriverCommand is the hidden subcommand that runs the loop driver, so
+// that the demo can start it as a separate process without a build step.
+const loopDriverCommand = "loopdriver"
+
+func runLoopDriver(args []string) int { return driver.Main(args) }
+
+// demoDriver is the CSI driver the demo uses and how to stop it.
+type demoDriver struct {
+	name, endpoint string
+	mounter        mount.Interface
+	real           bool
+	stop           func()
+}
+
+// runDemo runs the whole job on an embedded default: an in-memory API
+// server, a CSI driver, pods created, mounted, written to, read back,
+// deleted and unmounted.
+func runDemo(ctx context.Context, o options) error {
+	start := time.Now()
+	root := o.rootDir
+	if root == "" {
+		dir, err := os.MkdirTemp("", "nodevol-demo-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		root = dir
+	}
+	drv, err := startDemoDriver(ctx, root, o.node)
+	if err != nil {
+		return err
+	}
+	defer drv.stop()
+
+	client := fake.NewClientset(csitest.CSIDriver(drv.name, false))
+	vm, err := volumemanager.New(volumemanager.Config{NodeName: o.node, KubeClient: client, RootDir: root, Mounter: drv.mounter})
+	if err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- vm.Run(runCtx) }()
+	defer func() { cancel(); <-ran }()
+	if err := vm.Drivers().Register(ctx, drv.name, drv.endpoint); err != nil {
+		return err
+	}
+	step("driver %s registered at %s", drv.name, drv.endpoint)
+
+	pods, err := provision(ctx, client, drv, o.pods, o.node)
+	if err != nil {
+		return err
+	}
+	for i, pod := range pods {
+		path, err := mountAndUse(ctx, vm, pod)
+		if err != nil {
+			return err
+		}
+		step("[%d/%d] pod %s/%s: %s mounted at %s, file written and read back", i+1, len(pods), pod.Namespace, pod.Name, source(drv.mounter, path), path)
+	}
+	for i, pod := range pods {
+		vm.DeletePod(pod)
+		waitCtx, done := context.WithTimeout(ctx, time.Minute)
+		err := vm.WaitForUnmount(waitCtx, pod)
+		done()
+		if err != nil {
+			return err
+		}
+		step("[%d/%d] pod %s/%s deleted: volume unmounted", i+1, len(pods), pod.Namespace, pod.Name)
+	}
+	if err := waitUnstaged(ctx, vm); err != nil {
+		return err
+	}
+	left, err := mountsUnder(drv.mounter, root)
+	if err != nil {
+		return err
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("mounts left behind under %s: %v", root, left)
+	}
+	kind := "real ext4 volumes on loop devices"
+	if !drv.real {
+		kind = "the in-process test driver and a fake mounter"
+	}
+	fmt.Printf("nodevol demo: %d pods mounted, written, read back and unmounted with %s in %.1fs; 0 mounts left\n",
+		len(pods), kind, time.Since(start).Seconds())
+	return nil
+}
+
+func step(format string, args ...any) {
+	fmt.Printf("  %s\n", fmt.Sprintf(format, args...))
+}
+
+// startDemoDriver starts the loop driver as a separate process when root,
+// and the test kit's in-process driver otherwise.
+func startDemoDriver(ctx context.Context, root, node string) (*demoDriver, error) {
+	if os.Geteuid() != 0 {
+		fmt.Println("nodevol demo: not running as root, so no real mounts: using the test kit's in-process CSI driver and a fake mounter")
+		dir := filepath.Join(root, "csitest")
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, err
+		}
+		srv, err := csitest.Start(dir, csitest.Options{NodeID: node, CreateTargetDirs: true})
+		if err != nil {
+			return nil, err
+		}
+		return &demoDriver{name: srv.DriverName(), endpoint: srv.Endpoint(), mounter: mount.NewFakeMounter(nil), stop: srv.Stop}, nil
+	}
+	fmt.Println("nodevol demo: running as root: the loop CSI driver as a separate process, real ext4 volumes on loop devices")
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	sock := filepath.Join(root, "plugins", driver.DefaultDriverName, "csi.sock")
+	if err := os.MkdirAll(filepath.Dir(sock), 0o750); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, loopDriverCommand, "--endpoint", "unix://"+sock, "--nodeid", node,
+		"--statedir", filepath.Join(root, "loopdriver"), "--drivername", driver.DefaultDriverName)
+	logFile, err := os.Create(filepath.Join(root, "loopdriver.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close() // the child has its own copy
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the loop driver: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+	// Wait for the socket: the driver process needs a moment to listen.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			break
+		}
+		select {
+		case err := <-exited:
+			return nil, fmt.Errorf("the loop driver exited before listening: %v", err)
+		case <-ctx.Done():
+			stop()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, errors.New("the loop driver did not create its socket within 20s")
+		}
+	}
+	return &demoDriver{name: driver.DefaultDriverName, endpoint: sock, mounter: mount.New(""), real: true, stop: stop}, nil
+}
+
+// provision creates n volumes (CreateVolume on the loop driver, as an
+// external-provisioner would), their bound PVs and PVCs, and n pods.
+func provision(ctx context.Context, client *fake.Clientset, drv *demoDriver, n int, node string) ([]*v1.Pod, error) {
+	var ctrl csi.ControllerClient
+	if drv.real {
+		conn, err := grpc.NewClient("unix://"+drv.endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close()
+		ctrl = csi.NewControllerClient(conn)
+	}
+	var pods []*v1.Pod
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("demo-%d", i)
+		handle := name
+		if ctrl != nil {
+			resp, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
+				Name:          name,
+				CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20},
+				VolumeCapabilities: []*csi.VolumeCapability{{
+					AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
+					AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+				}},
+			})
+			if err != nil {
+				return nil, fmt.Errorf("creating volume %s: %w", name, err)
+			}
+			handle = resp.GetVolume().GetVolumeId()
+		}
+		pvc, pv := csitest.BoundClaim("demo", name, drv.name, handle, csitest.PVFSType("ext4"))
+		if _, err := client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+		if _, err := client.CoreV1().PersistentVolumeClaims("demo").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+		pods = append(pods, csitest.Pod("demo", "pod-"+name, csitest.PodNode(node), csitest.WithPVC("data", name, false)))
+	}
+	step("%d volumes provisioned, PVs and PVCs bound", n)
+	return pods, nil
+}
+
+// mountAndUse mounts the pod's volume and writes and reads a file in it,
+// as the pod's container would.
+func mountAndUse(ctx context.Context, vm *volumemanager.VolumeManager, pod *v1.Pod) (string, error) {
+	vm.AddPod(pod)
+	waitCtx, done := context.WithTimeout(ctx, time.Minute)
+	defer done()
+	if err := vm.WaitForAttachAndMount(waitCtx, pod); err != nil {
+		return "", err
+	}
+	vols := vm.GetMountedVolumesForPod(pod.UID)
+	if len(vols) != 1 {
+		return "", fmt.Errorf("pod %s: %d volumes mounted, want 1", pod.Name, len(vols))
+	}
+	file := filepath.Join(vols[0].Path, "hello.txt")
+	want := []byte("hello from " + pod.Name + "\n")
+	if err := os.WriteFile(file, want, 0o644); err != nil {
+		return "", fmt.Errorf("pod %s: writing into its volume: %w", pod.Name, err)
+	}
+	got, err := os.ReadFile(file)
+	if err != nil || !bytes.Equal(got, want) {
+		return "", fmt.Errorf("pod %s: reading back %s: %q, %v", pod.Name, file, got, err)
+	}
+	return vols[0].Path, nil
+}
+
+// source says what is mounted at path, as the mount table has it.
+func source(m mount.Interface, path string) string {
+	mps, err := m.List()
+	if err != nil {
+		return "volume"
+	}
+	for _, mp := range mps {
+		if mp.Path == path {
+			return mp.Type + " on " + mp.Device
+		}
+	}
+	return "volume"
+}
+
+// waitUnstaged waits until no volume is in use any more: every device unstaged.
+func waitUnstaged(ctx context.Context, vm *volumemanager.VolumeManager) error {
+	deadline := time.Now().Add(time.Minute)
+	for len(vm.GetVolumesInUse()) > 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("volumes still staged: %v", vm.GetVolumesInUse())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	step("all volumes unstaged")
+	return nil
+}
+
+func mountsUnder(m mount.Interface, root string) ([]string, error) {
+	mps, err := m.List()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, mp := range mps {
+		if strings.HasPrefix(mp.Path, root+"/") {
+			out = append(out, mp.Path)
+		}
+	}
+	return out, nil
+}

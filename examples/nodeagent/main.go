@@ -1,0 +1,68 @@
+// Command nodeagent is a node agent built on nodevol: it mounts the CSI
+// volumes of the pods bound to its node and unmounts them when the pods go.
+//
+//	nodeagent --kubeconfig ~/.kube/config --node node-1 --driver loop.csi.nodevol.io=/run/csi/loop.sock
+//	nodeagent --demo     # everything embedded: fake API server, the loop driver, a few pods
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/klog/v2"
+)
+
+type options struct {
+	demo       bool
+	pods       int
+	kubeconfig string
+	node       string
+	rootDir    string
+	drivers    stringList
+}
+
+type stringList []string
+
+func (s *stringList) String() string     { return fmt.Sprint(*s) }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+func main() {
+	// The demo runs the loop driver as a separate process: this binary, again.
+	if len(os.Args) > 1 && os.Args[1] == loopDriverCommand {
+		os.Exit(runLoopDriver(os.Args[2:]))
+	}
+	var o options
+	fs := flag.NewFlagSet("nodeagent", flag.ExitOnError)
+	fs.BoolVar(&o.demo, "demo", false, "run the embedded demo: fake API server, the loop CSI driver, pods mounted and unmounted")
+	fs.IntVar(&o.pods, "pods", 5, "demo: number of pods")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
+	fs.StringVar(&o.node, "node", "", "this node's name (default: the host name)")
+	fs.StringVar(&o.rootDir, "root-dir", "", "kubelet root directory (default /var/lib/kubelet; the demo uses a temporary one)")
+	fs.Var(&o.drivers, "driver", "a CSI driver as name=/path/to/csi.sock (repeatable)")
+	klog.InitFlags(fs)
+	_ = fs.Parse(os.Args[1:])
+	if o.node == "" {
+		o.node, _ = os.Hostname()
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background())
+	var err error
+	if o.demo {
+		err = runDemo(ctx, o)
+	} else {
+		if o.rootDir == "" {
+			o.rootDir = "/var/lib/kubelet"
+		}
+		err = runAgent(ctx, o)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nodeagent:", err)
+		os.Exit(1)
+	}
+}
