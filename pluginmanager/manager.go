@@ -65,6 +65,10 @@ type outcome struct {
 	// plugin is the registered plugin after a successful registration.
 	plugin *actualPlugin
 	err    error
+	// then, if set, runs after the loop has applied the outcome: telling
+	// the registrar, so that it hears "registered" only once Plugins()
+	// lists the plugin.
+	then func()
 }
 
 // New returns a manager for opts, with the defaults filled in (see
@@ -140,8 +144,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		case out := <-m.results:
 			m.apply(ctx, out)
 		case <-timerC:
-			m.timer, m.wake = nil, time.Time{}
-			m.markBackoffsDue()
+			m.timer, m.wake = nil, time.Time{} // process marks the backoffs due
 		case <-resync.C():
 			m.rescanLogged(ctx)
 		}
@@ -169,6 +172,7 @@ func (m *Manager) drain(ctx context.Context) {
 // process plans every dirty socket, starts the operations due and arms the
 // timer for the earliest backoff.
 func (m *Manager) process(ctx context.Context) {
+	m.markBackoffsDue()
 	now := m.opts.Clock.Now()
 	for path := range m.dirty {
 		delete(m.dirty, path)
@@ -202,7 +206,13 @@ func (m *Manager) start(ctx context.Context, path string, dereg bool, gen uint64
 	go func() {
 		defer m.wg.Done()
 		defer cancel()
-		m.results <- op(opCtx)
+		out := op(opCtx)
+		then := out.then
+		out.then = nil
+		m.results <- out
+		if then != nil {
+			then()
+		}
 	}()
 }
 
@@ -245,7 +255,7 @@ func (m *Manager) apply(ctx context.Context, out outcome) {
 func (m *Manager) markBackoffsDue() {
 	now := m.opts.Clock.Now()
 	for path, b := range m.backoffs {
-		if !now.Before(b.until) {
+		if !now.Before(b.until) && m.running[path] == nil {
 			m.dirty[path] = struct{}{}
 		}
 	}

@@ -24,10 +24,10 @@ func (m *Manager) register(ctx context.Context, path string, gen uint64) outcome
 		out.err = fmt.Errorf("connecting to plugin registration socket %s: %w", path, err)
 		return out
 	}
-	defer conn.Close()
 	client := registerapi.NewRegistrationClient(conn)
 	info, err := m.getInfo(ctx, client)
 	if err != nil {
+		_ = conn.Close()
 		out.err = fmt.Errorf("GetInfo on plugin registration socket %s: %w", path, err)
 		return out
 	}
@@ -46,13 +46,13 @@ func (m *Manager) register(ctx context.Context, path string, gen uint64) outcome
 	handler, err := m.registerWith(ctx, plugin)
 	if err != nil {
 		out.err = fmt.Errorf("plugin registration socket %s: %w", path, err)
-		m.notify(ctx, client, err)
+		out.then = func() { m.notify(ctx, conn, err) }
 		return out
 	}
 	plugin.RegisteredAt = m.opts.Clock.Now()
 	out.plugin = &actualPlugin{gen: gen, info: plugin, handler: handler}
 	logger.V(2).Info("Registered plugin", "versions", plugin.Versions)
-	m.notify(ctx, client, nil)
+	out.then = func() { m.notify(ctx, conn, nil) }
 	return out
 }
 
@@ -111,9 +111,10 @@ func (m *Manager) getInfo(ctx context.Context, client registerapi.RegistrationCl
 }
 
 // notify tells the registrar the result of its registration (regErr nil:
-// registered). A failure is logged only: it does not change the
+// registered) and closes the connection. A failure is logged only: it does not change the
 // registration, and a registrar that has gone is deregistered anyway.
-func (m *Manager) notify(ctx context.Context, client registerapi.RegistrationClient, regErr error) {
+func (m *Manager) notify(ctx context.Context, conn *grpc.ClientConn, regErr error) {
+	defer conn.Close()
 	if ctx.Err() != nil {
 		return // cancelled: the socket went or the manager stops
 	}
@@ -123,7 +124,8 @@ func (m *Manager) notify(ctx context.Context, client registerapi.RegistrationCli
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.opts.RPCTimeout)
 	defer cancel()
-	if _, err := client.NotifyRegistrationStatus(ctx, status); err != nil {
+	_, err := registerapi.NewRegistrationClient(conn).NotifyRegistrationStatus(ctx, status)
+	if err != nil && ctx.Err() == nil {
 		klog.FromContext(ctx).Error(err, "NotifyRegistrationStatus failed", "pluginRegistered", status.PluginRegistered)
 	}
 }
