@@ -1,0 +1,343 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"k8s.io/mount-utils"
+)
+
+// fakeLoop is LoopDevices in memory. Its "devices" are regular files in
+// a temporary directory, so that the driver can stat them.
+type fakeLoop struct {
+	dir string
+
+	mu       sync.Mutex
+	n        int
+	attached map[string][]string // image -> devices
+	detached []string
+}
+
+func (f *fakeLoop) Find(_ context.Context, image string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.attached[image]), nil
+}
+
+func (f *fakeLoop) Attach(_ context.Context, image string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	dev := filepath.Join(f.dir, fmt.Sprintf("loop%d", f.n))
+	f.n++
+	if err := os.WriteFile(dev, nil, 0o600); err != nil {
+		return "", err
+	}
+	f.attached[image] = append(f.attached[image], dev)
+	return dev, nil
+}
+
+func (f *fakeLoop) Detach(_ context.Context, dev string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for img, devs := range f.attached {
+		if i := slices.Index(devs, dev); i >= 0 {
+			f.attached[img] = slices.Delete(devs, i, i+1)
+			f.detached = append(f.detached, dev)
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is not attached", dev)
+}
+
+func (f *fakeLoop) Refresh(context.Context, string) error { return nil }
+
+func (f *fakeLoop) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, devs := range f.attached {
+		n += len(devs)
+	}
+	return n
+}
+
+type fixture struct {
+	dir     string
+	loop    *fakeLoop
+	mounter *mount.FakeMounter
+	ctrl    csi.ControllerClient
+	node    csi.NodeClient
+}
+
+// newFixture serves a driver with fake loop devices and mounts on a
+// unix socket; cfg's NodeID, StateDir, Loop and Mounter are filled in.
+func newFixture(t *testing.T, cfg Config) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	f := &fixture{dir: dir, loop: &fakeLoop{dir: t.TempDir(), attached: map[string][]string{}}, mounter: mount.NewFakeMounter(nil)}
+	cfg.NodeID, cfg.StateDir, cfg.Loop, cfg.Mounter = "node-1", filepath.Join(dir, "state"), f.loop, f.mounter
+	f.serve(t, cfg)
+	return f
+}
+
+func (f *fixture) serve(t *testing.T, cfg Config) {
+	t.Helper()
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "csi.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(ctx, lis) }()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	f.ctrl, f.node = csi.NewControllerClient(conn), csi.NewNodeClient(conn)
+}
+
+func wantCode(t *testing.T, what string, err error, want codes.Code) {
+	t.Helper()
+	if got := status.Code(err); got != want {
+		t.Errorf("%s: got %v (%v), want %v", what, got, err, want)
+	}
+}
+
+func (f *fixture) create(t *testing.T, name string) string {
+	t.Helper()
+	resp, err := f.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
+		Name:               name,
+		VolumeCapabilities: []*csi.VolumeCapability{blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)},
+	})
+	if err != nil {
+		t.Fatalf("CreateVolume(%s): %v", name, err)
+	}
+	return resp.GetVolume().GetVolumeId()
+}
+
+func TestCreateVolumeIdempotentByName(t *testing.T) {
+	f := newFixture(t, Config{})
+	ctx := context.Background()
+	caps := []*csi.VolumeCapability{mountCap("", csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)}
+	req := &csi.CreateVolumeRequest{Name: "pvc-1", VolumeCapabilities: caps, CapacityRange: &csi.CapacityRange{RequiredBytes: 20 << 20}}
+	a, err := f.ctrl.CreateVolume(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.ctrl.CreateVolume(ctx, req)
+	if err != nil || b.GetVolume().GetVolumeId() != a.GetVolume().GetVolumeId() || b.GetVolume().GetCapacityBytes() != 20<<20 {
+		t.Fatalf("second CreateVolume = %v, %v; want the same volume", b, err)
+	}
+	fi, err := os.Stat(filepath.Join(f.dir, "state", "volumes", a.GetVolume().GetVolumeId()+".img"))
+	if err != nil || fi.Size() != 20<<20 {
+		t.Fatalf("image: %v, %v", fi, err)
+	}
+	req.CapacityRange = &csi.CapacityRange{RequiredBytes: 40 << 20}
+	_, err = f.ctrl.CreateVolume(ctx, req)
+	wantCode(t, "same name, bigger size", err, codes.AlreadyExists)
+	for _, name := range []string{"", "..", "a/b", "a\x00b"} {
+		_, err := f.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: caps})
+		wantCode(t, fmt.Sprintf("name %q", name), err, codes.InvalidArgument)
+	}
+	_, err = f.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "x", VolumeCapabilities: caps, Parameters: map[string]string{"speed": "fast"}})
+	wantCode(t, "unknown parameter", err, codes.InvalidArgument)
+	_, err = f.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "x", VolumeCapabilities: caps, AccessibilityRequirements: &csi.TopologyRequirement{
+		Requisite: []*csi.Topology{{Segments: map[string]string{topologyKey(DefaultDriverName): "node-2"}}},
+	}})
+	wantCode(t, "other node's topology", err, codes.ResourceExhausted)
+}
+
+func TestNodeOrderAndRollback(t *testing.T) {
+	var failStage bool
+	f := newFixture(t, Config{FaultHook: func(_ context.Context, method, _ string, at FaultPoint) error {
+		if failStage && method == "NodeStageVolume" && at == AtMid {
+			return status.Error(codes.Unavailable, "injected")
+		}
+		return nil
+	}})
+	ctx := context.Background()
+	id := f.create(t, "vol")
+	bc := blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)
+	staging, target := filepath.Join(f.dir, "staging"), filepath.Join(f.dir, "pod", "dev")
+	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	stage := &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging, VolumeCapability: bc}
+	pub := &csi.NodePublishVolumeRequest{VolumeId: id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: bc}
+
+	_, err := f.node.NodePublishVolume(ctx, pub)
+	wantCode(t, "publish before stage", err, codes.FailedPrecondition)
+
+	failStage = true
+	_, err = f.node.NodeStageVolume(ctx, stage)
+	wantCode(t, "stage with injected fault", err, codes.Unavailable)
+	if n := f.loop.count(); n != 0 {
+		t.Fatalf("failed stage left %d loop devices attached", n)
+	}
+	failStage = false
+
+	for i := range 2 {
+		if _, err := f.node.NodeStageVolume(ctx, stage); err != nil {
+			t.Fatalf("stage #%d: %v", i, err)
+		}
+	}
+	if n := f.loop.count(); n != 1 {
+		t.Fatalf("after two stages: %d loop devices, want 1", n)
+	}
+	for i := range 2 {
+		if _, err := f.node.NodePublishVolume(ctx, pub); err != nil {
+			t.Fatalf("publish #%d: %v", i, err)
+		}
+	}
+	ro := &csi.NodePublishVolumeRequest{VolumeId: id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: bc, Readonly: true}
+	_, err = f.node.NodePublishVolume(ctx, ro)
+	wantCode(t, "publish again read-only", err, codes.AlreadyExists)
+	_, err = f.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
+	wantCode(t, "unstage while published", err, codes.FailedPrecondition)
+	_, err = f.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+	wantCode(t, "delete while staged", err, codes.FailedPrecondition)
+
+	// A restarted driver knows the volume is staged and published.
+	f.serve(t, Config{NodeID: "node-1", StateDir: filepath.Join(f.dir, "state"), Loop: f.loop, Mounter: f.mounter})
+	if _, err := f.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(target); !os.IsNotExist(err) {
+		t.Errorf("target file still there after unpublish: %v", err)
+	}
+	if mps, _ := f.mounter.List(); len(mps) != 0 {
+		t.Errorf("mounts left after unpublish: %v", mps)
+	}
+	for i := range 2 {
+		if _, err := f.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}); err != nil {
+			t.Fatalf("unstage #%d: %v", i, err)
+		}
+	}
+	if n := f.loop.count(); n != 0 {
+		t.Fatalf("after unstage: %d loop devices attached", n)
+	}
+	if _, err := f.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.node.NodeStageVolume(ctx, stage)
+	wantCode(t, "stage of deleted volume", err, codes.NotFound)
+}
+
+func TestRequestValidation(t *testing.T) {
+	f := newFixture(t, Config{})
+	ctx := context.Background()
+	id := f.create(t, "vol")
+	bc := blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want codes.Code
+	}{
+		{"stage without ID", func() error {
+			_, err := f.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{StagingTargetPath: "/s", VolumeCapability: bc})
+			return err
+		}, codes.InvalidArgument},
+		{"stage with relative path", func() error {
+			_, err := f.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: "s", VolumeCapability: bc})
+			return err
+		}, codes.InvalidArgument},
+		{"stage into the state dir", func() error {
+			_, err := f.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: filepath.Join(f.dir, "state", "volumes"), VolumeCapability: bc})
+			return err
+		}, codes.InvalidArgument},
+		{"stage with traversal ID", func() error {
+			_, err := f.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "../../etc", StagingTargetPath: "/s", VolumeCapability: bc})
+			return err
+		}, codes.InvalidArgument},
+		{"stage unknown volume", func() error {
+			_, err := f.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "nope", StagingTargetPath: "/s", VolumeCapability: bc})
+			return err
+		}, codes.NotFound},
+		{"publish without capability", func() error {
+			_, err := f.node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: id, TargetPath: "/t", StagingTargetPath: "/s"})
+			return err
+		}, codes.InvalidArgument},
+		{"stats on a path not published", func() error {
+			_, err := f.node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: "/elsewhere"})
+			return err
+		}, codes.NotFound},
+		{"controller publish to another node", func() error {
+			_, err := f.ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "node-2", VolumeCapability: bc})
+			return err
+		}, codes.NotFound},
+		{"list with a foreign token", func() error {
+			_, err := f.ctrl.ListVolumes(ctx, &csi.ListVolumesRequest{StartingToken: "page-2"})
+			return err
+		}, codes.Aborted},
+		{"expand without range", func() error {
+			_, err := f.ctrl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: id})
+			return err
+		}, codes.InvalidArgument},
+	} {
+		wantCode(t, tc.name, tc.call(), tc.want)
+	}
+}
+
+// TestPerVolumeLock checks that a slow call on one volume holds up the
+// next call on that volume only.
+func TestPerVolumeLock(t *testing.T) {
+	release := make(chan struct{})
+	f := newFixture(t, Config{FaultHook: func(ctx context.Context, method, id string, at FaultPoint) error {
+		if method == "ControllerExpandVolume" && at == AtMid {
+			<-release
+		}
+		return nil
+	}})
+	ctx := context.Background()
+	a, b := f.create(t, "a"), f.create(t, "b")
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.ctrl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: a, CapacityRange: &csi.CapacityRange{RequiredBytes: 128 << 20}})
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if _, err := f.ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: b, NodeId: "node-1",
+		VolumeCapability: blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)}); err != nil {
+		t.Fatalf("call on another volume while a is busy: %v", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err := f.ctrl.DeleteVolume(short, &csi.DeleteVolumeRequest{VolumeId: a})
+	if c := status.Code(err); c != codes.Aborted && c != codes.DeadlineExceeded {
+		t.Errorf("call on the busy volume: %v, want Aborted or DeadlineExceeded", err)
+	}
+	// The server gave up waiting too: once a is free, it is still there.
+	time.Sleep(100 * time.Millisecond)
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("expand: %v", err)
+	}
+	got, err := f.ctrl.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: a})
+	if err != nil || got.GetVolume().GetCapacityBytes() != 128<<20 {
+		t.Fatalf("after expand: %v, %v", got, err)
+	}
+}
