@@ -1,0 +1,241 @@
+package csiplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+)
+
+// MaxDriverNameLength is the longest valid CSI driver name, per the CSI
+// spec's GetPluginInfo and the CSIDriver object.
+const MaxDriverNameLength = 63
+
+// RegistrationConfig configures a RegistrationHandler.
+type RegistrationConfig struct {
+	// Registry receives the registered drivers. Required.
+	Registry *Registry
+	// KubeClient updates the Node (NodeIDAnnotation, topology labels) and
+	// the CSINode object. Default nil: drivers are registered in Registry
+	// only, and nothing is recorded in the API (for tests and agents
+	// without an API server).
+	KubeClient kubernetes.Interface
+	// NodeName is the name of this node's Node and CSINode objects.
+	// Required when KubeClient is set.
+	NodeName string
+}
+
+// RegistrationHandler registers CSI drivers announced through plugin
+// registration: it is the pluginmanager.Handler for the "CSIPlugin" type,
+// as the kubelet's CSI plugin is. Safe for concurrent use.
+type RegistrationHandler struct {
+	registry *Registry
+	nodeInfo *nodeInfo // nil without a KubeClient
+
+	mu      sync.Mutex
+	drivers map[string]*registration
+}
+
+// registration is a driver registered, or being registered, through the
+// handler.
+type registration struct {
+	endpoint string
+	version  *version.Version
+	pending  bool
+}
+
+// NewRegistrationHandler returns a handler for cfg.
+func NewRegistrationHandler(cfg RegistrationConfig) (*RegistrationHandler, error) {
+	if cfg.Registry == nil {
+		return nil, errors.New("csiplugin: RegistrationConfig.Registry is required")
+	}
+	h := &RegistrationHandler{registry: cfg.Registry, drivers: map[string]*registration{}}
+	if cfg.KubeClient != nil {
+		if cfg.NodeName == "" {
+			return nil, errors.New("csiplugin: RegistrationConfig.NodeName is required with a KubeClient")
+		}
+		h.nodeInfo = &nodeInfo{client: cfg.KubeClient, nodeName: cfg.NodeName}
+	}
+	return h, nil
+}
+
+// ValidateDriverName checks a CSI driver name: non-empty, at most
+// MaxDriverNameLength characters, and a DNS-1123 subdomain once lowercased
+// (what the API server accepts in CSINode and CSIDriver objects; it cannot
+// contain "/" or be "." or "..").
+func ValidateDriverName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("CSI driver name is empty")
+	case len(name) > MaxDriverNameLength:
+		return fmt.Errorf("CSI driver name %q... is longer than %d characters", name[:MaxDriverNameLength], MaxDriverNameLength)
+	}
+	if errs := validation.IsDNS1123Subdomain(strings.ToLower(name)); len(errs) > 0 {
+		return fmt.Errorf("CSI driver name %q is invalid: %s", name, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// HighestSupportedVersion returns the highest 1.x version in versions, as
+// the kubelet accepts only CSI 1.x. Unparseable entries are skipped; no 1.x
+// version at all is an error.
+func HighestSupportedVersion(versions []string) (*version.Version, error) {
+	var highest *version.Version
+	for _, s := range versions {
+		v, err := version.ParseGeneric(s)
+		if err != nil || v.Major() != 1 {
+			continue
+		}
+		if highest == nil || highest.LessThan(v) {
+			highest = v
+		}
+	}
+	if highest == nil {
+		return nil, fmt.Errorf("no supported CSI version in %q: nodevol supports 1.x", versions)
+	}
+	return highest, nil
+}
+
+// ValidatePlugin checks a driver's registration: a valid name, a supported
+// version, and no registration of the same name at an equal or higher
+// version (a second registrar claiming a registered driver is refused, as
+// the kubelet refuses it).
+func (h *RegistrationHandler) ValidatePlugin(ctx context.Context, name, endpoint string, versions []string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, err := h.validateLocked(name, endpoint, versions)
+	if err != nil {
+		klog.FromContext(ctx).Info("Refusing CSI driver registration", "driver", name, "endpoint", endpoint, "versions", versions, "reason", err.Error())
+	}
+	return err
+}
+
+func (h *RegistrationHandler) validateLocked(name, endpoint string, versions []string) (*version.Version, error) {
+	if err := ValidateDriverName(name); err != nil {
+		return nil, err
+	}
+	if endpoint == "" {
+		return nil, fmt.Errorf("CSI driver %s has an empty endpoint", name)
+	}
+	v, err := HighestSupportedVersion(versions)
+	if err != nil {
+		return nil, fmt.Errorf("CSI driver %s: %w", name, err)
+	}
+	if old := h.drivers[name]; old != nil {
+		if old.pending {
+			return nil, fmt.Errorf("CSI driver %s is being registered from endpoint %s", name, old.endpoint)
+		}
+		if !old.version.LessThan(v) {
+			return nil, fmt.Errorf("CSI driver %s is already registered at endpoint %s with version %s, not lower than %s",
+				name, old.endpoint, old.version, v)
+		}
+	}
+	return v, nil
+}
+
+// RegisterPlugin registers driver name at endpoint in the registry (a kept
+// connection, node capabilities), asks it for its node information
+// (NodeGetInfo) and records it on the Node and CSINode. On failure the
+// driver is not registered.
+func (h *RegistrationHandler) RegisterPlugin(ctx context.Context, name, endpoint string, versions []string) error {
+	h.mu.Lock()
+	v, err := h.validateLocked(name, endpoint, versions)
+	if err != nil {
+		h.mu.Unlock()
+		return err
+	}
+	prev := h.drivers[name]
+	h.drivers[name] = &registration{endpoint: endpoint, version: v, pending: true}
+	h.mu.Unlock()
+
+	replaced, err := h.register(ctx, name, endpoint)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case err == nil:
+		h.drivers[name].pending = false
+		klog.FromContext(ctx).V(2).Info("Registered CSI driver", "driver", name, "endpoint", endpoint, "version", v)
+	case prev != nil && !replaced:
+		h.drivers[name] = prev
+	default:
+		delete(h.drivers, name)
+	}
+	return err
+}
+
+// register does RegisterPlugin's work and reports whether it changed the
+// registry; on failure after changing it, it removes the driver again.
+func (h *RegistrationHandler) register(ctx context.Context, name, endpoint string) (replaced bool, err error) {
+	if err := h.registry.Register(ctx, name, endpoint); err != nil {
+		return false, err
+	}
+	err = h.recordNode(ctx, name)
+	if err == nil {
+		return true, nil
+	}
+	h.registry.Deregister(name)
+	if h.nodeInfo != nil {
+		if uerr := h.nodeInfo.uninstall(ctx, name); uerr != nil {
+			klog.FromContext(ctx).Error(uerr, "Rolling back CSI driver registration failed", "driver", name)
+		}
+	}
+	return true, err
+}
+
+// recordNode asks the registered driver for its node information and
+// records it.
+func (h *RegistrationHandler) recordNode(ctx context.Context, name string) error {
+	client, err := h.registry.Client(name)
+	if err != nil {
+		return err
+	}
+	info, err := client.NodeGetInfo(ctx)
+	if err != nil {
+		return fmt.Errorf("registering CSI driver %s: %w", name, err)
+	}
+	if h.nodeInfo == nil {
+		return nil
+	}
+	return h.nodeInfo.install(ctx, name, info)
+}
+
+// DeRegisterPlugin removes driver name registered at endpoint from the
+// registry, the Node annotation and the CSINode. It does nothing when name
+// is not registered, or registered from another endpoint (a registrar
+// that replaced it with a higher version). On error the driver stays known
+// to the handler, so that a retry finishes the job.
+func (h *RegistrationHandler) DeRegisterPlugin(ctx context.Context, name, endpoint string) error {
+	h.mu.Lock()
+	r := h.drivers[name]
+	if r == nil || r.endpoint != endpoint {
+		h.mu.Unlock()
+		return nil
+	}
+	if r.pending {
+		h.mu.Unlock()
+		return fmt.Errorf("CSI driver %s at endpoint %s is being registered or deregistered", name, endpoint)
+	}
+	r.pending = true
+	h.mu.Unlock()
+
+	h.registry.Deregister(name)
+	var err error
+	if h.nodeInfo != nil {
+		err = h.nodeInfo.uninstall(ctx, name)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err != nil {
+		r.pending = false
+		return err
+	}
+	delete(h.drivers, name)
+	klog.FromContext(ctx).V(2).Info("Deregistered CSI driver", "driver", name, "endpoint", endpoint)
+	return nil
+}
