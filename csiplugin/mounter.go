@@ -173,6 +173,9 @@ func (p *Plugin) TearDown(ctx context.Context, req oe.MountRequest) error {
 		return fmt.Errorf("unpublishing volume %s from pod %s: %w", volumeDesc(spec), vol.Pod, err)
 	}
 	dir, err := PodVolumeDir(p.root, vol.Pod.UID, VolumeDirName(spec, vol))
+	if err == nil {
+		err = fsutil.ValidateName("driver name", spec.Driver)
+	}
 	if err != nil {
 		return fail(err)
 	}

@@ -58,11 +58,12 @@ func NewRegistry(opts RegistryOptions) *Registry {
 // Register registers driver name at endpoint, the path of its unix socket
 // ("unix://" prefix optional): it makes a connection, fetches the driver's
 // node capabilities (NodeGetCapabilities) and then makes the driver
-// available, replacing an earlier registration of the same name. When the
-// endpoint is unchanged the existing connection is kept (its reconnect
-// backoff is reset, since a registration means the driver is up); otherwise
-// the old connection is closed, which cancels calls still running on it.
-// On error nothing changes. Listeners (OnChange) are told afterwards.
+// available, replacing an earlier registration of the same name. A
+// registration always makes a new connection: the driver behind the
+// endpoint may have restarted, and an old connection may still be backing
+// off from its failure. The replaced connection is closed, which cancels
+// calls still running on it (they fail in progress and are retried). On
+// error nothing changes. Listeners (OnChange) are told afterwards.
 func (r *Registry) Register(ctx context.Context, name, endpoint string) error {
 	if err := fsutil.ValidateName("driver name", name); err != nil {
 		return fmt.Errorf("registering CSI driver: %w", err)
@@ -74,24 +75,19 @@ func (r *Registry) Register(ctx context.Context, name, endpoint string) error {
 	r.regMu.Lock()
 	defer r.regMu.Unlock()
 	r.mu.RLock()
-	old, closed := r.drivers[name], r.closed
+	closed := r.closed
 	r.mu.RUnlock()
 	if closed {
 		return fmt.Errorf("registering CSI driver %s: registry is closed", name)
 	}
-	var conn *grpc.ClientConn
-	if old != nil && old.endpoint == path {
-		conn = old.conn
-		conn.ResetConnectBackoff()
-	} else if conn, err = r.dial(path); err != nil {
+	conn, err := r.dial(path)
+	if err != nil {
 		return fmt.Errorf("registering CSI driver %s at %s: %w", name, path, err)
 	}
 	c := &Client{driver: name, endpoint: path, conn: conn, node: csi.NewNodeClient(conn), timeout: r.opts.CallTimeout}
 	resp, err := call(ctx, c, "NodeGetCapabilities", &csi.NodeGetCapabilitiesRequest{}, c.node.NodeGetCapabilities)
 	if err != nil {
-		if old == nil || old.conn != conn {
-			_ = conn.Close()
-		}
+		_ = conn.Close()
 		return fmt.Errorf("registering CSI driver %s at %s: %w", name, path, err)
 	}
 	c.caps = capabilitiesFrom(resp)
@@ -101,7 +97,7 @@ func (r *Registry) Register(ctx context.Context, name, endpoint string) error {
 	r.drivers[name] = c
 	listeners := r.listeners
 	r.mu.Unlock()
-	if prev != nil && prev.conn != conn {
+	if prev != nil {
 		_ = prev.conn.Close()
 	}
 	klog.FromContext(ctx).V(2).Info("Registered CSI driver", "driver", name, "endpoint", path, "capabilities", c.caps)

@@ -1,0 +1,359 @@
+package csiplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+	oe "github.com/nodevol/nodevol/operationexecutor"
+)
+
+func TestNoStageUnstage(t *testing.T) {
+	e := newEnv(t, envOptions{driver: csitest.Options{NoStageUnstage: true, CreateTargetDirs: true}})
+	ctx, spec := context.Background(), testSpec(drv)
+	path, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec})
+	if err != nil || path != "" {
+		t.Fatalf("MountDevice = %q, %v; want \"\", nil", path, err)
+	}
+	assertGone(t, filepath.Join(e.root, "plugins"))
+	target, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: podVolume("a", "data")})
+	if err != nil {
+		t.Fatalf("SetUp: %v", err)
+	}
+	pub := e.request(t, "NodePublishVolume").(*csi.NodePublishVolumeRequest)
+	if pub.GetStagingTargetPath() != "" || pub.GetTargetPath() != target {
+		t.Errorf("NodePublishVolume staging %q target %q, want no staging path and %s", pub.GetStagingTargetPath(), pub.GetTargetPath(), target)
+	}
+	if err := e.p.UnmountDevice(ctx, oe.DeviceRequest{Spec: spec}); err != nil {
+		t.Errorf("UnmountDevice: %v", err)
+	}
+	if n := e.srv.Calls("NodeStageVolume") + e.srv.Calls("NodeUnstageVolume"); n != 0 {
+		t.Errorf("%d stage/unstage calls to a driver without STAGE_UNSTAGE_VOLUME", n)
+	}
+}
+
+// TestOneConnection: many operations, concurrently, share one connection,
+// and the capabilities were fetched once, at registration.
+func TestOneConnection(t *testing.T) {
+	e := newEnv(t, envOptions{driver: csitest.Options{CreateTargetDirs: true}})
+	const n = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for i := range n {
+		wg.Go(func() {
+			spec := testSpec(drv)
+			spec.VolumeHandle, spec.PVName = fmt.Sprintf("vol-%d", i), fmt.Sprintf("pv-%d", i)
+			ctx := context.Background()
+			staging, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec})
+			if err == nil {
+				_, err = e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: podVolume(fmt.Sprint(i), "data"), DeviceMountPath: staging})
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if got := e.srv.Connections(); got != 1 {
+		t.Errorf("driver accepted %d connections, want 1", got)
+	}
+	if got := e.reg.Dials(); got != 1 {
+		t.Errorf("registry dialed %d times, want 1", got)
+	}
+	if got := e.srv.Calls("NodeGetCapabilities"); got != 1 {
+		t.Errorf("NodeGetCapabilities called %d times, want 1", got)
+	}
+	if got := len(e.srv.PublishedVolumes()); got != n {
+		t.Errorf("%d volumes published, want %d", got, n)
+	}
+}
+
+// TestStageErrors: each gRPC code is in progress (directories kept, volume
+// uncertain) or final (directories removed).
+func TestStageErrors(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for code := codes.Canceled; code <= codes.Unauthenticated; code++ {
+		t.Run(code.String(), func(t *testing.T) {
+			spec := testSpec(drv)
+			spec.VolumeHandle = "vol-" + code.String()
+			e.srv.Inject(csitest.Fault{Method: "NodeStageVolume", VolumeID: spec.VolumeHandle, Err: status.Error(code, "injected"), Times: 1})
+			_, err := e.p.MountDevice(context.Background(), oe.DeviceRequest{Spec: spec})
+			if err == nil {
+				t.Fatal("MountDevice succeeded")
+			}
+			if status.Code(err) != code || !strings.Contains(err.Error(), "injected") || !strings.Contains(err.Error(), "pv-1") {
+				t.Errorf("error %q: want code %v, the driver's message and the volume", err, code)
+			}
+			dir, _ := StagingDir(e.root, drv, spec.VolumeHandle)
+			_, statErr := os.Stat(filepath.Join(dir, VolumeDataFile))
+			if IsInProgressCode(code) {
+				if !oe.IsUncertain(err) || statErr != nil {
+					t.Errorf("in progress: uncertain %v (want true), vol_data.json: %v (want kept)", oe.IsUncertain(err), statErr)
+				}
+			} else {
+				if oe.IsUncertain(err) {
+					t.Errorf("final error is uncertain: %v", err)
+				}
+				assertGone(t, dir)
+			}
+		})
+	}
+}
+
+// TestHangingDriver: a call the driver never answers ends at the call
+// timeout, in progress, and the caller's context is not blamed.
+func TestHangingDriver(t *testing.T) {
+	e := newEnv(t, envOptions{callTimeout: 200 * time.Millisecond})
+	block := make(chan struct{})
+	defer close(block)
+	e.srv.Inject(csitest.Fault{Method: "NodeStageVolume", Block: block})
+	start := time.Now()
+	_, err := e.p.MountDevice(context.Background(), oe.DeviceRequest{Spec: testSpec(drv)})
+	if !oe.IsUncertain(err) || status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("MountDevice = %v, want DeadlineExceeded in progress", err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("error %v blames the caller's context, which did not end", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v, want about the 200ms call timeout", d)
+	}
+	// The caller's context ending first stops the call too, and is named.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = e.p.MountDevice(ctx, oe.DeviceRequest{Spec: testSpec(drv)})
+	if !oe.IsUncertain(err) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("MountDevice with an ending context = %v, want in progress and context.DeadlineExceeded", err)
+	}
+}
+
+func TestDriverNotRegistered(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	spec := testSpec("other.example.com")
+	_, err := e.p.MountDevice(context.Background(), oe.DeviceRequest{Spec: spec})
+	if !errors.Is(err, oe.ErrNotReady) || !strings.Contains(err.Error(), "driver name other.example.com not found in the list of registered CSI drivers") {
+		t.Errorf("MountDevice = %v, want ErrNotReady naming the driver", err)
+	}
+	_, err = e.p.SetUp(context.Background(), oe.MountRequest{Spec: spec, Volume: podVolume("a", "data")})
+	if !errors.Is(err, oe.ErrNotReady) {
+		t.Errorf("SetUp = %v, want ErrNotReady", err)
+	}
+	assertGone(t, filepath.Join(e.root, "pods"), filepath.Join(e.root, "plugins"))
+}
+
+// TestHostileNames: names that would leave their directory are refused
+// and nothing is created anywhere.
+func TestHostileNames(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	parent := filepath.Dir(e.root)
+	before, _ := os.ReadDir(parent)
+	for _, bad := range []string{"..", "../../etc", "a/b", "/abs", "x\x00y", "."} {
+		specs := map[string]func() (*cache.VolumeSpec, cache.PodVolume){
+			"driver": func() (*cache.VolumeSpec, cache.PodVolume) {
+				s := testSpec(bad)
+				return s, podVolume("a", "data")
+			},
+			"pod UID": func() (*cache.VolumeSpec, cache.PodVolume) {
+				v := podVolume("a", "data")
+				v.Pod.UID = types.UID(bad)
+				return testSpec(drv), v
+			},
+			"PV name": func() (*cache.VolumeSpec, cache.PodVolume) {
+				s := testSpec(drv)
+				s.PVName = bad
+				return s, podVolume("a", "data")
+			},
+			"inline spec name": func() (*cache.VolumeSpec, cache.PodVolume) {
+				s := testSpec(drv)
+				s.PVName, s.Ephemeral = "", true
+				return s, podVolume("a", bad)
+			},
+		}
+		for what, mk := range specs {
+			spec, vol := mk()
+			if _, err := e.p.SetUp(context.Background(), oe.MountRequest{Spec: spec, Volume: vol}); err == nil || !strings.Contains(err.Error(), "invalid") {
+				t.Errorf("SetUp with %s %q = %v, want invalid", what, bad, err)
+			}
+			if err := e.p.TearDown(context.Background(), oe.MountRequest{Spec: spec, Volume: vol}); err == nil {
+				t.Errorf("TearDown with %s %q succeeded", what, bad)
+			}
+		}
+		if _, err := e.p.MountDevice(context.Background(), oe.DeviceRequest{Spec: testSpec(bad)}); err == nil {
+			t.Errorf("MountDevice with driver %q succeeded", bad)
+		}
+	}
+	after, _ := os.ReadDir(parent)
+	if len(before) != len(after) {
+		t.Errorf("entries next to the root changed: %v -> %v", before, after)
+	}
+	assertGone(t, filepath.Join(e.root, "pods"), filepath.Join(e.root, "plugins"))
+	if n := e.srv.Calls("NodePublishVolume") + e.srv.Calls("NodeStageVolume"); n != 0 {
+		t.Errorf("%d calls reached the driver", n)
+	}
+}
+
+func TestMissingSecret(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	spec := testSpec(drv)
+	spec.NodePublishSecret = &cache.SecretRef{Namespace: "ns", Name: "gone"}
+	vol := podVolume("a", "data")
+	_, err := e.p.SetUp(context.Background(), oe.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: "/s"})
+	if err == nil || errors.Is(err, oe.ErrNotReady) || oe.IsUncertain(err) {
+		t.Fatalf("SetUp = %v, want a final error", err)
+	}
+	for _, want := range []string{"ns/gone", "not found", "ns/pod-a", "pv-1"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	assertGone(t, filepath.Join(e.root, "pods"))
+	spec = testSpec(drv)
+	spec.NodeStageSecret = &cache.SecretRef{Namespace: "ns", Name: "gone"}
+	if _, err := e.p.MountDevice(context.Background(), oe.DeviceRequest{Spec: spec}); err == nil || !strings.Contains(err.Error(), "NodeStage secret ns/gone not found") {
+		t.Errorf("MountDevice = %v", err)
+	}
+	assertGone(t, filepath.Join(e.root, "plugins"))
+}
+
+// TestInlineWithPodInfo: an inline volume is never staged, is published
+// under the pod's volume name, and the driver gets the pod's details.
+func TestInlineWithPodInfo(t *testing.T) {
+	e := newEnv(t, envOptions{
+		driver: csitest.Options{CreateTargetDirs: true},
+		objects: []runtime.Object{
+			csitest.CSIDriver(drv, false, csitest.DriverPodInfoOnMount(),
+				csitest.DriverLifecycleModes(storagev1.VolumeLifecycleEphemeral)),
+			csitest.Secret("ns", "pub", map[string]string{"k": "v"}),
+		},
+	})
+	spec := &cache.VolumeSpec{Name: "inline", Driver: drv, VolumeHandle: "csi-inline", Mode: cache.Filesystem,
+		Ephemeral: true, Attributes: map[string]string{"size": "1Gi"}, NodePublishSecret: &cache.SecretRef{Name: "pub"}}
+	vol := podVolume("a", "scratch")
+	ctx := context.Background()
+	if pc, err := e.p.WaitForAttach(ctx, spec); pc != nil || err != nil {
+		t.Errorf("WaitForAttach = %v, %v", pc, err)
+	}
+	if path, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec}); path != "" || err != nil {
+		t.Errorf("MountDevice = %q, %v", path, err)
+	}
+	target, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: vol})
+	if err != nil {
+		t.Fatalf("SetUp: %v", err)
+	}
+	if want := filepath.Join(e.root, "pods/uid-a/volumes/kubernetes.io~csi/scratch/mount"); target != want {
+		t.Errorf("target = %s, want %s", target, want)
+	}
+	pub := e.request(t, "NodePublishVolume").(*csi.NodePublishVolumeRequest)
+	wantCtx := map[string]string{"size": "1Gi", PodNameKey: "pod-a", PodNamespaceKey: "ns", PodUIDKey: "uid-a",
+		ServiceAccountNameKey: "sa", EphemeralKey: "true"}
+	if fmt.Sprint(pub.GetVolumeContext()) != fmt.Sprint(wantCtx) || pub.GetSecrets()["k"] != "v" || pub.GetStagingTargetPath() != "" {
+		t.Errorf("NodePublishVolume context %v secrets-present %v staging %q", pub.GetVolumeContext(), len(pub.GetSecrets()) > 0, pub.GetStagingTargetPath())
+	}
+	if spec.Attributes[PodNameKey] != "" {
+		t.Error("SetUp changed the spec's attributes")
+	}
+	if d := volData(t, filepath.Dir(target)); d.VolumeLifecycleMode != "Ephemeral" || d.SpecVolID != "scratch" {
+		t.Errorf("vol_data.json = %+v", d)
+	}
+	if n := e.srv.Calls("NodeStageVolume"); n != 0 {
+		t.Errorf("inline volume staged %d times", n)
+	}
+	// A persistent volume of an Ephemeral-only driver is refused.
+	if _, err := e.p.SetUp(ctx, oe.MountRequest{Spec: testSpec(drv), Volume: vol, DeviceMountPath: "/s"}); err == nil || !strings.Contains(err.Error(), "lifecycle mode Persistent") {
+		t.Errorf("SetUp of a persistent volume = %v", err)
+	}
+}
+
+func TestTearDownKeepsMountPoint(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	spec, vol := testSpec(drv), podVolume("a", "data")
+	target, err := e.p.SetUp(context.Background(), oe.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: mustStaging(t, e, spec)})
+	if err == nil || target != "" {
+		// Not staged: the strict driver refuses; stage first.
+		t.Logf("SetUp without staging: %v", err)
+	}
+	staging, err := e.p.MountDevice(context.Background(), oe.DeviceRequest{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if target, err = e.p.SetUp(context.Background(), oe.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: staging}); err != nil {
+		t.Fatal(err)
+	}
+	// The driver "forgot" to unmount: the target stays a mount point.
+	if err := os.MkdirAll(target, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	e.mounter.MountPoints = append(e.mounter.MountPoints, mount.MountPoint{Path: target, Device: "/dev/x", Type: "ext4"})
+	err = e.p.TearDown(context.Background(), oe.MountRequest{Spec: spec, Volume: vol})
+	if err == nil || !strings.Contains(err.Error(), "still a mount point") {
+		t.Fatalf("TearDown = %v, want still a mount point", err)
+	}
+	if _, err := os.Stat(target); err != nil {
+		t.Errorf("mounted target was removed: %v", err)
+	}
+}
+
+func mustStaging(t *testing.T, e *env, spec *cache.VolumeSpec) string {
+	p, err := StagingPath(e.root, spec.Driver, spec.VolumeHandle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestAccessModes(t *testing.T) {
+	tests := []struct {
+		mode string
+		snmw bool
+		want csi.VolumeCapability_AccessMode_Mode
+	}{
+		{"ReadWriteOnce", false, csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		{"ReadWriteOnce", true, csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER},
+		{"ReadOnlyMany", false, csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY},
+		{"ReadOnlyMany", true, csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY},
+		{"ReadWriteMany", true, csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER},
+		{"ReadWriteOncePod", false, csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		{"ReadWriteOncePod", true, csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER},
+		{"", false, csi.VolumeCapability_AccessMode_UNKNOWN},
+	}
+	for _, tt := range tests {
+		if got := accessMode(tt.mode, Capabilities{SingleNodeMultiWriter: tt.snmw}); got != tt.want {
+			t.Errorf("accessMode(%q, SNMW=%v) = %v, want %v", tt.mode, tt.snmw, got, tt.want)
+		}
+	}
+	// Over the wire, with the driver's capability fetched at registration.
+	e := newEnv(t, envOptions{driver: csitest.Options{SingleNodeMultiWriter: true}})
+	spec := testSpec(drv)
+	spec.AccessMode = "ReadWriteOncePod"
+	if _, err := e.p.MountDevice(context.Background(), oe.DeviceRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	stage := e.request(t, "NodeStageVolume").(*csi.NodeStageVolumeRequest)
+	if got := stage.GetVolumeCapability().GetAccessMode().GetMode(); got != csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+		t.Errorf("staged with %v", got)
+	}
+	block := volumeCapability(&cache.VolumeSpec{Mode: cache.Block, AccessMode: "ReadWriteOnce"}, Capabilities{}, nil)
+	if block.GetBlock() == nil || block.GetMount() != nil {
+		t.Errorf("Block mode capability = %v", block)
+	}
+}
