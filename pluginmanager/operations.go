@@ -76,7 +76,8 @@ func (m *Manager) registerWith(ctx context.Context, p PluginInfo) (Handler, erro
 
 // dial returns a connection to a registration socket. It connects lazily;
 // its reconnection backoff is short, since a registrar's socket can appear
-// (bind) a moment before it accepts (listen).
+// (bind) a moment before it accepts (listen), and the first attempt then
+// fails.
 func (m *Manager) dial(path string) (*grpc.ClientConn, error) {
 	dialer := func(ctx context.Context, _ string) (net.Conn, error) {
 		var d net.Dialer
@@ -87,7 +88,7 @@ func (m *Manager) dial(path string) (*grpc.ClientConn, error) {
 		grpc.WithContextDialer(dialer),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff: grpcbackoff.Config{
-				BaseDelay:  50 * time.Millisecond,
+				BaseDelay:  time.Millisecond,
 				Multiplier: 2,
 				Jitter:     0.2,
 				MaxDelay:   time.Second,
