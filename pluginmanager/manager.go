@@ -42,12 +42,16 @@ type Manager struct {
 	actual   map[string]*actualPlugin
 	backoffs map[string]*backoff
 	running  map[string]*operation
-	dirty    map[string]struct{}
-	nextGen  uint64
-	results  chan outcome
-	wg       sync.WaitGroup
-	wake     time.Time
-	timer    clock.Timer
+	// exited is closed when the last goroutine started for a socket has
+	// finished, including telling the registrar: the next one waits for
+	// it, so that a registrar hears its results in order.
+	exited  map[string]chan struct{}
+	dirty   map[string]struct{}
+	nextGen uint64
+	results chan outcome
+	wg      sync.WaitGroup
+	wake    time.Time
+	timer   clock.Timer
 }
 
 // operation is a registration or deregistration in flight.
@@ -85,6 +89,7 @@ func New(opts Options) (*Manager, error) {
 		actual:     map[string]*actualPlugin{},
 		backoffs:   map[string]*backoff{},
 		running:    map[string]*operation{},
+		exited:     map[string]chan struct{}{},
 		dirty:      map[string]struct{}{},
 		results:    make(chan outcome),
 	}, nil
@@ -188,7 +193,11 @@ func (m *Manager) process(ctx context.Context) {
 			delete(m.backoffs, path) // for a generation that is gone
 			b = nil
 		}
-		switch s, _ := plan(d, a, b, now); s {
+		s, _ := plan(d, a, b, now)
+		if s == stepNone && d == nil && a == nil {
+			delete(m.exited, path) // forgotten socket
+		}
+		switch s {
 		case stepRegister:
 			m.start(ctx, path, false, d.gen, func(ctx context.Context) outcome { return m.register(ctx, path, d.gen) })
 		case stepDeregister:
@@ -202,10 +211,16 @@ func (m *Manager) process(ctx context.Context) {
 func (m *Manager) start(ctx context.Context, path string, dereg bool, gen uint64, op func(context.Context) outcome) {
 	opCtx, cancel := context.WithCancel(ctx)
 	m.running[path] = &operation{dereg: dereg, gen: gen, cancel: cancel}
+	prev, exited := m.exited[path], make(chan struct{})
+	m.exited[path] = exited
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
+		defer close(exited)
 		defer cancel()
+		if prev != nil {
+			<-prev
+		}
 		out := op(opCtx)
 		then := out.then
 		out.then = nil
