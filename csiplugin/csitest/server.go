@@ -179,8 +179,12 @@ func Start(dir string, opts Options) (*Server, error) {
 // serve listens on the endpoint, replacing a stale socket file, and serves
 // on it in a new goroutine. The caller holds s.life or owns s alone.
 func (s *Server) serve() error {
-	if err := os.Remove(s.endpoint); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("csitest: removing stale socket: %w", err)
+	// Only a socket is removed: anything else at the path is a mistake
+	// that Listen then reports.
+	if fi, err := os.Lstat(s.endpoint); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if err := os.Remove(s.endpoint); err != nil {
+			return fmt.Errorf("csitest: removing stale socket: %w", err)
+		}
 	}
 	lis, err := net.Listen("unix", s.endpoint)
 	if err != nil {
@@ -414,6 +418,15 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 // arrive counts and records a request and returns the fault to apply to
 // it, or nil.
 func (s *Server) arrive(method, volumeID string, req any) *Fault {
+	var r Request
+	if !s.opts.NoRecord {
+		// Cloned outside the lock, so that concurrent calls do not wait
+		// for each other's copies.
+		r = Request{Method: method, VolumeID: volumeID, Time: time.Now()}
+		if m, ok := req.(proto.Message); ok {
+			r.Req = proto.Clone(m)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls[method]++
@@ -421,10 +434,6 @@ func (s *Server) arrive(method, volumeID string, req any) *Fault {
 	close(s.called)
 	s.called = make(chan struct{})
 	if !s.opts.NoRecord {
-		r := Request{Method: method, VolumeID: volumeID, Time: time.Now()}
-		if m, ok := req.(proto.Message); ok {
-			r.Req = proto.Clone(m)
-		}
 		s.requests = append(s.requests, r)
 	}
 	return s.takeFault(method, volumeID)

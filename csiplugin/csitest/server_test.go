@@ -86,7 +86,6 @@ func (c *client) unpublish(vol, target string) error {
 	return err
 }
 
-// step is one call in a scenario and the code it must return.
 func TestIdentityAndCapabilities(t *testing.T) {
 	s := New(t, Options{
 		DriverName: "x.example.com", NodeID: "n7", MaxVolumes: 9,
@@ -362,6 +361,20 @@ func TestSocketPaths(t *testing.T) {
 		t.Fatalf("restart: %v", err)
 	}
 	b.Stop()
+
+	// Something that is not a socket is not removed.
+	other := t.TempDir()
+	file := filepath.Join(other, "csi.sock")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Start(other, Options{}); err == nil {
+		s.Stop()
+		t.Error("Start replaced a regular file")
+	}
+	if _, err := os.Stat(file); err != nil {
+		t.Errorf("regular file removed: %v", err)
+	}
 }
 
 // BenchmarkStagePublish measures the server's cost per volume for a full
