@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -74,7 +75,7 @@ func classify(ctx context.Context, driver, method string, err error) error {
 	if err == nil {
 		return nil
 	}
-	ce := &CallError{Driver: driver, Method: method, Err: err, ctxErr: ctx.Err()}
+	ce := &CallError{Driver: driver, Method: method, Err: err, ctxErr: callerErr(ctx)}
 	if s, ok := status.FromError(err); ok {
 		ce.Code = s.Code()
 		ce.InProgress = IsInProgressCode(ce.Code)
@@ -86,4 +87,17 @@ func classify(ctx context.Context, driver, method string, err error) error {
 		ce.InProgress = true
 	}
 	return ce
+}
+
+// callerErr returns the caller's context error. gRPC runs its own timer for
+// the deadline, which can fire a moment before the context's, so a passed
+// deadline counts as DeadlineExceeded even while ctx.Err() is still nil.
+func callerErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
