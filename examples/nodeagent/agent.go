@@ -19,7 +19,8 @@ import (
 )
 
 // runAgent runs nodevol against a real cluster: the pods bound to this node
-// come from an informer, drivers from --driver flags.
+// come from an informer, drivers from {root}/plugins_registry (as with the
+// kubelet) and from --driver flags.
 func runAgent(ctx context.Context, o options) error {
 	cfg, err := restConfig(o.kubeconfig)
 	if err != nil {
@@ -41,6 +42,13 @@ func runAgent(ctx context.Context, o options) error {
 		if err := vm.Drivers().Register(ctx, name, endpoint); err != nil {
 			return fmt.Errorf("registering driver %s: %w", name, err)
 		}
+	}
+	if o.registration {
+		reg, err := startRegistration(ctx, o.rootDir, client, o.node, vm)
+		if err != nil {
+			return err
+		}
+		defer reg.stop()
 	}
 	pods := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -37,6 +38,7 @@ type demoDriver struct {
 	mounter        mount.Interface
 	real           bool
 	stop           func()
+	kill           func() // SIGKILL, for crash tests; nil in-process
 }
 
 // runDemo runs the whole job on an embedded default: an in-memory API
@@ -59,7 +61,7 @@ func runDemo(ctx context.Context, o options) error {
 	}
 	defer drv.stop()
 
-	client := fake.NewClientset(csitest.CSIDriver(drv.name, false))
+	client := fake.NewClientset(csitest.CSIDriver(drv.name, false), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: o.node}})
 	vm, err := volumemanager.New(volumemanager.Config{NodeName: o.node, KubeClient: client, RootDir: root, Mounter: drv.mounter})
 	if err != nil {
 		return err
@@ -68,10 +70,29 @@ func runDemo(ctx context.Context, o options) error {
 	ran := make(chan error, 1)
 	go func() { ran <- vm.Run(runCtx) }()
 	defer func() { cancel(); <-ran }()
-	if err := vm.Drivers().Register(ctx, drv.name, drv.endpoint); err != nil {
+
+	// The driver announces itself through plugins_registry, as on a real
+	// node: its registrar's socket, nodevol's plugin manager, the CSI
+	// registration handler.
+	reg, err := startRegistration(ctx, root, client, o.node, vm)
+	if err != nil {
 		return err
 	}
-	step("driver %s registered at %s", drv.name, drv.endpoint)
+	defer reg.stop()
+	isRegistered := registered(vm, drv.name)
+	registrar, err := startDemoRegistrar(ctx, root, drv)
+	if err != nil {
+		return err
+	}
+	defer registrar.stop()
+	select {
+	case <-isRegistered:
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("driver %s not registered through %s within 30s", drv.name, registrationDir(root))
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	step("driver %s (%s) registered through %s", drv.name, drv.endpoint, registrationDir(root))
 
 	pods, err := provision(ctx, client, drv, o.pods, o.node)
 	if err != nil {
@@ -133,56 +154,83 @@ func startDemoDriver(ctx context.Context, root, node string) (*demoDriver, error
 		return &demoDriver{name: srv.DriverName(), endpoint: srv.Endpoint(), mounter: mount.NewFakeMounter(nil), stop: srv.Stop}, nil
 	}
 	fmt.Println("nodevol demo: running as root: the loop CSI driver as a separate process, real ext4 volumes on loop devices")
+	sock := filepath.Join(root, "plugins", driver.DefaultDriverName, "csi.sock")
+	p, err := startSelf(ctx, filepath.Join(root, "loopdriver.log"), sock, loopDriverCommand,
+		"--endpoint", "unix://"+sock, "--nodeid", node,
+		"--statedir", filepath.Join(root, "loopdriver"), "--drivername", driver.DefaultDriverName)
+	if err != nil {
+		return nil, fmt.Errorf("the loop driver: %w", err)
+	}
+	return &demoDriver{name: driver.DefaultDriverName, endpoint: sock, mounter: mount.New(""), real: true, stop: p.stop, kill: p.kill}, nil
+}
+
+// process is a child process of this binary and how to end it.
+type process struct {
+	stop func() // SIGTERM, then SIGKILL after 10s; waits for the exit
+	kill func() // SIGKILL, as a crash; waits for the exit
+}
+
+// startSelf runs this binary again with args, its output appended to
+// logPath, and waits until it has created the unix socket sock.
+func startSelf(ctx context.Context, logPath, sock string, args ...string) (*process, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	sock := filepath.Join(root, "plugins", driver.DefaultDriverName, "csi.sock")
 	if err := os.MkdirAll(filepath.Dir(sock), 0o750); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, loopDriverCommand, "--endpoint", "unix://"+sock, "--nodeid", node,
-		"--statedir", filepath.Join(root, "loopdriver"), "--drivername", driver.DefaultDriverName)
-	logFile, err := os.Create(filepath.Join(root, "loopdriver.log"))
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 	if err != nil {
 		return nil, err
 	}
 	defer logFile.Close() // the child has its own copy
+	// A socket left by an earlier, killed instance must not pass for this one.
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	cmd := exec.Command(self, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting the loop driver: %w", err)
+		return nil, fmt.Errorf("starting %s: %w", args[0], err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+	var once sync.Once
+	end := func(sig os.Signal, grace time.Duration) {
+		once.Do(func() {
+			_ = cmd.Process.Signal(sig)
+			select {
+			case <-exited:
+			case <-time.After(grace):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+		})
 	}
-	// Wait for the socket: the driver process needs a moment to listen.
+	p := &process{
+		stop: func() { end(syscall.SIGTERM, 10*time.Second) },
+		kill: func() { end(syscall.SIGKILL, 10*time.Second) },
+	}
+	// Wait for the socket: the process needs a moment to listen.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			break
+			return p, nil
 		}
 		select {
 		case err := <-exited:
-			return nil, fmt.Errorf("the loop driver exited before listening: %v", err)
+			return nil, fmt.Errorf("%s exited before listening (see %s): %v", args[0], logPath, err)
 		case <-ctx.Done():
-			stop()
+			p.stop()
 			return nil, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			stop()
-			return nil, errors.New("the loop driver did not create its socket within 20s")
+			p.stop()
+			return nil, fmt.Errorf("%s did not create %s within 20s (see %s)", args[0], sock, logPath)
 		}
 	}
-	return &demoDriver{name: driver.DefaultDriverName, endpoint: sock, mounter: mount.New(""), real: true, stop: stop}, nil
 }
 
 // provision creates n volumes (CreateVolume on the loop driver, as an

@@ -18,10 +18,10 @@ import (
 )
 
 // TestMain lets the test binary play the loop driver process, as the
-// nodeagent binary does for the demo.
+// nodeagent binary does for the demo, and the registrar.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == loopDriverCommand {
-		os.Exit(runLoopDriver(os.Args[2:]))
+	if code, ok := runSubcommand(os.Args[1:]); ok {
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
 }

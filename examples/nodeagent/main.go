@@ -1,7 +1,8 @@
 // Command nodeagent is a node agent built on nodevol: it mounts the CSI
 // volumes of the pods bound to its node and unmounts them when the pods go.
 //
-//	nodeagent --kubeconfig ~/.kube/config --node node-1 --driver loop.csi.nodevol.io=/run/csi/loop.sock
+//	nodeagent --kubeconfig ~/.kube/config --node node-1   # drivers register through /var/lib/kubelet/plugins_registry
+//	nodeagent --kubeconfig ~/.kube/config --node node-1 --plugin-registration=false --driver loop.csi.nodevol.io=/run/csi/loop.sock
 //	nodeagent --demo     # everything embedded: fake API server, the loop driver, a few pods
 package main
 
@@ -23,6 +24,23 @@ type options struct {
 	node       string
 	rootDir    string
 	drivers    stringList
+	// registration turns on plugin registration through {root}/plugins_registry.
+	registration bool
+}
+
+// runSubcommand runs the hidden subcommands with which the demo starts the
+// loop driver and its registrar as separate processes of this binary.
+func runSubcommand(args []string) (code int, ok bool) {
+	if len(args) == 0 {
+		return 0, false
+	}
+	switch args[0] {
+	case loopDriverCommand:
+		return runLoopDriver(args[1:]), true
+	case registrarCommand:
+		return runRegistrar(args[1:]), true
+	}
+	return 0, false
 }
 
 type stringList []string
@@ -32,8 +50,8 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func main() {
 	// The demo runs the loop driver as a separate process: this binary, again.
-	if len(os.Args) > 1 && os.Args[1] == loopDriverCommand {
-		os.Exit(runLoopDriver(os.Args[2:]))
+	if code, ok := runSubcommand(os.Args[1:]); ok {
+		os.Exit(code)
 	}
 	var o options
 	fs := flag.NewFlagSet("nodeagent", flag.ExitOnError)
@@ -43,6 +61,7 @@ func main() {
 	fs.StringVar(&o.node, "node", "", "this node's name (default: the host name)")
 	fs.StringVar(&o.rootDir, "root-dir", "", "kubelet root directory (default /var/lib/kubelet; the demo uses a temporary one)")
 	fs.Var(&o.drivers, "driver", "a CSI driver as name=/path/to/csi.sock (repeatable)")
+	fs.BoolVar(&o.registration, "plugin-registration", true, "register the CSI drivers whose registrars announce them in {root-dir}/plugins_registry")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 	if o.node == "" {
