@@ -85,6 +85,7 @@ type VolumeManager struct {
 	// pending maps "namespace/claim" to the pods waiting for that claim to resolve.
 	pending map[string]map[types.UID]struct{}
 	ready   chan struct{} // closed once informers are synced
+	held    reconstructed
 }
 
 // New checks cfg, fills in defaults and returns a VolumeManager. Nothing
@@ -141,7 +142,11 @@ func New(cfg Config) (*VolumeManager, error) {
 	if err := vm.watch(core, storage); err != nil {
 		return nil, fmt.Errorf("volumemanager: %w", err)
 	}
-	cfg.Drivers.OnChange(func(driver string) { vm.rec.retry(vm.dsw.VolumesOfDriver(driver)...) })
+	vm.rec.hold = vm.held.hold
+	cfg.Drivers.OnChange(func(driver string) {
+		vm.rec.retry(vm.dsw.VolumesOfDriver(driver)...)
+		vm.rec.retry(vm.reconstructedOf(driver)...)
+	})
 	return vm, nil
 }
 
@@ -185,6 +190,10 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), vm.synced...) {
 		vm.shutdown()
 		return fmt.Errorf("volumemanager: informer caches did not sync: %w", context.Cause(ctx))
+	}
+	// Before any pod is processed: what an earlier run left on disk.
+	for _, n := range vm.reconstruct(ctx) {
+		vm.rec.queue.Add(n)
 	}
 	close(vm.ready)
 	logger.V(2).Info("Volume manager started", "node", vm.cfg.NodeName, "rootDir", vm.cfg.RootDir)

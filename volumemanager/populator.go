@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/nodevol/nodevol/cache"
@@ -198,12 +199,18 @@ func pvSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 	return spec, nil
 }
 
+// inlineVolumeName is the unique name of a pod's inline CSI volume, the
+// kubelet's: {plugin}/{podUID}-{specName}.
+func inlineVolumeName(uid types.UID, specName string) cache.UniqueVolumeName {
+	return cache.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", cache.CSIPluginName, uid, specName))
+}
+
 // inlineSpec is the spec of an inline (ephemeral) CSI volume: pod-scoped,
 // with the kubelet's handle, csi- + sha256(podUID + specName).
 func inlineSpec(pod *v1.Pod, v *v1.Volume) cache.VolumeSpec {
 	sum := sha256.Sum256([]byte(string(pod.UID) + v.Name))
 	spec := cache.VolumeSpec{
-		Name:         cache.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", cache.CSIPluginName, pod.UID, v.Name)),
+		Name:         inlineVolumeName(pod.UID, v.Name),
 		Driver:       v.CSI.Driver,
 		VolumeHandle: "csi-" + hex.EncodeToString(sum[:]),
 		Mode:         cache.Filesystem,

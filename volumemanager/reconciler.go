@@ -29,6 +29,9 @@ type reconciler struct {
 	queue   workqueue.TypedDelayingInterface[cache.UniqueVolumeName]
 	events  record.EventRecorder
 	metrics *metrics
+	// hold reports whether a volume's teardown must wait (a volume found on
+	// disk at start, before every pod has been added); nil: never.
+	hold func(cache.UniqueVolumeName) bool
 
 	mu sync.Mutex
 	// lastErr holds the last error of each pod's volume, by spec name, for
@@ -51,6 +54,9 @@ func (r *reconciler) sync(ctx context.Context, name cache.UniqueVolumeName) {
 		r.exec.Forget(name)
 		return
 	}
+	if r.hold != nil && r.hold(name) {
+		actions = withoutTeardown(actions)
+	}
 	for _, a := range actions {
 		in := oe.Input{Spec: spec, PublishContext: actual.PublishContext, DeviceMountPath: actual.DeviceMountPath}
 		if a.Kind == oe.OpUnpublish || a.Kind == oe.OpUnstage {
@@ -68,6 +74,17 @@ func (r *reconciler) sync(ctx context.Context, name cache.UniqueVolumeName) {
 			klog.FromContext(ctx).Error(err, "Cannot start operation", "volume", name, "operation", a.Kind.String())
 		}
 	}
+}
+
+// withoutTeardown drops the unpublish and unstage actions.
+func withoutTeardown(actions []oe.Action) []oe.Action {
+	out := actions[:0:0]
+	for _, a := range actions {
+		if a.Kind != oe.OpUnpublish && a.Kind != oe.OpUnstage {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // apply records an outcome in the actual state. It runs while the

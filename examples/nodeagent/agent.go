@@ -54,7 +54,7 @@ func runAgent(ctx context.Context, o options) error {
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", o.node).String()
 		}))
-	_, err = pods.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	handler, err := pods.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { podChanged(vm, obj) },
 		UpdateFunc: func(_, obj any) { podChanged(vm, obj) },
 		DeleteFunc: func(obj any) {
@@ -70,6 +70,13 @@ func runAgent(ctx context.Context, o options) error {
 		return err
 	}
 	pods.Start(ctx.Done())
+	go func() {
+		// Volumes an earlier run left on disk are torn down only once every
+		// pod of the node has been added: they may be a running pod's.
+		if cache.WaitForCacheSync(ctx.Done(), handler.HasSynced) {
+			vm.MarkPodsSynced()
+		}
+	}()
 	klog.FromContext(ctx).Info("Node agent running", "node", o.node, "rootDir", o.rootDir)
 	return vm.Run(ctx)
 }

@@ -70,6 +70,7 @@ func runDemo(ctx context.Context, o options) error {
 	ran := make(chan error, 1)
 	go func() { ran <- vm.Run(runCtx) }()
 	defer func() { cancel(); <-ran }()
+	vm.MarkPodsSynced() // the demo's pods are all added below: nothing older is wanted
 
 	// The driver announces itself through plugins_registry, as on a real
 	// node: its registrar's socket, nodevol's plugin manager, the CSI

@@ -1,0 +1,198 @@
+package volumemanager
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+)
+
+// startVM runs a VolumeManager on root with drv registered and returns it
+// with a function that stops it and waits for Run to return.
+func startVM(t *testing.T, client *fake.Clientset, root string, drv *csitest.Server) (*VolumeManager, func()) {
+	t.Helper()
+	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: mount.NewFakeMounter(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- vm.Run(ctx) }()
+	stop := func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	<-vm.ready // informers synced, the disk read
+	return vm, stop
+}
+
+// waitIdle waits until the reconciler has nothing queued or running.
+func waitIdle(t *testing.T, vm *VolumeManager) {
+	t.Helper()
+	eventually(t, "reconciler idle", func() bool {
+		if vm.rec.queue.Len() > 0 {
+			return false
+		}
+		vm.rec.exec.Wait()
+		return vm.rec.queue.Len() == 0
+	})
+}
+
+// TestRestartReconstructs stops a volume manager with two pods' volumes
+// mounted and starts a new one on the same root, as after a node agent
+// restart. The volumes are found on disk; the pod that is added again keeps
+// its volume (published again, idempotently); the volume of the pod that is
+// not added is left alone until MarkPodsSynced, then torn down: unpublished,
+// unstaged, its directories removed. A directory with a corrupt
+// vol_data.json is left alone.
+func TestRestartReconstructs(t *testing.T) {
+	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
+	pvcA, pvA := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
+	pvcB, pvB := csitest.BoundClaim("ns", "b", drv.DriverName(), "handle-b")
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvcA, pvA, pvcB, pvB)
+	root := t.TempDir()
+	podA := csitest.Pod("ns", "a", csitest.WithPVC("data", "a", false))
+	podB := csitest.Pod("ns", "b", csitest.WithPVC("data", "b", false))
+
+	vm1, stop1 := startVM(t, client, root, drv)
+	for _, p := range []*v1.Pod{podA, podB} {
+		vm1.AddPod(p)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := vm1.WaitForAttachAndMount(ctx, p)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop1()
+	corrupt := filepath.Join(root, "pods", "junk-uid", "volumes", "kubernetes.io~csi", "junk")
+	if err := os.MkdirAll(corrupt, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(corrupt, csiplugin.VolumeDataFile), []byte("{garbage"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	publishes := drv.Calls("NodePublishVolume")
+
+	vm2, stop2 := startVM(t, client, root, drv)
+	defer stop2()
+	nameA, nameB := cache.CSIVolumeName(drv.DriverName(), "handle-a"), cache.CSIVolumeName(drv.DriverName(), "handle-b")
+	if got := vm2.GetVolumesInUse(); !slices.Equal(got, []cache.UniqueVolumeName{nameA, nameB}) {
+		t.Fatalf("volumes in use after the restart = %v, want both", got)
+	}
+	vm2.AddPod(podA)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := vm2.WaitForAttachAndMount(ctx, podA); err != nil {
+		t.Fatal(err)
+	}
+	if got := drv.Calls("NodePublishVolume"); got != publishes+1 {
+		t.Errorf("NodePublishVolume calls after the restart = %d, want 1 (the re-added pod's uncertain mount)", got-publishes)
+	}
+	waitIdle(t, vm2)
+	if got := drv.Published("handle-b"); len(got) != 1 {
+		t.Fatalf("before MarkPodsSynced the unclaimed volume was torn down: published at %v", got)
+	}
+	if got := drv.Calls("NodeUnpublishVolume") + drv.Calls("NodeUnstageVolume"); got != 0 {
+		t.Fatalf("%d teardown calls before MarkPodsSynced, want 0", got)
+	}
+	if !vm2.HasPossiblyMountedVolumesForPod(podB.UID) || len(vm2.GetMountedVolumesForPod(podB.UID)) != 0 {
+		t.Errorf("pod b's reconstructed volume: possibly mounted %v, mounted %v; want Uncertain",
+			vm2.HasPossiblyMountedVolumesForPod(podB.UID), vm2.GetMountedVolumesForPod(podB.UID))
+	}
+
+	vm2.MarkPodsSynced()
+	if err := vm2.WaitForUnmount(ctx, podB); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "pod b's volume unstaged", func() bool {
+		return slices.Equal(vm2.GetVolumesInUse(), []cache.UniqueVolumeName{nameA})
+	})
+	if got := drv.StagedVolumes(); !slices.Equal(got, []string{"handle-a"}) {
+		t.Errorf("staged volumes = %v, want only handle-a", got)
+	}
+	if got := drv.PublishedVolumes(); !slices.Equal(got, []string{"handle-a"}) {
+		t.Errorf("published volumes = %v, want only handle-a", got)
+	}
+	dirB, _ := csiplugin.PodVolumeDir(root, podB.UID, pvB.Name)
+	stagingB, _ := csiplugin.StagingDir(root, drv.DriverName(), "handle-b")
+	for _, dir := range []string{dirB, stagingB} {
+		if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+			t.Errorf("%s left behind: %v", dir, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(corrupt, csiplugin.VolumeDataFile)); err != nil {
+		t.Errorf("the unreadable volume directory was touched: %v", err)
+	}
+	if vols := vm2.GetMountedVolumesForPod(podA.UID); len(vols) != 1 || vols[0].State != cache.Mounted {
+		t.Errorf("pod a's volumes = %+v, want one Mounted", vols)
+	}
+}
+
+// TestReconstructedSpec: what vol_data.json gives back names a volume as
+// the populator does, so that a pod added again finds its volume.
+func TestReconstructedSpec(t *testing.T) {
+	uid := types.UID("uid-1")
+	inline := csitest.Pod("ns", "p", csitest.PodUID(uid), csitest.WithInlineCSI("scratch", "d.example.com", false, nil))
+	tests := []struct {
+		name     string
+		data     csiplugin.VolumeData
+		dir      string
+		wantName cache.UniqueVolumeName
+		wantPV   string
+		wantEph  bool
+	}{
+		{
+			name:     "persistent",
+			data:     csiplugin.VolumeData{SpecVolID: "pv-1", VolumeHandle: "h", DriverName: "d.example.com", VolumeLifecycleMode: "Persistent"},
+			dir:      "pv-1",
+			wantName: cache.CSIVolumeName("d.example.com", "h"),
+			wantPV:   "pv-1",
+		},
+		{
+			name:     "no lifecycle mode (older kubelets): persistent",
+			data:     csiplugin.VolumeData{VolumeHandle: "h", DriverName: "d.example.com"},
+			dir:      "pv-1",
+			wantName: cache.CSIVolumeName("d.example.com", "h"),
+			wantPV:   "pv-1",
+		},
+		{
+			name:     "inline",
+			data:     csiplugin.VolumeData{SpecVolID: "scratch", VolumeHandle: "csi-x", DriverName: "d.example.com", VolumeLifecycleMode: "Ephemeral"},
+			dir:      "scratch",
+			wantName: inlineSpec(inline, &inline.Spec.Volumes[0]).Name,
+			wantEph:  true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec, vol := reconstructedSpec(&tt.data, uid, tt.dir)
+			if spec.Name != tt.wantName || spec.PVName != tt.wantPV || spec.Ephemeral != tt.wantEph {
+				t.Errorf("spec = %+v, want name %s, PV %q, ephemeral %v", spec, tt.wantName, tt.wantPV, tt.wantEph)
+			}
+			if got := csiplugin.VolumeDirName(&spec, vol); got != tt.dir {
+				t.Errorf("teardown would use directory %q, want %q", got, tt.dir)
+			}
+			if vol.Pod.UID != uid || spec.Driver != tt.data.DriverName || spec.VolumeHandle != tt.data.VolumeHandle {
+				t.Errorf("spec %+v, volume %+v do not carry the driver, handle and pod", spec, vol)
+			}
+		})
+	}
+}
