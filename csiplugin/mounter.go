@@ -72,7 +72,11 @@ func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error)
 		return fail(err)
 	}
 	csiReq := p.publishRequest(spec, vol, req, client.caps, driver)
-	csiReq.Secrets = secrets
+	rm := requestMaps{volumeContext: csiReq.VolumeContext, secrets: secrets}
+	if err := p.addServiceAccountTokens(ctx, driver, vol.Pod, &rm); err != nil {
+		return fail(err)
+	}
+	csiReq.VolumeContext, csiReq.Secrets = rm.volumeContext, rm.secrets
 	csiReq.TargetPath = filepath.Join(dir, publishMount)
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fail(err)

@@ -33,6 +33,10 @@ type Config struct {
 	// NodePublish. Default: none; a volume that references a Secret fails
 	// with an error saying so.
 	Secrets SecretGetter
+	// Tokens issues the service account tokens that drivers whose CSIDriver
+	// lists tokenRequests get on NodePublishVolume. Default: none; such a
+	// volume fails with an error saying so.
+	Tokens TokenGetter
 	// Mounter tells mount points from plain directories before they are
 	// removed. Default mount.New("").
 	Mounter mount.Interface
@@ -54,6 +58,7 @@ type Plugin struct {
 	csiDrivers  storagelisters.CSIDriverLister
 	attachments storagelisters.VolumeAttachmentLister
 	secrets     SecretGetter
+	tokens      TokenGetter
 	mounter     mount.Interface
 	timeout     time.Duration
 }
@@ -81,6 +86,9 @@ func New(cfg Config) (*Plugin, error) {
 	if cfg.Secrets == nil {
 		cfg.Secrets = noSecrets{}
 	}
+	if cfg.Tokens == nil {
+		cfg.Tokens = noTokens{}
+	}
 	if cfg.Mounter == nil {
 		cfg.Mounter = mount.New("")
 	}
@@ -94,6 +102,7 @@ func New(cfg Config) (*Plugin, error) {
 		csiDrivers:  cfg.CSIDriverLister,
 		attachments: cfg.VolumeAttachmentLister,
 		secrets:     cfg.Secrets,
+		tokens:      cfg.Tokens,
 		mounter:     cfg.Mounter,
 		timeout:     cfg.CallTimeout,
 	}, nil

@@ -127,6 +127,7 @@ func New(cfg Config) (*VolumeManager, error) {
 			CSIDriverLister:        storage.CSIDrivers().Lister(),
 			VolumeAttachmentLister: storage.VolumeAttachments().Lister(),
 			Secrets:                csiplugin.NewSecretGetter(cfg.KubeClient),
+			Tokens:                 csiplugin.NewTokenGetter(cfg.KubeClient, cfg.Clock),
 			Mounter:                cfg.Mounter,
 			CallTimeout:            cfg.CSICallTimeout,
 		})
