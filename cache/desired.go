@@ -136,7 +136,7 @@ func (d *DesiredStateOfWorld) removePodFromVolume(name UniqueVolumeName, uid typ
 
 func samePodVolume(a, b PodVolume) bool {
 	return a.Pod == b.Pod && a.SpecName == b.SpecName && a.ReadOnly == b.ReadOnly &&
-		a.SELinuxLabel == b.SELinuxLabel && ptrEq(a.FSGroup, b.FSGroup)
+		a.SELinuxLabel == b.SELinuxLabel && ptrEq(a.FSGroup, b.FSGroup) && a.FSGroupOnRootMismatch == b.FSGroupOnRootMismatch
 }
 
 func ptrEq(a, b *int64) bool {

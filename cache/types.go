@@ -113,7 +113,12 @@ type PodVolume struct {
 	SpecName string
 	// ReadOnly is true when the pod's claim or the PV asks for read-only.
 	ReadOnly bool
-	// FSGroup and SELinuxLabel are kept for fsGroup and SELinux support.
-	FSGroup      *int64
-	SELinuxLabel string
+	// FSGroup is the pod's securityContext.fsGroup: the group that gets
+	// ownership of the volume's files. SELinuxLabel is kept for SELinux support.
+	FSGroup *int64
+	// FSGroupOnRootMismatch is the pod's fsGroupChangePolicy OnRootMismatch:
+	// ownership is changed only when the volume's root does not already
+	// have it.
+	FSGroupOnRootMismatch bool
+	SELinuxLabel          string
 }

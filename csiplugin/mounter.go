@@ -94,6 +94,14 @@ func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error)
 		}
 		return "", fmt.Errorf("publishing volume %s for pod %s at %s: %w", volumeDesc(spec), vol.Pod, csiReq.TargetPath, err)
 	}
+	if needsOwnership(spec, vol, client.caps, driver) {
+		// The volume is published: a failure here leaves it Uncertain, to be
+		// published (and owned) again or torn down, as in the kubelet.
+		if err := setOwnership(ctx, csiReq.TargetPath, *vol.FSGroup, vol.FSGroupOnRootMismatch); err != nil {
+			return "", fmt.Errorf("publishing volume %s for pod %s: giving fsGroup %d ownership of %s: %w: %w",
+				volumeDesc(spec), vol.Pod, *vol.FSGroup, csiReq.TargetPath, err, oe.ErrInProgress)
+		}
+	}
 	logger.V(4).Info("Volume published", "targetPath", csiReq.TargetPath)
 	return csiReq.TargetPath, nil
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,7 +82,8 @@ func TestEndToEnd(t *testing.T) {
 	deletePods(t, ctx, vm, pods[:1])
 
 	// A second pod of the first claim sees what the first one wrote.
-	again := csitest.Pod("demo", "again", csitest.WithPVC("data", "demo-0", false))
+	// It runs with an fsGroup, which the loop driver leaves to nodevol.
+	again := csitest.Pod("demo", "again", csitest.WithPVC("data", "demo-0", false), csitest.PodFSGroup(2000))
 	vm.AddPod(again)
 	waitCtx, done := context.WithTimeout(ctx, time.Minute)
 	defer done()
@@ -94,6 +96,15 @@ func TestEndToEnd(t *testing.T) {
 	}
 	if data, err := os.ReadFile(filepath.Join(vols[0].Path, "hello.txt")); err != nil || string(data) != "hello from pod-demo-0\n" {
 		t.Fatalf("data after remount: %q, %v", data, err)
+	}
+	for _, p := range []string{vols[0].Path, filepath.Join(vols[0].Path, "hello.txt")} {
+		info, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gid := info.Sys().(*syscall.Stat_t).Gid; gid != 2000 || info.Mode().Perm()&0o060 != 0o060 {
+			t.Errorf("%s: group %d, mode %v; want fsGroup 2000 with group read-write", p, gid, info.Mode())
+		}
 	}
 
 	deletePods(t, ctx, vm, append(pods[1:], again))
