@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/klog/v2"
@@ -28,6 +29,9 @@ type RegistryOptions struct {
 	// DialOptions are added to the options every connection is made with
 	// (interceptors for metrics or tracing, for example). Default none.
 	DialOptions []grpc.DialOption
+	// Registerer, when set, gets csi_operations_seconds, the kubelet's
+	// histogram of CSI calls by driver, method and gRPC status code.
+	Registerer prometheus.Registerer
 }
 
 // Registry is the set of registered CSI drivers: for each, one kept gRPC
@@ -35,8 +39,9 @@ type RegistryOptions struct {
 // concurrent use. The plugin registration flow calls Register and
 // Deregister; the volume plugin looks drivers up with Client.
 type Registry struct {
-	opts  RegistryOptions
-	dials atomic.Int64
+	opts    RegistryOptions
+	metrics *callMetrics
+	dials   atomic.Int64
 	// regMu serializes Register, Deregister and Close, so that a
 	// connection is never closed under a registration that reuses it.
 	regMu sync.Mutex
@@ -52,7 +57,7 @@ func NewRegistry(opts RegistryOptions) *Registry {
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = DefaultCallTimeout
 	}
-	return &Registry{opts: opts, drivers: map[string]*Client{}}
+	return &Registry{opts: opts, metrics: newCallMetrics(opts.Registerer), drivers: map[string]*Client{}}
 }
 
 // Register registers driver name at endpoint, the path of its unix socket
@@ -80,7 +85,7 @@ func (r *Registry) Register(ctx context.Context, name, endpoint string) error {
 	if closed {
 		return fmt.Errorf("registering CSI driver %s: registry is closed", name)
 	}
-	conn, err := r.dial(path)
+	conn, err := r.dial(name, path)
 	if err != nil {
 		return fmt.Errorf("registering CSI driver %s at %s: %w", name, path, err)
 	}
@@ -120,7 +125,7 @@ func socketPath(endpoint string) (string, error) {
 // dial makes a connection to a unix socket. grpc.NewClient connects lazily
 // and reconnects by itself after a failure; every real connection attempt
 // goes through the counting dialer.
-func (r *Registry) dial(path string) (*grpc.ClientConn, error) {
+func (r *Registry) dial(driver, path string) (*grpc.ClientConn, error) {
 	dialer := func(ctx context.Context, _ string) (net.Conn, error) {
 		r.dials.Add(1)
 		var d net.Dialer
@@ -131,6 +136,9 @@ func (r *Registry) dial(path string) (*grpc.ClientConn, error) {
 		grpc.WithAuthority("localhost"),
 		grpc.WithContextDialer(dialer),
 	}, r.opts.DialOptions...)
+	if r.metrics != nil {
+		opts = append(opts, grpc.WithChainUnaryInterceptor(r.metrics.interceptor(driver)))
+	}
 	return grpc.NewClient("unix://"+path, opts...)
 }
 

@@ -162,7 +162,7 @@ func setDefaults(cfg *Config) {
 		cfg.Clock = clock.RealClock{}
 	}
 	if cfg.Drivers == nil {
-		cfg.Drivers = csiplugin.NewRegistry(csiplugin.RegistryOptions{})
+		cfg.Drivers = csiplugin.NewRegistry(csiplugin.RegistryOptions{Registerer: cfg.Registerer})
 	}
 	if cfg.CSICallTimeout <= 0 {
 		cfg.CSICallTimeout = 2 * time.Minute
