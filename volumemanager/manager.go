@@ -17,6 +17,7 @@ import (
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	storageinformers "k8s.io/client-go/informers/storage/v1"
 	"k8s.io/client-go/kubernetes"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -86,6 +87,8 @@ type VolumeManager struct {
 	pending map[string]map[types.UID]struct{}
 	ready   chan struct{} // closed once informers are synced
 	held    reconstructed
+	// csiDrivers reads CSIDriver objects (requiresRepublish).
+	csiDrivers storagelisters.CSIDriverLister
 }
 
 // New checks cfg, fills in defaults and returns a VolumeManager. Nothing
@@ -117,6 +120,7 @@ func New(cfg Config) (*VolumeManager, error) {
 	vm.dsw = vcache.NewDesiredStateOfWorld(queue.Add)
 	vm.asw = vcache.NewActualStateOfWorld()
 	core, storage := vm.factory.Core().V1(), vm.factory.Storage().V1()
+	vm.csiDrivers = storage.CSIDrivers().Lister()
 	vm.resolver = &resolver{pvcs: core.PersistentVolumeClaims().Lister(), pvs: core.PersistentVolumes().Lister()}
 	plugin := cfg.Plugin
 	if plugin == nil {
@@ -214,6 +218,7 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 			done = true
 		case <-ticker.C():
 			vm.resync()
+			republish(ctx, vm.csiDrivers, vm.dsw, vm.asw, vm.rec)
 		}
 	}
 	vm.shutdown()

@@ -58,21 +58,26 @@ func (r *reconciler) sync(ctx context.Context, name cache.UniqueVolumeName) {
 		actions = withoutTeardown(actions)
 	}
 	for _, a := range actions {
-		in := oe.Input{Spec: spec, PublishContext: actual.PublishContext, DeviceMountPath: actual.DeviceMountPath}
-		if a.Kind == oe.OpUnpublish || a.Kind == oe.OpUnstage {
-			in.Spec = actual.Spec // tear down what was set up
-		}
-		op := oe.NewOperation(r.plugin, a, in, r.apply, func() { r.queue.Add(name) })
-		err := r.exec.Run(ctx, op)
-		var be *oe.BackoffError
-		switch {
-		case err == nil, errors.Is(err, oe.ErrBusy):
-			// Busy: the running operation enqueues the volume when it ends.
-		case errors.As(err, &be):
-			r.queue.AddAfter(name, be.RetryAfter)
-		default:
-			klog.FromContext(ctx).Error(err, "Cannot start operation", "volume", name, "operation", a.Kind.String())
-		}
+		r.start(ctx, name, spec, actual, a)
+	}
+}
+
+// start starts one action on volume name.
+func (r *reconciler) start(ctx context.Context, name cache.UniqueVolumeName, spec cache.VolumeSpec, actual cache.ActualVolume, a oe.Action) {
+	in := oe.Input{Spec: spec, PublishContext: actual.PublishContext, DeviceMountPath: actual.DeviceMountPath}
+	if a.Kind == oe.OpUnpublish || a.Kind == oe.OpUnstage {
+		in.Spec = actual.Spec // tear down what was set up
+	}
+	op := oe.NewOperation(r.plugin, a, in, r.apply, func() { r.queue.Add(name) })
+	err := r.exec.Run(ctx, op)
+	var be *oe.BackoffError
+	switch {
+	case err == nil, errors.Is(err, oe.ErrBusy):
+		// Busy: the running operation enqueues the volume when it ends.
+	case errors.As(err, &be):
+		r.queue.AddAfter(name, be.RetryAfter)
+	default:
+		klog.FromContext(ctx).Error(err, "Cannot start operation", "volume", name, "operation", a.Kind.String())
 	}
 }
 
