@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ import (
 	vcache "github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
 	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/pluginmanager"
 )
 
 // Config configures a VolumeManager. NodeName and KubeClient are required;
@@ -67,6 +69,15 @@ type Config struct {
 	// MountTimeout bounds WaitForAttachAndMount and WaitForUnmount when the
 	// caller's context has no deadline. Default 2m3s, the kubelet's.
 	MountTimeout time.Duration
+	// PluginRegistration, when true, makes Run also run a plugin manager on
+	// RegistrationDir: CSI drivers announced there by their registrars
+	// (node-driver-registrar) are registered in Drivers and recorded on the
+	// Node and CSINode, as with the kubelet. Default false: drivers are
+	// registered through Drivers().Register.
+	PluginRegistration bool
+	// RegistrationDir is the plugin registration directory. Default
+	// {RootDir}/plugins_registry.
+	RegistrationDir string
 }
 
 // VolumeManager mounts the CSI volumes of the pods on this node and unmounts
@@ -89,6 +100,8 @@ type VolumeManager struct {
 	held    reconstructed
 	// csiDrivers reads CSIDriver objects (requiresRepublish).
 	csiDrivers storagelisters.CSIDriverLister
+	// plugins runs plugin registration; nil unless Config.PluginRegistration.
+	plugins *pluginmanager.Manager
 }
 
 // New checks cfg, fills in defaults and returns a VolumeManager. Nothing
@@ -144,6 +157,11 @@ func New(cfg Config) (*VolumeManager, error) {
 		exec:    oe.New(oe.Options{Clock: cfg.Clock, MaxConcurrent: cfg.MaxConcurrentOperations}),
 		lastErr: map[types.UID]map[string]error{},
 	}
+	if cfg.PluginRegistration {
+		if vm.plugins, err = newPluginManager(cfg); err != nil {
+			return nil, fmt.Errorf("volumemanager: %w", err)
+		}
+	}
 	if err := vm.watch(core, storage); err != nil {
 		return nil, fmt.Errorf("volumemanager: %w", err)
 	}
@@ -177,17 +195,21 @@ func setDefaults(cfg *Config) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 4
 	}
+	if cfg.RegistrationDir == "" {
+		cfg.RegistrationDir = filepath.Join(cfg.RootDir, "plugins_registry")
+	}
 	if cfg.MountTimeout <= 0 {
 		cfg.MountTimeout = 2*time.Minute + 3*time.Second
 	}
 }
 
 // Drivers returns the CSI driver registry: register a driver's endpoint
-// there (or let the plugin registration manager do it).
+// there, or let plugin registration do it (Config.PluginRegistration).
 func (vm *VolumeManager) Drivers() *csiplugin.Registry { return vm.cfg.Drivers }
 
-// Run starts the informers, the populator and the reconciler, and blocks
-// until ctx is done and every worker and operation has returned.
+// Run starts the informers, the populator, the reconciler and (with
+// Config.PluginRegistration) plugin registration, and blocks until ctx is
+// done and every worker and operation has returned.
 func (vm *VolumeManager) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("volumemanager")
 	ctx = klog.NewContext(ctx, logger)
@@ -204,8 +226,9 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	logger.V(2).Info("Volume manager started", "node", vm.cfg.NodeName, "rootDir", vm.cfg.RootDir)
 
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); vm.podWorker(ctx) }()
+	go func() { defer wg.Done(); vm.runPluginManager(ctx) }()
 	for i := 0; i < vm.cfg.Workers; i++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); vm.rec.worker(ctx) }()

@@ -30,7 +30,7 @@ func runAgent(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
-	vm, err := volumemanager.New(volumemanager.Config{NodeName: o.node, KubeClient: client, RootDir: o.rootDir})
+	vm, err := volumemanager.New(volumemanager.Config{NodeName: o.node, KubeClient: client, RootDir: o.rootDir, PluginRegistration: o.registration})
 	if err != nil {
 		return err
 	}
@@ -42,13 +42,6 @@ func runAgent(ctx context.Context, o options) error {
 		if err := vm.Drivers().Register(ctx, name, endpoint); err != nil {
 			return fmt.Errorf("registering driver %s: %w", name, err)
 		}
-	}
-	if o.registration {
-		reg, err := startRegistration(ctx, o.rootDir, client, o.node, vm)
-		if err != nil {
-			return err
-		}
-		defer reg.stop()
 	}
 	pods := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {

@@ -62,7 +62,7 @@ func runDemo(ctx context.Context, o options) error {
 	defer drv.stop()
 
 	client := fake.NewClientset(csitest.CSIDriver(drv.name, false), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: o.node}})
-	vm, err := volumemanager.New(volumemanager.Config{NodeName: o.node, KubeClient: client, RootDir: root, Mounter: drv.mounter})
+	vm, err := volumemanager.New(volumemanager.Config{NodeName: o.node, KubeClient: client, RootDir: root, Mounter: drv.mounter, PluginRegistration: true})
 	if err != nil {
 		return err
 	}
@@ -75,11 +75,6 @@ func runDemo(ctx context.Context, o options) error {
 	// The driver announces itself through plugins_registry, as on a real
 	// node: its registrar's socket, nodevol's plugin manager, the CSI
 	// registration handler.
-	reg, err := startRegistration(ctx, root, client, o.node, vm)
-	if err != nil {
-		return err
-	}
-	defer reg.stop()
 	isRegistered := registered(vm, drv.name)
 	registrar, err := startDemoRegistrar(ctx, root, drv)
 	if err != nil {

@@ -46,7 +46,7 @@ func TestRegistrationEndToEnd(t *testing.T) {
 	}
 	defer func() { drv.stop() }()
 	client := fake.NewClientset(csitest.CSIDriver(drv.name, false), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
-	vm, err := volumemanager.New(volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: drv.mounter})
+	vm, err := volumemanager.New(volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: drv.mounter, PluginRegistration: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,11 +54,6 @@ func TestRegistrationEndToEnd(t *testing.T) {
 	ran := make(chan error, 1)
 	go func() { ran <- vm.Run(runCtx) }()
 	defer func() { stopRun(); <-ran }()
-	reg, err := startRegistration(ctx, root, client, node, vm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.stop()
 	registrar, err := startDemoRegistrar(ctx, root, drv)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +61,7 @@ func TestRegistrationEndToEnd(t *testing.T) {
 	defer func() { registrar.stop() }()
 	regSock := filepath.Join(registrationDir(root), drv.name+"-reg.sock")
 
-	first := waitRegisteredAfter(t, ctx, reg, regSock, time.Time{})
+	first := waitRegisteredAfter(t, ctx, vm, regSock, time.Time{})
 	waitRecorded(t, ctx, client, node, drv.name, true)
 	pods, err := provision(ctx, client, drv, 1, node)
 	if err != nil {
@@ -89,7 +84,7 @@ func TestRegistrationEndToEnd(t *testing.T) {
 	if registrar, err = startDemoRegistrar(ctx, root, drv); err != nil {
 		t.Fatal(err)
 	}
-	waitRegisteredAfter(t, ctx, reg, regSock, first)
+	waitRegisteredAfter(t, ctx, vm, regSock, first)
 	waitRecorded(t, ctx, client, node, drv.name, true)
 	again := csitest.Pod("demo", "again", csitest.WithPVC("data", "demo-0", false))
 	vm.AddPod(again)
@@ -115,7 +110,7 @@ func TestRegistrationEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, ctx, "driver deregistered from nodevol", func() (bool, error) {
-		return !slices.Contains(vm.Drivers().Drivers(), drv.name) && len(reg.manager.Plugins()) == 0, nil
+		return !slices.Contains(vm.Drivers().Drivers(), drv.name) && len(vm.Plugins()) == 0, nil
 	})
 	waitRecorded(t, ctx, client, node, drv.name, false)
 	registrar.stop()
@@ -125,11 +120,11 @@ func TestRegistrationEndToEnd(t *testing.T) {
 
 // waitRegisteredAfter waits until the plugin manager has registered the
 // plugin at sock later than after, and returns when.
-func waitRegisteredAfter(t *testing.T, ctx context.Context, reg *registration, sock string, after time.Time) time.Time {
+func waitRegisteredAfter(t *testing.T, ctx context.Context, vm *volumemanager.VolumeManager, sock string, after time.Time) time.Time {
 	t.Helper()
 	var at time.Time
 	eventually(t, ctx, "registration of "+sock, func() (bool, error) {
-		for _, p := range reg.manager.Plugins() {
+		for _, p := range vm.Plugins() {
 			if p.SocketPath == sock && p.RegisteredAt.After(after) {
 				at = p.RegisteredAt
 				return true, nil
