@@ -77,7 +77,13 @@ type Config struct {
 	PluginRegistration bool
 	// RegistrationDir is the plugin registration directory. Default
 	// {RootDir}/plugins_registry.
-	RegistrationDir string
+	RegistrationDir string // ReportVolumesInUse, when true, makes Run keep the Node's
+	// status.volumesInUse equal to GetVolumesInUse, as the kubelet's node
+	// status does, and confirm the attachment of a volume that needs one
+	// only after it has been reported: the attach/detach controller then
+	// never detaches a volume that may be mounted. A node agent that
+	// reports volumesInUse itself leaves it false. Default false.
+	ReportVolumesInUse bool
 }
 
 // VolumeManager mounts the CSI volumes of the pods on this node and unmounts
@@ -102,6 +108,8 @@ type VolumeManager struct {
 	csiDrivers storagelisters.CSIDriverLister
 	// plugins runs plugin registration; nil unless Config.PluginRegistration.
 	plugins *pluginmanager.Manager
+	// inUse reports Node.Status.VolumesInUse; nil unless Config.ReportVolumesInUse.
+	inUse *inUseReporter
 }
 
 // New checks cfg, fills in defaults and returns a VolumeManager. Nothing
@@ -130,7 +138,10 @@ func New(cfg Config) (*VolumeManager, error) {
 		vm.factory = informers.NewSharedInformerFactory(cfg.KubeClient, 0)
 	}
 	queue := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[vcache.UniqueVolumeName]{Name: "nodevol-volumes", Clock: cfg.Clock})
-	vm.dsw = vcache.NewDesiredStateOfWorld(queue.Add)
+	vm.dsw = vcache.NewDesiredStateOfWorld(func(n vcache.UniqueVolumeName) {
+		queue.Add(n)
+		vm.inUse.changed() // nil-safe
+	})
 	vm.asw = vcache.NewActualStateOfWorld()
 	core, storage := vm.factory.Core().V1(), vm.factory.Storage().V1()
 	vm.csiDrivers = storage.CSIDrivers().Lister()
@@ -166,6 +177,13 @@ func New(cfg Config) (*VolumeManager, error) {
 		return nil, fmt.Errorf("volumemanager: %w", err)
 	}
 	vm.rec.hold = vm.held.hold
+	if cfg.ReportVolumesInUse {
+		vm.inUse = newInUseReporter(cfg.KubeClient, cfg.NodeName, vm.csiDrivers, cfg.Clock)
+		vm.inUse.inUse = vm.GetVolumesInUse
+		vm.inUse.reported = func(names []vcache.UniqueVolumeName) { vm.rec.retry(names...) }
+		vm.rec.attachGate = vm.inUse.hold
+		vm.rec.forgotten = vm.inUse.changed
+	}
 	cfg.Drivers.OnChange(func(driver string) {
 		vm.rec.retry(vm.dsw.VolumesOfDriver(driver)...)
 		vm.rec.retry(vm.reconstructedOf(driver)...)
@@ -229,6 +247,10 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	wg.Add(2)
 	go func() { defer wg.Done(); vm.podWorker(ctx) }()
 	go func() { defer wg.Done(); vm.runPluginManager(ctx) }()
+	if vm.inUse != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); vm.inUse.run(ctx) }()
+	}
 	for i := 0; i < vm.cfg.Workers; i++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); vm.rec.worker(ctx) }()

@@ -32,6 +32,11 @@ type reconciler struct {
 	// hold reports whether a volume's teardown must wait (a volume found on
 	// disk at start, before every pod has been added); nil: never.
 	hold func(cache.UniqueVolumeName) bool
+	// attachGate reports whether confirming a volume's attachment must wait
+	// (not reported in Node.Status.VolumesInUse yet); nil: never.
+	attachGate func(name cache.UniqueVolumeName, driver string) bool
+	// forgotten, if set, is called when a volume is forgotten.
+	forgotten func()
 
 	mu sync.Mutex
 	// lastErr holds the last error of each pod's volume, by spec name, for
@@ -50,12 +55,18 @@ func (r *reconciler) sync(ctx context.Context, name cache.UniqueVolumeName) {
 	if done {
 		if known {
 			r.asw.DeleteVolume(name)
+			if r.forgotten != nil {
+				r.forgotten()
+			}
 		}
 		r.exec.Forget(name)
 		return
 	}
 	if r.hold != nil && r.hold(name) {
 		actions = withoutTeardown(actions)
+	}
+	if r.attachGate != nil && len(actions) > 0 && actions[len(actions)-1].Kind == oe.OpAttach && r.attachGate(name, spec.Driver) {
+		actions = actions[:len(actions)-1] // reported in use first; the report retries the volume
 	}
 	for _, a := range actions {
 		r.start(ctx, name, spec, actual, a)

@@ -30,7 +30,8 @@ func runAgent(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
-	vm, err := volumemanager.New(volumemanager.Config{NodeName: o.node, KubeClient: client, RootDir: o.rootDir, PluginRegistration: o.registration})
+	vm, err := volumemanager.New(volumemanager.Config{NodeName: o.node, KubeClient: client, RootDir: o.rootDir,
+		PluginRegistration: o.registration, ReportVolumesInUse: o.reportInUse})
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,8 @@ type options struct {
 	drivers    stringList
 	// registration turns on plugin registration through {root}/plugins_registry.
 	registration bool
+	// reportInUse keeps the Node's status.volumesInUse up to date.
+	reportInUse bool
 }
 
 // runSubcommand runs the hidden subcommands with which the demo starts the
@@ -62,6 +64,7 @@ func main() {
 	fs.StringVar(&o.rootDir, "root-dir", "", "kubelet root directory (default /var/lib/kubelet; the demo uses a temporary one)")
 	fs.Var(&o.drivers, "driver", "a CSI driver as name=/path/to/csi.sock (repeatable)")
 	fs.BoolVar(&o.registration, "plugin-registration", true, "register the CSI drivers whose registrars announce them in {root-dir}/plugins_registry")
+	fs.BoolVar(&o.reportInUse, "report-volumes-in-use", true, "keep the Node's status.volumesInUse up to date, as the kubelet does (turn off when something else reports it)")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 	if o.node == "" {

@@ -1,0 +1,148 @@
+package volumemanager
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodevol/nodevol/cache"
+)
+
+// Backoff of a failed Node status patch.
+const (
+	inUseRetryMin = 500 * time.Millisecond
+	inUseRetryMax = 30 * time.Second
+)
+
+// inUseReporter keeps Node.Status.VolumesInUse equal to the volumes the
+// manager may use, as the kubelet's node status does, and tells which
+// volumes have been reported: the attach/detach controller does not detach
+// a volume reported in use, so a volume that needs attaching is confirmed
+// attached (and then staged) only once reported (kubelet's reportedInUse).
+type inUseReporter struct {
+	client     kubernetes.Interface
+	node       string
+	csiDrivers storagelisters.CSIDriverLister
+	clock      clock.Clock
+	inUse      func() []cache.UniqueVolumeName
+	reported   func(names []cache.UniqueVolumeName) // volumes newly reported
+
+	kick chan struct{}
+
+	mu   sync.Mutex
+	last map[cache.UniqueVolumeName]bool // what the Node says, after our last patch
+	sent bool                            // a patch succeeded at least once
+}
+
+func newInUseReporter(client kubernetes.Interface, node string, csiDrivers storagelisters.CSIDriverLister, clk clock.Clock) *inUseReporter {
+	return &inUseReporter{client: client, node: node, csiDrivers: csiDrivers, clock: clk, kick: make(chan struct{}, 1)}
+}
+
+// changed asks for a report: the set of volumes in use may have changed.
+// It never blocks.
+func (r *inUseReporter) changed() {
+	if r == nil {
+		return
+	}
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// hold reports whether volume name must wait before its attachment is
+// confirmed: it needs attaching (its driver's CSIDriver does not say
+// attachRequired: false) and has not been reported in use yet.
+func (r *inUseReporter) hold(name cache.UniqueVolumeName, driver string) bool {
+	r.mu.Lock()
+	reported := r.last[name]
+	r.mu.Unlock()
+	if reported {
+		return false
+	}
+	d, err := r.csiDrivers.Get(driver)
+	if err == nil && d.Spec.AttachRequired != nil && !*d.Spec.AttachRequired {
+		return false
+	}
+	return true
+}
+
+// run reports until ctx ends.
+func (r *inUseReporter) run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	var retry <-chan time.Time
+	backoff := inUseRetryMin
+	r.changed()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		case <-retry:
+		}
+		retry = nil
+		if err := r.report(ctx); err != nil {
+			logger.Error(err, "Reporting volumes in use on the Node failed, retrying", "node", r.node, "retryAfter", backoff)
+			retry = r.clock.After(backoff)
+			backoff = min(2*backoff, inUseRetryMax)
+			continue
+		}
+		backoff = inUseRetryMin
+	}
+}
+
+// report patches the Node's status if the volumes in use changed.
+func (r *inUseReporter) report(ctx context.Context) error {
+	names := r.inUse()
+	r.mu.Lock()
+	same := r.sent && len(names) == len(r.last)
+	for _, n := range names {
+		same = same && r.last[n]
+	}
+	r.mu.Unlock()
+	if same {
+		return nil
+	}
+	list := make([]v1.UniqueVolumeName, 0, len(names))
+	for _, n := range names {
+		list = append(list, v1.UniqueVolumeName(n))
+	}
+	slices.Sort(list)
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"volumesInUse": list}})
+	if err != nil {
+		return err
+	}
+	_, err = r.client.CoreV1().Nodes().Patch(ctx, r.node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			klog.FromContext(ctx).V(2).Info("Node not found, volumes in use not reported yet", "node", r.node)
+		}
+		return err
+	}
+	now := make(map[cache.UniqueVolumeName]bool, len(names))
+	var added []cache.UniqueVolumeName
+	r.mu.Lock()
+	for _, n := range names {
+		now[n] = true
+		if !r.last[n] {
+			added = append(added, n)
+		}
+	}
+	r.last, r.sent = now, true
+	r.mu.Unlock()
+	if len(added) > 0 && r.reported != nil {
+		r.reported(added)
+	}
+	return nil
+}
