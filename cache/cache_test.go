@@ -21,7 +21,11 @@ type recorder struct {
 	names []UniqueVolumeName
 }
 
-func (r *recorder) notify(n UniqueVolumeName) { r.mu.Lock(); r.names = append(r.names, n); r.mu.Unlock() }
+func (r *recorder) notify(n UniqueVolumeName) {
+	r.mu.Lock()
+	r.names = append(r.names, n)
+	r.mu.Unlock()
+}
 func (r *recorder) take() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()

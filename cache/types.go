@@ -93,6 +93,9 @@ type VolumeSpec struct {
 	NodePublishSecret *SecretRef
 	// Ephemeral marks an inline CSI volume: pod-scoped, never attached or staged.
 	Ephemeral bool
+	// GID is the PV's pv.beta.kubernetes.io/gid annotation: a group the
+	// pods using the volume get as a supplemental group. May be empty.
+	GID string
 }
 
 // PodRef identifies a pod and carries what drivers may be told about it.

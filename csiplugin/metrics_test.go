@@ -74,7 +74,7 @@ func TestCallMetrics(t *testing.T) {
 	got := histogramCounts(t, prom, "csi_operations_seconds", "driver_name", "method_name", "grpc_status_code")
 	d := "driver_name=" + srv.DriverName()
 	want := map[string]uint64{
-		d + ",method_name=/csi.v1.Node/NodeGetCapabilities,grpc_status_code=OK": 2,
+		d + ",method_name=/csi.v1.Node/NodeGetCapabilities,grpc_status_code=OK":   2,
 		d + ",method_name=/csi.v1.Node/NodeStageVolume,grpc_status_code=Internal": 1,
 	}
 	for k, n := range want {

@@ -102,6 +102,10 @@ type VolumeManager struct {
 	pods     map[types.UID]*v1.Pod
 	// pending maps "namespace/claim" to the pods waiting for that claim to resolve.
 	pending map[string]map[types.UID]struct{}
+	// claimEvents counts PVC and PV events. A pod worker that saw it change
+	// while it resolved a pod resolves the pod again: the event may have
+	// come before the pod was recorded as waiting for its claim.
+	claimEvents uint64
 	ready   chan struct{} // closed once informers are synced
 	held    reconstructed
 	// csiDrivers reads CSIDriver objects (requiresRepublish).
@@ -321,6 +325,7 @@ func (vm *VolumeManager) podWorker(ctx context.Context) {
 		}
 		vm.podMu.Lock()
 		pod := vm.pods[uid]
+		events := vm.claimEvents
 		vm.podMu.Unlock()
 		if pod == nil {
 			vm.dsw.DeletePod(uid)
@@ -329,7 +334,14 @@ func (vm *VolumeManager) podWorker(ctx context.Context) {
 		} else {
 			ref, wanted, resolved, errs := vm.resolver.resolvePod(pod)
 			vm.dsw.SetPod(ref, wanted, resolved, errs)
-			vm.setPending(uid, waitingClaims(pod, errs))
+			claims := waitingClaims(pod, errs)
+			vm.setPending(uid, claims)
+			vm.podMu.Lock()
+			missed := len(claims) > 0 && vm.claimEvents != events
+			vm.podMu.Unlock()
+			if missed {
+				vm.podQueue.Add(uid) // processed again after Done
+			}
 			for name, err := range errs {
 				logger.V(2).Info("Cannot resolve volume yet", "pod", klog.KObj(pod), "volume", name, "err", err)
 			}
@@ -377,6 +389,7 @@ func waitingClaims(pod *v1.Pod, errs map[string]error) []string {
 // requeueClaim resolves again the pods waiting for a claim.
 func (vm *VolumeManager) requeueClaim(key string) {
 	vm.podMu.Lock()
+	vm.claimEvents++
 	var uids []types.UID
 	for uid := range vm.pending[key] {
 		uids = append(uids, uid)

@@ -185,6 +185,7 @@ func pvSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 		MountOptions: pv.Spec.MountOptions,
 		Attributes:   src.VolumeAttributes,
 	}
+	spec.GID = pv.Annotations[volumeGIDAnnotation]
 	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == v1.PersistentVolumeBlock {
 		spec.Mode = cache.Block
 	}
@@ -199,6 +200,10 @@ func pvSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 	}
 	return spec, nil
 }
+
+// volumeGIDAnnotation names a group that pods using the PV get as a
+// supplemental group (GetExtraSupplementalGroupsForPod).
+const volumeGIDAnnotation = "pv.beta.kubernetes.io/gid"
 
 // inlineVolumeName is the unique name of a pod's inline CSI volume, the
 // kubelet's: {plugin}/{podUID}-{specName}.
