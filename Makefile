@@ -21,7 +21,7 @@ build:
 deps:
 	@if [ "$$(id -u)" = 0 ]; then \
 		missing=""; \
-		for c in mkfs.ext4:e2fsprogs resize2fs:e2fsprogs losetup:util-linux mount:mount blkid:util-linux; do \
+		for c in mkfs.ext4:e2fsprogs resize2fs:e2fsprogs mkfs.xfs:xfsprogs xfs_growfs:xfsprogs losetup:util-linux mount:mount blkid:util-linux; do \
 			command -v $${c%%:*} >/dev/null 2>&1 || missing="$$missing $${c##*:}"; \
 		done; \
 		if [ -n "$$missing" ]; then \

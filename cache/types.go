@@ -91,6 +91,8 @@ type VolumeSpec struct {
 	// NodeStageSecret and NodePublishSecret are the PV's secret references, if any.
 	NodeStageSecret   *SecretRef
 	NodePublishSecret *SecretRef
+	// NodeExpandSecret is the PV's node-expand secret reference, if any.
+	NodeExpandSecret *SecretRef
 	// Ephemeral marks an inline CSI volume: pod-scoped, never attached or staged.
 	Ephemeral bool
 	// GID is the PV's pv.beta.kubernetes.io/gid annotation: a group the

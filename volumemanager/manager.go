@@ -106,14 +106,18 @@ type VolumeManager struct {
 	// while it resolved a pod resolves the pod again: the event may have
 	// come before the pod was recorded as waiting for its claim.
 	claimEvents uint64
-	ready   chan struct{} // closed once informers are synced
-	held    reconstructed
+	ready       chan struct{} // closed once informers are synced
+	held        reconstructed
 	// csiDrivers reads CSIDriver objects (requiresRepublish).
 	csiDrivers storagelisters.CSIDriverLister
 	// plugins runs plugin registration; nil unless Config.PluginRegistration.
 	plugins *pluginmanager.Manager
 	// inUse reports Node.Status.VolumesInUse; nil unless Config.ReportVolumesInUse.
 	inUse *inUseReporter
+	// expander grows mounted volumes; nil when the plugin cannot.
+	expander nodeExpander
+	// runCtx is Run's context, for operations informer handlers start.
+	runCtx context.Context
 }
 
 // New checks cfg, fills in defaults and returns a VolumeManager. Nothing
@@ -167,6 +171,8 @@ func New(cfg Config) (*VolumeManager, error) {
 			return nil, fmt.Errorf("volumemanager: %w", err)
 		}
 	}
+	vm.expander, _ = plugin.(nodeExpander)
+	vm.runCtx = context.Background()
 	vm.rec = &reconciler{
 		dsw: vm.dsw, asw: vm.asw, plugin: plugin, queue: queue, events: cfg.EventRecorder, metrics: m,
 		exec:    oe.New(oe.Options{Clock: cfg.Clock, MaxConcurrent: cfg.MaxConcurrentOperations}),
@@ -235,6 +241,7 @@ func (vm *VolumeManager) Drivers() *csiplugin.Registry { return vm.cfg.Drivers }
 func (vm *VolumeManager) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("volumemanager")
 	ctx = klog.NewContext(ctx, logger)
+	vm.runCtx = ctx // before the informers start: their handlers read it
 	vm.factory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), vm.synced...) {
 		vm.shutdown()
@@ -268,6 +275,7 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 		case <-ticker.C():
 			vm.resync()
 			republish(ctx, vm.csiDrivers, vm.dsw, vm.asw, vm.rec)
+			vm.checkAllExpansions(ctx)
 		}
 	}
 	vm.shutdown()
@@ -423,9 +431,11 @@ func (vm *VolumeManager) watch(core coreinformers.Interface, storage storageinfo
 		switch o := unwrap(obj).(type) {
 		case *v1.PersistentVolumeClaim:
 			vm.requeueClaim(o.Namespace + "/" + o.Name)
+			vm.checkExpansion(vm.runCtx, o.Namespace, o.Name)
 		case *v1.PersistentVolume:
 			if r := o.Spec.ClaimRef; r != nil {
 				vm.requeueClaim(r.Namespace + "/" + r.Name)
+				vm.checkExpansion(vm.runCtx, r.Namespace, r.Name)
 			}
 		}
 	}

@@ -198,6 +198,9 @@ func pvSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 	if r := src.NodePublishSecretRef; r != nil {
 		spec.NodePublishSecret = &cache.SecretRef{Namespace: r.Namespace, Name: r.Name}
 	}
+	if r := src.NodeExpandSecretRef; r != nil {
+		spec.NodeExpandSecret = &cache.SecretRef{Namespace: r.Namespace, Name: r.Name}
+	}
 	return spec, nil
 }
 

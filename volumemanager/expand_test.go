@@ -1,0 +1,117 @@
+package volumemanager
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+)
+
+func TestNeedsNodeExpansion(t *testing.T) {
+	pv := func(size string) *v1.PersistentVolume {
+		return csitest.PV("pv", "d.example.com", "h", csitest.PVCapacity(size))
+	}
+	pvc := func(size string, pending bool, allocated v1.ClaimResourceStatus) *v1.PersistentVolumeClaim {
+		c := csitest.PVC("ns", "c", "pv")
+		c.Status.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse(size)}
+		if pending {
+			c.Status.Conditions = []v1.PersistentVolumeClaimCondition{{Type: v1.PersistentVolumeClaimFileSystemResizePending, Status: v1.ConditionTrue}}
+		}
+		if allocated != "" {
+			c.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: allocated}
+		}
+		return c
+	}
+	tests := []struct {
+		name string
+		pvc  *v1.PersistentVolumeClaim
+		pv   *v1.PersistentVolume
+		want bool
+	}{
+		{"grown, FileSystemResizePending", pvc("1Gi", true, ""), pv("2Gi"), true},
+		{"grown, NodeResizePending", pvc("1Gi", false, v1.PersistentVolumeClaimNodeResizePending), pv("2Gi"), true},
+		{"grown, controller not done", pvc("1Gi", false, v1.PersistentVolumeClaimControllerResizeInProgress), pv("2Gi"), false},
+		{"grown, nothing pending", pvc("1Gi", false, ""), pv("2Gi"), false},
+		{"same size", pvc("2Gi", true, ""), pv("2Gi"), false},
+		{"PV without capacity", pvc("1Gi", true, ""), csitest.PV("pv", "d.example.com", "h"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.name == "PV without capacity" {
+				delete(tt.pv.Spec.Capacity, v1.ResourceStorage)
+			}
+			if got := needsNodeExpansion(tt.pvc, tt.pv); got != tt.want {
+				t.Errorf("needsNodeExpansion = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestOnlineExpansion: the controller grows a mounted volume's PV and marks
+// its claim FileSystemResizePending; nodevol calls NodeExpandVolume with the
+// pod's volume path, the staging path and the new size, then records the
+// new capacity on the claim and clears the condition.
+func TestOnlineExpansion(t *testing.T) {
+	e := newEnv(t, envOptions{driver: csitest.Options{Expand: true}})
+	pvName := e.claim("a", csitest.PVCapacity("1Gi"))
+	ctx := context.Background()
+	pvc, err := e.client.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvc.Status.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}
+	if pvc, err = e.client.CoreV1().PersistentVolumeClaims("ns").UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	if err := e.mount(pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.drv.Calls("NodeExpandVolume"); n != 0 {
+		t.Fatalf("NodeExpandVolume called %d times before any resize", n)
+	}
+
+	// The external-resizer's part: PV grown, claim marked.
+	pv, err := e.client.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv.Spec.Capacity[v1.ResourceStorage] = resource.MustParse("2Gi")
+	if _, err := e.client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pvc.Status.Conditions = []v1.PersistentVolumeClaimCondition{{Type: v1.PersistentVolumeClaimFileSystemResizePending, Status: v1.ConditionTrue}}
+	if _, err := e.client.CoreV1().PersistentVolumeClaims("ns").UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, "claim reports the new size", func() bool {
+		c, err := e.client.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "a", metav1.GetOptions{})
+		got := c.Status.Capacity[v1.ResourceStorage]
+		return err == nil && got.Cmp(resource.MustParse("2Gi")) == 0 && len(c.Status.Conditions) == 0
+	})
+	req := e.drv.Requests()
+	var exp *csi.NodeExpandVolumeRequest
+	for _, r := range req {
+		if r.Method == "NodeExpandVolume" {
+			exp = r.Req.(*csi.NodeExpandVolumeRequest)
+		}
+	}
+	vols := e.vm.GetMountedVolumesForPod(pod.UID)
+	if exp == nil || len(vols) != 1 {
+		t.Fatalf("NodeExpandVolume request %v, mounted %v", exp, vols)
+	}
+	if exp.GetVolumeId() != "handle-a" || exp.GetVolumePath() != vols[0].Path || exp.GetStagingTargetPath() == "" ||
+		exp.GetCapacityRange().GetRequiredBytes() != 2<<30 || exp.GetVolumeCapability().GetMount() == nil {
+		t.Errorf("NodeExpandVolume request %v: want handle-a at %s, staged, 2Gi, a mount capability", exp, vols[0].Path)
+	}
+	if n := e.drv.Calls("NodeExpandVolume"); n != 1 {
+		t.Errorf("NodeExpandVolume called %d times, want 1", n)
+	}
+}
