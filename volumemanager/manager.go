@@ -84,6 +84,10 @@ type Config struct {
 	// never detaches a volume that may be mounted. A node agent that
 	// reports volumesInUse itself leaves it false. Default false.
 	ReportVolumesInUse bool
+	// VolumeStatsPeriod is how long the kubelet_volume_stats_* gauges (with
+	// a Registerer) reuse a volume's NodeGetVolumeStats answer. Default 1
+	// minute, the kubelet's --volume-stats-agg-period.
+	VolumeStatsPeriod time.Duration
 }
 
 // VolumeManager mounts the CSI volumes of the pods on this node and unmounts
@@ -116,6 +120,8 @@ type VolumeManager struct {
 	inUse *inUseReporter
 	// expander grows mounted volumes; nil when the plugin cannot.
 	expander nodeExpander
+	// stats asks drivers for volume usage; nil when the plugin cannot.
+	stats statsGetter
 	// runCtx is Run's context, for operations informer handlers start.
 	runCtx context.Context
 }
@@ -172,6 +178,7 @@ func New(cfg Config) (*VolumeManager, error) {
 		}
 	}
 	vm.expander, _ = plugin.(nodeExpander)
+	vm.stats, _ = plugin.(statsGetter)
 	vm.runCtx = context.Background()
 	vm.rec = &reconciler{
 		dsw: vm.dsw, asw: vm.asw, plugin: plugin, queue: queue, events: cfg.EventRecorder, metrics: m,
@@ -181,6 +188,11 @@ func New(cfg Config) (*VolumeManager, error) {
 	if cfg.PluginRegistration {
 		if vm.plugins, err = newPluginManager(cfg); err != nil {
 			return nil, fmt.Errorf("volumemanager: %w", err)
+		}
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(newVolumeStatsCollector(vm, cfg.VolumeStatsPeriod)); err != nil {
+			return nil, fmt.Errorf("volumemanager: registering volume stats: %w", err)
 		}
 	}
 	if err := vm.watch(core, storage); err != nil {
@@ -222,6 +234,9 @@ func setDefaults(cfg *Config) {
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 4
+	}
+	if cfg.VolumeStatsPeriod <= 0 {
+		cfg.VolumeStatsPeriod = time.Minute
 	}
 	if cfg.RegistrationDir == "" {
 		cfg.RegistrationDir = filepath.Join(cfg.RootDir, "plugins_registry")

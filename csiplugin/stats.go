@@ -1,0 +1,53 @@
+package csiplugin
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/nodevol/nodevol/cache"
+)
+
+// VolumeStats is a published volume's usage, as NodeGetVolumeStats
+// reports it. A count the driver did not report is -1. (Volume health is
+// NodeGetVolumeHealth since CSI 1.13, not part of the stats.)
+type VolumeStats struct {
+	CapacityBytes, AvailableBytes, UsedBytes int64
+	Inodes, InodesFree, InodesUsed           int64
+}
+
+// VolumeStats asks the driver for the usage of a volume published at
+// volumePath (staged at stagingPath, "" if not). ok is false when the
+// driver does not implement NodeGetVolumeStats.
+func (p *Plugin) VolumeStats(ctx context.Context, spec *cache.VolumeSpec, volumePath, stagingPath string) (stats VolumeStats, ok bool, err error) {
+	client, err := p.drivers.Client(spec.Driver)
+	if err != nil {
+		return VolumeStats{}, false, fmt.Errorf("volume stats of %s: %w", volumeDesc(spec), err)
+	}
+	if !client.caps.GetVolumeStats {
+		return VolumeStats{}, false, nil
+	}
+	resp, err := client.withTimeout(p.timeout).NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{
+		VolumeId:          spec.VolumeHandle,
+		VolumePath:        volumePath,
+		StagingTargetPath: stagingPath,
+	})
+	if err != nil {
+		return VolumeStats{}, false, fmt.Errorf("volume stats of %s at %s: %w", volumeDesc(spec), volumePath, err)
+	}
+	return statsFrom(resp), true, nil
+}
+
+func statsFrom(resp *csi.NodeGetVolumeStatsResponse) VolumeStats {
+	s := VolumeStats{CapacityBytes: -1, AvailableBytes: -1, UsedBytes: -1, Inodes: -1, InodesFree: -1, InodesUsed: -1}
+	for _, u := range resp.GetUsage() {
+		switch u.GetUnit() {
+		case csi.VolumeUsage_BYTES:
+			s.CapacityBytes, s.AvailableBytes, s.UsedBytes = u.GetTotal(), u.GetAvailable(), u.GetUsed()
+		case csi.VolumeUsage_INODES:
+			s.Inodes, s.InodesFree, s.InodesUsed = u.GetTotal(), u.GetAvailable(), u.GetUsed()
+		}
+	}
+	return s
+}

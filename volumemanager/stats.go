@@ -1,0 +1,160 @@
+package volumemanager
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin"
+)
+
+// statsGetter asks drivers for volume usage (csiplugin.Plugin).
+type statsGetter interface {
+	VolumeStats(ctx context.Context, spec *cache.VolumeSpec, volumePath, stagingPath string) (csiplugin.VolumeStats, bool, error)
+}
+
+// GetVolumeStats returns the usage of each mounted volume of the pod whose
+// driver reports it (NodeGetVolumeStats), by the pod's volume name. The
+// error joins the failures; volumes of drivers without GET_VOLUME_STATS
+// are left out.
+func (vm *VolumeManager) GetVolumeStats(ctx context.Context, uid types.UID) (map[string]csiplugin.VolumeStats, error) {
+	out := map[string]csiplugin.VolumeStats{}
+	if vm.stats == nil {
+		return out, nil
+	}
+	var errs []error
+	for _, mv := range vm.asw.PodVolumes(uid) {
+		if mv.State != cache.Mounted {
+			continue
+		}
+		v, ok := vm.asw.Volume(mv.Name)
+		if !ok {
+			continue
+		}
+		s, ok, err := vm.stats.VolumeStats(ctx, &v.Spec, mv.Path, v.DeviceMountPath)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case ok:
+			out[mv.SpecName] = s
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// volumeStatsCollector exports the kubelet's kubelet_volume_stats_* gauges
+// for the mounted volumes of PVCs. A volume's stats are asked for at most
+// once per period, whatever the scrape rate (kubernetes#103728: a stats
+// storm after a restart).
+type volumeStatsCollector struct {
+	vm     *VolumeManager
+	period time.Duration
+	descs  [6]*prometheus.Desc
+
+	mu    sync.Mutex
+	cache map[cache.UniqueVolumeName]cachedStats
+}
+
+type cachedStats struct {
+	at    time.Time
+	stats csiplugin.VolumeStats
+	ok    bool
+}
+
+func newVolumeStatsCollector(vm *VolumeManager, period time.Duration) *volumeStatsCollector {
+	labels := []string{"namespace", "persistentvolumeclaim"}
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("kubelet_volume_stats_"+name, help, labels, nil)
+	}
+	return &volumeStatsCollector{vm: vm, period: period, cache: map[cache.UniqueVolumeName]cachedStats{}, descs: [6]*prometheus.Desc{
+		d("capacity_bytes", "Capacity in bytes of the volume."),
+		d("available_bytes", "Number of available bytes in the volume."),
+		d("used_bytes", "Number of used bytes in the volume."),
+		d("inodes", "Maximum number of inodes in the volume."),
+		d("inodes_free", "Number of free inodes in the volume."),
+		d("inodes_used", "Number of used inodes in the volume."),
+	}}
+}
+
+// Describe implements prometheus.Collector.
+func (c *volumeStatsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *volumeStatsCollector) Collect(ch chan<- prometheus.Metric) {
+	vm := c.vm
+	if vm.stats == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(vm.runCtx, 30*time.Second)
+	defer cancel()
+	now := vm.cfg.Clock.Now()
+	seen := map[cache.UniqueVolumeName]bool{}
+	for _, name := range vm.asw.VolumeNames() {
+		v, ok := vm.asw.Volume(name)
+		if !ok || v.Spec.PVName == "" {
+			continue
+		}
+		pv, err := vm.resolver.pvs.Get(v.Spec.PVName)
+		if err != nil || pv.Spec.ClaimRef == nil {
+			continue
+		}
+		var path string
+		for _, pm := range v.Pods {
+			if pm.State == cache.Mounted {
+				path = pm.Path
+				break
+			}
+		}
+		if path == "" {
+			continue
+		}
+		seen[name] = true
+		s := c.get(ctx, now, name, &v.Spec, path, v.DeviceMountPath)
+		if !s.ok {
+			continue
+		}
+		ns, claim := pv.Spec.ClaimRef.Namespace, pv.Spec.ClaimRef.Name
+		for i, val := range []int64{s.stats.CapacityBytes, s.stats.AvailableBytes, s.stats.UsedBytes, s.stats.Inodes, s.stats.InodesFree, s.stats.InodesUsed} {
+			if val >= 0 {
+				ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.GaugeValue, float64(val), ns, claim)
+			}
+		}
+	}
+	c.mu.Lock()
+	for name := range c.cache {
+		if !seen[name] {
+			delete(c.cache, name)
+		}
+	}
+	c.mu.Unlock()
+}
+
+// get returns the cached stats of a volume, asking the driver when they
+// are older than the period.
+func (c *volumeStatsCollector) get(ctx context.Context, now time.Time, name cache.UniqueVolumeName, spec *cache.VolumeSpec, path, staging string) cachedStats {
+	c.mu.Lock()
+	s, ok := c.cache[name]
+	c.mu.Unlock()
+	if ok && now.Sub(s.at) < c.period {
+		return s
+	}
+	stats, has, err := c.vm.stats.VolumeStats(ctx, spec, path, staging)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Volume stats unavailable", "volume", name, "err", err)
+	}
+	s = cachedStats{at: now, stats: stats, ok: has && err == nil}
+	c.mu.Lock()
+	c.cache[name] = s
+	c.mu.Unlock()
+	return s
+}
