@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -122,8 +123,9 @@ type VolumeManager struct {
 	expander nodeExpander
 	// stats asks drivers for volume usage; nil when the plugin cannot.
 	stats statsGetter
-	// runCtx is Run's context, for operations informer handlers start.
-	runCtx context.Context
+	// runCtx holds Run's context, for the operations that informer
+	// handlers start and for scrapes (context.Background before Run).
+	runCtx atomic.Pointer[context.Context]
 }
 
 // New checks cfg, fills in defaults and returns a VolumeManager. Nothing
@@ -179,7 +181,6 @@ func New(cfg Config) (*VolumeManager, error) {
 	}
 	vm.expander, _ = plugin.(nodeExpander)
 	vm.stats, _ = plugin.(statsGetter)
-	vm.runCtx = context.Background()
 	vm.rec = &reconciler{
 		dsw: vm.dsw, asw: vm.asw, plugin: plugin, queue: queue, events: cfg.EventRecorder, metrics: m,
 		exec:    oe.New(oe.Options{Clock: cfg.Clock, MaxConcurrent: cfg.MaxConcurrentOperations}),
@@ -211,6 +212,14 @@ func New(cfg Config) (*VolumeManager, error) {
 		vm.rec.retry(vm.reconstructedOf(driver)...)
 	})
 	return vm, nil
+}
+
+// context returns Run's context, or context.Background before Run.
+func (vm *VolumeManager) context() context.Context {
+	if p := vm.runCtx.Load(); p != nil {
+		return *p
+	}
+	return context.Background()
 }
 
 func setDefaults(cfg *Config) {
@@ -256,7 +265,7 @@ func (vm *VolumeManager) Drivers() *csiplugin.Registry { return vm.cfg.Drivers }
 func (vm *VolumeManager) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("volumemanager")
 	ctx = klog.NewContext(ctx, logger)
-	vm.runCtx = ctx // before the informers start: their handlers read it
+	vm.runCtx.Store(&ctx) // before the informers start: their handlers read it
 	vm.factory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), vm.synced...) {
 		vm.shutdown()
@@ -446,11 +455,11 @@ func (vm *VolumeManager) watch(core coreinformers.Interface, storage storageinfo
 		switch o := unwrap(obj).(type) {
 		case *v1.PersistentVolumeClaim:
 			vm.requeueClaim(o.Namespace + "/" + o.Name)
-			vm.checkExpansion(vm.runCtx, o.Namespace, o.Name)
+			vm.checkExpansion(vm.context(), o.Namespace, o.Name)
 		case *v1.PersistentVolume:
 			if r := o.Spec.ClaimRef; r != nil {
 				vm.requeueClaim(r.Namespace + "/" + r.Name)
-				vm.checkExpansion(vm.runCtx, r.Namespace, r.Name)
+				vm.checkExpansion(vm.context(), r.Namespace, r.Name)
 			}
 		}
 	}

@@ -95,7 +95,7 @@ func (c *volumeStatsCollector) Collect(ch chan<- prometheus.Metric) {
 	if vm.stats == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(vm.runCtx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(vm.context(), 30*time.Second)
 	defer cancel()
 	now := vm.cfg.Clock.Now()
 	seen := map[cache.UniqueVolumeName]bool{}
