@@ -43,7 +43,7 @@ func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error)
 		return "", fmt.Errorf("publishing volume %s for pod %s: %w", volumeDesc(spec), vol.Pod, err)
 	}
 	if spec.Mode == cache.Block {
-		return fail(errBlock)
+		return p.mapPodDevice(ctx, req)
 	}
 	dir, err := PodVolumeDir(p.root, vol.Pod.UID, VolumeDirName(spec, vol))
 	if err != nil {
@@ -181,6 +181,9 @@ func checkLifecycleMode(driver *storagev1.CSIDriver, spec *cache.VolumeSpec) err
 // volume whose directory does not exist is not published: nothing to do.
 func (p *Plugin) TearDown(ctx context.Context, req oe.MountRequest) error {
 	spec, vol := req.Spec, req.Volume
+	if spec.Mode == cache.Block {
+		return p.unmapPodDevice(ctx, req)
+	}
 	fail := func(err error) error {
 		return fmt.Errorf("unpublishing volume %s from pod %s: %w", volumeDesc(spec), vol.Pod, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/mount-utils"
 
 	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/util/blockdev"
 )
 
 // Config configures a Plugin. NodeName, CSIDriverLister and
@@ -37,6 +38,10 @@ type Config struct {
 	// lists tokenRequests get on NodePublishVolume. Default: none; such a
 	// volume fails with an error saying so.
 	Tokens TokenGetter
+	// BlockMapper maps published raw block devices into pods. Default
+	// blockdev.NewMapper(Mounter): bind mounts through Mounter, loop devices
+	// through losetup.
+	BlockMapper BlockMapper
 	// Mounter tells mount points from plain directories before they are
 	// removed. Default mount.New("").
 	Mounter mount.Interface
@@ -59,6 +64,7 @@ type Plugin struct {
 	attachments storagelisters.VolumeAttachmentLister
 	secrets     SecretGetter
 	tokens      TokenGetter
+	blockMapper BlockMapper
 	mounter     mount.Interface
 	timeout     time.Duration
 }
@@ -95,6 +101,9 @@ func New(cfg Config) (*Plugin, error) {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout
 	}
+	if cfg.BlockMapper == nil {
+		cfg.BlockMapper = blockdev.NewMapper(cfg.Mounter)
+	}
 	return &Plugin{
 		root:        root,
 		node:        cfg.NodeName,
@@ -103,6 +112,7 @@ func New(cfg Config) (*Plugin, error) {
 		attachments: cfg.VolumeAttachmentLister,
 		secrets:     cfg.Secrets,
 		tokens:      cfg.Tokens,
+		blockMapper: cfg.BlockMapper,
 		mounter:     cfg.Mounter,
 		timeout:     cfg.CallTimeout,
 	}, nil

@@ -16,9 +16,6 @@ import (
 	oe "github.com/nodevol/nodevol/operationexecutor"
 )
 
-// errBlock is returned for raw block volumes, which need the block mapper.
-var errBlock = errors.New("raw block volumes are not supported by this plugin yet")
-
 // MountDevice implements operationexecutor.DeviceMounter: it stages the
 // volume with NodeStageVolume at StagingPath and returns that path. It
 // returns ("", nil) without doing anything for an inline volume and for a
@@ -37,7 +34,7 @@ func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string,
 		return "", fmt.Errorf("staging volume %s: %w", volumeDesc(spec), err)
 	}
 	if spec.Mode == cache.Block {
-		return fail(errBlock)
+		return p.setUpDevice(ctx, req)
 	}
 	dir, err := StagingDir(p.root, spec.Driver, spec.VolumeHandle)
 	if err != nil {
@@ -93,6 +90,9 @@ func (p *Plugin) UnmountDevice(ctx context.Context, req oe.DeviceRequest) error 
 	spec := req.Spec
 	if spec.Ephemeral {
 		return nil
+	}
+	if spec.Mode == cache.Block {
+		return p.tearDownDevice(ctx, req)
 	}
 	dir, err := StagingDir(p.root, spec.Driver, spec.VolumeHandle)
 	if err != nil {

@@ -41,6 +41,25 @@ func (k OpKind) String() string {
 	return fmt.Sprintf("OpKind(%d)", int(k))
 }
 
+// NameFor is the operation's name for a volume of mode: the kubelet's
+// block names (map_volume, unmap_volume, unmap_device) for raw block
+// volumes, whose staging nodevol runs as map_device.
+func (k OpKind) NameFor(mode cache.VolumeMode) string {
+	if mode == cache.Block {
+		switch k {
+		case OpStage:
+			return "map_device"
+		case OpPublish:
+			return "map_volume"
+		case OpUnpublish:
+			return "unmap_volume"
+		case OpUnstage:
+			return "unmap_device"
+		}
+	}
+	return k.String()
+}
+
 // Action is one operation the reconciler wants done.
 type Action struct {
 	Kind   OpKind
@@ -112,11 +131,11 @@ func NewOperation(p Plugin, a Action, in Input, apply func(Outcome), done func()
 		out.Duration = time.Since(start)
 		if out.Err != nil {
 			out.Uncertain = IsUncertain(out.Err)
-			out.Err = fmt.Errorf("%s failed for volume %q (driver %s%s): %w", a.Kind, spec.Name, spec.Driver, podSuffix(a), out.Err)
+			out.Err = fmt.Errorf("%s failed for volume %q (driver %s%s): %w", a.Kind.NameFor(spec.Mode), spec.Name, spec.Driver, podSuffix(a), out.Err)
 		}
 		return out.Err
 	}
-	op := Operation{Key: a.Key(), Name: a.Kind.String(), Fn: fn, Apply: func(err error) {
+	op := Operation{Key: a.Key(), Name: a.Kind.NameFor(spec.Mode), Fn: fn, Apply: func(err error) {
 		if out.Err == nil && err != nil {
 			// Fn never ran (cancelled while waiting for a slot): nothing happened.
 			out.Err = err

@@ -55,6 +55,9 @@ type Config struct {
 	InformerFactory informers.SharedInformerFactory
 	// Drivers is the CSI driver registry. Default: a new one, reachable through Drivers().
 	Drivers *csiplugin.Registry
+	// BlockMapper maps raw block devices into pods. Default: bind mounts
+	// through Mounter and loop devices through losetup (util/blockdev).
+	BlockMapper csiplugin.BlockMapper
 	// Plugin replaces the CSI plugin built from the fields above (tests,
 	// other plugins). Default: csiplugin.New.
 	Plugin oe.Plugin
@@ -173,6 +176,7 @@ func New(cfg Config) (*VolumeManager, error) {
 			Secrets:                csiplugin.NewSecretGetter(cfg.KubeClient),
 			Tokens:                 csiplugin.NewTokenGetter(cfg.KubeClient, cfg.Clock),
 			Mounter:                cfg.Mounter,
+			BlockMapper:            cfg.BlockMapper,
 			CallTimeout:            cfg.CSICallTimeout,
 		})
 		if err != nil {

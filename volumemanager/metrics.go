@@ -37,5 +37,5 @@ func (m *metrics) observe(o oe.Outcome) {
 	if o.Err != nil {
 		status = "fail-unknown"
 	}
-	m.opDuration.WithLabelValues(cache.CSIPluginName+":"+o.Spec.Driver, o.Action.Kind.String(), status, "false").Observe(o.Duration.Seconds())
+	m.opDuration.WithLabelValues(cache.CSIPluginName+":"+o.Spec.Driver, o.Action.Kind.NameFor(o.Spec.Mode), status, "false").Observe(o.Duration.Seconds())
 }

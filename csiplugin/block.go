@@ -1,0 +1,328 @@
+package csiplugin
+
+// Raw block volumes, with the kubelet's layout (csi_block.go):
+//
+//	{root}/plugins/kubernetes.io/csi/volumeDevices/staging/{specName}          staging path (NodeStage)
+//	{root}/plugins/kubernetes.io/csi/volumeDevices/publish/{specName}/{podUID} publish path (NodePublish)
+//	{root}/plugins/kubernetes.io/csi/volumeDevices/{specName}/dev/{podUID}     map file: bind mount of the
+//	                                                                           publish path, held by a loop device
+//	{root}/plugins/kubernetes.io/csi/volumeDevices/{specName}/data/vol_data.json
+//	{root}/pods/{podUID}/volumeDevices/kubernetes.io~csi/{specName}            symlink to the publish path
+//
+// Stage (SetUpDevice) -> publish (MapPodDevice) -> map; unmap -> unpublish
+// (UnmapPodDevice) -> unstage (TearDownDevice) and removal of what is left.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/cache"
+	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/util/blockdev"
+	"github.com/nodevol/nodevol/util/fsutil"
+)
+
+// BlockMapper maps published block devices into pods and back
+// (util/blockdev.Mapper).
+type BlockMapper interface {
+	Map(ctx context.Context, m blockdev.Map) error
+	Unmap(ctx context.Context, m blockdev.Map) error
+}
+
+const (
+	volumeDevicesDir    = "volumeDevices"
+	podVolumeDevicesDir = "volumeDevices/kubernetes.io~csi"
+)
+
+// BlockPaths are a block volume's paths for one pod (PodUID may be empty
+// for the volume-wide ones).
+type BlockPaths struct {
+	// Dir holds dev/ (GlobalMapPath) and data/ (vol_data.json).
+	Dir, GlobalMapPath, DataDir string
+	StagingPath                 string
+	// PublishDir holds one publish path per pod.
+	PublishDir, PublishPath string
+	// PodDeviceDir/SpecName is the symlink the pod sees.
+	PodDeviceDir, PodDevicePath string
+}
+
+// BlockVolumePaths returns the paths of block volume specName (the PV's
+// name) for pod podUID (may be empty). Both must be safe path elements.
+func BlockVolumePaths(root, specName string, podUID types.UID) (BlockPaths, error) {
+	if err := fsutil.ValidateName("spec name", specName); err != nil {
+		return BlockPaths{}, err
+	}
+	base := filepath.Join(root, pluginDir, volumeDevicesDir)
+	p := BlockPaths{
+		Dir:         filepath.Join(base, specName),
+		StagingPath: filepath.Join(base, "staging", specName),
+		PublishDir:  filepath.Join(base, "publish", specName),
+	}
+	p.GlobalMapPath = filepath.Join(p.Dir, "dev")
+	p.DataDir = filepath.Join(p.Dir, "data")
+	if podUID != "" {
+		if err := fsutil.ValidateName("pod UID", string(podUID)); err != nil {
+			return BlockPaths{}, err
+		}
+		p.PublishPath = filepath.Join(p.PublishDir, string(podUID))
+		p.PodDeviceDir = filepath.Join(root, "pods", string(podUID), podVolumeDevicesDir)
+		p.PodDevicePath = filepath.Join(p.PodDeviceDir, specName)
+	}
+	return p, nil
+}
+
+// blockSpecName is the kubelet's spec name of a block volume: its PV's name
+// (block volumes always come from a PV).
+func blockSpecName(spec *cache.VolumeSpec) (string, error) {
+	if spec.PVName == "" {
+		return "", errors.New("a raw block volume needs a PersistentVolume")
+	}
+	return spec.PVName, nil
+}
+
+// setUpDevice stages a block volume (NodeStageVolume with block access) at
+// its staging path, after writing vol_data.json; nothing is staged for a
+// driver without STAGE_UNSTAGE_VOLUME.
+func (p *Plugin) setUpDevice(ctx context.Context, req oe.DeviceRequest) (string, error) {
+	spec := req.Spec
+	fail := func(err error) (string, error) {
+		return "", fmt.Errorf("staging block volume %s: %w", volumeDesc(spec), err)
+	}
+	name, err := blockSpecName(spec)
+	if err != nil {
+		return fail(err)
+	}
+	paths, err := BlockVolumePaths(p.root, name, "")
+	if err != nil {
+		return fail(err)
+	}
+	client, err := p.drivers.Client(spec.Driver)
+	if err != nil {
+		return fail(err)
+	}
+	if err := p.saveBlockData(paths, spec); err != nil {
+		return fail(err)
+	}
+	if !client.caps.StageUnstage {
+		return "", nil
+	}
+	secrets, err := p.secretData(ctx, spec.NodeStageSecret, "NodeStage")
+	if err != nil {
+		return fail(err)
+	}
+	if err := os.MkdirAll(paths.StagingPath, 0o750); err != nil {
+		return fail(err)
+	}
+	err = client.withTimeout(p.timeout).NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
+		VolumeId:          spec.VolumeHandle,
+		PublishContext:    req.PublishContext,
+		StagingTargetPath: paths.StagingPath,
+		VolumeCapability:  volumeCapability(spec, client.caps, nil),
+		Secrets:           secrets,
+		VolumeContext:     spec.Attributes,
+	})
+	if err != nil {
+		if !oe.IsUncertain(err) {
+			_ = os.Remove(paths.StagingPath) // only if the driver left it empty
+		}
+		return "", fmt.Errorf("staging block volume %s at %s: %w", volumeDesc(spec), paths.StagingPath, err)
+	}
+	klog.FromContext(ctx).V(4).Info("Block volume staged", "volume", spec.Name, "driver", spec.Driver, "stagingPath", paths.StagingPath)
+	return paths.StagingPath, nil
+}
+
+func (p *Plugin) saveBlockData(paths BlockPaths, spec *cache.VolumeSpec) error {
+	if err := os.MkdirAll(paths.DataDir, 0o750); err != nil {
+		return err
+	}
+	return saveVolumeData(paths.DataDir, &VolumeData{
+		SpecVolID:           spec.PVName,
+		VolumeHandle:        spec.VolumeHandle,
+		DriverName:          spec.Driver,
+		NodeName:            p.node,
+		AttachmentID:        AttachmentName(spec.VolumeHandle, spec.Driver, p.node),
+		VolumeLifecycleMode: "Persistent",
+	})
+}
+
+// tearDownDevice unstages a block volume (NodeUnstageVolume, when it was
+// staged) and removes what is left of it: the staging path, the publish
+// directory, dev/ and data/ and the volume's directory, each only when
+// empty and not a mount point. Nothing nodevol did not create is removed.
+func (p *Plugin) tearDownDevice(ctx context.Context, req oe.DeviceRequest) error {
+	spec := req.Spec
+	fail := func(err error) error {
+		return fmt.Errorf("unstaging block volume %s: %w", volumeDesc(spec), err)
+	}
+	name, err := blockSpecName(spec)
+	if err != nil {
+		return fail(err)
+	}
+	paths, err := BlockVolumePaths(p.root, name, "")
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := os.Lstat(paths.StagingPath); err == nil {
+		client, err := p.drivers.Client(spec.Driver)
+		if err != nil {
+			return fail(err)
+		}
+		if client.caps.StageUnstage {
+			err := client.withTimeout(p.timeout).NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{
+				VolumeId:          spec.VolumeHandle,
+				StagingTargetPath: paths.StagingPath,
+			})
+			if err != nil {
+				return fmt.Errorf("unstaging block volume %s from %s: %w", volumeDesc(spec), paths.StagingPath, err)
+			}
+		}
+	}
+	for _, dir := range []string{paths.StagingPath, paths.PublishDir, paths.GlobalMapPath} {
+		if err := p.removeEmptyDir(dir); err != nil {
+			return fail(err)
+		}
+	}
+	for _, f := range []string{filepath.Join(paths.DataDir, VolumeDataFile), paths.DataDir, paths.Dir} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fail(fmt.Errorf("removing %s: %w", f, err))
+		}
+	}
+	klog.FromContext(ctx).V(4).Info("Block volume unstaged", "volume", spec.Name, "driver", spec.Driver, "stagingPath", paths.StagingPath)
+	return nil
+}
+
+// removeEmptyDir removes dir unless it is a mount point; a directory that
+// is not empty stays and is an error naming what is in it.
+func (p *Plugin) removeEmptyDir(dir string) error {
+	notMnt, err := mount.IsNotMountPoint(p.mounter, dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("checking whether %s is a mount point: %w", dir, err)
+	case !notMnt:
+		return fmt.Errorf("%s is still a mount point", dir)
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		entries, _ := os.ReadDir(dir)
+		names := make([]string, 0, len(entries))
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return fmt.Errorf("removing %s (left: %v): %w", dir, names, err)
+	}
+	return nil
+}
+
+// mapPodDevice publishes a block volume for a pod (NodePublishVolume with
+// block access at the pod's publish path) and maps the published device
+// into the pod (util/blockdev). It returns the pod's device path. A map
+// that fails after a successful publish leaves the volume Uncertain.
+func (p *Plugin) mapPodDevice(ctx context.Context, req oe.MountRequest) (string, error) {
+	spec, vol := req.Spec, req.Volume
+	fail := func(err error) (string, error) {
+		return "", fmt.Errorf("publishing block volume %s for pod %s: %w", volumeDesc(spec), vol.Pod, err)
+	}
+	name, err := blockSpecName(spec)
+	if err != nil {
+		return fail(err)
+	}
+	paths, err := BlockVolumePaths(p.root, name, vol.Pod.UID)
+	if err != nil {
+		return fail(err)
+	}
+	driver, err := p.csiDriver(spec.Driver)
+	if err != nil {
+		return fail(err)
+	}
+	client, err := p.drivers.Client(spec.Driver)
+	if err != nil {
+		return fail(err)
+	}
+	secretRef := spec.NodePublishSecret
+	if secretRef != nil && secretRef.Namespace == "" {
+		secretRef = &cache.SecretRef{Namespace: vol.Pod.Namespace, Name: secretRef.Name}
+	}
+	secrets, err := p.secretData(ctx, secretRef, "NodePublish")
+	if err != nil {
+		return fail(err)
+	}
+	if req.DeviceMountPath == "" && client.caps.StageUnstage {
+		req.DeviceMountPath = paths.StagingPath
+	}
+	csiReq := p.publishRequest(spec, vol, req, client.caps, driver)
+	rm := requestMaps{volumeContext: csiReq.VolumeContext, secrets: secrets}
+	if err := p.addServiceAccountTokens(ctx, driver, vol.Pod, &rm); err != nil {
+		return fail(err)
+	}
+	csiReq.VolumeContext, csiReq.Secrets = rm.volumeContext, rm.secrets
+	csiReq.TargetPath = paths.PublishPath
+	if err := p.saveBlockData(paths, spec); err != nil {
+		return fail(err)
+	}
+	if err := os.MkdirAll(paths.PublishDir, 0o750); err != nil {
+		return fail(err)
+	}
+	if err := client.withTimeout(p.timeout).NodePublishVolume(ctx, csiReq); err != nil {
+		return "", fmt.Errorf("publishing block volume %s for pod %s at %s: %w", volumeDesc(spec), vol.Pod, paths.PublishPath, err)
+	}
+	m := blockdev.Map{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: string(vol.Pod.UID), PodDeviceDir: paths.PodDeviceDir, Name: name}
+	if err := p.blockMapper.Map(ctx, m); err != nil {
+		// Published but not mapped: Uncertain, so that it is mapped again or
+		// unpublished, never forgotten.
+		return "", fmt.Errorf("mapping block volume %s of driver %s into pod %s: %w: %w", volumeDesc(spec), spec.Driver, vol.Pod, err, oe.ErrInProgress)
+	}
+	klog.FromContext(ctx).V(4).Info("Block volume mapped", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "devicePath", paths.PodDevicePath)
+	return paths.PodDevicePath, nil
+}
+
+// unmapPodDevice unmaps a block volume from a pod and unpublishes it
+// (NodeUnpublishVolume). With nothing of the pod's left on disk it does
+// nothing, driver registered or not.
+func (p *Plugin) unmapPodDevice(ctx context.Context, req oe.MountRequest) error {
+	spec, vol := req.Spec, req.Volume
+	fail := func(err error) error {
+		return fmt.Errorf("unpublishing block volume %s from pod %s: %w", volumeDesc(spec), vol.Pod, err)
+	}
+	name, err := blockSpecName(spec)
+	if err != nil {
+		return fail(err)
+	}
+	paths, err := BlockVolumePaths(p.root, name, vol.Pod.UID)
+	if err != nil {
+		return fail(err)
+	}
+	m := blockdev.Map{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: string(vol.Pod.UID), PodDeviceDir: paths.PodDeviceDir, Name: name}
+	if err := p.blockMapper.Unmap(ctx, m); err != nil {
+		return fail(err)
+	}
+	if _, err := os.Lstat(paths.PublishPath); errors.Is(err, fs.ErrNotExist) {
+		return nil // never published, or unpublished already
+	}
+	client, err := p.drivers.Client(spec.Driver)
+	if err != nil {
+		return fail(err)
+	}
+	if err := client.withTimeout(p.timeout).NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{
+		VolumeId:   spec.VolumeHandle,
+		TargetPath: paths.PublishPath,
+	}); err != nil {
+		return fmt.Errorf("unpublishing block volume %s from pod %s at %s: %w", volumeDesc(spec), vol.Pod, paths.PublishPath, err)
+	}
+	// The driver removes the publish path (CSI spec); a driver that did not
+	// leaves a file nodevol can remove once nothing is mounted on it.
+	if err := mount.CleanupMountPoint(paths.PublishPath, p.mounter, false); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fail(err)
+	}
+	klog.FromContext(ctx).V(4).Info("Block volume unmapped", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name)
+	return nil
+}

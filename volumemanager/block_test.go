@@ -1,0 +1,121 @@
+package volumemanager
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/util/blockdev"
+)
+
+// recordingBlockMapper records map and unmap calls by pod.
+type recordingBlockMapper struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (r *recordingBlockMapper) Map(_ context.Context, m blockdev.Map) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, "map "+m.PodUID)
+	return nil
+}
+
+func (r *recordingBlockMapper) Unmap(_ context.Context, m blockdev.Map) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, "unmap "+m.PodUID)
+	return nil
+}
+
+func (r *recordingBlockMapper) count(prefix string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.calls {
+		if strings.HasPrefix(c, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestBlockVolumeSharedByPods: two pods map one RWX block volume (one of
+// them read-only): it is staged once and published and mapped per pod; the
+// first pod's going unmaps and unpublishes only its own; the device is
+// unstaged once the last pod has gone.
+func TestBlockVolumeSharedByPods(t *testing.T) {
+	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
+	pvc, pv := csitest.BoundClaim("ns", "raw", drv.DriverName(), "handle-raw", csitest.PVBlock(), csitest.PVAccessModes(v1.ReadWriteMany))
+	csitest.PVCBlock()(pvc)
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv)
+	bm := &recordingBlockMapper{}
+	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), BlockMapper: bm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- vm.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	a := csitest.Pod("ns", "a", csitest.WithBlockPVC("raw", "raw", false))
+	b := csitest.Pod("ns", "b", csitest.WithBlockPVC("raw", "raw", true))
+	for _, p := range []*v1.Pod{a, b} {
+		vm.AddPod(p)
+		if err := vm.WaitForAttachAndMount(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		vols := vm.GetMountedVolumesForPod(p.UID)
+		if len(vols) != 1 || !strings.HasSuffix(vols[0].Path, "/volumeDevices/kubernetes.io~csi/"+pv.Name) {
+			t.Fatalf("pod %s volumes %+v, want its device path", p.Name, vols)
+		}
+	}
+	if n := drv.Calls("NodeStageVolume"); n != 1 {
+		t.Errorf("NodeStageVolume calls %d, want 1", n)
+	}
+	if bm.count("map") != 2 {
+		t.Errorf("map calls %v, want one per pod", bm.calls)
+	}
+	var readOnly []bool
+	for _, r := range drv.Requests() {
+		if p, ok := r.Req.(*csi.NodePublishVolumeRequest); ok {
+			if p.GetVolumeCapability().GetBlock() == nil {
+				t.Errorf("NodePublishVolume without block access: %v", p)
+			}
+			readOnly = append(readOnly, p.GetReadonly())
+		}
+	}
+	if len(readOnly) != 2 || readOnly[0] || !readOnly[1] {
+		t.Errorf("NodePublishVolume read-only flags %v, want [false true]", readOnly)
+	}
+
+	vm.DeletePod(a)
+	if err := vm.WaitForUnmount(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, vm)
+	if bm.count("unmap") != 1 || drv.Calls("NodeUnpublishVolume") != 1 || drv.Calls("NodeUnstageVolume") != 0 {
+		t.Errorf("after pod a went: mapper %v, unpublish %d, unstage %d; want a's unmap and unpublish only",
+			bm.calls, drv.Calls("NodeUnpublishVolume"), drv.Calls("NodeUnstageVolume"))
+	}
+	vm.DeletePod(b)
+	if err := vm.WaitForUnmount(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "device unstaged", func() bool { return drv.Calls("NodeUnstageVolume") == 1 && len(vm.GetVolumesInUse()) == 0 })
+	if got := bm.calls; len(got) != 4 || got[2] != "unmap "+string(a.UID) || got[3] != "unmap "+string(b.UID) {
+		t.Errorf("mapper calls %v: want both maps, then a's unmap, then b's", got)
+	}
+}
