@@ -320,8 +320,10 @@ func (p *Plugin) unmapPodDevice(ctx context.Context, req oe.MountRequest) error 
 	}
 	// The driver removes the publish path (CSI spec); a driver that did not
 	// leaves a file nodevol can remove once nothing is mounted on it.
-	if err := mount.CleanupMountPoint(paths.PublishPath, p.mounter, false); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fail(err)
+	if _, err := os.Lstat(paths.PublishPath); err == nil {
+		if err := mount.CleanupMountPoint(paths.PublishPath, p.mounter, false); err != nil {
+			return fail(err)
+		}
 	}
 	klog.FromContext(ctx).V(4).Info("Block volume unmapped", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name)
 	return nil
