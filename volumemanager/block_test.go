@@ -2,6 +2,7 @@ package volumemanager
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -117,5 +118,94 @@ func TestBlockVolumeSharedByPods(t *testing.T) {
 	eventually(t, "device unstaged", func() bool { return drv.Calls("NodeUnstageVolume") == 1 && len(vm.GetVolumesInUse()) == 0 })
 	if got := bm.calls; len(got) != 4 || got[2] != "unmap "+string(a.UID) || got[3] != "unmap "+string(b.UID) {
 		t.Errorf("mapper calls %v: want both maps, then a's unmap, then b's", got)
+	}
+}
+
+// fakeLooper is a Looper without loop devices.
+type fakeLooper struct {
+	mu  sync.Mutex
+	dev map[string]string
+}
+
+func (f *fakeLooper) Attach(_ context.Context, path string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dev[path] = "/dev/loop9"
+	return "/dev/loop9", nil
+}
+
+func (f *fakeLooper) Find(_ context.Context, path string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dev[path], nil
+}
+
+func (f *fakeLooper) Detach(_ context.Context, dev string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for p, d := range f.dev {
+		if d == dev {
+			delete(f.dev, p)
+		}
+	}
+	return nil
+}
+
+// TestBlockRestartReconstructs: a block volume mapped by a manager that
+// stopped is found on disk by the next one (pod symlink, data directory)
+// and, once the pods are synced and no pod wants it, unmapped,
+// unpublished and unstaged, its directories removed.
+func TestBlockRestartReconstructs(t *testing.T) {
+	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
+	pvc, pv := csitest.BoundClaim("ns", "raw", drv.DriverName(), "handle-raw", csitest.PVBlock())
+	csitest.PVCBlock()(pvc)
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv)
+	root := t.TempDir()
+	loops := &fakeLooper{dev: map[string]string{}}
+	start := func() (*VolumeManager, func()) {
+		m := mount.NewFakeMounter(nil)
+		mapper := &blockdev.Mapper{Mounter: m, Loop: loops, IsBlockDevice: func(string) (bool, error) { return true, nil }}
+		vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: m, BlockMapper: mapper})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- vm.Run(ctx) }()
+		if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
+			t.Fatal(err)
+		}
+		<-vm.ready
+		return vm, func() { cancel(); <-done }
+	}
+	vm, stop := start()
+	pod := csitest.Pod("ns", "a", csitest.WithBlockPVC("raw", "raw", false))
+	vm.AddPod(pod)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+
+	vm, stop = start()
+	defer stop()
+	if !vm.HasPossiblyMountedVolumesForPod(pod.UID) {
+		t.Fatal("the mapped block volume was not found on disk")
+	}
+	vm.MarkPodsSynced()
+	if err := vm.WaitForUnmount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "block volume unstaged", func() bool { return len(vm.GetVolumesInUse()) == 0 })
+	if drv.Calls("NodeUnpublishVolume") != 1 || drv.Calls("NodeUnstageVolume") != 1 || len(loops.dev) != 0 {
+		t.Errorf("unpublish %d, unstage %d, loop devices %v; want one each and none left",
+			drv.Calls("NodeUnpublishVolume"), drv.Calls("NodeUnstageVolume"), loops.dev)
+	}
+	if m, _ := filepath.Glob(filepath.Join(root, "plugins", "kubernetes.io", "csi", "volumeDevices", "*", pv.Name)); len(m) > 0 {
+		t.Errorf("left behind: %v", m)
+	}
+	if m, _ := filepath.Glob(filepath.Join(root, "pods", "*", "volumeDevices", "kubernetes.io~csi", "*")); len(m) > 0 {
+		t.Errorf("left behind: %v", m)
 	}
 }

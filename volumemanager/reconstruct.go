@@ -53,7 +53,8 @@ func (r *reconstructed) release() []cache.UniqueVolumeName {
 // state, as the kubelet's reconstruction does, so that they are torn down
 // when no pod wants them and re-published (idempotently) when one does:
 // each pod volume directory with a vol_data.json becomes an Uncertain pod
-// mount, each staging directory with a vol_data.json an Uncertain device.
+// mount, each staging directory with a vol_data.json an Uncertain device;
+// raw block volumes likewise, from their pod symlinks and data directories.
 // Nothing is trusted as Mounted and nothing is removed here. A directory
 // whose vol_data.json is missing or corrupt is logged and left alone:
 // without it nodevol cannot tell which driver and volume it belongs to.
@@ -77,6 +78,36 @@ func (vm *VolumeManager) reconstruct(ctx context.Context) []cache.UniqueVolumeNa
 			vm.reconstructDevice(spec)
 		}
 		logger.V(2).Info("Reconstructed pod volume", "podUID", uid, "volume", spec.Name, "driver", spec.Driver, "path", dir)
+	}
+
+	// Raw block volumes: the pod's symlink, the volume's data directory.
+	links, _ := filepath.Glob(filepath.Join(root, "pods", "*", "volumeDevices", "kubernetes.io~csi", "*"))
+	for _, link := range links {
+		uid := types.UID(filepath.Base(filepath.Dir(filepath.Dir(filepath.Dir(link)))))
+		spec, paths, err := vm.reconstructBlock(filepath.Base(link), uid)
+		if err != nil {
+			logger.Error(err, "Cannot reconstruct block volume, leaving it alone", "podUID", uid, "path", link)
+			continue
+		}
+		vol := cache.PodVolume{Pod: cache.PodRef{UID: uid}, SpecName: spec.PVName}
+		vm.asw.SetPodMount(spec, vol, cache.Uncertain, paths.PodDevicePath)
+		vm.asw.SetDeviceState(spec, cache.Uncertain, paths.StagingPath)
+		found[spec.Name] = true
+		logger.V(2).Info("Reconstructed block volume", "podUID", uid, "volume", spec.Name, "driver", spec.Driver, "path", link)
+	}
+	blockData, _ := filepath.Glob(filepath.Join(root, "plugins", "kubernetes.io", "csi", "volumeDevices", "*", "data", csiplugin.VolumeDataFile))
+	for _, file := range blockData {
+		specName := filepath.Base(filepath.Dir(filepath.Dir(file)))
+		spec, paths, err := vm.reconstructBlock(specName, "")
+		if err != nil {
+			logger.Error(err, "Cannot reconstruct block volume, leaving it alone", "path", file)
+			continue
+		}
+		if !found[spec.Name] {
+			vm.asw.SetDeviceState(spec, cache.Uncertain, paths.StagingPath)
+			found[spec.Name] = true
+			logger.V(2).Info("Reconstructed staged block volume", "volume", spec.Name, "driver", spec.Driver)
+		}
 	}
 
 	// Staged volumes whose pods are gone (a stop between unpublish and
@@ -112,6 +143,22 @@ func (vm *VolumeManager) reconstruct(ctx context.Context) []cache.UniqueVolumeNa
 		names = append(names, n)
 	}
 	return names
+}
+
+// reconstructBlock is what a block volume's vol_data.json tells of it.
+func (vm *VolumeManager) reconstructBlock(specName string, uid types.UID) (cache.VolumeSpec, csiplugin.BlockPaths, error) {
+	paths, err := csiplugin.BlockVolumePaths(vm.cfg.RootDir, specName, uid)
+	if err != nil {
+		return cache.VolumeSpec{}, paths, err
+	}
+	d, err := csiplugin.LoadVolumeData(paths.DataDir)
+	if err != nil {
+		return cache.VolumeSpec{}, paths, err
+	}
+	return cache.VolumeSpec{
+		Name: cache.CSIVolumeName(d.DriverName, d.VolumeHandle), PVName: specName,
+		Driver: d.DriverName, VolumeHandle: d.VolumeHandle, Mode: cache.Block,
+	}, paths, nil
 }
 
 // reconstructDevice marks spec's device Uncertain if its staging directory
