@@ -1,53 +1,131 @@
 package volumemanager
 
+// The workloads of docs/PERFORMANCE.md, over the public API, with the test
+// kit's in-process driver (which does nothing but keep state) on a real
+// unix socket, the fake clientset and the fake mounter:
+//
+//	W1, W2  BenchmarkMountPods       mount N pods with a PVC each, then unmount until unstaged
+//	W3      BenchmarkIdle            10,000 mounted volumes left alone for a minute
+//	W4      BenchmarkSharedVolume    100 pods sharing one RWX PVC
+//	W5      BenchmarkAttachRequired  attach required, VolumeAttachments attached after 5 ms
+//	floor   BenchmarkDriverOnly      NodeStage + NodePublish straight to the same driver
+
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
 
-// BenchmarkMountPods measures, through the public API, the time from AddPod
-// to mounted for N pods with one PVC each (in-process driver, fake mounter),
-// and then the time until they are all unmounted and unstaged.
-func BenchmarkMountPods(b *testing.B) {
-	for _, n := range []int{100, 1000} {
-		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
-			var mountTotal, unmountTotal time.Duration
-			var dials int64
-			for i := 0; i < b.N; i++ {
-				m, u, d := mountPods(b, n)
-				mountTotal += m
-				unmountTotal += u
-				dials += d
-			}
-			b.ReportMetric(float64(mountTotal.Microseconds())/float64(b.N*n), "µs-mount/pod")
-			b.ReportMetric(float64(unmountTotal.Microseconds())/float64(b.N*n), "µs-unmount/pod")
-			b.ReportMetric(float64(dials)/float64(b.N), "dials/run")
-			b.ReportMetric(0, "ns/op")
-		})
-	}
+// workload is one benchmark scenario.
+type workload struct {
+	pods   int
+	shared bool          // every pod uses one RWX claim (W4)
+	attach time.Duration // attach required; the fake attacher's delay (W5)
+	idle   time.Duration // time to stay mounted before unmounting (W3)
 }
 
-func mountPods(b *testing.B, n int) (mountTime, unmountTime time.Duration, dials int64) {
+// result is what one run of a workload measured.
+type result struct {
+	mount, unmount, idle       time.Duration
+	mountCPU, unmountCPU       time.Duration
+	idleCPU                    time.Duration
+	dials                      int64
+	rpcs, apiRequests, volumes int
+	peakHeap, mountAllocs      uint64
+}
+
+// cpuTime is the process's user+system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// heapSampler tracks the peak live heap while it runs.
+type heapSampler struct {
+	stop chan struct{}
+	done chan uint64
+}
+
+func sampleHeap() *heapSampler {
+	h := &heapSampler{stop: make(chan struct{}), done: make(chan uint64)}
+	go func() {
+		var peak uint64
+		var ms runtime.MemStats
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			runtime.ReadMemStats(&ms)
+			peak = max(peak, ms.HeapAlloc)
+			select {
+			case <-h.stop:
+				h.done <- peak
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return h
+}
+
+func (h *heapSampler) peak() uint64 { close(h.stop); return <-h.done }
+
+// apiRequests counts the clientset's requests other than the informers'
+// list and watch, and other than the simulated controllers' writes to
+// VolumeAttachments: the requests nodevol itself makes.
+func apiRequests(client *fake.Clientset) int {
+	n := 0
+	for _, a := range client.Actions() {
+		switch {
+		case a.GetVerb() == "list" || a.GetVerb() == "watch":
+		case a.GetResource().Resource == "volumeattachments":
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+func runWorkload(b *testing.B, w workload) result {
 	b.StopTimer()
 	drv := csitest.New(b, csitest.Options{NoRecord: true, CreateTargetDirs: true})
-	objs := []runtime.Object{csitest.CSIDriver(drv.DriverName(), false)}
-	pods := make([]*v1.Pod, n)
+	objs := []kruntime.Object{csitest.CSIDriver(drv.DriverName(), w.attach > 0)}
+	pods := make([]*v1.Pod, w.pods)
+	var pvs []*v1.PersistentVolume
 	for i := range pods {
 		name := fmt.Sprintf("claim-%d", i)
-		pvc, pv := csitest.BoundClaim("ns", name, drv.DriverName(), "handle-"+name)
-		objs = append(objs, pvc, pv)
+		if w.shared {
+			name = "shared"
+		}
+		if i == 0 || !w.shared {
+			pvc, pv := csitest.BoundClaim("ns", name, drv.DriverName(), "handle-"+name, csitest.PVAccessModes(v1.ReadWriteMany))
+			objs = append(objs, pvc, pv)
+			pvs = append(pvs, pv)
+		}
 		pods[i] = csitest.Pod("ns", fmt.Sprintf("pod-%d", i), csitest.WithPVC("data", name, false))
 	}
-	vm, err := New(Config{NodeName: node, KubeClient: fake.NewClientset(objs...), RootDir: b.TempDir(), Mounter: mount.NewFakeMounter(nil)})
+	client := fake.NewClientset(objs...)
+	if w.attach > 0 {
+		csitest.NewFakeAttacher(b, client, csitest.AttacherOptions{Delay: w.attach})
+	}
+	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: b.TempDir(), Mounter: mount.NewFakeMounter(nil)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -58,11 +136,29 @@ func mountPods(b *testing.B, n int) (mountTime, unmountTime time.Duration, dials
 	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
 		b.Fatal(err)
 	}
-	waitCtx, waitCancel := context.WithTimeout(ctx, 5*time.Minute)
+	<-vm.ready
+	waitCtx, waitCancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer waitCancel()
+	runtime.GC()
+	var r result
+	r.volumes = len(pvs)
+	apiBefore, rpcsBefore := apiRequests(client), drv.Calls("")
+	heap := sampleHeap()
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
 
 	b.StartTimer()
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
+	if w.attach > 0 {
+		// The attach/detach controller's part: a VolumeAttachment per PV.
+		go func() {
+			for _, pv := range pvs {
+				if _, err := csitest.AttachVolume(ctx, client, pv, node); err != nil && ctx.Err() == nil {
+					b.Error(err)
+				}
+			}
+		}()
+	}
 	for _, p := range pods {
 		vm.AddPod(p)
 	}
@@ -71,8 +167,21 @@ func mountPods(b *testing.B, n int) (mountTime, unmountTime time.Duration, dials
 			b.Fatal(err)
 		}
 	}
-	mountTime = time.Since(start)
-	start = time.Now()
+	r.mount, r.mountCPU = time.Since(start), cpuTime()-cpu
+	b.StopTimer()
+	runtime.ReadMemStats(&ms1)
+	r.mountAllocs = ms1.Mallocs - ms0.Mallocs
+	r.rpcs = drv.Calls("") - rpcsBefore
+	r.apiRequests = apiRequests(client) - apiBefore
+
+	if w.idle > 0 {
+		start, cpu = time.Now(), cpuTime()
+		time.Sleep(w.idle)
+		r.idle, r.idleCPU = time.Since(start), cpuTime()-cpu
+	}
+
+	b.StartTimer()
+	start, cpu = time.Now(), cpuTime()
 	for _, p := range pods {
 		vm.DeletePod(p)
 	}
@@ -88,10 +197,186 @@ func mountPods(b *testing.B, n int) (mountTime, unmountTime time.Duration, dials
 		case <-time.After(time.Millisecond):
 		}
 	}
-	unmountTime = time.Since(start)
+	r.unmount, r.unmountCPU = time.Since(start), cpuTime()-cpu
 	b.StopTimer()
-	if got := drv.Calls("NodeStageVolume"); got != n {
-		b.Fatalf("NodeStageVolume calls = %d, want %d", got, n)
+	r.peakHeap = heap.peak()
+	r.dials = vm.Drivers().Dials()
+	if got := drv.Calls("NodeStageVolume"); got != len(pvs) {
+		b.Fatalf("NodeStageVolume calls = %d, want %d", got, len(pvs))
 	}
-	return mountTime, unmountTime, vm.Drivers().Dials()
+	return r
+}
+
+// report runs w b.N times and reports the averages.
+func report(b *testing.B, w workload) {
+	var sum result
+	for i := 0; i < b.N; i++ {
+		r := runWorkload(b, w)
+		sum.mount += r.mount
+		sum.unmount += r.unmount
+		sum.mountCPU += r.mountCPU
+		sum.unmountCPU += r.unmountCPU
+		sum.idleCPU += r.idleCPU
+		sum.idle += r.idle
+		sum.dials += r.dials
+		sum.rpcs += r.rpcs
+		sum.apiRequests += r.apiRequests
+		sum.volumes += r.volumes
+		sum.peakHeap = max(sum.peakHeap, r.peakHeap)
+		sum.mountAllocs += r.mountAllocs
+	}
+	n := float64(b.N)
+	b.ReportMetric(sum.mount.Seconds()/n, "mount-s")
+	b.ReportMetric(sum.mountCPU.Seconds()/n, "mount-cpu-s")
+	b.ReportMetric(sum.unmount.Seconds()/n, "unmount-s")
+	b.ReportMetric(sum.unmountCPU.Seconds()/n, "unmount-cpu-s")
+	if w.idle > 0 {
+		b.ReportMetric(sum.idleCPU.Seconds()/n, "idle-cpu-s")
+	}
+	b.ReportMetric(float64(sum.mount.Microseconds())/(n*float64(w.pods)), "µs-mount/pod")
+	b.ReportMetric(float64(sum.unmount.Microseconds())/(n*float64(w.pods)), "µs-unmount/pod")
+	b.ReportMetric(float64(sum.dials)/n, "dials/run")
+	b.ReportMetric(float64(sum.rpcs)/float64(sum.volumes), "rpcs/vol")
+	b.ReportMetric(float64(sum.apiRequests)/float64(sum.volumes), "api/vol")
+	b.ReportMetric(float64(sum.mountAllocs)/(n*float64(w.pods)), "allocs/pod")
+	b.ReportMetric(float64(sum.peakHeap)/(1<<20), "peak-heap-MiB")
+	b.ReportMetric(0, "ns/op")
+}
+
+// benchSizes returns the pod counts to run, NODEVOL_BENCH_PODS (comma
+// separated) overriding the default.
+func benchSizes(def ...int) []int {
+	env := os.Getenv("NODEVOL_BENCH_PODS")
+	if env == "" {
+		return def
+	}
+	var out []int
+	for _, f := range strings.Split(env, ",") {
+		if n, err := strconv.Atoi(f); err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// BenchmarkMountPods is W1 and W2: N pods with one PVC each mounted, then
+// all unmounted and unstaged.
+func BenchmarkMountPods(b *testing.B) {
+	for _, n := range benchSizes(10, 100, 1000, 5000) {
+		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) { report(b, workload{pods: n}) })
+	}
+}
+
+// BenchmarkIdle is W3: 10,000 mounted volumes left alone for a minute
+// (idle-cpu-s: the CPU the whole process used meanwhile).
+func BenchmarkIdle(b *testing.B) {
+	n := 10000
+	if s := benchSizes(); len(s) > 0 {
+		n = s[len(s)-1]
+	}
+	b.Run(fmt.Sprintf("volumes=%d", n), func(b *testing.B) { report(b, workload{pods: n, idle: time.Minute}) })
+}
+
+// BenchmarkSharedVolume is W4: 100 pods sharing one RWX PVC.
+func BenchmarkSharedVolume(b *testing.B) {
+	b.Run("pods=100", func(b *testing.B) { report(b, workload{pods: 100, shared: true}) })
+}
+
+// BenchmarkAttachRequired is W5: attach required; the fake attacher marks
+// each VolumeAttachment attached 5 ms after it appears.
+func BenchmarkAttachRequired(b *testing.B) {
+	for _, n := range benchSizes(100, 1000) {
+		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) { report(b, workload{pods: n, attach: 5 * time.Millisecond}) })
+	}
+}
+
+// BenchmarkDriverOnly is the floor: NodeStageVolume + NodePublishVolume for
+// N volumes, then NodeUnpublishVolume + NodeUnstageVolume, issued straight
+// to the same in-process driver over one connection, MaxConcurrentOperations
+// (64) at a time, nodevol's default.
+func BenchmarkDriverOnly(b *testing.B) {
+	for _, n := range benchSizes(10, 100, 1000, 5000) {
+		b.Run(fmt.Sprintf("volumes=%d", n), func(b *testing.B) {
+			var mountT, unmountT, mountCPU, unmountCPU time.Duration
+			for i := 0; i < b.N; i++ {
+				m, u, mc, uc := driverOnly(b, n, 64)
+				mountT += m
+				unmountT += u
+				mountCPU += mc
+				unmountCPU += uc
+			}
+			nn := float64(b.N)
+			b.ReportMetric(mountT.Seconds()/nn, "mount-s")
+			b.ReportMetric(mountCPU.Seconds()/nn, "mount-cpu-s")
+			b.ReportMetric(unmountT.Seconds()/nn, "unmount-s")
+			b.ReportMetric(unmountCPU.Seconds()/nn, "unmount-cpu-s")
+			b.ReportMetric(float64(mountT.Microseconds())/(nn*float64(n)), "µs-mount/pod")
+			b.ReportMetric(float64(unmountT.Microseconds())/(nn*float64(n)), "µs-unmount/pod")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+func driverOnly(b *testing.B, n, concurrency int) (mountT, unmountT, mountCPU, unmountCPU time.Duration) {
+	b.StopTimer()
+	drv := csitest.New(b, csitest.Options{NoRecord: true, CreateTargetDirs: true})
+	conn, err := grpc.NewClient("unix://"+drv.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	node := csi.NewNodeClient(conn)
+	dir := b.TempDir()
+	capability := &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+	ctx := context.Background()
+	each := func(f func(i int) error) {
+		var wg sync.WaitGroup
+		next := make(chan int)
+		for w := 0; w < concurrency; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range next {
+					if err := f(i); err != nil {
+						b.Error(err)
+					}
+				}
+			}()
+		}
+		for i := 0; i < n; i++ {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+	}
+	paths := func(i int) (string, string, string) {
+		id := "vol-" + strconv.Itoa(i)
+		return id, fmt.Sprintf("%s/stage/%d", dir, i), fmt.Sprintf("%s/pods/%d/mount", dir, i)
+	}
+	b.StartTimer()
+	start, cpu := time.Now(), cpuTime()
+	each(func(i int) error {
+		id, staging, target := paths(i)
+		if _, err := node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging, VolumeCapability: capability}); err != nil {
+			return err
+		}
+		_, err := node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: capability})
+		return err
+	})
+	mountT, mountCPU = time.Since(start), cpuTime()-cpu
+	start, cpu = time.Now(), cpuTime()
+	each(func(i int) error {
+		id, staging, target := paths(i)
+		if _, err := node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}); err != nil {
+			return err
+		}
+		_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
+		return err
+	})
+	unmountT, unmountCPU = time.Since(start), cpuTime()-cpu
+	b.StopTimer()
+	return mountT, unmountT, mountCPU, unmountCPU
 }
