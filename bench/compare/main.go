@@ -1,0 +1,155 @@
+// Command compare runs nodevol's workload benchmarks (volumemanager), the
+// same workloads on the kubelet's volume manager (bench/kubelet, a separate
+// module requiring k8s.io/kubernetes) and the driver-only floor, in one
+// invocation, and prints one table with the ratios nodevol/kubelet and
+// nodevol/driver-only. Run it from the repository root (make bench-compare).
+//
+//	compare [-pods 10,100,1000,5000] [-bench regexp]
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// results maps a benchmark name (without the -GOMAXPROCS suffix) to its
+// metrics by unit.
+type results map[string]map[string]float64
+
+var line = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.+)$`)
+
+// parse reads `go test -bench` output.
+func parse(out []byte) results {
+	r := results{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		m := line.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		f := strings.Fields(m[2])
+		metrics := map[string]float64{}
+		for i := 0; i+1 < len(f); i += 2 {
+			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+				metrics[f[i+1]] = v
+			}
+		}
+		r[m[1]] = metrics
+	}
+	return r
+}
+
+// bench runs the benchmarks matching re in dir/pkg and returns them.
+func bench(dir, pkg, re, pods string) (results, error) {
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", re, "-benchtime", "1x", "-timeout", "90m", pkg)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "NODEVOL_BENCH_PODS="+pods)
+	cmd.Stderr = os.Stderr
+	fmt.Fprintf(os.Stderr, "running %s in %s ...\n", strings.Join(cmd.Args, " "), dir)
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out)
+	}
+	return parse(out), nil
+}
+
+// rows are the metrics the table shows, in order.
+var rows = []struct{ unit, label string }{
+	{"mount-s", "mount wall s"},
+	{"mount-cpu-s", "mount CPU s"},
+	{"unmount-s", "unmount wall s (until unstaged)"},
+	{"unmount-cpu-s", "unmount CPU s"},
+	{"idle-cpu-s", "idle minute CPU s"},
+	{"dials/vol", "gRPC dials per volume (mount)"},
+	{"rpcs/vol", "CSI RPCs per volume (mount)"},
+	{"api/vol", "API requests per volume (mount)"},
+	{"allocs/pod", "allocations per pod (mount)"},
+	{"peak-heap-MiB", "peak heap MiB"},
+}
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		if a == 0 {
+			return "="
+		}
+		return "-"
+	}
+	return fmt.Sprintf("%.3g", a/b)
+}
+
+func num(v float64, ok bool) string {
+	if !ok {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'g', 4, 64)
+}
+
+func main() {
+	pods := flag.String("pods", "10,100,1000,5000", "pod counts for W1/W2, W5 and the floor")
+	idle := flag.Int("idle-volumes", 10000, "volumes for W3 (the idle minute)")
+	re := flag.String("bench", "MountPods|Idle|SharedVolume|AttachRequired|DriverOnly", "benchmarks to run")
+	flag.Parse()
+
+	os.Setenv("NODEVOL_BENCH_IDLE_VOLUMES", strconv.Itoa(*idle))
+	nv, err := bench(".", "./volumemanager", *re, *pods)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	kl, err := bench("bench/kubelet", ".", *re, *pods)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	names := map[string]bool{}
+	for n := range nv {
+		if !strings.HasPrefix(n, "BenchmarkDriverOnly") {
+			names[n] = true
+		}
+	}
+	for n := range kl {
+		names[n] = true
+	}
+	sorted := make([]string, 0, len(names))
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	sort.Strings(sorted)
+
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "workload\tmetric\tnodevol\tkubelet\tnodevol/kubelet\tdriver-only\tnodevol/driver-only\t")
+	for _, name := range sorted {
+		var floor map[string]float64
+		if strings.Contains(name, "MountPods/pods=") {
+			floor = nv[strings.Replace(name, "MountPods/pods=", "DriverOnly/volumes=", 1)]
+		}
+		short := strings.TrimPrefix(name, "Benchmark")
+		for _, r := range rows {
+			a, aok := nv[name][r.unit]
+			b, bok := kl[name][r.unit]
+			if !aok && !bok {
+				continue
+			}
+			f, fok := floor[r.unit]
+			cols := []string{short, r.label, num(a, aok), num(b, bok), "-", num(f, fok), "-"}
+			if aok && bok {
+				cols[4] = ratio(a, b)
+			}
+			if aok && fok {
+				cols[6] = ratio(a, f)
+			}
+			fmt.Fprintln(w, strings.Join(cols, "\t")+"\t")
+		}
+	}
+	w.Flush()
+}
