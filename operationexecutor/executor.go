@@ -82,6 +82,10 @@ type Operation struct {
 	// Done, if set, is called with Fn's error after the key is released:
 	// the place to ask for the next step.
 	Done func(err error)
+	// Needed, if set, is asked once the key is held, before Fn: false means
+	// that an operation that finished since this one was planned did its
+	// work, and it is dropped (no Fn, Apply or Done; backoff untouched).
+	Needed func() bool
 }
 
 // Executor runs operations. It is safe for concurrent use.
@@ -143,6 +147,10 @@ func (e *Executor) Run(ctx context.Context, op Operation) error {
 
 	go func() {
 		defer e.wg.Done()
+		if op.Needed != nil && !op.Needed() {
+			e.release(op)
+			return
+		}
 		var err error
 		select {
 		case e.sem <- struct{}{}:
@@ -182,13 +190,25 @@ func (e *Executor) admit(op Operation) error {
 	return nil
 }
 
-func (e *Executor) finish(op Operation, err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+// release frees op's key; e.mu is held.
+func (e *Executor) releaseLocked(op Operation) {
 	delete(e.running, op.Key)
 	if e.perVol[op.Key.Volume]--; e.perVol[op.Key.Volume] <= 0 {
 		delete(e.perVol, op.Key.Volume)
 	}
+}
+
+// release frees the key of an operation that was dropped.
+func (e *Executor) release(op Operation) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.releaseLocked(op)
+}
+
+func (e *Executor) finish(op Operation, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.releaseLocked(op)
 	if err == nil {
 		delete(e.backoff, op.Key)
 		return

@@ -141,3 +141,29 @@ func TestDoneAndConcurrencyLimit(t *testing.T) {
 	}
 	e.Wait()
 }
+
+// TestNeeded: an operation no longer needed once its key is held is
+// dropped without running, applying or asking for more, and frees its key.
+func TestNeeded(t *testing.T) {
+	for _, needed := range []bool{false, true} {
+		e := New(Options{})
+		var ran, applied, done bool
+		op := Operation{
+			Key: Key{Volume: "vol", Pod: "p"}, Name: "volume_mount",
+			Fn:     func(context.Context) error { ran = true; return nil },
+			Apply:  func(error) { applied = true },
+			Done:   func(error) { done = true },
+			Needed: func() bool { return needed },
+		}
+		if err := e.Run(context.Background(), op); err != nil {
+			t.Fatal(err)
+		}
+		e.Wait()
+		if ran != needed || applied != needed || done != needed {
+			t.Errorf("needed=%v: ran %v, applied %v, done %v", needed, ran, applied, done)
+		}
+		if e.IsRunning("vol") {
+			t.Errorf("needed=%v: key still held", needed)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package volumemanager
 import (
 	"context"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -207,5 +208,30 @@ func TestBlockRestartReconstructs(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(filepath.Join(root, "pods", "*", "volumeDevices", "kubernetes.io~csi", "*")); len(m) > 0 {
 		t.Errorf("left behind: %v", m)
+	}
+}
+
+// TestSharedVolumeRPCs: 100 pods of one RWX volume cost exactly one
+// NodeStageVolume and one NodePublishVolume each, although plans made from
+// snapshots taken while other pods' publishes finish ask for some twice.
+func TestSharedVolumeRPCs(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	e.claim("shared", csitest.PVAccessModes(v1.ReadWriteMany))
+	var pods []*v1.Pod
+	for i := 0; i < 100; i++ {
+		p := csitest.Pod("ns", "pod-"+strconv.Itoa(i), csitest.WithPVC("data", "shared", false))
+		pods = append(pods, p)
+		e.vm.AddPod(p)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, p := range pods {
+		if err := e.vm.WaitForAttachAndMount(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitIdle(t, e.vm)
+	if s, p := e.drv.Calls("NodeStageVolume"), e.drv.Calls("NodePublishVolume"); s != 1 || p != 100 {
+		t.Errorf("NodeStageVolume %d, NodePublishVolume %d; want 1 and 100", s, p)
 	}
 }

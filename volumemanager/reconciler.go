@@ -69,17 +69,41 @@ func (r *reconciler) sync(ctx context.Context, name cache.UniqueVolumeName) {
 		actions = actions[:len(actions)-1] // reported in use first; the report retries the volume
 	}
 	for _, a := range actions {
-		r.start(ctx, name, spec, actual, a)
+		r.start(ctx, name, spec, actual, a, func() bool { return r.stillNeeded(a) })
 	}
 }
 
-// start starts one action on volume name.
-func (r *reconciler) start(ctx context.Context, name cache.UniqueVolumeName, spec cache.VolumeSpec, actual cache.ActualVolume, a oe.Action) {
+// stillNeeded reports whether a planned action is still to do: the plan
+// was made from a snapshot, and an operation that finished since may have
+// done the work (several pods' publishes of one volume, for example).
+func (r *reconciler) stillNeeded(a oe.Action) bool {
+	v, known := r.asw.Volume(a.Volume)
+	switch a.Kind {
+	case oe.OpAttach:
+		return !known || !v.Attached
+	case oe.OpStage:
+		return !known || v.DeviceState != cache.Mounted
+	case oe.OpPublish:
+		pm, ok := v.Pods[a.Pod.Pod.UID]
+		return !known || !ok || pm.State != cache.Mounted
+	case oe.OpUnpublish:
+		pm, ok := v.Pods[a.Pod.Pod.UID]
+		return known && ok && pm.State.MayBeMounted()
+	case oe.OpUnstage:
+		return known && v.DeviceState.MayBeMounted()
+	}
+	return true
+}
+
+// start starts one action on volume name; needed, if set, is checked once
+// the action's key is held (see oe.Operation.Needed).
+func (r *reconciler) start(ctx context.Context, name cache.UniqueVolumeName, spec cache.VolumeSpec, actual cache.ActualVolume, a oe.Action, needed func() bool) {
 	in := oe.Input{Spec: spec, PublishContext: actual.PublishContext, DeviceMountPath: actual.DeviceMountPath}
 	if a.Kind == oe.OpUnpublish || a.Kind == oe.OpUnstage {
 		in.Spec = actual.Spec // tear down what was set up
 	}
 	op := oe.NewOperation(r.plugin, a, in, r.apply, func() { r.queue.Add(name) })
+	op.Needed = needed
 	err := r.exec.Run(ctx, op)
 	var be *oe.BackoffError
 	switch {

@@ -39,7 +39,7 @@ func republish(ctx context.Context, csiDrivers storagelisters.CSIDriverLister, d
 			}
 			for _, pv := range desired {
 				if pm, ok := actual.Pods[pv.Pod.UID]; ok && pm.State == cache.Mounted {
-					rec.start(ctx, name, spec, actual, oe.Action{Kind: oe.OpPublish, Volume: name, Pod: pv})
+					rec.start(ctx, name, spec, actual, oe.Action{Kind: oe.OpPublish, Volume: name, Pod: pv}, nil)
 				}
 			}
 		}
