@@ -70,6 +70,10 @@ func TestCSISanity(t *testing.T) {
 			// without publishing dozens of volumes.
 			drv := startDriver(t, sock, filepath.Join(dir, "state"), "--max-volumes", "4")
 			report := filepath.Join(dir, "report.xml")
+			mutable := filepath.Join(dir, "mutable.yaml")
+			if err := os.WriteFile(mutable, []byte("description: sanity\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, sanity,
@@ -78,6 +82,7 @@ func TestCSISanity(t *testing.T) {
 				"--csi.stagingdir", filepath.Join(dir, "staging"),
 				"--csi.testvolumeaccesstype", access,
 				"--csi.testnodevolumeattachlimit",
+				"--csi.testvolumemutableparameters", mutable,
 				"--ginkgo.junit-report", report,
 				"--ginkgo.no-color",
 			)

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -88,11 +89,65 @@ func (d *Driver) topologyOK(req *csi.TopologyRequirement) bool {
 }
 
 func (d *Driver) csiVolume(v *volumeState) *csi.Volume {
-	return &csi.Volume{
+	vol := &csi.Volume{
 		VolumeId:           v.ID,
 		CapacityBytes:      v.CapacityBytes,
 		AccessibleTopology: []*csi.Topology{{Segments: maps.Clone(d.topology)}},
 	}
+	switch kind, id, _ := strings.Cut(v.Source, ":"); kind {
+	case "snapshot":
+		vol.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: id}}}
+	case "volume":
+		vol.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: id}}}
+	}
+	return vol
+}
+
+// source is a new volume's content source: the image to copy.
+type source struct {
+	kind, id, image string
+	size            int64
+}
+
+// String is how volumeState.Source records s ("" for none).
+func (s *source) String() string {
+	if s == nil {
+		return ""
+	}
+	return s.kind + ":" + s.id
+}
+
+// contentSource resolves CreateVolume's volume_content_source: a snapshot
+// or a volume that must exist (NotFound otherwise).
+func (d *Driver) contentSource(cs *csi.VolumeContentSource) (*source, error) {
+	switch {
+	case cs == nil:
+		return nil, nil
+	case cs.GetSnapshot() != nil:
+		id := cs.GetSnapshot().GetSnapshotId()
+		if err := validateSnapshotID("volume_content_source.snapshot.snapshot_id", id); err != nil {
+			return nil, err
+		}
+		sn := d.snaps.get(id)
+		if sn == nil {
+			return nil, status.Errorf(codes.NotFound, "volume_content_source: snapshot %s not found", id)
+		}
+		return &source{kind: "snapshot", id: id, image: d.snaps.imagePath(id), size: sn.SizeBytes}, nil
+	case cs.GetVolume() != nil:
+		id := cs.GetVolume().GetVolumeId()
+		if id == "" {
+			return nil, invalid("volume_content_source.volume.volume_id is required")
+		}
+		if err := validateID(id); err != nil {
+			return nil, err
+		}
+		v := d.store.get(id)
+		if v == nil {
+			return nil, status.Errorf(codes.NotFound, "volume_content_source: volume %s not found", id)
+		}
+		return &source{kind: "volume", id: id, image: d.store.imagePath(id), size: v.CapacityBytes}, nil
+	}
+	return nil, invalid("volume_content_source: neither a snapshot nor a volume")
 }
 
 // CreateVolume creates a sparse image file of the requested size. A
@@ -108,12 +163,23 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err := checkParameters(req.GetParameters()); err != nil {
 		return nil, err
 	}
-	if req.GetVolumeContentSource() != nil {
-		return nil, invalid("volume_content_source: snapshots and clones are not supported")
+	if err := checkMutableParameters("mutable_parameters", req.GetMutableParameters()); err != nil {
+		return nil, err
 	}
 	size, err := pickSize(req.GetCapacityRange())
 	if err != nil {
 		return nil, err
+	}
+	src, err := d.contentSource(req.GetVolumeContentSource())
+	if err != nil {
+		return nil, err
+	}
+	if src != nil && size < src.size {
+		// A volume made from a source holds all of it.
+		if lim := req.GetCapacityRange().GetLimitBytes(); lim > 0 && lim < src.size {
+			return nil, status.Errorf(codes.OutOfRange, "capacity_range: limit_bytes %d is smaller than the source's %d bytes", lim, src.size)
+		}
+		size = src.size
 	}
 	id := volumeIDFor(req.GetName())
 	unlock, err := d.lockVolume(ctx, id)
@@ -125,6 +191,9 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if v := d.store.get(id); v != nil {
 		if v.Name != req.GetName() {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %s: ID already used by volume name %q", id, v.Name)
+		}
+		if v.Source != src.String() {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %s (name %q) exists with content source %q, not %q", id, v.Name, v.Source, src.String())
 		}
 		if !sizeFits(v.CapacityBytes, req.GetCapacityRange()) {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %s (name %q) exists with %d bytes, outside the requested capacity range", id, v.Name, v.CapacityBytes)
@@ -139,14 +208,19 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	} else if size > free {
 		return nil, status.Errorf(codes.ResourceExhausted, "volume %s: %d bytes requested, %d free in the state directory", id, size, free)
 	}
-	if err := d.writeImage(id, size); err != nil {
+	if src != nil {
+		err = copySparse(d.store.imagePath(id), src.image, size)
+	} else {
+		err = d.writeImage(id, size)
+	}
+	if err != nil {
 		return nil, status.Errorf(codes.Internal, "volume %s: %v", id, err)
 	}
 	if err := d.mid(ctx, "CreateVolume", id); err != nil {
 		_ = os.Remove(d.store.imagePath(id))
 		return nil, err
 	}
-	v := &volumeState{ID: id, Name: req.GetName(), CapacityBytes: size}
+	v := &volumeState{ID: id, Name: req.GetName(), CapacityBytes: size, Source: src.String(), MutableParameters: req.GetMutableParameters()}
 	if err := d.store.put(v); err != nil {
 		_ = os.Remove(d.store.imagePath(id))
 		return nil, status.Errorf(codes.Internal, "%v", err)

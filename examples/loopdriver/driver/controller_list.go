@@ -26,21 +26,37 @@ const tokenPrefix = "v1:"
 // page returns the volumes of one page of a listing and the token of the
 // next, or an Aborted error for a token this driver did not make.
 func page(vols []*volumeState, maxEntries int32, token string) ([]*volumeState, string, error) {
+	ids := make([]string, len(vols))
+	for i, v := range vols {
+		ids[i] = v.ID
+	}
+	start, end, next, err := pageIDs(ids, maxEntries, token)
+	if err != nil {
+		return nil, "", err
+	}
+	return vols[start:end], next, nil
+}
+
+// pageIDs returns the bounds in sorted ids of one page of a listing and
+// the token of the next, or an Aborted error for a token this driver did
+// not make.
+func pageIDs(ids []string, maxEntries int32, token string) (start, end int, next string, err error) {
 	if maxEntries < 0 {
-		return nil, "", invalid("max_entries %d is negative", maxEntries)
+		return 0, 0, "", invalid("max_entries %d is negative", maxEntries)
 	}
 	if token != "" {
-		start, ok := strings.CutPrefix(token, tokenPrefix)
-		if !ok || validateID(start) != nil {
-			return nil, "", status.Errorf(codes.Aborted, "starting_token %q was not made by this driver", token)
+		from, ok := strings.CutPrefix(token, tokenPrefix)
+		if !ok || validateID(from) != nil {
+			return 0, 0, "", status.Errorf(codes.Aborted, "starting_token %q was not made by this driver", token)
 		}
-		i, _ := slices.BinarySearchFunc(vols, start, func(v *volumeState, id string) int { return strings.Compare(v.ID, id) })
-		vols = vols[i:]
+		start, _ = slices.BinarySearch(ids, from)
 	}
-	if maxEntries == 0 || int(maxEntries) >= len(vols) {
-		return vols, "", nil
+	end = len(ids)
+	if maxEntries > 0 && start+int(maxEntries) < len(ids) {
+		end = start + int(maxEntries)
+		next = tokenPrefix + ids[end]
 	}
-	return vols[:maxEntries], tokenPrefix + vols[maxEntries].ID, nil
+	return start, end, next, nil
 }
 
 func (d *Driver) publishedNodes(v *volumeState) []string {
@@ -205,6 +221,11 @@ func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 		csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
 		csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+		csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
+		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+		csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
 	} {
 		caps = append(caps, &csi.ControllerServiceCapability{
 			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}},

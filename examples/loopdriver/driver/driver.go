@@ -80,6 +80,7 @@ type Driver struct {
 	topology     map[string]string
 
 	store   *store
+	snaps   *snapshotStore
 	mounter *mount.SafeFormatAndMount
 	exec    utilexec.Interface
 	loop    LoopDevices
@@ -135,6 +136,10 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loop driver: %w", err)
 	}
+	snaps, err := openSnapshotStore(stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("loop driver: %w", err)
+	}
 	return &Driver{
 		name:       cfg.DriverName,
 		nodeID:     cfg.NodeID,
@@ -142,6 +147,7 @@ func New(cfg Config) (*Driver, error) {
 		stateDir:   stateDir,
 		topology:   map[string]string{topologyKey(cfg.DriverName): cfg.NodeID},
 		store:      st,
+		snaps:      snaps,
 		mounter:    mount.NewSafeFormatAndMount(cfg.Mounter, cfg.Exec),
 		exec:       cfg.Exec,
 		loop:       cfg.Loop,

@@ -27,6 +27,12 @@ type volumeState struct {
 	ID            string `json:"id"`
 	Name          string `json:"name"`
 	CapacityBytes int64  `json:"capacityBytes"`
+	// Source is what the volume was made from: "snapshot:{id}" or
+	// "volume:{id}"; empty for an empty volume.
+	Source string `json:"source,omitempty"`
+	// MutableParameters are the volume's mutable parameters (see
+	// DescriptionParameter).
+	MutableParameters map[string]string `json:"mutableParameters,omitempty"`
 	// Nodes maps each node the volume is controller-published to onto
 	// how it was published.
 	Nodes map[string]nodePublication `json:"nodes,omitempty"`
@@ -66,6 +72,7 @@ func (v *volumeState) clone() *volumeState {
 	c := *v
 	c.Nodes = maps.Clone(v.Nodes)
 	c.Targets = maps.Clone(v.Targets)
+	c.MutableParameters = maps.Clone(v.MutableParameters)
 	if v.Stage != nil {
 		s := *v.Stage
 		c.Stage = &s
