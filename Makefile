@@ -9,7 +9,7 @@ GOTESTFLAGS     ?= -race -count=1 -timeout 30m
 export PATH     := $(BIN):$(PATH)
 export CSI_SANITY := $(BIN)/csi-sanity
 
-.PHONY: all build test unit bench demo lint deps tools clean
+.PHONY: all build test unit bench bench-compare demo lint deps tools clean
 
 all: build
 
@@ -41,13 +41,24 @@ $(BIN)/csi-sanity:
 test: deps tools
 	$(GO) vet ./...
 	$(GO) test $(GOTESTFLAGS) ./...
+	cd bench/kubelet && $(GO) vet .
 
 # Fast tests only: no root, no real mounts.
 unit:
 	$(GO) test -short -count=1 ./...
 
+# Every benchmark: the workloads W1-W5 and the driver-only floor
+# (volumemanager), the loop driver, registration, the CSI test kit.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...
+
+# nodevol and the kubelet's volume manager (bench/kubelet, its own module
+# requiring k8s.io/kubernetes) on the same workloads, one table with ratios.
+# Takes about 10 minutes; PODS and IDLE_VOLUMES shrink it.
+PODS         ?= 10,100,1000,5000
+IDLE_VOLUMES ?= 10000
+bench-compare:
+	$(GO) run ./bench/compare -pods $(PODS) -idle-volumes $(IDLE_VOLUMES)
 
 demo: deps build
 	$(GO) run ./examples/nodeagent --demo
