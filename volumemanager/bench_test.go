@@ -150,14 +150,15 @@ func runWorkload(b *testing.B, w workload) result {
 	b.StartTimer()
 	start, cpu := time.Now(), cpuTime()
 	if w.attach > 0 {
-		// The attach/detach controller's part: a VolumeAttachment per PV.
-		go func() {
-			for _, pv := range pvs {
+		// The attach/detach controller's part: a VolumeAttachment per PV,
+		// all at once, as the kubelet's side of bench-compare does.
+		for _, pv := range pvs {
+			go func() {
 				if _, err := csitest.AttachVolume(ctx, client, pv, node); err != nil && ctx.Err() == nil {
 					b.Error(err)
 				}
-			}
-		}()
+			}()
+		}
 	}
 	for _, p := range pods {
 		vm.AddPod(p)
