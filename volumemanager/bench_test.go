@@ -121,7 +121,10 @@ func runWorkload(b *testing.B, w workload) result {
 		}
 		pods[i] = csitest.Pod("ns", fmt.Sprintf("pod-%d", i), csitest.WithPVC("data", name, false))
 	}
-	client := fake.NewClientset(objs...)
+	// The simple tracker, as on the kubelet's side of bench-compare: the
+	// field-managed one of NewClientset builds a REST mapper per write,
+	// which would be most of W5's CPU and none of nodevol's.
+	client := fake.NewSimpleClientset(objs...) //nolint:staticcheck // see above
 	if w.attach > 0 {
 		csitest.NewFakeAttacher(b, client, csitest.AttacherOptions{Delay: w.attach})
 	}
