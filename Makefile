@@ -54,7 +54,7 @@ bench: deps
 
 # nodevol and the kubelet's volume manager (bench/kubelet, its own module
 # requiring k8s.io/kubernetes) on the same workloads, one table with ratios.
-# Takes about 10 minutes; PODS and IDLE_VOLUMES shrink it.
+# Takes about 5 minutes; PODS and IDLE_VOLUMES shrink it.
 PODS         ?= 10,100,1000,5000
 IDLE_VOLUMES ?= 10000
 bench-compare:
