@@ -28,7 +28,14 @@ type PodMount struct {
 	State  MountState
 	// Path is where the volume was published for the pod.
 	Path string
+	// Busy is true while an operation on this mount runs: whatever State
+	// says, the volume may be mounted (a NodePublishVolume in flight).
+	Busy bool
 }
+
+// MayBeMounted reports whether the pod may have the volume mounted: it is
+// Mounted or Uncertain, or an operation on it is running.
+func (m PodMount) MayBeMounted() bool { return m.Busy || m.State.MayBeMounted() }
 
 // MountedVolume is one volume of a pod, as GetMountedVolumesForPod reports it.
 type MountedVolume struct {
@@ -106,16 +113,56 @@ func (a *ActualStateOfWorld) SetDeviceState(spec VolumeSpec, state MountState, d
 	a.wakeVolume(v)
 }
 
-// SetPodMount records the state of a pod's mount of a volume.
+// SetPodMount records the state of a pod's mount of a volume after an
+// operation (it clears Busy).
 func (a *ActualStateOfWorld) SetPodMount(spec VolumeSpec, vol PodVolume, state MountState, path string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	v := a.volume(spec)
 	pm := v.Pods[vol.Pod.UID]
-	pm.Volume, pm.State = vol, state
+	pm.Volume, pm.State, pm.Busy = vol, state, false
 	if path != "" {
 		pm.Path = path
 	}
+	v.Pods[vol.Pod.UID] = pm
+	idx := a.pods[vol.Pod.UID]
+	if idx == nil {
+		idx = map[UniqueVolumeName]struct{}{}
+		a.pods[vol.Pod.UID] = idx
+	}
+	idx[spec.Name] = struct{}{}
+	a.wake(vol.Pod.UID)
+}
+
+// SetPodBusy marks the start (busy) or the end of an operation on a pod's
+// mount of a volume. A mount that is not busy and NotMounted is forgotten.
+func (a *ActualStateOfWorld) SetPodBusy(spec VolumeSpec, vol PodVolume, busy bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !busy {
+		v := a.volumes[spec.Name]
+		if v == nil {
+			return
+		}
+		pm, ok := v.Pods[vol.Pod.UID]
+		if !ok {
+			return
+		}
+		if pm.State != NotMounted {
+			pm.Busy = false
+			v.Pods[vol.Pod.UID] = pm
+			a.wake(vol.Pod.UID)
+			return
+		}
+		a.deletePodMount(spec.Name, vol.Pod.UID)
+		return
+	}
+	v := a.volume(spec)
+	pm, ok := v.Pods[vol.Pod.UID]
+	if !ok {
+		pm.Volume = vol
+	}
+	pm.Busy = true
 	v.Pods[vol.Pod.UID] = pm
 	idx := a.pods[vol.Pod.UID]
 	if idx == nil {
@@ -130,6 +177,10 @@ func (a *ActualStateOfWorld) SetPodMount(spec VolumeSpec, vol PodVolume, state M
 func (a *ActualStateOfWorld) DeletePodMount(name UniqueVolumeName, uid types.UID) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.deletePodMount(name, uid)
+}
+
+func (a *ActualStateOfWorld) deletePodMount(name UniqueVolumeName, uid types.UID) {
 	if v := a.volumes[name]; v != nil {
 		delete(v.Pods, uid)
 	}
@@ -162,8 +213,8 @@ func (a *ActualStateOfWorld) DeleteVolume(name UniqueVolumeName) {
 	delete(a.volumes, name)
 }
 
-// PodVolumes returns the volumes a pod may have mounted (Mounted or Uncertain),
-// sorted by spec name.
+// PodVolumes returns the volumes a pod may have mounted (Mounted or
+// Uncertain, or with an operation running), sorted by spec name.
 func (a *ActualStateOfWorld) PodVolumes(uid types.UID) []MountedVolume {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
@@ -174,7 +225,7 @@ func (a *ActualStateOfWorld) PodVolumes(uid types.UID) []MountedVolume {
 			continue
 		}
 		pm, ok := v.Pods[uid]
-		if !ok || !pm.State.MayBeMounted() {
+		if !ok || !pm.MayBeMounted() {
 			continue
 		}
 		out = append(out, MountedVolume{

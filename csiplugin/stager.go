@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/klog/v2"
@@ -86,6 +87,12 @@ func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string,
 // whose staging directory does not exist is not staged: nothing to do,
 // whether or not its driver is registered. The staging path is removed
 // only when it is no longer a mount point.
+//
+// It refuses (an *oe.InUseError) while any mount under {root}/pods
+// references the staged device, as the kubelet's UnmountDevice refuses
+// while GetDeviceMountRefs finds one: a pod that nodevol does not know of
+// (its vol_data.json unreadable, say) may still have it published, and
+// most drivers would unstage under it.
 func (p *Plugin) UnmountDevice(ctx context.Context, req oe.DeviceRequest) error {
 	spec := req.Spec
 	if spec.Ephemeral {
@@ -106,6 +113,9 @@ func (p *Plugin) UnmountDevice(ctx context.Context, req oe.DeviceRequest) error 
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
 	stagingPath := filepath.Join(dir, globalMount)
+	if err := p.checkMountRefs(stagingPath); err != nil {
+		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
+	}
 	if client.caps.StageUnstage {
 		err := client.withTimeout(p.timeout).NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{
 			VolumeId:          spec.VolumeHandle,
@@ -119,6 +129,26 @@ func (p *Plugin) UnmountDevice(ctx context.Context, req oe.DeviceRequest) error 
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
 	klog.FromContext(ctx).V(4).Info("Volume unstaged", "volume", spec.Name, "driver", spec.Driver, "stagingPath", stagingPath)
+	return nil
+}
+
+// checkMountRefs returns an *oe.InUseError when mounts under the pods
+// directory reference the device mounted at stagingPath.
+func (p *Plugin) checkMountRefs(stagingPath string) error {
+	refs, err := p.mounter.GetMountRefs(stagingPath)
+	if err != nil {
+		return fmt.Errorf("finding the mounts that reference %s: %w", stagingPath, err)
+	}
+	pods := filepath.Join(p.root, "pods") + string(filepath.Separator)
+	var inPods []string
+	for _, r := range refs {
+		if strings.HasPrefix(r, pods) {
+			inPods = append(inPods, r)
+		}
+	}
+	if len(inPods) > 0 {
+		return &oe.InUseError{Path: stagingPath, Refs: inPods}
+	}
 	return nil
 }
 

@@ -3,167 +3,135 @@ package operationexecutor
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
-
-	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodevol/nodevol/cache"
 )
 
-// blocker is an operation body that runs until released.
-type blocker struct{ release chan struct{} }
-
-func newBlocker() *blocker { return &blocker{release: make(chan struct{})} }
-func (b *blocker) fn(ctx context.Context) error {
-	select {
-	case <-b.release:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func TestExclusion(t *testing.T) {
-	v := cache.UniqueVolumeName("vol")
+func TestBackoff(t *testing.T) {
+	k := Key{Volume: "v"}
+	t0 := time.Unix(1000, 0)
+	errX := errors.New("x")
 	tests := []struct {
-		name     string
-		running  Key
-		next     Key
-		wantBusy bool
+		name string
+		run  func(b *Backoff) time.Duration // returns the last wait
+		want time.Duration
 	}{
-		{"volume op blocks same volume op", Key{Volume: v}, Key{Volume: v}, true},
-		{"volume op blocks pod op", Key{Volume: v}, Key{Volume: v, Pod: "p1"}, true},
-		{"pod op blocks volume op", Key{Volume: v, Pod: "p1"}, Key{Volume: v}, true},
-		{"pod op blocks same pod op", Key{Volume: v, Pod: "p1"}, Key{Volume: v, Pod: "p1"}, true},
-		{"pods of one volume run in parallel", Key{Volume: v, Pod: "p1"}, Key{Volume: v, Pod: "p2"}, false},
-		{"other volumes run in parallel", Key{Volume: v}, Key{Volume: "other"}, false},
+		{"first failure waits the initial backoff", func(b *Backoff) time.Duration { return b.Failed(k, OpStage, errX, t0) }, 500 * time.Millisecond},
+		{"doubles per failure", func(b *Backoff) time.Duration {
+			b.Failed(k, OpStage, errX, t0)
+			b.Failed(k, OpStage, errX, t0)
+			return b.Failed(k, OpStage, errX, t0)
+		}, 2 * time.Second},
+		{"capped at 2m2s", func(b *Backoff) time.Duration {
+			var w time.Duration
+			for i := 0; i < 20; i++ {
+				w = b.Failed(k, OpStage, errX, t0)
+			}
+			return w
+		}, 2*time.Minute + 2*time.Second},
+		{"another kind of operation starts over", func(b *Backoff) time.Duration {
+			b.Failed(k, OpStage, errX, t0)
+			b.Failed(k, OpStage, errX, t0)
+			return b.Failed(k, OpUnstage, errX, t0)
+		}, 500 * time.Millisecond},
+		{"success forgets", func(b *Backoff) time.Duration {
+			b.Failed(k, OpStage, errX, t0)
+			b.Succeeded(k)
+			return b.Failed(k, OpStage, errX, t0)
+		}, 500 * time.Millisecond},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := New(Options{})
-			b := newBlocker()
-			if err := e.Run(context.Background(), Operation{Key: tc.running, Name: "a", Fn: b.fn}); err != nil {
-				t.Fatal(err)
+			b := NewBackoff(BackoffOptions{})
+			if got := tc.run(b); got != tc.want {
+				t.Fatalf("wait %v, want %v", got, tc.want)
 			}
-			b2 := newBlocker()
-			err := e.Run(context.Background(), Operation{Key: tc.next, Name: "b", Fn: b2.fn})
-			if gotBusy := errors.Is(err, ErrBusy); gotBusy != tc.wantBusy {
-				t.Fatalf("Run = %v, want busy=%v", err, tc.wantBusy)
+			e, ok := b.Entry(k)
+			if !ok || !e.Until.Equal(t0.Add(tc.want)) || e.LastErr != errX {
+				t.Fatalf("entry %+v", e)
 			}
-			close(b.release)
-			close(b2.release)
-			e.Wait()
-			if e.IsRunning(v) {
-				t.Fatal("still running after Wait")
-			}
-			// Once released the key is free again.
-			if err := e.Run(context.Background(), Operation{Key: tc.next, Name: "b", Fn: func(context.Context) error { return nil }}); err != nil {
-				t.Fatalf("after release: %v", err)
-			}
-			e.Wait()
 		})
 	}
 }
 
-func TestBackoff(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	e := New(Options{Clock: clk, InitialBackoff: 500 * time.Millisecond, MaxBackoff: 2 * time.Second})
-	k := Key{Volume: "v"}
-	boom := errors.New("boom")
-	fail := Operation{Key: k, Name: "mount_device", Fn: func(context.Context) error { return boom }}
-	run := func(op Operation) error {
-		t.Helper()
-		err := e.Run(context.Background(), op)
-		e.Wait()
-		return err
+func TestBackoffByVolume(t *testing.T) {
+	b := NewBackoff(BackoffOptions{})
+	now := time.Unix(0, 0)
+	b.Failed(Key{Volume: "v", Pod: "p1"}, OpPublish, errors.New("x"), now)
+	b.Failed(Key{Volume: "v"}, OpStage, errors.New("y"), now)
+	b.Failed(Key{Volume: "w"}, OpStage, errors.New("z"), now)
+	if got := len(b.Volume("v")); got != 2 {
+		t.Fatalf("volume v has %d entries, want 2", got)
 	}
-	if err := run(fail); err != nil {
-		t.Fatal(err)
+	b.ForgetVolume("v")
+	if b.Volume("v") != nil {
+		t.Fatal("v not forgotten")
 	}
-	// Steps: after each failure the wait doubles up to the cap.
-	for i, wait := range []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 2 * time.Second} {
-		var be *BackoffError
-		if err := e.Run(context.Background(), fail); !errors.As(err, &be) || be.RetryAfter != wait || !errors.Is(be.LastErr, boom) {
-			t.Fatalf("step %d: Run = %v, want backoff %v", i, err, wait)
-		}
-		clk.Step(wait - time.Millisecond)
-		if err := e.Run(context.Background(), fail); err == nil {
-			t.Fatalf("step %d: ran 1ms early", i)
-		}
-		clk.Step(time.Millisecond)
-		if err := run(fail); err != nil {
-			t.Fatalf("step %d: Run after wait = %v", i, err)
-		}
+	if _, ok := b.Entry(Key{Volume: "w"}); !ok {
+		t.Fatal("forgetting v forgot w")
 	}
-	// Another operation on the key is not held back, and its success forgets the backoff.
-	if err := run(Operation{Key: k, Name: "unmount_device", Fn: func(context.Context) error { return nil }}); err != nil {
-		t.Fatal(err)
-	}
-	if err := run(fail); err != nil {
-		t.Fatalf("backoff not reset by success: %v", err)
-	}
-	// Forget drops the backoff of the volume.
-	e.Forget("v")
-	if err := run(fail); err != nil {
-		t.Fatalf("after Forget: %v", err)
+	b.Succeeded(Key{Volume: "w"})
+	if b.Volume("w") != nil {
+		t.Fatal("w not forgotten after success")
 	}
 }
 
-func TestDoneAndConcurrencyLimit(t *testing.T) {
-	e := New(Options{MaxConcurrent: 1})
-	b := newBlocker()
-	done := make(chan error, 2)
-	holding := make(chan struct{})
-	first := func(ctx context.Context) error { close(holding); return b.fn(ctx) }
-	if err := e.Run(context.Background(), Operation{Key: Key{Volume: "a"}, Name: "x", Fn: first, Done: func(err error) { done <- err }}); err != nil {
-		t.Fatal(err)
+func TestRunnerBoundsConcurrency(t *testing.T) {
+	r := NewRunner(2)
+	var running, peak atomic.Int32
+	release := make(chan struct{})
+	started := make(chan struct{}, 5)
+	for i := 0; i < 5; i++ {
+		r.Go(context.Background(), func(context.Context) {
+			n := running.Add(1)
+			for {
+				p := peak.Load()
+				if n <= p || peak.CompareAndSwap(p, n) {
+					break
+				}
+			}
+			started <- struct{}{}
+			<-release
+			running.Add(-1)
+		}, func(error) { t.Error("cancelled") })
 	}
-	<-holding // the first operation holds the only slot
-	started := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	// The second operation waits for a slot; cancelling its context ends it without running.
-	if err := e.Run(ctx, Operation{Key: Key{Volume: "b"}, Name: "x", Fn: func(context.Context) error { close(started); return nil }, Done: func(err error) { done <- err }}); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("waiting op ended with %v", err)
-	}
+	<-started
+	<-started
 	select {
 	case <-started:
-		t.Fatal("operation ran beyond the concurrency limit")
+		t.Fatal("a third function started beside two running ones")
 	default:
 	}
-	close(b.release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	close(release)
+	r.Wait()
+	if peak.Load() != 2 {
+		t.Fatalf("peak %d, want 2", peak.Load())
 	}
-	e.Wait()
 }
 
-// TestNeeded: an operation no longer needed once its key is held is
-// dropped without running, applying or asking for more, and frees its key.
-func TestNeeded(t *testing.T) {
-	for _, needed := range []bool{false, true} {
-		e := New(Options{})
-		var ran, applied, done bool
-		op := Operation{
-			Key: Key{Volume: "vol", Pod: "p"}, Name: "volume_mount",
-			Fn:     func(context.Context) error { ran = true; return nil },
-			Apply:  func(error) { applied = true },
-			Done:   func(error) { done = true },
-			Needed: func() bool { return needed },
-		}
-		if err := e.Run(context.Background(), op); err != nil {
-			t.Fatal(err)
-		}
-		e.Wait()
-		if ran != needed || applied != needed || done != needed {
-			t.Errorf("needed=%v: ran %v, applied %v, done %v", needed, ran, applied, done)
-		}
-		if e.IsRunning("vol") {
-			t.Errorf("needed=%v: key still held", needed)
-		}
+func TestRunnerCancelledWhileWaiting(t *testing.T) {
+	r := NewRunner(1)
+	release := make(chan struct{})
+	r.Go(context.Background(), func(context.Context) { <-release }, func(error) {})
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	r.Go(ctx, func(context.Context) { t.Error("ran after its context ended") }, func(err error) { got <- err })
+	cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled with %v", err)
+	}
+	close(release)
+	r.Wait()
+}
+
+func TestKeyString(t *testing.T) {
+	if s := (Key{Volume: cache.UniqueVolumeName("v"), Pod: "p"}).String(); s != "v/p" {
+		t.Fatal(s)
+	}
+	if s := (Key{Volume: "v"}).String(); s != "v" {
+		t.Fatal(s)
 	}
 }

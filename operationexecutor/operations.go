@@ -22,6 +22,9 @@ const (
 	OpUnpublish
 	// OpUnstage unstages the device (UnmountDevice, NodeUnstageVolume).
 	OpUnstage
+	// OpExpand grows a published volume on the node (NodeExpandVolume).
+	// Do does not run it: the caller owns expansion.
+	OpExpand
 )
 
 // String returns the kubelet's operation name, used in metrics and backoff.
@@ -37,6 +40,8 @@ func (k OpKind) String() string {
 		return "volume_unmount"
 	case OpUnstage:
 		return "unmount_device"
+	case OpExpand:
+		return "volume_fs_resize"
 	}
 	return fmt.Sprintf("OpKind(%d)", int(k))
 }
@@ -64,7 +69,8 @@ func (k OpKind) NameFor(mode cache.VolumeMode) string {
 type Action struct {
 	Kind   OpKind
 	Volume cache.UniqueVolumeName
-	// Pod is set for OpPublish and OpUnpublish.
+	// Pod is set for OpPublish and OpUnpublish, and for OpExpand (the pod
+	// whose published path the driver is given).
 	Pod cache.PodVolume
 }
 
@@ -83,7 +89,7 @@ func (a Action) String() string {
 	return fmt.Sprintf("%s %s", a.Kind, a.Volume)
 }
 
-// Outcome is what an operation did. The reconciler applies it to the actual state.
+// Outcome is what an operation did. The reconcile loop applies it to the actual state.
 type Outcome struct {
 	Action Action
 	Spec   cache.VolumeSpec
@@ -91,6 +97,9 @@ type Outcome struct {
 	Err error
 	// Uncertain is true when Err means the operation may have half-happened.
 	Uncertain bool
+	// NotRun is true when the operation never started (its context ended
+	// while it waited for a slot): nothing happened.
+	NotRun bool
 	// Path is the staging path (OpStage) or the pod's volume path (OpPublish).
 	Path string
 	// PublishContext is set by OpAttach.
@@ -106,46 +115,39 @@ type Input struct {
 	DeviceMountPath string
 }
 
-// NewOperation turns an action into an Operation that calls the plugin and
-// hands its Outcome to apply while the key is held, then calls done (if not
-// nil) after the key is released.
-func NewOperation(p Plugin, a Action, in Input, apply func(Outcome), done func()) Operation {
+// Do runs one plugin operation (not OpExpand) and returns its outcome: the
+// error, if any, names the operation, volume, driver and pod, and says
+// whether the operation may have half-happened.
+func Do(ctx context.Context, p Plugin, a Action, in Input) Outcome {
 	spec := in.Spec
 	out := Outcome{Action: a, Spec: spec}
-	fn := func(ctx context.Context) error {
-		start := time.Now()
-		switch a.Kind {
-		case OpAttach:
-			out.PublishContext, out.Err = p.WaitForAttach(ctx, &spec)
-		case OpStage:
-			out.Path, out.Err = p.MountDevice(ctx, DeviceRequest{Spec: &spec, PublishContext: in.PublishContext})
-		case OpUnstage:
-			out.Err = p.UnmountDevice(ctx, DeviceRequest{Spec: &spec, PublishContext: in.PublishContext})
-		case OpPublish:
-			out.Path, out.Err = p.SetUp(ctx, MountRequest{Spec: &spec, Volume: a.Pod, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath})
-		case OpUnpublish:
-			out.Err = p.TearDown(ctx, MountRequest{Spec: &spec, Volume: a.Pod, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath})
-		default:
-			out.Err = fmt.Errorf("unknown operation %v", a.Kind)
-		}
-		out.Duration = time.Since(start)
-		if out.Err != nil {
-			out.Uncertain = IsUncertain(out.Err)
-			out.Err = fmt.Errorf("%s failed for volume %q (driver %s%s): %w", a.Kind.NameFor(spec.Mode), spec.Name, spec.Driver, podSuffix(a), out.Err)
-		}
-		return out.Err
+	start := time.Now()
+	switch a.Kind {
+	case OpAttach:
+		out.PublishContext, out.Err = p.WaitForAttach(ctx, &spec)
+	case OpStage:
+		out.Path, out.Err = p.MountDevice(ctx, DeviceRequest{Spec: &spec, PublishContext: in.PublishContext})
+	case OpUnstage:
+		out.Err = p.UnmountDevice(ctx, DeviceRequest{Spec: &spec, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath})
+	case OpPublish:
+		out.Path, out.Err = p.SetUp(ctx, MountRequest{Spec: &spec, Volume: a.Pod, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath})
+	case OpUnpublish:
+		out.Err = p.TearDown(ctx, MountRequest{Spec: &spec, Volume: a.Pod, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath})
+	default:
+		out.Err = fmt.Errorf("operation %v is not a plugin operation", a.Kind)
 	}
-	op := Operation{Key: a.Key(), Name: a.Kind.NameFor(spec.Mode), Fn: fn, Apply: func(err error) {
-		if out.Err == nil && err != nil {
-			// Fn never ran (cancelled while waiting for a slot): nothing happened.
-			out.Err = err
-		}
-		apply(out)
-	}}
-	if done != nil {
-		op.Done = func(error) { done() }
+	out.Duration = time.Since(start)
+	if out.Err != nil {
+		out.Uncertain = IsUncertain(out.Err)
+		out.Err = OpError(a, spec, out.Err)
 	}
-	return op
+	return out
+}
+
+// OpError wraps err with what failed: the operation, volume, driver and,
+// for operations on one pod's use, the pod.
+func OpError(a Action, spec cache.VolumeSpec, err error) error {
+	return fmt.Errorf("%s failed for volume %q (driver %s%s): %w", a.Kind.NameFor(spec.Mode), spec.Name, spec.Driver, podSuffix(a), err)
 }
 
 func podSuffix(a Action) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/nodevol/nodevol/cache"
@@ -40,7 +41,7 @@ func (f *fakePlugin) TearDown(context.Context, MountRequest) error {
 
 var _ Plugin = (*fakePlugin)(nil)
 
-func TestNewOperationOutcomes(t *testing.T) {
+func TestDoOutcomes(t *testing.T) {
 	spec := cache.VolumeSpec{Name: "vol", Driver: "drv"}
 	pv := cache.PodVolume{Pod: cache.PodRef{UID: "u1", Namespace: "ns", Name: "p"}, SpecName: "data"}
 	tests := []struct {
@@ -62,12 +63,7 @@ func TestNewOperationOutcomes(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/%v", tc.kind, tc.err), func(t *testing.T) {
 			p := &fakePlugin{err: tc.err}
 			a := Action{Kind: tc.kind, Volume: spec.Name, Pod: pv}
-			var got Outcome
-			e := New(Options{})
-			if err := e.Run(context.Background(), NewOperation(p, a, Input{Spec: spec, PublishContext: map[string]string{"a": "b"}, DeviceMountPath: "/stage"}, func(o Outcome) { got = o }, nil)); err != nil {
-				t.Fatal(err)
-			}
-			e.Wait()
+			got := Do(context.Background(), p, a, Input{Spec: spec, PublishContext: map[string]string{"a": "b"}, DeviceMountPath: "/stage"})
 			if len(p.calls) != 1 || p.calls[0] != tc.wantCall {
 				t.Fatalf("calls %v", p.calls)
 			}
@@ -76,6 +72,9 @@ func TestNewOperationOutcomes(t *testing.T) {
 			}
 			if tc.err != nil && !errors.Is(got.Err, tc.err) {
 				t.Fatalf("error %v does not wrap %v", got.Err, tc.err)
+			}
+			if tc.err != nil && !strings.Contains(got.Err.Error(), `volume "vol" (driver drv`) {
+				t.Fatalf("error %q does not name the volume and driver", got.Err)
 			}
 			if tc.kind == OpAttach && got.PublishContext["dev"] != "/dev/x" {
 				t.Fatalf("publish context %v", got.PublishContext)
@@ -94,5 +93,13 @@ func TestActionKeys(t *testing.T) {
 	}
 	if k := (Action{Kind: OpStage, Volume: "v", Pod: pv}).Key(); k != (Key{Volume: "v"}) {
 		t.Fatalf("stage key %v", k)
+	}
+}
+
+func TestInUseError(t *testing.T) {
+	err := fmt.Errorf("unstaging: %w", &InUseError{Path: "/stage", Refs: []string{"/pods/a/mount"}})
+	var iu *InUseError
+	if !errors.Is(err, ErrInUse) || !errors.As(err, &iu) || iu.Refs[0] != "/pods/a/mount" {
+		t.Fatalf("%v: Is(ErrInUse)=%v", err, errors.Is(err, ErrInUse))
 	}
 }

@@ -3,6 +3,7 @@ package operationexecutor
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/nodevol/nodevol/cache"
 )
@@ -52,6 +53,9 @@ type DeviceRequest struct {
 	Spec *cache.VolumeSpec
 	// PublishContext is what WaitForAttach returned.
 	PublishContext map[string]string
+	// DeviceMountPath is, for an unstage, where the device is staged as
+	// far as the caller knows ("" when unknown).
+	DeviceMountPath string
 }
 
 // MountRequest asks for a volume to be published into, or unpublished from, a pod.
@@ -74,7 +78,27 @@ var (
 	// VolumeAttachment not attached, a driver not registered). Nothing was
 	// changed; retried with backoff and when the world changes.
 	ErrNotReady = errors.New("not ready")
+	// ErrInUse: an unstage was refused because mounts still reference the
+	// staged device (see InUseError). Nothing was changed.
+	ErrInUse = errors.New("device is still in use")
 )
+
+// InUseError is the error of an unstage refused because other mounts
+// reference the staging path, as the kubelet's UnmountDevice refuses
+// while GetDeviceMountRefs finds any. errors.Is(err, ErrInUse) holds.
+type InUseError struct {
+	// Path is the staging path.
+	Path string
+	// Refs are the mount points that reference it.
+	Refs []string
+}
+
+func (e *InUseError) Error() string {
+	return fmt.Sprintf("staging path %s is still referenced by %d mount(s): %v", e.Path, len(e.Refs), e.Refs)
+}
+
+// Is makes errors.Is(err, ErrInUse) true.
+func (e *InUseError) Is(target error) bool { return target == ErrInUse }
 
 // IsUncertain reports whether err means the operation may have half-happened.
 func IsUncertain(err error) bool { return errors.Is(err, ErrInProgress) }

@@ -2,8 +2,8 @@ package volumemanager
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -20,9 +20,6 @@ import (
 type nodeExpander interface {
 	NodeExpand(ctx context.Context, req csiplugin.ExpandRequest) (bool, error)
 }
-
-// opResize is the operation name of a node expansion, the kubelet's.
-const opResize = "volume_fs_resize"
 
 // needsNodeExpansion reports whether the controller has grown pv beyond
 // what its claim reports and left the rest to the node: the claim's
@@ -49,70 +46,44 @@ func needsNodeExpansion(pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume) 
 	return false
 }
 
-// checkExpansion starts the node expansion of claim namespace/name if its
-// volume is mounted here and needs it, as the kubelet does for online
-// expansion. A failure is retried at the next resync, after the backoff.
-func (vm *VolumeManager) checkExpansion(ctx context.Context, namespace, name string) {
-	if vm.expander == nil {
-		return
+// pendingExpansion returns the node expansion pending for PV pvName's claim
+// (read through the listers), for the planner.
+func (r *resolver) pendingExpansion(pvName string) (expansion, bool) {
+	pv, err := r.pvs.Get(pvName)
+	if err != nil || pv.Spec.CSI == nil || pv.Spec.ClaimRef == nil {
+		return expansion{}, false
 	}
-	pvc, err := vm.resolver.pvcs.PersistentVolumeClaims(namespace).Get(name)
-	if err != nil || pvc.Spec.VolumeName == "" {
-		return
-	}
-	pv, err := vm.resolver.pvs.Get(pvc.Spec.VolumeName)
-	if err != nil || pv.Spec.CSI == nil || !needsNodeExpansion(pvc, pv) {
-		return
-	}
-	volName := cache.CSIVolumeName(pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)
-	spec, pods, wanted := vm.dsw.Volume(volName)
-	actual, known := vm.asw.Volume(volName)
-	if !wanted || !known || spec.Mode == cache.Block {
-		return
-	}
-	// Online expansion needs the volume published somewhere; a volume that
-	// is not yet is expanded once it is (the publish enqueues no expansion,
-	// but the resync checks again).
-	var path string
-	for _, pm := range actual.Pods {
-		if pm.State == cache.Mounted {
-			path = pm.Path
-			break
-		}
-	}
-	if path == "" || (actual.DeviceMountPath != "" && actual.DeviceState != cache.Mounted) {
-		return
+	pvc, err := r.pvcs.PersistentVolumeClaims(pv.Spec.ClaimRef.Namespace).Get(pv.Spec.ClaimRef.Name)
+	if err != nil || pvc.Spec.VolumeName != pv.Name || !needsNodeExpansion(pvc, pv) {
+		return expansion{}, false
 	}
 	size := pv.Spec.Capacity[v1.ResourceStorage]
-	logger := klog.FromContext(ctx).WithValues("pvc", klog.KObj(pvc), "volume", volName, "driver", spec.Driver, "size", size.String())
-	op := oe.Operation{
-		Key:  oe.Key{Volume: volName},
-		Name: opResize,
-		Fn: func(ctx context.Context) error {
-			expanded, err := vm.expander.NodeExpand(ctx, csiplugin.ExpandRequest{Spec: &spec, VolumePath: path, StagingPath: actual.DeviceMountPath, Size: size.Value()})
-			if err != nil {
-				return err
-			}
-			if err := vm.markExpanded(ctx, pvc.Namespace, pvc.Name, pv.Name, size.DeepCopy()); err != nil {
-				return fmt.Errorf("volume %s expanded on the node, but updating PVC %s/%s failed: %w", volName, pvc.Namespace, pvc.Name, err)
-			}
-			logger.V(2).Info("Volume expanded on the node", "expanded", expanded)
-			return nil
-		},
-		Done: func(err error) {
-			reason, kind, msg := "FileSystemResizeSuccessful", v1.EventTypeNormal, fmt.Sprintf("NodeExpandVolume succeeded for volume %q to %s", pv.Name, size.String())
-			if err != nil {
-				reason, kind, msg = "FileSystemResizeFailed", v1.EventTypeWarning, err.Error()
-				logger.Error(err, "Expanding volume on the node failed")
-			}
-			vm.podEvents(pods, kind, reason, msg)
-		},
+	return expansion{Size: size.Value(), Namespace: pvc.Namespace, Claim: pvc.Name, PV: pv.Name}, true
+}
+
+// expand runs a node expansion the planner asked for: NodeExpandVolume,
+// then the claim's status, then an event on the volume's pods.
+func (vm *VolumeManager) expand(ctx context.Context, a oe.Action, in opInput) oe.Outcome {
+	spec, e := in.Spec, in.Expansion
+	out := oe.Outcome{Action: a, Spec: spec}
+	start := time.Now()
+	size := *resource.NewQuantity(e.Size, resource.BinarySI)
+	logger := klog.FromContext(ctx).WithValues("pvc", klog.KRef(e.Namespace, e.Claim), "volume", spec.Name, "driver", spec.Driver, "size", size.String())
+	expanded, err := vm.expander.NodeExpand(ctx, csiplugin.ExpandRequest{Spec: &spec, VolumePath: in.VolumePath, StagingPath: in.DeviceMountPath, Size: e.Size})
+	if err == nil {
+		if err = vm.markExpanded(ctx, e.Namespace, e.Claim, e.PV, size); err != nil {
+			err = fmt.Errorf("volume expanded on the node, but updating PVC %s/%s failed: %w", e.Namespace, e.Claim, err)
+		}
 	}
-	err = vm.rec.exec.Run(ctx, op)
-	var be *oe.BackoffError
-	if err != nil && !errors.Is(err, oe.ErrBusy) && !errors.As(err, &be) {
-		logger.Error(err, "Cannot start node expansion")
+	out.Duration = time.Since(start)
+	_, pods, _ := vm.dsw.Volume(spec.Name)
+	if err != nil {
+		out.Err = oe.OpError(a, spec, err)
+		return out // the loop logs it and records FileSystemResizeFailed
 	}
+	logger.V(2).Info("Volume expanded on the node", "expanded", expanded)
+	vm.podEvents(pods, v1.EventTypeNormal, "FileSystemResizeSuccessful", fmt.Sprintf("NodeExpandVolume succeeded for volume %q to %s", e.PV, size.String()))
+	return out
 }
 
 // markExpanded records a finished node expansion on the claim, as the
@@ -156,23 +127,5 @@ func (vm *VolumeManager) podEvents(pods []cache.PodVolume, kind, reason, msg str
 	for _, p := range pods {
 		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Pod.Namespace, Name: p.Pod.Name, UID: p.Pod.UID}
 		vm.cfg.EventRecorder.Event(ref, kind, reason, msg)
-	}
-}
-
-// checkAllExpansions checks every claim of a desired volume (at resync).
-func (vm *VolumeManager) checkAllExpansions(ctx context.Context) {
-	if vm.expander == nil {
-		return
-	}
-	for _, name := range vm.dsw.VolumeNames() {
-		spec, _, ok := vm.dsw.Volume(name)
-		if !ok || spec.PVName == "" {
-			continue
-		}
-		pv, err := vm.resolver.pvs.Get(spec.PVName)
-		if err != nil || pv.Spec.ClaimRef == nil {
-			continue
-		}
-		vm.checkExpansion(ctx, pv.Spec.ClaimRef.Namespace, pv.Spec.ClaimRef.Name)
 	}
 }

@@ -22,7 +22,6 @@ import (
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 	"k8s.io/utils/clock"
@@ -66,7 +65,11 @@ type Config struct {
 	// ResyncPeriod is how often every volume is planned again, to catch
 	// changes made behind nodevol's back. Default 1 minute.
 	ResyncPeriod time.Duration
-	// Workers is the number of volumes planned at once. Default 4.
+	// Workers is unused: one loop plans every volume (planning is cheap;
+	// operations run concurrently, bounded by MaxConcurrentOperations).
+	// Kept so that existing callers compile.
+	//
+	// Deprecated: has no effect.
 	Workers int
 	// MaxConcurrentOperations bounds CSI operations in flight. Default 64.
 	MaxConcurrentOperations int
@@ -81,7 +84,8 @@ type Config struct {
 	PluginRegistration bool
 	// RegistrationDir is the plugin registration directory. Default
 	// {RootDir}/plugins_registry.
-	RegistrationDir string // ReportVolumesInUse, when true, makes Run keep the Node's
+	RegistrationDir string
+	// ReportVolumesInUse, when true, makes Run keep the Node's
 	// status.volumesInUse equal to GetVolumesInUse, as the kubelet's node
 	// status does, and confirm the attachment of a volume that needs one
 	// only after it has been reported: the attach/detach controller then
@@ -101,22 +105,18 @@ type VolumeManager struct {
 	factory  informers.SharedInformerFactory
 	dsw      *vcache.DesiredStateOfWorld
 	asw      *vcache.ActualStateOfWorld
-	rec      *reconciler
+	in       *inbox
+	loop     *loop
+	plugin   oe.Plugin
+	runner   *oe.Runner
+	results  chan oe.Outcome
 	resolver *resolver
-	synced   []cache.InformerSynced
-
-	podQueue workqueue.TypedInterface[types.UID]
-	podMu    sync.Mutex
-	pods     map[types.UID]*v1.Pod
-	// pending maps "namespace/claim" to the pods waiting for that claim to resolve.
-	pending map[string]map[types.UID]struct{}
-	// claimEvents counts PVC and PV events. A pod worker that saw it change
-	// while it resolved a pod resolves the pod again: the event may have
-	// come before the pod was recorded as waiting for its claim.
-	claimEvents uint64
-	ready       chan struct{} // closed once informers are synced
-	held        reconstructed
-	// csiDrivers reads CSIDriver objects (requiresRepublish).
+	// syncs are the informer handlers' sync checkers.
+	syncs []cache.DoneChecker
+	// listErrs holds the last list/watch error of each informer, for
+	// the wait errors while the informers cannot sync.
+	listErrs *listErrors
+	// csiDrivers reads CSIDriver objects.
 	csiDrivers storagelisters.CSIDriverLister
 	// plugins runs plugin registration; nil unless Config.PluginRegistration.
 	plugins *pluginmanager.Manager
@@ -126,9 +126,12 @@ type VolumeManager struct {
 	expander nodeExpander
 	// stats asks drivers for volume usage; nil when the plugin cannot.
 	stats statsGetter
-	// runCtx holds Run's context, for the operations that informer
-	// handlers start and for scrapes (context.Background before Run).
+	// runCtx holds Run's context, for scrapes (context.Background before Run).
 	runCtx atomic.Pointer[context.Context]
+	// ready is closed once the loop has taken in that the informers synced.
+	ready chan struct{}
+	// inspect runs functions on the loop's goroutine (tests).
+	inspect chan func(*loop)
 }
 
 // New checks cfg, fills in defaults and returns a VolumeManager. Nothing
@@ -148,26 +151,22 @@ func New(cfg Config) (*VolumeManager, error) {
 	vm := &VolumeManager{
 		cfg:      cfg,
 		factory:  cfg.InformerFactory,
-		podQueue: workqueue.NewTyped[types.UID](),
-		pods:     map[types.UID]*v1.Pod{},
-		pending:  map[string]map[types.UID]struct{}{},
+		in:       newInbox(),
+		runner:   oe.NewRunner(cfg.MaxConcurrentOperations),
+		results:  make(chan oe.Outcome, 64),
+		listErrs: &listErrors{},
 		ready:    make(chan struct{}),
+		inspect:  make(chan func(*loop)),
 	}
 	if vm.factory == nil {
 		vm.factory = informers.NewSharedInformerFactory(cfg.KubeClient, 0)
 	}
-	queue := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[vcache.UniqueVolumeName]{Name: "nodevol-volumes", Clock: cfg.Clock})
-	vm.dsw = vcache.NewDesiredStateOfWorld(func(n vcache.UniqueVolumeName) {
-		queue.Add(n)
-		vm.inUse.changed() // nil-safe
-	})
-	vm.asw = vcache.NewActualStateOfWorld()
 	core, storage := vm.factory.Core().V1(), vm.factory.Storage().V1()
 	vm.csiDrivers = storage.CSIDrivers().Lister()
 	vm.resolver = &resolver{pvcs: core.PersistentVolumeClaims().Lister(), pvs: core.PersistentVolumes().Lister()}
-	plugin := cfg.Plugin
-	if plugin == nil {
-		plugin, err = csiplugin.New(csiplugin.Config{
+	vm.plugin = cfg.Plugin
+	if vm.plugin == nil {
+		vm.plugin, err = csiplugin.New(csiplugin.Config{
 			RootDir:                cfg.RootDir,
 			NodeName:               cfg.NodeName,
 			Registry:               cfg.Drivers,
@@ -183,13 +182,23 @@ func New(cfg Config) (*VolumeManager, error) {
 			return nil, fmt.Errorf("volumemanager: %w", err)
 		}
 	}
-	vm.expander, _ = plugin.(nodeExpander)
-	vm.stats, _ = plugin.(statsGetter)
-	vm.rec = &reconciler{
-		dsw: vm.dsw, asw: vm.asw, plugin: plugin, queue: queue, events: cfg.EventRecorder, metrics: m,
-		exec:    oe.New(oe.Options{Clock: cfg.Clock, MaxConcurrent: cfg.MaxConcurrentOperations}),
-		lastErr: map[types.UID]map[string]error{},
+	vm.expander, _ = vm.plugin.(nodeExpander)
+	vm.stats, _ = vm.plugin.(statsGetter)
+	var l *loop
+	vm.dsw = vcache.NewDesiredStateOfWorld(func(n vcache.UniqueVolumeName) {
+		l.markDirty(n)     // the desired state is written by the loop only
+		vm.inUse.changed() // nil-safe
+	})
+	vm.asw = vcache.NewActualStateOfWorld()
+	l = newLoop(loop{
+		node: cfg.NodeName, clock: cfg.Clock, in: vm.in, resolver: vm.resolver, csiDrivers: vm.csiDrivers,
+		dsw: vm.dsw, asw: vm.asw, metrics: m, events: cfg.EventRecorder, logger: klog.Background(),
+		backoff: oe.NewBackoff(oe.BackoffOptions{}), synced: func() { close(vm.ready) },
+	})
+	if vm.expander != nil {
+		l.expansion = vm.resolver.pendingExpansion
 	}
+	vm.loop = l
 	if cfg.PluginRegistration {
 		if vm.plugins, err = newPluginManager(cfg); err != nil {
 			return nil, fmt.Errorf("volumemanager: %w", err)
@@ -203,18 +212,14 @@ func New(cfg Config) (*VolumeManager, error) {
 	if err := vm.watch(core, storage); err != nil {
 		return nil, fmt.Errorf("volumemanager: %w", err)
 	}
-	vm.rec.hold = vm.held.hold
 	if cfg.ReportVolumesInUse {
 		vm.inUse = newInUseReporter(cfg.KubeClient, cfg.NodeName, vm.csiDrivers, cfg.Clock)
 		vm.inUse.inUse = vm.GetVolumesInUse
-		vm.inUse.reported = func(names []vcache.UniqueVolumeName) { vm.rec.retry(names...) }
-		vm.rec.attachGate = vm.inUse.hold
-		vm.rec.forgotten = vm.inUse.changed
+		vm.inUse.reported = func(names []vcache.UniqueVolumeName) { vm.in.retry(names...) }
+		l.attachHeld = vm.inUse.hold
+		l.forgotten = vm.inUse.changed
 	}
-	cfg.Drivers.OnChange(func(driver string) {
-		vm.rec.retry(vm.dsw.VolumesOfDriver(driver)...)
-		vm.rec.retry(vm.reconstructedOf(driver)...)
-	})
+	cfg.Drivers.OnChange(vm.in.driver)
 	return vm, nil
 }
 
@@ -263,146 +268,146 @@ func setDefaults(cfg *Config) {
 // there, or let plugin registration do it (Config.PluginRegistration).
 func (vm *VolumeManager) Drivers() *csiplugin.Registry { return vm.cfg.Drivers }
 
-// Run starts the informers, the populator, the reconciler and (with
-// Config.PluginRegistration) plugin registration, and blocks until ctx is
-// done and every worker and operation has returned.
+// Run starts the informers, reads what an earlier run left on disk,
+// and runs the reconcile loop (and, with Config.PluginRegistration, plugin
+// registration; with Config.ReportVolumesInUse, the Node status reporter)
+// until ctx is done and every operation has returned. Pods added before
+// the informers have synced wait for them; nothing found on disk is torn
+// down before MarkPodsSynced.
 func (vm *VolumeManager) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("volumemanager")
 	ctx = klog.NewContext(ctx, logger)
-	vm.runCtx.Store(&ctx) // before the informers start: their handlers read it
+	vm.runCtx.Store(&ctx)
+	vm.loop.logger = logger
+	vm.loop.start = func(a oe.Action, in opInput) {
+		vm.runner.Go(ctx, func(ctx context.Context) { vm.results <- vm.execute(ctx, a, in) },
+			func(err error) { vm.results <- oe.Outcome{Action: a, Spec: in.Spec, Err: err, NotRun: true} })
+	}
 	vm.factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), vm.synced...) {
-		vm.shutdown()
-		return fmt.Errorf("volumemanager: informer caches did not sync: %w", context.Cause(ctx))
-	}
-	// Before any pod is processed: what an earlier run left on disk.
-	for _, n := range vm.reconstruct(ctx) {
-		vm.rec.queue.Add(n)
-	}
-	close(vm.ready)
-	logger.V(2).Info("Volume manager started", "node", vm.cfg.NodeName, "rootDir", vm.cfg.RootDir)
+	// What an earlier run left on disk, before any pod is planned: the
+	// disk needs no API server.
+	vm.loop.install(reconstruct(ctx, vm.cfg.RootDir))
 
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); vm.podWorker(ctx) }()
-	go func() { defer wg.Done(); vm.runPluginManager(ctx) }()
-	if vm.inUse != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); vm.inUse.run(ctx) }()
-	}
-	for i := 0; i < vm.cfg.Workers; i++ {
-		wg.Add(1)
-		go func() { defer wg.Done(); vm.rec.worker(ctx) }()
-	}
-	ticker := vm.cfg.Clock.NewTicker(vm.cfg.ResyncPeriod)
-	defer ticker.Stop()
-	for done := false; !done; {
-		select {
-		case <-ctx.Done():
-			done = true
-		case <-ticker.C():
-			vm.resync()
-			republish(ctx, vm.csiDrivers, vm.dsw, vm.asw, vm.rec)
-			vm.checkAllExpansions(ctx)
+	wg.Go(func() {
+		// Event-driven: each checker's channel closes when its informer
+		// handler has seen the initial list (no polling).
+		if cache.WaitFor(ctx, "", vm.syncs...) {
+			vm.in.markInformersSynced()
 		}
+	})
+	wg.Go(func() { vm.runPluginManager(ctx) })
+	if vm.inUse != nil {
+		wg.Go(func() { vm.inUse.run(ctx) })
 	}
-	vm.shutdown()
+	logger.V(2).Info("Volume manager started", "node", vm.cfg.NodeName, "rootDir", vm.cfg.RootDir)
+	vm.run(ctx)
 	wg.Wait()
-	vm.rec.exec.Wait()
 	vm.factory.Shutdown()
 	logger.V(2).Info("Volume manager stopped")
 	return nil
 }
 
-func (vm *VolumeManager) shutdown() {
-	vm.podQueue.ShutDown()
-	vm.rec.queue.ShutDown()
+// run is the loop's one select.
+func (vm *VolumeManager) run(ctx context.Context) {
+	l := vm.loop
+	resync := vm.cfg.Clock.NewTicker(vm.cfg.ResyncPeriod)
+	defer resync.Stop()
+	var timer clock.Timer
+	var timerAt time.Time
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		l.process(ctx)
+		// The backoff timer: armed for the earliest retry.
+		if next := l.due(); len(l.dirty) > 0 {
+			continue // due() found retries that are due now
+		} else if !next.Equal(timerAt) {
+			if timer != nil {
+				timer.Stop()
+				timer = nil
+			}
+			if timerAt = next; !next.IsZero() {
+				timer = vm.cfg.Clock.NewTimer(next.Sub(vm.cfg.Clock.Now()))
+			}
+		}
+		var timerC <-chan time.Time
+		if timer != nil {
+			timerC = timer.C()
+		}
+		select {
+		case <-ctx.Done():
+			vm.drain(ctx)
+			return
+		case <-vm.in.kick:
+		case o := <-vm.results:
+			l.apply(o)
+		case <-timerC:
+			timer, timerAt = nil, time.Time{}
+		case <-resync.C():
+			l.resync()
+		case fn := <-vm.inspect:
+			fn(l)
+		}
+	}
 }
 
-// resync plans every known volume again and re-resolves pods with errors.
-func (vm *VolumeManager) resync() {
-	for _, n := range vm.dsw.VolumeNames() {
-		vm.rec.queue.Add(n)
+// drain applies the outcomes of the operations still running (cancelled
+// through ctx) until all have returned.
+func (vm *VolumeManager) drain(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { vm.runner.Wait(); close(done) }()
+	for {
+		select {
+		case o := <-vm.results:
+			vm.loop.apply(o)
+		case <-done:
+			for {
+				select {
+				case o := <-vm.results:
+					vm.loop.apply(o)
+				default:
+					return
+				}
+			}
+		}
 	}
-	for _, n := range vm.asw.VolumeNames() {
-		vm.rec.queue.Add(n)
-	}
-	vm.requeuePending()
 }
+
+// execute runs one operation the loop started and returns its outcome.
+func (vm *VolumeManager) execute(ctx context.Context, a oe.Action, in opInput) oe.Outcome {
+	if a.Kind == oe.OpExpand {
+		return vm.expand(ctx, a, in)
+	}
+	return oe.Do(ctx, vm.plugin, a, in.Input)
+}
+
+// MarkPodsSynced tells the manager that every pod running on the node has
+// been added (AddPod) before this call: the pods added so far are the full
+// set. Until then, volumes found on disk at start (left by an earlier run)
+// are not torn down, because their pods may simply not have been added
+// yet. After it, a volume found on disk is torn down only once every pod
+// added before the call has been resolved into the desired state and none
+// wants it; a pod that cannot be resolved (PVC missing, API error) keeps
+// its volumes mounted until it is deleted or resolves. Called before Run
+// has read the disk, it takes effect when it has. A node agent calls it
+// once its pod source has delivered its initial list (for an informer:
+// when the event handler's registration HasSynced).
+func (vm *VolumeManager) MarkPodsSynced() { vm.in.markPodsSynced() }
 
 // AddPod tells the manager that pod runs on this node and needs its volumes.
-// It returns at once; the pod is processed in the background.
-func (vm *VolumeManager) AddPod(pod *v1.Pod) {
-	vm.podMu.Lock()
-	vm.pods[pod.UID] = pod.DeepCopy()
-	vm.podMu.Unlock()
-	vm.podQueue.Add(pod.UID)
-}
+// It returns at once; the pod is processed by the loop.
+func (vm *VolumeManager) AddPod(pod *v1.Pod) { vm.in.addPod(pod.DeepCopy()) }
 
 // UpdatePod is AddPod for a pod that changed.
 func (vm *VolumeManager) UpdatePod(pod *v1.Pod) { vm.AddPod(pod) }
 
 // DeletePod tells the manager that the pod is gone (its containers have
 // stopped): its volumes are unmounted, and unstaged when no other pod uses them.
-func (vm *VolumeManager) DeletePod(pod *v1.Pod) {
-	vm.podMu.Lock()
-	delete(vm.pods, pod.UID)
-	vm.podMu.Unlock()
-	vm.podQueue.Add(pod.UID)
-}
-
-// podWorker resolves pods into the desired state.
-func (vm *VolumeManager) podWorker(ctx context.Context) {
-	logger := klog.FromContext(ctx)
-	for {
-		uid, quit := vm.podQueue.Get()
-		if quit {
-			return
-		}
-		vm.podMu.Lock()
-		pod := vm.pods[uid]
-		events := vm.claimEvents
-		vm.podMu.Unlock()
-		if pod == nil {
-			vm.dsw.DeletePod(uid)
-			vm.rec.forgetPod(uid)
-			vm.setPending(uid, nil)
-		} else {
-			ref, wanted, resolved, errs := vm.resolver.resolvePod(pod)
-			vm.dsw.SetPod(ref, wanted, resolved, errs)
-			claims := waitingClaims(pod, errs)
-			vm.setPending(uid, claims)
-			vm.podMu.Lock()
-			missed := len(claims) > 0 && vm.claimEvents != events
-			vm.podMu.Unlock()
-			if missed {
-				vm.podQueue.Add(uid) // processed again after Done
-			}
-			for name, err := range errs {
-				logger.V(2).Info("Cannot resolve volume yet", "pod", klog.KObj(pod), "volume", name, "err", err)
-			}
-		}
-		vm.podQueue.Done(uid)
-	}
-}
-
-// setPending records the claims a pod waits for (none: it waits for nothing).
-func (vm *VolumeManager) setPending(uid types.UID, claims []string) {
-	vm.podMu.Lock()
-	defer vm.podMu.Unlock()
-	for key, pods := range vm.pending {
-		delete(pods, uid)
-		if len(pods) == 0 {
-			delete(vm.pending, key)
-		}
-	}
-	for _, key := range claims {
-		if vm.pending[key] == nil {
-			vm.pending[key] = map[types.UID]struct{}{}
-		}
-		vm.pending[key][uid] = struct{}{}
-	}
-}
+func (vm *VolumeManager) DeletePod(pod *v1.Pod) { vm.in.deletePod(pod.UID) }
 
 // waitingClaims returns the "namespace/claim" keys of the pod's volumes that
 // failed to resolve. Inline volumes wait for no claim; they resolve at once.
@@ -422,84 +427,57 @@ func waitingClaims(pod *v1.Pod, errs map[string]error) []string {
 	return out
 }
 
-// requeueClaim resolves again the pods waiting for a claim.
-func (vm *VolumeManager) requeueClaim(key string) {
-	vm.podMu.Lock()
-	vm.claimEvents++
-	var uids []types.UID
-	for uid := range vm.pending[key] {
-		uids = append(uids, uid)
-	}
-	vm.podMu.Unlock()
-	for _, uid := range uids {
-		vm.podQueue.Add(uid)
-	}
-}
-
-// requeuePending resolves again every pod that has unresolved volumes.
-func (vm *VolumeManager) requeuePending() {
-	vm.podMu.Lock()
-	uids := map[types.UID]struct{}{}
-	for _, pods := range vm.pending {
-		for uid := range pods {
-			uids[uid] = struct{}{}
-		}
-	}
-	vm.podMu.Unlock()
-	for uid := range uids {
-		vm.podQueue.Add(uid)
-	}
-}
-
 // watch hooks the informers up: PVC and PV changes resolve the pods waiting
-// for them again; VolumeAttachment and CSIDriver changes retry their volumes
-// at once instead of waiting out a backoff.
+// for them again (and may make a node expansion due); VolumeAttachment and
+// CSIDriver changes retry their volumes at once instead of waiting out a
+// backoff. A list or watch error is remembered for the wait errors.
 func (vm *VolumeManager) watch(core coreinformers.Interface, storage storageinformers.Interface) error {
 	onClaim := func(obj any) {
 		switch o := unwrap(obj).(type) {
 		case *v1.PersistentVolumeClaim:
-			vm.requeueClaim(o.Namespace + "/" + o.Name)
-			vm.checkExpansion(vm.context(), o.Namespace, o.Name)
+			vm.in.claim(o.Namespace + "/" + o.Name)
 		case *v1.PersistentVolume:
 			if r := o.Spec.ClaimRef; r != nil {
-				vm.requeueClaim(r.Namespace + "/" + r.Name)
-				vm.checkExpansion(vm.context(), r.Namespace, r.Name)
+				vm.in.claim(r.Namespace + "/" + r.Name)
 			}
 		}
 	}
 	onAttachment := func(obj any) {
-		va, ok := unwrap(obj).(*storagev1.VolumeAttachment)
-		if !ok || va.Spec.NodeName != vm.cfg.NodeName || va.Spec.Source.PersistentVolumeName == nil {
-			return
-		}
-		if name, ok := vm.dsw.VolumeForPV(*va.Spec.Source.PersistentVolumeName); ok {
-			vm.rec.retry(name)
+		if va, ok := unwrap(obj).(*storagev1.VolumeAttachment); ok && va.Spec.NodeName == vm.cfg.NodeName {
+			vm.in.attachment(va.Name) // the loop knows which volume waits for it
 		}
 	}
 	onDriver := func(obj any) {
 		if d, ok := unwrap(obj).(*storagev1.CSIDriver); ok {
-			vm.rec.retry(vm.dsw.VolumesOfDriver(d.Name)...)
+			vm.in.driver(d.Name)
 		}
 	}
 	for _, h := range []struct {
-		inf cache.SharedIndexInformer
-		fn  func(any)
+		what string
+		inf  cache.SharedIndexInformer
+		fn   func(any)
 	}{
-		{core.PersistentVolumeClaims().Informer(), onClaim},
-		{core.PersistentVolumes().Informer(), onClaim},
-		{storage.VolumeAttachments().Informer(), onAttachment},
-		{storage.CSIDrivers().Informer(), onDriver},
+		{"PersistentVolumeClaims", core.PersistentVolumeClaims().Informer(), onClaim},
+		{"PersistentVolumes", core.PersistentVolumes().Informer(), onClaim},
+		{"VolumeAttachments", storage.VolumeAttachments().Informer(), onAttachment},
+		{"CSIDrivers", storage.CSIDrivers().Informer(), onDriver},
 	} {
-		fn := h.fn
+		fn, what := h.fn, h.what
+		// Fails only for an informer already started (Config.InformerFactory):
+		// its errors are then not in the wait errors.
+		_ = h.inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+			vm.listErrs.set(what, err)
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+		})
 		reg, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    fn,
+			AddFunc:    func(obj any) { vm.listErrs.set(what, nil); fn(obj) },
 			UpdateFunc: func(_, obj any) { fn(obj) },
 			DeleteFunc: fn,
 		})
 		if err != nil {
 			return fmt.Errorf("adding informer handler: %w", err)
 		}
-		vm.synced = append(vm.synced, reg.HasSynced)
+		vm.syncs = append(vm.syncs, reg.HasSyncedChecker())
 	}
 	return nil
 }
@@ -511,14 +489,53 @@ func unwrap(obj any) any {
 	return obj
 }
 
+// listErrors holds the last list or watch error of each informer.
+type listErrors struct {
+	mu   sync.Mutex
+	errs map[string]error
+}
+
+func (l *listErrors) set(what string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil {
+		delete(l.errs, what)
+		return
+	}
+	if l.errs == nil {
+		l.errs = map[string]error{}
+	}
+	l.errs[what] = err
+}
+
+func (l *listErrors) get() map[string]error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]error, len(l.errs))
+	for k, v := range l.errs {
+		out[k] = v
+	}
+	return out
+}
+
+// informersSynced reports whether every informer has listed once.
+func (vm *VolumeManager) informersSynced() bool {
+	for _, c := range vm.syncs {
+		select {
+		case <-c.Done():
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // WaitForAttachAndMount blocks until every CSI volume of the pod is mounted,
 // or ctx ends (bounded by Config.MountTimeout when ctx has no deadline).
-// Its error names each volume that is not mounted and why.
+// It adds the pod if it was not added. Its error (a *WaitError) names each
+// volume that is not mounted and why.
 func (vm *VolumeManager) WaitForAttachAndMount(ctx context.Context, pod *v1.Pod) error {
-	vm.podMu.Lock()
-	_, known := vm.pods[pod.UID]
-	vm.podMu.Unlock()
-	if !known {
+	if !vm.in.knows(pod.UID) {
 		vm.AddPod(pod)
 	}
 	vols, _ := podCSIVolumes(pod)
@@ -538,7 +555,7 @@ func (vm *VolumeManager) WaitForAttachAndMount(ctx context.Context, pod *v1.Pod)
 }
 
 // WaitForUnmount blocks until no volume of the pod may still be mounted
-// (Uncertain counts as mounted), or ctx ends.
+// (Uncertain, or with an operation running, counts as mounted), or ctx ends.
 func (vm *VolumeManager) WaitForUnmount(ctx context.Context, pod *v1.Pod) error {
 	return vm.wait(ctx, pod, func() []string {
 		var left []string
@@ -571,22 +588,68 @@ func (vm *VolumeManager) wait(ctx context.Context, pod *v1.Pod, pending func() [
 	}
 }
 
+// WaitError is the error of a wait that ended before its volumes were
+// ready. It unwraps to the context's error.
+type WaitError struct {
+	// Pod is "namespace/name".
+	Pod string
+	// What is "unmounted volumes" or "volumes still mounted".
+	What string
+	// Volumes are the volumes (spec names) waited for, sorted.
+	Volumes []string
+	// Causes are the last error of each volume, where one is known.
+	Causes map[string]error
+	// Waiting, where nothing failed, says what the volume waits for.
+	Waiting map[string]string
+	// Err is the context's error.
+	Err error
+}
+
+func (e *WaitError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pod %s: %s=%v", e.Pod, e.What, e.Volumes)
+	explained := false
+	for _, name := range e.Volumes {
+		if err := e.Causes[name]; err != nil {
+			fmt.Fprintf(&b, "; volume %q: %v", name, err)
+			explained = true
+		} else if w := e.Waiting[name]; w != "" {
+			fmt.Fprintf(&b, "; volume %q: %s", name, w)
+			explained = true
+		}
+	}
+	if !explained {
+		fmt.Fprintf(&b, ": %v with no error reported", e.Err)
+	}
+	return b.String()
+}
+
+func (e *WaitError) Unwrap() error { return e.Err }
+
 func (vm *VolumeManager) waitError(ctx context.Context, pod *v1.Pod, left []string, what string) error {
-	errs := vm.rec.podErrors(pod.UID)
+	causes := vm.loop.errs.get(pod.UID)
 	if st, ok := vm.dsw.Pod(pod.UID); ok {
 		for k, v := range st.Errors {
-			errs[k] = v
+			causes[k] = v
+		}
+	}
+	waiting := map[string]string{}
+	if !vm.informersSynced() {
+		why := "waiting for the informers to list PVCs, PVs, CSIDrivers and VolumeAttachments"
+		if errs := vm.listErrs.get(); len(errs) > 0 {
+			kinds := make([]string, 0, len(errs))
+			for k := range errs {
+				kinds = append(kinds, k)
+			}
+			sort.Strings(kinds)
+			why += fmt.Sprintf(" (listing %s failed: %v)", kinds[0], errs[kinds[0]])
+		}
+		for _, name := range left {
+			waiting[name] = why
 		}
 	}
 	sort.Strings(left)
-	var b strings.Builder
-	fmt.Fprintf(&b, "pod %s/%s: %s=%v", pod.Namespace, pod.Name, what, left)
-	for _, name := range left {
-		if err := errs[name]; err != nil {
-			fmt.Fprintf(&b, "; %s: %v", name, err)
-		}
-	}
-	return fmt.Errorf("%s: %w", b.String(), context.Cause(ctx))
+	return &WaitError{Pod: pod.Namespace + "/" + pod.Name, What: what, Volumes: left, Causes: causes, Waiting: waiting, Err: context.Cause(ctx)}
 }
 
 // GetMountedVolumesForPod returns the pod's volumes that are mounted (not
@@ -602,7 +665,8 @@ func (vm *VolumeManager) GetMountedVolumesForPod(uid types.UID) []vcache.Mounted
 }
 
 // HasPossiblyMountedVolumesForPod reports whether any volume of the pod is
-// mounted or may be (Uncertain): the pod's directory must not be removed yet.
+// mounted or may be (Uncertain, or an operation on it is running): the
+// pod's directory must not be removed yet.
 func (vm *VolumeManager) HasPossiblyMountedVolumesForPod(uid types.UID) bool {
 	return len(vm.asw.PodVolumes(uid)) > 0
 }
@@ -624,4 +688,16 @@ func (vm *VolumeManager) GetVolumesInUse() []vcache.UniqueVolumeName {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
+}
+
+// idle reports whether the loop has nothing queued, to plan or running
+// (false while Run is not running). For tests.
+func (vm *VolumeManager) idle() bool {
+	done := make(chan bool, 1)
+	select {
+	case vm.inspect <- func(l *loop) { done <- l.idle() }:
+		return <-done
+	case <-time.After(time.Second):
+		return false
+	}
 }

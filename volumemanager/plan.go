@@ -1,7 +1,9 @@
 package volumemanager
 
 import (
+	"fmt"
 	"sort"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -9,67 +11,179 @@ import (
 	oe "github.com/nodevol/nodevol/operationexecutor"
 )
 
-// plan decides what to do next for one volume, from what its pods want
-// (desired; empty when no pod wants it) and what is done (actual). It does no
-// I/O and keeps no state: the reconciler calls it after every change to the
-// volume and runs the actions it returns.
+// volumeView is everything the planner knows of one volume: what pods
+// want, what is done, what runs, what waits and why. The loop builds it;
+// plan reads nothing else.
+type volumeView struct {
+	Name cache.UniqueVolumeName
+	// Spec is what the pods want (the desired spec), or what is set up
+	// (the actual spec) when no pod wants the volume.
+	Spec cache.VolumeSpec
+	// Desired are the pods that want the volume, sorted by UID.
+	Desired []cache.PodVolume
+	// Actual is what is done; Known is false when nothing is.
+	Actual cache.ActualVolume
+	Known  bool
+	// HeldPods are pods whose mounts must not be torn down although no
+	// desired pod is them: found on disk before the pods were synced, or
+	// of a pod that is added but cannot be resolved (yet).
+	HeldPods map[types.UID]string
+	// HoldDevice, if not empty, says why the device must not be unstaged.
+	HoldDevice string
+	// Refs are the mounts under the pods directory that referenced the
+	// staging path when an unstage last looked; the resync clears them.
+	Refs []string
+	// InFlight are the operations running on the volume.
+	InFlight map[oe.Key]oe.OpKind
+	// Backoff is the retry state of the volume's failed keys.
+	Backoff map[oe.Key]*oe.BackoffEntry
+	// AttachHeld: the attachment may be confirmed only once the volume is
+	// reported in the Node's volumesInUse, and it is not yet.
+	AttachHeld bool
+	// Republish are pods whose Mounted volume must be published again
+	// (the driver's CSIDriver sets requiresRepublish and a resync came).
+	Republish map[types.UID]bool
+	// ExpandTo, if > 0, is the size the claim's pending node expansion
+	// grows the volume to.
+	ExpandTo int64
+	// Now is the time backoff is compared with.
+	Now time.Time
+}
+
+// decision is what plan returns for one volume.
+type decision struct {
+	// Actions are the operations to start now.
+	Actions []oe.Action
+	// Waiting says why something that is due does not start (empty when
+	// nothing waits): for logs, scripts and wait errors.
+	Waiting []string
+	// Retry is the earliest time a backoff that holds an action back
+	// ends; zero when none does.
+	Retry time.Time
+	// Done is true when nothing of the volume is left and nothing runs:
+	// the loop forgets it.
+	Done bool
+}
+
+func (d *decision) wait(format string, args ...any) {
+	d.Waiting = append(d.Waiting, fmt.Sprintf(format, args...))
+}
+
+// plan decides what to do next for one volume. It does no I/O, reads no
+// clock and keeps no state.
 //
-// The order is the kubelet's: unpublish pods that no longer want the volume
-// (Mounted or Uncertain) first; then, for a wanted volume, confirm the
-// attachment, stage the device, and publish into each pod that lacks it; for
-// an unwanted volume, unstage only once no pod may still have it published.
-// done is true when nothing is left of an unwanted volume: the caller
-// forgets it.
-func plan(name cache.UniqueVolumeName, desired []cache.PodVolume, spec cache.VolumeSpec, actual cache.ActualVolume, known bool) (actions []oe.Action, done bool) {
-	want := make(map[types.UID]cache.PodVolume, len(desired))
-	for _, p := range desired {
-		want[p.Pod.UID] = p
+// The order is the kubelet's: unpublish pods that no longer want the
+// volume first; then, for a wanted volume, confirm the attachment, stage
+// the device, publish into each pod that lacks it, and expand; for an
+// unwanted volume, unstage only once no pod may still have it published,
+// nothing holds the device and no mount references it. An operation on the
+// whole volume runs alone on it; operations on different pods' mounts run
+// side by side. A key that is backing off after a failure of the same kind
+// of operation waits until its backoff ends.
+func plan(v volumeView) decision {
+	var d decision
+	for k, kind := range v.InFlight {
+		if k.Pod == "" {
+			d.wait("%s running", kind.NameFor(v.Spec.Mode))
+			return d
+		}
+	}
+	busy := len(v.InFlight) > 0
+	podBusy := func(uid types.UID) bool {
+		_, ok := v.InFlight[oe.Key{Volume: v.Name, Pod: uid}]
+		return ok
+	}
+	add := func(a oe.Action) {
+		if b := v.Backoff[a.Key()]; b != nil && b.Kind == a.Kind && v.Now.Before(b.Until) {
+			if d.Retry.IsZero() || b.Until.Before(d.Retry) {
+				d.Retry = b.Until
+			}
+			d.wait("%s backing off until %s after %d failure(s)", a, b.Until.Format(time.RFC3339Nano), b.Failures)
+			return
+		}
+		d.Actions = append(d.Actions, a)
+	}
+	want := make(map[types.UID]bool, len(v.Desired))
+	for _, p := range v.Desired {
+		want[p.Pod.UID] = true
 	}
 
 	// Unpublish first, in a stable order.
 	published := false
-	uids := make([]types.UID, 0, len(actual.Pods))
-	for uid := range actual.Pods {
+	uids := make([]types.UID, 0, len(v.Actual.Pods))
+	for uid := range v.Actual.Pods {
 		uids = append(uids, uid)
 	}
 	sort.Slice(uids, func(i, j int) bool { return uids[i] < uids[j] })
 	for _, uid := range uids {
-		pm := actual.Pods[uid]
-		if !pm.State.MayBeMounted() {
+		pm := v.Actual.Pods[uid]
+		if !pm.MayBeMounted() && !podBusy(uid) {
 			continue
 		}
 		published = true
-		if _, ok := want[uid]; !ok {
-			actions = append(actions, oe.Action{Kind: oe.OpUnpublish, Volume: name, Pod: pm.Volume})
-		}
-	}
-
-	if len(desired) == 0 {
 		switch {
-		case !known:
-			return nil, true
-		case published:
-			return actions, false // unstage waits for every unpublish
-		case actual.DeviceState.MayBeMounted():
-			return append(actions, oe.Action{Kind: oe.OpUnstage, Volume: name}), false
+		case want[uid], podBusy(uid):
+		case v.HeldPods[uid] != "":
+			d.wait("unpublish from pod %s held: %s", uid, v.HeldPods[uid])
 		default:
-			return nil, true
+			add(oe.Action{Kind: oe.OpUnpublish, Volume: v.Name, Pod: pm.Volume})
 		}
 	}
 
-	if !spec.Ephemeral {
-		if !known || !actual.Attached {
-			return append(actions, oe.Action{Kind: oe.OpAttach, Volume: name}), false
+	if len(v.Desired) == 0 {
+		switch {
+		case published || busy:
+			// Unstage waits for every unpublish.
+		case !v.Known:
+			d.Done = true
+		case !v.Actual.DeviceState.MayBeMounted():
+			d.Done = true
+		case v.HoldDevice != "":
+			d.wait("unstage held: %s", v.HoldDevice)
+		case len(v.Refs) > 0:
+			d.wait("unstage waits: staging path still referenced by %v", v.Refs)
+		case len(d.Actions) == 0:
+			add(oe.Action{Kind: oe.OpUnstage, Volume: v.Name})
 		}
-		if actual.DeviceState != cache.Mounted {
+		return d
+	}
+
+	if !v.Spec.Ephemeral {
+		// A whole-volume operation runs alone: not beside one in flight,
+		// nor beside an unpublish planned above.
+		volumeOp := func(a oe.Action) decision {
+			if !busy && len(d.Actions) == 0 {
+				add(a)
+			}
+			return d
+		}
+		if !v.Known || !v.Actual.Attached {
+			if v.AttachHeld {
+				d.wait("attach confirmation waits until the volume is reported in use on the Node")
+				return d
+			}
+			return volumeOp(oe.Action{Kind: oe.OpAttach, Volume: v.Name})
+		}
+		if v.Actual.DeviceState != cache.Mounted {
 			// NotMounted, or Uncertain: staging again is safe (NodeStage is idempotent).
-			return append(actions, oe.Action{Kind: oe.OpStage, Volume: name}), false
+			return volumeOp(oe.Action{Kind: oe.OpStage, Volume: v.Name})
 		}
 	}
-	for _, p := range desired {
-		if pm, ok := actual.Pods[p.Pod.UID]; !ok || pm.State != cache.Mounted {
-			actions = append(actions, oe.Action{Kind: oe.OpPublish, Volume: name, Pod: p})
+	var mounted *cache.PodVolume
+	for i, p := range v.Desired {
+		if podBusy(p.Pod.UID) {
+			continue
+		}
+		pm, ok := v.Actual.Pods[p.Pod.UID]
+		switch {
+		case !ok || pm.State != cache.Mounted || v.Republish[p.Pod.UID]:
+			add(oe.Action{Kind: oe.OpPublish, Volume: v.Name, Pod: p})
+		case mounted == nil:
+			mounted = &v.Desired[i]
 		}
 	}
-	return actions, false
+	if v.ExpandTo > 0 && mounted != nil && !busy && len(d.Actions) == 0 && v.Spec.Mode != cache.Block {
+		add(oe.Action{Kind: oe.OpExpand, Volume: v.Name, Pod: *mounted})
+	}
+	return d
 }

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
+	oe "github.com/nodevol/nodevol/operationexecutor"
 )
 
 func TestPlan(t *testing.T) {
@@ -32,6 +34,7 @@ func TestPlan(t *testing.T) {
 		spec     cache.VolumeSpec
 		actual   cache.ActualVolume
 		known    bool
+		view     volumeView // the other inputs
 		want     string
 		wantDone bool
 	}{
@@ -52,6 +55,27 @@ func TestPlan(t *testing.T) {
 		{name: "unwanted, device uncertain: unstage", known: true, actual: cache.ActualVolume{Attached: true, DeviceState: cache.Uncertain}, want: "unmount_device v"},
 		{name: "unwanted and unstaged: done", known: true, actual: cache.ActualVolume{Attached: true}, wantDone: true},
 		{name: "unknown and unwanted: done", wantDone: true},
+		{name: "held pod: not unpublished, device kept", known: true,
+			actual: cache.ActualVolume{Attached: true, DeviceState: cache.Mounted, Pods: mounts("a=Uncertain")},
+			view:   volumeView{HeldPods: map[types.UID]string{"a": "not synced"}}},
+		{name: "held device: not unstaged", known: true, actual: staged, view: volumeView{HoldDevice: "found on disk"}},
+		{name: "referenced device: not unstaged", known: true, actual: staged, view: volumeView{Refs: []string{"/pods/x/mount"}}},
+		{name: "publish in flight counts as published: no unstage", known: true, actual: staged,
+			view: volumeView{InFlight: map[oe.Key]oe.OpKind{{Volume: vol, Pod: "a"}: oe.OpPublish}}},
+		{name: "stage in flight: nothing else", desired: []cache.PodVolume{pv("a")}, known: true, actual: cache.ActualVolume{Attached: true},
+			view: volumeView{InFlight: map[oe.Key]oe.OpKind{{Volume: vol}: oe.OpStage}}},
+		{name: "other pod's publish in flight: publish beside it", desired: []cache.PodVolume{pv("a"), pv("b")}, known: true, actual: staged,
+			view: volumeView{InFlight: map[oe.Key]oe.OpKind{{Volume: vol, Pod: "a"}: oe.OpPublish}}, want: "volume_mount v pod=ns/b"},
+		{name: "unpublish planned: no stage beside it", desired: []cache.PodVolume{pv("b")}, known: true,
+			actual: cache.ActualVolume{Attached: true, DeviceState: cache.Uncertain, Pods: mounts("a=Mounted")},
+			want:   "volume_unmount v pod=ns/a"},
+		{name: "stage backing off: waits", desired: []cache.PodVolume{pv("a")}, known: true, actual: cache.ActualVolume{Attached: true},
+			view: volumeView{Backoff: map[oe.Key]*oe.BackoffEntry{{Volume: vol}: {Kind: oe.OpStage, Until: time.Unix(10, 0)}}, Now: time.Unix(5, 0)}},
+		{name: "attach held until reported in use", desired: []cache.PodVolume{pv("a")}, view: volumeView{AttachHeld: true}},
+		{name: "republish a mounted pod", desired: []cache.PodVolume{pv("a")}, known: true, actual: cache.ActualVolume{Attached: true, DeviceState: cache.Mounted, Pods: mounts("a=Mounted")},
+			view: volumeView{Republish: map[types.UID]bool{"a": true}}, want: "volume_mount v pod=ns/a"},
+		{name: "expansion once mounted", desired: []cache.PodVolume{pv("a")}, known: true, actual: cache.ActualVolume{Attached: true, DeviceState: cache.Mounted, Pods: mounts("a=Mounted")},
+			view: volumeView{ExpandTo: 1 << 30}, want: "volume_fs_resize v"},
 		{name: "ephemeral: no attach, no stage", desired: []cache.PodVolume{pv("a")}, spec: cache.VolumeSpec{Ephemeral: true}, want: "volume_mount v pod=ns/a"},
 	}
 	for _, tc := range tests {
@@ -59,9 +83,12 @@ func TestPlan(t *testing.T) {
 			if tc.actual.Pods == nil {
 				tc.actual.Pods = map[types.UID]cache.PodMount{}
 			}
-			actions, done := plan(vol, tc.desired, tc.spec, tc.actual, tc.known)
+			v := tc.view
+			v.Name, v.Desired, v.Spec, v.Actual, v.Known = vol, tc.desired, tc.spec, tc.actual, tc.known
+			d := plan(v)
+			done := d.Done
 			var got []string
-			for _, a := range actions {
+			for _, a := range d.Actions {
 				got = append(got, a.String())
 			}
 			if strings.Join(got, "; ") != tc.want || done != tc.wantDone {

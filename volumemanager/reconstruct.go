@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -16,37 +15,28 @@ import (
 // lifecycleEphemeral is vol_data.json's volumeLifecycleMode of an inline volume.
 const lifecycleEphemeral = "Ephemeral"
 
-// reconstructed remembers the volumes found on disk at start, whose
-// teardown waits until every pod has been added once (MarkPodsSynced): a
-// volume found on disk may belong to a running pod the node agent has not
-// added yet, and unmounting it would pull it from under the pod
-// (kubernetes#120150; the kubelet's readyToUnmount).
-type reconstructed struct {
-	mu     sync.Mutex
-	synced bool
-	names  map[cache.UniqueVolumeName]bool
+// diskState is what reconstruction found on disk: plain data that the loop
+// installs as its initial actual state.
+type diskState struct {
+	// mounts are pod mounts (Uncertain), devices staged devices (Uncertain).
+	mounts  []foundMount
+	devices []foundDevice
+	// unreadable are the pod volume directories (and block symlinks)
+	// whose vol_data.json cannot be read: each may hold the mount of the
+	// PV it is named after (the kubelet names a PV's pod directory after
+	// the PV).
+	unreadable []string
 }
 
-// hold reports whether the teardown of volume name must wait.
-func (r *reconstructed) hold(name cache.UniqueVolumeName) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return !r.synced && r.names[name]
+type foundMount struct {
+	spec cache.VolumeSpec
+	vol  cache.PodVolume
+	path string
 }
 
-// release ends the wait and returns the volumes that were held.
-func (r *reconstructed) release() []cache.UniqueVolumeName {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.synced {
-		return nil
-	}
-	r.synced = true
-	out := make([]cache.UniqueVolumeName, 0, len(r.names))
-	for n := range r.names {
-		out = append(out, n)
-	}
-	return out
+type foundDevice struct {
+	spec cache.VolumeSpec
+	path string
 }
 
 // reconstruct adds the CSI volumes a previous run left on disk to the actual
@@ -58,9 +48,9 @@ func (r *reconstructed) release() []cache.UniqueVolumeName {
 // Nothing is trusted as Mounted and nothing is removed here. A directory
 // whose vol_data.json is missing or corrupt is logged and left alone:
 // without it nodevol cannot tell which driver and volume it belongs to.
-func (vm *VolumeManager) reconstruct(ctx context.Context) []cache.UniqueVolumeName {
+func reconstruct(ctx context.Context, root string) diskState {
 	logger := klog.FromContext(ctx)
-	root := vm.cfg.RootDir
+	var out diskState
 	found := map[cache.UniqueVolumeName]bool{}
 
 	podDirs, _ := filepath.Glob(filepath.Join(root, "pods", "*", "volumes", "kubernetes.io~csi", "*"))
@@ -68,15 +58,18 @@ func (vm *VolumeManager) reconstruct(ctx context.Context) []cache.UniqueVolumeNa
 		uid := types.UID(filepath.Base(filepath.Dir(filepath.Dir(filepath.Dir(dir)))))
 		data, err := csiplugin.LoadVolumeData(dir)
 		if err != nil {
-			logger.Error(err, "Cannot reconstruct pod volume, leaving it alone", "podUID", uid, "path", dir)
+			logger.Error(err, "Cannot reconstruct pod volume, leaving it alone; the staged device of the PV it names is not unstaged while it is there", "podUID", uid, "path", dir)
+			out.unreadable = append(out.unreadable, dir)
 			continue
 		}
 		spec, vol := reconstructedSpec(data, uid, filepath.Base(dir))
-		vm.asw.SetPodMount(spec, vol, cache.Uncertain, filepath.Join(dir, "mount"))
-		found[spec.Name] = true
-		if !spec.Ephemeral {
-			vm.reconstructDevice(spec)
+		out.mounts = append(out.mounts, foundMount{spec: spec, vol: vol, path: filepath.Join(dir, "mount")})
+		if !spec.Ephemeral && !found[spec.Name] {
+			if d, ok := stagedDevice(root, spec); ok {
+				out.devices = append(out.devices, d)
+			}
 		}
+		found[spec.Name] = true
 		logger.V(2).Info("Reconstructed pod volume", "podUID", uid, "volume", spec.Name, "driver", spec.Driver, "path", dir)
 	}
 
@@ -84,27 +77,30 @@ func (vm *VolumeManager) reconstruct(ctx context.Context) []cache.UniqueVolumeNa
 	links, _ := filepath.Glob(filepath.Join(root, "pods", "*", "volumeDevices", "kubernetes.io~csi", "*"))
 	for _, link := range links {
 		uid := types.UID(filepath.Base(filepath.Dir(filepath.Dir(filepath.Dir(link)))))
-		spec, paths, err := vm.reconstructBlock(filepath.Base(link), uid)
+		spec, paths, err := reconstructBlock(root, filepath.Base(link), uid)
 		if err != nil {
 			logger.Error(err, "Cannot reconstruct block volume, leaving it alone", "podUID", uid, "path", link)
+			out.unreadable = append(out.unreadable, link)
 			continue
 		}
 		vol := cache.PodVolume{Pod: cache.PodRef{UID: uid}, SpecName: spec.PVName}
-		vm.asw.SetPodMount(spec, vol, cache.Uncertain, paths.PodDevicePath)
-		vm.asw.SetDeviceState(spec, cache.Uncertain, paths.StagingPath)
+		out.mounts = append(out.mounts, foundMount{spec: spec, vol: vol, path: paths.PodDevicePath})
+		if !found[spec.Name] {
+			out.devices = append(out.devices, foundDevice{spec: spec, path: paths.StagingPath})
+		}
 		found[spec.Name] = true
 		logger.V(2).Info("Reconstructed block volume", "podUID", uid, "volume", spec.Name, "driver", spec.Driver, "path", link)
 	}
 	blockData, _ := filepath.Glob(filepath.Join(root, "plugins", "kubernetes.io", "csi", "volumeDevices", "*", "data", csiplugin.VolumeDataFile))
 	for _, file := range blockData {
 		specName := filepath.Base(filepath.Dir(filepath.Dir(file)))
-		spec, paths, err := vm.reconstructBlock(specName, "")
+		spec, paths, err := reconstructBlock(root, specName, "")
 		if err != nil {
 			logger.Error(err, "Cannot reconstruct block volume, leaving it alone", "path", file)
 			continue
 		}
 		if !found[spec.Name] {
-			vm.asw.SetDeviceState(spec, cache.Uncertain, paths.StagingPath)
+			out.devices = append(out.devices, foundDevice{spec: spec, path: paths.StagingPath})
 			found[spec.Name] = true
 			logger.V(2).Info("Reconstructed staged block volume", "volume", spec.Name, "driver", spec.Driver)
 		}
@@ -129,25 +125,18 @@ func (vm *VolumeManager) reconstruct(ctx context.Context) []cache.UniqueVolumeNa
 			logger.Error(err, "Staging directory does not match its vol_data.json, leaving it alone", "path", dir, "driver", spec.Driver)
 			continue
 		}
-		if vm.reconstructDevice(spec) {
+		if d, ok := stagedDevice(root, spec); ok {
+			out.devices = append(out.devices, d)
 			found[spec.Name] = true
 			logger.V(2).Info("Reconstructed staged volume", "volume", spec.Name, "driver", spec.Driver, "path", dir)
 		}
 	}
-
-	vm.held.mu.Lock()
-	vm.held.names = found
-	vm.held.mu.Unlock()
-	names := make([]cache.UniqueVolumeName, 0, len(found))
-	for n := range found {
-		names = append(names, n)
-	}
-	return names
+	return out
 }
 
 // reconstructBlock is what a block volume's vol_data.json tells of it.
-func (vm *VolumeManager) reconstructBlock(specName string, uid types.UID) (cache.VolumeSpec, csiplugin.BlockPaths, error) {
-	paths, err := csiplugin.BlockVolumePaths(vm.cfg.RootDir, specName, uid)
+func reconstructBlock(root, specName string, uid types.UID) (cache.VolumeSpec, csiplugin.BlockPaths, error) {
+	paths, err := csiplugin.BlockVolumePaths(root, specName, uid)
 	if err != nil {
 		return cache.VolumeSpec{}, paths, err
 	}
@@ -161,18 +150,16 @@ func (vm *VolumeManager) reconstructBlock(specName string, uid types.UID) (cache
 	}, paths, nil
 }
 
-// reconstructDevice marks spec's device Uncertain if its staging directory
-// exists, and reports whether it did.
-func (vm *VolumeManager) reconstructDevice(spec cache.VolumeSpec) bool {
-	path, err := csiplugin.StagingPath(vm.cfg.RootDir, spec.Driver, spec.VolumeHandle)
+// stagedDevice returns spec's device if its staging directory exists.
+func stagedDevice(root string, spec cache.VolumeSpec) (foundDevice, bool) {
+	path, err := csiplugin.StagingPath(root, spec.Driver, spec.VolumeHandle)
 	if err != nil {
-		return false
+		return foundDevice{}, false
 	}
 	if _, err := os.Lstat(filepath.Dir(path)); err != nil {
-		return false
+		return foundDevice{}, false
 	}
-	vm.asw.SetDeviceState(spec, cache.Uncertain, path)
-	return true
+	return foundDevice{spec: spec, path: path}, true
 }
 
 // reconstructedSpec is what vol_data.json tells of a pod's volume: enough
@@ -189,29 +176,4 @@ func reconstructedSpec(d *csiplugin.VolumeData, uid types.UID, dirName string) (
 		spec.PVName = dirName // the kubelet names a PV's pod directory after the PV
 	}
 	return spec, vol
-}
-
-// MarkPodsSynced tells the manager that every pod running on the node has
-// been added (AddPod) since Run started. Until then, volumes found on disk
-// at start (left by an earlier run) are not torn down even if no pod wants
-// them, because their pods may simply not have been added yet. A node agent
-// calls it once its pod source has delivered its initial list (for an
-// informer: when the event handler's registration HasSynced).
-func (vm *VolumeManager) MarkPodsSynced() {
-	vm.rec.retry(vm.held.release()...)
-}
-
-// reconstructedOf returns the volumes of driver found on disk at start that
-// are still held or still set up: a driver's (re-)registration may let
-// their teardown proceed.
-func (vm *VolumeManager) reconstructedOf(driver string) []cache.UniqueVolumeName {
-	vm.held.mu.Lock()
-	defer vm.held.mu.Unlock()
-	var out []cache.UniqueVolumeName
-	for n := range vm.held.names {
-		if v, ok := vm.asw.Volume(n); ok && v.Spec.Driver == driver {
-			out = append(out, n)
-		}
-	}
-	return out
 }

@@ -46,13 +46,7 @@ func startVM(t *testing.T, client *fake.Clientset, root string, drv *csitest.Ser
 // waitIdle waits until the reconciler has nothing queued or running.
 func waitIdle(t *testing.T, vm *VolumeManager) {
 	t.Helper()
-	eventually(t, "reconciler idle", func() bool {
-		if vm.rec.queue.Len() > 0 {
-			return false
-		}
-		vm.rec.exec.Wait()
-		return vm.rec.queue.Len() == 0
-	})
+	eventually(t, "reconcile loop idle", func() bool { return vm.idle() })
 }
 
 // TestRestartReconstructs stops a volume manager with two pods' volumes

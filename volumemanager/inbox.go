@@ -1,0 +1,191 @@
+package volumemanager
+
+import (
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodevol/nodevol/cache"
+)
+
+// inbox is how the rest of the world talks to the loop: the node agent's
+// pod calls, informer handlers, driver registrations and the volumes-in-use
+// reporter post here from their own goroutines, never blocking, and kick
+// the loop. The loop takes everything at once (take), so what was posted
+// before a call is seen together with it: pods added before
+// MarkPodsSynced are in the same batch as the mark, or an earlier one.
+type inbox struct {
+	kick chan struct{}
+
+	mu sync.Mutex
+	// pods are the pods the node agent has added and not deleted.
+	pods map[types.UID]*v1.Pod
+	// dirtyPods were added, updated or deleted since the last take.
+	dirtyPods map[types.UID]struct{}
+	// podsSynced: MarkPodsSynced was called.
+	podsSynced bool
+	// informersSynced: the informers have listed everything once.
+	informersSynced bool
+	// claims are "namespace/name" of claims whose PVC or PV changed.
+	claims map[string]struct{}
+	// volumes are to be retried at once, their backoff forgotten.
+	volumes map[cache.UniqueVolumeName]struct{}
+	// drivers registered, went or had their CSIDriver change.
+	drivers map[string]struct{}
+	// attachments are the names of VolumeAttachments of this node that changed.
+	attachments map[string]struct{}
+}
+
+func newInbox() *inbox {
+	return &inbox{
+		kick:        make(chan struct{}, 1),
+		pods:        map[types.UID]*v1.Pod{},
+		dirtyPods:   map[types.UID]struct{}{},
+		claims:      map[string]struct{}{},
+		volumes:     map[cache.UniqueVolumeName]struct{}{},
+		drivers:     map[string]struct{}{},
+		attachments: map[string]struct{}{},
+	}
+}
+
+// batch is what the loop takes from the inbox at once.
+type batch struct {
+	pods            map[types.UID]*v1.Pod // dirty pods; nil value: deleted
+	podsSynced      bool
+	informersSynced bool
+	claims          map[string]struct{}
+	volumes         map[cache.UniqueVolumeName]struct{}
+	drivers         map[string]struct{}
+	attachments     map[string]struct{}
+}
+
+func (in *inbox) wake() {
+	select {
+	case in.kick <- struct{}{}:
+	default:
+	}
+}
+
+// post runs fn under the inbox's lock and kicks the loop.
+func (in *inbox) post(fn func()) {
+	in.mu.Lock()
+	fn()
+	in.mu.Unlock()
+	in.wake()
+}
+
+func (in *inbox) addPod(pod *v1.Pod) {
+	in.post(func() {
+		in.pods[pod.UID] = pod
+		in.dirtyPods[pod.UID] = struct{}{}
+	})
+}
+
+func (in *inbox) deletePod(uid types.UID) {
+	in.post(func() {
+		delete(in.pods, uid)
+		in.dirtyPods[uid] = struct{}{}
+	})
+}
+
+func (in *inbox) knows(uid types.UID) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	_, ok := in.pods[uid]
+	return ok
+}
+
+func (in *inbox) markPodsSynced()      { in.post(func() { in.podsSynced = true }) }
+func (in *inbox) markInformersSynced() { in.post(func() { in.informersSynced = true }) }
+func (in *inbox) claim(key string)     { in.post(func() { in.claims[key] = struct{}{} }) }
+func (in *inbox) driver(name string)   { in.post(func() { in.drivers[name] = struct{}{} }) }
+func (in *inbox) attachment(name string) {
+	in.post(func() { in.attachments[name] = struct{}{} })
+}
+
+func (in *inbox) retry(names ...cache.UniqueVolumeName) {
+	if len(names) == 0 {
+		return
+	}
+	in.post(func() {
+		for _, n := range names {
+			in.volumes[n] = struct{}{}
+		}
+	})
+}
+
+// take returns everything posted since the last take.
+func (in *inbox) take() batch {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	b := batch{podsSynced: in.podsSynced, informersSynced: in.informersSynced, claims: in.claims, volumes: in.volumes, drivers: in.drivers, attachments: in.attachments}
+	if len(in.dirtyPods) > 0 {
+		b.pods = make(map[types.UID]*v1.Pod, len(in.dirtyPods))
+		for uid := range in.dirtyPods {
+			b.pods[uid] = in.pods[uid]
+		}
+		in.dirtyPods = map[types.UID]struct{}{}
+	}
+	if len(in.claims) > 0 {
+		in.claims = map[string]struct{}{}
+	}
+	if len(in.volumes) > 0 {
+		in.volumes = map[cache.UniqueVolumeName]struct{}{}
+	}
+	if len(in.drivers) > 0 {
+		in.drivers = map[string]struct{}{}
+	}
+	if len(in.attachments) > 0 {
+		in.attachments = map[string]struct{}{}
+	}
+	return b
+}
+
+// podErrors holds the last error of each pod's volumes, by spec name, for
+// the wait errors. The loop writes it; waiters read it.
+type podErrors struct {
+	mu   sync.Mutex
+	errs map[types.UID]map[string]error
+}
+
+func (p *podErrors) set(uid types.UID, specName string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.errs == nil {
+		p.errs = map[types.UID]map[string]error{}
+	}
+	m := p.errs[uid]
+	if m == nil {
+		m = map[string]error{}
+		p.errs[uid] = m
+	}
+	m[specName] = err
+}
+
+func (p *podErrors) clear(uid types.UID, specName string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m := p.errs[uid]; m != nil {
+		delete(m, specName)
+		if len(m) == 0 {
+			delete(p.errs, uid)
+		}
+	}
+}
+
+func (p *podErrors) forget(uid types.UID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.errs, uid)
+}
+
+func (p *podErrors) get(uid types.UID) map[string]error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]error, len(p.errs[uid]))
+	for k, v := range p.errs[uid] {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,668 @@
+package volumemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin"
+	oe "github.com/nodevol/nodevol/operationexecutor"
+)
+
+// loop owns the actual state of the world. Everything that changes it
+// arrives as an event: a batch from the inbox (pods, claims, drivers,
+// retries), an operation's outcome, the backoff timer, the resync tick.
+// After each event the loop resolves the pods that changed into the
+// desired state, builds a view of each volume that changed and asks the
+// planner what to do; it starts what the planner returns. Nothing else
+// writes the actual state, and nothing else decides.
+//
+// Run drives it with goroutines; the scenario scripts drive it step by
+// step (process, apply) with a fake clock and a recording start.
+type loop struct {
+	node       string
+	clock      clock.Clock
+	in         *inbox
+	resolver   *resolver
+	csiDrivers storagelisters.CSIDriverLister
+	dsw        *cache.DesiredStateOfWorld
+	asw        *cache.ActualStateOfWorld
+	errs       *podErrors
+	metrics    *metrics
+	events     record.EventRecorder
+	logger     klog.Logger
+	// attachHeld reports whether a volume's attachment must wait to be
+	// reported in use; nil: never.
+	attachHeld func(name cache.UniqueVolumeName, driver string) bool
+	// expansion returns the pending node expansion of a PV's claim; nil:
+	// the plugin cannot expand.
+	expansion func(pvName string) (expansion, bool)
+	// forgotten is called when a volume is forgotten.
+	forgotten func()
+	// start starts an operation; its outcome comes back through apply.
+	start func(a oe.Action, in opInput)
+	// synced, if set, is called once the loop has taken in that the
+	// informers have synced.
+	synced func()
+
+	informersSynced bool
+	podsSynced      bool
+	// known are the pods added and not deleted, as last taken from the inbox.
+	known map[types.UID]cache.PodRef
+	// unresolved says why a known pod is not (fully) in the desired state.
+	unresolved map[types.UID]string
+	// pending maps "namespace/claim" to the pods waiting for it.
+	pending map[string]map[types.UID]struct{}
+	// foundMounts and foundDevices were found on disk at start; their
+	// teardown waits for the pods to be synced.
+	foundMounts  map[oe.Key]bool
+	foundDevices map[cache.UniqueVolumeName]bool
+	// unreadable are pod volume directories whose vol_data.json could not
+	// be read, by the name (a PV's) they are under.
+	unreadable map[string]string
+	inflight   map[cache.UniqueVolumeName]map[oe.Key]oe.OpKind
+	backoff    *oe.Backoff
+	refs       map[cache.UniqueVolumeName][]string
+	republish  map[oe.Key]bool
+	// expanding is the size of each expansion in flight; expanded the
+	// size each volume was last expanded to, until the claim's status
+	// says so too.
+	expanding, expanded map[cache.UniqueVolumeName]int64
+	dirty               map[cache.UniqueVolumeName]struct{}
+	// attaching maps the VolumeAttachment name each volume whose
+	// attachment is being confirmed waits for to the volume.
+	attaching map[string]cache.UniqueVolumeName
+	// changed are volumes in flight when the world changed for them (a
+	// VolumeAttachment update, a driver registration): their outcome, if
+	// a failure, is retried at once, not after a backoff.
+	changed map[cache.UniqueVolumeName]bool
+	// retryAt is when each volume's earliest backoff ends.
+	retryAt map[cache.UniqueVolumeName]time.Time
+	// waiting says why each volume's due work waits (the planner's words).
+	waiting map[cache.UniqueVolumeName][]string
+}
+
+// opInput is what an operation needs.
+type opInput struct {
+	oe.Input
+	// VolumePath is where a pod has the volume published (expansion).
+	VolumePath string
+	// Expansion is an expansion's target.
+	Expansion expansion
+}
+
+// expansion is a claim's pending node expansion.
+type expansion struct {
+	Size      int64
+	Namespace string
+	Claim     string
+	PV        string
+}
+
+func newLoop(l loop) *loop {
+	l.known = map[types.UID]cache.PodRef{}
+	l.unresolved = map[types.UID]string{}
+	l.pending = map[string]map[types.UID]struct{}{}
+	l.foundMounts = map[oe.Key]bool{}
+	l.foundDevices = map[cache.UniqueVolumeName]bool{}
+	l.unreadable = map[string]string{}
+	l.inflight = map[cache.UniqueVolumeName]map[oe.Key]oe.OpKind{}
+	l.refs = map[cache.UniqueVolumeName][]string{}
+	l.republish = map[oe.Key]bool{}
+	l.expanding = map[cache.UniqueVolumeName]int64{}
+	l.expanded = map[cache.UniqueVolumeName]int64{}
+	l.dirty = map[cache.UniqueVolumeName]struct{}{}
+	l.changed = map[cache.UniqueVolumeName]bool{}
+	l.attaching = map[string]cache.UniqueVolumeName{}
+	l.retryAt = map[cache.UniqueVolumeName]time.Time{}
+	l.waiting = map[cache.UniqueVolumeName][]string{}
+	if l.backoff == nil {
+		l.backoff = oe.NewBackoff(oe.BackoffOptions{})
+	}
+	if l.errs == nil {
+		l.errs = &podErrors{}
+	}
+	return &l
+}
+
+// install makes what reconstruction found the initial actual state.
+func (l *loop) install(d diskState) {
+	for _, m := range d.mounts {
+		l.asw.SetPodMount(m.spec, m.vol, cache.Uncertain, m.path)
+		l.foundMounts[oe.Key{Volume: m.spec.Name, Pod: m.vol.Pod.UID}] = true
+		l.dirty[m.spec.Name] = struct{}{}
+	}
+	for _, dev := range d.devices {
+		l.asw.SetDeviceState(dev.spec, cache.Uncertain, dev.path)
+		l.foundDevices[dev.spec.Name] = true
+		l.dirty[dev.spec.Name] = struct{}{}
+	}
+	for _, dir := range d.unreadable {
+		l.unreadable[filepath.Base(dir)] = dir
+	}
+}
+
+// process takes the inbox, resolves the pods that changed and plans every
+// volume that changed.
+func (l *loop) process(ctx context.Context) {
+	b := l.in.take()
+	if b.informersSynced && !l.informersSynced {
+		l.informersSynced = true
+		if l.synced != nil {
+			l.synced()
+		}
+		for uid := range l.known { // resolved now that the listers are complete
+			if _, ok := b.pods[uid]; !ok {
+				b.pods = addPod(b.pods, uid, l.in)
+			}
+		}
+	}
+	for name := range b.drivers {
+		for _, n := range l.dsw.VolumesOfDriver(name) {
+			l.retry(n)
+		}
+		for _, n := range l.asw.VolumeNames() {
+			if v, ok := l.asw.Volume(n); ok && v.Spec.Driver == name {
+				l.retry(n)
+			}
+		}
+	}
+	for n := range b.volumes {
+		l.retry(n)
+	}
+	for va := range b.attachments {
+		if n, ok := l.attaching[va]; ok {
+			l.retry(n)
+		}
+	}
+	for key := range b.claims {
+		for uid := range l.pending[key] {
+			if _, ok := b.pods[uid]; !ok {
+				b.pods = addPod(b.pods, uid, l.in)
+			}
+		}
+		l.claimChanged(key)
+	}
+	for uid, pod := range b.pods {
+		l.syncPod(uid, pod)
+	}
+	if b.podsSynced && !l.podsSynced {
+		// Every pod added before MarkPodsSynced is in this batch or an
+		// earlier one, and has been taken in above.
+		l.podsSynced = true
+		for k := range l.foundMounts {
+			l.dirty[k.Volume] = struct{}{}
+		}
+		for n := range l.foundDevices {
+			l.dirty[n] = struct{}{}
+		}
+		l.foundMounts, l.foundDevices = map[oe.Key]bool{}, map[cache.UniqueVolumeName]bool{}
+		l.logger.V(2).Info("Pods synced: volumes found on disk may be torn down once no resolved pod wants them")
+	}
+	l.planDirty(ctx)
+}
+
+func addPod(pods map[types.UID]*v1.Pod, uid types.UID, in *inbox) map[types.UID]*v1.Pod {
+	if pods == nil {
+		pods = map[types.UID]*v1.Pod{}
+	}
+	in.mu.Lock()
+	pods[uid] = in.pods[uid]
+	in.mu.Unlock()
+	return pods
+}
+
+// claimChanged plans the volume of a changed claim again (its node
+// expansion may be due).
+func (l *loop) claimChanged(key string) {
+	if l.expansion == nil {
+		return
+	}
+	ns, name, _ := cutKey(key)
+	pvc, err := l.resolver.pvcs.PersistentVolumeClaims(ns).Get(name)
+	if err != nil || pvc.Spec.VolumeName == "" {
+		return
+	}
+	if n, ok := l.dsw.VolumeForPV(pvc.Spec.VolumeName); ok {
+		l.dirty[n] = struct{}{}
+	}
+}
+
+// syncPod puts a pod into the desired state, or takes it out (pod nil).
+func (l *loop) syncPod(uid types.UID, pod *v1.Pod) {
+	if pod == nil {
+		delete(l.known, uid)
+		delete(l.unresolved, uid)
+		l.setPending(uid, nil)
+		l.errs.forget(uid)
+		l.dsw.DeletePod(uid) // notifies the volumes it touched
+		l.dirtyPodMounts(uid)
+		return
+	}
+	ref := podRef(pod)
+	l.known[uid] = ref
+	if !l.informersSynced {
+		l.unresolved[uid] = "waiting for the informers to list PVCs, PVs and CSIDrivers"
+		l.dirtyPodMounts(uid)
+		return
+	}
+	ref, wanted, resolved, errs := l.resolver.resolvePod(pod)
+	l.dsw.SetPod(ref, wanted, resolved, errs)
+	l.setPending(uid, waitingClaims(pod, errs))
+	if len(errs) == 0 {
+		delete(l.unresolved, uid)
+	} else {
+		names := make([]string, 0, len(errs))
+		for name, err := range errs {
+			names = append(names, name)
+			l.logger.V(2).Info("Cannot resolve volume yet", "pod", klog.KObj(pod), "volume", name, "err", err)
+		}
+		sort.Strings(names)
+		l.unresolved[uid] = fmt.Sprintf("volumes %v of pod %s cannot be resolved yet", names, ref)
+	}
+	l.dirtyPodMounts(uid)
+}
+
+// dirtyPodMounts plans again every volume the pod may have mounted: its
+// hold may have changed.
+func (l *loop) dirtyPodMounts(uid types.UID) {
+	for _, v := range l.asw.PodVolumes(uid) {
+		l.dirty[v.Name] = struct{}{}
+	}
+}
+
+// setPending records the claims a pod waits for.
+func (l *loop) setPending(uid types.UID, claims []string) {
+	for key, pods := range l.pending {
+		delete(pods, uid)
+		if len(pods) == 0 {
+			delete(l.pending, key)
+		}
+	}
+	for _, key := range claims {
+		if l.pending[key] == nil {
+			l.pending[key] = map[types.UID]struct{}{}
+		}
+		l.pending[key][uid] = struct{}{}
+	}
+}
+
+// retry forgets a volume's backoff and plans it again.
+func (l *loop) retry(name cache.UniqueVolumeName) {
+	l.backoff.ForgetVolume(name)
+	l.dirty[name] = struct{}{}
+	if l.inflight[name] != nil {
+		l.changed[name] = true
+	}
+}
+
+// markDirty is the desired state's notification: a volume's pods changed.
+func (l *loop) markDirty(name cache.UniqueVolumeName) { l.dirty[name] = struct{}{} }
+
+// planDirty plans every dirty volume and starts what the plans say.
+func (l *loop) planDirty(ctx context.Context) {
+	for len(l.dirty) > 0 {
+		dirty := l.dirty
+		l.dirty = map[cache.UniqueVolumeName]struct{}{}
+		for name := range dirty {
+			l.planVolume(ctx, name)
+		}
+	}
+}
+
+func (l *loop) planVolume(ctx context.Context, name cache.UniqueVolumeName) {
+	v := l.view(name)
+	d := plan(v)
+	if d.Retry.IsZero() {
+		delete(l.retryAt, name)
+	} else {
+		l.retryAt[name] = d.Retry
+	}
+	if len(d.Waiting) > 0 {
+		l.waiting[name] = d.Waiting
+	} else {
+		delete(l.waiting, name)
+	}
+	if d.Done {
+		if v.Known {
+			l.asw.DeleteVolume(name)
+			if l.forgotten != nil {
+				l.forgotten()
+			}
+		}
+		l.forget(name)
+		return
+	}
+	for _, a := range d.Actions {
+		l.begin(a, v)
+	}
+}
+
+// forget drops everything the loop keeps of a volume.
+func (l *loop) forget(name cache.UniqueVolumeName) {
+	l.backoff.ForgetVolume(name)
+	delete(l.refs, name)
+	delete(l.retryAt, name)
+	delete(l.waiting, name)
+	delete(l.expanded, name)
+	delete(l.changed, name)
+	for va, n := range l.attaching {
+		if n == name {
+			delete(l.attaching, va)
+		}
+	}
+}
+
+// view gathers what the planner needs of one volume.
+func (l *loop) view(name cache.UniqueVolumeName) volumeView {
+	spec, desired, wanted := l.dsw.Volume(name)
+	actual, known := l.asw.Volume(name)
+	if !wanted {
+		spec = actual.Spec
+	}
+	v := volumeView{
+		Name: name, Spec: spec, Desired: desired, Actual: actual, Known: known,
+		InFlight: l.inflight[name], Backoff: l.backoff.Volume(name), Refs: l.refs[name], Now: l.clock.Now(),
+	}
+	for uid := range actual.Pods {
+		if why := l.podHold(name, uid); why != "" {
+			if v.HeldPods == nil {
+				v.HeldPods = map[types.UID]string{}
+			}
+			v.HeldPods[uid] = why
+		}
+	}
+	switch {
+	case !l.podsSynced && l.foundDevices[name]:
+		v.HoldDevice = "found on disk at start, and the pods are not synced yet (MarkPodsSynced)"
+	case spec.PVName != "" && l.unreadable[spec.PVName] != "":
+		v.HoldDevice = fmt.Sprintf("pod volume directory %s could not be read and may use it", l.unreadable[spec.PVName])
+	}
+	if wanted && l.attachHeld != nil && !actual.Attached {
+		v.AttachHeld = l.attachHeld(name, spec.Driver)
+	}
+	for _, p := range desired {
+		if l.republish[oe.Key{Volume: name, Pod: p.Pod.UID}] {
+			if v.Republish == nil {
+				v.Republish = map[types.UID]bool{}
+			}
+			v.Republish[p.Pod.UID] = true
+		}
+	}
+	if wanted && known && l.expansion != nil && spec.PVName != "" && actual.DeviceState == cache.Mounted {
+		if e, ok := l.expansion(spec.PVName); ok && e.Size > l.expanded[name] {
+			v.ExpandTo = e.Size
+		}
+	}
+	return v
+}
+
+// podHold says why a pod's mount of a volume must not be torn down, or "".
+func (l *loop) podHold(name cache.UniqueVolumeName, uid types.UID) string {
+	if why := l.unresolved[uid]; why != "" {
+		return why
+	}
+	if _, ok := l.known[uid]; !ok && !l.podsSynced && l.foundMounts[oe.Key{Volume: name, Pod: uid}] {
+		return "found on disk at start, and the pods are not synced yet (MarkPodsSynced)"
+	}
+	return ""
+}
+
+// begin records an action as in flight and starts it.
+func (l *loop) begin(a oe.Action, v volumeView) {
+	key := a.Key()
+	if l.inflight[a.Volume] == nil {
+		l.inflight[a.Volume] = map[oe.Key]oe.OpKind{}
+	}
+	l.inflight[a.Volume][key] = a.Kind
+	in := opInput{Input: oe.Input{Spec: v.Spec, PublishContext: v.Actual.PublishContext, DeviceMountPath: v.Actual.DeviceMountPath}}
+	switch a.Kind {
+	case oe.OpUnpublish, oe.OpUnstage:
+		in.Spec = v.Actual.Spec // tear down what was set up
+	case oe.OpPublish:
+		delete(l.republish, key)
+		l.asw.SetPodBusy(v.Spec, a.Pod, true) // possibly mounted from now on
+	case oe.OpAttach:
+		l.attaching[csiplugin.AttachmentName(v.Spec.VolumeHandle, v.Spec.Driver, l.node)] = a.Volume
+	case oe.OpExpand:
+		in.VolumePath = v.Actual.Pods[a.Pod.Pod.UID].Path
+		in.Expansion, _ = l.expansion(v.Spec.PVName)
+		l.expanding[a.Volume] = in.Expansion.Size
+	}
+	l.logger.V(4).Info("Starting operation", "operation", a.Kind.NameFor(in.Spec.Mode), "volume", a.Volume, "pod", a.Pod.Pod.String())
+	l.start(a, in)
+}
+
+// apply records an operation's outcome: the only writer of the actual state
+// after start.
+func (l *loop) apply(o oe.Outcome) {
+	a, spec := o.Action, o.Spec
+	key := a.Key()
+	if ops := l.inflight[a.Volume]; ops != nil {
+		delete(ops, key)
+		if len(ops) == 0 {
+			delete(l.inflight, a.Volume)
+		}
+	}
+	l.dirty[a.Volume] = struct{}{}
+	defer func() {
+		if l.inflight[a.Volume] == nil {
+			delete(l.changed, a.Volume)
+		}
+	}()
+	if o.NotRun {
+		if a.Kind == oe.OpPublish {
+			l.asw.SetPodBusy(spec, a.Pod, false)
+		}
+		return
+	}
+	l.metrics.observe(o)
+	if o.Err != nil {
+		l.failed(o)
+		if l.changed[a.Volume] && l.inflight[a.Volume] == nil {
+			l.backoff.ForgetVolume(a.Volume) // it ran on an older world
+		}
+	} else {
+		if prev, ok := l.backoff.Entry(key); ok && prev.Kind == a.Kind {
+			l.logger.Info("Operation succeeded after failing", "operation", a.Kind.NameFor(spec.Mode), "volume", a.Volume, "driver", spec.Driver, "pod", a.Pod.Pod.String(), "failures", prev.Failures)
+		}
+		l.backoff.Succeeded(key)
+	}
+	switch a.Kind {
+	case oe.OpAttach:
+		if o.Err == nil {
+			l.asw.MarkAttached(spec, o.PublishContext)
+			delete(l.attaching, csiplugin.AttachmentName(spec.VolumeHandle, spec.Driver, l.node))
+		}
+	case oe.OpStage:
+		switch {
+		case o.Err == nil:
+			l.asw.SetDeviceState(spec, cache.Mounted, o.Path)
+		case o.Uncertain:
+			l.asw.SetDeviceState(spec, cache.Uncertain, o.Path)
+		}
+		// A final error leaves the state as it was: NotMounted stays
+		// NotMounted, and an Uncertain device is not declared unmounted.
+	case oe.OpUnstage:
+		var inUse *oe.InUseError
+		switch {
+		case o.Err == nil:
+			l.asw.SetDeviceState(spec, cache.NotMounted, "")
+			delete(l.refs, a.Volume)
+		case errors.As(o.Err, &inUse):
+			l.refs[a.Volume] = inUse.Refs // nothing was done; the resync looks again
+		default:
+			l.asw.SetDeviceState(spec, cache.Uncertain, "")
+		}
+	case oe.OpPublish:
+		switch {
+		case o.Err == nil:
+			l.asw.SetPodMount(spec, a.Pod, cache.Mounted, o.Path)
+			l.errs.clear(a.Pod.Pod.UID, a.Pod.SpecName)
+		case o.Uncertain:
+			l.asw.SetPodMount(spec, a.Pod, cache.Uncertain, o.Path)
+		default:
+			l.asw.SetPodBusy(spec, a.Pod, false) // as it was before
+		}
+	case oe.OpUnpublish:
+		if o.Err == nil {
+			l.asw.DeletePodMount(a.Volume, a.Pod.Pod.UID)
+			delete(l.foundMounts, key)
+		} else {
+			// The kubelet marks a failed unmount uncertain so it is retried
+			// and a new pod publishes again (kubernetes PR #100183).
+			l.asw.SetPodMount(spec, a.Pod, cache.Uncertain, "")
+		}
+	case oe.OpExpand:
+		if o.Err == nil {
+			l.expanded[a.Volume] = l.expanding[a.Volume]
+		}
+		delete(l.expanding, a.Volume)
+	}
+}
+
+// failed backs the operation's key off, remembers the error for the pods it
+// concerns, logs it once with the next retry time and records an event.
+func (l *loop) failed(o oe.Outcome) {
+	a := o.Action
+	wait := l.backoff.Failed(a.Key(), a.Kind, o.Err, l.clock.Now())
+	var pods []cache.PodVolume
+	switch a.Kind {
+	case oe.OpPublish, oe.OpUnpublish:
+		pods = []cache.PodVolume{a.Pod}
+	default:
+		_, pods, _ = l.dsw.Volume(a.Volume)
+	}
+	for _, p := range pods {
+		l.errs.set(p.Pod.UID, p.SpecName, o.Err)
+	}
+	if errors.Is(o.Err, context.Canceled) {
+		return
+	}
+	podNames := make([]string, 0, len(pods))
+	for _, p := range pods {
+		podNames = append(podNames, p.Pod.String())
+	}
+	l.logger.Error(o.Err, "Volume operation failed", "operation", a.Kind.NameFor(o.Spec.Mode), "volume", a.Volume,
+		"driver", o.Spec.Driver, "pods", podNames, "uncertain", o.Uncertain, "retryAfter", wait)
+	if l.events == nil {
+		return
+	}
+	reason := "FailedMount"
+	switch a.Kind {
+	case oe.OpAttach:
+		reason = "FailedAttachVolume"
+	case oe.OpUnpublish, oe.OpUnstage:
+		return // the kubelet sends no event for unmount errors either
+	case oe.OpExpand:
+		reason = "FileSystemResizeFailed"
+	}
+	for _, p := range pods {
+		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Pod.Namespace, Name: p.Pod.Name, UID: p.Pod.UID}
+		l.events.Event(ref, v1.EventTypeWarning, reason, o.Err.Error())
+	}
+}
+
+// resync plans every volume again, resolves again the pods that could not
+// be, looks again for mount references and unreadable directories, and
+// marks the volumes of requiresRepublish drivers for republishing.
+func (l *loop) resync() {
+	for _, n := range l.dsw.VolumeNames() {
+		l.dirty[n] = struct{}{}
+	}
+	for _, n := range l.asw.VolumeNames() {
+		l.dirty[n] = struct{}{}
+	}
+	l.refs = map[cache.UniqueVolumeName][]string{}
+	for name, dir := range l.unreadable {
+		if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+			delete(l.unreadable, name)
+		}
+	}
+	var again map[types.UID]*v1.Pod
+	for uid := range l.unresolved {
+		again = addPod(again, uid, l.in)
+	}
+	for uid, pod := range again {
+		l.syncPod(uid, pod)
+	}
+	l.markRepublish()
+}
+
+// markRepublish asks for NodePublishVolume again for every Mounted pod
+// volume of a driver whose CSIDriver sets requiresRepublish, as the kubelet
+// does at each pod sync: such drivers refresh what they put into the volume
+// (secrets, service account tokens).
+func (l *loop) markRepublish() {
+	if l.csiDrivers == nil {
+		return
+	}
+	drivers, err := l.csiDrivers.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, d := range drivers {
+		if d.Spec.RequiresRepublish == nil || !*d.Spec.RequiresRepublish {
+			continue
+		}
+		for _, name := range l.dsw.VolumesOfDriver(d.Name) {
+			_, desired, _ := l.dsw.Volume(name)
+			actual, _ := l.asw.Volume(name)
+			for _, p := range desired {
+				if pm, ok := actual.Pods[p.Pod.UID]; ok && pm.State == cache.Mounted {
+					l.republish[oe.Key{Volume: name, Pod: p.Pod.UID}] = true
+				}
+			}
+		}
+	}
+}
+
+// due marks the volumes whose backoff has ended dirty and returns when the
+// next one ends (zero: none waits).
+func (l *loop) due() time.Time {
+	now := l.clock.Now()
+	var next time.Time
+	for name, at := range l.retryAt {
+		if !now.Before(at) {
+			delete(l.retryAt, name)
+			l.dirty[name] = struct{}{}
+			continue
+		}
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return next
+}
+
+// idle reports whether the loop has nothing to do until something happens:
+// nothing in the inbox, nothing to plan, nothing running. For tests.
+func (l *loop) idle() bool {
+	l.in.mu.Lock()
+	empty := len(l.in.dirtyPods) == 0 && len(l.in.attachments) == 0 && len(l.in.claims) == 0 && len(l.in.volumes) == 0 && len(l.in.drivers) == 0 &&
+		l.in.podsSynced == l.podsSynced && l.in.informersSynced == l.informersSynced
+	l.in.mu.Unlock()
+	return empty && len(l.dirty) == 0 && len(l.inflight) == 0
+}
+
+func cutKey(key string) (ns, name string, ok bool) {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '/' {
+			return key[:i], key[i+1:], true
+		}
+	}
+	return "", key, false
+}
