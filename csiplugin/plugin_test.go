@@ -139,7 +139,7 @@ func TestStageAndPublish(t *testing.T) {
 	if st, err := os.Stat(stagingPath); err != nil || !st.IsDir() {
 		t.Errorf("staging path is not a directory: %v", err)
 	}
-	if got, want := volData(t, stagingDir), (VolumeData{VolumeHandle: "vol-1", DriverName: drv}); got != want {
+	if got, want := volData(t, stagingDir), (VolumeData{SpecVolID: "pv-1", VolumeHandle: "vol-1", DriverName: drv}); got != want {
 		t.Errorf("staging vol_data.json = %+v, want %+v", got, want)
 	}
 	mountCap := &csi.VolumeCapability{

@@ -58,7 +58,9 @@ func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string,
 	if err := os.MkdirAll(stagingPath, 0o750); err != nil {
 		return fail(err)
 	}
-	err = saveVolumeData(dir, &VolumeData{VolumeHandle: spec.VolumeHandle, DriverName: spec.Driver})
+	// specVolID (the PV's name) is more than the kubelet writes here; it
+	// lets a restart tell which unreadable pod directory may use the device.
+	err = saveVolumeData(dir, &VolumeData{SpecVolID: spec.PVName, VolumeHandle: spec.VolumeHandle, DriverName: spec.Driver})
 	if err == nil {
 		err = client.withTimeout(p.timeout).NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
 			VolumeId:          spec.VolumeHandle,

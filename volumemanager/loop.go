@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -199,9 +200,11 @@ func (l *loop) process(ctx context.Context) {
 	for uid, pod := range b.pods {
 		l.syncPod(uid, pod)
 	}
-	if b.podsSynced && !l.podsSynced {
+	if b.podsSynced && l.informersSynced && !l.podsSynced {
 		// Every pod added before MarkPodsSynced is in this batch or an
-		// earlier one, and has been taken in above.
+		// earlier one, and has been resolved above (or failed to be, and
+		// holds its own mounts): the hold of what was found on disk
+		// lifts only now.
 		l.podsSynced = true
 		for k := range l.foundMounts {
 			l.dirty[k.Volume] = struct{}{}
@@ -271,7 +274,7 @@ func (l *loop) syncPod(uid types.UID, pod *v1.Pod) {
 			l.logger.V(2).Info("Cannot resolve volume yet", "pod", klog.KObj(pod), "volume", name, "err", err)
 		}
 		sort.Strings(names)
-		l.unresolved[uid] = fmt.Sprintf("volumes %v of pod %s cannot be resolved yet", names, ref)
+		l.unresolved[uid] = fmt.Sprintf("pod %s cannot be resolved yet (volume %q: %v)", ref, names[0], errs[names[0]])
 	}
 	l.dirtyPodMounts(uid)
 }
@@ -315,9 +318,15 @@ func (l *loop) markDirty(name cache.UniqueVolumeName) { l.dirty[name] = struct{}
 // planDirty plans every dirty volume and starts what the plans say.
 func (l *loop) planDirty(ctx context.Context) {
 	for len(l.dirty) > 0 {
-		dirty := l.dirty
+		// In name order: the same events start the same operations in
+		// the same order (logs and scenario scripts read the same).
+		names := make([]cache.UniqueVolumeName, 0, len(l.dirty))
+		for name := range l.dirty {
+			names = append(names, name)
+		}
+		slices.Sort(names)
 		l.dirty = map[cache.UniqueVolumeName]struct{}{}
-		for name := range dirty {
+		for _, name := range names {
 			l.planVolume(ctx, name)
 		}
 	}
@@ -387,7 +396,7 @@ func (l *loop) view(name cache.UniqueVolumeName) volumeView {
 	}
 	switch {
 	case !l.podsSynced && l.foundDevices[name]:
-		v.HoldDevice = "found on disk at start, and the pods are not synced yet (MarkPodsSynced)"
+		v.HoldDevice = "found on disk at start; kept until every pod added before MarkPodsSynced has been resolved"
 	case spec.PVName != "" && l.unreadable[spec.PVName] != "":
 		v.HoldDevice = fmt.Sprintf("pod volume directory %s could not be read and may use it", l.unreadable[spec.PVName])
 	}
@@ -416,7 +425,7 @@ func (l *loop) podHold(name cache.UniqueVolumeName, uid types.UID) string {
 		return why
 	}
 	if _, ok := l.known[uid]; !ok && !l.podsSynced && l.foundMounts[oe.Key{Volume: name, Pod: uid}] {
-		return "found on disk at start, and the pods are not synced yet (MarkPodsSynced)"
+		return "found on disk at start; kept until every pod added before MarkPodsSynced has been resolved"
 	}
 	return ""
 }

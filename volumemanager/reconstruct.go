@@ -116,7 +116,7 @@ func reconstruct(ctx context.Context, root string) diskState {
 			logger.Error(err, "Cannot reconstruct staged volume, leaving it alone", "path", dir)
 			continue
 		}
-		spec := cache.VolumeSpec{Name: cache.CSIVolumeName(data.DriverName, data.VolumeHandle), Driver: data.DriverName, VolumeHandle: data.VolumeHandle, Mode: cache.Filesystem}
+		spec := cache.VolumeSpec{Name: cache.CSIVolumeName(data.DriverName, data.VolumeHandle), PVName: data.SpecVolID, Driver: data.DriverName, VolumeHandle: data.VolumeHandle, Mode: cache.Filesystem}
 		if found[spec.Name] {
 			continue
 		}

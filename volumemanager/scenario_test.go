@@ -1,0 +1,467 @@
+package volumemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	k8scache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin"
+	oe "github.com/nodevol/nodevol/operationexecutor"
+)
+
+// TestScenarios runs the scripts in testdata/: each drives the reconcile
+// loop step by step (no goroutines, no sleeps, a fake clock), with the
+// operations it starts recorded instead of run, and prints what the loop
+// started and the state it reached. Run with -rewrite to update them.
+//
+// Commands (arguments key=value):
+//
+//	claim name=a [driver=drv] [block]     a PVC ns/a bound to PV pv-a, handle h-a
+//	unbind name=a                          the PVC goes (its pods cannot be resolved)
+//	pod name=p claims=(a,b) [block=(a)]     AddPod (uid uid-p)
+//	delete-pod name=p                      DeletePod
+//	mark-synced                            MarkPodsSynced
+//	informers-synced                       the informers have listed once
+//	step                                   the loop takes its inbox and plans
+//	finish [id=N] [result=ok|uncertain|fail|notready|inuse]
+//	                                       an operation in flight returns (default: all, ok)
+//	settle                                 finish every operation ok until none runs
+//	advance d=1s                           the clock moves; backoffs that end are planned
+//	resync                                 the periodic resync
+//	driver name=drv                        a driver (re-)registers
+//	restart [corrupt=(p/a)] [synced-early] [no-device=(a)]
+//	                                       the agent dies: operations in flight are lost,
+//	                                       the disk is what the plugin would have left
+//	                                       (pod volume directories for possibly mounted
+//	                                       pod mounts, staging directories for possibly
+//	                                       staged devices); a new loop reads it back
+//	attach-held names=(a)                  attachments wait to be reported in use
+//	reported name=a                        volume a is reported in use
+//	requires-republish driver=drv          the driver's CSIDriver sets requiresRepublish
+//	expand name=a size=2Gi                 the claim's node expansion is pending
+//	state                                  prints the actual state and what waits
+func TestScenarios(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		s := newScenario(t)
+		datadriven.RunTest(t, path, s.run)
+	})
+}
+
+type scenario struct {
+	t       *testing.T
+	root    string
+	clock   *clocktesting.FakeClock
+	pvcs    k8scache.Indexer
+	pvs     k8scache.Indexer
+	drivers k8scache.Indexer
+	in      *inbox
+	asw     *cache.ActualStateOfWorld
+	dsw     *cache.DesiredStateOfWorld
+	l       *loop
+	ops     map[int]startedOp
+	nextID  int
+	out     []string
+	held    map[cache.UniqueVolumeName]bool
+}
+
+type startedOp struct {
+	a  oe.Action
+	in opInput
+}
+
+func newScenario(t *testing.T) *scenario {
+	s := &scenario{
+		t:       t,
+		root:    t.TempDir(),
+		clock:   clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		pvcs:    k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{k8scache.NamespaceIndex: k8scache.MetaNamespaceIndexFunc}),
+		pvs:     k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{}),
+		drivers: k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{}),
+		held:    map[cache.UniqueVolumeName]bool{},
+	}
+	s.in = newInbox()
+	s.newLoop()
+	return s
+}
+
+// newLoop builds a loop as New does, on fresh caches.
+func (s *scenario) newLoop() {
+	var l *loop
+	s.dsw = cache.NewDesiredStateOfWorld(func(n cache.UniqueVolumeName) { l.markDirty(n) })
+	s.asw = cache.NewActualStateOfWorld()
+	res := &resolver{pvcs: corelisters.NewPersistentVolumeClaimLister(s.pvcs), pvs: corelisters.NewPersistentVolumeLister(s.pvs)}
+	l = newLoop(loop{
+		node: "node-1", clock: s.clock, in: s.in, resolver: res, csiDrivers: storagelisters.NewCSIDriverLister(s.drivers),
+		dsw: s.dsw, asw: s.asw, logger: klog.Background(),
+		expansion: res.pendingExpansion,
+		attachHeld: func(name cache.UniqueVolumeName, _ string) bool { return s.held[name] },
+	})
+	l.start = func(a oe.Action, in opInput) {
+		s.nextID++
+		s.ops[s.nextID] = startedOp{a: a, in: in}
+		s.out = append(s.out, fmt.Sprintf("start #%d %s", s.nextID, s.action(a, in.Spec.Mode)))
+	}
+	s.ops = map[int]startedOp{}
+	s.l = l
+}
+
+func short(n cache.UniqueVolumeName) string {
+	return strings.TrimPrefix(string(n), cache.CSIPluginName+"/")
+}
+
+func (s *scenario) action(a oe.Action, mode cache.VolumeMode) string {
+	out := a.Kind.NameFor(mode) + " " + short(a.Volume)
+	if a.Kind == oe.OpPublish || a.Kind == oe.OpUnpublish {
+		out += " pod=" + string(a.Pod.Pod.UID)
+	}
+	return out
+}
+
+func volName(claim string) cache.UniqueVolumeName {
+	return cache.CSIVolumeName("drv", "h-"+claim)
+}
+
+func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
+	s.out = nil
+	ctx := context.Background()
+	arg := func(key string) string {
+		var v string
+		if td.HasArg(key) {
+			td.ScanArgs(t, key, &v)
+		}
+		return v
+	}
+	list := func(key string) []string {
+		for _, a := range td.CmdArgs {
+			if a.Key == key {
+				return a.Vals
+			}
+		}
+		return nil
+	}
+	switch td.Cmd {
+	case "claim":
+		s.claim(arg("name"), td.HasArg("block"))
+	case "unbind":
+		if err := s.pvcs.Delete(&v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: arg("name")}}); err != nil {
+			t.Fatal(err)
+		}
+		s.in.claim("ns/" + arg("name"))
+	case "pod":
+		s.in.addPod(scenarioPod(arg("name"), list("claims"), list("block")))
+	case "delete-pod":
+		s.in.deletePod(types.UID("uid-" + arg("name")))
+	case "mark-synced":
+		s.in.markPodsSynced()
+	case "informers-synced":
+		s.in.markInformersSynced()
+	case "step":
+		s.l.process(ctx)
+	case "finish":
+		ids := s.inFlight()
+		if td.HasArg("id") {
+			var id int
+			td.ScanArgs(t, "id", &id)
+			ids = []int{id}
+		}
+		result := arg("result")
+		for _, id := range ids {
+			s.finish(t, id, result)
+		}
+		s.l.process(ctx)
+	case "settle":
+		for i := 0; len(s.ops) > 0; i++ {
+			if i > 100 {
+				t.Fatal("does not settle")
+			}
+			for _, id := range s.inFlight() {
+				s.finish(t, id, "ok")
+			}
+			s.l.process(ctx)
+		}
+	case "advance":
+		d, err := time.ParseDuration(arg("d"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.clock.Step(d)
+		s.l.due()
+		s.l.process(ctx)
+	case "resync":
+		s.l.resync()
+		s.l.process(ctx)
+	case "driver":
+		s.in.driver(arg("name"))
+		s.l.process(ctx)
+	case "restart":
+		s.restart(ctx, t, list("corrupt"), list("no-device"), td.HasArg("synced-early"))
+	case "attach-held":
+		for _, n := range list("names") {
+			s.held[volName(n)] = true
+		}
+	case "reported":
+		delete(s.held, volName(arg("name")))
+		s.in.retry(volName(arg("name")))
+		s.l.process(ctx)
+	case "requires-republish":
+		yes := true
+		if err := s.drivers.Add(&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: arg("driver")}, Spec: storagev1.CSIDriverSpec{RequiresRepublish: &yes}}); err != nil {
+			t.Fatal(err)
+		}
+	case "expand":
+		s.expand(t, arg("name"), arg("size"))
+		s.l.process(ctx)
+	case "state":
+		return strings.ReplaceAll(s.state(), s.root, "{root}")
+	default:
+		t.Fatalf("unknown command %q", td.Cmd)
+	}
+	if len(s.out) == 0 {
+		return "ok"
+	}
+	return strings.ReplaceAll(strings.Join(s.out, "\n"), s.root, "{root}")
+}
+
+func (s *scenario) inFlight() []int {
+	ids := make([]int, 0, len(s.ops))
+	for id := range s.ops {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	return ids
+}
+
+// finish delivers operation id's outcome to the loop.
+func (s *scenario) finish(t *testing.T, id int, result string) {
+	op, ok := s.ops[id]
+	if !ok {
+		t.Fatalf("no operation #%d in flight", id)
+	}
+	delete(s.ops, id)
+	o := oe.Outcome{Action: op.a, Spec: op.in.Spec}
+	switch result {
+	case "", "ok":
+		switch op.a.Kind {
+		case oe.OpStage:
+			o.Path = "/stage/" + op.in.Spec.VolumeHandle
+		case oe.OpPublish:
+			o.Path = "/pods/" + string(op.a.Pod.Pod.UID) + "/" + op.a.Pod.SpecName
+		}
+	case "uncertain":
+		o.Err, o.Uncertain = fmt.Errorf("rpc error: code = DeadlineExceeded: %w", oe.ErrInProgress), true
+	case "fail":
+		o.Err = errors.New("rpc error: code = Internal desc = no luck")
+	case "notready":
+		o.Err = fmt.Errorf("driver drv not registered: %w", oe.ErrNotReady)
+	case "inuse":
+		o.Err = &oe.InUseError{Path: op.in.DeviceMountPath, Refs: []string{s.root + "/pods/other/volumes/kubernetes.io~csi/x/mount"}}
+	default:
+		t.Fatalf("unknown result %q", result)
+	}
+	if o.Err != nil {
+		o.Err = oe.OpError(op.a, op.in.Spec, o.Err)
+	}
+	s.out = append(s.out, fmt.Sprintf("finish #%d %s: %s", id, s.action(op.a, op.in.Spec.Mode), orOK(result)))
+	s.l.apply(o)
+}
+
+func orOK(r string) string {
+	if r == "" {
+		return "ok"
+	}
+	return r
+}
+
+func (s *scenario) claim(name string, block bool) {
+	mode := v1.PersistentVolumeFilesystem
+	if block {
+		mode = v1.PersistentVolumeBlock
+	}
+	pv := &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + name},
+		Spec: v1.PersistentVolumeSpec{
+			Capacity:               v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			VolumeMode:             &mode,
+			ClaimRef:               &v1.ObjectReference{Namespace: "ns", Name: name, UID: types.UID("pvc-" + name)},
+			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: "drv", VolumeHandle: "h-" + name}},
+		},
+	}
+	pvc := &v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("pvc-" + name)},
+		Spec:       v1.PersistentVolumeClaimSpec{VolumeName: pv.Name, VolumeMode: &mode},
+		Status:     v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound, Capacity: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}},
+	}
+	if err := s.pvs.Add(pv); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := s.pvcs.Add(pvc); err != nil {
+		s.t.Fatal(err)
+	}
+	s.in.claim("ns/" + name)
+}
+
+func (s *scenario) expand(t *testing.T, name, size string) {
+	obj, ok, _ := s.pvs.GetByKey("pv-" + name)
+	if !ok {
+		t.Fatalf("no PV pv-%s", name)
+	}
+	pv := obj.(*v1.PersistentVolume).DeepCopy()
+	pv.Spec.Capacity[v1.ResourceStorage] = resource.MustParse(size)
+	obj, _, _ = s.pvcs.GetByKey("ns/" + name)
+	pvc := obj.(*v1.PersistentVolumeClaim).DeepCopy()
+	pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.PersistentVolumeClaimNodeResizePending}
+	if err := s.pvs.Update(pv); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.pvcs.Update(pvc); err != nil {
+		t.Fatal(err)
+	}
+	s.in.claim("ns/" + name)
+}
+
+func scenarioPod(name string, claims, block []string) *v1.Pod {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}}
+	c := v1.Container{Name: "c"}
+	isBlock := map[string]bool{}
+	for _, b := range block {
+		isBlock[b] = true
+	}
+	for _, cl := range claims {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "vol-" + cl, VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: cl}}})
+		if isBlock[cl] {
+			c.VolumeDevices = append(c.VolumeDevices, v1.VolumeDevice{Name: "vol-" + cl, DevicePath: "/dev/" + cl})
+		} else {
+			c.VolumeMounts = append(c.VolumeMounts, v1.VolumeMount{Name: "vol-" + cl, MountPath: "/" + cl})
+		}
+	}
+	pod.Spec.Containers = []v1.Container{c}
+	return pod
+}
+
+// restart is a crash of the agent: the disk keeps what the plugin wrote
+// for everything that may be set up; a new loop reads it back.
+func (s *scenario) restart(ctx context.Context, t *testing.T, corrupt, noDevice []string, syncedEarly bool) {
+	skipDevice := map[cache.UniqueVolumeName]bool{}
+	for _, n := range noDevice {
+		skipDevice[volName(n)] = true
+	}
+	for _, name := range s.asw.VolumeNames() {
+		v, _ := s.asw.Volume(name)
+		for uid, pm := range v.Pods {
+			if !pm.MayBeMounted() {
+				continue
+			}
+			dir, err := csiplugin.PodVolumeDir(s.root, uid, v.Spec.PVName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeVolData(t, dir, fmt.Sprintf(`{"specVolID":%q,"volumeHandle":%q,"driverName":%q}`, v.Spec.PVName, v.Spec.VolumeHandle, v.Spec.Driver))
+		}
+		if v.DeviceState.MayBeMounted() && !skipDevice[name] {
+			dir, err := csiplugin.StagingDir(s.root, v.Spec.Driver, v.Spec.VolumeHandle)
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeVolData(t, dir, fmt.Sprintf(`{"specVolID":%q,"volumeHandle":%q,"driverName":%q}`, v.Spec.PVName, v.Spec.VolumeHandle, v.Spec.Driver))
+		}
+	}
+	for _, c := range corrupt { // pod/claim
+		pod, claim, _ := strings.Cut(c, "/")
+		dir, _ := csiplugin.PodVolumeDir(s.root, types.UID("uid-"+pod), "pv-"+claim)
+		writeVolData(t, dir, "{")
+	}
+	s.in = newInbox() // the new process has heard nothing yet
+	s.newLoop()
+	if syncedEarly {
+		s.in.markPodsSynced() // before reconstruction has ended
+	}
+	s.l.install(reconstruct(ctx, s.root))
+	s.out = append(s.out, "restarted; found on disk:")
+	s.out = append(s.out, s.state())
+}
+
+func writeVolData(t *testing.T, dir, content string) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, csiplugin.VolumeDataFile), []byte(content), 0o640); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// state prints the actual state, each volume's pods that want it, and
+// why what is due waits.
+func (s *scenario) state() string {
+	names := s.asw.VolumeNames()
+	for _, n := range s.dsw.VolumeNames() {
+		if _, ok := s.asw.Volume(n); !ok {
+			names = append(names, n)
+		}
+	}
+	sort.Slice(names, func(i, j int) bool { return names[i] < names[j] })
+	var b strings.Builder
+	for _, n := range names {
+		v, known := s.asw.Volume(n)
+		fmt.Fprintf(&b, "%s:", short(n))
+		if known {
+			fmt.Fprintf(&b, " attached=%v device=%s", v.Attached, v.DeviceState)
+			uids := make([]string, 0, len(v.Pods))
+			for uid, pm := range v.Pods {
+				st := pm.State.String()
+				if pm.Busy {
+					st += "+busy"
+				}
+				uids = append(uids, string(uid)+"="+st)
+			}
+			sort.Strings(uids)
+			if len(uids) > 0 {
+				fmt.Fprintf(&b, " pods=%s", strings.Join(uids, ","))
+			}
+		} else {
+			b.WriteString(" nothing done")
+		}
+		if _, desired, ok := s.dsw.Volume(n); ok {
+			var want []string
+			for _, p := range desired {
+				want = append(want, p.Pod.Name)
+			}
+			fmt.Fprintf(&b, " wanted-by=%s", strings.Join(want, ","))
+		}
+		b.WriteString("\n")
+		for _, w := range s.l.waiting[n] {
+			fmt.Fprintf(&b, "  waiting: %s\n", w)
+		}
+	}
+	if len(s.l.unreadable) > 0 {
+		var dirs []string
+		for _, d := range s.l.unreadable {
+			dirs = append(dirs, d)
+		}
+		sort.Strings(dirs)
+		fmt.Fprintf(&b, "unreadable: %s\n", strings.Join(dirs, " "))
+	}
+	if b.Len() == 0 {
+		return "empty"
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
