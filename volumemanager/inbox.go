@@ -115,11 +115,12 @@ func (in *inbox) retry(names ...cache.UniqueVolumeName) {
 	})
 }
 
-// take returns everything posted since the last take.
+// take returns everything posted since the last take. The batch's maps
+// are the loop's from then on: the inbox starts new ones.
 func (in *inbox) take() batch {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	b := batch{podsSynced: in.podsSynced, informersSynced: in.informersSynced, claims: in.claims, volumes: in.volumes, drivers: in.drivers, attachments: in.attachments}
+	b := batch{podsSynced: in.podsSynced, informersSynced: in.informersSynced}
 	if len(in.dirtyPods) > 0 {
 		b.pods = make(map[types.UID]*v1.Pod, len(in.dirtyPods))
 		for uid := range in.dirtyPods {
@@ -127,19 +128,19 @@ func (in *inbox) take() batch {
 		}
 		in.dirtyPods = map[types.UID]struct{}{}
 	}
-	if len(in.claims) > 0 {
-		in.claims = map[string]struct{}{}
-	}
-	if len(in.volumes) > 0 {
-		in.volumes = map[cache.UniqueVolumeName]struct{}{}
-	}
-	if len(in.drivers) > 0 {
-		in.drivers = map[string]struct{}{}
-	}
-	if len(in.attachments) > 0 {
-		in.attachments = map[string]struct{}{}
-	}
+	b.claims, in.claims = swap(in.claims)
+	b.volumes, in.volumes = swap(in.volumes)
+	b.drivers, in.drivers = swap(in.drivers)
+	b.attachments, in.attachments = swap(in.attachments)
 	return b
+}
+
+// swap hands m over (nil when empty) and returns the map to use next.
+func swap[K comparable](m map[K]struct{}) (taken, next map[K]struct{}) {
+	if len(m) == 0 {
+		return nil, m
+	}
+	return m, map[K]struct{}{}
 }
 
 // podErrors holds the last error of each pod's volumes, by spec name, for

@@ -112,7 +112,7 @@ func (s *scenario) newLoop() {
 	l = newLoop(loop{
 		node: "node-1", clock: s.clock, in: s.in, resolver: res, csiDrivers: storagelisters.NewCSIDriverLister(s.drivers),
 		dsw: s.dsw, asw: s.asw, logger: klog.Background(),
-		expansion: res.pendingExpansion,
+		expansion:  res.pendingExpansion,
 		attachHeld: func(name cache.UniqueVolumeName, _ string) bool { return s.held[name] },
 	})
 	l.start = func(a oe.Action, in opInput) {
