@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/mount-utils"
 
@@ -403,5 +404,87 @@ func TestNewValidates(t *testing.T) {
 	}
 	if _, err := New(Config{NodeName: node}); err == nil {
 		t.Error("no KubeClient accepted")
+	}
+}
+
+// TestPublishInFlightIsPossiblyMounted: while NodePublishVolume runs, the
+// pod's directory must not be removed (HasPossiblyMountedVolumesForPod) and
+// WaitForUnmount must not return; once the pod is deleted the publish is
+// still undone.
+func TestPublishInFlightIsPossiblyMounted(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	e.claim("vol")
+	block := make(chan struct{})
+	e.drv.Inject(csitest.Fault{Method: "NodePublishVolume", Block: block, Times: 1})
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	e.vm.AddPod(pod)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.drv.WaitForCalls(ctx, "NodePublishVolume", 1); err != nil {
+		t.Fatal(err)
+	}
+	if !e.vm.HasPossiblyMountedVolumesForPod(pod.UID) {
+		t.Fatal("a publish in flight is not counted as possibly mounted")
+	}
+	e.vm.DeletePod(pod)
+	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancelShort()
+	if err := e.vm.WaitForUnmount(short, pod); err == nil {
+		t.Fatal("WaitForUnmount returned while a publish was in flight")
+	}
+	close(block)
+	if err := e.vm.WaitForUnmount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.drv.Calls("NodeUnpublishVolume"); got != 1 {
+		t.Fatalf("NodeUnpublishVolume calls = %d, want 1: the publish that finished after the pod went must be undone", got)
+	}
+}
+
+// TestWaitErrorNamesFailedList: with PVCs that cannot be listed, the wait
+// error says so, naming the list that fails, not a bare deadline.
+func TestWaitErrorNamesFailedList(t *testing.T) {
+	client := fake.NewClientset(csitest.CSIDriver("x.example.com", false))
+	client.PrependReactor("list", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("connection refused")
+	})
+	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- vm.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	eventually(t, "the list error recorded", func() bool { return len(vm.listErrs.get()) > 0 })
+	waitCtx, waitCancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer waitCancel()
+	err = vm.WaitForAttachAndMount(waitCtx, pod)
+	var we *WaitError
+	if !errors.As(err, &we) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("error %v (%T), want a *WaitError wrapping the deadline", err, err)
+	}
+	for _, want := range []string{`volume "data"`, "listing PersistentVolumeClaims failed", "connection refused"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "context deadline exceeded") {
+		t.Errorf("error %q ends with a bare deadline although it has a cause", err)
+	}
+}
+
+func TestWaitErrorCauseOnce(t *testing.T) {
+	cause := errors.New("PVC ns/nope not found")
+	we := &WaitError{Pod: "ns/web", What: "unmounted volumes", Volumes: []string{"data", "logs"},
+		Causes: map[string]error{"data": cause}, Err: context.DeadlineExceeded}
+	got := we.Error()
+	if want := `pod ns/web: unmounted volumes=[data logs]; volume "data": PVC ns/nope not found`; got != want {
+		t.Fatalf("got %q\nwant %q", got, want)
+	}
+	none := &WaitError{Pod: "ns/web", What: "unmounted volumes", Volumes: []string{"data"}, Err: context.DeadlineExceeded}
+	if got, want := none.Error(), "pod ns/web: unmounted volumes=[data]: context deadline exceeded with no error reported"; got != want {
+		t.Fatalf("got %q\nwant %q", got, want)
 	}
 }
