@@ -73,6 +73,9 @@ type outcome struct {
 	// the registrar, so that it hears "registered" only once Plugins()
 	// lists the plugin.
 	then func()
+	// applied is closed by apply once the outcome is recorded; the
+	// operation's goroutine waits for it before running then.
+	applied chan struct{}
 }
 
 // New returns a manager for opts, with the defaults filled in (see
@@ -157,7 +160,8 @@ func (m *Manager) Run(ctx context.Context) error {
 }
 
 // drain waits for the running operations (already cancelled through the
-// context) and applies their outcomes.
+// context) and applies their outcomes, which lets their goroutines finish
+// (they wait for their outcome to be applied).
 func (m *Manager) drain(ctx context.Context) {
 	done := make(chan struct{})
 	go func() {
@@ -207,7 +211,10 @@ func (m *Manager) process(ctx context.Context) {
 	m.armTimer()
 }
 
-// start runs op in a goroutine; its outcome comes back on m.results.
+// start runs op in a goroutine; its outcome comes back on m.results. The
+// goroutine runs the outcome's then only after the loop (or drain, when
+// stopping) has applied the outcome, and closes exited only after that, so
+// that the next operation on the socket starts after then has run.
 func (m *Manager) start(ctx context.Context, path string, dereg bool, gen uint64, op func(context.Context) outcome) {
 	opCtx, cancel := context.WithCancel(ctx)
 	m.running[path] = &operation{dereg: dereg, gen: gen, cancel: cancel}
@@ -224,7 +231,12 @@ func (m *Manager) start(ctx context.Context, path string, dereg bool, gen uint64
 		out := op(opCtx)
 		then := out.then
 		out.then = nil
+		applied := make(chan struct{})
+		out.applied = applied
+		// Every outcome sent is received and applied, by Run's loop or
+		// by drain: neither waits on this goroutine meanwhile.
 		m.results <- out
+		<-applied
 		if then != nil {
 			then()
 		}
@@ -232,7 +244,12 @@ func (m *Manager) start(ctx context.Context, path string, dereg bool, gen uint64
 }
 
 // apply records an operation's outcome: the single writer of m.actual.
+// It closes out.applied when done (after m.mu is released: Plugins() then
+// shows the outcome).
 func (m *Manager) apply(ctx context.Context, out outcome) {
+	if out.applied != nil {
+		defer close(out.applied)
+	}
 	logger := klog.FromContext(ctx)
 	delete(m.running, out.path)
 	m.dirty[out.path] = struct{}{}
