@@ -88,7 +88,8 @@ func TestCSIRegistration(t *testing.T) {
 	// refused; the registered driver is undisturbed.
 	dup := regCfg
 	dup.SocketName = "dup-reg.sock"
-	if s := status(t, startReg(t, dup), 1); s.Registered || !strings.Contains(s.Error, "already registered") {
+	dupReg := startReg(t, dup)
+	if s := status(t, dupReg, 1); s.Registered || !strings.Contains(s.Error, "already registered") {
 		t.Errorf("duplicate registrar status = %+v, want a refusal", s)
 	}
 	hostile := regCfg
@@ -98,10 +99,19 @@ func TestCSIRegistration(t *testing.T) {
 	}
 	checkRecorded(t, client, registry, true)
 
+	// The manager retries the refused duplicate (backoff), and it is refused
+	// only while r holds the driver: once r goes it would register the
+	// driver again. Stop it first. Its socket is removed before r's, so the
+	// manager handles its removal (cancelling any retry in flight, which then
+	// cannot register) before it starts deregistering r.
+	dupReg.Stop()
+
 	// The socket goes: the driver is deregistered.
 	r.Stop()
-	poll(t, "deregistration", func() bool { return len(m.Plugins()) == 0 })
-	checkRecorded(t, client, registry, false)
+	poll(t, "deregistration from the manager, registry, Node and CSINode", func() bool {
+		inRegistry, annotated, listed := recorded(client, registry)
+		return len(m.Plugins()) == 0 && !inRegistry && !annotated && !listed
+	})
 }
 
 func startReg(t *testing.T, cfg csitest.RegistrarConfig) *csitest.Registrar {
@@ -136,19 +146,26 @@ func poll(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func checkRecorded(t *testing.T, client *fake.Clientset, registry *csiplugin.Registry, want bool) {
-	t.Helper()
+// recorded reports whether drv.example.com is in the registry, in the
+// Node's annotation and in the CSINode.
+func recorded(client *fake.Clientset, registry *csiplugin.Registry) (inRegistry, annotated, listed bool) {
 	ctx := context.Background()
 	_, err := registry.Client("drv.example.com")
+	inRegistry = err == nil
 	node, _ := client.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{})
-	annotated := strings.Contains(node.Annotations[csiplugin.NodeIDAnnotation], `"drv.example.com":"drv-node-1"`)
-	listed := false
+	annotated = strings.Contains(node.Annotations[csiplugin.NodeIDAnnotation], `"drv.example.com":"drv-node-1"`)
 	if cn, err := client.StorageV1().CSINodes().Get(ctx, "node-1", metav1.GetOptions{}); err == nil {
 		for _, d := range cn.Spec.Drivers {
 			listed = listed || (d.Name == "drv.example.com" && d.NodeID == "drv-node-1" && *d.Allocatable.Count == 7)
 		}
 	}
-	if (err == nil) != want || annotated != want || listed != want {
-		t.Errorf("driver recorded: registry %v, annotation %v, CSINode %v; want %v", err == nil, annotated, listed, want)
+	return inRegistry, annotated, listed
+}
+
+func checkRecorded(t *testing.T, client *fake.Clientset, registry *csiplugin.Registry, want bool) {
+	t.Helper()
+	inRegistry, annotated, listed := recorded(client, registry)
+	if inRegistry != want || annotated != want || listed != want {
+		t.Errorf("driver recorded: registry %v, annotation %v, CSINode %v; want %v", inRegistry, annotated, listed, want)
 	}
 }
