@@ -124,14 +124,21 @@ func (a *ActualStateOfWorld) SetPodMount(spec VolumeSpec, vol PodVolume, state M
 	if path != "" {
 		pm.Path = path
 	}
-	v.Pods[vol.Pod.UID] = pm
-	idx := a.pods[vol.Pod.UID]
+	a.putPodMount(v, pm)
+}
+
+// putPodMount stores a pod's mount of v, indexes it by pod and wakes the
+// pod's waiters; a.mu is held.
+func (a *ActualStateOfWorld) putPodMount(v *ActualVolume, pm PodMount) {
+	uid := pm.Volume.Pod.UID
+	v.Pods[uid] = pm
+	idx := a.pods[uid]
 	if idx == nil {
 		idx = map[UniqueVolumeName]struct{}{}
-		a.pods[vol.Pod.UID] = idx
+		a.pods[uid] = idx
 	}
-	idx[spec.Name] = struct{}{}
-	a.wake(vol.Pod.UID)
+	idx[v.Spec.Name] = struct{}{}
+	a.wake(uid)
 }
 
 // SetPodBusy marks the start (busy) or the end of an operation on a pod's
@@ -148,13 +155,12 @@ func (a *ActualStateOfWorld) SetPodBusy(spec VolumeSpec, vol PodVolume, busy boo
 		if !ok {
 			return
 		}
-		if pm.State != NotMounted {
-			pm.Busy = false
-			v.Pods[vol.Pod.UID] = pm
-			a.wake(vol.Pod.UID)
+		if pm.State == NotMounted {
+			a.deletePodMount(spec.Name, vol.Pod.UID)
 			return
 		}
-		a.deletePodMount(spec.Name, vol.Pod.UID)
+		pm.Busy = false
+		a.putPodMount(v, pm)
 		return
 	}
 	v := a.volume(spec)
@@ -163,14 +169,7 @@ func (a *ActualStateOfWorld) SetPodBusy(spec VolumeSpec, vol PodVolume, busy boo
 		pm.Volume = vol
 	}
 	pm.Busy = true
-	v.Pods[vol.Pod.UID] = pm
-	idx := a.pods[vol.Pod.UID]
-	if idx == nil {
-		idx = map[UniqueVolumeName]struct{}{}
-		a.pods[vol.Pod.UID] = idx
-	}
-	idx[spec.Name] = struct{}{}
-	a.wake(vol.Pod.UID)
+	a.putPodMount(v, pm)
 }
 
 // DeletePodMount forgets a pod's mount of a volume (it is unmounted).

@@ -194,3 +194,28 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestPodBusy(t *testing.T) {
+	a := NewActualStateOfWorld()
+	spec := VolumeSpec{Name: "v", Driver: "d"}
+	pv := PodVolume{Pod: PodRef{UID: "p"}, SpecName: "data"}
+	changed := a.PodChanged("p")
+	a.SetPodBusy(spec, pv, true)
+	<-changed // a publish starting wakes the pod's waiters
+	if got := a.PodVolumes("p"); len(got) != 1 || got[0].State != NotMounted {
+		t.Fatalf("a publish in flight: %+v, want the volume listed as possibly mounted", got)
+	}
+	a.SetPodBusy(spec, pv, false) // a final error: nothing was mounted
+	if got := a.PodVolumes("p"); len(got) != 0 {
+		t.Fatalf("after a failed first publish: %+v, want nothing", got)
+	}
+	if v, _ := a.Volume("v"); len(v.Pods) != 0 {
+		t.Fatalf("the pod's entry was kept: %+v", v.Pods)
+	}
+	a.SetPodMount(spec, pv, Mounted, "/m")
+	a.SetPodBusy(spec, pv, true) // a republish
+	a.SetPodBusy(spec, pv, false)
+	if got := a.PodVolumes("p"); len(got) != 1 || got[0].State != Mounted || got[0].Path != "/m" {
+		t.Fatalf("after a failed republish: %+v, want it still Mounted", got)
+	}
+}
