@@ -114,8 +114,9 @@ func TestRunnerBoundsConcurrency(t *testing.T) {
 
 func TestRunnerCancelledWhileWaiting(t *testing.T) {
 	r := NewRunner(1)
-	release := make(chan struct{})
-	r.Go(context.Background(), func(context.Context) { <-release }, func(error) {})
+	release, running := make(chan struct{}), make(chan struct{})
+	r.Go(context.Background(), func(context.Context) { close(running); <-release }, func(error) {})
+	<-running // the one slot is taken
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan error, 1)
 	r.Go(ctx, func(context.Context) { t.Error("ran after its context ended") }, func(err error) { got <- err })
