@@ -253,7 +253,9 @@ func (d *Driver) writeImage(id string, size int64) error {
 
 // DeleteVolume deletes the image and state of a volume. An unknown
 // volume is already deleted. A volume still published to a node, staged
-// or attached to a loop device is refused with FailedPrecondition.
+// or attached to a loop device is refused with FailedPrecondition; a loop
+// device that is only being detached is waited for (Unavailable if it
+// takes too long).
 func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if err := validateID(id); err != nil {
@@ -274,9 +276,14 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	case v.Stage != nil || len(v.Targets) > 0:
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still staged or published on node %s", id, d.nodeID)
 	}
-	devs, err := d.loop.Find(ctx, d.store.imagePath(id))
+	image := d.store.imagePath(id)
+	devs, err := d.loop.Find(ctx, image)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "volume %s: %v", id, err)
+	}
+	// A device being detached is as good as gone: wait for it.
+	if devs, err = d.skipDetaching(ctx, id, image, devs); err != nil {
+		return nil, err
 	}
 	if len(devs) > 0 {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still attached to %v: NodeUnstageVolume it first", id, devs)

@@ -32,6 +32,12 @@
 //     volume is always found by its backing image (losetup --associated),
 //     never remembered, so attachments that a crash left behind are
 //     reused or detached, not leaked.
+//   - A detach is done when the device is gone, not when losetup
+//     --detach returns: the kernel only marks a device that something
+//     else has open and detaches it at the last close. NodeUnstageVolume
+//     waits for that; staging and DeleteVolume wait for a device being
+//     detached rather than reuse it or refuse; past Config.DetachTimeout
+//     or the call's deadline they fail with Unavailable, to be retried.
 //   - The driver touches no path outside its state directory and the
 //     staging and target paths it is given; those must be absolute,
 //     clean and outside the state directory.

@@ -29,6 +29,11 @@ const DefaultDriverName = "loop.csi.nodevol.io"
 // Config.MaxVolumes is zero.
 const DefaultMaxVolumes = 64
 
+// DefaultDetachTimeout is how long a call waits, by default, for the
+// kernel to finish detaching a loop device that something else still
+// has open (see Config.DetachTimeout).
+const DefaultDetachTimeout = 10 * time.Second
+
 // Version is reported by GetPluginInfo.
 const Version = "0.1.0"
 
@@ -53,6 +58,12 @@ type Config struct {
 	// Loop attaches images to loop devices; default losetup(8) run
 	// through Exec.
 	Loop LoopDevices
+	// DetachTimeout bounds how long NodeUnstageVolume, NodeStageVolume
+	// and DeleteVolume wait for a detached loop device to go away: the
+	// kernel detaches a device that something else still has open only
+	// at its last close. Past it (or the RPC's deadline) they fail with
+	// Unavailable and a retry waits again. Default DefaultDetachTimeout.
+	DetachTimeout time.Duration
 	// Faults are injected failures (see Fault); default none.
 	Faults []Fault
 	// FaultHook, if set, is called at every fault point before Faults:
@@ -84,8 +95,10 @@ type Driver struct {
 	mounter *mount.SafeFormatAndMount
 	exec    utilexec.Interface
 	loop    LoopDevices
-	faults  *faults
-	locks   keyedMutex
+	// detachWait is Config.DetachTimeout.
+	detachWait time.Duration
+	faults     *faults
+	locks      keyedMutex
 }
 
 var (
@@ -129,6 +142,12 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Loop == nil {
 		cfg.Loop = losetup{exec: cfg.Exec}
 	}
+	if cfg.DetachTimeout < 0 {
+		return nil, fmt.Errorf("loop driver: detach timeout %v is negative", cfg.DetachTimeout)
+	}
+	if cfg.DetachTimeout == 0 {
+		cfg.DetachTimeout = DefaultDetachTimeout
+	}
 	if cfg.Exit == nil {
 		cfg.Exit = os.Exit
 	}
@@ -151,6 +170,7 @@ func New(cfg Config) (*Driver, error) {
 		mounter:    mount.NewSafeFormatAndMount(cfg.Mounter, cfg.Exec),
 		exec:       cfg.Exec,
 		loop:       cfg.Loop,
+		detachWait: cfg.DetachTimeout,
 		faults: &faults{
 			hook:  cfg.FaultHook,
 			exit:  cfg.Exit,

@@ -20,7 +20,11 @@ import (
 )
 
 // fakeLoop is LoopDevices in memory. Its "devices" are regular files in
-// a temporary directory, so that the driver can stat them.
+// a temporary directory, so that the driver can stat them. With linger
+// set it detaches like the kernel does a device that something else has
+// open: Detach only marks the device, which stays attached (and
+// Detaching) for linger more Find calls of its image, or until release
+// if linger is negative.
 type fakeLoop struct {
 	dir string
 
@@ -28,11 +32,22 @@ type fakeLoop struct {
 	n        int
 	attached map[string][]string // image -> devices
 	detached []string
+	linger   int
+	pending  map[string]int // device being detached -> Find calls left, negative: until release
 }
 
 func (f *fakeLoop) Find(_ context.Context, image string) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	for _, dev := range slices.Clone(f.attached[image]) {
+		switch left, ok := f.pending[dev]; {
+		case !ok || left < 0:
+		case left == 0:
+			f.remove(dev)
+		default:
+			f.pending[dev]--
+		}
+	}
 	return slices.Clone(f.attached[image]), nil
 }
 
@@ -51,14 +66,57 @@ func (f *fakeLoop) Attach(_ context.Context, image string) (string, error) {
 func (f *fakeLoop) Detach(_ context.Context, dev string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !f.isAttached(dev) {
+		return fmt.Errorf("%s is not attached", dev)
+	}
+	if _, ok := f.pending[dev]; ok {
+		return nil // marked again, like LOOP_CLR_FD does
+	}
+	if f.linger != 0 {
+		if f.pending == nil {
+			f.pending = map[string]int{}
+		}
+		f.pending[dev] = f.linger
+		return nil
+	}
+	f.remove(dev)
+	return nil
+}
+
+func (f *fakeLoop) Detaching(_ context.Context, dev string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.pending[dev]
+	return ok, nil
+}
+
+// release finishes every pending detach, like the last close does.
+func (f *fakeLoop) release() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for dev := range f.pending {
+		f.remove(dev)
+	}
+}
+
+func (f *fakeLoop) isAttached(dev string) bool {
+	for _, devs := range f.attached {
+		if slices.Contains(devs, dev) {
+			return true
+		}
+	}
+	return false
+}
+
+// remove detaches dev for good; f.mu is held.
+func (f *fakeLoop) remove(dev string) {
 	for img, devs := range f.attached {
 		if i := slices.Index(devs, dev); i >= 0 {
 			f.attached[img] = slices.Delete(devs, i, i+1)
 			f.detached = append(f.detached, dev)
-			return nil
 		}
 	}
-	return fmt.Errorf("%s is not attached", dev)
+	delete(f.pending, dev)
 }
 
 func (f *fakeLoop) Refresh(context.Context, string) error { return nil }

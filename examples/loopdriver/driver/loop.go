@@ -2,7 +2,11 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 
 	utilexec "k8s.io/utils/exec"
@@ -17,8 +21,16 @@ type LoopDevices interface {
 	Find(ctx context.Context, image string) ([]string, error)
 	// Attach attaches image to a free loop device and returns it.
 	Attach(ctx context.Context, image string) (string, error)
-	// Detach detaches device.
+	// Detach detaches device. While something else still has the device
+	// open (udev's or blkid's probe, another losetup scanning devices),
+	// the kernel only marks it and detaches it at its last close: Detach
+	// then succeeds and the device stays attached for a while, with
+	// Detaching true.
 	Detach(ctx context.Context, device string) error
+	// Detaching reports whether device is attached but marked to be
+	// detached at its last close. A device that is not attached is not
+	// detaching.
+	Detaching(ctx context.Context, device string) (bool, error)
 	// Refresh makes device pick up a new size of its backing image.
 	Refresh(ctx context.Context, device string) error
 }
@@ -61,6 +73,25 @@ func (l losetup) Attach(ctx context.Context, image string) (string, error) {
 func (l losetup) Detach(ctx context.Context, device string) error {
 	_, err := l.run(ctx, "--detach", device)
 	return err
+}
+
+// Detaching reads the device's autoclear flag in sysfs: LOOP_CLR_FD sets
+// it on a device that is open elsewhere, and the driver never attaches
+// with it. Unlike losetup it opens no device, so it cannot itself hold
+// up the detach it looks at.
+func (l losetup) Detaching(_ context.Context, device string) (bool, error) {
+	name := filepath.Base(device)
+	if !strings.HasPrefix(name, "loop") {
+		return false, fmt.Errorf("%s is not a loop device", device)
+	}
+	b, err := os.ReadFile(filepath.Join("/sys/block", name, "loop", "autoclear"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil // not attached (sysfs has no loop/ directory then)
+	}
+	if err != nil {
+		return false, err
+	}
+	return strings.TrimSpace(string(b)) == "1", nil
 }
 
 func (l losetup) Refresh(ctx context.Context, device string) error {

@@ -27,10 +27,10 @@ func (d *Driver) knownVolume(id string) (*volumeState, error) {
 }
 
 // NodeStageVolume attaches the volume's image to a loop device (the one
-// already attached, if any) and, for mount access, makes a file system
-// on it if it has none and mounts it at the staging path. It never
-// formats a device that already holds a file system. On failure it
-// undoes what it did.
+// already attached, if any, unless it is being detached) and, for mount
+// access, makes a file system on it if it has none and mounts it at the
+// staging path. It never formats a device that already holds a file
+// system. On failure it undoes what it did.
 func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	id, path := req.GetVolumeId(), req.GetStagingTargetPath()
 	if err := validateID(id); err != nil {
@@ -69,6 +69,11 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	devs, err := d.loop.Find(ctx, image)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "volume %s: %v", id, err)
+	}
+	// A device being detached goes away at its last close, whoever
+	// staged on it: wait for it and attach anew.
+	if devs, err = d.skipDetaching(ctx, id, image, devs); err != nil {
+		return nil, err
 	}
 	var dev string
 	attached := false
@@ -147,7 +152,10 @@ func (d *Driver) stageMount(ctx context.Context, id, dev, path, fsType string, f
 
 // NodeUnstageVolume unmounts the staging path (if the volume is mounted
 // there) and detaches every loop device backed by the volume's image.
-// It refuses while the volume is still published on this node.
+// It returns once the devices are gone, which the kernel may defer
+// while something else has one open (see detach.go), and fails with
+// Unavailable if that takes too long. It refuses while the volume is
+// still published on this node.
 func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	id, path := req.GetVolumeId(), req.GetStagingTargetPath()
 	if err := validateID(id); err != nil {
@@ -171,7 +179,8 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if v.Stage != nil && v.Stage.Path != path {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged at %s, not %s", id, v.Stage.Path, path)
 	}
-	devs, err := d.loop.Find(ctx, d.store.imagePath(id))
+	image := d.store.imagePath(id)
+	devs, err := d.loop.Find(ctx, image)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "volume %s: %v", id, err)
 	}
@@ -197,16 +206,21 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if err := d.checkUnused(id, devs); err != nil {
 		return nil, err
 	}
-	for _, dev := range devs {
-		if err := d.loop.Detach(ctx, dev); err != nil {
-			return nil, status.Errorf(codes.Internal, "volume %s: %v", id, err)
-		}
+	if err := d.requestDetach(ctx, id, image, devs); err != nil {
+		return nil, err
 	}
+	// Forget the stage before waiting for the devices to go: if they do
+	// not go in time, the volume is no longer usable as staged, and the
+	// calls that find the devices wait for them (a retry of this one
+	// too).
 	if v.Stage != nil {
 		v.Stage = nil
 		if err := d.store.put(v); err != nil {
 			return nil, status.Errorf(codes.Internal, "%v", err)
 		}
+	}
+	if err := d.awaitDetached(ctx, id, image, devs); err != nil {
+		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Unstaged volume", "path", path, "devices", devs)
 	return &csi.NodeUnstageVolumeResponse{}, nil
