@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
 )
 
 // Detaching a loop device is not always done when LOOP_CLR_FD returns.
@@ -79,9 +80,10 @@ func (d *Driver) skipDetaching(ctx context.Context, id, image string, devs []str
 // fails with Unavailable if they are still there then: a retry finds
 // and waits for them again.
 func (d *Driver) awaitDetached(ctx context.Context, id, image string, devs []string) error {
-	deadline := time.Now().Add(d.detachWait)
+	start := time.Now()
+	deadline := start.Add(d.detachWait)
 	delay := detachPollFirst
-	for {
+	for looks := 1; ; looks++ {
 		found, err := d.loop.Find(ctx, image)
 		if err != nil {
 			return status.Errorf(codes.Internal, "volume %s: %v", id, err)
@@ -93,6 +95,9 @@ func (d *Driver) awaitDetached(ctx context.Context, id, image string, devs []str
 			}
 		}
 		if len(left) == 0 {
+			if looks > 1 {
+				klog.FromContext(ctx).V(2).Info("Loop devices were detached only after their last close", "devices", devs, "waited", time.Since(start), "looks", looks)
+			}
 			return nil
 		}
 		var why string
