@@ -80,6 +80,9 @@ func (d *Driver) skipDetaching(ctx context.Context, id, image string, devs []str
 // fails with Unavailable if they are still there then: a retry finds
 // and waits for them again.
 func (d *Driver) awaitDetached(ctx context.Context, id, image string, devs []string) error {
+	if len(devs) == 0 {
+		return nil
+	}
 	start := time.Now()
 	deadline := start.Add(d.detachWait)
 	delay := detachPollFirst
