@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -73,6 +74,12 @@ type Config struct {
 	FaultHook func(ctx context.Context, method, volumeID string, at FaultPoint) error
 	// Exit ends the process for an Exit fault; default os.Exit.
 	Exit func(code int)
+	// CallLog, if set, gets one line per Node service RPC as it arrives
+	// (before faults and before it runs), for tests that count what a CO
+	// sent: method, volume ID, target path and staging target path
+	// (volume path for NodeExpandVolume and NodeGetVolumeStats),
+	// tab-separated, "-" for an empty field. Default none.
+	CallLog io.Writer
 }
 
 // Driver is a CSI driver (Identity, Controller and Node services) that
@@ -99,6 +106,9 @@ type Driver struct {
 	detachWait time.Duration
 	faults     *faults
 	locks      keyedMutex
+
+	callLogMu sync.Mutex
+	callLog   io.Writer
 }
 
 var (
@@ -171,6 +181,7 @@ func New(cfg Config) (*Driver, error) {
 		exec:       cfg.Exec,
 		loop:       cfg.Loop,
 		detachWait: cfg.DetachTimeout,
+		callLog:    cfg.CallLog,
 		faults: &faults{
 			hook:  cfg.FaultHook,
 			exit:  cfg.Exit,
@@ -291,6 +302,7 @@ func (d *Driver) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		logger = logger.WithValues("volumeID", volID)
 	}
 	ctx = klog.NewContext(ctx, logger)
+	d.logCall(method, volID, req)
 	start := time.Now()
 	resp, err := d.runFaulted(ctx, method, volID, req, handler)
 	if err != nil {
@@ -299,6 +311,36 @@ func (d *Driver) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		logger.V(4).Info("CSI call done", "duration", time.Since(start))
 	}
 	return resp, err
+}
+
+// logCall writes the call log's line for a Node service RPC (see
+// Config.CallLog). A failed write is logged, never returned.
+func (d *Driver) logCall(method, volID string, req any) {
+	if d.callLog == nil || !strings.HasPrefix(method, "Node") {
+		return
+	}
+	var target, staging string
+	if r, ok := req.(interface{ GetTargetPath() string }); ok {
+		target = r.GetTargetPath()
+	}
+	if r, ok := req.(interface{ GetVolumePath() string }); ok {
+		target = r.GetVolumePath()
+	}
+	if r, ok := req.(interface{ GetStagingTargetPath() string }); ok {
+		staging = r.GetStagingTargetPath()
+	}
+	field := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	line := method + "\t" + field(volID) + "\t" + field(target) + "\t" + field(staging) + "\n"
+	d.callLogMu.Lock()
+	defer d.callLogMu.Unlock()
+	if _, err := io.WriteString(d.callLog, line); err != nil {
+		klog.Background().Error(err, "Writing the call log")
+	}
 }
 
 func (d *Driver) runFaulted(ctx context.Context, method, volID string, req any, handler grpc.UnaryHandler) (any, error) {

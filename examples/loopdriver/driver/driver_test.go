@@ -399,3 +399,118 @@ func TestPerVolumeLock(t *testing.T) {
 		t.Fatalf("after expand: %v, %v", got, err)
 	}
 }
+
+// syncBuffer is a bytes.Buffer safe for the driver's writes and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b = append(s.b, p...)
+	return len(p), nil
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return string(s.b)
+}
+
+func TestCallLog(t *testing.T) {
+	var calls syncBuffer
+	f := newFixture(t, Config{CallLog: &calls, FaultHook: func(_ context.Context, method, _ string, _ FaultPoint) error {
+		if method == "NodeGetVolumeStats" {
+			return status.Error(codes.Unavailable, "injected")
+		}
+		return nil
+	}})
+	ctx := context.Background()
+	id := f.create(t, "vol") // controller RPCs are not logged
+	bc := blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)
+	staging, target := filepath.Join(f.dir, "staging"), filepath.Join(f.dir, "pod", "dev")
+	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.node.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging, VolumeCapability: bc}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: bc}); err != nil {
+		t.Fatal(err)
+	}
+	// A call that fails (here before it runs) is logged all the same.
+	_, err := f.node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: target})
+	wantCode(t, "stats with injected fault", err, codes.Unavailable)
+	if _, err := f.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}); err != nil {
+		t.Fatal(err)
+	}
+	want := "NodeGetCapabilities\t-\t-\t-\n" +
+		"NodeStageVolume\t" + id + "\t-\t" + staging + "\n" +
+		"NodePublishVolume\t" + id + "\t" + target + "\t" + staging + "\n" +
+		"NodeGetVolumeStats\t" + id + "\t" + target + "\t-\n" +
+		"NodeUnpublishVolume\t" + id + "\t" + target + "\t-\n" +
+		"NodeUnstageVolume\t" + id + "\t-\t" + staging + "\n"
+	if got := calls.String(); got != want {
+		t.Errorf("call log:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestCallLogFlag runs the command line with --call-log: the file is
+// appended to, not truncated, one line per Node service RPC.
+func TestCallLogFlag(t *testing.T) {
+	dir, err := os.MkdirTemp("", "ld-log-") // short: a socket path
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	logPath, sock := filepath.Join(dir, "calls.log"), filepath.Join(dir, "csi.sock")
+	if err := os.WriteFile(logPath, []byte("earlier\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	var stderr syncBuffer
+	go func() {
+		exited <- MainContext(ctx, []string{"--endpoint", "unix://" + sock, "--nodeid", "node-1",
+			"--statedir", filepath.Join(dir, "state"), "--call-log", logPath}, &stderr)
+	}()
+	defer func() {
+		cancel()
+		if code := <-exited; code != 0 {
+			t.Errorf("exit code %d: %s", code, stderr.String())
+		}
+	}()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	node := csi.NewNodeClient(conn)
+	callCtx, done := context.WithTimeout(ctx, 20*time.Second)
+	defer done()
+	// WaitForReady: the driver may not listen yet.
+	if _, err := node.NodeGetInfo(callCtx, &csi.NodeGetInfoRequest{}, grpc.WaitForReady(true)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := csi.NewIdentityClient(conn).Probe(callCtx, &csi.ProbeRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = node.NodeUnpublishVolume(callCtx, &csi.NodeUnpublishVolumeRequest{VolumeId: "nope", TargetPath: filepath.Join(dir, "t")})
+	wantCode(t, "unpublish of an unknown volume", err, codes.NotFound)
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "earlier\nNodeGetInfo\t-\t-\t-\nNodeUnpublishVolume\tnope\t" + filepath.Join(dir, "t") + "\t-\n"
+	if string(data) != want {
+		t.Errorf("call log file:\n%s\nwant:\n%s", data, want)
+	}
+}

@@ -53,6 +53,7 @@ func MainContext(ctx context.Context, args []string, stderr io.Writer) int {
 		cfg      Config
 		endpoint string
 		faults   faultFlags
+		callLog  string
 	)
 	fs.StringVar(&endpoint, "endpoint", "unix:///run/csi/loop.sock", "CSI endpoint: unix:///path/to.sock or a plain socket path")
 	fs.StringVar(&cfg.NodeID, "nodeid", "", "node ID reported by NodeGetInfo (default: the host name)")
@@ -60,6 +61,7 @@ func MainContext(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.StateDir, "statedir", "/var/lib/loopdriver", "directory for volume images and state")
 	fs.Int64Var(&cfg.MaxVolumes, "max-volumes", DefaultMaxVolumes, "max_volumes_per_node reported by NodeGetInfo and enforced by ControllerPublishVolume")
 	fs.Var(&faults, "fault", "inject a fault, METHOD[/VOLUMEID]:ACTION[,ACTION...] with ACTION delay=DURATION, error=CODE, exit, at=start|mid, times=N (repeatable)")
+	fs.StringVar(&callLog, "call-log", "", "append one line per Node service RPC (method, volume ID, target path, staging path; tab-separated) to this file, for tests")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	klogFlags.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
@@ -79,6 +81,15 @@ func MainContext(ctx context.Context, args []string, stderr io.Writer) int {
 		cfg.NodeID = host
 	}
 	cfg.Faults = faults
+	if callLog != "" {
+		f, err := os.OpenFile(callLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+		if err != nil {
+			fmt.Fprintf(stderr, "loopdriver: --call-log: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		cfg.CallLog = f
+	}
 	defer klog.Flush()
 	logger := klog.Background().WithName("loopdriver")
 	ctx = klog.NewContext(ctx, logger)
