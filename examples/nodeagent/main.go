@@ -31,7 +31,9 @@ type options struct {
 }
 
 // runSubcommand runs the hidden subcommands with which the demo starts the
-// loop driver and its registrar as separate processes of this binary.
+// loop driver and its registrar as separate processes of this binary, and
+// agent-fake, the node agent on a fake API server that end-to-end tests
+// run as a separate process.
 func runSubcommand(args []string) (code int, ok bool) {
 	if len(args) == 0 {
 		return 0, false
@@ -41,6 +43,8 @@ func runSubcommand(args []string) (code int, ok bool) {
 		return runLoopDriver(args[1:]), true
 	case registrarCommand:
 		return runRegistrar(args[1:]), true
+	case fakeAgentCommand:
+		return runFakeAgent(args[1:]), true
 	}
 	return 0, false
 }

@@ -1,0 +1,665 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/examples/loopdriver/driver"
+	"github.com/nodevol/nodevol/util/roottest"
+)
+
+// These tests restart the node agent the hard way: the volume manager runs
+// in a separate process (agent-fake, on a fake API server built from a
+// file), next to the loop driver in another, with real ext4 volumes on loop
+// devices and real bind mounts; the agent is killed with SIGKILL and started
+// again on the same root. The loop driver writes one line per Node RPC to a
+// call log (--call-log), from which the tests count what the restarted agent
+// sent.
+//
+// Settling: no public API says that the volume manager has nothing in
+// flight or queued, and the volume manager must not change for these tests.
+// Every operation that touches a mount is a Node RPC of the driver (the
+// CSIDriver says attachRequired: false, so nothing else runs), so the test
+// waits, after the agent has reported its pods, until the call log and the
+// mounts under the root have not changed for settleQuiet, bounded by
+// settleMax. The teardowns these tests look for start within milliseconds
+// of the restart (before the agent's pods are even mounted again), so a
+// quiet second is far longer than the gap between the agent's steps;
+// retries after a failed call back off 500 ms, 1 s, 2 s..., and the counts
+// are checked whether or not the agent settled.
+const (
+	settleQuiet = 2 * time.Second
+	settleMax   = 20 * time.Second
+)
+
+// TestRestartRunningPodsKeepMounts: an agent that restarts, adds its
+// running pods again and calls MarkPodsSynced at once (as the node agent
+// does once its pod informer has synced) must not tear down those pods'
+// volumes: no NodeUnpublishVolume, no NodeUnstageVolume, the same mounts
+// (mount IDs) as before the restart, the data in place.
+func TestRestartRunningPodsKeepMounts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end with real mounts: skipped with -short")
+	}
+	roottest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	e := newHoldEnv(t, ctx, "nv-hA-", 5)
+
+	a := e.startAgent(e.withPods)
+	a.expect(t, "READY", time.Minute)
+	e.writeData(t)
+	before := e.mountIDs(t, true)
+	a.kill()
+
+	from := fileSize(t, e.callLog)
+	a = e.startAgent(e.withPods)
+	a.expect(t, "READY", time.Minute)
+	settled := e.settle(t)
+	calls := readCalls(t, e.callLog, from)
+	logCalls(t, e.root, calls)
+
+	targets, handles := map[string]bool{}, map[string]bool{}
+	for _, v := range e.vols {
+		targets[v.target], handles[v.handle] = true, true
+	}
+	var unpublished, unstaged []string
+	for _, c := range calls {
+		switch {
+		case c.method == "NodeUnpublishVolume" && targets[c.target]:
+			unpublished = append(unpublished, rel(e.root, c.target))
+		case c.method == "NodeUnstageVolume" && handles[c.volume]:
+			unstaged = append(unstaged, c.volume)
+		}
+	}
+	if len(unpublished) > 0 {
+		t.Errorf("after restart: %d NodeUnpublishVolume for wanted pods, want 0: %v", len(unpublished), unpublished)
+	}
+	if len(unstaged) > 0 {
+		t.Errorf("after restart: %d NodeUnstageVolume of wanted pods' volumes, want 0: %v", len(unstaged), unstaged)
+	}
+	after := e.mountIDs(t, false)
+	e.compareMounts(t, before, after)
+	e.checkData(t)
+	if !settled {
+		t.Errorf("after restart: the agent did not settle: the call log or the mounts under %s still changed after %v", e.root, settleMax)
+	}
+
+	a.send(t, "delete-all")
+	a.expect(t, "UNMOUNTED", time.Minute)
+	a.stop()
+	e.drv.stop()
+	assertClean(t, e.drv, e.root)
+}
+
+// TestRestartCorruptPodDataKeepsStaging: pod volume directories whose
+// vol_data.json is corrupt are left alone after a restart, and so must be
+// what they use: the restarted agent (no pods, MarkPodsSynced) must not
+// send NodeUnstageVolume for volumes whose publish mounts are still there.
+func TestRestartCorruptPodDataKeepsStaging(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end with real mounts: skipped with -short")
+	}
+	roottest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	e := newHoldEnv(t, ctx, "nv-hB-", 2)
+
+	a := e.startAgent(e.withPods)
+	a.expect(t, "READY", time.Minute)
+	e.writeData(t)
+	before := e.mountIDs(t, true)
+	a.kill()
+	for _, v := range e.vols {
+		if err := os.WriteFile(filepath.Join(filepath.Dir(v.target), "vol_data.json"), []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	from := fileSize(t, e.callLog)
+	a = e.startAgent(e.withoutPods)
+	a.expect(t, "READY 0", time.Minute)
+	settled := e.settle(t)
+	a.send(t, "in-use") // logged: what the agent holds on to
+	a.expect(t, "IN-USE", 10*time.Second)
+	calls := readCalls(t, e.callLog, from)
+	logCalls(t, e.root, calls)
+
+	handles := map[string]bool{}
+	for _, v := range e.vols {
+		handles[v.handle] = true
+	}
+	var unstaged []string
+	for _, c := range calls {
+		if c.method == "NodeUnstageVolume" && handles[c.volume] {
+			unstaged = append(unstaged, c.volume)
+		}
+	}
+	if len(unstaged) > 0 {
+		t.Errorf("after restart: %d NodeUnstageVolume of volumes still published in pods with a corrupt vol_data.json, want 0: %v", len(unstaged), unstaged)
+	}
+	after := e.mountIDs(t, false)
+	for _, v := range e.vols {
+		for _, p := range []string{v.target, v.staging} {
+			if after[p] == "" {
+				t.Errorf("after restart: %s is no longer mounted (was mount %s)", rel(e.root, p), before[p])
+			}
+		}
+	}
+	e.checkData(t)
+	if !settled {
+		t.Errorf("after restart: the agent did not settle: the call log or the mounts under %s still changed after %v", e.root, settleMax)
+	}
+
+	// By hand, as an operator would: the agent cannot tell what these
+	// directories are. Unpublish and unstage through the driver, then
+	// remove the directories the agent left.
+	a.kill()
+	e.teardownByHand(t, ctx)
+	e.drv.stop()
+	assertClean(t, e.drv, e.root)
+}
+
+// holdEnv is one test's root, loop driver process, volumes and agent.
+type holdEnv struct {
+	t           *testing.T
+	root        string
+	callLog     string
+	drv         *demoDriver
+	vols        []holdVolume
+	withPods    string // objects file with the pods
+	withoutPods string // the same without pods
+	agent       *agentProc
+}
+
+// holdVolume is one pod and its volume.
+type holdVolume struct {
+	pod             *v1.Pod
+	pv, handle      string
+	target, staging string // publish target and staging path (the kubelet's layout)
+}
+
+// newHoldEnv starts the loop driver as a separate process with a call log
+// under a new short root, provisions n volumes through its controller
+// service and writes the agent's objects files: n pods, one claim each.
+// Everything is undone when t ends, whatever happened.
+func newHoldEnv(t *testing.T, ctx context.Context, prefix string, n int) *holdEnv {
+	t.Helper()
+	const node = "node-1"
+	// A short root: the driver's socket path must fit in 108 bytes.
+	root, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &holdEnv{t: t, root: root, callLog: filepath.Join(root, "calls.log")}
+	t.Cleanup(e.cleanup)
+
+	sock := filepath.Join(root, "plugins", driver.DefaultDriverName, "csi.sock")
+	p, err := startSelf(ctx, filepath.Join(root, "loopdriver.log"), sock, loopDriverCommand,
+		"--endpoint", "unix://"+sock, "--nodeid", node, "--statedir", filepath.Join(root, "loopdriver"),
+		"--drivername", driver.DefaultDriverName, "--call-log", e.callLog)
+	if err != nil {
+		t.Fatalf("the loop driver: %v", err)
+	}
+	e.drv = &demoDriver{name: driver.DefaultDriverName, endpoint: sock, mounter: mount.New(""), real: true, stop: p.stop, kill: p.kill}
+
+	client := fake.NewClientset()
+	pods, err := provision(ctx, client, e.drv, n, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvcs, err := client.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pod := range pods {
+		claim := pod.Spec.Volumes[0].PersistentVolumeClaim.ClaimName
+		pvc, err := client.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pv, err := client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		handle := pv.Spec.CSI.VolumeHandle
+		sum := sha256.Sum256([]byte(handle))
+		e.vols = append(e.vols, holdVolume{
+			pod: pod, pv: pv.Name, handle: handle,
+			target:  filepath.Join(root, "pods", string(pod.UID), "volumes", "kubernetes.io~csi", pv.Name, "mount"),
+			staging: filepath.Join(root, "plugins", "kubernetes.io", "csi", e.drv.name, hex.EncodeToString(sum[:]), "globalmount"),
+		})
+	}
+	objs := fakeObjects{
+		CSIDrivers:             []storagev1.CSIDriver{*csitest.CSIDriver(e.drv.name, false)},
+		PersistentVolumes:      pvs.Items,
+		PersistentVolumeClaims: pvcs.Items,
+	}
+	e.withoutPods = e.writeObjects(t, "objects-nopods.json", objs)
+	for _, pod := range pods {
+		objs.Pods = append(objs.Pods, *pod)
+	}
+	e.withPods = e.writeObjects(t, "objects.json", objs)
+	return e
+}
+
+func (e *holdEnv) writeObjects(t *testing.T, name string, objs fakeObjects) string {
+	t.Helper()
+	data, err := json.Marshal(objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(e.root, name)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// writeData writes a file into each pod's volume, as its container would.
+func (e *holdEnv) writeData(t *testing.T) {
+	t.Helper()
+	for _, v := range e.vols {
+		if err := os.WriteFile(filepath.Join(v.target, "hello.txt"), []byte("hello from "+v.pod.Name+"\n"), 0o644); err != nil {
+			t.Fatalf("pod %s: writing into its volume: %v", v.pod.Name, err)
+		}
+	}
+}
+
+// checkData reads back what writeData wrote.
+func (e *holdEnv) checkData(t *testing.T) {
+	t.Helper()
+	for _, v := range e.vols {
+		want := "hello from " + v.pod.Name + "\n"
+		if got, err := os.ReadFile(filepath.Join(v.target, "hello.txt")); err != nil || string(got) != want {
+			t.Errorf("pod %s: data after restart: %q, %v; want %q", v.pod.Name, got, err, want)
+		}
+	}
+}
+
+// mountIDs returns the identity of every mount point under the root: its
+// mount IDs (field 1 of /proc/self/mountinfo, comma separated if stacked)
+// and, for the top mount, the kernel's unique 64-bit mount ID (statx
+// STATX_MNT_ID_UNIQUE, Linux 6.8+) where there is one: the kernel reuses
+// the first kind at once, so a mount replaced by a new one can show the
+// same field 1. With complete, each pod's publish target and staging path
+// must be mounted.
+func (e *holdEnv) mountIDs(t *testing.T, complete bool) map[string]string {
+	t.Helper()
+	ids := mountInfoUnder(t, e.root)
+	for p, id := range ids {
+		var st unix.Statx_t
+		if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID_UNIQUE, &st); err == nil && st.Mask&unix.STATX_MNT_ID_UNIQUE != 0 {
+			ids[p] = fmt.Sprintf("%s (unique %d)", id, st.Mnt_id)
+		}
+	}
+	if complete {
+		for _, v := range e.vols {
+			for _, p := range []string{v.target, v.staging} {
+				if ids[p] == "" {
+					t.Fatalf("%s is not mounted; mounts under the root: %v", rel(e.root, p), ids)
+				}
+			}
+		}
+	}
+	return ids
+}
+
+// compareMounts reports the publish and staging mounts that the restart
+// replaced or removed.
+func (e *holdEnv) compareMounts(t *testing.T, before, after map[string]string) {
+	t.Helper()
+	for _, kind := range []string{"publish", "staging"} {
+		var changed []string
+		for _, v := range e.vols {
+			p := v.target
+			if kind == "staging" {
+				p = v.staging
+			}
+			if after[p] != before[p] {
+				changed = append(changed, fmt.Sprintf("%s: mount %s -> %q", rel(e.root, p), before[p], after[p]))
+			}
+		}
+		if len(changed) > 0 {
+			t.Errorf("after restart: %d of %d %s mounts replaced (mount ID changed), want 0: %v", len(changed), len(e.vols), kind, changed)
+		}
+	}
+}
+
+// settle waits until the call log and the mounts under the root have not
+// changed for settleQuiet, at most settleMax, and reports whether they
+// settled (see the comment at the top).
+func (e *holdEnv) settle(t *testing.T) bool {
+	t.Helper()
+	state := func() string {
+		return fmt.Sprint(fileSize(t, e.callLog), mountInfoUnder(t, e.root))
+	}
+	last, since := state(), time.Now()
+	for deadline := time.Now().Add(settleMax); time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		if s := state(); s != last {
+			last, since = s, time.Now()
+		} else if time.Since(since) >= settleQuiet {
+			return true
+		}
+	}
+	return false
+}
+
+// teardownByHand unpublishes and unstages the volumes through the driver
+// and removes the directories the agent would have removed.
+func (e *holdEnv) teardownByHand(t *testing.T, ctx context.Context) {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+e.drv.endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	node := csi.NewNodeClient(conn)
+	for _, v := range e.vols {
+		if _, err := node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.handle, TargetPath: v.target}); err != nil {
+			t.Fatalf("unpublishing %s by hand: %v", rel(e.root, v.target), err)
+		}
+		if _, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: v.handle, StagingTargetPath: v.staging}); err != nil {
+			t.Fatalf("unstaging %s by hand: %v", v.handle, err)
+		}
+		// os.Remove, never RemoveAll: these must be empty directories now.
+		for _, p := range []string{
+			v.target, filepath.Join(filepath.Dir(v.target), "vol_data.json"), filepath.Dir(v.target),
+			v.staging, filepath.Join(filepath.Dir(v.staging), "vol_data.json"), filepath.Dir(v.staging),
+		} {
+			if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+				t.Errorf("removing %s by hand: %v", rel(e.root, p), err)
+			}
+		}
+	}
+}
+
+// cleanup undoes whatever a test left, even when it failed half way: the
+// agent killed, every mount under the root unmounted (deepest first), the
+// driver stopped, its loop devices detached, the root removed.
+func (e *holdEnv) cleanup() {
+	t := e.t
+	if e.agent != nil {
+		e.agent.kill()
+	}
+	for range 3 {
+		mps := mountPointsUnder(e.root)
+		if len(mps) == 0 {
+			break
+		}
+		t.Logf("cleanup: unmounting %v", mps)
+		sort.Slice(mps, func(i, j int) bool { return len(mps[i]) > len(mps[j]) })
+		for _, mp := range mps {
+			if err := syscall.Unmount(mp, 0); err != nil {
+				_ = syscall.Unmount(mp, syscall.MNT_DETACH)
+			}
+		}
+	}
+	if e.drv != nil {
+		e.drv.stop()
+	}
+	if out, err := exec.Command("losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE").Output(); err == nil {
+		for line := range strings.Lines(string(out)) {
+			if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[1], e.root+"/") {
+				t.Logf("cleanup: detaching %s (%s)", f[0], f[1])
+				_ = exec.Command("losetup", "--detach", f[0]).Run()
+			}
+		}
+	}
+	if t.Failed() {
+		for _, name := range []string{"agent.log", "loopdriver.log"} {
+			if data, err := os.ReadFile(filepath.Join(e.root, name)); err == nil {
+				t.Logf("%s (last 4000 bytes):\n%s", name, tailString(string(data), 4000))
+			}
+		}
+	}
+	if mps := mountPointsUnder(e.root); len(mps) > 0 {
+		t.Errorf("cleanup: mounts still under %s, not removing it: %v", e.root, mps)
+		return
+	}
+	if err := os.RemoveAll(e.root); err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
+}
+
+// agentProc is a running agent-fake process.
+type agentProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string // its stdout, closed when it exits
+	done  chan struct{}
+}
+
+// startAgent runs agent-fake on the root with the objects file; its log
+// goes to {root}/agent.log. It is killed if the test process dies.
+func (e *holdEnv) startAgent(objects string) *agentProc {
+	t := e.t
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logFile, err := os.OpenFile(filepath.Join(e.root, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command(self, fakeAgentCommand, "--root-dir", e.root, "--objects", objects,
+		"--driver", e.drv.name+"="+e.drv.endpoint, "-v", "2")
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	a := &agentProc{cmd: cmd, stdin: stdin, lines: make(chan string, 100), done: make(chan struct{})}
+	e.agent = a
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			a.lines <- sc.Text()
+		}
+		close(a.lines)
+		_ = cmd.Wait() // after the reads, as os/exec wants
+		close(a.done)
+	}()
+	return a
+}
+
+// expect returns the agent's next stdout line that starts with prefix,
+// failing on a FAILED line, on exit, or after timeout.
+func (a *agentProc) expect(t *testing.T, prefix string, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case line, ok := <-a.lines:
+			if !ok {
+				t.Fatalf("agent exited while waiting for %q", prefix)
+			}
+			t.Logf("agent: %s", line)
+			if strings.HasPrefix(line, "FAILED") {
+				t.Fatalf("agent: %s", line)
+			}
+			if strings.HasPrefix(line, prefix) {
+				return line
+			}
+		case <-deadline:
+			t.Fatalf("agent: no %q within %v", prefix, timeout)
+		}
+	}
+}
+
+func (a *agentProc) send(t *testing.T, command string) {
+	t.Helper()
+	if _, err := io.WriteString(a.stdin, command+"\n"); err != nil {
+		t.Fatalf("agent: sending %q: %v", command, err)
+	}
+}
+
+// kill ends the agent with SIGKILL, as a crash, and waits for it.
+func (a *agentProc) kill() {
+	_ = a.cmd.Process.Signal(syscall.SIGKILL)
+	a.wait()
+}
+
+// stop closes the agent's stdin, which ends it cleanly, and waits for it
+// (SIGKILL after 15s).
+func (a *agentProc) stop() {
+	_ = a.stdin.Close()
+	select {
+	case <-a.done:
+	case <-time.After(15 * time.Second):
+		a.kill()
+	}
+}
+
+func (a *agentProc) wait() {
+	for {
+		select {
+		case <-a.lines: // drain, so that the reader reaches EOF
+		case <-a.done:
+			return
+		}
+	}
+}
+
+// call is one line of the loop driver's call log.
+type call struct{ method, volume, target, staging string }
+
+// readCalls returns the call log's lines from byte offset from.
+func readCalls(t *testing.T, path string, from int64) []call {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	var calls []call
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), "\t")
+		if len(f) != 4 {
+			t.Fatalf("call log: bad line %q", sc.Text())
+		}
+		calls = append(calls, call{method: f[0], volume: f[1], target: f[2], staging: f[3]})
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return calls
+}
+
+// logCalls logs the calls and how many of each method there were.
+func logCalls(t *testing.T, root string, calls []call) {
+	t.Helper()
+	counts := map[string]int{}
+	var b strings.Builder
+	for _, c := range calls {
+		counts[c.method]++
+		fmt.Fprintf(&b, "\n  %s %s %s %s", c.method, c.volume, rel(root, c.target), rel(root, c.staging))
+	}
+	t.Logf("driver calls since the restart: %v%s", counts, b.String())
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if os.IsNotExist(err) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// mountInfoUnder maps each mount point under root to its mount IDs, as
+// /proc/self/mountinfo has them (comma separated when stacked).
+func mountInfoUnder(t *testing.T, root string) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], root+"/") {
+			if out[f[4]] != "" {
+				out[f[4]] += ","
+			}
+			out[f[4]] += f[0]
+		}
+	}
+	return out
+}
+
+// mountPointsUnder lists the mount points under root (best effort, for cleanup).
+func mountPointsUnder(root string) []string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for line := range strings.Lines(string(data)) {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], root+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+// rel shortens a path under root for messages.
+func rel(root, p string) string {
+	if r, err := filepath.Rel(root, p); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return p
+}
+
+func tailString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "..." + s[len(s)-n:]
+}
