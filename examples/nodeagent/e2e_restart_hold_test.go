@@ -61,11 +61,23 @@ const (
 // does once its pod informer has synced) must not tear down those pods'
 // volumes: no NodeUnpublishVolume, no NodeUnstageVolume, the same mounts
 // (mount IDs) as before the restart, the data in place.
+//
+// Whether the volume manager's reconciler plans the volumes found on disk
+// before its pod worker has put the re-added pods into the desired state is
+// a race. The agent is put on the losing side of it as far as that can be
+// done from outside: --pods-first holds the volume manager's informers
+// until every pod has been added and MarkPodsSynced called (the hold has
+// lifted before Run reconstructs and starts its workers), and the agent
+// runs with GOMAXPROCS=1. So placed, on a 2-core machine, the first
+// restart showed the teardown in 15 runs out of 15, and with -race in 11 out
+// of 15 (the second restart in the other 4): the restart is done up to
+// restarts times, until one shows it.
 func TestRestartRunningPodsKeepMounts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end to end with real mounts: skipped with -short")
 	}
 	roottest.Require(t)
+	const restarts = 5
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	e := newHoldEnv(t, ctx, "nv-hA-", 5)
@@ -74,39 +86,43 @@ func TestRestartRunningPodsKeepMounts(t *testing.T) {
 	a.expect(t, "READY", time.Minute)
 	e.writeData(t)
 	before := e.mountIDs(t, true)
-	a.kill()
-
-	from := fileSize(t, e.callLog)
-	a = e.startAgent(e.withPods)
-	a.expect(t, "READY", time.Minute)
-	settled := e.settle(t)
-	calls := readCalls(t, e.callLog, from)
-	logCalls(t, e.root, calls)
-
 	targets, handles := map[string]bool{}, map[string]bool{}
 	for _, v := range e.vols {
 		targets[v.target], handles[v.handle] = true, true
 	}
-	var unpublished, unstaged []string
-	for _, c := range calls {
-		switch {
-		case c.method == "NodeUnpublishVolume" && targets[c.target]:
-			unpublished = append(unpublished, rel(e.root, c.target))
-		case c.method == "NodeUnstageVolume" && handles[c.volume]:
-			unstaged = append(unstaged, c.volume)
+	for r := 1; r <= restarts; r++ {
+		a.kill()
+		from := fileSize(t, e.callLog)
+		a = e.startAgent(e.withPods, "--pods-first")
+		a.expect(t, "READY", time.Minute)
+		settled := e.settle(t)
+		calls := readCalls(t, e.callLog, from)
+		label := fmt.Sprintf("after restart %d of %d", r, restarts)
+		logCalls(t, label, e.root, calls)
+
+		var unpublished, unstaged []string
+		for _, c := range calls {
+			switch {
+			case c.method == "NodeUnpublishVolume" && targets[c.target]:
+				unpublished = append(unpublished, rel(e.root, c.target))
+			case c.method == "NodeUnstageVolume" && handles[c.volume]:
+				unstaged = append(unstaged, c.volume)
+			}
 		}
-	}
-	if len(unpublished) > 0 {
-		t.Errorf("after restart: %d NodeUnpublishVolume for wanted pods, want 0: %v", len(unpublished), unpublished)
-	}
-	if len(unstaged) > 0 {
-		t.Errorf("after restart: %d NodeUnstageVolume of wanted pods' volumes, want 0: %v", len(unstaged), unstaged)
-	}
-	after := e.mountIDs(t, false)
-	e.compareMounts(t, before, after)
-	e.checkData(t)
-	if !settled {
-		t.Errorf("after restart: the agent did not settle: the call log or the mounts under %s still changed after %v", e.root, settleMax)
+		if len(unpublished) > 0 {
+			t.Errorf("%s: %d NodeUnpublishVolume for wanted pods, want 0: %v", label, len(unpublished), unpublished)
+		}
+		if len(unstaged) > 0 {
+			t.Errorf("%s: %d NodeUnstageVolume of wanted pods' volumes, want 0: %v", label, len(unstaged), unstaged)
+		}
+		e.compareMounts(t, label, before, e.mountIDs(t, false))
+		e.checkData(t)
+		if !settled {
+			t.Errorf("%s: the agent did not settle: the call log or the mounts under %s still changed after %v", label, e.root, settleMax)
+		}
+		if t.Failed() {
+			break
+		}
 	}
 
 	a.send(t, "delete-all")
@@ -147,7 +163,7 @@ func TestRestartCorruptPodDataKeepsStaging(t *testing.T) {
 	a.send(t, "in-use") // logged: what the agent holds on to
 	a.expect(t, "IN-USE", 10*time.Second)
 	calls := readCalls(t, e.callLog, from)
-	logCalls(t, e.root, calls)
+	logCalls(t, "after restart", e.root, calls)
 
 	handles := map[string]bool{}
 	for _, v := range e.vols {
@@ -335,7 +351,7 @@ func (e *holdEnv) mountIDs(t *testing.T, complete bool) map[string]string {
 
 // compareMounts reports the publish and staging mounts that the restart
 // replaced or removed.
-func (e *holdEnv) compareMounts(t *testing.T, before, after map[string]string) {
+func (e *holdEnv) compareMounts(t *testing.T, label string, before, after map[string]string) {
 	t.Helper()
 	for _, kind := range []string{"publish", "staging"} {
 		var changed []string
@@ -349,7 +365,7 @@ func (e *holdEnv) compareMounts(t *testing.T, before, after map[string]string) {
 			}
 		}
 		if len(changed) > 0 {
-			t.Errorf("after restart: %d of %d %s mounts replaced (mount ID changed), want 0: %v", len(changed), len(e.vols), kind, changed)
+			t.Errorf("%s: %d of %d %s mounts replaced (mount ID changed), want 0: %v", label, len(changed), len(e.vols), kind, changed)
 		}
 	}
 }
@@ -438,7 +454,7 @@ func (e *holdEnv) cleanup() {
 	if t.Failed() {
 		for _, name := range []string{"agent.log", "loopdriver.log"} {
 			if data, err := os.ReadFile(filepath.Join(e.root, name)); err == nil {
-				t.Logf("%s (last 4000 bytes):\n%s", name, tailString(string(data), 4000))
+				t.Logf("%s (the end, without informer lines):\n%s", name, logTail(string(data), 6000))
 			}
 		}
 	}
@@ -461,7 +477,7 @@ type agentProc struct {
 
 // startAgent runs agent-fake on the root with the objects file; its log
 // goes to {root}/agent.log. It is killed if the test process dies.
-func (e *holdEnv) startAgent(objects string) *agentProc {
+func (e *holdEnv) startAgent(objects string, extra ...string) *agentProc {
 	t := e.t
 	t.Helper()
 	self, err := os.Executable()
@@ -475,6 +491,11 @@ func (e *holdEnv) startAgent(objects string) *agentProc {
 	defer logFile.Close()
 	cmd := exec.Command(self, fakeAgentCommand, "--root-dir", e.root, "--objects", objects,
 		"--driver", e.drv.name+"="+e.drv.endpoint, "-v", "2")
+	cmd.Args = append(cmd.Args, extra...)
+	// One CPU, as for an agent in a pod with a CPU limit of 1 (Go sizes
+	// GOMAXPROCS to it): goroutines run one at a time, which makes the
+	// order of a restart far more regular than on the test's machine.
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
@@ -590,7 +611,7 @@ func readCalls(t *testing.T, path string, from int64) []call {
 }
 
 // logCalls logs the calls and how many of each method there were.
-func logCalls(t *testing.T, root string, calls []call) {
+func logCalls(t *testing.T, label, root string, calls []call) {
 	t.Helper()
 	counts := map[string]int{}
 	var b strings.Builder
@@ -598,7 +619,7 @@ func logCalls(t *testing.T, root string, calls []call) {
 		counts[c.method]++
 		fmt.Fprintf(&b, "\n  %s %s %s %s", c.method, c.volume, rel(root, c.target), rel(root, c.staging))
 	}
-	t.Logf("driver calls since the restart: %v%s", counts, b.String())
+	t.Logf("%s: driver calls: %v%s", label, counts, b.String())
 }
 
 func fileSize(t *testing.T, path string) int64 {
@@ -657,9 +678,17 @@ func rel(root, p string) string {
 	return p
 }
 
-func tailString(s string, n int) string {
-	if len(s) <= n {
-		return s
+// logTail returns about the last n bytes of a log, without the informers'
+// chatter.
+func logTail(s string, n int) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		if !strings.Contains(line, "reflector.go") {
+			b.WriteString(line)
+		}
 	}
-	return "..." + s[len(s)-n:]
+	if out := b.String(); len(out) > n {
+		return "..." + out[len(out)-n:]
+	}
+	return b.String()
 }

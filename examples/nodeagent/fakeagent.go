@@ -18,6 +18,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 
@@ -42,10 +43,14 @@ type fakeObjects struct {
 // runFakeAgent is agent-fake: a node agent whose pods come from a file
 // instead of an informer. It does what runAgent does once its pod
 // informer has synced: every pod is added, MarkPodsSynced is called at
-// once, and then each pod's volumes are waited for. It talks on stdio:
+// once, and then each pod's volumes are waited for. With --pods-first,
+// the volume manager's informers do not sync (and so Run does not
+// reconstruct or start its workers) before that: the pod source synced
+// first, which makes the order of a restart deterministic. It talks on
+// stdio:
 //
 //	stdout: SYNCED                  every pod added, MarkPodsSynced called
-//	        MOUNTED ns/name         the pod's volumes are mounted
+//	        MOUNTED ns/name         the pod's volumes are mounted (pods with volumes only)
 //	        READY n                 all n pods' volumes are mounted
 //	        UNMOUNTED               answer to delete-all: every pod deleted, its volumes unmounted, nothing in use
 //	        IN-USE a,b              answer to in-use: GetVolumesInUse
@@ -59,12 +64,14 @@ func runFakeAgent(args []string) int {
 	var (
 		root, node, objectsPath, drv string
 		timeout                      time.Duration
+		podsFirst                    bool
 	)
 	fs.StringVar(&root, "root-dir", "", "kubelet root directory (required)")
 	fs.StringVar(&node, "node", "node-1", "this node's name")
 	fs.StringVar(&objectsPath, "objects", "", "JSON file of the fake API server's objects and the pods to add (required)")
 	fs.StringVar(&drv, "driver", "", "the CSI driver as name=/path/to/csi.sock (required)")
 	fs.DurationVar(&timeout, "timeout", time.Minute, "bound of each wait for mounts or unmounts")
+	fs.BoolVar(&podsFirst, "pods-first", false, "hold the volume manager's informers (their first list of PVs) until every pod has been added and MarkPodsSynced called: the pod source syncs first")
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -78,14 +85,14 @@ func runFakeAgent(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background().WithName("agent-fake"))
-	if err := fakeAgent(ctx, root, node, objectsPath, name, endpoint, timeout, os.Stdin, os.Stdout); err != nil {
+	if err := fakeAgent(ctx, root, node, objectsPath, name, endpoint, timeout, podsFirst, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "agent-fake:", err)
 		return 1
 	}
 	return 0
 }
 
-func fakeAgent(ctx context.Context, root, node, objectsPath, driverName, endpoint string, timeout time.Duration, in io.Reader, out io.Writer) error {
+func fakeAgent(ctx context.Context, root, node, objectsPath, driverName, endpoint string, timeout time.Duration, podsFirst bool, in io.Reader, out io.Writer) error {
 	data, err := os.ReadFile(objectsPath)
 	if err != nil {
 		return err
@@ -113,6 +120,14 @@ func fakeAgent(ctx context.Context, root, node, objectsPath, driverName, endpoin
 		all = append(all, pods[i])
 	}
 	client := fake.NewClientset(all...)
+	podsSynced := make(chan struct{})
+	if podsFirst {
+		// The fake serialises its calls: every informer waits with this list.
+		client.PrependReactor("list", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
+			<-podsSynced
+			return false, nil, nil
+		})
+	}
 	vm, err := volumemanager.New(volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: mount.New("")})
 	if err != nil {
 		return err
@@ -137,6 +152,7 @@ func fakeAgent(ctx context.Context, root, node, objectsPath, driverName, endpoin
 		vm.AddPod(p)
 	}
 	vm.MarkPodsSynced()
+	close(podsSynced)
 	say("SYNCED")
 	failed := false
 	for _, p := range pods {
@@ -148,7 +164,9 @@ func fakeAgent(ctx context.Context, root, node, objectsPath, driverName, endpoin
 			failed = true
 			continue
 		}
-		say("MOUNTED %s/%s", p.Namespace, p.Name)
+		if len(p.Spec.Volumes) > 0 { // not the many pods without volumes
+			say("MOUNTED %s/%s", p.Namespace, p.Name)
+		}
 	}
 	if !failed {
 		say("READY %d", len(pods))
