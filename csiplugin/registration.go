@@ -66,9 +66,10 @@ func NewRegistrationHandler(cfg RegistrationConfig) (*RegistrationHandler, error
 }
 
 // ValidateDriverName checks a CSI driver name: non-empty, at most
-// MaxDriverNameLength characters, and a DNS-1123 subdomain once lowercased
-// (what the API server accepts in CSINode and CSIDriver objects; it cannot
-// contain "/" or be "." or "..").
+// MaxDriverNameLength characters, and a DNS-1123 subdomain once its ASCII
+// letters are lowercased (the CSI spec's rule; it cannot contain "/" or be
+// "." or ".."). Only ASCII letters are folded: strings.ToLower would turn
+// the Kelvin sign U+212A into "k" and let a non-ASCII name through.
 func ValidateDriverName(name string) error {
 	switch {
 	case name == "":
@@ -76,10 +77,21 @@ func ValidateDriverName(name string) error {
 	case len(name) > MaxDriverNameLength:
 		return fmt.Errorf("CSI driver name %q... is longer than %d characters", name[:MaxDriverNameLength], MaxDriverNameLength)
 	}
-	if errs := validation.IsDNS1123Subdomain(strings.ToLower(name)); len(errs) > 0 {
+	if errs := validation.IsDNS1123Subdomain(asciiLower(name)); len(errs) > 0 {
 		return fmt.Errorf("CSI driver name %q is invalid: %s", name, strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// asciiLower lowercases the ASCII letters of s and leaves every other
+// byte as it is.
+func asciiLower(s string) string {
+	return strings.Map(func(r rune) rune {
+		if 'A' <= r && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return r
+	}, s)
 }
 
 // HighestSupportedVersion returns the highest 1.x version in versions, as

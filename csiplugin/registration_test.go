@@ -86,7 +86,8 @@ func TestValidateDriverName(t *testing.T) {
 			t.Errorf("ValidateDriverName(%q) = %v, want nil", name, err)
 		}
 	}
-	for _, name := range []string{"", ".", "..", "../x", "a/b", "-a", "a-", "a_b", "a b", "a\x00b", strings.Repeat("a", 64), strings.Repeat("a", 300)} {
+	for _, name := range []string{"", ".", "..", "../x", "a/b", "-a", "a-", "a_b", "a b", "a\x00b", strings.Repeat("a", 64), strings.Repeat("a", 300),
+		"\u212a.example.com", "\u212A8s.io", "a.\u212a"} { // Kelvin sign, which strings.ToLower makes "k"
 		if err := ValidateDriverName(name); err == nil {
 			t.Errorf("ValidateDriverName(%q) = nil, want an error", name)
 		}
