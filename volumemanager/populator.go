@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,6 +12,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin"
 )
 
 // resolver turns a pod's volumes into desired CSI volumes, reading PVCs and
@@ -95,6 +97,9 @@ func (r *resolver) resolveVolume(pod *v1.Pod, v *v1.Volume, asBlock bool) (cache
 		if asBlock {
 			return cache.DesiredVolume{}, fmt.Errorf("inline CSI volume cannot be used in volumeDevices")
 		}
+		if err := csiplugin.ValidateDriverName(v.CSI.Driver); err != nil {
+			return cache.DesiredVolume{}, fmt.Errorf("inline CSI volume: %w", err)
+		}
 		return cache.DesiredVolume{Spec: inlineSpec(pod, v), Volume: pv}, nil
 	case v.PersistentVolumeClaim != nil:
 		spec, err := r.claimSpec(pod.Namespace, v.PersistentVolumeClaim.ClaimName, nil)
@@ -126,6 +131,13 @@ func checkMode(spec cache.VolumeSpec, asBlock bool) error {
 // claimSpec follows a PVC to its bound CSI PV. owner, when set, must own the
 // PVC (generic ephemeral volumes).
 func (r *resolver) claimSpec(ns, claim string, owner *v1.Pod) (cache.VolumeSpec, error) {
+	// The lister's key is namespace/name: a slash in either would find
+	// another namespace's claim (pod namespace a, claim b/c: claim c of
+	// namespace a/b). The API server allows neither in a PVC; pods added
+	// by the agent are not validated.
+	if strings.Contains(ns, "/") || strings.Contains(claim, "/") {
+		return cache.VolumeSpec{}, fmt.Errorf("PVC %s/%s: invalid namespace or claim name (contains \"/\")", ns, claim)
+	}
 	pvc, err := r.pvcs.PersistentVolumeClaims(ns).Get(claim)
 	if apierrors.IsNotFound(err) {
 		return cache.VolumeSpec{}, fmt.Errorf("PVC %s/%s not found", ns, claim)
@@ -173,6 +185,12 @@ func pvSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 	}
 	if src.Driver == "" || src.VolumeHandle == "" {
 		return cache.VolumeSpec{}, fmt.Errorf("PV %s: csi.driver and csi.volumeHandle must be set", pv.Name)
+	}
+	// The unique name is {driver}^{handle}: a "^" in the driver would let
+	// two volumes share it (driver a^b, handle c and driver a, handle b^c),
+	// and the desired state would give one's pods the other's spec.
+	if err := csiplugin.ValidateDriverName(src.Driver); err != nil {
+		return cache.VolumeSpec{}, fmt.Errorf("PV %s: %w", pv.Name, err)
 	}
 	spec := cache.VolumeSpec{
 		Name:         cache.CSIVolumeName(src.Driver, src.VolumeHandle),

@@ -1,0 +1,107 @@
+package volumemanager
+
+import (
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	k8scache "k8s.io/client-go/tools/cache"
+
+	"github.com/nodevol/nodevol/cache"
+)
+
+// testResolver returns a resolver over listers holding objs (PVCs, PVs).
+func testResolver(t *testing.T, objs ...any) *resolver {
+	t.Helper()
+	pvcs := k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{k8scache.NamespaceIndex: k8scache.MetaNamespaceIndexFunc})
+	pvs := k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{})
+	for _, o := range objs {
+		idx := pvs
+		if _, ok := o.(*v1.PersistentVolumeClaim); ok {
+			idx = pvcs
+		}
+		if err := idx.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &resolver{pvcs: corelisters.NewPersistentVolumeClaimLister(pvcs), pvs: corelisters.NewPersistentVolumeLister(pvs)}
+}
+
+func boundClaim(ns, name, pv string) *v1.PersistentVolumeClaim {
+	return &v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name)},
+		Spec:       v1.PersistentVolumeClaimSpec{VolumeName: pv},
+		Status:     v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound},
+	}
+}
+
+func csiPV(name, driver, handle string, claim *v1.PersistentVolumeClaim) *v1.PersistentVolume {
+	return &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.PersistentVolumeSpec{
+			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle}},
+			ClaimRef:               &v1.ObjectReference{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID},
+		},
+	}
+}
+
+func podWithVolumes(uid, ns string, vols ...v1.Volume) *v1.Pod {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Namespace: ns, Name: "pod-" + uid}}
+	pod.Spec.Volumes = vols
+	c := v1.Container{Name: "c"}
+	for _, v := range vols {
+		c.VolumeMounts = append(c.VolumeMounts, v1.VolumeMount{Name: v.Name, MountPath: "/" + v.Name})
+	}
+	pod.Spec.Containers = []v1.Container{c}
+	return pod
+}
+
+func claimVolume(name, claim string) v1.Volume {
+	return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
+}
+
+// TestResolveRefusesInvalidDriverNames: a driver name that is not a CSI
+// driver name is an error for a PV and for an inline volume (found by
+// FuzzResolvePod). Before, PV a (driver d.example.com^x, handle h) and
+// PV b (driver d.example.com, handle x^h) both got the unique name
+// kubernetes.io/csi/d.example.com^x^h, and the desired state gave the
+// pods of one the spec of the other.
+func TestResolveRefusesInvalidDriverNames(t *testing.T) {
+	claimA, claimB := boundClaim("ns", "claim-a", "pv-a"), boundClaim("ns", "claim-b", "pv-b")
+	r := testResolver(t, claimA, claimB,
+		csiPV("pv-a", "d.example.com^x", "h", claimA), csiPV("pv-b", "d.example.com", "x^h", claimB))
+
+	_, _, resolved, errs := r.resolvePod(podWithVolumes("uid-a", "ns", claimVolume("vol", "claim-a")))
+	if len(resolved) != 0 || errs["vol"] == nil || !strings.Contains(errs["vol"].Error(), "PV pv-a") {
+		t.Errorf("PV with driver d.example.com^x: resolved %+v, errors %v; want an error naming the PV", resolved, errs)
+	}
+	_, _, resolved, errs = r.resolvePod(podWithVolumes("uid-b", "ns", claimVolume("vol", "claim-b")))
+	if len(errs) != 0 || len(resolved) != 1 || resolved[0].Spec.Name != cache.CSIVolumeName("d.example.com", "x^h") {
+		t.Errorf("PV with driver d.example.com: resolved %+v, errors %v", resolved, errs)
+	}
+
+	for _, driver := range []string{"", "a^b", "../x", "\u212a.example.com", strings.Repeat("a", 64)} {
+		inline := v1.Volume{Name: "inline", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: driver}}}
+		_, _, resolved, errs := r.resolvePod(podWithVolumes("uid-c", "ns", inline))
+		if len(resolved) != 0 || errs["inline"] == nil || !strings.Contains(errs["inline"].Error(), `volume "inline": inline CSI volume`) {
+			t.Errorf("inline volume with driver %q: resolved %+v, errors %v; want an error", driver, resolved, errs)
+		}
+	}
+}
+
+// TestResolveRefusesSlashInClaimNames: the lister's key is namespace/name,
+// so pod namespace a with claim b/c would find claim c of namespace a/b
+// (found by FuzzResolvePod). Such names are refused.
+func TestResolveRefusesSlashInClaimNames(t *testing.T) {
+	other := boundClaim("a/b", "c", "pv")
+	r := testResolver(t, other, csiPV("pv", "csi.example.com", "h", other))
+	for _, tc := range []struct{ ns, claim string }{{"a", "b/c"}, {"a/b", "c"}} {
+		_, _, resolved, errs := r.resolvePod(podWithVolumes("uid-1", tc.ns, claimVolume("vol", tc.claim)))
+		if len(resolved) != 0 || errs["vol"] == nil || !strings.Contains(errs["vol"].Error(), "invalid namespace or claim name") {
+			t.Errorf("namespace %q claim %q: resolved %+v, errors %v; want an error", tc.ns, tc.claim, resolved, errs)
+		}
+	}
+}
