@@ -97,24 +97,3 @@ func TestLoadVolumeData(t *testing.T) {
 		}
 	}
 }
-
-func FuzzLoadVolumeData(f *testing.F) {
-	f.Add([]byte(`{"volumeHandle":"h","driverName":"d"}`))
-	f.Add([]byte(`{"volumeHandle":"h","driverName":"../../x"}`))
-	f.Fuzz(func(t *testing.T, content []byte) {
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, VolumeDataFile), content, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		d, err := LoadVolumeData(dir)
-		if err != nil {
-			return
-		}
-		// Whatever was read, paths built from it stay under the root.
-		if p, err := StagingPath("/root", d.DriverName, d.VolumeHandle); err == nil {
-			if rel, _ := filepath.Rel("/root/plugins/kubernetes.io/csi", p); filepath.Dir(filepath.Dir(rel)) != d.DriverName {
-				t.Fatalf("driver %q: staging path %s escapes", d.DriverName, p)
-			}
-		}
-	})
-}

@@ -20,7 +20,6 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/nodevol/nodevol/pluginmanager"
-	"github.com/nodevol/nodevol/util/fsutil"
 )
 
 var _ pluginmanager.Handler = (*RegistrationHandler)(nil)
@@ -270,26 +269,4 @@ func TestNewRegistrationHandler(t *testing.T) {
 	if len(reg.Drivers()) != 0 {
 		t.Errorf("registry has %q", reg.Drivers())
 	}
-}
-
-// FuzzValidatePlugin feeds registrars' GetInfo answers to ValidatePlugin:
-// it never panics, and whatever it accepts is safe as a path element.
-func FuzzValidatePlugin(f *testing.F) {
-	f.Add("a.example.com", "/csi.sock", "1.0.0")
-	f.Add("../x", "", "v1.2.3")
-	f.Add(strings.Repeat("a", 300), "unix:///x", "0.3.0,2.0.0")
-	reg := NewRegistry(RegistryOptions{})
-	defer reg.Close()
-	h, err := NewRegistrationHandler(RegistrationConfig{Registry: reg})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Fuzz(func(t *testing.T, name, endpoint, versions string) {
-		if err := h.ValidatePlugin(context.Background(), name, endpoint, strings.Split(versions, ",")); err != nil {
-			return
-		}
-		if err := fsutil.ValidateName("driver name", name); err != nil {
-			t.Errorf("accepted driver name %q: %v", name, err)
-		}
-	})
 }
