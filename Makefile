@@ -1,6 +1,7 @@
 # nodevol: `make demo` runs the demo node agent, `make test` runs every test.
 # Both install what they need on a fresh Debian machine (system packages when
-# run as root, pinned Go tools into ./bin).
+# run as root, pinned Go tools into ./bin). `make fuzz` fuzzes each target for
+# FUZZTIME (default 1m).
 
 GO              ?= go
 BIN             := $(CURDIR)/bin
@@ -9,7 +10,7 @@ GOTESTFLAGS     ?= -race -count=1 -timeout 30m
 export PATH     := $(BIN):$(PATH)
 export CSI_SANITY := $(BIN)/csi-sanity
 
-.PHONY: all build test unit bench bench-compare demo lint deps tools clean
+.PHONY: all build test unit fuzz bench bench-compare demo lint deps tools clean
 
 all: build
 
@@ -46,6 +47,22 @@ test: deps tools
 # Fast tests only: no root, no real mounts.
 unit:
 	$(GO) test -short -count=1 ./...
+
+# Native Go fuzzing of everything that parses outside input, one target
+# after another for FUZZTIME each (go test fuzzes one package at a time).
+# New crashers land in the package's testdata/fuzz/{target}/; plain go test
+# (make test, make unit) runs them with the seeds.
+FUZZTIME ?= 1m
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzValidateName$$' -fuzztime $(FUZZTIME) ./util/fsutil
+	$(GO) test -run '^$$' -fuzz '^FuzzReadJSON$$' -fuzztime $(FUZZTIME) ./util/fsutil
+	$(GO) test -run '^$$' -fuzz '^FuzzLoadVolumeData$$' -fuzztime $(FUZZTIME) ./csiplugin
+	$(GO) test -run '^$$' -fuzz '^FuzzSaveVolumeData$$' -fuzztime $(FUZZTIME) ./csiplugin
+	$(GO) test -run '^$$' -fuzz '^FuzzPaths$$' -fuzztime $(FUZZTIME) ./csiplugin
+	$(GO) test -run '^$$' -fuzz '^FuzzValidatePlugin$$' -fuzztime $(FUZZTIME) ./csiplugin
+	$(GO) test -run '^$$' -fuzz '^FuzzHighestSupportedVersion$$' -fuzztime $(FUZZTIME) ./csiplugin
+	$(GO) test -run '^$$' -fuzz '^FuzzRegister$$' -fuzztime $(FUZZTIME) ./pluginmanager
+	$(GO) test -run '^$$' -fuzz '^FuzzResolvePod$$' -fuzztime $(FUZZTIME) ./volumemanager
 
 # Every benchmark: the workloads W1-W5 and the driver-only floor
 # (volumemanager), the loop driver, registration, the CSI test kit.
