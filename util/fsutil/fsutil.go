@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/nodevol/nodevol/util/rootfs"
 )
 
 // MaxNameLength is the longest name ValidateName accepts: the longest
@@ -85,6 +87,21 @@ func WriteJSONAtomic(path string, v any, perm os.FileMode) (err error) {
 	return nil
 }
 
+// WriteJSONAtomicIn is WriteJSONAtomic confined to root r: name is
+// relative to r or absolute under it, and no symlink below r is followed,
+// name's last component included (a symlink there is replaced, not written
+// through; see rootfs.Root.WriteFileAtomic).
+func WriteJSONAtomicIn(r *rootfs.Root, name string, v any, perm os.FileMode) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", name, err)
+	}
+	if err := r.WriteFileAtomic(name, data, perm); err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	return nil
+}
+
 // ErrCorrupt is wrapped by ReadJSON when a file exists but does not hold
 // valid JSON for v (a torn write by an older writer, a hand edit, junk).
 var ErrCorrupt = errors.New("corrupt JSON file")
@@ -99,6 +116,22 @@ func ReadJSON(path string, v any) error {
 		return fmt.Errorf("reading %s: %w", path, err)
 	}
 	defer f.Close()
+	return decodeJSON(path, f, v)
+}
+
+// ReadJSONIn is ReadJSON confined to root r: name is relative to r or
+// absolute under it, and no symlink below r is followed, name's last
+// component included (a symlink gives an error wrapping rootfs.ErrSymlink).
+func ReadJSONIn(r *rootfs.Root, name string, v any) error {
+	f, err := r.Open(name)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", name, err)
+	}
+	defer f.Close()
+	return decodeJSON(name, f, v)
+}
+
+func decodeJSON(path string, f io.Reader, v any) error {
 	data, err := io.ReadAll(io.LimitReader(f, MaxJSONSize+1))
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", path, err)
