@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -119,7 +118,7 @@ func (p *Plugin) setUpDevice(ctx context.Context, req oe.DeviceRequest) (string,
 	if err != nil {
 		return fail(err)
 	}
-	if err := os.MkdirAll(paths.StagingPath, 0o750); err != nil {
+	if err := p.rfs.MkdirAll(paths.StagingPath, 0o750); err != nil {
 		return fail(err)
 	}
 	err = client.withTimeout(p.timeout).NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
@@ -132,7 +131,7 @@ func (p *Plugin) setUpDevice(ctx context.Context, req oe.DeviceRequest) (string,
 	})
 	if err != nil {
 		if !oe.IsUncertain(err) {
-			_ = os.Remove(paths.StagingPath) // only if the driver left it empty
+			_ = p.rfs.Remove(paths.StagingPath) // only if the driver left it empty
 		}
 		return "", fmt.Errorf("staging block volume %s at %s: %w", volumeDesc(spec), paths.StagingPath, err)
 	}
@@ -141,10 +140,10 @@ func (p *Plugin) setUpDevice(ctx context.Context, req oe.DeviceRequest) (string,
 }
 
 func (p *Plugin) saveBlockData(paths BlockPaths, spec *cache.VolumeSpec) error {
-	if err := os.MkdirAll(paths.DataDir, 0o750); err != nil {
+	if err := p.rfs.MkdirAll(paths.DataDir, 0o750); err != nil {
 		return err
 	}
-	return saveVolumeData(paths.DataDir, &VolumeData{
+	return p.saveVolumeData(paths.DataDir, &VolumeData{
 		SpecVolID:           spec.PVName,
 		VolumeHandle:        spec.VolumeHandle,
 		DriverName:          spec.Driver,
@@ -171,7 +170,9 @@ func (p *Plugin) tearDownDevice(ctx context.Context, req oe.DeviceRequest) error
 	if err != nil {
 		return fail(err)
 	}
-	if _, err := os.Lstat(paths.StagingPath); err == nil {
+	if _, err := p.rfs.Stat(paths.StagingPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fail(err)
+	} else if err == nil {
 		client, err := p.drivers.Client(spec.Driver)
 		if err != nil {
 			return fail(err)
@@ -192,8 +193,8 @@ func (p *Plugin) tearDownDevice(ctx context.Context, req oe.DeviceRequest) error
 		}
 	}
 	for _, f := range []string{filepath.Join(paths.DataDir, VolumeDataFile), paths.DataDir, paths.Dir} {
-		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fail(fmt.Errorf("removing %s: %w", f, err))
+		if err := p.rfs.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fail(err)
 		}
 	}
 	klog.FromContext(ctx).V(4).Info("Block volume unstaged", "volume", spec.Name, "driver", spec.Driver, "stagingPath", paths.StagingPath)
@@ -201,8 +202,12 @@ func (p *Plugin) tearDownDevice(ctx context.Context, req oe.DeviceRequest) error
 }
 
 // removeEmptyDir removes dir unless it is a mount point; a directory that
-// is not empty stays and is an error naming what is in it.
+// is not empty stays and is an error naming what is in it. A symlink as
+// dir or above it is an error and stays.
 func (p *Plugin) removeEmptyDir(dir string) error {
+	if _, err := p.rfs.Verify(dir); err != nil {
+		return err
+	}
 	notMnt, err := mount.IsNotMountPoint(p.mounter, dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -212,13 +217,26 @@ func (p *Plugin) removeEmptyDir(dir string) error {
 	case !notMnt:
 		return fmt.Errorf("%s is still a mount point", dir)
 	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		entries, _ := os.ReadDir(dir)
+	if err := p.rfs.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		entries, _ := p.rfs.ReadDir(dir)
 		names := make([]string, 0, len(entries))
 		for _, e := range entries {
 			names = append(names, e.Name())
 		}
 		return fmt.Errorf("removing %s (left: %v): %w", dir, names, err)
+	}
+	return nil
+}
+
+// verifyBlockPaths checks, right before the driver or the mapper gets
+// them, that none of a pod's block paths goes through a symlink under the
+// root (the pod's device path is a symlink by design: its directory is
+// checked).
+func (p *Plugin) verifyBlockPaths(paths BlockPaths) error {
+	for _, path := range []string{paths.PublishPath, paths.GlobalMapPath, paths.PodDeviceDir} {
+		if _, err := p.rfs.Verify(path); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -269,14 +287,21 @@ func (p *Plugin) mapPodDevice(ctx context.Context, req oe.MountRequest) (string,
 	if err := p.saveBlockData(paths, spec); err != nil {
 		return fail(err)
 	}
-	if err := os.MkdirAll(paths.PublishDir, 0o750); err != nil {
+	if err := p.rfs.MkdirAll(paths.PublishDir, 0o750); err != nil {
+		return fail(err)
+	}
+	if err := p.verifyBlockPaths(paths); err != nil {
 		return fail(err)
 	}
 	if err := client.withTimeout(p.timeout).NodePublishVolume(ctx, csiReq); err != nil {
 		return "", fmt.Errorf("publishing block volume %s for pod %s at %s: %w", volumeDesc(spec), vol.Pod, paths.PublishPath, err)
 	}
 	m := blockdev.Map{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: string(vol.Pod.UID), PodDeviceDir: paths.PodDeviceDir, Name: name}
-	if err := p.blockMapper.Map(ctx, m); err != nil {
+	err = p.verifyBlockPaths(paths)
+	if err == nil {
+		err = p.blockMapper.Map(ctx, m)
+	}
+	if err != nil {
 		// Published but not mapped: Uncertain, so that it is mapped again or
 		// unpublished, never forgotten.
 		return "", fmt.Errorf("mapping block volume %s of driver %s into pod %s: %w: %w", volumeDesc(spec), spec.Driver, vol.Pod, err, oe.ErrInProgress)
@@ -302,14 +327,22 @@ func (p *Plugin) unmapPodDevice(ctx context.Context, req oe.MountRequest) error 
 		return fail(err)
 	}
 	m := blockdev.Map{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: string(vol.Pod.UID), PodDeviceDir: paths.PodDeviceDir, Name: name}
+	if err := p.verifyBlockPaths(paths); err != nil {
+		return fail(err)
+	}
 	if err := p.blockMapper.Unmap(ctx, m); err != nil {
 		return fail(err)
 	}
-	if _, err := os.Lstat(paths.PublishPath); errors.Is(err, fs.ErrNotExist) {
+	if _, err := p.rfs.Stat(paths.PublishPath); errors.Is(err, fs.ErrNotExist) {
 		return nil // never published, or unpublished already
+	} else if err != nil {
+		return fail(err)
 	}
 	client, err := p.drivers.Client(spec.Driver)
 	if err != nil {
+		return fail(err)
+	}
+	if _, err := p.rfs.Verify(paths.PublishPath); err != nil {
 		return fail(err)
 	}
 	if err := client.withTimeout(p.timeout).NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{
@@ -320,10 +353,8 @@ func (p *Plugin) unmapPodDevice(ctx context.Context, req oe.MountRequest) error 
 	}
 	// The driver removes the publish path (CSI spec); a driver that did not
 	// leaves a file nodevol can remove once nothing is mounted on it.
-	if _, err := os.Lstat(paths.PublishPath); err == nil {
-		if err := mount.CleanupMountPoint(paths.PublishPath, p.mounter, false); err != nil {
-			return fail(err)
-		}
+	if err := blockdev.CleanupMountPoint(p.rfs, p.mounter, paths.PublishPath); err != nil {
+		return fail(err)
 	}
 	klog.FromContext(ctx).V(4).Info("Block volume unmapped", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name)
 	return nil

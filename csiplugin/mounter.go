@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -78,10 +77,15 @@ func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error)
 	}
 	csiReq.VolumeContext, csiReq.Secrets = rm.volumeContext, rm.secrets
 	csiReq.TargetPath = filepath.Join(dir, publishMount)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := p.rfs.MkdirAll(dir, 0o750); err != nil {
 		return fail(err)
 	}
-	err = saveVolumeData(dir, p.podVolumeData(spec, vol))
+	err = p.saveVolumeData(dir, p.podVolumeData(spec, vol))
+	if err == nil {
+		// The driver creates "mount"; one that is there must not be a
+		// symlink. Checked right before the driver gets the path.
+		_, err = p.rfs.Verify(csiReq.TargetPath)
+	}
 	if err == nil {
 		err = client.withTimeout(p.timeout).NodePublishVolume(ctx, csiReq)
 	}
@@ -97,7 +101,11 @@ func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error)
 	if needsOwnership(spec, vol, client.caps, driver) {
 		// The volume is published: a failure here leaves it Uncertain, to be
 		// published (and owned) again or torn down, as in the kubelet.
-		if err := setOwnership(ctx, csiReq.TargetPath, *vol.FSGroup, vol.FSGroupOnRootMismatch); err != nil {
+		_, err := p.rfs.Verify(csiReq.TargetPath)
+		if err == nil {
+			err = setOwnership(ctx, csiReq.TargetPath, *vol.FSGroup, vol.FSGroupOnRootMismatch)
+		}
+		if err != nil {
 			return "", fmt.Errorf("publishing volume %s for pod %s: giving fsGroup %d ownership of %s: %w: %w",
 				volumeDesc(spec), vol.Pod, *vol.FSGroup, csiReq.TargetPath, err, oe.ErrInProgress)
 		}
@@ -194,14 +202,19 @@ func (p *Plugin) TearDown(ctx context.Context, req oe.MountRequest) error {
 	if err != nil {
 		return fail(err)
 	}
-	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+	if _, err := p.rfs.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
+	} else if err != nil {
+		return fail(err)
 	}
 	client, err := p.drivers.Client(spec.Driver)
 	if err != nil {
 		return fail(err)
 	}
-	target := filepath.Join(dir, publishMount)
+	target, err := p.rfs.Verify(filepath.Join(dir, publishMount))
+	if err != nil {
+		return fail(err)
+	}
 	err = client.withTimeout(p.timeout).NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{
 		VolumeId:   spec.VolumeHandle,
 		TargetPath: target,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/util/fsutil"
+	"github.com/nodevol/nodevol/util/rootfs"
 )
 
 // On-disk names, the kubelet's.
@@ -118,21 +119,37 @@ type VolumeData struct {
 // LoadVolumeData reads the vol_data.json in dir. It fails when the file
 // is missing (errors.Is(err, fs.ErrNotExist)), corrupt (fsutil.ErrCorrupt)
 // or lacks the volume handle or driver name, which a reader cannot do
-// without.
+// without. It follows symlinks, as os.Open does: nodevol itself reads the
+// files under its root with ReadVolumeData.
 func LoadVolumeData(dir string) (*VolumeData, error) {
 	path := filepath.Join(dir, VolumeDataFile)
 	var d VolumeData
-	if err := fsutil.ReadJSON(path, &d); err != nil {
+	return checkVolumeData(path, &d, fsutil.ReadJSON(path, &d))
+}
+
+// ReadVolumeData is LoadVolumeData confined to root r: dir is relative to
+// r or absolute under it, and no symlink below r is followed, the file's
+// own name included (an error wrapping rootfs.ErrSymlink).
+func ReadVolumeData(r *rootfs.Root, dir string) (*VolumeData, error) {
+	path := filepath.Join(dir, VolumeDataFile)
+	var d VolumeData
+	return checkVolumeData(path, &d, fsutil.ReadJSONIn(r, path, &d))
+}
+
+func checkVolumeData(path string, d *VolumeData, err error) (*VolumeData, error) {
+	if err != nil {
 		return nil, err
 	}
 	if d.VolumeHandle == "" || d.DriverName == "" {
 		return nil, fmt.Errorf("reading %s: %w: volumeHandle or driverName missing", path, fsutil.ErrCorrupt)
 	}
-	return &d, nil
+	return d, nil
 }
 
-func saveVolumeData(dir string, d *VolumeData) error {
-	return fsutil.WriteJSONAtomic(filepath.Join(dir, VolumeDataFile), d, 0o640)
+// saveVolumeData writes dir/vol_data.json, following no symlink under the
+// root.
+func (p *Plugin) saveVolumeData(dir string, d *VolumeData) error {
+	return fsutil.WriteJSONAtomicIn(p.rfs, filepath.Join(dir, VolumeDataFile), d, 0o640)
 }
 
 // volumeDesc names a volume in errors and logs.

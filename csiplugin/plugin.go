@@ -11,6 +11,7 @@ import (
 
 	oe "github.com/nodevol/nodevol/operationexecutor"
 	"github.com/nodevol/nodevol/util/blockdev"
+	"github.com/nodevol/nodevol/util/rootfs"
 )
 
 // Config configures a Plugin. NodeName, CSIDriverLister and
@@ -18,7 +19,11 @@ import (
 // its comment gives.
 type Config struct {
 	// RootDir holds pods/ and plugins/, as the kubelet's root directory
-	// does. It is made absolute. Default "/var/lib/kubelet".
+	// does. It is made absolute. Default "/var/lib/kubelet". Below it no
+	// symlink is followed: every directory and file the plugin creates,
+	// mounts on, reads or removes is reached through util/rootfs, and a
+	// symlink in the way fails the operation (see docs/ARCHITECTURE.md,
+	// "Paths"). Symlinks in RootDir's own path are followed.
 	RootDir string
 	// NodeName is this node's name; it is part of VolumeAttachment names. Required.
 	NodeName string
@@ -39,8 +44,9 @@ type Config struct {
 	// volume fails with an error saying so.
 	Tokens TokenGetter
 	// BlockMapper maps published raw block devices into pods. Default
-	// blockdev.NewMapper(Mounter): bind mounts through Mounter, loop devices
-	// through losetup.
+	// blockdev.NewMapper(Mounter) confined to RootDir (Mapper.Root): bind
+	// mounts through Mounter, loop devices through losetup. The plugin
+	// checks the paths it hands to any BlockMapper for symlinks first.
 	BlockMapper BlockMapper
 	// Mounter tells mount points from plain directories before they are
 	// removed. Default mount.New("").
@@ -58,6 +64,7 @@ type Config struct {
 // same pod's volume) at once.
 type Plugin struct {
 	root        string
+	rfs         *rootfs.Root
 	node        string
 	drivers     *Registry
 	csiDrivers  storagelisters.CSIDriverLister
@@ -86,6 +93,10 @@ func New(cfg Config) (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("csiplugin: Config.RootDir: %w", err)
 	}
+	rfs, err := rootfs.New(root)
+	if err != nil {
+		return nil, fmt.Errorf("csiplugin: Config.RootDir: %w", err)
+	}
 	if cfg.Registry == nil {
 		cfg.Registry = NewRegistry(RegistryOptions{})
 	}
@@ -102,10 +113,13 @@ func New(cfg Config) (*Plugin, error) {
 		cfg.CallTimeout = DefaultCallTimeout
 	}
 	if cfg.BlockMapper == nil {
-		cfg.BlockMapper = blockdev.NewMapper(cfg.Mounter)
+		m := blockdev.NewMapper(cfg.Mounter)
+		m.Root = rfs
+		cfg.BlockMapper = m
 	}
 	return &Plugin{
 		root:        root,
+		rfs:         rfs,
 		node:        cfg.NodeName,
 		drivers:     cfg.Registry,
 		csiDrivers:  cfg.CSIDriverLister,

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -55,12 +54,16 @@ func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string,
 		return fail(err)
 	}
 	stagingPath := filepath.Join(dir, globalMount)
-	if err := os.MkdirAll(stagingPath, 0o750); err != nil {
+	if err := p.rfs.MkdirAll(stagingPath, 0o750); err != nil {
 		return fail(err)
 	}
 	// specVolID (the PV's name) is more than the kubelet writes here; it
 	// lets a restart tell which unreadable pod directory may use the device.
-	err = saveVolumeData(dir, &VolumeData{SpecVolID: spec.PVName, VolumeHandle: spec.VolumeHandle, DriverName: spec.Driver})
+	err = p.saveVolumeData(dir, &VolumeData{SpecVolID: spec.PVName, VolumeHandle: spec.VolumeHandle, DriverName: spec.Driver})
+	if err == nil {
+		// Checked again right before the driver gets the path.
+		_, err = p.rfs.Verify(stagingPath)
+	}
 	if err == nil {
 		err = client.withTimeout(p.timeout).NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
 			VolumeId:          spec.VolumeHandle,
@@ -107,14 +110,19 @@ func (p *Plugin) UnmountDevice(ctx context.Context, req oe.DeviceRequest) error 
 	if err != nil {
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
-	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+	if _, err := p.rfs.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
+	} else if err != nil {
+		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
 	client, err := p.drivers.Client(spec.Driver)
 	if err != nil {
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
 	stagingPath := filepath.Join(dir, globalMount)
+	if _, err := p.rfs.Verify(stagingPath); err != nil {
+		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
+	}
 	if err := p.checkMountRefs(stagingPath); err != nil {
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
@@ -157,9 +165,15 @@ func (p *Plugin) checkMountRefs(stagingPath string) error {
 // removeVolumeDir removes dir/leaf (a staging or publish path) unless it
 // is a mount point, then dir's vol_data.json and dir itself. It never
 // removes anything recursively: a directory the driver left files in stays,
-// and the error says so. Missing entries are not an error.
+// and the error says so. Missing entries are not an error. It follows no
+// symlink under the root: a symlink as dir, as leaf or above them is an
+// error and nothing is removed through it (each removal checks the path
+// again).
 func (p *Plugin) removeVolumeDir(dir, leaf string) error {
-	path := filepath.Join(dir, leaf)
+	path, err := p.rfs.Verify(filepath.Join(dir, leaf))
+	if err != nil {
+		return err
+	}
 	notMnt, err := mount.IsNotMountPoint(p.mounter, path)
 	switch {
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
@@ -168,8 +182,8 @@ func (p *Plugin) removeVolumeDir(dir, leaf string) error {
 		return fmt.Errorf("%s is still a mount point", path)
 	}
 	for _, name := range []string{path, filepath.Join(dir, VolumeDataFile), dir} {
-		if err := os.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("removing %s: %w", name, err)
+		if err := p.rfs.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
 		}
 	}
 	return nil

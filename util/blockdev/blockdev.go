@@ -4,7 +4,8 @@
 // attached to that file (so that it cannot be replaced under the pod), and
 // symlinked into the pod's device directory. Unmapping runs backwards.
 // Every system interaction goes through an interface, so unit tests need no
-// root.
+// root. With Mapper.Root set, every path of a Map must be under that root
+// and is reached without following a symlink below it (util/rootfs).
 package blockdev
 
 import (
@@ -16,6 +17,8 @@ import (
 	"path/filepath"
 
 	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/util/rootfs"
 )
 
 // Looper attaches loop devices to files.
@@ -37,7 +40,62 @@ type Mapper struct {
 	// IsBlockDevice tells whether path is a block device (following
 	// symlinks and bind mounts). Default: stat.
 	IsBlockDevice func(path string) (bool, error)
+	// Root, when set, confines the Mapper: every path of a Map must be
+	// under it, and every directory, file and symlink the Mapper creates,
+	// checks, mounts on or removes is reached without following a symlink
+	// below it; a symlink in the way is an error (wrapping
+	// rootfs.ErrSymlink) and nothing is done through it. The paths the
+	// Mapper hands to the mounter and to losetup are checked right before.
+	// Default nil: plain paths, symlinks followed.
+	Root *rootfs.Root
 }
+
+// files is the Mapper's file-system access: plain, or confined to Root.
+type files interface {
+	mkdirAll(path string) error
+	create(path string) error // an empty regular file; fs.ErrExist if anything is there
+	lstat(path string) (fs.FileInfo, error)
+	readlink(path string) (string, error)
+	symlink(target, path string) error
+	removeLink(path string) error  // only a symlink
+	removeEmpty(path string) error // a regular file or an empty directory
+	verify(path string) error      // no symlink on the way (nil for plain paths)
+}
+
+func (mp *Mapper) files() files {
+	if mp.Root != nil {
+		return rootFiles{mp.Root}
+	}
+	return plainFiles{}
+}
+
+type plainFiles struct{}
+
+func (plainFiles) mkdirAll(path string) error { return os.MkdirAll(path, 0o750) }
+func (plainFiles) create(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+func (plainFiles) lstat(path string) (fs.FileInfo, error) { return os.Lstat(path) }
+func (plainFiles) readlink(path string) (string, error)   { return os.Readlink(path) }
+func (plainFiles) symlink(target, path string) error      { return os.Symlink(target, path) }
+func (plainFiles) removeLink(path string) error           { return os.Remove(path) }
+func (plainFiles) removeEmpty(path string) error          { return os.Remove(path) }
+func (plainFiles) verify(string) error                    { return nil }
+
+type rootFiles struct{ r *rootfs.Root }
+
+func (f rootFiles) mkdirAll(path string) error             { return f.r.MkdirAll(path, 0o750) }
+func (f rootFiles) create(path string) error               { return f.r.Create(path, 0o640) }
+func (f rootFiles) lstat(path string) (fs.FileInfo, error) { return f.r.Lstat(path) }
+func (f rootFiles) readlink(path string) (string, error)   { return f.r.Readlink(path) }
+func (f rootFiles) symlink(target, path string) error      { return f.r.Symlink(target, path) }
+func (f rootFiles) removeLink(path string) error           { return f.r.RemoveLink(path) }
+func (f rootFiles) removeEmpty(path string) error          { return f.r.Remove(path) }
+func (f rootFiles) verify(path string) error               { _, err := f.r.Verify(path); return err }
 
 // NewMapper returns a Mapper that uses m for bind mounts and losetup for
 // loop devices.
@@ -75,6 +133,14 @@ func (m Map) link() string    { return filepath.Join(m.PodDeviceDir, m.Name) }
 // Map is idempotent. DevicePath must be a block device. A symlink that
 // exists and points elsewhere is an error and stays as it is.
 func (mp *Mapper) Map(ctx context.Context, m Map) error {
+	fsys := mp.files()
+	// Every path first, so that a symlink anywhere refuses the whole map
+	// before anything is mounted or created.
+	for _, p := range []string{m.DevicePath, m.GlobalMapPath, m.mapFile(), m.PodDeviceDir} {
+		if err := fsys.verify(p); err != nil {
+			return fmt.Errorf("mapping %s: %w", m.DevicePath, err)
+		}
+	}
 	isBlock := mp.IsBlockDevice
 	if isBlock == nil {
 		isBlock = isBlockDevice
@@ -86,37 +152,49 @@ func (mp *Mapper) Map(ctx context.Context, m Map) error {
 	if !ok {
 		return fmt.Errorf("mapping %s: the driver published something that is not a block device", m.DevicePath)
 	}
-	if err := mp.bindMount(m); err != nil {
+	if err := mp.bindMount(fsys, m); err != nil {
 		return err
 	}
 	if dev, err := mp.Loop.Find(ctx, m.mapFile()); err != nil {
 		return fmt.Errorf("mapping %s: looking for the loop device of %s: %w", m.DevicePath, m.mapFile(), err)
 	} else if dev == "" {
+		if err := fsys.verify(m.mapFile()); err != nil {
+			return fmt.Errorf("mapping %s: %w", m.DevicePath, err)
+		}
 		if _, err := mp.Loop.Attach(ctx, m.mapFile()); err != nil {
 			return fmt.Errorf("mapping %s: locking %s with a loop device: %w", m.DevicePath, m.mapFile(), err)
 		}
 	}
-	return symlink(m.DevicePath, m.link())
+	if err := symlink(fsys, m.DevicePath, m.link()); err != nil {
+		return fmt.Errorf("mapping %s: %w", m.DevicePath, err)
+	}
+	return nil
 }
 
 // bindMount bind-mounts DevicePath onto the map file, creating the file.
-func (mp *Mapper) bindMount(m Map) error {
+func (mp *Mapper) bindMount(fsys files, m Map) error {
 	file := m.mapFile()
-	if err := os.MkdirAll(m.GlobalMapPath, 0o750); err != nil {
+	if err := fsys.mkdirAll(m.GlobalMapPath); err != nil {
+		return fmt.Errorf("mapping %s: %w", m.DevicePath, err)
+	}
+	if err := fsys.verify(file); err != nil {
 		return fmt.Errorf("mapping %s: %w", m.DevicePath, err)
 	}
 	notMnt, err := mp.Mounter.IsLikelyNotMountPoint(file)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		f, err := os.OpenFile(file, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
-		if err != nil {
+		if err := fsys.create(file); err != nil {
 			return fmt.Errorf("mapping %s: creating the map file: %w", m.DevicePath, err)
 		}
-		f.Close()
 	case err != nil:
 		return fmt.Errorf("mapping %s: checking %s: %w", m.DevicePath, file, err)
 	case !notMnt:
 		return nil // mapped already
+	}
+	for _, p := range []string{m.DevicePath, file} {
+		if err := fsys.verify(p); err != nil {
+			return fmt.Errorf("mapping %s: %w", m.DevicePath, err)
+		}
 	}
 	if err := mp.Mounter.Mount(m.DevicePath, file, "", []string{"bind"}); err != nil {
 		return fmt.Errorf("mapping %s: bind-mounting it to %s: %w", m.DevicePath, file, err)
@@ -125,11 +203,11 @@ func (mp *Mapper) bindMount(m Map) error {
 }
 
 // symlink makes link point to target, unless it already does.
-func symlink(target, link string) error {
-	if err := os.MkdirAll(filepath.Dir(link), 0o750); err != nil {
+func symlink(fsys files, target, link string) error {
+	if err := fsys.mkdirAll(filepath.Dir(link)); err != nil {
 		return err
 	}
-	cur, err := os.Readlink(link)
+	cur, err := fsys.readlink(link)
 	switch {
 	case err == nil && cur == target:
 		return nil
@@ -138,7 +216,7 @@ func symlink(target, link string) error {
 	case !errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("%s exists and is not a symlink (%w): left as it is", link, err)
 	}
-	return os.Symlink(target, link)
+	return fsys.symlink(target, link)
 }
 
 // Unmap undoes Map backwards: it removes the symlink (only if it points to
@@ -147,11 +225,17 @@ func symlink(target, link string) error {
 // PodDeviceDir and GlobalMapPath if they are empty. Missing pieces are not
 // errors: Unmap is idempotent.
 func (mp *Mapper) Unmap(ctx context.Context, m Map) error {
-	if err := removeSymlink(m.DevicePath, m.link()); err != nil {
+	fsys := mp.files()
+	for _, p := range []string{m.GlobalMapPath, m.mapFile(), m.PodDeviceDir} {
+		if err := fsys.verify(p); err != nil {
+			return fmt.Errorf("unmapping %s: %w", m.DevicePath, err)
+		}
+	}
+	if err := removeSymlink(fsys, m.DevicePath, m.link()); err != nil {
 		return err
 	}
 	file := m.mapFile()
-	if _, err := os.Lstat(file); err == nil {
+	if _, err := fsys.lstat(file); err == nil {
 		dev, err := mp.Loop.Find(ctx, file)
 		if err != nil {
 			return fmt.Errorf("unmapping %s: looking for the loop device of %s: %w", m.DevicePath, file, err)
@@ -161,21 +245,21 @@ func (mp *Mapper) Unmap(ctx context.Context, m Map) error {
 				return fmt.Errorf("unmapping %s: detaching loop device %s: %w", m.DevicePath, dev, err)
 			}
 		}
-		if err := mount.CleanupMountPoint(file, mp.Mounter, false); err != nil {
+		if err := CleanupMountPoint(mp.Root, mp.Mounter, file); err != nil {
 			return fmt.Errorf("unmapping %s: unmounting %s: %w", m.DevicePath, file, err)
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("unmapping %s: %w", m.DevicePath, err)
 	}
-	removeIfEmpty(m.PodDeviceDir)
-	removeIfEmpty(m.GlobalMapPath)
+	removeIfEmpty(fsys, m.PodDeviceDir)
+	removeIfEmpty(fsys, m.GlobalMapPath)
 	return nil
 }
 
 // removeSymlink removes link if it points to target; a link pointing
 // elsewhere, or anything that is not a symlink, is an error and stays.
-func removeSymlink(target, link string) error {
-	cur, err := os.Readlink(link)
+func removeSymlink(fsys files, target, link string) error {
+	cur, err := fsys.readlink(link)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
@@ -184,13 +268,46 @@ func removeSymlink(target, link string) error {
 	case cur != target:
 		return fmt.Errorf("unmapping %s: %s points to %s: not nodevol's, left as it is", target, link, cur)
 	}
-	if err := os.Remove(link); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := fsys.removeLink(link); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("unmapping %s: %w", target, err)
 	}
 	return nil
 }
 
 // removeIfEmpty removes dir if it is an empty directory.
-func removeIfEmpty(dir string) {
-	_ = os.Remove(dir) // fails, harmlessly, when not empty or gone
+func removeIfEmpty(fsys files, dir string) {
+	_ = fsys.removeEmpty(dir) // fails, harmlessly, when not empty or gone
+}
+
+// CleanupMountPoint unmounts path if it is a mount point and removes it,
+// as mount.CleanupMountPoint(path, m, false) does. With r set, path is
+// checked for symlinks under r before each step, and removed only if it is
+// a regular file or an empty directory (rootfs.Root.Remove); a symlink is
+// an error and stays. A missing path is not an error.
+func CleanupMountPoint(r *rootfs.Root, m mount.Interface, path string) error {
+	if r == nil {
+		return mount.CleanupMountPoint(path, m, false)
+	}
+	for unmounted := false; ; unmounted = true {
+		if _, err := r.Verify(path); err != nil {
+			return err
+		}
+		notMnt, err := m.IsLikelyNotMountPoint(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil
+		case err != nil && (unmounted || !mount.IsCorruptedMnt(err)):
+			return err
+		case err == nil && notMnt:
+			if err := r.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			return nil
+		case unmounted:
+			return fmt.Errorf("failed to unmount path %v", path)
+		}
+		if err := m.Unmount(path); err != nil {
+			return err
+		}
+	}
 }
