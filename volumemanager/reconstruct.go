@@ -2,7 +2,9 @@ package volumemanager
 
 import (
 	"context"
-	"os"
+	"errors"
+	"io/fs"
+	"path"
 	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/util/rootfs"
 )
 
 // lifecycleEphemeral is vol_data.json's volumeLifecycleMode of an inline volume.
@@ -48,55 +51,74 @@ type foundDevice struct {
 // Nothing is trusted as Mounted and nothing is removed here. A directory
 // whose vol_data.json is missing or corrupt is logged and left alone:
 // without it nodevol cannot tell which driver and volume it belongs to.
+//
+// The walk follows no symlink below root (util/rootfs): a symlink where a
+// directory is expected (a pod's directory, its volumes or
+// kubernetes.io~csi directory, a volume directory, a driver's or a staging
+// directory) is logged and skipped, so that nothing it points to is ever
+// reconstructed, and so never torn down.
 func reconstruct(ctx context.Context, root string) diskState {
 	logger := klog.FromContext(ctx)
 	var out diskState
+	r, err := rootfs.New(root)
+	if err != nil {
+		logger.Error(err, "Cannot reconstruct volumes", "rootDir", root)
+		return out
+	}
+	w := walker{logger: logger, r: r, root: root}
 	found := map[cache.UniqueVolumeName]bool{}
 
-	podDirs, _ := filepath.Glob(filepath.Join(root, "pods", "*", "volumes", "kubernetes.io~csi", "*"))
-	for _, dir := range podDirs {
-		uid := types.UID(filepath.Base(filepath.Dir(filepath.Dir(filepath.Dir(dir)))))
-		data, err := csiplugin.LoadVolumeData(dir)
-		if err != nil {
-			logger.Error(err, "Cannot reconstruct pod volume, leaving it alone; the staged device of the PV it names is not unstaged while it is there", "podUID", uid, "path", dir)
-			out.unreadable = append(out.unreadable, dir)
-			continue
-		}
-		spec, vol := reconstructedSpec(data, uid, filepath.Base(dir))
-		out.mounts = append(out.mounts, foundMount{spec: spec, vol: vol, path: filepath.Join(dir, "mount")})
-		if !spec.Ephemeral && !found[spec.Name] {
-			if d, ok := stagedDevice(root, spec); ok {
-				out.devices = append(out.devices, d)
+	pods := w.dirs("pods")
+	for _, uid := range pods {
+		for _, name := range w.dirs(path.Join("pods", uid, "volumes", "kubernetes.io~csi")) {
+			rel := path.Join("pods", uid, "volumes", "kubernetes.io~csi", name)
+			dir := filepath.Join(root, rel)
+			data, err := csiplugin.ReadVolumeData(r, rel)
+			if err != nil {
+				logger.Error(err, "Cannot reconstruct pod volume, leaving it alone; the staged device of the PV it names is not unstaged while it is there", "podUID", uid, "path", dir)
+				out.unreadable = append(out.unreadable, dir)
+				continue
 			}
+			spec, vol := reconstructedSpec(data, types.UID(uid), name)
+			out.mounts = append(out.mounts, foundMount{spec: spec, vol: vol, path: filepath.Join(dir, "mount")})
+			if !spec.Ephemeral && !found[spec.Name] {
+				if d, ok := w.stagedDevice(spec); ok {
+					out.devices = append(out.devices, d)
+				}
+			}
+			found[spec.Name] = true
+			logger.V(2).Info("Reconstructed pod volume", "podUID", uid, "volume", spec.Name, "driver", spec.Driver, "path", dir)
 		}
-		found[spec.Name] = true
-		logger.V(2).Info("Reconstructed pod volume", "podUID", uid, "volume", spec.Name, "driver", spec.Driver, "path", dir)
 	}
 
 	// Raw block volumes: the pod's symlink, the volume's data directory.
-	links, _ := filepath.Glob(filepath.Join(root, "pods", "*", "volumeDevices", "kubernetes.io~csi", "*"))
-	for _, link := range links {
-		uid := types.UID(filepath.Base(filepath.Dir(filepath.Dir(filepath.Dir(link)))))
-		spec, paths, err := reconstructBlock(root, filepath.Base(link), uid)
-		if err != nil {
-			logger.Error(err, "Cannot reconstruct block volume, leaving it alone", "podUID", uid, "path", link)
-			out.unreadable = append(out.unreadable, link)
+	for _, uid := range pods {
+		for _, name := range w.entries(path.Join("pods", uid, "volumeDevices", "kubernetes.io~csi")) {
+			link := filepath.Join(root, "pods", uid, "volumeDevices", "kubernetes.io~csi", name)
+			spec, paths, err := reconstructBlock(r, root, name, types.UID(uid))
+			if err != nil {
+				logger.Error(err, "Cannot reconstruct block volume, leaving it alone", "podUID", uid, "path", link)
+				out.unreadable = append(out.unreadable, link)
+				continue
+			}
+			vol := cache.PodVolume{Pod: cache.PodRef{UID: types.UID(uid)}, SpecName: spec.PVName}
+			out.mounts = append(out.mounts, foundMount{spec: spec, vol: vol, path: paths.PodDevicePath})
+			if !found[spec.Name] {
+				out.devices = append(out.devices, foundDevice{spec: spec, path: paths.StagingPath})
+			}
+			found[spec.Name] = true
+			logger.V(2).Info("Reconstructed block volume", "podUID", uid, "volume", spec.Name, "driver", spec.Driver, "path", link)
+		}
+	}
+	const csiDir = "plugins/kubernetes.io/csi"
+	for _, specName := range w.dirs(path.Join(csiDir, "volumeDevices")) {
+		file := path.Join(csiDir, "volumeDevices", specName, "data", csiplugin.VolumeDataFile)
+		if !w.exists(file) {
 			continue
 		}
-		vol := cache.PodVolume{Pod: cache.PodRef{UID: uid}, SpecName: spec.PVName}
-		out.mounts = append(out.mounts, foundMount{spec: spec, vol: vol, path: paths.PodDevicePath})
-		if !found[spec.Name] {
-			out.devices = append(out.devices, foundDevice{spec: spec, path: paths.StagingPath})
-		}
-		found[spec.Name] = true
-		logger.V(2).Info("Reconstructed block volume", "podUID", uid, "volume", spec.Name, "driver", spec.Driver, "path", link)
-	}
-	blockData, _ := filepath.Glob(filepath.Join(root, "plugins", "kubernetes.io", "csi", "volumeDevices", "*", "data", csiplugin.VolumeDataFile))
-	for _, file := range blockData {
-		specName := filepath.Base(filepath.Dir(filepath.Dir(file)))
-		spec, paths, err := reconstructBlock(root, specName, "")
+		spec, paths, err := reconstructBlock(r, root, specName, "")
 		if err != nil {
-			logger.Error(err, "Cannot reconstruct block volume, leaving it alone", "path", file)
+			logger.Error(err, "Cannot reconstruct block volume, leaving it alone", "path", filepath.Join(root, file))
 			continue
 		}
 		if !found[spec.Name] {
@@ -108,39 +130,109 @@ func reconstruct(ctx context.Context, root string) diskState {
 
 	// Staged volumes whose pods are gone (a stop between unpublish and
 	// unstage) are found through their staging directories.
-	stageDirs, _ := filepath.Glob(filepath.Join(root, "plugins", "kubernetes.io", "csi", "*", "*", csiplugin.VolumeDataFile))
-	for _, file := range stageDirs {
-		dir := filepath.Dir(file)
-		data, err := csiplugin.LoadVolumeData(dir)
-		if err != nil {
-			logger.Error(err, "Cannot reconstruct staged volume, leaving it alone", "path", dir)
-			continue
-		}
-		spec := cache.VolumeSpec{Name: cache.CSIVolumeName(data.DriverName, data.VolumeHandle), PVName: data.SpecVolID, Driver: data.DriverName, VolumeHandle: data.VolumeHandle, Mode: cache.Filesystem}
-		if found[spec.Name] {
-			continue
-		}
-		// Only a directory at the path nodevol itself would use is its own.
-		if want, err := csiplugin.StagingDir(root, spec.Driver, spec.VolumeHandle); err != nil || want != dir {
-			logger.Error(err, "Staging directory does not match its vol_data.json, leaving it alone", "path", dir, "driver", spec.Driver)
-			continue
-		}
-		if d, ok := stagedDevice(root, spec); ok {
-			out.devices = append(out.devices, d)
-			found[spec.Name] = true
-			logger.V(2).Info("Reconstructed staged volume", "volume", spec.Name, "driver", spec.Driver, "path", dir)
+	for _, driver := range w.dirs(csiDir) {
+		for _, name := range w.dirs(path.Join(csiDir, driver)) {
+			if !w.exists(path.Join(csiDir, driver, name, csiplugin.VolumeDataFile)) {
+				continue
+			}
+			rel := path.Join(csiDir, driver, name)
+			dir := filepath.Join(root, rel)
+			data, err := csiplugin.ReadVolumeData(r, rel)
+			if err != nil {
+				logger.Error(err, "Cannot reconstruct staged volume, leaving it alone", "path", dir)
+				continue
+			}
+			spec := cache.VolumeSpec{Name: cache.CSIVolumeName(data.DriverName, data.VolumeHandle), PVName: data.SpecVolID, Driver: data.DriverName, VolumeHandle: data.VolumeHandle, Mode: cache.Filesystem}
+			if found[spec.Name] {
+				continue
+			}
+			// Only a directory at the path nodevol itself would use is its own.
+			if want, err := csiplugin.StagingDir(root, spec.Driver, spec.VolumeHandle); err != nil || want != dir {
+				logger.Error(err, "Staging directory does not match its vol_data.json, leaving it alone", "path", dir, "driver", spec.Driver)
+				continue
+			}
+			if d, ok := w.stagedDevice(spec); ok {
+				out.devices = append(out.devices, d)
+				found[spec.Name] = true
+				logger.V(2).Info("Reconstructed staged volume", "volume", spec.Name, "driver", spec.Driver, "path", dir)
+			}
 		}
 	}
 	return out
 }
 
+// walker lists the directories under the root without following a
+// symlink, logging each symlink it finds where a directory is expected.
+type walker struct {
+	logger klog.Logger
+	r      *rootfs.Root
+	root   string // as given: the paths found are built on it
+}
+
+// entries lists the names in directory dir (relative to the root); a
+// missing dir has none. A dir that is, or is below, a symlink is logged and
+// has none.
+func (w walker) entries(dir string) []string {
+	list, err := w.r.ReadDir(dir)
+	if err != nil {
+		w.refused(err, dir)
+		return nil
+	}
+	names := make([]string, 0, len(list))
+	for _, e := range list {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// dirs lists the directories in dir, as entries does; a symlink in dir is
+// logged and skipped, as is anything else that is not a directory.
+func (w walker) dirs(dir string) []string {
+	list, err := w.r.ReadDir(dir)
+	if err != nil {
+		w.refused(err, dir)
+		return nil
+	}
+	var names []string
+	for _, e := range list {
+		switch {
+		case e.Type()&fs.ModeSymlink != 0:
+			w.logger.Info("Ignoring a symlink where a directory is expected: symlinks under the root are not followed", "path", filepath.Join(w.r.Path(), dir, e.Name()))
+		case e.IsDir():
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// exists tells whether name is there (a symlink included) and reached
+// without following a symlink.
+func (w walker) exists(name string) bool {
+	_, err := w.r.Lstat(name)
+	if err != nil {
+		w.refused(err, name)
+	}
+	return err == nil
+}
+
+// refused logs why a path could not be read, unless it is simply missing.
+func (w walker) refused(err error, name string) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, rootfs.ErrSymlink):
+		w.logger.Info("Ignoring a path through a symlink: symlinks under the root are not followed", "err", err.Error())
+	default:
+		w.logger.Error(err, "Cannot read a directory under the root, skipping it", "path", name)
+	}
+}
+
 // reconstructBlock is what a block volume's vol_data.json tells of it.
-func reconstructBlock(root, specName string, uid types.UID) (cache.VolumeSpec, csiplugin.BlockPaths, error) {
+func reconstructBlock(r *rootfs.Root, root, specName string, uid types.UID) (cache.VolumeSpec, csiplugin.BlockPaths, error) {
 	paths, err := csiplugin.BlockVolumePaths(root, specName, uid)
 	if err != nil {
 		return cache.VolumeSpec{}, paths, err
 	}
-	d, err := csiplugin.LoadVolumeData(paths.DataDir)
+	d, err := csiplugin.ReadVolumeData(r, path.Join("plugins/kubernetes.io/csi/volumeDevices", specName, "data"))
 	if err != nil {
 		return cache.VolumeSpec{}, paths, err
 	}
@@ -150,16 +242,24 @@ func reconstructBlock(root, specName string, uid types.UID) (cache.VolumeSpec, c
 	}, paths, nil
 }
 
-// stagedDevice returns spec's device if its staging directory exists.
-func stagedDevice(root string, spec cache.VolumeSpec) (foundDevice, bool) {
-	path, err := csiplugin.StagingPath(root, spec.Driver, spec.VolumeHandle)
+// stagedDevice returns spec's device if its staging directory exists (and
+// is a directory, not a symlink).
+func (w walker) stagedDevice(spec cache.VolumeSpec) (foundDevice, bool) {
+	stagingPath, err := csiplugin.StagingPath(w.root, spec.Driver, spec.VolumeHandle)
 	if err != nil {
 		return foundDevice{}, false
 	}
-	if _, err := os.Lstat(filepath.Dir(path)); err != nil {
+	dir, _ := csiplugin.StagingDir(w.r.Path(), spec.Driver, spec.VolumeHandle)
+	fi, err := w.r.Lstat(dir)
+	switch {
+	case err != nil:
+		w.refused(err, dir)
+		return foundDevice{}, false
+	case fi.Mode()&fs.ModeSymlink != 0:
+		w.logger.Info("Ignoring a symlink where a staging directory is expected: symlinks under the root are not followed", "path", dir)
 		return foundDevice{}, false
 	}
-	return foundDevice{spec: spec, path: path}, true
+	return foundDevice{spec: spec, path: stagingPath}, true
 }
 
 // reconstructedSpec is what vol_data.json tells of a pod's volume: enough
