@@ -2,12 +2,17 @@ package blockdev
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/util/rootfs"
 )
 
 // calls records the order of system calls across the fakes.
@@ -186,4 +191,149 @@ func TestMapBadInput(t *testing.T) {
 			t.Errorf("Unmap of nothing = %v, calls %v", err, f.c.log)
 		}
 	})
+}
+
+// confined returns a fixture whose Mapper is confined to the fixture's
+// root directory.
+func confined(t *testing.T) (*fixture, string) {
+	t.Helper()
+	f := newFixture(t)
+	root := filepath.Dir(filepath.Dir(filepath.Dir(f.m.DevicePath))) // {root}/publish/pv-1/uid-1
+	r, err := rootfs.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mp.Root = r
+	return f, root
+}
+
+func TestMapAndUnmapConfined(t *testing.T) {
+	f, _ := confined(t)
+	ctx := context.Background()
+	if err := f.mp.Map(ctx, f.m); err != nil {
+		t.Fatal(err)
+	}
+	if target, err := os.Readlink(f.m.link()); err != nil || target != f.m.DevicePath {
+		t.Errorf("pod symlink -> %q, %v; want %s", target, err, f.m.DevicePath)
+	}
+	if err := f.mp.Map(ctx, f.m); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.mp.Unmap(ctx, f.m); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"bind uid-1", "attach uid-1", "detach /dev/loop1", "unmount uid-1"}; !slices.Equal(f.c.log, want) {
+		t.Errorf("calls %v, want %v", f.c.log, want)
+	}
+	for _, p := range []string{f.m.link(), f.m.mapFile(), f.m.GlobalMapPath, f.m.PodDeviceDir} {
+		if exists(p) {
+			t.Errorf("%s left after Unmap", p)
+		}
+	}
+	if err := f.mp.Unmap(ctx, f.m); err != nil {
+		t.Errorf("second Unmap: %v", err)
+	}
+	outside := Map{DevicePath: "/dev/sda", GlobalMapPath: "/tmp/x", PodUID: "u", PodDeviceDir: "/tmp/y", Name: "n"}
+	if err := f.mp.Map(ctx, outside); !errors.Is(err, rootfs.ErrOutside) {
+		t.Errorf("Map of paths outside the root = %v, want ErrOutside", err)
+	}
+}
+
+// TestMapRefusesSymlinks: with a Root, a symlink as any directory of a
+// Map refuses Map and Unmap before anything is mounted, attached, created
+// or removed, and the directory it points to is untouched.
+func TestMapRefusesSymlinks(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name  string
+		link  func(m Map) string
+		unmap bool
+	}{
+		{"pod device directory", func(m Map) string { return m.PodDeviceDir }, false},
+		{"pod directory", func(m Map) string { return filepath.Dir(filepath.Dir(m.PodDeviceDir)) }, false},
+		{"global map path", func(m Map) string { return m.GlobalMapPath }, false},
+		{"volume directory", func(m Map) string { return filepath.Dir(m.GlobalMapPath) }, false},
+		{"device path", func(m Map) string { return m.DevicePath }, false},
+		{"pod device directory on unmap", func(m Map) string { return m.PodDeviceDir }, true},
+		{"global map path on unmap", func(m Map) string { return m.GlobalMapPath }, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f, _ := confined(t)
+			out := t.TempDir()
+			// What a mapped pod would have there.
+			if err := os.Symlink(f.m.DevicePath, filepath.Join(out, f.m.Name)); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(out, f.m.PodUID), nil, 0o640); err != nil {
+				t.Fatal(err)
+			}
+			link := tt.link(f.m)
+			if err := os.RemoveAll(link); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Dir(link), 0o750); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(out, link); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if tt.unmap {
+				err = f.mp.Unmap(ctx, f.m)
+			} else {
+				err = f.mp.Map(ctx, f.m)
+			}
+			if !errors.Is(err, rootfs.ErrSymlink) || !strings.Contains(err.Error(), link+" is a symlink") {
+				t.Errorf("error %v, want %s refused as a symlink", err, link)
+			}
+			if len(f.c.log) != 0 {
+				t.Errorf("calls %v, want none", f.c.log)
+			}
+			entries, _ := os.ReadDir(out)
+			if len(entries) != 2 {
+				t.Errorf("the outside directory holds %v, want only what was there", entries)
+			}
+			if fi, err := os.Lstat(link); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+				t.Errorf("the symlink %s is gone: %v", link, err)
+			}
+		})
+	}
+}
+
+func TestCleanupMountPointConfined(t *testing.T) {
+	root := t.TempDir()
+	r, err := rootfs.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mount.NewFakeMounter(nil)
+	out := t.TempDir()
+	if err := os.WriteFile(filepath.Join(out, "file"), nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(out, "file"), filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := CleanupMountPoint(r, m, filepath.Join(root, "link")); !errors.Is(err, rootfs.ErrSymlink) {
+		t.Errorf("CleanupMountPoint of a symlink = %v, want ErrSymlink", err)
+	}
+	if !exists(filepath.Join(root, "link")) || !exists(filepath.Join(out, "file")) {
+		t.Error("the symlink or its target was removed")
+	}
+	file := filepath.Join(root, "file")
+	if err := os.WriteFile(file, nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Mount("/dev/sda", file, "", []string{"bind"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := CleanupMountPoint(r, m, file); err != nil {
+		t.Fatal(err)
+	}
+	if exists(file) {
+		t.Error("the unmounted file is still there")
+	}
+	if err := CleanupMountPoint(r, m, filepath.Join(root, "missing")); err != nil {
+		t.Errorf("CleanupMountPoint of a missing path: %v", err)
+	}
 }
