@@ -80,6 +80,9 @@ func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error)
 	if err := p.rfs.MkdirAll(dir, 0o750); err != nil {
 		return fail(err)
 	}
+	if _, err := p.rfs.Verify(csiReq.TargetPath); err != nil {
+		return fail(err) // nothing written beside a symlink
+	}
 	err = p.saveVolumeData(dir, p.podVolumeData(spec, vol))
 	if err == nil {
 		// The driver creates "mount"; one that is there must not be a
