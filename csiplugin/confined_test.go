@@ -366,3 +366,62 @@ func TestBlockRefusesSymlinks(t *testing.T) {
 
 // uidFile is a map file named after the pod, as the mapper makes.
 func uidFile(pod string) string { return pod }
+
+// TestSetOwnershipRace swaps a directory of a volume for a symlink to a
+// directory outside the root and back, as a pod could while nodevol gives
+// the volume to its fsGroup: the walk never changes the mode (or group)
+// of anything outside.
+func TestSetOwnershipRace(t *testing.T) {
+	gid := int64(os.Getgid())
+	if os.Geteuid() == 0 {
+		gid = 2000
+	}
+	vol := filepath.Join(t.TempDir(), "mount")
+	out := t.TempDir()
+	if err := os.WriteFile(filepath.Join(out, "secret"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(out, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sub, link, aside := filepath.Join(vol, "sub"), filepath.Join(vol, "link"), filepath.Join(vol, "aside")
+	if err := os.MkdirAll(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sub, "secret"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(out, link); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = os.Rename(sub, aside)
+			_ = os.Rename(link, sub)
+			_ = os.Rename(sub, link)
+			_ = os.Rename(aside, sub)
+		}
+	}()
+	for range 2000 {
+		_ = setOwnership(context.Background(), vol, gid, false)
+	}
+	close(stop)
+	<-done
+	for _, p := range []string{out, filepath.Join(out, "secret")} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]fs.FileMode{true: fs.ModeDir | 0o700, false: 0o600}[fi.IsDir()]; fi.Mode() != want {
+			t.Errorf("%s outside the volume: mode %v, want %v", p, fi.Mode(), want)
+		}
+	}
+}

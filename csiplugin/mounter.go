@@ -104,9 +104,10 @@ func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error)
 	if needsOwnership(spec, vol, client.caps, driver) {
 		// The volume is published: a failure here leaves it Uncertain, to be
 		// published (and owned) again or torn down, as in the kubelet.
-		_, err := p.rfs.Verify(csiReq.TargetPath)
+		d, err := p.rfs.OpenDir(csiReq.TargetPath)
 		if err == nil {
-			err = setOwnership(ctx, csiReq.TargetPath, *vol.FSGroup, vol.FSGroupOnRootMismatch)
+			err = setOwnershipOf(ctx, d, *vol.FSGroup, vol.FSGroupOnRootMismatch)
+			d.Close()
 		}
 		if err != nil {
 			return "", fmt.Errorf("publishing volume %s for pod %s: giving fsGroup %d ownership of %s: %w: %w",

@@ -140,7 +140,12 @@ func TestWalkChildrenFirst(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "mount")
 	tree(t, dir)
 	var order []string
-	if err := walkChildrenFirst(context.Background(), dir, func(p string, _ fs.FileInfo) { order = append(order, p) }); err != nil {
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := walkChildrenFirst(context.Background(), d, func(p string, _ int, _ fs.FileInfo) { order = append(order, p) }); err != nil {
 		t.Fatal(err)
 	}
 	pos := func(p string) int { return slices.Index(order, filepath.Join(dir, p)) }

@@ -440,6 +440,21 @@ func (r *Root) ReadDir(name string) ([]fs.DirEntry, error) {
 	return entries, nil
 }
 
+// OpenDir opens directory name for reading (its entries, and as a
+// directory to resolve further names from with the *at system calls). A
+// symlink, the last component included, is an error.
+func (r *Root) OpenDir(name string) (*os.File, error) {
+	comps, full, err := r.split("open", name)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := r.open("open", full, comps, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), full), nil
+}
+
 // Open opens regular file name for reading. A symlink (last component
 // included) or anything but a regular file is an error; a FIFO does not
 // block it.

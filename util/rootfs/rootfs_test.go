@@ -269,6 +269,16 @@ func TestReadDir(t *testing.T) {
 		if entries, err := r.ReadDir("."); err != nil || len(entries) != 1 {
 			t.Errorf("ReadDir(.) = %v, %v", entries, err)
 		}
+		d, err := r.OpenDir("pods/a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Close()
+		_, err = r.OpenDir("pods/d")
+		assertSymlinkErr(t, err, filepath.Join(r.Path(), "pods/d"))
+		if _, err := r.OpenDir("pods/c"); !errors.Is(err, ErrNotDir) {
+			t.Errorf("OpenDir of a file = %v, want ErrNotDir", err)
+		}
 	})
 }
 
