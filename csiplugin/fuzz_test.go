@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/util/fsutil"
+	"github.com/nodevol/nodevol/util/rootfs"
 )
 
 // FuzzLoadVolumeData checks LoadVolumeData on any vol_data.json content: it
@@ -76,10 +77,14 @@ func FuzzLoadVolumeData(f *testing.F) {
 		} else if safeElement(d.DriverName) {
 			t.Fatalf("StagingPath refused driver %q: %v", d.DriverName, err)
 		}
-		if err := saveVolumeData(dir, d); err != nil {
+		rfs, err := rootfs.New(dir)
+		if err != nil {
 			t.Fatal(err)
 		}
-		again, err := LoadVolumeData(dir)
+		if err := (&Plugin{rfs: rfs}).saveVolumeData(dir, d); err != nil {
+			t.Fatal(err)
+		}
+		again, err := ReadVolumeData(rfs, dir)
 		if err != nil {
 			t.Fatalf("loading what saveVolumeData wrote for %+v: %v", d, err)
 		}
@@ -106,10 +111,14 @@ func FuzzSaveVolumeData(f *testing.F) {
 		dir := t.TempDir()
 		in := VolumeData{SpecVolID: specVolID, VolumeHandle: handle, DriverName: driver, NodeName: node,
 			AttachmentID: attachID, VolumeLifecycleMode: mode, SELinuxMountContext: seLinux}
-		if err := saveVolumeData(dir, &in); err != nil {
+		rfs, err := rootfs.New(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := (&Plugin{rfs: rfs}).saveVolumeData(dir, &in); err != nil {
 			t.Fatalf("saveVolumeData(%+v): %v", in, err)
 		}
-		got, err := LoadVolumeData(dir)
+		got, err := ReadVolumeData(rfs, dir)
 		if handle == "" || driver == "" {
 			if err == nil || !errors.Is(err, fsutil.ErrCorrupt) {
 				t.Fatalf("loading %+v: got %+v, %v; want an ErrCorrupt error", in, got, err)
