@@ -84,6 +84,11 @@ func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error)
 		return fail(err) // nothing written beside a symlink
 	}
 	err = p.saveVolumeData(dir, p.podVolumeData(spec, vol))
+	rec := p.podRecord(spec, vol, dir, req.PublishContext, client.caps, secretRef)
+	if err == nil {
+		rec.Phase = PhasePublishing
+		err = p.records.write(rec)
+	}
 	if err == nil {
 		// The driver creates "mount"; one that is there must not be a
 		// symlink. Checked right before the driver gets the path.
@@ -96,6 +101,8 @@ func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error)
 	if err != nil {
 		if !oe.IsUncertain(err) {
 			if cerr := p.removeVolumeDir(dir, publishMount); cerr != nil {
+				logger.Error(cerr, "Cleaning up after a failed NodePublishVolume")
+			} else if cerr := p.records.remove(dir); cerr != nil {
 				logger.Error(cerr, "Cleaning up after a failed NodePublishVolume")
 			}
 		}
@@ -114,6 +121,7 @@ func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error)
 				volumeDesc(spec), vol.Pod, *vol.FSGroup, csiReq.TargetPath, err, oe.ErrInProgress)
 		}
 	}
+	p.records.update(ctx, rec, PhasePublished)
 	logger.V(4).Info("Volume published", "targetPath", csiReq.TargetPath)
 	return csiReq.TargetPath, nil
 }
@@ -151,6 +159,16 @@ func (p *Plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req
 		Readonly:          vol.ReadOnly || spec.ReadOnly,
 		VolumeContext:     volCtx,
 	}
+}
+
+// podRecord is the record of a pod's volume directory dir.
+func (p *Plugin) podRecord(spec *cache.VolumeSpec, vol cache.PodVolume, dir string, publishContext map[string]string, caps Capabilities, publishSecret *cache.SecretRef) *Record {
+	rec := volumeRecord(spec, dir, publishContext, caps)
+	rec.PodUID, rec.PodNamespace, rec.PodName = string(vol.Pod.UID), vol.Pod.Namespace, vol.Pod.Name
+	rec.SpecName = VolumeDirName(spec, vol)
+	rec.ReadOnly = vol.ReadOnly || spec.ReadOnly
+	rec.PublishSecretRef = secretRef(publishSecret)
+	return rec
 }
 
 // podVolumeData is the vol_data.json of a pod's volume.
@@ -219,6 +237,7 @@ func (p *Plugin) TearDown(ctx context.Context, req oe.MountRequest) error {
 	if err != nil {
 		return fail(err)
 	}
+	p.records.update(ctx, p.podRecord(spec, vol, dir, req.PublishContext, client.caps, spec.NodePublishSecret), PhaseUnpublishing)
 	err = client.withTimeout(p.timeout).NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{
 		VolumeId:   spec.VolumeHandle,
 		TargetPath: target,
@@ -227,6 +246,9 @@ func (p *Plugin) TearDown(ctx context.Context, req oe.MountRequest) error {
 		return fmt.Errorf("unpublishing volume %s from pod %s at %s: %w", volumeDesc(spec), vol.Pod, target, err)
 	}
 	if err := p.removeVolumeDir(dir, publishMount); err != nil {
+		return fail(err)
+	}
+	if err := p.records.remove(dir); err != nil {
 		return fail(err)
 	}
 	klog.FromContext(ctx).V(4).Info("Volume unpublished", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "targetPath", target)

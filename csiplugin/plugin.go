@@ -7,6 +7,7 @@ import (
 	"time"
 
 	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 
 	oe "github.com/nodevol/nodevol/operationexecutor"
@@ -56,6 +57,13 @@ type Config struct {
 	// timeout may end it sooner). Default DefaultCallTimeout (2 minutes,
 	// the kubelet's).
 	CallTimeout time.Duration
+	// BootIDPath is the file that tells the node's boot ID, which the
+	// plugin writes into its records of work in flight (see record.go) so
+	// that a restart can tell a crash from a reboot. Default
+	// DefaultBootIDPath; tests replace it to simulate a reboot. When it
+	// cannot be read the records carry no boot ID and a restart never
+	// concludes that the node rebooted.
+	BootIDPath string
 }
 
 // Plugin is the CSI volume plugin: it implements operationexecutor.Plugin
@@ -74,6 +82,7 @@ type Plugin struct {
 	blockMapper BlockMapper
 	mounter     mount.Interface
 	timeout     time.Duration
+	records     *records
 }
 
 var _ oe.Plugin = (*Plugin)(nil)
@@ -117,7 +126,12 @@ func New(cfg Config) (*Plugin, error) {
 		m.Root = rfs
 		cfg.BlockMapper = m
 	}
+	bootID, err := ReadBootID(cfg.BootIDPath)
+	if err != nil {
+		klog.Background().Error(err, "Records of work in flight carry no boot ID: a restart will not tell a reboot from a crash")
+	}
 	return &Plugin{
+		records:     &records{rfs: rfs, bootID: bootID},
 		root:        root,
 		rfs:         rfs,
 		node:        cfg.NodeName,
@@ -131,6 +145,9 @@ func New(cfg Config) (*Plugin, error) {
 		timeout:     cfg.CallTimeout,
 	}, nil
 }
+
+// BootID is the node's boot ID as read at New ("" if it could not be read).
+func (p *Plugin) BootID() string { return p.records.bootID }
 
 // Registry returns the plugin's driver registry.
 func (p *Plugin) Registry() *Registry { return p.drivers }

@@ -60,6 +60,11 @@ func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string,
 	// specVolID (the PV's name) is more than the kubelet writes here; it
 	// lets a restart tell which unreadable pod directory may use the device.
 	err = p.saveVolumeData(dir, &VolumeData{SpecVolID: spec.PVName, VolumeHandle: spec.VolumeHandle, DriverName: spec.Driver})
+	rec := volumeRecord(spec, dir, req.PublishContext, client.caps)
+	if err == nil {
+		rec.Phase = PhaseStaging
+		err = p.records.write(rec)
+	}
 	if err == nil {
 		// Checked again right before the driver gets the path.
 		_, err = p.rfs.Verify(stagingPath)
@@ -78,10 +83,13 @@ func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string,
 		if !oe.IsUncertain(err) {
 			if cerr := p.removeVolumeDir(dir, globalMount); cerr != nil {
 				logger.Error(cerr, "Cleaning up after a failed NodeStageVolume")
+			} else if cerr := p.records.remove(dir); cerr != nil {
+				logger.Error(cerr, "Cleaning up after a failed NodeStageVolume")
 			}
 		}
 		return "", fmt.Errorf("staging volume %s at %s: %w", volumeDesc(spec), stagingPath, err)
 	}
+	p.records.update(ctx, rec, PhaseStaged)
 	logger.V(4).Info("Volume staged", "stagingPath", stagingPath)
 	return stagingPath, nil
 }
@@ -127,6 +135,7 @@ func (p *Plugin) UnmountDevice(ctx context.Context, req oe.DeviceRequest) error 
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
 	if client.caps.StageUnstage {
+		p.records.update(ctx, volumeRecord(spec, dir, req.PublishContext, client.caps), PhaseUnstaging)
 		err := client.withTimeout(p.timeout).NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{
 			VolumeId:          spec.VolumeHandle,
 			StagingTargetPath: stagingPath,
@@ -136,6 +145,9 @@ func (p *Plugin) UnmountDevice(ctx context.Context, req oe.DeviceRequest) error 
 		}
 	}
 	if err := p.removeVolumeDir(dir, globalMount); err != nil {
+		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
+	}
+	if err := p.records.remove(dir); err != nil {
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
 	klog.FromContext(ctx).V(4).Info("Volume unstaged", "volume", spec.Name, "driver", spec.Driver, "stagingPath", stagingPath)

@@ -142,12 +142,12 @@ func newLoop(l loop) *loop {
 // install makes what reconstruction found the initial actual state.
 func (l *loop) install(d diskState) {
 	for _, m := range d.mounts {
-		l.asw.SetPodMount(m.spec, m.vol, cache.Uncertain, m.path)
+		l.asw.SetPodMount(m.spec, m.vol, m.state, m.path)
 		l.foundMounts[oe.Key{Volume: m.spec.Name, Pod: m.vol.Pod.UID}] = true
 		l.dirty[m.spec.Name] = struct{}{}
 	}
 	for _, dev := range d.devices {
-		l.asw.SetDeviceState(dev.spec, cache.Uncertain, dev.path)
+		l.asw.SetDeviceState(dev.spec, dev.state, dev.path)
 		l.foundDevices[dev.spec.Name] = true
 		l.dirty[dev.spec.Name] = struct{}{}
 	}
@@ -333,6 +333,7 @@ func (l *loop) planDirty(ctx context.Context) {
 }
 
 func (l *loop) planVolume(ctx context.Context, name cache.UniqueVolumeName) {
+	l.adopt(name)
 	v := l.view(name)
 	d := plan(v)
 	if d.Retry.IsZero() {
@@ -357,6 +358,29 @@ func (l *loop) planVolume(ctx context.Context, name cache.UniqueVolumeName) {
 	}
 	for _, a := range d.Actions {
 		l.begin(a, v)
+	}
+}
+
+// adopt gives a pod mount that was found on disk and trusted as Mounted
+// (from nodevol's record) the desired pod's volume once that pod has been
+// resolved: reconstruction only knew the directory, not the pod's name for
+// the volume, its read-only flag or fsGroup. The same pod UID has the same
+// (immutable) volumes, so the mount itself is what the pod wants.
+func (l *loop) adopt(name cache.UniqueVolumeName) {
+	spec, desired, wanted := l.dsw.Volume(name)
+	if !wanted {
+		return
+	}
+	actual, known := l.asw.Volume(name)
+	if !known {
+		return
+	}
+	for _, p := range desired {
+		pm, ok := actual.Pods[p.Pod.UID]
+		// A reconstructed mount knows only its pod's UID.
+		if ok && pm.State == cache.Mounted && !pm.Busy && pm.Volume.Pod.Name == "" {
+			l.asw.SetPodMount(spec, p, cache.Mounted, "")
+		}
 	}
 }
 

@@ -91,6 +91,12 @@ type Config struct {
 	// never detaches a volume that may be mounted. A node agent that
 	// reports volumesInUse itself leaves it false. Default false.
 	ReportVolumesInUse bool
+	// BootIDPath is the file that tells the node's boot ID (default
+	// /proc/sys/kernel/random/boot_id). The CSI plugin writes it into its
+	// records of work in flight, and Run compares them with it: a record
+	// of another boot means the node rebooted and nothing is mounted any
+	// more. Tests replace the file to simulate a reboot.
+	BootIDPath string
 	// VolumeStatsPeriod is how long the kubelet_volume_stats_* gauges (with
 	// a Registerer) reuse a volume's NodeGetVolumeStats answer. Default 1
 	// minute, the kubelet's --volume-stats-agg-period.
@@ -176,6 +182,7 @@ func New(cfg Config) (*VolumeManager, error) {
 			Mounter:                cfg.Mounter,
 			BlockMapper:            cfg.BlockMapper,
 			CallTimeout:            cfg.CSICallTimeout,
+			BootIDPath:             cfg.BootIDPath,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("volumemanager: %w", err)
@@ -285,7 +292,7 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	vm.factory.Start(ctx.Done())
 	// What an earlier run left on disk, before any pod is planned: the
 	// disk needs no API server.
-	vm.loop.install(reconstruct(ctx, vm.cfg.RootDir))
+	vm.loop.install(reconstruct(ctx, vm.cfg.RootDir, vm.recovery(ctx)))
 
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -577,4 +584,26 @@ func (vm *VolumeManager) idle() bool {
 	case <-time.After(time.Second):
 		return false
 	}
+}
+
+// recovery is what reconstruction compares nodevol's records with: the
+// boot ID and the mount table, read once.
+func (vm *VolumeManager) recovery(ctx context.Context) recovery {
+	logger := klog.FromContext(ctx)
+	var rc recovery
+	id, err := csiplugin.ReadBootID(vm.cfg.BootIDPath)
+	if err != nil {
+		logger.Error(err, "Restart cannot tell a reboot from a crash: volumes found on disk are Uncertain")
+	}
+	rc.bootID = id
+	mps, err := vm.cfg.Mounter.List()
+	if err != nil {
+		logger.Error(err, "Cannot list mount points: volumes found on disk are Uncertain")
+		return rc
+	}
+	rc.mountPoints = make(map[string]bool, len(mps))
+	for _, mp := range mps {
+		rc.mountPoints[mp.Path] = true
+	}
+	return rc
 }

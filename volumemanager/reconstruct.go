@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/util/fsutil"
 	"github.com/nodevol/nodevol/util/rootfs"
 )
 
@@ -32,14 +33,28 @@ type diskState struct {
 }
 
 type foundMount struct {
-	spec cache.VolumeSpec
-	vol  cache.PodVolume
-	path string
+	spec  cache.VolumeSpec
+	vol   cache.PodVolume
+	path  string
+	state cache.MountState // Mounted or Uncertain
 }
 
 type foundDevice struct {
-	spec cache.VolumeSpec
-	path string
+	spec  cache.VolumeSpec
+	path  string
+	state cache.MountState // Mounted or Uncertain
+}
+
+// recovery is what reconstruction compares nodevol's records of work in
+// flight (csiplugin.Record) with.
+type recovery struct {
+	// bootID is this boot's ID; "" when unknown: no record is then taken
+	// for one of another boot.
+	bootID string
+	// mountPoints are the mount points of the node (from the mount
+	// table); nil when they could not be listed: no volume is then
+	// trusted as Mounted, and no reboot leftover is removed.
+	mountPoints map[string]bool
 }
 
 // reconstruct adds the CSI volumes a previous run left on disk to the actual
@@ -57,7 +72,7 @@ type foundDevice struct {
 // kubernetes.io~csi directory, a volume directory, a driver's or a staging
 // directory) is logged and skipped, so that nothing it points to is ever
 // reconstructed, and so never torn down.
-func reconstruct(ctx context.Context, root string) diskState {
+func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 	logger := klog.FromContext(ctx)
 	var out diskState
 	r, err := rootfs.New(root)
@@ -65,7 +80,7 @@ func reconstruct(ctx context.Context, root string) diskState {
 		logger.Error(err, "Cannot reconstruct volumes", "rootDir", root)
 		return out
 	}
-	w := walker{logger: logger, r: r, root: root}
+	w := walker{logger: logger, r: r, root: root, rc: rc, seen: map[string]bool{}}
 	found := map[cache.UniqueVolumeName]bool{}
 
 	pods := w.dirs("pods")
@@ -73,14 +88,27 @@ func reconstruct(ctx context.Context, root string) diskState {
 		for _, name := range w.dirs(path.Join("pods", uid, "volumes", "kubernetes.io~csi")) {
 			rel := path.Join("pods", uid, "volumes", "kubernetes.io~csi", name)
 			dir := filepath.Join(root, rel)
+			rec := w.record(rel)
 			data, err := csiplugin.ReadVolumeData(r, rel)
-			if err != nil {
+			var spec cache.VolumeSpec
+			var vol cache.PodVolume
+			switch {
+			case err == nil:
+				spec, vol = reconstructedSpec(data, types.UID(uid), name)
+			case rec != nil && rec.PodUID == uid && rec.SpecName == name:
+				// The record knows the volume as well as vol_data.json would.
+				logger.Error(err, "Cannot read vol_data.json; reconstructing the pod volume from nodevol's record", "podUID", uid, "path", dir)
+				spec, vol = reconstructedSpec(recordVolumeData(rec), types.UID(uid), name)
+			default:
 				logger.Error(err, "Cannot reconstruct pod volume, leaving it alone; the staged device of the PV it names is not unstaged while it is there", "podUID", uid, "path", dir)
 				out.unreadable = append(out.unreadable, dir)
 				continue
 			}
-			spec, vol := reconstructedSpec(data, types.UID(uid), name)
-			out.mounts = append(out.mounts, foundMount{spec: spec, vol: vol, path: filepath.Join(dir, "mount")})
+			state, ok := w.recover(rel, "mount", rec)
+			if !ok {
+				continue // a reboot's leftover, removed: nothing to tear down
+			}
+			out.mounts = append(out.mounts, foundMount{spec: spec, vol: vol, path: filepath.Join(dir, "mount"), state: state})
 			if !spec.Ephemeral && !found[spec.Name] {
 				if d, ok := w.stagedDevice(spec); ok {
 					out.devices = append(out.devices, d)
@@ -102,9 +130,9 @@ func reconstruct(ctx context.Context, root string) diskState {
 				continue
 			}
 			vol := cache.PodVolume{Pod: cache.PodRef{UID: types.UID(uid)}, SpecName: spec.PVName}
-			out.mounts = append(out.mounts, foundMount{spec: spec, vol: vol, path: paths.PodDevicePath})
+			out.mounts = append(out.mounts, foundMount{spec: spec, vol: vol, path: paths.PodDevicePath, state: cache.Uncertain})
 			if !found[spec.Name] {
-				out.devices = append(out.devices, foundDevice{spec: spec, path: paths.StagingPath})
+				out.devices = append(out.devices, foundDevice{spec: spec, path: paths.StagingPath, state: cache.Uncertain})
 			}
 			found[spec.Name] = true
 			logger.V(2).Info("Reconstructed block volume", "podUID", uid, "volume", spec.Name, "driver", spec.Driver, "path", link)
@@ -122,7 +150,7 @@ func reconstruct(ctx context.Context, root string) diskState {
 			continue
 		}
 		if !found[spec.Name] {
-			out.devices = append(out.devices, foundDevice{spec: spec, path: paths.StagingPath})
+			out.devices = append(out.devices, foundDevice{spec: spec, path: paths.StagingPath, state: cache.Uncertain})
 			found[spec.Name] = true
 			logger.V(2).Info("Reconstructed staged block volume", "volume", spec.Name, "driver", spec.Driver)
 		}
@@ -139,8 +167,13 @@ func reconstruct(ctx context.Context, root string) diskState {
 			dir := filepath.Join(root, rel)
 			data, err := csiplugin.ReadVolumeData(r, rel)
 			if err != nil {
-				logger.Error(err, "Cannot reconstruct staged volume, leaving it alone", "path", dir)
-				continue
+				if rec := w.record(rel); rec != nil && rec.PodUID == "" {
+					logger.Error(err, "Cannot read vol_data.json; reconstructing the staged volume from nodevol's record", "path", dir)
+					data = recordVolumeData(rec)
+				} else {
+					logger.Error(err, "Cannot reconstruct staged volume, leaving it alone", "path", dir)
+					continue
+				}
 			}
 			spec := cache.VolumeSpec{Name: cache.CSIVolumeName(data.DriverName, data.VolumeHandle), PVName: data.SpecVolID, Driver: data.DriverName, VolumeHandle: data.VolumeHandle, Mode: cache.Filesystem}
 			if found[spec.Name] {
@@ -158,6 +191,7 @@ func reconstruct(ctx context.Context, root string) diskState {
 			}
 		}
 	}
+	w.removeOrphanRecords()
 	return out
 }
 
@@ -167,6 +201,9 @@ type walker struct {
 	logger klog.Logger
 	r      *rootfs.Root
 	root   string // as given: the paths found are built on it
+	rc     recovery
+	// seen are the record files of the directories visited.
+	seen map[string]bool
 }
 
 // entries lists the names in directory dir (relative to the root); a
@@ -259,7 +296,117 @@ func (w walker) stagedDevice(spec cache.VolumeSpec) (foundDevice, bool) {
 		w.logger.Info("Ignoring a symlink where a staging directory is expected: symlinks under the root are not followed", "path", dir)
 		return foundDevice{}, false
 	}
-	return foundDevice{spec: spec, path: stagingPath}, true
+	rel, err := w.r.Rel(dir)
+	if err != nil {
+		return foundDevice{}, false
+	}
+	state, ok := w.recover(rel, "globalmount", w.record(rel))
+	if !ok {
+		return foundDevice{}, false
+	}
+	return foundDevice{spec: spec, path: stagingPath, state: state}, true
+}
+
+// record reads the record of directory rel; nil when there is none or it
+// cannot be used (logged: the volume is then recovered from vol_data.json
+// and the mount table alone).
+func (w walker) record(rel string) *csiplugin.Record {
+	w.seen[path.Base(csiplugin.RecordFile(rel))] = true
+	rec, err := csiplugin.ReadRecord(w.r, rel)
+	switch {
+	case err == nil:
+		return rec
+	case errors.Is(err, fs.ErrNotExist):
+	default:
+		w.logger.Error(err, "Ignoring nodevol's record of a volume directory; recovering it as Uncertain from vol_data.json", "path", filepath.Join(w.root, rel))
+	}
+	return nil
+}
+
+// recover decides, from its record, in which state a volume directory rel
+// (with leaf "mount" or "globalmount") was left:
+//
+//   - no record (a kubelet's directory, or one nodevol could not record):
+//     Uncertain, as the kubelet does;
+//   - a record of this boot whose stage or publish completed, with the
+//     leaf still a mount point: Mounted, and nothing is called again;
+//   - a record of this boot of a call in flight (or a completed one whose
+//     mount point is gone): Uncertain, so the call is repeated if the
+//     volume is wanted and undone if not;
+//   - a record of another boot: the node rebooted and nothing is mounted
+//     there any more; the directory's leftovers are removed and ok is
+//     false (nothing to tear down; a wanted volume is staged and published
+//     afresh). If anything may hold data there, it is Uncertain instead.
+func (w walker) recover(rel, leaf string, rec *csiplugin.Record) (state cache.MountState, ok bool) {
+	if rec == nil {
+		return cache.Uncertain, true
+	}
+	leafPath := filepath.Join(w.root, rel, leaf)
+	mounted := w.rc.mountPoints[leafPath]
+	logger := w.logger.WithValues("path", filepath.Join(w.root, rel), "phase", rec.Phase, "driver", rec.Driver, "volumeHandle", rec.VolumeHandle)
+	switch {
+	case w.rc.bootID != "" && rec.BootID != "" && rec.BootID != w.rc.bootID:
+		if w.rc.mountPoints == nil || mounted {
+			logger.Info("Record of an earlier boot, but the mount table is unknown or still shows the mount; recovering it as Uncertain", "recordBootID", rec.BootID, "mounted", mounted)
+			return cache.Uncertain, true
+		}
+		err := csiplugin.RemoveRebootLeftovers(w.r, func(p string) bool { return w.rc.mountPoints[p] }, rel, leaf)
+		if err != nil {
+			logger.Error(err, "The node rebooted since the record was written, but its directory may hold data; recovering it as Uncertain")
+			return cache.Uncertain, true
+		}
+		logger.Info("The node rebooted since the record was written: nothing is mounted any more; removed the directory's leftovers", "recordBootID", rec.BootID)
+		return cache.NotMounted, false
+	case rec.Phase.Done() && mounted:
+		logger.V(2).Info("Recovered as Mounted from nodevol's record")
+		return cache.Mounted, true
+	case !rec.Phase.Done():
+		logger.Info("A call was in flight when nodevol stopped; it is repeated if the volume is wanted and undone if not", "call", rec.Phase.Call())
+	default:
+		// A driver may publish without a mount of its own; the call is
+		// repeated, as the kubelet repeats it for every volume it finds.
+		logger.V(2).Info("Recorded as done, but not a mount point; recovering it as Uncertain", "call", rec.Phase.Call())
+	}
+	return cache.Uncertain, true
+}
+
+// removeOrphanRecords removes the records whose directory no longer
+// exists (a stop between removing a volume's directory and its record).
+// A record it cannot read, or whose directory is still there, is left.
+func (w walker) removeOrphanRecords() {
+	list, err := w.r.ReadDir(csiplugin.RecordsDir)
+	if err != nil {
+		w.refused(err, csiplugin.RecordsDir)
+		return
+	}
+	for _, e := range list {
+		if w.seen[e.Name()] || !e.Type().IsRegular() {
+			continue
+		}
+		name := path.Join(csiplugin.RecordsDir, e.Name())
+		var rec csiplugin.Record
+		if err := fsutil.ReadJSONIn(w.r, name, &rec); err != nil || rec.Dir == "" || csiplugin.RecordFile(rec.Dir) != name {
+			w.logger.Error(err, "Leaving a record that does not name its directory", "path", filepath.Join(w.root, name))
+			continue
+		}
+		if _, err := w.r.Lstat(rec.Dir); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err := w.r.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			w.logger.Error(err, "Cannot remove the record of a directory that is gone", "path", filepath.Join(w.root, name))
+			continue
+		}
+		w.logger.V(2).Info("Removed the record of a directory that is gone", "dir", rec.Dir, "phase", rec.Phase)
+	}
+}
+
+// recordVolumeData is the vol_data.json a record stands for.
+func recordVolumeData(rec *csiplugin.Record) *csiplugin.VolumeData {
+	d := &csiplugin.VolumeData{SpecVolID: rec.PVName, VolumeHandle: rec.VolumeHandle, DriverName: rec.Driver}
+	if rec.Ephemeral {
+		d.VolumeLifecycleMode = lifecycleEphemeral
+	}
+	return d
 }
 
 // reconstructedSpec is what vol_data.json tells of a pod's volume: enough

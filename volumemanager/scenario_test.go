@@ -395,7 +395,7 @@ func (s *scenario) restart(ctx context.Context, t *testing.T, corrupt, noDevice 
 	if syncedEarly {
 		s.in.markPodsSynced() // before reconstruction has ended
 	}
-	s.l.install(reconstruct(ctx, s.root))
+	s.l.install(reconstruct(ctx, s.root, recovery{}))
 	s.out = append(s.out, "restarted; found on disk:")
 	s.out = append(s.out, s.state())
 }

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
+	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/examples/loopdriver/driver"
 	"github.com/nodevol/nodevol/util/roottest"
@@ -62,7 +63,9 @@ const (
 // running pods again and calls MarkPodsSynced at once (as the node agent
 // does once its pod informer has synced) must not tear down those pods'
 // volumes: no NodeUnpublishVolume, no NodeUnstageVolume, the same mounts
-// (mount IDs) as before the restart, the data in place.
+// (mount IDs) as before the restart, the data in place. With nodevol's
+// records of the completed stage and publish (same boot, mounts still
+// there) no NodeStageVolume or NodePublishVolume is sent again either.
 //
 // Whether the volume manager's reconciler plans the volumes found on disk
 // before its pod worker has put the re-added pods into the desired state is
@@ -101,9 +104,13 @@ func TestRestartRunningPodsKeepMounts(t *testing.T) {
 		label := fmt.Sprintf("after restart %d of %d", r, restarts)
 		logCalls(t, label, e.root, calls)
 
-		var unpublished, unstaged []string
+		var unpublished, unstaged, again []string
 		for _, c := range calls {
 			switch {
+			case c.method == "NodeStageVolume" || c.method == "NodePublishVolume":
+				// nodevol's records say these completed on this boot and
+				// the mounts are there: nothing to call again.
+				again = append(again, c.method+" "+c.volume)
 			case c.method == "NodeUnpublishVolume" && targets[c.target]:
 				unpublished = append(unpublished, rel(e.root, c.target))
 			case c.method == "NodeUnstageVolume" && handles[c.volume]:
@@ -115,6 +122,9 @@ func TestRestartRunningPodsKeepMounts(t *testing.T) {
 		}
 		if len(unstaged) > 0 {
 			t.Errorf("%s: %d NodeUnstageVolume of wanted pods' volumes, want 0: %v", label, len(unstaged), unstaged)
+		}
+		if len(again) > 0 {
+			t.Errorf("%s: %d calls repeated for volumes recorded as staged and published, want 0: %v", label, len(again), again)
 		}
 		e.compareMounts(t, label, before, e.mountIDs(t, false))
 		e.checkData(t)
@@ -152,7 +162,17 @@ func TestRestartCorruptPodDataKeepsStaging(t *testing.T) {
 	before := e.mountIDs(t, true)
 	a.kill()
 	for _, v := range e.vols {
-		if err := os.WriteFile(filepath.Join(filepath.Dir(v.target), "vol_data.json"), []byte("{"), 0o600); err != nil {
+		dir := filepath.Dir(v.target)
+		if err := os.WriteFile(filepath.Join(dir, "vol_data.json"), []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// Without nodevol's record too (a directory the kubelet made, or
+		// both files lost): nothing tells which volume it is.
+		rel, err := filepath.Rel(e.root, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(e.root, csiplugin.RecordFile(rel)), []byte("{"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -499,7 +499,19 @@ func (r *Root) Create(name string, perm fs.FileMode) error {
 // content or the whole new content: it writes a temporary file in the same
 // directory and renames it over name (replacing a symlink there, never
 // writing through it). name's directory must exist. It does not fsync.
-func (r *Root) WriteFileAtomic(name string, data []byte, perm fs.FileMode) (err error) {
+func (r *Root) WriteFileAtomic(name string, data []byte, perm fs.FileMode) error {
+	return r.writeFileAtomic(name, data, perm, false)
+}
+
+// WriteFileAtomicSync is WriteFileAtomic made durable: the file is
+// fsync'ed before the rename and its directory after, so that after a
+// crash or power loss name holds the old or the new content, and a
+// rename that returned is not undone.
+func (r *Root) WriteFileAtomicSync(name string, data []byte, perm fs.FileMode) error {
+	return r.writeFileAtomic(name, data, perm, true)
+}
+
+func (r *Root) writeFileAtomic(name string, data []byte, perm fs.FileMode, sync bool) (err error) {
 	dirFd, base, full, err := r.parent("write", name)
 	if err != nil {
 		return err
@@ -525,11 +537,27 @@ func (r *Root) WriteFileAtomic(name string, data []byte, perm fs.FileMode) (err 
 	if err = f.Chmod(perm); err != nil {
 		return &PathError{Op: "write", Path: full, Err: err}
 	}
+	if sync {
+		if err = f.Sync(); err != nil {
+			return &PathError{Op: "write", Path: full, Err: err}
+		}
+	}
 	if err = f.Close(); err != nil {
 		return &PathError{Op: "write", Path: full, Err: err}
 	}
 	if err = unix.Renameat(dirFd, tmp, dirFd, base); err != nil {
 		return &PathError{Op: "write", Path: full, Err: err}
+	}
+	if sync {
+		// dirFd may be an O_PATH descriptor, which cannot be synced.
+		d, err := unix.Openat(dirFd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			err = unix.Fsync(d)
+			unix.Close(d)
+		}
+		if err != nil {
+			return &PathError{Op: "write", Path: full, Err: err}
+		}
 	}
 	return nil
 }

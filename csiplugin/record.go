@@ -1,0 +1,301 @@
+package csiplugin
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/util/fsutil"
+	"github.com/nodevol/nodevol/util/rootfs"
+)
+
+// The durable record of work in flight.
+//
+// Before each NodeStageVolume, NodePublishVolume, NodeUnpublishVolume and
+// NodeUnstageVolume the plugin writes (atomically, fsync'ed) a record of
+// the call about to be made, and after a stage or publish succeeds it
+// records it as done; after an unpublish or unstage has removed the
+// volume's directory it removes the record. Each record also holds the
+// boot ID of the node when it was written. After a crash, the record says
+// which call was in flight (so the volume is Uncertain and the call is
+// repeated or undone) or that the call completed on this boot (so a volume
+// whose mount point is still mounted is Mounted, with no call at all);
+// after a reboot (another boot ID) it says that nothing is mounted any
+// more.
+//
+// The records live in nodevol's own directory, {root}/nodevol/records,
+// one file per staging or pod volume directory, not beside vol_data.json:
+// the kubelet removes a volume directory with rmdir after deleting the
+// files it knows, so an extra file there would make every teardown of the
+// kubelet fail after a node moved from nodevol to the kubelet. The
+// kubelet ignores {root}/nodevol, and vol_data.json stays as the kubelet
+// writes it.
+
+// RecordsDir is the directory of the records, relative to the root.
+const RecordsDir = "nodevol/records"
+
+// RecordVersion is the version of the records this package writes; a
+// record of a newer version is not read (ErrRecordVersion).
+const RecordVersion = 1
+
+// DefaultBootIDPath is where Linux tells the boot ID.
+const DefaultBootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// ErrRecordVersion is wrapped by ReadRecord's error for a record written by
+// a newer nodevol.
+var ErrRecordVersion = errors.New("record written by a newer version")
+
+// Phase is the call a record is about and whether it completed.
+type Phase string
+
+// The phases. A volume directory with a record in an in-flight phase may
+// have been half staged, published, unpublished or unstaged.
+const (
+	PhaseStaging      Phase = "Staging"      // NodeStageVolume sent, not known to have completed
+	PhaseStaged       Phase = "Staged"       // NodeStageVolume completed
+	PhaseUnstaging    Phase = "Unstaging"    // NodeUnstageVolume sent, directory not yet removed
+	PhasePublishing   Phase = "Publishing"   // NodePublishVolume sent, not known to have completed
+	PhasePublished    Phase = "Published"    // NodePublishVolume completed
+	PhaseUnpublishing Phase = "Unpublishing" // NodeUnpublishVolume sent, directory not yet removed
+)
+
+// Done reports whether the phase is a completed stage or publish.
+func (p Phase) Done() bool { return p == PhaseStaged || p == PhasePublished }
+
+// Call is the CSI call of the phase ("NodeStageVolume", ...), "" for an
+// unknown phase.
+func (p Phase) Call() string {
+	switch p {
+	case PhaseStaging, PhaseStaged:
+		return "NodeStageVolume"
+	case PhaseUnstaging:
+		return "NodeUnstageVolume"
+	case PhasePublishing, PhasePublished:
+		return "NodePublishVolume"
+	case PhaseUnpublishing:
+		return "NodeUnpublishVolume"
+	}
+	return ""
+}
+
+// RecordSecretRef names a Secret; a record never holds secret values.
+type RecordSecretRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// Record is what recovery needs to know of one staging or pod volume
+// directory.
+type Record struct {
+	Version int    `json:"version"`
+	BootID  string `json:"bootID"`
+	Phase   Phase  `json:"phase"`
+	// Dir is the staging or pod volume directory, relative to the root.
+	Dir          string `json:"dir"`
+	Driver       string `json:"driver"`
+	VolumeHandle string `json:"volumeHandle"`
+	PVName       string `json:"pvName,omitempty"`
+	// PodUID, PodNamespace and PodName are set in a pod volume's record.
+	PodUID       string `json:"podUID,omitempty"`
+	PodNamespace string `json:"podNamespace,omitempty"`
+	PodName      string `json:"podName,omitempty"`
+	// SpecName is the pod volume directory's name.
+	SpecName  string `json:"specName,omitempty"`
+	Ephemeral bool   `json:"ephemeral,omitempty"`
+	// Mode is "Filesystem" or "Block".
+	Mode             string            `json:"mode"`
+	AccessMode       string            `json:"accessMode,omitempty"`
+	FSType           string            `json:"fsType,omitempty"`
+	MountOptions     []string          `json:"mountOptions,omitempty"`
+	ReadOnly         bool              `json:"readOnly,omitempty"`
+	PublishContext   map[string]string `json:"publishContext,omitempty"`
+	StageSecretRef   *RecordSecretRef  `json:"nodeStageSecretRef,omitempty"`
+	PublishSecretRef *RecordSecretRef  `json:"nodePublishSecretRef,omitempty"`
+	// Time is when the record was written.
+	Time time.Time `json:"time"`
+}
+
+// RecordFile is the name of dir's record, relative to the root: a hash of
+// dir (relative to the root), so that any directory name maps to one flat
+// file name.
+func RecordFile(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	return path.Join(RecordsDir, hex.EncodeToString(sum[:])+".json")
+}
+
+// ReadRecord reads the record of dir (relative to the root) without
+// following a symlink. It fails when there is none
+// (errors.Is(err, fs.ErrNotExist)), when it is corrupt (fsutil.ErrCorrupt:
+// bad JSON, no driver, handle or phase, or about another directory) and
+// when a newer version wrote it (ErrRecordVersion).
+func ReadRecord(r *rootfs.Root, dir string) (*Record, error) {
+	name := RecordFile(dir)
+	var rec Record
+	if err := fsutil.ReadJSONIn(r, name, &rec); err != nil {
+		return nil, err
+	}
+	return &rec, checkRecord(name, dir, &rec)
+}
+
+func checkRecord(name, dir string, rec *Record) error {
+	switch {
+	case rec.Version > RecordVersion:
+		return fmt.Errorf("reading %s: %w (version %d, this nodevol reads up to %d)", name, ErrRecordVersion, rec.Version, RecordVersion)
+	case rec.Version < 1 || rec.Driver == "" || rec.VolumeHandle == "" || rec.Phase.Call() == "":
+		return fmt.Errorf("reading %s: %w: version, driver, volumeHandle or phase missing", name, fsutil.ErrCorrupt)
+	case rec.Dir != dir:
+		return fmt.Errorf("reading %s: %w: record of %q, not of %q", name, fsutil.ErrCorrupt, rec.Dir, dir)
+	}
+	return nil
+}
+
+// ReadBootID reads the node's boot ID from path (DefaultBootIDPath when
+// empty).
+func ReadBootID(path string) (string, error) {
+	if path == "" {
+		path = DefaultBootIDPath
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading the boot ID: %w", err)
+	}
+	id := strings.TrimSpace(string(b))
+	if id == "" {
+		return "", fmt.Errorf("reading the boot ID: %s is empty", path)
+	}
+	return id, nil
+}
+
+// records writes and removes the records under one root.
+type records struct {
+	rfs    *rootfs.Root
+	bootID string
+	made   atomic.Bool // RecordsDir exists
+}
+
+// write writes rec for rec.Dir (absolute or relative to the root),
+// atomically and fsync'ed.
+func (rs *records) write(rec *Record) error {
+	dir, err := rs.rfs.Rel(rec.Dir)
+	if err != nil {
+		return err
+	}
+	rec.Dir, rec.Version, rec.BootID, rec.Time = dir, RecordVersion, rs.bootID, time.Now().UTC()
+	if !rs.made.Load() {
+		if err := rs.rfs.MkdirAll(RecordsDir, 0o750); err != nil {
+			return fmt.Errorf("recording %s of %s: %w", rec.Phase.Call(), dir, err)
+		}
+		rs.made.Store(true)
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := rs.rfs.WriteFileAtomicSync(RecordFile(dir), data, 0o600); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			rs.made.Store(false) // removed behind our back: made again next time
+		}
+		return fmt.Errorf("recording %s of %s: %w", rec.Phase.Call(), dir, err)
+	}
+	return nil
+}
+
+// remove removes dir's record; a missing one is no error.
+func (rs *records) remove(dir string) error {
+	dir, err := rs.rfs.Rel(dir)
+	if err != nil {
+		return err
+	}
+	if err := rs.rfs.Remove(RecordFile(dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing the record of %s: %w", dir, err)
+	}
+	return nil
+}
+
+// update writes rec in phase ph, logging a failure instead of returning it:
+// used where the call it records has already been made, or where a
+// teardown must not wait for the record. Without it recovery falls back to
+// vol_data.json and an Uncertain volume, as the kubelet does.
+func (rs *records) update(ctx context.Context, rec *Record, ph Phase) {
+	rec.Phase = ph
+	if err := rs.write(rec); err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot write the record of the volume; a restart will treat it as Uncertain", "phase", ph)
+	}
+}
+
+// volumeRecord is the record of spec's directory dir.
+func volumeRecord(spec *cache.VolumeSpec, dir string, publishContext map[string]string, caps Capabilities) *Record {
+	rec := &Record{
+		Dir: dir, Driver: spec.Driver, VolumeHandle: spec.VolumeHandle, PVName: spec.PVName,
+		Ephemeral: spec.Ephemeral, Mode: string(spec.Mode), FSType: spec.FSType,
+		MountOptions: spec.MountOptions, ReadOnly: spec.ReadOnly, PublishContext: publishContext,
+		AccessMode:     accessMode(spec.AccessMode, caps).String(),
+		StageSecretRef: secretRef(spec.NodeStageSecret), PublishSecretRef: secretRef(spec.NodePublishSecret),
+	}
+	if rec.Mode == "" {
+		rec.Mode = string(cache.Filesystem)
+	}
+	return rec
+}
+
+func secretRef(s *cache.SecretRef) *RecordSecretRef {
+	if s == nil {
+		return nil
+	}
+	return &RecordSecretRef{Namespace: s.Namespace, Name: s.Name}
+}
+
+// RemoveRebootLeftovers removes what a volume directory dir (relative to
+// r) holds after a reboot, when nothing can be mounted there any more:
+// its leaf (the "mount" or "globalmount" directory) if it is empty and
+// not a mount point, vol_data.json, the record, and dir once empty. It
+// removes nothing that may hold data: a leaf that is a mount point or not
+// empty, or anything else in dir, is left and the error says so.
+func RemoveRebootLeftovers(r *rootfs.Root, isMountPoint func(path string) bool, dir, leaf string) error {
+	leafPath, err := r.Join(path.Join(dir, leaf))
+	if err != nil {
+		return err
+	}
+	if isMountPoint(leafPath) {
+		return fmt.Errorf("%s is still a mount point", leafPath)
+	}
+	// Everything is checked before anything is removed, so that a
+	// directory that is left keeps its vol_data.json.
+	entries, err := r.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		switch {
+		case e.Name() == VolumeDataFile && e.Type().IsRegular():
+		case e.Name() == leaf && e.IsDir():
+			in, err := r.ReadDir(path.Join(dir, leaf))
+			if err != nil {
+				return err
+			}
+			if len(in) > 0 {
+				return fmt.Errorf("%s is not empty", leafPath)
+			}
+		default:
+			return fmt.Errorf("%s holds %s, which nodevol did not write", path.Join(r.Path(), dir), e.Name())
+		}
+	}
+	for _, name := range []string{path.Join(dir, leaf), path.Join(dir, VolumeDataFile), RecordFile(dir), dir} {
+		if err := r.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,253 @@
+package csiplugin
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/util/fsutil"
+	"github.com/nodevol/nodevol/util/rootfs"
+)
+
+// readRecord reads the record of dir (absolute) under e's root.
+func (e *env) readRecord(t *testing.T, dir string) (*Record, error) {
+	t.Helper()
+	r, err := rootfs.New(e.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := r.Rel(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ReadRecord(r, rel)
+}
+
+// phaseDuring returns the phase of dir's record while the driver holds a
+// call of method, and the error of op.
+func (e *env) phaseDuring(t *testing.T, method, dir string, op func() error) (Phase, error) {
+	t.Helper()
+	block := make(chan struct{})
+	e.srv.Inject(csitest.Fault{Method: method, Block: block, Times: 1})
+	before := e.srv.Calls(method)
+	done := make(chan error, 1)
+	go func() { done <- op() }()
+	if err := e.srv.WaitForCalls(context.Background(), method, before+1); err != nil {
+		t.Fatal(err)
+	}
+	var ph Phase
+	rec, err := e.readRecord(t, dir)
+	if err != nil {
+		t.Errorf("record of %s during %s: %v", dir, method, err)
+	} else {
+		ph = rec.Phase
+	}
+	close(block)
+	return ph, <-done
+}
+
+// TestRecordsFollowCalls: before each of NodeStage, NodePublish,
+// NodeUnpublish and NodeUnstage the record says the call is in flight;
+// after a stage or publish it says done; after an unpublish or unstage it
+// is gone. It holds what recovery needs and never a secret's value.
+func TestRecordsFollowCalls(t *testing.T) {
+	e := newEnv(t, envOptions{
+		driver:  csitest.Options{CreateTargetDirs: true},
+		objects: []runtime.Object{csitest.Secret("secrets", "stage", map[string]string{"user": "s3cr3t-value"})},
+	})
+	spec := testSpec(drv)
+	spec.MountOptions = []string{"noatime"}
+	spec.NodeStageSecret = &cache.SecretRef{Namespace: "secrets", Name: "stage"}
+	pc := map[string]string{"devicePath": "/dev/xvdb"}
+	ctx := context.Background()
+	stagingDir, _ := StagingDir(e.root, drv, "vol-1")
+	vol := podVolume("a", "data")
+	volDir := filepath.Join(e.root, "pods", string(vol.Pod.UID), "volumes/kubernetes.io~csi/pv-1")
+
+	var stagingPath string
+	ph, err := e.phaseDuring(t, "NodeStageVolume", stagingDir, func() (err error) {
+		stagingPath, err = e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec, PublishContext: pc})
+		return err
+	})
+	if err != nil || ph != PhaseStaging {
+		t.Fatalf("MountDevice: %v; phase during NodeStageVolume %q, want %q", err, ph, PhaseStaging)
+	}
+	rec, err := e.readRecord(t, stagingDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Phase != PhaseStaged || rec.BootID != e.p.BootID() || rec.BootID == "" || rec.VolumeHandle != "vol-1" ||
+		rec.Driver != drv || rec.PVName != "pv-1" || rec.PublishContext["devicePath"] != "/dev/xvdb" ||
+		rec.FSType != "ext4" || rec.AccessMode != "SINGLE_NODE_WRITER" || len(rec.MountOptions) != 1 ||
+		rec.StageSecretRef == nil || rec.StageSecretRef.Name != "stage" {
+		t.Errorf("staging record after NodeStageVolume = %+v", rec)
+	}
+	data, err := os.ReadFile(filepath.Join(e.root, RecordFile(rec.Dir)))
+	if err != nil || strings.Contains(string(data), "s3cr3t-value") {
+		t.Errorf("record %s holds the secret's value (or cannot be read: %v)", data, err)
+	}
+
+	ph, err = e.phaseDuring(t, "NodePublishVolume", volDir, func() error {
+		_, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: vol, PublishContext: pc, DeviceMountPath: stagingPath})
+		return err
+	})
+	if err != nil || ph != PhasePublishing {
+		t.Fatalf("SetUp: %v; phase during NodePublishVolume %q, want %q", err, ph, PhasePublishing)
+	}
+	if rec, err := e.readRecord(t, volDir); err != nil || rec.Phase != PhasePublished || rec.PodUID != "uid-a" || rec.SpecName != "pv-1" {
+		t.Errorf("pod record after NodePublishVolume = %+v, %v", rec, err)
+	}
+
+	ph, err = e.phaseDuring(t, "NodeUnpublishVolume", volDir, func() error {
+		return e.p.TearDown(ctx, oe.MountRequest{Spec: spec, Volume: vol})
+	})
+	if err != nil || ph != PhaseUnpublishing {
+		t.Fatalf("TearDown: %v; phase during NodeUnpublishVolume %q, want %q", err, ph, PhaseUnpublishing)
+	}
+	if _, err := e.readRecord(t, volDir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("pod record after TearDown: %v, want none", err)
+	}
+	ph, err = e.phaseDuring(t, "NodeUnstageVolume", stagingDir, func() error {
+		return e.p.UnmountDevice(ctx, oe.DeviceRequest{Spec: spec})
+	})
+	if err != nil || ph != PhaseUnstaging {
+		t.Fatalf("UnmountDevice: %v; phase during NodeUnstageVolume %q, want %q", err, ph, PhaseUnstaging)
+	}
+	if _, err := e.readRecord(t, stagingDir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("staging record after UnmountDevice: %v, want none", err)
+	}
+	entries, err := os.ReadDir(filepath.Join(e.root, RecordsDir))
+	if err != nil || len(entries) != 0 {
+		t.Errorf("records left: %v (%v)", entries, err)
+	}
+}
+
+// TestRecordAfterFailure: a final failure removes the record with the
+// directory; a call that may still be running leaves it in flight.
+func TestRecordAfterFailure(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		code codes.Code
+		want Phase // "" for no record
+	}{
+		{codes.InvalidArgument, ""},
+		{codes.DeadlineExceeded, PhaseStaging},
+	} {
+		spec := testSpec(drv)
+		spec.VolumeHandle = "vol-" + tc.code.String()
+		e.srv.Inject(csitest.Fault{Method: "NodeStageVolume", VolumeID: spec.VolumeHandle, Err: status.Error(tc.code, "injected"), Times: 1})
+		if _, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec}); err == nil {
+			t.Fatalf("%v: MountDevice succeeded", tc.code)
+		}
+		dir, _ := StagingDir(e.root, drv, spec.VolumeHandle)
+		rec, err := e.readRecord(t, dir)
+		switch {
+		case tc.want == "" && !errors.Is(err, fs.ErrNotExist):
+			t.Errorf("%v: record %+v, %v; want none", tc.code, rec, err)
+		case tc.want != "" && (err != nil || rec.Phase != tc.want):
+			t.Errorf("%v: record %+v, %v; want phase %s", tc.code, rec, err, tc.want)
+		}
+	}
+}
+
+// TestReadRecordRefuses: records that cannot be trusted give errors that
+// say why.
+func TestReadRecordRefuses(t *testing.T) {
+	root := t.TempDir()
+	r, err := rootfs.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.MkdirAll(RecordsDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	const dir = "pods/uid/volumes/kubernetes.io~csi/pv"
+	for _, tc := range []struct {
+		name, content string
+		want          error
+	}{
+		{"missing", "", fs.ErrNotExist},
+		{"empty", " ", fsutil.ErrCorrupt},
+		{"truncated", `{"version":1,"phase":"Publ`, fsutil.ErrCorrupt},
+		{"no handle", `{"version":1,"phase":"Published","dir":"` + dir + `","driver":"d"}`, fsutil.ErrCorrupt},
+		{"unknown phase", `{"version":1,"phase":"Dancing","dir":"` + dir + `","driver":"d","volumeHandle":"h"}`, fsutil.ErrCorrupt},
+		{"another dir", `{"version":1,"phase":"Published","dir":"pods/x","driver":"d","volumeHandle":"h"}`, fsutil.ErrCorrupt},
+		{"newer", `{"version":2,"phase":"Published","dir":"` + dir + `","driver":"d","volumeHandle":"h"}`, ErrRecordVersion},
+	} {
+		name := filepath.Join(root, RecordFile(dir))
+		_ = os.Remove(name)
+		if tc.content != "" {
+			if err := os.WriteFile(name, []byte(tc.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := ReadRecord(r, dir); !errors.Is(err, tc.want) {
+			t.Errorf("%s: ReadRecord = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestRemoveRebootLeftovers removes only what cannot hold data.
+func TestRemoveRebootLeftovers(t *testing.T) {
+	const dir = "pods/uid/volumes/kubernetes.io~csi/pv"
+	for _, tc := range []struct {
+		name      string
+		plant     func(t *testing.T, abs string)
+		mounted   bool
+		wantError bool
+	}{
+		{"clean", func(*testing.T, string) {}, false, false},
+		{"mount point", func(*testing.T, string) {}, true, true},
+		{"data in mount", func(t *testing.T, abs string) { write(t, filepath.Join(abs, "mount", "data"), "x") }, false, true},
+		{"stranger beside", func(t *testing.T, abs string) { write(t, filepath.Join(abs, "other"), "x") }, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			abs := filepath.Join(root, dir)
+			write(t, filepath.Join(abs, VolumeDataFile), `{}`)
+			write(t, filepath.Join(root, RecordFile(dir)), `{}`)
+			if err := os.MkdirAll(filepath.Join(abs, "mount"), 0o750); err != nil {
+				t.Fatal(err)
+			}
+			tc.plant(t, abs)
+			r, _ := rootfs.New(root)
+			err := RemoveRebootLeftovers(r, func(string) bool { return tc.mounted }, dir, "mount")
+			if (err != nil) != tc.wantError {
+				t.Fatalf("RemoveRebootLeftovers = %v, want error %v", err, tc.wantError)
+			}
+			if _, statErr := os.Lstat(abs); tc.wantError == errors.Is(statErr, fs.ErrNotExist) {
+				t.Errorf("directory after: %v", statErr)
+			}
+			if tc.wantError {
+				// Nothing removed: what is left can still be reconstructed.
+				for _, name := range []string{VolumeDataFile, "mount"} {
+					if _, err := os.Lstat(filepath.Join(abs, name)); err != nil {
+						t.Errorf("%s removed: %v", name, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+func write(t *testing.T, name, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(name), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(name, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,365 @@
+package volumemanager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/util/rootfs"
+)
+
+// plantPodVolume writes what a publish leaves in a pod volume directory:
+// vol_data.json, an empty mount/ and, when rec is not nil, the record.
+func plantPodVolume(t *testing.T, root, uid, name string, rec *csiplugin.Record) string {
+	t.Helper()
+	rel := filepath.Join("pods", uid, "volumes", "kubernetes.io~csi", name)
+	dir := filepath.Join(root, rel)
+	if err := os.MkdirAll(filepath.Join(dir, "mount"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	data := `{"specVolID":"` + name + `","volumeHandle":"h-` + name + `","driverName":"d.example.com","volumeLifecycleMode":"Persistent"}`
+	plantFile(t, filepath.Join(dir, csiplugin.VolumeDataFile), data)
+	if rec != nil {
+		rec.Dir = rel
+		b, err := json.Marshal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plantFile(t, filepath.Join(root, csiplugin.RecordFile(rel)), string(b))
+	}
+	return dir
+}
+
+func plantFile(t *testing.T, name, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(name), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(name, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReconstructFromRecords: the record decides how a pod volume found
+// on disk is recovered.
+func TestReconstructFromRecords(t *testing.T) {
+	rec := func(ph csiplugin.Phase, boot string, version int) *csiplugin.Record {
+		return &csiplugin.Record{Version: version, BootID: boot, Phase: ph, Driver: "d.example.com", VolumeHandle: "h-pv"}
+	}
+	for _, tc := range []struct {
+		name      string
+		rec       *csiplugin.Record
+		mounted   bool
+		noTable   bool   // the mount table could not be read
+		plant     string // a file written into mount/
+		wantFound bool
+		wantState cache.MountState
+		wantDir   bool // the directory is still there
+	}{
+		{"no record (the kubelet's)", nil, true, false, "", true, cache.Uncertain, true},
+		{"published, still mounted", rec(csiplugin.PhasePublished, "boot-1", 1), true, false, "", true, cache.Mounted, true},
+		{"published, mount table unknown", rec(csiplugin.PhasePublished, "boot-1", 1), true, true, "", true, cache.Uncertain, true},
+		{"published, mount gone", rec(csiplugin.PhasePublished, "boot-1", 1), false, false, "", true, cache.Uncertain, true},
+		{"publish in flight", rec(csiplugin.PhasePublishing, "boot-1", 1), true, false, "", true, cache.Uncertain, true},
+		{"unpublish in flight", rec(csiplugin.PhaseUnpublishing, "boot-1", 1), false, false, "", true, cache.Uncertain, true},
+		{"record of a newer nodevol", rec(csiplugin.PhasePublished, "boot-1", 2), true, false, "", true, cache.Uncertain, true},
+		{"rebooted", rec(csiplugin.PhasePublished, "boot-0", 1), false, false, "", false, 0, false},
+		{"rebooted mid-publish", rec(csiplugin.PhasePublishing, "boot-0", 1), false, false, "", false, 0, false},
+		{"rebooted, yet mounted", rec(csiplugin.PhasePublished, "boot-0", 1), true, false, "", true, cache.Uncertain, true},
+		{"rebooted, mount table unknown", rec(csiplugin.PhasePublished, "boot-0", 1), false, true, "", true, cache.Uncertain, true},
+		{"rebooted, data in mount/", rec(csiplugin.PhasePublished, "boot-0", 1), false, false, "data", true, cache.Uncertain, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			dir := plantPodVolume(t, root, "uid-a", "pv", tc.rec)
+			if tc.plant != "" {
+				plantFile(t, filepath.Join(dir, "mount", tc.plant), "x")
+			}
+			rc := recovery{bootID: "boot-1", mountPoints: map[string]bool{}}
+			if tc.mounted {
+				rc.mountPoints[filepath.Join(dir, "mount")] = true
+			}
+			if tc.noTable {
+				rc.mountPoints = nil
+			}
+			got := reconstruct(context.Background(), root, rc)
+			switch {
+			case !tc.wantFound && len(got.mounts) != 0:
+				t.Errorf("found %+v, want nothing", got.mounts)
+			case tc.wantFound && (len(got.mounts) != 1 || got.mounts[0].state != tc.wantState):
+				t.Errorf("found %+v, want one %v", got.mounts, tc.wantState)
+			}
+			if _, err := os.Lstat(dir); tc.wantDir == errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("directory: %v, want it there: %v", err, tc.wantDir)
+			}
+			if tc.plant != "" {
+				if _, err := os.Stat(filepath.Join(dir, "mount", tc.plant)); err != nil {
+					t.Errorf("data removed: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// TestReconstructRecordRescuesCorruptVolData: a pod volume whose
+// vol_data.json is corrupt is reconstructed from its record (it would be
+// left alone without one), and a record whose directory is gone is
+// removed.
+func TestReconstructRecordRescuesCorruptVolData(t *testing.T) {
+	root := t.TempDir()
+	dir := plantPodVolume(t, root, "uid-a", "pv", &csiplugin.Record{Version: 1, BootID: "boot-1",
+		Phase: csiplugin.PhasePublished, Driver: "d.example.com", VolumeHandle: "h-pv", PVName: "pv", PodUID: "uid-a", SpecName: "pv"})
+	plantFile(t, filepath.Join(dir, csiplugin.VolumeDataFile), "{garbage")
+	orphan := csiplugin.RecordFile("pods/uid-gone/volumes/kubernetes.io~csi/pv")
+	b, _ := json.Marshal(csiplugin.Record{Version: 1, Phase: csiplugin.PhasePublished, Dir: "pods/uid-gone/volumes/kubernetes.io~csi/pv", Driver: "d", VolumeHandle: "h"})
+	plantFile(t, filepath.Join(root, orphan), string(b))
+
+	got := reconstruct(context.Background(), root, recovery{bootID: "boot-1"})
+	if len(got.mounts) != 1 || got.mounts[0].spec.VolumeHandle != "h-pv" || got.mounts[0].spec.PVName != "pv" || len(got.unreadable) != 0 {
+		t.Errorf("found %+v (unreadable %v), want the volume from its record", got.mounts, got.unreadable)
+	}
+	if _, err := os.Lstat(filepath.Join(root, orphan)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("orphan record: %v, want removed", err)
+	}
+}
+
+// startVMBoot is startVM with a mounter and a boot ID file of the test's.
+func startVMBoot(t *testing.T, client *fake.Clientset, root string, drv *csitest.Server, m mount.Interface, bootFile string) (*VolumeManager, func()) {
+	t.Helper()
+	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: m, BootIDPath: bootFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- vm.Run(ctx) }()
+	stop := func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	<-vm.ready
+	return vm, stop
+}
+
+// restartEnv mounts pods a and b with one volume manager and stops it.
+type restartEnv struct {
+	drv          *csitest.Server
+	client       *fake.Clientset
+	root, boot   string
+	podA, podB   *v1.Pod
+	dirA, dirB   string // pod volume directories
+	stageA       string // staging directory of a's volume
+	stagingPathA string
+}
+
+func newRestartEnv(t *testing.T) *restartEnv {
+	e := &restartEnv{drv: csitest.New(t, csitest.Options{CreateTargetDirs: true}), root: t.TempDir()}
+	pvcA, pvA := csitest.BoundClaim("ns", "a", e.drv.DriverName(), "handle-a")
+	pvcB, pvB := csitest.BoundClaim("ns", "b", e.drv.DriverName(), "handle-b")
+	e.client = fake.NewClientset(csitest.CSIDriver(e.drv.DriverName(), false), pvcA, pvA, pvcB, pvB)
+	e.boot = filepath.Join(t.TempDir(), "boot_id")
+	plantFile(t, e.boot, "boot-1\n")
+	e.podA = csitest.Pod("ns", "a", csitest.WithPVC("data", "a", false))
+	e.podB = csitest.Pod("ns", "b", csitest.WithPVC("data", "b", false))
+	e.dirA, _ = csiplugin.PodVolumeDir(e.root, e.podA.UID, pvA.Name)
+	e.dirB, _ = csiplugin.PodVolumeDir(e.root, e.podB.UID, pvB.Name)
+	e.stageA, _ = csiplugin.StagingDir(e.root, e.drv.DriverName(), "handle-a")
+	e.stagingPathA, _ = csiplugin.StagingPath(e.root, e.drv.DriverName(), "handle-a")
+
+	vm, stop := startVMBoot(t, e.client, e.root, e.drv, mount.NewFakeMounter(nil), e.boot)
+	for _, p := range []*v1.Pod{e.podA, e.podB} {
+		vm.AddPod(p)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := vm.WaitForAttachAndMount(ctx, p)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop()
+	return e
+}
+
+func (e *restartEnv) calls() map[string]int {
+	m := map[string]int{}
+	for _, method := range []string{"NodeStageVolume", "NodePublishVolume", "NodeUnpublishVolume", "NodeUnstageVolume"} {
+		m[method] = e.drv.Calls(method)
+	}
+	return m
+}
+
+func (e *restartEnv) callsSince(before map[string]int) map[string]int {
+	now := e.calls()
+	for k, v := range before {
+		now[k] -= v
+		if now[k] == 0 {
+			delete(now, k)
+		}
+	}
+	return now
+}
+
+// TestRestartTrustsDoneRecords: after a crash (same boot), a pod volume
+// and staged device whose records say done and whose mount points are
+// still mounted are Mounted at once: the pod added again costs no CSI
+// call at all. The kubelet (no record) publishes it again.
+func TestRestartTrustsDoneRecords(t *testing.T) {
+	e := newRestartEnv(t)
+	// The fake mounter shows a's mounts (the in-process driver makes none).
+	m := mount.NewFakeMounter([]mount.MountPoint{
+		{Path: filepath.Join(e.dirA, "mount"), Device: "/dev/a", Type: "ext4"},
+		{Path: e.stagingPathA, Device: "/dev/a", Type: "ext4"},
+	})
+	before := e.calls()
+	vm, stop := startVMBoot(t, e.client, e.root, e.drv, m, e.boot)
+	defer stop()
+	if vols := vm.GetMountedVolumesForPod(e.podA.UID); len(vols) != 1 || vols[0].State != cache.Mounted {
+		t.Errorf("pod a's volumes right after the restart = %+v, want one Mounted", vols)
+	}
+	vm.AddPod(e.podA)
+	vm.MarkPodsSynced()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := vm.WaitForAttachAndMount(ctx, e.podA); err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.WaitForUnmount(ctx, e.podB); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, vm)
+	// b had no mount point left: Uncertain, torn down (its device too).
+	want := map[string]int{"NodeUnpublishVolume": 1, "NodeUnstageVolume": 1}
+	if got := e.callsSince(before); !equalCounts(got, want) {
+		t.Errorf("CSI calls after the restart = %v, want %v (none for pod a)", got, want)
+	}
+	if _, err := os.Lstat(filepath.Join(e.root, csiplugin.RecordFile(relTo(t, e.root, e.dirB)))); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("pod b's record after teardown: %v, want removed", err)
+	}
+}
+
+// TestRestartAfterReboot: with another boot ID nothing is mounted any
+// more: the volumes of a pod that is gone are forgotten without a CSI
+// call (their directories and records removed at start, nothing possibly
+// mounted), and a pod still wanted is staged and published afresh.
+func TestRestartAfterReboot(t *testing.T) {
+	e := newRestartEnv(t)
+	plantFile(t, e.boot, "boot-2\n")
+	before := e.calls()
+	vm, stop := startVMBoot(t, e.client, e.root, e.drv, mount.NewFakeMounter(nil), e.boot)
+	defer stop()
+	if vm.HasPossiblyMountedVolumesForPod(e.podA.UID) || vm.HasPossiblyMountedVolumesForPod(e.podB.UID) {
+		t.Errorf("possibly mounted after a reboot: a %v, b %v; want neither",
+			vm.HasPossiblyMountedVolumesForPod(e.podA.UID), vm.HasPossiblyMountedVolumesForPod(e.podB.UID))
+	}
+	for _, dir := range []string{e.dirB, e.dirA, e.stageA} {
+		if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after the restart: %v, want removed", dir, err)
+		}
+	}
+	vm.AddPod(e.podA)
+	vm.MarkPodsSynced()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := vm.WaitForAttachAndMount(ctx, e.podA); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, vm)
+	want := map[string]int{"NodeStageVolume": 1, "NodePublishVolume": 1}
+	if got := e.callsSince(before); !equalCounts(got, want) {
+		t.Errorf("CSI calls after the reboot = %v, want %v", got, want)
+	}
+	rec, err := csiplugin.ReadRecord(mustRoot(t, e.root), relTo(t, e.root, e.dirA))
+	if err != nil || rec.BootID != "boot-2" || rec.Phase != csiplugin.PhasePublished {
+		t.Errorf("pod a's record after the reboot = %+v, %v; want Published on boot-2", rec, err)
+	}
+}
+
+// TestRestartFinishesCallInFlight: a publish recorded in flight is
+// repeated for a pod still wanted, even though the mount point is there.
+func TestRestartFinishesCallInFlight(t *testing.T) {
+	e := newRestartEnv(t)
+	r := mustRoot(t, e.root)
+	rel := relTo(t, e.root, e.dirA)
+	rec, err := csiplugin.ReadRecord(r, rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Phase = csiplugin.PhasePublishing // as if killed inside NodePublishVolume
+	b, _ := json.Marshal(rec)
+	plantFile(t, filepath.Join(e.root, csiplugin.RecordFile(rel)), string(b))
+	m := mount.NewFakeMounter([]mount.MountPoint{
+		{Path: filepath.Join(e.dirA, "mount"), Device: "/dev/a", Type: "ext4"},
+		{Path: e.stagingPathA, Device: "/dev/a", Type: "ext4"},
+	})
+	before := e.calls()
+	vm, stop := startVMBoot(t, e.client, e.root, e.drv, m, e.boot)
+	defer stop()
+	vm.AddPod(e.podA)
+	vm.AddPod(e.podB)
+	vm.MarkPodsSynced()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, p := range []*v1.Pod{e.podA, e.podB} {
+		if err := vm.WaitForAttachAndMount(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitIdle(t, vm)
+	// a: the publish in flight is repeated (its device was recorded
+	// staged and is still mounted); b: no record of use (no mount point):
+	// staged and published again, as the kubelet would.
+	want := map[string]int{"NodePublishVolume": 2, "NodeStageVolume": 1}
+	if got := e.callsSince(before); !equalCounts(got, want) {
+		t.Errorf("CSI calls after the restart = %v, want %v", got, want)
+	}
+}
+
+func equalCounts(a, b map[string]int) bool {
+	for k, v := range a {
+		if v != 0 && b[k] != v {
+			return false
+		}
+	}
+	for k, v := range b {
+		if a[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func mustRoot(t *testing.T, root string) *rootfs.Root {
+	t.Helper()
+	r, err := rootfs.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func relTo(t *testing.T, root, dir string) string {
+	t.Helper()
+	rel, err := filepath.Rel(root, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rel
+}
