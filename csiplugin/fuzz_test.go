@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -445,4 +446,71 @@ func FuzzHighestSupportedVersion(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzReadRecord: any bytes in a record file either give an error (never
+// a panic) or a record that names the directory it was read for, of a
+// version this nodevol knows, with a known phase, a driver and a handle;
+// and such a record, written again through the plugin's writer, reads
+// back the same (save for the writer's version, boot ID and time).
+func FuzzReadRecord(f *testing.F) {
+	const dir = "pods/uid/volumes/kubernetes.io~csi/pv"
+	for _, s := range []string{
+		`{"version":1,"bootID":"b","phase":"Published","dir":"` + dir + `","driver":"d","volumeHandle":"h","mode":"Filesystem"}`,
+		`{"version":1,"phase":"Staging","dir":"` + dir + `","driver":"d","volumeHandle":"h","publishContext":{"a":"b"},"mountOptions":["ro"],"nodeStageSecretRef":{"namespace":"n","name":"s"}}`,
+		`{"version":2,"phase":"Published","dir":"` + dir + `","driver":"d","volumeHandle":"h"}`,
+		`{"version":1,"phase":"Unknown","dir":"` + dir + `","driver":"d","volumeHandle":"h"}`,
+		`{"version":1,"phase":"Published","dir":"../x","driver":"d","volumeHandle":"h"}`,
+		`{"version":1,"phase":"Published","dir":"` + dir + `","driver":"d","volumeHandle":"h","time":"not a time"}`,
+		`{"version":-1}`, `{"version":1e400}`, `[]`, `null`, ``, "\x00", `{"version":1,"phase":"Published"`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, content []byte) {
+		root := t.TempDir()
+		r, err := rootfs.New(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.MkdirAll(RecordsDir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, RecordFile(dir)), content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := ReadRecord(r, dir)
+		if err != nil {
+			if rec != nil && !errors.Is(err, ErrRecordVersion) && !errors.Is(err, fsutil.ErrCorrupt) {
+				t.Fatalf("error %v returned a record", err)
+			}
+			return
+		}
+		if rec.Dir != dir || rec.Version < 1 || rec.Version > RecordVersion || rec.Phase.Call() == "" || rec.Driver == "" || rec.VolumeHandle == "" {
+			t.Fatalf("accepted a record that cannot be trusted: %+v", rec)
+		}
+		rs := &records{rfs: r, bootID: "boot"}
+		again := *rec
+		if err := rs.write(&again); err != nil {
+			t.Fatalf("writing back %+v: %v", rec, err)
+		}
+		back, err := ReadRecord(r, dir)
+		if err != nil {
+			t.Fatalf("reading back: %v", err)
+		}
+		back.Version, back.BootID, back.Time = rec.Version, rec.BootID, rec.Time
+		if !reflect.DeepEqual(normalize(*back), normalize(*rec)) {
+			t.Fatalf("round trip changed the record:\n got %+v\nwant %+v", back, rec)
+		}
+	})
+}
+
+// normalize makes empty and nil maps and slices equal (JSON drops both).
+func normalize(r Record) Record {
+	if len(r.PublishContext) == 0 {
+		r.PublishContext = nil
+	}
+	if len(r.MountOptions) == 0 {
+		r.MountOptions = nil
+	}
+	return r
 }
