@@ -176,7 +176,9 @@ type runningOps struct {
 type runningOp struct {
 	// Name is the CSI call it makes ("NodePublishVolume"), or the
 	// kubelet's operation name where it makes none.
-	Name  string
+	Name string
+	// Since is when the loop started it (it may have waited for one of
+	// Config.MaxConcurrentOperations' slots before calling the driver).
 	Since time.Time
 }
 
