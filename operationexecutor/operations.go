@@ -65,6 +65,26 @@ func (k OpKind) NameFor(mode cache.VolumeMode) string {
 	return k.String()
 }
 
+// CSICall is the CSI RPC the operation makes (with a driver that stages,
+// for OpStage and OpUnstage), for messages that name what a driver is
+// doing; "" for OpAttach, which calls no driver (it waits for the
+// VolumeAttachment).
+func (k OpKind) CSICall() string {
+	switch k {
+	case OpStage:
+		return "NodeStageVolume"
+	case OpPublish:
+		return "NodePublishVolume"
+	case OpUnpublish:
+		return "NodeUnpublishVolume"
+	case OpUnstage:
+		return "NodeUnstageVolume"
+	case OpExpand:
+		return "NodeExpandVolume"
+	}
+	return ""
+}
+
 // Action is one operation the reconciler wants done.
 type Action struct {
 	Kind   OpKind

@@ -86,6 +86,25 @@ func TestDoOutcomes(t *testing.T) {
 	}
 }
 
+func TestCSICall(t *testing.T) {
+	tests := []struct {
+		kind OpKind
+		want string
+	}{
+		{OpAttach, ""},
+		{OpStage, "NodeStageVolume"},
+		{OpPublish, "NodePublishVolume"},
+		{OpUnpublish, "NodeUnpublishVolume"},
+		{OpUnstage, "NodeUnstageVolume"},
+		{OpExpand, "NodeExpandVolume"},
+	}
+	for _, tc := range tests {
+		if got := tc.kind.CSICall(); got != tc.want {
+			t.Errorf("%s.CSICall() = %q, want %q", tc.kind, got, tc.want)
+		}
+	}
+}
+
 func TestActionKeys(t *testing.T) {
 	pv := cache.PodVolume{Pod: cache.PodRef{UID: "u1"}}
 	if k := (Action{Kind: OpPublish, Volume: "v", Pod: pv}).Key(); k != (Key{Volume: "v", Pod: "u1"}) {

@@ -42,9 +42,11 @@ type loop struct {
 	dsw        *cache.DesiredStateOfWorld
 	asw        *cache.ActualStateOfWorld
 	errs       *podErrors
-	metrics    *metrics
-	events     record.EventRecorder
-	logger     klog.Logger
+	// running mirrors inflight, with start times, for the wait errors.
+	running *runningOps
+	metrics *metrics
+	events  record.EventRecorder
+	logger  klog.Logger
 	// attachHeld reports whether a volume's attachment must wait to be
 	// reported in use; nil: never.
 	attachHeld func(name cache.UniqueVolumeName, driver string) bool
@@ -135,6 +137,9 @@ func newLoop(l loop) *loop {
 	}
 	if l.errs == nil {
 		l.errs = &podErrors{}
+	}
+	if l.running == nil {
+		l.running = &runningOps{}
 	}
 	return &l
 }
@@ -461,6 +466,7 @@ func (l *loop) begin(a oe.Action, v volumeView) {
 		l.inflight[a.Volume] = map[oe.Key]oe.OpKind{}
 	}
 	l.inflight[a.Volume][key] = a.Kind
+	l.running.start(a, v.Spec.Mode, l.clock.Now())
 	in := opInput{Input: oe.Input{Spec: v.Spec, PublishContext: v.Actual.PublishContext, DeviceMountPath: v.Actual.DeviceMountPath}}
 	switch a.Kind {
 	case oe.OpUnpublish, oe.OpUnstage:
@@ -490,6 +496,7 @@ func (l *loop) apply(o oe.Outcome) {
 			delete(l.inflight, a.Volume)
 		}
 	}
+	l.running.done(a)
 	l.dirty[a.Volume] = struct{}{}
 	defer func() {
 		if l.inflight[a.Volume] == nil {

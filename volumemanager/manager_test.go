@@ -15,6 +15,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	oe "github.com/nodevol/nodevol/operationexecutor"
 )
 
 const node = "node-1"
@@ -475,16 +477,88 @@ func TestWaitErrorNamesFailedList(t *testing.T) {
 	}
 }
 
-func TestWaitErrorCauseOnce(t *testing.T) {
+// TestWaitErrorText: each volume is explained once: by the operation
+// running on it (with the last error, from an earlier attempt, beside
+// it), else by its error, else by what it waits for; a bare deadline only
+// when nothing explains any volume.
+func TestWaitErrorText(t *testing.T) {
 	cause := errors.New("PVC ns/nope not found")
-	we := &WaitError{Pod: "ns/web", What: "unmounted volumes", Volumes: []string{"data", "logs"},
-		Causes: map[string]error{"data": cause}, Err: context.DeadlineExceeded}
-	got := we.Error()
-	if want := `pod ns/web: unmounted volumes=[data logs]; volume "data": PVC ns/nope not found`; got != want {
-		t.Fatalf("got %q\nwant %q", got, want)
+	tests := []struct {
+		name string
+		we   WaitError
+		want string
+	}{
+		{
+			name: "cause once",
+			we:   WaitError{Volumes: []string{"data", "logs"}, Causes: map[string]error{"data": cause}},
+			want: `pod ns/web: unmounted volumes=[data logs]; volume "data": PVC ns/nope not found`,
+		},
+		{
+			name: "nothing known",
+			we:   WaitError{Volumes: []string{"data"}},
+			want: "pod ns/web: unmounted volumes=[data]: context deadline exceeded with no error reported",
+		},
+		{
+			name: "running",
+			we:   WaitError{Volumes: []string{"data"}, Running: map[string]string{"data": "NodePublishVolume still running after 3s"}},
+			want: `pod ns/web: unmounted volumes=[data]; volume "data": NodePublishVolume still running after 3s`,
+		},
+		{
+			name: "running after an error",
+			we: WaitError{Volumes: []string{"data"}, Causes: map[string]error{"data": errors.New("rpc error: code = Internal desc = no luck")},
+				Running: map[string]string{"data": "NodePublishVolume still running after 3s"}},
+			want: `pod ns/web: unmounted volumes=[data]; volume "data": NodePublishVolume still running after 3s (last error: rpc error: code = Internal desc = no luck)`,
+		},
+		{
+			name: "running before waiting",
+			we: WaitError{Volumes: []string{"data", "logs"}, Running: map[string]string{"logs": "NodeStageVolume still running after 1.5s"},
+				Waiting: map[string]string{"data": "waiting for the informers", "logs": "waiting for the informers"}},
+			want: `pod ns/web: unmounted volumes=[data logs]; volume "data": waiting for the informers; volume "logs": NodeStageVolume still running after 1.5s`,
+		},
 	}
-	none := &WaitError{Pod: "ns/web", What: "unmounted volumes", Volumes: []string{"data"}, Err: context.DeadlineExceeded}
-	if got, want := none.Error(), "pod ns/web: unmounted volumes=[data]: context deadline exceeded with no error reported"; got != want {
-		t.Fatalf("got %q\nwant %q", got, want)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			we := tc.we
+			we.Pod, we.What, we.Err = "ns/web", "unmounted volumes", context.DeadlineExceeded
+			if got := we.Error(); got != tc.want {
+				t.Fatalf("got  %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRunningOps: a pod's volume is explained by the operation on its own
+// mount, else by one on the whole volume, never by another pod's.
+func TestRunningOps(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	pod := func(uid types.UID) cache.PodVolume { return cache.PodVolume{Pod: cache.PodRef{UID: uid}} }
+	var r runningOps
+	r.start(oe.Action{Kind: oe.OpPublish, Volume: "v1", Pod: pod("a")}, cache.Filesystem, t0)
+	r.start(oe.Action{Kind: oe.OpStage, Volume: "v2"}, cache.Filesystem, t0.Add(time.Second))
+	r.start(oe.Action{Kind: oe.OpAttach, Volume: "v3"}, cache.Filesystem, t0)
+	now := t0.Add(3*time.Second + 1234*time.Microsecond)
+	tests := []struct {
+		volume cache.UniqueVolumeName
+		uid    types.UID
+		want   string
+	}{
+		{"v1", "a", "NodePublishVolume still running after 3.001s"},
+		{"v1", "b", ""},
+		{"v2", "a", "NodeStageVolume still running after 2.001s"},
+		{"v3", "a", "verify_controller_attached_volume still running after 3.001s"},
+		{"v4", "a", ""},
+	}
+	for _, tc := range tests {
+		got := ""
+		if op, ok := r.of(tc.volume, tc.uid); ok {
+			got = op.describe(now)
+		}
+		if got != tc.want {
+			t.Errorf("of(%s, %s) = %q, want %q", tc.volume, tc.uid, got, tc.want)
+		}
+	}
+	r.done(oe.Action{Kind: oe.OpPublish, Volume: "v1", Pod: pod("a")})
+	if op, ok := r.of("v1", "a"); ok {
+		t.Errorf("after done: %+v", op)
 	}
 }

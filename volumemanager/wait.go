@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	vcache "github.com/nodevol/nodevol/cache"
+	oe "github.com/nodevol/nodevol/operationexecutor"
 )
 
 // WaitForAttachAndMount blocks until every CSI volume of the pod is mounted,
@@ -80,7 +84,11 @@ type WaitError struct {
 	Volumes []string
 	// Causes are the last error of each volume, where one is known.
 	Causes map[string]error
-	// Waiting, where nothing failed, says what the volume waits for.
+	// Running says which operation runs on each volume where one does
+	// (e.g. "NodePublishVolume still running after 3s"): it explains the
+	// volume before its last error, which came from an earlier attempt.
+	Running map[string]string
+	// Waiting, where nothing runs or failed, says what the volume waits for.
 	Waiting map[string]string
 	// Err is the context's error.
 	Err error
@@ -91,13 +99,20 @@ func (e *WaitError) Error() string {
 	fmt.Fprintf(&b, "pod %s: %s=%v", e.Pod, e.What, e.Volumes)
 	explained := false
 	for _, name := range e.Volumes {
-		if err := e.Causes[name]; err != nil {
+		err, running := e.Causes[name], e.Running[name]
+		switch {
+		case running != "" && err != nil:
+			fmt.Fprintf(&b, "; volume %q: %s (last error: %v)", name, running, err)
+		case running != "":
+			fmt.Fprintf(&b, "; volume %q: %s", name, running)
+		case err != nil:
 			fmt.Fprintf(&b, "; volume %q: %v", name, err)
-			explained = true
-		} else if w := e.Waiting[name]; w != "" {
-			fmt.Fprintf(&b, "; volume %q: %s", name, w)
-			explained = true
+		case e.Waiting[name] != "":
+			fmt.Fprintf(&b, "; volume %q: %s", name, e.Waiting[name])
+		default:
+			continue
 		}
+		explained = true
 	}
 	if !explained {
 		fmt.Fprintf(&b, ": %v with no error reported", e.Err)
@@ -109,9 +124,25 @@ func (e *WaitError) Unwrap() error { return e.Err }
 
 func (vm *VolumeManager) waitError(ctx context.Context, pod *v1.Pod, left []string, what string) error {
 	causes := vm.loop.errs.get(pod.UID)
+	// The volume of each spec name: the desired one, or for a pod that
+	// is gone, the one it may still have mounted.
+	volumes := map[string]vcache.UniqueVolumeName{}
+	for _, v := range vm.asw.PodVolumes(pod.UID) {
+		volumes[v.SpecName] = v.Name
+	}
 	if st, ok := vm.dsw.Pod(pod.UID); ok {
 		for k, v := range st.Errors {
 			causes[k] = v
+		}
+		for k, v := range st.Volumes {
+			volumes[k] = v
+		}
+	}
+	running := map[string]string{}
+	now := vm.cfg.Clock.Now()
+	for _, name := range left {
+		if op, ok := vm.loop.running.of(volumes[name], pod.UID); ok {
+			running[name] = op.describe(now)
 		}
 	}
 	waiting := map[string]string{}
@@ -130,5 +161,68 @@ func (vm *VolumeManager) waitError(ctx context.Context, pod *v1.Pod, left []stri
 		}
 	}
 	sort.Strings(left)
-	return &WaitError{Pod: pod.Namespace + "/" + pod.Name, What: what, Volumes: left, Causes: causes, Waiting: waiting, Err: context.Cause(ctx)}
+	return &WaitError{Pod: pod.Namespace + "/" + pod.Name, What: what, Volumes: left, Causes: causes, Running: running, Waiting: waiting, Err: context.Cause(ctx)}
+}
+
+// runningOps holds the operations in flight and when each started, by
+// volume, for the wait errors. The loop writes it where it writes its
+// in-flight map (begin, apply); waiters read it.
+type runningOps struct {
+	mu  sync.Mutex
+	ops map[vcache.UniqueVolumeName]map[oe.Key]runningOp
+}
+
+// runningOp is one operation in flight.
+type runningOp struct {
+	// Name is the CSI call it makes ("NodePublishVolume"), or the
+	// kubelet's operation name where it makes none.
+	Name string
+	// Since is when the loop started it (it may have waited for one of
+	// Config.MaxConcurrentOperations' slots before calling the driver).
+	Since time.Time
+}
+
+// describe says how long the operation has been running at now.
+func (o runningOp) describe(now time.Time) string {
+	return fmt.Sprintf("%s still running after %s", o.Name, now.Sub(o.Since).Round(time.Millisecond))
+}
+
+func (r *runningOps) start(a oe.Action, mode vcache.VolumeMode, now time.Time) {
+	name := a.Kind.CSICall()
+	if name == "" {
+		name = a.Kind.NameFor(mode)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ops == nil {
+		r.ops = map[vcache.UniqueVolumeName]map[oe.Key]runningOp{}
+	}
+	if r.ops[a.Volume] == nil {
+		r.ops[a.Volume] = map[oe.Key]runningOp{}
+	}
+	r.ops[a.Volume][a.Key()] = runningOp{Name: name, Since: now}
+}
+
+func (r *runningOps) done(a oe.Action) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ops := r.ops[a.Volume]; ops != nil {
+		delete(ops, a.Key())
+		if len(ops) == 0 {
+			delete(r.ops, a.Volume)
+		}
+	}
+}
+
+// of returns the operation that a pod's use of a volume waits for: one on
+// the pod's mount of it, else one on the whole volume.
+func (r *runningOps) of(name vcache.UniqueVolumeName, uid types.UID) (runningOp, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ops := r.ops[name]
+	if op, ok := ops[oe.Key{Volume: name, Pod: uid}]; ok {
+		return op, true
+	}
+	op, ok := ops[oe.Key{Volume: name}]
+	return op, ok
 }
