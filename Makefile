@@ -58,6 +58,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReadJSON$$' -fuzztime $(FUZZTIME) ./util/fsutil
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadVolumeData$$' -fuzztime $(FUZZTIME) ./csiplugin
 	$(GO) test -run '^$$' -fuzz '^FuzzSaveVolumeData$$' -fuzztime $(FUZZTIME) ./csiplugin
+	$(GO) test -run '^$$' -fuzz '^FuzzReadRecord$$' -fuzztime $(FUZZTIME) ./csiplugin
 	$(GO) test -run '^$$' -fuzz '^FuzzPaths$$' -fuzztime $(FUZZTIME) ./csiplugin
 	$(GO) test -run '^$$' -fuzz '^FuzzValidatePlugin$$' -fuzztime $(FUZZTIME) ./csiplugin
 	$(GO) test -run '^$$' -fuzz '^FuzzHighestSupportedVersion$$' -fuzztime $(FUZZTIME) ./csiplugin
