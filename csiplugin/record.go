@@ -24,7 +24,8 @@ import (
 // The durable record of work in flight.
 //
 // Before each NodeStageVolume, NodePublishVolume, NodeUnpublishVolume and
-// NodeUnstageVolume the plugin writes (atomically, fsync'ed) a record of
+// NodeUnstageVolume the plugin writes (atomically; see records.write for
+// why without fsync) a record of
 // the call about to be made, and after a stage or publish succeeds it
 // records it as done; after an unpublish or unstage has removed the
 // volume's directory it removes the record. Each record also holds the
@@ -186,7 +187,17 @@ type records struct {
 }
 
 // write writes rec for rec.Dir (absolute or relative to the root),
-// atomically and fsync'ed.
+// atomically (a temporary file renamed over the old one).
+//
+// It does not fsync. The page cache survives the crash of the process, so
+// a record written before a call is there after a SIGKILL. What fsync
+// would add is survival of a power loss or a kernel crash, and both are a
+// reboot: after one nothing is mounted, which a record of the earlier boot
+// (or no record, or a torn one) already leads recovery to, so no decision
+// depends on the lost write. Measured with BenchmarkMountPods at 1,000
+// pods on this machine's ext4 disk, fsync'ing each record (file and
+// directory) took mounting from 1.55 s to 5.1 s and unmounting from 0.93 s
+// to 3.0 s.
 func (rs *records) write(rec *Record) error {
 	dir, err := rs.rfs.Rel(rec.Dir)
 	if err != nil {
@@ -203,7 +214,7 @@ func (rs *records) write(rec *Record) error {
 	if err != nil {
 		return err
 	}
-	if err := rs.rfs.WriteFileAtomicSync(RecordFile(dir), data, 0o600); err != nil {
+	if err := rs.rfs.WriteFileAtomic(RecordFile(dir), data, 0o600); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			rs.made.Store(false) // removed behind our back: made again next time
 		}
