@@ -472,7 +472,7 @@ func FuzzReadRecord(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := r.MkdirAll(RecordsDir, 0o750); err != nil {
+		if err := r.MkdirAll(filepath.Dir(RecordFile(dir)), 0o750); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(filepath.Join(root, RecordFile(dir)), content, 0o600); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -127,9 +128,15 @@ func TestRecordsFollowCalls(t *testing.T) {
 	if _, err := e.readRecord(t, stagingDir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("staging record after UnmountDevice: %v, want none", err)
 	}
-	entries, err := os.ReadDir(filepath.Join(e.root, RecordsDir))
-	if err != nil || len(entries) != 0 {
-		t.Errorf("records left: %v (%v)", entries, err)
+	var left []string
+	err = filepath.WalkDir(filepath.Join(e.root, RecordsDir), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			left = append(left, p)
+		}
+		return err
+	})
+	if err != nil || len(left) != 0 {
+		t.Errorf("records left: %v (%v)", left, err)
 	}
 }
 
@@ -170,10 +177,10 @@ func TestReadRecordRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.MkdirAll(RecordsDir, 0o750); err != nil {
+	const dir = "pods/uid/volumes/kubernetes.io~csi/pv"
+	if err := r.MkdirAll(path.Dir(RecordFile(dir)), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	const dir = "pods/uid/volumes/kubernetes.io~csi/pv"
 	for _, tc := range []struct {
 		name, content string
 		want          error

@@ -374,16 +374,22 @@ func (w walker) recover(rel, leaf string, rec *csiplugin.Record) (state cache.Mo
 // exists (a stop between removing a volume's directory and its record).
 // A record it cannot read, or whose directory is still there, is left.
 func (w walker) removeOrphanRecords() {
-	list, err := w.r.ReadDir(csiplugin.RecordsDir)
+	for _, shard := range w.dirs(csiplugin.RecordsDir) {
+		w.removeOrphanRecordsIn(path.Join(csiplugin.RecordsDir, shard))
+	}
+}
+
+func (w walker) removeOrphanRecordsIn(dir string) {
+	list, err := w.r.ReadDir(dir)
 	if err != nil {
-		w.refused(err, csiplugin.RecordsDir)
+		w.refused(err, dir)
 		return
 	}
 	for _, e := range list {
 		if w.seen[e.Name()] || !e.Type().IsRegular() {
 			continue
 		}
-		name := path.Join(csiplugin.RecordsDir, e.Name())
+		name := path.Join(dir, e.Name())
 		var rec csiplugin.Record
 		if err := fsutil.ReadJSONIn(w.r, name, &rec); err != nil || rec.Dir == "" || csiplugin.RecordFile(rec.Dir) != name {
 			w.logger.Error(err, "Leaving a record that does not name its directory", "path", filepath.Join(w.root, name))

@@ -495,6 +495,49 @@ func (r *Root) Create(name string, perm fs.FileMode) error {
 	return unix.Close(fd)
 }
 
+// WriteFileInPlace writes data over name's content (creating it with
+// perm if it is not there) and cuts it to len(data). It is not atomic: a
+// reader racing the writer, or a crash between the write and the cut,
+// can see a mix of the old and the new content. Use it where such a mix
+// is detected (a JSON decoder refuses it) and harmless, and where
+// WriteFileAtomic's rename over an existing file is too slow: ext4 (with
+// its default auto_da_alloc) starts writing a file back to disk when it
+// replaces another by rename. A symlink as name is refused, as is
+// anything but a regular file.
+func (r *Root) WriteFileInPlace(name string, data []byte, perm fs.FileMode) error {
+	dirFd, base, full, err := r.parent("write", name)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dirFd)
+	fd, err := unix.Openat(dirFd, base, unix.O_CREAT|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, uint32(perm.Perm()))
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			err = ErrSymlink
+		}
+		return &PathError{Op: "write", Path: full, Component: full, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &PathError{Op: "write", Path: full, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return &PathError{Op: "write", Path: full, Component: full, Err: ErrNotRemovable}
+	}
+	for off := 0; off < len(data); {
+		n, err := unix.Pwrite(fd, data[off:], int64(off))
+		if err != nil {
+			return &PathError{Op: "write", Path: full, Err: err}
+		}
+		off += n
+	}
+	if err := unix.Ftruncate(fd, int64(len(data))); err != nil {
+		return &PathError{Op: "write", Path: full, Err: err}
+	}
+	return nil
+}
+
 // WriteFileAtomic writes data to name so that a reader sees the old
 // content or the whole new content: it writes a temporary file in the same
 // directory and renames it over name (replacing a symlink there, never

@@ -538,3 +538,42 @@ func TestAsNonRoot(t *testing.T) {
 	}
 	t.Logf("as uid %d:\n%s", nobody, out)
 }
+
+func TestWriteFileInPlace(t *testing.T) {
+	both(t, func(t *testing.T) {
+		r, outside := setup(t)
+		writeFile(t, filepath.Join(outside, "secret"), "secret")
+		mkdir(t, filepath.Join(r.Path(), "a"))
+		if err := r.WriteFileInPlace("a/rec.json", []byte("a longer content"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.WriteFileInPlace("a/rec.json", []byte("short"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(r.Path(), "a/rec.json")
+		if data, err := os.ReadFile(path); err != nil || string(data) != "short" {
+			t.Errorf("content %q, %v; want the old tail cut", data, err)
+		}
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("mode %v, %v; want 0600", fi.Mode(), err)
+		}
+		// A symlink as the file or the directory: refused, nothing written
+		// through it.
+		symlink(t, filepath.Join(outside, "secret"), filepath.Join(r.Path(), "b/rec.json"))
+		if err := r.WriteFileInPlace("b/rec.json", []byte("mine"), 0o600); !errors.Is(err, ErrSymlink) {
+			t.Errorf("through a symlinked file: %v, want ErrSymlink", err)
+		}
+		symlink(t, outside, filepath.Join(r.Path(), "c"))
+		if err := r.WriteFileInPlace("c/secret", []byte("mine"), 0o600); !errors.Is(err, ErrSymlink) {
+			t.Errorf("through a symlinked directory: %v, want ErrSymlink", err)
+		}
+		if data, _ := os.ReadFile(filepath.Join(outside, "secret")); string(data) != "secret" {
+			t.Errorf("outside file now %q", data)
+		}
+		// Not a regular file: refused.
+		mkdir(t, filepath.Join(r.Path(), "d/rec.json"))
+		if err := r.WriteFileInPlace("d/rec.json", []byte("x"), 0o600); err == nil {
+			t.Error("writing over a directory succeeded")
+		}
+	})
+}
