@@ -502,6 +502,15 @@ func (e *holdEnv) cleanup() {
 			}
 		}
 	}
+	// The agent and the driver are this test binary: built with -race,
+	// they report a data race on stderr (their logs) and go on.
+	for _, name := range []string{"agent.log", "loopdriver.log"} {
+		if data, err := os.ReadFile(filepath.Join(e.root, name)); err == nil {
+			if i := strings.Index(string(data), "WARNING: DATA RACE"); i >= 0 {
+				t.Errorf("%s reports a data race:\n%s", name, string(data[i:min(len(data), i+4000)]))
+			}
+		}
+	}
 	if t.Failed() {
 		for _, name := range []string{"agent.log", "loopdriver.log"} {
 			if data, err := os.ReadFile(filepath.Join(e.root, name)); err == nil {
