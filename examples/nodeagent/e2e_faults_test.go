@@ -58,6 +58,11 @@ func TestFaultDriverDiesMidCall(t *testing.T) {
 	for _, method := range nodeMethods {
 		for _, way := range ways {
 			t.Run(method+"/"+way.name, func(t *testing.T) {
+				// Each case has its own root, driver and agent, and
+				// spends most of its time waiting (backoffs, settling):
+				// they run side by side (go test -parallel, GOMAXPROCS
+				// by default).
+				t.Parallel()
 				driverDiesMidCall(t, method, way.name, way.actions)
 			})
 		}
