@@ -38,7 +38,8 @@ type demoDriver struct {
 	mounter        mount.Interface
 	real           bool
 	stop           func()
-	kill           func() // SIGKILL, for crash tests; nil in-process
+	kill           func()          // SIGKILL, for crash tests; nil in-process
+	exited         <-chan struct{} // closed when the driver process has exited; nil in-process
 }
 
 // runDemo runs the whole job on an embedded default: an in-memory API
@@ -157,13 +158,14 @@ func startDemoDriver(ctx context.Context, root, node string) (*demoDriver, error
 	if err != nil {
 		return nil, fmt.Errorf("the loop driver: %w", err)
 	}
-	return &demoDriver{name: driver.DefaultDriverName, endpoint: sock, mounter: mount.New(""), real: true, stop: p.stop, kill: p.kill}, nil
+	return &demoDriver{name: driver.DefaultDriverName, endpoint: sock, mounter: mount.New(""), real: true, stop: p.stop, kill: p.kill, exited: p.exited}, nil
 }
 
 // process is a child process of this binary and how to end it.
 type process struct {
-	stop func() // SIGTERM, then SIGKILL after 10s; waits for the exit
-	kill func() // SIGKILL, as a crash; waits for the exit
+	stop   func()          // SIGTERM, then SIGKILL after 10s; waits for the exit
+	kill   func()          // SIGKILL, as a crash; waits for the exit
+	exited <-chan struct{} // closed when the process has exited, for whatever reason
 }
 
 // startSelf runs this binary again with args, its output appended to
@@ -190,8 +192,9 @@ func startSelf(ctx context.Context, logPath, sock string, args ...string) (*proc
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", args[0], err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited := make(chan struct{})
+	var waitErr error // set before exited is closed
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	var once sync.Once
 	end := func(sig os.Signal, grace time.Duration) {
 		once.Do(func() {
@@ -205,8 +208,9 @@ func startSelf(ctx context.Context, logPath, sock string, args ...string) (*proc
 		})
 	}
 	p := &process{
-		stop: func() { end(syscall.SIGTERM, 10*time.Second) },
-		kill: func() { end(syscall.SIGKILL, 10*time.Second) },
+		stop:   func() { end(syscall.SIGTERM, 10*time.Second) },
+		kill:   func() { end(syscall.SIGKILL, 10*time.Second) },
+		exited: exited,
 	}
 	// Wait for the socket: the process needs a moment to listen.
 	deadline := time.Now().Add(20 * time.Second)
@@ -215,8 +219,8 @@ func startSelf(ctx context.Context, logPath, sock string, args ...string) (*proc
 			return p, nil
 		}
 		select {
-		case err := <-exited:
-			return nil, fmt.Errorf("%s exited before listening (see %s): %v", args[0], logPath, err)
+		case <-exited:
+			return nil, fmt.Errorf("%s exited before listening (see %s): %v", args[0], logPath, waitErr)
 		case <-ctx.Done():
 			p.stop()
 			return nil, ctx.Err()

@@ -224,13 +224,17 @@ func TestRestartCorruptPodDataKeepsStaging(t *testing.T) {
 // holdEnv is one test's root, loop driver process, volumes and agent.
 type holdEnv struct {
 	t           *testing.T
+	node        string
 	root        string
 	callLog     string
 	drv         *demoDriver
 	vols        []holdVolume
-	withPods    string // objects file with the pods
-	withoutPods string // the same without pods
+	objs        fakeObjects // the API objects, without pods
+	withPods    string      // objects file with the pods
+	withoutPods string      // the same without pods
 	agent       *agentProc
+	// wrote are the volumes (PV names) writeData or writeVolume wrote into.
+	wrote map[string]bool
 }
 
 // holdVolume is one pod and its volume.
@@ -252,17 +256,9 @@ func newHoldEnv(t *testing.T, ctx context.Context, prefix string, n int) *holdEn
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &holdEnv{t: t, root: root, callLog: filepath.Join(root, "calls.log")}
+	e := &holdEnv{t: t, node: node, root: root, callLog: filepath.Join(root, "calls.log"), wrote: map[string]bool{}}
 	t.Cleanup(e.cleanup)
-
-	sock := filepath.Join(root, "plugins", driver.DefaultDriverName, "csi.sock")
-	p, err := startSelf(ctx, filepath.Join(root, "loopdriver.log"), sock, loopDriverCommand,
-		"--endpoint", "unix://"+sock, "--nodeid", node, "--statedir", filepath.Join(root, "loopdriver"),
-		"--drivername", driver.DefaultDriverName, "--call-log", e.callLog)
-	if err != nil {
-		t.Fatalf("the loop driver: %v", err)
-	}
-	e.drv = &demoDriver{name: driver.DefaultDriverName, endpoint: sock, mounter: mount.New(""), real: true, stop: p.stop, kill: p.kill}
+	e.startDriver(ctx)
 
 	client := fake.NewClientset()
 	pods, err := provision(ctx, client, e.drv, n, node)
@@ -295,17 +291,54 @@ func newHoldEnv(t *testing.T, ctx context.Context, prefix string, n int) *holdEn
 			staging: filepath.Join(root, "plugins", "kubernetes.io", "csi", e.drv.name, hex.EncodeToString(sum[:]), "globalmount"),
 		})
 	}
-	objs := fakeObjects{
+	e.objs = fakeObjects{
 		CSIDrivers:             []storagev1.CSIDriver{*csitest.CSIDriver(e.drv.name, false)},
 		PersistentVolumes:      pvs.Items,
 		PersistentVolumeClaims: pvcs.Items,
 	}
-	e.withoutPods = e.writeObjects(t, "objects-nopods.json", objs)
-	for _, pod := range pods {
-		objs.Pods = append(objs.Pods, *pod)
-	}
-	e.withPods = e.writeObjects(t, "objects.json", objs)
+	e.withoutPods = e.writeObjects(t, "objects-nopods.json", e.objs)
+	e.withPods = e.objectsWith(t, "objects.json", e.vols)
 	return e
+}
+
+// startDriver starts the loop driver process on the root's socket, state
+// directory and call log, with faults (--fault values) if any.
+func (e *holdEnv) startDriver(ctx context.Context, faults ...string) {
+	t := e.t
+	t.Helper()
+	sock := filepath.Join(e.root, "plugins", driver.DefaultDriverName, "csi.sock")
+	args := []string{loopDriverCommand,
+		"--endpoint", "unix://" + sock, "--nodeid", e.node, "--statedir", filepath.Join(e.root, "loopdriver"),
+		"--drivername", driver.DefaultDriverName, "--call-log", e.callLog}
+	for _, f := range faults {
+		args = append(args, "--fault="+f)
+	}
+	p, err := startSelf(ctx, filepath.Join(e.root, "loopdriver.log"), sock, args...)
+	if err != nil {
+		t.Fatalf("the loop driver: %v", err)
+	}
+	e.drv = &demoDriver{name: driver.DefaultDriverName, endpoint: sock, mounter: mount.New(""), real: true, stop: p.stop, kill: p.kill, exited: p.exited}
+}
+
+// restartDriver stops the loop driver (SIGTERM) if it still runs and
+// starts it again on the same socket and state directory, with faults if
+// any. The agent keeps its connection and must reconnect.
+func (e *holdEnv) restartDriver(ctx context.Context, faults ...string) {
+	e.t.Helper()
+	e.drv.stop()
+	e.startDriver(ctx, faults...)
+}
+
+// objectsWith writes an objects file with the API objects and the pods
+// of vols.
+func (e *holdEnv) objectsWith(t *testing.T, name string, vols []holdVolume) string {
+	t.Helper()
+	objs := e.objs
+	objs.Pods = nil
+	for _, v := range vols {
+		objs.Pods = append(objs.Pods, *v.pod)
+	}
+	return e.writeObjects(t, name, objs)
 }
 
 func (e *holdEnv) writeObjects(t *testing.T, name string, objs fakeObjects) string {
@@ -325,17 +358,28 @@ func (e *holdEnv) writeObjects(t *testing.T, name string, objs fakeObjects) stri
 func (e *holdEnv) writeData(t *testing.T) {
 	t.Helper()
 	for _, v := range e.vols {
-		if err := os.WriteFile(filepath.Join(v.target, "hello.txt"), []byte("hello from "+v.pod.Name+"\n"), 0o644); err != nil {
-			t.Fatalf("pod %s: writing into its volume: %v", v.pod.Name, err)
-		}
+		e.writeVolume(t, v)
 	}
 }
+
+// writeVolume writes volumeData into the pod's volume.
+func (e *holdEnv) writeVolume(t *testing.T, v holdVolume) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(v.target, "hello.txt"), []byte(volumeData(v)), 0o644); err != nil {
+		t.Fatalf("pod %s: writing into its volume: %v", v.pod.Name, err)
+	}
+	e.wrote[v.pv] = true
+}
+
+// volumeData is what writeVolume writes: it names the volume (its PV),
+// not the pod, so that every pod of the claim reads the same.
+func volumeData(v holdVolume) string { return "hello from " + v.pv + "\n" }
 
 // checkData reads back what writeData wrote.
 func (e *holdEnv) checkData(t *testing.T) {
 	t.Helper()
 	for _, v := range e.vols {
-		want := "hello from " + v.pod.Name + "\n"
+		want := volumeData(v)
 		if got, err := os.ReadFile(filepath.Join(v.target, "hello.txt")); err != nil || string(got) != want {
 			t.Errorf("pod %s: data after restart: %q, %v; want %q", v.pod.Name, got, err, want)
 		}
@@ -374,9 +418,15 @@ func (e *holdEnv) mountIDs(t *testing.T, complete bool) map[string]string {
 // replaced or removed.
 func (e *holdEnv) compareMounts(t *testing.T, label string, before, after map[string]string) {
 	t.Helper()
+	e.compareVolumeMounts(t, label, e.vols, before, after)
+}
+
+// compareVolumeMounts is compareMounts for some of the volumes.
+func (e *holdEnv) compareVolumeMounts(t *testing.T, label string, vols []holdVolume, before, after map[string]string) {
+	t.Helper()
 	for _, kind := range []string{"publish", "staging"} {
 		var changed []string
-		for _, v := range e.vols {
+		for _, v := range vols {
 			p := v.target
 			if kind == "staging" {
 				p = v.staging
@@ -386,7 +436,7 @@ func (e *holdEnv) compareMounts(t *testing.T, label string, before, after map[st
 			}
 		}
 		if len(changed) > 0 {
-			t.Errorf("%s: %d of %d %s mounts replaced (mount ID changed), want 0: %v", label, len(changed), len(e.vols), kind, changed)
+			t.Errorf("%s: %d of %d %s mounts replaced (mount ID changed), want 0: %v", label, len(changed), len(vols), kind, changed)
 		}
 	}
 }
@@ -469,6 +519,15 @@ func (e *holdEnv) cleanup() {
 			if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[1], e.root+"/") {
 				t.Logf("cleanup: detaching %s (%s)", f[0], f[1])
 				_ = exec.Command("losetup", "--detach", f[0]).Run()
+			}
+		}
+	}
+	// The agent and the driver are this test binary: built with -race,
+	// they report a data race on stderr (their logs) and go on.
+	for _, name := range []string{"agent.log", "loopdriver.log"} {
+		if data, err := os.ReadFile(filepath.Join(e.root, name)); err == nil {
+			if i := strings.Index(string(data), "WARNING: DATA RACE"); i >= 0 {
+				t.Errorf("%s reports a data race:\n%s", name, string(data[i:min(len(data), i+4000)]))
 			}
 		}
 	}
