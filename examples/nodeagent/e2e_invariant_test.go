@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/util/rootfs"
 )
 
 // The invariant every fault test ends with: the node looks exactly as its
@@ -28,25 +30,24 @@ import (
 //     wanted volumes (pods/{uid}/volumes/kubernetes.io~csi/{pv}/mount and
 //     vol_data.json beside it; plugins/kubernetes.io/csi/{driver}/{sha256
 //     of the handle}/globalmount and vol_data.json beside it), the test's
-//     own files (harnessEntries), nodevol's own files in volume
-//     directories (nodevolOwnedFiles), and the empty pod skeletons of
-//     podSkeletonDirs. Nothing else: no pod volume directory or staging
+//     own files (harnessEntries), nodevol's record of each wanted pod
+//     volume and staging directory (saying done), other nodevol files
+//     (nodevolOwnedFiles), and the empty skeletons of podSkeletonDirs. Nothing else: no pod volume directory or staging
 //     directory of a volume that is not wanted.
 //   - Data: the file writeVolume wrote into a wanted volume (by any pod of
 //     its claim) reads back unchanged.
 
 // nodevolOwnedFiles are the files nodevol itself may keep under the root
-// beside the kubelet's layout, as filepath.Match patterns relative to the
-// root. This is the one list of such allowed leftovers: a file that
-// matches is allowed whether or not it is there; nothing else is. Its
-// directory must be allowed on its own (a wanted volume's), so a file
-// here never excuses a torn-down volume's directory. nodevol's durable
-// record of the operation in flight (nodevol.json, beside vol_data.json)
-// belongs here; so would any other file nodevol adds under the root.
-var nodevolOwnedFiles = []string{
-	"pods/*/volumes/kubernetes.io~csi/*/nodevol.json",
-	"plugins/kubernetes.io/csi/*/*/nodevol.json",
-}
+// beside the kubelet's layout and its records, as filepath.Match patterns
+// relative to the root. This is the one list of such allowed leftovers: a
+// file that matches is allowed whether or not it is there; nothing else
+// is. Its directory must be allowed on its own (a wanted volume's), so a
+// file here never excuses a torn-down volume's directory. nodevol's
+// records of work in flight are not here: each wanted volume's two
+// records (csiplugin.RecordFile of its pod volume and staging
+// directories) are required, and say the stage and publish are done; any
+// other record is left behind.
+var nodevolOwnedFiles = []string{}
 
 // podSkeletonDirs are the directories that may remain, empty, when a
 // pod's volumes are gone: the volume manager removes a pod's volume
@@ -67,6 +68,9 @@ var podSkeletonDirs = []string{
 	"plugins/kubernetes.io",
 	"plugins/kubernetes.io/csi",
 	"plugins/kubernetes.io/csi/*",
+	"nodevol",
+	"nodevol/records",
+	"nodevol/records/*", // the records' hashed directories stay
 }
 
 // harnessEntries are the test's own files and directories under the root
@@ -174,11 +178,23 @@ func invariantProblems(t *testing.T, e *holdEnv, wanted []holdVolume) []string {
 func (e *holdEnv) dirProblems(t *testing.T, wanted []holdVolume, mounts map[string][]mountEntry) []string {
 	t.Helper()
 	required := map[string]bool{} // relative path -> is a directory
+	var problems []string
+	r, err := rootfs.New(e.root)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, v := range wanted {
 		for _, leaf := range []string{v.target, v.staging} {
-			required[rel(e.root, filepath.Join(filepath.Dir(leaf), "vol_data.json"))] = false
+			dir := rel(e.root, filepath.Dir(leaf))
+			required[filepath.Join(dir, "vol_data.json")] = false
 			for d := leaf; d != e.root && d != "/"; d = filepath.Dir(d) {
 				required[rel(e.root, d)] = true
+			}
+			rec := csiplugin.RecordFile(dir)
+			required[rec] = false
+			required[filepath.Dir(rec)] = true
+			if got, err := csiplugin.ReadRecord(r, dir); err != nil || !got.Phase.Done() {
+				problems = append(problems, fmt.Sprintf("%s: nodevol's record: %+v, %v; want a completed stage or publish", dir, got, err))
 			}
 		}
 	}
@@ -191,9 +207,8 @@ func (e *holdEnv) dirProblems(t *testing.T, wanted []holdVolume, mounts map[stri
 		return false
 	}
 	harness := harnessEntries(e)
-	var problems []string
 	seen := map[string]bool{}
-	err := filepath.WalkDir(e.root, func(path string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(e.root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("walking %s: %v", rel(e.root, path), err))
 			return nil
