@@ -78,7 +78,7 @@ var podSkeletonDirs = []string{
 // driver's state directory (images) and socket directory. The invariant
 // does not look into them.
 func harnessEntries(e *holdEnv) []string {
-	return []string{"calls.log", "agent.log", "loopdriver.log", "objects*.json", "loopdriver", "plugins/" + e.drv.name}
+	return []string{"calls.log", "agent.log", "loopdriver.log", "objects*.json", "boot_id", "loopdriver", "plugins/" + e.drv.name}
 }
 
 // checkInvariant reports, as errors, every way the node differs from the

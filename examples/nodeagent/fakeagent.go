@@ -91,6 +91,7 @@ func runFakeAgent(args []string) int {
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "bound of each wait for mounts or unmounts")
 	fs.BoolVar(&o.podsFirst, "pods-first", false, "hold the volume manager's informers (their first list of PVs) until every pod has been added and MarkPodsSynced called: the pod source syncs first")
 	fs.BoolVar(&o.apiFail, "api-fail", false, "start with every list and get of PVCs, PVs and VolumeAttachments failing (stdin: api-fail off)")
+	fs.StringVar(&o.bootIDFile, "boot-id-file", "", "read the node's boot ID from this file instead of /proc/sys/kernel/random/boot_id (tests simulate a reboot by changing it)")
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -123,6 +124,8 @@ type fakeAgentOptions struct {
 	podsFirst bool
 	// apiFail starts with the API reads failing.
 	apiFail bool
+	// bootIDFile replaces /proc/sys/kernel/random/boot_id (a simulated reboot).
+	bootIDFile string
 }
 
 // apiFailResources are the resources whose lists and gets the api-fail
@@ -177,7 +180,7 @@ func fakeAgent(ctx context.Context, o fakeAgentOptions, in io.Reader, out io.Wri
 			})
 		}
 	}
-	vm, err := volumemanager.New(volumemanager.Config{NodeName: o.node, KubeClient: client, RootDir: o.root, Mounter: mount.New("")})
+	vm, err := volumemanager.New(volumemanager.Config{NodeName: o.node, KubeClient: client, RootDir: o.root, Mounter: mount.New(""), BootIDPath: o.bootIDFile})
 	if err != nil {
 		return err
 	}
