@@ -69,6 +69,10 @@ func TestFaultDriverDiesMidCall(t *testing.T) {
 	}
 }
 
+// driverDiesMidCall is one case of TestFaultDriverDiesMidCall: the
+// driver's Node RPC method meets the fault actions (--fault syntax) for
+// the second volume, and the driver is gone by way ("exit" on its own,
+// "kill" by the test once the fault has fired).
 func driverDiesMidCall(t *testing.T, method, way, actions string) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
