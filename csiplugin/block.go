@@ -121,6 +121,11 @@ func (p *Plugin) setUpDevice(ctx context.Context, req oe.DeviceRequest) (string,
 	if err := p.rfs.MkdirAll(paths.StagingPath, 0o750); err != nil {
 		return fail(err)
 	}
+	rec := volumeRecord(spec, paths.StagingPath, req.PublishContext, client.caps)
+	rec.Phase = PhaseStaging
+	if err := p.records.write(rec); err != nil {
+		return fail(err)
+	}
 	err = client.withTimeout(p.timeout).NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
 		VolumeId:          spec.VolumeHandle,
 		PublishContext:    req.PublishContext,
@@ -131,10 +136,14 @@ func (p *Plugin) setUpDevice(ctx context.Context, req oe.DeviceRequest) (string,
 	})
 	if err != nil {
 		if !oe.IsUncertain(err) {
-			_ = p.rfs.Remove(paths.StagingPath) // only if the driver left it empty
+			// Only if the driver left it empty; the record goes with it.
+			if p.rfs.Remove(paths.StagingPath) == nil {
+				_ = p.records.remove(paths.StagingPath)
+			}
 		}
 		return "", fmt.Errorf("staging block volume %s at %s: %w", volumeDesc(spec), paths.StagingPath, err)
 	}
+	p.records.update(ctx, rec, PhaseStaged)
 	klog.FromContext(ctx).V(4).Info("Block volume staged", "volume", spec.Name, "driver", spec.Driver, "stagingPath", paths.StagingPath)
 	return paths.StagingPath, nil
 }
@@ -178,6 +187,7 @@ func (p *Plugin) tearDownDevice(ctx context.Context, req oe.DeviceRequest) error
 			return fail(err)
 		}
 		if client.caps.StageUnstage {
+			p.records.update(ctx, volumeRecord(spec, paths.StagingPath, req.PublishContext, client.caps), PhaseUnstaging)
 			err := client.withTimeout(p.timeout).NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{
 				VolumeId:          spec.VolumeHandle,
 				StagingTargetPath: paths.StagingPath,
@@ -196,6 +206,9 @@ func (p *Plugin) tearDownDevice(ctx context.Context, req oe.DeviceRequest) error
 		if err := p.rfs.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fail(err)
 		}
+	}
+	if err := p.records.remove(paths.StagingPath); err != nil {
+		return fail(err)
 	}
 	klog.FromContext(ctx).V(4).Info("Block volume unstaged", "volume", spec.Name, "driver", spec.Driver, "stagingPath", paths.StagingPath)
 	return nil
@@ -293,7 +306,17 @@ func (p *Plugin) mapPodDevice(ctx context.Context, req oe.MountRequest) (string,
 	if err := p.verifyBlockPaths(paths); err != nil {
 		return fail(err)
 	}
+	rec := p.podRecord(spec, vol, paths.PublishPath, req.PublishContext, client.caps, secretRef)
+	rec.Phase = PhasePublishing
+	if err := p.records.write(rec); err != nil {
+		return fail(err)
+	}
 	if err := client.withTimeout(p.timeout).NodePublishVolume(ctx, csiReq); err != nil {
+		if !oe.IsUncertain(err) {
+			if _, serr := p.rfs.Lstat(paths.PublishPath); errors.Is(serr, fs.ErrNotExist) {
+				_ = p.records.remove(paths.PublishPath) // nothing published
+			}
+		}
 		return "", fmt.Errorf("publishing block volume %s for pod %s at %s: %w", volumeDesc(spec), vol.Pod, paths.PublishPath, err)
 	}
 	m := blockdev.Map{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: string(vol.Pod.UID), PodDeviceDir: paths.PodDeviceDir, Name: name}
@@ -306,6 +329,7 @@ func (p *Plugin) mapPodDevice(ctx context.Context, req oe.MountRequest) (string,
 		// unpublished, never forgotten.
 		return "", fmt.Errorf("mapping block volume %s of driver %s into pod %s: %w: %w", volumeDesc(spec), spec.Driver, vol.Pod, err, oe.ErrInProgress)
 	}
+	p.records.update(ctx, rec, PhasePublished)
 	klog.FromContext(ctx).V(4).Info("Block volume mapped", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "devicePath", paths.PodDevicePath)
 	return paths.PodDevicePath, nil
 }
@@ -334,7 +358,11 @@ func (p *Plugin) unmapPodDevice(ctx context.Context, req oe.MountRequest) error 
 		return fail(err)
 	}
 	if _, err := p.rfs.Stat(paths.PublishPath); errors.Is(err, fs.ErrNotExist) {
-		return nil // never published, or unpublished already
+		// Never published, or unpublished already.
+		if err := p.records.remove(paths.PublishPath); err != nil {
+			return fail(err)
+		}
+		return nil
 	} else if err != nil {
 		return fail(err)
 	}
@@ -345,6 +373,7 @@ func (p *Plugin) unmapPodDevice(ctx context.Context, req oe.MountRequest) error 
 	if _, err := p.rfs.Verify(paths.PublishPath); err != nil {
 		return fail(err)
 	}
+	p.records.update(ctx, p.podRecord(spec, vol, paths.PublishPath, req.PublishContext, client.caps, spec.NodePublishSecret), PhaseUnpublishing)
 	if err := client.withTimeout(p.timeout).NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{
 		VolumeId:   spec.VolumeHandle,
 		TargetPath: paths.PublishPath,
@@ -354,6 +383,9 @@ func (p *Plugin) unmapPodDevice(ctx context.Context, req oe.MountRequest) error 
 	// The driver removes the publish path (CSI spec); a driver that did not
 	// leaves a file nodevol can remove once nothing is mounted on it.
 	if err := blockdev.CleanupMountPoint(p.rfs, p.mounter, paths.PublishPath); err != nil {
+		return fail(err)
+	}
+	if err := p.records.remove(paths.PublishPath); err != nil {
 		return fail(err)
 	}
 	klog.FromContext(ctx).V(4).Info("Block volume unmapped", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name)

@@ -102,7 +102,9 @@ type Record struct {
 	Version int    `json:"version"`
 	BootID  string `json:"bootID"`
 	Phase   Phase  `json:"phase"`
-	// Dir is the staging or pod volume directory, relative to the root.
+	// Dir is the staging or pod volume directory, relative to the root;
+	// for a raw block volume, its staging path or its publish path for
+	// the pod (csi_block.go's layout).
 	Dir          string `json:"dir"`
 	Driver       string `json:"driver"`
 	VolumeHandle string `json:"volumeHandle"`

@@ -258,3 +258,54 @@ func write(t *testing.T, name, content string) {
 		t.Fatal(err)
 	}
 }
+
+// TestBlockRecordsFollowCalls: a raw block volume's stage and publish are
+// recorded as files are (keyed by its staging and publish paths), and the
+// records go with the teardown.
+func TestBlockRecordsFollowCalls(t *testing.T) {
+	e := newEnv(t, envOptions{driver: csitest.Options{CreateTargetDirs: true}})
+	e.p.blockMapper = &fakeBlockMapper{}
+	ctx := context.Background()
+	spec := blockSpec()
+	vol := podVolume("a", "data")
+	paths, err := BlockVolumePaths(e.root, "pv-1", vol.Pod.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph, err := e.phaseDuring(t, "NodeStageVolume", paths.StagingPath, func() error {
+		_, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec})
+		return err
+	})
+	if err != nil || ph != PhaseStaging {
+		t.Fatalf("MountDevice: %v; phase during NodeStageVolume %q", err, ph)
+	}
+	ph, err = e.phaseDuring(t, "NodePublishVolume", paths.PublishPath, func() error {
+		_, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: paths.StagingPath})
+		return err
+	})
+	if err != nil || ph != PhasePublishing {
+		t.Fatalf("SetUp: %v; phase during NodePublishVolume %q", err, ph)
+	}
+	for dir, want := range map[string]Phase{paths.StagingPath: PhaseStaged, paths.PublishPath: PhasePublished} {
+		if rec, err := e.readRecord(t, dir); err != nil || rec.Phase != want || rec.Mode != "Block" {
+			t.Errorf("record of %s = %+v, %v; want %s", dir, rec, err, want)
+		}
+	}
+	ph, err = e.phaseDuring(t, "NodeUnpublishVolume", paths.PublishPath, func() error {
+		return e.p.TearDown(ctx, oe.MountRequest{Spec: spec, Volume: vol})
+	})
+	if err != nil || ph != PhaseUnpublishing {
+		t.Fatalf("TearDown: %v; phase during NodeUnpublishVolume %q", err, ph)
+	}
+	ph, err = e.phaseDuring(t, "NodeUnstageVolume", paths.StagingPath, func() error {
+		return e.p.UnmountDevice(ctx, oe.DeviceRequest{Spec: spec})
+	})
+	if err != nil || ph != PhaseUnstaging {
+		t.Fatalf("UnmountDevice: %v; phase during NodeUnstageVolume %q", err, ph)
+	}
+	for _, dir := range []string{paths.StagingPath, paths.PublishPath} {
+		if _, err := e.readRecord(t, dir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("record of %s after teardown: %v, want none", dir, err)
+		}
+	}
+}

@@ -129,6 +129,7 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 				out.unreadable = append(out.unreadable, link)
 				continue
 			}
+			w.logInFlight(paths.PublishPath)
 			vol := cache.PodVolume{Pod: cache.PodRef{UID: types.UID(uid)}, SpecName: spec.PVName}
 			out.mounts = append(out.mounts, foundMount{spec: spec, vol: vol, path: paths.PodDevicePath, state: cache.Uncertain})
 			if !found[spec.Name] {
@@ -149,6 +150,7 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 			logger.Error(err, "Cannot reconstruct block volume, leaving it alone", "path", filepath.Join(root, file))
 			continue
 		}
+		w.logInFlight(paths.StagingPath)
 		if !found[spec.Name] {
 			out.devices = append(out.devices, foundDevice{spec: spec, path: paths.StagingPath, state: cache.Uncertain})
 			found[spec.Name] = true
@@ -368,6 +370,21 @@ func (w walker) recover(rel, leaf string, rec *csiplugin.Record) (state cache.Mo
 		logger.V(2).Info("Recorded as done, but not a mount point; recovering it as Uncertain", "call", rec.Phase.Call())
 	}
 	return cache.Uncertain, true
+}
+
+// logInFlight logs the call a raw block volume's record (of its staging
+// or publish path) says was in flight. Block volumes are recovered as the
+// kubelet recovers them, Uncertain whatever the record says: their
+// mapping (a bind mount held by a loop device) is not checked here.
+func (w walker) logInFlight(abs string) {
+	rel, err := w.r.Rel(abs)
+	if err != nil {
+		return
+	}
+	if rec := w.record(rel); rec != nil && !rec.Phase.Done() {
+		w.logger.Info("A call was in flight when nodevol stopped; it is repeated if the volume is wanted and undone if not",
+			"path", abs, "call", rec.Phase.Call(), "driver", rec.Driver, "volumeHandle", rec.VolumeHandle)
+	}
 }
 
 // removeOrphanRecords removes the records whose directory no longer
