@@ -202,7 +202,7 @@ type records struct {
 // recovery to, so no decision depends on the lost write. A crash between
 // the write and the cut to length leaves a mix that the JSON decoder
 // refuses: the volume is then Uncertain, as without a record. Measured
-// with BenchmarkMountPods at 1,000 pods on this machine's ext4 disk,
+// with BenchmarkMountPods at 1,000 pods on this machine's ext4 disk (busy),
 // fsync'ing every record (file and directory) took mounting from 1.55 s
 // to 5.1 s; a temporary file renamed over the record was slower too (ext4
 // writes a file back when it replaces another by rename).
