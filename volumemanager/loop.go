@@ -338,8 +338,8 @@ func (l *loop) planDirty(ctx context.Context) {
 }
 
 func (l *loop) planVolume(ctx context.Context, name cache.UniqueVolumeName) {
-	l.adopt(name)
 	v := l.view(name)
+	l.adopt(&v)
 	d := plan(v)
 	if d.Retry.IsZero() {
 		delete(l.retryAt, name)
@@ -370,21 +370,16 @@ func (l *loop) planVolume(ctx context.Context, name cache.UniqueVolumeName) {
 // (from nodevol's record) the desired pod's volume once that pod has been
 // resolved: reconstruction only knew the directory, not the pod's name for
 // the volume, its read-only flag or fsGroup. The same pod UID has the same
-// (immutable) volumes, so the mount itself is what the pod wants.
-func (l *loop) adopt(name cache.UniqueVolumeName) {
-	spec, desired, wanted := l.dsw.Volume(name)
-	if !wanted {
-		return
-	}
-	actual, known := l.asw.Volume(name)
-	if !known {
-		return
-	}
-	for _, p := range desired {
-		pm, ok := actual.Pods[p.Pod.UID]
+// (immutable) volumes, so the mount itself is what the pod wants. It works
+// on the view already read, and updates it with the actual state.
+func (l *loop) adopt(v *volumeView) {
+	for _, p := range v.Desired {
+		pm, ok := v.Actual.Pods[p.Pod.UID]
 		// A reconstructed mount knows only its pod's UID.
 		if ok && pm.State == cache.Mounted && !pm.Busy && pm.Volume.Pod.Name == "" {
-			l.asw.SetPodMount(spec, p, cache.Mounted, "")
+			l.asw.SetPodMount(v.Spec, p, cache.Mounted, "")
+			pm.Volume = p
+			v.Actual.Pods[p.Pod.UID] = pm
 		}
 	}
 }
