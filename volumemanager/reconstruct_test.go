@@ -22,7 +22,13 @@ import (
 // with a function that stops it and waits for Run to return.
 func startVM(t *testing.T, client *fake.Clientset, root string, drv *csitest.Server) (*VolumeManager, func()) {
 	t.Helper()
-	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: mount.NewFakeMounter(nil)})
+	return startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: mount.NewFakeMounter(nil)}, drv)
+}
+
+// startVMWith is startVM with a Config of the test's.
+func startVMWith(t *testing.T, cfg Config, drv *csitest.Server) (*VolumeManager, func()) {
+	t.Helper()
+	vm, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

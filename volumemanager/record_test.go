@@ -138,25 +138,7 @@ func TestReconstructRecordRescuesCorruptVolData(t *testing.T) {
 // startVMBoot is startVM with a mounter and a boot ID file of the test's.
 func startVMBoot(t *testing.T, client *fake.Clientset, root string, drv *csitest.Server, m mount.Interface, bootFile string) (*VolumeManager, func()) {
 	t.Helper()
-	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: m, BootIDPath: bootFile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- vm.Run(ctx) }()
-	stop := func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}
-	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
-		stop()
-		t.Fatal(err)
-	}
-	<-vm.ready
-	return vm, stop
+	return startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: m, BootIDPath: bootFile}, drv)
 }
 
 // restartEnv mounts pods a and b with one volume manager and stops it.
