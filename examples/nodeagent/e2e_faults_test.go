@@ -137,10 +137,7 @@ func driverDiesMidCall(t *testing.T, method, way, actions string) {
 	t.Logf("%s: converged %v after the crash; calls after the restart %v; whole case %v",
 		label, time.Since(crashed).Round(time.Millisecond), callCounts(calls), time.Since(start).Round(time.Millisecond))
 
-	a.send(t, "delete-all")
-	a.expect(t, "UNMOUNTED", time.Minute)
-	waitInvariant(t, e, label+", every pod deleted", nil)
-	a.stop()
+	e.endClean(t, a, label+", every pod deleted", time.Minute)
 }
 
 // TestFaultAgentKilledWhileMounting: the agent is SIGKILLed while 20 pods
@@ -206,10 +203,7 @@ func TestFaultAgentKilledWhileMounting(t *testing.T) {
 	}
 	e.compareMounts(t, label, before, e.mountIDs(t, false))
 
-	a.send(t, "delete-all")
-	a.expect(t, "UNMOUNTED", 2*time.Minute)
-	waitInvariant(t, e, "every pod deleted", nil)
-	a.stop()
+	e.endClean(t, a, "every pod deleted", 2*time.Minute)
 }
 
 // TestFaultPodsDeletedWhileAgentDown: the agent is SIGKILLed with six
@@ -247,16 +241,13 @@ func TestFaultPodsDeletedWhileAgentDown(t *testing.T) {
 	}
 	for i := range kept {
 		v := &kept[i]
-		if n := countCalls(calls, "NodeUnpublishVolume", v) + countCalls(calls, "NodeUnstageVolume", v); n > 0 {
+		if n := teardownCalls(calls, v); n > 0 {
 			t.Errorf("%s: kept pod %s: %d teardown calls, want 0", label, v.pod.Name, n)
 		}
 	}
 	e.compareVolumeMounts(t, label, kept, before, e.mountIDs(t, false))
 
-	a.send(t, "delete-all")
-	a.expect(t, "UNMOUNTED", time.Minute)
-	waitInvariant(t, e, "every pod deleted", nil)
-	a.stop()
+	e.endClean(t, a, "every pod deleted", time.Minute)
 }
 
 // TestFaultAPIFailsDuringRestart: the agent restarts, with pods mounted,
@@ -336,14 +327,11 @@ func TestFaultAPIFailsDuringRestart(t *testing.T) {
 	}
 	for i := range running {
 		v := &running[i]
-		if n := countCalls(calls, "NodeUnpublishVolume", v) + countCalls(calls, "NodeUnstageVolume", v); n > 0 {
+		if n := teardownCalls(calls, v); n > 0 {
 			t.Errorf("%s: running pod %s: %d teardown calls, want 0", label, v.pod.Name, n)
 		}
 	}
 	e.compareVolumeMounts(t, label, running, before, e.mountIDs(t, false))
 
-	a.send(t, "delete-all")
-	a.expect(t, "UNMOUNTED", time.Minute)
-	waitInvariant(t, e, "every pod deleted", nil)
-	a.stop()
+	e.endClean(t, a, "every pod deleted", time.Minute)
 }

@@ -421,3 +421,20 @@ func callCounts(calls []call) map[string]int {
 	}
 	return m
 }
+
+// endClean ends a test's agent: every pod is deleted through it, it says
+// so within timeout, the invariant holds with nothing wanted (label names
+// the check), and the agent stops.
+func (e *holdEnv) endClean(t *testing.T, a *agentProc, label string, timeout time.Duration) {
+	t.Helper()
+	a.send(t, "delete-all")
+	a.expect(t, "UNMOUNTED", timeout)
+	waitInvariant(t, e, label, nil)
+	a.stop()
+}
+
+// teardownCalls counts the NodeUnpublishVolume and NodeUnstageVolume calls
+// for v.
+func teardownCalls(calls []call, v *holdVolume) int {
+	return countCalls(calls, "NodeUnpublishVolume", v) + countCalls(calls, "NodeUnstageVolume", v)
+}

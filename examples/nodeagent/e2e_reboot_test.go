@@ -51,7 +51,7 @@ func TestFaultReboot(t *testing.T) {
 	t.Logf("%s: converged in %v; driver calls %v", label, time.Since(start).Round(time.Millisecond), callCounts(calls))
 	for i := range gone {
 		v := &gone[i]
-		if n := countCalls(calls, "NodeUnpublishVolume", v) + countCalls(calls, "NodeUnstageVolume", v); n > 0 {
+		if n := teardownCalls(calls, v); n > 0 {
 			t.Errorf("%s: pod %s is gone and its volume was not mounted any more, yet %d teardown calls were made", label, v.pod.Name, n)
 		}
 	}
@@ -62,10 +62,7 @@ func TestFaultReboot(t *testing.T) {
 		}
 	}
 
-	a.send(t, "delete-all")
-	a.expect(t, "UNMOUNTED", time.Minute)
-	waitInvariant(t, e, "every pod deleted", nil)
-	a.stop()
+	e.endClean(t, a, "every pod deleted", time.Minute)
 }
 
 func writeBootID(t *testing.T, path, id string) {
@@ -88,14 +85,10 @@ func (e *holdEnv) reboot(t *testing.T) {
 			t.Fatalf("reboot: unmounting %s: %v", mp, err)
 		}
 	}
-	out, err := exec.Command("losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE").Output()
-	if err != nil {
-		t.Fatalf("reboot: losetup: %v", err)
-	}
-	for line := range strings.Lines(string(out)) {
-		if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[1], e.root+"/") {
-			if out, err := exec.Command("losetup", "--detach", f[0]).CombinedOutput(); err != nil {
-				t.Fatalf("reboot: detaching %s: %v: %s", f[0], err, out)
+	for _, devs := range loopDevicesUnder(t, e.root) {
+		for _, d := range devs {
+			if out, err := exec.Command("losetup", "--detach", d.name).CombinedOutput(); err != nil {
+				t.Fatalf("reboot: detaching %s: %v: %s", d, err, out)
 			}
 		}
 	}
@@ -191,10 +184,7 @@ func TestFaultPlantedSymlinks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a.send(t, "delete-all")
-	a.expect(t, "UNMOUNTED", time.Minute)
-	waitInvariant(t, e, "every pod deleted, the symlinks removed", nil)
-	a.stop()
+	e.endClean(t, a, "every pod deleted, the symlinks removed", time.Minute)
 	if after := treeOf(t, outside); !equalTrees(before, after) {
 		t.Errorf("the outside directories changed by the end:\nbefore %v\nafter  %v", before, after)
 	}
