@@ -612,6 +612,22 @@ func (r *Root) writeFileAtomic(name string, data []byte, perm fs.FileMode, sync 
 // afresh from the root. A missing name is an error for which
 // errors.Is(err, fs.ErrNotExist) holds.
 func (r *Root) Remove(name string) error {
+	return r.removeEntry(name, func(mode uint32) (int, error) {
+		switch mode {
+		case unix.S_IFDIR:
+			return unix.AT_REMOVEDIR, nil
+		case unix.S_IFREG:
+			return 0, nil
+		case unix.S_IFLNK:
+			return 0, ErrSymlink
+		}
+		return 0, ErrNotRemovable
+	})
+}
+
+// removeEntry removes name's last component if allow, given its type
+// (S_IFMT bits, not following a symlink), says how (unlinkat flags).
+func (r *Root) removeEntry(name string, allow func(mode uint32) (int, error)) error {
 	dirFd, base, full, err := r.parent("remove", name)
 	if err != nil {
 		return err
@@ -624,15 +640,9 @@ func (r *Root) Remove(name string) error {
 	// unlinkat never follows the last component: were it swapped after the
 	// check, the new entry itself would go (or the call fail), never what a
 	// symlink points to.
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		err = unix.Unlinkat(dirFd, base, unix.AT_REMOVEDIR)
-	case unix.S_IFREG:
-		err = unix.Unlinkat(dirFd, base, 0)
-	case unix.S_IFLNK:
-		err = ErrSymlink
-	default:
-		err = ErrNotRemovable
+	flags, err := allow(st.Mode & unix.S_IFMT)
+	if err == nil {
+		err = unix.Unlinkat(dirFd, base, flags)
 	}
 	if err != nil {
 		return &PathError{Op: "remove", Path: full, Component: full, Err: err}
@@ -678,20 +688,10 @@ func (r *Root) Readlink(name string) (string, error) {
 // points to). Anything else is an error and stays. A missing name is an
 // error for which errors.Is(err, fs.ErrNotExist) holds.
 func (r *Root) RemoveLink(name string) error {
-	dirFd, base, full, err := r.parent("remove", name)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(dirFd)
-	var st unix.Stat_t
-	if err := unix.Fstatat(dirFd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return &PathError{Op: "remove", Path: full, Component: full, Err: err}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
-		return &PathError{Op: "remove", Path: full, Component: full, Err: errors.New("is not a symlink: not removed")}
-	}
-	if err := unix.Unlinkat(dirFd, base, 0); err != nil {
-		return &PathError{Op: "remove", Path: full, Component: full, Err: err}
-	}
-	return nil
+	return r.removeEntry(name, func(mode uint32) (int, error) {
+		if mode != unix.S_IFLNK {
+			return 0, errors.New("is not a symlink: not removed")
+		}
+		return 0, nil
+	})
 }
