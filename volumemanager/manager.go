@@ -591,11 +591,14 @@ func (vm *VolumeManager) idle() bool {
 func (vm *VolumeManager) recovery(ctx context.Context) recovery {
 	logger := klog.FromContext(ctx)
 	var rc recovery
-	id, err := csiplugin.ReadBootID(vm.cfg.BootIDPath)
-	if err != nil {
+	if p, ok := vm.plugin.(interface{ BootID() string }); ok {
+		// The boot ID the plugin writes into its records, read once.
+		rc.bootID = p.BootID()
+	} else if id, err := csiplugin.ReadBootID(vm.cfg.BootIDPath); err != nil {
 		logger.Error(err, "Restart cannot tell a reboot from a crash: volumes found on disk are Uncertain")
+	} else {
+		rc.bootID = id
 	}
-	rc.bootID = id
 	mps, err := vm.cfg.Mounter.List()
 	if err != nil {
 		logger.Error(err, "Cannot list mount points: volumes found on disk are Uncertain")
