@@ -72,17 +72,26 @@ func TestSmoke(t *testing.T) {
 			}}},
 		},
 	}
-	must(t, "create namespace", func() error { _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); return err })
+	must(t, "create namespace", func() error {
+		_, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+		return err
+	})
 	must(t, "create CSIDriver", func() error {
 		_, err := client.StorageV1().CSIDrivers().Create(ctx, driver, metav1.CreateOptions{})
 		return err
 	})
-	must(t, "create PV", func() error { _, err := client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); return err })
+	must(t, "create PV", func() error {
+		_, err := client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+		return err
+	})
 	must(t, "create PVC", func() error {
 		_, err := client.CoreV1().PersistentVolumeClaims("smoke").Create(ctx, pvc, metav1.CreateOptions{})
 		return err
 	})
-	must(t, "create pod", func() error { _, err := client.CoreV1().Pods("smoke").Create(ctx, pod, metav1.CreateOptions{}); return err })
+	must(t, "create pod", func() error {
+		_, err := client.CoreV1().Pods("smoke").Create(ctx, pod, metav1.CreateOptions{})
+		return err
+	})
 
 	factory := informers.NewSharedInformerFactory(client, 0)
 	pods := factory.Core().V1().Pods()
