@@ -10,7 +10,7 @@ GOTESTFLAGS     ?= -race -count=1 -timeout 30m
 export PATH     := $(BIN):$(PATH)
 export CSI_SANITY := $(BIN)/csi-sanity
 
-.PHONY: all build test unit fuzz bench bench-compare demo lint deps tools clean
+.PHONY: all build test unit fuzz bench bench-compare demo lint deps tools clean testenv-bins integration
 
 all: build
 
@@ -80,6 +80,32 @@ bench-compare:
 
 demo: deps build
 	$(GO) run ./examples/nodeagent --demo
+
+# The test environment's binaries (package testenv): kube-apiserver and etcd,
+# built by testenv/build (its own module, requiring k8s.io/kubernetes) into a
+# cache directory keyed by the Kubernetes version, only when missing. A cold
+# build takes minutes; once cached, the target does nothing.
+TESTENV_VERSION := $(shell awk '$$1 == "k8s.io/kubernetes" && $$2 ~ /^v/ { print $$2 }' testenv/build/go.mod)
+TESTENV_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/nodevol-testenv/$(TESTENV_VERSION)
+TESTENV_LDFLAGS := -s -w
+export NODEVOL_TESTENV_DIR := $(TESTENV_CACHE)
+
+testenv-bins: $(TESTENV_CACHE)/kube-apiserver $(TESTENV_CACHE)/etcd
+
+$(TESTENV_CACHE)/kube-apiserver:
+	@mkdir -p $(@D)
+	cd testenv/build && $(GO) build -trimpath -ldflags='$(TESTENV_LDFLAGS)' -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver
+	mv $@.tmp $@
+
+$(TESTENV_CACHE)/etcd:
+	@mkdir -p $(@D)
+	cd testenv/build && $(GO) build -trimpath -ldflags='$(TESTENV_LDFLAGS)' -o $@.tmp go.etcd.io/etcd/server/v3
+	mv $@.tmp $@
+
+# The integration tests against a real kube-apiserver and etcd (not yet part
+# of make test).
+integration: testenv-bins
+	$(GO) test $(GOTESTFLAGS) ./testenv/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
