@@ -39,7 +39,7 @@ tools: $(BIN)/csi-sanity
 $(BIN)/csi-sanity:
 	GOBIN=$(BIN) $(GO) install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$(CSI_SANITY_VER)
 
-test: deps tools
+test: deps tools testenv-bins
 	$(GO) vet ./...
 	$(GO) test $(GOTESTFLAGS) ./...
 	cd bench/kubelet && $(GO) vet .
@@ -102,10 +102,11 @@ $(TESTENV_CACHE)/etcd:
 	cd testenv/build && $(GO) build -trimpath -ldflags='$(TESTENV_LDFLAGS)' -o $@.tmp go.etcd.io/etcd/server/v3
 	mv $@.tmp $@
 
-# The integration tests against a real kube-apiserver and etcd (not yet part
-# of make test).
-integration: testenv-bins
+# The integration tests against a real kube-apiserver and etcd (make test runs
+# them too, with everything else).
+integration: deps tools testenv-bins
 	$(GO) test $(GOTESTFLAGS) ./testenv/
+	$(GO) test $(GOTESTFLAGS) -run '^TestIntegration' ./volumemanager/ ./examples/nodeagent/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
