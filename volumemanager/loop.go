@@ -60,6 +60,10 @@ type loop struct {
 	// synced, if set, is called once the loop has taken in that the
 	// informers have synced.
 	synced func()
+	// resolveAll resolves every known pod again at each resync, not only
+	// the unresolved ones (node-restricted mode: the reads keep the
+	// pods' claims and volumes in the fetcher's cache).
+	resolveAll bool
 
 	informersSynced bool
 	podsSynced      bool
@@ -630,6 +634,13 @@ func (l *loop) resync() {
 	var again map[types.UID]*v1.Pod
 	for uid := range l.unresolved {
 		again = addPod(again, uid, l.in)
+	}
+	if l.resolveAll && l.informersSynced {
+		// Node-restricted mode: reading every pod's claims and volumes
+		// keeps them in the fetcher's cache (and refreshed) while used.
+		for uid := range l.known {
+			again = addPod(again, uid, l.in)
+		}
 	}
 	for uid, pod := range again {
 		l.syncPod(uid, pod)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -97,6 +98,18 @@ type Config struct {
 	// of another boot means the node rebooted and nothing is mounted any
 	// more. Tests replace the file to simulate a reboot.
 	BootIDPath string
+	// NodeRestricted, when true, reads PersistentVolumeClaims,
+	// PersistentVolumes and VolumeAttachments one at a time with GET and
+	// caches them, instead of listing and watching every one in the
+	// cluster: what a node may do under the Node authorizer, which forbids
+	// a node to list or watch them (a kubelet's own credentials,
+	// CN=system:node:NAME in group system:nodes). An object is fetched when
+	// a pod first needs it and again every ResyncPeriod while it is used;
+	// a VolumeAttachment not yet attached is polled, every second at first.
+	// CSIDrivers still come through an informer. Without it, a forbidden
+	// list is reported in the wait errors with a pointer to this field.
+	// Default false: informers, which cost no request per volume.
+	NodeRestricted bool
 	// VolumeStatsPeriod is how long the kubelet_volume_stats_* gauges (with
 	// a Registerer) reuse a volume's NodeGetVolumeStats answer. Default 1
 	// minute, the kubelet's --volume-stats-agg-period.
@@ -121,6 +134,9 @@ type VolumeManager struct {
 	// listErrs holds the last list/watch error of each informer, for
 	// the wait errors while the informers cannot sync.
 	listErrs *listErrors
+	// fetcher GETs PVCs, PVs and VolumeAttachments; nil unless
+	// Config.NodeRestricted.
+	fetcher *fetcher
 	// csiDrivers reads CSIDriver objects.
 	csiDrivers storagelisters.CSIDriverLister
 	// plugins runs plugin registration; nil unless Config.PluginRegistration.
@@ -168,7 +184,17 @@ func New(cfg Config) (*VolumeManager, error) {
 	}
 	core, storage := vm.factory.Core().V1(), vm.factory.Storage().V1()
 	vm.csiDrivers = storage.CSIDrivers().Lister()
-	vm.resolver = &resolver{pvcs: core.PersistentVolumeClaims().Lister(), pvs: core.PersistentVolumes().Lister()}
+	var attachments storagelisters.VolumeAttachmentLister
+	if cfg.NodeRestricted {
+		f := newFetcher(cfg.KubeClient, cfg.Clock, cfg.ResyncPeriod)
+		f.claim, f.attachment = vm.in.claim, vm.in.attachment
+		vm.fetcher = f
+		vm.resolver = &resolver{pvcs: fetchedPVCs{f}, pvs: fetchedPVs{f}}
+		attachments = fetchedVAs{f}
+	} else {
+		vm.resolver = &resolver{pvcs: core.PersistentVolumeClaims().Lister(), pvs: core.PersistentVolumes().Lister()}
+		attachments = storage.VolumeAttachments().Lister()
+	}
 	vm.plugin = cfg.Plugin
 	if vm.plugin == nil {
 		vm.plugin, err = csiplugin.New(csiplugin.Config{
@@ -176,7 +202,7 @@ func New(cfg Config) (*VolumeManager, error) {
 			NodeName:               cfg.NodeName,
 			Registry:               cfg.Drivers,
 			CSIDriverLister:        storage.CSIDrivers().Lister(),
-			VolumeAttachmentLister: storage.VolumeAttachments().Lister(),
+			VolumeAttachmentLister: attachments,
 			Secrets:                csiplugin.NewSecretGetter(cfg.KubeClient),
 			Tokens:                 csiplugin.NewTokenGetter(cfg.KubeClient, cfg.Clock),
 			Mounter:                cfg.Mounter,
@@ -200,6 +226,7 @@ func New(cfg Config) (*VolumeManager, error) {
 		node: cfg.NodeName, clock: cfg.Clock, in: vm.in, resolver: vm.resolver, csiDrivers: vm.csiDrivers,
 		dsw: vm.dsw, asw: vm.asw, metrics: m, events: cfg.EventRecorder, logger: klog.Background(),
 		backoff: oe.NewBackoff(oe.BackoffOptions{}), synced: func() { close(vm.ready) },
+		resolveAll: cfg.NodeRestricted,
 	})
 	if vm.expander != nil {
 		l.expansion = vm.resolver.pendingExpansion
@@ -303,6 +330,9 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() { vm.runPluginManager(ctx) })
+	if vm.fetcher != nil {
+		wg.Go(func() { vm.fetcher.run(ctx) })
+	}
 	if vm.inUse != nil {
 		wg.Go(func() { vm.inUse.run(ctx) })
 	}
@@ -458,21 +488,24 @@ func (vm *VolumeManager) watch(core coreinformers.Interface, storage storageinfo
 			vm.in.driver(d.Name)
 		}
 	}
-	for _, h := range []struct {
+	type watched struct {
 		what string
 		inf  cache.SharedIndexInformer
 		fn   func(any)
-	}{
-		{"PersistentVolumeClaims", core.PersistentVolumeClaims().Informer(), onClaim},
-		{"PersistentVolumes", core.PersistentVolumes().Informer(), onClaim},
-		{"VolumeAttachments", storage.VolumeAttachments().Informer(), onAttachment},
-		{"CSIDrivers", storage.CSIDrivers().Informer(), onDriver},
-	} {
+	}
+	hs := []watched{{"CSIDrivers", storage.CSIDrivers().Informer(), onDriver}}
+	if !vm.cfg.NodeRestricted { // fetched one by one instead (fetch.go)
+		hs = append(hs,
+			watched{"PersistentVolumeClaims", core.PersistentVolumeClaims().Informer(), onClaim},
+			watched{"PersistentVolumes", core.PersistentVolumes().Informer(), onClaim},
+			watched{"VolumeAttachments", storage.VolumeAttachments().Informer(), onAttachment})
+	}
+	for _, h := range hs {
 		fn, what := h.fn, h.what
 		// Fails only for an informer already started (Config.InformerFactory):
 		// its errors are then not in the wait errors.
 		_ = h.inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-			vm.listErrs.set(what, err)
+			vm.listErrs.set(what, listError(what, err))
 			cache.DefaultWatchErrorHandler(ctx, r, err)
 		})
 		reg, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -486,6 +519,17 @@ func (vm *VolumeManager) watch(core coreinformers.Interface, storage storageinfo
 		vm.syncs = append(vm.syncs, reg.HasSyncedChecker())
 	}
 	return nil
+}
+
+// listError is an informer's list or watch error, for the wait errors. A
+// node's own credentials may not list claims, volumes or attachments (the
+// Node authorizer): the error then says which mode works there.
+func listError(what string, err error) error {
+	if apierrors.IsForbidden(err) && what != "CSIDrivers" {
+		return fmt.Errorf("%w (with a node's own credentials, under the Node authorizer, set Config.NodeRestricted: "+
+			"claims, volumes and attachments are then read one at a time)", err)
+	}
+	return err
 }
 
 func unwrap(obj any) any {

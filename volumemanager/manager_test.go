@@ -45,14 +45,28 @@ type envOptions struct {
 	driver      csitest.Options
 	noRegister  bool
 	callTimeout time.Duration
+	// nodeRestricted sets Config.NodeRestricted; client, if set, replaces
+	// the fake clientset made from objects (reactors added first).
+	nodeRestricted bool
+	client         *fake.Clientset
+	// attachRequired is the driver's CSIDriver attachRequired.
+	attachRequired bool
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
 	o.driver.CreateTargetDirs = true
 	e := &env{t: t, drv: csitest.New(t, o.driver), root: t.TempDir(), events: record.NewFakeRecorder(100)}
-	objs := append([]runtime.Object{csitest.CSIDriver(e.drv.DriverName(), false)}, o.objects...)
-	e.client = fake.NewClientset(objs...)
+	objs := append([]runtime.Object{csitest.CSIDriver(e.drv.DriverName(), o.attachRequired)}, o.objects...)
+	e.client = o.client
+	if e.client == nil {
+		e.client = fake.NewClientset()
+	}
+	for _, obj := range objs {
+		if err := e.client.Tracker().Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
 	vm, err := New(Config{
 		NodeName:       node,
 		KubeClient:     e.client,
@@ -60,6 +74,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		Mounter:        mount.NewFakeMounter(nil),
 		EventRecorder:  e.events,
 		CSICallTimeout: o.callTimeout,
+		NodeRestricted: o.nodeRestricted,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -206,10 +221,9 @@ func TestMountAndUnmountPods(t *testing.T) {
 }
 
 func TestAttachRequired(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	if _, err := e.client.StorageV1().CSIDrivers().Update(context.Background(), csitest.CSIDriver(e.drv.DriverName(), true), metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// Required from the start: an update could reach the informer after
+	// the pod is planned, and the volume would mount unattached.
+	e := newEnv(t, envOptions{attachRequired: true})
 	e.claim("vol")
 	vaName := csitest.AttachmentName("handle-vol", e.drv.DriverName(), node)
 	va := csitest.VolumeAttachment(vaName, e.drv.DriverName(), "pv-vol", node, false)
