@@ -31,7 +31,7 @@ func runAgent(ctx context.Context, o options) error {
 		return fmt.Errorf("creating client: %w", err)
 	}
 	vm, err := volumemanager.New(volumemanager.Config{NodeName: o.node, KubeClient: client, RootDir: o.rootDir,
-		PluginRegistration: o.registration, ReportVolumesInUse: o.reportInUse})
+		PluginRegistration: o.registration, ReportVolumesInUse: o.reportInUse, NodeRestricted: o.nodeRestricted})
 	if err != nil {
 		return err
 	}

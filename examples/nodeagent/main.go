@@ -28,6 +28,9 @@ type options struct {
 	registration bool
 	// reportInUse keeps the Node's status.volumesInUse up to date.
 	reportInUse bool
+	// nodeRestricted reads claims, volumes and attachments one at a time
+	// (volumemanager.Config.NodeRestricted), for a node's own credentials.
+	nodeRestricted bool
 }
 
 // runSubcommand runs the hidden subcommands with which the demo starts the
@@ -69,6 +72,7 @@ func main() {
 	fs.Var(&o.drivers, "driver", "a CSI driver as name=/path/to/csi.sock (repeatable)")
 	fs.BoolVar(&o.registration, "plugin-registration", true, "register the CSI drivers whose registrars announce them in {root-dir}/plugins_registry")
 	fs.BoolVar(&o.reportInUse, "report-volumes-in-use", true, "keep the Node's status.volumesInUse up to date, as the kubelet does (turn off when something else reports it)")
+	fs.BoolVar(&o.nodeRestricted, "node-restricted", false, "read PVCs, PVs and VolumeAttachments one at a time with GET instead of informers: needed with the node's own credentials (Node authorizer), which may not list them")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 	if o.node == "" {
