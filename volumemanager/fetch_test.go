@@ -380,3 +380,34 @@ func TestForbiddenListNamesNodeRestricted(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeRestrictedKeepsWhatPodsUse: the claim and volume of a running pod
+// stay cached and are refreshed at every resync, beyond the eviction age,
+// because the resync reads them again (it resolves every known pod again,
+// and the plan of a mounted volume reads its claim for a pending
+// expansion: either read keeps them).
+func TestNodeRestrictedKeepsWhatPodsUse(t *testing.T) {
+	const period = 20 * time.Millisecond
+	e := newEnv(t, envOptions{nodeRestricted: true, client: restrictedClient(), resyncPeriod: period})
+	e.claim("vol")
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	if err := e.mount(pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	gets := func() int {
+		n := 0
+		for _, a := range e.client.Actions() {
+			if a.GetVerb() == "get" && a.GetResource().Resource == "persistentvolumeclaims" {
+				n++
+			}
+		}
+		return n
+	}
+	// Evicted after evictPeriods unread periods, the claim would be fetched
+	// no more than 1+evictPeriods times.
+	eventually(t, "the claim refreshed past the eviction age", func() bool { return gets() >= 3*evictPeriods })
+	if _, err := e.vm.fetcher.read(fetchKey{kind: kindPVC, namespace: "ns", name: "vol"}); err != nil {
+		t.Fatalf("claim of a running pod: %v, want it cached", err)
+	}
+	e.unmount(pod)
+}

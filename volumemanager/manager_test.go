@@ -51,6 +51,7 @@ type envOptions struct {
 	client         *fake.Clientset
 	// attachRequired is the driver's CSIDriver attachRequired.
 	attachRequired bool
+	resyncPeriod   time.Duration
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -75,6 +76,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		EventRecorder:  e.events,
 		CSICallTimeout: o.callTimeout,
 		NodeRestricted: o.nodeRestricted,
+		ResyncPeriod:   o.resyncPeriod,
 	})
 	if err != nil {
 		t.Fatal(err)
