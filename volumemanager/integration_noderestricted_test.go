@@ -352,3 +352,67 @@ func TestIntegrationInformerModeRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestIntegrationRegistrationRejected: a driver whose topology key the API
+// server refuses as a Node label is not registered; the registrar hears
+// an error naming the node, the field and the value, and the attempts
+// back off.
+func TestIntegrationRegistrationRejected(t *testing.T) {
+	env := testenv.StartT(t, testenv.Options{})
+	ctx := t.Context()
+	admin := kubernetes.NewForConfigOrDie(env.Config())
+	var counter requestCounter
+	client := kubernetes.NewForConfigOrDie(counter.wrap(env.Config()))
+	if _, err := admin.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true, Topology: map[string]string{"topology.example.com/bad key!": "a"}})
+	root := t.TempDir()
+	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: mount.NewFakeMounter(nil), PluginRegistration: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- vm.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+	regDir := filepath.Join(root, "plugins_registry")
+	eventually(t, "registration directory created", func() bool { _, err := os.Stat(regDir); return err == nil })
+	reg, err := csitest.StartRegistrar(csitest.RegistrarConfig{Dir: regDir, DriverName: drv.DriverName(), Endpoint: drv.Endpoint()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Stop()
+	s, err := reg.WaitForStatus(ctx, 1)
+	if err != nil || s.Registered {
+		t.Fatalf("registration status %+v, %v; want refused", s, err)
+	}
+	for _, want := range []string{"node " + node, "metadata.labels", "bad key!"} {
+		if !strings.Contains(s.Error, want) {
+			t.Errorf("registration error %q does not say %q", s.Error, want)
+		}
+	}
+	if _, err := vm.Drivers().Client(drv.DriverName()); err == nil {
+		t.Error("the refused driver is registered")
+	}
+	n, err := admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil || n.Annotations[csiplugin.NodeIDAnnotation] != "" {
+		t.Errorf("Node annotation %q (%v), want none", n.Annotations[csiplugin.NodeIDAnnotation], err)
+	}
+	// Retried, but backing off (500 ms, then 1 s, ...): the third attempt
+	// comes no sooner than 1.5 s after the first, never in a hot loop.
+	first := time.Now()
+	eventually(t, "a third registration attempt", func() bool { return drv.Calls("NodeGetInfo") >= 3 })
+	if d := time.Since(first); d < time.Second {
+		t.Errorf("three attempts within %v: want backoff", d)
+	}
+	updates := 0
+	for k, v := range counter.take() {
+		if strings.HasPrefix(k, "PUT nodes") || strings.HasPrefix(k, "PATCH nodes") {
+			updates += v
+		}
+	}
+	if calls := drv.Calls("NodeGetInfo"); updates > calls {
+		t.Errorf("%d Node updates for %d attempts: want at most one each", updates, calls)
+	}
+}
