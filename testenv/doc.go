@@ -56,5 +56,9 @@
 //
 // The apiserver can be stopped and started again alone (Env.StopAPIServer,
 // Env.StartAPIServer, Env.RestartAPIServer) on the same address, with its
-// data kept in etcd, to test how clients ride out an outage.
+// data kept in etcd, to test how clients ride out an outage. Right after
+// such a restart (/readyz already ok), RBAC may refuse a non-admin user's
+// requests as forbidden for a moment, until the authorizer has read the
+// roles and bindings a test created: clients retry, and tests that look for
+// "forbidden" in a client's log allow for it.
 package testenv

@@ -3,6 +3,7 @@ package volumemanager
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -43,6 +44,9 @@ type inUseReporter struct {
 	mu   sync.Mutex
 	last map[cache.UniqueVolumeName]bool // what the Node says, after our last patch
 	sent bool                            // a patch succeeded at least once
+	// failed is the error of the last report, nil after a success: the
+	// wait errors of held volumes quote it.
+	failed error
 }
 
 func newInUseReporter(client kubernetes.Interface, node string, csiDrivers storagelisters.CSIDriverLister, clk clock.Clock) *inUseReporter {
@@ -78,6 +82,23 @@ func (r *inUseReporter) hold(name cache.UniqueVolumeName, driver string) bool {
 	return true
 }
 
+// waiting says, for a volume that hold keeps waiting, what it waits for
+// and why the report has not happened yet (the last patch's error), for
+// the wait errors; "" when the volume is not held.
+func (r *inUseReporter) waiting(name cache.UniqueVolumeName, driver string) string {
+	if r == nil || !r.hold(name, driver) {
+		return ""
+	}
+	r.mu.Lock()
+	failed := r.failed
+	r.mu.Unlock()
+	why := fmt.Sprintf("its attachment is confirmed only once node %s's status.volumesInUse lists it", r.node)
+	if failed != nil {
+		return fmt.Sprintf("%s, and reporting it failed: %v", why, failed)
+	}
+	return why + ", which has not been reported yet"
+}
+
 // run reports until ctx ends.
 func (r *inUseReporter) run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
@@ -92,7 +113,11 @@ func (r *inUseReporter) run(ctx context.Context) {
 		case <-retry:
 		}
 		retry = nil
-		if err := r.report(ctx); err != nil {
+		err := r.report(ctx)
+		r.mu.Lock()
+		r.failed = err
+		r.mu.Unlock()
+		if err != nil {
 			logger.Error(err, "Reporting volumes in use on the Node failed, retrying", "node", r.node, "retryAfter", backoff)
 			retry = r.clock.After(backoff)
 			backoff = min(2*backoff, inUseRetryMax)
@@ -121,14 +146,14 @@ func (r *inUseReporter) report(ctx context.Context) error {
 	slices.Sort(list)
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"volumesInUse": list}})
 	if err != nil {
-		return err
+		return fmt.Errorf("encoding the volumesInUse patch of node %s: %w", r.node, err)
 	}
 	_, err = r.client.CoreV1().Nodes().Patch(ctx, r.node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			klog.FromContext(ctx).V(2).Info("Node not found, volumes in use not reported yet", "node", r.node)
 		}
-		return err
+		return fmt.Errorf("patching status.volumesInUse of node %s: %w", r.node, err)
 	}
 	now := make(map[cache.UniqueVolumeName]bool, len(names))
 	var added []cache.UniqueVolumeName

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,6 +60,13 @@ func TestReportVolumesInUse(t *testing.T) {
 	stop()
 	if err == nil {
 		t.Fatal("mounted before the volume was reported in use")
+	}
+	// The wait error says what the volume waits for and why it has not
+	// happened: the failed report (not a bare deadline).
+	for _, want := range []string{`volume "data"`, "status.volumesInUse", "API server unavailable"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("WaitForAttachAndMount = %v; want it to say %q", err, want)
+		}
 	}
 	if n := drv.Calls("NodeStageVolume"); n != 0 {
 		t.Fatalf("NodeStageVolume called %d times before the volume was reported in use", n)

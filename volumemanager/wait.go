@@ -160,6 +160,18 @@ func (vm *VolumeManager) waitError(ctx context.Context, pod *v1.Pod, left []stri
 			waiting[name] = why
 		}
 	}
+	if vm.inUse != nil {
+		for _, name := range left {
+			if waiting[name] != "" {
+				continue
+			}
+			if spec, _, ok := vm.dsw.Volume(volumes[name]); ok {
+				if why := vm.inUse.waiting(spec.Name, spec.Driver); why != "" {
+					waiting[name] = why
+				}
+			}
+		}
+	}
 	sort.Strings(left)
 	return &WaitError{Pod: pod.Namespace + "/" + pod.Name, What: what, Volumes: left, Causes: causes, Running: running, Waiting: waiting, Err: context.Cause(ctx)}
 }

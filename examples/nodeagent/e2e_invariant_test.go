@@ -74,11 +74,13 @@ var podSkeletonDirs = []string{
 }
 
 // harnessEntries are the test's own files and directories under the root
-// (filepath.Match patterns relative to it): logs, objects files, the loop
-// driver's state directory (images) and socket directory. The invariant
-// does not look into them.
+// (filepath.Match patterns relative to it): logs, objects files, the
+// kubeconfig, the loop driver's state directory (images) and socket
+// directory, the registration directory of the registrar's socket. The
+// invariant does not look into them.
 func harnessEntries(e *holdEnv) []string {
-	return []string{"calls.log", "agent.log", "loopdriver.log", "objects*.json", "boot_id", "loopdriver", "plugins/" + e.drv.name}
+	return []string{"calls.log", "agent.log", "loopdriver.log", "registrar.log", "objects*.json", "kubeconfig", "boot_id",
+		"loopdriver", "plugins/" + e.drv.name, "plugins_registry"}
 }
 
 // checkInvariant reports, as errors, every way the node differs from the

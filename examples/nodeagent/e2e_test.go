@@ -19,8 +19,14 @@ import (
 )
 
 // TestMain lets the test binary play the loop driver process, as the
-// nodeagent binary does for the demo, and the registrar.
+// nodeagent binary does for the demo, and the registrar; with
+// agentMainEnv=1 in its environment it is the nodeagent command itself
+// (main, with its command line), for the integration tests.
 func TestMain(m *testing.M) {
+	if os.Getenv(agentMainEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
 	if code, ok := runSubcommand(os.Args[1:]); ok {
 		os.Exit(code)
 	}
