@@ -52,6 +52,13 @@ func (c *requestCounter) wrap(cfg *rest.Config) *rest.Config {
 	return cfg
 }
 
+// get returns the count of key ("VERB resource").
+func (c *requestCounter) get(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[key]
+}
+
 // take returns the counts so far and starts again from zero.
 func (c *requestCounter) take() map[string]int {
 	c.mu.Lock()
