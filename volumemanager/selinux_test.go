@@ -79,7 +79,7 @@ func TestSELinuxMountContext(t *testing.T) {
 		{name: "a level and none", in: on(func(in *seLinuxMountInput) { in.Containers = []*v1.SELinuxOptions{c12, {Type: "spc_t"}} }),
 			err: "the containers that mount it have different SELinux labels: <random level>, system_u:object_r:container_file_t:s0:c1,c2"},
 		{name: "containers disagree, driver without support: still an error, as the kubelet's",
-			in: on(func(in *seLinuxMountInput) { in.DriverSupport = false; in.Containers = []*v1.SELinuxOptions{c34, c12} }),
+			in:  on(func(in *seLinuxMountInput) { in.DriverSupport = false; in.Containers = []*v1.SELinuxOptions{c34, c12} }),
 			err: "the containers that mount it have different SELinux labels: system_u:object_r:container_file_t:s0:c1,c2, system_u:object_r:container_file_t:s0:c3,c4"},
 		{name: "containers disagree on a ReadWriteOnce volume: a warning only", in: on(func(in *seLinuxMountInput) {
 			in.AccessModes = []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}
@@ -140,7 +140,9 @@ func TestAdmitSELinux(t *testing.T) {
 	pv := func(pod, label string) cache.PodVolume {
 		return cache.PodVolume{Pod: cache.PodRef{UID: types.UID("uid-" + pod), Namespace: "ns", Name: pod}, SpecName: "data", SELinuxLabel: label}
 	}
-	mounted := func(p cache.PodVolume, st cache.MountState) cache.PodMount { return cache.PodMount{Volume: p, State: st} }
+	mounted := func(p cache.PodVolume, st cache.MountState) cache.PodMount {
+		return cache.PodMount{Volume: p, State: st}
+	}
 	for _, tc := range []struct {
 		name string
 		v    volumeView
