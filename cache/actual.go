@@ -18,6 +18,9 @@ type ActualVolume struct {
 	DeviceState MountState
 	// DeviceMountPath is the staging path ("" when the driver does not stage).
 	DeviceMountPath string
+	// SELinuxContext is the SELinux context the device was (or is being)
+	// staged with, "" for none.
+	SELinuxContext string
 	// Pods maps each pod that may have the volume published to its mount.
 	Pods map[types.UID]PodMount
 }
@@ -111,6 +114,14 @@ func (a *ActualStateOfWorld) SetDeviceState(spec VolumeSpec, state MountState, d
 		v.DeviceMountPath = deviceMountPath
 	}
 	a.wakeVolume(v)
+}
+
+// SetDeviceSELinuxContext records the SELinux context the volume's device
+// is staged with.
+func (a *ActualStateOfWorld) SetDeviceSELinuxContext(spec VolumeSpec, context string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.volume(spec).SELinuxContext = context
 }
 
 // SetPodMount records the state of a pod's mount of a volume after an

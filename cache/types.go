@@ -119,11 +119,15 @@ type PodVolume struct {
 	// ReadOnly is true when the pod's claim or the PV asks for read-only.
 	ReadOnly bool
 	// FSGroup is the pod's securityContext.fsGroup: the group that gets
-	// ownership of the volume's files. SELinuxLabel is kept for SELinux support.
+	// ownership of the volume's files.
 	FSGroup *int64
 	// FSGroupOnRootMismatch is the pod's fsGroupChangePolicy OnRootMismatch:
 	// ownership is changed only when the volume's root does not already
 	// have it.
 	FSGroupOnRootMismatch bool
-	SELinuxLabel          string
+	// SELinuxLabel is the SELinux context the pod mounts the volume with
+	// (mount option context="..."), "" for none: the file label of its
+	// containers' seLinuxOptions, where the kubelet would mount with it
+	// (volumemanager/selinux.go).
+	SELinuxLabel string
 }

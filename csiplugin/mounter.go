@@ -155,7 +155,7 @@ func (p *Plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req
 		VolumeId:          spec.VolumeHandle,
 		PublishContext:    req.PublishContext,
 		StagingTargetPath: stagingPath,
-		VolumeCapability:  volumeCapability(spec, caps, fsGroup),
+		VolumeCapability:  withSELinuxContext(volumeCapability(spec, caps, fsGroup), vol.SELinuxLabel),
 		Readonly:          vol.ReadOnly || spec.ReadOnly,
 		VolumeContext:     volCtx,
 	}
@@ -180,6 +180,7 @@ func (p *Plugin) podVolumeData(spec *cache.VolumeSpec, vol cache.PodVolume) *Vol
 		NodeName:            p.node,
 		AttachmentID:        AttachmentName(spec.VolumeHandle, spec.Driver, p.node),
 		VolumeLifecycleMode: string(storagev1.VolumeLifecyclePersistent),
+		SELinuxMountContext: vol.SELinuxLabel,
 	}
 	if spec.Ephemeral {
 		d.VolumeLifecycleMode = string(storagev1.VolumeLifecycleEphemeral)

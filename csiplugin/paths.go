@@ -104,8 +104,9 @@ func AttachmentName(volumeHandle, driver, nodeName string) string {
 
 // VolumeData is the content of vol_data.json, in the kubelet's format (a
 // JSON object of strings). Beside a staging path it holds VolumeHandle and
-// DriverName; beside a pod's volume path all fields but SELinuxMountContext
-// are set.
+// DriverName; beside a pod's volume path all fields are set. Both hold
+// SELinuxMountContext when the volume is mounted with an SELinux context
+// (the kubelet's key "seLinuxMountContext").
 type VolumeData struct {
 	SpecVolID           string `json:"specVolID,omitempty"`
 	VolumeHandle        string `json:"volumeHandle"`

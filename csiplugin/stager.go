@@ -59,7 +59,8 @@ func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string,
 	}
 	// specVolID (the PV's name) is more than the kubelet writes here; it
 	// lets a restart tell which unreadable pod directory may use the device.
-	err = p.saveVolumeData(dir, &VolumeData{SpecVolID: spec.PVName, VolumeHandle: spec.VolumeHandle, DriverName: spec.Driver})
+	err = p.saveVolumeData(dir, &VolumeData{SpecVolID: spec.PVName, VolumeHandle: spec.VolumeHandle, DriverName: spec.Driver,
+		SELinuxMountContext: req.SELinuxContext})
 	rec := volumeRecord(spec, dir, req.PublishContext, client.caps)
 	if err == nil {
 		rec.Phase = PhaseStaging
@@ -74,7 +75,7 @@ func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string,
 			VolumeId:          spec.VolumeHandle,
 			PublishContext:    req.PublishContext,
 			StagingTargetPath: stagingPath,
-			VolumeCapability:  volumeCapability(spec, client.caps, nil),
+			VolumeCapability:  withSELinuxContext(volumeCapability(spec, client.caps, nil), req.SELinuxContext),
 			Secrets:           secrets,
 			VolumeContext:     spec.Attributes,
 		})

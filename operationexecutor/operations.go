@@ -92,6 +92,9 @@ type Action struct {
 	// Pod is set for OpPublish and OpUnpublish, and for OpExpand (the pod
 	// whose published path the driver is given).
 	Pod cache.PodVolume
+	// SELinuxContext is, for OpStage, the SELinux context the device is
+	// staged with ("" for none). A publish has its pod's, Pod.SELinuxLabel.
+	SELinuxContext string
 }
 
 // Key returns the exclusion key of the action.
@@ -146,7 +149,7 @@ func Do(ctx context.Context, p Plugin, a Action, in Input) Outcome {
 	case OpAttach:
 		out.PublishContext, out.Err = p.WaitForAttach(ctx, &spec)
 	case OpStage:
-		out.Path, out.Err = p.MountDevice(ctx, DeviceRequest{Spec: &spec, PublishContext: in.PublishContext})
+		out.Path, out.Err = p.MountDevice(ctx, DeviceRequest{Spec: &spec, PublishContext: in.PublishContext, SELinuxContext: a.SELinuxContext})
 	case OpUnstage:
 		out.Err = p.UnmountDevice(ctx, DeviceRequest{Spec: &spec, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath})
 	case OpPublish:

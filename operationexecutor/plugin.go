@@ -56,6 +56,9 @@ type DeviceRequest struct {
 	// DeviceMountPath is, for an unstage, where the device is staged as
 	// far as the caller knows ("" when unknown).
 	DeviceMountPath string
+	// SELinuxContext, for a stage, is the SELinux context to mount the
+	// device with (mount option context="..."); "" for none.
+	SELinuxContext string
 }
 
 // MountRequest asks for a volume to be published into, or unpublished from, a pod.

@@ -100,6 +100,9 @@ type loop struct {
 	retryAt map[cache.UniqueVolumeName]time.Time
 	// waiting says why each volume's due work waits (the planner's words).
 	waiting map[cache.UniqueVolumeName][]string
+	// seLinuxConflicts is the SELinux conflict each refused pod was last
+	// told of (selinux.go).
+	seLinuxConflicts map[oe.Key]string
 }
 
 // opInput is what an operation needs.
@@ -157,6 +160,7 @@ func (l *loop) install(d diskState) {
 	}
 	for _, dev := range d.devices {
 		l.asw.SetDeviceState(dev.spec, dev.state, dev.path)
+		l.asw.SetDeviceSELinuxContext(dev.spec, dev.seLinuxContext)
 		l.foundDevices[dev.spec.Name] = true
 		l.dirty[dev.spec.Name] = struct{}{}
 	}
@@ -345,6 +349,7 @@ func (l *loop) planVolume(ctx context.Context, name cache.UniqueVolumeName) {
 	v := l.view(name)
 	l.adopt(&v)
 	d := plan(v)
+	l.reportSELinux(name, v.Desired, d.SELinuxRefused)
 	if d.Retry.IsZero() {
 		delete(l.retryAt, name)
 	} else {
@@ -475,6 +480,8 @@ func (l *loop) begin(a oe.Action, v volumeView) {
 		l.asw.SetPodBusy(v.Spec, a.Pod, true) // possibly mounted from now on
 	case oe.OpAttach:
 		l.attaching[csiplugin.AttachmentName(v.Spec.VolumeHandle, v.Spec.Driver, l.node)] = a.Volume
+	case oe.OpStage:
+		l.asw.SetDeviceSELinuxContext(v.Spec, a.SELinuxContext) // possibly staged with it from now on
 	case oe.OpExpand:
 		in.VolumePath = v.Actual.Pods[a.Pod.Pod.UID].Path
 		in.Expansion, _ = l.expansion(v.Spec.PVName)

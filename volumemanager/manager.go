@@ -110,6 +110,12 @@ type Config struct {
 	// list is reported in the wait errors with a pointer to this field.
 	// Default false: informers, which cost no request per volume.
 	NodeRestricted bool
+	// SELinuxEnabled reports whether the host has SELinux enabled; asked
+	// once, by New. Pods' volumes are mounted with an SELinux context only
+	// where it does (volumemanager/selinux.go). Default: selinuxfs is
+	// mounted read-write at /sys/fs/selinux and this process has an SELinux
+	// label, as go-selinux's GetEnabled decides.
+	SELinuxEnabled func() bool
 	// VolumeStatsPeriod is how long the kubelet_volume_stats_* gauges (with
 	// a Registerer) reuse a volume's NodeGetVolumeStats answer. Default 1
 	// minute, the kubelet's --volume-stats-agg-period.
@@ -195,6 +201,7 @@ func New(cfg Config) (*VolumeManager, error) {
 		vm.resolver = &resolver{pvcs: core.PersistentVolumeClaims().Lister(), pvs: core.PersistentVolumes().Lister()}
 		attachments = storage.VolumeAttachments().Lister()
 	}
+	vm.resolver.csiDrivers, vm.resolver.seLinuxEnabled = vm.csiDrivers, cfg.SELinuxEnabled()
 	vm.plugin = cfg.Plugin
 	if vm.plugin == nil {
 		vm.plugin, err = csiplugin.New(csiplugin.Config{
@@ -294,6 +301,9 @@ func setDefaults(cfg *Config) {
 	}
 	if cfg.MountTimeout <= 0 {
 		cfg.MountTimeout = 2*time.Minute + 3*time.Second
+	}
+	if cfg.SELinuxEnabled == nil {
+		cfg.SELinuxEnabled = hostSELinuxEnabled
 	}
 }
 

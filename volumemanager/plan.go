@@ -63,6 +63,9 @@ type decision struct {
 	// Done is true when nothing of the volume is left and nothing runs:
 	// the loop forgets it.
 	Done bool
+	// SELinuxRefused are the desired pods that wait because they would
+	// mount the volume with another SELinux context (admitSELinux).
+	SELinuxRefused map[types.UID]*SELinuxConflictError
 }
 
 func (d *decision) wait(format string, args ...any) {
@@ -82,6 +85,8 @@ func (d *decision) wait(format string, args ...any) {
 // of operation waits until its backoff ends.
 func plan(v volumeView) decision {
 	var d decision
+	sel := admitSELinux(v)
+	d.SELinuxRefused = sel.Refused
 	for k, kind := range v.InFlight {
 		if k.Pod == "" {
 			d.wait("%s running", kind.NameFor(v.Spec.Mode))
@@ -164,14 +169,29 @@ func plan(v volumeView) decision {
 			}
 			return volumeOp(oe.Action{Kind: oe.OpAttach, Volume: v.Name})
 		}
+		if v.Actual.DeviceState.MayBeMounted() && !sel.Mounted && v.Actual.SELinuxContext != sel.Context {
+			// Staged with an SELinux context that no pod wanting it has
+			// (its pods are gone): unstage, then stage with the new one.
+			switch {
+			case published || busy:
+				d.wait("unstage (to stage again with SELinux context %q) waits for the unpublishes", sel.Context)
+			case v.HoldDevice != "":
+				d.wait("unstage held: %s", v.HoldDevice)
+			case len(v.Refs) > 0:
+				d.wait("unstage waits: staging path still referenced by %v", v.Refs)
+			default:
+				return volumeOp(oe.Action{Kind: oe.OpUnstage, Volume: v.Name})
+			}
+			return d
+		}
 		if v.Actual.DeviceState != cache.Mounted {
 			// NotMounted, or Uncertain: staging again is safe (NodeStage is idempotent).
-			return volumeOp(oe.Action{Kind: oe.OpStage, Volume: v.Name})
+			return volumeOp(oe.Action{Kind: oe.OpStage, Volume: v.Name, SELinuxContext: sel.Context})
 		}
 	}
 	var mounted *cache.PodVolume
 	for i, p := range v.Desired {
-		if podBusy(p.Pod.UID) {
+		if podBusy(p.Pod.UID) || sel.Refused[p.Pod.UID] != nil {
 			continue
 		}
 		pm, ok := v.Actual.Pods[p.Pod.UID]

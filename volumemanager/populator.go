@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
 )
@@ -20,6 +22,10 @@ import (
 type resolver struct {
 	pvcs corelisters.PersistentVolumeClaimLister
 	pvs  corelisters.PersistentVolumeLister
+	// csiDrivers and seLinuxEnabled decide the SELinux context of each
+	// pod's mount (selinux.go); without them there is none.
+	csiDrivers     storagelisters.CSIDriverLister
+	seLinuxEnabled bool
 }
 
 // podCSIVolumes returns the pod's volumes that nodevol handles, in spec
@@ -69,6 +75,9 @@ func (r *resolver) resolvePod(pod *v1.Pod) (ref cache.PodRef, wanted []string, r
 		v := &vols[i]
 		wanted = append(wanted, v.Name)
 		dv, err := r.resolveVolume(pod, v, block[v.Name])
+		if err == nil {
+			dv.Volume.SELinuxLabel, err = r.seLinuxLabel(pod, v.Name, dv.Spec)
+		}
 		if err != nil {
 			errs[v.Name] = fmt.Errorf("pod %s volume %q: %w", ref, v.Name, err)
 			continue
@@ -88,9 +97,6 @@ func (r *resolver) resolveVolume(pod *v1.Pod, v *v1.Volume, asBlock bool) (cache
 	if sc := pod.Spec.SecurityContext; sc != nil {
 		pv.FSGroup = sc.FSGroup
 		pv.FSGroupOnRootMismatch = sc.FSGroupChangePolicy != nil && *sc.FSGroupChangePolicy == v1.FSGroupChangeOnRootMismatch
-		if sc.SELinuxOptions != nil {
-			pv.SELinuxLabel = sc.SELinuxOptions.Level
-		}
 	}
 	switch {
 	case v.CSI != nil:

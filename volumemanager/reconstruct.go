@@ -43,6 +43,9 @@ type foundDevice struct {
 	spec  cache.VolumeSpec
 	path  string
 	state cache.MountState // Mounted or Uncertain
+	// seLinuxContext is the SELinux context vol_data.json says the device
+	// was staged with.
+	seLinuxContext string
 }
 
 // recovery is what reconstruction compares nodevol's records of work in
@@ -306,7 +309,11 @@ func (w walker) stagedDevice(spec cache.VolumeSpec) (foundDevice, bool) {
 	if !ok {
 		return foundDevice{}, false
 	}
-	return foundDevice{spec: spec, path: stagingPath, state: state}, true
+	d := foundDevice{spec: spec, path: stagingPath, state: state}
+	if data, err := csiplugin.ReadVolumeData(w.r, rel); err == nil {
+		d.seLinuxContext = data.SELinuxMountContext
+	}
+	return d, true
 }
 
 // record reads the record of directory rel; nil when there is none or it
@@ -437,7 +444,7 @@ func recordVolumeData(rec *csiplugin.Record) *csiplugin.VolumeData {
 // pod that still wants it finds it.
 func reconstructedSpec(d *csiplugin.VolumeData, uid types.UID, dirName string) (cache.VolumeSpec, cache.PodVolume) {
 	spec := cache.VolumeSpec{Driver: d.DriverName, VolumeHandle: d.VolumeHandle, Mode: cache.Filesystem}
-	vol := cache.PodVolume{Pod: cache.PodRef{UID: uid}, SpecName: dirName}
+	vol := cache.PodVolume{Pod: cache.PodRef{UID: uid}, SpecName: dirName, SELinuxLabel: d.SELinuxMountContext}
 	if d.VolumeLifecycleMode == lifecycleEphemeral {
 		spec.Ephemeral = true
 		spec.Name = inlineVolumeName(uid, dirName)

@@ -35,9 +35,14 @@ import (
 //
 // Commands (arguments key=value):
 //
-//	claim name=a [driver=drv] [block]     a PVC ns/a bound to PV pv-a, handle h-a
+//	claim name=a [driver=drv] [block] [rwop]
+//	                                       a PVC ns/a bound to PV pv-a, handle h-a
+//	                                       (ReadWriteOnce, or ReadWriteOncePod)
 //	unbind name=a                          the PVC goes (its pods cannot be resolved)
-//	pod name=p claims=(a,b) [block=(a)]     AddPod (uid uid-p)
+//	pod name=p claims=(a,b) [block=(a)] [level=s0:c1]
+//	                                       AddPod (uid uid-p), with that SELinux level
+//	selinux-mount driver=drv               the driver's CSIDriver sets seLinuxMount
+//	                                       (the host has SELinux enabled in every script)
 //	delete-pod name=p                      DeletePod
 //	mark-synced                            MarkPodsSynced
 //	informers-synced                       the informers have listed once
@@ -108,7 +113,8 @@ func (s *scenario) newLoop() {
 	var l *loop
 	s.dsw = cache.NewDesiredStateOfWorld(func(n cache.UniqueVolumeName) { l.markDirty(n) })
 	s.asw = cache.NewActualStateOfWorld()
-	res := &resolver{pvcs: corelisters.NewPersistentVolumeClaimLister(s.pvcs), pvs: corelisters.NewPersistentVolumeLister(s.pvs)}
+	res := &resolver{pvcs: corelisters.NewPersistentVolumeClaimLister(s.pvcs), pvs: corelisters.NewPersistentVolumeLister(s.pvs),
+		csiDrivers: storagelisters.NewCSIDriverLister(s.drivers), seLinuxEnabled: true}
 	l = newLoop(loop{
 		node: "node-1", clock: s.clock, in: s.in, resolver: res, csiDrivers: storagelisters.NewCSIDriverLister(s.drivers),
 		dsw: s.dsw, asw: s.asw, logger: klog.Background(),
@@ -132,6 +138,9 @@ func (s *scenario) action(a oe.Action, mode cache.VolumeMode) string {
 	out := a.Kind.NameFor(mode) + " " + short(a.Volume)
 	if a.Kind == oe.OpPublish || a.Kind == oe.OpUnpublish {
 		out += " pod=" + string(a.Pod.Pod.UID)
+	}
+	if c := a.SELinuxContext + a.Pod.SELinuxLabel; c != "" && a.Kind != oe.OpUnpublish {
+		out += fmt.Sprintf(" context=%q", c)
 	}
 	return out
 }
@@ -161,13 +170,25 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 	switch td.Cmd {
 	case "claim":
 		s.claim(arg("name"), td.HasArg("block"))
+		if td.HasArg("rwop") {
+			s.rwop(t, arg("name"))
+		}
 	case "unbind":
 		if err := s.pvcs.Delete(&v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: arg("name")}}); err != nil {
 			t.Fatal(err)
 		}
 		s.in.claim("ns/" + arg("name"))
 	case "pod":
-		s.in.addPod(scenarioPod(arg("name"), list("claims"), list("block")))
+		pod := scenarioPod(arg("name"), list("claims"), list("block"))
+		if l := arg("level"); l != "" {
+			pod.Spec.SecurityContext = &v1.PodSecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: l}}
+		}
+		s.in.addPod(pod)
+	case "selinux-mount":
+		yes := true
+		if err := s.drivers.Add(&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: arg("driver")}, Spec: storagev1.CSIDriverSpec{SELinuxMount: &yes}}); err != nil {
+			t.Fatal(err)
+		}
 	case "delete-pod":
 		s.in.deletePod(types.UID("uid-" + arg("name")))
 	case "mark-synced":
@@ -375,14 +396,16 @@ func (s *scenario) restart(ctx context.Context, t *testing.T, corrupt, noDevice 
 			if err != nil {
 				t.Fatal(err)
 			}
-			writeVolData(t, dir, fmt.Sprintf(`{"specVolID":%q,"volumeHandle":%q,"driverName":%q}`, v.Spec.PVName, v.Spec.VolumeHandle, v.Spec.Driver))
+			writeVolData(t, dir, fmt.Sprintf(`{"specVolID":%q,"volumeHandle":%q,"driverName":%q,"seLinuxMountContext":%q}`,
+				v.Spec.PVName, v.Spec.VolumeHandle, v.Spec.Driver, pm.Volume.SELinuxLabel))
 		}
 		if v.DeviceState.MayBeMounted() && !skipDevice[name] {
 			dir, err := csiplugin.StagingDir(s.root, v.Spec.Driver, v.Spec.VolumeHandle)
 			if err != nil {
 				t.Fatal(err)
 			}
-			writeVolData(t, dir, fmt.Sprintf(`{"specVolID":%q,"volumeHandle":%q,"driverName":%q}`, v.Spec.PVName, v.Spec.VolumeHandle, v.Spec.Driver))
+			writeVolData(t, dir, fmt.Sprintf(`{"specVolID":%q,"volumeHandle":%q,"driverName":%q,"seLinuxMountContext":%q}`,
+				v.Spec.PVName, v.Spec.VolumeHandle, v.Spec.Driver, v.SELinuxContext))
 		}
 	}
 	for _, c := range corrupt { // pod/claim
@@ -425,6 +448,9 @@ func (s *scenario) state() string {
 		fmt.Fprintf(&b, "%s:", short(n))
 		if known {
 			fmt.Fprintf(&b, " attached=%v device=%s", v.Attached, v.DeviceState)
+			if v.SELinuxContext != "" {
+				fmt.Fprintf(&b, " context=%q", v.SELinuxContext)
+			}
 			uids := make([]string, 0, len(v.Pods))
 			for uid, pm := range v.Pods {
 				st := pm.State.String()
@@ -451,6 +477,7 @@ func (s *scenario) state() string {
 		for _, w := range s.l.waiting[n] {
 			fmt.Fprintf(&b, "  waiting: %s\n", w)
 		}
+		s.printSELinuxConflicts(&b, n)
 	}
 	if len(s.l.unreadable) > 0 {
 		var dirs []string
@@ -464,4 +491,28 @@ func (s *scenario) state() string {
 		return "empty"
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// rwop makes claim's PV and PVC ReadWriteOncePod only.
+func (s *scenario) rwop(t *testing.T, claim string) {
+	obj, _, _ := s.pvs.GetByKey("pv-" + claim)
+	pv := obj.(*v1.PersistentVolume).DeepCopy()
+	pv.Spec.AccessModes = []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod}
+	if err := s.pvs.Update(pv); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// printSELinuxConflicts prints the pods refused a volume for their SELinux context.
+func (s *scenario) printSELinuxConflicts(b *strings.Builder, n cache.UniqueVolumeName) {
+	var lines []string
+	for key, msg := range s.l.seLinuxConflicts {
+		if key.Volume == n {
+			lines = append(lines, fmt.Sprintf("  refused %s: %s", key.Pod, msg))
+		}
+	}
+	sort.Strings(lines)
+	for _, l := range lines {
+		fmt.Fprintln(b, l)
+	}
 }
