@@ -181,8 +181,14 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 			if found[spec.Name] {
 				continue
 			}
+			want, err := csiplugin.StagingDir(root, spec.Driver, spec.VolumeHandle)
+			if legacy, lerr := csiplugin.LegacyStagingDir(root, name); driver == "pv" && want != dir && lerr == nil && legacy == dir {
+				// Staged by an older kubelet, by PV name (its vol_data.json
+				// has no specVolID): stagedDevice finds it there.
+				spec.PVName, want, err = name, dir, nil
+			}
 			// Only a directory at the path nodevol itself would use is its own.
-			if want, err := csiplugin.StagingDir(root, spec.Driver, spec.VolumeHandle); err != nil || want != dir {
+			if err != nil || want != dir {
 				logger.Error(err, "Staging directory does not match its vol_data.json, leaving it alone", "path", dir, "driver", spec.Driver)
 				continue
 			}
@@ -289,6 +295,15 @@ func (w walker) stagedDevice(spec cache.VolumeSpec) (foundDevice, bool) {
 		return foundDevice{}, false
 	}
 	dir, _ := csiplugin.StagingDir(w.r.Path(), spec.Driver, spec.VolumeHandle)
+	// An older kubelet's staging directory (by PV name), where the plugin
+	// stages and unstages the volume too.
+	switch legacy, ok, err := csiplugin.FindLegacyStaging(w.r, w.root, spec.PVName, spec.Driver, spec.VolumeHandle); {
+	case err != nil:
+		w.logger.Info("Ignoring the legacy staging directory of a volume", "volume", spec.Name, "err", err.Error())
+	case ok:
+		stagingPath = filepath.Join(legacy, "globalmount")
+		dir, _ = csiplugin.LegacyStagingDir(w.r.Path(), spec.PVName)
+	}
 	fi, err := w.r.Lstat(dir)
 	switch {
 	case err != nil:
