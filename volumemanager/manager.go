@@ -241,6 +241,9 @@ func New(cfg Config) (*VolumeManager, error) {
 		if err := cfg.Registerer.Register(newVolumeStatsCollector(vm, cfg.VolumeStatsPeriod)); err != nil {
 			return nil, fmt.Errorf("volumemanager: registering volume stats: %w", err)
 		}
+		if err := cfg.Registerer.Register(newTotalVolumesCollector(vm.dsw, vm.asw)); err != nil {
+			return nil, fmt.Errorf("volumemanager: registering volume counts: %w", err)
+		}
 	}
 	if err := vm.watch(core, storage); err != nil {
 		return nil, fmt.Errorf("volumemanager: %w", err)

@@ -30,6 +30,9 @@ type diskState struct {
 	// PV it is named after (the kubelet names a PV's pod directory after
 	// the PV).
 	unreadable []string
+	// attempted counts the pod volumes (and block symlinks) found: those
+	// reconstructed, those unreadable and the leftovers of a reboot.
+	attempted int
 }
 
 type foundMount struct {
@@ -86,6 +89,7 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 	pods := w.dirs("pods")
 	for _, uid := range pods {
 		for _, name := range w.dirs(path.Join("pods", uid, "volumes", "kubernetes.io~csi")) {
+			out.attempted++
 			rel := path.Join("pods", uid, "volumes", "kubernetes.io~csi", name)
 			dir := filepath.Join(root, rel)
 			rec := w.record(rel)
@@ -122,6 +126,7 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 	// Raw block volumes: the pod's symlink, the volume's data directory.
 	for _, uid := range pods {
 		for _, name := range w.entries(path.Join("pods", uid, "volumeDevices", "kubernetes.io~csi")) {
+			out.attempted++
 			link := filepath.Join(root, "pods", uid, "volumeDevices", "kubernetes.io~csi", name)
 			spec, paths, err := reconstructBlock(r, root, name, types.UID(uid))
 			if err != nil {
