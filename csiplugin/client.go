@@ -31,6 +31,10 @@ type Capabilities struct {
 	// VolumeHealth: the driver implements NodeGetVolumeHealth (CSI 1.13;
 	// earlier versions reported a volume condition in NodeGetVolumeStats).
 	VolumeHealth bool
+	// VolumeCondition: the driver reports a volume condition in
+	// NodeGetVolumeStats (VOLUME_CONDITION of CSI 1.3 to 1.12; see
+	// condition.go).
+	VolumeCondition bool
 }
 
 func capabilitiesFrom(resp *csi.NodeGetCapabilitiesResponse) Capabilities {
@@ -49,6 +53,8 @@ func capabilitiesFrom(resp *csi.NodeGetCapabilitiesResponse) Capabilities {
 			c.VolumeMountGroup = true
 		case csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH:
 			c.VolumeHealth = true
+		case VolumeConditionCapability:
+			c.VolumeCondition = true
 		}
 	}
 	return c

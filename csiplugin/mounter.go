@@ -132,7 +132,9 @@ func (p *Plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req
 	caps Capabilities, driver *storagev1.CSIDriver) *csi.NodePublishVolumeRequest {
 	stagingPath := req.DeviceMountPath
 	if stagingPath == "" && caps.StageUnstage && !spec.Ephemeral {
-		stagingPath, _ = StagingPath(p.root, spec.Driver, spec.VolumeHandle)
+		if dir, _, err := p.stagingDir(spec); err == nil {
+			stagingPath = filepath.Join(dir, globalMount)
+		}
 	}
 	var fsGroup *int64
 	if caps.VolumeMountGroup && vol.FSGroup != nil &&

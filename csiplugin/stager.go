@@ -36,7 +36,9 @@ func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string,
 	if spec.Mode == cache.Block {
 		return p.setUpDevice(ctx, req)
 	}
-	dir, err := StagingDir(p.root, spec.Driver, spec.VolumeHandle)
+	// A volume an older kubelet staged in its legacy directory is staged
+	// there again (idempotently), not a second time elsewhere.
+	dir, legacy, err := p.stagingDir(spec)
 	if err != nil {
 		return fail(err)
 	}
@@ -59,8 +61,12 @@ func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string,
 	}
 	// specVolID (the PV's name) is more than the kubelet writes here; it
 	// lets a restart tell which unreadable pod directory may use the device.
-	err = p.saveVolumeData(dir, &VolumeData{SpecVolID: spec.PVName, VolumeHandle: spec.VolumeHandle, DriverName: spec.Driver,
-		SELinuxMountContext: req.SELinuxContext})
+	// A legacy directory's vol_data.json is read, never written: it already
+	// names this volume.
+	if !legacy {
+		err = p.saveVolumeData(dir, &VolumeData{SpecVolID: spec.PVName, VolumeHandle: spec.VolumeHandle, DriverName: spec.Driver,
+			SELinuxMountContext: req.SELinuxContext})
+	}
 	rec := volumeRecord(spec, dir, req.PublishContext, client.caps)
 	if err == nil {
 		rec.Phase = PhaseStaging
@@ -81,7 +87,14 @@ func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string,
 		})
 	}
 	if err != nil {
-		if !oe.IsUncertain(err) {
+		switch {
+		case oe.IsUncertain(err):
+		case legacy:
+			// Not nodevol's directory: only its own record goes.
+			if cerr := p.records.remove(dir); cerr != nil {
+				logger.Error(cerr, "Cleaning up after a failed NodeStageVolume")
+			}
+		default:
 			if cerr := p.removeVolumeDir(dir, globalMount); cerr != nil {
 				logger.Error(cerr, "Cleaning up after a failed NodeStageVolume")
 			} else if cerr := p.records.remove(dir); cerr != nil {
@@ -115,7 +128,9 @@ func (p *Plugin) UnmountDevice(ctx context.Context, req oe.DeviceRequest) error 
 	if spec.Mode == cache.Block {
 		return p.tearDownDevice(ctx, req)
 	}
-	dir, err := StagingDir(p.root, spec.Driver, spec.VolumeHandle)
+	// A volume staged by an older kubelet is unstaged from its legacy
+	// directory, which is then removed as nodevol's own would be.
+	dir, _, err := p.stagingDir(spec)
 	if err != nil {
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}

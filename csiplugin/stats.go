@@ -10,11 +10,13 @@ import (
 )
 
 // VolumeStats is a published volume's usage, as NodeGetVolumeStats
-// reports it. A count the driver did not report is -1. (Volume health is
-// NodeGetVolumeHealth since CSI 1.13, not part of the stats.)
+// reports it. A count the driver did not report is -1.
 type VolumeStats struct {
 	CapacityBytes, AvailableBytes, UsedBytes int64
 	Inodes, InodesFree, InodesUsed           int64
+	// Condition is the volume's condition, for a driver with the
+	// VOLUME_CONDITION capability that reported one; nil otherwise.
+	Condition *VolumeCondition
 }
 
 // VolumeStats asks the driver for the usage of a volume published at
@@ -36,7 +38,11 @@ func (p *Plugin) VolumeStats(ctx context.Context, spec *cache.VolumeSpec, volume
 	if err != nil {
 		return VolumeStats{}, false, fmt.Errorf("volume stats of %s at %s: %w", volumeDesc(spec), volumePath, err)
 	}
-	return statsFrom(resp), true, nil
+	s := statsFrom(resp)
+	if client.caps.VolumeCondition {
+		s.Condition = conditionFrom(resp)
+	}
+	return s, true, nil
 }
 
 func statsFrom(resp *csi.NodeGetVolumeStatsResponse) VolumeStats {

@@ -3,6 +3,7 @@ package pluginmanager
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ type Manager struct {
 
 	mu         sync.RWMutex
 	registered map[string]PluginInfo // by socket path; a copy of actual
+	sockets    map[string]struct{}   // a copy of desired's keys, for the metrics
 
 	// Owned by the Run loop.
 	watcher  *fsnotify.Watcher
@@ -85,9 +87,10 @@ func New(opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{
+	m := &Manager{
 		opts:       opts,
 		registered: map[string]PluginInfo{},
+		sockets:    map[string]struct{}{},
 		desired:    map[string]*desiredPlugin{},
 		actual:     map[string]*actualPlugin{},
 		backoffs:   map[string]*backoff{},
@@ -95,7 +98,13 @@ func New(opts Options) (*Manager, error) {
 		exited:     map[string]chan struct{}{},
 		dirty:      map[string]struct{}{},
 		results:    make(chan outcome),
-	}, nil
+	}
+	if opts.Registerer != nil {
+		if err := opts.Registerer.Register(newTotalPluginsCollector(m)); err != nil {
+			return nil, fmt.Errorf("pluginmanager: registering metrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 // Plugins returns the registered plugins, sorted by socket path.

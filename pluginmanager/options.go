@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 )
 
@@ -65,6 +66,11 @@ type Options struct {
 	// fsnotify event was lost; events, not the rescan, drive registration.
 	// Default DefaultResyncPeriod.
 	ResyncPeriod time.Duration
+	// Registerer, if set, receives the kubelet's gauge
+	// plugin_manager_total_plugins{socket_path,state}: 1 for each socket
+	// found in Dir (desired_state_of_world) and each registered plugin
+	// (actual_state_of_world). Default none.
+	Registerer prometheus.Registerer
 }
 
 // withDefaults validates o and fills in the defaults.

@@ -68,6 +68,9 @@ func (m *Manager) addDesired(ctx context.Context, path string, fi os.FileInfo) {
 	}
 	m.nextGen++
 	m.desired[path] = &desiredPlugin{gen: m.nextGen, file: fi, seen: m.opts.Clock.Now()}
+	m.mu.Lock()
+	m.sockets[path] = struct{}{}
+	m.mu.Unlock()
 	m.dirty[path] = struct{}{}
 	klog.FromContext(ctx).V(4).Info("Plugin socket found", "socketPath", path, "generation", m.nextGen)
 }
@@ -79,6 +82,9 @@ func (m *Manager) removeDesired(path string) {
 	for p := range m.desired {
 		if p == path || strings.HasPrefix(p, prefix) {
 			delete(m.desired, p)
+			m.mu.Lock()
+			delete(m.sockets, p)
+			m.mu.Unlock()
 			m.dirty[p] = struct{}{}
 		}
 	}

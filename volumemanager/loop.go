@@ -153,6 +153,7 @@ func newLoop(l loop) *loop {
 
 // install makes what reconstruction found the initial actual state.
 func (l *loop) install(d diskState) {
+	l.metrics.reconstructed(d)
 	for _, m := range d.mounts {
 		l.asw.SetPodMount(m.spec, m.vol, m.state, m.path)
 		l.foundMounts[oe.Key{Volume: m.spec.Name, Pod: m.vol.Pod.UID}] = true
@@ -607,16 +608,14 @@ func (l *loop) failed(o oe.Outcome) {
 	if l.events == nil {
 		return
 	}
-	reason := "FailedMount"
-	switch a.Kind {
-	case oe.OpAttach:
-		reason = "FailedAttachVolume"
-	case oe.OpUnpublish, oe.OpUnstage:
-		return // the kubelet sends no event for unmount errors either
-	case oe.OpExpand:
-		reason = "FileSystemResizeFailed"
+	reason := failureReason(a.Kind, o.Spec.Mode)
+	if reason == "" {
+		return
 	}
 	for _, p := range pods {
+		if p.Pod.Name == "" {
+			continue // a mount found on disk whose pod was not added again: no object to name
+		}
 		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Pod.Namespace, Name: p.Pod.Name, UID: p.Pod.UID}
 		l.events.Event(ref, v1.EventTypeWarning, reason, o.Err.Error())
 	}

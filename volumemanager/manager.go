@@ -153,6 +153,8 @@ type VolumeManager struct {
 	expander nodeExpander
 	// stats asks drivers for volume usage; nil when the plugin cannot.
 	stats statsGetter
+	// conditions are the volume conditions last seen (health.go).
+	conditions *conditions
 	// runCtx holds Run's context, for scrapes (context.Background before Run).
 	runCtx atomic.Pointer[context.Context]
 	// ready is closed once the loop has taken in that the informers synced.
@@ -223,6 +225,7 @@ func New(cfg Config) (*VolumeManager, error) {
 	}
 	vm.expander, _ = vm.plugin.(nodeExpander)
 	vm.stats, _ = vm.plugin.(statsGetter)
+	vm.conditions = &conditions{events: cfg.EventRecorder}
 	var l *loop
 	vm.dsw = vcache.NewDesiredStateOfWorld(func(n vcache.UniqueVolumeName) {
 		l.markDirty(n)     // the desired state is written by the loop only
@@ -247,6 +250,9 @@ func New(cfg Config) (*VolumeManager, error) {
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(newVolumeStatsCollector(vm, cfg.VolumeStatsPeriod)); err != nil {
 			return nil, fmt.Errorf("volumemanager: registering volume stats: %w", err)
+		}
+		if err := cfg.Registerer.Register(newTotalVolumesCollector(vm.dsw, vm.asw)); err != nil {
+			return nil, fmt.Errorf("volumemanager: registering volume counts: %w", err)
 		}
 	}
 	if err := vm.watch(core, storage); err != nil {

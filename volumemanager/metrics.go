@@ -10,6 +10,8 @@ import (
 // metrics are the kubelet's where one exists. A nil *metrics records nothing.
 type metrics struct {
 	opDuration *prometheus.HistogramVec
+	// reconstruct counts the volumes reconstructed at start (kubeletmetrics.go).
+	reconstruct *reconstructMetrics
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -24,6 +26,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"volume_plugin", "operation_name", "status", "migrated"}),
 	}
 	if err := reg.Register(m.opDuration); err != nil {
+		return nil, err
+	}
+	var err error
+	if m.reconstruct, err = newReconstructMetrics(reg); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -30,6 +30,9 @@ type diskState struct {
 	// PV it is named after (the kubelet names a PV's pod directory after
 	// the PV).
 	unreadable []string
+	// attempted counts the pod volumes (and block symlinks) found: those
+	// reconstructed, those unreadable and the leftovers of a reboot.
+	attempted int
 }
 
 type foundMount struct {
@@ -89,6 +92,7 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 	pods := w.dirs("pods")
 	for _, uid := range pods {
 		for _, name := range w.dirs(path.Join("pods", uid, "volumes", "kubernetes.io~csi")) {
+			out.attempted++
 			rel := path.Join("pods", uid, "volumes", "kubernetes.io~csi", name)
 			dir := filepath.Join(root, rel)
 			rec := w.record(rel)
@@ -125,6 +129,7 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 	// Raw block volumes: the pod's symlink, the volume's data directory.
 	for _, uid := range pods {
 		for _, name := range w.entries(path.Join("pods", uid, "volumeDevices", "kubernetes.io~csi")) {
+			out.attempted++
 			link := filepath.Join(root, "pods", uid, "volumeDevices", "kubernetes.io~csi", name)
 			spec, paths, err := reconstructBlock(r, root, name, types.UID(uid))
 			if err != nil {
@@ -184,8 +189,14 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 			if found[spec.Name] {
 				continue
 			}
+			want, err := csiplugin.StagingDir(root, spec.Driver, spec.VolumeHandle)
+			if legacy, lerr := csiplugin.LegacyStagingDir(root, name); driver == "pv" && want != dir && lerr == nil && legacy == dir {
+				// Staged by an older kubelet, by PV name (its vol_data.json
+				// has no specVolID): stagedDevice finds it there.
+				spec.PVName, want, err = name, dir, nil
+			}
 			// Only a directory at the path nodevol itself would use is its own.
-			if want, err := csiplugin.StagingDir(root, spec.Driver, spec.VolumeHandle); err != nil || want != dir {
+			if err != nil || want != dir {
 				logger.Error(err, "Staging directory does not match its vol_data.json, leaving it alone", "path", dir, "driver", spec.Driver)
 				continue
 			}
@@ -292,6 +303,15 @@ func (w walker) stagedDevice(spec cache.VolumeSpec) (foundDevice, bool) {
 		return foundDevice{}, false
 	}
 	dir, _ := csiplugin.StagingDir(w.r.Path(), spec.Driver, spec.VolumeHandle)
+	// An older kubelet's staging directory (by PV name), where the plugin
+	// stages and unstages the volume too.
+	switch legacy, ok, err := csiplugin.FindLegacyStaging(w.r, w.root, spec.PVName, spec.Driver, spec.VolumeHandle); {
+	case err != nil:
+		w.logger.Info("Ignoring the legacy staging directory of a volume", "volume", spec.Name, "err", err.Error())
+	case ok:
+		stagingPath = filepath.Join(legacy, "globalmount")
+		dir, _ = csiplugin.LegacyStagingDir(w.r.Path(), spec.PVName)
+	}
 	fi, err := w.r.Lstat(dir)
 	switch {
 	case err != nil:

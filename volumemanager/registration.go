@@ -27,6 +27,8 @@ func newPluginManager(cfg Config) (*pluginmanager.Manager, error) {
 		Dir:      cfg.RegistrationDir,
 		Handlers: map[string]pluginmanager.Handler{registerapi.CSIPlugin: handler},
 		Clock:    cfg.Clock,
+		// plugin_manager_total_plugins, as the kubelet's.
+		Registerer: cfg.Registerer,
 	})
 }
 

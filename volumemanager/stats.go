@@ -20,9 +20,11 @@ type statsGetter interface {
 }
 
 // GetVolumeStats returns the usage of each mounted volume of the pod whose
-// driver reports it (NodeGetVolumeStats), by the pod's volume name. The
-// error joins the failures; volumes of drivers without GET_VOLUME_STATS
-// are left out.
+// driver reports it (NodeGetVolumeStats), by the pod's volume name, with
+// the volume's condition for drivers with VOLUME_CONDITION. A volume that
+// turns abnormal gets a VolumeConditionAbnormal event on the pod (with an
+// EventRecorder), once. The error joins the failures; volumes of drivers
+// without GET_VOLUME_STATS are left out.
 func (vm *VolumeManager) GetVolumeStats(ctx context.Context, uid types.UID) (map[string]csiplugin.VolumeStats, error) {
 	out := map[string]csiplugin.VolumeStats{}
 	if vm.stats == nil {
@@ -43,6 +45,9 @@ func (vm *VolumeManager) GetVolumeStats(ctx context.Context, uid types.UID) (map
 			errs = append(errs, err)
 		case ok:
 			out[mv.SpecName] = s
+			if pm, found := v.Pods[uid]; found {
+				vm.conditions.observe(mv.Name, pm.Volume, s.Condition)
+			}
 		}
 	}
 	return out, errors.Join(errs...)
@@ -56,6 +61,8 @@ type volumeStatsCollector struct {
 	vm     *VolumeManager
 	period time.Duration
 	descs  [6]*prometheus.Desc
+	// health is kubelet_volume_stats_health_status_abnormal (health.go).
+	health *prometheus.Desc
 
 	mu    sync.Mutex
 	cache map[cache.UniqueVolumeName]cachedStats
@@ -72,7 +79,7 @@ func newVolumeStatsCollector(vm *VolumeManager, period time.Duration) *volumeSta
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("kubelet_volume_stats_"+name, help, labels, nil)
 	}
-	return &volumeStatsCollector{vm: vm, period: period, cache: map[cache.UniqueVolumeName]cachedStats{}, descs: [6]*prometheus.Desc{
+	c := &volumeStatsCollector{vm: vm, period: period, cache: map[cache.UniqueVolumeName]cachedStats{}, descs: [6]*prometheus.Desc{
 		d("capacity_bytes", "Capacity in bytes of the volume."),
 		d("available_bytes", "Number of available bytes in the volume."),
 		d("used_bytes", "Number of used bytes in the volume."),
@@ -80,6 +87,8 @@ func newVolumeStatsCollector(vm *VolumeManager, period time.Duration) *volumeSta
 		d("inodes_free", "Number of free inodes in the volume."),
 		d("inodes_used", "Number of used inodes in the volume."),
 	}}
+	c.health = d("health_status_abnormal", "Abnormal volume health status. The count is either 1 or 0. 1 indicates the volume is unhealthy, 0 indicates volume is healthy")
+	return c
 }
 
 // Describe implements prometheus.Collector.
@@ -87,6 +96,7 @@ func (c *volumeStatsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.descs {
 		ch <- d
 	}
+	ch <- c.health
 }
 
 // Collect implements prometheus.Collector.
@@ -109,10 +119,13 @@ func (c *volumeStatsCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		var path string
+		var mounted []cache.PodVolume
 		for _, pm := range v.Pods {
 			if pm.State == cache.Mounted {
-				path = pm.Path
-				break
+				if path == "" {
+					path = pm.Path
+				}
+				mounted = append(mounted, pm.Volume)
 			}
 		}
 		if path == "" {
@@ -129,7 +142,18 @@ func (c *volumeStatsCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.GaugeValue, float64(val), ns, claim)
 			}
 		}
+		if cond := s.stats.Condition; cond != nil {
+			abnormal := 0.0
+			if cond.Abnormal {
+				abnormal = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.health, prometheus.GaugeValue, abnormal, ns, claim)
+			for _, pv := range mounted {
+				vm.conditions.observe(name, pv, cond)
+			}
+		}
 	}
+	vm.conditions.forgetGone(vm.asw)
 	c.mu.Lock()
 	for name := range c.cache {
 		if !seen[name] {

@@ -303,10 +303,14 @@ func (n *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolum
 		}}, nil
 	}
 	used := v.capacity / 4
-	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
+	resp := &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
 		{Unit: csi.VolumeUsage_BYTES, Total: v.capacity, Used: used, Available: v.capacity - used},
 		{Unit: csi.VolumeUsage_INODES, Total: 65536, Used: 11, Available: 65536 - 11},
-	}}, nil
+	}}
+	if s.opts.VolumeCondition {
+		appendVolumeCondition(resp, s.conditions[req.GetVolumeId()])
+	}
+	return resp, nil
 }
 
 // NodeExpandVolume grows a published or staged volume to the required
@@ -357,6 +361,7 @@ func (n *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabiliti
 	add(o.Expand, csi.NodeServiceCapability_RPC_EXPAND_VOLUME)
 	add(o.SingleNodeMultiWriter, csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER)
 	add(o.VolumeMountGroup, csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP)
+	add(o.VolumeCondition, volumeConditionCapability)
 	return &resp, nil
 }
 

@@ -71,6 +71,10 @@ type Options struct {
 	SingleNodeMultiWriter bool
 	// VolumeMountGroup reports VOLUME_MOUNT_GROUP. Default false.
 	VolumeMountGroup bool
+	// VolumeCondition reports VOLUME_CONDITION (CSI 1.3 to 1.12): each
+	// NodeGetVolumeStats answer carries the volume's condition, normal
+	// unless SetVolumeCondition says otherwise. Default false.
+	VolumeCondition bool
 
 	// CreateTargetDirs makes NodePublishVolume create its target_path (a
 	// directory for mount volumes, an empty file for block volumes) and
@@ -142,6 +146,8 @@ type Server struct {
 	called  chan struct{}
 	faults  []*fault
 	volumes map[string]*volume
+	// conditions are the volume conditions set by SetVolumeCondition.
+	conditions map[string]VolumeCondition
 }
 
 // Start serves a new driver on dir/csi.sock. An empty dir, or one whose

@@ -1,0 +1,71 @@
+package volumemanager
+
+import (
+	"fmt"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin"
+	oe "github.com/nodevol/nodevol/operationexecutor"
+)
+
+// conditions remembers which pod mounts were last seen with an abnormal
+// volume condition, so that the VolumeConditionAbnormal event is recorded
+// once when a volume turns abnormal, not at every stats call (the kubelet
+// records it at each stats period while the volume stays abnormal).
+type conditions struct {
+	events record.EventRecorder // nil: no events
+
+	mu       sync.Mutex
+	abnormal map[oe.Key]bool
+}
+
+// observe records the condition a pod's volume was found in, and an event
+// on the pod when it has just turned abnormal. A nil condition (the driver
+// reported none) changes nothing.
+func (c *conditions) observe(name cache.UniqueVolumeName, vol cache.PodVolume, cond *csiplugin.VolumeCondition) {
+	if cond == nil {
+		return
+	}
+	key := oe.Key{Volume: name, Pod: vol.Pod.UID}
+	c.mu.Lock()
+	was := c.abnormal[key]
+	switch {
+	case cond.Abnormal && !was:
+		if c.abnormal == nil {
+			c.abnormal = map[oe.Key]bool{}
+		}
+		c.abnormal[key] = true
+	case !cond.Abnormal && was:
+		delete(c.abnormal, key)
+	}
+	c.mu.Unlock()
+	if cond.Abnormal && !was && c.events != nil && vol.Pod.Name != "" {
+		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: vol.Pod.Namespace, Name: vol.Pod.Name, UID: vol.Pod.UID}
+		c.events.Event(ref, v1.EventTypeWarning, "VolumeConditionAbnormal", fmt.Sprintf("Volume %s: %s", vol.SpecName, cond.Message))
+	}
+}
+
+// forgetGone drops what is remembered of the pod mounts no longer Mounted.
+func (c *conditions) forgetGone(asw *cache.ActualStateOfWorld) {
+	keep := map[oe.Key]bool{}
+	for _, name := range asw.VolumeNames() {
+		if v, ok := asw.Volume(name); ok {
+			for uid, pm := range v.Pods {
+				if pm.State == cache.Mounted {
+					keep[oe.Key{Volume: name, Pod: uid}] = true
+				}
+			}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.abnormal {
+		if !keep[k] {
+			delete(c.abnormal, k)
+		}
+	}
+}

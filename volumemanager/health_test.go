@@ -1,0 +1,71 @@
+package volumemanager
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+)
+
+// TestVolumeHealth: for a driver with VOLUME_CONDITION, GetVolumeStats
+// returns the volume's condition, kubelet_volume_stats_health_status_abnormal
+// reports it by claim (0 or 1), and the pod gets one VolumeConditionAbnormal
+// event each time the volume turns abnormal, however often stats are asked.
+func TestVolumeHealth(t *testing.T) {
+	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true, GetVolumeStats: true, VolumeCondition: true})
+	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv)
+	reg := prometheus.NewRegistry()
+	events := record.NewFakeRecorder(10)
+	vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil),
+		Registerer: reg, EventRecorder: events, VolumeStatsPeriod: time.Nanosecond}, drv)
+	defer stop()
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	vm.AddPod(pod)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	const gauge = "kubelet_volume_stats_health_status_abnormal"
+	check := func(step string, want csiplugin.VolumeCondition, wantGauge, wantEvent string) {
+		t.Helper()
+		for i := 0; i < 2; i++ { // asked twice: an event at most once
+			stats, err := vm.GetVolumeStats(ctx, pod.UID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := stats["data"].Condition; c == nil || *c != want {
+				t.Errorf("%s: condition %+v, want %+v", step, c, want)
+			}
+			if got := samples(t, reg, gauge); got != wantGauge {
+				t.Errorf("%s: %s\nwant %s", step, got, wantGauge)
+			}
+		}
+		var got []string
+		for len(events.Events) > 0 {
+			got = append(got, <-events.Events)
+		}
+		if (wantEvent == "" && len(got) != 0) || (wantEvent != "" && (len(got) != 1 || got[0] != wantEvent)) {
+			t.Errorf("%s: events %q, want %q", step, got, wantEvent)
+		}
+	}
+	healthy := gauge + `{namespace="ns",persistentvolumeclaim="a"} 0`
+	sick := gauge + `{namespace="ns",persistentvolumeclaim="a"} 1`
+	check("healthy", csiplugin.VolumeCondition{}, healthy, "")
+	drv.SetVolumeCondition("handle-a", csitest.VolumeCondition{Abnormal: true, Message: "disk failing"})
+	check("turned abnormal", csiplugin.VolumeCondition{Abnormal: true, Message: "disk failing"}, sick,
+		"Warning VolumeConditionAbnormal Volume data: disk failing")
+	drv.SetVolumeCondition("handle-a", csitest.VolumeCondition{Message: "repaired"})
+	check("healthy again", csiplugin.VolumeCondition{Message: "repaired"}, healthy, "")
+	drv.SetVolumeCondition("handle-a", csitest.VolumeCondition{Abnormal: true, Message: "disk failing again"})
+	check("abnormal again", csiplugin.VolumeCondition{Abnormal: true, Message: "disk failing again"}, sick,
+		"Warning VolumeConditionAbnormal Volume data: disk failing again")
+}

@@ -1,0 +1,124 @@
+package volumemanager
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodevol/nodevol/cache"
+	oe "github.com/nodevol/nodevol/operationexecutor"
+)
+
+// The kubelet's volume manager metrics beside storage_operation_duration_seconds
+// (metrics.go): its volume counts by state, and its reconstruction counters.
+const (
+	stateDesired = "desired_state_of_world"
+	stateActual  = "actual_state_of_world"
+)
+
+// totalVolumesCollector exports volume_manager_total_volumes{plugin_name,
+// state}, as the kubelet counts it: a (pod, volume) pair per pod that wants
+// a volume (desired_state_of_world) and per pod that has it Mounted
+// (actual_state_of_world; Uncertain mounts are not counted), by the fully
+// qualified plugin name "kubernetes.io/csi:{driver}".
+type totalVolumesCollector struct {
+	dsw  *cache.DesiredStateOfWorld
+	asw  *cache.ActualStateOfWorld
+	desc *prometheus.Desc
+}
+
+func newTotalVolumesCollector(dsw *cache.DesiredStateOfWorld, asw *cache.ActualStateOfWorld) *totalVolumesCollector {
+	return &totalVolumesCollector{dsw: dsw, asw: asw, desc: prometheus.NewDesc("volume_manager_total_volumes",
+		"Number of volumes in Volume Manager", []string{"plugin_name", "state"}, nil)}
+}
+
+// Describe implements prometheus.Collector.
+func (c *totalVolumesCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *totalVolumesCollector) Collect(ch chan<- prometheus.Metric) {
+	type key struct{ plugin, state string }
+	counts := map[key]int{}
+	for _, name := range c.dsw.VolumeNames() {
+		if spec, pods, ok := c.dsw.Volume(name); ok {
+			counts[key{pluginLabel(spec.Driver), stateDesired}] += len(pods)
+		}
+	}
+	for _, name := range c.asw.VolumeNames() {
+		v, ok := c.asw.Volume(name)
+		if !ok {
+			continue
+		}
+		for _, pm := range v.Pods {
+			if pm.State == cache.Mounted {
+				counts[key{pluginLabel(v.Spec.Driver), stateActual}]++
+			}
+		}
+	}
+	for k, n := range counts {
+		if n > 0 {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), k.plugin, k.state)
+		}
+	}
+}
+
+// pluginLabel is the kubelet's plugin label of a CSI volume
+// (GetFullQualifiedPluginNameForVolume).
+func pluginLabel(driver string) string { return cache.CSIPluginName + ":" + driver }
+
+// reconstructMetrics are the kubelet's counters of the volumes reconstructed
+// from disk at start.
+type reconstructMetrics struct {
+	total, errors prometheus.Counter
+}
+
+func newReconstructMetrics(reg prometheus.Registerer) (*reconstructMetrics, error) {
+	m := &reconstructMetrics{
+		total: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "reconstruct_volume_operations_total",
+			Help: "The number of volumes that were attempted to be reconstructed from the operating system during kubelet startup. This includes both successful and failed reconstruction.",
+		}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "reconstruct_volume_operations_errors_total",
+			Help: "The number of volumes that failed reconstruction from the operating system during kubelet startup.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.total, m.errors} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// reconstructed records what reconstruction found: the pod volumes it
+// tried, and those it could not reconstruct.
+func (m *metrics) reconstructed(d diskState) {
+	if m == nil || m.reconstruct == nil {
+		return
+	}
+	m.reconstruct.total.Add(float64(d.attempted))
+	m.reconstruct.errors.Add(float64(len(d.unreadable)))
+}
+
+// failureReason is the reason of the warning event on the pods of a failed
+// operation, as the kubelet's events name them; "" for none. A raw block
+// volume's stage or publish is the kubelet's map_volume (FailedMapVolume).
+// An unpublish gets FailedUnMount: the kubelet defines the reason, though
+// its own teardown records no event, and a pod stuck terminating on a
+// volume that will not unmount is what users look for in the events. An
+// unstage concerns no pod any more: no event.
+func failureReason(kind oe.OpKind, mode cache.VolumeMode) string {
+	switch kind {
+	case oe.OpAttach:
+		return "FailedAttachVolume"
+	case oe.OpStage, oe.OpPublish:
+		if mode == cache.Block {
+			return "FailedMapVolume"
+		}
+		return "FailedMount"
+	case oe.OpUnpublish:
+		return "FailedUnMount"
+	case oe.OpExpand:
+		return "FileSystemResizeFailed"
+	}
+	return ""
+}
