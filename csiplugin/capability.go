@@ -13,10 +13,12 @@ import (
 // the SingleNodeMultiWriter capability ReadWriteOnce becomes
 // SINGLE_NODE_MULTI_WRITER (any number of pods on this node may write) and
 // ReadWriteOncePod SINGLE_NODE_SINGLE_WRITER; without it both are
-// SINGLE_NODE_WRITER. An empty or unknown mode gives UNKNOWN.
+// SINGLE_NODE_WRITER. An empty mode is ReadWriteOnce, as the kubelet sends
+// it for inline volumes and PVs without access modes; an unknown mode gives
+// UNKNOWN.
 func accessMode(mode string, caps Capabilities) csi.VolumeCapability_AccessMode_Mode {
 	switch v1.PersistentVolumeAccessMode(mode) {
-	case v1.ReadWriteOnce:
+	case v1.ReadWriteOnce, "":
 		if caps.SingleNodeMultiWriter {
 			return csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER
 		}

@@ -243,6 +243,8 @@ func inlineSpec(pod *v1.Pod, v *v1.Volume) cache.VolumeSpec {
 		Mode:         cache.Filesystem,
 		Attributes:   v.CSI.VolumeAttributes,
 		Ephemeral:    true,
+		// The kubelet publishes inline volumes as ReadWriteOnce.
+		AccessMode: string(v1.ReadWriteOnce),
 	}
 	if v.CSI.FSType != nil {
 		spec.FSType = *v.CSI.FSType
