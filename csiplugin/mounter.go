@@ -134,11 +134,7 @@ func (p *Plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req
 	if stagingPath == "" && caps.StageUnstage && !spec.Ephemeral {
 		stagingPath, _ = StagingPath(p.root, spec.Driver, spec.VolumeHandle)
 	}
-	var fsGroup *int64
-	if caps.VolumeMountGroup && vol.FSGroup != nil &&
-		(driver == nil || driver.Spec.FSGroupPolicy == nil || *driver.Spec.FSGroupPolicy != storagev1.NoneFSGroupPolicy) {
-		fsGroup = vol.FSGroup
-	}
+	fsGroup := mountGroup(caps, driver, vol.FSGroup)
 	volCtx := spec.Attributes
 	if driver != nil && driver.Spec.PodInfoOnMount != nil && *driver.Spec.PodInfoOnMount {
 		volCtx = maps.Clone(spec.Attributes)

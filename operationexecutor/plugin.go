@@ -56,6 +56,11 @@ type DeviceRequest struct {
 	// DeviceMountPath is, for an unstage, where the device is staged as
 	// far as the caller knows ("" when unknown).
 	DeviceMountPath string
+	// Pod is, for a stage, the pod whose mount needs the volume staged:
+	// a driver that applies fsGroup itself (VOLUME_MOUNT_GROUP) gets its
+	// fsGroup, as the kubelet passes the fsGroup of the pod being
+	// mounted. Empty for an unstage.
+	Pod cache.PodVolume
 }
 
 // MountRequest asks for a volume to be published into, or unpublished from, a pod.

@@ -166,7 +166,7 @@ func plan(v volumeView) decision {
 		}
 		if v.Actual.DeviceState != cache.Mounted {
 			// NotMounted, or Uncertain: staging again is safe (NodeStage is idempotent).
-			return volumeOp(oe.Action{Kind: oe.OpStage, Volume: v.Name})
+			return volumeOp(oe.Action{Kind: oe.OpStage, Volume: v.Name, Pod: stagePod(v)})
 		}
 	}
 	var mounted *cache.PodVolume
@@ -186,4 +186,17 @@ func plan(v volumeView) decision {
 		add(oe.Action{Kind: oe.OpExpand, Volume: v.Name, Pod: *mounted})
 	}
 	return d
+}
+
+// stagePod is the pod a stage is for: the first desired pod (by UID)
+// that has no Mounted publish yet, else the first. Its fsGroup goes to a
+// driver that applies it at stage; the staging is shared, and the kubelet
+// too passes the fsGroup of the pod whose mount stages it.
+func stagePod(v volumeView) cache.PodVolume {
+	for _, p := range v.Desired {
+		if pm, ok := v.Actual.Pods[p.Pod.UID]; !ok || pm.State != cache.Mounted {
+			return p
+		}
+	}
+	return v.Desired[0]
 }
