@@ -113,7 +113,7 @@ func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error)
 		// published (and owned) again or torn down, as in the kubelet.
 		d, err := p.rfs.OpenDir(csiReq.TargetPath)
 		if err == nil {
-			err = setOwnershipOf(ctx, d, *vol.FSGroup, vol.FSGroupOnRootMismatch)
+			err = p.changeOwnership(ctx, d, vol)
 			d.Close()
 		}
 		if err != nil {
