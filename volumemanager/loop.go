@@ -100,6 +100,8 @@ type loop struct {
 	retryAt map[cache.UniqueVolumeName]time.Time
 	// waiting says why each volume's due work waits (the planner's words).
 	waiting map[cache.UniqueVolumeName][]string
+	// refused are the pods refused each volume now (rwop.go).
+	refused map[cache.UniqueVolumeName]map[types.UID]refusal
 }
 
 // opInput is what an operation needs.
@@ -345,6 +347,7 @@ func (l *loop) planVolume(ctx context.Context, name cache.UniqueVolumeName) {
 	v := l.view(name)
 	l.adopt(&v)
 	d := plan(v)
+	l.noteRefusals(name, d.Refused)
 	if d.Retry.IsZero() {
 		delete(l.retryAt, name)
 	} else {

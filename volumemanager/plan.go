@@ -63,6 +63,9 @@ type decision struct {
 	// Done is true when nothing of the volume is left and nothing runs:
 	// the loop forgets it.
 	Done bool
+	// Refused are desired pods that may not use the volume now
+	// (ReadWriteOncePod, see rwopRefusals).
+	Refused []refusal
 }
 
 func (d *decision) wait(format string, args ...any) {
@@ -148,6 +151,17 @@ func plan(v volumeView) decision {
 		return d
 	}
 
+	refused := rwopRefusals(v)
+	for _, p := range v.Desired {
+		if err := refused[p.Pod.UID]; err != nil {
+			d.Refused = append(d.Refused, refusal{Pod: p, Err: err})
+			d.wait("%v", err)
+		}
+	}
+	if len(d.Refused) == len(v.Desired) {
+		return d // no pod may use it yet: nothing to set up
+	}
+
 	if !v.Spec.Ephemeral {
 		// A whole-volume operation runs alone: not beside one in flight,
 		// nor beside an unpublish planned above.
@@ -166,12 +180,12 @@ func plan(v volumeView) decision {
 		}
 		if v.Actual.DeviceState != cache.Mounted {
 			// NotMounted, or Uncertain: staging again is safe (NodeStage is idempotent).
-			return volumeOp(oe.Action{Kind: oe.OpStage, Volume: v.Name, Pod: stagePod(v)})
+			return volumeOp(oe.Action{Kind: oe.OpStage, Volume: v.Name, Pod: stagePod(v, refused)})
 		}
 	}
 	var mounted *cache.PodVolume
 	for i, p := range v.Desired {
-		if podBusy(p.Pod.UID) {
+		if podBusy(p.Pod.UID) || refused[p.Pod.UID] != nil {
 			continue
 		}
 		pm, ok := v.Actual.Pods[p.Pod.UID]
@@ -188,15 +202,23 @@ func plan(v volumeView) decision {
 	return d
 }
 
-// stagePod is the pod a stage is for: the first desired pod (by UID)
-// that has no Mounted publish yet, else the first. Its fsGroup goes to a
-// driver that applies it at stage; the staging is shared, and the kubelet
-// too passes the fsGroup of the pod whose mount stages it.
-func stagePod(v volumeView) cache.PodVolume {
-	for _, p := range v.Desired {
+// stagePod is the pod a stage is for: the first desired pod (by UID) not
+// refused that has no Mounted publish yet, else the first not refused (plan
+// stages only when one is not). Its fsGroup goes to a driver that applies
+// it at stage; the staging is shared, and the kubelet too passes the
+// fsGroup of the pod whose mount stages it.
+func stagePod(v volumeView, refused map[types.UID]error) cache.PodVolume {
+	var first *cache.PodVolume
+	for i, p := range v.Desired {
+		if refused[p.Pod.UID] != nil {
+			continue
+		}
 		if pm, ok := v.Actual.Pods[p.Pod.UID]; !ok || pm.State != cache.Mounted {
 			return p
 		}
+		if first == nil {
+			first = &v.Desired[i]
+		}
 	}
-	return v.Desired[0]
+	return *first
 }

@@ -204,6 +204,9 @@ func pvSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 		Attributes:   src.VolumeAttributes,
 	}
 	spec.GID = pv.Annotations[volumeGIDAnnotation]
+	if r := pv.Spec.ClaimRef; r != nil {
+		spec.Claim = r.Namespace + "/" + r.Name
+	}
 	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == v1.PersistentVolumeBlock {
 		spec.Mode = cache.Block
 	}

@@ -35,7 +35,9 @@ import (
 //
 // Commands (arguments key=value):
 //
-//	claim name=a [driver=drv] [block]     a PVC ns/a bound to PV pv-a, handle h-a
+//	claim name=a [driver=drv] [block] [rwop]
+//	                                       a PVC ns/a bound to PV pv-a, handle h-a
+//	                                       (access mode ReadWriteOncePod with rwop)
 //	unbind name=a                          the PVC goes (its pods cannot be resolved)
 //	pod name=p claims=(a,b) [block=(a)]     AddPod (uid uid-p)
 //	delete-pod name=p                      DeletePod
@@ -160,7 +162,7 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 	}
 	switch td.Cmd {
 	case "claim":
-		s.claim(arg("name"), td.HasArg("block"))
+		s.claim(arg("name"), td.HasArg("block"), td.HasArg("rwop"))
 	case "unbind":
 		if err := s.pvcs.Delete(&v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: arg("name")}}); err != nil {
 			t.Fatal(err)
@@ -291,16 +293,20 @@ func orOK(r string) string {
 	return r
 }
 
-func (s *scenario) claim(name string, block bool) {
+func (s *scenario) claim(name string, block, rwop bool) {
 	mode := v1.PersistentVolumeFilesystem
 	if block {
 		mode = v1.PersistentVolumeBlock
+	}
+	access := v1.ReadWriteOnce
+	if rwop {
+		access = v1.ReadWriteOncePod
 	}
 	pv := &v1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + name},
 		Spec: v1.PersistentVolumeSpec{
 			Capacity:               v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			AccessModes:            []v1.PersistentVolumeAccessMode{access},
 			VolumeMode:             &mode,
 			ClaimRef:               &v1.ObjectReference{Namespace: "ns", Name: name, UID: types.UID("pvc-" + name)},
 			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: "drv", VolumeHandle: "h-" + name}},
