@@ -72,6 +72,9 @@ type VolumeSpec struct {
 	Name UniqueVolumeName
 	// PVName is the PersistentVolume's name; empty for inline volumes.
 	PVName string
+	// Claim is "namespace/name" of the claim the PV is bound to (its
+	// claimRef), for messages; empty for inline volumes.
+	Claim string
 	// Driver is the CSI driver name.
 	Driver string
 	// VolumeHandle is the CSI volume ID.

@@ -113,7 +113,7 @@ func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error)
 		// published (and owned) again or torn down, as in the kubelet.
 		d, err := p.rfs.OpenDir(csiReq.TargetPath)
 		if err == nil {
-			err = setOwnershipOf(ctx, d, *vol.FSGroup, vol.FSGroupOnRootMismatch)
+			err = p.changeOwnership(ctx, d, vol)
 			d.Close()
 		}
 		if err != nil {
@@ -136,11 +136,7 @@ func (p *Plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req
 			stagingPath = filepath.Join(dir, globalMount)
 		}
 	}
-	var fsGroup *int64
-	if caps.VolumeMountGroup && vol.FSGroup != nil &&
-		(driver == nil || driver.Spec.FSGroupPolicy == nil || *driver.Spec.FSGroupPolicy != storagev1.NoneFSGroupPolicy) {
-		fsGroup = vol.FSGroup
-	}
+	fsGroup := mountGroup(caps, driver, vol.FSGroup)
 	volCtx := spec.Attributes
 	if driver != nil && driver.Spec.PodInfoOnMount != nil && *driver.Spec.PodInfoOnMount {
 		volCtx = maps.Clone(spec.Attributes)

@@ -74,11 +74,20 @@ func setOwnership(ctx context.Context, dir string, gid int64, onRootMismatch boo
 
 // setOwnershipOf is setOwnership of the open directory d.
 func setOwnershipOf(ctx context.Context, d *os.File, gid int64, onRootMismatch bool) error {
+	return setOwnershipCounting(ctx, d, gid, onRootMismatch, nil)
+}
+
+// setOwnershipCounting is setOwnershipOf that calls each (if not nil)
+// before it changes each file, for progress reports.
+func setOwnershipCounting(ctx context.Context, d *os.File, gid int64, onRootMismatch bool, each func(path string)) error {
 	if onRootMismatch && rootHasOwnership(d, gid) {
 		return nil
 	}
 	logger := klog.FromContext(ctx)
 	return walkChildrenFirst(ctx, d, func(path string, fd int, info fs.FileInfo) {
+		if each != nil {
+			each(path)
+		}
 		if err := unix.Fchownat(fd, "", -1, int(gid), unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			logger.Error(err, "Changing the group of a volume file failed", "path", path, "fsGroup", gid)
 		}

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
+	"k8s.io/utils/clock"
 
 	oe "github.com/nodevol/nodevol/operationexecutor"
 	"github.com/nodevol/nodevol/util/blockdev"
@@ -64,6 +66,16 @@ type Config struct {
 	// cannot be read the records carry no boot ID and a restart never
 	// concludes that the node rebooted.
 	BootIDPath string
+	// EventRecorder, if set, records a VolumePermissionChangeInProgress
+	// event on a pod whose volume's fsGroup ownership change (nodevol's
+	// own, for drivers without VOLUME_MOUNT_GROUP) runs longer than
+	// PermissionChangeWarnAfter. Default: none (the warning is only logged).
+	EventRecorder record.EventRecorder
+	// Clock times the ownership change. Default the real clock.
+	Clock clock.Clock
+	// PermissionChangeWarnAfter is how long an ownership change runs
+	// before it is reported, once. Default 30 seconds, the kubelet's.
+	PermissionChangeWarnAfter time.Duration
 }
 
 // Plugin is the CSI volume plugin: it implements operationexecutor.Plugin
@@ -83,6 +95,12 @@ type Plugin struct {
 	mounter     mount.Interface
 	timeout     time.Duration
 	records     *records
+	events      record.EventRecorder
+	clock       clock.Clock
+	warnAfter   time.Duration
+	// eachOwnedFile, if set, is called before each file's ownership is
+	// changed (tests).
+	eachOwnedFile func(path string)
 }
 
 var _ oe.Plugin = (*Plugin)(nil)
@@ -126,6 +144,12 @@ func New(cfg Config) (*Plugin, error) {
 		m.Root = rfs
 		cfg.BlockMapper = m
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.PermissionChangeWarnAfter <= 0 {
+		cfg.PermissionChangeWarnAfter = DefaultPermissionChangeWarnAfter
+	}
 	bootID, err := ReadBootID(cfg.BootIDPath)
 	if err != nil {
 		klog.Background().Error(err, "Records of work in flight carry no boot ID: a restart will not tell a reboot from a crash")
@@ -143,6 +167,9 @@ func New(cfg Config) (*Plugin, error) {
 		blockMapper: cfg.BlockMapper,
 		mounter:     cfg.Mounter,
 		timeout:     cfg.CallTimeout,
+		events:      cfg.EventRecorder,
+		clock:       cfg.Clock,
+		warnAfter:   cfg.PermissionChangeWarnAfter,
 	}, nil
 }
 

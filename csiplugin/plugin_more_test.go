@@ -322,7 +322,11 @@ func TestAccessModes(t *testing.T) {
 		{"ReadWriteMany", true, csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER},
 		{"ReadWriteOncePod", false, csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
 		{"ReadWriteOncePod", true, csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER},
-		{"", false, csi.VolumeCapability_AccessMode_UNKNOWN},
+		// No access mode (an inline volume, a PV without accessModes):
+		// ReadWriteOnce, as the kubelet sends it.
+		{"", false, csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		{"", true, csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER},
+		{"ReadWriteSometimes", true, csi.VolumeCapability_AccessMode_UNKNOWN},
 	}
 	for _, tt := range tests {
 		if got := accessMode(tt.mode, Capabilities{SingleNodeMultiWriter: tt.snmw}); got != tt.want {

@@ -51,6 +51,10 @@ func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string,
 		logger.V(4).Info("Driver does not stage volumes, skipping NodeStageVolume")
 		return "", nil
 	}
+	driver, err := p.csiDriver(spec.Driver) // its fsGroupPolicy
+	if err != nil {
+		return fail(err)
+	}
 	secrets, err := p.secretData(ctx, spec.NodeStageSecret, "NodeStage")
 	if err != nil {
 		return fail(err)
@@ -81,7 +85,7 @@ func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string,
 			VolumeId:          spec.VolumeHandle,
 			PublishContext:    req.PublishContext,
 			StagingTargetPath: stagingPath,
-			VolumeCapability:  withSELinuxContext(volumeCapability(spec, client.caps, nil), req.SELinuxContext),
+			VolumeCapability:  withSELinuxContext(volumeCapability(spec, client.caps, mountGroup(client.caps, driver, req.Pod.FSGroup)), req.SELinuxContext),
 			Secrets:           secrets,
 			VolumeContext:     spec.Attributes,
 		})

@@ -89,8 +89,9 @@ func (k OpKind) CSICall() string {
 type Action struct {
 	Kind   OpKind
 	Volume cache.UniqueVolumeName
-	// Pod is set for OpPublish and OpUnpublish, and for OpExpand (the pod
-	// whose published path the driver is given).
+	// Pod is set for OpPublish and OpUnpublish, for OpStage (the pod being
+	// mounted, whose fsGroup a driver may apply at stage) and for OpExpand
+	// (the pod whose published path the driver is given).
 	Pod cache.PodVolume
 	// SELinuxContext is, for OpStage, the SELinux context the device is
 	// staged with ("" for none). A publish has its pod's, Pod.SELinuxLabel.
@@ -149,7 +150,7 @@ func Do(ctx context.Context, p Plugin, a Action, in Input) Outcome {
 	case OpAttach:
 		out.PublishContext, out.Err = p.WaitForAttach(ctx, &spec)
 	case OpStage:
-		out.Path, out.Err = p.MountDevice(ctx, DeviceRequest{Spec: &spec, PublishContext: in.PublishContext, SELinuxContext: a.SELinuxContext})
+		out.Path, out.Err = p.MountDevice(ctx, DeviceRequest{Spec: &spec, PublishContext: in.PublishContext, SELinuxContext: a.SELinuxContext, Pod: a.Pod})
 	case OpUnstage:
 		out.Err = p.UnmountDevice(ctx, DeviceRequest{Spec: &spec, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath})
 	case OpPublish:

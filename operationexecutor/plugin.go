@@ -59,6 +59,11 @@ type DeviceRequest struct {
 	// SELinuxContext, for a stage, is the SELinux context to mount the
 	// device with (mount option context="..."); "" for none.
 	SELinuxContext string
+	// Pod is, for a stage, the pod whose mount needs the volume staged:
+	// a driver that applies fsGroup itself (VOLUME_MOUNT_GROUP) gets its
+	// fsGroup, as the kubelet passes the fsGroup of the pod being
+	// mounted. Empty for an unstage.
+	Pod cache.PodVolume
 }
 
 // MountRequest asks for a volume to be published into, or unpublished from, a pod.

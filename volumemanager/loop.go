@@ -100,9 +100,8 @@ type loop struct {
 	retryAt map[cache.UniqueVolumeName]time.Time
 	// waiting says why each volume's due work waits (the planner's words).
 	waiting map[cache.UniqueVolumeName][]string
-	// seLinuxConflicts is the SELinux conflict each refused pod was last
-	// told of (selinux.go).
-	seLinuxConflicts map[oe.Key]string
+	// refused are the pods refused each volume now (rwop.go).
+	refused map[cache.UniqueVolumeName]map[types.UID]refusal
 }
 
 // opInput is what an operation needs.
@@ -350,7 +349,7 @@ func (l *loop) planVolume(ctx context.Context, name cache.UniqueVolumeName) {
 	v := l.view(name)
 	l.adopt(&v)
 	d := plan(v)
-	l.reportSELinux(name, v.Desired, d.SELinuxRefused)
+	l.noteRefusals(name, d.Refused)
 	if d.Retry.IsZero() {
 		delete(l.retryAt, name)
 	} else {

@@ -48,7 +48,8 @@ type Config struct {
 	Clock clock.WithTicker
 	// Registerer, if set, receives the manager's Prometheus metrics.
 	Registerer prometheus.Registerer
-	// EventRecorder, if set, records FailedMount and FailedAttachVolume events on pods.
+	// EventRecorder, if set, records FailedMount and FailedAttachVolume events on pods,
+	// and VolumePermissionChangeInProgress when an fsGroup ownership change runs long.
 	EventRecorder record.EventRecorder
 	// InformerFactory, if set, is used (and started by Run) instead of a new one.
 	InformerFactory informers.SharedInformerFactory
@@ -218,6 +219,8 @@ func New(cfg Config) (*VolumeManager, error) {
 			BlockMapper:            cfg.BlockMapper,
 			CallTimeout:            cfg.CSICallTimeout,
 			BootIDPath:             cfg.BootIDPath,
+			EventRecorder:          cfg.EventRecorder,
+			Clock:                  cfg.Clock,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("volumemanager: %w", err)

@@ -63,9 +63,9 @@ type decision struct {
 	// Done is true when nothing of the volume is left and nothing runs:
 	// the loop forgets it.
 	Done bool
-	// SELinuxRefused are the desired pods that wait because they would
-	// mount the volume with another SELinux context (admitSELinux).
-	SELinuxRefused map[types.UID]*SELinuxConflictError
+	// Refused are desired pods that may not use the volume now: an
+	// SELinux conflict (admitSELinux) or ReadWriteOncePod (rwopRefusals).
+	Refused []refusal
 }
 
 func (d *decision) wait(format string, args ...any) {
@@ -85,8 +85,16 @@ func (d *decision) wait(format string, args ...any) {
 // of operation waits until its backoff ends.
 func plan(v volumeView) decision {
 	var d decision
+	// Refusals first, whatever else waits: the loop reports a refusal that
+	// is missing from a decision as ended.
 	sel := admitSELinux(v)
-	d.SELinuxRefused = sel.Refused
+	refused := refusals(v, sel)
+	for _, p := range v.Desired {
+		if err := refused[p.Pod.UID]; err != nil {
+			d.Refused = append(d.Refused, refusal{Pod: p, Err: err})
+			d.wait("%v", err)
+		}
+	}
 	for k, kind := range v.InFlight {
 		if k.Pod == "" {
 			d.wait("%s running", kind.NameFor(v.Spec.Mode))
@@ -153,6 +161,10 @@ func plan(v volumeView) decision {
 		return d
 	}
 
+	if len(d.Refused) == len(v.Desired) {
+		return d // no pod may use it yet: nothing to set up
+	}
+
 	if !v.Spec.Ephemeral {
 		// A whole-volume operation runs alone: not beside one in flight,
 		// nor beside an unpublish planned above.
@@ -186,12 +198,12 @@ func plan(v volumeView) decision {
 		}
 		if v.Actual.DeviceState != cache.Mounted {
 			// NotMounted, or Uncertain: staging again is safe (NodeStage is idempotent).
-			return volumeOp(oe.Action{Kind: oe.OpStage, Volume: v.Name, SELinuxContext: sel.Context})
+			return volumeOp(oe.Action{Kind: oe.OpStage, Volume: v.Name, SELinuxContext: sel.Context, Pod: stagePod(v, refused)})
 		}
 	}
 	var mounted *cache.PodVolume
 	for i, p := range v.Desired {
-		if podBusy(p.Pod.UID) || sel.Refused[p.Pod.UID] != nil {
+		if podBusy(p.Pod.UID) || refused[p.Pod.UID] != nil {
 			continue
 		}
 		pm, ok := v.Actual.Pods[p.Pod.UID]
@@ -206,4 +218,50 @@ func plan(v volumeView) decision {
 		add(oe.Action{Kind: oe.OpExpand, Volume: v.Name, Pod: *mounted})
 	}
 	return d
+}
+
+// refusals are the desired pods that may not use the volume now, and why.
+// The SELinux check comes first, as in the kubelet (its populator refuses
+// a conflicting pod before any mount); ReadWriteOncePod is then decided
+// among the pods SELinux admits, so that a pod refused for its context
+// never owns the volume and blocks the others.
+func refusals(v volumeView, sel seLinuxAdmission) map[types.UID]error {
+	out := map[types.UID]error{}
+	for uid, err := range sel.Refused {
+		out[uid] = err
+	}
+	if len(out) > 0 {
+		admitted := make([]cache.PodVolume, 0, len(v.Desired))
+		for _, p := range v.Desired {
+			if out[p.Pod.UID] == nil {
+				admitted = append(admitted, p)
+			}
+		}
+		v.Desired = admitted
+	}
+	for uid, err := range rwopRefusals(v) {
+		out[uid] = err
+	}
+	return out
+}
+
+// stagePod is the pod a stage is for: the first desired pod (by UID) not
+// refused that has no Mounted publish yet, else the first not refused (plan
+// stages only when one is not). Its fsGroup goes to a driver that applies
+// it at stage; the staging is shared, and the kubelet too passes the
+// fsGroup of the pod whose mount stages it.
+func stagePod(v volumeView, refused map[types.UID]error) cache.PodVolume {
+	var first *cache.PodVolume
+	for i, p := range v.Desired {
+		if refused[p.Pod.UID] != nil {
+			continue
+		}
+		if pm, ok := v.Actual.Pods[p.Pod.UID]; !ok || pm.State != cache.Mounted {
+			return p
+		}
+		if first == nil {
+			first = &v.Desired[i]
+		}
+	}
+	return *first
 }

@@ -97,3 +97,37 @@ func TestPlan(t *testing.T) {
 		})
 	}
 }
+
+// TestStagePod: a stage carries the pod being mounted (the first desired
+// pod by UID without a Mounted publish): its fsGroup goes to a driver that
+// applies it at stage.
+func TestStagePod(t *testing.T) {
+	gid := int64(7)
+	pv := func(uid string) cache.PodVolume {
+		return cache.PodVolume{Pod: cache.PodRef{UID: types.UID(uid), Namespace: "ns", Name: uid}, SpecName: "data", FSGroup: &gid}
+	}
+	tests := []struct {
+		name    string
+		desired []cache.PodVolume
+		pods    map[types.UID]cache.PodMount
+		want    types.UID
+	}{
+		{name: "first pod", desired: []cache.PodVolume{pv("a"), pv("b")}, want: "a"},
+		{name: "first pod not yet mounted (device uncertain after a restart)", desired: []cache.PodVolume{pv("a"), pv("b")},
+			pods: map[types.UID]cache.PodMount{"a": {Volume: pv("a"), State: cache.Mounted}}, want: "b"},
+		{name: "all mounted: the first", desired: []cache.PodVolume{pv("a"), pv("b")},
+			pods: map[types.UID]cache.PodMount{"a": {Volume: pv("a"), State: cache.Mounted}, "b": {Volume: pv("b"), State: cache.Mounted}}, want: "a"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := plan(volumeView{Name: "v", Desired: tc.desired, Known: true,
+				Actual: cache.ActualVolume{Attached: true, DeviceState: cache.Uncertain, Pods: tc.pods}})
+			if len(d.Actions) != 1 || d.Actions[0].Kind != oe.OpStage {
+				t.Fatalf("plan = %v, want one stage", d.Actions)
+			}
+			if got := d.Actions[0].Pod; got.Pod.UID != tc.want || got.FSGroup != &gid {
+				t.Errorf("stage for pod %q (fsGroup %v), want %q with its fsGroup", got.Pod.UID, got.FSGroup, tc.want)
+			}
+		})
+	}
+}

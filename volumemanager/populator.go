@@ -210,6 +210,9 @@ func pvSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 		Attributes:   src.VolumeAttributes,
 	}
 	spec.GID = pv.Annotations[volumeGIDAnnotation]
+	if r := pv.Spec.ClaimRef; r != nil {
+		spec.Claim = r.Namespace + "/" + r.Name
+	}
 	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == v1.PersistentVolumeBlock {
 		spec.Mode = cache.Block
 	}
@@ -249,6 +252,8 @@ func inlineSpec(pod *v1.Pod, v *v1.Volume) cache.VolumeSpec {
 		Mode:         cache.Filesystem,
 		Attributes:   v.CSI.VolumeAttributes,
 		Ephemeral:    true,
+		// The kubelet publishes inline volumes as ReadWriteOnce.
+		AccessMode: string(v1.ReadWriteOnce),
 	}
 	if v.CSI.FSType != nil {
 		spec.FSType = *v.CSI.FSType

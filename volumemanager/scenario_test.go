@@ -139,7 +139,11 @@ func (s *scenario) action(a oe.Action, mode cache.VolumeMode) string {
 	if a.Kind == oe.OpPublish || a.Kind == oe.OpUnpublish {
 		out += " pod=" + string(a.Pod.Pod.UID)
 	}
-	if c := a.SELinuxContext + a.Pod.SELinuxLabel; c != "" && a.Kind != oe.OpUnpublish {
+	c := a.Pod.SELinuxLabel // a publish's context
+	if a.Kind == oe.OpStage {
+		c = a.SELinuxContext // a stage names its pod too, for its fsGroup
+	}
+	if c != "" && a.Kind != oe.OpUnpublish {
 		out += fmt.Sprintf(" context=%q", c)
 	}
 	return out
@@ -169,10 +173,7 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 	}
 	switch td.Cmd {
 	case "claim":
-		s.claim(arg("name"), td.HasArg("block"))
-		if td.HasArg("rwop") {
-			s.rwop(t, arg("name"))
-		}
+		s.claim(arg("name"), td.HasArg("block"), td.HasArg("rwop"))
 	case "unbind":
 		if err := s.pvcs.Delete(&v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: arg("name")}}); err != nil {
 			t.Fatal(err)
@@ -312,16 +313,20 @@ func orOK(r string) string {
 	return r
 }
 
-func (s *scenario) claim(name string, block bool) {
+func (s *scenario) claim(name string, block, rwop bool) {
 	mode := v1.PersistentVolumeFilesystem
 	if block {
 		mode = v1.PersistentVolumeBlock
+	}
+	access := v1.ReadWriteOnce
+	if rwop {
+		access = v1.ReadWriteOncePod
 	}
 	pv := &v1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + name},
 		Spec: v1.PersistentVolumeSpec{
 			Capacity:               v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			AccessModes:            []v1.PersistentVolumeAccessMode{access},
 			VolumeMode:             &mode,
 			ClaimRef:               &v1.ObjectReference{Namespace: "ns", Name: name, UID: types.UID("pvc-" + name)},
 			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: "drv", VolumeHandle: "h-" + name}},
@@ -477,7 +482,6 @@ func (s *scenario) state() string {
 		for _, w := range s.l.waiting[n] {
 			fmt.Fprintf(&b, "  waiting: %s\n", w)
 		}
-		s.printSELinuxConflicts(&b, n)
 	}
 	if len(s.l.unreadable) > 0 {
 		var dirs []string
@@ -491,28 +495,4 @@ func (s *scenario) state() string {
 		return "empty"
 	}
 	return strings.TrimRight(b.String(), "\n")
-}
-
-// rwop makes claim's PV and PVC ReadWriteOncePod only.
-func (s *scenario) rwop(t *testing.T, claim string) {
-	obj, _, _ := s.pvs.GetByKey("pv-" + claim)
-	pv := obj.(*v1.PersistentVolume).DeepCopy()
-	pv.Spec.AccessModes = []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod}
-	if err := s.pvs.Update(pv); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// printSELinuxConflicts prints the pods refused a volume for their SELinux context.
-func (s *scenario) printSELinuxConflicts(b *strings.Builder, n cache.UniqueVolumeName) {
-	var lines []string
-	for key, msg := range s.l.seLinuxConflicts {
-		if key.Volume == n {
-			lines = append(lines, fmt.Sprintf("  refused %s: %s", key.Pod, msg))
-		}
-	}
-	sort.Strings(lines)
-	for _, l := range lines {
-		fmt.Fprintln(b, l)
-	}
 }

@@ -304,38 +304,6 @@ func deviceContextValid(v volumeView) bool {
 	return v.Known && v.Actual.DeviceState.MayBeMounted()
 }
 
-// reportSELinux records a conflict on the pod that waits, once: the error
-// its wait returns and a FailedMount event. A conflict that is over
-// clears the error.
-func (l *loop) reportSELinux(name cache.UniqueVolumeName, desired []cache.PodVolume, refused map[types.UID]*SELinuxConflictError) {
-	for _, p := range desired {
-		key := oe.Key{Volume: name, Pod: p.Pod.UID}
-		err := refused[p.Pod.UID]
-		prev, had := l.seLinuxConflicts[key]
-		switch {
-		case err == nil && had:
-			delete(l.seLinuxConflicts, key)
-			l.errs.clear(p.Pod.UID, p.SpecName)
-		case err != nil && prev != err.Error():
-			if l.seLinuxConflicts == nil {
-				l.seLinuxConflicts = map[oe.Key]string{}
-			}
-			l.seLinuxConflicts[key] = err.Error()
-			l.errs.set(p.Pod.UID, p.SpecName, err)
-			l.logger.Error(err, "Volume not mounted", "volume", name, "pod", p.Pod.String())
-			if l.events != nil {
-				ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Pod.Namespace, Name: p.Pod.Name, UID: p.Pod.UID}
-				l.events.Event(ref, v1.EventTypeWarning, "FailedMount", err.Error())
-			}
-		}
-	}
-	for key := range l.seLinuxConflicts {
-		if key.Volume == name && !slices.ContainsFunc(desired, func(p cache.PodVolume) bool { return p.Pod.UID == key.Pod }) {
-			delete(l.seLinuxConflicts, key) // the pod no longer wants the volume
-		}
-	}
-}
-
 // hostSELinuxEnabled reports whether the host has SELinux enabled, as
 // go-selinux's GetEnabled decides: selinuxfs is mounted read-write at
 // /sys/fs/selinux and this process has a label other than "kernel".

@@ -1,0 +1,71 @@
+package csiplugin
+
+import (
+	"context"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+	oe "github.com/nodevol/nodevol/operationexecutor"
+)
+
+// TestAccessModeRequests: the volume capability NodeStageVolume and
+// NodePublishVolume carry, exactly, for each PV access mode, with and
+// without the driver's SINGLE_NODE_MULTI_WRITER capability: the kubelet's
+// mapping (csi_client.go asCSIAccessModeV1; a PV without access modes and
+// an inline volume go as ReadWriteOnce).
+func TestAccessModeRequests(t *testing.T) {
+	const (
+		snw  = csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+		snmw = csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER
+		snsw = csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+		mnro = csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+		mnmw = csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+	)
+	tests := []struct {
+		mode string
+		snmw bool
+		want csi.VolumeCapability_AccessMode_Mode
+	}{
+		{mode: "ReadWriteOnce", want: snw},
+		{mode: "ReadWriteOnce", snmw: true, want: snmw},
+		{mode: "ReadWriteOncePod", want: snw},
+		{mode: "ReadWriteOncePod", snmw: true, want: snsw},
+		{mode: "ReadOnlyMany", want: mnro},
+		{mode: "ReadOnlyMany", snmw: true, want: mnro},
+		{mode: "ReadWriteMany", want: mnmw},
+		{mode: "ReadWriteMany", snmw: true, want: mnmw},
+		{mode: "", want: snw},
+		{mode: "", snmw: true, want: snmw},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mode+map[bool]string{true: "/SNMW", false: ""}[tt.snmw], func(t *testing.T) {
+			e := newEnv(t, envOptions{driver: csitest.Options{SingleNodeMultiWriter: tt.snmw, CreateTargetDirs: true}})
+			spec := testSpec(drv)
+			spec.AccessMode = tt.mode
+			ctx := context.Background()
+			staging, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: podVolume("a", "data"), DeviceMountPath: staging}); err != nil {
+				t.Fatal(err)
+			}
+			want := &csi.VolumeCapability{
+				AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
+				AccessMode: &csi.VolumeCapability_AccessMode{Mode: tt.want},
+			}
+			stage := e.request(t, "NodeStageVolume").(*csi.NodeStageVolumeRequest)
+			if diff := cmp.Diff(want, stage.GetVolumeCapability(), protocmp.Transform()); diff != "" {
+				t.Errorf("NodeStageVolume volume_capability (-want +got):\n%s", diff)
+			}
+			publish := e.request(t, "NodePublishVolume").(*csi.NodePublishVolumeRequest)
+			if diff := cmp.Diff(want, publish.GetVolumeCapability(), protocmp.Transform()); diff != "" {
+				t.Errorf("NodePublishVolume volume_capability (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,132 @@
+package volumemanager
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/nodevol/nodevol/cache"
+)
+
+// ErrReadWriteOncePod is wrapped by the error of a pod refused a
+// ReadWriteOncePod volume that another pod on the node uses.
+var ErrReadWriteOncePod = errors.New("the volume has access mode ReadWriteOncePod")
+
+// refusal is a desired pod that may not use its volume now, and why.
+type refusal struct {
+	Pod cache.PodVolume
+	Err error
+}
+
+// rwopRefusals decides which desired pods of a ReadWriteOncePod volume may
+// not use it, and why: the scheduler keeps a second pod off the node, but
+// static pods and pods with nodeName set bypass it, and the kubelet refuses
+// them at mount ("already in use by another pod").
+//
+// The volume belongs to the pods that may have it published (Mounted,
+// Uncertain, or with a publish in flight), whether or not they still want
+// it: a pod being torn down keeps it until its unpublish has finished. When
+// none has it, the first desired pod (by UID) gets it. Every other desired
+// pod is refused; nothing of the owner's is touched. The result is nil for
+// any other access mode. Pure: it reads only the view.
+func rwopRefusals(v volumeView) map[types.UID]error {
+	if v.Spec.AccessMode != string(v1.ReadWriteOncePod) || len(v.Desired) == 0 {
+		return nil
+	}
+	var owners []cache.PodRef
+	for uid, pm := range v.Actual.Pods {
+		if pm.MayBeMounted() {
+			ref := pm.Volume.Pod
+			ref.UID = uid
+			owners = append(owners, ref)
+		}
+	}
+	if len(owners) == 0 {
+		owners = []cache.PodRef{v.Desired[0].Pod} // Desired is sorted by UID
+	}
+	sort.Slice(owners, func(i, j int) bool { return owners[i].UID < owners[j].UID })
+	owns := map[types.UID]bool{}
+	for _, o := range owners {
+		owns[o.UID] = true
+	}
+	var out map[types.UID]error
+	for _, p := range v.Desired {
+		if owns[p.Pod.UID] {
+			continue
+		}
+		if out == nil {
+			out = map[types.UID]error{}
+		}
+		out[p.Pod.UID] = fmt.Errorf("pod %s cannot use volume %s%s: %w and is in use by pod %s on this node; it is mounted once that pod has released it",
+			p.Pod, volumeName(v.Spec), claimSuffix(v.Spec), ErrReadWriteOncePod, podName(owners[0]))
+	}
+	return out
+}
+
+// volumeName names a volume in messages: its PV, else its unique name.
+func volumeName(spec cache.VolumeSpec) string {
+	if spec.PVName != "" {
+		return spec.PVName
+	}
+	return string(spec.Name)
+}
+
+func claimSuffix(spec cache.VolumeSpec) string {
+	if spec.Claim == "" {
+		return ""
+	}
+	return " (claim " + spec.Claim + ")"
+}
+
+// podName names a pod in messages; a pod known only from the disk (found
+// mounted at start) has only its UID.
+func podName(ref cache.PodRef) string {
+	if ref.Name == "" {
+		return "with UID " + string(ref.UID)
+	}
+	return ref.String()
+}
+
+// noteRefusals takes in the planner's refusals of one volume: a new one
+// is the refused pod's error (shown by WaitForAttachAndMount's WaitError)
+// and is logged and recorded as a FailedMount event on the pod, once; one
+// that ended clears the pod's error, and its publish starts.
+func (l *loop) noteRefusals(name cache.UniqueVolumeName, refused []refusal) {
+	old := l.refused[name]
+	if len(refused) == 0 && len(old) == 0 {
+		return
+	}
+	now := make(map[types.UID]refusal, len(refused))
+	for _, r := range refused {
+		uid := r.Pod.Pod.UID
+		now[uid] = r
+		// Set at every plan: a failed stage meanwhile sets every desired
+		// pod's error, and the refusal is the refused pod's real cause.
+		l.errs.set(uid, r.Pod.SpecName, r.Err)
+		if prev, ok := old[uid]; ok && prev.Err.Error() == r.Err.Error() {
+			continue
+		}
+		l.logger.Info("Volume refused to a pod", "pod", klog.KRef(r.Pod.Pod.Namespace, r.Pod.Pod.Name), "volume", name, "err", r.Err)
+		if l.events != nil {
+			ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.Pod.Pod.Namespace, Name: r.Pod.Pod.Name, UID: uid}
+			l.events.Event(ref, v1.EventTypeWarning, "FailedMount", r.Err.Error())
+		}
+	}
+	for uid, r := range old {
+		if _, ok := now[uid]; !ok {
+			l.errs.clear(uid, r.Pod.SpecName)
+		}
+	}
+	if l.refused == nil {
+		l.refused = map[cache.UniqueVolumeName]map[types.UID]refusal{}
+	}
+	if len(now) == 0 {
+		delete(l.refused, name)
+	} else {
+		l.refused[name] = now
+	}
+}
