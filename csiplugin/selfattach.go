@@ -52,8 +52,14 @@ func (p *Plugin) Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string
 		return nil, nil
 	}
 	want := volumeAttachment(spec, p.node)
+	// The lister first: a retry while the external-attacher works (or
+	// after an agent restart) writes nothing.
+	va, err := p.attachments.Get(want.Name)
+	if err == nil {
+		return p.checkAttachment(ctx, spec, va)
+	}
 	vas := p.client.StorageV1().VolumeAttachments()
-	va, err := vas.Create(ctx, want, metav1.CreateOptions{})
+	va, err = vas.Create(ctx, want, metav1.CreateOptions{})
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		if va, err = vas.Get(ctx, want.Name, metav1.GetOptions{}); err != nil {
@@ -64,9 +70,15 @@ func (p *Plugin) Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string
 	default:
 		klog.FromContext(ctx).V(2).Info("Created VolumeAttachment", "volume", spec.Name, "volumeAttachment", want.Name)
 	}
+	return p.checkAttachment(ctx, spec, va)
+}
+
+// checkAttachment refuses a VolumeAttachment of another node or driver and
+// reads the status of the node's own.
+func (p *Plugin) checkAttachment(ctx context.Context, spec *cache.VolumeSpec, va *storagev1.VolumeAttachment) (map[string]string, error) {
 	if va.Spec.NodeName != p.node || va.Spec.Attacher != spec.Driver {
 		return nil, fmt.Errorf("attaching volume %s to node %s: VolumeAttachment %s exists for node %q and attacher %q: %w",
-			volumeDesc(spec), p.node, want.Name, va.Spec.NodeName, va.Spec.Attacher, ErrAttachmentConflict)
+			volumeDesc(spec), p.node, va.Name, va.Spec.NodeName, va.Spec.Attacher, ErrAttachmentConflict)
 	}
 	return p.attachStatus(ctx, spec, va)
 }
