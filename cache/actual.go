@@ -12,6 +12,10 @@ type ActualVolume struct {
 	Spec VolumeSpec
 	// Attached is true once the attachment was confirmed (or not needed).
 	Attached bool
+	// SelfAttached is true when the node may have created the volume's
+	// VolumeAttachment itself (self-attach mode): it must delete it once
+	// the volume is unstaged.
+	SelfAttached bool
 	// PublishContext came from the VolumeAttachment.
 	PublishContext map[string]string
 	// DeviceState is the state of the staged device.
@@ -101,6 +105,20 @@ func (a *ActualStateOfWorld) MarkAttached(spec VolumeSpec, publishContext map[st
 	v := a.volume(spec)
 	v.Attached = true
 	v.PublishContext = publishContext
+	a.wakeVolume(v)
+}
+
+// SetSelfAttached records whether the node may have created the volume's
+// VolumeAttachment itself. Clearing it also clears Attached: the
+// attachment is gone.
+func (a *ActualStateOfWorld) SetSelfAttached(spec VolumeSpec, created bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	v := a.volume(spec)
+	v.SelfAttached = created
+	if !created {
+		v.Attached, v.PublishContext = false, nil
+	}
 	a.wakeVolume(v)
 }
 

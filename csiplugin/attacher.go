@@ -50,6 +50,16 @@ func (p *Plugin) WaitForAttach(ctx context.Context, spec *cache.VolumeSpec) (map
 			name, spec.Driver, volumeDesc(spec), oe.ErrNotReady)
 	case err != nil:
 		return nil, fmt.Errorf("reading VolumeAttachment %s for volume %s: %w (%w)", name, volumeDesc(spec), err, oe.ErrNotReady)
+	}
+	return p.attachStatus(ctx, spec, va)
+}
+
+// attachStatus reads the status of the volume's VolumeAttachment va: the
+// publish context (never nil) once attached, a final error when it is
+// being deleted or the attacher reported an error, else ErrNotReady.
+func (p *Plugin) attachStatus(ctx context.Context, spec *cache.VolumeSpec, va *storagev1.VolumeAttachment) (map[string]string, error) {
+	name := va.Name
+	switch {
 	case va.DeletionTimestamp != nil:
 		return nil, fmt.Errorf("VolumeAttachment %s for volume %s is being deleted", name, volumeDesc(spec))
 	case va.Status.Attached:

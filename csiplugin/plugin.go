@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -38,6 +39,9 @@ type Config struct {
 	CSIDriverLister storagelisters.CSIDriverLister
 	// VolumeAttachmentLister reads VolumeAttachments. Required.
 	VolumeAttachmentLister storagelisters.VolumeAttachmentLister
+	// KubeClient creates and deletes VolumeAttachments in self-attach mode
+	// (Attach, Detach). Default nil: Attach and Detach fail saying so.
+	KubeClient kubernetes.Interface
 	// Secrets reads the Secrets that PVs reference for NodeStage and
 	// NodePublish. Default: none; a volume that references a Secret fails
 	// with an error saying so.
@@ -89,6 +93,7 @@ type Plugin struct {
 	drivers     *Registry
 	csiDrivers  storagelisters.CSIDriverLister
 	attachments storagelisters.VolumeAttachmentLister
+	client      kubernetes.Interface
 	secrets     SecretGetter
 	tokens      TokenGetter
 	blockMapper BlockMapper
@@ -162,6 +167,7 @@ func New(cfg Config) (*Plugin, error) {
 		drivers:     cfg.Registry,
 		csiDrivers:  cfg.CSIDriverLister,
 		attachments: cfg.VolumeAttachmentLister,
+		client:      cfg.KubeClient,
 		secrets:     cfg.Secrets,
 		tokens:      cfg.Tokens,
 		blockMapper: cfg.BlockMapper,

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/kubernetes"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // MaxDriverNameLength is the longest valid CSI driver name, per the CSI
@@ -29,6 +33,13 @@ type RegistrationConfig struct {
 	// NodeName is the name of this node's Node and CSINode objects.
 	// Required when KubeClient is set.
 	NodeName string
+	// CSIDrivers reads the CSIDriver objects, whose
+	// nodeAllocatableUpdatePeriodSeconds says how often Run refreshes a
+	// driver's allocatable count in the CSINode. Default nil: never
+	// refreshed (the count read at registration stays).
+	CSIDrivers storagelisters.CSIDriverLister
+	// Clock times the refreshes. Default the real clock.
+	Clock clock.Clock
 }
 
 // RegistrationHandler registers CSI drivers announced through plugin
@@ -37,6 +48,9 @@ type RegistrationConfig struct {
 type RegistrationHandler struct {
 	registry *Registry
 	nodeInfo *nodeInfo // nil without a KubeClient
+	// refresh keeps allocatable counts current; nil without a KubeClient
+	// or CSIDrivers.
+	refresh *refresher
 
 	mu      sync.Mutex
 	drivers map[string]*registration
@@ -61,6 +75,9 @@ func NewRegistrationHandler(cfg RegistrationConfig) (*RegistrationHandler, error
 			return nil, errors.New("csiplugin: RegistrationConfig.NodeName is required with a KubeClient")
 		}
 		h.nodeInfo = &nodeInfo{client: cfg.KubeClient, nodeName: cfg.NodeName}
+		if cfg.CSIDrivers != nil {
+			h.refresh = newRefresher(h, cfg.CSIDrivers, cfg.Clock)
+		}
 	}
 	return h, nil
 }
@@ -173,6 +190,7 @@ func (h *RegistrationHandler) RegisterPlugin(ctx context.Context, name, endpoint
 	case err == nil:
 		h.drivers[name].pending = false
 		klog.FromContext(ctx).V(2).Info("Registered CSI driver", "driver", name, "endpoint", endpoint, "version", v)
+		h.kickRefresh()
 	case prev != nil && !replaced:
 		h.drivers[name] = prev
 	default:
@@ -249,5 +267,82 @@ func (h *RegistrationHandler) DeRegisterPlugin(ctx context.Context, name, endpoi
 	}
 	delete(h.drivers, name)
 	klog.FromContext(ctx).V(2).Info("Deregistered CSI driver", "driver", name, "endpoint", endpoint)
+	h.kickRefresh()
 	return nil
+}
+
+// Run keeps the node's CSINode as the kubelet does, until ctx ends: it
+// creates it at once, owned by the Node and before any driver registers
+// (retried with backoff, up to 30 s apart, while the Node is missing or the
+// API fails), then refreshes the registered drivers' allocatable counts
+// (see RegistrationConfig.CSIDrivers). Without a KubeClient it returns at
+// once. It returns ctx.Err().
+func (h *RegistrationHandler) Run(ctx context.Context) error {
+	if h.nodeInfo == nil {
+		return nil
+	}
+	c := clock.Clock(clock.RealClock{})
+	if h.refresh != nil {
+		c = h.refresh.clock
+	}
+	logger := klog.FromContext(ctx)
+	lastErr := ""
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 30*time.Second) {
+		err := h.nodeInfo.initCSINode(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err.Error() != lastErr {
+			lastErr = err.Error()
+			logger.Error(err, "Cannot initialize the CSINode yet: retrying", "node", h.nodeInfo.nodeName, "retryAfter", delay)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.After(delay):
+		}
+	}
+	if h.refresh != nil {
+		h.refresh.run(ctx)
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// CSIDriverChanged tells the handler that a CSIDriver object changed: its
+// nodeAllocatableUpdatePeriodSeconds may have.
+func (h *RegistrationHandler) CSIDriverChanged(string) { h.kickRefresh() }
+
+// ResourceExhausted tells the handler that a NodeStageVolume or
+// NodePublishVolume of driver failed with ResourceExhausted: the driver's
+// allocatable count is refreshed at once, when its CSIDriver sets a refresh
+// period (as the kubelet does).
+func (h *RegistrationHandler) ResourceExhausted(driver string) {
+	if h.refresh != nil {
+		h.refresh.resourceExhausted(driver)
+	}
+}
+
+func (h *RegistrationHandler) kickRefresh() {
+	if h.refresh != nil {
+		h.refresh.kick()
+	}
+}
+
+// registered returns the names of the drivers registered (not being
+// registered or deregistered), sorted.
+func (h *RegistrationHandler) registered() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.drivers))
+	for name, r := range h.drivers {
+		if !r.pending {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -25,6 +25,14 @@ const (
 	// OpExpand grows a published volume on the node (NodeExpandVolume).
 	// Do does not run it: the caller owns expansion.
 	OpExpand
+	// OpSelfAttach attaches the volume in self-attach mode: the node
+	// creates the VolumeAttachment itself, as the kubelet does with
+	// --enable-controller-attach-detach=false, and confirms it attached
+	// (SelfAttacher.Attach).
+	OpSelfAttach
+	// OpSelfDetach deletes the VolumeAttachment the node created, once
+	// the volume is unstaged, and confirms it gone (SelfAttacher.Detach).
+	OpSelfDetach
 )
 
 // String returns the kubelet's operation name, used in metrics and backoff.
@@ -42,6 +50,10 @@ func (k OpKind) String() string {
 		return "unmount_device"
 	case OpExpand:
 		return "volume_fs_resize"
+	case OpSelfAttach:
+		return "volume_attach"
+	case OpSelfDetach:
+		return "volume_detach"
 	}
 	return fmt.Sprintf("OpKind(%d)", int(k))
 }
@@ -67,8 +79,8 @@ func (k OpKind) NameFor(mode cache.VolumeMode) string {
 
 // CSICall is the CSI RPC the operation makes (with a driver that stages,
 // for OpStage and OpUnstage), for messages that name what a driver is
-// doing; "" for OpAttach, which calls no driver (it waits for the
-// VolumeAttachment).
+// doing; "" for OpAttach, OpSelfAttach and OpSelfDetach, which call no
+// driver (they write or wait for the VolumeAttachment).
 func (k OpKind) CSICall() string {
 	switch k {
 	case OpStage:
@@ -126,7 +138,9 @@ type Outcome struct {
 	NotRun bool
 	// Path is the staging path (OpStage) or the pod's volume path (OpPublish).
 	Path string
-	// PublishContext is set by OpAttach.
+	// PublishContext is set by OpAttach and OpSelfAttach: nil when the
+	// volume needs no attachment, never nil when a VolumeAttachment says
+	// it is attached.
 	PublishContext map[string]string
 	// Duration is how long the plugin call took.
 	Duration time.Duration
@@ -149,6 +163,8 @@ func Do(ctx context.Context, p Plugin, a Action, in Input) Outcome {
 	switch a.Kind {
 	case OpAttach:
 		out.PublishContext, out.Err = p.WaitForAttach(ctx, &spec)
+	case OpSelfAttach, OpSelfDetach:
+		out.PublishContext, out.Err = selfAttach(ctx, p, a.Kind, &spec)
 	case OpStage:
 		out.Path, out.Err = p.MountDevice(ctx, DeviceRequest{Spec: &spec, PublishContext: in.PublishContext, SELinuxContext: a.SELinuxContext, Pod: a.Pod})
 	case OpUnstage:

@@ -41,6 +41,25 @@ type Mounter interface {
 	TearDown(ctx context.Context, req MountRequest) error
 }
 
+// SelfAttacher attaches and detaches volumes from the node itself (the
+// kubelet's --enable-controller-attach-detach=false): it writes the
+// VolumeAttachment that the attach/detach controller writes otherwise.
+type SelfAttacher interface {
+	// Attach creates the volume's VolumeAttachment for this node if it
+	// is missing and returns the publish context once it is attached,
+	// as WaitForAttach does ((nil, nil) when the volume needs no
+	// attachment). Not attached yet is an error wrapping ErrNotReady. A
+	// VolumeAttachment of the same name that belongs to another node is
+	// a final error: it is not adopted.
+	Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string]string, error)
+	// Detach deletes the volume's VolumeAttachment for this node and
+	// returns nil once it is gone; while it is still there (the
+	// external-attacher detaches first) the error wraps ErrNotReady, and
+	// a detach error reported on it is returned. A VolumeAttachment of
+	// another node is left alone.
+	Detach(ctx context.Context, spec *cache.VolumeSpec) error
+}
+
 // Plugin is a whole volume plugin.
 type Plugin interface {
 	Attacher
@@ -110,3 +129,15 @@ func (e *InUseError) Is(target error) bool { return target == ErrInUse }
 
 // IsUncertain reports whether err means the operation may have half-happened.
 func IsUncertain(err error) bool { return errors.Is(err, ErrInProgress) }
+
+// selfAttach runs OpSelfAttach or OpSelfDetach on a plugin that can.
+func selfAttach(ctx context.Context, p Plugin, kind OpKind, spec *cache.VolumeSpec) (map[string]string, error) {
+	sa, ok := p.(SelfAttacher)
+	if !ok {
+		return nil, fmt.Errorf("the volume plugin cannot attach volumes itself (%T does not implement SelfAttacher)", p)
+	}
+	if kind == OpSelfAttach {
+		return sa.Attach(ctx, spec)
+	}
+	return nil, sa.Detach(ctx, spec)
+}

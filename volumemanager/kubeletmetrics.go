@@ -108,7 +108,7 @@ func (m *metrics) reconstructed(d diskState) {
 // unstage concerns no pod any more: no event.
 func failureReason(kind oe.OpKind, mode cache.VolumeMode) string {
 	switch kind {
-	case oe.OpAttach:
+	case oe.OpAttach, oe.OpSelfAttach:
 		return "FailedAttachVolume"
 	case oe.OpStage, oe.OpPublish:
 		if mode == cache.Block {

@@ -60,6 +60,9 @@ type loop struct {
 	// synced, if set, is called once the loop has taken in that the
 	// informers have synced.
 	synced func()
+	// selfAttach: the node creates and deletes VolumeAttachments itself
+	// (Config.SelfAttach).
+	selfAttach bool
 	// resolveAll resolves every known pod again at each resync, not only
 	// the unresolved ones (node-restricted mode: the reads keep the
 	// pods' claims and volumes in the fetcher's cache).
@@ -166,6 +169,15 @@ func (l *loop) install(d diskState) {
 	}
 	for _, dir := range d.unreadable {
 		l.unreadable[filepath.Base(dir)] = dir
+	}
+	if l.selfAttach {
+		// An earlier run may have created their VolumeAttachments: each is
+		// deleted once its volume is torn down (a missing one costs a GET).
+		for _, n := range l.asw.VolumeNames() {
+			if v, ok := l.asw.Volume(n); ok && !v.Spec.Ephemeral {
+				l.asw.SetSelfAttached(v.Spec, true)
+			}
+		}
 	}
 }
 
@@ -418,6 +430,7 @@ func (l *loop) view(name cache.UniqueVolumeName) volumeView {
 	v := volumeView{
 		Name: name, Spec: spec, Desired: desired, Actual: actual, Known: known,
 		InFlight: l.inflight[name], Backoff: l.backoff.Volume(name), Refs: l.refs[name], Now: l.clock.Now(),
+		SelfAttach: l.selfAttach,
 	}
 	for uid := range actual.Pods {
 		if why := l.podHold(name, uid); why != "" {
@@ -478,10 +491,13 @@ func (l *loop) begin(a oe.Action, v volumeView) {
 	case oe.OpPublish:
 		delete(l.republish, key)
 		l.asw.SetPodBusy(v.Spec, a.Pod, true) // possibly mounted from now on
-	case oe.OpAttach:
+	case oe.OpAttach, oe.OpSelfAttach:
 		l.attaching[csiplugin.AttachmentName(v.Spec.VolumeHandle, v.Spec.Driver, l.node)] = a.Volume
 	case oe.OpStage:
 		l.asw.SetDeviceSELinuxContext(v.Spec, a.SELinuxContext) // possibly staged with it from now on
+	case oe.OpSelfDetach:
+		in.Spec = v.Actual.Spec
+		l.attaching[csiplugin.AttachmentName(in.Spec.VolumeHandle, in.Spec.Driver, l.node)] = a.Volume
 	case oe.OpExpand:
 		in.VolumePath = v.Actual.Pods[a.Pod.Pod.UID].Path
 		in.Expansion, _ = l.expansion(v.Spec.PVName)
@@ -531,6 +547,21 @@ func (l *loop) apply(o oe.Outcome) {
 	case oe.OpAttach:
 		if o.Err == nil {
 			l.asw.MarkAttached(spec, o.PublishContext)
+			delete(l.attaching, csiplugin.AttachmentName(spec.VolumeHandle, spec.Driver, l.node))
+		}
+	case oe.OpSelfAttach:
+		// Whatever the outcome, the VolumeAttachment may exist now, unless
+		// the volume needed none (a nil publish context).
+		if o.Err != nil || o.PublishContext != nil {
+			l.asw.SetSelfAttached(spec, true)
+		}
+		if o.Err == nil {
+			l.asw.MarkAttached(spec, o.PublishContext)
+			delete(l.attaching, csiplugin.AttachmentName(spec.VolumeHandle, spec.Driver, l.node))
+		}
+	case oe.OpSelfDetach:
+		if o.Err == nil {
+			l.asw.SetSelfAttached(spec, false)
 			delete(l.attaching, csiplugin.AttachmentName(spec.VolumeHandle, spec.Driver, l.node))
 		}
 	case oe.OpStage:

@@ -117,6 +117,18 @@ type Config struct {
 	// mounted read-write at /sys/fs/selinux and this process has an SELinux
 	// label, as go-selinux's GetEnabled decides.
 	SELinuxEnabled func() bool
+	// SelfAttach, when true, makes the node attach volumes itself, as the
+	// kubelet does with --enable-controller-attach-detach=false: it
+	// creates each volume's VolumeAttachment (csi-sha256(handle, driver,
+	// node), spec as the attach/detach controller writes it), waits for
+	// the external-attacher to attach it, and deletes it after the
+	// volume's last unstage, waiting until it is gone. The client then
+	// needs create, get and delete on volumeattachments, and the Node must
+	// not carry the annotation volumes.kubernetes.io/controller-managed-attach-detach
+	// (SetNodeAttachMode). ReportVolumesInUse does not hold the attach in
+	// this mode. Default false: the attach/detach controller attaches, and
+	// the node waits for it.
+	SelfAttach bool
 	// VolumeStatsPeriod is how long the kubelet_volume_stats_* gauges (with
 	// a Registerer) reuse a volume's NodeGetVolumeStats answer. Default 1
 	// minute, the kubelet's --volume-stats-agg-period.
@@ -148,6 +160,8 @@ type VolumeManager struct {
 	csiDrivers storagelisters.CSIDriverLister
 	// plugins runs plugin registration; nil unless Config.PluginRegistration.
 	plugins *pluginmanager.Manager
+	// registration keeps the CSINode; nil unless Config.PluginRegistration.
+	registration *csiplugin.RegistrationHandler
 	// inUse reports Node.Status.VolumesInUse; nil unless Config.ReportVolumesInUse.
 	inUse *inUseReporter
 	// expander grows mounted volumes; nil when the plugin cannot.
@@ -213,6 +227,7 @@ func New(cfg Config) (*VolumeManager, error) {
 			Registry:               cfg.Drivers,
 			CSIDriverLister:        storage.CSIDrivers().Lister(),
 			VolumeAttachmentLister: attachments,
+			KubeClient:             cfg.KubeClient,
 			Secrets:                csiplugin.NewSecretGetter(cfg.KubeClient),
 			Tokens:                 csiplugin.NewTokenGetter(cfg.KubeClient, cfg.Clock),
 			Mounter:                cfg.Mounter,
@@ -225,6 +240,9 @@ func New(cfg Config) (*VolumeManager, error) {
 		if err != nil {
 			return nil, fmt.Errorf("volumemanager: %w", err)
 		}
+	}
+	if _, ok := vm.plugin.(oe.SelfAttacher); cfg.SelfAttach && !ok {
+		return nil, fmt.Errorf("volumemanager: Config.SelfAttach needs a plugin that attaches volumes itself; %T does not (operationexecutor.SelfAttacher)", vm.plugin)
 	}
 	vm.expander, _ = vm.plugin.(nodeExpander)
 	vm.stats, _ = vm.plugin.(statsGetter)
@@ -239,14 +257,14 @@ func New(cfg Config) (*VolumeManager, error) {
 		node: cfg.NodeName, clock: cfg.Clock, in: vm.in, resolver: vm.resolver, csiDrivers: vm.csiDrivers,
 		dsw: vm.dsw, asw: vm.asw, metrics: m, events: cfg.EventRecorder, logger: klog.Background(),
 		backoff: oe.NewBackoff(oe.BackoffOptions{}), synced: func() { close(vm.ready) },
-		resolveAll: cfg.NodeRestricted,
+		resolveAll: cfg.NodeRestricted, selfAttach: cfg.SelfAttach,
 	})
 	if vm.expander != nil {
 		l.expansion = vm.resolver.pendingExpansion
 	}
 	vm.loop = l
 	if cfg.PluginRegistration {
-		if vm.plugins, err = newPluginManager(cfg); err != nil {
+		if vm.plugins, vm.registration, err = newPluginManager(cfg, vm.csiDrivers); err != nil {
 			return nil, fmt.Errorf("volumemanager: %w", err)
 		}
 	}
@@ -349,6 +367,7 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() { vm.runPluginManager(ctx) })
+	wg.Go(func() { vm.runRegistration(ctx) })
 	if vm.fetcher != nil {
 		wg.Go(func() { vm.fetcher.run(ctx) })
 	}
@@ -437,7 +456,9 @@ func (vm *VolumeManager) execute(ctx context.Context, a oe.Action, in opInput) o
 	if a.Kind == oe.OpExpand {
 		return vm.expand(ctx, a, in)
 	}
-	return oe.Do(ctx, vm.plugin, a, in.Input)
+	o := oe.Do(ctx, vm.plugin, a, in.Input)
+	vm.resourceExhausted(o)
+	return o
 }
 
 // MarkPodsSynced tells the manager that every pod running on the node has
@@ -505,6 +526,9 @@ func (vm *VolumeManager) watch(core coreinformers.Interface, storage storageinfo
 	onDriver := func(obj any) {
 		if d, ok := unwrap(obj).(*storagev1.CSIDriver); ok {
 			vm.in.driver(d.Name)
+			if vm.registration != nil { // its allocatable refresh period may have changed
+				vm.registration.CSIDriverChanged(d.Name)
+			}
 		}
 	}
 	type watched struct {

@@ -52,6 +52,8 @@ type envOptions struct {
 	// attachRequired is the driver's CSIDriver attachRequired.
 	attachRequired bool
 	resyncPeriod   time.Duration
+	// selfAttach sets Config.SelfAttach.
+	selfAttach bool
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -77,6 +79,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		CSICallTimeout: o.callTimeout,
 		NodeRestricted: o.nodeRestricted,
 		ResyncPeriod:   o.resyncPeriod,
+		SelfAttach:     o.selfAttach,
 	})
 	if err != nil {
 		t.Fatal(err)

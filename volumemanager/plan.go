@@ -40,6 +40,10 @@ type volumeView struct {
 	// AttachHeld: the attachment may be confirmed only once the volume is
 	// reported in the Node's volumesInUse, and it is not yet.
 	AttachHeld bool
+	// SelfAttach: the node attaches volumes itself (creates their
+	// VolumeAttachments) instead of waiting for the attach/detach
+	// controller to.
+	SelfAttach bool
 	// Republish are pods whose Mounted volume must be published again
 	// (the driver's CSIDriver sets requiresRepublish and a resync came).
 	Republish map[types.UID]bool
@@ -79,7 +83,8 @@ func (d *decision) wait(format string, args ...any) {
 // volume first; then, for a wanted volume, confirm the attachment, stage
 // the device, publish into each pod that lacks it, and expand; for an
 // unwanted volume, unstage only once no pod may still have it published,
-// nothing holds the device and no mount references it. An operation on the
+// nothing holds the device and no mount references it, then delete the
+// VolumeAttachment the node created itself (self-attach mode). An operation on the
 // whole volume runs alone on it; operations on different pods' mounts run
 // side by side. A key that is backing off after a failure of the same kind
 // of operation waits until its backoff ends.
@@ -149,6 +154,10 @@ func plan(v volumeView) decision {
 			// Unstage waits for every unpublish.
 		case !v.Known:
 			d.Done = true
+		case !v.Actual.DeviceState.MayBeMounted() && v.Actual.SelfAttached:
+			// Detach last: the VolumeAttachment the node created goes
+			// only once the device is unstaged.
+			add(oe.Action{Kind: oe.OpSelfDetach, Volume: v.Name})
 		case !v.Actual.DeviceState.MayBeMounted():
 			d.Done = true
 		case v.HoldDevice != "":
@@ -175,6 +184,11 @@ func plan(v volumeView) decision {
 			return d
 		}
 		if !v.Known || !v.Actual.Attached {
+			if v.SelfAttach {
+				// The kubelet's own attach does not wait for volumesInUse:
+				// no controller detaches what the node attached.
+				return volumeOp(oe.Action{Kind: oe.OpSelfAttach, Volume: v.Name})
+			}
 			if v.AttachHeld {
 				d.wait("attach confirmation waits until the volume is reported in use on the Node")
 				return d

@@ -4,32 +4,74 @@ import (
 	"context"
 	"errors"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	v1 "k8s.io/api/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/nodevol/nodevol/csiplugin"
+	oe "github.com/nodevol/nodevol/operationexecutor"
 	"github.com/nodevol/nodevol/pluginmanager"
 )
 
 // newPluginManager returns the plugin manager that registers the CSI
 // drivers announced in cfg.RegistrationDir in cfg.Drivers, recording them
-// on the Node and CSINode.
-func newPluginManager(cfg Config) (*pluginmanager.Manager, error) {
+// on the Node and CSINode, and the registration handler, which keeps the
+// CSINode (see runRegistration).
+func newPluginManager(cfg Config, csiDrivers storagelisters.CSIDriverLister) (*pluginmanager.Manager, *csiplugin.RegistrationHandler, error) {
 	handler, err := csiplugin.NewRegistrationHandler(csiplugin.RegistrationConfig{
 		Registry:   cfg.Drivers,
 		KubeClient: cfg.KubeClient,
 		NodeName:   cfg.NodeName,
+		CSIDrivers: csiDrivers,
+		Clock:      cfg.Clock,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return pluginmanager.New(pluginmanager.Options{
+	m, err := pluginmanager.New(pluginmanager.Options{
 		Dir:      cfg.RegistrationDir,
 		Handlers: map[string]pluginmanager.Handler{registerapi.CSIPlugin: handler},
 		Clock:    cfg.Clock,
 		// plugin_manager_total_plugins, as the kubelet's.
 		Registerer: cfg.Registerer,
 	})
+	return m, handler, err
+}
+
+// runRegistration keeps the CSINode until ctx ends: created at start,
+// drivers' allocatable counts refreshed (nothing without
+// Config.PluginRegistration).
+func (vm *VolumeManager) runRegistration(ctx context.Context) {
+	if vm.registration != nil {
+		_ = vm.registration.Run(ctx) // returns ctx.Err()
+	}
+}
+
+// resourceExhausted refreshes the allocatable count of the driver of a
+// NodeStageVolume or NodePublishVolume that failed with ResourceExhausted
+// (with Config.PluginRegistration, when its CSIDriver sets
+// nodeAllocatableUpdatePeriodSeconds), as the kubelet does.
+func (vm *VolumeManager) resourceExhausted(o oe.Outcome) {
+	if vm.registration == nil || o.Err == nil || (o.Action.Kind != oe.OpStage && o.Action.Kind != oe.OpPublish) {
+		return
+	}
+	if status.Code(o.Err) == codes.ResourceExhausted {
+		vm.registration.ResourceExhausted(o.Spec.Driver)
+	}
+}
+
+// SetNodeAttachMode sets the Node annotation
+// volumes.kubernetes.io/controller-managed-attach-detach as the manager's
+// attach mode says (Config.SelfAttach: absent; else "true") and reports
+// whether it changed node. A node agent calls it on its Node before it
+// creates or updates it, as the kubelet does when it registers its Node:
+// without the annotation the attach/detach controller never attaches
+// volumes to the node.
+func (vm *VolumeManager) SetNodeAttachMode(node *v1.Node) bool {
+	return csiplugin.SetNodeAttachMode(node, vm.cfg.SelfAttach)
 }
 
 // runPluginManager runs the plugin manager, if any, until ctx ends. A

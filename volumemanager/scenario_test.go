@@ -63,6 +63,9 @@ import (
 //	reported name=a                        volume a is reported in use
 //	requires-republish driver=drv          the driver's CSIDriver sets requiresRepublish
 //	expand name=a size=2Gi                 the claim's node expansion is pending
+//	self-attach                            the node attaches volumes itself (Config.SelfAttach),
+//	                                       from now on and after restarts
+//	va-changed name=a                      volume a's VolumeAttachment changed (informer event)
 //	state                                  prints the actual state and what waits
 func TestScenarios(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
@@ -86,6 +89,8 @@ type scenario struct {
 	nextID  int
 	out     []string
 	held    map[cache.UniqueVolumeName]bool
+	// selfAttach is Config.SelfAttach.
+	selfAttach bool
 }
 
 type startedOp struct {
@@ -120,6 +125,7 @@ func (s *scenario) newLoop() {
 		dsw: s.dsw, asw: s.asw, logger: klog.Background(),
 		expansion:  res.pendingExpansion,
 		attachHeld: func(name cache.UniqueVolumeName, _ string) bool { return s.held[name] },
+		selfAttach: s.selfAttach,
 	})
 	l.start = func(a oe.Action, in opInput) {
 		s.nextID++
@@ -252,6 +258,11 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 	case "expand":
 		s.expand(t, arg("name"), arg("size"))
 		s.l.process(ctx)
+	case "self-attach":
+		s.selfAttach, s.l.selfAttach = true, true
+	case "va-changed":
+		s.in.attachment(csiplugin.AttachmentName("h-"+arg("name"), "drv", "node-1"))
+		s.l.process(ctx)
 	case "state":
 		return strings.ReplaceAll(s.state(), s.root, "{root}")
 	default:
@@ -287,6 +298,8 @@ func (s *scenario) finish(t *testing.T, id int, result string) {
 			o.Path = "/stage/" + op.in.Spec.VolumeHandle
 		case oe.OpPublish:
 			o.Path = "/pods/" + string(op.a.Pod.Pod.UID) + "/" + op.a.Pod.SpecName
+		case oe.OpSelfAttach:
+			o.PublishContext = map[string]string{} // attached through a VolumeAttachment
 		}
 	case "uncertain":
 		o.Err, o.Uncertain = fmt.Errorf("rpc error: code = DeadlineExceeded: %w", oe.ErrInProgress), true
@@ -455,6 +468,9 @@ func (s *scenario) state() string {
 			fmt.Fprintf(&b, " attached=%v device=%s", v.Attached, v.DeviceState)
 			if v.SELinuxContext != "" {
 				fmt.Fprintf(&b, " context=%q", v.SELinuxContext)
+			}
+			if v.SelfAttached {
+				b.WriteString(" va=created")
 			}
 			uids := make([]string, 0, len(v.Pods))
 			for uid, pm := range v.Pods {

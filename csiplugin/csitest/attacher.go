@@ -52,7 +52,9 @@ type AttacherOptions struct {
 // informer and workers have stopped.
 //
 // It does not create VolumeAttachments: on a real cluster the attach-detach
-// controller does, not the kubelet. Tests that want that role too call
+// controller does, or the node itself in self-attach mode
+// (volumemanager.Config.SelfAttach), whose VolumeAttachments it attaches
+// like any other. Tests that want the controller's role too call
 // AttachVolume for each PV and node.
 func RunFakeAttacher(ctx context.Context, client kubernetes.Interface, opts AttacherOptions) error {
 	if opts.Clock == nil {

@@ -31,8 +31,12 @@ func runAgent(ctx context.Context, o options) error {
 		return fmt.Errorf("creating client: %w", err)
 	}
 	vm, err := volumemanager.New(volumemanager.Config{NodeName: o.node, KubeClient: client, RootDir: o.rootDir,
-		PluginRegistration: o.registration, ReportVolumesInUse: o.reportInUse, NodeRestricted: o.nodeRestricted})
+		PluginRegistration: o.registration, ReportVolumesInUse: o.reportInUse, NodeRestricted: o.nodeRestricted,
+		SelfAttach: o.selfAttach})
 	if err != nil {
+		return err
+	}
+	if err := updateNodeAttachMode(ctx, client, vm, o.node); err != nil {
 		return err
 	}
 	for _, d := range o.drivers {

@@ -31,6 +31,9 @@ type options struct {
 	// nodeRestricted reads claims, volumes and attachments one at a time
 	// (volumemanager.Config.NodeRestricted), for a node's own credentials.
 	nodeRestricted bool
+	// selfAttach makes the node create and delete VolumeAttachments itself
+	// (volumemanager.Config.SelfAttach).
+	selfAttach bool
 }
 
 // runSubcommand runs the hidden subcommands with which the demo starts the
@@ -73,6 +76,7 @@ func main() {
 	fs.BoolVar(&o.registration, "plugin-registration", true, "register the CSI drivers whose registrars announce them in {root-dir}/plugins_registry")
 	fs.BoolVar(&o.reportInUse, "report-volumes-in-use", true, "keep the Node's status.volumesInUse up to date, as the kubelet does (turn off when something else reports it)")
 	fs.BoolVar(&o.nodeRestricted, "node-restricted", false, "read PVCs, PVs and VolumeAttachments one at a time with GET instead of informers: needed with the node's own credentials (Node authorizer), which may not list them")
+	fs.BoolVar(&o.selfAttach, "self-attach", false, "attach volumes from the node (create and delete their VolumeAttachments), as the kubelet with --enable-controller-attach-detach=false; the Node's controller-managed-attach-detach annotation is removed")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 	if o.node == "" {
