@@ -418,7 +418,11 @@ func (vm *VolumeManager) execute(ctx context.Context, a oe.Action, in opInput) o
 	if a.Kind == oe.OpExpand {
 		return vm.expand(ctx, a, in)
 	}
-	return oe.Do(ctx, vm.plugin, a, in.Input)
+	out := oe.Do(ctx, vm.plugin, a, in.Input)
+	if a.Kind == oe.OpPublish && a.Expand > 0 && out.Err == nil {
+		vm.expandAfterPublish(ctx, a, in, &out)
+	}
+	return out
 }
 
 // MarkPodsSynced tells the manager that every pod running on the node has

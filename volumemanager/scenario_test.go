@@ -57,7 +57,8 @@ import (
 //	attach-held names=(a)                  attachments wait to be reported in use
 //	reported name=a                        volume a is reported in use
 //	requires-republish driver=drv          the driver's CSIDriver sets requiresRepublish
-//	expand name=a size=2Gi                 the claim's node expansion is pending
+//	expand name=a size=2Gi [status=S]      the PV grows to size and the claim's storage resize
+//	                                       status becomes S (default NodeResizePending)
 //	state                                  prints the actual state and what waits
 func TestScenarios(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
@@ -132,6 +133,9 @@ func (s *scenario) action(a oe.Action, mode cache.VolumeMode) string {
 	out := a.Kind.NameFor(mode) + " " + short(a.Volume)
 	if a.Kind == oe.OpPublish || a.Kind == oe.OpUnpublish {
 		out += " pod=" + string(a.Pod.Pod.UID)
+	}
+	if a.Expand > 0 {
+		out += fmt.Sprintf(" expand=%d", a.Expand)
 	}
 	return out
 }
@@ -228,7 +232,7 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 			t.Fatal(err)
 		}
 	case "expand":
-		s.expand(t, arg("name"), arg("size"))
+		s.expand(t, arg("name"), arg("size"), arg("status"))
 		s.l.process(ctx)
 	case "state":
 		return strings.ReplaceAll(s.state(), s.root, "{root}")
@@ -320,7 +324,7 @@ func (s *scenario) claim(name string, block bool) {
 	s.in.claim("ns/" + name)
 }
 
-func (s *scenario) expand(t *testing.T, name, size string) {
+func (s *scenario) expand(t *testing.T, name, size, status string) {
 	obj, ok, _ := s.pvs.GetByKey("pv-" + name)
 	if !ok {
 		t.Fatalf("no PV pv-%s", name)
@@ -329,7 +333,10 @@ func (s *scenario) expand(t *testing.T, name, size string) {
 	pv.Spec.Capacity[v1.ResourceStorage] = resource.MustParse(size)
 	obj, _, _ = s.pvcs.GetByKey("ns/" + name)
 	pvc := obj.(*v1.PersistentVolumeClaim).DeepCopy()
-	pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.PersistentVolumeClaimNodeResizePending}
+	if status == "" {
+		status = string(v1.PersistentVolumeClaimNodeResizePending)
+	}
+	pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.ClaimResourceStatus(status)}
 	if err := s.pvs.Update(pv); err != nil {
 		t.Fatal(err)
 	}
