@@ -277,7 +277,7 @@ func patchClaimStatus(ctx context.Context, claims typedcorev1.PersistentVolumeCl
 	}
 	change(&updated.Status)
 	if len(updated.Status.AllocatedResourceStatuses) == 0 {
-		updated.Status.AllocatedResourceStatuses = old.Status.AllocatedResourceStatuses
+		updated.Status.AllocatedResourceStatuses = nil // no entry, no field
 	}
 	patch, err := claimStatusPatch(old, updated, checkRV)
 	if err != nil {
