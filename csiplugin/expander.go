@@ -2,27 +2,45 @@ package csiplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
+	oe "github.com/nodevol/nodevol/operationexecutor"
 )
 
-// ExpandRequest is a mounted volume to grow on the node.
+// ExpandRequest is a published volume to grow on the node.
 type ExpandRequest struct {
 	Spec *cache.VolumeSpec
-	// VolumePath is where the volume is published for one of its pods and
+	// Pod is the pod whose publish of the volume the driver is given.
+	Pod types.UID
+	// VolumePath is where a filesystem volume is published for Pod and
 	// StagingPath where it is staged ("" when the driver does not stage).
+	// Both are ignored for a block volume: the plugin knows its paths.
 	VolumePath, StagingPath string
 	// Size is the new size in bytes: the PV's capacity.
 	Size int64
 }
 
-// NodeExpand grows a mounted volume's filesystem to req.Size with
-// NodeExpandVolume, as the kubelet's CSI expander does after the
-// controller has grown the volume. expanded is false when the driver does
-// not implement node expansion (nothing to do on the node).
+// NodeExpand grows a published volume to req.Size with NodeExpandVolume,
+// as the kubelet's CSI expander does after the controller has grown the
+// volume. expanded is false when the driver does not implement node
+// expansion (nothing to do on the node).
+//
+// The request carries what the kubelet sends: for a filesystem volume the
+// pod's volume path and the staging path; for a block volume the pod's
+// publish path (the device file the driver published,
+// volumeDevices/publish/{specName}/{podUID}) and the block staging path,
+// with a block capability, so the driver grows the device and no
+// filesystem. The staging path is set whenever the driver stages.
+//
+// The error unwraps to the gRPC status of a failed call; ExpandFailure
+// says what it means for the claim.
 func (p *Plugin) NodeExpand(ctx context.Context, req ExpandRequest) (expanded bool, err error) {
 	spec := req.Spec
 	fail := func(err error) (bool, error) {
@@ -35,14 +53,29 @@ func (p *Plugin) NodeExpand(ctx context.Context, req ExpandRequest) (expanded bo
 	if !client.caps.Expand {
 		return false, nil
 	}
+	volumePath, stagingPath := req.VolumePath, req.StagingPath
+	if spec.Mode == cache.Block {
+		name, err := blockSpecName(spec)
+		if err != nil {
+			return fail(err)
+		}
+		paths, err := BlockVolumePaths(p.root, name, req.Pod)
+		if err != nil {
+			return fail(err)
+		}
+		volumePath, stagingPath = paths.PublishPath, ""
+		if client.caps.StageUnstage {
+			stagingPath = paths.StagingPath
+		}
+	}
 	secrets, err := p.secretData(ctx, spec.NodeExpandSecret, "NodeExpand")
 	if err != nil {
 		return fail(err)
 	}
 	_, err = client.withTimeout(p.timeout).NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{
 		VolumeId:          spec.VolumeHandle,
-		VolumePath:        req.VolumePath,
-		StagingTargetPath: req.StagingPath,
+		VolumePath:        volumePath,
+		StagingTargetPath: stagingPath,
 		CapacityRange:     &csi.CapacityRange{RequiredBytes: req.Size},
 		VolumeCapability:  volumeCapability(spec, client.caps, nil),
 		Secrets:           secrets,
@@ -51,4 +84,45 @@ func (p *Plugin) NodeExpand(ctx context.Context, req ExpandRequest) (expanded bo
 		return fail(err)
 	}
 	return true, nil
+}
+
+// ExpandFailure is what a failed node expansion means for the claim, as
+// the kubelet's node expander decides it.
+type ExpandFailure int
+
+const (
+	// ExpandTransient: the call may still be running, or did not reach
+	// the driver (not registered, timed out): the claim is not touched
+	// and the expansion is retried.
+	ExpandTransient ExpandFailure = iota
+	// ExpandFailed: the driver failed for good this time (Internal, ...):
+	// the claim gets the NodeResizeError condition and the expansion is
+	// retried with backoff.
+	ExpandFailed
+	// ExpandInfeasible: the driver refuses the request (InvalidArgument,
+	// OutOfRange, NotFound): the claim's storage resize status becomes
+	// NodeResizeInfeasible, and nothing retries until the claim changes.
+	ExpandInfeasible
+	// ExpandInUse: the driver cannot expand the volume while it is in use
+	// (FailedPrecondition): the claim gets NodeResizeError; the mount goes
+	// on, and this node does not try again at that size.
+	ExpandInUse
+)
+
+// ClassifyExpandError says what err, returned by NodeExpand, means.
+func ClassifyExpandError(err error) ExpandFailure {
+	if errors.Is(err, oe.ErrInProgress) || errors.Is(err, oe.ErrNotReady) {
+		return ExpandTransient
+	}
+	var ce *CallError
+	if !errors.As(err, &ce) {
+		return ExpandFailed
+	}
+	switch status.Code(ce) {
+	case codes.InvalidArgument, codes.OutOfRange, codes.NotFound:
+		return ExpandInfeasible
+	case codes.FailedPrecondition:
+		return ExpandInUse
+	}
+	return ExpandFailed
 }

@@ -108,6 +108,11 @@ type Action struct {
 	// SELinuxContext is, for OpStage, the SELinux context the device is
 	// staged with ("" for none). A publish has its pod's, Pod.SELinuxLabel.
 	SELinuxContext string
+	// Expand, if > 0 on an OpPublish, is the size in bytes the volume is
+	// grown to (NodeExpandVolume) right after it is published and before
+	// the pod's mount counts as done: the kubelet's expansion while
+	// mounting. Do does not run it: the caller owns expansion.
+	Expand int64
 }
 
 // Key returns the exclusion key of the action.
@@ -120,6 +125,9 @@ func (a Action) Key() Key {
 
 func (a Action) String() string {
 	if a.Kind == OpPublish || a.Kind == OpUnpublish {
+		if a.Expand > 0 {
+			return fmt.Sprintf("%s %s pod=%s expand=%d", a.Kind, a.Volume, a.Pod.Pod, a.Expand)
+		}
 		return fmt.Sprintf("%s %s pod=%s", a.Kind, a.Volume, a.Pod.Pod)
 	}
 	return fmt.Sprintf("%s %s", a.Kind, a.Volume)

@@ -2,12 +2,16 @@ package volumemanager
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
@@ -16,27 +20,36 @@ import (
 	oe "github.com/nodevol/nodevol/operationexecutor"
 )
 
-// nodeExpander grows mounted volumes on the node (csiplugin.Plugin).
+// nodeExpander grows published volumes on the node (csiplugin.Plugin).
 type nodeExpander interface {
 	NodeExpand(ctx context.Context, req csiplugin.ExpandRequest) (bool, error)
 }
 
-// needsNodeExpansion reports whether the controller has grown pv beyond
-// what its claim reports and left the rest to the node: the claim's
-// status capacity is smaller than the PV's, and the claim says the node's
-// part is pending (the FileSystemResizePending condition, or the
-// NodeResizePending allocated resource status).
+// needsNodeExpansion reports whether the controller has grown pv and left
+// the rest to the node: see claimNodeResizePending.
 func needsNodeExpansion(pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume) bool {
 	want, ok := pv.Spec.Capacity[v1.ResourceStorage]
 	if !ok || want.IsZero() {
 		return false
 	}
-	have := pvc.Status.Capacity[v1.ResourceStorage]
-	if have.Cmp(want) >= 0 {
-		return false
+	return claimNodeResizePending(pvc, want)
+}
+
+// claimNodeResizePending reports whether the claim asks the node to grow
+// its volume to size, as the kubelet's node expander decides it: the
+// claim's storage resize status says NodeResizePending or
+// NodeResizeInProgress (a node expansion that was cut short or failed and
+// is retried); any other status (NodeResizeInfeasible above all) says no,
+// until the claim changes. A claim without a resize status (an older
+// external-resizer) asks while its status capacity is below size and it
+// has the FileSystemResizePending condition.
+func claimNodeResizePending(pvc *v1.PersistentVolumeClaim, size resource.Quantity) bool {
+	if st, ok := pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage]; ok {
+		return st == v1.PersistentVolumeClaimNodeResizePending || st == v1.PersistentVolumeClaimNodeResizeInProgress
 	}
-	if pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage] == v1.PersistentVolumeClaimNodeResizePending {
-		return true
+	have := pvc.Status.Capacity[v1.ResourceStorage]
+	if have.Cmp(size) >= 0 {
+		return false
 	}
 	for _, c := range pvc.Status.Conditions {
 		if c.Type == v1.PersistentVolumeClaimFileSystemResizePending && c.Status == v1.ConditionTrue {
@@ -61,62 +74,247 @@ func (r *resolver) pendingExpansion(pvName string) (expansion, bool) {
 	return expansion{Size: size.Value(), Namespace: pvc.Namespace, Claim: pvc.Name, PV: pv.Name}, true
 }
 
-// expand runs a node expansion the planner asked for: NodeExpandVolume,
-// then the claim's status, then an event on the volume's pods.
+// expandError is the error of a node expansion that follows a publish, so
+// that the pod's event says FileSystemResizeFailed, not FailedMount.
+type expandError struct{ err error }
+
+func (e *expandError) Error() string { return e.err.Error() }
+func (e *expandError) Unwrap() error { return e.err }
+
+// expand runs an online node expansion the planner asked for (a pod has
+// the volume published).
 func (vm *VolumeManager) expand(ctx context.Context, a oe.Action, in opInput) oe.Outcome {
-	spec, e := in.Spec, in.Expansion
-	out := oe.Outcome{Action: a, Spec: spec}
+	out := oe.Outcome{Action: a, Spec: in.Spec}
 	start := time.Now()
-	size := *resource.NewQuantity(e.Size, resource.BinarySI)
-	logger := klog.FromContext(ctx).WithValues("pvc", klog.KRef(e.Namespace, e.Claim), "volume", spec.Name, "driver", spec.Driver, "size", size.String())
-	expanded, err := vm.expander.NodeExpand(ctx, csiplugin.ExpandRequest{Spec: &spec, VolumePath: in.VolumePath, StagingPath: in.DeviceMountPath, Size: e.Size})
-	if err == nil {
-		if err = vm.markExpanded(ctx, e.Namespace, e.Claim, e.PV, size); err != nil {
-			err = fmt.Errorf("volume expanded on the node, but updating PVC %s/%s failed: %w", e.Namespace, e.Claim, err)
-		}
-	}
+	_, pods, _ := vm.dsw.Volume(in.Spec.Name)
+	err := vm.nodeExpand(ctx, a, in, pods)
 	out.Duration = time.Since(start)
-	_, pods, _ := vm.dsw.Volume(spec.Name)
 	if err != nil {
-		out.Err = oe.OpError(a, spec, err)
-		return out // the loop logs it and records FileSystemResizeFailed
+		// The loop logs it, backs off and records FileSystemResizeFailed.
+		out.Err = oe.OpError(a, in.Spec, fmt.Errorf("pod %s: %w", a.Pod.Pod, err))
 	}
-	logger.V(2).Info("Volume expanded on the node", "expanded", expanded)
-	vm.podEvents(pods, v1.EventTypeNormal, "FileSystemResizeSuccessful", fmt.Sprintf("NodeExpandVolume succeeded for volume %q to %s", e.PV, size.String()))
 	return out
 }
 
-// markExpanded records a finished node expansion on the claim, as the
-// kubelet does: status capacity set to the new size, FileSystemResizePending
-// removed, the storage allocated resource status cleared.
-func (vm *VolumeManager) markExpanded(ctx context.Context, namespace, name, pvName string, size resource.Quantity) error {
-	claims := vm.cfg.KubeClient.CoreV1().PersistentVolumeClaims(namespace)
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		pvc, err := claims.Get(ctx, name, metav1.GetOptions{})
+// expandAfterPublish grows the volume the publish out has just published,
+// before the pod's mount counts as done, as the kubelet's MountVolume and
+// MapVolume do (expandVolumeDuringMount): a pod started after the
+// controller grew the volume sees the new size at once. When the expansion
+// fails and will be retried, the mount is uncertain, so that the pod does
+// not start on the old size and the publish (with the expansion) runs
+// again after a backoff; a refused expansion leaves the mount done.
+func (vm *VolumeManager) expandAfterPublish(ctx context.Context, a oe.Action, in opInput, out *oe.Outcome) {
+	in.VolumePath = out.Path
+	start := time.Now()
+	err := vm.nodeExpand(ctx, a, in, []cache.PodVolume{a.Pod})
+	out.Duration += time.Since(start)
+	if err != nil {
+		out.Err = oe.OpError(a, in.Spec, &expandError{err})
+		out.Uncertain = true
+	}
+}
+
+// nodeExpand runs the kubelet's node expansion protocol for the claim's
+// pending expansion in.Expansion, with pod a.Pod's publish:
+//
+//  1. read the claim; nothing to do if its node expansion is no longer
+//     pending (done elsewhere, or marked infeasible meanwhile);
+//  2. NodeResizePending becomes NodeResizeInProgress (a strategic merge
+//     patch of the status, checked against the claim's resourceVersion);
+//  3. NodeExpandVolume;
+//  4. on success: the status capacity becomes the new size, the storage
+//     resize status and the resize conditions are removed, and the pods
+//     get FileSystemResizeSuccessful;
+//  5. on failure, see expandFailed.
+//
+// It returns nil when the expansion is over (done, or refused for good);
+// an error when it is to be retried.
+func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput, pods []cache.PodVolume) error {
+	spec, e := in.Spec, in.Expansion
+	size := *resource.NewQuantity(e.Size, resource.BinarySI)
+	logger := klog.FromContext(ctx).WithValues("pvc", klog.KRef(e.Namespace, e.Claim), "volume", spec.Name, "driver", spec.Driver, "pod", a.Pod.Pod.String(), "size", size.String())
+	claims := vm.cfg.KubeClient.CoreV1().PersistentVolumeClaims(e.Namespace)
+	pvc, err := claims.Get(ctx, e.Claim, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading PVC %s/%s before expanding volume %q: %w", e.Namespace, e.Claim, e.PV, err)
+	}
+	if pvc.Spec.VolumeName != e.PV || !claimNodeResizePending(pvc, size) {
+		logger.V(2).Info("Node expansion no longer pending on the claim")
+		return nil
+	}
+	if pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage] == v1.PersistentVolumeClaimNodeResizePending {
+		pvc, err = patchClaimStatus(ctx, claims, pvc, true, func(st *v1.PersistentVolumeClaimStatus) {
+			st.AllocatedResourceStatuses[v1.ResourceStorage] = v1.PersistentVolumeClaimNodeResizeInProgress
+		})
 		if err != nil {
-			return err
+			return fmt.Errorf("marking the node expansion of PVC %s/%s in progress: %w", e.Namespace, e.Claim, err)
 		}
+	}
+	expanded, err := vm.expander.NodeExpand(ctx, csiplugin.ExpandRequest{
+		Spec: &spec, Pod: a.Pod.Pod.UID, VolumePath: in.VolumePath, StagingPath: in.DeviceMountPath, Size: e.Size,
+	})
+	if err != nil {
+		return vm.expandFailed(ctx, logger, claims, pvc, e, spec.Driver, pods, err)
+	}
+	if err := markExpanded(ctx, claims, pvc, e.PV, size); err != nil {
+		return fmt.Errorf("volume expanded on the node, but updating PVC %s/%s failed: %w", e.Namespace, e.Claim, err)
+	}
+	logger.V(2).Info("Volume expanded on the node", "expanded", expanded)
+	vm.podEvents(pods, v1.EventTypeNormal, "FileSystemResizeSuccessful", fmt.Sprintf("NodeExpandVolume succeeded for volume %q to %s", e.PV, size.String()))
+	return nil
+}
+
+// expandFailed records a failed NodeExpandVolume on the claim as the
+// kubelet does (csiplugin.ClassifyExpandError): nothing for an error that
+// may be transient; NodeResizeError for a final one, which is retried;
+// NodeResizeInfeasible (and NodeResizeError) for a refused request, which
+// is not retried until the claim changes. A refusal, or FailedPrecondition
+// (the driver cannot expand the volume in use), ends the expansion here:
+// the volume stays published and usable, and the pods get
+// FileSystemResizeFailed with the cause.
+func (vm *VolumeManager) expandFailed(ctx context.Context, logger klog.Logger, claims typedcorev1.PersistentVolumeClaimInterface,
+	pvc *v1.PersistentVolumeClaim, e expansion, driver string, pods []cache.PodVolume, err error) error {
+	class := csiplugin.ClassifyExpandError(err)
+	if class == csiplugin.ExpandTransient {
+		return err
+	}
+	_, perr := patchClaimStatus(ctx, claims, pvc, false, func(st *v1.PersistentVolumeClaimStatus) {
+		if class == csiplugin.ExpandInfeasible {
+			st.AllocatedResourceStatuses[v1.ResourceStorage] = v1.PersistentVolumeClaimNodeResizeInfeasible
+		}
+		setCondition(st, v1.PersistentVolumeClaimCondition{
+			Type: v1.PersistentVolumeClaimNodeResizeError, Status: v1.ConditionTrue,
+			LastTransitionTime: metav1.Now(), Message: fmt.Sprintf("failed to expand pvc with %v", err),
+		})
+	})
+	if perr != nil {
+		return fmt.Errorf("%w (and recording the failure on PVC %s/%s failed: %v)", err, e.Namespace, e.Claim, perr)
+	}
+	if class == csiplugin.ExpandFailed {
+		return err
+	}
+	why := "refused the expansion; not retried until the claim changes"
+	if class == csiplugin.ExpandInUse {
+		why = "cannot expand the volume while it is in use; not retried on this node at this size"
+	}
+	logger.Error(err, "Node expansion refused by the driver; the volume stays published at its old size")
+	for _, p := range pods {
+		vm.podEvents([]cache.PodVolume{p}, v1.EventTypeWarning, "FileSystemResizeFailed",
+			fmt.Sprintf("NodeExpandVolume of volume %q (PVC %s/%s) for pod %s: driver %s %s: %v", e.PV, e.Namespace, e.Claim, p.Pod, driver, why, err))
+	}
+	return nil
+}
+
+// markExpanded records a finished node expansion on the claim, as the
+// kubelet does: status capacity set to the new size, the storage resize
+// status removed, the resize conditions (FileSystemResizePending,
+// Resizing, ControllerResizeError, NodeResizeError) removed. A conflict
+// reads the claim again.
+func markExpanded(ctx context.Context, claims typedcorev1.PersistentVolumeClaimInterface, pvc *v1.PersistentVolumeClaim, pvName string, size resource.Quantity) error {
+	first := true
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if !first {
+			var err error
+			if pvc, err = claims.Get(ctx, pvc.Name, metav1.GetOptions{}); err != nil {
+				return err
+			}
+		}
+		first = false
 		if pvc.Spec.VolumeName != pvName {
 			return nil // bound elsewhere meanwhile: not ours to update
 		}
-		if pvc.Status.Capacity == nil {
-			pvc.Status.Capacity = v1.ResourceList{}
-		}
-		pvc.Status.Capacity[v1.ResourceStorage] = size
-		conds := pvc.Status.Conditions[:0]
-		for _, c := range pvc.Status.Conditions {
-			if c.Type != v1.PersistentVolumeClaimFileSystemResizePending {
-				conds = append(conds, c)
+		_, err := patchClaimStatus(ctx, claims, pvc, true, func(st *v1.PersistentVolumeClaimStatus) {
+			if st.Capacity == nil {
+				st.Capacity = v1.ResourceList{}
 			}
-		}
-		pvc.Status.Conditions = conds
-		delete(pvc.Status.AllocatedResourceStatuses, v1.ResourceStorage)
-		if len(pvc.Status.AllocatedResourceStatuses) == 0 {
-			pvc.Status.AllocatedResourceStatuses = nil
-		}
-		_, err = claims.UpdateStatus(ctx, pvc, metav1.UpdateOptions{})
+			st.Capacity[v1.ResourceStorage] = size
+			delete(st.AllocatedResourceStatuses, v1.ResourceStorage)
+			if len(st.AllocatedResourceStatuses) == 0 {
+				st.AllocatedResourceStatuses = nil
+			}
+			conds := []v1.PersistentVolumeClaimCondition{}
+			for _, c := range st.Conditions {
+				if !resizeConditions[c.Type] {
+					conds = append(conds, c)
+				}
+			}
+			st.Conditions = conds
+		})
 		return err
 	})
+}
+
+// resizeConditions are the claim conditions of a resize, which a finished
+// node expansion removes.
+var resizeConditions = map[v1.PersistentVolumeClaimConditionType]bool{
+	v1.PersistentVolumeClaimFileSystemResizePending: true,
+	v1.PersistentVolumeClaimResizing:                true,
+	v1.PersistentVolumeClaimControllerResizeError:   true,
+	v1.PersistentVolumeClaimNodeResizeError:         true,
+}
+
+// setCondition sets c in st, replacing a condition of its type.
+func setCondition(st *v1.PersistentVolumeClaimStatus, c v1.PersistentVolumeClaimCondition) {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == c.Type {
+			st.Conditions[i] = c
+			return
+		}
+	}
+	st.Conditions = append(st.Conditions, c)
+}
+
+// patchClaimStatus writes change to the claim's status with a strategic
+// merge patch on the status subresource, as the kubelet does (a PATCH
+// never drops fields this client does not know). With checkRV the patch
+// carries the claim's resourceVersion, so that it fails with a conflict
+// when the claim changed since it was read.
+func patchClaimStatus(ctx context.Context, claims typedcorev1.PersistentVolumeClaimInterface, old *v1.PersistentVolumeClaim,
+	checkRV bool, change func(*v1.PersistentVolumeClaimStatus)) (*v1.PersistentVolumeClaim, error) {
+	updated := old.DeepCopy()
+	if updated.Status.AllocatedResourceStatuses == nil {
+		updated.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{}
+	}
+	change(&updated.Status)
+	if len(updated.Status.AllocatedResourceStatuses) == 0 {
+		updated.Status.AllocatedResourceStatuses = nil // no entry, no field
+	}
+	patch, err := claimStatusPatch(old, updated, checkRV)
+	if err != nil {
+		return nil, fmt.Errorf("building the status patch of PVC %s/%s: %w", old.Namespace, old.Name, err)
+	}
+	return claims.Patch(ctx, old.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+}
+
+// claimStatusPatch returns the strategic merge patch from old to updated,
+// with old's resourceVersion when checkRV.
+func claimStatusPatch(old, updated *v1.PersistentVolumeClaim, checkRV bool) ([]byte, error) {
+	oldData, err := json.Marshal(old)
+	if err != nil {
+		return nil, err
+	}
+	newData, err := json.Marshal(updated)
+	if err != nil {
+		return nil, err
+	}
+	patch, err := strategicpatch.CreateTwoWayMergePatch(oldData, newData, v1.PersistentVolumeClaim{})
+	if err != nil {
+		return nil, err
+	}
+	if !checkRV {
+		return patch, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(patch, &m); err != nil {
+		return nil, err
+	}
+	meta, _ := m["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		m["metadata"] = meta
+	}
+	meta["resourceVersion"] = old.ResourceVersion
+	return json.Marshal(m)
 }
 
 // podEvents records an event on each pod.

@@ -37,6 +37,8 @@ func TestNeedsNodeExpansion(t *testing.T) {
 		{"grown, FileSystemResizePending", pvc("1Gi", true, ""), pv("2Gi"), true},
 		{"grown, NodeResizePending", pvc("1Gi", false, v1.PersistentVolumeClaimNodeResizePending), pv("2Gi"), true},
 		{"grown, controller not done", pvc("1Gi", false, v1.PersistentVolumeClaimControllerResizeInProgress), pv("2Gi"), false},
+		{"grown, NodeResizeInProgress (a retry)", pvc("1Gi", false, v1.PersistentVolumeClaimNodeResizeInProgress), pv("2Gi"), true},
+		{"grown, NodeResizeInfeasible despite FileSystemResizePending", pvc("1Gi", true, v1.PersistentVolumeClaimNodeResizeInfeasible), pv("2Gi"), false},
 		{"grown, nothing pending", pvc("1Gi", false, ""), pv("2Gi"), false},
 		{"same size", pvc("2Gi", true, ""), pv("2Gi"), false},
 		{"PV without capacity", pvc("1Gi", true, ""), csitest.PV("pv", "d.example.com", "h"), false},

@@ -491,6 +491,10 @@ func (l *loop) begin(a oe.Action, v volumeView) {
 	case oe.OpPublish:
 		delete(l.republish, key)
 		l.asw.SetPodBusy(v.Spec, a.Pod, true) // possibly mounted from now on
+		if a.Expand > 0 {
+			in.Expansion, _ = l.expansion(v.Spec.PVName)
+			l.expanding[a.Volume] = in.Expansion.Size
+		}
 	case oe.OpAttach, oe.OpSelfAttach:
 		l.attaching[csiplugin.AttachmentName(v.Spec.VolumeHandle, v.Spec.Driver, l.node)] = a.Volume
 	case oe.OpStage:
@@ -603,7 +607,10 @@ func (l *loop) apply(o oe.Outcome) {
 			// and a new pod publishes again (kubernetes PR #100183).
 			l.asw.SetPodMount(spec, a.Pod, cache.Uncertain, "")
 		}
-	case oe.OpExpand:
+	}
+	if a.Kind == oe.OpExpand || a.Expand > 0 {
+		// Done or refused for good: not asked again at that size (the
+		// claim's status says so too, once the informer has it).
 		if o.Err == nil {
 			l.expanded[a.Volume] = l.expanding[a.Volume]
 		}
@@ -641,6 +648,10 @@ func (l *loop) failed(o oe.Outcome) {
 	reason := failureReason(a.Kind, o.Spec.Mode)
 	if reason == "" {
 		return
+	}
+	var ee *expandError
+	if errors.As(o.Err, &ee) {
+		reason = "FileSystemResizeFailed" // published, not grown
 	}
 	for _, p := range pods {
 		if p.Pod.Name == "" {

@@ -456,9 +456,12 @@ func (vm *VolumeManager) execute(ctx context.Context, a oe.Action, in opInput) o
 	if a.Kind == oe.OpExpand {
 		return vm.expand(ctx, a, in)
 	}
-	o := oe.Do(ctx, vm.plugin, a, in.Input)
-	vm.resourceExhausted(o)
-	return o
+	out := oe.Do(ctx, vm.plugin, a, in.Input)
+	vm.resourceExhausted(out)
+	if a.Kind == oe.OpPublish && a.Expand > 0 && out.Err == nil {
+		vm.expandAfterPublish(ctx, a, in, &out)
+	}
+	return out
 }
 
 // MarkPodsSynced tells the manager that every pod running on the node has

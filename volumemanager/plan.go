@@ -81,7 +81,9 @@ func (d *decision) wait(format string, args ...any) {
 //
 // The order is the kubelet's: unpublish pods that no longer want the
 // volume first; then, for a wanted volume, confirm the attachment, stage
-// the device, publish into each pod that lacks it, and expand; for an
+// the device, publish into each pod that lacks it, and expand (a pending
+// expansion goes first, with the first publish when no pod has the volume
+// published yet, so that pods see the new size as they start); for an
 // unwanted volume, unstage only once no pod may still have it published,
 // nothing holds the device and no mount references it, then delete the
 // VolumeAttachment the node created itself (self-attach mode). An operation on the
@@ -216,6 +218,7 @@ func plan(v volumeView) decision {
 		}
 	}
 	var mounted *cache.PodVolume
+	var publish []cache.PodVolume
 	for i, p := range v.Desired {
 		if podBusy(p.Pod.UID) || refused[p.Pod.UID] != nil {
 			continue
@@ -223,13 +226,17 @@ func plan(v volumeView) decision {
 		pm, ok := v.Actual.Pods[p.Pod.UID]
 		switch {
 		case !ok || pm.State != cache.Mounted || v.Republish[p.Pod.UID]:
-			add(oe.Action{Kind: oe.OpPublish, Volume: v.Name, Pod: p})
+			publish = append(publish, p)
 		case mounted == nil:
 			mounted = &v.Desired[i]
 		}
 	}
-	if v.ExpandTo > 0 && mounted != nil && !busy && len(d.Actions) == 0 && v.Spec.Mode != cache.Block {
-		add(oe.Action{Kind: oe.OpExpand, Volume: v.Name, Pod: *mounted})
+	if v.ExpandTo > 0 && (mounted != nil || len(publish) > 0) {
+		expandFirst(v, &d, add, busy, mounted, publish)
+		return d
+	}
+	for _, p := range publish {
+		add(oe.Action{Kind: oe.OpPublish, Volume: v.Name, Pod: p})
 	}
 	return d
 }
@@ -278,4 +285,29 @@ func stagePod(v volumeView, refused map[types.UID]error) cache.PodVolume {
 		}
 	}
 	return *first
+}
+
+// expandFirst plans a pending node expansion before any further publish,
+// so that no pod starts on the volume before it has its new size. With a
+// pod that has the volume published it grows it there (volume_fs_resize,
+// alone on the volume); with none, the first pod's publish grows it before
+// the pod's mount counts as done (the kubelet's expansion while mounting).
+// The other publishes wait until the expansion is over: one expansion at a
+// time per volume.
+func expandFirst(v volumeView, d *decision, add func(oe.Action), busy bool, mounted *cache.PodVolume, publish []cache.PodVolume) {
+	var a oe.Action
+	if mounted != nil {
+		a = oe.Action{Kind: oe.OpExpand, Volume: v.Name, Pod: *mounted}
+	} else {
+		a = oe.Action{Kind: oe.OpPublish, Volume: v.Name, Pod: publish[0], Expand: v.ExpandTo}
+		publish = publish[1:]
+	}
+	if busy || len(d.Actions) > 0 {
+		d.wait("node expansion to %d bytes waits for the operations on the volume", v.ExpandTo)
+	} else {
+		add(a)
+	}
+	for _, p := range publish {
+		d.wait("publish into pod %s waits for the node expansion to %d bytes", p.Pod.UID, v.ExpandTo)
+	}
 }

@@ -62,7 +62,8 @@ import (
 //	attach-held names=(a)                  attachments wait to be reported in use
 //	reported name=a                        volume a is reported in use
 //	requires-republish driver=drv          the driver's CSIDriver sets requiresRepublish
-//	expand name=a size=2Gi                 the claim's node expansion is pending
+//	expand name=a size=2Gi [status=S]      the PV grows to size and the claim's storage resize
+//	                                       status becomes S (default NodeResizePending)
 //	self-attach                            the node attaches volumes itself (Config.SelfAttach),
 //	                                       from now on and after restarts
 //	va-changed name=a                      volume a's VolumeAttachment changed (informer event)
@@ -151,6 +152,9 @@ func (s *scenario) action(a oe.Action, mode cache.VolumeMode) string {
 	}
 	if c != "" && a.Kind != oe.OpUnpublish {
 		out += fmt.Sprintf(" context=%q", c)
+	}
+	if a.Expand > 0 {
+		out += fmt.Sprintf(" expand=%d", a.Expand)
 	}
 	return out
 }
@@ -256,7 +260,7 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 			t.Fatal(err)
 		}
 	case "expand":
-		s.expand(t, arg("name"), arg("size"))
+		s.expand(t, arg("name"), arg("size"), arg("status"))
 		s.l.process(ctx)
 	case "self-attach":
 		s.selfAttach, s.l.selfAttach = true, true
@@ -359,7 +363,7 @@ func (s *scenario) claim(name string, block, rwop bool) {
 	s.in.claim("ns/" + name)
 }
 
-func (s *scenario) expand(t *testing.T, name, size string) {
+func (s *scenario) expand(t *testing.T, name, size, status string) {
 	obj, ok, _ := s.pvs.GetByKey("pv-" + name)
 	if !ok {
 		t.Fatalf("no PV pv-%s", name)
@@ -368,7 +372,10 @@ func (s *scenario) expand(t *testing.T, name, size string) {
 	pv.Spec.Capacity[v1.ResourceStorage] = resource.MustParse(size)
 	obj, _, _ = s.pvcs.GetByKey("ns/" + name)
 	pvc := obj.(*v1.PersistentVolumeClaim).DeepCopy()
-	pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.PersistentVolumeClaimNodeResizePending}
+	if status == "" {
+		status = string(v1.PersistentVolumeClaimNodeResizePending)
+	}
+	pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.ClaimResourceStatus(status)}
 	if err := s.pvs.Update(pv); err != nil {
 		t.Fatal(err)
 	}

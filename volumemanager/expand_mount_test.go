@@ -1,0 +1,329 @@
+package volumemanager
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/testing/protocmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+)
+
+// expandEnv is a manager whose claim ns/grow (handle
+// handle-grow, PV name in pv) the controller has grown from 1Gi to 2Gi before any pod
+// uses it: the claim's status capacity is 1Gi and its storage resize status
+// NodeResizePending, as the external-resizer leaves it.
+type expandEnv struct {
+	t      *testing.T
+	drv    *csitest.Server
+	client *fake.Clientset
+	pv     string
+	vm     *VolumeManager
+	events *record.FakeRecorder
+}
+
+func newExpandEnv(t *testing.T, block bool, faults ...csitest.Fault) *expandEnv {
+	t.Helper()
+	drv := csitest.New(t, csitest.Options{Expand: true, CreateTargetDirs: true})
+	for _, f := range faults {
+		drv.Inject(f)
+	}
+	opts := []csitest.PVOption{csitest.PVCapacity("2Gi")}
+	if block {
+		opts = append(opts, csitest.PVBlock())
+	}
+	pvc, pv := csitest.BoundClaim("ns", "grow", drv.DriverName(), "handle-grow", opts...)
+	if block {
+		csitest.PVCBlock()(pvc)
+	}
+	pvc.ResourceVersion = "7"
+	pvc.Status.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}
+	pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.PersistentVolumeClaimNodeResizePending}
+	e := &expandEnv{t: t, drv: drv, pv: pv.Name, client: fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv), events: record.NewFakeRecorder(100)}
+	vm, err := New(Config{NodeName: node, KubeClient: e.client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil),
+		BlockMapper: &recordingBlockMapper{}, EventRecorder: e.events})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.vm = vm
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- vm.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *expandEnv) mount(pod *v1.Pod) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	e.vm.AddPod(pod)
+	return e.vm.WaitForAttachAndMount(ctx, pod)
+}
+
+func (e *expandEnv) claimStatus() v1.PersistentVolumeClaimStatus {
+	e.t.Helper()
+	c, err := e.client.CoreV1().PersistentVolumeClaims("ns").Get(context.Background(), "grow", metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c.Status
+}
+
+// statusPatches returns the claim status patches written, decoded.
+func (e *expandEnv) statusPatches() []map[string]any {
+	var out []map[string]any
+	for _, a := range e.client.Actions() {
+		p, ok := a.(k8stesting.PatchAction)
+		if !ok || a.GetResource().Resource != "persistentvolumeclaims" {
+			continue
+		}
+		if a.GetSubresource() != "status" || p.GetPatchType() != types.StrategicMergePatchType {
+			e.t.Errorf("claim patch %s/%s of type %s: want a strategic merge patch of the status", a.GetSubresource(), p.GetName(), p.GetPatchType())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(p.GetPatch(), &m); err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// requests returns the driver's requests of method, in order.
+func requests[T any](drv *csitest.Server, method string) []T {
+	var out []T
+	for _, r := range drv.Requests() {
+		if r.Method == method {
+			out = append(out, r.Req.(T))
+		}
+	}
+	return out
+}
+
+func methods(drv *csitest.Server) []string {
+	var out []string
+	for _, r := range drv.Requests() {
+		if strings.HasPrefix(r.Method, "Node") && r.Method != "NodeGetCapabilities" && r.Method != "NodeGetInfo" {
+			out = append(out, r.Method)
+		}
+	}
+	return out
+}
+
+func (e *expandEnv) eventsWith(reason string) []string {
+	var out []string
+	for {
+		select {
+		case ev := <-e.events.Events:
+			if strings.Contains(ev, " "+reason+" ") {
+				out = append(out, ev)
+			}
+		default:
+			return out
+		}
+	}
+}
+
+// TestExpandWhileMounting: a pod started after the controller grew its
+// volume gets it at the new size: NodeExpandVolume runs after
+// NodePublishVolume and before WaitForAttachAndMount returns, with the
+// pod's volume path, the staging path, the PV's size and the volume's
+// capability; the claim goes NodeResizeInProgress, then reports the new
+// capacity with its resize status cleared, through strategic merge patches
+// of the status; the pod gets FileSystemResizeSuccessful.
+func TestExpandWhileMounting(t *testing.T) {
+	e := newExpandEnv(t, false)
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "grow", false))
+	if err := e.mount(pod); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := methods(e.drv), []string{"NodeStageVolume", "NodePublishVolume", "NodeExpandVolume"}; !slices.Equal(got, want) {
+		t.Fatalf("calls %v, want %v", got, want)
+	}
+	stage := requests[*csi.NodeStageVolumeRequest](e.drv, "NodeStageVolume")[0]
+	publish := requests[*csi.NodePublishVolumeRequest](e.drv, "NodePublishVolume")[0]
+	exp := requests[*csi.NodeExpandVolumeRequest](e.drv, "NodeExpandVolume")[0]
+	want := &csi.NodeExpandVolumeRequest{
+		VolumeId:          "handle-grow",
+		VolumePath:        publish.GetTargetPath(),
+		StagingTargetPath: stage.GetStagingTargetPath(),
+		CapacityRange:     &csi.CapacityRange{RequiredBytes: 2 << 30},
+		VolumeCapability: &csi.VolumeCapability{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: stage.GetVolumeCapability().GetMount().GetFsType()}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		},
+	}
+	if diff := cmp.Diff(want, exp, protocmp.Transform()); diff != "" {
+		t.Errorf("NodeExpandVolume request (-want +got):\n%s", diff)
+	}
+	if vols := e.vm.GetMountedVolumesForPod(pod.UID); len(vols) != 1 || vols[0].Path != publish.GetTargetPath() {
+		t.Errorf("mounted volumes %v, want the volume at %s", vols, publish.GetTargetPath())
+	}
+	wantStatus := v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, Capacity: v1.ResourceList{v1.ResourceStorage: resource.MustParse("2Gi")}}
+	if diff := cmp.Diff(wantStatus, e.claimStatus()); diff != "" {
+		t.Errorf("claim status (-want +got):\n%s", diff)
+	}
+	patches := e.statusPatches()
+	wantFirst := map[string]any{
+		"metadata": map[string]any{"resourceVersion": "7"},
+		"status":   map[string]any{"allocatedResourceStatuses": map[string]any{"storage": "NodeResizeInProgress"}},
+	}
+	if len(patches) != 2 || !cmp.Equal(patches[0], wantFirst) {
+		t.Fatalf("claim status patches %v: want 2, the first %v", patches, wantFirst)
+	}
+	if st, _ := patches[1]["status"].(map[string]any); st == nil || st["allocatedResourceStatuses"] != nil || st["capacity"] == nil {
+		t.Errorf("second patch %v: want the capacity set and allocatedResourceStatuses removed", patches[1])
+	}
+	if evs := e.eventsWith("FileSystemResizeSuccessful"); len(evs) != 1 {
+		t.Errorf("FileSystemResizeSuccessful events %v, want 1", evs)
+	}
+
+	// A second pod: nothing left to expand.
+	if err := e.mount(csitest.Pod("ns", "q", csitest.WithPVC("data", "grow", false))); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.drv.Calls("NodeExpandVolume"); n != 1 {
+		t.Errorf("NodeExpandVolume called %d times, want 1", n)
+	}
+}
+
+// TestExpandWhileMappingBlock: a block volume grown by the controller is
+// grown on the node when mapped, as the kubelet's MapVolume does: volume
+// path the pod's publish path (the device file the driver published),
+// staging path the block staging path, a block capability.
+func TestExpandWhileMappingBlock(t *testing.T) {
+	e := newExpandEnv(t, true)
+	pod := csitest.Pod("ns", "p", csitest.WithBlockPVC("raw", "grow", false))
+	if err := e.mount(pod); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := methods(e.drv), []string{"NodeStageVolume", "NodePublishVolume", "NodeExpandVolume"}; !slices.Equal(got, want) {
+		t.Fatalf("calls %v, want %v", got, want)
+	}
+	stage := requests[*csi.NodeStageVolumeRequest](e.drv, "NodeStageVolume")[0]
+	publish := requests[*csi.NodePublishVolumeRequest](e.drv, "NodePublishVolume")[0]
+	exp := requests[*csi.NodeExpandVolumeRequest](e.drv, "NodeExpandVolume")[0]
+	if !strings.HasSuffix(publish.GetTargetPath(), "/volumeDevices/publish/"+e.pv+"/"+string(pod.UID)) || !strings.HasSuffix(stage.GetStagingTargetPath(), "/volumeDevices/staging/"+e.pv) {
+		t.Fatalf("publish path %s, staging path %s: not the kubelet's block layout", publish.GetTargetPath(), stage.GetStagingTargetPath())
+	}
+	want := &csi.NodeExpandVolumeRequest{
+		VolumeId:          "handle-grow",
+		VolumePath:        publish.GetTargetPath(),
+		StagingTargetPath: stage.GetStagingTargetPath(),
+		CapacityRange:     &csi.CapacityRange{RequiredBytes: 2 << 30},
+		VolumeCapability: &csi.VolumeCapability{
+			AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		},
+	}
+	if diff := cmp.Diff(want, exp, protocmp.Transform()); diff != "" {
+		t.Errorf("NodeExpandVolume request (-want +got):\n%s", diff)
+	}
+	wantStatus := v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, Capacity: v1.ResourceList{v1.ResourceStorage: resource.MustParse("2Gi")}}
+	if diff := cmp.Diff(wantStatus, e.claimStatus()); diff != "" {
+		t.Errorf("claim status (-want +got):\n%s", diff)
+	}
+}
+
+// TestExpandRefused: the driver refuses the expansion (OutOfRange, which
+// the kubelet treats as infeasible): the pod's volume is mounted and usable
+// at its old size; the claim says NodeResizeInfeasible with a
+// NodeResizeError condition giving the cause; the pod gets
+// FileSystemResizeFailed naming pod, volume, driver and cause; nothing
+// retries, not even for a new pod, until the claim changes.
+func TestExpandRefused(t *testing.T) {
+	e := newExpandEnv(t, false, csitest.Fault{Method: "NodeExpandVolume", Err: status.Error(codes.OutOfRange, "volume handle-grow has only 1073741824 bytes")})
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "grow", false))
+	if err := e.mount(pod); err != nil {
+		t.Fatalf("mount with a refused expansion: %v", err)
+	}
+	if vols := e.vm.GetMountedVolumesForPod(pod.UID); len(vols) != 1 {
+		t.Fatalf("mounted volumes %v, want 1", vols)
+	}
+	st := e.claimStatus()
+	if got := st.AllocatedResourceStatuses[v1.ResourceStorage]; got != v1.PersistentVolumeClaimNodeResizeInfeasible {
+		t.Errorf("claim resize status %q, want NodeResizeInfeasible", got)
+	}
+	if got := st.Capacity[v1.ResourceStorage]; got.Cmp(resource.MustParse("1Gi")) != 0 {
+		t.Errorf("claim capacity %s, want 1Gi", got.String())
+	}
+	if len(st.Conditions) != 1 || st.Conditions[0].Type != v1.PersistentVolumeClaimNodeResizeError || st.Conditions[0].Status != v1.ConditionTrue ||
+		!strings.HasPrefix(st.Conditions[0].Message, "failed to expand pvc with ") || !strings.Contains(st.Conditions[0].Message, "OutOfRange") {
+		t.Errorf("claim conditions %+v, want NodeResizeError with the cause", st.Conditions)
+	}
+	evs := e.eventsWith("FileSystemResizeFailed")
+	if len(evs) != 1 {
+		t.Fatalf("FileSystemResizeFailed events %v, want 1", evs)
+	}
+	for _, s := range []string{"Warning", "ns/p", `"` + e.pv + `"`, e.drv.DriverName(), "OutOfRange", "has only 1073741824 bytes", "not retried until the claim changes"} {
+		if !strings.Contains(evs[0], s) {
+			t.Errorf("event %q does not name %q", evs[0], s)
+		}
+	}
+	// A new pod mounts at once, without another try.
+	if err := e.mount(csitest.Pod("ns", "q", csitest.WithPVC("data", "grow", false))); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.drv.Calls("NodeExpandVolume"); n != 1 {
+		t.Errorf("NodeExpandVolume called %d times, want 1", n)
+	}
+}
+
+// TestExpandFailureRetried: a final error that is not a refusal (Internal)
+// gives the claim the NodeResizeError condition (its resize status stays
+// NodeResizeInProgress), keeps the pod from starting on the old size (its
+// mount is uncertain; FileSystemResizeFailed), and the expansion is
+// retried with backoff: the second try succeeds and clears the claim.
+func TestExpandFailureRetried(t *testing.T) {
+	e := newExpandEnv(t, false, csitest.Fault{Method: "NodeExpandVolume", Times: 1, Err: status.Error(codes.Internal, "resize2fs crashed")})
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "grow", false))
+	if err := e.mount(pod); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.drv.Calls("NodeExpandVolume"); n != 2 {
+		t.Errorf("NodeExpandVolume called %d times, want 2", n)
+	}
+	patches := e.statusPatches()
+	if len(patches) != 3 {
+		t.Fatalf("claim status patches %v, want 3 (in progress, error, done)", patches)
+	}
+	st, _ := patches[1]["status"].(map[string]any)
+	conds, _ := st["conditions"].([]any)
+	cond, _ := func() (map[string]any, bool) {
+		if len(conds) != 1 {
+			return nil, false
+		}
+		c, ok := conds[0].(map[string]any)
+		return c, ok
+	}()
+	if _, rv := patches[1]["metadata"]; rv || cond["type"] != "NodeResizeError" || cond["status"] != "True" ||
+		!strings.Contains(cond["message"].(string), "resize2fs crashed") || st["allocatedResourceStatuses"] != nil {
+		t.Errorf("failure patch %v: want only the NodeResizeError condition with the cause, without resourceVersion", patches[1])
+	}
+	wantStatus := v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, Capacity: v1.ResourceList{v1.ResourceStorage: resource.MustParse("2Gi")}}
+	if diff := cmp.Diff(wantStatus, e.claimStatus()); diff != "" {
+		t.Errorf("claim status (-want +got):\n%s", diff)
+	}
+	if evs := e.eventsWith("FileSystemResizeFailed"); len(evs) != 1 || !strings.Contains(evs[0], "resize2fs crashed") || !strings.Contains(evs[0], "ns/p") {
+		t.Errorf("FileSystemResizeFailed events %v, want 1 naming the pod and the cause", evs)
+	}
+}
