@@ -12,16 +12,19 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	oe "github.com/nodevol/nodevol/operationexecutor"
 )
 
 const (
@@ -334,5 +337,100 @@ func TestPodCSIVolumesMigrated(t *testing.T) {
 		if _, err := csiplugin.PodVolumeDir("/root", types.UID("uid"), csiplugin.VolumeDirName(&s, dv.Volume)); err != nil {
 			t.Errorf("%s: directory name %q: %v", v.Name, s.PVName, err)
 		}
+	}
+}
+
+// TestMigratedOperationMetric: operations on a migrated volume carry
+// migrated="true" in storage_operation_duration_seconds, as in the kubelet.
+func TestMigratedOperationMetric(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := cache.VolumeSpec{Driver: gcePD, Mode: cache.Filesystem}
+	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpStage}, Spec: spec})
+	spec.MigratedFrom = "kubernetes.io/gce-pd"
+	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpStage}, Spec: spec})
+	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpStage}, Spec: spec})
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]uint64{}
+	for _, f := range fams {
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "migrated" {
+					got[l.GetValue()] += s.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	if got["true"] != 2 || got["false"] != 1 {
+		t.Errorf("samples by migrated label = %v, want true:2 false:1", got)
+	}
+}
+
+// TestMigratedRestartReconstructs: after a restart, the volumes of a
+// migrated PV and of an inline in-tree volume found on disk get the names
+// the populator gives them (the translated driver and handle), so the pod
+// added again keeps them; when it goes they are torn down and nothing is
+// left.
+func TestMigratedRestartReconstructs(t *testing.T) {
+	drv := csitest.New(t, csitest.Options{DriverName: gcePD, CreateTargetDirs: true})
+	pvc, pv := csitest.BoundClaim("ns", "gce", "unused.example.com", "unused")
+	pv.Spec.PersistentVolumeSource = v1.PersistentVolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-1"}}
+	client := fake.NewClientset(csitest.CSIDriver(gcePD, false), pvc, pv)
+	root := t.TempDir()
+	inline := v1.Volume{Name: "inline", VolumeSource: v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-2"}}}
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "gce", false), csitest.WithVolume(inline, false))
+	mountPod := func(vm *VolumeManager) {
+		t.Helper()
+		vm.AddPod(pod)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vm1, stop1 := startVM(t, client, root, drv)
+	mountPod(vm1)
+	stop1()
+	publishes := drv.Calls("NodePublishVolume")
+
+	vm2, stop2 := startVM(t, client, root, drv)
+	defer stop2()
+	want := []cache.UniqueVolumeName{
+		cache.CSIVolumeName(gcePD, "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-1"),
+		cache.CSIVolumeName(gcePD, "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-2"),
+	}
+	if got := vm2.GetVolumesInUse(); !slices.Equal(got, want) {
+		t.Fatalf("volumes in use after the restart = %v, want %v", got, want)
+	}
+	mountPod(vm2)
+	if got := drv.Calls("NodePublishVolume") - publishes; got != 2 {
+		t.Errorf("NodePublishVolume calls after the restart = %d, want 2 (the uncertain mounts published again)", got)
+	}
+	if got := vm2.GetVolumesInUse(); !slices.Equal(got, want) {
+		t.Errorf("volumes in use = %v, want %v (no second volume of another name)", got, want)
+	}
+	vm2.MarkPodsSynced()
+	vm2.DeletePod(pod)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := vm2.WaitForUnmount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "volumes unstaged", func() bool { return len(vm2.GetVolumesInUse()) == 0 })
+	eventually(t, "staging directories removed", func() bool {
+		m, _ := filepath.Glob(filepath.Join(root, "plugins", "kubernetes.io", "csi", gcePD, "*"))
+		return len(m) == 0
+	})
+	if got := drv.StagedVolumes(); len(got) != 0 {
+		t.Errorf("staged volumes = %v", got)
+	}
+	if m, _ := filepath.Glob(filepath.Join(root, "pods", "*", "volumes", "kubernetes.io~csi", "*")); len(m) != 0 {
+		t.Errorf("pod volume directories left: %v", m)
 	}
 }
