@@ -101,6 +101,10 @@ type VolumeSpec struct {
 	// GID is the PV's pv.beta.kubernetes.io/gid annotation: a group the
 	// pods using the volume get as a supplemental group. May be empty.
 	GID string
+	// MigratedFrom is the in-tree volume plugin (e.g. kubernetes.io/gce-pd)
+	// whose PV or inline volume was translated to this CSI spec (CSI
+	// migration); empty for a CSI volume.
+	MigratedFrom string
 }
 
 // PodRef identifies a pod and carries what drivers may be told about it.

@@ -65,8 +65,8 @@ func AllocatableUpdatePeriod(d *storagev1.CSIDriver) (time.Duration, error) {
 	return time.Duration(s) * time.Second, nil
 }
 
-// initCSINode creates the node's CSINode, owned by the Node and with no
-// driver, unless it exists, as the kubelet does at start before any driver
+// initCSINode creates the node's CSINode, owned by the Node, with no
+// driver and the migrated-plugins annotation, unless it exists, as the kubelet does at start before any driver
 // registers (the scheduler and the attach/detach controller read it).
 func (n *nodeInfo) initCSINode(ctx context.Context) error {
 	n.mu.Lock()
@@ -75,7 +75,10 @@ func (n *nodeInfo) initCSINode(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("initializing CSINode %s: reading its Node: %w", n.nodeName, err)
 	}
-	if err := n.updateCSINode(ctx, node, func(*storagev1.CSINode) {}); err != nil {
+	// The kubelet creates it with the migrated-plugins annotation: the
+	// attach/detach controller reads it to decide how to attach in-tree
+	// volumes on this node.
+	if err := n.updateCSINode(ctx, node, func(cn *storagev1.CSINode) { migratedPluginsAnnotation(cn) }); err != nil {
 		return fmt.Errorf("initializing CSINode %s: %w", n.nodeName, err)
 	}
 	klog.FromContext(ctx).V(2).Info("CSINode initialized", "node", n.nodeName)

@@ -86,7 +86,8 @@ func TestAllocatableUpdatePeriod(t *testing.T) {
 }
 
 // TestRunCreatesCSINode: Run creates the CSINode before any driver
-// registers, owned by the Node as the kubelet sets it, and leaves an
+// registers, owned by the Node as the kubelet sets it and with the
+// migrated-plugins annotation, and leaves an
 // existing one as it is.
 func TestRunCreatesCSINode(t *testing.T) {
 	h, _, client, ctx := regTestSetup(t, true)
@@ -109,10 +110,12 @@ func TestRunCreatesCSINode(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            "node-1",
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "node-1", UID: "uid"}},
+			Annotations: map[string]string{corev1.MigratedPluginsAnnotationKey: "kubernetes.io/aws-ebs,kubernetes.io/azure-disk,kubernetes.io/azure-file," +
+				"kubernetes.io/cinder,kubernetes.io/gce-pd,kubernetes.io/portworx-volume,kubernetes.io/vsphere-volume"},
 		},
 	}
 	got := ev.Object.(*storagev1.CSINode)
-	got = &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: got.Name, OwnerReferences: got.OwnerReferences}, Spec: got.Spec}
+	got = &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: got.Name, OwnerReferences: got.OwnerReferences, Annotations: got.Annotations}, Spec: got.Spec}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("CSINode (-want +got):\n%s", diff)
 	}

@@ -37,7 +37,7 @@ type nodeInfo struct {
 // annotation (merged with other drivers' entries), its topology segments
 // as Node labels (a label already set to another value is an error, and
 // nothing is changed), and its CSINode entry (the CSINode is created, owned
-// by the Node, if missing).
+// by the Node, if missing) with the migrated-plugins annotation.
 func (n *nodeInfo) install(ctx context.Context, driver string, info NodeInfo) error {
 	if info.NodeID == "" {
 		return fmt.Errorf("recording CSI driver %s on node %s: the driver reported an empty node ID", driver, n.nodeName)
@@ -57,6 +57,7 @@ func (n *nodeInfo) install(ctx context.Context, driver string, info NodeInfo) er
 	err = n.updateCSINode(ctx, node, func(cn *storagev1.CSINode) {
 		cn.Spec.Drivers = slices.DeleteFunc(cn.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == driver })
 		cn.Spec.Drivers = append(cn.Spec.Drivers, entry)
+		migratedPluginsAnnotation(cn)
 	})
 	if err != nil {
 		return fmt.Errorf("recording CSI driver %s in CSINode %s: %w", driver, n.nodeName, err)
@@ -131,7 +132,7 @@ func (n *nodeInfo) updateCSINode(ctx context.Context, node *corev1.Node, modify 
 		}
 		updated := cn.DeepCopy()
 		modify(updated)
-		if equality.Semantic.DeepEqual(cn.Spec, updated.Spec) {
+		if equality.Semantic.DeepEqual(cn.Spec, updated.Spec) && maps.Equal(cn.Annotations, updated.Annotations) {
 			return nil
 		}
 		_, err = csiNodes.Update(ctx, updated, metav1.UpdateOptions{})

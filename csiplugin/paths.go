@@ -155,6 +155,9 @@ func (p *Plugin) saveVolumeData(dir string, d *VolumeData) error {
 
 // volumeDesc names a volume in errors and logs.
 func volumeDesc(spec *cache.VolumeSpec) string {
+	if spec.MigratedFrom != "" {
+		return fmt.Sprintf("%q (PV %s, driver %s, migrated from in-tree %s)", spec.Name, spec.PVName, spec.Driver, spec.MigratedFrom)
+	}
 	if spec.PVName != "" {
 		return fmt.Sprintf("%q (PV %s, driver %s)", spec.Name, spec.PVName, spec.Driver)
 	}

@@ -1,6 +1,8 @@
 package volumemanager
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nodevol/nodevol/cache"
@@ -43,5 +45,5 @@ func (m *metrics) observe(o oe.Outcome) {
 	if o.Err != nil {
 		status = "fail-unknown"
 	}
-	m.opDuration.WithLabelValues(cache.CSIPluginName+":"+o.Spec.Driver, o.Action.Kind.NameFor(o.Spec.Mode), status, "false").Observe(o.Duration.Seconds())
+	m.opDuration.WithLabelValues(cache.CSIPluginName+":"+o.Spec.Driver, o.Action.Kind.NameFor(o.Spec.Mode), status, strconv.FormatBool(o.Spec.MigratedFrom != "")).Observe(o.Duration.Seconds())
 }

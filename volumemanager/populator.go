@@ -29,9 +29,11 @@ type resolver struct {
 }
 
 // podCSIVolumes returns the pod's volumes that nodevol handles, in spec
-// order, with whether each is used as a block device. Only volumes that a
-// container mounts or maps count, as in the kubelet; volumes of other kinds
-// (emptyDir, configMap, ...) are not nodevol's.
+// order, with whether each is used as a block device: PVC, generic
+// ephemeral and inline CSI volumes, and inline volumes of a migrated
+// in-tree plugin (see migration.go). Only volumes that a container mounts
+// or maps count, as in the kubelet; volumes of other kinds (emptyDir,
+// configMap, ...) are not nodevol's.
 func podCSIVolumes(pod *v1.Pod) (vols []v1.Volume, block map[string]bool) {
 	mounts, devices := map[string]bool{}, map[string]bool{}
 	visit := func(cs []v1.Container) {
@@ -56,7 +58,7 @@ func podCSIVolumes(pod *v1.Pod) (vols []v1.Volume, block map[string]bool) {
 		if !mounts[v.Name] && !devices[v.Name] {
 			continue
 		}
-		if v.PersistentVolumeClaim == nil && v.Ephemeral == nil && v.CSI == nil {
+		if v.PersistentVolumeClaim == nil && v.Ephemeral == nil && v.CSI == nil && migratedInlinePlugin(&v) == "" {
 			continue
 		}
 		vols = append(vols, v)
@@ -113,6 +115,17 @@ func (r *resolver) resolveVolume(pod *v1.Pod, v *v1.Volume, asBlock bool) (cache
 			return cache.DesiredVolume{}, err
 		}
 		pv.ReadOnly = v.PersistentVolumeClaim.ReadOnly || spec.ReadOnly
+		return cache.DesiredVolume{Spec: spec, Volume: pv}, checkMode(spec, asBlock)
+	case v.Ephemeral == nil: // an inline volume of a migrated in-tree plugin
+		plugin := migratedInlinePlugin(v)
+		if plugin == "" {
+			return cache.DesiredVolume{}, fmt.Errorf("volume has no CSI, PVC or migrated in-tree source")
+		}
+		spec, err := migratedInlineSpec(pod, v, plugin)
+		if err != nil {
+			return cache.DesiredVolume{}, err
+		}
+		pv.ReadOnly = spec.ReadOnly
 		return cache.DesiredVolume{Spec: spec, Volume: pv}, checkMode(spec, asBlock)
 	default: // generic ephemeral volume: a PVC named after the pod and the volume
 		spec, err := r.claimSpec(pod.Namespace, pod.Name+"-"+v.Name, pod)
@@ -183,11 +196,12 @@ func ownedBy(pvc *v1.PersistentVolumeClaim, pod *v1.Pod) bool {
 	return false
 }
 
-// pvSpec turns a CSI PV into a VolumeSpec.
+// pvSpec turns a CSI PV, or an in-tree PV that CSI migration translates,
+// into a VolumeSpec.
 func pvSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 	src := pv.Spec.CSI
 	if src == nil {
-		return cache.VolumeSpec{}, fmt.Errorf("PV %s has no CSI source: nodevol only mounts CSI volumes", pv.Name)
+		return migratedPVSpec(pv)
 	}
 	if src.Driver == "" || src.VolumeHandle == "" {
 		return cache.VolumeSpec{}, fmt.Errorf("PV %s: csi.driver and csi.volumeHandle must be set", pv.Name)

@@ -64,7 +64,7 @@ func mountFlags(drv *csitest.Server, method string) [][]string {
 	return out
 }
 
-func readVolData(t *testing.T, dir string) string {
+func readVolDataText(t *testing.T, dir string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, csiplugin.VolumeDataFile))
 	if err != nil {
@@ -142,13 +142,13 @@ func TestSELinuxMountOptions(t *testing.T) {
 			}
 			stagingDir, _ := csiplugin.StagingDir(root, drv.DriverName(), "handle-a")
 			want := `{"specVolID":"` + pv.Name + `","volumeHandle":"handle-a","driverName":"` + drv.DriverName() + `"` + ctxKey + `}`
-			if got := strings.TrimSpace(readVolData(t, stagingDir)); got != want {
+			if got := strings.TrimSpace(readVolDataText(t, stagingDir)); got != want {
 				t.Errorf("staging vol_data.json = %s, want %s", got, want)
 			}
 			podDir, _ := csiplugin.PodVolumeDir(root, pod.UID, pv.Name)
 			want = `{"specVolID":"` + pv.Name + `","volumeHandle":"handle-a","driverName":"` + drv.DriverName() + `","nodeName":"` + node +
 				`","attachmentID":"` + csiplugin.AttachmentName("handle-a", drv.DriverName(), node) + `","volumeLifecycleMode":"Persistent"` + ctxKey + `}`
-			if got := strings.TrimSpace(readVolData(t, podDir)); got != want {
+			if got := strings.TrimSpace(readVolDataText(t, podDir)); got != want {
 				t.Errorf("pod vol_data.json = %s, want %s", got, want)
 			}
 		})
