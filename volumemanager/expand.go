@@ -60,10 +60,11 @@ func claimNodeResizePending(pvc *v1.PersistentVolumeClaim, size resource.Quantit
 }
 
 // pendingExpansion returns the node expansion pending for PV pvName's claim
-// (read through the listers), for the planner.
+// (read through the listers), for the planner. A migrated in-tree PV is
+// expanded through its CSI driver too, as the kubelet does.
 func (r *resolver) pendingExpansion(pvName string) (expansion, bool) {
 	pv, err := r.pvs.Get(pvName)
-	if err != nil || pv.Spec.CSI == nil || pv.Spec.ClaimRef == nil {
+	if err != nil || (pv.Spec.CSI == nil && migratedPVPlugin(pv) == "") || pv.Spec.ClaimRef == nil {
 		return expansion{}, false
 	}
 	pvc, err := r.pvcs.PersistentVolumeClaims(pv.Spec.ClaimRef.Namespace).Get(pv.Spec.ClaimRef.Name)

@@ -38,11 +38,21 @@ func migratedInlinePlugin(v *v1.Volume) string {
 	return name
 }
 
+// migratedPVPlugin returns the in-tree plugin of a PV that nodevol mounts
+// through CSI migration, or "" when it has no migrated in-tree source.
+func migratedPVPlugin(pv *v1.PersistentVolume) string {
+	name, err := translator.GetInTreePluginNameFromSpec(pv, nil)
+	if err != nil || !csiplugin.IsMigratedPlugin(name) {
+		return ""
+	}
+	return name
+}
+
 // migratedPVSpec is pvSpec for a PV without a CSI source: its in-tree
 // source translated to CSI, or an error naming the PV and why.
 func migratedPVSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
-	plugin, err := translator.GetInTreePluginNameFromSpec(pv, nil)
-	if err != nil || !csiplugin.IsMigratedPlugin(plugin) {
+	plugin := migratedPVPlugin(pv)
+	if plugin == "" {
 		return cache.VolumeSpec{}, fmt.Errorf("PV %s has no CSI source and no in-tree source that CSI migration translates (%s): nodevol only mounts CSI volumes",
 			pv.Name, strings.Join(csiplugin.MigratedPlugins(), ", "))
 	}

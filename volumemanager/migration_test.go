@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -432,5 +433,46 @@ func TestMigratedRestartReconstructs(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(filepath.Join(root, "pods", "*", "volumes", "kubernetes.io~csi", "*")); len(m) != 0 {
 		t.Errorf("pod volume directories left: %v", m)
+	}
+}
+
+// TestMigratedPVExpansion: a mounted gcePersistentDisk PV grown by the
+// controller is expanded on the node through the GCE PD CSI driver, with
+// the translated handle, as a CSI PV is.
+func TestMigratedPVExpansion(t *testing.T) {
+	e := newEnv(t, envOptions{driver: csitest.Options{DriverName: gcePD, Expand: true}})
+	pv := e.inTreeClaim("gce", v1.PersistentVolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-1", FSType: "ext4"}},
+		csitest.PVCapacity("1Gi"), func(pv *v1.PersistentVolume) { pv.Labels = map[string]string{v1.LabelTopologyZone: "us-central1-a"} })
+	const handle = "projects/UNSPECIFIED/zones/us-central1-a/disks/disk-1"
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "gce", false))
+	if err := e.mount(pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	pv.Spec.Capacity[v1.ResourceStorage] = resource.MustParse("2Gi")
+	if _, err := e.client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pvc, err := e.client.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "gce", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvc.Status.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}
+	pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.PersistentVolumeClaimNodeResizePending}
+	if _, err := e.client.CoreV1().PersistentVolumeClaims("ns").UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "claim reports the new size", func() bool {
+		c, err := e.client.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "gce", metav1.GetOptions{})
+		got := c.Status.Capacity[v1.ResourceStorage]
+		return err == nil && got.Cmp(resource.MustParse("2Gi")) == 0
+	})
+	exp := e.request("NodeExpandVolume").(*csi.NodeExpandVolumeRequest)
+	target, err := csiplugin.PodVolumePath(e.root, pod.UID, pv.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exp.GetVolumeId() != handle || exp.GetVolumePath() != target || exp.GetCapacityRange().GetRequiredBytes() != 2<<30 {
+		t.Errorf("NodeExpandVolume = %v, want volume %s at %s grown to 2Gi", exp, handle, target)
 	}
 }
