@@ -247,19 +247,20 @@ func plan(v volumeView) decision {
 // among the pods SELinux admits, so that a pod refused for its context
 // never owns the volume and blocks the others.
 func refusals(v volumeView, sel seLinuxAdmission) map[types.UID]error {
-	out := map[types.UID]error{}
+	if len(sel.Refused) == 0 {
+		return rwopRefusals(v) // nil, without allocating, for most volumes
+	}
+	out := make(map[types.UID]error, len(sel.Refused))
 	for uid, err := range sel.Refused {
 		out[uid] = err
 	}
-	if len(out) > 0 {
-		admitted := make([]cache.PodVolume, 0, len(v.Desired))
-		for _, p := range v.Desired {
-			if out[p.Pod.UID] == nil {
-				admitted = append(admitted, p)
-			}
+	admitted := make([]cache.PodVolume, 0, len(v.Desired))
+	for _, p := range v.Desired {
+		if out[p.Pod.UID] == nil {
+			admitted = append(admitted, p)
 		}
-		v.Desired = admitted
 	}
+	v.Desired = admitted
 	for uid, err := range rwopRefusals(v) {
 		out[uid] = err
 	}
