@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
@@ -209,4 +213,131 @@ func example(opts csitest.Options, objects func(driver string) []runtime.Object,
 		log.Fatal(err)
 	}
 	body(ctx, vm, drv, root)
+}
+
+// With PluginRegistration, Run watches {RootDir}/plugins_registry, where
+// each CSI driver's node-driver-registrar (here the test kit's Registrar)
+// announces it; the driver is then registered and recorded on the Node and
+// its CSINode, as the kubelet does.
+func ExampleConfig_pluginRegistration() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	root, err := os.MkdirTemp("", "nodevol-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(root)
+	drv, err := csitest.Start("", csitest.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer drv.Stop()
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: csitest.DefaultNodeID}}
+	client := fake.NewClientset(node)
+
+	vm, err := volumemanager.New(volumemanager.Config{
+		NodeName:           csitest.DefaultNodeID,
+		KubeClient:         client,
+		RootDir:            root,
+		Mounter:            mount.NewFakeMounter(nil),
+		PluginRegistration: true,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- vm.Run(runCtx) }()
+
+	regDir := filepath.Join(root, "plugins_registry")
+	if err := os.MkdirAll(regDir, 0o750); err != nil {
+		log.Fatal(err)
+	}
+	reg, err := csitest.StartRegistrar(csitest.RegistrarConfig{
+		Dir: regDir, DriverName: drv.DriverName(), Endpoint: drv.Endpoint(),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer reg.Stop()
+	st, err := reg.WaitForStatus(ctx, 1) // NotifyRegistrationStatus
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("registered:", st.Registered)
+	n, err := client.CoreV1().Nodes().Get(ctx, csitest.DefaultNodeID, metav1.GetOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("node annotation:", n.Annotations["csi.volume.kubernetes.io/nodeid"])
+	csiNode, err := client.StorageV1().CSINodes().Get(ctx, csitest.DefaultNodeID, metav1.GetOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, d := range csiNode.Spec.Drivers {
+		fmt.Println("CSINode driver:", d.Name, d.NodeID)
+	}
+
+	stop()
+	if err := <-done; err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// registered: true
+	// node annotation: {"csitest.nodevol.io":"node-1"}
+	// CSINode driver: csitest.nodevol.io node-1
+}
+
+// TestREADMETestKit is the README's test-kit snippet, kept compiling and
+// working: a user's unit test of code built on nodevol.
+func TestREADMETestKit(t *testing.T) {
+	ctx := t.Context()
+	// The snippet, as in README.md:
+	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true}) // in-process CSI node server on a socket in t.TempDir()
+	drv.Inject(csitest.Fault{Method: "NodeStageVolume", Err: status.Error(codes.Internal, "boom"), Times: 1})
+	pvc, pv := csitest.BoundClaim("ns", "data", drv.DriverName(), "handle-1") // bound PVC/PV for the fake clientset
+	pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "data", false))   // on node csitest.DefaultNodeID
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), true), pvc, pv)
+	csitest.NewFakeAttacher(t, client, csitest.AttacherOptions{Delay: 5 * time.Millisecond}) // the external-attacher
+	if _, err := csitest.AttachVolume(ctx, client, pv, csitest.DefaultNodeID); err != nil {  // the attach/detach controller
+		t.Fatal(err)
+	}
+	// ... run nodevol against client and drv.Endpoint() ...
+	vm, err := volumemanager.New(volumemanager.Config{
+		NodeName: csitest.DefaultNodeID, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- vm.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	vm.AddPod(pod)
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := vm.WaitForAttachAndMount(waitCtx, pod); err != nil {
+		t.Fatal(err)
+	}
+	// The snippet's assertions:
+	if got := drv.Calls("NodeStageVolume"); got != 2 {
+		t.Errorf("NodeStageVolume calls = %d, want 2 (one failed, one retried)", got)
+	}
+	if got := drv.Calls("NodePublishVolume"); got != 1 {
+		t.Errorf("NodePublishVolume calls = %d, want 1", got)
+	}
+	if got := len(drv.Requests()); got == 0 {
+		t.Error("no request recorded")
+	}
+	if got := drv.Published("handle-1"); len(got) != 1 {
+		t.Errorf("handle-1 published at %v, want one target", got)
+	}
 }
