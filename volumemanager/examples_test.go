@@ -106,10 +106,15 @@ func ExampleNew() {
 // Run runs until its context ends, then returns once every operation it
 // started has returned.
 func ExampleVolumeManager_Run() {
+	root, err := os.MkdirTemp("", "nodevol-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(root)
 	vm, err := volumemanager.New(volumemanager.Config{
 		NodeName:   "node-1",
 		KubeClient: fake.NewClientset(),
-		RootDir:    os.TempDir(), // nothing is written without pods
+		RootDir:    root,
 		Mounter:    mount.NewFakeMounter(nil),
 	})
 	if err != nil {
