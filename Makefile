@@ -6,6 +6,7 @@
 GO              ?= go
 BIN             := $(CURDIR)/bin
 CSI_SANITY_VER  := v5.6.0
+STATICCHECK_VER := v0.8.2
 GOTESTFLAGS     ?= -race -count=1 -timeout 30m
 export PATH     := $(BIN):$(PATH)
 export CSI_SANITY := $(BIN)/csi-sanity
@@ -36,11 +37,14 @@ deps:
 
 tools: $(BIN)/csi-sanity
 
+# staticcheck 2026.2.2 (v0.8.2), a release that supports Go 1.26.
+$(BIN)/staticcheck:
+	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VER)
+
 $(BIN)/csi-sanity:
 	GOBIN=$(BIN) $(GO) install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$(CSI_SANITY_VER)
 
-test: deps tools testenv-bins
-	$(GO) vet ./...
+test: deps tools testenv-bins lint
 	$(GO) test $(GOTESTFLAGS) ./...
 	cd bench/kubelet && $(GO) vet .
 
@@ -108,9 +112,13 @@ integration: deps tools testenv-bins
 	$(GO) test $(GOTESTFLAGS) ./testenv/
 	$(GO) test $(GOTESTFLAGS) -run '^TestIntegration' ./volumemanager/ ./examples/nodeagent/
 
-lint:
+# gofmt, go mod tidy, go vet and staticcheck over the module; part of make
+# test (about 10 s warm, 30-40 s with staticcheck's cache empty, on 2 cores).
+lint: $(BIN)/staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
+	$(GO) mod tidy -diff
 	$(GO) vet ./...
+	$(BIN)/staticcheck ./...
 
 clean:
 	rm -rf $(BIN)

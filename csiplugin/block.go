@@ -22,7 +22,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
-	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/operationexecutor"
@@ -221,13 +220,13 @@ func (p *Plugin) removeEmptyDir(dir string) error {
 	if _, err := p.rfs.Verify(dir); err != nil {
 		return err
 	}
-	notMnt, err := mount.IsNotMountPoint(p.mounter, dir)
+	mnt, err := p.mounter.IsMountPoint(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
 	case err != nil:
 		return fmt.Errorf("checking whether %s is a mount point: %w", dir, err)
-	case !notMnt:
+	case mnt:
 		return fmt.Errorf("%s is still a mount point", dir)
 	}
 	if err := p.rfs.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {

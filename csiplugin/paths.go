@@ -108,6 +108,8 @@ func AttachmentName(volumeHandle, driver, nodeName string) string {
 // SELinuxMountContext when the volume is mounted with an SELinux context
 // (the kubelet's key "seLinuxMountContext").
 type VolumeData struct {
+	// SpecVolID is the PV's name, or the pod's volume name for an inline
+	// volume: the name of the pod's volume directory.
 	SpecVolID           string `json:"specVolID,omitempty"`
 	VolumeHandle        string `json:"volumeHandle"`
 	DriverName          string `json:"driverName"`

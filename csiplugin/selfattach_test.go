@@ -51,12 +51,10 @@ func writes(client *fake.Clientset) []string {
 		}
 		name := ""
 		switch a := a.(type) {
-		case clienttesting.CreateAction:
+		case clienttesting.CreateAction: // an UpdateAction too: same method set
 			name = a.GetObject().(*storagev1.VolumeAttachment).Name
 		case clienttesting.DeleteAction:
 			name = a.GetName()
-		case clienttesting.UpdateAction:
-			name = a.GetObject().(*storagev1.VolumeAttachment).Name
 		}
 		out = append(out, a.GetVerb()+" "+name)
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/klog/v2"
-	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/operationexecutor"
@@ -206,11 +205,11 @@ func (p *Plugin) removeVolumeDir(dir, leaf string) error {
 	if err != nil {
 		return err
 	}
-	notMnt, err := mount.IsNotMountPoint(p.mounter, path)
+	mnt, err := p.mounter.IsMountPoint(path)
 	switch {
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("checking whether %s is a mount point: %w", path, err)
-	case err == nil && !notMnt:
+	case err == nil && mnt:
 		return fmt.Errorf("%s is still a mount point", path)
 	}
 	for _, name := range []string{path, filepath.Join(dir, VolumeDataFile), dir} {

@@ -12,8 +12,10 @@ const volumeConditionCapability csi.NodeServiceCapability_RPC_Type = 4
 // VolumeCondition is a volume's condition, as NodeGetVolumeStats reports it
 // with Options.VolumeCondition.
 type VolumeCondition struct {
+	// Abnormal is true when the volume is not healthy.
 	Abnormal bool
-	Message  string
+	// Message says why, for people.
+	Message string
 }
 
 // SetVolumeCondition sets the condition NodeGetVolumeStats reports for

@@ -1,0 +1,25 @@
+// Package volumemanager is nodevol's public facade: a VolumeManager does on
+// a node what the kubelet's volume manager does for CSI volumes. For every
+// pod added to it, it resolves each CSI volume (PVC to PV, generic
+// ephemeral, inline, in-tree through CSI migration), waits for its
+// attachment, stages it (NodeStageVolume), publishes it into the pod's
+// directory (NodePublishVolume), and tears it all down in the right order
+// when the pod is deleted.
+//
+// Create one with New (Config's fields state their defaults), start it with
+// Run, register CSI drivers through Drivers (or Config.PluginRegistration),
+// then feed it pods: AddPod, UpdatePod, DeletePod and, once every pod
+// running on the node has been added, MarkPodsSynced. WaitForAttachAndMount
+// and WaitForUnmount block until a pod's volumes are mounted or gone; their
+// *WaitError names each volume not ready and why.
+//
+// One goroutine, the reconcile loop, owns the actual state: it takes the
+// changes posted by AddPod, the informers and driver registration, plans
+// each changed volume with a pure function (plan.go; the scenario scripts
+// in testdata/ show its decisions) and runs the operations it decides with
+// bounded concurrency and per-volume backoff. Failed operations are logged
+// once with their next retry time and, with Config.EventRecorder, recorded
+// as events on the pod. After a restart, Run first reads what an earlier
+// run (or the kubelet) left on disk; nothing found there is torn down
+// before MarkPodsSynced.
+package volumemanager
