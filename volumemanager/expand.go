@@ -36,20 +36,25 @@ func needsNodeExpansion(pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume) 
 }
 
 // claimNodeResizePending reports whether the claim asks the node to grow
-// its volume to size, as the kubelet's node expander decides it: the
-// claim's storage resize status says NodeResizePending or
+// its volume to size, as the kubelet's node expander decides it: its status
+// capacity is below size, and its storage resize status says NodeResizePending or
 // NodeResizeInProgress (a node expansion that was cut short or failed and
 // is retried); any other status (NodeResizeInfeasible above all) says no,
 // until the claim changes. A claim without a resize status (an older
 // external-resizer) asks while its status capacity is below size and it
 // has the FileSystemResizePending condition.
 func claimNodeResizePending(pvc *v1.PersistentVolumeClaim, size resource.Quantity) bool {
-	if st, ok := pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage]; ok {
-		return st == v1.PersistentVolumeClaimNodeResizePending || st == v1.PersistentVolumeClaimNodeResizeInProgress
-	}
+	// The claim's capacity must be below the PV's in every case: the claim
+	// and the PV come through two informers, and a claim marked pending may
+	// arrive before the grown PV (the resizer updates the PV first). Read
+	// with the old PV, the node would "expand" to the old size and clear
+	// the claim's status; the PV's event plans the volume again.
 	have := pvc.Status.Capacity[v1.ResourceStorage]
 	if have.Cmp(size) >= 0 {
 		return false
+	}
+	if st, ok := pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage]; ok {
+		return st == v1.PersistentVolumeClaimNodeResizePending || st == v1.PersistentVolumeClaimNodeResizeInProgress
 	}
 	for _, c := range pvc.Status.Conditions {
 		if c.Type == v1.PersistentVolumeClaimFileSystemResizePending && c.Status == v1.ConditionTrue {

@@ -41,6 +41,8 @@ func TestNeedsNodeExpansion(t *testing.T) {
 		{"grown, NodeResizeInfeasible despite FileSystemResizePending", pvc("1Gi", true, v1.PersistentVolumeClaimNodeResizeInfeasible), pv("2Gi"), false},
 		{"grown, nothing pending", pvc("1Gi", false, ""), pv("2Gi"), false},
 		{"same size", pvc("2Gi", true, ""), pv("2Gi"), false},
+		{"NodeResizePending read before the grown PV", pvc("1Gi", false, v1.PersistentVolumeClaimNodeResizePending), pv("1Gi"), false},
+		{"NodeResizeInProgress, PV not grown in the lister yet", pvc("1Gi", false, v1.PersistentVolumeClaimNodeResizeInProgress), pv("1Gi"), false},
 		{"PV without capacity", pvc("1Gi", true, ""), csitest.PV("pv", "d.example.com", "h"), false},
 	}
 	for _, tt := range tests {
