@@ -79,7 +79,7 @@ bench-compare:
 	$(GO) run ./bench/compare -pods $(PODS) -idle-volumes $(IDLE_VOLUMES)
 
 demo: deps build
-	$(GO) run ./examples/nodeagent --demo
+	$(GO) run ./examples/nodeagent/demo
 
 # The test environment's binaries (package testenv): kube-apiserver and etcd,
 # built by testenv/build (its own module, requiring k8s.io/kubernetes) into a
