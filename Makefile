@@ -10,7 +10,7 @@ GOTESTFLAGS     ?= -race -count=1 -timeout 30m
 export PATH     := $(BIN):$(PATH)
 export CSI_SANITY := $(BIN)/csi-sanity
 
-.PHONY: all build test unit fuzz bench bench-compare demo lint deps tools clean testenv-bins integration
+.PHONY: all build test unit fuzz bench bench-compare demo nodeagent-static lint deps tools clean testenv-bins integration
 
 all: build
 
@@ -78,6 +78,10 @@ IDLE_VOLUMES ?= 10000
 bench-compare:
 	$(GO) run ./bench/compare -pods $(PODS) -idle-volumes $(IDLE_VOLUMES)
 
+# The node agent as one static binary, for deploy/Containerfile (FROM scratch).
+nodeagent-static:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o deploy/nodeagent ./examples/nodeagent
+
 demo: deps build
 	$(GO) run ./examples/nodeagent/demo
 
@@ -106,7 +110,7 @@ $(TESTENV_CACHE)/etcd:
 # them too, with everything else).
 integration: deps tools testenv-bins
 	$(GO) test $(GOTESTFLAGS) ./testenv/
-	$(GO) test $(GOTESTFLAGS) -run '^TestIntegration' ./volumemanager/ ./examples/nodeagent/
+	$(GO) test $(GOTESTFLAGS) -run '^TestIntegration' ./volumemanager/ ./examples/nodeagent/...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi

@@ -47,18 +47,7 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 // program name) until SIGTERM or SIGINT, and returns its exit code.
 func Main(args []string) int {
 	var o options
-	fs := flag.NewFlagSet("nodeagent", flag.ContinueOnError)
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
-	fs.StringVar(&o.node, "node", "", "this node's name (default: $NODE_NAME, set from the downward API spec.nodeName in a DaemonSet; then the host name)")
-	fs.StringVar(&o.rootDir, "root-dir", "/var/lib/kubelet", "kubelet-style root directory: pods/, plugins/ and plugins_registry/ under it")
-	fs.Var(&o.drivers, "driver", "a CSI driver as name=/path/to/csi.sock (repeatable)")
-	fs.BoolVar(&o.registration, "plugin-registration", true, "register the CSI drivers whose registrars announce them in {root-dir}/plugins_registry (a kubelet watching the same directory must not run on this node: see docs/OPERATIONS.md)")
-	fs.BoolVar(&o.reportInUse, "report-volumes-in-use", true, "keep the Node's status.volumesInUse up to date, as the kubelet does (turn off when something else reports it: a kubelet on the same node overwrites it)")
-	fs.BoolVar(&o.nodeRestricted, "node-restricted", false, "read PVCs, PVs and VolumeAttachments one at a time with GET instead of informers: needed with the node's own credentials (Node authorizer), which may not list them")
-	fs.BoolVar(&o.selfAttach, "self-attach", false, "attach volumes from the node (create and delete their VolumeAttachments), as the kubelet with --enable-controller-attach-detach=false; the Node's controller-managed-attach-detach annotation is removed")
-	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address of the HTTP server for /metrics (Prometheus) and /healthz (liveness), e.g. :8080 (default: no server)")
-	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", 20*time.Second, "on SIGTERM, how long CSI operations in flight may go on before they are cancelled (no new one starts); keep it below the pod's terminationGracePeriodSeconds")
-	klog.InitFlags(fs)
+	fs := newFlagSet(&o)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -82,6 +71,23 @@ func Main(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// newFlagSet returns the command's flags (klog's included), set into o.
+func newFlagSet(o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet("nodeagent", flag.ContinueOnError)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
+	fs.StringVar(&o.node, "node", "", "this node's name (default: $NODE_NAME, set from the downward API spec.nodeName in a DaemonSet; then the host name)")
+	fs.StringVar(&o.rootDir, "root-dir", "/var/lib/kubelet", "kubelet-style root directory: pods/, plugins/ and plugins_registry/ under it")
+	fs.Var(&o.drivers, "driver", "a CSI driver as name=/path/to/csi.sock (repeatable)")
+	fs.BoolVar(&o.registration, "plugin-registration", true, "register the CSI drivers whose registrars announce them in {root-dir}/plugins_registry (a kubelet watching the same directory must not run on this node: see docs/OPERATIONS.md)")
+	fs.BoolVar(&o.reportInUse, "report-volumes-in-use", true, "keep the Node's status.volumesInUse up to date, as the kubelet does (turn off when something else reports it: a kubelet on the same node overwrites it)")
+	fs.BoolVar(&o.nodeRestricted, "node-restricted", false, "read PVCs, PVs and VolumeAttachments one at a time with GET instead of informers: needed with the node's own credentials (Node authorizer), which may not list them")
+	fs.BoolVar(&o.selfAttach, "self-attach", false, "attach volumes from the node (create and delete their VolumeAttachments), as the kubelet with --enable-controller-attach-detach=false; the Node's controller-managed-attach-detach annotation is removed")
+	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address of the HTTP server for /metrics (Prometheus) and /healthz (liveness), e.g. :8080 (default: no server)")
+	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", 20*time.Second, "on SIGTERM, how long CSI operations in flight may go on before they are cancelled (no new one starts); keep it below the pod's terminationGracePeriodSeconds")
+	klog.InitFlags(fs)
+	return fs
 }
 
 // defaultNodeName is the node's name when --node is not given: $NODE_NAME
