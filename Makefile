@@ -11,7 +11,7 @@ GOTESTFLAGS     ?= -race -count=1 -timeout 30m
 export PATH     := $(BIN):$(PATH)
 export CSI_SANITY := $(BIN)/csi-sanity
 
-.PHONY: all build test unit fuzz bench bench-compare demo lint deps tools clean testenv-bins integration
+.PHONY: all build test unit fuzz bench bench-compare demo nodeagent-static lint deps tools clean testenv-bins integration
 
 all: build
 
@@ -82,8 +82,12 @@ IDLE_VOLUMES ?= 10000
 bench-compare:
 	$(GO) run ./bench/compare -pods $(PODS) -idle-volumes $(IDLE_VOLUMES)
 
+# The node agent as one static binary, for deploy/Containerfile (FROM scratch).
+nodeagent-static:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o deploy/nodeagent ./examples/nodeagent
+
 demo: deps build
-	$(GO) run ./examples/nodeagent --demo
+	$(GO) run ./examples/nodeagent/demo
 
 # The test environment's binaries (package testenv): kube-apiserver and etcd,
 # built by testenv/build (its own module, requiring k8s.io/kubernetes) into a
@@ -110,7 +114,7 @@ $(TESTENV_CACHE)/etcd:
 # them too, with everything else).
 integration: deps tools testenv-bins
 	$(GO) test $(GOTESTFLAGS) ./testenv/
-	$(GO) test $(GOTESTFLAGS) -run '^TestIntegration' ./volumemanager/ ./examples/nodeagent/
+	$(GO) test $(GOTESTFLAGS) -run '^TestIntegration' ./volumemanager/ ./examples/nodeagent/...
 
 # gofmt, go mod tidy, go vet and staticcheck over the module; part of make
 # test (about 10 s warm, 30-40 s with staticcheck's cache empty, on 2 cores).

@@ -77,6 +77,12 @@ type Config struct {
 	// MountTimeout bounds WaitForAttachAndMount and WaitForUnmount when the
 	// caller's context has no deadline. Default 2m3s, the kubelet's.
 	MountTimeout time.Duration
+	// ShutdownGracePeriod is how long the operations in flight when Run's
+	// context ends may go on before their contexts are cancelled too
+	// (volumemanager/shutdown.go): Run starts nothing new once its context
+	// is done and returns when every operation has. Default 0: they are
+	// cancelled at once.
+	ShutdownGracePeriod time.Duration
 	// PluginRegistration, when true, makes Run also run a plugin manager on
 	// RegistrationDir: CSI drivers announced there by their registrars
 	// (node-driver-registrar) are registered in Drivers and recorded on the
@@ -349,9 +355,17 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logger)
 	vm.runCtx.Store(&ctx)
 	vm.loop.logger = logger
+	opCtx, stopOps := vm.operationContext(ctx)
+	defer stopOps()
 	vm.loop.start = func(a oe.Action, in opInput) {
-		vm.runner.Go(ctx, func(ctx context.Context) { vm.results <- vm.execute(ctx, a, in) },
-			func(err error) { vm.results <- oe.Outcome{Action: a, Spec: in.Spec, Err: err, NotRun: true} })
+		notRun := func(err error) { vm.results <- oe.Outcome{Action: a, Spec: in.Spec, Err: err, NotRun: true} }
+		vm.runner.Go(ctx, func(ctx context.Context) {
+			if err := ctx.Err(); err != nil {
+				notRun(err) // queued when Run's context ended: not started
+				return
+			}
+			vm.results <- vm.execute(opCtx, a, in)
+		}, notRun)
 	}
 	vm.factory.Start(ctx.Done())
 	// What an earlier run left on disk, before any pod is planned: the

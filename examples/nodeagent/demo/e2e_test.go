@@ -14,18 +14,19 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/examples/nodeagent/internal/agent"
 	"github.com/nodevol/nodevol/util/roottest"
 	"github.com/nodevol/nodevol/volumemanager"
 )
 
 // TestMain lets the test binary play the loop driver process, as the
-// nodeagent binary does for the demo, and the registrar; with
-// agentMainEnv=1 in its environment it is the nodeagent command itself
-// (main, with its command line), for the integration tests.
+// demo binary does, and the registrar; with agentMainEnv=1 in its
+// environment it is the nodeagent command itself (agent.Main, what
+// examples/nodeagent runs, with its command line), for the integration
+// tests.
 func TestMain(m *testing.M) {
 	if os.Getenv(agentMainEnv) == "1" {
-		main()
-		os.Exit(0)
+		os.Exit(agent.Main(os.Args[1:]))
 	}
 	if code, ok := runSubcommand(os.Args[1:]); ok {
 		os.Exit(code)

@@ -1,18 +1,23 @@
-package main
+package agent
 
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/volumemanager"
@@ -30,11 +35,30 @@ func runAgent(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
+	warnKubeletConflicts(ctx, o)
+	reg := newRegistry()
+	events := record.NewBroadcaster(record.WithContext(ctx))
+	defer events.Shutdown()
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	vm, err := volumemanager.New(volumemanager.Config{NodeName: o.node, KubeClient: client, RootDir: o.rootDir,
 		PluginRegistration: o.registration, ReportVolumesInUse: o.reportInUse, NodeRestricted: o.nodeRestricted,
-		SelfAttach: o.selfAttach})
+		SelfAttach: o.selfAttach, Registerer: reg, ShutdownGracePeriod: o.shutdownGrace,
+		EventRecorder: events.NewRecorder(scheme.Scheme, v1.EventSource{Component: "nodevol", Host: o.node})})
 	if err != nil {
 		return err
+	}
+	var podsSynced atomic.Bool
+	if o.httpEndpoint != "" {
+		stop, err := serveHTTP(ctx, o.httpEndpoint, reg, func(ctx context.Context) error {
+			if !podsSynced.Load() {
+				return fmt.Errorf("the informer of node %s's pods has not synced yet", o.node)
+			}
+			return vm.Healthy(ctx)
+		})
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if err := updateNodeAttachMode(ctx, client, vm, o.node); err != nil {
 		return err
@@ -73,10 +97,33 @@ func runAgent(ctx context.Context, o options) error {
 		// pod of the node has been added: they may be a running pod's.
 		if cache.WaitForCacheSync(ctx.Done(), handler.HasSynced) {
 			vm.MarkPodsSynced()
+			podsSynced.Store(true)
 		}
 	}()
 	klog.FromContext(ctx).Info("Node agent running", "node", o.node, "rootDir", o.rootDir)
-	return vm.Run(ctx)
+	// SIGTERM ends ctx: the pod informer stops (no new work), Run lets the
+	// operations in flight finish within --shutdown-grace-period and
+	// returns when they have.
+	err = vm.Run(ctx)
+	klog.FromContext(ctx).Info("Node agent stopped", "node", o.node)
+	return err
+}
+
+// warnKubeletConflicts warns about the settings that fight a kubelet
+// running on the same node (docs/OPERATIONS.md, "Coexisting with a
+// kubelet").
+func warnKubeletConflicts(ctx context.Context, o options) {
+	logger := klog.FromContext(ctx)
+	if o.reportInUse {
+		logger.Info("Warning: --report-volumes-in-use is on: this agent writes the Node's status.volumesInUse. "+
+			"A kubelet on the same node writes it too, with only its own volumes, and the two overwrite each other: "+
+			"the attach/detach controller may then detach a volume in use. With a kubelet on this node, turn this off.", "node", o.node)
+	}
+	if o.registration {
+		logger.Info("Warning: --plugin-registration is on: this agent registers the CSI drivers announced in its plugins_registry. "+
+			"A kubelet watching the same directory registers them too (NodeGetInfo, the Node's nodeid annotation, CSINode) and mounts with them: "+
+			"with a kubelet on this node, give this agent another --root-dir or turn this off.", "node", o.node, "dir", filepath.Join(o.rootDir, "plugins_registry"))
+	}
 }
 
 // podChanged adds a running pod; a pod whose containers are all done gives

@@ -54,7 +54,7 @@ const (
 )
 
 // rbacFile is the agent's RBAC, as shipped.
-const rbacFile = "../../deploy/rbac.yaml"
+const rbacFile = "../../../deploy/rbac.yaml"
 
 // TestIntegrationNodeAgent runs the nodeagent command against a real API
 // server as a user bound only to deploy/rbac.yaml's ClusterRole, with

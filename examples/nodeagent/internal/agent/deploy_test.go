@@ -1,0 +1,230 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+// deployDir holds the manifests the agent is deployed with.
+const deployDir = "../../../../deploy"
+
+// readManifests decodes every document of every YAML file under deployDir
+// with client-go's scheme, as kubectl would send them (and again strictly:
+// a misspelt field is an error), by file relative to deployDir.
+func readManifests(t *testing.T) map[string][]runtime.Object {
+	t.Helper()
+	strict := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	out := map[string][]runtime.Object{}
+	err := filepath.WalkDir(deployDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") {
+			return err
+		}
+		rel, _ := filepath.Rel(deployDir, path)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+		for {
+			doc, err := reader.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", rel, err)
+			}
+			if len(bytes.TrimSpace(doc)) == 0 {
+				continue
+			}
+			obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+			if err != nil {
+				t.Fatalf("%s: %v", rel, err)
+			}
+			if _, _, err := strict.Decode(doc, nil, nil); err != nil {
+				t.Errorf("%s: strict decoding: %v", rel, err)
+			}
+			out[rel] = append(out[rel], obj)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestDeployManifests: every manifest of deploy/ is the Kubernetes types it
+// claims to be, and the DaemonSets run the agent as docs/OPERATIONS.md
+// says: privileged, the root directory a Bidirectional hostPath mount that
+// --root-dir names, NODE_NAME from the downward API, a liveness probe on
+// /healthz at --http-endpoint's port, a termination grace period longer
+// than --shutdown-grace-period, and flags the agent knows. The default
+// variant runs as the ServiceAccount that rbac.yaml binds; the
+// node-restricted one with the node's kubeconfig and no token.
+func TestDeployManifests(t *testing.T) {
+	manifests := readManifests(t)
+	kinds := map[string][]string{}
+	for file, objs := range manifests {
+		for _, o := range objs {
+			kinds[file] = append(kinds[file], o.GetObjectKind().GroupVersionKind().Kind)
+		}
+	}
+	want := map[string][]string{
+		"rbac.yaml":                      {"ClusterRole", "ClusterRoleBinding"},
+		"serviceaccount.yaml":            {"Namespace", "ServiceAccount"},
+		"daemonset.yaml":                 {"DaemonSet"},
+		"node-restricted/daemonset.yaml": {"DaemonSet"},
+	}
+	if len(kinds) != len(want) {
+		t.Errorf("deploy/ has %v, want %v", kinds, want)
+	}
+	for file, k := range want {
+		if !slices.Equal(kinds[file], k) {
+			t.Errorf("deploy/%s: %v, want %v", file, kinds[file], k)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	sa := manifests["serviceaccount.yaml"][1].(*v1.ServiceAccount)
+	binding := manifests["rbac.yaml"][1].(*rbacv1.ClusterRoleBinding)
+	role := manifests["rbac.yaml"][0].(*rbacv1.ClusterRole)
+	if binding.RoleRef.Name != role.Name || !slices.ContainsFunc(binding.Subjects, func(s rbacv1.Subject) bool {
+		return s.Kind == rbacv1.ServiceAccountKind && s.Name == sa.Name && s.Namespace == sa.Namespace
+	}) {
+		t.Errorf("rbac.yaml: the binding %+v does not bind ClusterRole %s to ServiceAccount %s/%s", binding, role.Name, sa.Namespace, sa.Name)
+	}
+
+	for _, tt := range []struct {
+		file           string
+		nodeRestricted bool
+	}{
+		{file: "daemonset.yaml"},
+		{file: "node-restricted/daemonset.yaml", nodeRestricted: true},
+	} {
+		t.Run(tt.file, func(t *testing.T) {
+			ds := manifests[tt.file][0].(*appsv1.DaemonSet)
+			spec := ds.Spec.Template.Spec
+			if len(spec.Containers) != 1 {
+				t.Fatalf("%d containers, want 1", len(spec.Containers))
+			}
+			c := spec.Containers[0]
+			var o options
+			if err := newFlagSet(&o).Parse(c.Args); err != nil {
+				t.Fatalf("args %q: %v", c.Args, err)
+			}
+			if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+				t.Error("the container is not privileged")
+			}
+			hostPaths := map[string]string{}
+			for _, v := range spec.Volumes {
+				if v.HostPath != nil {
+					hostPaths[v.Name] = v.HostPath.Path
+				}
+			}
+			mounts := map[string]v1.VolumeMount{}
+			for _, m := range c.VolumeMounts {
+				mounts[m.MountPath] = m
+			}
+			root, ok := mounts[o.rootDir]
+			switch {
+			case !ok:
+				t.Errorf("--root-dir %s is not mounted", o.rootDir)
+			case root.MountPropagation == nil || *root.MountPropagation != v1.MountPropagationBidirectional:
+				got := "none"
+				if root.MountPropagation != nil {
+					got = string(*root.MountPropagation)
+				}
+				t.Errorf("--root-dir %s: mount propagation %s, want Bidirectional", o.rootDir, got)
+			case hostPaths[root.Name] != o.rootDir:
+				t.Errorf("--root-dir %s: host path %q, want the same path on the host", o.rootDir, hostPaths[root.Name])
+			}
+			for path, m := range mounts {
+				if path != o.rootDir && strings.HasPrefix(path, o.rootDir+"/") {
+					t.Errorf("%s is mounted inside the Bidirectional root directory (%s): it would propagate to the host", path, m.Name)
+				}
+			}
+			if !o.registration {
+				t.Error("--plugin-registration is off: drivers have no way to register")
+			}
+			if dev, ok := mounts["/dev"]; !ok || hostPaths[dev.Name] != "/dev" {
+				t.Error("/dev of the host is not mounted (block volumes, loop devices)")
+			}
+			if !slices.ContainsFunc(c.Env, func(e v1.EnvVar) bool {
+				return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
+			}) {
+				t.Errorf("no NODE_NAME from the downward API's spec.nodeName in %+v", c.Env)
+			}
+			if o.node != "" {
+				t.Errorf("--node %s: the node comes from NODE_NAME", o.node)
+			}
+			_, port, err := net.SplitHostPort(o.httpEndpoint)
+			if err != nil {
+				t.Fatalf("--http-endpoint %q: %v", o.httpEndpoint, err)
+			}
+			for name, p := range map[string]*v1.Probe{"liveness": c.LivenessProbe, "startup": c.StartupProbe} {
+				if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" {
+					t.Errorf("%s probe %+v: want an HTTP GET of /healthz", name, p)
+					continue
+				}
+				probed := p.HTTPGet.Port.String() // a port's name, or its number
+				if i := slices.IndexFunc(c.Ports, func(cp v1.ContainerPort) bool { return cp.Name == probed }); i >= 0 {
+					probed = strconv.Itoa(int(c.Ports[i].ContainerPort))
+				}
+				if probed != port {
+					t.Errorf("%s probe port %s is not --http-endpoint's port %s", name, p.HTTPGet.Port.String(), port)
+				}
+			}
+			if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= o.shutdownGrace {
+				t.Errorf("terminationGracePeriodSeconds %v is not longer than --shutdown-grace-period %v", g, o.shutdownGrace)
+			}
+			if o.reportInUse {
+				t.Error("--report-volumes-in-use is on: the kubelet of the node that runs the DaemonSet writes status.volumesInUse too")
+			}
+			if ds.Namespace != sa.Namespace {
+				t.Errorf("namespace %s, want %s (serviceaccount.yaml)", ds.Namespace, sa.Namespace)
+			}
+
+			if !tt.nodeRestricted {
+				if spec.ServiceAccountName != sa.Name || o.kubeconfig != "" || o.nodeRestricted {
+					t.Errorf("serviceAccountName %q, --kubeconfig %q, --node-restricted %v: want %s, in-cluster config, off",
+						spec.ServiceAccountName, o.kubeconfig, o.nodeRestricted, sa.Name)
+				}
+				return
+			}
+			if !o.nodeRestricted {
+				t.Error("--node-restricted is off")
+			}
+			if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken || spec.ServiceAccountName != "" {
+				t.Errorf("automountServiceAccountToken %v, serviceAccountName %q: want false and none (the node's credentials)",
+					spec.AutomountServiceAccountToken, spec.ServiceAccountName)
+			}
+			kc, ok := mounts[o.kubeconfig]
+			if !ok || hostPaths[kc.Name] != o.kubeconfig || !kc.ReadOnly {
+				t.Errorf("--kubeconfig %s is not the host's file mounted read-only", o.kubeconfig)
+			}
+			if pki, ok := mounts["/var/lib/kubelet/pki"]; !ok || !pki.ReadOnly {
+				t.Error("the kubelet's client certificates (/var/lib/kubelet/pki) are not mounted read-only")
+			}
+		})
+	}
+}

@@ -1,0 +1,105 @@
+// Package agent is the nodeagent command: a node agent built on nodevol
+// that mounts the CSI volumes of the pods bound to its node and unmounts
+// them when the pods go. examples/nodeagent is its production binary;
+// examples/nodeagent/demo runs it in its tests.
+package agent
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+type options struct {
+	kubeconfig string
+	node       string
+	rootDir    string
+	drivers    stringList
+	// registration turns on plugin registration through {root}/plugins_registry.
+	registration bool
+	// reportInUse keeps the Node's status.volumesInUse up to date.
+	reportInUse bool
+	// nodeRestricted reads claims, volumes and attachments one at a time
+	// (volumemanager.Config.NodeRestricted), for a node's own credentials.
+	nodeRestricted bool
+	// selfAttach makes the node create and delete VolumeAttachments itself
+	// (volumemanager.Config.SelfAttach).
+	selfAttach bool
+	// httpEndpoint is where /metrics and /healthz are served; empty: nowhere.
+	httpEndpoint string
+	// shutdownGrace bounds how long operations in flight at SIGTERM may go on.
+	shutdownGrace time.Duration
+}
+
+type stringList []string
+
+func (s *stringList) String() string     { return fmt.Sprint(*s) }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// Main runs the nodeagent command with args (the command line without the
+// program name) until SIGTERM or SIGINT, and returns its exit code.
+func Main(args []string) int {
+	var o options
+	fs := newFlagSet(&o)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	defer klog.Flush()
+	if o.node == "" {
+		o.node = defaultNodeName(os.Getenv, os.Hostname)
+	}
+	if o.node == "" {
+		fmt.Fprintln(os.Stderr, "nodeagent: no --node, no $NODE_NAME and no host name")
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background())
+	if err := runAgent(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "nodeagent:", err)
+		return 1
+	}
+	return 0
+}
+
+// newFlagSet returns the command's flags (klog's included), set into o.
+func newFlagSet(o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet("nodeagent", flag.ContinueOnError)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
+	fs.StringVar(&o.node, "node", "", "this node's name (default: $NODE_NAME, set from the downward API spec.nodeName in a DaemonSet; then the host name)")
+	fs.StringVar(&o.rootDir, "root-dir", "/var/lib/kubelet", "kubelet-style root directory: pods/, plugins/ and plugins_registry/ under it")
+	fs.Var(&o.drivers, "driver", "a CSI driver as name=/path/to/csi.sock (repeatable)")
+	fs.BoolVar(&o.registration, "plugin-registration", true, "register the CSI drivers whose registrars announce them in {root-dir}/plugins_registry (a kubelet watching the same directory must not run on this node: see docs/OPERATIONS.md)")
+	fs.BoolVar(&o.reportInUse, "report-volumes-in-use", true, "keep the Node's status.volumesInUse up to date, as the kubelet does (turn off when something else reports it: a kubelet on the same node overwrites it)")
+	fs.BoolVar(&o.nodeRestricted, "node-restricted", false, "read PVCs, PVs and VolumeAttachments one at a time with GET instead of informers: needed with the node's own credentials (Node authorizer), which may not list them")
+	fs.BoolVar(&o.selfAttach, "self-attach", false, "attach volumes from the node (create and delete their VolumeAttachments), as the kubelet with --enable-controller-attach-detach=false; the Node's controller-managed-attach-detach annotation is removed")
+	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address of the HTTP server for /metrics (Prometheus) and /healthz (liveness), e.g. :8080 (default: no server)")
+	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", 20*time.Second, "on SIGTERM, how long CSI operations in flight may go on before they are cancelled (no new one starts); keep it below the pod's terminationGracePeriodSeconds")
+	klog.InitFlags(fs)
+	return fs
+}
+
+// defaultNodeName is the node's name when --node is not given: $NODE_NAME
+// (a DaemonSet sets it from the downward API's spec.nodeName: in a pod,
+// the host name is the pod's), then the host name.
+func defaultNodeName(getenv func(string) string, hostname func() (string, error)) string {
+	if n := getenv("NODE_NAME"); n != "" {
+		return n
+	}
+	n, err := hostname()
+	if err != nil {
+		return ""
+	}
+	return n
+}
