@@ -37,11 +37,19 @@ func TestSelfAttach(t *testing.T) {
 	client := fake.NewClientset()
 	var unstagesAtDelete atomic.Int64
 	unstagesAtDelete.Store(-1)
-	e := newEnv(t, envOptions{attachRequired: true, selfAttach: true, client: client})
+	// The reactor goes in before the informers start (the reactor chain
+	// is not safe to change while they read it); it finds the driver
+	// through unstages, set once the env exists.
+	var unstages atomic.Pointer[func() int]
 	client.PrependReactor("delete", "volumeattachments", func(clienttesting.Action) (bool, runtime.Object, error) {
-		unstagesAtDelete.Store(int64(e.drv.Calls("NodeUnstageVolume")))
+		if n := unstages.Load(); n != nil {
+			unstagesAtDelete.Store(int64((*n)()))
+		}
 		return false, nil, nil
 	})
+	e := newEnv(t, envOptions{attachRequired: true, selfAttach: true, client: client})
+	countUnstages := func() int { return e.drv.Calls("NodeUnstageVolume") }
+	unstages.Store(&countUnstages)
 	csitest.NewFakeAttacher(t, client, csitest.AttacherOptions{Driver: e.drv.DriverName(), Metadata: map[string]string{"dev": "/dev/x"}})
 	pvName := e.claim("vol")
 	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
