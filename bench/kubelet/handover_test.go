@@ -42,6 +42,35 @@ func TestHandoverKubeletToNodevol(t *testing.T) {
 	e.checkNothingLeft(t, append(keep, gone...), false)
 }
 
+// TestHandoverNodevolToKubelet is the way back: nodevol mounts the same
+// kinds of volumes, the pods write their data, and nodevol stops without
+// tearing down. The kubelet's volume manager starts on the same root with
+// only some of the pods in its pod manager: it reconstructs the volumes
+// from what nodevol wrote, keeps the wanted pods' mounts as they are with
+// their data, and tears down the others; once it has torn down the rest,
+// nothing is left but what it leaves by itself.
+func TestHandoverNodevolToKubelet(t *testing.T) {
+	e := newEnv(t)
+	keep, gone := e.mixedPods("n2k")
+	all := append(keep, gone...)
+	a := e.startAgent(all)
+	a.expect(t, "SYNCED")
+	a.expect(t, fmt.Sprintf("READY %d", len(all)))
+	e.writeData(t, all)
+	before := mountIDs(e.root)
+	e.stopAgent()
+
+	k := e.startKubelet(keep)
+	k.mountPods(t, keep...)
+	e.waitMounts(t, "the kubelet tears down the pods no longer wanted", e.without(before, gone))
+	e.checkData(t, keep)
+
+	k.deletePods(t, keep...)
+	e.waitMounts(t, "the kubelet unstages every volume", map[string]string{})
+	e.stopKubelet()
+	e.checkNothingLeft(t, all, true)
+}
+
 // mixedPods provisions the volumes of the hand-over tests and returns the
 // pods that stay across it and those that go.
 func (e *hvEnv) mixedPods(prefix string) (keep, gone []*hvPod) {
