@@ -222,8 +222,8 @@ func rel(root, p string) string {
 // checkNothingLeft checks, once every pod has gone, that no mount and no
 // loop device is left under the root, and that the only volume
 // directories left are those the side that tore the volumes down leaves
-// (leaves).
-func (e *hvEnv) checkNothingLeft(t *testing.T, pods []*hvPod, byKubelet bool) {
+// (leaves), and the extra ones.
+func (e *hvEnv) checkNothingLeft(t *testing.T, pods []*hvPod, byKubelet bool, extra ...string) {
 	t.Helper()
 	if ids := mountIDs(e.root); len(ids) > 0 {
 		t.Errorf("mounts left under the root:\n%s", e.diffMounts(ids, nil))
@@ -232,7 +232,8 @@ func (e *hvEnv) checkNothingLeft(t *testing.T, pods []*hvPod, byKubelet bool) {
 		t.Errorf("loop devices left: %v", devs)
 	}
 	got := volumeDirs(t, e.root)
-	want := e.leaves(pods, byKubelet)
+	want := append(e.leaves(pods, byKubelet), extra...)
+	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("volume directories left:\n  got  %v\n  want %v", got, want)
 	}
