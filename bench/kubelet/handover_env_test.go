@@ -460,11 +460,16 @@ func (e *hvEnv) startKubelet(wanted []*hvPod) *kubeletVM {
 }
 
 // stopKubelet stops the kubelet's volume manager without tearing anything
-// down, as when the kubelet process stops.
+// down, as when the kubelet process stops, and forgets the drivers'
+// registrations, which a new kubelet process would not have (the CSI
+// plugin keeps them in a global store).
 func (e *hvEnv) stopKubelet() {
 	if e.kubelet != nil {
 		e.kubelet.cancel()
 		e.kubelet = nil
+		for _, d := range e.drivers {
+			csi.PluginHandler.DeRegisterPlugin(d.name, d.sock)
+		}
 	}
 }
 
@@ -496,6 +501,20 @@ func (k *kubeletVM) deletePods(t *testing.T, pods ...*hvPod) {
 		if err := k.vm.WaitForUnmount(ctx, p.pod); err != nil {
 			t.Fatalf("the kubelet: pod %s: %v", p.name, err)
 		}
+	}
+}
+
+// waitUnstaged waits until the kubelet has no volume in use any more:
+// every pod's volume unmounted, every device unstaged (NodeUnstageVolume
+// returned, so the driver has detached its loop device).
+func (k *kubeletVM) waitUnstaged(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(k.vm.GetVolumesInUse()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the kubelet: volumes still in use: %v", k.vm.GetVolumesInUse())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -74,11 +74,12 @@ func TestHandoverLegacyStaging(t *testing.T) {
 	e.waitMounts(t, "the kubelet takes the restarted pod over", before)
 	e.checkData(t, []*hvPod{again})
 	k.deletePods(t, again)
+	k.waitUnstaged(t)
 	e.waitMounts(t, "the kubelet unstages every volume", map[string]string{})
 	e.stopKubelet()
 	// The pv directory of the older layout stays, empty, as the older
 	// kubelet leaves it: its unstaging removed pv/{pvName} only.
-	e.checkNothingLeft(t, []*hvPod{keep, gone, again}, true, filepath.Join("plugins", "kubernetes.io", "csi", "pv"))
+	e.checkNothingLeft(t, []*hvPod{again}, []*hvPod{keep, gone}, filepath.Join("plugins", "kubernetes.io", "csi", "pv"))
 }
 
 // olderKubelet does what an older kubelet did for the pods of volume v:
