@@ -115,4 +115,3 @@ func (e *hvEnv) waitHandover(t *testing.T, what string, before map[string]string
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
