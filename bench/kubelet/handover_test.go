@@ -229,29 +229,42 @@ func rel(root, p string) string {
 // loop device is left under the root, and that the only volume
 // directories left are those the side that tore the volumes down leaves
 // (leaves: the kubelet tore down byKubelet's volumes, nodevol byNodevol's),
-// and the extra ones.
+// and the extra ones. It waits for that state: the kubelet says nothing
+// when it has unstaged a volume that is not attachable (GetVolumesInUse
+// forgets it with its last pod), so its teardown may still be running.
 func (e *hvEnv) checkNothingLeft(t *testing.T, byKubelet, byNodevol []*hvPod, extra ...string) {
 	t.Helper()
-	if ids := mountIDs(e.root); len(ids) > 0 {
-		t.Errorf("mounts left under the root:\n%s", e.diffMounts(ids, nil))
-	}
-	if devs := loopDevices(t, e.root); len(devs) > 0 {
-		t.Errorf("loop devices left: %v", devs)
-	}
-	got := volumeDirs(t, e.root)
 	want := append(e.leaves(byKubelet, true), extra...)
 	want = append(want, e.leaves(byNodevol, false)...)
 	slices.Sort(want)
 	want = slices.Compact(want)
-	for _, p := range got {
-		if _, found := slices.BinarySearch(want, p); !found {
-			t.Errorf("left under the root: %s", p)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var wrong []string
+		if ids := mountIDs(e.root); len(ids) > 0 {
+			wrong = append(wrong, "mounts left under the root:\n"+e.diffMounts(ids, nil))
 		}
-	}
-	for _, p := range want {
-		if _, found := slices.BinarySearch(got, p); !found {
-			t.Errorf("missing under the root (the kubelet leaves it): %s", p)
+		if devs := loopDevices(t, e.root); len(devs) > 0 {
+			wrong = append(wrong, fmt.Sprintf("loop devices left: %v", devs))
 		}
+		got := volumeDirs(t, e.root)
+		for _, p := range got {
+			if _, found := slices.BinarySearch(want, p); !found {
+				wrong = append(wrong, "left under the root: "+p)
+			}
+		}
+		for _, p := range want {
+			if _, found := slices.BinarySearch(got, p); !found {
+				wrong = append(wrong, "missing under the root (the kubelet leaves it): "+p)
+			}
+		}
+		if len(wrong) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(strings.Join(wrong, "\n"))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
