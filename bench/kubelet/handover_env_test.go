@@ -412,6 +412,11 @@ func (h *realHost) GetAttachedVolumesFromNodeStatus() (map[v1.UniqueVolumeName]s
 // what it finds on disk and tears down what no pod wants.
 func (e *hvEnv) startKubelet(wanted []*hvPod) *kubeletVM {
 	e.t.Helper()
+	// The kubelet makes its pods directory when it starts, before the
+	// volume manager looks into it.
+	if err := os.MkdirAll(filepath.Join(e.root, "pods"), 0o750); err != nil {
+		e.t.Fatal(err)
+	}
 	o := e.objects(wanted)
 	var objs []kruntime.Object
 	for i := range o.CSIDrivers {
