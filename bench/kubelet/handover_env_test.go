@@ -94,14 +94,19 @@ func nodeagentBin(t *testing.T) string {
 }
 
 // requireRoot skips when the test cannot make real mounts, as nodevol's
-// util/roottest does.
+// util/roottest does (this module cannot import it): always with -short;
+// as non-root it skips, or fails under CI (CI=true or
+// NODEVOL_REQUIRE_ROOT=1), so that CI cannot pass by skipping.
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("real mounts: not with -short")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("real mounts need root")
+	switch {
+	case testing.Short():
+		t.Skipf("%s needs root (real mounts and loop devices): skipped under -short", t.Name())
+	case os.Geteuid() == 0:
+	case os.Getenv("CI") == "true" || os.Getenv("NODEVOL_REQUIRE_ROOT") == "1":
+		t.Fatalf("%s needs root (real mounts and loop devices), and CI must run it", t.Name())
+	default:
+		t.Skipf("%s needs root (real mounts and loop devices): skipped as uid %d", t.Name(), os.Geteuid())
 	}
 }
 
