@@ -2,6 +2,7 @@ package kubeletbench
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -51,6 +52,7 @@ func TestHandoverKubeletToNodevol(t *testing.T) {
 // nothing is left but what it leaves by itself.
 func TestHandoverNodevolToKubelet(t *testing.T) {
 	e := newEnv(t)
+
 	keep, gone := e.mixedPods("n2k")
 	all := append(keep, gone...)
 	a := e.startAgent(all)
@@ -69,6 +71,21 @@ func TestHandoverNodevolToKubelet(t *testing.T) {
 	k.waitUnstaged(t)
 	e.waitMounts(t, "the kubelet unstages every volume", map[string]string{})
 	e.stopKubelet()
+	e.checkNothingLeft(t, all, nil)
+
+	// nodevol's records of the volumes it had set up stay under
+	// {root}/nodevol, which the kubelet ignores; when nodevol comes back it
+	// removes those of directories that are gone.
+	if len(e.records(t)) == 0 {
+		t.Fatal("no record of nodevol's is left for the kubelet's time: the test proves nothing below")
+	}
+	a = e.startAgent(nil)
+	a.expect(t, "SYNCED")
+	a.expect(t, "READY 0")
+	e.stopAgent()
+	if left := e.records(t); len(left) > 0 {
+		t.Errorf("nodevol came back and left the records of directories that are gone: %v", left)
+	}
 	e.checkNothingLeft(t, all, nil)
 }
 
@@ -229,7 +246,11 @@ func rel(root, p string) string {
 // loop device is left under the root, and that the only volume
 // directories left are those the side that tore the volumes down leaves
 // (leaves: the kubelet tore down byKubelet's volumes, nodevol byNodevol's),
-// and the extra ones. It waits for that state: the kubelet says nothing
+// and the extra ones. nodevol's records (under {root}/nodevol) are all
+// gone when nodevol tore everything down; when the kubelet tore some
+// volumes down, those of nodevol's records that name a directory that is
+// gone stay (the kubelet ignores them; nodevol removes them when it starts
+// again), and no other. It waits for that state: the kubelet says nothing
 // when it has unstaged a volume that is not attachable (GetVolumesInUse
 // forgets it with its last pod), so its teardown may still be running.
 func (e *hvEnv) checkNothingLeft(t *testing.T, byKubelet, byNodevol []*hvPod, extra ...string) {
@@ -258,6 +279,11 @@ func (e *hvEnv) checkNothingLeft(t *testing.T, byKubelet, byNodevol []*hvPod, ex
 				wrong = append(wrong, "missing under the root (the kubelet leaves it): "+p)
 			}
 		}
+		for _, r := range e.records(t) {
+			if _, err := os.Lstat(filepath.Join(e.root, r.dir)); len(byKubelet) == 0 || !os.IsNotExist(err) {
+				wrong = append(wrong, fmt.Sprintf("nodevol's record %s of %s is left", rel(e.root, r.file), r.dir))
+			}
+		}
 		if len(wrong) == 0 {
 			return
 		}
@@ -266,6 +292,39 @@ func (e *hvEnv) checkNothingLeft(t *testing.T, byKubelet, byNodevol []*hvPod, ex
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// nvRecord is one of nodevol's records of a volume directory.
+type nvRecord struct{ file, dir string }
+
+// records lists nodevol's records under {root}/nodevol/records.
+func (e *hvEnv) records(t *testing.T) []nvRecord {
+	t.Helper()
+	var out []nvRecord
+	err := filepath.WalkDir(filepath.Join(e.root, "nodevol", "records"), func(p string, d os.DirEntry, err error) error {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		var r struct {
+			Dir string `json:"dir"`
+		}
+		if err := json.Unmarshal(data, &r); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		out = append(out, nvRecord{file: p, dir: r.Dir})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // leaves is what is left under the root once the pods' volumes have been
