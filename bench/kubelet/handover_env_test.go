@@ -1,13 +1,10 @@
 package kubeletbench
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,20 +23,8 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/record"
-	containertest "k8s.io/kubernetes/pkg/kubelet/container/testing"
-	"k8s.io/kubernetes/pkg/kubelet/volumemanager"
 	kubeletmetrics "k8s.io/kubernetes/pkg/kubelet/volumemanager/metrics"
-	"k8s.io/kubernetes/pkg/volume"
-	"k8s.io/kubernetes/pkg/volume/csi"
-	volumetest "k8s.io/kubernetes/pkg/volume/testing"
-	"k8s.io/kubernetes/pkg/volume/util/hostutil"
-	"k8s.io/kubernetes/pkg/volume/util/volumepathhandler"
-	"k8s.io/mount-utils"
 )
 
 // The hand-over tests run nodevol as the example node agent's agent-fake
@@ -372,277 +357,6 @@ func (e *hvEnv) objects(pods []*hvPod) hvObjects {
 	return o
 }
 
-// kubeletVM is the kubelet's volume manager with its CSI plugin, real
-// mounts and real host utilities, running on the env's root.
-type kubeletVM struct {
-	vm     volumemanager.VolumeManager
-	pods   *podManager
-	cancel context.CancelFunc
-}
-
-// fakeKubeletHost is what the volume test kit's kubelet volume host
-// implements; realHost replaces its mounter and host utilities.
-type fakeKubeletHost interface {
-	volume.VolumeHost
-	volume.KubeletVolumeHost
-}
-
-// realHost is the kubelet's volume host for the CSI plugin with the real
-// mounter and host utilities (the test kit's host has fakes, in fields
-// that cannot be set) and a plugin manager initialised with this host, so
-// that the plugin sees them.
-type realHost struct {
-	fakeKubeletHost
-	pluginMgr *volume.VolumePluginMgr
-	mounter   mount.Interface
-	hostUtil  hostutil.HostUtils
-	node      *v1.Node
-}
-
-// GetNodeLabels returns the node's labels, as the kubelet's host does
-// (the test kit's sets a default without a lock, which races).
-func (h *realHost) GetNodeLabels() (map[string]string, error) { return h.node.Labels, nil }
-
-func (h *realHost) GetMounter(string) mount.Interface     { return h.mounter }
-func (h *realHost) GetHostUtil() hostutil.HostUtils       { return h.hostUtil }
-func (h *realHost) GetPluginMgr() *volume.VolumePluginMgr { return h.pluginMgr }
-func (h *realHost) GetAttachedVolumesFromNodeStatus() (map[v1.UniqueVolumeName]string, error) {
-	return h.fakeKubeletHost.(interface {
-		GetAttachedVolumesFromNodeStatus() (map[v1.UniqueVolumeName]string, error)
-	}).GetAttachedVolumesFromNodeStatus()
-}
-
-// startKubelet starts the kubelet's volume manager with the pods wanted
-// in its pod manager (the kubelet's pod sources synced): it reconstructs
-// what it finds on disk and tears down what no pod wants.
-func (e *hvEnv) startKubelet(wanted []*hvPod) *kubeletVM {
-	e.t.Helper()
-	// The kubelet makes its pods directory when it starts, before the
-	// volume manager looks into it.
-	if err := os.MkdirAll(filepath.Join(e.root, "pods"), 0o750); err != nil {
-		e.t.Fatal(err)
-	}
-	o := e.objects(wanted)
-	var objs []kruntime.Object
-	for i := range o.CSIDrivers {
-		objs = append(objs, &o.CSIDrivers[i])
-	}
-	for i := range o.PersistentVolumes {
-		objs = append(objs, &o.PersistentVolumes[i])
-	}
-	for i := range o.PersistentVolumeClaims {
-		objs = append(objs, &o.PersistentVolumeClaims[i])
-	}
-	for i := range o.VolumeAttachments {
-		objs = append(objs, &o.VolumeAttachments[i])
-	}
-	objs = append(objs, &o.node)
-	client := fake.NewSimpleClientset(objs...)
-	factory := informers.NewSharedInformerFactory(client, 0)
-	driverLister := factory.Storage().V1().CSIDrivers().Lister()
-	vaLister := factory.Storage().V1().VolumeAttachments().Lister()
-	ctx, cancel := context.WithCancel(context.Background())
-	factory.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
-	fakeHost := volumetest.NewFakeKubeletVolumeHostWithCSINodeName(e.t, e.root, client, nil, hvNode, driverLister, vaLister)
-	fakeHost.WithNode(&o.node)
-	host := &realHost{fakeKubeletHost: fakeHost, pluginMgr: &volume.VolumePluginMgr{}, mounter: mount.New(""), hostUtil: hostutil.NewHostUtil(), node: &o.node}
-	if err := host.pluginMgr.InitPlugins(csi.ProbeVolumePlugins(), nil, host); err != nil {
-		cancel()
-		e.t.Fatal(err)
-	}
-	for _, d := range e.drivers {
-		if err := csi.PluginHandler.RegisterPlugin(d.name, d.sock, []string{"1.0.0"}, nil); err != nil {
-			cancel()
-			e.t.Fatal(err)
-		}
-	}
-	pm := &podManager{pods: map[types.UID]*v1.Pod{}}
-	for _, p := range wanted {
-		pm.set(p.pod, true)
-	}
-	vm := volumemanager.NewVolumeManager(true, hvNode, pm, podState{pm}, client, host.pluginMgr,
-		&containertest.FakeRuntime{}, host.mounter, host.hostUtil,
-		filepath.Join(e.root, "pods"), &record.FakeRecorder{}, volumepathhandler.NewBlockVolumePathHandler())
-	go vm.Run(ctx, sourcesReady{})
-	// The node status loop's part: report the volumes in use, which the
-	// kubelet requires before it mounts an attachable volume.
-	go func() {
-		for ctx.Err() == nil {
-			vm.MarkVolumesAsReportedInUse(vm.GetVolumesInUse())
-			select {
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}()
-	k := &kubeletVM{vm: vm, pods: pm, cancel: cancel}
-	e.kubelet = k
-	return k
-}
-
-// stopKubelet stops the kubelet's volume manager without tearing anything
-// down, as when the kubelet process stops, and forgets the drivers'
-// registrations, which a new kubelet process would not have (the CSI
-// plugin keeps them in a global store).
-func (e *hvEnv) stopKubelet() {
-	if e.kubelet != nil {
-		e.kubelet.cancel()
-		e.kubelet = nil
-		for _, d := range e.drivers {
-			csi.PluginHandler.DeRegisterPlugin(d.name, d.sock)
-		}
-	}
-}
-
-// mountPods adds the pods to the kubelet and waits for their volumes.
-func (k *kubeletVM) mountPods(t *testing.T, pods ...*hvPod) {
-	t.Helper()
-	for _, p := range pods {
-		k.pods.set(p.pod, true)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	for _, p := range pods {
-		if err := k.vm.WaitForAttachAndMount(ctx, p.pod); err != nil {
-			t.Fatalf("the kubelet: pod %s: %v", p.name, err)
-		}
-	}
-}
-
-// deletePods removes the pods from the kubelet and waits for their
-// volumes to be unmounted.
-func (k *kubeletVM) deletePods(t *testing.T, pods ...*hvPod) {
-	t.Helper()
-	for _, p := range pods {
-		k.pods.set(p.pod, false)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	for _, p := range pods {
-		if err := k.vm.WaitForUnmount(ctx, p.pod); err != nil {
-			t.Fatalf("the kubelet: pod %s: %v", p.name, err)
-		}
-	}
-}
-
-// waitUnstaged waits until the kubelet has no volume in use any more:
-// every pod's volume unmounted, every attachable volume's device
-// unstaged. (The kubelet forgets a volume that is not attachable with its
-// last pod, before it has unstaged it: checkNothingLeft waits for that.)
-func (k *kubeletVM) waitUnstaged(t *testing.T) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for len(k.vm.GetVolumesInUse()) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the kubelet: volumes still in use: %v", k.vm.GetVolumesInUse())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// agentProc is nodevol: the example node agent's agent-fake.
-type agentProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
-}
-
-// startAgent starts nodevol on the root with the pods wanted: it adds
-// them, calls MarkPodsSynced at once and says SYNCED.
-func (e *hvEnv) startAgent(wanted []*hvPod) *agentProc {
-	e.t.Helper()
-	data, err := json.Marshal(e.objects(wanted))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	file := filepath.Join(e.root, fmt.Sprintf("objects-%d.json", time.Now().UnixNano()))
-	if err := os.WriteFile(file, data, 0o600); err != nil {
-		e.t.Fatal(err)
-	}
-	args := []string{"agent-fake", "--root-dir", e.root, "--node", hvNode, "--objects", file, "--timeout", "2m"}
-	for _, d := range e.drivers {
-		args = append(args, "--driver", d.name+"="+d.sock)
-	}
-	cmd := exec.Command(nodeagentBin(e.t), args...)
-	log, err := os.OpenFile(filepath.Join(e.root, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer log.Close()
-	cmd.Stderr = log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	a := &agentProc{cmd: cmd, stdin: stdin, lines: make(chan string, 1024)}
-	go func() {
-		defer close(a.lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			a.lines <- sc.Text()
-		}
-	}()
-	e.agent = a
-	return a
-}
-
-// expect reads the agent's lines until one starts with prefix; a FAILED
-// line or the agent's exit fails the test.
-func (a *agentProc) expect(t *testing.T, prefix string) string {
-	t.Helper()
-	timeout := time.After(3 * time.Minute)
-	for {
-		select {
-		case line, ok := <-a.lines:
-			if !ok {
-				t.Fatalf("nodevol exited while waiting for %q", prefix)
-			}
-			if strings.HasPrefix(line, "FAILED") {
-				t.Fatalf("nodevol: %s", line)
-			}
-			if strings.HasPrefix(line, prefix) {
-				return line
-			}
-		case <-timeout:
-			t.Fatalf("nodevol did not say %q within 3m", prefix)
-		}
-	}
-}
-
-func (a *agentProc) send(t *testing.T, line string) {
-	t.Helper()
-	if _, err := io.WriteString(a.stdin, line+"\n"); err != nil {
-		t.Fatalf("nodevol: sending %q: %v", line, err)
-	}
-}
-
-// stop stops nodevol with SIGTERM: it stops without tearing down.
-func (e *hvEnv) stopAgent() {
-	a := e.agent
-	if a == nil {
-		return
-	}
-	e.agent = nil
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = a.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = a.cmd.Process.Kill()
-		<-done
-	}
-}
-
 // mountIDs maps each mount point under root to its mount IDs, as
 // /proc/self/mountinfo has them (comma separated when stacked).
 func mountIDs(root string) map[string]string {
@@ -686,6 +400,7 @@ func loopDevices(t *testing.T, root string) []string {
 func volumeDirs(t *testing.T, root string) []string {
 	t.Helper()
 	var out []string
+	mounts := mountIDs(root)
 	for _, top := range []string{"pods", filepath.Join("plugins", "kubernetes.io")} {
 		err := filepath.WalkDir(filepath.Join(root, top), func(p string, d os.DirEntry, err error) error {
 			if os.IsNotExist(err) {
@@ -696,7 +411,7 @@ func volumeDirs(t *testing.T, root string) []string {
 			}
 			r, _ := filepath.Rel(root, p)
 			out = append(out, r)
-			if d.IsDir() && p != filepath.Join(root, top) && isMountPoint(root, p) {
+			if _, mounted := mounts[p]; d.IsDir() && mounted {
 				return filepath.SkipDir // a volume's content is not the node's layout
 			}
 			return nil
@@ -707,11 +422,6 @@ func volumeDirs(t *testing.T, root string) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func isMountPoint(root, p string) bool {
-	_, ok := mountIDs(root)[p]
-	return ok
 }
 
 // cleanup undoes whatever a test left, even when it failed half way:
