@@ -11,7 +11,7 @@ GOTESTFLAGS     ?= -race -count=1 -timeout 30m
 export PATH     := $(BIN):$(PATH)
 export CSI_SANITY := $(BIN)/csi-sanity
 
-.PHONY: all build test unit fuzz bench bench-compare demo nodeagent-static lint deps tools clean testenv-bins integration
+.PHONY: all build test unit fuzz bench bench-compare demo nodeagent-static lint deps tools clean testenv-bins integration test-kubelet
 
 all: build
 
@@ -47,6 +47,16 @@ $(BIN)/csi-sanity:
 test: deps tools testenv-bins lint
 	$(GO) test $(GOTESTFLAGS) ./...
 	cd bench/kubelet && $(GO) vet .
+	cd bench/kubelet && $(GO) test $(GOTESTFLAGS) -run '^TestHandover' .
+
+# The hand-over of a node between the kubelet and nodevol, both ways, on
+# real mounts with the loop driver (bench/kubelet, its own module: the
+# kubelet's volume manager v1.33.13 in the test, nodevol as the example
+# node agent built from this module). Root only; the tests skip otherwise.
+# About 15 s once built; the first build of the test binary takes minutes.
+test-kubelet: deps
+	cd bench/kubelet && $(GO) vet .
+	cd bench/kubelet && $(GO) test $(GOTESTFLAGS) -run '^TestHandover' .
 
 # Fast tests only: no root, no real mounts.
 unit:

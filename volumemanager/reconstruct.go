@@ -95,6 +95,7 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 			out.attempted++
 			rel := path.Join("pods", uid, "volumes", "kubernetes.io~csi", name)
 			dir := filepath.Join(root, rel)
+			w.removeWriteLeftovers(rel)
 			rec := w.record(rel)
 			data, err := csiplugin.ReadVolumeData(r, rel)
 			var spec cache.VolumeSpec
@@ -175,6 +176,7 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 			}
 			rel := path.Join(csiDir, driver, name)
 			dir := filepath.Join(root, rel)
+			w.removeWriteLeftovers(rel)
 			data, err := csiplugin.ReadVolumeData(r, rel)
 			if err != nil {
 				if rec := w.record(rel); rec != nil && rec.PodUID == "" {
@@ -334,6 +336,16 @@ func (w walker) stagedDevice(spec cache.VolumeSpec) (foundDevice, bool) {
 		d.seLinuxContext = data.SELinuxMountContext
 	}
 	return d, true
+}
+
+// removeWriteLeftovers removes the temporary files of vol_data.json
+// writes a crash cut short in volume directory rel: they would make the
+// kubelet's teardown fail after a hand-over (it rmdirs the directory), and
+// nodevol's. Logged when it cannot.
+func (w walker) removeWriteLeftovers(rel string) {
+	if err := csiplugin.RemoveWriteLeftovers(w.r, rel); err != nil {
+		w.logger.Error(err, "Cannot remove the leftovers of an interrupted vol_data.json write", "path", filepath.Join(w.root, rel))
+	}
 }
 
 // record reads the record of directory rel; nil when there is none or it

@@ -1,6 +1,7 @@
 // Module kubelet measures the kubelet's own volume manager (k8s.io/kubernetes
 // v1.33.13: pkg/kubelet/volumemanager with pkg/volume/csi) on the workloads of
-// nodevol's benchmarks, for make bench-compare. It is a separate module so
+// nodevol's benchmarks, for make bench-compare, and proves the hand-over of a
+// node between the kubelet and nodevol (make test-kubelet). It is a separate module so
 // that nodevol never requires k8s.io/kubernetes.
 module github.com/nodevol/nodevol/bench/kubelet
 
@@ -12,6 +13,7 @@ require (
 	k8s.io/api v0.33.13
 	k8s.io/apimachinery v0.33.13
 	k8s.io/client-go v0.33.13
+	k8s.io/klog/v2 v2.130.1
 	k8s.io/kubernetes v1.33.13
 	k8s.io/mount-utils v0.0.0
 )
@@ -98,7 +100,6 @@ require (
 	k8s.io/cri-api v0.33.13 // indirect
 	k8s.io/cri-client v0.0.0 // indirect
 	k8s.io/csi-translation-lib v0.0.0 // indirect
-	k8s.io/klog/v2 v2.130.1 // indirect
 	k8s.io/kube-openapi v0.0.0-20250318190949-c8a335a9a2ff // indirect
 	k8s.io/kubectl v0.0.0 // indirect
 	k8s.io/kubelet v0.0.0 // indirect

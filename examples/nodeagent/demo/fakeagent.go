@@ -83,11 +83,11 @@ type fakeObjects struct {
 func runFakeAgent(args []string) int {
 	fs := flag.NewFlagSet(fakeAgentCommand, flag.ContinueOnError)
 	var o fakeAgentOptions
-	var drv string
+	var drvs stringList
 	fs.StringVar(&o.root, "root-dir", "", "kubelet root directory (required)")
 	fs.StringVar(&o.node, "node", "node-1", "this node's name")
 	fs.StringVar(&o.objects, "objects", "", "JSON file of the fake API server's objects and the pods to add (required)")
-	fs.StringVar(&drv, "driver", "", "the CSI driver as name=/path/to/csi.sock (required)")
+	fs.Var(&drvs, "driver", "a CSI driver as name=/path/to/csi.sock (required, repeatable)")
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "bound of each wait for mounts or unmounts")
 	fs.BoolVar(&o.podsFirst, "pods-first", false, "hold the volume manager's informers (their first list of PVs) until every pod has been added and MarkPodsSynced called: the pod source syncs first")
 	fs.BoolVar(&o.apiFail, "api-fail", false, "start with every list and get of PVCs, PVs and VolumeAttachments failing (stdin: api-fail off)")
@@ -96,8 +96,12 @@ func runFakeAgent(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	var ok bool
-	o.driver, o.endpoint, ok = strings.Cut(drv, "=")
+	ok := len(drvs) > 0
+	for _, d := range drvs {
+		name, endpoint, found := strings.Cut(d, "=")
+		ok = ok && found
+		o.drivers = append(o.drivers, [2]string{name, endpoint})
+	}
 	if o.root == "" || o.objects == "" || !ok {
 		fmt.Fprintln(os.Stderr, "agent-fake: --root-dir, --objects and --driver name=/path/to/csi.sock are required")
 		return 2
@@ -116,8 +120,9 @@ func runFakeAgent(args []string) int {
 // fakeAgentOptions are agent-fake's flags.
 type fakeAgentOptions struct {
 	root, node, objects string
-	// driver and endpoint are the CSI driver's name and socket path.
-	driver, endpoint string
+	// drivers are the CSI drivers' names and socket paths, registered in
+	// this order.
+	drivers [][2]string
 	// timeout bounds each wait for mounts or unmounts.
 	timeout time.Duration
 	// podsFirst holds the informers until the pods are added and synced.
@@ -189,8 +194,10 @@ func fakeAgent(ctx context.Context, o fakeAgentOptions, in io.Reader, out io.Wri
 	go func() { ran <- vm.Run(runCtx) }()
 	var waits sync.WaitGroup
 	defer func() { cancel(); waits.Wait(); <-ran }()
-	if err := vm.Drivers().Register(ctx, o.driver, o.endpoint); err != nil {
-		return fmt.Errorf("registering driver %s: %w", o.driver, err)
+	for _, d := range o.drivers {
+		if err := vm.Drivers().Register(ctx, d[0], d[1]); err != nil {
+			return fmt.Errorf("registering driver %s: %w", d[0], err)
+		}
 	}
 
 	var mu sync.Mutex
@@ -419,3 +426,9 @@ func deleteAll(ctx context.Context, vm *volumemanager.VolumeManager, pods []*v1.
 	}
 	return nil
 }
+
+// stringList is a flag that may be given more than once (--driver).
+type stringList []string
+
+func (s *stringList) String() string     { return fmt.Sprint(*s) }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }

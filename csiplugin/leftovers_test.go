@@ -1,0 +1,78 @@
+package csiplugin
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nodevol/nodevol/util/rootfs"
+)
+
+// TestRemoveWriteLeftovers removes the temporary files of interrupted
+// vol_data.json writes from a volume directory, and nothing else.
+func TestRemoveWriteLeftovers(t *testing.T) {
+	const dir = "pods/uid/volumes/kubernetes.io~csi/pv"
+	for _, tc := range []struct {
+		name  string
+		plant []string // files (a trailing / makes a directory, "->" a symlink)
+		want  []string // what is left, sorted
+	}{
+		{"clean", []string{VolumeDataFile, "mount/"}, []string{"mount", VolumeDataFile}},
+		{"leftover", []string{VolumeDataFile, "mount/", ".vol_data.json.tmp-0a1b2c3d4e5f"}, []string{"mount", VolumeDataFile}},
+		{"only leftovers", []string{".vol_data.json.tmp-1", ".vol_data.json.tmp-2"}, nil},
+		{"others kept", []string{".vol_data.json.tmp-d/", ".vol_data.json.tmp-l->" + VolumeDataFile, ".other.tmp-1", "vol_data.json.tmp-1"},
+			[]string{".other.tmp-1", ".vol_data.json.tmp-d", ".vol_data.json.tmp-l", "vol_data.json.tmp-1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			abs := filepath.Join(root, dir)
+			if err := os.MkdirAll(abs, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range tc.plant {
+				var err error
+				switch name, target, link := strings.Cut(p, "->"); {
+				case link:
+					err = os.Symlink(target, filepath.Join(abs, name))
+				case name[len(name)-1] == '/':
+					err = os.Mkdir(filepath.Join(abs, name), 0o750)
+				default:
+					err = os.WriteFile(filepath.Join(abs, name), []byte("{}"), 0o600)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			r, err := rootfs.New(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := RemoveWriteLeftovers(r, dir); err != nil {
+				t.Fatalf("RemoveWriteLeftovers: %v", err)
+			}
+			entries, err := os.ReadDir(abs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range entries {
+				got = append(got, e.Name())
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("left: %q, want %q", got, tc.want)
+			}
+		})
+	}
+	t.Run("missing directory", func(t *testing.T) {
+		r, err := rootfs.New(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := RemoveWriteLeftovers(r, dir); err != nil {
+			t.Errorf("RemoveWriteLeftovers of a missing directory: %v", err)
+		}
+	})
+}
