@@ -67,18 +67,9 @@ func claimDone(ctx context.Context, client kubernetes.Interface, ns, claim, size
 func TestExpandWhileMountingEndToEnd(t *testing.T) {
 	roottest.Require(t)
 	const node = "node-1"
-	root, err := os.MkdirTemp("", "nv-expm-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(root)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	drv, err := startDemoDriver(ctx, root, node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer drv.stop()
+	root, drv := startE2E(t, ctx, "nv-expm-", node)
 	conn, err := grpc.NewClient("unix://"+drv.endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -97,17 +88,7 @@ func TestExpandWhileMountingEndToEnd(t *testing.T) {
 	pvc, pv := csitest.BoundClaim("demo", "offline", drv.name, id, csitest.PVFSType("xfs"), csitest.PVCapacity("320Mi"))
 	pvc.Status.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse("320Mi")}
 	client := fake.NewClientset(csitest.CSIDriver(drv.name, false), pvc, pv)
-	vm, err := volumemanager.New(volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: drv.mounter})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stopRun := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- vm.Run(runCtx) }()
-	defer func() { stopRun(); <-ran }()
-	if err := vm.Drivers().Register(ctx, drv.name, drv.endpoint); err != nil {
-		t.Fatal(err)
-	}
+	vm := runVolumeManager(t, ctx, volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: drv.mounter}, drv.name, drv.endpoint)
 
 	first := csitest.Pod("demo", "first", csitest.WithPVC("data", "offline", false))
 	path, err := mountAndUse(ctx, vm, first)
@@ -158,18 +139,9 @@ func TestExpandWhileMountingEndToEnd(t *testing.T) {
 func TestBlockExpansionEndToEnd(t *testing.T) {
 	roottest.Require(t)
 	const node = "node-1"
-	root, err := os.MkdirTemp("", "nv-blkexp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(root)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	drv, err := startDemoDriver(ctx, root, node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer drv.stop()
+	root, drv := startE2E(t, ctx, "nv-blkexp-", node)
 	conn, err := grpc.NewClient("unix://"+drv.endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -189,17 +161,7 @@ func TestBlockExpansionEndToEnd(t *testing.T) {
 	csitest.PVCBlock()(pvc)
 	pvc.Status.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse("16Mi")}
 	client := fake.NewClientset(csitest.CSIDriver(drv.name, false), pvc, pv)
-	vm, err := volumemanager.New(volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: drv.mounter})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stopRun := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- vm.Run(runCtx) }()
-	defer func() { stopRun(); <-ran }()
-	if err := vm.Drivers().Register(ctx, drv.name, drv.endpoint); err != nil {
-		t.Fatal(err)
-	}
+	vm := runVolumeManager(t, ctx, volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: drv.mounter}, drv.name, drv.endpoint)
 
 	pod := csitest.Pod("demo", "raw", csitest.WithBlockPVC("raw", "rawgrow", false))
 	vm.AddPod(pod)

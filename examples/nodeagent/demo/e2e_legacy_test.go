@@ -30,23 +30,9 @@ import (
 func TestLegacyStagingEndToEnd(t *testing.T) {
 	roottest.Require(t)
 	const node = "node-1"
-	root, err := os.MkdirTemp("", "nv-legacy-")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	drv, err := startDemoDriver(ctx, root, node)
-	if err != nil {
-		os.RemoveAll(root)
-		t.Fatal(err)
-	}
-	// Unmounts and detaches whatever is left if the test fails, then
-	// removes the root; stops the driver.
-	defer (&holdEnv{t: t, root: root, drv: drv}).cleanup()
-	if !drv.real {
-		t.Fatal("the loop driver is needed (root)")
-	}
+	root, drv := startE2E(t, ctx, "nv-legacy-", node)
 	client := fake.NewClientset(csitest.CSIDriver(drv.name, false))
 	pods, err := provision(ctx, client, drv, 1, node)
 	if err != nil {
@@ -101,17 +87,7 @@ func TestLegacyStagingEndToEnd(t *testing.T) {
 	stagedBefore := mountInfoUnder(t, root)
 
 	// nodevol takes over.
-	vm, err := volumemanager.New(volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: drv.mounter})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- vm.Run(runCtx) }()
-	defer func() { stop(); <-ran }()
-	if err := vm.Drivers().Register(ctx, drv.name, drv.endpoint); err != nil {
-		t.Fatal(err)
-	}
+	vm := runVolumeManager(t, ctx, volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: drv.mounter}, drv.name, drv.endpoint)
 	vm.AddPod(pod)
 	vm.MarkPodsSynced()
 	waitCtx, done := context.WithTimeout(ctx, time.Minute)

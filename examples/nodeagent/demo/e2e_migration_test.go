@@ -110,17 +110,7 @@ func TestMigrationEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	vm, err := volumemanager.New(volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: drv.mounter})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stopRun := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- vm.Run(runCtx) }()
-	defer func() { stopRun(); <-ran }()
-	if err := vm.Drivers().Register(ctx, driver, sock); err != nil {
-		t.Fatal(err)
-	}
+	vm := runVolumeManager(t, ctx, volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: drv.mounter}, driver, sock)
 
 	vm.AddPod(pod)
 	waitCtx, done := context.WithTimeout(ctx, time.Minute)

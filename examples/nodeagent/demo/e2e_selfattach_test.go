@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -24,35 +23,12 @@ import (
 // unstaged, its VolumeAttachment deleted, and nothing is left.
 func TestEndToEndSelfAttach(t *testing.T) {
 	roottest.Require(t)
-	root, err := os.MkdirTemp("", "nv-sa-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(root)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-
-	drv, err := startDemoDriver(ctx, root, "node-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer drv.stop()
-	if !drv.real {
-		t.Fatal("not the real loop driver")
-	}
+	root, drv := startE2E(t, ctx, "nv-sa-", "node-1")
 	client := fake.NewClientset(csitest.CSIDriver(drv.name, true))
 	csitest.NewFakeAttacher(t, client, csitest.AttacherOptions{Driver: drv.name})
-	vm, err := volumemanager.New(volumemanager.Config{NodeName: "node-1", KubeClient: client, RootDir: root, Mounter: drv.mounter, SelfAttach: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stopRun := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- vm.Run(runCtx) }()
-	defer func() { stopRun(); <-ran }()
-	if err := vm.Drivers().Register(ctx, drv.name, drv.endpoint); err != nil {
-		t.Fatal(err)
-	}
+	vm := runVolumeManager(t, ctx, volumemanager.Config{NodeName: "node-1", KubeClient: client, RootDir: root, Mounter: drv.mounter, SelfAttach: true}, drv.name, drv.endpoint)
 	pods, err := provision(ctx, client, drv, 2, "node-1")
 	if err != nil {
 		t.Fatal(err)
