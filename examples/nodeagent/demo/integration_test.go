@@ -475,7 +475,7 @@ type realAgent struct {
 // with --kubeconfig on root, plugin registration and volumes-in-use
 // reporting on (its defaults), its log appended to {root}/agent.log. It is
 // killed when the test ends or the test process dies.
-func startRealAgent(t *testing.T, root, kubeconfig, node string) *realAgent {
+func startRealAgent(t *testing.T, root, kubeconfig, node string, extraArgs ...string) *realAgent {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -487,8 +487,9 @@ func startRealAgent(t *testing.T, root, kubeconfig, node string) *realAgent {
 		t.Fatal(err)
 	}
 	defer logFile.Close()
-	cmd := exec.Command(self, "--kubeconfig", kubeconfig, "--node", node, "--root-dir", root,
-		"--plugin-registration=true", "--report-volumes-in-use=true", "-v", "2")
+	args := append([]string{"--kubeconfig", kubeconfig, "--node", node, "--root-dir", root,
+		"--plugin-registration=true", "--report-volumes-in-use=true", "-v", "2"}, extraArgs...)
+	cmd := exec.Command(self, args...)
 	cmd.Env = append(os.Environ(), agentMainEnv+"=1")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -90,6 +91,7 @@ func TestDeployManifests(t *testing.T) {
 	}
 	want := map[string][]string{
 		"rbac.yaml":                      {"ClusterRole", "ClusterRoleBinding"},
+		"rbac-self-attach.yaml":          {"ClusterRole", "ClusterRoleBinding"},
 		"serviceaccount.yaml":            {"Namespace", "ServiceAccount"},
 		"daemonset.yaml":                 {"DaemonSet"},
 		"node-restricted/daemonset.yaml": {"DaemonSet"},
@@ -112,6 +114,17 @@ func TestDeployManifests(t *testing.T) {
 		return s.Kind == rbacv1.ServiceAccountKind && s.Name == sa.Name && s.Namespace == sa.Namespace
 	}) {
 		t.Errorf("rbac.yaml: the binding %+v does not bind ClusterRole %s to ServiceAccount %s/%s", binding, role.Name, sa.Namespace, sa.Name)
+	}
+	// The self-attach role binds the same subjects, and only adds writing
+	// VolumeAttachments.
+	selfBinding := manifests["rbac-self-attach.yaml"][1].(*rbacv1.ClusterRoleBinding)
+	selfRole := manifests["rbac-self-attach.yaml"][0].(*rbacv1.ClusterRole)
+	if selfBinding.RoleRef.Name != selfRole.Name || !slices.Equal(selfBinding.Subjects, binding.Subjects) {
+		t.Errorf("rbac-self-attach.yaml: the binding %+v does not bind ClusterRole %s to rbac.yaml's subjects %+v", selfBinding, selfRole.Name, binding.Subjects)
+	}
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: []string{"create", "delete"}}}
+	if !reflect.DeepEqual(selfRole.Rules, wantRules) {
+		t.Errorf("rbac-self-attach.yaml: rules %+v, want %+v", selfRole.Rules, wantRules)
 	}
 
 	for _, tt := range []struct {
