@@ -87,6 +87,11 @@ type VolumeSpec struct {
 	ReadOnly bool
 	// AccessMode is the PV's first access mode ("ReadWriteOnce", ...), as the kubelet uses it.
 	AccessMode string
+	// ReadWriteOnce says the PV lists ReadWriteOnce among its access modes,
+	// wherever in the list: the kubelet's condition for applying fsGroup
+	// under the ReadWriteOnceWithFSType policy (a PV with no access modes
+	// gets none).
+	ReadWriteOnce bool
 	// MountOptions are the PV's spec.mountOptions.
 	MountOptions []string
 	// Attributes is the PV's csi.volumeAttributes (the CSI volume context).

@@ -43,7 +43,10 @@ func needsOwnership(spec *cache.VolumeSpec, vol cache.PodVolume, caps Capabiliti
 	case storagev1.FileFSGroupPolicy:
 		return true
 	case storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy:
-		return spec.FSType != "" && (spec.Ephemeral || spec.AccessMode == "" || spec.AccessMode == "ReadWriteOnce")
+		// As the kubelet: inline volumes (published ReadWriteOnce), and
+		// PVs that list ReadWriteOnce anywhere among their access modes;
+		// not a PV without access modes.
+		return spec.FSType != "" && (spec.Ephemeral || spec.AccessMode == "ReadWriteOnce" || spec.ReadWriteOnce)
 	}
 	return false
 }

@@ -42,6 +42,8 @@ func TestNeedsOwnership(t *testing.T) {
 		{name: "RWX", spec: cache.VolumeSpec{FSType: "ext4", AccessMode: "ReadWriteMany"}, vol: cache.PodVolume{FSGroup: &gid}},
 		{name: "RWX with File policy", spec: cache.VolumeSpec{AccessMode: "ReadWriteMany"}, vol: cache.PodVolume{FSGroup: &gid}, driver: policy(storagev1.FileFSGroupPolicy), want: true},
 		{name: "None policy", spec: rwo, vol: cache.PodVolume{FSGroup: &gid}, driver: policy(storagev1.NoneFSGroupPolicy)},
+		{name: "RWO second of the PV's modes", spec: cache.VolumeSpec{FSType: "ext4", AccessMode: "ReadOnlyMany", ReadWriteOnce: true}, vol: cache.PodVolume{FSGroup: &gid}, want: true},
+		{name: "PV without access modes", spec: cache.VolumeSpec{FSType: "ext4"}, vol: cache.PodVolume{FSGroup: &gid}},
 		{name: "inline with fsType", spec: cache.VolumeSpec{FSType: "ext4", Ephemeral: true}, vol: cache.PodVolume{FSGroup: &gid}, want: true},
 	}
 	for _, tt := range tests {

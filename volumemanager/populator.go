@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -232,6 +233,7 @@ func pvSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 	}
 	if len(pv.Spec.AccessModes) > 0 {
 		spec.AccessMode = string(pv.Spec.AccessModes[0])
+		spec.ReadWriteOnce = slices.Contains(pv.Spec.AccessModes, v1.ReadWriteOnce)
 	}
 	if r := src.NodeStageSecretRef; r != nil {
 		spec.NodeStageSecret = &cache.SecretRef{Namespace: r.Namespace, Name: r.Name}

@@ -11,6 +11,7 @@ import (
 	k8scache "k8s.io/client-go/tools/cache"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
 
 // testResolver returns a resolver over listers holding objs (PVCs, PVs).
@@ -102,6 +103,33 @@ func TestResolveRefusesSlashInClaimNames(t *testing.T) {
 		_, _, resolved, errs := r.resolvePod(podWithVolumes("uid-1", tc.ns, claimVolume("vol", tc.claim)))
 		if len(resolved) != 0 || errs["vol"] == nil || !strings.Contains(errs["vol"].Error(), "invalid namespace or claim name") {
 			t.Errorf("namespace %q claim %q: resolved %+v, errors %v; want an error", tc.ns, tc.claim, resolved, errs)
+		}
+	}
+}
+
+// TestPVSpecAccessModes: the CSI capability gets the PV's first access
+// mode (as the kubelet's), and fsGroup's ReadWriteOnceWithFSType policy
+// sees ReadWriteOnce wherever the PV lists it.
+func TestPVSpecAccessModes(t *testing.T) {
+	for _, tt := range []struct {
+		modes     []v1.PersistentVolumeAccessMode
+		wantFirst string
+		wantRWO   bool
+	}{
+		{modes: nil},
+		{modes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, wantFirst: "ReadWriteOnce", wantRWO: true},
+		{modes: []v1.PersistentVolumeAccessMode{v1.ReadOnlyMany, v1.ReadWriteOnce}, wantFirst: "ReadOnlyMany", wantRWO: true},
+		{modes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany, v1.ReadOnlyMany}, wantFirst: "ReadWriteMany"},
+		{modes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod}, wantFirst: "ReadWriteOncePod"},
+	} {
+		pv := csitest.PV("pv", "csi.example.com", "h1")
+		pv.Spec.AccessModes = tt.modes
+		spec, err := pvSpec(pv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spec.AccessMode != tt.wantFirst || spec.ReadWriteOnce != tt.wantRWO {
+			t.Errorf("modes %v: AccessMode %q, ReadWriteOnce %v; want %q, %v", tt.modes, spec.AccessMode, spec.ReadWriteOnce, tt.wantFirst, tt.wantRWO)
 		}
 	}
 }
