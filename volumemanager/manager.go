@@ -30,6 +30,7 @@ import (
 	"github.com/nodevol/nodevol/csiplugin"
 	oe "github.com/nodevol/nodevol/operationexecutor"
 	"github.com/nodevol/nodevol/pluginmanager"
+	"github.com/nodevol/nodevol/util/promreg"
 )
 
 // Config configures a VolumeManager. NodeName and KubeClient are required;
@@ -275,10 +276,12 @@ func New(cfg Config) (*VolumeManager, error) {
 		}
 	}
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(newVolumeStatsCollector(vm, cfg.VolumeStatsPeriod)); err != nil {
+		// Several managers may share the registerer: each one's stats are
+		// collected, its counts summed with the others'.
+		if err := promreg.Fan(cfg.Registerer, newVolumeStatsCollector(vm, cfg.VolumeStatsPeriod)); err != nil {
 			return nil, fmt.Errorf("volumemanager: registering volume stats: %w", err)
 		}
-		if err := cfg.Registerer.Register(newTotalVolumesCollector(vm.dsw, vm.asw)); err != nil {
+		if err := registerTotalVolumes(cfg.Registerer, vm.dsw, vm.asw); err != nil {
 			return nil, fmt.Errorf("volumemanager: registering volume counts: %w", err)
 		}
 	}
