@@ -112,7 +112,7 @@ type adder interface {
 
 func newReconstructMetrics(reg prometheus.Registerer) (*reconstructMetrics, error) {
 	total, errs := prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "reconstruct_volume_operations_total",
+		Name: "reconstruct_volume_operations_total",
 		Help: "The number of volumes that were attempted to be reconstructed from the operating system during kubelet startup. This includes both successful and failed reconstruction.",
 	}), prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "reconstruct_volume_operations_errors_total",
