@@ -2,19 +2,27 @@ package csiplugin
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
+
+	"github.com/nodevol/nodevol/util/promreg"
 )
 
 // callMetrics is the kubelet's csi_operations_seconds: the duration of every
 // CSI call, by driver, method and gRPC status code.
 type callMetrics struct {
-	seconds *prometheus.HistogramVec
+	seconds observerVec
+}
+
+// observerVec is a histogram vector: prometheus's own, or one that wraps
+// it (the kubelet's k8s.io/component-base HistogramVec).
+type observerVec interface {
+	prometheus.Collector
+	GetMetricWithLabelValues(lvs ...string) (prometheus.Observer, error)
 }
 
 // newCallMetrics registers csi_operations_seconds with reg, or reuses the
@@ -24,22 +32,17 @@ func newCallMetrics(reg prometheus.Registerer) *callMetrics {
 	if reg == nil {
 		return nil
 	}
-	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	// The kubelet's exact shape, help text included (k8s.io/component-base
+	// prefixes its stability level): a registerer that already holds the
+	// kubelet's own collector, or another registry's, shares it.
+	h, err := promreg.Reuse[observerVec](reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "csi_operations_seconds",
-		Help:    "Duration of CSI calls, by driver, method and gRPC status code.",
+		Help:    "[ALPHA] Container Storage Interface operation duration with gRPC error code status total",
 		Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600},
-	}, []string{"driver_name", "method_name", "grpc_status_code", "migrated"})
-	if err := reg.Register(h); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			klog.Background().Error(err, "Cannot register csi_operations_seconds; CSI calls are not measured")
-			return nil
-		}
-		existing, ok := are.ExistingCollector.(*prometheus.HistogramVec)
-		if !ok {
-			return nil
-		}
-		h = existing
+	}, []string{"driver_name", "method_name", "grpc_status_code", "migrated"}))
+	if err != nil {
+		klog.Background().Error(err, "Cannot register csi_operations_seconds; CSI calls are not measured")
+		return nil
 	}
 	return &callMetrics{seconds: h}
 }
@@ -53,7 +56,9 @@ func (m *callMetrics) interceptor(driver string) grpc.UnaryClientInterceptor {
 		if s, ok := status.FromError(err); ok {
 			code = s.Code().String()
 		}
-		m.seconds.WithLabelValues(driver, method, code, "false").Observe(time.Since(start).Seconds())
+		if h, herr := m.seconds.GetMetricWithLabelValues(driver, method, code, "false"); herr == nil {
+			h.Observe(time.Since(start).Seconds())
+		}
 		return err
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodevol/nodevol/util/promreg"
 )
 
 // PluginInfo describes a registered plugin.
@@ -100,7 +102,9 @@ func New(opts Options) (*Manager, error) {
 		results:    make(chan outcome),
 	}
 	if opts.Registerer != nil {
-		if err := opts.Registerer.Register(newTotalPluginsCollector(m)); err != nil {
+		// Another manager's collector may be there already (several
+		// managers on one registerer): both are collected.
+		if err := promreg.Fan(opts.Registerer, newTotalPluginsCollector(m)); err != nil {
 			return nil, fmt.Errorf("pluginmanager: registering metrics: %w", err)
 		}
 	}

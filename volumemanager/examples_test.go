@@ -22,6 +22,7 @@ import (
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/volumemanager"
+	"github.com/nodevol/nodevol/volumemanager/vmtest"
 )
 
 // A user's unit test of code built on nodevol: the fake clientset, the test
@@ -296,53 +297,34 @@ func ExampleConfig_pluginRegistration() {
 // TestREADMETestKit is the README's test-kit snippet, kept compiling and
 // working: a user's unit test of code built on nodevol.
 func TestREADMETestKit(t *testing.T) {
-	ctx := t.Context()
 	// The snippet, as in README.md:
-	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true}) // in-process CSI node server on a socket in t.TempDir()
-	drv.Inject(csitest.Fault{Method: "NodeStageVolume", Err: status.Error(codes.Internal, "boom"), Times: 1})
-	pvc, pv := csitest.BoundClaim("ns", "data", drv.DriverName(), "handle-1") // bound PVC/PV for the fake clientset
-	pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "data", false))   // on node csitest.DefaultNodeID
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), true), pvc, pv)
-	csitest.NewFakeAttacher(t, client, csitest.AttacherOptions{Delay: 5 * time.Millisecond}) // the external-attacher
-	if _, err := csitest.AttachVolume(ctx, client, pv, csitest.DefaultNodeID); err != nil {  // the attach/detach controller
-		t.Fatal(err)
-	}
-	// ... run nodevol against client and drv.Endpoint() ...
-	vm, err := volumemanager.New(volumemanager.Config{
-		NodeName: csitest.DefaultNodeID, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error)
-	go func() { done <- vm.Run(runCtx) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
-		t.Fatal(err)
-	}
-	vm.AddPod(pod)
-	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := vm.WaitForAttachAndMount(waitCtx, pod); err != nil {
+	ctx := t.Context()
+	pvc, pv := csitest.BoundClaim("ns", "data", csitest.DefaultDriverName, "handle-1") // bound PVC/PV
+	env := vmtest.NewEnv(t, vmtest.EnvOptions{Objects: []runtime.Object{pvc, pv}, AttachRequired: true})
+	env.Driver.Inject(csitest.Fault{Method: "NodeStageVolume", Err: status.Error(codes.Internal, "boom"), Times: 1})
+	pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "data", false)) // on node env.Node
+	env.Manager.AddPod(pod)
+	if err := env.Manager.WaitForAttachAndMount(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	// The snippet's assertions:
-	if got := drv.Calls("NodeStageVolume"); got != 2 {
+	if got := env.Driver.Calls("NodeStageVolume"); got != 2 {
 		t.Errorf("NodeStageVolume calls = %d, want 2 (one failed, one retried)", got)
 	}
-	if got := drv.Calls("NodePublishVolume"); got != 1 {
+	if got := env.Driver.Calls("NodePublishVolume"); got != 1 {
 		t.Errorf("NodePublishVolume calls = %d, want 1", got)
 	}
-	if got := len(drv.Requests()); got == 0 {
+	if got := len(env.Driver.Requests()); got == 0 {
 		t.Error("no request recorded")
 	}
-	if got := drv.Published("handle-1"); len(got) != 1 {
+	if got := env.Driver.Published("handle-1"); len(got) != 1 {
 		t.Errorf("handle-1 published at %v, want one target", got)
+	}
+	vas, err := env.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vas.Items) != 1 || !vas.Items[0].Status.Attached || vas.Items[0].Spec.NodeName != env.Node {
+		t.Errorf("VolumeAttachments = %+v, want the volume's, attached to %s", vas.Items, env.Node)
 	}
 }

@@ -38,6 +38,9 @@ type inUseReporter struct {
 	clock      clock.Clock
 	inUse      func() []cache.UniqueVolumeName
 	reported   func(names []cache.UniqueVolumeName) // volumes newly reported
+	// byCaller: the caller patches the Node and tells what it reported
+	// (markReported); run is not started.
+	byCaller bool
 
 	kick chan struct{}
 
@@ -170,4 +173,26 @@ func (r *inUseReporter) report(ctx context.Context) error {
 		r.reported(added)
 	}
 	return nil
+}
+
+// markReported records names as the volumes the Node's status.volumesInUse
+// lists, as the caller that keeps it reports them
+// (Config.VolumesInUseReportedByCaller): the set replaces the previous one,
+// as the kubelet's MarkVolumesAsReportedInUse does, and the newly listed
+// volumes are retried at once.
+func (r *inUseReporter) markReported(names []cache.UniqueVolumeName) {
+	now := make(map[cache.UniqueVolumeName]bool, len(names))
+	var added []cache.UniqueVolumeName
+	r.mu.Lock()
+	for _, n := range names {
+		if !now[n] && !r.last[n] {
+			added = append(added, n)
+		}
+		now[n] = true
+	}
+	r.last, r.sent = now, true
+	r.mu.Unlock()
+	if len(added) > 0 && r.reported != nil {
+		r.reported(added)
+	}
 }

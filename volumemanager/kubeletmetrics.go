@@ -1,10 +1,14 @@
 package volumemanager
 
 import (
+	"fmt"
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/util/promreg"
 )
 
 // The kubelet's volume manager metrics beside storage_operation_duration_seconds
@@ -18,16 +22,40 @@ const (
 // state}, as the kubelet counts it: a (pod, volume) pair per pod that wants
 // a volume (desired_state_of_world) and per pod that has it Mounted
 // (actual_state_of_world; Uncertain mounts are not counted), by the fully
-// qualified plugin name "kubernetes.io/csi:{driver}".
+// qualified plugin name "kubernetes.io/csi:{driver}". Managers that share
+// a registerer share one collector, which sums their counts.
 type totalVolumesCollector struct {
-	dsw  *cache.DesiredStateOfWorld
-	asw  *cache.ActualStateOfWorld
 	desc *prometheus.Desc
+
+	mu     sync.Mutex
+	worlds []worlds
+}
+
+// worlds are one manager's caches.
+type worlds struct {
+	dsw *cache.DesiredStateOfWorld
+	asw *cache.ActualStateOfWorld
 }
 
 func newTotalVolumesCollector(dsw *cache.DesiredStateOfWorld, asw *cache.ActualStateOfWorld) *totalVolumesCollector {
-	return &totalVolumesCollector{dsw: dsw, asw: asw, desc: prometheus.NewDesc("volume_manager_total_volumes",
+	return &totalVolumesCollector{worlds: []worlds{{dsw, asw}}, desc: prometheus.NewDesc("volume_manager_total_volumes",
 		"Number of volumes in Volume Manager", []string{"plugin_name", "state"}, nil)}
+}
+
+// registerTotalVolumes registers the volume counts of dsw and asw on reg,
+// adding them to the collector of another manager already there.
+func registerTotalVolumes(reg prometheus.Registerer, dsw *cache.DesiredStateOfWorld, asw *cache.ActualStateOfWorld) error {
+	c := newTotalVolumesCollector(dsw, asw)
+	existing, err := promreg.Reuse(reg, c)
+	if err != nil {
+		return err
+	}
+	if existing != c {
+		existing.mu.Lock()
+		existing.worlds = append(existing.worlds, c.worlds...)
+		existing.mu.Unlock()
+	}
+	return nil
 }
 
 // Describe implements prometheus.Collector.
@@ -37,19 +65,24 @@ func (c *totalVolumesCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.d
 func (c *totalVolumesCollector) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ plugin, state string }
 	counts := map[key]int{}
-	for _, name := range c.dsw.VolumeNames() {
-		if spec, pods, ok := c.dsw.Volume(name); ok {
-			counts[key{pluginLabel(spec.Driver), stateDesired}] += len(pods)
+	c.mu.Lock()
+	ws := append([]worlds(nil), c.worlds...)
+	c.mu.Unlock()
+	for _, w := range ws {
+		for _, name := range w.dsw.VolumeNames() {
+			if spec, pods, ok := w.dsw.Volume(name); ok {
+				counts[key{pluginLabel(spec.Driver), stateDesired}] += len(pods)
+			}
 		}
-	}
-	for _, name := range c.asw.VolumeNames() {
-		v, ok := c.asw.Volume(name)
-		if !ok {
-			continue
-		}
-		for _, pm := range v.Pods {
-			if pm.State == cache.Mounted {
-				counts[key{pluginLabel(v.Spec.Driver), stateActual}]++
+		for _, name := range w.asw.VolumeNames() {
+			v, ok := w.asw.Volume(name)
+			if !ok {
+				continue
+			}
+			for _, pm := range v.Pods {
+				if pm.State == cache.Mounted {
+					counts[key{pluginLabel(v.Spec.Driver), stateActual}]++
+				}
 			}
 		}
 	}
@@ -67,24 +100,32 @@ func pluginLabel(driver string) string { return cache.CSIPluginName + ":" + driv
 // reconstructMetrics are the kubelet's counters of the volumes reconstructed
 // from disk at start.
 type reconstructMetrics struct {
-	total, errors prometheus.Counter
+	total, errors adder
+}
+
+// adder is a counter: prometheus's own, or one that wraps it (the
+// kubelet's k8s.io/component-base Counter).
+type adder interface {
+	prometheus.Collector
+	Add(float64)
 }
 
 func newReconstructMetrics(reg prometheus.Registerer) (*reconstructMetrics, error) {
-	m := &reconstructMetrics{
-		total: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "reconstruct_volume_operations_total",
-			Help: "The number of volumes that were attempted to be reconstructed from the operating system during kubelet startup. This includes both successful and failed reconstruction.",
-		}),
-		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "reconstruct_volume_operations_errors_total",
-			Help: "The number of volumes that failed reconstruction from the operating system during kubelet startup.",
-		}),
+	total, errs := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "reconstruct_volume_operations_total",
+		Help: "The number of volumes that were attempted to be reconstructed from the operating system during kubelet startup. This includes both successful and failed reconstruction.",
+	}), prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "reconstruct_volume_operations_errors_total",
+		Help: "The number of volumes that failed reconstruction from the operating system during kubelet startup.",
+	})
+	// Shared with another manager on reg: both count into the same counters.
+	var err error
+	m := &reconstructMetrics{}
+	if m.total, err = promreg.Reuse[adder](reg, total); err != nil {
+		return nil, fmt.Errorf("registering reconstruct_volume_operations_total: %w", err)
 	}
-	for _, c := range []prometheus.Collector{m.total, m.errors} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if m.errors, err = promreg.Reuse[adder](reg, errs); err != nil {
+		return nil, fmt.Errorf("registering reconstruct_volume_operations_errors_total: %w", err)
 	}
 	return m, nil
 }

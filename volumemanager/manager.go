@@ -30,6 +30,7 @@ import (
 	"github.com/nodevol/nodevol/csiplugin"
 	oe "github.com/nodevol/nodevol/operationexecutor"
 	"github.com/nodevol/nodevol/pluginmanager"
+	"github.com/nodevol/nodevol/util/promreg"
 )
 
 // Config configures a VolumeManager. NodeName and KubeClient are required;
@@ -139,6 +140,14 @@ type Config struct {
 	// a Registerer) reuse a volume's NodeGetVolumeStats answer. Default 1
 	// minute, the kubelet's --volume-stats-agg-period.
 	VolumeStatsPeriod time.Duration
+	// VolumesInUseReportedByCaller, when true, says that the caller keeps
+	// the Node's status.volumesInUse itself (a kubelet fork's node status
+	// loop, fed by GetVolumesInUse) and calls MarkVolumesAsReportedInUse
+	// with what it has reported: a volume that needs attaching is confirmed
+	// attached, and staged, only once that list names it, as with
+	// ReportVolumesInUse. The two are exclusive: New refuses both. Default
+	// false: MarkVolumesAsReportedInUse has no effect.
+	VolumesInUseReportedByCaller bool
 }
 
 // VolumeManager mounts the CSI volumes of the pods on this node and unmounts
@@ -168,7 +177,9 @@ type VolumeManager struct {
 	plugins *pluginmanager.Manager
 	// registration keeps the CSINode; nil unless Config.PluginRegistration.
 	registration *csiplugin.RegistrationHandler
-	// inUse reports Node.Status.VolumesInUse; nil unless Config.ReportVolumesInUse.
+	// inUse reports Node.Status.VolumesInUse, or holds what the caller
+	// reported; nil unless Config.ReportVolumesInUse or
+	// Config.VolumesInUseReportedByCaller.
 	inUse *inUseReporter
 	// expander grows mounted volumes; nil when the plugin cannot.
 	expander nodeExpander
@@ -182,6 +193,9 @@ type VolumeManager struct {
 	ready chan struct{}
 	// inspect runs functions on the loop's goroutine (tests).
 	inspect chan func(*loop)
+	// statesSynced is set once the loop has installed what Run found on
+	// disk and made its first pass (ReconcilerStatesHasBeenSynced).
+	statesSynced atomic.Bool
 }
 
 // New checks cfg, fills in defaults and returns a VolumeManager. Nothing
@@ -192,6 +206,9 @@ func New(cfg Config) (*VolumeManager, error) {
 	}
 	if cfg.KubeClient == nil {
 		return nil, errors.New("volumemanager: Config.KubeClient is required")
+	}
+	if cfg.ReportVolumesInUse && cfg.VolumesInUseReportedByCaller {
+		return nil, errors.New("volumemanager: Config.ReportVolumesInUse and Config.VolumesInUseReportedByCaller are exclusive: the Node's status.volumesInUse has one writer")
 	}
 	setDefaults(&cfg)
 	m, err := newMetrics(cfg.Registerer)
@@ -275,18 +292,21 @@ func New(cfg Config) (*VolumeManager, error) {
 		}
 	}
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(newVolumeStatsCollector(vm, cfg.VolumeStatsPeriod)); err != nil {
+		// Several managers may share the registerer: each one's stats are
+		// collected, its counts summed with the others'.
+		if err := promreg.Fan(cfg.Registerer, newVolumeStatsCollector(vm, cfg.VolumeStatsPeriod)); err != nil {
 			return nil, fmt.Errorf("volumemanager: registering volume stats: %w", err)
 		}
-		if err := cfg.Registerer.Register(newTotalVolumesCollector(vm.dsw, vm.asw)); err != nil {
+		if err := registerTotalVolumes(cfg.Registerer, vm.dsw, vm.asw); err != nil {
 			return nil, fmt.Errorf("volumemanager: registering volume counts: %w", err)
 		}
 	}
 	if err := vm.watch(core, storage); err != nil {
 		return nil, fmt.Errorf("volumemanager: %w", err)
 	}
-	if cfg.ReportVolumesInUse {
+	if cfg.ReportVolumesInUse || cfg.VolumesInUseReportedByCaller {
 		vm.inUse = newInUseReporter(cfg.KubeClient, cfg.NodeName, vm.csiDrivers, cfg.Clock)
+		vm.inUse.byCaller = cfg.VolumesInUseReportedByCaller
 		vm.inUse.inUse = vm.GetVolumesInUse
 		vm.inUse.reported = func(names []vcache.UniqueVolumeName) { vm.in.retry(names...) }
 		l.attachHeld = vm.inUse.hold
@@ -385,7 +405,7 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	if vm.fetcher != nil {
 		wg.Go(func() { vm.fetcher.run(ctx) })
 	}
-	if vm.inUse != nil {
+	if vm.inUse != nil && !vm.inUse.byCaller {
 		wg.Go(func() { vm.inUse.run(ctx) })
 	}
 	logger.V(2).Info("Volume manager started", "node", vm.cfg.NodeName, "rootDir", vm.cfg.RootDir)
@@ -410,6 +430,7 @@ func (vm *VolumeManager) run(ctx context.Context) {
 	}()
 	for {
 		l.process(ctx)
+		vm.statesSynced.Store(true) // the disk's state was installed before the first pass
 		// The backoff timer: armed for the earliest retry.
 		if next := l.due(); len(l.dirty) > 0 {
 			continue // due() found retries that are due now

@@ -1,17 +1,19 @@
 package volumemanager
 
 import (
+	"fmt"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/util/promreg"
 )
 
 // metrics are the kubelet's where one exists. A nil *metrics records nothing.
 type metrics struct {
-	opDuration *prometheus.HistogramVec
+	opDuration observerVec
 	// reconstruct counts the volumes reconstructed at start (kubeletmetrics.go).
 	reconstruct *reconstructMetrics
 }
@@ -20,21 +22,30 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return nil, nil
 	}
-	m := &metrics{
-		opDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "storage_operation_duration_seconds",
-			Help:    "Storage operation duration, by volume plugin, operation and status.",
-			Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600},
-		}, []string{"volume_plugin", "operation_name", "status", "migrated"}),
-	}
-	if err := reg.Register(m.opDuration); err != nil {
-		return nil, err
-	}
+	// The kubelet's exact shape, help text included (k8s.io/component-base
+	// prefixes its stability level): a registerer that already holds the
+	// kubelet's own collector, or another manager's, shares it.
 	var err error
+	m := &metrics{}
+	m.opDuration, err = promreg.Reuse[observerVec](reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "storage_operation_duration_seconds",
+		Help:    "[ALPHA] Storage operation duration",
+		Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600},
+	}, []string{"volume_plugin", "operation_name", "status", "migrated"}))
+	if err != nil {
+		return nil, fmt.Errorf("registering storage_operation_duration_seconds: %w", err)
+	}
 	if m.reconstruct, err = newReconstructMetrics(reg); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// observerVec is a histogram vector: prometheus's own, or one that wraps
+// it (the kubelet's k8s.io/component-base HistogramVec).
+type observerVec interface {
+	prometheus.Collector
+	GetMetricWithLabelValues(lvs ...string) (prometheus.Observer, error)
 }
 
 func (m *metrics) observe(o oe.Outcome) {
@@ -45,5 +56,9 @@ func (m *metrics) observe(o oe.Outcome) {
 	if o.Err != nil {
 		status = "fail-unknown"
 	}
-	m.opDuration.WithLabelValues(cache.CSIPluginName+":"+o.Spec.Driver, o.Action.Kind.NameFor(o.Spec.Mode), status, strconv.FormatBool(o.Spec.MigratedFrom != "")).Observe(o.Duration.Seconds())
+	h, err := m.opDuration.GetMetricWithLabelValues(cache.CSIPluginName+":"+o.Spec.Driver, o.Action.Kind.NameFor(o.Spec.Mode), status, strconv.FormatBool(o.Spec.MigratedFrom != ""))
+	if err != nil {
+		return // four label values, always: cannot happen
+	}
+	h.Observe(o.Duration.Seconds())
 }

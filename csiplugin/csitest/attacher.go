@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,6 +41,16 @@ type AttacherOptions struct {
 	Fail map[string]string
 	// Clock measures Delay. Default the real clock.
 	Clock clock.Clock
+	// Node, when set, makes the attacher play the attach/detach controller
+	// for that node too: it creates the VolumeAttachment (AttachVolume) of
+	// every CSI PersistentVolume (of Driver, when set) whose driver needs
+	// attaching (its CSIDriver is missing or does not say attachRequired:
+	// false), then attaches it like any other, and deletes it when the PV
+	// is deleted. The controller attaches only the volumes of pods
+	// scheduled to the node; a unit test's fake clientset usually holds no
+	// pods, so every PV counts as used there. Default "": the attacher
+	// creates nothing, and the test calls AttachVolume.
+	Node string
 }
 
 // RunFakeAttacher plays the external-attacher against client (usually a
@@ -51,11 +62,12 @@ type AttacherOptions struct {
 // first, which the node cannot observe. It returns ctx.Err() once its
 // informer and workers have stopped.
 //
-// It does not create VolumeAttachments: on a real cluster the attach-detach
-// controller does, or the node itself in self-attach mode
-// (volumemanager.Config.SelfAttach), whose VolumeAttachments it attaches
-// like any other. Tests that want the controller's role too call
-// AttachVolume for each PV and node.
+// Unless opts.Node is set, it does not create VolumeAttachments: on a real
+// cluster the attach-detach controller does, or the node itself in
+// self-attach mode (volumemanager.Config.SelfAttach), whose
+// VolumeAttachments it attaches like any other. Tests that want the
+// controller's role too set opts.Node, or call AttachVolume for each PV
+// and node.
 func RunFakeAttacher(ctx context.Context, client kubernetes.Interface, opts AttacherOptions) error {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -79,7 +91,19 @@ func RunFakeAttacher(ctx context.Context, client kubernetes.Interface, opts Atta
 	}); err != nil {
 		return fmt.Errorf("csitest: watching VolumeAttachments: %w", err)
 	}
+	startControl := func() error { return nil }
+	if opts.Node != "" {
+		var err error
+		if startControl, err = a.control(ctx, factory); err != nil {
+			return err
+		}
+	}
 	factory.Start(ctx.Done())
+	if err := startControl(); err != nil && ctx.Err() == nil {
+		factory.Shutdown()
+		a.wg.Wait()
+		return err
+	}
 	<-ctx.Done()
 	// Shutdown waits for the informer's goroutines, so that no handler
 	// starts a worker after wg.Wait.
@@ -182,6 +206,87 @@ func (a *fakeAttacher) attach(ctx context.Context, name string) error {
 		_, err = vas.UpdateStatus(ctx, va, metav1.UpdateOptions{})
 		return err
 	})
+}
+
+// control makes the attacher play the attach/detach controller for
+// opts.Node, once factory has started: PVs are considered only after the
+// CSIDrivers have been listed (a PV seen before its CSIDriver would
+// otherwise be attached wrongly), and again when a CSIDriver changes.
+func (a *fakeAttacher) control(ctx context.Context, factory informers.SharedInformerFactory) (start func() error, err error) {
+	drivers := factory.Storage().V1().CSIDrivers()
+	pvInformer := factory.Core().V1().PersistentVolumes().Informer()
+	onPV := func(obj any) {
+		if pv, ok := obj.(*v1.PersistentVolume); ok {
+			a.control1(ctx, drivers.Lister().Get, pv)
+		}
+	}
+	var ready atomic.Bool
+	onDriver := func(any) {
+		if !ready.Load() {
+			return // the PV handler's initial adds will see it
+		}
+		for _, obj := range pvInformer.GetStore().List() {
+			onPV(obj)
+		}
+	}
+	if _, err := drivers.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: onDriver, UpdateFunc: func(_, obj any) { onDriver(obj) },
+	}); err != nil {
+		return nil, fmt.Errorf("csitest: watching CSIDrivers: %w", err)
+	}
+	return func() error {
+		if !cache.WaitForCacheSync(ctx.Done(), drivers.Informer().HasSynced) {
+			return ctx.Err()
+		}
+		ready.Store(true)
+		// Added after the start: it gets every PV listed so far as an add.
+		_, err := pvInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    onPV,
+			UpdateFunc: func(_, obj any) { onPV(obj) },
+			DeleteFunc: func(obj any) {
+				if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = t.Obj
+				}
+				if pv, ok := obj.(*v1.PersistentVolume); ok && pv.Spec.CSI != nil {
+					a.run(ctx, func() error { return DetachVolume(ctx, a.client, pv, a.opts.Node) })
+				}
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("csitest: watching PersistentVolumes: %w", err)
+		}
+		return nil
+	}, nil
+}
+
+// control1 creates pv's VolumeAttachment if its driver needs attaching.
+func (a *fakeAttacher) control1(ctx context.Context, driver func(string) (*storagev1.CSIDriver, error), pv *v1.PersistentVolume) {
+	if pv.Spec.CSI == nil || pv.DeletionTimestamp != nil || (a.opts.Driver != "" && pv.Spec.CSI.Driver != a.opts.Driver) {
+		return
+	}
+	if d, err := driver(pv.Spec.CSI.Driver); err == nil && d.Spec.AttachRequired != nil && !*d.Spec.AttachRequired {
+		return
+	}
+	a.run(ctx, func() error {
+		_, err := AttachVolume(ctx, a.client, pv, a.opts.Node)
+		return err
+	})
+}
+
+// run runs fn on a worker the attacher waits for, and logs its error.
+func (a *fakeAttacher) run(ctx context.Context, fn func() error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		if err := fn(); err != nil && ctx.Err() == nil {
+			klog.FromContext(ctx).Error(err, "Playing the attach/detach controller", "node", a.opts.Node)
+		}
+	}()
 }
 
 // AttachVolume plays the attach-detach controller: it creates the

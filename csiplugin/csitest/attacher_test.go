@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -125,5 +127,57 @@ func TestRunFakeAttacherReturnsOnCancel(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("RunFakeAttacher did not return")
+	}
+}
+
+// TestFakeAttacherCreates: with Node, the attacher plays the attach/detach
+// controller: it creates and attaches the VolumeAttachment of each CSI PV
+// whose driver needs attaching (CSIDriver attachRequired, or no CSIDriver),
+// none for a driver with attachRequired: false, and deletes it with its PV.
+func TestFakeAttacherCreates(t *testing.T) {
+	needs := PV("pv-needs", "needs", "h1")
+	unknown := PV("pv-unknown", "unknown", "h2") // no CSIDriver: attachable, as for the controller
+	never := PV("pv-never", "never", "h3")
+	client := fake.NewClientset(CSIDriver("needs", true), CSIDriver("never", false), needs, unknown, never)
+	NewFakeAttacher(t, client, AttacherOptions{Node: "n1"})
+	ctx := ctxFor(t)
+	vaName := func(pv *v1.PersistentVolume) string {
+		va, err := VolumeAttachmentFor(pv, "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return va.Name
+	}
+	attached := func(va *storagev1.VolumeAttachment) bool { return va.Status.Attached }
+	for _, pv := range []*v1.PersistentVolume{needs, unknown} {
+		va := waitForVA(t, client, vaName(pv), attached)
+		if va.Spec.NodeName != "n1" || va.Spec.Attacher != pv.Spec.CSI.Driver || *va.Spec.Source.PersistentVolumeName != pv.Name {
+			t.Errorf("VolumeAttachment of %s: spec %+v", pv.Name, va.Spec)
+		}
+	}
+	// A PV created later is attached too; its handler runs after the
+	// initial PVs', so by then never's was decided.
+	later := PV("pv-later", "needs", "h4")
+	if _, err := client.CoreV1().PersistentVolumes().Create(ctx, later, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitForVA(t, client, vaName(later), attached)
+	vas, err := client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vas.Items) != 3 {
+		t.Errorf("%d VolumeAttachments, want 3 (none for the driver with attachRequired: false): %+v", len(vas.Items), vas.Items)
+	}
+
+	if err := client.CoreV1().PersistentVolumes().Delete(ctx, needs.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := client.StorageV1().VolumeAttachments().Get(ctx, vaName(needs), metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Errorf("VolumeAttachment of a deleted PV not deleted: %v", err)
 	}
 }

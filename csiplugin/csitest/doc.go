@@ -16,8 +16,10 @@
 //   - RunFakeAttacher (NewFakeAttacher in tests) stands in for the
 //     external-attacher, marking VolumeAttachments attached or failed;
 //     AttachVolume and DetachVolume stand in for the attach-detach
-//     controller that creates and deletes them.
+//     controller that creates and deletes them, or the attacher itself
+//     with AttacherOptions.Node.
 //
 // The package does not import csiplugin, so csiplugin's own tests can use
-// it.
+// it. volumemanager/vmtest puts these pieces together around a running
+// VolumeManager (NewEnv) and fakes the manager itself (Fake).
 package csitest

@@ -1,0 +1,178 @@
+package vmtest
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	vcache "github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/volumemanager"
+)
+
+// TestEnvAttachRequired: with an attach-required driver, a pod's claim is
+// mounted without the test creating any VolumeAttachment: the env's fake
+// attacher creates it (the attach/detach controller's name and spec) and
+// attaches it, and its metadata reaches NodeStageVolume as the publish
+// context. After the test's DeletePod the volume is unpublished and
+// unstaged.
+func TestEnvAttachRequired(t *testing.T) {
+	pvc, pv := csitest.BoundClaim("ns", "data", csitest.DefaultDriverName, "handle-1")
+	env := NewEnv(t, EnvOptions{
+		Objects:        append([]runtime.Object{}, pvc, pv),
+		AttachRequired: true,
+		Attacher:       csitest.AttacherOptions{Metadata: map[string]string{"devicePath": "/dev/fake"}},
+	})
+	pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "data", false))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	env.Manager.AddPod(pod)
+	if err := env.Manager.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	want, err := csitest.VolumeAttachmentFor(pv, env.Node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	va, err := env.Client.StorageV1().VolumeAttachments().Get(ctx, want.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the env's attacher created no VolumeAttachment %s: %v", want.Name, err)
+	}
+	if !va.Status.Attached || va.Spec.NodeName != env.Node || va.Spec.Attacher != csitest.DefaultDriverName {
+		t.Errorf("VolumeAttachment %+v", va)
+	}
+	var stage *csi.NodeStageVolumeRequest
+	for _, r := range env.Driver.Requests() {
+		if r.Method == "NodeStageVolume" {
+			stage = r.Req.(*csi.NodeStageVolumeRequest)
+		}
+	}
+	if stage == nil || stage.GetVolumeId() != "handle-1" || stage.GetPublishContext()["devicePath"] != "/dev/fake" {
+		t.Errorf("NodeStageVolume request %v, want volume handle-1 with the attachment's metadata", stage)
+	}
+	if got := env.Driver.Published("handle-1"); len(got) != 1 {
+		t.Errorf("handle-1 published at %v, want one target", got)
+	}
+	name := vcache.CSIVolumeName(csitest.DefaultDriverName, "handle-1")
+	if !env.Manager.VolumeIsAttached(name) {
+		t.Error("VolumeIsAttached = false for the mounted volume")
+	}
+
+	env.Manager.DeletePod(pod)
+	if err := env.Manager.WaitForUnmount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if got := env.Driver.PublishedVolumes(); len(got) != 0 {
+		t.Errorf("published volumes after DeletePod: %v", got)
+	}
+}
+
+// TestEnvConfigure: EnvOptions.Configure changes the Config before New,
+// and Env.Config is what the manager was made with.
+func TestEnvConfigure(t *testing.T) {
+	env := NewEnv(t, EnvOptions{Configure: func(c *volumemanager.Config) { c.MountTimeout = 7 * time.Second }})
+	if env.Config.MountTimeout != 7*time.Second || env.Config.RootDir != env.RootDir || env.Config.NodeName != csitest.DefaultNodeID {
+		t.Errorf("Config = %+v", env.Config)
+	}
+	if _, err := env.Client.CoreV1().Nodes().Get(context.Background(), env.Node, metav1.GetOptions{}); err != nil {
+		t.Errorf("the env's Node: %v", err)
+	}
+}
+
+// TestFake: the fake records every call with its pods and volumes, and
+// answers what the test set.
+func TestFake(t *testing.T) {
+	a, b := vcache.UniqueVolumeName("kubernetes.io/csi/d^b"), vcache.UniqueVolumeName("kubernetes.io/csi/d^a")
+	f := NewFake(a, b)
+	pod := csitest.Pod("ns", "p")
+	ctx := context.Background()
+	if err := f.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Errorf("WaitForAttachAndMount = %v, want nil by default", err)
+	}
+	boom := errors.New("boom")
+	f.SetWaitForAttachAndMountError(boom)
+	f.SetWaitForUnmountError(boom)
+	if err := f.WaitForAttachAndMount(ctx, pod); !errors.Is(err, boom) {
+		t.Errorf("WaitForAttachAndMount = %v, want boom", err)
+	}
+	if err := f.WaitForAllPodsUnmount(ctx, []*v1.Pod{pod, csitest.Pod("ns", "q")}); !errors.Is(err, boom) {
+		t.Errorf("WaitForAllPodsUnmount = %v, want boom", err)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := f.WaitForUnmount(done, pod); !errors.Is(err, context.Canceled) {
+		t.Errorf("WaitForUnmount on a done context = %v", err)
+	}
+	mv := vcache.MountedVolume{Name: a, SpecName: "data", State: vcache.Mounted}
+	f.SetMountedVolumes(pod.UID, mv)
+	if got := f.GetPossiblyMountedVolumesForPod(pod.UID); len(got) != 1 || got[0] != mv {
+		t.Errorf("possibly mounted = %v, want the mounted volume", got)
+	}
+	f.SetPossiblyMountedVolumes(pod.UID, mv, vcache.MountedVolume{Name: b, State: vcache.Uncertain})
+	if got := f.GetPossiblyMountedVolumesForPod(pod.UID); len(got) != 2 {
+		t.Errorf("possibly mounted = %v, want two", got)
+	}
+	if got := f.GetMountedVolumesForPod(pod.UID); len(got) != 1 {
+		t.Errorf("mounted = %v, want one", got)
+	}
+	f.SetExtraSupplementalGroups(pod.UID, 1000)
+	if got := f.GetExtraSupplementalGroupsForPod(pod); !slices.Equal(got, []int64{1000}) {
+		t.Errorf("groups = %v", got)
+	}
+	if got := f.GetVolumesInUse(); !slices.Equal(got, []vcache.UniqueVolumeName{b, a}) {
+		t.Errorf("volumes in use = %v, want NewFake's, sorted", got)
+	}
+	f.SetAttached(a, true)
+	if !f.VolumeIsAttached(a) || f.VolumeIsAttached(b) {
+		t.Error("VolumeIsAttached does not answer what SetAttached set")
+	}
+	if !f.ReconcilerStatesHasBeenSynced() {
+		t.Error("ReconcilerStatesHasBeenSynced = false by default")
+	}
+	f.SetStatesSynced(false)
+	if f.ReconcilerStatesHasBeenSynced() {
+		t.Error("ReconcilerStatesHasBeenSynced = true after SetStatesSynced(false)")
+	}
+	if _, ok := f.VolumesReportedInUse(); ok {
+		t.Error("volumes reported before any MarkVolumesAsReportedInUse")
+	}
+	f.MarkVolumesAsReportedInUse([]vcache.UniqueVolumeName{a, b})
+	if got, ok := f.VolumesReportedInUse(); !ok || !slices.Equal(got, []vcache.UniqueVolumeName{b, a}) {
+		t.Errorf("reported = %v, %v", got, ok)
+	}
+	f.MarkPodsSynced()
+	if !f.PodsSynced() {
+		t.Error("PodsSynced = false after MarkPodsSynced")
+	}
+
+	var methods []string
+	for _, c := range f.Calls() {
+		methods = append(methods, c.Method)
+	}
+	want := []string{"WaitForAttachAndMount", "WaitForAttachAndMount", "WaitForAllPodsUnmount", "WaitForUnmount",
+		"GetPossiblyMountedVolumesForPod", "GetPossiblyMountedVolumesForPod", "GetMountedVolumesForPod",
+		"GetExtraSupplementalGroupsForPod", "GetVolumesInUse", "VolumeIsAttached", "VolumeIsAttached",
+		"ReconcilerStatesHasBeenSynced", "ReconcilerStatesHasBeenSynced", "MarkVolumesAsReportedInUse", "MarkPodsSynced"}
+	if !slices.Equal(methods, want) {
+		t.Errorf("calls\n%v\nwant\n%v", methods, want)
+	}
+	if c := f.Calls()[2]; !slices.Equal(c.Pods, []types.UID{pod.UID, csitest.Pod("ns", "q").UID}) {
+		t.Errorf("WaitForAllPodsUnmount recorded pods %v", c.Pods)
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error)
+	go func() { ran <- f.Run(runCtx) }()
+	stop()
+	if err := <-ran; err != nil {
+		t.Errorf("Run = %v", err)
+	}
+}
