@@ -86,8 +86,8 @@ bench: deps
 
 # nodevol and the kubelet's volume manager (bench/kubelet, its own module
 # requiring k8s.io/kubernetes) on the same workloads, one table with ratios.
-# Takes about 5 minutes; PODS and IDLE_VOLUMES shrink it.
-PODS         ?= 10,100,1000,5000
+# Takes about 8 minutes; PODS and IDLE_VOLUMES shrink it.
+PODS         ?= 10,100,1000,5000,10000
 IDLE_VOLUMES ?= 10000
 bench-compare:
 	$(GO) run ./bench/compare -pods $(PODS) -idle-volumes $(IDLE_VOLUMES)

@@ -198,8 +198,8 @@ func (p *Plugin) checkMountRefs(stagingPath string) error {
 // removes anything recursively: a directory the driver left files in stays,
 // and the error says so. Missing entries are not an error. It follows no
 // symlink under the root: a symlink as dir, as leaf or above them is an
-// error and nothing is removed through it (each removal checks the path
-// again).
+// error and nothing is removed through it (dir is resolved once, right
+// before the removals, and they are made relative to it).
 func (p *Plugin) removeVolumeDir(dir, leaf string) error {
 	path, err := p.rfs.Verify(filepath.Join(dir, leaf))
 	if err != nil {
@@ -212,10 +212,5 @@ func (p *Plugin) removeVolumeDir(dir, leaf string) error {
 	case err == nil && mnt:
 		return fmt.Errorf("%s is still a mount point", path)
 	}
-	for _, name := range []string{path, filepath.Join(dir, VolumeDataFile), dir} {
-		if err := p.rfs.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-	}
-	return nil
+	return p.rfs.RemoveIn(dir, leaf, VolumeDataFile)
 }

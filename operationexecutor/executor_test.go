@@ -3,6 +3,7 @@ package operationexecutor
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -126,6 +127,34 @@ func TestRunnerCancelledWhileWaiting(t *testing.T) {
 	}
 	close(release)
 	r.Wait()
+}
+
+// TestRunnerQueuesInOrder: what waits for a slot is queued in the order
+// given, not parked in a goroutine of its own, and runs in that order on
+// the goroutine already running.
+func TestRunnerQueuesInOrder(t *testing.T) {
+	r := NewRunner(1)
+	release, running := make(chan struct{}), make(chan struct{})
+	r.Go(context.Background(), func(context.Context) { close(running); <-release }, func(error) { t.Error("cancelled") })
+	<-running // the one slot is taken
+	before := runtime.NumGoroutine()
+	var order []int // appended by one function at a time
+	for i := range 100 {
+		r.Go(context.Background(), func(context.Context) { order = append(order, i) }, func(error) { t.Error("cancelled") })
+	}
+	if n := runtime.NumGoroutine() - before; n > 0 {
+		t.Errorf("%d goroutines more for 100 queued functions, want none", n)
+	}
+	close(release)
+	r.Wait()
+	for i, got := range order {
+		if got != i {
+			t.Fatalf("run order %v, want the order given", order)
+		}
+	}
+	if len(order) != 100 {
+		t.Fatalf("%d functions ran, want 100", len(order))
+	}
 }
 
 func TestKeyString(t *testing.T) {

@@ -4,7 +4,7 @@
 // invocation, and prints one table with the ratios nodevol/kubelet and
 // nodevol/driver-only. Run it from the repository root (make bench-compare).
 //
-//	compare [-pods 10,100,1000,5000] [-bench regexp]
+//	compare [-pods 10,100,1000,5000,10000] [-bench regexp]
 package main
 
 import (
@@ -26,18 +26,36 @@ import (
 // metrics by unit.
 type results map[string]map[string]float64
 
-var line = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.+)$`)
+var (
+	line = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.+)$`)
+	// A benchmark's name alone (what it logged came before its results),
+	// and its results on a line of their own.
+	nameOnly = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s`)
+	resOnly  = regexp.MustCompile(`^\s*\d+\s+(\S+ \S+.*)$`)
+)
 
-// parse reads `go test -bench` output.
+// parse reads `go test -bench` output. go test prints a benchmark's name
+// before running it and its results after; whatever the benchmark logged
+// meanwhile (the kubelet's klog lines) goes between them.
 func parse(out []byte) results {
 	r := results{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	pending := ""
 	for sc.Scan() {
 		m := line.FindStringSubmatch(sc.Text())
 		if m == nil {
-			continue
+			if n := nameOnly.FindStringSubmatch(sc.Text()); n != nil {
+				pending = n[1]
+				continue
+			}
+			if res := resOnly.FindStringSubmatch(sc.Text()); res != nil && pending != "" {
+				m = []string{"", pending, res[1]}
+			} else {
+				continue
+			}
 		}
+		pending = ""
 		f := strings.Fields(m[2])
 		metrics := map[string]float64{}
 		for i := 0; i+1 < len(f); i += 2 {
@@ -48,6 +66,19 @@ func parse(out []byte) results {
 		r[m[1]] = metrics
 	}
 	return r
+}
+
+// addTotals adds to each benchmark's metrics "cpu-s", the CPU the whole
+// process used to mount and unmount (the issue's whole-process CPU), where
+// it measured both.
+func addTotals(r results) {
+	for _, m := range r {
+		mount, ok1 := m["mount-cpu-s"]
+		unmount, ok2 := m["unmount-cpu-s"]
+		if ok1 && ok2 {
+			m["cpu-s"] = mount + unmount
+		}
+	}
 }
 
 // bench runs the benchmarks matching re in dir/pkg and returns them.
@@ -61,7 +92,9 @@ func bench(dir, pkg, re, pods string) (results, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out)
 	}
-	return parse(out), nil
+	r := parse(out)
+	addTotals(r)
+	return r, nil
 }
 
 // rows are the metrics the table shows, in order.
@@ -70,7 +103,11 @@ var rows = []struct{ unit, label string }{
 	{"mount-cpu-s", "mount CPU s"},
 	{"unmount-s", "unmount wall s (until unstaged)"},
 	{"unmount-cpu-s", "unmount CPU s"},
+	{"cpu-s", "whole-process CPU s (mount + unmount)"},
 	{"idle-cpu-s", "idle minute CPU s"},
+	{"reconstruct-s", "restart: volumes held s"},
+	{"restart-s", "restart: every pod mounted again s"},
+	{"restart-cpu-s", "restart CPU s"},
 	{"dials/vol", "gRPC dials per volume (mount)"},
 	{"rpcs/vol", "CSI RPCs per volume (mount)"},
 	{"api/vol", "API requests per volume (mount)"},
@@ -110,10 +147,10 @@ func benchTmp(dir string) string {
 }
 
 func main() {
-	pods := flag.String("pods", "10,100,1000,5000", "pod counts for W1/W2, W5 and the floor")
+	pods := flag.String("pods", "10,100,1000,5000,10000", "pod counts for W1/W2, W5 and the floor")
 	idle := flag.Int("idle-volumes", 10000, "volumes for W3 (the idle minute)")
 	tmp := flag.String("tmpdir", "/dev/shm", "directory (a tmpfs) for the benchmarks' files; empty: TMPDIR as it is")
-	re := flag.String("bench", "MountPods|Idle|SharedVolume|AttachRequired|DriverOnly", "benchmarks to run, names separated by |")
+	re := flag.String("bench", "MountPods|Idle|SharedVolume|AttachRequired|DriverOnly|Reconstruct", "benchmarks to run, names separated by |")
 	flag.Parse()
 
 	os.Setenv("NODEVOL_BENCH_IDLE_VOLUMES", strconv.Itoa(*idle))
@@ -135,8 +172,8 @@ func main() {
 			os.Exit(1)
 		}
 		maps.Copy(nv, r)
-		if name == "DriverOnly" {
-			continue // nodevol's floor; the kubelet has none
+		if name == "DriverOnly" || name == "Reconstruct" {
+			continue // nodevol's floor, nodevol's restart: the kubelet's side has neither
 		}
 		if r, err = bench("bench/kubelet", ".", one, *pods); err != nil {
 			fmt.Fprintln(os.Stderr, err)

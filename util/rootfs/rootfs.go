@@ -213,6 +213,15 @@ func (r *Root) openFrom(rootFd int, op, full string, comps []string, flags int) 
 			if err == unix.EAGAIN || err == unix.EINTR {
 				continue
 			}
+			if err == unix.ENOENT {
+				// With RESOLVE_NO_SYMLINKS a symlink fails with ELOOP and a
+				// file where a directory is needed with ENOTDIR, both before
+				// the components after them are looked at: ENOENT means a
+				// component is missing and nothing else. Not walking again to
+				// name it keeps a missing path (the legacy staging path, a
+				// record not written yet) as cheap as one failed openat2.
+				return -1, &PathError{Op: op, Path: full, Err: err}
+			}
 			if err != nil {
 				return -1, r.diagnose(rootFd, op, full, comps, flags, err)
 			}
@@ -645,6 +654,69 @@ func (r *Root) removeEntry(name string, allow func(mode uint32) (int, error)) er
 		err = unix.Unlinkat(dirFd, base, flags)
 	}
 	if err != nil {
+		return &PathError{Op: "remove", Path: full, Component: full, Err: err}
+	}
+	return nil
+}
+
+// RemoveIn removes the entries names (base names) of directory dir, then
+// dir itself, each only if it is a regular file or an empty directory, as
+// Remove does; a missing entry or dir is skipped. dir is resolved once, from
+// the root, following no symlink, and the entries are removed relative to
+// that handle: one resolution for the whole directory rather than one per
+// entry, which is most of a volume teardown's file-system work. A symlink as
+// dir, above it or among names is an error (ErrSymlink) and nothing through
+// it is removed; the first error stops the removals.
+func (r *Root) RemoveIn(dir string, names ...string) error {
+	parentFd, base, full, err := r.parent("remove", dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(parentFd)
+	dirFd, err := unix.Openat(parentFd, base, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	switch {
+	case err == unix.ENOENT:
+		return nil
+	case err != nil:
+		comps, _, _ := r.split("remove", dir)
+		return r.classify(parentFd, "remove", full, comps, true, unix.O_DIRECTORY, err)
+	}
+	defer unix.Close(dirFd)
+	for _, name := range names {
+		if strings.Contains(name, "/") || name == "" || name == "." || name == ".." {
+			return &PathError{Op: "remove", Path: filepath.Join(full, name), Err: errors.New("not a base name")}
+		}
+		if err := removeAt(dirFd, name, filepath.Join(full, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if err := removeAt(parentFd, base, full); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// removeAt removes entry name of dirFd as Remove does; full names it in
+// errors.
+func removeAt(dirFd int, name, full string) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirFd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &PathError{Op: "remove", Path: full, Component: full, Err: err}
+	}
+	var flags int
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		flags = unix.AT_REMOVEDIR
+	case unix.S_IFREG:
+	case unix.S_IFLNK:
+		return &PathError{Op: "remove", Path: full, Component: full, Err: ErrSymlink}
+	default:
+		return &PathError{Op: "remove", Path: full, Component: full, Err: ErrNotRemovable}
+	}
+	if err := unix.Unlinkat(dirFd, name, flags); err != nil {
 		return &PathError{Op: "remove", Path: full, Component: full, Err: err}
 	}
 	return nil

@@ -400,6 +400,47 @@ func TestRemove(t *testing.T) {
 	})
 }
 
+// TestRemoveIn removes a volume directory's entries and the directory
+// through one handle, and refuses what Remove refuses.
+func TestRemoveIn(t *testing.T) {
+	both(t, func(t *testing.T) {
+		r, outside := setup(t)
+		writeFile(t, filepath.Join(outside, "vol_data.json"), "{}")
+		mkdir(t, filepath.Join(outside, "mount"))
+		writeFile(t, filepath.Join(r.Path(), "a/v/vol_data.json"), "{}")
+		mkdir(t, filepath.Join(r.Path(), "a/v/mount"))
+		mkdir(t, filepath.Join(r.Path(), "a/half"))
+		writeFile(t, filepath.Join(r.Path(), "a/full/mount/data"), "")
+		writeFile(t, filepath.Join(r.Path(), "a/full/vol_data.json"), "{}")
+		symlink(t, outside, filepath.Join(r.Path(), "a/linked"))
+		mkdir(t, filepath.Join(r.Path(), "a/linkin"))
+		symlink(t, filepath.Join(outside, "mount"), filepath.Join(r.Path(), "a/linkin/mount"))
+		symlink(t, outside, filepath.Join(r.Path(), "up"))
+
+		if err := r.RemoveIn("a/v", "mount", "vol_data.json"); err != nil {
+			t.Errorf("RemoveIn(a/v): %v", err)
+		}
+		// Missing entries, a missing directory and a missing parent are skipped.
+		for _, dir := range []string{"a/half", "a/missing", "missing/x"} {
+			if err := r.RemoveIn(dir, "mount", "vol_data.json"); err != nil {
+				t.Errorf("RemoveIn(%s): %v", dir, err)
+			}
+		}
+		// What a driver left in the target stays, and so does everything after.
+		if err := r.RemoveIn("a/full", "mount", "vol_data.json"); !errors.Is(err, syscall.ENOTEMPTY) {
+			t.Errorf("RemoveIn(a/full) = %v, want ENOTEMPTY", err)
+		}
+		assertSymlinkErr(t, r.RemoveIn("a/linked", "mount", "vol_data.json"), filepath.Join(r.Path(), "a/linked"))
+		assertSymlinkErr(t, r.RemoveIn("a/linkin", "mount"), filepath.Join(r.Path(), "a/linkin/mount"))
+		assertSymlinkErr(t, r.RemoveIn("up/x", "mount"), filepath.Join(r.Path(), "up"))
+		if err := r.RemoveIn("a/linkin", "../linked"); err == nil {
+			t.Error("RemoveIn with a name that is not a base name succeeded")
+		}
+		assertTree(t, outside, "mount", "vol_data.json")
+		assertTree(t, filepath.Join(r.Path(), "a"), "full", "full/mount", "full/mount/data", "full/vol_data.json", "linked", "linkin", "linkin/mount")
+	})
+}
+
 func TestCreateAndLinks(t *testing.T) {
 	both(t, func(t *testing.T) {
 		r, outside := setup(t)
