@@ -105,6 +105,9 @@ type loop struct {
 	waiting map[cache.UniqueVolumeName][]string
 	// refused are the pods refused each volume now (rwop.go).
 	refused map[cache.UniqueVolumeName]map[types.UID]refusal
+	// pendingSince is when each pod volume's claim was first seen missing
+	// or not bound (final.go).
+	pendingSince map[types.UID]map[string]time.Time
 }
 
 // opInput is what an operation needs.
@@ -275,6 +278,7 @@ func (l *loop) syncPod(uid types.UID, pod *v1.Pod) {
 		delete(l.known, uid)
 		delete(l.unresolved, uid)
 		l.setPending(uid, nil)
+		l.stampPending(uid, nil)
 		l.errs.forget(uid)
 		l.dsw.DeletePod(uid) // notifies the volumes it touched
 		l.dirtyPodMounts(uid)
@@ -288,7 +292,9 @@ func (l *loop) syncPod(uid types.UID, pod *v1.Pod) {
 		return
 	}
 	ref, wanted, resolved, errs := l.resolver.resolvePod(pod)
+	l.stampPending(uid, errs)
 	l.dsw.SetPod(ref, wanted, resolved, errs)
+	l.errs.wake(uid) // its waiters judge the new errors (final or not)
 	l.setPending(uid, waitingClaims(pod, errs))
 	if len(errs) == 0 {
 		delete(l.unresolved, uid)
