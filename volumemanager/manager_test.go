@@ -20,7 +20,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
+	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
@@ -54,6 +56,11 @@ type envOptions struct {
 	resyncPeriod   time.Duration
 	// selfAttach sets Config.SelfAttach.
 	selfAttach bool
+	// clock and claimGrace set Config.Clock and
+	// Config.ClaimPendingGracePeriod; logger, if set, is Run's logger.
+	clock      clock.WithTicker
+	claimGrace time.Duration
+	logger     *klog.Logger
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -80,12 +87,18 @@ func newEnv(t *testing.T, o envOptions) *env {
 		NodeRestricted: o.nodeRestricted,
 		ResyncPeriod:   o.resyncPeriod,
 		SelfAttach:     o.selfAttach,
+		Clock:          o.clock,
+
+		ClaimPendingGracePeriod: o.claimGrace,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.vm = vm
 	ctx, cancel := context.WithCancel(context.Background())
+	if o.logger != nil {
+		ctx = klog.NewContext(ctx, *o.logger)
+	}
 	done := make(chan error)
 	go func() { done <- vm.Run(ctx) }()
 	t.Cleanup(func() {
