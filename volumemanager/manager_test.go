@@ -61,12 +61,17 @@ type envOptions struct {
 	clock      clock.WithTicker
 	claimGrace time.Duration
 	logger     *klog.Logger
+	// events, if set, replaces the FakeRecorder (e.g. with IncludeObject).
+	events *record.FakeRecorder
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
 	o.driver.CreateTargetDirs = true
-	e := &env{t: t, drv: csitest.New(t, o.driver), root: t.TempDir(), events: record.NewFakeRecorder(100)}
+	e := &env{t: t, drv: csitest.New(t, o.driver), root: t.TempDir(), events: o.events}
+	if e.events == nil {
+		e.events = record.NewFakeRecorder(100)
+	}
 	objs := append([]runtime.Object{csitest.CSIDriver(e.drv.DriverName(), o.attachRequired)}, o.objects...)
 	e.client = o.client
 	if e.client == nil {
