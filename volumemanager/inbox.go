@@ -148,6 +148,38 @@ func swap[K comparable](m map[K]struct{}) (taken, next map[K]struct{}) {
 type podErrors struct {
 	mu   sync.Mutex
 	errs map[types.UID]map[string]error
+	// waiters are closed at the next change of a pod's errors.
+	waiters map[types.UID]chan struct{}
+}
+
+// changed returns a channel closed at the next change of the pod's errors
+// (or of its resolution errors, which the loop announces with wake).
+func (p *podErrors) changed(uid types.UID) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.waiters == nil {
+		p.waiters = map[types.UID]chan struct{}{}
+	}
+	ch := p.waiters[uid]
+	if ch == nil {
+		ch = make(chan struct{})
+		p.waiters[uid] = ch
+	}
+	return ch
+}
+
+// wake wakes the pod's waiters.
+func (p *podErrors) wake(uid types.UID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.wakeLocked(uid)
+}
+
+func (p *podErrors) wakeLocked(uid types.UID) {
+	if ch := p.waiters[uid]; ch != nil {
+		close(ch)
+		delete(p.waiters, uid)
+	}
 }
 
 func (p *podErrors) set(uid types.UID, specName string, err error) {
@@ -162,6 +194,7 @@ func (p *podErrors) set(uid types.UID, specName string, err error) {
 		p.errs[uid] = m
 	}
 	m[specName] = err
+	p.wakeLocked(uid)
 }
 
 func (p *podErrors) clear(uid types.UID, specName string) {
@@ -172,6 +205,7 @@ func (p *podErrors) clear(uid types.UID, specName string) {
 		if len(m) == 0 {
 			delete(p.errs, uid)
 		}
+		p.wakeLocked(uid)
 	}
 }
 
@@ -179,6 +213,7 @@ func (p *podErrors) forget(uid types.UID) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.errs, uid)
+	p.wakeLocked(uid)
 }
 
 func (p *podErrors) get(uid types.UID) map[string]error {

@@ -2,6 +2,7 @@ package volumemanager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -233,24 +234,24 @@ func TestIntegrationNodeRestricted(t *testing.T) {
 		return err == nil && len(n.Status.VolumesInUse) == pods
 	})
 
-	// A pod of another node: nodevol may not read its claim.
+	// A pod of another node: refused before anything is read (the node
+	// may not read its claim anyway).
 	nrCreateClaim(t, admin, ns, "foreign", drv.DriverName())
 	foreign := csitest.Pod(ns, "foreign", csitest.WithPVC("data", "foreign", false))
 	foreign.UID, foreign.Spec.NodeName = "", "node-2"
 	if foreign, err = admin.CoreV1().Pods(ns).Create(ctx, foreign, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	vm.AddPod(foreign)
-	wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
-	err = vm.WaitForAttachAndMount(wctx, foreign)
-	wcancel()
-	if err == nil || !strings.Contains(err.Error(), "forbidden") || !strings.Contains(err.Error(), "PersistentVolumeClaim apps/foreign") {
-		t.Fatalf("pod of node-2: %v, want a forbidden GET of its claim", err)
+	wantForeign := `volumemanager: pod apps/foreign is bound to node "node-2", not to this node "node-1": its volumes are not mounted here`
+	if err := vm.AddPod(foreign); err == nil || err.Error() != wantForeign {
+		t.Fatalf("AddPod of a pod of node-2: %v, want %s", err, wantForeign)
+	}
+	if err := vm.WaitForAttachAndMount(ctx, foreign); !errors.Is(err, ErrFinal) || !strings.HasSuffix(err.Error(), wantForeign) {
+		t.Fatalf("WaitForAttachAndMount of a pod of node-2: %v, want final, ending with %s", err, wantForeign)
 	}
 	if _, err := nodeClient.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "foreign", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("the node's own GET of another node's claim: %v, want Forbidden", err)
 	}
-	vm.DeletePod(foreign)
 
 	// Unmount: pods deleted, every volume unpublished and unstaged.
 	for _, p := range list {

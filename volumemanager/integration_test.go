@@ -342,7 +342,9 @@ func TestIntegrationAPIServerDown(t *testing.T) {
 	ctx := t.Context()
 	e.claim("before")
 	e.claim("known")
-	vm := e.startVM(Config{ResyncPeriod: 500 * time.Millisecond}) // resyncs during the outage
+	// Resyncs during the outage; p3's claim is created only after it,
+	// later than the default ClaimPendingGracePeriod.
+	vm := e.startVM(Config{ResyncPeriod: 500 * time.Millisecond, ClaimPendingGracePeriod: time.Hour})
 	p1 := e.pod("p1", csitest.WithPVC("data", "before", false))
 	if err := mountPod(ctx, vm, p1, 30*time.Second); err != nil {
 		t.Fatal(err)

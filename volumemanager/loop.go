@@ -105,6 +105,11 @@ type loop struct {
 	waiting map[cache.UniqueVolumeName][]string
 	// refused are the pods refused each volume now (rwop.go).
 	refused map[cache.UniqueVolumeName]map[types.UID]refusal
+	// pendingSince is when each pod volume's claim was first seen missing
+	// or not bound (final.go).
+	pendingSince map[types.UID]map[string]time.Time
+	// failLog rate-limits the failure lines (faillog.go).
+	failLog *failureLog
 }
 
 // opInput is what an operation needs.
@@ -149,6 +154,9 @@ func newLoop(l loop) *loop {
 	}
 	if l.running == nil {
 		l.running = &runningOps{}
+	}
+	if l.failLog == nil {
+		l.failLog = newFailureLog(failureLogBurst, failureLogInterval)
 	}
 	return &l
 }
@@ -275,6 +283,7 @@ func (l *loop) syncPod(uid types.UID, pod *v1.Pod) {
 		delete(l.known, uid)
 		delete(l.unresolved, uid)
 		l.setPending(uid, nil)
+		l.stampPending(uid, nil)
 		l.errs.forget(uid)
 		l.dsw.DeletePod(uid) // notifies the volumes it touched
 		l.dirtyPodMounts(uid)
@@ -288,7 +297,9 @@ func (l *loop) syncPod(uid types.UID, pod *v1.Pod) {
 		return
 	}
 	ref, wanted, resolved, errs := l.resolver.resolvePod(pod)
+	l.stampPending(uid, errs)
 	l.dsw.SetPod(ref, wanted, resolved, errs)
+	l.errs.wake(uid) // its waiters judge the new errors (final or not)
 	l.setPending(uid, waitingClaims(pod, errs))
 	if len(errs) == 0 {
 		delete(l.unresolved, uid)
@@ -408,6 +419,7 @@ func (l *loop) adopt(v *volumeView) {
 // forget drops everything the loop keeps of a volume.
 func (l *loop) forget(name cache.UniqueVolumeName) {
 	l.backoff.ForgetVolume(name)
+	l.failLog.forgetVolume(name)
 	delete(l.refs, name)
 	delete(l.retryAt, name)
 	delete(l.waiting, name)
@@ -543,9 +555,14 @@ func (l *loop) apply(o oe.Outcome) {
 		}
 	} else {
 		if prev, ok := l.backoff.Entry(key); ok && prev.Kind == a.Kind {
-			l.logger.Info("Operation succeeded after failing", "operation", a.Kind.NameFor(spec.Mode), "volume", a.Volume, "driver", spec.Driver, "pod", a.Pod.Pod.String(), "failures", prev.Failures)
+			pod := "" // an operation on the whole volume: no pod
+			if a.Pod.Pod.Name != "" {
+				pod = a.Pod.Pod.String()
+			}
+			l.logger.Info("Operation succeeded after failing", "operation", a.Kind.NameFor(spec.Mode), "volume", a.Volume, "driver", spec.Driver, "pod", pod, "failures", prev.Failures)
 		}
 		l.backoff.Succeeded(key)
+		l.failLog.succeeded(key)
 	}
 	switch a.Kind {
 	case oe.OpAttach:
@@ -619,10 +636,12 @@ func (l *loop) apply(o oe.Outcome) {
 }
 
 // failed backs the operation's key off, remembers the error for the pods it
-// concerns, logs it once with the next retry time and records an event.
+// concerns, logs it once with the next retry time (rate-limited: faillog.go)
+// and records an event.
 func (l *loop) failed(o oe.Outcome) {
 	a := o.Action
-	wait := l.backoff.Failed(a.Key(), a.Kind, o.Err, l.clock.Now())
+	now := l.clock.Now()
+	wait := l.backoff.Failed(a.Key(), a.Kind, o.Err, now)
 	var pods []cache.PodVolume
 	switch a.Kind {
 	case oe.OpPublish, oe.OpUnpublish:
@@ -640,8 +659,14 @@ func (l *loop) failed(o oe.Outcome) {
 	for _, p := range pods {
 		podNames = append(podNames, p.Pod.String())
 	}
-	l.logger.Error(o.Err, "Volume operation failed", "operation", a.Kind.NameFor(o.Spec.Mode), "volume", a.Volume,
-		"driver", o.Spec.Driver, "pods", podNames, "uncertain", o.Uncertain, "retryAfter", wait)
+	if log, suppressed := l.failLog.failed(a.Key(), a.Kind, o.Err.Error(), now); log {
+		kv := []any{"operation", a.Kind.NameFor(o.Spec.Mode), "volume", a.Volume, "driver", o.Spec.Driver, "pods", podNames,
+			"uncertain", o.Uncertain, "retryAfter", wait, "nextRetry", now.Add(wait).UTC().Format(rfc3339Milli)}
+		if suppressed > 0 {
+			kv = append(kv, "suppressed", suppressed)
+		}
+		l.logger.Error(o.Err, "Volume operation failed", kv...)
+	}
 	if l.events == nil {
 		return
 	}
@@ -652,6 +677,13 @@ func (l *loop) failed(o oe.Outcome) {
 	var ee *expandError
 	if errors.As(o.Err, &ee) {
 		reason = "FileSystemResizeFailed" // published, not grown
+	}
+	if nodeLevel(a.Kind) {
+		// No pod is left to tell: the Node is the object, as for the
+		// kubelet's node-level volume problems.
+		ref := &v1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: l.node, UID: types.UID(l.node)}
+		l.events.Event(ref, v1.EventTypeWarning, reason, o.Err.Error())
+		return
 	}
 	for _, p := range pods {
 		if p.Pod.Name == "" {

@@ -81,6 +81,15 @@ type Config struct {
 	// MountTimeout bounds WaitForAttachAndMount and WaitForUnmount when the
 	// caller's context has no deadline. Default 2m3s, the kubelet's.
 	MountTimeout time.Duration
+	// ClaimPendingGracePeriod is how long a pod volume's claim may be
+	// missing or not bound before WaitForAttachAndMount takes it as final
+	// and returns (errors.Is(err, ErrFinal)), measured from when the loop
+	// first saw that pod volume so. Default 5s: the scheduler places no pod
+	// whose claims are unbound, so a claim still missing on the node is
+	// informer lag (the pod may reach the node before its claim reaches the
+	// claim informer: well under a second on a healthy cluster) or a
+	// mistake that waiting out MountTimeout will not mend.
+	ClaimPendingGracePeriod time.Duration
 	// ShutdownGracePeriod is how long the operations in flight when Run's
 	// context ends may go on before their contexts are cancelled too
 	// (volumemanager/shutdown.go): Run starts nothing new once its context
@@ -373,6 +382,9 @@ func setDefaults(cfg *Config) {
 	if cfg.MountTimeout <= 0 {
 		cfg.MountTimeout = 2*time.Minute + 3*time.Second
 	}
+	if cfg.ClaimPendingGracePeriod <= 0 {
+		cfg.ClaimPendingGracePeriod = 5 * time.Second
+	}
 	if cfg.SELinuxEnabled == nil {
 		cfg.SELinuxEnabled = hostSELinuxEnabled
 	}
@@ -531,11 +543,30 @@ func (vm *VolumeManager) execute(ctx context.Context, a oe.Action, in opInput) o
 func (vm *VolumeManager) MarkPodsSynced() { vm.in.markPodsSynced() }
 
 // AddPod tells the manager that pod runs on this node and needs its volumes.
-// It returns at once; the pod is processed by the loop.
-func (vm *VolumeManager) AddPod(pod *v1.Pod) { vm.in.addPod(pod.DeepCopy()) }
+// It returns at once; the pod is processed by the loop. A pod whose
+// spec.nodeName names another node than Config.NodeName is refused with an
+// error naming the pod and both nodes, and nothing is done for it; a pod
+// with no nodeName is accepted (unit tests, static pods of a kubelet fork).
+func (vm *VolumeManager) AddPod(pod *v1.Pod) error {
+	if err := vm.checkNode(pod); err != nil {
+		return err
+	}
+	vm.in.addPod(pod.DeepCopy())
+	return nil
+}
 
-// UpdatePod is AddPod for a pod that changed.
-func (vm *VolumeManager) UpdatePod(pod *v1.Pod) { vm.AddPod(pod) }
+// UpdatePod is AddPod for a pod that changed. A pod that moved to another
+// node is refused as AddPod refuses it; what was added before stays.
+func (vm *VolumeManager) UpdatePod(pod *v1.Pod) error { return vm.AddPod(pod) }
+
+// checkNode refuses a pod bound to another node: mounting its volumes here
+// would put a second writer on them behind the scheduler's back.
+func (vm *VolumeManager) checkNode(pod *v1.Pod) error {
+	if n := pod.Spec.NodeName; n != "" && n != vm.cfg.NodeName {
+		return fmt.Errorf("volumemanager: pod %s/%s is bound to node %q, not to this node %q: its volumes are not mounted here", pod.Namespace, pod.Name, n, vm.cfg.NodeName)
+	}
+	return nil
+}
 
 // DeletePod tells the manager that the pod is gone (its containers have
 // stopped): its volumes are unmounted, and unstaged when no other pod uses them.

@@ -53,8 +53,8 @@ func migratedPVPlugin(pv *v1.PersistentVolume) string {
 func migratedPVSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 	plugin := migratedPVPlugin(pv)
 	if plugin == "" {
-		return cache.VolumeSpec{}, fmt.Errorf("PV %s has no CSI source and no in-tree source that CSI migration translates (%s): nodevol only mounts CSI volumes",
-			pv.Name, strings.Join(csiplugin.MigratedPlugins(), ", "))
+		return cache.VolumeSpec{}, marked{fmt.Errorf("PV %s has no CSI source and no in-tree source that CSI migration translates (%s): nodevol only mounts CSI volumes",
+			pv.Name, strings.Join(csiplugin.MigratedPlugins(), ", ")), errUnknownSource}
 	}
 	csiPV, err := translator.TranslateInTreePVToCSI(klog.Background(), pv)
 	if err != nil {

@@ -104,17 +104,18 @@ func (l *loop) noteRefusals(name cache.UniqueVolumeName, refused []refusal) {
 	for _, r := range refused {
 		uid := r.Pod.Pod.UID
 		now[uid] = r
+		if prev, ok := old[uid]; !ok || prev.Err.Error() != r.Err.Error() {
+			l.logger.Info("Volume refused to a pod", "pod", klog.KRef(r.Pod.Pod.Namespace, r.Pod.Pod.Name), "volume", name, "err", r.Err)
+			if l.events != nil {
+				ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.Pod.Pod.Namespace, Name: r.Pod.Pod.Name, UID: uid}
+				l.events.Event(ref, v1.EventTypeWarning, "FailedMount", r.Err.Error())
+			}
+		}
 		// Set at every plan: a failed stage meanwhile sets every desired
 		// pod's error, and the refusal is the refused pod's real cause.
+		// After the event: the error ends the pod's wait (ErrFinal), whose
+		// caller may look for the event at once.
 		l.errs.set(uid, r.Pod.SpecName, r.Err)
-		if prev, ok := old[uid]; ok && prev.Err.Error() == r.Err.Error() {
-			continue
-		}
-		l.logger.Info("Volume refused to a pod", "pod", klog.KRef(r.Pod.Pod.Namespace, r.Pod.Pod.Name), "volume", name, "err", r.Err)
-		if l.events != nil {
-			ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.Pod.Pod.Namespace, Name: r.Pod.Pod.Name, UID: uid}
-			l.events.Event(ref, v1.EventTypeWarning, "FailedMount", r.Err.Error())
-		}
 	}
 	for uid, r := range old {
 		if _, ok := now[uid]; !ok {

@@ -129,10 +129,12 @@ func TestReadWriteOncePodConflict(t *testing.T) {
 	calls := len(e.drv.Requests())
 
 	want := "pod ns/p2 cannot use volume " + pvName + " (claim ns/db): the volume has access mode ReadWriteOncePod and is in use by pod ns/p1 on this node; it is mounted once that pod has released it"
-	err := e.mount(p2, 300*time.Millisecond)
+	// A refusal is final: the wait returns with it, well before its
+	// deadline (an hour), once the loop has planned the pod.
+	err := e.mount(p2, time.Hour)
 	var werr *WaitError
-	if !errors.As(err, &werr) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("WaitForAttachAndMount = %v, want a *WaitError", err)
+	if !errors.As(err, &werr) || !errors.Is(err, ErrFinal) || !werr.Final || werr.Err != nil {
+		t.Fatalf("WaitForAttachAndMount = %v, want a final *WaitError", err)
 	}
 	if got := werr.Causes["data"]; got == nil || got.Error() != want || !errors.Is(got, ErrReadWriteOncePod) {
 		t.Errorf("cause = %v\nwant    %s", got, want)
@@ -159,6 +161,7 @@ func TestReadWriteOncePodConflict(t *testing.T) {
 	}
 
 	e.unmount(p1)
+	waitIdle(t, e.vm) // p2 planned again without p1: its refusal is gone
 	if err := e.mount(p2, 10*time.Second); err != nil {
 		t.Fatalf("p2 after p1 left: %v", err)
 	}

@@ -221,6 +221,12 @@ func TestSELinuxConflict(t *testing.T) {
 
 	drv.Reset()
 	vm.DeletePod(podA)
+	if err := vm.WaitForUnmount(ctx, podA); err != nil {
+		t.Fatal(err)
+	}
+	// The refusal is final while it lasts (ErrFinal): wait for the loop
+	// to have planned pod b without pod a before asking again.
+	waitIdle(t, vm)
 	if err := vm.WaitForAttachAndMount(ctx, podB); err != nil {
 		t.Fatal(err)
 	}

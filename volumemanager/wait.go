@@ -10,6 +10,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	vcache "github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/operationexecutor"
@@ -19,11 +20,28 @@ import (
 // or ctx ends (bounded by Config.MountTimeout when ctx has no deadline).
 // It adds the pod if it was not added. Its error (a *WaitError) names each
 // volume that is not mounted and why.
+//
+// It returns before ctx ends, with a *WaitError that matches ErrFinal
+// (errors.Is), as soon as a volume not mounted has an error that will not
+// go away by waiting: a claim missing or not bound for
+// Config.ClaimPendingGracePeriod, a volume refused to the pod
+// (ReadWriteOncePod, SELinux context), a volume source nodevol cannot
+// mount; and at once for a pod bound to another node (AddPod's error). It
+// keeps waiting on errors that may resolve: a driver not registered yet,
+// an attachment not confirmed yet, an operation failing with backoff.
 func (vm *VolumeManager) WaitForAttachAndMount(ctx context.Context, pod *v1.Pod) error {
-	if !vm.in.knows(pod.UID) {
-		vm.AddPod(pod)
-	}
 	vols, _ := podCSIVolumes(pod)
+	if err := vm.checkNode(pod); err != nil {
+		names := make([]string, 0, len(vols))
+		for _, v := range vols {
+			names = append(names, v.Name)
+		}
+		sort.Strings(names)
+		return &WaitError{Pod: pod.Namespace + "/" + pod.Name, What: "unmounted volumes", Volumes: names, Final: true, Err: err}
+	}
+	if !vm.in.knows(pod.UID) {
+		_ = vm.AddPod(pod) // its only error, checkNode's, was returned above
+	}
 	return vm.wait(ctx, pod, func() []string {
 		mounted := map[string]bool{}
 		for _, v := range vm.asw.PodVolumes(pod.UID) {
@@ -36,7 +54,7 @@ func (vm *VolumeManager) WaitForAttachAndMount(ctx context.Context, pod *v1.Pod)
 			}
 		}
 		return missing
-	}, "unmounted volumes")
+	}, "unmounted volumes", true)
 }
 
 // WaitForUnmount blocks until no volume of the pod may still be mounted
@@ -48,29 +66,85 @@ func (vm *VolumeManager) WaitForUnmount(ctx context.Context, pod *v1.Pod) error 
 			left = append(left, v.SpecName)
 		}
 		return left
-	}, "volumes still mounted")
+	}, "volumes still mounted", false)
 }
 
-// wait re-checks pending() after every change to the pod's mounts until it
-// returns nothing or ctx ends.
-func (vm *VolumeManager) wait(ctx context.Context, pod *v1.Pod, pending func() []string, what string) error {
+// wait re-checks pending() after every change to the pod's mounts or
+// errors until it returns nothing or ctx ends; with judge, it also returns
+// once an error of a pending volume is final (finality), woken by a timer
+// for an error that becomes final with time.
+func (vm *VolumeManager) wait(ctx context.Context, pod *v1.Pod, pending func() []string, what string, judge bool) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, vm.cfg.MountTimeout)
 		defer cancel()
 	}
+	var timer clock.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
-		changed := vm.asw.PodChanged(pod.UID) // before the check: no change is missed
+		// Both before the check: no change is missed.
+		changed, errsChanged := vm.asw.PodChanged(pod.UID), vm.loop.errs.changed(pod.UID)
 		left := pending()
 		if len(left) == 0 {
 			return nil
 		}
+		var timerC <-chan time.Time
+		if judge {
+			final, at := vm.finalErrors(pod.UID, left)
+			if final {
+				return vm.waitError(ctx, pod, left, what, true)
+			}
+			if timer != nil {
+				timer.Stop()
+				timer = nil
+			}
+			if !at.IsZero() {
+				timer = vm.cfg.Clock.NewTimer(at.Sub(vm.cfg.Clock.Now()))
+				timerC = timer.C()
+			}
+		}
 		select {
 		case <-changed:
+		case <-errsChanged:
+		case <-timerC:
 		case <-ctx.Done():
-			return vm.waitError(ctx, pod, left, what)
+			return vm.waitError(ctx, pod, left, what, false)
 		}
 	}
+}
+
+// podErrors are the last error of each of the pod's volumes: its
+// resolution error, else the last error of an operation or a refusal.
+func (vm *VolumeManager) podErrors(uid types.UID) map[string]error {
+	causes := vm.loop.errs.get(uid)
+	if st, ok := vm.dsw.Pod(uid); ok {
+		for k, v := range st.Errors {
+			causes[k] = v
+		}
+	}
+	return causes
+}
+
+// finalErrors reports whether a volume of left has a final error now, and
+// else the earliest time one becomes final (zero: none will by waiting).
+func (vm *VolumeManager) finalErrors(uid types.UID, left []string) (bool, time.Time) {
+	causes := vm.podErrors(uid)
+	now := vm.cfg.Clock.Now()
+	var next time.Time
+	for _, name := range left {
+		final, at := finality(causes[name], now, vm.cfg.ClaimPendingGracePeriod)
+		if final {
+			return true, time.Time{}
+		}
+		if !at.IsZero() && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
+	return false, next
 }
 
 // WaitError is the error of a wait that ended before its volumes were
@@ -90,7 +164,12 @@ type WaitError struct {
 	Running map[string]string
 	// Waiting, where nothing runs or failed, says what the volume waits for.
 	Waiting map[string]string
-	// Err is the context's error.
+	// Final is true when the wait returned before its deadline because
+	// the pod's errors will not resolve by waiting (ErrFinal); false when
+	// ctx ended first.
+	Final bool
+	// Err is the context's error when ctx ended first; for a final wait,
+	// nil, or the pod's own error (a pod bound to another node).
 	Err error
 }
 
@@ -114,15 +193,22 @@ func (e *WaitError) Error() string {
 		}
 		explained = true
 	}
-	if !explained {
+	switch {
+	case e.Final && e.Err != nil:
+		fmt.Fprintf(&b, ": %v", e.Err)
+	case !explained:
 		fmt.Fprintf(&b, ": %v with no error reported", e.Err)
 	}
 	return b.String()
 }
 
+// Unwrap returns Err: the context's error for a wait that ran out of time.
 func (e *WaitError) Unwrap() error { return e.Err }
 
-func (vm *VolumeManager) waitError(ctx context.Context, pod *v1.Pod, left []string, what string) error {
+// Is makes a final wait's error match ErrFinal.
+func (e *WaitError) Is(target error) bool { return target == ErrFinal && e.Final }
+
+func (vm *VolumeManager) waitError(ctx context.Context, pod *v1.Pod, left []string, what string, final bool) error {
 	causes := vm.loop.errs.get(pod.UID)
 	// The volume of each spec name: the desired one, or for a pod that
 	// is gone, the one it may still have mounted.
@@ -173,7 +259,11 @@ func (vm *VolumeManager) waitError(ctx context.Context, pod *v1.Pod, left []stri
 		}
 	}
 	sort.Strings(left)
-	return &WaitError{Pod: pod.Namespace + "/" + pod.Name, What: what, Volumes: left, Causes: causes, Running: running, Waiting: waiting, Err: context.Cause(ctx)}
+	e := &WaitError{Pod: pod.Namespace + "/" + pod.Name, What: what, Volumes: left, Causes: causes, Running: running, Waiting: waiting, Final: final}
+	if !final {
+		e.Err = context.Cause(ctx)
+	}
+	return e
 }
 
 // runningOps holds the operations in flight and when each started, by

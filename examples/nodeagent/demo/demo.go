@@ -279,7 +279,9 @@ func provision(ctx context.Context, client *fake.Clientset, drv *demoDriver, n i
 // mountAndUse mounts the pod's volume and writes and reads a file in it,
 // as the pod's container would.
 func mountAndUse(ctx context.Context, vm *volumemanager.VolumeManager, pod *v1.Pod) (string, error) {
-	vm.AddPod(pod)
+	if err := vm.AddPod(pod); err != nil {
+		return "", err
+	}
 	waitCtx, done := context.WithTimeout(ctx, time.Minute)
 	defer done()
 	if err := vm.WaitForAttachAndMount(waitCtx, pod); err != nil {

@@ -77,8 +77,8 @@ func runAgent(ctx context.Context, o options) error {
 			lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", o.node).String()
 		}))
 	handler, err := pods.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { podChanged(vm, obj) },
-		UpdateFunc: func(_, obj any) { podChanged(vm, obj) },
+		AddFunc:    func(obj any) { podChanged(ctx, vm, obj) },
+		UpdateFunc: func(_, obj any) { podChanged(ctx, vm, obj) },
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
@@ -128,7 +128,7 @@ func warnKubeletConflicts(ctx context.Context, o options) {
 
 // podChanged adds a running pod; a pod whose containers are all done gives
 // its volumes back, as the kubelet does once a pod has terminated.
-func podChanged(vm *volumemanager.VolumeManager, obj any) {
+func podChanged(ctx context.Context, vm *volumemanager.VolumeManager, obj any) {
 	pod, ok := obj.(*v1.Pod)
 	if !ok {
 		return
@@ -137,7 +137,11 @@ func podChanged(vm *volumemanager.VolumeManager, obj any) {
 		vm.DeletePod(pod)
 		return
 	}
-	vm.AddPod(pod)
+	if err := vm.AddPod(pod); err != nil {
+		// The informer lists this node's pods only: a pod refused here
+		// moved to another node, and is the scheduler's problem.
+		klog.FromContext(ctx).Error(err, "Pod refused", "pod", klog.KObj(pod))
+	}
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

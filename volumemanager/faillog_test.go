@@ -1,0 +1,292 @@
+package volumemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/client-go/tools/record"
+	fakeclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+	oe "github.com/nodevol/nodevol/operationexecutor"
+)
+
+// TestFailureLog: the rule of docs/OPERATIONS.md. Of identical failures of
+// one key, the first burst are logged, then one a interval, which counts
+// those not logged since; another error, another operation or a success
+// starts again; keys are independent.
+func TestFailureLog(t *testing.T) {
+	a, b := oe.Key{Volume: "v"}, oe.Key{Volume: "v", Pod: "p"}
+	t0 := time.Unix(1000, 0)
+	type step struct {
+		at      time.Duration // after t0
+		key     oe.Key
+		kind    oe.OpKind
+		err     string // "" with ok: a success
+		ok      bool
+		log     bool
+		dropped int
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"burst then one a minute with the count", []step{
+			{at: 0, key: a, kind: oe.OpStage, err: "x", log: true},
+			{at: time.Second, key: a, kind: oe.OpStage, err: "x", log: true},
+			{at: 2 * time.Second, key: a, kind: oe.OpStage, err: "x", log: true},
+			{at: 3 * time.Second, key: a, kind: oe.OpStage, err: "x"},
+			{at: 4 * time.Second, key: a, kind: oe.OpStage, err: "x"},
+			{at: 61 * time.Second, key: a, kind: oe.OpStage, err: "x"},
+			{at: 62 * time.Second, key: a, kind: oe.OpStage, err: "x", log: true, dropped: 3},
+			{at: 63 * time.Second, key: a, kind: oe.OpStage, err: "x"},
+			{at: 122 * time.Second, key: a, kind: oe.OpStage, err: "x", log: true, dropped: 1},
+		}},
+		{"another error text is logged at once and starts again", []step{
+			{at: 0, key: a, kind: oe.OpStage, err: "x", log: true},
+			{at: 1, key: a, kind: oe.OpStage, err: "x", log: true},
+			{at: 2, key: a, kind: oe.OpStage, err: "x", log: true},
+			{at: 3, key: a, kind: oe.OpStage, err: "x"},
+			{at: 4, key: a, kind: oe.OpStage, err: "y", log: true},
+			{at: 5, key: a, kind: oe.OpStage, err: "y", log: true},
+		}},
+		{"another operation starts again", []step{
+			{at: 0, key: a, kind: oe.OpStage, err: "x", log: true},
+			{at: 1, key: a, kind: oe.OpStage, err: "x", log: true},
+			{at: 2, key: a, kind: oe.OpStage, err: "x", log: true},
+			{at: 3, key: a, kind: oe.OpUnstage, err: "x", log: true},
+		}},
+		{"a success starts again", []step{
+			{at: 0, key: a, kind: oe.OpStage, err: "x", log: true},
+			{at: 1, key: a, kind: oe.OpStage, err: "x", log: true},
+			{at: 2, key: a, kind: oe.OpStage, err: "x", log: true},
+			{at: 3, key: a, ok: true},
+			{at: 4, key: a, kind: oe.OpStage, err: "x", log: true},
+		}},
+		{"keys are independent", []step{
+			{at: 0, key: a, kind: oe.OpStage, err: "x", log: true},
+			{at: 1, key: a, kind: oe.OpStage, err: "x", log: true},
+			{at: 2, key: a, kind: oe.OpStage, err: "x", log: true},
+			{at: 3, key: b, kind: oe.OpStage, err: "x", log: true},
+			{at: 4, key: a, kind: oe.OpStage, err: "x"},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFailureLog(3, time.Minute)
+			for i, s := range tt.steps {
+				if s.ok {
+					f.succeeded(s.key)
+					continue
+				}
+				log, dropped := f.failed(s.key, s.kind, s.err, t0.Add(s.at))
+				if log != s.log || dropped != s.dropped {
+					t.Errorf("step %d: log %v, suppressed %d; want %v, %d", i, log, dropped, s.log, s.dropped)
+				}
+			}
+		})
+	}
+}
+
+// lineLog is a logger that keeps the lines of the failure log (funcr's
+// key="value" form, without timestamps).
+type lineLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *lineLog) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		if !strings.Contains(args, `"msg"="Volume operation failed"`) && !strings.Contains(args, `"msg"="Operation succeeded after failing"`) {
+			return
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, "["+prefix+"] "+args)
+	}, funcr.Options{})
+}
+
+func (l *lineLog) get() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
+}
+
+// TestFailingDriverLog captures the log of a driver that fails
+// NodeStageVolume, then NodeUnstageVolume, with Internal, through a logger
+// given to Run: every failure line names the operation, volume, driver,
+// pods, error and the next retry (on the fake clock, which drives the
+// retries); identical failures beyond the first five are rate-limited, a
+// minute apart with the count of those not logged; a recovery has its
+// line. Failed unstages are Warning events on the Node.
+func TestFailingDriverLog(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	clk := fakeclock.NewFakeClock(t0)
+	logs := &lineLog{}
+	logger := logs.logger()
+	events := record.NewFakeRecorder(100)
+	events.IncludeObject = true
+	e := newEnv(t, envOptions{clock: clk, logger: &logger, events: events})
+	pv := e.claim("data")
+	pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "data", false))
+	drv := e.drv.DriverName()
+	vol := "kubernetes.io/csi/" + drv + "^handle-data"
+	stageErr := fmt.Sprintf(`mount_device failed for volume \"%s\" (driver %s): staging volume \"%s\" (PV %s, driver %s) at {root}/plugins/kubernetes.io/csi/%s/%s/globalmount: CSI NodeStageVolume of driver %s failed: rpc error: code = Internal desc = disk on fire`,
+		vol, drv, vol, pv, drv, drv, "{sha}", drv)
+	failLine := func(op, errText, pods string, wait time.Duration, at time.Duration, suppressed int) string {
+		s := fmt.Sprintf(`[volumemanager] "msg"="Volume operation failed" "error"="%s" "operation"="%s" "volume"="%s" "driver"="%s" "pods"=%s "uncertain"=false "retryAfter"="%s" "nextRetry"="%s"`,
+			errText, op, vol, drv, pods, wait, t0.Add(at+wait).Format(rfc3339Milli))
+		if suppressed > 0 {
+			s += fmt.Sprintf(` "suppressed"=%d`, suppressed)
+		}
+		return s
+	}
+	// norm puts placeholders where the lines have the test's root and
+	// the staging directory's hash.
+	norm := func(lines []string) []string {
+		out := make([]string, len(lines))
+		for i, l := range lines {
+			l = strings.ReplaceAll(l, e.root, "{root}")
+			if j := strings.Index(l, "/csi/"+drv+"/"); j >= 0 {
+				k := j + len("/csi/"+drv+"/")
+				if m := strings.Index(l[k:], "/globalmount"); m > 0 {
+					l = l[:k] + "{sha}" + l[k+m:]
+				}
+			}
+			out[i] = l
+		}
+		return out
+	}
+	// failures waits for the driver's n-th call of method and for the
+	// loop to have taken its outcome in (its backoff timer armed).
+	failures := func(method string, n int) {
+		t.Helper()
+		eventually(t, fmt.Sprintf("%d calls of %s", n, method), func() bool { return e.drv.Calls(method) >= n })
+		waitIdle(t, e.vm)
+		if got := e.drv.Calls(method); got != n {
+			t.Fatalf("%d calls of %s, want %d", got, method, n)
+		}
+	}
+
+	e.drv.Inject(csitest.Fault{Method: "NodeStageVolume", Err: status.Error(codes.Internal, "disk on fire")})
+	if err := e.vm.AddPod(pod); err != nil {
+		t.Fatal(err)
+	}
+	// Nine failures, each retry when its backoff ends (fake clock):
+	// 500ms, 1s, 2s, ... 64s, then the cap, 2m2s.
+	var want []string
+	var at time.Duration
+	wait := 500 * time.Millisecond
+	for i := 1; i <= 9; i++ {
+		failures("NodeStageVolume", i)
+		switch {
+		case i <= failureLogBurst: // the first five
+			want = append(want, failLine("mount_device", stageErr, `["ns/web"]`, wait, at, 0))
+		case i == 9: // 127.5s: a minute after the fifth (7.5s) and more
+			want = append(want, failLine("mount_device", stageErr, `["ns/web"]`, wait, at, 3))
+		}
+		if got := norm(logs.get()); strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("after failure %d, log:\n%s\nwant\n%s", i, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		if i < 9 {
+			clk.Step(wait)
+			at += wait
+			wait = min(2*wait, 2*time.Minute+2*time.Second)
+		}
+	}
+	e.drv.ClearFaults()
+	clk.Step(wait)
+	at += wait
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.vm.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, fmt.Sprintf(`[volumemanager] "level"=0 "msg"="Operation succeeded after failing" "operation"="mount_device" "volume"="%s" "driver"="%s" "pod"="ns/web" "failures"=9`, vol, drv))
+	if got := norm(logs.get()); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("after the recovery, log:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for len(events.Events) > 0 {
+		<-events.Events
+	}
+
+	// Unstage fails: the pod is gone, the Node gets the event.
+	e.drv.Inject(csitest.Fault{Method: "NodeUnstageVolume", Err: status.Error(codes.Internal, "device busy")})
+	e.vm.DeletePod(pod)
+	failures("NodeUnstageVolume", 1)
+	unstageErr := fmt.Sprintf(`unmount_device failed for volume \"%s\" (driver %s): `, vol, drv)
+	got := norm(logs.get())[len(want):]
+	if len(got) != 1 || !strings.HasPrefix(got[0], `[volumemanager] "msg"="Volume operation failed" "error"="`+unstageErr) ||
+		!strings.Contains(got[0], `rpc error: code = Internal desc = device busy" "operation"="unmount_device" "volume"="`+vol+`" "driver"="`+drv+`" "pods"=[] "uncertain"=false "retryAfter"="500ms" "nextRetry"="`+t0.Add(at+500*time.Millisecond).Format(rfc3339Milli)+`"`) {
+		t.Fatalf("unstage failure, log:\n%s", strings.Join(got, "\n"))
+	}
+	select {
+	case ev := <-events.Events:
+		if !strings.HasPrefix(ev, "Warning FailedUnMount "+strings.ReplaceAll(unstageErr, `\"`, `"`)) || !strings.HasSuffix(ev, "device busy involvedObject{kind=Node,apiVersion=v1}") {
+			t.Errorf("event %q, want a Warning FailedUnMount on the Node with the driver's error", ev)
+		}
+	default:
+		t.Error("no event for the failed unstage")
+	}
+	e.drv.ClearFaults()
+	clk.Step(500 * time.Millisecond)
+	failures("NodeUnstageVolume", 2)
+	got = norm(logs.get())[len(want)+1:]
+	if wantLine := fmt.Sprintf(`[volumemanager] "level"=0 "msg"="Operation succeeded after failing" "operation"="unmount_device" "volume"="%s" "driver"="%s" "pod"="" "failures"=1`, vol, drv); len(got) != 1 || got[0] != wantLine {
+		t.Errorf("unstage recovery, log:\n%s\nwant\n%s", strings.Join(got, "\n"), wantLine)
+	}
+}
+
+// TestFailureEventReasons: the Warning event of each failed operation, with the
+// kubelet's reasons: on the pod for a pod's unmount (FailedUnMount) and
+// unmap (FailedUnmapDevice); on the Node for an unstage, which no pod is
+// left to see (FailedUnMount, or FailedUnmapDevice for raw block), and
+// for a self-detach (FailedDetachVolume).
+func TestFailureEventReasons(t *testing.T) {
+	pod := cache.PodVolume{Pod: cache.PodRef{UID: "uid-web", Namespace: "ns", Name: "web"}, SpecName: "data"}
+	tests := []struct {
+		kind oe.OpKind
+		mode cache.VolumeMode
+		want string
+	}{
+		{oe.OpUnpublish, cache.Filesystem, "Warning FailedUnMount boom involvedObject{kind=Pod,apiVersion=v1}"},
+		{oe.OpUnpublish, cache.Block, "Warning FailedUnmapDevice boom involvedObject{kind=Pod,apiVersion=v1}"},
+		{oe.OpUnstage, cache.Filesystem, "Warning FailedUnMount boom involvedObject{kind=Node,apiVersion=v1}"},
+		{oe.OpUnstage, cache.Block, "Warning FailedUnmapDevice boom involvedObject{kind=Node,apiVersion=v1}"},
+		{oe.OpSelfDetach, cache.Filesystem, "Warning FailedDetachVolume boom involvedObject{kind=Node,apiVersion=v1}"},
+		{oe.OpStage, cache.Block, "Warning FailedMapVolume boom involvedObject{kind=Pod,apiVersion=v1}"},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s %s", tt.kind.NameFor(tt.mode), tt.mode), func(t *testing.T) {
+			rec := record.NewFakeRecorder(10)
+			rec.IncludeObject = true
+			l := newLoop(loop{node: "node-1", clock: fakeclock.NewFakeClock(time.Unix(0, 0)), events: rec, logger: logr.Discard(),
+				dsw: cache.NewDesiredStateOfWorld(func(cache.UniqueVolumeName) {}), asw: cache.NewActualStateOfWorld()})
+			a := oe.Action{Kind: tt.kind, Volume: "kubernetes.io/csi/drv^h"}
+			if tt.kind == oe.OpUnpublish {
+				a.Pod = pod
+			}
+			spec := cache.VolumeSpec{Name: a.Volume, Driver: "drv", VolumeHandle: "h", Mode: tt.mode}
+			if tt.kind == oe.OpStage {
+				l.dsw.SetPod(pod.Pod, []string{"data"}, []cache.DesiredVolume{{Spec: spec, Volume: pod}}, nil)
+			}
+			l.failed(oe.Outcome{Action: a, Spec: spec, Err: errors.New("boom")})
+			if len(rec.Events) != 1 {
+				t.Fatalf("%d events, want 1", len(rec.Events))
+			}
+			if ev := <-rec.Events; ev != tt.want {
+				t.Errorf("event %q, want %q", ev, tt.want)
+			}
+		})
+	}
+}
