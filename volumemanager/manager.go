@@ -209,7 +209,7 @@ func New(cfg Config) (*VolumeManager, error) {
 		inspect:  make(chan func(*loop)),
 	}
 	if vm.factory == nil {
-		vm.factory = informers.NewSharedInformerFactory(cfg.KubeClient, 0)
+		vm.factory = informers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0, informers.WithTransform(trimInformerObject))
 	}
 	core, storage := vm.factory.Core().V1(), vm.factory.Storage().V1()
 	vm.csiDrivers = storage.CSIDrivers().Lister()
