@@ -493,8 +493,8 @@ func (vm *VolumeManager) MarkPodsSynced() { vm.in.markPodsSynced() }
 
 // AddPod tells the manager that pod runs on this node and needs its volumes.
 // It returns at once; the pod is processed by the loop. The manager keeps
-// its own copy of what it reads from the pod (trimPod), not the pod.
-func (vm *VolumeManager) AddPod(pod *v1.Pod) { vm.in.addPod(trimPod(pod)) }
+// its own copy of what it reads from the pod (keepPod), not the pod.
+func (vm *VolumeManager) AddPod(pod *v1.Pod) { vm.in.addPod(keepPod(pod)) }
 
 // UpdatePod is AddPod for a pod that changed.
 func (vm *VolumeManager) UpdatePod(pod *v1.Pod) { vm.AddPod(pod) }

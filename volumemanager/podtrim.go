@@ -3,6 +3,7 @@ package volumemanager
 import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // trimPod returns a copy of pod holding only what the volume manager reads
@@ -92,4 +93,98 @@ func trimPod(pod *v1.Pod) *v1.Pod {
 		}
 	}
 	return out
+}
+
+// keptPod is what the inbox keeps of a pod between AddPod and DeletePod:
+// trimPod's copy without v1.Pod's and v1.Container's fixed sizes (1,240 and
+// 408 bytes, mostly fields the copy leaves empty). pod gives trimPod's copy
+// back when the loop resolves the pod.
+type keptPod struct {
+	uid                             types.UID
+	namespace, name, serviceAccount string
+	securityContext                 *v1.PodSecurityContext
+	volumes                         []v1.Volume
+	containers                      []keptContainer
+}
+
+// keptContainer is a container of trimPod's copy.
+type keptContainer struct {
+	kind            containerKind
+	name            string
+	mounts, devices []string
+	seLinux         *v1.SELinuxOptions
+}
+
+type containerKind uint8
+
+const (
+	initContainer containerKind = iota
+	regularContainer
+	ephemeralContainer
+)
+
+// keepPod returns what the inbox keeps of pod.
+func keepPod(pod *v1.Pod) *keptPod {
+	t := trimPod(pod)
+	k := &keptPod{uid: t.UID, namespace: t.Namespace, name: t.Name, serviceAccount: t.Spec.ServiceAccountName,
+		securityContext: t.Spec.SecurityContext, volumes: t.Spec.Volumes}
+	add := func(kind containerKind, name string, ms []v1.VolumeMount, ds []v1.VolumeDevice, sc *v1.SecurityContext) {
+		c := keptContainer{kind: kind, name: name}
+		for _, m := range ms {
+			c.mounts = append(c.mounts, m.Name)
+		}
+		for _, d := range ds {
+			c.devices = append(c.devices, d.Name)
+		}
+		if sc != nil {
+			c.seLinux = sc.SELinuxOptions
+		}
+		k.containers = append(k.containers, c)
+	}
+	for _, c := range t.Spec.InitContainers {
+		add(initContainer, c.Name, c.VolumeMounts, c.VolumeDevices, c.SecurityContext)
+	}
+	for _, c := range t.Spec.Containers {
+		add(regularContainer, c.Name, c.VolumeMounts, c.VolumeDevices, c.SecurityContext)
+	}
+	for _, c := range t.Spec.EphemeralContainers {
+		add(ephemeralContainer, c.Name, c.VolumeMounts, nil, c.SecurityContext)
+	}
+	return k
+}
+
+// pod returns trimPod's copy of the pod; nil for nil (a deleted pod). The
+// copy shares memory with k: its readers do not write.
+func (k *keptPod) pod() *v1.Pod {
+	if k == nil {
+		return nil
+	}
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: k.name, Namespace: k.namespace, UID: k.uid},
+		Spec:       v1.PodSpec{ServiceAccountName: k.serviceAccount, SecurityContext: k.securityContext, Volumes: k.volumes},
+	}
+	for _, c := range k.containers {
+		var ms []v1.VolumeMount
+		for _, m := range c.mounts {
+			ms = append(ms, v1.VolumeMount{Name: m})
+		}
+		var ds []v1.VolumeDevice
+		for _, d := range c.devices {
+			ds = append(ds, v1.VolumeDevice{Name: d})
+		}
+		var sc *v1.SecurityContext
+		if c.seLinux != nil {
+			sc = &v1.SecurityContext{SELinuxOptions: c.seLinux}
+		}
+		switch c.kind {
+		case initContainer:
+			p.Spec.InitContainers = append(p.Spec.InitContainers, v1.Container{Name: c.name, VolumeMounts: ms, VolumeDevices: ds, SecurityContext: sc})
+		case regularContainer:
+			p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: c.name, VolumeMounts: ms, VolumeDevices: ds, SecurityContext: sc})
+		case ephemeralContainer:
+			p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, v1.EphemeralContainer{
+				EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: c.name, VolumeMounts: ms, SecurityContext: sc}})
+		}
+	}
+	return p
 }
