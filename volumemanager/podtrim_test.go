@@ -14,6 +14,9 @@ import (
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
 
+// trimPod is the pod the loop resolves for pod.
+func trimPod(pod *v1.Pod) *v1.Pod { return keepPod(pod).pod() }
+
 // busyPod is a pod as the API server gives it: most of its bytes are of no
 // interest to nodevol.
 func busyPod() *v1.Pod {
@@ -65,9 +68,8 @@ func busyPod() *v1.Pod {
 }
 
 // TestTrimPod checks that every function reading a pod in this package
-// gives the same answer for trimPod's copy as for the pod, that what the
-// inbox keeps (keepPod) gives that copy back, and that neither shares
-// memory with the pod.
+// gives the same answer for trimPod's copy as for the pod, and that the
+// copy shares no memory with the pod.
 func TestTrimPod(t *testing.T) {
 	tests := []struct {
 		name string
@@ -123,11 +125,7 @@ func TestTrimPod(t *testing.T) {
 			} else if got.Spec.SecurityContext != nil {
 				t.Errorf("pod security context = %+v, want none", got.Spec.SecurityContext)
 			}
-			// What the inbox keeps gives the same copy back.
 			kept := keepPod(tt.pod)
-			if diff := cmp.Diff(got, kept.pod()); diff != "" {
-				t.Errorf("keepPod(pod).pod() (-trimPod +kept):\n%s", diff)
-			}
 			// No pointer into the caller's pod: changing it changes no copy.
 			before := got.DeepCopy()
 			scribble(tt.pod)
