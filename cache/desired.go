@@ -23,6 +23,8 @@ type DesiredStateOfWorld struct {
 	volumes map[UniqueVolumeName]*desiredVolume
 	pods    map[types.UID]*desiredPod
 	byPV    map[string]UniqueVolumeName
+	// the maps' peaks, to give their room back after many pods left (shrink)
+	volumesPeak, podsPeak, byPVPeak shrinking
 }
 
 type desiredVolume struct {
@@ -101,6 +103,7 @@ func (d *DesiredStateOfWorld) SetPod(pod PodRef, wanted []string, resolved []Des
 		}
 	}
 	d.pods[pod.UID] = p
+	d.shrink()
 	d.mu.Unlock()
 	for _, name := range touched {
 		d.notify(name)
@@ -121,10 +124,19 @@ func (d *DesiredStateOfWorld) DeletePod(uid types.UID) {
 		d.removePodFromVolume(name, uid)
 		touched = append(touched, name)
 	}
+	d.shrink()
 	d.mu.Unlock()
 	for _, name := range touched {
 		d.notify(name)
 	}
+}
+
+// shrink gives back the room of the maps' deleted entries once they hold a
+// quarter of what they held. Called with d.mu held, after every change.
+func (d *DesiredStateOfWorld) shrink() {
+	d.volumes = shrink(&d.volumesPeak, d.volumes)
+	d.pods = shrink(&d.podsPeak, d.pods)
+	d.byPV = shrink(&d.byPVPeak, d.byPV)
 }
 
 func (d *DesiredStateOfWorld) removePodFromVolume(name UniqueVolumeName, uid types.UID) {
