@@ -74,6 +74,8 @@ type ActualStateOfWorld struct {
 	volumes map[UniqueVolumeName]*ActualVolume
 	pods    map[types.UID]map[UniqueVolumeName]struct{}
 	waiters map[types.UID]chan struct{}
+	// the maps' peaks, to give their room back after many volumes went (shrink)
+	volumesPeak, podsPeak shrinking
 }
 
 // NewActualStateOfWorld returns an empty actual state.
@@ -106,6 +108,7 @@ func (a *ActualStateOfWorld) volume(spec VolumeSpec) *ActualVolume {
 	if v == nil {
 		v = &ActualVolume{Spec: spec, Pods: map[types.UID]PodMount{}}
 		a.volumes[spec.Name] = v
+		a.volumesPeak.peak = max(a.volumesPeak.peak, len(a.volumes))
 	}
 	return v
 }
@@ -177,6 +180,7 @@ func (a *ActualStateOfWorld) putPodMount(v *ActualVolume, pm PodMount) {
 	if idx == nil {
 		idx = map[UniqueVolumeName]struct{}{}
 		a.pods[uid] = idx
+		a.podsPeak.peak = max(a.podsPeak.peak, len(a.pods))
 	}
 	idx[v.Spec.Name] = struct{}{}
 	a.wake(uid)
@@ -228,6 +232,7 @@ func (a *ActualStateOfWorld) deletePodMount(name UniqueVolumeName, uid types.UID
 		delete(idx, name)
 		if len(idx) == 0 {
 			delete(a.pods, uid)
+			a.pods = shrink(&a.podsPeak, a.pods)
 		}
 	}
 	a.wake(uid)
@@ -250,7 +255,9 @@ func (a *ActualStateOfWorld) DeleteVolume(name UniqueVolumeName) {
 		}
 		a.wake(uid)
 	}
+	a.pods = shrink(&a.podsPeak, a.pods)
 	delete(a.volumes, name)
+	a.volumes = shrink(&a.volumesPeak, a.volumes)
 }
 
 // PodVolumes returns the volumes a pod may have mounted (Mounted or

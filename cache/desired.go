@@ -23,11 +23,17 @@ type DesiredStateOfWorld struct {
 	volumes map[UniqueVolumeName]*desiredVolume
 	pods    map[types.UID]*desiredPod
 	byPV    map[string]UniqueVolumeName
+	// the maps' peaks, to give their room back after many pods left (shrink)
+	volumesPeak, podsPeak, byPVPeak shrinking
 }
 
 type desiredVolume struct {
 	spec VolumeSpec
-	pods map[types.UID]PodVolume
+	// pods holds pointers: a map keeps room for 8 entries from its first,
+	// and most volumes have one pod; 8 slots of PodVolume values take about
+	// 1.1 KiB per volume, 8 slots of pointers 200 bytes (and the one
+	// PodVolume 120). A stored PodVolume is never changed.
+	pods map[types.UID]*PodVolume
 }
 
 type desiredPod struct {
@@ -61,16 +67,19 @@ func (d *DesiredStateOfWorld) SetPod(pod PodRef, wanted []string, resolved []Des
 	var touched []UniqueVolumeName
 	d.mu.Lock()
 	old := d.pods[pod.UID]
-	p := &desiredPod{ref: pod, wanted: append([]string(nil), wanted...), volumes: map[string]UniqueVolumeName{}, errs: map[string]error{}}
-	for k, v := range errs {
-		p.errs[k] = v
+	p := &desiredPod{ref: pod, wanted: append([]string(nil), wanted...), volumes: make(map[string]UniqueVolumeName, len(resolved))}
+	if len(errs) > 0 { // most pods have none: no map for them
+		p.errs = make(map[string]error, len(errs))
+		for k, v := range errs {
+			p.errs[k] = v
+		}
 	}
 	for _, dv := range resolved {
 		name := dv.Spec.Name
 		p.volumes[dv.Volume.SpecName] = name
 		v := d.volumes[name]
 		if v == nil {
-			v = &desiredVolume{pods: map[types.UID]PodVolume{}}
+			v = &desiredVolume{pods: map[types.UID]*PodVolume{}}
 			d.volumes[name] = v
 		}
 		v.spec = dv.Spec
@@ -79,10 +88,10 @@ func (d *DesiredStateOfWorld) SetPod(pod PodRef, wanted []string, resolved []Des
 		}
 		pv := dv.Volume
 		pv.Pod = pod
-		if cur, ok := v.pods[pod.UID]; !ok || !samePodVolume(cur, pv) {
+		if cur, ok := v.pods[pod.UID]; !ok || !samePodVolume(*cur, pv) {
 			touched = append(touched, name)
 		}
-		v.pods[pod.UID] = pv
+		v.pods[pod.UID] = &pv
 	}
 	if old != nil {
 		for spec, name := range old.volumes {
@@ -94,6 +103,7 @@ func (d *DesiredStateOfWorld) SetPod(pod PodRef, wanted []string, resolved []Des
 		}
 	}
 	d.pods[pod.UID] = p
+	d.shrink()
 	d.mu.Unlock()
 	for _, name := range touched {
 		d.notify(name)
@@ -114,10 +124,19 @@ func (d *DesiredStateOfWorld) DeletePod(uid types.UID) {
 		d.removePodFromVolume(name, uid)
 		touched = append(touched, name)
 	}
+	d.shrink()
 	d.mu.Unlock()
 	for _, name := range touched {
 		d.notify(name)
 	}
+}
+
+// shrink gives back the room of the maps' deleted entries once they hold a
+// quarter of what they held. Called with d.mu held, after every change.
+func (d *DesiredStateOfWorld) shrink() {
+	d.volumes = shrink(&d.volumesPeak, d.volumes)
+	d.pods = shrink(&d.podsPeak, d.pods)
+	d.byPV = shrink(&d.byPVPeak, d.byPV)
 }
 
 func (d *DesiredStateOfWorld) removePodFromVolume(name UniqueVolumeName, uid types.UID) {
@@ -157,7 +176,7 @@ func (d *DesiredStateOfWorld) Volume(name UniqueVolumeName) (spec VolumeSpec, po
 	}
 	pods = make([]PodVolume, 0, len(v.pods))
 	for _, p := range v.pods {
-		pods = append(pods, p)
+		pods = append(pods, *p)
 	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Pod.UID < pods[j].Pod.UID })
 	return v.spec, pods, true

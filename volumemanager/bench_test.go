@@ -50,6 +50,7 @@ type result struct {
 	dials                      int64
 	rpcs, apiRequests, volumes int
 	peakHeap, mountAllocs      uint64
+	heapInuse, peakRSS         uint64 // after mount (HeapInuse after a GC); VmHWM of the run
 }
 
 // cpuTime is the process's user+system CPU time.
@@ -144,6 +145,9 @@ func runWorkload(b *testing.B, w workload) result {
 	waitCtx, waitCancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer waitCancel()
 	runtime.GC()
+	if err := resetPeakRSS(); err != nil {
+		b.Fatal(err)
+	}
 	var r result
 	r.volumes = len(pvs)
 	apiBefore, rpcsBefore, dialsBefore := apiRequests(client), drv.Calls(""), drv.Connections()
@@ -179,6 +183,7 @@ func runWorkload(b *testing.B, w workload) result {
 	r.rpcs = drv.Calls("") - rpcsBefore
 	r.dials = int64(drv.Connections() - dialsBefore)
 	r.apiRequests = apiRequests(client) - apiBefore
+	r.heapInuse = heapInuseAfterGC(b, fmt.Sprintf("pods=%d", w.pods))
 
 	if w.idle > 0 {
 		start, cpu = time.Now(), cpuTime()
@@ -213,6 +218,9 @@ func runWorkload(b *testing.B, w workload) result {
 	r.unmount, r.unmountCPU = time.Since(start), cpuTime()-cpu
 	b.StopTimer()
 	r.peakHeap = heap.peak()
+	if r.peakRSS, err = peakRSS(); err != nil {
+		b.Fatal(err)
+	}
 	if got := drv.Calls("NodeStageVolume"); got != len(pvs) {
 		b.Fatalf("NodeStageVolume calls = %d, want %d", got, len(pvs))
 	}
@@ -236,6 +244,8 @@ func report(b *testing.B, w workload) {
 		sum.volumes += r.volumes
 		sum.peakHeap = max(sum.peakHeap, r.peakHeap)
 		sum.mountAllocs += r.mountAllocs
+		sum.heapInuse = max(sum.heapInuse, r.heapInuse)
+		sum.peakRSS = max(sum.peakRSS, r.peakRSS)
 	}
 	n := float64(b.N)
 	b.ReportMetric(sum.mount.Seconds()/n, "mount-s")
@@ -252,6 +262,8 @@ func report(b *testing.B, w workload) {
 	b.ReportMetric(float64(sum.apiRequests)/float64(sum.volumes), "api/vol")
 	b.ReportMetric(float64(sum.mountAllocs)/(n*float64(w.pods)), "allocs/pod")
 	b.ReportMetric(float64(sum.peakHeap)/(1<<20), "peak-heap-MiB")
+	b.ReportMetric(float64(sum.heapInuse)/(1<<20), "heap-inuse-MiB")
+	b.ReportMetric(float64(sum.peakRSS)/(1<<20), "peak-rss-MiB")
 	b.ReportMetric(0, "ns/op")
 }
 

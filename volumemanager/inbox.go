@@ -19,8 +19,9 @@ type inbox struct {
 	kick chan struct{}
 
 	mu sync.Mutex
-	// pods are the pods the node agent has added and not deleted.
-	pods map[types.UID]*v1.Pod
+	// pods are the pods the node agent has added and not deleted, as much
+	// of them as the loop reads (keepPod).
+	pods map[types.UID]*keptPod
 	// dirtyPods were added, updated or deleted since the last take.
 	dirtyPods map[types.UID]struct{}
 	// podsSynced: MarkPodsSynced was called.
@@ -40,7 +41,7 @@ type inbox struct {
 func newInbox() *inbox {
 	return &inbox{
 		kick:        make(chan struct{}, 1),
-		pods:        map[types.UID]*v1.Pod{},
+		pods:        map[types.UID]*keptPod{},
 		dirtyPods:   map[types.UID]struct{}{},
 		claims:      map[string]struct{}{},
 		volumes:     map[cache.UniqueVolumeName]struct{}{},
@@ -75,10 +76,10 @@ func (in *inbox) post(fn func()) {
 	in.wake()
 }
 
-func (in *inbox) addPod(pod *v1.Pod) {
+func (in *inbox) addPod(pod *keptPod) {
 	in.post(func() {
-		in.pods[pod.UID] = pod
-		in.dirtyPods[pod.UID] = struct{}{}
+		in.pods[pod.uid] = pod
+		in.dirtyPods[pod.uid] = struct{}{}
 	})
 }
 
@@ -124,7 +125,7 @@ func (in *inbox) take() batch {
 	if len(in.dirtyPods) > 0 {
 		b.pods = make(map[types.UID]*v1.Pod, len(in.dirtyPods))
 		for uid := range in.dirtyPods {
-			b.pods[uid] = in.pods[uid]
+			b.pods[uid] = in.pods[uid].pod()
 		}
 		in.dirtyPods = map[types.UID]struct{}{}
 	}

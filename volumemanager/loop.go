@@ -256,7 +256,7 @@ func addPod(pods map[types.UID]*v1.Pod, uid types.UID, in *inbox) map[types.UID]
 		pods = map[types.UID]*v1.Pod{}
 	}
 	in.mu.Lock()
-	pods[uid] = in.pods[uid]
+	pods[uid] = in.pods[uid].pod()
 	in.mu.Unlock()
 	return pods
 }

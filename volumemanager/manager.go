@@ -238,7 +238,7 @@ func New(cfg Config) (*VolumeManager, error) {
 		inspect:  make(chan func(*loop)),
 	}
 	if vm.factory == nil {
-		vm.factory = informers.NewSharedInformerFactory(cfg.KubeClient, 0)
+		vm.factory = informers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0, informers.WithTransform(trimInformerObject))
 	}
 	core, storage := vm.factory.Core().V1(), vm.factory.Storage().V1()
 	vm.csiDrivers = storage.CSIDrivers().Lister()
@@ -543,15 +543,17 @@ func (vm *VolumeManager) execute(ctx context.Context, a oe.Action, in opInput) o
 func (vm *VolumeManager) MarkPodsSynced() { vm.in.markPodsSynced() }
 
 // AddPod tells the manager that pod runs on this node and needs its volumes.
-// It returns at once; the pod is processed by the loop. A pod whose
-// spec.nodeName names another node than Config.NodeName is refused with an
-// error naming the pod and both nodes, and nothing is done for it; a pod
-// with no nodeName is accepted (unit tests, static pods of a kubelet fork).
+// It returns at once; the pod is processed by the loop. The manager keeps
+// its own copy of what it reads from the pod (keepPod), not the pod. A pod
+// whose spec.nodeName names another node than Config.NodeName is refused
+// with an error naming the pod and both nodes, and nothing is done for it;
+// a pod with no nodeName is accepted (unit tests, static pods of a kubelet
+// fork).
 func (vm *VolumeManager) AddPod(pod *v1.Pod) error {
 	if err := vm.checkNode(pod); err != nil {
 		return err
 	}
-	vm.in.addPod(pod.DeepCopy())
+	vm.in.addPod(keepPod(pod))
 	return nil
 }
 

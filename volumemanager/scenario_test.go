@@ -194,7 +194,7 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 		if l := arg("level"); l != "" {
 			pod.Spec.SecurityContext = &v1.PodSecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: l}}
 		}
-		s.in.addPod(pod)
+		s.in.addPod(keepPod(pod))
 	case "selinux-mount":
 		yes := true
 		if err := s.drivers.Add(&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: arg("driver")}, Spec: storagev1.CSIDriverSpec{SELinuxMount: &yes}}); err != nil {

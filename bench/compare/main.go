@@ -113,6 +113,8 @@ var rows = []struct{ unit, label string }{
 	{"api/vol", "API requests per volume (mount)"},
 	{"allocs/pod", "allocations per pod (mount)"},
 	{"peak-heap-MiB", "peak heap MiB"},
+	{"heap-inuse-MiB", "heap in use after mount MiB"},
+	{"peak-rss-MiB", "peak RSS MiB"},
 }
 
 func ratio(a, b float64) string {

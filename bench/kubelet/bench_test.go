@@ -104,6 +104,7 @@ type result struct {
 	mount, unmount, mountCPU, unmountCPU, idleCPU time.Duration
 	dials, rpcs, apiRequests, volumes             int
 	peakHeap, mountAllocs                         uint64
+	heapInuse, peakRSS                            uint64 // after mount (HeapInuse after a GC); VmHWM of the run
 }
 
 func cpuTime() time.Duration {
@@ -292,6 +293,9 @@ func runWorkload(b *testing.B, w workload) result {
 	waitCtx, waitCancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer waitCancel()
 	runtime.GC()
+	if err := resetPeakRSS(); err != nil {
+		b.Fatal(err)
+	}
 	var r result
 	r.volumes = len(pvs)
 	apiBefore, rpcsBefore, dialsBefore := apiRequests(client), drv.calls.Load(), drv.accepted.Load()
@@ -320,6 +324,7 @@ func runWorkload(b *testing.B, w workload) result {
 	r.rpcs = int(drv.calls.Load() - rpcsBefore)
 	r.dials = int(drv.accepted.Load() - dialsBefore)
 	r.apiRequests = apiRequests(client) - apiBefore
+	r.heapInuse = heapInuseAfterGC(b, fmt.Sprintf("pods=%d", w.pods))
 
 	if w.idle > 0 {
 		cpu = cpuTime()
@@ -348,6 +353,9 @@ func runWorkload(b *testing.B, w workload) result {
 	b.StopTimer()
 	close(stopHeap)
 	r.peakHeap = <-peak
+	if r.peakRSS, err = peakRSS(); err != nil {
+		b.Fatal(err)
+	}
 	return r
 }
 
@@ -366,6 +374,8 @@ func report(b *testing.B, w workload) {
 		sum.volumes += r.volumes
 		sum.peakHeap = max(sum.peakHeap, r.peakHeap)
 		sum.mountAllocs += r.mountAllocs
+		sum.heapInuse = max(sum.heapInuse, r.heapInuse)
+		sum.peakRSS = max(sum.peakRSS, r.peakRSS)
 	}
 	n := float64(b.N)
 	b.ReportMetric(sum.mount.Seconds()/n, "mount-s")
@@ -382,6 +392,8 @@ func report(b *testing.B, w workload) {
 	b.ReportMetric(float64(sum.apiRequests)/float64(sum.volumes), "api/vol")
 	b.ReportMetric(float64(sum.mountAllocs)/(n*float64(w.pods)), "allocs/pod")
 	b.ReportMetric(float64(sum.peakHeap)/(1<<20), "peak-heap-MiB")
+	b.ReportMetric(float64(sum.heapInuse)/(1<<20), "heap-inuse-MiB")
+	b.ReportMetric(float64(sum.peakRSS)/(1<<20), "peak-rss-MiB")
 	b.ReportMetric(0, "ns/op")
 }
 

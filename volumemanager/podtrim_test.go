@@ -1,0 +1,281 @@
+package volumemanager
+
+import (
+	"errors"
+	"runtime"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+)
+
+// trimPod is the pod the loop resolves for pod.
+func trimPod(pod *v1.Pod) *v1.Pod { return keepPod(pod).pod() }
+
+// busyPod is a pod as the API server gives it: most of its bytes are of no
+// interest to nodevol.
+func busyPod() *v1.Pod {
+	p := csitest.Pod("ns", "web",
+		csitest.PodFSGroup(2000),
+		csitest.PodServiceAccount("sa"),
+		csitest.WithPVC("data", "claim-data", false),
+		csitest.WithBlockPVC("raw", "claim-raw", true),
+		csitest.WithInlineCSI("inline", "inline.csi.example.com", false, map[string]string{"size": "1Gi"}),
+		csitest.WithEphemeral("scratch", "fast"),
+	)
+	p.Labels = map[string]string{"app": "web"}
+	p.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": `{"a":"b"}`}
+	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}
+	p.OwnerReferences = []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "web-1", UID: "rs-uid"}}
+	p.Spec.SecurityContext.SupplementalGroups = []int64{5, 6}
+	p.Spec.SecurityContext.FSGroupChangePolicy = ptr.To(v1.FSGroupChangeOnRootMismatch)
+	p.Spec.SecurityContext.SELinuxOptions = &v1.SELinuxOptions{Level: "s0:c1,c2"}
+	p.Spec.SecurityContext.SELinuxChangePolicy = ptr.To(v1.SELinuxChangePolicyMountOption)
+	p.Spec.SecurityContext.RunAsUser = ptr.To(int64(1000))
+	p.Spec.Volumes = append(p.Spec.Volumes,
+		v1.Volume{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "cm"}}}},
+		v1.Volume{Name: "unused", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "claim-unused"}}},
+		v1.Volume{Name: "ebs", VolumeSource: v1.VolumeSource{AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "vol-1", FSType: "ext4"}}},
+	)
+	c := &p.Spec.Containers[0]
+	c.Image = "registry.example.com/web:1.2.3"
+	c.Command = []string{"/bin/web", "--port=8080"}
+	c.Env = []v1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "2"}}
+	c.Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")}
+	c.VolumeMounts = append(c.VolumeMounts,
+		v1.VolumeMount{Name: "config", MountPath: "/etc/web"},
+		v1.VolumeMount{Name: "ebs", MountPath: "/ebs", SubPath: "x", ReadOnly: true})
+	c.SecurityContext = &v1.SecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: "s0:c3,c4"}, Privileged: ptr.To(false)}
+	p.Spec.InitContainers = []v1.Container{
+		{Name: "init-data", Image: "busybox", VolumeMounts: []v1.VolumeMount{{Name: "data", MountPath: "/d"}}},
+		{Name: "init-config", Image: "busybox", VolumeMounts: []v1.VolumeMount{{Name: "config", MountPath: "/c"}}},
+	}
+	p.Spec.EphemeralContainers = []v1.EphemeralContainer{
+		{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "debug", Image: "busybox",
+			VolumeMounts:    []v1.VolumeMount{{Name: "scratch", MountPath: "/s"}},
+			SecurityContext: &v1.SecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: "s0:c5,c6"}}}},
+		{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "debug-config", Image: "busybox",
+			VolumeMounts: []v1.VolumeMount{{Name: "config", MountPath: "/c"}}}},
+	}
+	p.Spec.NodeName = "node-1"
+	p.Status = v1.PodStatus{Phase: v1.PodRunning, PodIP: "10.0.0.1", Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}}
+	return p
+}
+
+// TestTrimPod checks that every function reading a pod in this package
+// gives the same answer for trimPod's copy as for the pod, and that the
+// copy shares no memory with the pod.
+func TestTrimPod(t *testing.T) {
+	tests := []struct {
+		name string
+		pod  *v1.Pod
+	}{
+		{"busy pod: PVC, block PVC, inline CSI, generic ephemeral, migrated in-tree, configMap, unmounted claim", busyPod()},
+		{"no volumes", csitest.Pod("ns", "empty")},
+		{"only a configMap", func() *v1.Pod {
+			p := csitest.Pod("ns", "cm")
+			p.Spec.Volumes = []v1.Volume{{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}}}
+			p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "config", MountPath: "/c"}}
+			return p
+		}()},
+		{"no security context", csitest.Pod("ns", "plain", csitest.WithPVC("data", "claim", true))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			orig := tt.pod.DeepCopy()
+			got := trimPod(tt.pod)
+			if diff := cmp.Diff(orig, tt.pod); diff != "" {
+				t.Fatalf("trimPod changed its argument (-before +after):\n%s", diff)
+			}
+			if diff := cmp.Diff(podRef(orig), podRef(got)); diff != "" {
+				t.Errorf("podRef (-pod +trimmed):\n%s", diff)
+			}
+			wantVols, wantBlock := podCSIVolumes(orig)
+			gotVols, gotBlock := podCSIVolumes(got)
+			if diff := cmp.Diff(wantVols, gotVols); diff != "" {
+				t.Errorf("podCSIVolumes volumes (-pod +trimmed):\n%s", diff)
+			}
+			if diff := cmp.Diff(wantBlock, gotBlock); diff != "" {
+				t.Errorf("podCSIVolumes block (-pod +trimmed):\n%s", diff)
+			}
+			// Both are called for nodevol's volumes only: resolvePod's errs
+			// and seLinuxLabel's volumes are podCSIVolumes'.
+			errs := map[string]error{}
+			for _, v := range wantVols {
+				if diff := cmp.Diff(containerSELinuxOptions(orig, v.Name), containerSELinuxOptions(got, v.Name)); diff != "" {
+					t.Errorf("containerSELinuxOptions(%s) (-pod +trimmed):\n%s", v.Name, diff)
+				}
+				errs[v.Name] = errors.New("not resolved")
+			}
+			if diff := cmp.Diff(waitingClaims(orig, errs), waitingClaims(got, errs)); diff != "" {
+				t.Errorf("waitingClaims (-pod +trimmed):\n%s", diff)
+			}
+			// resolveVolume, seLinuxLabel: the pod security context's fields.
+			if sc := orig.Spec.SecurityContext; sc != nil {
+				g := got.Spec.SecurityContext
+				if g == nil || !cmp.Equal(sc.FSGroup, g.FSGroup) || !cmp.Equal(sc.FSGroupChangePolicy, g.FSGroupChangePolicy) ||
+					!cmp.Equal(sc.SELinuxOptions, g.SELinuxOptions) || !cmp.Equal(sc.SELinuxChangePolicy, g.SELinuxChangePolicy) {
+					t.Errorf("pod security context = %+v, want the fsGroup, SELinux and change policies of %+v", g, sc)
+				}
+			} else if got.Spec.SecurityContext != nil {
+				t.Errorf("pod security context = %+v, want none", got.Spec.SecurityContext)
+			}
+			kept := keepPod(tt.pod)
+			// No pointer into the caller's pod: changing it changes no copy.
+			before := got.DeepCopy()
+			scribble(tt.pod)
+			if diff := cmp.Diff(before, got); diff != "" {
+				t.Errorf("the copy shares memory with the pod (-before +after changing the pod):\n%s", diff)
+			}
+			if diff := cmp.Diff(before, kept.pod()); diff != "" {
+				t.Errorf("the kept pod shares memory with the pod (-before +after changing the pod):\n%s", diff)
+			}
+		})
+	}
+}
+
+// scribble changes every pointer field trimPod could have copied.
+func scribble(p *v1.Pod) {
+	if sc := p.Spec.SecurityContext; sc != nil {
+		for _, f := range []*int64{sc.FSGroup} {
+			if f != nil {
+				*f++
+			}
+		}
+		if sc.SELinuxOptions != nil {
+			sc.SELinuxOptions.Level = "changed"
+		}
+		if sc.FSGroupChangePolicy != nil {
+			*sc.FSGroupChangePolicy = "changed"
+		}
+		if sc.SELinuxChangePolicy != nil {
+			*sc.SELinuxChangePolicy = "changed"
+		}
+	}
+	for i := range p.Spec.Volumes {
+		v := &p.Spec.Volumes[i]
+		if v.PersistentVolumeClaim != nil {
+			v.PersistentVolumeClaim.ClaimName = "changed"
+		}
+		if v.CSI != nil {
+			v.CSI.VolumeAttributes["size"] = "changed"
+		}
+		if v.Ephemeral != nil && v.Ephemeral.VolumeClaimTemplate != nil {
+			v.Ephemeral.VolumeClaimTemplate.Spec.AccessModes[0] = "changed"
+		}
+	}
+	for _, cs := range [][]v1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			if sc := cs[i].SecurityContext; sc != nil && sc.SELinuxOptions != nil {
+				sc.SELinuxOptions.Level = "changed"
+			}
+		}
+	}
+	for i := range p.Spec.EphemeralContainers {
+		if sc := p.Spec.EphemeralContainers[i].SecurityContext; sc != nil && sc.SELinuxOptions != nil {
+			sc.SELinuxOptions.Level = "changed"
+		}
+	}
+}
+
+// TestTrimPodKeeps is the copy of busyPod, exactly: what is not here is not
+// kept per pod.
+func TestTrimPodKeeps(t *testing.T) {
+	p := busyPod()
+	vols, _ := podCSIVolumes(p)
+	want := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: p.UID},
+		Spec: v1.PodSpec{
+			ServiceAccountName: "sa",
+			SecurityContext: &v1.PodSecurityContext{
+				FSGroup:             ptr.To(int64(2000)),
+				FSGroupChangePolicy: ptr.To(v1.FSGroupChangeOnRootMismatch),
+				SELinuxOptions:      &v1.SELinuxOptions{Level: "s0:c1,c2"},
+				SELinuxChangePolicy: ptr.To(v1.SELinuxChangePolicyMountOption),
+			},
+			Volumes:        vols,
+			InitContainers: []v1.Container{{Name: "init-data", VolumeMounts: []v1.VolumeMount{{Name: "data"}}}},
+			Containers: []v1.Container{{
+				Name:            p.Spec.Containers[0].Name,
+				VolumeMounts:    []v1.VolumeMount{{Name: "data"}, {Name: "inline"}, {Name: "scratch"}, {Name: "ebs"}},
+				VolumeDevices:   []v1.VolumeDevice{{Name: "raw"}},
+				SecurityContext: &v1.SecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: "s0:c3,c4"}},
+			}},
+			EphemeralContainers: []v1.EphemeralContainer{{EphemeralContainerCommon: v1.EphemeralContainerCommon{
+				Name: "debug", VolumeMounts: []v1.VolumeMount{{Name: "scratch"}},
+				SecurityContext: &v1.SecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: "s0:c5,c6"}},
+			}}},
+		},
+	}
+	if names := []string{"data", "raw", "inline", "scratch", "ebs"}; len(vols) != len(names) {
+		t.Fatalf("busyPod has %d nodevol volumes, want %v", len(vols), names)
+	}
+	if diff := cmp.Diff(want, trimPod(p)); diff != "" {
+		t.Errorf("trimPod (-want +got):\n%s", diff)
+	}
+}
+
+// TestKeptPodDeleted: a pod the inbox no longer has is nil to the loop
+// (deleted).
+func TestKeptPodDeleted(t *testing.T) {
+	var k *keptPod
+	if p := k.pod(); p != nil {
+		t.Errorf("nil keptPod gives %v, want nil", p)
+	}
+}
+
+// TestKeptPodBytes holds what the inbox keeps of a pod with one claim
+// under a bound: the deep copy it kept before was 2.1 KiB for a small pod
+// with one claim (now about 0.5 KiB), 10.4 KiB for busyPod (now 3.9 KiB:
+// its five volumes, 256 bytes each, and the claim template).
+func TestKeptPodBytes(t *testing.T) {
+	const n = 2000
+	for _, tt := range []struct {
+		name  string
+		pod   *v1.Pod
+		limit float64
+	}{
+		{"one claim", csitest.Pod("ns", "p", csitest.WithPVC("data", "claim", false)), 800},
+		{"busy pod", busyPod(), 4500},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			kept := make([]*keptPod, n)
+			before := liveBytes()
+			for i := range kept {
+				kept[i] = keepPod(tt.pod)
+			}
+			after := liveBytes()
+			runtime.KeepAlive(kept)
+			per := float64(after-before) / n
+			t.Logf("%s: %.0f bytes kept per pod (a deep copy: %d)", tt.name, per, deepCopyBytes(tt.pod))
+			if per > tt.limit {
+				t.Errorf("%s: %.0f bytes kept per pod, want at most %.0f", tt.name, per, tt.limit)
+			}
+		})
+	}
+}
+
+func deepCopyBytes(p *v1.Pod) uint64 {
+	const n = 200
+	copies := make([]*v1.Pod, n)
+	before := liveBytes()
+	for i := range copies {
+		copies[i] = p.DeepCopy()
+	}
+	after := liveBytes()
+	runtime.KeepAlive(copies)
+	return (after - before) / n
+}
+
+// liveBytes returns the bytes of live heap objects after a collection.
+func liveBytes() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
