@@ -13,6 +13,8 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	fakeclock "k8s.io/utils/clock/testing"
 
@@ -107,7 +109,11 @@ type lineLog struct {
 
 func (l *lineLog) logger() logr.Logger {
 	return funcr.New(func(prefix, args string) {
-		if !strings.Contains(args, `"msg"="Volume operation failed"`) && !strings.Contains(args, `"msg"="Operation succeeded after failing"`) {
+		keep := false
+		for _, msg := range []string{"Volume operation failed", "Operation succeeded after failing", "Volume operation waiting"} {
+			keep = keep || strings.Contains(args, `"msg"="`+msg+`"`)
+		}
+		if !keep {
 			return
 		}
 		l.mu.Lock()
@@ -288,5 +294,48 @@ func TestFailureEventReasons(t *testing.T) {
 				t.Errorf("event %q, want %q", ev, tt.want)
 			}
 		})
+	}
+}
+
+// TestWaitingLog: an attach-required volume whose VolumeAttachment the
+// attacher has not attached yet is waiting, not failing: an info line (no
+// error) with the reason and the next retry, and no Warning event on the
+// pod, before and after the attacher has attached it.
+func TestWaitingLog(t *testing.T) {
+	logs := &lineLog{}
+	logger := logs.logger()
+	e := newEnv(t, envOptions{attachRequired: true, logger: &logger})
+	pv := e.claim("data")
+	drv := e.drv.DriverName()
+	vol := "kubernetes.io/csi/" + drv + "^handle-data"
+	vaName := csitest.AttachmentName("handle-data", drv, node)
+	va := csitest.VolumeAttachment(vaName, drv, pv, node, false)
+	e.create(va)
+	pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "data", false))
+	if err := e.vm.AddPod(pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a waiting line", func() bool { return len(logs.get()) > 0 })
+	got := logs.get()
+	if !strings.HasPrefix(got[0], `[volumemanager] "level"=0 "msg"="Volume operation waiting" "operation"="verify_controller_attached_volume" "volume"="`+vol+`" "driver"="`+drv+`" "pods"=["ns/web"] "uncertain"=false "retryAfter"="500ms" "nextRetry"=`) ||
+		!strings.Contains(got[0], `"reason"="`) || !strings.Contains(got[0], vaName) || !strings.Contains(got[0], "not ready") {
+		t.Fatalf("first line %q, want an info line naming the operation, volume, driver, pod, next retry and the VolumeAttachment it waits for", got[0])
+	}
+	va.Status = storagev1.VolumeAttachmentStatus{Attached: true}
+	if _, err := e.client.StorageV1().VolumeAttachments().UpdateStatus(context.Background(), va, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.mount(pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range logs.get() {
+		if strings.Contains(l, "Volume operation failed") {
+			t.Errorf("a waiting attach logged as a failure: %s", l)
+		}
+	}
+	select {
+	case ev := <-e.events.Events:
+		t.Errorf("event %q for an attach that was only waited for", ev)
+	default:
 	}
 }

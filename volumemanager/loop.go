@@ -665,7 +665,19 @@ func (l *loop) failed(o oe.Outcome) {
 		if suppressed > 0 {
 			kv = append(kv, "suppressed", suppressed)
 		}
+		if errors.Is(o.Err, oe.ErrNotReady) {
+			// Waiting for something that is on its way (a VolumeAttachment
+			// the attacher has not attached yet, a driver not registered
+			// yet) is not a failure: an info line, and no Warning event on
+			// the pod, which every attach-required mount would otherwise
+			// get. A wait that lasts still shows, rate-limited like a
+			// failure, and its cause is in the pod's wait error.
+			l.logger.Info("Volume operation waiting", append(kv, "reason", o.Err.Error())...)
+			return
+		}
 		l.logger.Error(o.Err, "Volume operation failed", kv...)
+	} else if errors.Is(o.Err, oe.ErrNotReady) {
+		return
 	}
 	if l.events == nil {
 		return
