@@ -2,6 +2,7 @@ package volumemanager_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -303,9 +304,16 @@ func TestREADMETestKit(t *testing.T) {
 	env := vmtest.NewEnv(t, vmtest.EnvOptions{Objects: []runtime.Object{pvc, pv}, AttachRequired: true})
 	env.Driver.Inject(csitest.Fault{Method: "NodeStageVolume", Err: status.Error(codes.Internal, "boom"), Times: 1})
 	pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "data", false)) // on node env.Node
-	env.Manager.AddPod(pod)
+	if err := env.Manager.AddPod(pod); err != nil {                         // refused only for a pod of another node
+		t.Fatal(err)
+	}
 	if err := env.Manager.WaitForAttachAndMount(ctx, pod); err != nil {
 		t.Fatal(err)
+	}
+	for _, r := range env.Driver.Requests() { // every request, in order: r.Method, r.VolumeID, r.Req
+		if r.Method == "NodePublishVolume" && r.VolumeID != "handle-1" {
+			t.Errorf("published %s", r.VolumeID)
+		}
 	}
 	// The snippet's assertions:
 	if got := env.Driver.Calls("NodeStageVolume"); got != 2 {
@@ -326,5 +334,25 @@ func TestREADMETestKit(t *testing.T) {
 	}
 	if len(vas.Items) != 1 || !vas.Items[0].Status.Attached || vas.Items[0].Spec.NodeName != env.Node {
 		t.Errorf("VolumeAttachments = %+v, want the volume's, attached to %s", vas.Items, env.Node)
+	}
+	// The snippet, continued:
+	env.Manager.DeletePod(pod)
+	if err := env.Manager.WaitForUnmount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if got := env.Driver.Published("handle-1"); len(got) != 0 {
+		t.Errorf("handle-1 still published at %v", got)
+	}
+
+	env = vmtest.NewEnv(t, vmtest.EnvOptions{Configure: func(c *volumemanager.Config) {
+		c.ClaimPendingGracePeriod = 100 * time.Millisecond
+	}})
+	err = env.Manager.WaitForAttachAndMount(ctx, csitest.Pod("ns", "db", csitest.WithPVC("data", "nope", false)))
+	if !errors.Is(err, volumemanager.ErrFinal) {
+		t.Fatalf("got %v, want a final error naming claim ns/nope", err)
+	}
+	// The snippet's assertions:
+	if !strings.Contains(err.Error(), "ns/nope") {
+		t.Errorf("the error does not name the claim: %v", err)
 	}
 }

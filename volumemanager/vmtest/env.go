@@ -34,7 +34,9 @@ type EnvOptions struct {
 	// its Node and Driver are set by NewEnv. Default: attach at once.
 	Attacher csitest.AttacherOptions
 	// Configure, if set, changes the manager's Config before New, e.g. to
-	// set a Registerer or an EventRecorder. NodeName, KubeClient, RootDir
+	// set a Registerer or an EventRecorder, or to shorten
+	// ClaimPendingGracePeriod (5 s by default) so that a test of a missing
+	// claim gets its final error at once. NodeName, KubeClient, RootDir
 	// and Mounter are set already.
 	Configure func(*volumemanager.Config)
 }
