@@ -251,15 +251,15 @@ func TestMigrationBadInput(t *testing.T) {
 		want []string
 	}{
 		{"hostPath PV", csitest.Pod("ns", "a", csitest.WithPVC("data", "hostpath", false)),
-			[]string{`pod ns/a volume "data"`, "PV " + hostPath.Name + " has no CSI source and no in-tree source that CSI migration translates"}},
+			[]string{`pod ns/a: unmounted volumes=[data]; volume "data": `, "PV " + hostPath.Name + " has no CSI source and no in-tree source that CSI migration translates"}},
 		{"EBS PV with a bad volume ID", csitest.Pod("ns", "b", csitest.WithPVC("data", "badebs", false)),
-			[]string{`pod ns/b volume "data"`, "PV " + badEBS.Name + ": translating its kubernetes.io/aws-ebs source to CSI", "Invalid format for AWS volume"}},
+			[]string{`pod ns/b: unmounted volumes=[data]; volume "data": `, "PV " + badEBS.Name + ": translating its kubernetes.io/aws-ebs source to CSI", "Invalid format for AWS volume"}},
 		{"inline EBS with a bad volume ID", csitest.Pod("ns", "c", csitest.WithVolume(ebsInline, false)),
-			[]string{`pod ns/c volume "ebs"`, "translating inline kubernetes.io/aws-ebs volume to CSI"}},
+			[]string{`pod ns/c: unmounted volumes=[ebs]; volume "ebs": `, "translating inline kubernetes.io/aws-ebs volume to CSI"}},
 		{"inline GCE PD as a device", csitest.Pod("ns", "d", gceDevice("pd", "d")),
-			[]string{`pod ns/d volume "pd"`, "volume has volumeMode Filesystem, but is specified in volumeDevices"}},
+			[]string{`pod ns/d: unmounted volumes=[pd]; volume "pd": `, "volume has volumeMode Filesystem, but is specified in volumeDevices"}},
 		{"GCE PD block PV in volumeMounts", csitest.Pod("ns", "e", csitest.WithPVC("data", "gceblock", false)),
-			[]string{`pod ns/e volume "data"`, "volume has volumeMode Block, but is specified in volumeMounts"}},
+			[]string{`pod ns/e: unmounted volumes=[data]; volume "data": `, "volume has volumeMode Block, but is specified in volumeMounts"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -185,7 +185,10 @@ func (e *WaitError) Error() string {
 		case running != "":
 			fmt.Fprintf(&b, "; volume %q: %s", name, running)
 		case err != nil:
-			fmt.Fprintf(&b, "; volume %q: %v", name, err)
+			// A resolution error names the pod and volume itself: said
+			// once is enough.
+			msg := strings.TrimPrefix(err.Error(), fmt.Sprintf("pod %s volume %q: ", e.Pod, name))
+			fmt.Fprintf(&b, "; volume %q: %s", name, msg)
 		case e.Waiting[name] != "":
 			fmt.Fprintf(&b, "; volume %q: %s", name, e.Waiting[name])
 		default:

@@ -47,21 +47,21 @@ func TestWaitFinal(t *testing.T) {
 		// afterGrace: final only after the grace period; final: final at once.
 		afterGrace, final bool
 	}{
-		{name: "claim missing", claim: "nope", want: `volume "data": pod ns/web volume "data": PVC ns/nope not found`, afterGrace: true},
+		{name: "claim missing", claim: "nope", want: `volume "data": PVC ns/nope not found`, afterGrace: true},
 		{
 			name:  "claim pending",
 			claim: "pend",
 			objects: func(*env) []runtime.Object {
 				return []runtime.Object{csitest.PVC("ns", "pend", "", csitest.PVCPending())}
 			},
-			want:       `volume "data": pod ns/web volume "data": PVC ns/pend is not bound (phase "Pending")`,
+			want:       `volume "data": PVC ns/pend is not bound (phase "Pending")`,
 			afterGrace: true,
 		},
 		{
 			name:    "PV with no CSI source",
 			claim:   "host",
 			objects: func(*env) []runtime.Object { return []runtime.Object{pvcHost, pvHost} },
-			want:    `volume "data": pod ns/web volume "data": PV ` + pvHost.Name + ` has no CSI source and no in-tree source that CSI migration translates`,
+			want:    `volume "data": PV ` + pvHost.Name + ` has no CSI source and no in-tree source that CSI migration translates`,
 			final:   true,
 		},
 		{
