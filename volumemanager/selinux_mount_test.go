@@ -189,12 +189,12 @@ func TestSELinuxConflict(t *testing.T) {
 	if want := "Warning FailedMount " + wantMsg; event != want {
 		t.Errorf("event:\n%s\nwant\n%s", event, want)
 	}
-	done, stopWait := context.WithCancel(context.Background())
-	stopWait() // the conflict is known: the wait returns at once with it
-	err := vm.WaitForAttachAndMount(done, podB)
+	// A refusal is final: the wait returns with it as soon as the loop has
+	// set it (the event is recorded just before).
+	err := vm.WaitForAttachAndMount(ctx, podB)
 	var we *WaitError
 	var conflict *SELinuxConflictError
-	if !errors.As(err, &we) || !errors.As(we.Causes["data"], &conflict) {
+	if !errors.Is(err, ErrFinal) || !errors.As(err, &we) || !errors.As(we.Causes["data"], &conflict) {
 		t.Fatalf("wait error %v, want a WaitError caused by an SELinuxConflictError", err)
 	}
 	if conflict.Pod.Name != "b" || conflict.Other.Name != "a" || conflict.Context != contextB || conflict.OtherContext != contextA {
