@@ -161,8 +161,12 @@ func TestShrink(t *testing.T) {
 }
 
 // TestActualStateBytesPerVolume holds the actual state's own cost of a
-// mounted volume with one pod under a bound: it was 1.9 KiB, most of it
-// the room for 8 PodMount values in the volume's pod map.
+// mounted volume with one pod under a bound: it was 745 bytes, of which
+// about 190 the per-pod index set (a map has room for 8 from its first
+// entry), now a slice. The volume's Pods map is not the 8 x 152-byte
+// PodMount values it looks like: Go keeps a map's values over 128 bytes
+// out of line, so its slots hold pointers (about 410 bytes with the
+// PodMount).
 func TestActualStateBytesPerVolume(t *testing.T) {
 	const n = 4000
 	// The inputs are made first: only what the actual state keeps is counted.
@@ -189,7 +193,7 @@ func TestActualStateBytesPerVolume(t *testing.T) {
 	runtime.KeepAlive(a)
 	perVolume := float64(after-before) / n
 	t.Logf("actual state: %.0f bytes per mounted volume with one pod", perVolume)
-	const limit = 1000
+	const limit = 650
 	if perVolume > limit {
 		t.Errorf("actual state keeps %.0f bytes per mounted volume with one pod, want at most %d", perVolume, limit)
 	}
