@@ -51,6 +51,9 @@ type result struct {
 	rpcs, apiRequests, volumes int
 	peakHeap, mountAllocs      uint64
 	heapInuse, peakRSS         uint64 // after mount (HeapInuse after a GC); VmHWM of the run
+	// baseRSS, baseFileRSS: VmRSS and its file-backed part (the binary)
+	// before the first pod, where peakRSS starts from.
+	baseRSS, baseFileRSS uint64
 }
 
 // cpuTime is the process's user+system CPU time.
@@ -150,6 +153,12 @@ func runWorkload(b *testing.B, w workload) result {
 	}
 	var r result
 	r.volumes = len(pvs)
+	if r.baseRSS, err = procStatus("VmRSS"); err != nil {
+		b.Fatal(err)
+	}
+	if r.baseFileRSS, err = procStatus("RssFile"); err != nil {
+		b.Fatal(err)
+	}
 	apiBefore, rpcsBefore, dialsBefore := apiRequests(client), drv.Calls(""), drv.Connections()
 	heap := sampleHeap()
 	var ms0, ms1 runtime.MemStats
@@ -246,6 +255,8 @@ func report(b *testing.B, w workload) {
 		sum.mountAllocs += r.mountAllocs
 		sum.heapInuse = max(sum.heapInuse, r.heapInuse)
 		sum.peakRSS = max(sum.peakRSS, r.peakRSS)
+		sum.baseRSS = max(sum.baseRSS, r.baseRSS)
+		sum.baseFileRSS = max(sum.baseFileRSS, r.baseFileRSS)
 	}
 	n := float64(b.N)
 	b.ReportMetric(sum.mount.Seconds()/n, "mount-s")
@@ -264,6 +275,8 @@ func report(b *testing.B, w workload) {
 	b.ReportMetric(float64(sum.peakHeap)/(1<<20), "peak-heap-MiB")
 	b.ReportMetric(float64(sum.heapInuse)/(1<<20), "heap-inuse-MiB")
 	b.ReportMetric(float64(sum.peakRSS)/(1<<20), "peak-rss-MiB")
+	b.ReportMetric(float64(sum.baseRSS)/(1<<20), "base-rss-MiB")
+	b.ReportMetric(float64(sum.baseFileRSS)/(1<<20), "base-rss-file-MiB")
 	b.ReportMetric(0, "ns/op")
 }
 
