@@ -1,10 +1,13 @@
 package cache
 
 import (
+	"slices"
 	"sort"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodevol/nodevol/util/podwait"
 )
 
 // ActualVolume is a snapshot of what is really done for one volume on this node.
@@ -72,8 +75,11 @@ type MountedVolume struct {
 type ActualStateOfWorld struct {
 	mu      sync.RWMutex
 	volumes map[UniqueVolumeName]*ActualVolume
-	pods    map[types.UID]map[UniqueVolumeName]struct{}
-	waiters map[types.UID]chan struct{}
+	// pods indexes each pod's volumes: a slice, not a set, because a pod
+	// has a few volumes and a map keeps room for 8 from its first entry
+	// (about 200 bytes for a pod with one volume, 16 for the slice).
+	pods    map[types.UID][]UniqueVolumeName
+	waiters podwait.Set
 	// the maps' peaks, to give their room back after many volumes went (shrink)
 	volumesPeak, podsPeak shrinking
 }
@@ -82,8 +88,7 @@ type ActualStateOfWorld struct {
 func NewActualStateOfWorld() *ActualStateOfWorld {
 	return &ActualStateOfWorld{
 		volumes: map[UniqueVolumeName]*ActualVolume{},
-		pods:    map[types.UID]map[UniqueVolumeName]struct{}{},
-		waiters: map[types.UID]chan struct{}{},
+		pods:    map[types.UID][]UniqueVolumeName{},
 	}
 }
 
@@ -176,13 +181,13 @@ func (a *ActualStateOfWorld) SetPodMount(spec VolumeSpec, vol PodVolume, state M
 func (a *ActualStateOfWorld) putPodMount(v *ActualVolume, pm PodMount) {
 	uid := pm.Volume.Pod.UID
 	v.Pods[uid] = pm
-	idx := a.pods[uid]
-	if idx == nil {
-		idx = map[UniqueVolumeName]struct{}{}
-		a.pods[uid] = idx
-		a.podsPeak.peak = max(a.podsPeak.peak, len(a.pods))
+	idx, known := a.pods[uid]
+	if !slices.Contains(idx, v.Spec.Name) {
+		a.pods[uid] = append(idx, v.Spec.Name)
+		if !known {
+			a.podsPeak.peak = max(a.podsPeak.peak, len(a.pods))
+		}
 	}
-	idx[v.Spec.Name] = struct{}{}
 	a.wake(uid)
 }
 
@@ -228,14 +233,28 @@ func (a *ActualStateOfWorld) deletePodMount(name UniqueVolumeName, uid types.UID
 	if v := a.volumes[name]; v != nil {
 		delete(v.Pods, uid)
 	}
-	if idx := a.pods[uid]; idx != nil {
-		delete(idx, name)
-		if len(idx) == 0 {
-			delete(a.pods, uid)
-			a.pods = shrink(&a.podsPeak, a.pods)
-		}
+	if a.unindex(uid, name) {
+		a.pods = shrink(&a.podsPeak, a.pods)
 	}
 	a.wake(uid)
+}
+
+// unindex removes volume name from the pod's index, and the pod once it has
+// no volume left (it reports that); a.mu is held.
+func (a *ActualStateOfWorld) unindex(uid types.UID, name UniqueVolumeName) bool {
+	idx, known := a.pods[uid]
+	if !known {
+		return false
+	}
+	if i := slices.Index(idx, name); i >= 0 {
+		idx = slices.Delete(idx, i, i+1)
+	}
+	if len(idx) == 0 {
+		delete(a.pods, uid)
+		return true
+	}
+	a.pods[uid] = idx
+	return false
 }
 
 // DeleteVolume forgets a volume entirely: nothing of it is left on the node.
@@ -247,12 +266,7 @@ func (a *ActualStateOfWorld) DeleteVolume(name UniqueVolumeName) {
 		return
 	}
 	for uid := range v.Pods {
-		if idx := a.pods[uid]; idx != nil {
-			delete(idx, name)
-			if len(idx) == 0 {
-				delete(a.pods, uid)
-			}
-		}
+		a.unindex(uid, name)
 		a.wake(uid)
 	}
 	a.pods = shrink(&a.podsPeak, a.pods)
@@ -266,7 +280,7 @@ func (a *ActualStateOfWorld) PodVolumes(uid types.UID) []MountedVolume {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	var out []MountedVolume
-	for name := range a.pods[uid] {
+	for _, name := range a.pods[uid] {
 		v := a.volumes[name]
 		if v == nil {
 			continue
@@ -296,16 +310,21 @@ func (a *ActualStateOfWorld) VolumeNames() []UniqueVolumeName {
 }
 
 // PodChanged returns a channel that is closed at the next change to any of
-// the pod's mounts. Waiters take a new channel after each wake-up.
+// the pod's mounts. Waiters take a new channel after each wake-up, and give
+// each back with PodWaitDone when they stop waiting.
 func (a *ActualStateOfWorld) PodChanged(uid types.UID) <-chan struct{} {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ch := a.waiters[uid]
-	if ch == nil {
-		ch = make(chan struct{})
-		a.waiters[uid] = ch
-	}
-	return ch
+	return a.waiters.Changed(uid)
+}
+
+// PodWaitDone gives back a channel from PodChanged: once no one waits on
+// it, it is dropped instead of being kept until the pod's next change
+// (for a mounted pod, as long as it runs).
+func (a *ActualStateOfWorld) PodWaitDone(uid types.UID, ch <-chan struct{}) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.waiters.Done(uid, ch)
 }
 
 // wakeVolume wakes the waiters of every pod of v: a device change matters to all of them.
@@ -315,9 +334,4 @@ func (a *ActualStateOfWorld) wakeVolume(v *ActualVolume) {
 	}
 }
 
-func (a *ActualStateOfWorld) wake(uid types.UID) {
-	if ch := a.waiters[uid]; ch != nil {
-		close(ch)
-		delete(a.waiters, uid)
-	}
-}
+func (a *ActualStateOfWorld) wake(uid types.UID) { a.waiters.Wake(uid) }

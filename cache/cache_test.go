@@ -219,3 +219,24 @@ func TestPodBusy(t *testing.T) {
 		t.Fatalf("after a failed republish: %+v, want it still Mounted", got)
 	}
 }
+
+// TestPodWaitDone: a channel given back is dropped once nobody waits on it,
+// and one given back by one waiter still wakes another.
+func TestPodWaitDone(t *testing.T) {
+	a := NewActualStateOfWorld()
+	s := spec("drv", "v", "pv")
+	p := PodVolume{Pod: PodRef{UID: "p"}, SpecName: "data"}
+	first, second := a.PodChanged("p"), a.PodChanged("p")
+	a.PodWaitDone("p", first)
+	a.SetPodMount(s, p, Mounted, "/pods/p/v")
+	select {
+	case <-second:
+	default:
+		t.Fatal("a change did not wake the waiter left")
+	}
+	ch := a.PodChanged("p")
+	a.PodWaitDone("p", ch)
+	if n := a.waiters.Len(); n != 0 {
+		t.Fatalf("%d pods keep a channel nobody waits on", n)
+	}
+}

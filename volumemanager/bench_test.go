@@ -51,6 +51,10 @@ type result struct {
 	rpcs, apiRequests, volumes int
 	peakHeap, mountAllocs      uint64
 	heapInuse, peakRSS         uint64 // after mount (HeapInuse after a GC); VmHWM of the run
+	// baseRSS, baseAnonRSS: VmRSS and its anonymous part (all but the
+	// binary, which is file-backed or, built on a tmpfs, shmem) before the
+	// first pod, where peakRSS starts from.
+	baseRSS, baseAnonRSS uint64
 }
 
 // cpuTime is the process's user+system CPU time.
@@ -150,6 +154,12 @@ func runWorkload(b *testing.B, w workload) result {
 	}
 	var r result
 	r.volumes = len(pvs)
+	if r.baseRSS, err = procStatus("VmRSS"); err != nil {
+		b.Fatal(err)
+	}
+	if r.baseAnonRSS, err = procStatus("RssAnon"); err != nil {
+		b.Fatal(err)
+	}
 	apiBefore, rpcsBefore, dialsBefore := apiRequests(client), drv.Calls(""), drv.Connections()
 	heap := sampleHeap()
 	var ms0, ms1 runtime.MemStats
@@ -246,6 +256,8 @@ func report(b *testing.B, w workload) {
 		sum.mountAllocs += r.mountAllocs
 		sum.heapInuse = max(sum.heapInuse, r.heapInuse)
 		sum.peakRSS = max(sum.peakRSS, r.peakRSS)
+		sum.baseRSS = max(sum.baseRSS, r.baseRSS)
+		sum.baseAnonRSS = max(sum.baseAnonRSS, r.baseAnonRSS)
 	}
 	n := float64(b.N)
 	b.ReportMetric(sum.mount.Seconds()/n, "mount-s")
@@ -264,6 +276,8 @@ func report(b *testing.B, w workload) {
 	b.ReportMetric(float64(sum.peakHeap)/(1<<20), "peak-heap-MiB")
 	b.ReportMetric(float64(sum.heapInuse)/(1<<20), "heap-inuse-MiB")
 	b.ReportMetric(float64(sum.peakRSS)/(1<<20), "peak-rss-MiB")
+	b.ReportMetric(float64(sum.baseRSS)/(1<<20), "base-rss-MiB")
+	b.ReportMetric(float64(sum.baseAnonRSS)/(1<<20), "base-rss-anon-MiB")
 	b.ReportMetric(0, "ns/op")
 }
 

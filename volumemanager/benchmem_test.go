@@ -29,7 +29,11 @@ func resetPeakRSS() error {
 
 // peakRSS returns the process's peak resident set size (VmHWM of
 // /proc/self/status) in bytes.
-func peakRSS() (uint64, error) {
+func peakRSS() (uint64, error) { return procStatus("VmHWM") }
+
+// procStatus returns a size field of /proc/self/status (VmHWM, VmRSS,
+// RssFile, ...) in bytes.
+func procStatus(field string) (uint64, error) {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		return 0, err
@@ -37,20 +41,20 @@ func peakRSS() (uint64, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:")
+		rest, ok := strings.CutPrefix(sc.Text(), field+":")
 		if !ok {
 			continue
 		}
 		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("VmHWM %q: %w", rest, err)
+			return 0, fmt.Errorf("%s %q: %w", field, rest, err)
 		}
 		return kb << 10, nil
 	}
 	if err := sc.Err(); err != nil {
 		return 0, err
 	}
-	return 0, fmt.Errorf("no VmHWM in /proc/self/status")
+	return 0, fmt.Errorf("no %s in /proc/self/status", field)
 }
 
 // heapInuseAfterGC collects garbage and returns HeapInuse: the bytes in heap

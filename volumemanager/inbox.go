@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/util/podwait"
 )
 
 // inbox is how the rest of the world talks to the loop: the node agent's
@@ -150,23 +151,24 @@ type podErrors struct {
 	mu   sync.Mutex
 	errs map[types.UID]map[string]error
 	// waiters are closed at the next change of a pod's errors.
-	waiters map[types.UID]chan struct{}
+	waiters podwait.Set
 }
 
 // changed returns a channel closed at the next change of the pod's errors
 // (or of its resolution errors, which the loop announces with wake).
+// Every caller gives it back with waitDone.
 func (p *podErrors) changed(uid types.UID) <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.waiters == nil {
-		p.waiters = map[types.UID]chan struct{}{}
-	}
-	ch := p.waiters[uid]
-	if ch == nil {
-		ch = make(chan struct{})
-		p.waiters[uid] = ch
-	}
-	return ch
+	return p.waiters.Changed(uid)
+}
+
+// waitDone gives back a channel from changed, so that it is not kept while
+// nobody waits on it.
+func (p *podErrors) waitDone(uid types.UID, ch <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.waiters.Done(uid, ch)
 }
 
 // wake wakes the pod's waiters.
@@ -176,12 +178,7 @@ func (p *podErrors) wake(uid types.UID) {
 	p.wakeLocked(uid)
 }
 
-func (p *podErrors) wakeLocked(uid types.UID) {
-	if ch := p.waiters[uid]; ch != nil {
-		close(ch)
-		delete(p.waiters, uid)
-	}
-}
+func (p *podErrors) wakeLocked(uid types.UID) { p.waiters.Wake(uid) }
 
 func (p *podErrors) set(uid types.UID, specName string, err error) {
 	p.mu.Lock()

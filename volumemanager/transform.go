@@ -25,14 +25,22 @@ import (
 //     migrated inline volume: nodevol writes it when it attaches itself and
 //     reads its attachments' node, attacher, volume name and status only.
 //
+// A claim's requests and capacity and a volume's capacity are kept, but
+// equal ones share one map (resourceLists, intern.go).
+//
 // TestTrimInformerObject lists what each reader needs and checks that it is
 // left.
 func trimInformerObject(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *v1.PersistentVolumeClaim:
 		trimMeta(&o.ObjectMeta)
+		o.Spec.Resources.Requests = resourceLists.intern(o.Spec.Resources.Requests)
+		o.Spec.Resources.Limits = resourceLists.intern(o.Spec.Resources.Limits)
+		o.Status.Capacity = resourceLists.intern(o.Status.Capacity)
+		o.Status.AllocatedResources = resourceLists.intern(o.Status.AllocatedResources)
 	case *v1.PersistentVolume:
 		trimMeta(&o.ObjectMeta)
+		o.Spec.Capacity = resourceLists.intern(o.Spec.Capacity)
 	case *storagev1.VolumeAttachment:
 		trimMeta(&o.ObjectMeta)
 		o.Spec.Source.InlineVolumeSpec = nil

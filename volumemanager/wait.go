@@ -90,12 +90,14 @@ func (vm *VolumeManager) wait(ctx context.Context, pod *v1.Pod, pending func() [
 		changed, errsChanged := vm.asw.PodChanged(pod.UID), vm.loop.errs.changed(pod.UID)
 		left := pending()
 		if len(left) == 0 {
+			vm.waitDone(pod.UID, changed, errsChanged)
 			return nil
 		}
 		var timerC <-chan time.Time
 		if judge {
 			final, at := vm.finalErrors(pod.UID, left)
 			if final {
+				vm.waitDone(pod.UID, changed, errsChanged)
 				return vm.waitError(ctx, pod, left, what, true)
 			}
 			if timer != nil {
@@ -112,9 +114,18 @@ func (vm *VolumeManager) wait(ctx context.Context, pod *v1.Pod, pending func() [
 		case <-errsChanged:
 		case <-timerC:
 		case <-ctx.Done():
+			vm.waitDone(pod.UID, changed, errsChanged)
 			return vm.waitError(ctx, pod, left, what, false)
 		}
+		vm.waitDone(pod.UID, changed, errsChanged)
 	}
+}
+
+// waitDone gives back the channels a wait took: kept, they would stay until
+// the pod's next change, for a mounted pod as long as it runs.
+func (vm *VolumeManager) waitDone(uid types.UID, changed, errsChanged <-chan struct{}) {
+	vm.asw.PodWaitDone(uid, changed)
+	vm.loop.errs.waitDone(uid, errsChanged)
 }
 
 // podErrors are the last error of each of the pod's volumes: its

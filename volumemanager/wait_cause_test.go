@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
+	fakeclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
@@ -46,7 +47,11 @@ func TestWaitErrorNamesCause(t *testing.T) {
 				objs = append(objs, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
 			}
 			client := fake.NewClientset(objs...)
-			vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), ReportVolumesInUse: tt.inUse})
+			// A clock that does not move: a failed operation is not retried
+			// (its backoff never ends), so that the wait's deadline finds it
+			// failed, not running again, however loaded the machine.
+			clk := fakeclock.NewFakeClock(time.Now())
+			vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), ReportVolumesInUse: tt.inUse, Clock: clk})
 			if err != nil {
 				t.Fatal(err)
 			}

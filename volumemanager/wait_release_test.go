@@ -1,0 +1,61 @@
+package volumemanager
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+)
+
+// TestWaitKeepsNoChannel: however a wait ends (mounted, unmounted, a
+// final error, its context done), it gives back the channels it waited on:
+// kept, each pod would hold them for as long as it runs.
+func TestWaitKeepsNoChannel(t *testing.T) {
+	pvcHost, pvHost := csitest.BoundClaim("ns", "host", "unused", "h")
+	pvHost.Spec.CSI = nil
+	pvHost.Spec.HostPath = &v1.HostPathVolumeSource{Path: "/srv"}
+	for _, tt := range []struct {
+		name string
+		run  func(t *testing.T, e *env)
+	}{
+		{name: "mounted, then unmounted", run: func(t *testing.T, e *env) {
+			e.claim("vol")
+			pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "vol", false))
+			if err := e.mount(pod, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			e.unmount(pod)
+		}},
+		{name: "final error", run: func(t *testing.T, e *env) {
+			e.create(pvcHost, pvHost)
+			pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "host", false))
+			if err := e.mount(pod, 10*time.Second); err == nil {
+				t.Fatal("WaitForAttachAndMount succeeded for a PV with no CSI source")
+			}
+		}},
+		{name: "context done", run: func(t *testing.T, e *env) {
+			e.claim("vol")
+			pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "vol", false))
+			e.vm.AddPod(pod)
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if err := e.vm.WaitForAttachAndMount(ctx, pod); err == nil {
+				t.Fatal("WaitForAttachAndMount succeeded with its context done before the mount")
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{})
+			tt.run(t, e)
+			e.vm.loop.errs.mu.Lock()
+			held := e.vm.loop.errs.waiters.Len()
+			e.vm.loop.errs.mu.Unlock()
+			if held != 0 {
+				t.Errorf("%d pods keep a channel for their errors after the wait", held)
+			}
+		})
+	}
+}
