@@ -22,7 +22,7 @@ import (
 // there and nodevol never reads, next to what it reads.
 func noise(m *metav1.ObjectMeta, keep map[string]string) {
 	m.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate,
-		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:phase":{}}}`)}}}
+		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:phase":{}}}`)}}
 	m.Finalizers = []string{"kubernetes.io/pv-protection"}
 	m.Annotations = map[string]string{v1.LastAppliedConfigAnnotation: `{"apiVersion":"v1"}`}
 	for k, v := range keep {
