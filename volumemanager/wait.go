@@ -107,6 +107,13 @@ func (vm *VolumeManager) wait(ctx context.Context, pod *v1.Pod, pending func() [
 			if !at.IsZero() {
 				timer = vm.cfg.Clock.NewTimer(at.Sub(vm.cfg.Clock.Now()))
 				timerC = timer.C()
+				// A fake clock stepped past at between the judgment and
+				// the arming fires the timer only at its next step: judge
+				// again instead of waiting for it.
+				if !vm.cfg.Clock.Now().Before(at) {
+					vm.waitDone(pod.UID, changed, errsChanged)
+					continue
+				}
 			}
 		}
 		select {
