@@ -9,12 +9,15 @@ import (
 
 // ErrFinal is matched (errors.Is) by the *WaitError of a wait that
 // returned before its deadline because the pod's errors will not go away
-// by themselves: a claim missing or not bound for longer than
+// by waiting: a claim missing or not bound for longer than
 // Config.ClaimPendingGracePeriod, a volume refused to the pod
-// (ReadWriteOncePod, SELinux context), a volume source nodevol cannot
-// mount, a pod bound to another node. A wait that ran out of time matches
-// the context's error instead (context.DeadlineExceeded).
-var ErrFinal = errors.New("the pod's volume errors will not resolve without a change to the pod or its claims")
+// (ReadWriteOncePod, SELinux context: until the pod that holds the volume
+// is gone), a volume source nodevol cannot mount, a pod bound to another
+// node. Like the kubelet's pod worker, a caller asks again on its next
+// sync of the pod: a claim bound or a holder gone since lets that wait
+// succeed. A wait that ran out of time matches the context's error instead
+// (context.DeadlineExceeded).
+var ErrFinal = errors.New("the pod's volume errors will not resolve by waiting: a change to the pod, its claims or the pods holding its volumes is needed")
 
 // errUnknownSource is wrapped by the resolution error of a volume whose
 // source nodevol cannot mount: final at once, only a new pod changes it.

@@ -86,7 +86,13 @@ func TestWaitFinal(t *testing.T) {
 			if err := e.vm.AddPod(pod); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "the volume's error known", func() bool { return e.vm.podErrors(pod.UID)["data"] != nil })
+			// The error the test is about: a resolution before the informers
+			// have the objects says "not found" instead.
+			cause := strings.TrimPrefix(tt.want, `volume "data": `)
+			eventually(t, "the volume's error known", func() bool {
+				err := e.vm.podErrors(pod.UID)["data"]
+				return err != nil && strings.Contains(err.Error(), cause)
+			})
 
 			we := probe(t, e.vm, pod)
 			if we.Final != tt.final || errors.Is(we, ErrFinal) != tt.final || !strings.Contains(we.Error(), tt.want) {

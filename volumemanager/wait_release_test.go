@@ -37,9 +37,13 @@ func TestWaitKeepsNoChannel(t *testing.T) {
 			}
 		}},
 		{name: "context done", run: func(t *testing.T, e *env) {
-			e.claim("vol")
-			pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "vol", false))
-			e.vm.AddPod(pod)
+			// A claim that does not exist (yet): the volume cannot mount
+			// before the wait looks, and within the grace period its error
+			// is not final, so only the context ends the wait.
+			pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "later", false))
+			if err := e.vm.AddPod(pod); err != nil {
+				t.Fatal(err)
+			}
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			if err := e.vm.WaitForAttachAndMount(ctx, pod); err == nil {
