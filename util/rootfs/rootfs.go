@@ -620,18 +620,20 @@ func (r *Root) writeFileAtomic(name string, data []byte, perm fs.FileMode, sync 
 // a regular file or a directory (ErrNotRemovable). Each call resolves name
 // afresh from the root. A missing name is an error for which
 // errors.Is(err, fs.ErrNotExist) holds.
-func (r *Root) Remove(name string) error {
-	return r.removeEntry(name, func(mode uint32) (int, error) {
-		switch mode {
-		case unix.S_IFDIR:
-			return unix.AT_REMOVEDIR, nil
-		case unix.S_IFREG:
-			return 0, nil
-		case unix.S_IFLNK:
-			return 0, ErrSymlink
-		}
-		return 0, ErrNotRemovable
-	})
+func (r *Root) Remove(name string) error { return r.removeEntry(name, removable) }
+
+// removable is Remove's rule: an empty directory or a regular file goes; a
+// symlink or anything else stays.
+func removable(mode uint32) (int, error) {
+	switch mode {
+	case unix.S_IFDIR:
+		return unix.AT_REMOVEDIR, nil
+	case unix.S_IFREG:
+		return 0, nil
+	case unix.S_IFLNK:
+		return 0, ErrSymlink
+	}
+	return 0, ErrNotRemovable
 }
 
 // removeEntry removes name's last component if allow, given its type
@@ -642,21 +644,7 @@ func (r *Root) removeEntry(name string, allow func(mode uint32) (int, error)) er
 		return err
 	}
 	defer unix.Close(dirFd)
-	var st unix.Stat_t
-	if err := unix.Fstatat(dirFd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return &PathError{Op: "remove", Path: full, Component: full, Err: err}
-	}
-	// unlinkat never follows the last component: were it swapped after the
-	// check, the new entry itself would go (or the call fail), never what a
-	// symlink points to.
-	flags, err := allow(st.Mode & unix.S_IFMT)
-	if err == nil {
-		err = unix.Unlinkat(dirFd, base, flags)
-	}
-	if err != nil {
-		return &PathError{Op: "remove", Path: full, Component: full, Err: err}
-	}
-	return nil
+	return removeAt(dirFd, base, full, allow)
 }
 
 // RemoveIn removes the entries names (base names) of directory dir, then
@@ -689,34 +677,32 @@ func (r *Root) RemoveIn(dir string, names ...string) error {
 		if strings.Contains(name, "/") || name == "" || name == "." || name == ".." {
 			return &PathError{Op: "remove", Path: filepath.Join(full, name), Err: errors.New("not a base name")}
 		}
-		if err := removeAt(dirFd, name, filepath.Join(full, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := removeAt(dirFd, name, filepath.Join(full, name), removable); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}
-	if err := removeAt(parentFd, base, full); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := removeAt(parentFd, base, full, removable); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	return nil
 }
 
-// removeAt removes entry name of dirFd as Remove does; full names it in
-// errors.
-func removeAt(dirFd int, name, full string) error {
+// removeAt removes entry name of dirFd if allow, given its type (S_IFMT
+// bits, not following a symlink), says how (unlinkat flags); full names it
+// in errors.
+func removeAt(dirFd int, name, full string, allow func(mode uint32) (int, error)) error {
 	var st unix.Stat_t
 	if err := unix.Fstatat(dirFd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return &PathError{Op: "remove", Path: full, Component: full, Err: err}
 	}
-	var flags int
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		flags = unix.AT_REMOVEDIR
-	case unix.S_IFREG:
-	case unix.S_IFLNK:
-		return &PathError{Op: "remove", Path: full, Component: full, Err: ErrSymlink}
-	default:
-		return &PathError{Op: "remove", Path: full, Component: full, Err: ErrNotRemovable}
+	// unlinkat never follows the last component: were it swapped after the
+	// check, the new entry itself would go (or the call fail), never what a
+	// symlink points to.
+	flags, err := allow(st.Mode & unix.S_IFMT)
+	if err == nil {
+		err = unix.Unlinkat(dirFd, name, flags)
 	}
-	if err := unix.Unlinkat(dirFd, name, flags); err != nil {
+	if err != nil {
 		return &PathError{Op: "remove", Path: full, Component: full, Err: err}
 	}
 	return nil
