@@ -41,11 +41,8 @@ func (e *pendingClaimError) Unwrap() error { return e.err }
 // first seen for that pod volume; a volume that resolved, or failed
 // otherwise, starts over. The loop calls it at each resolution of the pod.
 func (l *loop) stampPending(uid types.UID, errs map[string]error) {
-	if l.pendingSince == nil {
-		l.pendingSince = map[types.UID]map[string]time.Time{}
-	}
 	old := l.pendingSince[uid]
-	now := map[string]time.Time{}
+	var now map[string]time.Time // nil for the usual pod: nothing pending, nothing allocated
 	for name, err := range errs {
 		if !errors.Is(err, errClaimPending) {
 			continue
@@ -54,12 +51,18 @@ func (l *loop) stampPending(uid types.UID, errs map[string]error) {
 		if !ok {
 			since = l.clock.Now()
 		}
+		if now == nil {
+			now = map[string]time.Time{}
+		}
 		now[name] = since
 		errs[name] = &pendingClaimError{err: err, since: since}
 	}
-	if len(now) == 0 {
+	if now == nil {
 		delete(l.pendingSince, uid)
 		return
+	}
+	if l.pendingSince == nil {
+		l.pendingSince = map[types.UID]map[string]time.Time{}
 	}
 	l.pendingSince[uid] = now
 }

@@ -230,7 +230,7 @@ func (e *WaitError) Unwrap() error { return e.Err }
 func (e *WaitError) Is(target error) bool { return target == ErrFinal && e.Final }
 
 func (vm *VolumeManager) waitError(ctx context.Context, pod *v1.Pod, left []string, what string, final bool) error {
-	causes := vm.loop.errs.get(pod.UID)
+	causes := vm.podErrors(pod.UID)
 	// The volume of each spec name: the desired one, or for a pod that
 	// is gone, the one it may still have mounted.
 	volumes := map[string]vcache.UniqueVolumeName{}
@@ -238,9 +238,6 @@ func (vm *VolumeManager) waitError(ctx context.Context, pod *v1.Pod, left []stri
 		volumes[v.SpecName] = v.Name
 	}
 	if st, ok := vm.dsw.Pod(pod.UID); ok {
-		for k, v := range st.Errors {
-			causes[k] = v
-		}
 		for k, v := range st.Volumes {
 			volumes[k] = v
 		}
