@@ -622,6 +622,22 @@ func (r *Root) writeFileAtomic(name string, data []byte, perm fs.FileMode, sync 
 // errors.Is(err, fs.ErrNotExist) holds.
 func (r *Root) Remove(name string) error { return r.removeEntry(name, removable) }
 
+// RemoveAny removes name whatever it is, except a directory that is not
+// empty: a regular file or an empty directory as Remove does, and also a
+// symlink (the link itself, never what it points to), a FIFO, a socket or
+// a device node. It is for a name nodevol owns and takes back from
+// whatever was put there; removing a directory entry never follows it.
+// Like Remove it follows no symlink above name, and a missing name is an
+// error for which errors.Is(err, fs.ErrNotExist) holds.
+func (r *Root) RemoveAny(name string) error {
+	return r.removeEntry(name, func(mode uint32) (int, error) {
+		if mode == unix.S_IFDIR {
+			return unix.AT_REMOVEDIR, nil
+		}
+		return 0, nil
+	})
+}
+
 // removable is Remove's rule: an empty directory or a regular file goes; a
 // symlink or anything else stays.
 func removable(mode uint32) (int, error) {

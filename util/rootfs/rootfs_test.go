@@ -400,6 +400,37 @@ func TestRemove(t *testing.T) {
 	})
 }
 
+// TestRemoveAny removes what is at a name, whatever it is, without
+// following it: a symlink goes, what it points to stays.
+func TestRemoveAny(t *testing.T) {
+	both(t, func(t *testing.T) {
+		r, outside := setup(t)
+		writeFile(t, filepath.Join(outside, "target"), "x")
+		writeFile(t, filepath.Join(r.Path(), "v/file"), "{}")
+		mkdir(t, filepath.Join(r.Path(), "v/empty"))
+		writeFile(t, filepath.Join(r.Path(), "v/full/x"), "")
+		symlink(t, filepath.Join(outside, "target"), filepath.Join(r.Path(), "v/link"))
+		symlink(t, outside, filepath.Join(r.Path(), "linked"))
+		if err := unix.Mkfifo(filepath.Join(r.Path(), "v/fifo"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"v/file", "v/empty", "v/link", "v/fifo"} {
+			if err := r.RemoveAny(name); err != nil {
+				t.Errorf("RemoveAny(%s): %v", name, err)
+			}
+		}
+		if err := r.RemoveAny("v/full"); !errors.Is(err, syscall.ENOTEMPTY) {
+			t.Errorf("RemoveAny(a non-empty directory) = %v, want ENOTEMPTY", err)
+		}
+		if err := r.RemoveAny("v/missing"); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("RemoveAny(missing) = %v, want ErrNotExist", err)
+		}
+		assertSymlinkErr(t, r.RemoveAny("linked/target"), filepath.Join(r.Path(), "linked"))
+		assertTree(t, outside, "target")
+		assertTree(t, filepath.Join(r.Path(), "v"), "full", "full/x")
+	})
+}
+
 // TestRemoveIn removes a volume directory's entries and the directory
 // through one handle, and refuses what Remove refuses.
 func TestRemoveIn(t *testing.T) {
