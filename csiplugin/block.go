@@ -122,7 +122,7 @@ func (p *Plugin) setUpDevice(ctx context.Context, req oe.DeviceRequest) (string,
 	}
 	rec := volumeRecord(spec, paths.StagingPath, req.PublishContext, client.caps)
 	rec.Phase = PhaseStaging
-	if err := p.records.write(rec); err != nil {
+	if err := p.records.write(ctx, rec); err != nil {
 		return fail(err)
 	}
 	err = client.withTimeout(p.timeout).NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
@@ -307,7 +307,7 @@ func (p *Plugin) mapPodDevice(ctx context.Context, req oe.MountRequest) (string,
 	}
 	rec := p.podRecord(spec, vol, paths.PublishPath, req.PublishContext, client.caps, secretRef)
 	rec.Phase = PhasePublishing
-	if err := p.records.write(rec); err != nil {
+	if err := p.records.write(ctx, rec); err != nil {
 		return fail(err)
 	}
 	if err := client.withTimeout(p.timeout).NodePublishVolume(ctx, csiReq); err != nil {

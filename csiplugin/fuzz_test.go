@@ -490,7 +490,7 @@ func FuzzReadRecord(f *testing.F) {
 		}
 		rs := &records{rfs: r, bootID: "boot"}
 		again := *rec
-		if err := rs.write(&again); err != nil {
+		if err := rs.write(context.Background(), &again); err != nil {
 			t.Fatalf("writing back %+v: %v", rec, err)
 		}
 		back, err := ReadRecord(r, dir)

@@ -87,7 +87,7 @@ func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error)
 	rec := p.podRecord(spec, vol, dir, req.PublishContext, client.caps, secretRef)
 	if err == nil {
 		rec.Phase = PhasePublishing
-		err = p.records.write(rec)
+		err = p.records.write(ctx, rec)
 	}
 	if err == nil {
 		// The driver creates "mount"; one that is there must not be a

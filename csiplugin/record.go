@@ -155,6 +155,31 @@ func ReadRecord(r *rootfs.Root, dir string) (*Record, error) {
 	return &rec, checkRecord(name, dir, &rec)
 }
 
+// TakeBackRecord removes what stands where dir's record goes (dir
+// relative to the root) when it is not a regular file: a symlink (the
+// link, never what it points to), a FIFO, a socket, a device node or an
+// empty directory. ReadRecord and the writes refuse such an entry, and the
+// name is nodevol's own. It reports whether it removed one; a regular
+// file, or no entry, is left and is no error; a directory that is not
+// empty is an error and stays.
+func TakeBackRecord(r *rootfs.Root, dir string) (bool, error) {
+	name := RecordFile(dir)
+	fi, err := r.Lstat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("taking back the record %s: %w", name, err)
+	}
+	if fi.Mode().IsRegular() {
+		return false, nil
+	}
+	if err := r.RemoveAny(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("taking back the record %s (%v): %w", name, fi.Mode().Type(), err)
+	}
+	return true, nil
+}
+
 func checkRecord(name, dir string, rec *Record) error {
 	switch {
 	case rec.Version > RecordVersion:
@@ -206,7 +231,13 @@ type records struct {
 // fsync'ing every record (file and directory) took mounting from 1.55 s
 // to 5.1 s; a temporary file renamed over the record was slower too (ext4
 // writes a file back when it replaces another by rename).
-func (rs *records) write(rec *Record) error {
+//
+// Anything but a regular file where the record goes (a symlink, a FIFO,
+// an empty directory: planted, or a tampered disk) is taken back
+// (TakeBackRecord) and the record written again: the name is nodevol's,
+// and refusing it would fail every call on the volume until a person
+// removed it.
+func (rs *records) write(ctx context.Context, rec *Record) error {
 	dir, err := rs.rfs.Rel(rec.Dir)
 	if err != nil {
 		return err
@@ -224,7 +255,18 @@ func (rs *records) write(rec *Record) error {
 	if err != nil {
 		return err
 	}
-	if err := rs.rfs.WriteFileInPlace(name, data, 0o600); err != nil {
+	err = rs.rfs.WriteFileInPlace(name, data, 0o600)
+	if err != nil {
+		// Only after a failure: a write that succeeds costs nothing more.
+		switch taken, terr := TakeBackRecord(rs.rfs, dir); {
+		case terr != nil:
+			err = fmt.Errorf("%w; %w", err, terr)
+		case taken:
+			klog.FromContext(ctx).Info("Removed what stood where the record of a volume goes: it was not a regular file; writing the record again", "path", path.Join(rs.rfs.Path(), name))
+			err = rs.rfs.WriteFileInPlace(name, data, 0o600)
+		}
+	}
+	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			rs.made.Delete(shard) // removed behind our back: made again next time
 		}
@@ -233,13 +275,15 @@ func (rs *records) write(rec *Record) error {
 	return nil
 }
 
-// remove removes dir's record; a missing one is no error.
+// remove removes dir's record; a missing one is no error. Whatever stands
+// at the record's name goes (a symlink itself, not what it points to), as
+// in write.
 func (rs *records) remove(dir string) error {
 	dir, err := rs.rfs.Rel(dir)
 	if err != nil {
 		return err
 	}
-	if err := rs.rfs.Remove(RecordFile(dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := rs.rfs.RemoveAny(RecordFile(dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("removing the record of %s: %w", dir, err)
 	}
 	return nil
@@ -251,7 +295,7 @@ func (rs *records) remove(dir string) error {
 // vol_data.json and an Uncertain volume, as the kubelet does.
 func (rs *records) update(ctx context.Context, rec *Record, ph Phase) {
 	rec.Phase = ph
-	if err := rs.write(rec); err != nil {
+	if err := rs.write(ctx, rec); err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot write the record of the volume; a restart will treat it as Uncertain", "phase", ph)
 	}
 }

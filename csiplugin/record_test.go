@@ -8,6 +8,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -307,5 +308,68 @@ func TestBlockRecordsFollowCalls(t *testing.T) {
 		if _, err := e.readRecord(t, dir); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("record of %s after teardown: %v, want none", dir, err)
 		}
+	}
+}
+
+// TestRecordNotRegularFileTakenBack: anything but a regular file where a
+// record goes (a symlink, an empty directory, a FIFO) is removed without
+// being followed and the record written: a stage and a publish succeed
+// (they failed for good before), and what a symlink pointed to is
+// untouched. Issue 23, crash window 3.
+func TestRecordNotRegularFileTakenBack(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		plant func(t *testing.T, name, outside string)
+	}{
+		{"symlink", func(t *testing.T, name, outside string) {
+			if err := os.Symlink(outside, name); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"empty directory", func(t *testing.T, name, _ string) {
+			if err := os.Mkdir(name, 0o750); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"fifo", func(t *testing.T, name, _ string) {
+			if err := syscall.Mkfifo(name, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{driver: csitest.Options{CreateTargetDirs: true}})
+			ctx := context.Background()
+			spec := testSpec(drv)
+			vol := podVolume("a", "data")
+			stagingDir, _ := StagingDir(e.root, drv, spec.VolumeHandle)
+			volDir, _ := PodVolumeDir(e.root, vol.Pod.UID, VolumeDirName(spec, vol))
+			outside := filepath.Join(t.TempDir(), "outside")
+			write(t, outside, "keep")
+			for _, dir := range []string{stagingDir, volDir} {
+				rel, _ := filepath.Rel(e.root, dir)
+				name := filepath.Join(e.root, RecordFile(rel))
+				if err := os.MkdirAll(filepath.Dir(name), 0o750); err != nil {
+					t.Fatal(err)
+				}
+				tc.plant(t, name, outside)
+			}
+
+			stagingPath, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec})
+			if err != nil {
+				t.Fatalf("MountDevice: %v", err)
+			}
+			if _, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: stagingPath}); err != nil {
+				t.Fatalf("SetUp: %v", err)
+			}
+			for dir, want := range map[string]Phase{stagingDir: PhaseStaged, volDir: PhasePublished} {
+				if rec, err := e.readRecord(t, dir); err != nil || rec.Phase != want {
+					t.Errorf("record of %s = %+v, %v; want %s", dir, rec, err, want)
+				}
+			}
+			if b, err := os.ReadFile(outside); err != nil || string(b) != "keep" {
+				t.Errorf("the symlink's target: %q, %v; want it untouched", b, err)
+			}
+		})
 	}
 }

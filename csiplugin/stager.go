@@ -73,7 +73,7 @@ func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string,
 	rec := volumeRecord(spec, dir, req.PublishContext, client.caps)
 	if err == nil {
 		rec.Phase = PhaseStaging
-		err = p.records.write(rec)
+		err = p.records.write(ctx, rec)
 	}
 	if err == nil {
 		// Checked again right before the driver gets the path.

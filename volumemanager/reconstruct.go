@@ -359,6 +359,14 @@ func (w walker) record(rel string) *csiplugin.Record {
 		return rec
 	case errors.Is(err, fs.ErrNotExist):
 	default:
+		// Anything but a regular file where the record goes is taken back,
+		// so that it does not stand in the way of the next write (a
+		// directory that is not empty stays, and is only logged).
+		if taken, _ := csiplugin.TakeBackRecord(w.r, rel); taken {
+			w.logger.Info("Removed what stood where nodevol's record of a volume directory goes, not a regular file; recovering it as Uncertain from vol_data.json",
+				"path", filepath.Join(w.root, csiplugin.RecordFile(rel)), "dir", filepath.Join(w.root, rel), "err", err.Error())
+			return nil
+		}
 		w.logger.Error(err, "Ignoring nodevol's record of a volume directory; recovering it as Uncertain from vol_data.json", "path", filepath.Join(w.root, rel))
 	}
 	return nil

@@ -345,3 +345,40 @@ func relTo(t *testing.T, root, dir string) string {
 	}
 	return rel
 }
+
+// TestRestartTakesBackRecordName: a pod volume's record replaced by a
+// symlink (issue 23, crash window 3) does not block the pod: after a
+// restart the volume is published again and recorded, the symlink removed
+// without being followed. Before, every publish failed on the symlink
+// until a person removed it.
+func TestRestartTakesBackRecordName(t *testing.T) {
+	e := newRestartEnv(t)
+	recFile := filepath.Join(e.root, csiplugin.RecordFile(relTo(t, e.root, e.dirA)))
+	outside := filepath.Join(t.TempDir(), "outside")
+	plantFile(t, outside, "keep")
+	if err := os.Remove(recFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, recFile); err != nil {
+		t.Fatal(err)
+	}
+	vm, stop := startVMBoot(t, e.client, e.root, e.drv, mount.NewFakeMounter(nil), e.boot)
+	defer stop()
+	vm.AddPod(e.podA)
+	vm.AddPod(e.podB)
+	vm.MarkPodsSynced()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := vm.WaitForAttachAndMount(ctx, e.podA); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(recFile); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("pod a's record: %v, %v; want a regular file", fi, err)
+	}
+	if rec, err := csiplugin.ReadRecord(mustRoot(t, e.root), relTo(t, e.root, e.dirA)); err != nil || rec.Phase != csiplugin.PhasePublished {
+		t.Errorf("pod a's record = %+v, %v; want Published", rec, err)
+	}
+	if b, err := os.ReadFile(outside); err != nil || string(b) != "keep" {
+		t.Errorf("the symlink's target: %q, %v; want it untouched", b, err)
+	}
+}
