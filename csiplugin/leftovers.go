@@ -1,6 +1,7 @@
 package csiplugin
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -40,4 +41,76 @@ func RemoveWriteLeftovers(r *rootfs.Root, dir string) error {
 		}
 	}
 	return first
+}
+
+// RemoveUnusedVolumeDir removes volume directory dir (relative to r) when
+// nothing in it can hold data, and its record: a pod volume directory
+// (leaf "mount") or a staging directory (leaf "globalmount") that holds
+// nothing but vol_data.json (readable or not), the temporary files of its
+// writes and an empty leaf, with neither dir nor anything in it a mount
+// point (isMountPoint, given an absolute path, says so from the mount
+// table). That is what a reboot leaves, and what a stop between creating
+// the directory and writing vol_data.json leaves (SetUp, MountDevice).
+//
+// Everything is checked before anything is removed, so that a directory
+// that is left keeps its vol_data.json, and the error says what was
+// found. The leaf goes first, and only as an empty directory: a mount
+// point the table missed cannot be removed (rmdir fails with EBUSY), and
+// then nothing else is. No symlink is followed.
+func RemoveUnusedVolumeDir(r *rootfs.Root, isMountPoint func(path string) bool, dir, leaf string) error {
+	abs, err := r.Join(dir)
+	if err != nil {
+		return err
+	}
+	if isMountPoint(abs) {
+		return fmt.Errorf("%s is a mount point", abs)
+	}
+	entries, err := r.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	names := []string{leaf}
+	for _, e := range entries {
+		name := e.Name()
+		switch p := path.Join(abs, name); {
+		case isMountPoint(p):
+			return fmt.Errorf("%s is a mount point", p)
+		case name == leaf && e.IsDir():
+			in, err := r.ReadDir(path.Join(dir, leaf))
+			if err != nil {
+				return err
+			}
+			if len(in) > 0 {
+				return fmt.Errorf("%s is not empty", p)
+			}
+		case (name == VolumeDataFile || strings.HasPrefix(name, volumeDataTempPrefix)) && e.Type().IsRegular():
+			names = append(names, name)
+		default:
+			return fmt.Errorf("%s holds %s, which nodevol did not write", abs, name)
+		}
+	}
+	if err := r.RemoveIn(dir, names...); err != nil {
+		return err
+	}
+	if err := r.RemoveAny(RecordFile(dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removed %s, but not its record: %w", abs, err)
+	}
+	return nil
+}
+
+// IsStagingDirName tells whether name, in driver's directory of the CSI
+// plugin's directory, is named as StagingDir names a staging directory
+// (the hex SHA-256 of a volume handle), and so may be one that a stop cut
+// short before its vol_data.json was written. The raw block tree
+// (volumeDevices) and an older kubelet's pv/{pvName} are not.
+func IsStagingDirName(driver, name string) bool {
+	if driver == volumeDevicesDir || len(name) != sha256.Size*2 {
+		return false
+	}
+	for _, c := range name {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -207,19 +207,38 @@ func TestReadRecordRefuses(t *testing.T) {
 	}
 }
 
-// TestRemoveRebootLeftovers removes only what cannot hold data.
-func TestRemoveRebootLeftovers(t *testing.T) {
+// TestRemoveUnusedVolumeDir removes only what cannot hold data, and
+// follows no symlink.
+func TestRemoveUnusedVolumeDir(t *testing.T) {
 	const dir = "pods/uid/volumes/kubernetes.io~csi/pv"
+	remove := func(name string) func(*testing.T, string) {
+		return func(t *testing.T, abs string) {
+			if err := os.Remove(filepath.Join(abs, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	for _, tc := range []struct {
 		name      string
 		plant     func(t *testing.T, abs string)
-		mounted   bool
+		mounted   string // the mount point, relative to dir ("." for dir)
 		wantError bool
 	}{
-		{"clean", func(*testing.T, string) {}, false, false},
-		{"mount point", func(*testing.T, string) {}, true, true},
-		{"data in mount", func(t *testing.T, abs string) { write(t, filepath.Join(abs, "mount", "data"), "x") }, false, true},
-		{"stranger beside", func(t *testing.T, abs string) { write(t, filepath.Join(abs, "other"), "x") }, false, true},
+		{"clean", func(*testing.T, string) {}, "", false},
+		{"no vol_data.json", remove(VolumeDataFile), "", false},
+		{"no vol_data.json, no mount", func(t *testing.T, abs string) { remove(VolumeDataFile)(t, abs); remove("mount")(t, abs) }, "", false},
+		{"temp file of a write", func(t *testing.T, abs string) { write(t, filepath.Join(abs, ".vol_data.json.tmp-0a1b"), "{") }, "", false},
+		{"mount point", func(*testing.T, string) {}, "mount", true},
+		{"dir a mount point", func(*testing.T, string) {}, ".", true},
+		{"vol_data.json a mount point", func(*testing.T, string) {}, VolumeDataFile, true},
+		{"data in mount", func(t *testing.T, abs string) { write(t, filepath.Join(abs, "mount", "data"), "x") }, "", true},
+		{"stranger beside", func(t *testing.T, abs string) { write(t, filepath.Join(abs, "other"), "x") }, "", true},
+		{"mount a symlink", func(t *testing.T, abs string) {
+			remove("mount")(t, abs)
+			if err := os.Symlink(t.TempDir(), filepath.Join(abs, "mount")); err != nil {
+				t.Fatal(err)
+			}
+		}, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -231,12 +250,16 @@ func TestRemoveRebootLeftovers(t *testing.T) {
 			}
 			tc.plant(t, abs)
 			r, _ := rootfs.New(root)
-			err := RemoveRebootLeftovers(r, func(string) bool { return tc.mounted }, dir, "mount")
+			isMountPoint := func(p string) bool { return tc.mounted != "" && p == filepath.Join(abs, tc.mounted) }
+			err := RemoveUnusedVolumeDir(r, isMountPoint, dir, "mount")
 			if (err != nil) != tc.wantError {
-				t.Fatalf("RemoveRebootLeftovers = %v, want error %v", err, tc.wantError)
+				t.Fatalf("RemoveUnusedVolumeDir = %v, want error %v", err, tc.wantError)
 			}
 			if _, statErr := os.Lstat(abs); tc.wantError == errors.Is(statErr, fs.ErrNotExist) {
 				t.Errorf("directory after: %v", statErr)
+			}
+			if _, statErr := os.Lstat(filepath.Join(root, RecordFile(dir))); tc.wantError == errors.Is(statErr, fs.ErrNotExist) {
+				t.Errorf("record after: %v", statErr)
 			}
 			if tc.wantError {
 				// Nothing removed: what is left can still be reconstructed.

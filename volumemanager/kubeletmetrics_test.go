@@ -114,8 +114,13 @@ func TestReconstructMetrics(t *testing.T) {
 		}
 	}
 	stop1()
+	// With a file in mount/: a directory that cannot hold data would be
+	// removed rather than left.
 	corrupt := filepath.Join(root, "pods", "junk-uid", "volumes", "kubernetes.io~csi", "junk")
-	if err := os.MkdirAll(corrupt, 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Join(corrupt, "mount"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(corrupt, "mount", "data"), []byte("data"), 0o640); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(corrupt, csiplugin.VolumeDataFile), []byte("{garbage"), 0o640); err != nil {

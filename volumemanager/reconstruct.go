@@ -69,9 +69,14 @@ type recovery struct {
 // each pod volume directory with a vol_data.json becomes an Uncertain pod
 // mount, each staging directory with a vol_data.json an Uncertain device;
 // raw block volumes likewise, from their pod symlinks and data directories.
-// Nothing is trusted as Mounted and nothing is removed here. A directory
-// whose vol_data.json is missing or corrupt is logged and left alone:
-// without it nodevol cannot tell which driver and volume it belongs to.
+// A directory whose vol_data.json is missing or corrupt (with no record to
+// stand in for it) is logged and left alone: without it nodevol cannot
+// tell which driver and volume it belongs to. Unless nothing in it can
+// hold data (csiplugin.RemoveUnusedVolumeDir), as a stop between creating
+// it and writing vol_data.json leaves it: then it is removed, since such a
+// pod volume directory would hold the device of the PV it is named after
+// staged for good, and nothing else would ever remove such a staging
+// directory.
 //
 // The walk follows no symlink below root (util/rootfs): a symlink where a
 // directory is expected (a pod's directory, its volumes or
@@ -108,7 +113,14 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 				logger.Error(err, "Cannot read vol_data.json; reconstructing the pod volume from nodevol's record", "podUID", uid, "path", dir)
 				spec, vol = reconstructedSpec(recordVolumeData(rec), types.UID(uid), name)
 			default:
-				logger.Error(err, "Cannot reconstruct pod volume, leaving it alone; the staged device of the PV it names is not unstaged while it is there", "podUID", uid, "path", dir)
+				// A directory that cannot hold data (SetUp stopped before
+				// vol_data.json) would hold the device for good: it goes.
+				rerr := w.removeUnused(rel, "mount")
+				if rerr == nil {
+					logger.Info("Removed a pod volume directory without vol_data.json that holds nothing", "podUID", uid, "path", dir, "err", err.Error())
+					continue
+				}
+				logger.Error(err, "Cannot reconstruct pod volume, leaving it alone; the staged device of the PV it names is not unstaged while it is there", "podUID", uid, "path", dir, "notRemoved", rerr.Error())
 				out.unreadable = append(out.unreadable, dir)
 				continue
 			}
@@ -171,10 +183,11 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 	// unstage) are found through their staging directories.
 	for _, driver := range w.dirs(csiDir) {
 		for _, name := range w.dirs(path.Join(csiDir, driver)) {
-			if !w.exists(path.Join(csiDir, driver, name, csiplugin.VolumeDataFile)) {
+			rel := path.Join(csiDir, driver, name)
+			if !w.exists(path.Join(rel, csiplugin.VolumeDataFile)) {
+				w.removeStagingLeftover(driver, name)
 				continue
 			}
-			rel := path.Join(csiDir, driver, name)
 			dir := filepath.Join(root, rel)
 			w.removeWriteLeftovers(rel)
 			data, err := csiplugin.ReadVolumeData(r, rel)
@@ -348,6 +361,34 @@ func (w walker) removeWriteLeftovers(rel string) {
 	}
 }
 
+// removeUnused removes volume directory rel (with leaf "mount" or
+// "globalmount") if nothing in it can hold data
+// (csiplugin.RemoveUnusedVolumeDir); the error says why it did not.
+func (w walker) removeUnused(rel, leaf string) error {
+	if w.rc.mountPoints == nil {
+		return errors.New("the mount table is unknown: nothing is removed that may be mounted")
+	}
+	return csiplugin.RemoveUnusedVolumeDir(w.r, func(p string) bool { return w.rc.mountPoints[p] }, rel, leaf)
+}
+
+// removeStagingLeftover removes a staging directory without vol_data.json
+// that MountDevice created but a stop cut short before it wrote
+// vol_data.json: nothing reconstructs it, so nothing else would ever
+// remove it. One that may hold data is logged and left.
+func (w walker) removeStagingLeftover(driver, name string) {
+	if !csiplugin.IsStagingDirName(driver, name) {
+		return
+	}
+	rel := path.Join("plugins/kubernetes.io/csi", driver, name)
+	dir := filepath.Join(w.root, rel)
+	w.removeWriteLeftovers(rel)
+	if err := w.removeUnused(rel, "globalmount"); err != nil {
+		w.logger.Error(err, "Staging directory without vol_data.json, leaving it alone", "path", dir, "driver", driver)
+		return
+	}
+	w.logger.Info("Removed a staging directory without vol_data.json that holds nothing", "path", dir, "driver", driver)
+}
+
 // record reads the record of directory rel; nil when there is none or it
 // cannot be used (logged: the volume is then recovered from vol_data.json
 // and the mount table alone).
@@ -399,7 +440,7 @@ func (w walker) recover(rel, leaf string, rec *csiplugin.Record) (state cache.Mo
 			logger.Info("Record of an earlier boot, but the mount table is unknown or still shows the mount; recovering it as Uncertain", "recordBootID", rec.BootID, "mounted", mounted)
 			return cache.Uncertain, true
 		}
-		err := csiplugin.RemoveRebootLeftovers(w.r, func(p string) bool { return w.rc.mountPoints[p] }, rel, leaf)
+		err := csiplugin.RemoveUnusedVolumeDir(w.r, func(p string) bool { return w.rc.mountPoints[p] }, rel, leaf)
 		if err != nil {
 			logger.Error(err, "The node rebooted since the record was written, but its directory may hold data; recovering it as Uncertain")
 			return cache.Uncertain, true

@@ -61,7 +61,7 @@ func waitIdle(t *testing.T, vm *VolumeManager) {
 // its volume (published again, idempotently); the volume of the pod that is
 // not added is left alone until MarkPodsSynced, then torn down: unpublished,
 // unstaged, its directories removed. A directory with a corrupt
-// vol_data.json is left alone.
+// vol_data.json and data in it is left alone.
 func TestRestartReconstructs(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
 	pvcA, pvA := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
@@ -82,8 +82,13 @@ func TestRestartReconstructs(t *testing.T) {
 		}
 	}
 	stop1()
+	// With a file in mount/: a directory that cannot hold data would be
+	// removed rather than left.
 	corrupt := filepath.Join(root, "pods", "junk-uid", "volumes", "kubernetes.io~csi", "junk")
-	if err := os.MkdirAll(corrupt, 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Join(corrupt, "mount"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(corrupt, "mount", "data"), []byte("data"), 0o640); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(corrupt, csiplugin.VolumeDataFile), []byte("{garbage"), 0o640); err != nil {
