@@ -2,6 +2,7 @@ package cache
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"sort"
 	"sync"
@@ -158,6 +159,22 @@ func TestActualStates(t *testing.T) {
 	a.DeleteVolume(s.Name)
 	if _, ok := a.Volume(s.Name); ok || len(a.VolumeNames()) != 0 {
 		t.Fatal("volume not deleted")
+	}
+}
+
+// TestPodRefString: a pod known only by its UID (found on disk at start)
+// is named by it in messages, not as "pod /".
+func TestPodRefString(t *testing.T) {
+	for _, tc := range []struct {
+		ref  PodRef
+		want string
+	}{
+		{PodRef{UID: "1234", Namespace: "ns", Name: "web"}, "pod ns/web"},
+		{PodRef{UID: "1234"}, "pod with UID 1234"},
+	} {
+		if got := fmt.Sprintf("pod %s", tc.ref); got != tc.want {
+			t.Errorf("%#v: %q, want %q", tc.ref, got, tc.want)
+		}
 	}
 }
 

@@ -120,7 +120,15 @@ type PodRef struct {
 	ServiceAccount string
 }
 
-func (p PodRef) String() string { return p.Namespace + "/" + p.Name }
+// String is "namespace/name", read after "pod" in messages. A pod found
+// on disk at start and not added again is known only by its UID (a
+// volume directory is named after it): "with UID {uid}", rather than "/".
+func (p PodRef) String() string {
+	if p.Namespace == "" && p.Name == "" {
+		return "with UID " + string(p.UID)
+	}
+	return p.Namespace + "/" + p.Name
+}
 
 // PodVolume is one volume a pod wants mounted.
 type PodVolume struct {

@@ -62,7 +62,7 @@ func rwopRefusals(v volumeView) map[types.UID]error {
 			out = map[types.UID]error{}
 		}
 		out[p.Pod.UID] = fmt.Errorf("pod %s cannot use volume %s%s: %w and is in use by pod %s on this node; it is mounted once that pod has released it",
-			p.Pod, volumeName(v.Spec), claimSuffix(v.Spec), ErrReadWriteOncePod, podName(owners[0]))
+			p.Pod, volumeName(v.Spec), claimSuffix(v.Spec), ErrReadWriteOncePod, owners[0])
 	}
 	return out
 }
@@ -80,15 +80,6 @@ func claimSuffix(spec cache.VolumeSpec) string {
 		return ""
 	}
 	return " (claim " + spec.Claim + ")"
-}
-
-// podName names a pod in messages; a pod known only from the disk (found
-// mounted at start) has only its UID.
-func podName(ref cache.PodRef) string {
-	if ref.Name == "" {
-		return "with UID " + string(ref.UID)
-	}
-	return ref.String()
 }
 
 // noteRefusals takes in the planner's refusals of one volume: a new one

@@ -45,7 +45,7 @@ func TestRWOPRefusals(t *testing.T) {
 			want: map[types.UID]string{"b": msg("b", "ns/a")}, plan: "volume_unmount v pod=ns/a"},
 		{name: "pod found on disk, known by UID only", spec: rwop, desired: []cache.PodVolume{pv("b")},
 			pods: map[types.UID]cache.PodMount{"a": {Volume: cache.PodVolume{Pod: cache.PodRef{UID: "a"}}, State: cache.Uncertain}},
-			want: map[types.UID]string{"b": msg("b", "with UID a")}, plan: "volume_unmount v pod=/"},
+			want: map[types.UID]string{"b": msg("b", "with UID a")}, plan: "volume_unmount v pod=with UID a"},
 		{name: "failed publish does not keep it", spec: rwop, desired: []cache.PodVolume{pv("a"), pv("b")},
 			pods: map[types.UID]cache.PodMount{"b": {Volume: pv("b"), State: cache.NotMounted}},
 			want: map[types.UID]string{"b": msg("b", "ns/a")}, plan: "volume_mount v pod=ns/a"},
