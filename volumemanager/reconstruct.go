@@ -69,14 +69,17 @@ type recovery struct {
 // each pod volume directory with a vol_data.json becomes an Uncertain pod
 // mount, each staging directory with a vol_data.json an Uncertain device;
 // raw block volumes likewise, from their pod symlinks and data directories.
-// A directory whose vol_data.json is missing or corrupt (with no record to
-// stand in for it) is logged and left alone: without it nodevol cannot
-// tell which driver and volume it belongs to. Unless nothing in it can
-// hold data (csiplugin.RemoveUnusedVolumeDir), as a stop between creating
-// it and writing vol_data.json leaves it: then it is removed, since such a
-// pod volume directory would hold the device of the PV it is named after
-// staged for good, and nothing else would ever remove such a staging
-// directory.
+// Nothing is trusted as Mounted and nothing is removed here. A directory
+// whose vol_data.json is missing or corrupt is logged and left alone:
+// without it nodevol cannot tell which driver and volume it belongs to.
+//
+// The exceptions are what nothing else would ever remove and what cannot
+// hold data: the leftovers of a reboot (recover), and a pod volume or
+// staging directory without a readable vol_data.json (nor a record to
+// stand in for it) that holds nothing (csiplugin.RemoveUnusedVolumeDir),
+// as a stop between creating it and writing vol_data.json leaves it. Left,
+// such a pod volume directory would hold the device of the PV it is named
+// after staged for good.
 //
 // The walk follows no symlink below root (util/rootfs): a symlink where a
 // directory is expected (a pod's directory, its volumes or
