@@ -127,9 +127,12 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 		}
 	}
 
-	// Raw block volumes: the pod's symlink, the volume's data directory.
+	// Raw block volumes: the pod's symlink, the publishes left without
+	// one, the volume's data directory.
+	linked := map[blockPublish]bool{}
 	for _, uid := range pods {
 		for _, name := range w.entries(path.Join("pods", uid, "volumeDevices", "kubernetes.io~csi")) {
+			linked[blockPublish{specName: name, podUID: uid}] = true
 			out.attempted++
 			link := filepath.Join(root, "pods", uid, "volumeDevices", "kubernetes.io~csi", name)
 			spec, paths, err := reconstructBlock(r, root, name, types.UID(uid))
@@ -148,6 +151,7 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 			logger.V(2).Info("Reconstructed block volume", "podUID", uid, "volume", spec.Name, "driver", spec.Driver, "path", link)
 		}
 	}
+	w.blockPublishes(&out, found, linked)
 	const csiDir = "plugins/kubernetes.io/csi"
 	for _, specName := range w.dirs(path.Join(csiDir, "volumeDevices")) {
 		file := path.Join(csiDir, "volumeDevices", specName, "data", csiplugin.VolumeDataFile)
