@@ -68,7 +68,8 @@ type recovery struct {
 // when no pod wants them and re-published (idempotently) when one does:
 // each pod volume directory with a vol_data.json becomes an Uncertain pod
 // mount, each staging directory with a vol_data.json an Uncertain device;
-// raw block volumes likewise, from their pod symlinks and data directories.
+// raw block volumes likewise, from their pod symlinks, their publishes left
+// without a symlink (blockPublishes) and their data directories.
 // Nothing is trusted as Mounted and nothing is removed here. A directory
 // whose vol_data.json is missing or corrupt is logged and left alone:
 // without it nodevol cannot tell which driver and volume it belongs to.
