@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"sort"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/apimachinery/pkg/types"
@@ -165,6 +166,12 @@ func (p *Plugin) saveBlockData(paths BlockPaths, spec *cache.VolumeSpec) error {
 // staged) and removes what is left of it: the staging path, the publish
 // directory, dev/ and data/ and the volume's directory, each only when
 // empty and not a mount point. Nothing nodevol did not create is removed.
+//
+// It refuses (an *oe.InUseError naming the publish paths) while a publish
+// of the volume may remain, as UnmountDevice refuses while mounts
+// reference a staging path: most drivers would unstage under the publish,
+// a strict one refuses, and vol_data.json, which tells whose the publish
+// is, must stay.
 func (p *Plugin) tearDownDevice(ctx context.Context, req oe.DeviceRequest) error {
 	spec := req.Spec
 	fail := func(err error) error {
@@ -176,6 +183,9 @@ func (p *Plugin) tearDownDevice(ctx context.Context, req oe.DeviceRequest) error
 	}
 	paths, err := BlockVolumePaths(p.root, name, "")
 	if err != nil {
+		return fail(err)
+	}
+	if err := p.checkBlockPublishes(paths); err != nil {
 		return fail(err)
 	}
 	if _, err := p.rfs.Stat(paths.StagingPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -211,6 +221,38 @@ func (p *Plugin) tearDownDevice(ctx context.Context, req oe.DeviceRequest) error
 	}
 	klog.FromContext(ctx).V(4).Info("Block volume unstaged", "volume", spec.Name, "driver", spec.Driver, "stagingPath", paths.StagingPath)
 	return nil
+}
+
+// checkBlockPublishes returns an *oe.InUseError when a publish of a block
+// volume may remain: an entry in its publish directory (what a driver
+// publishes at) or a record of a publish of it (a NodePublishVolume or
+// NodeUnpublishVolume was sent). The loop keeps the paths as the volume's
+// Refs, which the planner waits on until the resync looks again.
+func (p *Plugin) checkBlockPublishes(paths BlockPaths) error {
+	left := map[string]bool{}
+	entries, err := p.rfs.ReadDir(paths.PublishDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("listing the publishes in %s: %w", paths.PublishDir, err)
+	}
+	for _, e := range entries {
+		left[filepath.Join(paths.PublishDir, e.Name())] = true
+	}
+	recorded, err := p.records.publishedIn(paths.PublishDir)
+	if err != nil {
+		return err
+	}
+	for _, rel := range recorded {
+		left[filepath.Join(p.root, rel)] = true
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	refs := make([]string, 0, len(left))
+	for path := range left {
+		refs = append(refs, path)
+	}
+	sort.Strings(refs)
+	return fmt.Errorf("still published: %w", &oe.InUseError{Path: paths.StagingPath, Refs: refs})
 }
 
 // removeEmptyDir removes dir unless it is a mount point; a directory that
@@ -334,8 +376,13 @@ func (p *Plugin) mapPodDevice(ctx context.Context, req oe.MountRequest) (string,
 }
 
 // unmapPodDevice unmaps a block volume from a pod and unpublishes it
-// (NodeUnpublishVolume). With nothing of the pod's left on disk it does
-// nothing, driver registered or not.
+// (NodeUnpublishVolume). Each step is idempotent, so that a run cut short
+// anywhere (the symlink and the map file gone, the publish still there) is
+// finished by the next: it unpublishes while the publish path exists or a
+// record says a publish or an unpublish was sent (the driver may hold a
+// publish whose target it has not created, as NodeUnpublishVolume after a
+// timed-out NodePublishVolume in the kubelet). With nothing of the pod's
+// left on disk it does nothing, driver registered or not.
 func (p *Plugin) unmapPodDevice(ctx context.Context, req oe.MountRequest) error {
 	spec, vol := req.Spec, req.Volume
 	fail := func(err error) error {
@@ -357,11 +404,18 @@ func (p *Plugin) unmapPodDevice(ctx context.Context, req oe.MountRequest) error 
 		return fail(err)
 	}
 	if _, err := p.rfs.Stat(paths.PublishPath); errors.Is(err, fs.ErrNotExist) {
-		// Never published, or unpublished already.
-		if err := p.records.remove(paths.PublishPath); err != nil {
+		rel, err := p.rfs.Rel(paths.PublishPath)
+		if err != nil {
 			return fail(err)
 		}
-		return nil
+		if rec, err := ReadRecord(p.rfs, rel); err != nil || rec.Phase == PhaseUnpublishing {
+			// Never published, or unpublished already (the driver
+			// removes the publish path).
+			if err := p.records.remove(paths.PublishPath); err != nil {
+				return fail(err)
+			}
+			return nil
+		}
 	} else if err != nil {
 		return fail(err)
 	}

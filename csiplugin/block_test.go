@@ -3,8 +3,10 @@ package csiplugin
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -154,5 +156,136 @@ func TestBlockVolumeBadInput(t *testing.T) {
 	}
 	if _, err := BlockVolumePaths(e.root, "pv-1", "a/b"); err == nil {
 		t.Error("BlockVolumePaths accepted pod UID a/b")
+	}
+}
+
+// publishBlock stages block volume pv-1 and publishes it for pod a.
+func publishBlock(t *testing.T, e *env) (*cache.VolumeSpec, cache.PodVolume, BlockPaths) {
+	t.Helper()
+	e.p.blockMapper = &fakeBlockMapper{}
+	ctx := context.Background()
+	spec, vol := blockSpec(), podVolume("a", "data")
+	paths, err := BlockVolumePaths(e.root, "pv-1", vol.Pod.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: paths.StagingPath}); err != nil {
+		t.Fatal(err)
+	}
+	return spec, vol, paths
+}
+
+// setRecordPhase rewrites the record of path (absolute) in phase ph, as a
+// process stopped at that phase leaves it.
+func setRecordPhase(t *testing.T, e *env, path string, ph Phase) {
+	t.Helper()
+	rel, err := e.p.rfs.Rel(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ReadRecord(e.p.rfs, rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Phase = ph
+	if err := e.p.records.write(rec); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBlockUnstageRefusedWhilePublished: a block volume is not unstaged
+// while a publish of it may remain, whether its publish path is there or
+// only its record (read again from disk, as after a restart): the refusal
+// is an *oe.InUseError naming the volume and the publish path, and the
+// driver is not asked. Once the pod's volume is unpublished, it unstages.
+func TestBlockUnstageRefusedWhilePublished(t *testing.T) {
+	e := newEnv(t, envOptions{driver: csitest.Options{CreateTargetDirs: true}})
+	ctx := context.Background()
+	spec, vol, paths := publishBlock(t, e)
+	refused := func(when string) {
+		t.Helper()
+		err := e.p.UnmountDevice(ctx, oe.DeviceRequest{Spec: spec})
+		var inUse *oe.InUseError
+		if !errors.As(err, &inUse) || len(inUse.Refs) != 1 || inUse.Refs[0] != paths.PublishPath ||
+			!strings.Contains(err.Error(), "pv-1") || !strings.Contains(err.Error(), paths.PublishPath) {
+			t.Fatalf("%s: UnmountDevice = %v; want an InUseError naming pv-1 and %s", when, err, paths.PublishPath)
+		}
+		if n := e.srv.Calls("NodeUnstageVolume"); n != 0 {
+			t.Fatalf("%s: NodeUnstageVolume called %d times under a publish", when, n)
+		}
+		if _, err := os.Stat(filepath.Join(paths.DataDir, VolumeDataFile)); err != nil {
+			t.Fatalf("%s: vol_data.json: %v, want it kept", when, err)
+		}
+	}
+	refused("publish path there")
+
+	// The driver holds the publish but its target is gone: the record is
+	// what is left of it, for this plugin and for one that reads the
+	// records again.
+	if err := os.Remove(paths.PublishPath); err != nil {
+		t.Fatal(err)
+	}
+	refused("record only")
+	e.p.records = &records{rfs: e.p.rfs, bootID: e.p.records.bootID}
+	refused("record only, read from disk")
+
+	if err := e.p.TearDown(ctx, oe.MountRequest{Spec: spec, Volume: vol}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.p.UnmountDevice(ctx, oe.DeviceRequest{Spec: spec}); err != nil {
+		t.Fatalf("UnmountDevice after the unpublish: %v", err)
+	}
+	if _, staged := e.srv.Staged("vol-1"); staged || len(e.srv.Published("vol-1")) != 0 {
+		t.Errorf("driver: staged %v, published %v; want neither", staged, e.srv.Published("vol-1"))
+	}
+	if _, err := os.Lstat(paths.Dir); !os.IsNotExist(err) {
+		t.Errorf("%s after unstaging: %v, want removed", paths.Dir, err)
+	}
+}
+
+// TestBlockUnmapResumes: an unmap cut short at any step is finished by the
+// next one: NodeUnpublishVolume is sent while the publish path is there
+// (the pod's symlink and map file already gone, the record Unpublishing)
+// or while the record says a publish was sent, and not for a publish the
+// record says is being undone and whose path the driver removed.
+func TestBlockUnmapResumes(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		phase         Phase
+		removePath    bool
+		wantUnpublish int
+	}{
+		{"stopped before NodeUnpublishVolume", PhaseUnpublishing, false, 1},
+		{"target not created by the driver", PhasePublished, true, 1},
+		{"publish in flight, no target yet", PhasePublishing, true, 1},
+		{"stopped after NodeUnpublishVolume", PhaseUnpublishing, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{driver: csitest.Options{CreateTargetDirs: true}})
+			ctx := context.Background()
+			spec, vol, paths := publishBlock(t, e)
+			setRecordPhase(t, e, paths.PublishPath, tc.phase)
+			if tc.removePath {
+				if err := os.Remove(paths.PublishPath); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := e.p.TearDown(ctx, oe.MountRequest{Spec: spec, Volume: vol}); err != nil {
+				t.Fatal(err)
+			}
+			if n := e.srv.Calls("NodeUnpublishVolume"); n != tc.wantUnpublish {
+				t.Errorf("NodeUnpublishVolume calls %d, want %d", n, tc.wantUnpublish)
+			}
+			rel, _ := e.p.rfs.Rel(paths.PublishPath)
+			if _, err := ReadRecord(e.p.rfs, rel); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("record after the unmap: %v, want removed", err)
+			}
+			if _, err := os.Lstat(paths.PublishPath); !os.IsNotExist(err) {
+				t.Errorf("publish path after the unmap: %v, want removed", err)
+			}
+		})
 	}
 }

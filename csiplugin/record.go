@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -214,6 +215,7 @@ type records struct {
 	rfs    *rootfs.Root
 	bootID string
 	made   sync.Map // the directories of RecordsDir known to exist
+	pubs   blockPublishes
 }
 
 // write writes rec for rec.Dir (absolute or relative to the root) over
@@ -272,6 +274,9 @@ func (rs *records) write(ctx context.Context, rec *Record) error {
 		}
 		return fmt.Errorf("recording %s of %s: %w", rec.Phase.Call(), dir, err)
 	}
+	if rec.Mode == string(cache.Block) && rec.PodUID != "" {
+		rs.pubs.add(dir)
+	}
 	return nil
 }
 
@@ -285,6 +290,104 @@ func (rs *records) remove(dir string) error {
 	}
 	if err := rs.rfs.RemoveAny(RecordFile(dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("removing the record of %s: %w", dir, err)
+	}
+	rs.pubs.drop(dir)
+	return nil
+}
+
+// blockPublishes are the records of raw block publish paths, by publish
+// directory (volumeDevices/publish/{specName}), relative to the root: so
+// that an unstage can tell whether a publish of its volume may remain
+// without reading every record each time. They are read from disk at the
+// first use and kept current by write and remove from then on; a record
+// removed behind nodevol's back only keeps an unstage waiting, never lets
+// one through.
+type blockPublishes struct {
+	mu     sync.Mutex
+	loaded bool
+	byDir  map[string]map[string]bool
+}
+
+func (b *blockPublishes) add(publishPath string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.addLocked(publishPath)
+}
+
+func (b *blockPublishes) addLocked(publishPath string) {
+	dir := path.Dir(publishPath)
+	if b.byDir == nil {
+		b.byDir = map[string]map[string]bool{}
+	}
+	if b.byDir[dir] == nil {
+		b.byDir[dir] = map[string]bool{}
+	}
+	b.byDir[dir][publishPath] = true
+}
+
+func (b *blockPublishes) drop(publishPath string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	dir := path.Dir(publishPath)
+	delete(b.byDir[dir], publishPath)
+	if len(b.byDir[dir]) == 0 {
+		delete(b.byDir, dir)
+	}
+}
+
+// publishedIn returns the publish paths (relative to the root) in
+// publishDir that have a record: a publish or unpublish of each may have
+// been made.
+func (rs *records) publishedIn(publishDir string) ([]string, error) {
+	dir, err := rs.rfs.Rel(publishDir)
+	if err != nil {
+		return nil, err
+	}
+	b := &rs.pubs
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.loaded {
+		if err := rs.loadPublishes(); err != nil {
+			return nil, fmt.Errorf("reading the records of block publishes: %w", err)
+		}
+		b.loaded = true
+	}
+	out := make([]string, 0, len(b.byDir[dir]))
+	for p := range b.byDir[dir] {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// loadPublishes reads every record once and indexes those of block
+// publish paths. The caller holds rs.pubs.mu. A record that cannot be read
+// names no publish; reconstruction logs it.
+func (rs *records) loadPublishes() error {
+	shards, err := rs.rfs.ReadDir(RecordsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	for _, shard := range shards {
+		if !shard.IsDir() {
+			continue
+		}
+		files, err := rs.rfs.ReadDir(path.Join(RecordsDir, shard.Name()))
+		if err != nil {
+			return err
+		}
+		for _, f := range files {
+			name := path.Join(RecordsDir, shard.Name(), f.Name())
+			var rec Record
+			if !f.Type().IsRegular() || fsutil.ReadJSONIn(rs.rfs, name, &rec) != nil {
+				continue
+			}
+			if rec.Mode == string(cache.Block) && rec.PodUID != "" && RecordFile(rec.Dir) == name {
+				rs.pubs.addLocked(rec.Dir)
+			}
+		}
 	}
 	return nil
 }

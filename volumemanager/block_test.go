@@ -2,7 +2,12 @@ package volumemanager
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,9 +16,11 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
+	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/util/blockdev"
 )
@@ -234,4 +241,175 @@ func TestSharedVolumeRPCs(t *testing.T) {
 	if s, p := e.drv.Calls("NodeStageVolume"), e.drv.Calls("NodePublishVolume"); s != 1 || p != 100 {
 		t.Errorf("NodeStageVolume %d, NodePublishVolume %d; want 1 and 100", s, p)
 	}
+}
+
+// blockCrash is a block volume's state after a manager was stopped in
+// unmapPodDevice right before NodeUnpublishVolume.
+type blockCrash struct {
+	drv   *csitest.Server
+	cfg   Config
+	pod   *v1.Pod
+	paths csiplugin.BlockPaths
+}
+
+// stopBeforeBlockUnpublish maps a pod's block volume with one manager,
+// stops it, and does what unmapPodDevice does before NodeUnpublishVolume:
+// the mapper's unmap (symlink and map file gone), then the record
+// Unpublishing. The publish path stays.
+func stopBeforeBlockUnpublish(t *testing.T) blockCrash {
+	t.Helper()
+	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
+	pvc, pv := csitest.BoundClaim("ns", "raw", drv.DriverName(), "handle-raw", csitest.PVBlock())
+	csitest.PVCBlock()(pvc)
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv)
+	root := t.TempDir()
+	boot := filepath.Join(t.TempDir(), "boot_id")
+	plantFile(t, boot, "boot-1\n")
+	m := mount.NewFakeMounter(nil) // one mount table for both runs
+	mapper := &blockdev.Mapper{Mounter: m, Loop: &fakeLooper{dev: map[string]string{}}, IsBlockDevice: func(string) (bool, error) { return true, nil }}
+	cfg := Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: m, BlockMapper: mapper, BootIDPath: boot}
+
+	vm, stop := startVMWith(t, cfg, drv)
+	pod := csitest.Pod("ns", "a", csitest.WithBlockPVC("raw", "raw", false))
+	vm.AddPod(pod)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+
+	// What unmapPodDevice has done when it is stopped right before
+	// NodeUnpublishVolume: the mapper's unmap, then the record.
+	paths, err := csiplugin.BlockVolumePaths(root, pv.Name, pod.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mapper.Unmap(context.Background(), blockdev.Map{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath,
+		PodUID: string(pod.UID), PodDeviceDir: paths.PodDeviceDir, Name: pv.Name}); err != nil {
+		t.Fatal(err)
+	}
+	r := mustRoot(t, root)
+	rel := relTo(t, root, paths.PublishPath)
+	rec, err := csiplugin.ReadRecord(r, rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Phase = csiplugin.PhaseUnpublishing
+	b, _ := json.Marshal(rec)
+	plantFile(t, filepath.Join(root, csiplugin.RecordFile(rel)), string(b))
+	if _, err := os.Lstat(paths.PodDevicePath); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("pod symlink after the unmap: %v, want it gone", err)
+	}
+	if _, err := os.Lstat(paths.PublishPath); err != nil {
+		t.Fatalf("publish path after the unmap: %v, want it there", err)
+	}
+	return blockCrash{drv: drv, cfg: cfg, pod: pod, paths: paths}
+}
+
+// blockCallsSince are the stage and publish calls the driver received
+// after its first n requests.
+func blockCallsSince(drv *csitest.Server, n int) []string {
+	var calls []string
+	for _, req := range drv.Requests()[n:] {
+		switch req.Method {
+		case "NodeUnpublishVolume", "NodeUnstageVolume", "NodePublishVolume", "NodeStageVolume":
+			calls = append(calls, req.Method)
+		}
+	}
+	return calls
+}
+
+// TestBlockRestartBetweenUnmapAndUnpublish (issue 23, crash window 1): a
+// manager stopped after unmapping a pod's block volume (its symlink and map
+// file gone) but before NodeUnpublishVolume (the publish path there, the
+// record Unpublishing) leaves a publish that no pod symlink leads to. The
+// next manager, the pod deleted, finds it from the publish path, unpublishes
+// it, then unstages the volume: the strict driver ends with nothing staged
+// or published, and nothing of the volume is left on disk.
+func TestBlockRestartBetweenUnmapAndUnpublish(t *testing.T) {
+	c := stopBeforeBlockUnpublish(t)
+	drv, root := c.drv, c.cfg.RootDir
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	before := len(drv.Requests())
+	vm, stop := startVMWith(t, c.cfg, drv)
+	defer stop()
+	vm.MarkPodsSynced() // the pod is gone
+	settled := func() bool {
+		_, staged := drv.Staged("handle-raw")
+		return !staged && len(drv.Published("handle-raw")) == 0 && len(vm.GetVolumesInUse()) == 0 && vm.idle()
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return settled(), nil }); err != nil {
+		_, staged := drv.Staged("handle-raw")
+		t.Fatalf("after the restart: driver staged %v, published at %v, volumes in use %v; want nothing (%v)",
+			staged, drv.Published("handle-raw"), vm.GetVolumesInUse(), err)
+	}
+	if want, calls := []string{"NodeUnpublishVolume", "NodeUnstageVolume"}, blockCallsSince(drv, before); !slices.Equal(calls, want) {
+		t.Errorf("CSI calls after the restart %v, want %v", calls, want)
+	}
+	// The layout's shared directories may stay (staging/ and publish/, the
+	// records' shards); nothing of the volume may.
+	volumeDevices := filepath.Join(root, "plugins/kubernetes.io/csi/volumeDevices")
+	for _, p := range filesUnder(t, volumeDevices) {
+		if p != filepath.Join(volumeDevices, "staging") && p != filepath.Join(volumeDevices, "publish") {
+			t.Errorf("left behind: %s", p)
+		}
+	}
+	records := filepath.Join(root, csiplugin.RecordsDir)
+	for _, p := range filesUnder(t, records) {
+		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() || filepath.Dir(p) != records {
+			t.Errorf("left behind: %s", p)
+		}
+	}
+}
+
+// TestBlockRestartBetweenUnmapAndUnpublishPodBack: the same stop, with the
+// pod still wanted after the restart: its volume is published and mapped
+// again (the symlink back), never unstaged.
+func TestBlockRestartBetweenUnmapAndUnpublishPodBack(t *testing.T) {
+	c := stopBeforeBlockUnpublish(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	before := len(c.drv.Requests())
+	vm, stop := startVMWith(t, c.cfg, c.drv)
+	defer stop()
+	vm.AddPod(c.pod)
+	vm.MarkPodsSynced()
+	if err := vm.WaitForAttachAndMount(ctx, c.pod); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, vm)
+	if target, err := os.Readlink(c.paths.PodDevicePath); err != nil || target != c.paths.PublishPath {
+		t.Errorf("pod symlink %q, %v; want it to point to %s", target, err, c.paths.PublishPath)
+	}
+	if calls := blockCallsSince(c.drv, before); slices.Contains(calls, "NodeUnstageVolume") || !slices.Contains(calls, "NodePublishVolume") {
+		t.Errorf("CSI calls after the restart %v, want a publish and no unstage", calls)
+	}
+	if got := c.drv.Published("handle-raw"); len(got) != 1 || got[0] != c.paths.PublishPath {
+		t.Errorf("driver publishes %v, want %s", got, c.paths.PublishPath)
+	}
+}
+
+// filesUnder lists everything below dir (not dir itself), without
+// following symlinks; nothing when dir is missing.
+func filesUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		switch {
+		case errors.Is(err, fs.ErrNotExist) && p == dir:
+			return filepath.SkipDir
+		case err != nil:
+			return err
+		case p != dir:
+			out = append(out, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

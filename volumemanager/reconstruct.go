@@ -68,7 +68,8 @@ type recovery struct {
 // when no pod wants them and re-published (idempotently) when one does:
 // each pod volume directory with a vol_data.json becomes an Uncertain pod
 // mount, each staging directory with a vol_data.json an Uncertain device;
-// raw block volumes likewise, from their pod symlinks and data directories.
+// raw block volumes likewise, from their pod symlinks, their publishes left
+// without a symlink (blockPublishes) and their data directories.
 // Nothing is trusted as Mounted and nothing is removed here. A directory
 // whose vol_data.json is missing or corrupt is logged and left alone:
 // without it nodevol cannot tell which driver and volume it belongs to.
@@ -142,9 +143,12 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 		}
 	}
 
-	// Raw block volumes: the pod's symlink, the volume's data directory.
+	// Raw block volumes: the pod's symlink, the publishes left without
+	// one, the volume's data directory.
+	linked := map[blockPublish]bool{}
 	for _, uid := range pods {
 		for _, name := range w.entries(path.Join("pods", uid, "volumeDevices", "kubernetes.io~csi")) {
+			linked[blockPublish{specName: name, podUID: uid}] = true
 			out.attempted++
 			link := filepath.Join(root, "pods", uid, "volumeDevices", "kubernetes.io~csi", name)
 			spec, paths, err := reconstructBlock(r, root, name, types.UID(uid))
@@ -163,6 +167,7 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 			logger.V(2).Info("Reconstructed block volume", "podUID", uid, "volume", spec.Name, "driver", spec.Driver, "path", link)
 		}
 	}
+	w.blockPublishes(&out, found, linked)
 	const csiDir = "plugins/kubernetes.io/csi"
 	for _, specName := range w.dirs(path.Join(csiDir, "volumeDevices")) {
 		file := path.Join(csiDir, "volumeDevices", specName, "data", csiplugin.VolumeDataFile)
