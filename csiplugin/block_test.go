@@ -191,7 +191,7 @@ func setRecordPhase(t *testing.T, e *env, path string, ph Phase) {
 		t.Fatal(err)
 	}
 	rec.Phase = ph
-	if err := e.p.records.write(rec); err != nil {
+	if err := e.p.records.write(context.Background(), rec); err != nil {
 		t.Fatal(err)
 	}
 }
