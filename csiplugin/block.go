@@ -126,7 +126,7 @@ func (p *Plugin) setUpDevice(ctx context.Context, req oe.DeviceRequest) (string,
 	if err := p.records.write(ctx, rec); err != nil {
 		return fail(err)
 	}
-	err = client.withTimeout(p.timeout).NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
+	err = client.bound(p.timeout, p.steps).NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
 		VolumeId:          spec.VolumeHandle,
 		PublishContext:    req.PublishContext,
 		StagingTargetPath: paths.StagingPath,
@@ -197,7 +197,7 @@ func (p *Plugin) tearDownDevice(ctx context.Context, req oe.DeviceRequest) error
 		}
 		if client.caps.StageUnstage {
 			p.records.update(ctx, volumeRecord(spec, paths.StagingPath, req.PublishContext, client.caps), PhaseUnstaging)
-			err := client.withTimeout(p.timeout).NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{
+			err := client.bound(p.timeout, p.steps).NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{
 				VolumeId:          spec.VolumeHandle,
 				StagingTargetPath: paths.StagingPath,
 			})
@@ -352,7 +352,7 @@ func (p *Plugin) mapPodDevice(ctx context.Context, req oe.MountRequest) (string,
 	if err := p.records.write(ctx, rec); err != nil {
 		return fail(err)
 	}
-	if err := client.withTimeout(p.timeout).NodePublishVolume(ctx, csiReq); err != nil {
+	if err := client.bound(p.timeout, p.steps).NodePublishVolume(ctx, csiReq); err != nil {
 		if !oe.IsUncertain(err) {
 			if _, serr := p.rfs.Lstat(paths.PublishPath); errors.Is(serr, fs.ErrNotExist) {
 				_ = p.records.remove(paths.PublishPath) // nothing published
@@ -427,7 +427,7 @@ func (p *Plugin) unmapPodDevice(ctx context.Context, req oe.MountRequest) error 
 		return fail(err)
 	}
 	p.records.update(ctx, p.podRecord(spec, vol, paths.PublishPath, req.PublishContext, client.caps, spec.NodePublishSecret), PhaseUnpublishing)
-	if err := client.withTimeout(p.timeout).NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{
+	if err := client.bound(p.timeout, p.steps).NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{
 		VolumeId:   spec.VolumeHandle,
 		TargetPath: paths.PublishPath,
 	}); err != nil {

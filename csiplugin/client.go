@@ -7,6 +7,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+
+	"github.com/nodevol/nodevol/util/step"
 )
 
 // DefaultCallTimeout bounds one CSI call when nothing else does: the
@@ -84,6 +86,8 @@ type Client struct {
 	node     csi.NodeClient
 	caps     Capabilities
 	timeout  time.Duration
+	// steps sees each call that changes the driver's state (bound).
+	steps step.Hook
 }
 
 // Driver returns the driver's name.
@@ -95,14 +99,26 @@ func (c *Client) Endpoint() string { return c.endpoint }
 // Capabilities returns the node capabilities fetched at registration.
 func (c *Client) Capabilities() Capabilities { return c.caps }
 
-// withTimeout returns c with its call timeout lowered to d, if d is shorter.
-func (c *Client) withTimeout(d time.Duration) *Client {
-	if d <= 0 || d >= c.timeout {
+// bound returns c with its call timeout lowered to d, if d is shorter,
+// and with h seeing each call that changes the driver's state.
+func (c *Client) bound(d time.Duration, h step.Hook) *Client {
+	if (d <= 0 || d >= c.timeout) && h == nil {
 		return c
 	}
 	cc := *c
-	cc.timeout = d
+	if d > 0 && d < c.timeout {
+		cc.timeout = d
+	}
+	cc.steps = h
 	return &cc
+}
+
+// take asks the client's hook whether method may be called on target.
+func (c *Client) take(method, target string) error {
+	if err := c.steps.Take(step.Call, method+" "+target); err != nil {
+		return fmt.Errorf("%s of CSI driver %s on %s: %w", method, c.driver, target, err)
+	}
+	return nil
 }
 
 // call runs one RPC with the client's timeout and classifies its error.
@@ -129,24 +145,36 @@ func (c *Client) NodeGetInfo(ctx context.Context) (NodeInfo, error) {
 
 // NodeStageVolume stages a volume. Secrets in req are never logged.
 func (c *Client) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) error {
+	if err := c.take("NodeStageVolume", req.GetStagingTargetPath()); err != nil {
+		return err
+	}
 	_, err := call(ctx, c, "NodeStageVolume", req, c.node.NodeStageVolume)
 	return err
 }
 
 // NodeUnstageVolume unstages a volume.
 func (c *Client) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) error {
+	if err := c.take("NodeUnstageVolume", req.GetStagingTargetPath()); err != nil {
+		return err
+	}
 	_, err := call(ctx, c, "NodeUnstageVolume", req, c.node.NodeUnstageVolume)
 	return err
 }
 
 // NodePublishVolume publishes a volume. Secrets in req are never logged.
 func (c *Client) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) error {
+	if err := c.take("NodePublishVolume", req.GetTargetPath()); err != nil {
+		return err
+	}
 	_, err := call(ctx, c, "NodePublishVolume", req, c.node.NodePublishVolume)
 	return err
 }
 
 // NodeUnpublishVolume unpublishes a volume.
 func (c *Client) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) error {
+	if err := c.take("NodeUnpublishVolume", req.GetTargetPath()); err != nil {
+		return err
+	}
 	_, err := call(ctx, c, "NodeUnpublishVolume", req, c.node.NodeUnpublishVolume)
 	return err
 }
@@ -165,6 +193,9 @@ func (c *Client) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 func (c *Client) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
 	if !c.caps.Expand {
 		return nil, fmt.Errorf("CSI driver %s does not support NodeExpandVolume", c.driver)
+	}
+	if err := c.take("NodeExpandVolume", req.GetVolumePath()); err != nil {
+		return nil, err
 	}
 	return call(ctx, c, "NodeExpandVolume", req, c.node.NodeExpandVolume)
 }

@@ -72,7 +72,7 @@ func (p *Plugin) NodeExpand(ctx context.Context, req ExpandRequest) (expanded bo
 	if err != nil {
 		return fail(err)
 	}
-	_, err = client.withTimeout(p.timeout).NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{
+	_, err = client.bound(p.timeout, p.steps).NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{
 		VolumeId:          spec.VolumeHandle,
 		VolumePath:        volumePath,
 		StagingTargetPath: stagingPath,

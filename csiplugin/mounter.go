@@ -95,7 +95,7 @@ func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error)
 		_, err = p.rfs.Verify(csiReq.TargetPath)
 	}
 	if err == nil {
-		err = client.withTimeout(p.timeout).NodePublishVolume(ctx, csiReq)
+		err = client.bound(p.timeout, p.steps).NodePublishVolume(ctx, csiReq)
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "driver", spec.Driver)
 	if err != nil {
@@ -237,7 +237,7 @@ func (p *Plugin) TearDown(ctx context.Context, req oe.MountRequest) error {
 		return fail(err)
 	}
 	p.records.update(ctx, p.podRecord(spec, vol, dir, req.PublishContext, client.caps, spec.NodePublishSecret), PhaseUnpublishing)
-	err = client.withTimeout(p.timeout).NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{
+	err = client.bound(p.timeout, p.steps).NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{
 		VolumeId:   spec.VolumeHandle,
 		TargetPath: target,
 	})

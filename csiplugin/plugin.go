@@ -16,6 +16,7 @@ import (
 	oe "github.com/nodevol/nodevol/operationexecutor"
 	"github.com/nodevol/nodevol/util/blockdev"
 	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/util/step"
 )
 
 // Config configures a Plugin. NodeName, CSIDriverLister and
@@ -80,6 +81,15 @@ type Config struct {
 	// PermissionChangeWarnAfter is how long an ownership change runs
 	// before it is reported, once. Default 30 seconds, the kubelet's.
 	PermissionChangeWarnAfter time.Duration
+	// Steps, if set, sees every change the plugin makes to the node
+	// before it is made (package step): each directory, file, record and
+	// symlink under RootDir, each mount and unmount through Mounter and the
+	// default BlockMapper, each loop device, each CSI call that changes a
+	// driver's state and each VolumeAttachment it creates or deletes. An
+	// error from it is returned in place of the change. The crash-point
+	// suite uses it to stop at every step; a BlockMapper the caller
+	// supplies is the caller's to hook. Default: none.
+	Steps step.Hook
 }
 
 // Plugin is the CSI volume plugin: it implements operationexecutor.Plugin
@@ -103,6 +113,7 @@ type Plugin struct {
 	events      record.EventRecorder
 	clock       clock.Clock
 	warnAfter   time.Duration
+	steps       step.Hook
 	// eachOwnedFile, if set, is called before each file's ownership is
 	// changed (tests).
 	eachOwnedFile func(path string)
@@ -129,6 +140,7 @@ func New(cfg Config) (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("csiplugin: Config.RootDir: %w", err)
 	}
+	rfs = rfs.WithSteps(cfg.Steps)
 	if cfg.Registry == nil {
 		cfg.Registry = NewRegistry(RegistryOptions{})
 	}
@@ -141,12 +153,13 @@ func New(cfg Config) (*Plugin, error) {
 	if cfg.Mounter == nil {
 		cfg.Mounter = mount.New("")
 	}
+	cfg.Mounter = step.Mounter(cfg.Mounter, cfg.Steps)
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout
 	}
 	if cfg.BlockMapper == nil {
 		m := blockdev.NewMapper(cfg.Mounter)
-		m.Root = rfs
+		m.Root, m.Steps = rfs, cfg.Steps
 		cfg.BlockMapper = m
 	}
 	if cfg.Clock == nil {
@@ -176,6 +189,7 @@ func New(cfg Config) (*Plugin, error) {
 		events:      cfg.EventRecorder,
 		clock:       cfg.Clock,
 		warnAfter:   cfg.PermissionChangeWarnAfter,
+		steps:       cfg.Steps,
 	}, nil
 }
 

@@ -14,6 +14,8 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/operationexecutor"
 	"github.com/nodevol/nodevol/util/fsutil"
+
+	"github.com/nodevol/nodevol/util/step"
 )
 
 var _ oe.SelfAttacher = (*Plugin)(nil)
@@ -59,6 +61,9 @@ func (p *Plugin) Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string
 		return p.checkAttachment(ctx, spec, va)
 	}
 	vas := p.client.StorageV1().VolumeAttachments()
+	if err := p.steps.Take(step.Call, "create VolumeAttachment "+want.Name); err != nil {
+		return nil, fmt.Errorf("creating VolumeAttachment %s for volume %s: %w", want.Name, volumeDesc(spec), err)
+	}
 	va, err = vas.Create(ctx, want, metav1.CreateOptions{})
 	switch {
 	case apierrors.IsAlreadyExists(err):
@@ -114,6 +119,9 @@ func (p *Plugin) Detach(ctx context.Context, spec *cache.VolumeSpec) error {
 	}
 	if va.DeletionTimestamp == nil {
 		uid := va.UID
+		if err := p.steps.Take(step.Call, "delete VolumeAttachment "+name); err != nil {
+			return fmt.Errorf("deleting VolumeAttachment %s for volume %s: %w", name, volumeDesc(spec), err)
+		}
 		err := vas.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		switch {
 		case apierrors.IsNotFound(err):

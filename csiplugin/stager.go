@@ -80,7 +80,7 @@ func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string,
 		_, err = p.rfs.Verify(stagingPath)
 	}
 	if err == nil {
-		err = client.withTimeout(p.timeout).NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
+		err = client.bound(p.timeout, p.steps).NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
 			VolumeId:          spec.VolumeHandle,
 			PublishContext:    req.PublishContext,
 			StagingTargetPath: stagingPath,
@@ -155,7 +155,7 @@ func (p *Plugin) UnmountDevice(ctx context.Context, req oe.DeviceRequest) error 
 	}
 	if client.caps.StageUnstage {
 		p.records.update(ctx, volumeRecord(spec, dir, req.PublishContext, client.caps), PhaseUnstaging)
-		err := client.withTimeout(p.timeout).NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{
+		err := client.bound(p.timeout, p.steps).NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{
 			VolumeId:          spec.VolumeHandle,
 			StagingTargetPath: stagingPath,
 		})

@@ -30,7 +30,7 @@ func (p *Plugin) VolumeStats(ctx context.Context, spec *cache.VolumeSpec, volume
 	if !client.caps.GetVolumeStats {
 		return VolumeStats{}, false, nil
 	}
-	resp, err := client.withTimeout(p.timeout).NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{
+	resp, err := client.bound(p.timeout, p.steps).NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{
 		VolumeId:          spec.VolumeHandle,
 		VolumePath:        volumePath,
 		StagingTargetPath: stagingPath,

@@ -32,6 +32,7 @@ import (
 	oe "github.com/nodevol/nodevol/operationexecutor"
 	"github.com/nodevol/nodevol/pluginmanager"
 	"github.com/nodevol/nodevol/util/promreg"
+	"github.com/nodevol/nodevol/util/step"
 )
 
 // Config configures a VolumeManager. NodeName and KubeClient are required;
@@ -148,6 +149,15 @@ type Config struct {
 	// this mode. Default false: the attach/detach controller attaches, and
 	// the node waits for it.
 	SelfAttach bool
+	// Steps, if set, sees every change the manager makes to the node
+	// before it is made (package util/step): the default plugin's
+	// directories, files, records, mounts, loop devices, CSI calls and
+	// VolumeAttachments (csiplugin.Config.Steps), and reconstruction's
+	// clean-up at Run. An error from it is returned in place of the
+	// change. It is the seam of the crash-point suite, which stops at every
+	// step; a Plugin or BlockMapper the caller supplies is the caller's to
+	// hook. Default: none.
+	Steps step.Hook
 	// VolumeStatsPeriod is how long the kubelet_volume_stats_* gauges (with
 	// a Registerer) reuse a volume's NodeGetVolumeStats answer. Default 1
 	// minute, the kubelet's --volume-stats-agg-period.
@@ -271,6 +281,7 @@ func New(cfg Config) (*VolumeManager, error) {
 			BootIDPath:             cfg.BootIDPath,
 			EventRecorder:          cfg.EventRecorder,
 			Clock:                  cfg.Clock,
+			Steps:                  cfg.Steps,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("volumemanager: %w", err)
@@ -766,7 +777,7 @@ func (vm *VolumeManager) idle() bool {
 // boot ID and the mount table, read once.
 func (vm *VolumeManager) recovery(ctx context.Context) recovery {
 	logger := klog.FromContext(ctx)
-	var rc recovery
+	rc := recovery{steps: vm.cfg.Steps}
 	if p, ok := vm.plugin.(interface{ BootID() string }); ok {
 		// The boot ID the plugin writes into its records, read once.
 		rc.bootID = p.BootID()

@@ -14,6 +14,7 @@ import (
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/util/fsutil"
 	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/util/step"
 )
 
 // lifecycleEphemeral is vol_data.json's volumeLifecycleMode of an inline volume.
@@ -61,6 +62,8 @@ type recovery struct {
 	// table); nil when they could not be listed: no volume is then
 	// trusted as Mounted, and no reboot leftover is removed.
 	mountPoints map[string]bool
+	// steps sees each change reconstruction's clean-up makes (Config.Steps).
+	steps step.Hook
 }
 
 // reconstruct adds the CSI volumes a previous run left on disk to the actual
@@ -95,6 +98,7 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 		logger.Error(err, "Cannot reconstruct volumes", "rootDir", root)
 		return out
 	}
+	r = r.WithSteps(rc.steps)
 	w := walker{logger: logger, r: r, root: root, rc: rc, seen: map[string]bool{}}
 	found := map[cache.UniqueVolumeName]bool{}
 

@@ -19,6 +19,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/util/step"
 )
 
 // Looper attaches loop devices to files.
@@ -48,6 +49,9 @@ type Mapper struct {
 	// Mapper hands to the mounter and to losetup are checked right before.
 	// Default nil: plain paths, symlinks followed.
 	Root *rootfs.Root
+	// Steps, if set, sees each loop device attach and detach before it is
+	// made (package step); Root's and Mounter's own hooks see the rest.
+	Steps step.Hook
 }
 
 // files is the Mapper's file-system access: plain, or confined to Root.
@@ -161,6 +165,9 @@ func (mp *Mapper) Map(ctx context.Context, m Map) error {
 		if err := fsys.verify(m.mapFile()); err != nil {
 			return fmt.Errorf("mapping %s: %w", m.DevicePath, err)
 		}
+		if err := mp.Steps.Take(step.LoopAttach, m.mapFile()); err != nil {
+			return fmt.Errorf("mapping %s: %w", m.DevicePath, err)
+		}
 		if _, err := mp.Loop.Attach(ctx, m.mapFile()); err != nil {
 			return fmt.Errorf("mapping %s: locking %s with a loop device: %w", m.DevicePath, m.mapFile(), err)
 		}
@@ -241,6 +248,9 @@ func (mp *Mapper) Unmap(ctx context.Context, m Map) error {
 			return fmt.Errorf("unmapping %s: looking for the loop device of %s: %w", m.DevicePath, file, err)
 		}
 		if dev != "" {
+			if err := mp.Steps.Take(step.LoopDetach, dev+" "+file); err != nil {
+				return fmt.Errorf("unmapping %s: %w", m.DevicePath, err)
+			}
 			if err := mp.Loop.Detach(ctx, dev); err != nil {
 				return fmt.Errorf("unmapping %s: detaching loop device %s: %w", m.DevicePath, dev, err)
 			}

@@ -37,6 +37,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/util/step"
 )
 
 var (
@@ -83,6 +85,8 @@ func (e *PathError) Unwrap() error { return e.Err }
 // the rest from there. Safe for concurrent use.
 type Root struct {
 	path string
+	// steps sees each change before it is made (WithSteps).
+	steps step.Hook
 }
 
 // New returns the Root at path, made absolute. The directory need not exist
@@ -96,6 +100,23 @@ func New(path string) (*Root, error) {
 		return nil, fmt.Errorf("rootfs: %w", err)
 	}
 	return &Root{path: abs}, nil
+}
+
+// WithSteps returns a Root on the same directory whose changes (a
+// directory made, a file created or written, a temporary file renamed, an
+// entry removed, a symlink made) are each first shown to h (package step):
+// an error from h is returned in place of the change, which is not made.
+// Reads are not shown. A nil h shows nothing.
+func (r *Root) WithSteps(h step.Hook) *Root {
+	return &Root{path: r.path, steps: h}
+}
+
+// take asks the root's hook whether the change op of full may be made.
+func (r *Root) take(op step.Op, full string) error {
+	if err := r.steps.Take(op, full); err != nil {
+		return &PathError{Op: string(op), Path: full, Err: err}
+	}
+	return nil
 }
 
 // Path returns the root's absolute path.
@@ -350,6 +371,9 @@ func (r *Root) MkdirAll(name string, perm fs.FileMode) error {
 		const dirFlags = unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
 		next, err := unix.Openat(fd, c, dirFlags, 0)
 		if err == unix.ENOENT {
+			if err := r.take(step.Mkdir, filepath.Join(r.path, strings.Join(comps[:i+1], "/"))); err != nil {
+				return err
+			}
 			if err := unix.Mkdirat(fd, c, uint32(perm.Perm())); err != nil && err != unix.EEXIST {
 				return &PathError{Op: "mkdir", Path: full, Component: filepath.Join(r.path, strings.Join(comps[:i+1], "/")), Err: err}
 			}
@@ -497,6 +521,9 @@ func (r *Root) Create(name string, perm fs.FileMode) error {
 		return err
 	}
 	defer unix.Close(dirFd)
+	if err := r.take(step.Create, full); err != nil {
+		return err
+	}
 	fd, err := unix.Openat(dirFd, base, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm.Perm()))
 	if err != nil {
 		return &PathError{Op: "create", Path: full, Component: full, Err: err}
@@ -519,6 +546,9 @@ func (r *Root) WriteFileInPlace(name string, data []byte, perm fs.FileMode) erro
 		return err
 	}
 	defer unix.Close(dirFd)
+	if err := r.take(step.Write, full); err != nil {
+		return err
+	}
 	fd, err := unix.Openat(dirFd, base, unix.O_CREAT|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, uint32(perm.Perm()))
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) {
@@ -572,6 +602,9 @@ func (r *Root) writeFileAtomic(name string, data []byte, perm fs.FileMode, sync 
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := "." + base + ".tmp-" + hex.EncodeToString(rnd[:])
+	if err := r.take(step.Write, filepath.Join(filepath.Dir(full), tmp)); err != nil {
+		return err
+	}
 	fd, err := unix.Openat(dirFd, tmp, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm.Perm()))
 	if err != nil {
 		return &PathError{Op: "write", Path: full, Err: err}
@@ -580,7 +613,11 @@ func (r *Root) writeFileAtomic(name string, data []byte, perm fs.FileMode, sync 
 	defer func() {
 		if err != nil {
 			_ = f.Close()
-			_ = unix.Unlinkat(dirFd, tmp, 0)
+			// The clean-up is a change too: after a refused step (a
+			// crash, to the crash-point suite) the temporary file stays.
+			if r.take(step.Remove, f.Name()) == nil {
+				_ = unix.Unlinkat(dirFd, tmp, 0)
+			}
 		}
 	}()
 	if _, err = f.Write(data); err != nil {
@@ -596,6 +633,9 @@ func (r *Root) writeFileAtomic(name string, data []byte, perm fs.FileMode, sync 
 	}
 	if err = f.Close(); err != nil {
 		return &PathError{Op: "write", Path: full, Err: err}
+	}
+	if err = r.take(step.Rename, full); err != nil {
+		return err
 	}
 	if err = unix.Renameat(dirFd, tmp, dirFd, base); err != nil {
 		return &PathError{Op: "write", Path: full, Err: err}
@@ -660,7 +700,7 @@ func (r *Root) removeEntry(name string, allow func(mode uint32) (int, error)) er
 		return err
 	}
 	defer unix.Close(dirFd)
-	return removeAt(dirFd, base, full, allow)
+	return r.removeAt(dirFd, base, full, allow)
 }
 
 // RemoveIn removes the entries names (base names) of directory dir, then
@@ -693,11 +733,11 @@ func (r *Root) RemoveIn(dir string, names ...string) error {
 		if strings.Contains(name, "/") || name == "" || name == "." || name == ".." {
 			return &PathError{Op: "remove", Path: filepath.Join(full, name), Err: errors.New("not a base name")}
 		}
-		if err := removeAt(dirFd, name, filepath.Join(full, name), removable); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := r.removeAt(dirFd, name, filepath.Join(full, name), removable); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}
-	if err := removeAt(parentFd, base, full, removable); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := r.removeAt(parentFd, base, full, removable); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	return nil
@@ -705,8 +745,8 @@ func (r *Root) RemoveIn(dir string, names ...string) error {
 
 // removeAt removes entry name of dirFd if allow, given its type (S_IFMT
 // bits, not following a symlink), says how (unlinkat flags); full names it
-// in errors.
-func removeAt(dirFd int, name, full string, allow func(mode uint32) (int, error)) error {
+// in errors. Only a removal that allow permits is shown to the root's hook.
+func (r *Root) removeAt(dirFd int, name, full string, allow func(mode uint32) (int, error)) error {
 	var st unix.Stat_t
 	if err := unix.Fstatat(dirFd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return &PathError{Op: "remove", Path: full, Component: full, Err: err}
@@ -716,6 +756,9 @@ func removeAt(dirFd int, name, full string, allow func(mode uint32) (int, error)
 	// symlink points to.
 	flags, err := allow(st.Mode & unix.S_IFMT)
 	if err == nil {
+		if err := r.take(step.Remove, full); err != nil {
+			return err
+		}
 		err = unix.Unlinkat(dirFd, name, flags)
 	}
 	if err != nil {
@@ -732,6 +775,9 @@ func (r *Root) Symlink(target, name string) error {
 		return err
 	}
 	defer unix.Close(dirFd)
+	if err := r.take(step.Symlink, full); err != nil {
+		return err
+	}
 	if err := unix.Symlinkat(target, dirFd, base); err != nil {
 		return &PathError{Op: "symlink", Path: full, Component: full, Err: err}
 	}
