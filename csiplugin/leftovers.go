@@ -8,6 +8,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/nodevol/nodevol/util/fsutil"
 	"github.com/nodevol/nodevol/util/rootfs"
 )
 
@@ -113,4 +114,41 @@ func IsStagingDirName(driver, name string) bool {
 		}
 	}
 	return true
+}
+
+// RemoveUnusedBlockDir removes raw block volume directory
+// volumeDevices/{specName} when it holds nothing: no vol_data.json, no map
+// file, nothing but an empty data/ and an empty dev/. That is what a stop
+// leaves between creating data/ and renaming vol_data.json into it
+// (SetUpDevice, MapPodDevice), or between removing vol_data.json and the
+// directory (TearDownDevice); nothing else names such a directory, so it
+// would stay for good. The temporary files of vol_data.json writes must be
+// gone first (RemoveWriteLeftovers). Only empty directories are removed
+// (rmdir), so a mount point, a map file or anything else stays, and the
+// error says what was found. No symlink is followed.
+func RemoveUnusedBlockDir(r *rootfs.Root, specName string) error {
+	if err := fsutil.ValidateName("spec name", specName); err != nil {
+		return err
+	}
+	dir := path.Join(pluginDir, volumeDevicesDir, specName)
+	entries, err := r.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, e := range entries {
+		sub := path.Join(dir, e.Name())
+		if (e.Name() != "data" && e.Name() != "dev") || !e.IsDir() {
+			return fmt.Errorf("%s holds %s, which nodevol did not write", dir, e.Name())
+		}
+		in, err := r.ReadDir(sub)
+		if err != nil {
+			return err
+		}
+		if len(in) > 0 {
+			return fmt.Errorf("%s is not empty: it holds %s", sub, in[0].Name())
+		}
+		names = append(names, e.Name())
+	}
+	return r.RemoveIn(dir, names...)
 }

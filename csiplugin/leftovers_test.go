@@ -76,3 +76,60 @@ func TestRemoveWriteLeftovers(t *testing.T) {
 		}
 	})
 }
+
+// TestRemoveUnusedBlockDir removes a raw block volume directory that a
+// stop left holding nothing (no vol_data.json, empty data/ and dev/), and
+// leaves every one that may still matter, saying why.
+func TestRemoveUnusedBlockDir(t *testing.T) {
+	const dir = "plugins/kubernetes.io/csi/volumeDevices/pv"
+	for _, tc := range []struct {
+		name    string
+		plant   []string // under dir: a trailing / makes a directory, "->" a symlink
+		removed bool
+		errHas  string
+	}{
+		{"empty", nil, true, ""},
+		{"empty data", []string{"data/"}, true, ""},
+		{"empty data and dev", []string{"data/", "dev/"}, true, ""},
+		{"vol_data.json", []string{"data/", "data/" + VolumeDataFile}, false, "data is not empty"},
+		{"map file", []string{"data/", "dev/", "dev/uid"}, false, "dev is not empty"},
+		{"a stranger", []string{"data/", "notes"}, false, "holds notes"},
+		{"data a symlink", []string{"data->/etc"}, false, "holds data"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			abs := filepath.Join(root, dir)
+			if err := os.MkdirAll(abs, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range tc.plant {
+				var err error
+				switch name, target, link := strings.Cut(p, "->"); {
+				case link:
+					err = os.Symlink(target, filepath.Join(abs, name))
+				case name[len(name)-1] == '/':
+					err = os.Mkdir(filepath.Join(abs, name), 0o750)
+				default:
+					err = os.WriteFile(filepath.Join(abs, name), []byte("{}"), 0o600)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			r, err := rootfs.New(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = RemoveUnusedBlockDir(r, "pv")
+			if tc.errHas == "" && err != nil || tc.errHas != "" && (err == nil || !strings.Contains(err.Error(), tc.errHas)) {
+				t.Errorf("RemoveUnusedBlockDir = %v, want an error with %q", err, tc.errHas)
+			}
+			if _, err := os.Lstat(abs); os.IsNotExist(err) != tc.removed {
+				t.Errorf("after it, %s: %v; want removed %v", dir, err, tc.removed)
+			}
+			if _, err := os.Stat("/etc"); err != nil {
+				t.Fatalf("/etc: %v", err)
+			}
+		})
+	}
+}

@@ -174,8 +174,14 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 	w.blockPublishes(&out, found, linked)
 	const csiDir = "plugins/kubernetes.io/csi"
 	for _, specName := range w.dirs(path.Join(csiDir, "volumeDevices")) {
-		file := path.Join(csiDir, "volumeDevices", specName, "data", csiplugin.VolumeDataFile)
+		if specName == "staging" || specName == "publish" {
+			continue // the directories of the staging and publish paths
+		}
+		dataDir := path.Join(csiDir, "volumeDevices", specName, "data")
+		w.removeWriteLeftovers(dataDir)
+		file := path.Join(dataDir, csiplugin.VolumeDataFile)
 		if !w.exists(file) {
+			w.removeBlockLeftover(specName)
 			continue
 		}
 		spec, paths, err := reconstructBlock(r, root, specName, "")
@@ -399,6 +405,18 @@ func (w walker) removeStagingLeftover(driver, name string) {
 		return
 	}
 	w.logger.Info("Removed a staging directory without vol_data.json that holds nothing", "path", dir, "driver", driver)
+}
+
+// removeBlockLeftover removes a raw block volume directory that has no
+// vol_data.json and holds nothing (csiplugin.RemoveUnusedBlockDir): a stop
+// cut its creation or its removal short. Anything else is logged and left.
+func (w walker) removeBlockLeftover(specName string) {
+	dir := filepath.Join(w.root, "plugins/kubernetes.io/csi/volumeDevices", specName)
+	if err := csiplugin.RemoveUnusedBlockDir(w.r, specName); err != nil {
+		w.logger.Error(err, "Block volume directory without vol_data.json, leaving it alone", "path", dir)
+		return
+	}
+	w.logger.Info("Removed a block volume directory without vol_data.json that holds nothing", "path", dir)
 }
 
 // record reads the record of directory rel; nil when there is none or it
