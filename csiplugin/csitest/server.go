@@ -340,6 +340,18 @@ func (s *Server) Reset() {
 	s.total = 0
 }
 
+// Reboot forgets every staged and published volume, as a node's reboot
+// does to a driver's mounts. It keeps the requests, the faults and the
+// volumes' capacities.
+func (s *Server) Reboot() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range s.volumes {
+		v.staged, v.stagingPath, v.stageCap = false, "", nil
+		clear(v.published)
+	}
+}
+
 // Staged returns the staging_target_path volumeID is staged at, and whether
 // it is staged.
 func (s *Server) Staged(volumeID string) (path string, ok bool) {

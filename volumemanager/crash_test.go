@@ -1,0 +1,552 @@
+package volumemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/util/blockdev"
+	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/util/step"
+)
+
+// The crash-point suite. Every change nodevol makes to a node (a directory,
+// a file, a record, a symlink, a mount, a loop device, a CSI call) is a step
+// that goes through Config.Steps (package util/step). For each scenario the
+// suite counts the steps of its operation in a run without a crash, then,
+// for every k, runs it again and stops at step k: that step and every one
+// after it is refused, which leaves the disk, the mount table and the driver
+// as a process killed at that instant would. It then drops the manager,
+// starts a new one on the same disk, mount table and driver, adds the pods
+// wanted by then (as acted, the other choice, or after a reboot), waits for
+// the node to converge and checks one invariant: the node is exactly as a
+// run without a crash leaves it (the driver's staged and published volumes,
+// the mount table, the loop devices and every entry under the root), and no
+// NodeUnstageVolume was sent while a publish of the volume existed. The
+// restart itself is crashed too: at every step of the recovering manager,
+// followed by a third, clean one. Steps are found by counting, so a step
+// added to the code is covered without touching this file.
+
+// errCrashed is what a refused step returns.
+var errCrashed = errors.New("crash point: the process stopped here")
+
+// crashHook counts the steps it is shown once armed and refuses every
+// step from the at-th on (at 0: none).
+type crashHook struct {
+	mu      sync.Mutex
+	armed   bool
+	at      int
+	stopped bool
+	crashed chan struct{}
+	taken   []step.Step
+	// stop is the step refused first.
+	stop step.Step
+	// check sees every step taken (the unstage-under-publish check).
+	check func(step.Step)
+}
+
+func newCrashHook(check func(step.Step)) *crashHook {
+	return &crashHook{crashed: make(chan struct{}), check: check}
+}
+
+// arm starts counting, from the next step on, and stops at the at-th.
+func (h *crashHook) arm(at int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.armed, h.at, h.taken = true, at, nil
+}
+
+func (h *crashHook) take(s step.Step) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return errCrashed
+	}
+	if h.armed && len(h.taken)+1 == h.at {
+		h.stopped, h.stop = true, s
+		close(h.crashed)
+		return fmt.Errorf("%w: step %d, %s", errCrashed, h.at, s)
+	}
+	if h.armed {
+		h.taken = append(h.taken, s)
+	}
+	if h.check != nil {
+		h.check(s)
+	}
+	return nil
+}
+
+// counted returns the steps taken since arm, and the step stopped at.
+func (h *crashHook) counted() ([]step.Step, *step.Step) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.stopped {
+		return slices.Clone(h.taken), nil
+	}
+	stop := h.stop
+	return slices.Clone(h.taken), &stop
+}
+
+// crashNode is what survives a process: the root directory, the mount
+// table, the loop devices, the driver (its own process) and the API
+// server; a reboot takes all but the disk and the API server.
+type crashNode struct {
+	t       *testing.T
+	root    string
+	boot    string
+	mounter *mount.FakeMounter
+	loops   *fakeLooper
+	drv     *csitest.Server
+	client  *fake.Clientset
+	// handles maps each staging path to the volume handle staged there.
+	handles map[string]string
+	mu      sync.Mutex
+	// violations are the unstages sent while a publish existed.
+	violations []string
+	boots      int
+}
+
+func newCrashNode(t *testing.T, drv *csitest.Server, client *fake.Clientset) *crashNode {
+	n := &crashNode{
+		t: t, root: t.TempDir(), mounter: mount.NewFakeMounter(nil),
+		loops: &fakeLooper{dev: map[string]string{}}, drv: drv, client: client,
+		handles: map[string]string{},
+	}
+	n.boot = filepath.Join(t.TempDir(), "boot_id")
+	n.reboot()
+	return n
+}
+
+// reboot forgets the mounts, the loop devices and the driver's state and
+// gives the node a new boot ID.
+func (n *crashNode) reboot() {
+	n.boots++
+	if err := os.WriteFile(n.boot, fmt.Appendf(nil, "boot-%d\n", n.boots), 0o600); err != nil {
+		n.t.Fatal(err)
+	}
+	n.mounter.MountPoints = nil
+	n.loops.mu.Lock()
+	clear(n.loops.dev)
+	n.loops.mu.Unlock()
+	n.drv.Reboot()
+}
+
+// checkStep records a NodeUnstageVolume sent while the driver still had a
+// publish of the volume: the one thing a crash must never let through.
+func (n *crashNode) checkStep(s step.Step) {
+	path, ok := strings.CutPrefix(s.Path, "NodeUnstageVolume ")
+	if s.Op != step.Call || !ok {
+		return
+	}
+	if h := n.handles[path]; h != "" {
+		if pubs := n.drv.Published(h); len(pubs) > 0 {
+			n.mu.Lock()
+			n.violations = append(n.violations, fmt.Sprintf("NodeUnstageVolume %s while published at %v", path, pubs))
+			n.mu.Unlock()
+		}
+	}
+}
+
+// start runs a manager on the node with hook h.
+func (n *crashNode) start(h *crashHook) (*VolumeManager, func()) {
+	t := n.t
+	t.Helper()
+	r, err := rootfs.New(n.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := step.Mounter(n.mounter, h.take)
+	mapper := &blockdev.Mapper{Mounter: m, Loop: n.loops, Root: r.WithSteps(h.take), Steps: h.take,
+		IsBlockDevice: func(string) (bool, error) { return true, nil }}
+	vm, err := New(Config{NodeName: node, KubeClient: n.client, RootDir: n.root, Mounter: n.mounter,
+		BlockMapper: mapper, BootIDPath: n.boot, Steps: h.take})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- vm.Run(ctx) }()
+	stop := func() { cancel(); <-done }
+	if err := vm.Drivers().Register(ctx, n.drv.DriverName(), n.drv.Endpoint()); err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	select {
+	case <-vm.ready:
+	case <-done:
+		t.Fatal("Run returned before the manager was ready")
+	}
+	return vm, stop
+}
+
+// state is what a crash must not change: the driver's staged and
+// published volumes, the mount table, the loop devices and the entries
+// under the root.
+type crashState struct {
+	staged, published, mounts, loops, tree []string
+}
+
+func (n *crashNode) state() crashState {
+	var s crashState
+	for _, h := range n.drv.StagedVolumes() {
+		p, _ := n.drv.Staged(h)
+		s.staged = append(s.staged, h+" at "+n.rel(p))
+	}
+	for _, h := range n.drv.PublishedVolumes() {
+		for _, p := range n.drv.Published(h) {
+			s.published = append(s.published, h+" at "+n.rel(p))
+		}
+	}
+	mps, _ := n.mounter.List()
+	for _, mp := range mps {
+		s.mounts = append(s.mounts, n.rel(mp.Path))
+	}
+	n.loops.mu.Lock()
+	for file := range n.loops.dev {
+		s.loops = append(s.loops, n.rel(file))
+	}
+	n.loops.mu.Unlock()
+	_ = filepath.WalkDir(n.root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || path == n.root {
+			return nil
+		}
+		kind := "f"
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			kind = "l"
+		case d.IsDir() && sharedDir(n.rel(path)):
+			return nil
+		case d.IsDir():
+			kind = "d"
+		}
+		s.tree = append(s.tree, kind+" "+n.rel(path))
+		return nil
+	})
+	for _, l := range [][]string{s.staged, s.published, s.mounts, s.loops, s.tree} {
+		slices.Sort(l)
+	}
+	return s
+}
+
+// sharedDirs are the directories of the layout that hold many volumes'
+// (their containers, which stay when empty, as under the kubelet): that a
+// crash made or left one of them is not a leak. Every directory of one
+// volume, and every file and symlink, must match exactly.
+var sharedDirs = []string{
+	"pods", "pods/*", "pods/*/volumes", "pods/*/volumes/kubernetes.io~csi",
+	"pods/*/volumeDevices", "pods/*/volumeDevices/kubernetes.io~csi",
+	"plugins", "plugins/kubernetes.io", "plugins/kubernetes.io/csi", "plugins/kubernetes.io/csi/csitest.nodevol.io",
+	"plugins/kubernetes.io/csi/volumeDevices", "plugins/kubernetes.io/csi/volumeDevices/staging",
+	"plugins/kubernetes.io/csi/volumeDevices/publish",
+	"nodevol", "nodevol/records", "nodevol/records/*",
+}
+
+func sharedDir(rel string) bool {
+	for _, pattern := range sharedDirs {
+		if ok, _ := filepath.Match(pattern, rel); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (n *crashNode) rel(p string) string {
+	if r, err := filepath.Rel(n.root, p); err == nil {
+		return r
+	}
+	return p
+}
+
+// diff lists how s differs from want, "" when it does not.
+func (s crashState) diff(want crashState) string {
+	var b strings.Builder
+	for _, f := range []struct {
+		name      string
+		got, want []string
+	}{
+		{"staged", s.staged, want.staged}, {"published", s.published, want.published},
+		{"mounts", s.mounts, want.mounts}, {"loop devices", s.loops, want.loops}, {"under the root", s.tree, want.tree},
+	} {
+		for _, g := range f.got {
+			if !slices.Contains(f.want, g) {
+				fmt.Fprintf(&b, "%s: extra %s\n", f.name, g)
+			}
+		}
+		for _, w := range f.want {
+			if !slices.Contains(f.got, w) {
+				fmt.Fprintf(&b, "%s: missing %s\n", f.name, w)
+			}
+		}
+	}
+	return b.String()
+}
+
+// converge adds wanted to a fresh manager, says the pods are synced and
+// waits until the node's state is want (nil: until the wanted pods are
+// mounted and the node idle, the baseline's way). It returns the state
+// reached.
+func converge(ctx context.Context, vm *VolumeManager, n *crashNode, wanted, gone []*v1.Pod, want *crashState) (crashState, error) {
+	for _, p := range wanted {
+		vm.AddPod(p)
+	}
+	vm.MarkPodsSynced()
+	for _, p := range wanted {
+		if err := vm.WaitForAttachAndMount(ctx, p); err != nil {
+			return n.state(), err
+		}
+	}
+	for _, p := range gone {
+		if err := vm.WaitForUnmount(ctx, p); err != nil {
+			return n.state(), err
+		}
+	}
+	var got crashState
+	err := wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(context.Context) (bool, error) {
+		if !vm.idle() {
+			return false, nil
+		}
+		got = n.state()
+		return want == nil || got.diff(*want) == "", nil
+	})
+	return got, err
+}
+
+// crashScenario is one operation under test.
+type crashScenario struct {
+	name string
+	// opts are the driver's.
+	opts csitest.Options
+	// objects are the API objects.
+	objects func(driver string) []runtime.Object
+	// before are mounted before the operation; after are wanted once it
+	// is done; other is the other choice made while the agent was down.
+	before, after, other []*v1.Pod
+	// act starts the operation.
+	act func(vm *VolumeManager)
+}
+
+// variant is what happens while the agent is down.
+type crashVariant struct {
+	name   string
+	reboot bool
+	wanted func(sc crashScenario) []*v1.Pod
+}
+
+var crashVariants = []crashVariant{
+	{name: "as-acted", wanted: func(sc crashScenario) []*v1.Pod { return sc.after }},
+	{name: "other-choice", wanted: func(sc crashScenario) []*v1.Pod { return sc.other }},
+	{name: "reboot", reboot: true, wanted: func(sc crashScenario) []*v1.Pod { return sc.after }},
+}
+
+func (sc crashScenario) all() []*v1.Pod {
+	var all []*v1.Pod
+	for _, l := range [][]*v1.Pod{sc.before, sc.after, sc.other} {
+		for _, p := range l {
+			if !slices.ContainsFunc(all, func(q *v1.Pod) bool { return q.UID == p.UID }) {
+				all = append(all, p)
+			}
+		}
+	}
+	return all
+}
+
+func without(all, wanted []*v1.Pod) []*v1.Pod {
+	var out []*v1.Pod
+	for _, p := range all {
+		if !slices.ContainsFunc(wanted, func(q *v1.Pod) bool { return q.UID == p.UID }) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// newNode makes the node of a run: its own driver, API objects and root.
+func (sc crashScenario) newNode(t *testing.T) *crashNode {
+	drv := csitest.New(t, sc.opts)
+	objs := sc.objects(drv.DriverName())
+	n := newCrashNode(t, drv, fake.NewClientset(objs...))
+	for _, o := range objs {
+		pv, ok := o.(*v1.PersistentVolume)
+		if !ok || pv.Spec.CSI == nil {
+			continue
+		}
+		h := pv.Spec.CSI.VolumeHandle
+		if path, err := csiplugin.StagingPath(n.root, drv.DriverName(), h); err == nil {
+			n.handles[path] = h
+		}
+		if paths, err := csiplugin.BlockVolumePaths(n.root, pv.Name, ""); err == nil {
+			n.handles[paths.StagingPath] = h
+		}
+	}
+	return n
+}
+
+// crashRun is what one run found.
+type crashRun struct {
+	// steps are the operation's steps taken; stop is the one it stopped
+	// at (nil: it ran to the end).
+	steps []step.Step
+	stop  *step.Step
+	// restartSteps are the recovering manager's steps (restartAt > 0).
+	restartSteps []step.Step
+	restartStop  *step.Step
+	state        crashState
+}
+
+// run is one run of the scenario in variant v, stopping at step at (0:
+// never) of the operation and, if restartAt > 0, at that step of the
+// recovering manager, then recovering with a clean one. want is the state
+// to converge to (nil: the run is the baseline that finds it).
+func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, want *crashState) crashRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	n := sc.newNode(t)
+	var out crashRun
+
+	// Before the operation, with no crash; then the operation, stopped
+	// at step at.
+	h := newCrashHook(n.checkStep)
+	vm, stop := n.start(h)
+	if _, err := converge(ctx, vm, n, sc.before, nil, nil); err != nil {
+		stop()
+		t.Fatalf("setting up: %v", err)
+	}
+	h.arm(at)
+	opCtx, opCancel := context.WithCancel(ctx)
+	opDone := make(chan error, 1)
+	go func() {
+		sc.act(vm)
+		_, err := converge(opCtx, vm, n, sc.after, without(sc.all(), sc.after), nil)
+		opDone <- err
+	}()
+	select {
+	case <-h.crashed:
+	case err := <-opDone:
+		if err != nil {
+			t.Fatalf("the operation, with no crash: %v", err)
+		}
+	}
+	opCancel()
+	stop()
+	out.steps, out.stop = h.counted()
+
+	// While it is down.
+	if v.reboot {
+		n.reboot()
+	}
+	wanted := v.wanted(sc)
+	gone := without(sc.all(), wanted)
+	if restartAt > 0 {
+		h := newCrashHook(n.checkStep)
+		h.arm(restartAt)
+		vm, stop = n.start(h)
+		rctx, rcancel := context.WithCancel(ctx)
+		rdone := make(chan struct{})
+		go func() {
+			defer close(rdone)
+			_, _ = converge(rctx, vm, n, wanted, gone, want)
+		}()
+		select {
+		case <-h.crashed:
+		case <-rdone:
+		}
+		rcancel()
+		<-rdone
+		stop()
+		out.restartSteps, out.restartStop = h.counted()
+	}
+
+	// Recovery.
+	vm, stop = n.start(newCrashHook(n.checkStep))
+	defer stop()
+	got, err := converge(ctx, vm, n, wanted, gone, want)
+	out.state = got
+	if err != nil {
+		msg := ""
+		if want != nil {
+			msg = got.diff(*want)
+		}
+		t.Errorf("no convergence: %v\n%s", err, msg)
+	}
+	n.mu.Lock()
+	for _, v := range n.violations {
+		t.Errorf("%s", v)
+	}
+	n.mu.Unlock()
+	return out
+}
+
+// crashScenarios are the operations the suite stops at every step of.
+func crashScenarios() []crashScenario {
+	fsClaim := func(name string, opts ...csitest.PVOption) func(string) []runtime.Object {
+		return func(driver string) []runtime.Object {
+			pvc, pv := csitest.BoundClaim("ns", name, driver, "h-"+name, opts...)
+			return []runtime.Object{csitest.CSIDriver(driver, false), pvc, pv}
+		}
+	}
+	blockClaim := func(driver string) []runtime.Object {
+		pvc, pv := csitest.BoundClaim("ns", "raw", driver, "h-raw", csitest.PVBlock())
+		csitest.PVCBlock()(pvc)
+		return []runtime.Object{csitest.CSIDriver(driver, false), pvc, pv}
+	}
+	a := csitest.Pod("ns", "a", csitest.WithPVC("data", "vol", false))
+	b := csitest.Pod("ns", "b", csitest.WithPVC("data", "vol", false))
+	ra := csitest.Pod("ns", "ra", csitest.WithBlockPVC("raw", "raw", false))
+	add := func(p *v1.Pod) func(*VolumeManager) { return func(vm *VolumeManager) { vm.AddPod(p) } }
+	del := func(p *v1.Pod) func(*VolumeManager) { return func(vm *VolumeManager) { vm.DeletePod(p) } }
+	opts := csitest.Options{CreateTargetDirs: true}
+	return []crashScenario{
+		{name: "stage-publish", opts: opts, objects: fsClaim("vol"), after: []*v1.Pod{a}, act: add(a)},
+		{name: "unpublish-unstage", opts: opts, objects: fsClaim("vol"), before: []*v1.Pod{a}, other: []*v1.Pod{a}, act: del(a)},
+		{name: "unpublish-shared", opts: opts, objects: fsClaim("vol", csitest.PVAccessModes(v1.ReadWriteMany)),
+			before: []*v1.Pod{a, b}, after: []*v1.Pod{b}, other: []*v1.Pod{a, b}, act: del(a)},
+		{name: "block-stage-map", opts: opts, objects: blockClaim, after: []*v1.Pod{ra}, act: add(ra)},
+		{name: "block-unmap-unstage", opts: opts, objects: blockClaim, before: []*v1.Pod{ra}, other: []*v1.Pod{ra}, act: del(ra)},
+	}
+}
+
+// TestCrashPoints stops every scenario at every step, in every variant,
+// and checks that the node converges to exactly the state a run without a
+// crash leaves.
+func TestCrashPoints(t *testing.T) {
+	for _, sc := range crashScenarios() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			for _, v := range crashVariants {
+				base := sc.run(t, v, 0, 0, nil)
+				if base.stop != nil {
+					t.Fatalf("%s: the baseline stopped", v.name)
+				}
+				t.Logf("%s: %d steps: %v", v.name, len(base.steps), base.steps)
+				for k := 1; k <= len(base.steps); k++ {
+					t.Run(fmt.Sprintf("%s/%d", v.name, k), func(t *testing.T) {
+						r := sc.run(t, v, k, 0, &base.state)
+						if r.stop == nil {
+							t.Errorf("did not stop at step %d (%v)", k, base.steps[k-1])
+						}
+						if t.Failed() {
+							t.Logf("stopped at step %d: %v", k, r.stop)
+						}
+					})
+				}
+			}
+		})
+	}
+}
