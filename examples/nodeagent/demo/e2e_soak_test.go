@@ -127,7 +127,7 @@ func TestE2ERepeatedKillSoak(t *testing.T) {
 		}
 		started := time.Now()
 		a = e.startAgent(e.objectsWith(t, "objects.json", s.wanted()))
-		s.waitSynced(t, a, started)
+		nextChurn = s.waitSynced(t, a, started, nextChurn)
 		nextKill = time.Now().Add(s.killAfter())
 	}
 	soakCalls := readCalls(t, e.callLog, fromSoak)
@@ -182,16 +182,23 @@ type soak struct {
 
 // waitSynced waits for the agent's SYNCED line (bounded), keeping any
 // FAILED line, and notes how long the agent took since started. An agent
-// that exits first is reported by checkAlive.
-func (s *soak) waitSynced(t *testing.T, a *agentProc, started time.Time) {
+// that exits first is reported by checkAlive. The pods go on changing
+// meanwhile (at nextChurn, and returns the next time): the agent reads
+// those commands once synced, so each life starts with work queued, as
+// after pods changed while the agent was down.
+func (s *soak) waitSynced(t *testing.T, a *agentProc, started, nextChurn time.Time) time.Time {
 	t.Helper()
 	deadline := time.After(time.Minute)
 	for {
+		churn := time.After(time.Until(nextChurn))
 		select {
+		case <-churn:
+			s.churn(t, a)
+			nextChurn = time.Now().Add(s.churnAfter())
 		case line, ok := <-a.lines:
 			if !ok {
 				s.checkAlive(t, a)
-				return
+				return nextChurn
 			}
 			if strings.HasPrefix(line, "FAILED") {
 				t.Logf("agent: %s", line)
@@ -199,7 +206,7 @@ func (s *soak) waitSynced(t *testing.T, a *agentProc, started time.Time) {
 			}
 			if line == "SYNCED" {
 				s.startups = append(s.startups, time.Since(started))
-				return
+				return nextChurn
 			}
 		case <-deadline:
 			t.Fatalf("agent (life %d): no SYNCED within a minute of its start", s.kills+1)
