@@ -3,7 +3,6 @@ package csiplugin
 import (
 	"context"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/pluginmanager"
 )
 
@@ -47,11 +47,7 @@ func (d *regTestDriver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*
 // returns the socket's path.
 func startRegTestDriver(t *testing.T, d *regTestDriver) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "nv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "csi.sock")
+	path := filepath.Join(csitest.SocketDir(t), "csi.sock")
 	lis, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +55,7 @@ func startRegTestDriver(t *testing.T, d *regTestDriver) string {
 	srv := grpc.NewServer()
 	csi.RegisterNodeServer(srv, d)
 	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(func() { srv.Stop(); os.RemoveAll(dir) })
+	t.Cleanup(srv.Stop)
 	return path
 }
 

@@ -92,7 +92,7 @@ func TestRegistry(t *testing.T) {
 // registers again is usable at once.
 func TestDriverRestart(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
+	dir := csitest.SocketDir(t)
 	srv, err := csitest.Start(dir, csitest.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -25,11 +25,7 @@ import (
 // in-process CSI driver and the fake clientset.
 func TestCSIRegistration(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	root, err := os.MkdirTemp("", "nv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
+	root := csitest.SocketDir(t)
 	regDir := filepath.Join(root, "plugins_registry")
 
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: "uid-1"}})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
 
 // fuzzRegistrar serves the registration service on one socket for the
@@ -138,11 +138,7 @@ func FuzzRegister(f *testing.F) {
 	f.Add("CSIPLUGIN", "csi.example.com", "/csi/csi.sock", "1.0.0", false)
 	f.Add("\xff", "csi.example.com", "/csi/csi.sock", "1.0.0", false)
 
-	dir, err := os.MkdirTemp("", "nvfuzz") // short: unix socket paths are limited to 108 bytes
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { os.RemoveAll(dir) })
+	dir := csitest.SocketDir(f)
 	sock := filepath.Join(dir, "reg.sock")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {

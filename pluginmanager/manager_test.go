@@ -90,15 +90,10 @@ func (h *fakeHandler) count(call string) int {
 	return n
 }
 
-// tempDir returns a short directory: unix socket paths are limited to 108
-// bytes and t.TempDir() can be long.
+// tempDir returns a registration directory (not made yet) in a
+// csitest.SocketDir: the tests bind sockets in it and below it.
 func tempDir(t testing.TB) string {
-	dir, err := os.MkdirTemp("", "nv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return filepath.Join(dir, "plugins_registry")
+	return filepath.Join(csitest.SocketDir(t), "plugins_registry")
 }
 
 // startManager runs a manager on dir until the test ends.

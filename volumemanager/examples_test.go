@@ -229,7 +229,9 @@ func example(opts csitest.Options, objects func(driver string) []runtime.Object,
 func ExampleConfig_pluginRegistration() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	root, err := os.MkdirTemp("", "nodevol-example-")
+	// Under /tmp: the registrar's socket in root/plugins_registry must fit
+	// in a unix socket path (108 bytes), whatever $TMPDIR is.
+	root, err := csitest.ShortTempDir("nodevol-example-")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -173,7 +173,7 @@ func TestIntegrationNodeRestricted(t *testing.T) {
 		}
 	}
 
-	root := t.TempDir()
+	root := csitest.SocketDir(t) // the registrar's socket goes in root/plugins_registry
 	vm, err := New(Config{
 		NodeName: node, KubeClient: nodeClient, RootDir: root, Mounter: mount.NewFakeMounter(nil),
 		NodeRestricted: true, PluginRegistration: true, ReportVolumesInUse: true,
@@ -375,7 +375,7 @@ func TestIntegrationRegistrationRejected(t *testing.T) {
 		t.Fatal(err)
 	}
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true, Topology: map[string]string{"topology.example.com/bad key!": "a"}})
-	root := t.TempDir()
+	root := csitest.SocketDir(t) // the registrar's socket goes in root/plugins_registry
 	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: mount.NewFakeMounter(nil), PluginRegistration: true})
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@ func TestPluginRegistration(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
 	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
 	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
-	root := t.TempDir()
+	root := csitest.SocketDir(t) // the registrar's socket goes in root/plugins_registry
 	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: mount.NewFakeMounter(nil), PluginRegistration: true})
 	if err != nil {
 		t.Fatal(err)

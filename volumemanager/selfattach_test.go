@@ -180,7 +180,7 @@ func TestResourceExhaustedRefreshesAllocatable(t *testing.T) {
 	csiDriver := csitest.CSIDriver(drv.DriverName(), false)
 	csiDriver.Spec.NodeAllocatableUpdatePeriodSeconds = ptr.To[int64](3600)
 	client := fake.NewClientset(csiDriver, pvc, pv, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}})
-	root := t.TempDir()
+	root := csitest.SocketDir(t) // the registrar's socket goes in root/plugins_registry
 	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: mount.NewFakeMounter(nil), PluginRegistration: true})
 	if err != nil {
 		t.Fatal(err)

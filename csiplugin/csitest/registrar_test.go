@@ -13,11 +13,7 @@ import (
 )
 
 func TestRegistrar(t *testing.T) {
-	dir, err := os.MkdirTemp("", "nv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := SocketDir(t)
 	// A stale file of the same name is replaced.
 	if err := os.WriteFile(dir+"/a.example.com-reg.sock", nil, 0o600); err != nil {
 		t.Fatal(err)

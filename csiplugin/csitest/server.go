@@ -152,9 +152,9 @@ type Server struct {
 
 // Start serves a new driver on dir/csi.sock. An empty dir, or one whose
 // socket path would exceed the 107 bytes a unix socket path may have, is
-// replaced by a new directory under os.TempDir() that Stop removes. A stale
-// socket file at the path is removed first, so a driver can be "restarted"
-// in the same directory. Stop the server when done.
+// replaced by a new directory under /tmp (ShortTempDir) that Stop removes.
+// A stale socket file at the path is removed first, so a driver can be
+// "restarted" in the same directory. Stop the server when done.
 func Start(dir string, opts Options) (*Server, error) {
 	s := &Server{
 		opts:    opts.withDefaults(),
@@ -164,7 +164,7 @@ func Start(dir string, opts Options) (*Server, error) {
 		volumes: make(map[string]*volume),
 	}
 	if dir == "" || len(filepath.Join(dir, "csi.sock")) > maxSocketPath {
-		tmp, err := os.MkdirTemp("", "csitest-")
+		tmp, err := ShortTempDir("csitest-")
 		if err != nil {
 			return nil, fmt.Errorf("csitest: making a socket directory: %w", err)
 		}
@@ -211,12 +211,11 @@ func (s *Server) serve() error {
 	return nil
 }
 
-// New starts a server for a test in tb.TempDir() (or a shorter directory,
-// see Start) and stops it when the test ends. It fails the test if the
-// server cannot start.
+// New starts a server for a test in a SocketDir and stops it when the
+// test ends. It fails the test if the server cannot start.
 func New(tb testing.TB, opts Options) *Server {
 	tb.Helper()
-	s, err := Start(tb.TempDir(), opts)
+	s, err := Start(SocketDir(tb), opts)
 	if err != nil {
 		tb.Fatalf("starting CSI test driver: %v", err)
 	}

@@ -347,7 +347,7 @@ func TestSocketPaths(t *testing.T) {
 
 	// A restart in the same directory replaces the stale socket and keeps
 	// no state.
-	short := t.TempDir()
+	short := SocketDir(t)
 	a, err := Start(short, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -363,7 +363,8 @@ func TestSocketPaths(t *testing.T) {
 	b.Stop()
 
 	// Something that is not a socket is not removed.
-	other := t.TempDir()
+	// Short, so that Start does not fall back to a directory of its own.
+	other := SocketDir(t)
 	file := filepath.Join(other, "csi.sock")
 	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
 
 // BenchmarkStagePublish measures NodeStageVolume + NodePublishVolume of a
@@ -19,7 +21,7 @@ func BenchmarkStagePublish(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("BenchmarkStagePublish needs root (loop devices and mounts)")
 	}
-	dir := shortTempDir(b)
+	dir := csitest.SocketDir(b)
 	sock := filepath.Join(dir, "csi.sock")
 	staging, target := filepath.Join(dir, "staging"), filepath.Join(dir, "target")
 	if err := os.Mkdir(staging, 0o750); err != nil {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/util/roottest"
 )
 
@@ -26,7 +27,7 @@ var fsCap = &csi.VolumeCapability{
 // stage, and unstage must leave no loop device behind.
 func TestCrashMidStage(t *testing.T) {
 	roottest.Require(t)
-	dir := shortTempDir(t)
+	dir := csitest.SocketDir(t)
 	sock, state := filepath.Join(dir, "csi.sock"), filepath.Join(dir, "state")
 	staging, target := filepath.Join(dir, "staging"), filepath.Join(dir, "target")
 	if err := os.Mkdir(staging, 0o750); err != nil {

@@ -164,22 +164,6 @@ func dial(tb testing.TB, sock string) *grpc.ClientConn {
 	return conn
 }
 
-// shortTempDir returns a temporary directory with a short path: unix
-// socket paths are limited to 108 bytes, and t.TempDir's can be longer.
-func shortTempDir(tb testing.TB) string {
-	tb.Helper()
-	dir, err := os.MkdirTemp("", "ld-")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := os.RemoveAll(dir); err != nil {
-			tb.Errorf("removing %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
 // loopDevicesUnder lists the loop devices whose backing file is under dir.
 func loopDevicesUnder(tb testing.TB, dir string) []string {
 	tb.Helper()

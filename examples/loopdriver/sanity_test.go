@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/util/roottest"
 )
 
@@ -64,7 +65,7 @@ func TestCSISanity(t *testing.T) {
 	sanity := findCSISanity(t)
 	for _, access := range []string{"mount", "block"} {
 		t.Run(access, func(t *testing.T) {
-			dir := shortTempDir(t)
+			dir := csitest.SocketDir(t)
 			sock := filepath.Join(dir, "csi.sock")
 			// A low volume limit lets csi-sanity's attach-limit spec run
 			// without publishing dozens of volumes.

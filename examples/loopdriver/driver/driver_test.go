@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
 
 // fakeLoop is LoopDevices in memory. Its "devices" are regular files in
@@ -156,7 +158,7 @@ func (f *fixture) serve(t *testing.T, cfg Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(t.TempDir(), "csi.sock")
+	sock := filepath.Join(csitest.SocketDir(t), "csi.sock")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
@@ -466,11 +468,7 @@ func TestCallLog(t *testing.T) {
 // TestCallLogFlag runs the command line with --call-log: the file is
 // appended to, not truncated, one line per Node service RPC.
 func TestCallLogFlag(t *testing.T) {
-	dir, err := os.MkdirTemp("", "ld-log-") // short: a socket path
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := csitest.SocketDir(t)
 	logPath, sock := filepath.Join(dir, "calls.log"), filepath.Join(dir, "csi.sock")
 	if err := os.WriteFile(logPath, []byte("earlier\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -211,3 +211,34 @@ func (s *store) list() []*volumeState {
 	slices.SortFunc(out, func(a, b *volumeState) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
+
+// NodeState is what the driver has recorded of one volume on its node:
+// where it is staged and where it is published. It is the driver's view,
+// for tests and operators who compare it with the node's mounts.
+type NodeState struct {
+	// StagingPath is NodeStageVolume's staging path; "" when not staged.
+	StagingPath string
+	// Targets are NodePublishVolume's target paths, sorted; empty when
+	// not published.
+	Targets []string
+}
+
+// ReadNodeState reads the node state of volume id from a driver's state
+// directory (--statedir), as the driver last saved it, from outside the
+// driver (which may be running: its writes are atomic). A volume without
+// a state file was never created or was deleted: fs.ErrNotExist.
+func ReadNodeState(stateDir, id string) (NodeState, error) {
+	if err := validateID(id); err != nil {
+		return NodeState{}, err
+	}
+	v, err := loadVolume(filepath.Join(stateDir, "volumes", id+".json"), id)
+	if err != nil {
+		return NodeState{}, err
+	}
+	var s NodeState
+	if v.Stage != nil {
+		s.StagingPath = v.Stage.Path
+	}
+	s.Targets = slices.Sorted(maps.Keys(v.Targets))
+	return s, nil
+}

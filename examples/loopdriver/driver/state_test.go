@@ -54,6 +54,38 @@ func TestStoreRoundTrip(t *testing.T) {
 	}
 }
 
+// TestReadNodeState: what the store saved reads back from outside the
+// driver as staging path and sorted targets; a missing volume is
+// fs.ErrNotExist, a bad ID is refused before any path is built from it.
+func TestReadNodeState(t *testing.T) {
+	dir := t.TempDir()
+	s, err := openStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []*volumeState{
+		{ID: "staged", Name: "a", CapacityBytes: 1 << 20, Stage: &stageState{Path: "/s"},
+			Targets: map[string]targetState{"/t2": {}, "/t1": {}}},
+		{ID: "idle", Name: "b", CapacityBytes: 1 << 20},
+	} {
+		if err := s.put(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := ReadNodeState(dir, "staged"); err != nil || got.StagingPath != "/s" || strings.Join(got.Targets, ",") != "/t1,/t2" {
+		t.Errorf("staged: %+v, %v", got, err)
+	}
+	if got, err := ReadNodeState(dir, "idle"); err != nil || got.StagingPath != "" || len(got.Targets) != 0 {
+		t.Errorf("idle: %+v, %v", got, err)
+	}
+	if _, err := ReadNodeState(dir, "gone"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing volume: %v, want ErrNotExist", err)
+	}
+	if _, err := ReadNodeState(dir, "../volumes/staged"); err == nil {
+		t.Error("a volume ID with a path in it was read")
+	}
+}
+
 func TestStoreRefusesBadFiles(t *testing.T) {
 	for _, tc := range []struct {
 		name, file, content, want string

@@ -49,7 +49,7 @@ func runDemo(ctx context.Context, o options) error {
 	start := time.Now()
 	root := o.rootDir
 	if root == "" {
-		dir, err := os.MkdirTemp("", "nodevol-demo-")
+		dir, err := csitest.ShortTempDir("nodevol-demo-")
 		if err != nil {
 			return err
 		}

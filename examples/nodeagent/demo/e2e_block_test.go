@@ -29,7 +29,7 @@ import (
 func TestBlockEndToEnd(t *testing.T) {
 	roottest.Require(t)
 	const node = "node-1"
-	root, err := os.MkdirTemp("", "nv-blk-")
+	root, err := csitest.ShortTempDir("nv-blk-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/volumemanager"
 )
 
@@ -15,7 +16,7 @@ import (
 // removed: a failure does not leak mounts or loop devices.
 func startE2E(t *testing.T, ctx context.Context, prefix, node string) (string, *demoDriver) {
 	t.Helper()
-	root, err := os.MkdirTemp("", prefix)
+	root, err := csitest.ShortTempDir(prefix)
 	if err != nil {
 		t.Fatal(err)
 	}

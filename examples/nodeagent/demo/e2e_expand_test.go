@@ -30,7 +30,7 @@ import (
 func TestOnlineExpansionEndToEnd(t *testing.T) {
 	roottest.Require(t)
 	const node = "node-1"
-	root, err := os.MkdirTemp("", "nv-exp-")
+	root, err := csitest.ShortTempDir("nv-exp-")
 	if err != nil {
 		t.Fatal(err)
 	}

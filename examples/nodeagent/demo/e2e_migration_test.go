@@ -40,7 +40,7 @@ func TestMigrationEndToEnd(t *testing.T) {
 		node   = "node-1"
 		driver = "ebs.csi.aws.com"
 	)
-	root, err := os.MkdirTemp("", "nv-mig-")
+	root, err := csitest.ShortTempDir("nv-mig-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ import (
 func TestRegistrationEndToEnd(t *testing.T) {
 	roottest.Require(t)
 	const node = "node-1"
-	root, err := os.MkdirTemp("", "nv-reg-")
+	root, err := csitest.ShortTempDir("nv-reg-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -251,8 +251,9 @@ type holdVolume struct {
 func newHoldEnv(t *testing.T, ctx context.Context, prefix string, n int) *holdEnv {
 	t.Helper()
 	const node = "node-1"
-	// A short root: the driver's socket path must fit in 108 bytes.
-	root, err := os.MkdirTemp("", prefix)
+	// A short root (under /tmp, whatever $TMPDIR is): the driver's socket
+	// path must fit in 108 bytes.
+	root, err := csitest.ShortTempDir(prefix)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ import (
 func TestRestartEndToEnd(t *testing.T) {
 	roottest.Require(t)
 	const node = "node-1"
-	root, err := os.MkdirTemp("", "nv-rst-")
+	root, err := csitest.ShortTempDir("nv-rst-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,8 +41,9 @@ func TestMain(m *testing.M) {
 // torn down and nothing is left: no mount, loop device or directory.
 func TestEndToEnd(t *testing.T) {
 	roottest.Require(t)
-	// A short root: the driver's socket path must fit in 108 bytes.
-	root, err := os.MkdirTemp("", "nv-e2e-")
+	// A short root (under /tmp, whatever $TMPDIR is): the driver's socket
+	// path must fit in 108 bytes.
+	root, err := csitest.ShortTempDir("nv-e2e-")
 	if err != nil {
 		t.Fatal(err)
 	}
