@@ -2,7 +2,6 @@ package volumemanager
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -24,6 +23,7 @@ import (
 	"github.com/nodevol/nodevol/util/blockdev"
 	"github.com/nodevol/nodevol/util/rootfs"
 	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/util/step/steptest"
 )
 
 // The crash-point suite. Every change nodevol makes to a node (a directory,
@@ -42,66 +42,6 @@ import (
 // restart itself is crashed too: at every step of the recovering manager,
 // followed by a third, clean one. Steps are found by counting, so a step
 // added to the code is covered without touching this file.
-
-// errCrashed is what a refused step returns.
-var errCrashed = errors.New("crash point: the process stopped here")
-
-// crashHook counts the steps it is shown once armed and refuses every
-// step from the at-th on (at 0: none).
-type crashHook struct {
-	mu      sync.Mutex
-	armed   bool
-	at      int
-	stopped bool
-	crashed chan struct{}
-	taken   []step.Step
-	// stop is the step refused first.
-	stop step.Step
-	// check sees every step taken (the unstage-under-publish check).
-	check func(step.Step)
-}
-
-func newCrashHook(check func(step.Step)) *crashHook {
-	return &crashHook{crashed: make(chan struct{}), check: check}
-}
-
-// arm starts counting, from the next step on, and stops at the at-th.
-func (h *crashHook) arm(at int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.armed, h.at, h.taken = true, at, nil
-}
-
-func (h *crashHook) take(s step.Step) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.stopped {
-		return errCrashed
-	}
-	if h.armed && len(h.taken)+1 == h.at {
-		h.stopped, h.stop = true, s
-		close(h.crashed)
-		return fmt.Errorf("%w: step %d, %s", errCrashed, h.at, s)
-	}
-	if h.armed {
-		h.taken = append(h.taken, s)
-	}
-	if h.check != nil {
-		h.check(s)
-	}
-	return nil
-}
-
-// counted returns the steps taken since arm, and the step stopped at.
-func (h *crashHook) counted() ([]step.Step, *step.Step) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.stopped {
-		return slices.Clone(h.taken), nil
-	}
-	stop := h.stop
-	return slices.Clone(h.taken), &stop
-}
 
 // crashNode is what survives a process: the root directory, the mount
 // table, the loop devices, the driver (its own process) and the API
@@ -164,18 +104,18 @@ func (n *crashNode) checkStep(s step.Step) {
 }
 
 // start runs a manager on the node with hook h.
-func (n *crashNode) start(h *crashHook) (*VolumeManager, func()) {
+func (n *crashNode) start(h *steptest.Crasher) (*VolumeManager, func()) {
 	t := n.t
 	t.Helper()
 	r, err := rootfs.New(n.root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := step.Mounter(n.mounter, h.take)
-	mapper := &blockdev.Mapper{Mounter: m, Loop: n.loops, Root: r.WithSteps(h.take), Steps: h.take,
+	m := step.Mounter(n.mounter, h.Take)
+	mapper := &blockdev.Mapper{Mounter: m, Loop: n.loops, Root: r.WithSteps(h.Take), Steps: h.Take,
 		IsBlockDevice: func(string) (bool, error) { return true, nil }}
 	vm, err := New(Config{NodeName: node, KubeClient: n.client, RootDir: n.root, Mounter: n.mounter,
-		BlockMapper: mapper, BootIDPath: n.boot, Steps: h.take})
+		BlockMapper: mapper, BootIDPath: n.boot, Steps: h.Take})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,13 +362,13 @@ func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, wan
 
 	// Before the operation, with no crash; then the operation, stopped
 	// at step at.
-	h := newCrashHook(n.checkStep)
+	h := steptest.New(n.checkStep)
 	vm, stop := n.start(h)
 	if _, err := converge(ctx, vm, n, sc.before, nil, nil); err != nil {
 		stop()
 		t.Fatalf("setting up: %v", err)
 	}
-	h.arm(at)
+	h.Arm(at)
 	opCtx, opCancel := context.WithCancel(ctx)
 	opDone := make(chan error, 1)
 	go func() {
@@ -437,7 +377,7 @@ func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, wan
 		opDone <- err
 	}()
 	select {
-	case <-h.crashed:
+	case <-h.Crashed():
 	case err := <-opDone:
 		if err != nil {
 			t.Fatalf("the operation, with no crash: %v", err)
@@ -445,7 +385,7 @@ func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, wan
 	}
 	opCancel()
 	stop()
-	out.steps, out.stop = h.counted()
+	out.steps, out.stop = h.Steps()
 
 	// While it is down.
 	if v.reboot {
@@ -454,8 +394,8 @@ func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, wan
 	wanted := v.wanted(sc)
 	gone := without(sc.all(), wanted)
 	if restartAt > 0 {
-		h := newCrashHook(n.checkStep)
-		h.arm(restartAt)
+		h := steptest.New(n.checkStep)
+		h.Arm(restartAt)
 		vm, stop = n.start(h)
 		rctx, rcancel := context.WithCancel(ctx)
 		rdone := make(chan struct{})
@@ -464,17 +404,17 @@ func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, wan
 			_, _ = converge(rctx, vm, n, wanted, gone, want)
 		}()
 		select {
-		case <-h.crashed:
+		case <-h.Crashed():
 		case <-rdone:
 		}
 		rcancel()
 		<-rdone
 		stop()
-		out.restartSteps, out.restartStop = h.counted()
+		out.restartSteps, out.restartStop = h.Steps()
 	}
 
 	// Recovery.
-	vm, stop = n.start(newCrashHook(n.checkStep))
+	vm, stop = n.start(steptest.New(n.checkStep))
 	defer stop()
 	got, err := converge(ctx, vm, n, wanted, gone, want)
 	out.state = got
