@@ -63,6 +63,10 @@ type loop struct {
 	// selfAttach: the node creates and deletes VolumeAttachments itself
 	// (Config.SelfAttach).
 	selfAttach bool
+	// ownAttachments lists the VolumeAttachments, to find at start the
+	// node's own whose volumes left nothing on disk (adoptAttachments);
+	// nil: none are looked for.
+	ownAttachments storagelisters.VolumeAttachmentLister
 	// resolveAll resolves every known pod again at each resync, not only
 	// the unresolved ones (node-restricted mode: the reads keep the
 	// pods' claims and volumes in the fetcher's cache).
@@ -195,6 +199,7 @@ func (l *loop) process(ctx context.Context) {
 	b := l.in.take()
 	if b.informersSynced && !l.informersSynced {
 		l.informersSynced = true
+		l.adoptAttachments()
 		if l.synced != nil {
 			l.synced()
 		}

@@ -308,6 +308,9 @@ func New(cfg Config) (*VolumeManager, error) {
 	if vm.expander != nil {
 		l.expansion = vm.resolver.pendingExpansion
 	}
+	if cfg.SelfAttach && !cfg.NodeRestricted {
+		l.ownAttachments = storage.VolumeAttachments().Lister()
+	}
 	vm.loop = l
 	if cfg.PluginRegistration {
 		if vm.plugins, vm.registration, err = newPluginManager(cfg, vm.csiDrivers); err != nil {

@@ -156,6 +156,10 @@ func plan(v volumeView) decision {
 			// Unstage waits for every unpublish.
 		case !v.Known:
 			d.Done = true
+		case !v.Actual.DeviceState.MayBeMounted() && v.Actual.SelfAttached && v.HoldDevice != "":
+			// An attachment found at start waits for the pods, as a device
+			// found on disk does.
+			d.wait("detach held: %s", v.HoldDevice)
 		case !v.Actual.DeviceState.MayBeMounted() && v.Actual.SelfAttached:
 			// Detach last: the VolumeAttachment the node created goes
 			// only once the device is unstaged.

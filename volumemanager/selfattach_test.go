@@ -219,3 +219,33 @@ func TestResourceExhaustedRefreshesAllocatable(t *testing.T) {
 		t.Errorf("CSINode %+v, %v", cn, err)
 	}
 }
+
+// TestSelfAttachAdoptsAttachmentWithNothingOnDisk: a VolumeAttachment the
+// node created in an earlier run whose volume left nothing on disk (a stop
+// between the create and the stage) is taken in at start, kept until the
+// pods are synced, then deleted since no pod wants it. Attachments of
+// other nodes, or not named as the node names its own, are left alone.
+func TestSelfAttachAdoptsAttachmentWithNothingOnDisk(t *testing.T) {
+	driver := csitest.DefaultDriverName
+	pvc, pv := csitest.BoundClaim("ns", "vol", driver, "handle-vol")
+	own := csitest.VolumeAttachment(csiplugin.AttachmentName("handle-vol", driver, node), driver, pv.Name, node, true)
+	other := csitest.VolumeAttachment(csiplugin.AttachmentName("handle-vol", driver, "node-2"), driver, pv.Name, "node-2", true)
+	stranger := csitest.VolumeAttachment("made-by-hand", driver, pv.Name, node, true)
+	e := newEnv(t, envOptions{attachRequired: true, selfAttach: true, objects: []runtime.Object{pvc, pv, own, other, stranger}})
+	ctx := context.Background()
+	<-e.vm.ready
+	waitIdle(t, e.vm)
+	if _, err := e.client.StorageV1().VolumeAttachments().Get(ctx, own.Name, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the node's VolumeAttachment before MarkPodsSynced: %v, want kept", err)
+	}
+	e.vm.MarkPodsSynced()
+	eventually(t, "the node's VolumeAttachment deleted", func() bool {
+		_, err := e.client.StorageV1().VolumeAttachments().Get(ctx, own.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	for _, va := range []*storagev1.VolumeAttachment{other, stranger} {
+		if _, err := e.client.StorageV1().VolumeAttachments().Get(ctx, va.Name, metav1.GetOptions{}); err != nil {
+			t.Errorf("VolumeAttachment %s: %v, want left alone", va.Name, err)
+		}
+	}
+}
