@@ -13,6 +13,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
@@ -60,6 +62,8 @@ type crashNode struct {
 	// violations are the unstages sent while a publish existed.
 	violations []string
 	boots      int
+	// selfAttach runs the managers with Config.SelfAttach.
+	selfAttach bool
 }
 
 func newCrashNode(t *testing.T, drv *csitest.Server, client *fake.Clientset) *crashNode {
@@ -115,7 +119,7 @@ func (n *crashNode) start(h *steptest.Crasher) (*VolumeManager, func()) {
 	mapper := &blockdev.Mapper{Mounter: m, Loop: n.loops, Root: r.WithSteps(h.Take), Steps: h.Take,
 		IsBlockDevice: func(string) (bool, error) { return true, nil }}
 	vm, err := New(Config{NodeName: node, KubeClient: n.client, RootDir: n.root, Mounter: n.mounter,
-		BlockMapper: mapper, BootIDPath: n.boot, Steps: h.Take})
+		BlockMapper: mapper, BootIDPath: n.boot, Steps: h.Take, SelfAttach: n.selfAttach})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,6 +144,8 @@ func (n *crashNode) start(h *steptest.Crasher) (*VolumeManager, func()) {
 // under the root.
 type crashState struct {
 	staged, published, mounts, loops, tree []string
+	// api are the VolumeAttachments and the claims' sizes.
+	api []string
 }
 
 func (n *crashNode) state() crashState {
@@ -178,7 +184,20 @@ func (n *crashNode) state() crashState {
 		s.tree = append(s.tree, kind+" "+n.rel(path))
 		return nil
 	})
-	for _, l := range [][]string{s.staged, s.published, s.mounts, s.loops, s.tree} {
+	ctx := context.Background()
+	if vas, err := n.client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{}); err == nil {
+		for _, va := range vas.Items {
+			s.api = append(s.api, fmt.Sprintf("VolumeAttachment %s attached=%v", va.Name, va.Status.Attached))
+		}
+	}
+	if pvcs, err := n.client.CoreV1().PersistentVolumeClaims("ns").List(ctx, metav1.ListOptions{}); err == nil {
+		for _, c := range pvcs.Items {
+			size := c.Status.Capacity[v1.ResourceStorage]
+			s.api = append(s.api, fmt.Sprintf("claim %s capacity %s conditions %d resize status %q", c.Name, size.String(),
+				len(c.Status.Conditions), c.Status.AllocatedResourceStatuses[v1.ResourceStorage]))
+		}
+	}
+	for _, l := range [][]string{s.staged, s.published, s.mounts, s.loops, s.tree, s.api} {
 		slices.Sort(l)
 	}
 	return s
@@ -222,6 +241,7 @@ func (s crashState) diff(want crashState) string {
 	}{
 		{"staged", s.staged, want.staged}, {"published", s.published, want.published},
 		{"mounts", s.mounts, want.mounts}, {"loop devices", s.loops, want.loops}, {"under the root", s.tree, want.tree},
+		{"API", s.api, want.api},
 	} {
 		for _, g := range f.got {
 			if !slices.Contains(f.want, g) {
@@ -241,7 +261,7 @@ func (s crashState) diff(want crashState) string {
 // waits until the node's state is want (nil: until the wanted pods are
 // mounted and the node idle, the baseline's way). It returns the state
 // reached.
-func converge(ctx context.Context, vm *VolumeManager, n *crashNode, wanted, gone []*v1.Pod, want *crashState) (crashState, error) {
+func converge(ctx context.Context, vm *VolumeManager, n *crashNode, wanted, gone []*v1.Pod, settled func(*crashNode) bool, want *crashState) (crashState, error) {
 	for _, p := range wanted {
 		vm.AddPod(p)
 	}
@@ -258,7 +278,7 @@ func converge(ctx context.Context, vm *VolumeManager, n *crashNode, wanted, gone
 	}
 	var got crashState
 	err := wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(context.Context) (bool, error) {
-		if !vm.idle() {
+		if !vm.idle() || settled != nil && !settled(n) {
 			return false, nil
 		}
 		got = n.state()
@@ -277,8 +297,13 @@ type crashScenario struct {
 	// before are mounted before the operation; after are wanted once it
 	// is done; other is the other choice made while the agent was down.
 	before, after, other []*v1.Pod
-	// act starts the operation.
-	act func(vm *VolumeManager)
+	// act starts the operation; settled, if set, tells when it is done
+	// beyond the pods' mounts (an expansion).
+	act     func(vm *VolumeManager, n *crashNode)
+	settled func(n *crashNode) bool
+	// selfAttach: the node attaches its volumes itself, with a fake
+	// external-attacher beside it.
+	selfAttach bool
 }
 
 // variant is what happens while the agent is down.
@@ -320,7 +345,12 @@ func without(all, wanted []*v1.Pod) []*v1.Pod {
 func (sc crashScenario) newNode(t *testing.T) *crashNode {
 	drv := csitest.New(t, sc.opts)
 	objs := sc.objects(drv.DriverName())
-	n := newCrashNode(t, drv, fake.NewClientset(objs...))
+	client := fake.NewClientset(objs...)
+	if sc.selfAttach {
+		csitest.NewFakeAttacher(t, client, csitest.AttacherOptions{Driver: drv.DriverName()})
+	}
+	n := newCrashNode(t, drv, client)
+	n.selfAttach = sc.selfAttach
 	for _, o := range objs {
 		pv, ok := o.(*v1.PersistentVolume)
 		if !ok || pv.Spec.CSI == nil {
@@ -343,10 +373,13 @@ type crashRun struct {
 	// at (nil: it ran to the end).
 	steps []step.Step
 	stop  *step.Step
-	// restartSteps are the recovering manager's steps (restartAt > 0).
+	// restartSteps are the steps of the manager that stopped while
+	// recovering (restartAt > 0), restartStop the one it stopped at.
 	restartSteps []step.Step
 	restartStop  *step.Step
-	state        crashState
+	// reconstructSteps are the steps of the last manager's reconstruction.
+	reconstructSteps []step.Step
+	state            crashState
 }
 
 // run is one run of the scenario in variant v, stopping at step at (0:
@@ -364,7 +397,7 @@ func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, wan
 	// at step at.
 	h := steptest.New(n.checkStep)
 	vm, stop := n.start(h)
-	if _, err := converge(ctx, vm, n, sc.before, nil, nil); err != nil {
+	if _, err := converge(ctx, vm, n, sc.before, nil, nil, nil); err != nil {
 		stop()
 		t.Fatalf("setting up: %v", err)
 	}
@@ -372,8 +405,8 @@ func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, wan
 	opCtx, opCancel := context.WithCancel(ctx)
 	opDone := make(chan error, 1)
 	go func() {
-		sc.act(vm)
-		_, err := converge(opCtx, vm, n, sc.after, without(sc.all(), sc.after), nil)
+		sc.act(vm, n)
+		_, err := converge(opCtx, vm, n, sc.after, without(sc.all(), sc.after), sc.settled, nil)
 		opDone <- err
 	}()
 	select {
@@ -401,7 +434,7 @@ func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, wan
 		rdone := make(chan struct{})
 		go func() {
 			defer close(rdone)
-			_, _ = converge(rctx, vm, n, wanted, gone, want)
+			_, _ = converge(rctx, vm, n, wanted, gone, nil, want)
 		}()
 		select {
 		case <-h.Crashed():
@@ -413,10 +446,14 @@ func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, wan
 		out.restartSteps, out.restartStop = h.Steps()
 	}
 
-	// Recovery.
-	vm, stop = n.start(steptest.New(n.checkStep))
+	// Recovery; the steps of its reconstruction are counted, for the
+	// runs that stop there.
+	rh := steptest.New(n.checkStep)
+	rh.Arm(0)
+	vm, stop = n.start(rh)
 	defer stop()
-	got, err := converge(ctx, vm, n, wanted, gone, want)
+	out.reconstructSteps, _ = rh.Steps()
+	got, err := converge(ctx, vm, n, wanted, gone, nil, want)
 	out.state = got
 	if err != nil {
 		msg := ""
@@ -435,10 +472,10 @@ func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, wan
 
 // crashScenarios are the operations the suite stops at every step of.
 func crashScenarios() []crashScenario {
-	fsClaim := func(name string, opts ...csitest.PVOption) func(string) []runtime.Object {
+	claim := func(name string, attach bool, opts ...csitest.PVOption) func(string) []runtime.Object {
 		return func(driver string) []runtime.Object {
 			pvc, pv := csitest.BoundClaim("ns", name, driver, "h-"+name, opts...)
-			return []runtime.Object{csitest.CSIDriver(driver, false), pvc, pv}
+			return []runtime.Object{csitest.CSIDriver(driver, attach), pvc, pv}
 		}
 	}
 	blockClaim := func(driver string) []runtime.Object {
@@ -449,35 +486,95 @@ func crashScenarios() []crashScenario {
 	a := csitest.Pod("ns", "a", csitest.WithPVC("data", "vol", false))
 	b := csitest.Pod("ns", "b", csitest.WithPVC("data", "vol", false))
 	ra := csitest.Pod("ns", "ra", csitest.WithBlockPVC("raw", "raw", false))
-	add := func(p *v1.Pod) func(*VolumeManager) { return func(vm *VolumeManager) { vm.AddPod(p) } }
-	del := func(p *v1.Pod) func(*VolumeManager) { return func(vm *VolumeManager) { vm.DeletePod(p) } }
+	add := func(p *v1.Pod) func(*VolumeManager, *crashNode) {
+		return func(vm *VolumeManager, _ *crashNode) { vm.AddPod(p) }
+	}
+	del := func(p *v1.Pod) func(*VolumeManager, *crashNode) {
+		return func(vm *VolumeManager, _ *crashNode) { vm.DeletePod(p) }
+	}
 	opts := csitest.Options{CreateTargetDirs: true}
+	noStage := csitest.Options{CreateTargetDirs: true, NoStageUnstage: true}
 	return []crashScenario{
-		{name: "stage-publish", opts: opts, objects: fsClaim("vol"), after: []*v1.Pod{a}, act: add(a)},
-		{name: "unpublish-unstage", opts: opts, objects: fsClaim("vol"), before: []*v1.Pod{a}, other: []*v1.Pod{a}, act: del(a)},
-		{name: "unpublish-shared", opts: opts, objects: fsClaim("vol", csitest.PVAccessModes(v1.ReadWriteMany)),
+		{name: "stage-publish", opts: opts, objects: claim("vol", false), after: []*v1.Pod{a}, act: add(a)},
+		{name: "unpublish-unstage", opts: opts, objects: claim("vol", false), before: []*v1.Pod{a}, other: []*v1.Pod{a}, act: del(a)},
+		{name: "unpublish-shared", opts: opts, objects: claim("vol", false, csitest.PVAccessModes(v1.ReadWriteMany)),
 			before: []*v1.Pod{a, b}, after: []*v1.Pod{b}, other: []*v1.Pod{a, b}, act: del(a)},
+		{name: "publish-no-stage", opts: noStage, objects: claim("vol", false), after: []*v1.Pod{a}, act: add(a)},
+		{name: "unpublish-no-stage", opts: noStage, objects: claim("vol", false), before: []*v1.Pod{a}, other: []*v1.Pod{a}, act: del(a)},
 		{name: "block-stage-map", opts: opts, objects: blockClaim, after: []*v1.Pod{ra}, act: add(ra)},
 		{name: "block-unmap-unstage", opts: opts, objects: blockClaim, before: []*v1.Pod{ra}, other: []*v1.Pod{ra}, act: del(ra)},
+		{name: "self-attach", opts: opts, objects: claim("vol", true), selfAttach: true, after: []*v1.Pod{a}, act: add(a)},
+		{name: "self-detach", opts: opts, objects: claim("vol", true), selfAttach: true, before: []*v1.Pod{a}, other: []*v1.Pod{a}, act: del(a)},
+		{name: "expand", opts: csitest.Options{CreateTargetDirs: true, Expand: true}, objects: claim("vol", false, csitest.PVCapacity("1Gi")),
+			before: []*v1.Pod{a}, after: []*v1.Pod{a}, other: []*v1.Pod{a}, act: resize("vol", "2Gi", false), settled: resized("vol", "2Gi")},
+		{name: "expand-resize-status", opts: csitest.Options{CreateTargetDirs: true, Expand: true}, objects: claim("vol", false, csitest.PVCapacity("1Gi")),
+			before: []*v1.Pod{a}, after: []*v1.Pod{a}, other: []*v1.Pod{a}, act: resize("vol", "2Gi", true), settled: resized("vol", "2Gi")},
 	}
 }
 
-// TestCrashPoints stops every scenario at every step, in every variant,
-// and checks that the node converges to exactly the state a run without a
-// crash leaves.
+// resize plays the external-resizer: the claim's PV grown to size, the
+// claim marked for the node's part.
+func resize(claim, size string, resizeStatus bool) func(*VolumeManager, *crashNode) {
+	return func(_ *VolumeManager, n *crashNode) {
+		ctx := context.Background()
+		pvc, err := n.client.CoreV1().PersistentVolumeClaims("ns").Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			n.t.Error(err)
+			return
+		}
+		pv, err := n.client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+		if err != nil {
+			n.t.Error(err)
+			return
+		}
+		pv.Spec.Capacity[v1.ResourceStorage] = resource.MustParse(size)
+		if _, err := n.client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
+			n.t.Error(err)
+		}
+		if resizeStatus {
+			// The resizer of RecoverVolumeExpansionFailure (GA in 1.34).
+			pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.PersistentVolumeClaimNodeResizePending}
+		} else {
+			pvc.Status.Conditions = []v1.PersistentVolumeClaimCondition{{Type: v1.PersistentVolumeClaimFileSystemResizePending, Status: v1.ConditionTrue}}
+		}
+		if _, err := n.client.CoreV1().PersistentVolumeClaims("ns").UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+			n.t.Error(err)
+		}
+	}
+}
+
+// resized tells whether the node has done its part of a resize: the
+// claim's status says size, with no condition left.
+func resized(claim, size string) func(*crashNode) bool {
+	return func(n *crashNode) bool {
+		c, err := n.client.CoreV1().PersistentVolumeClaims("ns").Get(context.Background(), claim, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		got := c.Status.Capacity[v1.ResourceStorage]
+		_, resizing := c.Status.AllocatedResourceStatuses[v1.ResourceStorage]
+		return got.Cmp(resource.MustParse(size)) == 0 && len(c.Status.Conditions) == 0 && !resizing
+	}
+}
+
+// TestCrashPoints stops every scenario at every step of its operation, in
+// every variant, and the recovering manager at every step of its
+// reconstruction, and checks that the node converges to exactly the state
+// a run without a crash leaves.
 func TestCrashPoints(t *testing.T) {
 	for _, sc := range crashScenarios() {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			for _, v := range crashVariants {
 				base := sc.run(t, v, 0, 0, nil)
-				if base.stop != nil {
-					t.Fatalf("%s: the baseline stopped", v.name)
+				if base.stop != nil || len(base.steps) == 0 {
+					t.Fatalf("%s: the run without a crash stopped, or took no step: %v", v.name, base.steps)
 				}
-				t.Logf("%s: %d steps: %v", v.name, len(base.steps), base.steps)
+				t.Logf("%s: %d steps", v.name, len(base.steps))
 				for k := 1; k <= len(base.steps); k++ {
+					var r crashRun
 					t.Run(fmt.Sprintf("%s/%d", v.name, k), func(t *testing.T) {
-						r := sc.run(t, v, k, 0, &base.state)
+						r = sc.run(t, v, k, 0, &base.state)
 						if r.stop == nil {
 							t.Errorf("did not stop at step %d (%v)", k, base.steps[k-1])
 						}
@@ -485,6 +582,16 @@ func TestCrashPoints(t *testing.T) {
 							t.Logf("stopped at step %d: %v", k, r.stop)
 						}
 					})
+					// The restart stopped too, at each step of its
+					// reconstruction's clean-up.
+					for j := 1; j <= len(r.reconstructSteps); j++ {
+						t.Run(fmt.Sprintf("%s/%d/restart-%d", v.name, k, j), func(t *testing.T) {
+							r := sc.run(t, v, k, j, &base.state)
+							if t.Failed() {
+								t.Logf("stopped at step %d: %v, then in the restart at %v", k, r.stop, r.restartStop)
+							}
+						})
+					}
 				}
 			}
 		})

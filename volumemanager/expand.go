@@ -18,6 +18,8 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
 	oe "github.com/nodevol/nodevol/operationexecutor"
+
+	"github.com/nodevol/nodevol/util/step"
 )
 
 // nodeExpander grows published volumes on the node (csiplugin.Plugin).
@@ -149,7 +151,7 @@ func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput
 		return nil
 	}
 	if pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage] == v1.PersistentVolumeClaimNodeResizePending {
-		pvc, err = patchClaimStatus(ctx, claims, pvc, true, func(st *v1.PersistentVolumeClaimStatus) {
+		pvc, err = vm.patchClaimStatus(ctx, claims, pvc, true, func(st *v1.PersistentVolumeClaimStatus) {
 			st.AllocatedResourceStatuses[v1.ResourceStorage] = v1.PersistentVolumeClaimNodeResizeInProgress
 		})
 		if err != nil {
@@ -162,7 +164,7 @@ func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput
 	if err != nil {
 		return vm.expandFailed(ctx, logger, claims, pvc, e, spec.Driver, pods, err)
 	}
-	if err := markExpanded(ctx, claims, pvc, e.PV, size); err != nil {
+	if err := vm.markExpanded(ctx, claims, pvc, e.PV, size); err != nil {
 		return fmt.Errorf("volume expanded on the node, but updating PVC %s/%s failed: %w", e.Namespace, e.Claim, err)
 	}
 	logger.V(2).Info("Volume expanded on the node", "expanded", expanded)
@@ -184,7 +186,7 @@ func (vm *VolumeManager) expandFailed(ctx context.Context, logger klog.Logger, c
 	if class == csiplugin.ExpandTransient {
 		return err
 	}
-	_, perr := patchClaimStatus(ctx, claims, pvc, false, func(st *v1.PersistentVolumeClaimStatus) {
+	_, perr := vm.patchClaimStatus(ctx, claims, pvc, false, func(st *v1.PersistentVolumeClaimStatus) {
 		if class == csiplugin.ExpandInfeasible {
 			st.AllocatedResourceStatuses[v1.ResourceStorage] = v1.PersistentVolumeClaimNodeResizeInfeasible
 		}
@@ -216,7 +218,7 @@ func (vm *VolumeManager) expandFailed(ctx context.Context, logger klog.Logger, c
 // status removed, the resize conditions (FileSystemResizePending,
 // Resizing, ControllerResizeError, NodeResizeError) removed. A conflict
 // reads the claim again.
-func markExpanded(ctx context.Context, claims typedcorev1.PersistentVolumeClaimInterface, pvc *v1.PersistentVolumeClaim, pvName string, size resource.Quantity) error {
+func (vm *VolumeManager) markExpanded(ctx context.Context, claims typedcorev1.PersistentVolumeClaimInterface, pvc *v1.PersistentVolumeClaim, pvName string, size resource.Quantity) error {
 	first := true
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if !first {
@@ -229,7 +231,7 @@ func markExpanded(ctx context.Context, claims typedcorev1.PersistentVolumeClaimI
 		if pvc.Spec.VolumeName != pvName {
 			return nil // bound elsewhere meanwhile: not ours to update
 		}
-		_, err := patchClaimStatus(ctx, claims, pvc, true, func(st *v1.PersistentVolumeClaimStatus) {
+		_, err := vm.patchClaimStatus(ctx, claims, pvc, true, func(st *v1.PersistentVolumeClaimStatus) {
 			if st.Capacity == nil {
 				st.Capacity = v1.ResourceList{}
 			}
@@ -274,8 +276,9 @@ func setCondition(st *v1.PersistentVolumeClaimStatus, c v1.PersistentVolumeClaim
 // merge patch on the status subresource, as the kubelet does (a PATCH
 // never drops fields this client does not know). With checkRV the patch
 // carries the claim's resourceVersion, so that it fails with a conflict
-// when the claim changed since it was read.
-func patchClaimStatus(ctx context.Context, claims typedcorev1.PersistentVolumeClaimInterface, old *v1.PersistentVolumeClaim,
+// when the claim changed since it was read. The patch is a step
+// (Config.Steps).
+func (vm *VolumeManager) patchClaimStatus(ctx context.Context, claims typedcorev1.PersistentVolumeClaimInterface, old *v1.PersistentVolumeClaim,
 	checkRV bool, change func(*v1.PersistentVolumeClaimStatus)) (*v1.PersistentVolumeClaim, error) {
 	updated := old.DeepCopy()
 	if updated.Status.AllocatedResourceStatuses == nil {
@@ -288,6 +291,9 @@ func patchClaimStatus(ctx context.Context, claims typedcorev1.PersistentVolumeCl
 	patch, err := claimStatusPatch(old, updated, checkRV)
 	if err != nil {
 		return nil, fmt.Errorf("building the status patch of PVC %s/%s: %w", old.Namespace, old.Name, err)
+	}
+	if err := vm.cfg.Steps.Take(step.Call, "patch the status of PVC "+old.Namespace+"/"+old.Name); err != nil {
+		return nil, fmt.Errorf("patching the status of PVC %s/%s: %w", old.Namespace, old.Name, err)
 	}
 	return claims.Patch(ctx, old.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 }
