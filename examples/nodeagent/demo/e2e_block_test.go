@@ -41,23 +41,8 @@ func TestBlockEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer drv.stop()
-	conn, err := grpc.NewClient("unix://"+drv.endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	vol, err := csi.NewControllerClient(conn).CreateVolume(ctx, &csi.CreateVolumeRequest{
-		Name:          "raw",
-		CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20},
-		VolumeCapabilities: []*csi.VolumeCapability{{
-			AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
-			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER},
-		}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pvc, pv := csitest.BoundClaim("demo", "raw", drv.name, vol.GetVolume().GetVolumeId(), csitest.PVBlock(), csitest.PVAccessModes(v1.ReadWriteOnce))
+	handle := createBlockVolume(t, ctx, drv, "raw")
+	pvc, pv := csitest.BoundClaim("demo", "raw", drv.name, handle, csitest.PVBlock(), csitest.PVAccessModes(v1.ReadWriteOnce))
 	csitest.PVCBlock()(pvc)
 	client := fake.NewClientset(csitest.CSIDriver(drv.name, false), pvc, pv)
 	vm, err := volumemanager.New(volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: drv.mounter})
@@ -143,4 +128,28 @@ func readAt(t *testing.T, dev string, n int) []byte {
 		t.Fatal(err)
 	}
 	return buf
+}
+
+// createBlockVolume creates a 16 MiB raw block volume named name on the loop
+// driver's controller service (SINGLE_NODE_MULTI_WRITER, as the driver can
+// share it on its node) and returns its handle.
+func createBlockVolume(t *testing.T, ctx context.Context, drv *demoDriver, name string) string {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+drv.endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	vol, err := csi.NewControllerClient(conn).CreateVolume(ctx, &csi.CreateVolumeRequest{
+		Name:          name,
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20},
+		VolumeCapabilities: []*csi.VolumeCapability{{
+			AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vol.GetVolume().GetVolumeId()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"sync"
 	"testing"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
@@ -36,16 +37,27 @@ func startE2E(t *testing.T, ctx context.Context, prefix, node string) (string, *
 // of the test, and registers the driver (name, endpoint) with it.
 func runVolumeManager(t *testing.T, ctx context.Context, cfg volumemanager.Config, name, endpoint string) *volumemanager.VolumeManager {
 	t.Helper()
+	vm, _ := startVolumeManager(t, ctx, cfg, name, endpoint)
+	return vm
+}
+
+// startVolumeManager is runVolumeManager for a test that drops the manager
+// before its end (a crash): stop cancels Run's context and waits for Run
+// to return. stop may be called more than once; it is called at the end of
+// the test if it has not been.
+func startVolumeManager(t *testing.T, ctx context.Context, cfg volumemanager.Config, name, endpoint string) (*volumemanager.VolumeManager, func()) {
+	t.Helper()
 	vm, err := volumemanager.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
+	runCtx, cancel := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- vm.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-ran })
+	stop := sync.OnceFunc(func() { cancel(); <-ran })
+	t.Cleanup(stop)
 	if err := vm.Drivers().Register(ctx, name, endpoint); err != nil {
 		t.Fatal(err)
 	}
-	return vm
+	return vm, stop
 }

@@ -499,6 +499,12 @@ func (e *holdEnv) cleanup() {
 	if e.agent != nil {
 		e.agent.kill()
 	}
+	// A raw block volume's descriptor lock (a loop device on its map
+	// file, a bind mount of the volume's device) goes first, as the
+	// mapper takes it off: once the map file is lazily unmounted, the
+	// lock's backing file is no longer under the root, and it would pin
+	// the volume's own loop device for good.
+	e.detachLoops()
 	for range 3 {
 		mps := mountPointsUnder(e.root)
 		if len(mps) == 0 {
@@ -515,13 +521,16 @@ func (e *holdEnv) cleanup() {
 	if e.drv != nil {
 		e.drv.stop()
 	}
-	if out, err := exec.Command("losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE").Output(); err == nil {
-		for line := range strings.Lines(string(out)) {
-			if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[1], e.root+"/") {
-				t.Logf("cleanup: detaching %s (%s)", f[0], f[1])
-				_ = exec.Command("losetup", "--detach", f[0]).Run()
-			}
+	// A busy loop device is detached when its last user lets go, which
+	// the kernel may finish a moment later.
+	for range 20 {
+		if e.detachLoops() == 0 {
+			break
 		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if left := e.detachLoops(); left > 0 {
+		t.Errorf("cleanup: %d loop devices on files under %s still attached", left, e.root)
 	}
 	// The agent and the driver are this test binary: built with -race,
 	// they report a data race on stderr (their logs) and go on.
@@ -546,6 +555,25 @@ func (e *holdEnv) cleanup() {
 	if err := os.RemoveAll(e.root); err != nil {
 		t.Errorf("cleanup: %v", err)
 	}
+}
+
+// detachLoops detaches every loop device whose backing file is under the
+// root (a busy one is detached when its last user goes) and returns how
+// many it found.
+func (e *holdEnv) detachLoops() int {
+	out, err := exec.Command("losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE").Output()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for line := range strings.Lines(string(out)) {
+		if f := strings.Fields(line); len(f) >= 2 && strings.HasPrefix(f[1], e.root+"/") {
+			e.t.Logf("cleanup: detaching %s (%s)", f[0], strings.Join(f[1:], " "))
+			_ = exec.Command("losetup", "--detach", f[0]).Run()
+			n++
+		}
+	}
+	return n
 }
 
 // agentProc is a running agent-fake process.

@@ -314,29 +314,36 @@ func (s *soak) checkAlive(t *testing.T, a *agentProc) {
 }
 
 // checkDriverState compares the loop driver's record of each volume with
-// the wanted pods: a wanted volume staged at its staging path and
-// published at its pod's target only; any other neither staged nor
-// published.
+// the wanted pods (driverStateProblem).
 func (s *soak) checkDriverState(t *testing.T, label string) {
 	t.Helper()
-	stateDir := filepath.Join(s.e.root, "loopdriver")
 	for i, v := range s.e.vols {
-		got, err := driver.ReadNodeState(stateDir, v.handle)
-		if err != nil {
-			t.Errorf("%s: the driver's state of volume %s: %v", label, v.handle, err)
-			continue
-		}
-		var want driver.NodeState
-		what := "not wanted"
-		if p := s.pods[i]; p != nil {
-			want = driver.NodeState{StagingPath: p.staging, Targets: []string{p.target}}
-			what = "wanted by pod " + p.pod.Name
-		}
-		if got.StagingPath != want.StagingPath || !slices.Equal(got.Targets, want.Targets) {
-			t.Errorf("%s: driver state of volume %s (%s): staged at %q, published at %v; want staged at %q, published at %v",
-				label, v.handle, what, rel(s.e.root, got.StagingPath), rels(s.e.root, got.Targets), rel(s.e.root, want.StagingPath), rels(s.e.root, want.Targets))
+		if p := s.e.driverStateProblem(v, s.pods[i]); p != "" {
+			t.Errorf("%s: %s", label, p)
 		}
 	}
+}
+
+// driverStateProblem compares the loop driver's record of volume v with
+// its wanted pod p (nil: none): a wanted volume staged at its staging path
+// and published at its pod's target only; otherwise neither staged nor
+// published. It returns "" when they agree.
+func (e *holdEnv) driverStateProblem(v holdVolume, p *holdVolume) string {
+	got, err := driver.ReadNodeState(filepath.Join(e.root, "loopdriver"), v.handle)
+	if err != nil {
+		return fmt.Sprintf("the driver's state of volume %s: %v", v.handle, err)
+	}
+	var want driver.NodeState
+	what := "not wanted"
+	if p != nil {
+		want = driver.NodeState{StagingPath: p.staging, Targets: []string{p.target}}
+		what = "wanted by pod " + p.pod.Name
+	}
+	if got.StagingPath != want.StagingPath || !slices.Equal(got.Targets, want.Targets) {
+		return fmt.Sprintf("driver state of volume %s (%s): staged at %q, published at %v; want staged at %q, published at %v",
+			v.handle, what, rel(e.root, got.StagingPath), rels(e.root, got.Targets), rel(e.root, want.StagingPath), rels(e.root, want.Targets))
+	}
+	return ""
 }
 
 // checkRefusals counts, over the whole run, the NodeUnstageVolume calls
