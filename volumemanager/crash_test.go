@@ -84,7 +84,10 @@ func (n *crashNode) reboot() {
 	if err := os.WriteFile(n.boot, fmt.Appendf(nil, "boot-%d\n", n.boots), 0o600); err != nil {
 		n.t.Fatal(err)
 	}
-	n.mounter.MountPoints = nil
+	mps, _ := n.mounter.List()
+	for _, mp := range mps {
+		_ = n.mounter.Unmount(mp.Path)
+	}
 	n.loops.mu.Lock()
 	clear(n.loops.dev)
 	n.loops.mu.Unlock()
@@ -411,6 +414,8 @@ func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, wan
 	}()
 	select {
 	case <-h.Crashed():
+		opCancel()
+		<-opDone
 	case err := <-opDone:
 		if err != nil {
 			t.Fatalf("the operation, with no crash: %v", err)
