@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/util/step"
 )
 
 // both runs f with openat2 (when the kernel has it) and with the
@@ -648,4 +650,66 @@ func TestWriteFileInPlace(t *testing.T) {
 			t.Error("writing over a directory succeeded")
 		}
 	})
+}
+
+// TestWithSteps: every change is shown to the hook before it is made, with
+// its absolute path; a refused change is not made, and nothing after it is
+// undone either (the temporary file of a write refused at its rename stays,
+// as after a crash there); reads are not shown.
+func TestWithSteps(t *testing.T) {
+	dir := t.TempDir()
+	plain, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	refuse := "none"
+	r := plain.WithSteps(func(s step.Step) error {
+		seen = append(seen, string(s.Op)+" "+strings.TrimPrefix(s.Path, dir+"/"))
+		if string(s.Op) == refuse {
+			refuse = "" // and every step after it, as a crash does
+		}
+		if refuse == "" {
+			return errors.New("refused")
+		}
+		return nil
+	})
+	for _, f := range []func() error{
+		func() error { return r.MkdirAll("a/b", 0o750) },
+		func() error { return r.WriteFileInPlace("a/f", []byte("x"), 0o600) },
+		func() error { return r.Symlink("f", "a/l") },
+		func() error { return r.Create("a/c", 0o600) },
+		func() error { _, err := r.ReadDir("a"); return err },
+		func() error { return r.RemoveIn("a/b") },
+		func() error { return r.Remove("a/c") },
+	} {
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refuse = "rename"
+	if err := r.WriteFileAtomic("a/g", []byte("x"), 0o600); err == nil {
+		t.Fatal("WriteFileAtomic with its rename refused succeeded")
+	}
+	want := []string{"mkdir a", "mkdir a/b", "write a/f", "symlink a/l", "create a/c", "remove a/b", "remove a/c"}
+	if len(seen) != len(want)+3 || !slices.Equal(seen[:len(want)], want) ||
+		!strings.HasPrefix(seen[len(want)], "write a/.g.tmp-") || seen[len(want)+1] != "rename a/g" ||
+		!strings.HasPrefix(seen[len(want)+2], "remove a/.g.tmp-") {
+		t.Errorf("steps seen %q, want %q, then the temporary file's write, the rename and its clean-up", seen, want)
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, "a"))
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if len(names) != 3 || !strings.HasPrefix(names[0], ".g.tmp-") || names[1] != "f" || names[2] != "l" {
+		t.Errorf("a holds %v, want the temporary file of the refused write, f and l", names)
+	}
+	refuse = "mkdir"
+	if err := r.MkdirAll("x/y", 0o750); err == nil {
+		t.Error("MkdirAll with its mkdir refused succeeded")
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "x")); !os.IsNotExist(err) {
+		t.Errorf("x after a refused mkdir: %v, want missing", err)
+	}
 }
