@@ -31,20 +31,7 @@ func TestRemoveWriteLeftovers(t *testing.T) {
 			if err := os.MkdirAll(abs, 0o750); err != nil {
 				t.Fatal(err)
 			}
-			for _, p := range tc.plant {
-				var err error
-				switch name, target, link := strings.Cut(p, "->"); {
-				case link:
-					err = os.Symlink(target, filepath.Join(abs, name))
-				case name[len(name)-1] == '/':
-					err = os.Mkdir(filepath.Join(abs, name), 0o750)
-				default:
-					err = os.WriteFile(filepath.Join(abs, name), []byte("{}"), 0o600)
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
+			plantEntries(t, abs, tc.plant)
 			r, err := rootfs.New(root)
 			if err != nil {
 				t.Fatal(err)
@@ -102,20 +89,7 @@ func TestRemoveUnusedBlockDir(t *testing.T) {
 			if err := os.MkdirAll(abs, 0o750); err != nil {
 				t.Fatal(err)
 			}
-			for _, p := range tc.plant {
-				var err error
-				switch name, target, link := strings.Cut(p, "->"); {
-				case link:
-					err = os.Symlink(target, filepath.Join(abs, name))
-				case name[len(name)-1] == '/':
-					err = os.Mkdir(filepath.Join(abs, name), 0o750)
-				default:
-					err = os.WriteFile(filepath.Join(abs, name), []byte("{}"), 0o600)
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
+			plantEntries(t, abs, tc.plant)
 			r, err := rootfs.New(root)
 			if err != nil {
 				t.Fatal(err)
@@ -131,5 +105,25 @@ func TestRemoveUnusedBlockDir(t *testing.T) {
 				t.Fatalf("/etc: %v", err)
 			}
 		})
+	}
+}
+
+// plantEntries makes each of plant in dir: a trailing / makes a directory,
+// "name->target" a symlink, anything else a file.
+func plantEntries(t *testing.T, dir string, plant []string) {
+	t.Helper()
+	for _, p := range plant {
+		var err error
+		switch name, target, link := strings.Cut(p, "->"); {
+		case link:
+			err = os.Symlink(target, filepath.Join(dir, name))
+		case name[len(name)-1] == '/':
+			err = os.Mkdir(filepath.Join(dir, name), 0o750)
+		default:
+			err = os.WriteFile(filepath.Join(dir, name), []byte("{}"), 0o600)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }

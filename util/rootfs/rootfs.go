@@ -602,8 +602,10 @@ func (r *Root) writeFileAtomic(name string, data []byte, perm fs.FileMode, sync 
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := "." + base + ".tmp-" + hex.EncodeToString(rnd[:])
-	if err := r.take(step.Write, filepath.Join(filepath.Dir(full), tmp)); err != nil {
-		return err
+	if r.steps != nil {
+		if err := r.take(step.Write, filepath.Join(filepath.Dir(full), tmp)); err != nil {
+			return err
+		}
 	}
 	fd, err := unix.Openat(dirFd, tmp, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm.Perm()))
 	if err != nil {
