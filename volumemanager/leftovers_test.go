@@ -10,8 +10,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
@@ -225,5 +227,42 @@ func TestReconstructRemovesEmptyStagingDir(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestUnreadableDirTakenBackOnceEmptied: a pod volume directory that
+// holds a file nodevol did not write is left alone at start and holds the
+// device of the PV it is named after; once the file is gone (a person
+// removed it), the resync removes the directory and the device is
+// unstaged, with no restart.
+func TestUnreadableDirTakenBackOnceEmptied(t *testing.T) {
+	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false))
+	root := t.TempDir()
+	staging, err := csiplugin.StagingDir(root, drv.DriverName(), "handle-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plantTree(t, staging, "", "globalmount/")
+	plantFile(t, filepath.Join(staging, csiplugin.VolumeDataFile), `{"specVolID":"pv-x","volumeHandle":"handle-x","driverName":"`+drv.DriverName()+`"}`)
+	podDir := filepath.Join(root, "pods", "uid-x", "volumes", "kubernetes.io~csi", "pv-x")
+	plantTree(t, podDir, "x", "mount/", "notes")
+
+	vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: mount.NewFakeMounter(nil),
+		ResyncPeriod: 20 * time.Millisecond}, drv)
+	defer stop()
+	vm.MarkPodsSynced()
+	waitIdle(t, vm)
+	if n := drv.Calls("NodeUnstageVolume"); n != 0 || len(vm.GetVolumesInUse()) != 1 {
+		t.Fatalf("with a stranger's file in %s: %d unstages, in use %v; want the device held", podDir, n, vm.GetVolumesInUse())
+	}
+	if err := os.Remove(filepath.Join(podDir, "notes")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the device unstaged once the file is gone", func() bool {
+		return len(vm.GetVolumesInUse()) == 0 && drv.Calls("NodeUnstageVolume") == 1
+	})
+	if _, err := os.Lstat(podDir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s: %v, want removed", podDir, err)
 	}
 }

@@ -87,10 +87,14 @@ type loop struct {
 	// unreadable are pod volume directories whose vol_data.json could not
 	// be read, by the name (a PV's) they are under.
 	unreadable map[string]string
-	inflight   map[cache.UniqueVolumeName]map[oe.Key]oe.OpKind
-	backoff    *oe.Backoff
-	refs       map[cache.UniqueVolumeName][]string
-	republish  map[oe.Key]bool
+	// retake removes an unreadable pod volume directory that can no longer
+	// hold data (what made it unreadable is gone), reporting whether it
+	// did; nil: none is removed while running.
+	retake    func(dir string) bool
+	inflight  map[cache.UniqueVolumeName]map[oe.Key]oe.OpKind
+	backoff   *oe.Backoff
+	refs      map[cache.UniqueVolumeName][]string
+	republish map[oe.Key]bool
 	// expanding is the size of each expansion in flight; expanded the
 	// size each volume was last expanded to, until the claim's status
 	// says so too.
@@ -723,7 +727,8 @@ func (l *loop) resync() {
 	}
 	l.refs = map[cache.UniqueVolumeName][]string{}
 	for name, dir := range l.unreadable {
-		if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		_, err := os.Lstat(dir)
+		if errors.Is(err, os.ErrNotExist) || err == nil && l.retake != nil && l.retake(dir) {
 			delete(l.unreadable, name)
 		}
 	}

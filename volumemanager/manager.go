@@ -311,6 +311,7 @@ func New(cfg Config) (*VolumeManager, error) {
 	if cfg.SelfAttach && !cfg.NodeRestricted {
 		l.ownAttachments = storage.VolumeAttachments().Lister()
 	}
+	l.retake = vm.retakeUnreadable
 	vm.loop = l
 	if cfg.PluginRegistration {
 		if vm.plugins, vm.registration, err = newPluginManager(cfg, vm.csiDrivers); err != nil {

@@ -389,6 +389,37 @@ func (w walker) removeUnused(rel, leaf string) error {
 	return csiplugin.RemoveUnusedVolumeDir(w.r, func(p string) bool { return w.rc.mountPoints[p] }, rel, leaf)
 }
 
+// retakeUnreadable removes pod volume directory dir (absolute), found
+// unreadable at start, once nothing in it can hold data any more: what
+// made it unreadable (a file nodevol did not write, data in its mount
+// directory) is gone, and it would otherwise hold the device of the PV it
+// is named after until the next restart. The mount table is read afresh.
+// It reports whether dir is gone.
+func (vm *VolumeManager) retakeUnreadable(dir string) bool {
+	r, err := rootfs.New(vm.cfg.RootDir)
+	if err != nil {
+		return false
+	}
+	rel, err := r.Rel(dir)
+	if err != nil {
+		return false
+	}
+	mps, err := vm.cfg.Mounter.List()
+	if err != nil {
+		return false
+	}
+	mounted := make(map[string]bool, len(mps))
+	for _, mp := range mps {
+		mounted[mp.Path] = true
+	}
+	w := walker{r: r.WithSteps(vm.cfg.Steps), root: vm.cfg.RootDir, rc: recovery{mountPoints: mounted}}
+	if err := w.removeUnused(rel, "mount"); err != nil {
+		return false
+	}
+	vm.loop.logger.Info("Removed a pod volume directory found unreadable at start: it holds nothing any more", "path", dir)
+	return true
+}
+
 // removeStagingLeftover removes a staging directory without vol_data.json
 // that MountDevice created but a stop cut short before it wrote
 // vol_data.json: nothing reconstructs it, so nothing else would ever
