@@ -10,9 +10,14 @@ import (
 // (not of a Config.InformerFactory, whose other users may read anything):
 // it drops, before an object is stored, what no code of nodevol reads, so
 // that the cache of every claim, volume, attachment and CSIDriver of the
-// cluster costs what nodevol needs of them. It changes the object in place
-// (the informer's own copy, decoded for it) and is idempotent, as
-// client-go's TransformFunc must be.
+// cluster costs what nodevol needs of them. It returns a shallow copy and
+// writes nothing it was given (a map it trims is copied): the object need
+// not be the informer's own, and client-go's fake clientset hands every
+// watcher the very objects its tracker keeps (its Watch delivers the
+// existing ones uncopied), so an in-place trim raced the tracker's reads
+// under -race. The copy costs one struct per event; the fields it shares
+// are kept either way. It is idempotent, as client-go's TransformFunc must
+// be.
 //
 // Dropped from every object: managedFields (often the larger half of an
 // object), kubectl's last-applied-configuration annotation (a copy of the
@@ -31,31 +36,47 @@ import (
 // TestTrimInformerObject lists what each reader needs and checks that it is
 // left.
 func trimInformerObject(obj any) (any, error) {
-	switch o := obj.(type) {
+	switch in := obj.(type) {
 	case *v1.PersistentVolumeClaim:
+		o := *in
 		trimMeta(&o.ObjectMeta)
 		o.Spec.Resources.Requests = resourceLists.intern(o.Spec.Resources.Requests)
 		o.Spec.Resources.Limits = resourceLists.intern(o.Spec.Resources.Limits)
 		o.Status.Capacity = resourceLists.intern(o.Status.Capacity)
 		o.Status.AllocatedResources = resourceLists.intern(o.Status.AllocatedResources)
+		return &o, nil
 	case *v1.PersistentVolume:
+		o := *in
 		trimMeta(&o.ObjectMeta)
 		o.Spec.Capacity = resourceLists.intern(o.Spec.Capacity)
+		return &o, nil
 	case *storagev1.VolumeAttachment:
+		o := *in
 		trimMeta(&o.ObjectMeta)
 		o.Spec.Source.InlineVolumeSpec = nil
+		return &o, nil
 	case *storagev1.CSIDriver:
+		o := *in
 		trimMeta(&o.ObjectMeta)
+		return &o, nil
 	}
 	return obj, nil
 }
 
+// trimMeta trims m, a shallow copy: its fields are set, never written
+// through (the annotations are copied when one goes).
 func trimMeta(m *metav1.ObjectMeta) {
 	m.ManagedFields = nil
 	m.Finalizers = nil
 	if _, ok := m.Annotations[v1.LastAppliedConfigAnnotation]; ok {
-		delete(m.Annotations, v1.LastAppliedConfigAnnotation)
-		if len(m.Annotations) == 0 {
+		kept := make(map[string]string, len(m.Annotations)-1)
+		for k, v := range m.Annotations {
+			if k != v1.LastAppliedConfigAnnotation {
+				kept[k] = v
+			}
+		}
+		m.Annotations = kept
+		if len(kept) == 0 {
 			m.Annotations = nil
 		}
 	}

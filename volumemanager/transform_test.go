@@ -84,12 +84,18 @@ func TestTrimInformerObject(t *testing.T) {
 		{"other kinds are left alone", other, other.DeepCopy()},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := trimInformerObject(tt.in.DeepCopyObject())
+			in := tt.in.DeepCopyObject()
+			got, err := trimInformerObject(in)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(tt.out, got); diff != "" {
 				t.Errorf("trimInformerObject (-want +got):\n%s", diff)
+			}
+			// What it was given is not its own: the fake clientset's
+			// watch hands out the objects its tracker keeps.
+			if diff := cmp.Diff(tt.in, in); diff != "" {
+				t.Errorf("trimInformerObject wrote to its input (-before +after):\n%s", diff)
 			}
 			again, err := trimInformerObject(got.(runtime.Object).DeepCopyObject())
 			if err != nil {
