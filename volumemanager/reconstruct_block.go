@@ -47,8 +47,16 @@ func (w walker) blockPublishes(out *diskState, found map[cache.UniqueVolumeName]
 	}
 	for _, rec := range w.blockPublishRecords() {
 		p := blockPublish{specName: path.Base(path.Dir(rec.Dir)), podUID: rec.PodUID}
-		if w.rc.bootID != "" && rec.BootID != "" && rec.BootID != w.rc.bootID {
+		switch {
+		case w.rc.bootID != "" && rec.BootID != "" && rec.BootID != w.rc.bootID:
 			continue // rebooted: nothing is published any more; removeOrphanRecords removes it
+		case rec.Phase != csiplugin.PhasePublishing:
+			// A publish that completed, or an unpublish, whose target is
+			// gone: a driver creates the target of a block publish, so the
+			// publish was undone since (by the kubelet after a hand-over,
+			// which leaves nodevol's records). removeOrphanRecords removes
+			// it; only a publish in flight may have no target yet.
+			continue
 		}
 		w.seen[path.Base(csiplugin.RecordFile(rec.Dir))] = true
 		w.blockPublish(out, found, linked, p, rec)

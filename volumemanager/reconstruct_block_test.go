@@ -27,9 +27,13 @@ func TestReconstructBlockPublishes(t *testing.T) {
 		plantFile(t, filepath.Join(root, "plugins/kubernetes.io/csi/volumeDevices", spec, "data", csiplugin.VolumeDataFile),
 			`{"specVolID":"`+spec+`","volumeHandle":"h-raw","driverName":"d.example.com","volumeLifecycleMode":"Persistent"}`)
 	}
-	plantRecord := func(t *testing.T, root, uid, boot string) {
+	plantRecord := func(t *testing.T, root, uid, boot string, phase ...csiplugin.Phase) {
 		rel := publishRel(uid)
-		b, _ := json.Marshal(csiplugin.Record{Version: 1, BootID: boot, Phase: csiplugin.PhasePublishing, Dir: rel,
+		ph := csiplugin.PhasePublishing
+		if len(phase) > 0 {
+			ph = phase[0]
+		}
+		b, _ := json.Marshal(csiplugin.Record{Version: 1, BootID: boot, Phase: ph, Dir: rel,
 			Driver: "d.example.com", VolumeHandle: "h-raw", PVName: spec, PodUID: uid, SpecName: spec, Mode: "Block"})
 		plantFile(t, filepath.Join(root, csiplugin.RecordFile(rel)), string(b))
 	}
@@ -62,6 +66,12 @@ func TestReconstructBlockPublishes(t *testing.T) {
 		{"record only, vol_data.json gone", func(t *testing.T, root string) {
 			plantRecord(t, root, "uid-b", "boot-1")
 		}, []string{"uid-b"}, "", csiplugin.RecordFile(publishRel("uid-b"))},
+		// A completed publish whose target is gone was undone since (the
+		// kubelet's teardown after a hand-over leaves nodevol's records).
+		{"record only, publish done", func(t *testing.T, root string) {
+			plantData(t, root)
+			plantRecord(t, root, "uid-b", "boot-1", csiplugin.PhasePublished)
+		}, nil, csiplugin.RecordFile(publishRel("uid-b")), ""},
 		{"record only, earlier boot", func(t *testing.T, root string) {
 			plantData(t, root)
 			plantRecord(t, root, "uid-b", "boot-0")
