@@ -138,16 +138,8 @@ func TestReconstructRemovesEmptyPodVolumeDir(t *testing.T) {
 // and both directories are gone; before the fix the empty directory held
 // the device staged, and in use, for good.
 func TestRestartUnstagesDeviceOfEmptyPodVolumeDir(t *testing.T) {
-	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false))
-	root := t.TempDir()
-	staging, err := csiplugin.StagingDir(root, drv.DriverName(), "handle-x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	plantTree(t, staging, "", "globalmount/")
-	plantFile(t, filepath.Join(staging, csiplugin.VolumeDataFile), `{"specVolID":"pv-x","volumeHandle":"handle-x","driverName":"`+drv.DriverName()+`"}`)
-	podDir := filepath.Join(root, "pods", "uid-x", "volumes", "kubernetes.io~csi", "pv-x")
+	e := newStagedNode(t)
+	drv, client, root, staging, podDir := e.drv, e.client, e.root, e.staging, e.podDir
 	plantTree(t, podDir, "")
 
 	vm, stop := startVM(t, client, root, drv)
@@ -236,16 +228,8 @@ func TestReconstructRemovesEmptyStagingDir(t *testing.T) {
 // removed it), the resync removes the directory and the device is
 // unstaged, with no restart.
 func TestUnreadableDirTakenBackOnceEmptied(t *testing.T) {
-	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false))
-	root := t.TempDir()
-	staging, err := csiplugin.StagingDir(root, drv.DriverName(), "handle-x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	plantTree(t, staging, "", "globalmount/")
-	plantFile(t, filepath.Join(staging, csiplugin.VolumeDataFile), `{"specVolID":"pv-x","volumeHandle":"handle-x","driverName":"`+drv.DriverName()+`"}`)
-	podDir := filepath.Join(root, "pods", "uid-x", "volumes", "kubernetes.io~csi", "pv-x")
+	e := newStagedNode(t)
+	drv, client, root, podDir := e.drv, e.client, e.root, e.podDir
 	plantTree(t, podDir, "x", "mount/", "notes")
 
 	vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: mount.NewFakeMounter(nil),
@@ -265,4 +249,27 @@ func TestUnreadableDirTakenBackOnceEmptied(t *testing.T) {
 	if _, err := os.Lstat(podDir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("%s: %v, want removed", podDir, err)
 	}
+}
+
+// stagedNode is a root where a stop left PV pv-x's device staged (its
+// staging directory and vol_data.json), and the path of pod uid-x's volume
+// directory of it, for the test to plant.
+type stagedNode struct {
+	drv                   *csitest.Server
+	client                *fake.Clientset
+	root, staging, podDir string
+}
+
+func newStagedNode(t *testing.T) stagedNode {
+	t.Helper()
+	e := stagedNode{drv: csitest.New(t, csitest.Options{CreateTargetDirs: true}), root: t.TempDir()}
+	e.client = fake.NewClientset(csitest.CSIDriver(e.drv.DriverName(), false))
+	var err error
+	if e.staging, err = csiplugin.StagingDir(e.root, e.drv.DriverName(), "handle-x"); err != nil {
+		t.Fatal(err)
+	}
+	plantTree(t, e.staging, "", "globalmount/")
+	plantFile(t, filepath.Join(e.staging, csiplugin.VolumeDataFile), `{"specVolID":"pv-x","volumeHandle":"handle-x","driverName":"`+e.drv.DriverName()+`"}`)
+	e.podDir = filepath.Join(e.root, "pods", "uid-x", "volumes", "kubernetes.io~csi", "pv-x")
+	return e
 }
