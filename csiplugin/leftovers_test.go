@@ -26,16 +26,7 @@ func TestRemoveWriteLeftovers(t *testing.T) {
 			[]string{".other.tmp-1", ".vol_data.json.tmp-d", ".vol_data.json.tmp-l", "vol_data.json.tmp-1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := t.TempDir()
-			abs := filepath.Join(root, dir)
-			if err := os.MkdirAll(abs, 0o750); err != nil {
-				t.Fatal(err)
-			}
-			plantEntries(t, abs, tc.plant)
-			r, err := rootfs.New(root)
-			if err != nil {
-				t.Fatal(err)
-			}
+			abs, r := plantRoot(t, dir, tc.plant)
 			if err := RemoveWriteLeftovers(r, dir); err != nil {
 				t.Fatalf("RemoveWriteLeftovers: %v", err)
 			}
@@ -84,17 +75,8 @@ func TestRemoveUnusedBlockDir(t *testing.T) {
 		{"data a symlink", []string{"data->/etc"}, false, "holds data"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := t.TempDir()
-			abs := filepath.Join(root, dir)
-			if err := os.MkdirAll(abs, 0o750); err != nil {
-				t.Fatal(err)
-			}
-			plantEntries(t, abs, tc.plant)
-			r, err := rootfs.New(root)
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = RemoveUnusedBlockDir(r, "pv")
+			abs, r := plantRoot(t, dir, tc.plant)
+			err := RemoveUnusedBlockDir(r, "pv")
 			if tc.errHas == "" && err != nil || tc.errHas != "" && (err == nil || !strings.Contains(err.Error(), tc.errHas)) {
 				t.Errorf("RemoveUnusedBlockDir = %v, want an error with %q", err, tc.errHas)
 			}
@@ -108,8 +90,23 @@ func TestRemoveUnusedBlockDir(t *testing.T) {
 	}
 }
 
-// plantEntries makes each of plant in dir: a trailing / makes a directory,
-// "name->target" a symlink, anything else a file.
+// plantRoot makes a root with directory dir (relative to it) holding each
+// of plant: a trailing / makes a directory, "name->target" a symlink,
+// anything else a file. It returns dir's absolute path and the root.
+func plantRoot(t *testing.T, dir string, plant []string) (string, *rootfs.Root) {
+	t.Helper()
+	r, err := rootfs.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs := filepath.Join(r.Path(), dir)
+	if err := os.MkdirAll(abs, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	plantEntries(t, abs, plant)
+	return abs, r
+}
+
 func plantEntries(t *testing.T, dir string, plant []string) {
 	t.Helper()
 	for _, p := range plant {
