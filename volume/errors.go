@@ -1,0 +1,43 @@
+package volume
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error classes. Plugins wrap their errors with these sentinels (errors.Is).
+var (
+	// ErrInProgress: the operation may have started and may still finish
+	// (gRPC Canceled, DeadlineExceeded, Unavailable, ResourceExhausted,
+	// Aborted, or a transport failure). The volume becomes Uncertain.
+	ErrInProgress = errors.New("operation may still be in progress")
+	// ErrNotReady: something the operation waits for is not there yet (a
+	// VolumeAttachment not attached, a driver not registered). Nothing was
+	// changed; retried with backoff and when the world changes.
+	ErrNotReady = errors.New("not ready")
+	// ErrInUse: an unstage was refused because mounts still reference the
+	// staged device (see InUseError). Nothing was changed.
+	ErrInUse = errors.New("device is still in use")
+	// ErrNoPlugin: no registered plugin handles the volume (Registry).
+	ErrNoPlugin = errors.New("no volume plugin handles it")
+)
+
+// InUseError is the error of an unstage refused because other mounts
+// reference the staging path, as the kubelet's UnmountDevice refuses
+// while GetDeviceMountRefs finds any. errors.Is(err, ErrInUse) holds.
+type InUseError struct {
+	// Path is the staging path.
+	Path string
+	// Refs are the mount points that reference it.
+	Refs []string
+}
+
+func (e *InUseError) Error() string {
+	return fmt.Sprintf("staging path %s is still referenced by %d mount(s): %v", e.Path, len(e.Refs), e.Refs)
+}
+
+// Is makes errors.Is(err, ErrInUse) true.
+func (e *InUseError) Is(target error) bool { return target == ErrInUse }
+
+// IsUncertain reports whether err means the operation may have half-happened.
+func IsUncertain(err error) bool { return errors.Is(err, ErrInProgress) }

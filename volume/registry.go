@@ -1,0 +1,121 @@
+package volume
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodevol/nodevol/cache"
+)
+
+// Registry maps a pod volume's source, and a volume's unique name, to the
+// one plugin that handles it. Plugins are registered by name; an embedder
+// may register its own. It is safe for concurrent use.
+type Registry struct {
+	mu      sync.RWMutex
+	plugins map[string]Plugin
+	// names are the plugins' names, sorted, so that lookups and their
+	// errors do not depend on map order.
+	names []string
+}
+
+// NewRegistry returns a registry holding plugins (see Register).
+func NewRegistry(plugins ...Plugin) (*Registry, error) {
+	r := &Registry{plugins: map[string]Plugin{}}
+	for _, p := range plugins {
+		if err := r.Register(p); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Register adds p. Its name must be set and must not be taken; nor may it
+// be a prefix, up to a slash, of another plugin's name or the other way
+// round (as "example.com/x" and "example.com/x/y"), since a volume's
+// unique name must start with exactly one plugin's name.
+func (r *Registry) Register(p Plugin) error {
+	if p == nil {
+		return errors.New("registering a volume plugin: nil plugin")
+	}
+	name := p.Name()
+	if name == "" {
+		return fmt.Errorf("registering volume plugin %T: empty name", p)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range r.names {
+		if n == name || strings.HasPrefix(name, n+"/") || strings.HasPrefix(n, name+"/") {
+			return fmt.Errorf("registering volume plugin %s (%T): its name clashes with plugin %s (%T)", name, p, n, r.plugins[n])
+		}
+	}
+	r.plugins[name] = p
+	r.names = append(r.names, name)
+	slices.Sort(r.names)
+	return nil
+}
+
+// ForSource returns the plugin that handles the pod volume v. It is an
+// error, naming the volume and its kind, when no plugin handles it
+// (wrapping ErrNoPlugin) or when more than one claims it.
+func (r *Registry) ForSource(v *v1.Volume) (Plugin, error) {
+	if v == nil {
+		return nil, errors.New("looking up the plugin of a pod volume: nil volume")
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var match []string
+	for _, n := range r.names {
+		if r.plugins[n].CanSupport(v) {
+			match = append(match, n)
+		}
+	}
+	switch len(match) {
+	case 0:
+		return nil, fmt.Errorf("volume %q of kind %s: %w (registered: %s)", v.Name, SourceKind(&v.VolumeSource), ErrNoPlugin, r.list())
+	case 1:
+		return r.plugins[match[0]], nil
+	}
+	return nil, fmt.Errorf("volume %q of kind %s: claimed by more than one volume plugin (%s)", v.Name, SourceKind(&v.VolumeSource), strings.Join(match, ", "))
+}
+
+// ForVolume returns the plugin of the volume named name: the one whose
+// name, followed by a slash, starts it. It is an error wrapping
+// ErrNoPlugin when none does.
+func (r *Registry) ForVolume(name cache.UniqueVolumeName) (Plugin, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, n := range r.names {
+		if strings.HasPrefix(string(name), n+"/") {
+			return r.plugins[n], nil
+		}
+	}
+	return nil, fmt.Errorf("volume %s: %w (registered: %s)", name, ErrNoPlugin, r.list())
+}
+
+// list is the registered names for messages; the caller holds mu.
+func (r *Registry) list() string {
+	if len(r.names) == 0 {
+		return "none"
+	}
+	return strings.Join(r.names, ", ")
+}
+
+// SourceKind names the kind of a pod volume's source as the pod spec
+// spells it ("persistentVolumeClaim", "emptyDir", "image", ...), for
+// messages; "no source" when none is set.
+func SourceKind(src *v1.VolumeSource) string {
+	s := reflect.ValueOf(src).Elem()
+	for i := range s.NumField() {
+		if f := s.Field(i); f.Kind() == reflect.Pointer && !f.IsNil() {
+			tag, _, _ := strings.Cut(s.Type().Field(i).Tag.Get("json"), ",")
+			return tag
+		}
+	}
+	return "no source"
+}
