@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // TestAccessModeRequests: the volume capability NodeStageVolume and
@@ -47,11 +47,11 @@ func TestAccessModeRequests(t *testing.T) {
 			spec := testSpec(drv)
 			spec.AccessMode = tt.mode
 			ctx := context.Background()
-			staging, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec})
+			staging, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: podVolume("a", "data"), DeviceMountPath: staging}); err != nil {
+			if _, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: podVolume("a", "data"), DeviceMountPath: staging}); err != nil {
 				t.Fatal(err)
 			}
 			want := &csi.VolumeCapability{

@@ -10,11 +10,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/operationexecutor"
 	"github.com/nodevol/nodevol/util/fsutil"
+	"github.com/nodevol/nodevol/volume"
 )
 
-// WaitForAttach implements operationexecutor.Attacher. It returns (nil,
+// WaitForAttach implements volume.Attacher. It returns (nil,
 // nil) for an inline (ephemeral) volume and for a driver whose CSIDriver
 // object says attachRequired: false; a driver without a CSIDriver object
 // needs attaching, as in the kubelet. Otherwise it reads the
@@ -47,9 +47,9 @@ func (p *Plugin) WaitForAttach(ctx context.Context, spec *cache.VolumeSpec) (map
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("waiting for VolumeAttachment %s of driver %s for volume %s to be attached: not found: %w",
-			name, spec.Driver, volumeDesc(spec), oe.ErrNotReady)
+			name, spec.Driver, volumeDesc(spec), volume.ErrNotReady)
 	case err != nil:
-		return nil, fmt.Errorf("reading VolumeAttachment %s for volume %s: %w (%w)", name, volumeDesc(spec), err, oe.ErrNotReady)
+		return nil, fmt.Errorf("reading VolumeAttachment %s for volume %s: %w (%w)", name, volumeDesc(spec), err, volume.ErrNotReady)
 	}
 	return p.attachStatus(ctx, spec, va)
 }
@@ -74,7 +74,7 @@ func (p *Plugin) attachStatus(ctx context.Context, spec *cache.VolumeSpec, va *s
 			volumeDesc(spec), p.node, name, va.Status.AttachError.Message)
 	}
 	return nil, fmt.Errorf("waiting for VolumeAttachment %s of driver %s for volume %s to be attached: %w",
-		name, spec.Driver, volumeDesc(spec), oe.ErrNotReady)
+		name, spec.Driver, volumeDesc(spec), volume.ErrNotReady)
 }
 
 // csiDriver returns the driver's CSIDriver object, or nil when there is none.
@@ -84,7 +84,7 @@ func (p *Plugin) csiDriver(name string) (*storagev1.CSIDriver, error) {
 	case apierrors.IsNotFound(err):
 		return nil, nil
 	case err != nil:
-		return nil, fmt.Errorf("reading CSIDriver %s: %w (%w)", name, err, oe.ErrNotReady)
+		return nil, fmt.Errorf("reading CSIDriver %s: %w (%w)", name, err, volume.ErrNotReady)
 	}
 	return d, nil
 }

@@ -13,7 +13,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 const testNode = "node-1"
@@ -162,10 +162,10 @@ func TestWaitForAttach(t *testing.T) {
 			if !strings.Contains(err.Error(), tt.errText) {
 				t.Errorf("error %q does not contain %q", err, tt.errText)
 			}
-			if errors.Is(err, oe.ErrNotReady) != tt.notReady {
+			if errors.Is(err, volume.ErrNotReady) != tt.notReady {
 				t.Errorf("errors.Is(err, ErrNotReady) = %v, want %v (%v)", !tt.notReady, tt.notReady, err)
 			}
-			if oe.IsUncertain(err) {
+			if volume.IsUncertain(err) {
 				t.Errorf("attach error %v is uncertain", err)
 			}
 		})

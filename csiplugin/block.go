@@ -25,9 +25,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/operationexecutor"
 	"github.com/nodevol/nodevol/util/blockdev"
 	"github.com/nodevol/nodevol/util/fsutil"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // BlockMapper maps published block devices into pods and back
@@ -91,7 +91,7 @@ func blockSpecName(spec *cache.VolumeSpec) (string, error) {
 // setUpDevice stages a block volume (NodeStageVolume with block access) at
 // its staging path, after writing vol_data.json; nothing is staged for a
 // driver without STAGE_UNSTAGE_VOLUME.
-func (p *Plugin) setUpDevice(ctx context.Context, req oe.DeviceRequest) (string, error) {
+func (p *Plugin) setUpDevice(ctx context.Context, req volume.DeviceRequest) (string, error) {
 	spec := req.Spec
 	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("staging block volume %s: %w", volumeDesc(spec), err)
@@ -135,7 +135,7 @@ func (p *Plugin) setUpDevice(ctx context.Context, req oe.DeviceRequest) (string,
 		VolumeContext:     spec.Attributes,
 	})
 	if err != nil {
-		if !oe.IsUncertain(err) {
+		if !volume.IsUncertain(err) {
 			// Only if the driver left it empty; the record goes with it.
 			if p.rfs.Remove(paths.StagingPath) == nil {
 				_ = p.records.remove(paths.StagingPath)
@@ -167,12 +167,12 @@ func (p *Plugin) saveBlockData(paths BlockPaths, spec *cache.VolumeSpec) error {
 // directory, dev/ and data/ and the volume's directory, each only when
 // empty and not a mount point. Nothing nodevol did not create is removed.
 //
-// It refuses (an *oe.InUseError naming the publish paths) while a publish
+// It refuses (an *volume.InUseError naming the publish paths) while a publish
 // of the volume may remain, as UnmountDevice refuses while mounts
 // reference a staging path: most drivers would unstage under the publish,
 // a strict one refuses, and vol_data.json, which tells whose the publish
 // is, must stay.
-func (p *Plugin) tearDownDevice(ctx context.Context, req oe.DeviceRequest) error {
+func (p *Plugin) tearDownDevice(ctx context.Context, req volume.DeviceRequest) error {
 	spec := req.Spec
 	fail := func(err error) error {
 		return fmt.Errorf("unstaging block volume %s: %w", volumeDesc(spec), err)
@@ -223,7 +223,7 @@ func (p *Plugin) tearDownDevice(ctx context.Context, req oe.DeviceRequest) error
 	return nil
 }
 
-// checkBlockPublishes returns an *oe.InUseError when a publish of a block
+// checkBlockPublishes returns an *volume.InUseError when a publish of a block
 // volume may remain: an entry in its publish directory (what a driver
 // publishes at) or a record of a publish of it (a NodePublishVolume or
 // NodeUnpublishVolume was sent). The loop keeps the paths as the volume's
@@ -252,7 +252,7 @@ func (p *Plugin) checkBlockPublishes(paths BlockPaths) error {
 		refs = append(refs, path)
 	}
 	sort.Strings(refs)
-	return fmt.Errorf("still published: %w", &oe.InUseError{Path: paths.StagingPath, Refs: refs})
+	return fmt.Errorf("still published: %w", &volume.InUseError{Path: paths.StagingPath, Refs: refs})
 }
 
 // removeEmptyDir removes dir unless it is a mount point; a directory that
@@ -299,7 +299,7 @@ func (p *Plugin) verifyBlockPaths(paths BlockPaths) error {
 // block access at the pod's publish path) and maps the published device
 // into the pod (util/blockdev). It returns the pod's device path. A map
 // that fails after a successful publish leaves the volume Uncertain.
-func (p *Plugin) mapPodDevice(ctx context.Context, req oe.MountRequest) (string, error) {
+func (p *Plugin) mapPodDevice(ctx context.Context, req volume.MountRequest) (string, error) {
 	spec, vol := req.Spec, req.Volume
 	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("publishing block volume %s for pod %s: %w", volumeDesc(spec), vol.Pod, err)
@@ -353,7 +353,7 @@ func (p *Plugin) mapPodDevice(ctx context.Context, req oe.MountRequest) (string,
 		return fail(err)
 	}
 	if err := client.bound(p.timeout, p.steps).NodePublishVolume(ctx, csiReq); err != nil {
-		if !oe.IsUncertain(err) {
+		if !volume.IsUncertain(err) {
 			if _, serr := p.rfs.Lstat(paths.PublishPath); errors.Is(serr, fs.ErrNotExist) {
 				_ = p.records.remove(paths.PublishPath) // nothing published
 			}
@@ -368,7 +368,7 @@ func (p *Plugin) mapPodDevice(ctx context.Context, req oe.MountRequest) (string,
 	if err != nil {
 		// Published but not mapped: Uncertain, so that it is mapped again or
 		// unpublished, never forgotten.
-		return "", fmt.Errorf("mapping block volume %s of driver %s into pod %s: %w: %w", volumeDesc(spec), spec.Driver, vol.Pod, err, oe.ErrInProgress)
+		return "", fmt.Errorf("mapping block volume %s of driver %s into pod %s: %w: %w", volumeDesc(spec), spec.Driver, vol.Pod, err, volume.ErrInProgress)
 	}
 	p.records.update(ctx, rec, PhasePublished)
 	klog.FromContext(ctx).V(4).Info("Block volume mapped", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "devicePath", paths.PodDevicePath)
@@ -383,7 +383,7 @@ func (p *Plugin) mapPodDevice(ctx context.Context, req oe.MountRequest) (string,
 // publish whose target it has not created, as NodeUnpublishVolume after a
 // timed-out NodePublishVolume in the kubelet). With nothing of the pod's
 // left on disk it does nothing, driver registered or not.
-func (p *Plugin) unmapPodDevice(ctx context.Context, req oe.MountRequest) error {
+func (p *Plugin) unmapPodDevice(ctx context.Context, req volume.MountRequest) error {
 	spec, vol := req.Spec, req.Volume
 	fail := func(err error) error {
 		return fmt.Errorf("unpublishing block volume %s from pod %s: %w", volumeDesc(spec), vol.Pod, err)

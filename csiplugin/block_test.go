@@ -13,8 +13,8 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/operationexecutor"
 	"github.com/nodevol/nodevol/util/blockdev"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // fakeBlockMapper records Map and Unmap.
@@ -60,7 +60,7 @@ func TestBlockVolume(t *testing.T) {
 		t.Errorf("staging path %s, want %s", paths.StagingPath, want)
 	}
 
-	staging, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec})
+	staging, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec})
 	if err != nil || staging != paths.StagingPath {
 		t.Fatalf("MountDevice = %q, %v; want %s", staging, err, paths.StagingPath)
 	}
@@ -73,7 +73,7 @@ func TestBlockVolume(t *testing.T) {
 		t.Errorf("vol_data.json %+v, %v", data, err)
 	}
 
-	dev, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: staging})
+	dev, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: staging})
 	if err != nil || dev != filepath.Join(e.root, "pods", "uid-a", "volumeDevices/kubernetes.io~csi/pv-1") {
 		t.Fatalf("SetUp = %q, %v", dev, err)
 	}
@@ -85,7 +85,7 @@ func TestBlockVolume(t *testing.T) {
 		t.Errorf("maps %+v", bm.maps)
 	}
 
-	if err := e.p.TearDown(ctx, oe.MountRequest{Spec: spec, Volume: vol}); err != nil {
+	if err := e.p.TearDown(ctx, volume.MountRequest{Spec: spec, Volume: vol}); err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{"map uid-a", "unmap uid-a"}; len(bm.calls) != 2 || bm.calls[1] != want[1] {
@@ -94,7 +94,7 @@ func TestBlockVolume(t *testing.T) {
 	if n := e.srv.Calls("NodeUnpublishVolume"); n != 1 {
 		t.Errorf("NodeUnpublishVolume calls %d, want 1", n)
 	}
-	if err := e.p.UnmountDevice(ctx, oe.DeviceRequest{Spec: spec}); err != nil {
+	if err := e.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: spec}); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.srv.Calls("NodeUnstageVolume"); n != 1 {
@@ -106,10 +106,10 @@ func TestBlockVolume(t *testing.T) {
 		}
 	}
 	// Idempotent: again, nothing to do and no calls.
-	if err := e.p.TearDown(ctx, oe.MountRequest{Spec: spec, Volume: vol}); err != nil {
+	if err := e.p.TearDown(ctx, volume.MountRequest{Spec: spec, Volume: vol}); err != nil {
 		t.Error(err)
 	}
-	if err := e.p.UnmountDevice(ctx, oe.DeviceRequest{Spec: spec}); err != nil {
+	if err := e.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: spec}); err != nil {
 		t.Error(err)
 	}
 	if e.srv.Calls("NodeUnpublishVolume") != 1 || e.srv.Calls("NodeUnstageVolume") != 1 {
@@ -121,11 +121,11 @@ func TestBlockVolumeWithoutStaging(t *testing.T) {
 	e := newEnv(t, envOptions{driver: csitest.Options{CreateTargetDirs: true, NoStageUnstage: true}})
 	e.p.blockMapper = &fakeBlockMapper{}
 	spec := blockSpec()
-	staging, err := e.p.MountDevice(context.Background(), oe.DeviceRequest{Spec: spec})
+	staging, err := e.p.MountDevice(context.Background(), volume.DeviceRequest{Spec: spec})
 	if err != nil || staging != "" {
 		t.Fatalf("MountDevice = %q, %v; want nothing staged", staging, err)
 	}
-	if _, err := e.p.SetUp(context.Background(), oe.MountRequest{Spec: spec, Volume: podVolume("a", "data")}); err != nil {
+	if _, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: spec, Volume: podVolume("a", "data")}); err != nil {
 		t.Fatal(err)
 	}
 	if pub := e.request(t, "NodePublishVolume").(*csi.NodePublishVolumeRequest); pub.GetStagingTargetPath() != "" {
@@ -140,18 +140,18 @@ func TestBlockVolumeBadInput(t *testing.T) {
 	ctx := context.Background()
 
 	// Published, then not mappable: Uncertain, to be torn down.
-	_, err := e.p.SetUp(ctx, oe.MountRequest{Spec: blockSpec(), Volume: podVolume("a", "data")})
-	if !oe.IsUncertain(err) {
+	_, err := e.p.SetUp(ctx, volume.MountRequest{Spec: blockSpec(), Volume: podVolume("a", "data")})
+	if !volume.IsUncertain(err) {
 		t.Errorf("SetUp with a failing map = %v, want Uncertain", err)
 	}
 	noPV := blockSpec()
 	noPV.PVName = ""
-	if _, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: noPV}); err == nil {
+	if _, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: noPV}); err == nil {
 		t.Error("MountDevice of a block volume without a PV succeeded")
 	}
 	escaping := blockSpec()
 	escaping.PVName = "../../etc"
-	if _, err := e.p.SetUp(ctx, oe.MountRequest{Spec: escaping, Volume: podVolume("b", "data")}); err == nil || oe.IsUncertain(err) {
+	if _, err := e.p.SetUp(ctx, volume.MountRequest{Spec: escaping, Volume: podVolume("b", "data")}); err == nil || volume.IsUncertain(err) {
 		t.Errorf("SetUp with PV name ../../etc = %v, want a final error", err)
 	}
 	if _, err := BlockVolumePaths(e.root, "pv-1", "a/b"); err == nil {
@@ -169,10 +169,10 @@ func publishBlock(t *testing.T, e *env) (*cache.VolumeSpec, cache.PodVolume, Blo
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec}); err != nil {
+	if _, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: paths.StagingPath}); err != nil {
+	if _, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: paths.StagingPath}); err != nil {
 		t.Fatal(err)
 	}
 	return spec, vol, paths
@@ -199,7 +199,7 @@ func setRecordPhase(t *testing.T, e *env, path string, ph Phase) {
 // TestBlockUnstageRefusedWhilePublished: a block volume is not unstaged
 // while a publish of it may remain, whether its publish path is there or
 // only its record (read again from disk, as after a restart): the refusal
-// is an *oe.InUseError naming the volume and the publish path, and the
+// is an *volume.InUseError naming the volume and the publish path, and the
 // driver is not asked. Once the pod's volume is unpublished, it unstages.
 func TestBlockUnstageRefusedWhilePublished(t *testing.T) {
 	e := newEnv(t, envOptions{driver: csitest.Options{CreateTargetDirs: true}})
@@ -207,8 +207,8 @@ func TestBlockUnstageRefusedWhilePublished(t *testing.T) {
 	spec, vol, paths := publishBlock(t, e)
 	refused := func(when string) {
 		t.Helper()
-		err := e.p.UnmountDevice(ctx, oe.DeviceRequest{Spec: spec})
-		var inUse *oe.InUseError
+		err := e.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: spec})
+		var inUse *volume.InUseError
 		if !errors.As(err, &inUse) || len(inUse.Refs) != 1 || inUse.Refs[0] != paths.PublishPath ||
 			!strings.Contains(err.Error(), "pv-1") || !strings.Contains(err.Error(), paths.PublishPath) {
 			t.Fatalf("%s: UnmountDevice = %v; want an InUseError naming pv-1 and %s", when, err, paths.PublishPath)
@@ -232,10 +232,10 @@ func TestBlockUnstageRefusedWhilePublished(t *testing.T) {
 	e.p.records = &records{rfs: e.p.rfs, bootID: e.p.records.bootID}
 	refused("record only, read from disk")
 
-	if err := e.p.TearDown(ctx, oe.MountRequest{Spec: spec, Volume: vol}); err != nil {
+	if err := e.p.TearDown(ctx, volume.MountRequest{Spec: spec, Volume: vol}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.p.UnmountDevice(ctx, oe.DeviceRequest{Spec: spec}); err != nil {
+	if err := e.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: spec}); err != nil {
 		t.Fatalf("UnmountDevice after the unpublish: %v", err)
 	}
 	if _, staged := e.srv.Staged("vol-1"); staged || len(e.srv.Published("vol-1")) != 0 {
@@ -273,7 +273,7 @@ func TestBlockUnmapResumes(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := e.p.TearDown(ctx, oe.MountRequest{Spec: spec, Volume: vol}); err != nil {
+			if err := e.p.TearDown(ctx, volume.MountRequest{Spec: spec, Volume: vol}); err != nil {
 				t.Fatal(err)
 			}
 			if n := e.srv.Calls("NodeUnpublishVolume"); n != tc.wantUnpublish {

@@ -3,6 +3,8 @@ package csiplugin
 import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/nodevol/nodevol/volume"
 )
 
 // The volume condition of CSI 1.3 to 1.12 (alpha), which CSI 1.13 removed
@@ -18,19 +20,10 @@ const (
 	statsConditionField protowire.Number = 2
 )
 
-// VolumeCondition is a volume's condition as a driver with
-// VOLUME_CONDITION reports it in NodeGetVolumeStats.
-type VolumeCondition struct {
-	// Abnormal: the volume is not healthy.
-	Abnormal bool
-	// Message says what is wrong (or that all is well).
-	Message string
-}
-
 // conditionFrom returns the volume condition in resp, nil when it has
 // none (or a malformed one).
-func conditionFrom(resp *csi.NodeGetVolumeStatsResponse) *VolumeCondition {
-	var cond *VolumeCondition
+func conditionFrom(resp *csi.NodeGetVolumeStatsResponse) *volume.Condition {
+	var cond *volume.Condition
 	for b := resp.ProtoReflect().GetUnknown(); len(b) > 0; {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -55,8 +48,8 @@ func conditionFrom(resp *csi.NodeGetVolumeStatsResponse) *VolumeCondition {
 	return cond
 }
 
-func parseCondition(b []byte) *VolumeCondition {
-	c := &VolumeCondition{}
+func parseCondition(b []byte) *volume.Condition {
+	c := &volume.Condition{}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {

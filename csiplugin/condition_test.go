@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // TestVolumeCondition: the VOLUME_CONDITION capability and the condition in
@@ -16,11 +16,11 @@ func TestVolumeCondition(t *testing.T) {
 		name string
 		caps bool
 		set  *csitest.VolumeCondition
-		want *VolumeCondition
+		want *volume.Condition
 	}{
 		{name: "no capability", caps: false, set: &csitest.VolumeCondition{Abnormal: true, Message: "x"}},
-		{name: "normal by default", caps: true, want: &VolumeCondition{}},
-		{name: "abnormal", caps: true, set: &csitest.VolumeCondition{Abnormal: true, Message: "I/O errors"}, want: &VolumeCondition{Abnormal: true, Message: "I/O errors"}},
+		{name: "normal by default", caps: true, want: &volume.Condition{}},
+		{name: "abnormal", caps: true, set: &csitest.VolumeCondition{Abnormal: true, Message: "I/O errors"}, want: &volume.Condition{Abnormal: true, Message: "I/O errors"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, envOptions{driver: csitest.Options{CreateTargetDirs: true, GetVolumeStats: true, VolumeCondition: tc.caps}})
@@ -29,11 +29,11 @@ func TestVolumeCondition(t *testing.T) {
 			}
 			spec := testSpec(drv)
 			ctx := context.Background()
-			staging, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec})
+			staging, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec})
 			if err != nil {
 				t.Fatal(err)
 			}
-			target, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: podVolume("a", "data"), DeviceMountPath: staging})
+			target, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: podVolume("a", "data"), DeviceMountPath: staging})
 			if err != nil {
 				t.Fatal(err)
 			}

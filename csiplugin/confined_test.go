@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/operationexecutor"
 	"github.com/nodevol/nodevol/util/blockdev"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // Symlinks planted under the root must never be followed: each test plants
@@ -141,7 +141,7 @@ func TestSetUpRefusesSymlinks(t *testing.T) {
 			link := filepath.Join(e.root, tt.link)
 			plant(t, out, link)
 			c := newCheck(t, e, out, "NodePublishVolume")
-			_, err := e.p.SetUp(context.Background(), oe.MountRequest{Spec: testSpec(drv), Volume: vol})
+			_, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: testSpec(drv), Volume: vol})
 			c.assert(t, err, link)
 			if got := e.srv.Published("vol-1"); len(got) != 0 {
 				t.Errorf("published at %v", got)
@@ -178,7 +178,7 @@ func TestTearDownRefusesSymlinks(t *testing.T) {
 			link := filepath.Join(e.root, tt.link)
 			plant(t, out, link)
 			c := newCheck(t, e, out, "NodeUnpublishVolume")
-			err := e.p.TearDown(context.Background(), oe.MountRequest{Spec: testSpec(drv), Volume: vol})
+			err := e.p.TearDown(context.Background(), volume.MountRequest{Spec: testSpec(drv), Volume: vol})
 			c.assert(t, err, link)
 		})
 	}
@@ -201,7 +201,7 @@ func TestMountDeviceRefusesSymlinks(t *testing.T) {
 			link := filepath.Join(e.root, tt.link)
 			plant(t, out, link)
 			c := newCheck(t, e, out, "NodeStageVolume")
-			_, err := e.p.MountDevice(context.Background(), oe.DeviceRequest{Spec: testSpec(drv)})
+			_, err := e.p.MountDevice(context.Background(), volume.DeviceRequest{Spec: testSpec(drv)})
 			c.assert(t, err, link)
 			if path, staged := e.srv.Staged("vol-1"); staged {
 				t.Errorf("staged at %s", path)
@@ -235,7 +235,7 @@ func TestUnmountDeviceRefusesSymlinks(t *testing.T) {
 			link := filepath.Join(e.root, tt.link)
 			plant(t, out, link)
 			c := newCheck(t, e, out, "NodeUnstageVolume")
-			err := e.p.UnmountDevice(context.Background(), oe.DeviceRequest{Spec: testSpec(drv)})
+			err := e.p.UnmountDevice(context.Background(), volume.DeviceRequest{Spec: testSpec(drv)})
 			c.assert(t, err, link)
 		})
 	}
@@ -298,11 +298,11 @@ func TestBlockRefusesSymlinks(t *testing.T) {
 			e := blockEnv(t)
 			ctx := context.Background()
 			spec := blockSpec()
-			req := oe.MountRequest{Spec: spec, Volume: vol}
+			req := volume.MountRequest{Spec: spec, Volume: vol}
 			out := outside(t, append([]string{"keep"}, tt.out...)...)
 			if tt.op == "unpublish" || tt.op == "unstage" {
 				// The paths are real while the volume is set up.
-				staging, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec})
+				staging, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -320,7 +320,7 @@ func TestBlockRefusesSymlinks(t *testing.T) {
 					t.Fatal(err)
 				}
 			} else if tt.op == "publish" {
-				staging, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec})
+				staging, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -351,13 +351,13 @@ func TestBlockRefusesSymlinks(t *testing.T) {
 			var err error
 			switch tt.op {
 			case "stage":
-				_, err = e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec})
+				_, err = e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec})
 			case "publish":
 				_, err = e.p.SetUp(ctx, req)
 			case "unpublish":
 				err = e.p.TearDown(ctx, req)
 			case "unstage":
-				err = e.p.UnmountDevice(ctx, oe.DeviceRequest{Spec: spec})
+				err = e.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: spec})
 			}
 			c.assert(t, err, link)
 		})

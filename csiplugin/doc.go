@@ -1,13 +1,13 @@
 // Package csiplugin is nodevol's CSI volume plugin: it does on the node what
 // the kubelet's kubernetes.io/csi plugin does, and implements
-// operationexecutor.Plugin.
+// volume.Plugin.
 //
 //   - Registry keeps the registered CSI drivers: one gRPC connection per
 //     driver endpoint, kept open and shared by every operation, and the
 //     driver's node capabilities, fetched once per registration.
 //   - Client calls a driver's Node service with a per-call timeout and
 //     classifies gRPC errors once: errors that mean "the operation may have
-//     started and may still finish" wrap operationexecutor.ErrInProgress.
+//     started and may still finish" wrap volume.ErrInProgress.
 //   - Plugin.WaitForAttach reads the CSIDriver and VolumeAttachment objects
 //     from informer listers (no API GETs).
 //   - Plugin.MountDevice / UnmountDevice call NodeStageVolume /
@@ -22,9 +22,9 @@
 // becomes a path element; a volume handle only appears in paths hashed.
 //
 // Errors name the pod, volume and driver involved and wrap their cause with
-// %w. Errors wrapping operationexecutor.ErrNotReady mean nothing was changed
+// %w. Errors wrapping volume.ErrNotReady mean nothing was changed
 // and the operation waits for something (a driver registration, an
-// attachment); errors wrapping operationexecutor.ErrInProgress mean the
+// attachment); errors wrapping volume.ErrInProgress mean the
 // volume may be half set up and must be treated as uncertain; any other
 // error is final for the current state of the world, and what the failed
 // operation created on disk has been removed again.

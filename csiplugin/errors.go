@@ -6,15 +6,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nodevol/nodevol/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	oe "github.com/nodevol/nodevol/operationexecutor"
 )
 
 // CallError is the error of a failed CSI call. It unwraps to the gRPC error
 // (status.FromError and status.Code still work on it and on errors that
-// wrap it), to operationexecutor.ErrInProgress when the call may still be
+// wrap it), to volume.ErrInProgress when the call may still be
 // running on the driver's side, and to the caller's context error when the
 // caller's context ended.
 type CallError struct {
@@ -41,7 +40,7 @@ func (e *CallError) Error() string {
 func (e *CallError) Unwrap() []error {
 	errs := []error{e.Err}
 	if e.InProgress {
-		errs = append(errs, oe.ErrInProgress)
+		errs = append(errs, volume.ErrInProgress)
 	}
 	if e.ctxErr != nil {
 		errs = append(errs, e.ctxErr)

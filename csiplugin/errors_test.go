@@ -8,10 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodevol/nodevol/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	oe "github.com/nodevol/nodevol/operationexecutor"
 )
 
 func TestClassify(t *testing.T) {
@@ -23,7 +22,7 @@ func TestClassify(t *testing.T) {
 		t.Run(code.String(), func(t *testing.T) {
 			err := classify(context.Background(), "csi.example.com", "NodeStageVolume", status.Error(code, "boom"))
 			wrapped := fmt.Errorf("staging volume v: %w", err)
-			if got := oe.IsUncertain(wrapped); got != inProgress[code] {
+			if got := volume.IsUncertain(wrapped); got != inProgress[code] {
 				t.Errorf("IsUncertain = %v, want %v", got, inProgress[code])
 			}
 			if got := status.Code(wrapped); got != code {
@@ -46,7 +45,7 @@ func TestClassify(t *testing.T) {
 
 func TestClassifyTransportAndContext(t *testing.T) {
 	err := classify(context.Background(), "d", "NodePublishVolume", io.ErrUnexpectedEOF)
-	if !oe.IsUncertain(err) || !errors.Is(err, io.ErrUnexpectedEOF) {
+	if !volume.IsUncertain(err) || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("a non-status error: %v: want in progress and wrapping the cause", err)
 	}
 	if classify(context.Background(), "d", "m", nil) != nil {
@@ -55,7 +54,7 @@ func TestClassifyTransportAndContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	err = classify(ctx, "d", "NodeStageVolume", status.Error(codes.Canceled, "context canceled"))
-	if !errors.Is(err, context.Canceled) || !oe.IsUncertain(err) {
+	if !errors.Is(err, context.Canceled) || !volume.IsUncertain(err) {
 		t.Errorf("caller's context canceled: %v: want errors.Is(context.Canceled) and in progress", err)
 	}
 }

@@ -8,24 +8,10 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
-
-// ExpandRequest is a published volume to grow on the node.
-type ExpandRequest struct {
-	Spec *cache.VolumeSpec
-	// Pod is the pod whose publish of the volume the driver is given.
-	Pod types.UID
-	// VolumePath is where a filesystem volume is published for Pod and
-	// StagingPath where it is staged ("" when the driver does not stage).
-	// Both are ignored for a block volume: the plugin knows its paths.
-	VolumePath, StagingPath string
-	// Size is the new size in bytes: the PV's capacity.
-	Size int64
-}
 
 // NodeExpand grows a published volume to req.Size with NodeExpandVolume,
 // as the kubelet's CSI expander does after the controller has grown the
@@ -41,7 +27,7 @@ type ExpandRequest struct {
 //
 // The error unwraps to the gRPC status of a failed call; ExpandFailure
 // says what it means for the claim.
-func (p *Plugin) NodeExpand(ctx context.Context, req ExpandRequest) (expanded bool, err error) {
+func (p *Plugin) NodeExpand(ctx context.Context, req volume.ExpandRequest) (expanded bool, err error) {
 	spec := req.Spec
 	fail := func(err error) (bool, error) {
 		return false, fmt.Errorf("expanding volume %s to %d bytes: %w", volumeDesc(spec), req.Size, err)
@@ -111,7 +97,7 @@ const (
 
 // ClassifyExpandError says what err, returned by NodeExpand, means.
 func ClassifyExpandError(err error) ExpandFailure {
-	if errors.Is(err, oe.ErrInProgress) || errors.Is(err, oe.ErrNotReady) {
+	if errors.Is(err, volume.ErrInProgress) || errors.Is(err, volume.ErrNotReady) {
 		return ExpandTransient
 	}
 	var ce *CallError

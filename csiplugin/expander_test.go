@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // TestClassifyExpandError: what a failed NodeExpandVolume means for the
@@ -35,7 +35,7 @@ func TestClassifyExpandError(t *testing.T) {
 		{"Unimplemented", call(codes.Unimplemented), ExpandFailed},
 		{"Unavailable (may still run)", call(codes.Unavailable), ExpandTransient},
 		{"DeadlineExceeded (may still run)", call(codes.DeadlineExceeded), ExpandTransient},
-		{"driver not registered", fmt.Errorf("driver d: %w", oe.ErrNotReady), ExpandTransient},
+		{"driver not registered", fmt.Errorf("driver d: %w", volume.ErrNotReady), ExpandTransient},
 		{"not a call (secret missing)", errors.New("secret ns/s not found"), ExpandFailed},
 	}
 	for _, tt := range tests {
@@ -55,14 +55,14 @@ func TestNodeExpandBlockWithoutStaging(t *testing.T) {
 	e.p.blockMapper = &fakeBlockMapper{}
 	spec := blockSpec()
 	vol := podVolume("a", "data")
-	if _, err := e.p.SetUp(context.Background(), oe.MountRequest{Spec: spec, Volume: vol}); err != nil {
+	if _, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: spec, Volume: vol}); err != nil {
 		t.Fatal(err)
 	}
 	paths, err := BlockVolumePaths(e.root, spec.PVName, vol.Pod.UID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	expanded, err := e.p.NodeExpand(context.Background(), ExpandRequest{Spec: spec, Pod: vol.Pod.UID, VolumePath: "/elsewhere", StagingPath: "/elsewhere", Size: 3 << 30})
+	expanded, err := e.p.NodeExpand(context.Background(), volume.ExpandRequest{Spec: spec, Pod: vol.Pod.UID, VolumePath: "/elsewhere", StagingPath: "/elsewhere", Size: 3 << 30})
 	if err != nil || !expanded {
 		t.Fatalf("NodeExpand = %v, %v", expanded, err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // TestLegacyStagingPath: a volume an older kubelet staged under
@@ -73,7 +73,7 @@ func TestLegacyStagingPath(t *testing.T) {
 			spec := testSpec(drv)
 			ctx := context.Background()
 
-			stagingPath, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec})
+			stagingPath, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("MountDevice error = %v, want one containing %q", err, tc.wantErr)
@@ -104,13 +104,13 @@ func TestLegacyStagingPath(t *testing.T) {
 			// Publish without the path from MountDevice (as after a
 			// restart) finds the same staging path.
 			vol := podVolume("a", "data")
-			if _, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: vol}); err != nil {
+			if _, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: vol}); err != nil {
 				t.Fatalf("SetUp: %v", err)
 			}
 			if got := e.request(t, "NodePublishVolume").(*csi.NodePublishVolumeRequest).GetStagingTargetPath(); got != wantPath {
 				t.Errorf("NodePublishVolume staging_target_path = %s, want %s", got, wantPath)
 			}
-			if err := e.p.TearDown(ctx, oe.MountRequest{Spec: spec, Volume: vol}); err != nil {
+			if err := e.p.TearDown(ctx, volume.MountRequest{Spec: spec, Volume: vol}); err != nil {
 				t.Fatalf("TearDown: %v", err)
 			}
 			if tc.legacy {
@@ -119,7 +119,7 @@ func TestLegacyStagingPath(t *testing.T) {
 					t.Errorf("legacy vol_data.json = %s, want it unchanged: %s", after, before)
 				}
 			}
-			if err := e.p.UnmountDevice(ctx, oe.DeviceRequest{Spec: spec}); err != nil {
+			if err := e.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: spec}); err != nil {
 				t.Fatalf("UnmountDevice: %v", err)
 			}
 			if got := e.request(t, "NodeUnstageVolume").(*csi.NodeUnstageVolumeRequest).GetStagingTargetPath(); got != wantPath {

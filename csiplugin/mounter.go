@@ -15,8 +15,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/operationexecutor"
 	"github.com/nodevol/nodevol/util/fsutil"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // Keys of the pod information passed in the volume context to drivers
@@ -29,14 +29,14 @@ const (
 	EphemeralKey          = "csi.storage.k8s.io/ephemeral"
 )
 
-// SetUp implements operationexecutor.Mounter: it publishes the volume with
+// SetUp implements volume.Mounter: it publishes the volume with
 // NodePublishVolume at PodVolumePath(root, podUID, VolumeDirName(...)) and
 // returns that path. Before the call it creates the pod's volume directory
 // (the driver creates the "mount" directory in it, as the CSI spec says)
 // and writes vol_data.json there, in the kubelet's format. On a final
 // error it removes them again; on an error wrapping ErrInProgress it
 // leaves them. Idempotent, as NodePublishVolume is.
-func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error) {
+func (p *Plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, error) {
 	spec, vol := req.Spec, req.Volume
 	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("publishing volume %s for pod %s: %w", volumeDesc(spec), vol.Pod, err)
@@ -99,7 +99,7 @@ func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error)
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "driver", spec.Driver)
 	if err != nil {
-		if !oe.IsUncertain(err) {
+		if !volume.IsUncertain(err) {
 			if cerr := p.removeVolumeDir(dir, publishMount); cerr != nil {
 				logger.Error(cerr, "Cleaning up after a failed NodePublishVolume")
 			} else if cerr := p.records.remove(dir); cerr != nil {
@@ -118,7 +118,7 @@ func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error)
 		}
 		if err != nil {
 			return "", fmt.Errorf("publishing volume %s for pod %s: giving fsGroup %d ownership of %s: %w: %w",
-				volumeDesc(spec), vol.Pod, *vol.FSGroup, csiReq.TargetPath, err, oe.ErrInProgress)
+				volumeDesc(spec), vol.Pod, *vol.FSGroup, csiReq.TargetPath, err, volume.ErrInProgress)
 		}
 	}
 	p.records.update(ctx, rec, PhasePublished)
@@ -128,7 +128,7 @@ func (p *Plugin) SetUp(ctx context.Context, req oe.MountRequest) (string, error)
 
 // publishRequest builds a NodePublishVolume request without its secrets
 // and target path.
-func (p *Plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req oe.MountRequest,
+func (p *Plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req volume.MountRequest,
 	caps Capabilities, driver *storagev1.CSIDriver) *csi.NodePublishVolumeRequest {
 	stagingPath := req.DeviceMountPath
 	if stagingPath == "" && caps.StageUnstage && !spec.Ephemeral {
@@ -204,11 +204,11 @@ func checkLifecycleMode(driver *storagev1.CSIDriver, spec *cache.VolumeSpec) err
 	return nil
 }
 
-// TearDown implements operationexecutor.Mounter: it unpublishes the volume
+// TearDown implements volume.Mounter: it unpublishes the volume
 // with NodeUnpublishVolume and removes the "mount" directory (unless it is
 // still a mount point), vol_data.json and the pod's volume directory. A
 // volume whose directory does not exist is not published: nothing to do.
-func (p *Plugin) TearDown(ctx context.Context, req oe.MountRequest) error {
+func (p *Plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 	spec, vol := req.Spec, req.Volume
 	if spec.Mode == cache.Block {
 		return p.unmapPodDevice(ctx, req)

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // TestVolumeMountGroupAtStage: a driver with VOLUME_MOUNT_GROUP gets the
@@ -53,11 +53,11 @@ func TestVolumeMountGroupAtStage(t *testing.T) {
 			vol := podVolume("a", "data")
 			vol.FSGroup = tt.fsGroup
 			ctx := context.Background()
-			staging, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec, Pod: vol})
+			staging, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec, Pod: vol})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: staging}); err != nil {
+			if _, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: staging}); err != nil {
 				t.Fatal(err)
 			}
 			want := &csi.VolumeCapability_MountVolume{FsType: spec.FSType, VolumeMountGroup: tt.want}

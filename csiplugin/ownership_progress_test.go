@@ -15,7 +15,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // TestPermissionChangeInProgressEvent: an fsGroup ownership change that
@@ -41,7 +41,7 @@ func TestPermissionChangeInProgressEvent(t *testing.T) {
 		vol.FSGroup = &gid
 		errc := make(chan error, 1)
 		go func() {
-			_, err := e.p.SetUp(context.Background(), oe.MountRequest{Spec: testSpec(drv), Volume: vol})
+			_, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: testSpec(drv), Volume: vol})
 			errc <- err
 		}()
 		return e, clk, rec, entered, release, errc

@@ -15,7 +15,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 func TestNeedsOwnership(t *testing.T) {
@@ -168,7 +168,7 @@ func TestSetUpAppliesFSGroup(t *testing.T) {
 		})
 		vol := podVolume("a", "data")
 		vol.FSGroup = &gid
-		path, err := e.p.SetUp(context.Background(), oe.MountRequest{Spec: testSpec(drv), Volume: vol})
+		path, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: testSpec(drv), Volume: vol})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,17 +6,16 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nodevol/nodevol/util/blockdev"
+	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/volume"
 	"k8s.io/client-go/kubernetes"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 	"k8s.io/utils/clock"
-
-	oe "github.com/nodevol/nodevol/operationexecutor"
-	"github.com/nodevol/nodevol/util/blockdev"
-	"github.com/nodevol/nodevol/util/rootfs"
-	"github.com/nodevol/nodevol/util/step"
 )
 
 // Config configures a Plugin. NodeName, CSIDriverLister and
@@ -92,7 +91,7 @@ type Config struct {
 	Steps step.Hook
 }
 
-// Plugin is the CSI volume plugin: it implements operationexecutor.Plugin
+// Plugin is the CSI volume plugin: it implements volume.Plugin
 // for CSI volumes. Create it with New; it is safe for concurrent use, but
 // the caller must not run two operations on the same volume (or on the
 // same pod's volume) at once.
@@ -119,7 +118,7 @@ type Plugin struct {
 	eachOwnedFile func(path string)
 }
 
-var _ oe.Plugin = (*Plugin)(nil)
+var _ volume.Plugin = (*Plugin)(nil)
 
 // New checks cfg, fills in defaults and returns a Plugin.
 func New(cfg Config) (*Plugin, error) {

@@ -21,18 +21,18 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 func TestNoStageUnstage(t *testing.T) {
 	e := newEnv(t, envOptions{driver: csitest.Options{NoStageUnstage: true, CreateTargetDirs: true}})
 	ctx, spec := context.Background(), testSpec(drv)
-	path, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec})
+	path, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec})
 	if err != nil || path != "" {
 		t.Fatalf("MountDevice = %q, %v; want \"\", nil", path, err)
 	}
 	assertGone(t, filepath.Join(e.root, "plugins"))
-	target, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: podVolume("a", "data")})
+	target, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: podVolume("a", "data")})
 	if err != nil {
 		t.Fatalf("SetUp: %v", err)
 	}
@@ -40,7 +40,7 @@ func TestNoStageUnstage(t *testing.T) {
 	if pub.GetStagingTargetPath() != "" || pub.GetTargetPath() != target {
 		t.Errorf("NodePublishVolume staging %q target %q, want no staging path and %s", pub.GetStagingTargetPath(), pub.GetTargetPath(), target)
 	}
-	if err := e.p.UnmountDevice(ctx, oe.DeviceRequest{Spec: spec}); err != nil {
+	if err := e.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: spec}); err != nil {
 		t.Errorf("UnmountDevice: %v", err)
 	}
 	if n := e.srv.Calls("NodeStageVolume") + e.srv.Calls("NodeUnstageVolume"); n != 0 {
@@ -60,9 +60,9 @@ func TestOneConnection(t *testing.T) {
 			spec := testSpec(drv)
 			spec.VolumeHandle, spec.PVName = fmt.Sprintf("vol-%d", i), fmt.Sprintf("pv-%d", i)
 			ctx := context.Background()
-			staging, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec})
+			staging, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec})
 			if err == nil {
-				_, err = e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: podVolume(fmt.Sprint(i), "data"), DeviceMountPath: staging})
+				_, err = e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: podVolume(fmt.Sprint(i), "data"), DeviceMountPath: staging})
 			}
 			errs <- err
 		})
@@ -97,7 +97,7 @@ func TestStageErrors(t *testing.T) {
 			spec := testSpec(drv)
 			spec.VolumeHandle = "vol-" + code.String()
 			e.srv.Inject(csitest.Fault{Method: "NodeStageVolume", VolumeID: spec.VolumeHandle, Err: status.Error(code, "injected"), Times: 1})
-			_, err := e.p.MountDevice(context.Background(), oe.DeviceRequest{Spec: spec})
+			_, err := e.p.MountDevice(context.Background(), volume.DeviceRequest{Spec: spec})
 			if err == nil {
 				t.Fatal("MountDevice succeeded")
 			}
@@ -107,11 +107,11 @@ func TestStageErrors(t *testing.T) {
 			dir, _ := StagingDir(e.root, drv, spec.VolumeHandle)
 			_, statErr := os.Stat(filepath.Join(dir, VolumeDataFile))
 			if IsInProgressCode(code) {
-				if !oe.IsUncertain(err) || statErr != nil {
-					t.Errorf("in progress: uncertain %v (want true), vol_data.json: %v (want kept)", oe.IsUncertain(err), statErr)
+				if !volume.IsUncertain(err) || statErr != nil {
+					t.Errorf("in progress: uncertain %v (want true), vol_data.json: %v (want kept)", volume.IsUncertain(err), statErr)
 				}
 			} else {
-				if oe.IsUncertain(err) {
+				if volume.IsUncertain(err) {
 					t.Errorf("final error is uncertain: %v", err)
 				}
 				assertGone(t, dir)
@@ -128,8 +128,8 @@ func TestHangingDriver(t *testing.T) {
 	defer close(block)
 	e.srv.Inject(csitest.Fault{Method: "NodeStageVolume", Block: block})
 	start := time.Now()
-	_, err := e.p.MountDevice(context.Background(), oe.DeviceRequest{Spec: testSpec(drv)})
-	if !oe.IsUncertain(err) || status.Code(err) != codes.DeadlineExceeded {
+	_, err := e.p.MountDevice(context.Background(), volume.DeviceRequest{Spec: testSpec(drv)})
+	if !volume.IsUncertain(err) || status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("MountDevice = %v, want DeadlineExceeded in progress", err)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -141,8 +141,8 @@ func TestHangingDriver(t *testing.T) {
 	// The caller's context ending first stops the call too, and is named.
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	_, err = e.p.MountDevice(ctx, oe.DeviceRequest{Spec: testSpec(drv)})
-	if !oe.IsUncertain(err) || !errors.Is(err, context.DeadlineExceeded) {
+	_, err = e.p.MountDevice(ctx, volume.DeviceRequest{Spec: testSpec(drv)})
+	if !volume.IsUncertain(err) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("MountDevice with an ending context = %v, want in progress and context.DeadlineExceeded", err)
 	}
 }
@@ -150,12 +150,12 @@ func TestHangingDriver(t *testing.T) {
 func TestDriverNotRegistered(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	spec := testSpec("other.example.com")
-	_, err := e.p.MountDevice(context.Background(), oe.DeviceRequest{Spec: spec})
-	if !errors.Is(err, oe.ErrNotReady) || !strings.Contains(err.Error(), "driver name other.example.com not found in the list of registered CSI drivers") {
+	_, err := e.p.MountDevice(context.Background(), volume.DeviceRequest{Spec: spec})
+	if !errors.Is(err, volume.ErrNotReady) || !strings.Contains(err.Error(), "driver name other.example.com not found in the list of registered CSI drivers") {
 		t.Errorf("MountDevice = %v, want ErrNotReady naming the driver", err)
 	}
-	_, err = e.p.SetUp(context.Background(), oe.MountRequest{Spec: spec, Volume: podVolume("a", "data")})
-	if !errors.Is(err, oe.ErrNotReady) {
+	_, err = e.p.SetUp(context.Background(), volume.MountRequest{Spec: spec, Volume: podVolume("a", "data")})
+	if !errors.Is(err, volume.ErrNotReady) {
 		t.Errorf("SetUp = %v, want ErrNotReady", err)
 	}
 	assertGone(t, filepath.Join(e.root, "pods"), filepath.Join(e.root, "plugins"))
@@ -191,14 +191,14 @@ func TestHostileNames(t *testing.T) {
 		}
 		for what, mk := range specs {
 			spec, vol := mk()
-			if _, err := e.p.SetUp(context.Background(), oe.MountRequest{Spec: spec, Volume: vol}); err == nil || !strings.Contains(err.Error(), "invalid") {
+			if _, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: spec, Volume: vol}); err == nil || !strings.Contains(err.Error(), "invalid") {
 				t.Errorf("SetUp with %s %q = %v, want invalid", what, bad, err)
 			}
-			if err := e.p.TearDown(context.Background(), oe.MountRequest{Spec: spec, Volume: vol}); err == nil {
+			if err := e.p.TearDown(context.Background(), volume.MountRequest{Spec: spec, Volume: vol}); err == nil {
 				t.Errorf("TearDown with %s %q succeeded", what, bad)
 			}
 		}
-		if _, err := e.p.MountDevice(context.Background(), oe.DeviceRequest{Spec: testSpec(bad)}); err == nil {
+		if _, err := e.p.MountDevice(context.Background(), volume.DeviceRequest{Spec: testSpec(bad)}); err == nil {
 			t.Errorf("MountDevice with driver %q succeeded", bad)
 		}
 	}
@@ -217,8 +217,8 @@ func TestMissingSecret(t *testing.T) {
 	spec := testSpec(drv)
 	spec.NodePublishSecret = &cache.SecretRef{Namespace: "ns", Name: "gone"}
 	vol := podVolume("a", "data")
-	_, err := e.p.SetUp(context.Background(), oe.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: "/s"})
-	if err == nil || errors.Is(err, oe.ErrNotReady) || oe.IsUncertain(err) {
+	_, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: "/s"})
+	if err == nil || errors.Is(err, volume.ErrNotReady) || volume.IsUncertain(err) {
 		t.Fatalf("SetUp = %v, want a final error", err)
 	}
 	for _, want := range []string{"ns/gone", "not found", "ns/pod-a", "pv-1"} {
@@ -229,7 +229,7 @@ func TestMissingSecret(t *testing.T) {
 	assertGone(t, filepath.Join(e.root, "pods"))
 	spec = testSpec(drv)
 	spec.NodeStageSecret = &cache.SecretRef{Namespace: "ns", Name: "gone"}
-	if _, err := e.p.MountDevice(context.Background(), oe.DeviceRequest{Spec: spec}); err == nil || !strings.Contains(err.Error(), "NodeStage secret ns/gone not found") {
+	if _, err := e.p.MountDevice(context.Background(), volume.DeviceRequest{Spec: spec}); err == nil || !strings.Contains(err.Error(), "NodeStage secret ns/gone not found") {
 		t.Errorf("MountDevice = %v", err)
 	}
 	assertGone(t, filepath.Join(e.root, "plugins"))
@@ -253,10 +253,10 @@ func TestInlineWithPodInfo(t *testing.T) {
 	if pc, err := e.p.WaitForAttach(ctx, spec); pc != nil || err != nil {
 		t.Errorf("WaitForAttach = %v, %v", pc, err)
 	}
-	if path, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec}); path != "" || err != nil {
+	if path, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec}); path != "" || err != nil {
 		t.Errorf("MountDevice = %q, %v", path, err)
 	}
-	target, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: vol})
+	target, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: vol})
 	if err != nil {
 		t.Fatalf("SetUp: %v", err)
 	}
@@ -279,7 +279,7 @@ func TestInlineWithPodInfo(t *testing.T) {
 		t.Errorf("inline volume staged %d times", n)
 	}
 	// A persistent volume of an Ephemeral-only driver is refused.
-	if _, err := e.p.SetUp(ctx, oe.MountRequest{Spec: testSpec(drv), Volume: vol, DeviceMountPath: "/s"}); err == nil || !strings.Contains(err.Error(), "lifecycle mode Persistent") {
+	if _, err := e.p.SetUp(ctx, volume.MountRequest{Spec: testSpec(drv), Volume: vol, DeviceMountPath: "/s"}); err == nil || !strings.Contains(err.Error(), "lifecycle mode Persistent") {
 		t.Errorf("SetUp of a persistent volume = %v", err)
 	}
 }
@@ -287,11 +287,11 @@ func TestInlineWithPodInfo(t *testing.T) {
 func TestTearDownKeepsMountPoint(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	spec, vol := testSpec(drv), podVolume("a", "data")
-	staging, err := e.p.MountDevice(context.Background(), oe.DeviceRequest{Spec: spec})
+	staging, err := e.p.MountDevice(context.Background(), volume.DeviceRequest{Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
-	target, err := e.p.SetUp(context.Background(), oe.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: staging})
+	target, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: staging})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestTearDownKeepsMountPoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.mounter.MountPoints = append(e.mounter.MountPoints, mount.MountPoint{Path: target, Device: "/dev/x", Type: "ext4"})
-	err = e.p.TearDown(context.Background(), oe.MountRequest{Spec: spec, Volume: vol})
+	err = e.p.TearDown(context.Background(), volume.MountRequest{Spec: spec, Volume: vol})
 	if err == nil || !strings.Contains(err.Error(), "still a mount point") {
 		t.Fatalf("TearDown = %v, want still a mount point", err)
 	}
@@ -337,7 +337,7 @@ func TestAccessModes(t *testing.T) {
 	e := newEnv(t, envOptions{driver: csitest.Options{SingleNodeMultiWriter: true}})
 	spec := testSpec(drv)
 	spec.AccessMode = "ReadWriteOncePod"
-	if _, err := e.p.MountDevice(context.Background(), oe.DeviceRequest{Spec: spec}); err != nil {
+	if _, err := e.p.MountDevice(context.Background(), volume.DeviceRequest{Spec: spec}); err != nil {
 		t.Fatal(err)
 	}
 	stage := e.request(t, "NodeStageVolume").(*csi.NodeStageVolumeRequest)

@@ -21,7 +21,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 const drv = csitest.DefaultDriverName
@@ -128,7 +128,7 @@ func TestStageAndPublish(t *testing.T) {
 	pc := map[string]string{"devicePath": "/dev/xvdb"}
 	ctx := context.Background()
 
-	stagingPath, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec, PublishContext: pc})
+	stagingPath, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec, PublishContext: pc})
 	if err != nil {
 		t.Fatalf("MountDevice: %v", err)
 	}
@@ -156,7 +156,7 @@ func TestStageAndPublish(t *testing.T) {
 
 	vol := podVolume("a", "data")
 	vol.ReadOnly = true
-	target, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: vol, PublishContext: pc, DeviceMountPath: stagingPath})
+	target, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: vol, PublishContext: pc, DeviceMountPath: stagingPath})
 	if err != nil {
 		t.Fatalf("SetUp: %v", err)
 	}
@@ -183,18 +183,18 @@ func TestStageAndPublish(t *testing.T) {
 	}
 
 	// Idempotent: the same calls again succeed.
-	if _, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec, PublishContext: pc}); err != nil {
+	if _, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec, PublishContext: pc}); err != nil {
 		t.Errorf("MountDevice again: %v", err)
 	}
-	if _, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: vol, PublishContext: pc, DeviceMountPath: stagingPath}); err != nil {
+	if _, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: vol, PublishContext: pc, DeviceMountPath: stagingPath}); err != nil {
 		t.Errorf("SetUp again: %v", err)
 	}
 
-	if err := e.p.TearDown(ctx, oe.MountRequest{Spec: spec, Volume: vol}); err != nil {
+	if err := e.p.TearDown(ctx, volume.MountRequest{Spec: spec, Volume: vol}); err != nil {
 		t.Fatalf("TearDown: %v", err)
 	}
 	assertGone(t, volDir)
-	if err := e.p.UnmountDevice(ctx, oe.DeviceRequest{Spec: spec}); err != nil {
+	if err := e.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: spec}); err != nil {
 		t.Fatalf("UnmountDevice: %v", err)
 	}
 	assertGone(t, stagingDir)
@@ -208,10 +208,10 @@ func TestStageAndPublish(t *testing.T) {
 
 	// Idempotent: tearing down again does nothing and calls nothing.
 	e.srv.Reset()
-	if err := e.p.TearDown(ctx, oe.MountRequest{Spec: spec, Volume: vol}); err != nil {
+	if err := e.p.TearDown(ctx, volume.MountRequest{Spec: spec, Volume: vol}); err != nil {
 		t.Errorf("TearDown again: %v", err)
 	}
-	if err := e.p.UnmountDevice(ctx, oe.DeviceRequest{Spec: spec}); err != nil {
+	if err := e.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: spec}); err != nil {
 		t.Errorf("UnmountDevice again: %v", err)
 	}
 	if n := e.srv.Calls(""); n != 0 {

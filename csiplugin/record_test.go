@@ -17,9 +17,9 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/operationexecutor"
 	"github.com/nodevol/nodevol/util/fsutil"
 	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // readRecord reads the record of dir (absolute) under e's root.
@@ -79,7 +79,7 @@ func TestRecordsFollowCalls(t *testing.T) {
 
 	var stagingPath string
 	ph, err := e.phaseDuring(t, "NodeStageVolume", stagingDir, func() (err error) {
-		stagingPath, err = e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec, PublishContext: pc})
+		stagingPath, err = e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec, PublishContext: pc})
 		return err
 	})
 	if err != nil || ph != PhaseStaging {
@@ -101,7 +101,7 @@ func TestRecordsFollowCalls(t *testing.T) {
 	}
 
 	ph, err = e.phaseDuring(t, "NodePublishVolume", volDir, func() error {
-		_, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: vol, PublishContext: pc, DeviceMountPath: stagingPath})
+		_, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: vol, PublishContext: pc, DeviceMountPath: stagingPath})
 		return err
 	})
 	if err != nil || ph != PhasePublishing {
@@ -112,7 +112,7 @@ func TestRecordsFollowCalls(t *testing.T) {
 	}
 
 	ph, err = e.phaseDuring(t, "NodeUnpublishVolume", volDir, func() error {
-		return e.p.TearDown(ctx, oe.MountRequest{Spec: spec, Volume: vol})
+		return e.p.TearDown(ctx, volume.MountRequest{Spec: spec, Volume: vol})
 	})
 	if err != nil || ph != PhaseUnpublishing {
 		t.Fatalf("TearDown: %v; phase during NodeUnpublishVolume %q, want %q", err, ph, PhaseUnpublishing)
@@ -121,7 +121,7 @@ func TestRecordsFollowCalls(t *testing.T) {
 		t.Errorf("pod record after TearDown: %v, want none", err)
 	}
 	ph, err = e.phaseDuring(t, "NodeUnstageVolume", stagingDir, func() error {
-		return e.p.UnmountDevice(ctx, oe.DeviceRequest{Spec: spec})
+		return e.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: spec})
 	})
 	if err != nil || ph != PhaseUnstaging {
 		t.Fatalf("UnmountDevice: %v; phase during NodeUnstageVolume %q, want %q", err, ph, PhaseUnstaging)
@@ -156,7 +156,7 @@ func TestRecordAfterFailure(t *testing.T) {
 		spec := testSpec(drv)
 		spec.VolumeHandle = "vol-" + tc.code.String()
 		e.srv.Inject(csitest.Fault{Method: "NodeStageVolume", VolumeID: spec.VolumeHandle, Err: status.Error(tc.code, "injected"), Times: 1})
-		if _, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec}); err == nil {
+		if _, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec}); err == nil {
 			t.Fatalf("%v: MountDevice succeeded", tc.code)
 		}
 		dir, _ := StagingDir(e.root, drv, spec.VolumeHandle)
@@ -297,14 +297,14 @@ func TestBlockRecordsFollowCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	ph, err := e.phaseDuring(t, "NodeStageVolume", paths.StagingPath, func() error {
-		_, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec})
+		_, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec})
 		return err
 	})
 	if err != nil || ph != PhaseStaging {
 		t.Fatalf("MountDevice: %v; phase during NodeStageVolume %q", err, ph)
 	}
 	ph, err = e.phaseDuring(t, "NodePublishVolume", paths.PublishPath, func() error {
-		_, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: paths.StagingPath})
+		_, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: paths.StagingPath})
 		return err
 	})
 	if err != nil || ph != PhasePublishing {
@@ -316,13 +316,13 @@ func TestBlockRecordsFollowCalls(t *testing.T) {
 		}
 	}
 	ph, err = e.phaseDuring(t, "NodeUnpublishVolume", paths.PublishPath, func() error {
-		return e.p.TearDown(ctx, oe.MountRequest{Spec: spec, Volume: vol})
+		return e.p.TearDown(ctx, volume.MountRequest{Spec: spec, Volume: vol})
 	})
 	if err != nil || ph != PhaseUnpublishing {
 		t.Fatalf("TearDown: %v; phase during NodeUnpublishVolume %q", err, ph)
 	}
 	ph, err = e.phaseDuring(t, "NodeUnstageVolume", paths.StagingPath, func() error {
-		return e.p.UnmountDevice(ctx, oe.DeviceRequest{Spec: spec})
+		return e.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: spec})
 	})
 	if err != nil || ph != PhaseUnstaging {
 		t.Fatalf("UnmountDevice: %v; phase during NodeUnstageVolume %q", err, ph)
@@ -378,11 +378,11 @@ func TestRecordNotRegularFileTakenBack(t *testing.T) {
 				tc.plant(t, name, outside)
 			}
 
-			stagingPath, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec})
+			stagingPath, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec})
 			if err != nil {
 				t.Fatalf("MountDevice: %v", err)
 			}
-			if _, err := e.p.SetUp(ctx, oe.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: stagingPath}); err != nil {
+			if _, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: stagingPath}); err != nil {
 				t.Fatalf("SetUp: %v", err)
 			}
 			for dir, want := range map[string]Phase{stagingDir: PhaseStaged, volDir: PhasePublished} {

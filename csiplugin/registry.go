@@ -12,13 +12,12 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/nodevol/nodevol/util/fsutil"
+	"github.com/nodevol/nodevol/volume"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/klog/v2"
-
-	oe "github.com/nodevol/nodevol/operationexecutor"
-	"github.com/nodevol/nodevol/util/fsutil"
 )
 
 // RegistryOptions configures a Registry. The zero value is ready to use.
@@ -161,14 +160,14 @@ func (r *Registry) Deregister(name string) {
 }
 
 // Client returns the client of a registered driver. For a driver that is
-// not registered the error wraps operationexecutor.ErrNotReady: the
+// not registered the error wraps volume.ErrNotReady: the
 // operation waits until the driver registers.
 func (r *Registry) Client(name string) (*Client, error) {
 	r.mu.RLock()
 	c := r.drivers[name]
 	r.mu.RUnlock()
 	if c == nil {
-		return nil, fmt.Errorf("driver name %s not found in the list of registered CSI drivers: %w", name, oe.ErrNotReady)
+		return nil, fmt.Errorf("driver name %s not found in the list of registered CSI drivers: %w", name, volume.ErrNotReady)
 	}
 	return c, nil
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 func TestRegistry(t *testing.T) {
@@ -28,7 +28,7 @@ func TestRegistry(t *testing.T) {
 	if err := r.Register(ctx, "x", filepath.Join(t.TempDir(), "none.sock")); err == nil {
 		t.Error("Register with nothing listening succeeded")
 	}
-	if _, err := r.Client("x"); !errors.Is(err, oe.ErrNotReady) {
+	if _, err := r.Client("x"); !errors.Is(err, volume.ErrNotReady) {
 		t.Errorf("a failed registration left a client: %v", err)
 	}
 
@@ -58,7 +58,7 @@ func TestRegistry(t *testing.T) {
 	if srv.Connections() != 2 || r.Dials() != 3 /* one to none.sock */ || srv.Calls("NodeGetCapabilities") != 2 {
 		t.Errorf("re-registration: %d connections, %d dials (want 3), %d capability fetches (want 2)", srv.Connections(), r.Dials(), srv.Calls("NodeGetCapabilities"))
 	}
-	if _, err := c.NodeGetInfo(ctx); !oe.IsUncertain(err) {
+	if _, err := c.NodeGetInfo(ctx); !volume.IsUncertain(err) {
 		t.Errorf("a call on the replaced client = %v, want in progress (Canceled)", err)
 	}
 	if got := r.Drivers(); !slices.Equal(got, []string{drv}) {
@@ -68,10 +68,10 @@ func TestRegistry(t *testing.T) {
 	r.Deregister(drv)
 	r.Deregister("never-registered")
 	_, err = r.Client(drv)
-	if !errors.Is(err, oe.ErrNotReady) || !strings.Contains(err.Error(), "driver name "+drv+" not found in the list of registered CSI drivers") {
+	if !errors.Is(err, volume.ErrNotReady) || !strings.Contains(err.Error(), "driver name "+drv+" not found in the list of registered CSI drivers") {
 		t.Errorf("Client after Deregister = %v", err)
 	}
-	if _, err := c2.NodeGetInfo(ctx); !oe.IsUncertain(err) {
+	if _, err := c2.NodeGetInfo(ctx); !volume.IsUncertain(err) {
 		t.Errorf("a call on a deregistered driver's client = %v, want in progress (Canceled)", err)
 	}
 	mu.Lock()
@@ -104,7 +104,7 @@ func TestDriverRestart(t *testing.T) {
 	}
 	srv.Stop()
 	c, _ := r.Client(drv)
-	if _, err := c.NodeGetInfo(ctx); !oe.IsUncertain(err) {
+	if _, err := c.NodeGetInfo(ctx); !volume.IsUncertain(err) {
 		t.Errorf("call to a stopped driver = %v, want in progress", err)
 	}
 	srv2, err := csitest.Start(dir, csitest.Options{})

@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // SecretGetter reads a Secret. A missing Secret is an error for which
@@ -54,7 +54,7 @@ func (p *Plugin) secretData(ctx context.Context, ref *cache.SecretRef, what stri
 	case apierrors.IsNotFound(err), errors.Is(err, errNoSecretGetter):
 		return nil, fmt.Errorf("%s secret %s/%s not found: %w", what, ref.Namespace, ref.Name, err)
 	case err != nil:
-		return nil, fmt.Errorf("reading %s secret %s/%s: %w (%w)", what, ref.Namespace, ref.Name, err, oe.ErrNotReady)
+		return nil, fmt.Errorf("reading %s secret %s/%s: %w (%w)", what, ref.Namespace, ref.Name, err, volume.ErrNotReady)
 	}
 	data := make(map[string]string, len(s.Data)+len(s.StringData))
 	for k, v := range s.StringData {

@@ -12,20 +12,20 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/operationexecutor"
 	"github.com/nodevol/nodevol/util/fsutil"
 
 	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/volume"
 )
 
-var _ oe.SelfAttacher = (*Plugin)(nil)
+var _ volume.SelfAttacher = (*Plugin)(nil)
 
 // ErrAttachmentConflict is wrapped by the error of Attach when a
 // VolumeAttachment of the volume's name exists for another node or another
 // driver: it is not adopted.
 var ErrAttachmentConflict = errors.New("VolumeAttachment belongs to another node or driver")
 
-// Attach implements operationexecutor.SelfAttacher: the node's own attach
+// Attach implements volume.SelfAttacher: the node's own attach
 // (self-attach mode). Like WaitForAttach it returns (nil, nil) for an
 // inline volume and for a driver whose CSIDriver says attachRequired:
 // false. Otherwise it creates the VolumeAttachment AttachmentName(handle,
@@ -88,7 +88,7 @@ func (p *Plugin) checkAttachment(ctx context.Context, spec *cache.VolumeSpec, va
 	return p.attachStatus(ctx, spec, va)
 }
 
-// Detach implements operationexecutor.SelfAttacher: it deletes the
+// Detach implements volume.SelfAttacher: it deletes the
 // volume's VolumeAttachment of this node (the external-attacher then
 // detaches the volume and lets the object go) and returns nil once it is
 // gone. While it is still there the error wraps ErrNotReady, or carries
@@ -142,7 +142,7 @@ func (p *Plugin) Detach(ctx context.Context, spec *cache.VolumeSpec) error {
 		return fmt.Errorf("detaching volume %s from node %s failed (VolumeAttachment %s): %s", volumeDesc(spec), p.node, name, e.Message)
 	}
 	return fmt.Errorf("waiting for VolumeAttachment %s of driver %s for volume %s to be detached and deleted: %w",
-		name, spec.Driver, volumeDesc(spec), oe.ErrNotReady)
+		name, spec.Driver, volumeDesc(spec), volume.ErrNotReady)
 }
 
 // volumeAttachment is the VolumeAttachment the attach/detach controller

@@ -17,7 +17,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // selfAttachPlugin is a plugin with a fake clientset holding objs; its
@@ -69,7 +69,7 @@ func TestSelfAttachCreatesVolumeAttachment(t *testing.T) {
 	name := AttachmentName(spec.VolumeHandle, drv, testNode)
 
 	pc, err := p.Attach(ctx, spec)
-	if !errors.Is(err, oe.ErrNotReady) || pc != nil {
+	if !errors.Is(err, volume.ErrNotReady) || pc != nil {
 		t.Fatalf("Attach before the attacher answered = %v, %v; want ErrNotReady", pc, err)
 	}
 	va, err := client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
@@ -119,7 +119,7 @@ func TestSelfAttachInlineVolumeSpec(t *testing.T) {
 	spec.NodeStageSecret = &cache.SecretRef{Namespace: "ns", Name: "s"}
 	spec.MountOptions = []string{"noatime"}
 	p, client := selfAttachPlugin(t)
-	if _, err := p.Attach(ctx, spec); !errors.Is(err, oe.ErrNotReady) {
+	if _, err := p.Attach(ctx, spec); !errors.Is(err, volume.ErrNotReady) {
 		t.Fatalf("Attach: %v", err)
 	}
 	va, err := client.StorageV1().VolumeAttachments().Get(ctx, AttachmentName(spec.VolumeHandle, drv, testNode), metav1.GetOptions{})
@@ -192,7 +192,7 @@ func TestSelfAttachOtherNodeConflict(t *testing.T) {
 			other := vaObj(spec, tt.mutate)
 			p, client := selfAttachPlugin(t, other)
 			_, err := p.Attach(ctx, spec)
-			if !errors.Is(err, ErrAttachmentConflict) || errors.Is(err, oe.ErrNotReady) {
+			if !errors.Is(err, ErrAttachmentConflict) || errors.Is(err, volume.ErrNotReady) {
 				t.Fatalf("Attach = %v; want ErrAttachmentConflict", err)
 			}
 			for _, s := range []string{`"kubernetes.io/csi/csi.example.com^vol-1" (PV pv-1, driver csi.example.com)`, "to node node-1", other.Name, tt.want} {
@@ -242,7 +242,7 @@ func TestSelfDetachWaits(t *testing.T) {
 		return true, nil, client.Tracker().Update(a.GetResource(), va, "")
 	})
 	err := p.Detach(ctx, spec)
-	if !errors.Is(err, oe.ErrNotReady) || !strings.Contains(err.Error(), "to be detached and deleted") {
+	if !errors.Is(err, volume.ErrNotReady) || !strings.Contains(err.Error(), "to be detached and deleted") {
 		t.Fatalf("Detach with a finalizer = %v; want ErrNotReady", err)
 	}
 	got, _ := client.StorageV1().VolumeAttachments().Get(ctx, va.Name, metav1.GetOptions{})
@@ -251,7 +251,7 @@ func TestSelfDetachWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = p.Detach(ctx, spec)
-	if err == nil || errors.Is(err, oe.ErrNotReady) || !strings.Contains(err.Error(), "disk busy") || !strings.Contains(err.Error(), va.Name) {
+	if err == nil || errors.Is(err, volume.ErrNotReady) || !strings.Contains(err.Error(), "disk busy") || !strings.Contains(err.Error(), va.Name) {
 		t.Fatalf("Detach with a detach error = %v", err)
 	}
 	if diff := cmp.Diff([]string{"delete " + va.Name, "update " + va.Name}, writes(client)); diff != "" {

@@ -12,10 +12,10 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
-// MountDevice implements operationexecutor.DeviceMounter: it stages the
+// MountDevice implements volume.DeviceMounter: it stages the
 // volume with NodeStageVolume at StagingPath and returns that path. It
 // returns ("", nil) without doing anything for an inline volume and for a
 // driver without the STAGE_UNSTAGE_VOLUME capability (nothing to stage, so
@@ -24,7 +24,7 @@ import (
 // On a final error it removes them again; on an error wrapping
 // ErrInProgress it leaves them, since the driver may still stage.
 // Idempotent, as NodeStageVolume is.
-func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string, error) {
+func (p *Plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (string, error) {
 	spec := req.Spec
 	if spec.Ephemeral {
 		return "", nil
@@ -91,7 +91,7 @@ func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string,
 	}
 	if err != nil {
 		switch {
-		case oe.IsUncertain(err):
+		case volume.IsUncertain(err):
 		case legacy:
 			// Not nodevol's directory: only its own record goes.
 			if cerr := p.records.remove(dir); cerr != nil {
@@ -111,19 +111,19 @@ func (p *Plugin) MountDevice(ctx context.Context, req oe.DeviceRequest) (string,
 	return stagingPath, nil
 }
 
-// UnmountDevice implements operationexecutor.DeviceMounter: it unstages
+// UnmountDevice implements volume.DeviceMounter: it unstages
 // the volume with NodeUnstageVolume (when the driver stages volumes) and
 // removes the staging path, vol_data.json and their directory. A volume
 // whose staging directory does not exist is not staged: nothing to do,
 // whether or not its driver is registered. The staging path is removed
 // only when it is no longer a mount point.
 //
-// It refuses (an *oe.InUseError) while any mount under {root}/pods
+// It refuses (an *volume.InUseError) while any mount under {root}/pods
 // references the staged device, as the kubelet's UnmountDevice refuses
 // while GetDeviceMountRefs finds one: a pod that nodevol does not know of
 // (its vol_data.json unreadable, say) may still have it published, and
 // most drivers would unstage under it.
-func (p *Plugin) UnmountDevice(ctx context.Context, req oe.DeviceRequest) error {
+func (p *Plugin) UnmountDevice(ctx context.Context, req volume.DeviceRequest) error {
 	spec := req.Spec
 	if spec.Ephemeral {
 		return nil
@@ -173,7 +173,7 @@ func (p *Plugin) UnmountDevice(ctx context.Context, req oe.DeviceRequest) error 
 	return nil
 }
 
-// checkMountRefs returns an *oe.InUseError when mounts under the pods
+// checkMountRefs returns an *volume.InUseError when mounts under the pods
 // directory reference the device mounted at stagingPath.
 func (p *Plugin) checkMountRefs(stagingPath string) error {
 	refs, err := p.mounter.GetMountRefs(stagingPath)
@@ -188,7 +188,7 @@ func (p *Plugin) checkMountRefs(stagingPath string) error {
 		}
 	}
 	if len(inPods) > 0 {
-		return &oe.InUseError{Path: stagingPath, Refs: inPods}
+		return &volume.InUseError{Path: stagingPath, Refs: inPods}
 	}
 	return nil
 }

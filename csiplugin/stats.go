@@ -7,28 +7,19 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/volume"
 )
-
-// VolumeStats is a published volume's usage, as NodeGetVolumeStats
-// reports it. A count the driver did not report is -1.
-type VolumeStats struct {
-	CapacityBytes, AvailableBytes, UsedBytes int64
-	Inodes, InodesFree, InodesUsed           int64
-	// Condition is the volume's condition, for a driver with the
-	// VOLUME_CONDITION capability that reported one; nil otherwise.
-	Condition *VolumeCondition
-}
 
 // VolumeStats asks the driver for the usage of a volume published at
 // volumePath (staged at stagingPath, "" if not). ok is false when the
 // driver does not implement NodeGetVolumeStats.
-func (p *Plugin) VolumeStats(ctx context.Context, spec *cache.VolumeSpec, volumePath, stagingPath string) (stats VolumeStats, ok bool, err error) {
+func (p *Plugin) VolumeStats(ctx context.Context, spec *cache.VolumeSpec, volumePath, stagingPath string) (stats volume.Stats, ok bool, err error) {
 	client, err := p.drivers.Client(spec.Driver)
 	if err != nil {
-		return VolumeStats{}, false, fmt.Errorf("volume stats of %s: %w", volumeDesc(spec), err)
+		return volume.Stats{}, false, fmt.Errorf("volume stats of %s: %w", volumeDesc(spec), err)
 	}
 	if !client.caps.GetVolumeStats {
-		return VolumeStats{}, false, nil
+		return volume.Stats{}, false, nil
 	}
 	resp, err := client.bound(p.timeout, p.steps).NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{
 		VolumeId:          spec.VolumeHandle,
@@ -36,7 +27,7 @@ func (p *Plugin) VolumeStats(ctx context.Context, spec *cache.VolumeSpec, volume
 		StagingTargetPath: stagingPath,
 	})
 	if err != nil {
-		return VolumeStats{}, false, fmt.Errorf("volume stats of %s at %s: %w", volumeDesc(spec), volumePath, err)
+		return volume.Stats{}, false, fmt.Errorf("volume stats of %s at %s: %w", volumeDesc(spec), volumePath, err)
 	}
 	s := statsFrom(resp)
 	if client.caps.VolumeCondition {
@@ -45,8 +36,8 @@ func (p *Plugin) VolumeStats(ctx context.Context, spec *cache.VolumeSpec, volume
 	return s, true, nil
 }
 
-func statsFrom(resp *csi.NodeGetVolumeStatsResponse) VolumeStats {
-	s := VolumeStats{CapacityBytes: -1, AvailableBytes: -1, UsedBytes: -1, Inodes: -1, InodesFree: -1, InodesUsed: -1}
+func statsFrom(resp *csi.NodeGetVolumeStatsResponse) volume.Stats {
+	s := volume.Stats{CapacityBytes: -1, AvailableBytes: -1, UsedBytes: -1, Inodes: -1, InodesFree: -1, InodesUsed: -1}
 	for _, u := range resp.GetUsage() {
 		switch u.GetUnit() {
 		case csi.VolumeUsage_BYTES:

@@ -19,7 +19,7 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // fakeTokens issues "token-N" for each request and records the requests.
@@ -66,7 +66,7 @@ func TestServiceAccountTokens(t *testing.T) {
 			spec := testSpec(drv)
 			spec.Attributes = map[string]string{"a": "b"}
 			vol := podVolume("a", "data")
-			if _, err := e.p.SetUp(context.Background(), oe.MountRequest{Spec: spec, Volume: vol}); err != nil {
+			if _, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: spec, Volume: vol}); err != nil {
 				t.Fatal(err)
 			}
 			req := e.request(t, "NodePublishVolume").(*csi.NodePublishVolumeRequest)
@@ -105,8 +105,8 @@ func TestServiceAccountTokenFailure(t *testing.T) {
 	d := csitest.CSIDriver(drv, false, csitest.DriverTokenRequests(storagev1.TokenRequest{Audience: "vault"}))
 	e := newEnv(t, envOptions{objects: []runtime.Object{d}, driver: csitest.Options{NoStageUnstage: true, CreateTargetDirs: true}})
 	e.p.tokens = &fakeTokens{err: errors.New("forbidden")}
-	_, err := e.p.SetUp(context.Background(), oe.MountRequest{Spec: testSpec(drv), Volume: podVolume("a", "data")})
-	if err == nil || oe.IsUncertain(err) || !contains(err.Error(), "service account ns/sa", "forbidden") {
+	_, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: testSpec(drv), Volume: podVolume("a", "data")})
+	if err == nil || volume.IsUncertain(err) || !contains(err.Error(), "service account ns/sa", "forbidden") {
 		t.Fatalf("SetUp = %v, want a final error naming the service account", err)
 	}
 	if n := e.srv.Calls("NodePublishVolume"); n != 0 {

@@ -3,15 +3,14 @@ package csiplugin
 import (
 	"context"
 	"errors"
+	"github.com/nodevol/nodevol/volume"
 	"path/filepath"
 	"slices"
 	"testing"
-
-	oe "github.com/nodevol/nodevol/operationexecutor"
 )
 
 // TestUnstageRefusedWhileReferencedInPods: UnmountDevice refuses (an
-// *oe.InUseError naming the references) while a mount under {root}/pods
+// *volume.InUseError naming the references) while a mount under {root}/pods
 // references the staged device, here a bind mount of the staging path
 // into a pod that nodevol does not know of, and makes no call; a
 // reference outside {root}/pods does not count. Once the pod's mount is
@@ -20,7 +19,7 @@ func TestUnstageRefusedWhileReferencedInPods(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	ctx := context.Background()
 	spec := testSpec(drv)
-	stagingPath, err := e.p.MountDevice(ctx, oe.DeviceRequest{Spec: spec})
+	stagingPath, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,10 +34,10 @@ func TestUnstageRefusedWhileReferencedInPods(t *testing.T) {
 		}
 	}
 
-	err = e.p.UnmountDevice(ctx, oe.DeviceRequest{Spec: spec})
-	var inUse *oe.InUseError
+	err = e.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: spec})
+	var inUse *volume.InUseError
 	if !errors.As(err, &inUse) || !slices.Equal(inUse.Refs, []string{podMount}) {
-		t.Fatalf("UnmountDevice with the staging path bound into a pod = %v; want an *oe.InUseError naming only %s", err, podMount)
+		t.Fatalf("UnmountDevice with the staging path bound into a pod = %v; want an *volume.InUseError naming only %s", err, podMount)
 	}
 	if n := e.srv.Calls("NodeUnstageVolume"); n != 0 {
 		t.Errorf("NodeUnstageVolume called %d times under a pod's mount, want 0", n)
@@ -52,7 +51,7 @@ func TestUnstageRefusedWhileReferencedInPods(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := e.p.UnmountDevice(ctx, oe.DeviceRequest{Spec: spec}); err != nil {
+	if err := e.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: spec}); err != nil {
 		t.Fatalf("UnmountDevice once the pod's mount is gone: %v", err)
 	}
 	if n := e.srv.Calls("NodeUnstageVolume"); n != 1 {

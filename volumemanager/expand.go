@@ -17,14 +17,15 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 
 	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // nodeExpander grows published volumes on the node (csiplugin.Plugin).
 type nodeExpander interface {
-	NodeExpand(ctx context.Context, req csiplugin.ExpandRequest) (bool, error)
+	NodeExpand(ctx context.Context, req volume.ExpandRequest) (bool, error)
 }
 
 // needsNodeExpansion reports whether the controller has grown pv and left
@@ -158,7 +159,7 @@ func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput
 			return fmt.Errorf("marking the node expansion of PVC %s/%s in progress: %w", e.Namespace, e.Claim, err)
 		}
 	}
-	expanded, err := vm.expander.NodeExpand(ctx, csiplugin.ExpandRequest{
+	expanded, err := vm.expander.NodeExpand(ctx, volume.ExpandRequest{
 		Spec: &spec, Pod: a.Pod.Pod.UID, VolumePath: in.VolumePath, StagingPath: in.DeviceMountPath, Size: e.Size,
 	})
 	if err != nil {

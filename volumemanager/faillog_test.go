@@ -20,7 +20,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 )
 
 // TestFailureLog: the rule of docs/OPERATIONS.md. Of identical failures of

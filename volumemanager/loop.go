@@ -20,7 +20,8 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // loop owns the actual state of the world. Everything that changes it
@@ -604,7 +605,7 @@ func (l *loop) apply(o oe.Outcome) {
 		// A final error leaves the state as it was: NotMounted stays
 		// NotMounted, and an Uncertain device is not declared unmounted.
 	case oe.OpUnstage:
-		var inUse *oe.InUseError
+		var inUse *volume.InUseError
 		switch {
 		case o.Err == nil:
 			l.asw.SetDeviceState(spec, cache.NotMounted, "")
@@ -674,7 +675,7 @@ func (l *loop) failed(o oe.Outcome) {
 		if suppressed > 0 {
 			kv = append(kv, "suppressed", suppressed)
 		}
-		if errors.Is(o.Err, oe.ErrNotReady) {
+		if errors.Is(o.Err, volume.ErrNotReady) {
 			// Waiting for something that is on its way (a VolumeAttachment
 			// the attacher has not attached yet, a driver not registered
 			// yet) is not a failure: an info line, and no Warning event on
@@ -685,7 +686,7 @@ func (l *loop) failed(o oe.Outcome) {
 			return
 		}
 		l.logger.Error(o.Err, "Volume operation failed", kv...)
-	} else if errors.Is(o.Err, oe.ErrNotReady) {
+	} else if errors.Is(o.Err, volume.ErrNotReady) {
 		return
 	}
 	if l.events == nil {

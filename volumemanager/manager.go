@@ -29,10 +29,11 @@ import (
 
 	vcache "github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/pluginmanager"
 	"github.com/nodevol/nodevol/util/promreg"
 	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // Config configures a VolumeManager. NodeName and KubeClient are required;
@@ -63,7 +64,7 @@ type Config struct {
 	BlockMapper csiplugin.BlockMapper
 	// Plugin replaces the CSI plugin built from the fields above (tests,
 	// other plugins). Default: csiplugin.New.
-	Plugin oe.Plugin
+	Plugin volume.Plugin
 	// CSICallTimeout bounds each CSI call. Default 2 minutes, the kubelet's.
 	CSICallTimeout time.Duration
 	// ResyncPeriod is how often every volume is planned again, to catch
@@ -181,7 +182,8 @@ type VolumeManager struct {
 	asw      *vcache.ActualStateOfWorld
 	in       *inbox
 	loop     *loop
-	plugin   oe.Plugin
+	plugin   volume.Plugin
+	volumes  *volume.Registry // finds each operation's plugin; holds plugin
 	runner   *oe.Runner
 	results  chan oe.Outcome
 	resolver *resolver
@@ -287,8 +289,11 @@ func New(cfg Config) (*VolumeManager, error) {
 			return nil, fmt.Errorf("volumemanager: %w", err)
 		}
 	}
-	if _, ok := vm.plugin.(oe.SelfAttacher); cfg.SelfAttach && !ok {
-		return nil, fmt.Errorf("volumemanager: Config.SelfAttach needs a plugin that attaches volumes itself; %T does not (operationexecutor.SelfAttacher)", vm.plugin)
+	if _, ok := vm.plugin.(volume.SelfAttacher); cfg.SelfAttach && !ok {
+		return nil, fmt.Errorf("volumemanager: Config.SelfAttach needs a plugin that attaches volumes itself; %T does not (volume.SelfAttacher)", vm.plugin)
+	}
+	if vm.volumes, err = volume.NewRegistry(vm.plugin); err != nil {
+		return nil, fmt.Errorf("volumemanager: %w", err)
 	}
 	vm.expander, _ = vm.plugin.(nodeExpander)
 	vm.stats, _ = vm.plugin.(statsGetter)
@@ -536,7 +541,7 @@ func (vm *VolumeManager) execute(ctx context.Context, a oe.Action, in opInput) o
 	if a.Kind == oe.OpExpand {
 		return vm.expand(ctx, a, in)
 	}
-	out := oe.Do(ctx, vm.plugin, a, in.Input)
+	out := oe.Do(ctx, vm.volumes, a, in.Input)
 	vm.resourceExhausted(out)
 	if a.Kind == oe.OpPublish && a.Expand > 0 && out.Err == nil {
 		vm.expandAfterPublish(ctx, a, in, &out)

@@ -26,7 +26,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 )
 
 const node = "node-1"

@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 )
 
 // volumeView is everything the planner knows of one volume: what pods

@@ -25,7 +25,8 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // TestScenarios runs the scripts in testdata/: each drives the reconcile
@@ -306,13 +307,13 @@ func (s *scenario) finish(t *testing.T, id int, result string) {
 			o.PublishContext = map[string]string{} // attached through a VolumeAttachment
 		}
 	case "uncertain":
-		o.Err, o.Uncertain = fmt.Errorf("rpc error: code = DeadlineExceeded: %w", oe.ErrInProgress), true
+		o.Err, o.Uncertain = fmt.Errorf("rpc error: code = DeadlineExceeded: %w", volume.ErrInProgress), true
 	case "fail":
 		o.Err = errors.New("rpc error: code = Internal desc = no luck")
 	case "notready":
-		o.Err = fmt.Errorf("driver drv not registered: %w", oe.ErrNotReady)
+		o.Err = fmt.Errorf("driver drv not registered: %w", volume.ErrNotReady)
 	case "inuse":
-		o.Err = &oe.InUseError{Path: op.in.DeviceMountPath, Refs: []string{s.root + "/pods/other/volumes/kubernetes.io~csi/x/mount"}}
+		o.Err = &volume.InUseError{Path: op.in.DeviceMountPath, Refs: []string{s.root + "/pods/other/volumes/kubernetes.io~csi/x/mount"}}
 	default:
 		t.Fatalf("unknown result %q", result)
 	}

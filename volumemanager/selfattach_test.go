@@ -25,7 +25,7 @@ import (
 
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // TestSelfAttach: with Config.SelfAttach the node creates the
@@ -151,7 +151,7 @@ func TestSelfAttachNeedsPlugin(t *testing.T) {
 	}
 }
 
-type noSelfAttach struct{ oe.Plugin }
+type noSelfAttach struct{ volume.Plugin }
 
 // TestSetNodeAttachMode: the helper sets the Node annotation as the
 // manager's attach mode says.

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 )
 
 // SELinux mount contexts, as the kubelet of Kubernetes 1.33 gives them with

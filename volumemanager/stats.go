@@ -11,12 +11,12 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // statsGetter asks drivers for volume usage (csiplugin.Plugin).
 type statsGetter interface {
-	VolumeStats(ctx context.Context, spec *cache.VolumeSpec, volumePath, stagingPath string) (csiplugin.VolumeStats, bool, error)
+	VolumeStats(ctx context.Context, spec *cache.VolumeSpec, volumePath, stagingPath string) (volume.Stats, bool, error)
 }
 
 // GetVolumeStats returns the usage of each mounted volume of the pod whose
@@ -25,8 +25,8 @@ type statsGetter interface {
 // turns abnormal gets a VolumeConditionAbnormal event on the pod (with an
 // EventRecorder), once. The error joins the failures; volumes of drivers
 // without GET_VOLUME_STATS are left out.
-func (vm *VolumeManager) GetVolumeStats(ctx context.Context, uid types.UID) (map[string]csiplugin.VolumeStats, error) {
-	out := map[string]csiplugin.VolumeStats{}
+func (vm *VolumeManager) GetVolumeStats(ctx context.Context, uid types.UID) (map[string]volume.Stats, error) {
+	out := map[string]volume.Stats{}
 	if vm.stats == nil {
 		return out, nil
 	}
@@ -70,7 +70,7 @@ type volumeStatsCollector struct {
 
 type cachedStats struct {
 	at    time.Time
-	stats csiplugin.VolumeStats
+	stats volume.Stats
 	ok    bool
 }
 

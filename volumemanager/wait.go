@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/clock"
 
 	vcache "github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/operationexecutor"
+	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 )
 
 // WaitForAttachAndMount blocks until every CSI volume of the pod is mounted,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // OpKind is one kind of volume operation.
@@ -161,35 +162,65 @@ type Input struct {
 	DeviceMountPath string
 }
 
-// Do runs one plugin operation (not OpExpand) and returns its outcome: the
-// error, if any, names the operation, volume, driver and pod, and says
-// whether the operation may have half-happened.
-func Do(ctx context.Context, p Plugin, a Action, in Input) Outcome {
+// Do runs one plugin operation (not OpExpand) with the plugin that
+// plugins finds for the volume and returns its outcome: the error, if any,
+// names the operation, volume, driver and pod, and says whether the
+// operation may have half-happened.
+func Do(ctx context.Context, plugins *volume.Registry, a Action, in Input) Outcome {
 	spec := in.Spec
 	out := Outcome{Action: a, Spec: spec}
 	start := time.Now()
-	switch a.Kind {
-	case OpAttach:
-		out.PublishContext, out.Err = p.WaitForAttach(ctx, &spec)
-	case OpSelfAttach, OpSelfDetach:
-		out.PublishContext, out.Err = selfAttach(ctx, p, a.Kind, &spec)
-	case OpStage:
-		out.Path, out.Err = p.MountDevice(ctx, DeviceRequest{Spec: &spec, PublishContext: in.PublishContext, SELinuxContext: a.SELinuxContext, Pod: a.Pod})
-	case OpUnstage:
-		out.Err = p.UnmountDevice(ctx, DeviceRequest{Spec: &spec, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath})
-	case OpPublish:
-		out.Path, out.Err = p.SetUp(ctx, MountRequest{Spec: &spec, Volume: a.Pod, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath})
-	case OpUnpublish:
-		out.Err = p.TearDown(ctx, MountRequest{Spec: &spec, Volume: a.Pod, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath})
-	default:
-		out.Err = fmt.Errorf("operation %v is not a plugin operation", a.Kind)
+	p, err := plugins.ForVolume(spec.Name)
+	if err == nil {
+		out.PublishContext, out.Path, err = run(ctx, p, a, in, &spec)
 	}
 	out.Duration = time.Since(start)
-	if out.Err != nil {
-		out.Uncertain = IsUncertain(out.Err)
-		out.Err = OpError(a, spec, out.Err)
+	if err != nil {
+		out.Uncertain = volume.IsUncertain(err)
+		out.Err = OpError(a, spec, err)
 	}
 	return out
+}
+
+// run makes the plugin call of a: the publish context of an attach, the
+// path of a stage or publish. An operation the plugin has no interface
+// for is an error: the planner asks for it only when the plugin's
+// capabilities say it has one.
+func run(ctx context.Context, p volume.Plugin, a Action, in Input, spec *cache.VolumeSpec) (publishContext map[string]string, path string, err error) {
+	switch a.Kind {
+	case OpAttach:
+		if at, ok := p.(volume.Attacher); ok {
+			publishContext, err = at.WaitForAttach(ctx, spec)
+			return publishContext, "", err
+		}
+	case OpSelfAttach, OpSelfDetach:
+		if sa, ok := p.(volume.SelfAttacher); ok {
+			if a.Kind == OpSelfAttach {
+				publishContext, err = sa.Attach(ctx, spec)
+				return publishContext, "", err
+			}
+			return nil, "", sa.Detach(ctx, spec)
+		}
+	case OpStage, OpUnstage:
+		if dm, ok := p.(volume.DeviceMounter); ok {
+			req := volume.DeviceRequest{Spec: spec, PublishContext: in.PublishContext}
+			if a.Kind == OpStage {
+				req.SELinuxContext, req.Pod = a.SELinuxContext, a.Pod
+				path, err = dm.MountDevice(ctx, req)
+				return nil, path, err
+			}
+			req.DeviceMountPath = in.DeviceMountPath
+			return nil, "", dm.UnmountDevice(ctx, req)
+		}
+	case OpPublish:
+		path, err = p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: a.Pod, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath})
+		return nil, path, err
+	case OpUnpublish:
+		return nil, "", p.TearDown(ctx, volume.MountRequest{Spec: spec, Volume: a.Pod, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath})
+	default:
+		return nil, "", fmt.Errorf("operation %v is not a plugin operation", a.Kind)
+	}
+	return nil, "", fmt.Errorf("volume plugin %s cannot run %s (%T does not implement the interface)", p.Name(), a.Kind, p)
 }
 
 // OpError wraps err with what failed: the operation, volume, driver and,

@@ -7,42 +7,66 @@ import (
 	"strings"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/image"
 )
 
 // fakePlugin returns fixed answers and records what it was asked.
 type fakePlugin struct {
 	err   error
 	calls []string
-	req   MountRequest
+	req   volume.MountRequest
+}
+
+func (f *fakePlugin) Name() string               { return "example.com/fake" }
+func (f *fakePlugin) CanSupport(*v1.Volume) bool { return false }
+func (f *fakePlugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
+	return volume.Capabilities{Attachable: true, Stages: true}, nil
 }
 
 func (f *fakePlugin) WaitForAttach(context.Context, *cache.VolumeSpec) (map[string]string, error) {
 	f.calls = append(f.calls, "attach")
 	return map[string]string{"dev": "/dev/x"}, f.err
 }
-func (f *fakePlugin) MountDevice(context.Context, DeviceRequest) (string, error) {
+func (f *fakePlugin) MountDevice(context.Context, volume.DeviceRequest) (string, error) {
 	f.calls = append(f.calls, "stage")
 	return "/stage", f.err
 }
-func (f *fakePlugin) UnmountDevice(context.Context, DeviceRequest) error {
+func (f *fakePlugin) UnmountDevice(context.Context, volume.DeviceRequest) error {
 	f.calls = append(f.calls, "unstage")
 	return f.err
 }
-func (f *fakePlugin) SetUp(_ context.Context, r MountRequest) (string, error) {
+func (f *fakePlugin) SetUp(_ context.Context, r volume.MountRequest) (string, error) {
 	f.calls = append(f.calls, "publish")
 	f.req = r
 	return "/pod", f.err
 }
-func (f *fakePlugin) TearDown(context.Context, MountRequest) error {
+func (f *fakePlugin) TearDown(context.Context, volume.MountRequest) error {
 	f.calls = append(f.calls, "unpublish")
 	return f.err
 }
 
-var _ Plugin = (*fakePlugin)(nil)
+var (
+	_ volume.Plugin        = (*fakePlugin)(nil)
+	_ volume.Attacher      = (*fakePlugin)(nil)
+	_ volume.DeviceMounter = (*fakePlugin)(nil)
+)
+
+// registry returns a registry holding p.
+func registry(t *testing.T, p volume.Plugin) *volume.Registry {
+	t.Helper()
+	r, err := volume.NewRegistry(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
 
 func TestDoOutcomes(t *testing.T) {
-	spec := cache.VolumeSpec{Name: "vol", Driver: "drv"}
+	spec := cache.VolumeSpec{Name: "example.com/fake/vol", Driver: "drv"}
 	pv := cache.PodVolume{Pod: cache.PodRef{UID: "u1", Namespace: "ns", Name: "p"}, SpecName: "data"}
 	tests := []struct {
 		kind          OpKind
@@ -53,17 +77,17 @@ func TestDoOutcomes(t *testing.T) {
 	}{
 		{OpAttach, nil, "attach", "", false},
 		{OpStage, nil, "stage", "/stage", false},
-		{OpStage, fmt.Errorf("rpc: %w", ErrInProgress), "stage", "/stage", true},
+		{OpStage, fmt.Errorf("rpc: %w", volume.ErrInProgress), "stage", "/stage", true},
 		{OpPublish, nil, "publish", "/pod", false},
 		{OpPublish, errors.New("final"), "publish", "/pod", false},
-		{OpUnpublish, fmt.Errorf("x: %w", ErrInProgress), "unpublish", "", true},
+		{OpUnpublish, fmt.Errorf("x: %w", volume.ErrInProgress), "unpublish", "", true},
 		{OpUnstage, nil, "unstage", "", false},
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprintf("%s/%v", tc.kind, tc.err), func(t *testing.T) {
 			p := &fakePlugin{err: tc.err}
 			a := Action{Kind: tc.kind, Volume: spec.Name, Pod: pv}
-			got := Do(context.Background(), p, a, Input{Spec: spec, PublishContext: map[string]string{"a": "b"}, DeviceMountPath: "/stage"})
+			got := Do(context.Background(), registry(t, p), a, Input{Spec: spec, PublishContext: map[string]string{"a": "b"}, DeviceMountPath: "/stage"})
 			if len(p.calls) != 1 || p.calls[0] != tc.wantCall {
 				t.Fatalf("calls %v", p.calls)
 			}
@@ -73,7 +97,7 @@ func TestDoOutcomes(t *testing.T) {
 			if tc.err != nil && !errors.Is(got.Err, tc.err) {
 				t.Fatalf("error %v does not wrap %v", got.Err, tc.err)
 			}
-			if tc.err != nil && !strings.Contains(got.Err.Error(), `volume "vol" (driver drv`) {
+			if tc.err != nil && !strings.Contains(got.Err.Error(), `volume "example.com/fake/vol" (driver drv`) {
 				t.Fatalf("error %q does not name the volume and driver", got.Err)
 			}
 			if tc.kind == OpAttach && got.PublishContext["dev"] != "/dev/x" {
@@ -115,10 +139,53 @@ func TestActionKeys(t *testing.T) {
 	}
 }
 
-func TestInUseError(t *testing.T) {
-	err := fmt.Errorf("unstaging: %w", &InUseError{Path: "/stage", Refs: []string{"/pods/a/mount"}})
-	var iu *InUseError
-	if !errors.Is(err, ErrInUse) || !errors.As(err, &iu) || iu.Refs[0] != "/pods/a/mount" {
-		t.Fatalf("%v: Is(ErrInUse)=%v", err, errors.Is(err, ErrInUse))
+// publishOnly is named apart from fakePlugin; wrapped in a struct{ volume.Plugin }
+// it has nothing but the contract's minimum (no Attacher, no DeviceMounter).
+type publishOnly struct{ fakePlugin }
+
+func (publishOnly) Name() string { return "example.com/publish-only" }
+
+func TestDoFindsThePluginOfTheVolume(t *testing.T) {
+	r, err := volume.NewRegistry(&fakePlugin{}, struct{ volume.Plugin }{&publishOnly{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	do := func(kind OpKind, name cache.UniqueVolumeName) Outcome {
+		return Do(ctx, r, Action{Kind: kind, Volume: name}, Input{Spec: cache.VolumeSpec{Name: name, Driver: "drv"}})
+	}
+	if out := do(OpStage, "example.com/fake/v"); out.Err != nil || out.Path != "/stage" {
+		t.Errorf("stage with the fake plugin: %+v", out)
+	}
+	if out := do(OpPublish, "example.com/publish-only/v"); out.Err != nil || out.Path != "/pod" {
+		t.Errorf("publish with the publish-only plugin: %+v", out)
+	}
+	out := do(OpStage, "example.com/publish-only/v")
+	if out.Err == nil || !strings.Contains(out.Err.Error(), "volume plugin example.com/publish-only cannot run mount_device") || out.Uncertain {
+		t.Errorf("stage with a plugin that does not stage: %+v", out)
+	}
+	out = do(OpPublish, "example.com/other/v")
+	if !errors.Is(out.Err, volume.ErrNoPlugin) || !strings.Contains(out.Err.Error(), `volume_mount failed for volume "example.com/other/v"`) {
+		t.Errorf("publish of a volume no plugin handles: %+v", out)
+	}
+}
+
+// TestDoImageVolume: the executor runs an image volume's operations with
+// the image plugin, found by the volume's name beside another plugin.
+func TestDoImageVolume(t *testing.T) {
+	r, err := volume.NewRegistry(&fakePlugin{}, image.Plugin{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := image.VolumeName("u1", "tools")
+	pv := cache.PodVolume{Pod: cache.PodRef{UID: "u1", Namespace: "ns", Name: "p"}, SpecName: "tools"}
+	in := Input{Spec: cache.VolumeSpec{Name: name}}
+	for _, kind := range []OpKind{OpPublish, OpUnpublish} {
+		if out := Do(context.Background(), r, Action{Kind: kind, Volume: name, Pod: pv}, in); out.Err != nil || out.Path != "" {
+			t.Errorf("%s of an image volume: %+v", kind, out)
+		}
+	}
+	if out := Do(context.Background(), r, Action{Kind: OpAttach, Volume: name}, in); out.Err == nil {
+		t.Errorf("attach of an image volume: %+v", out)
 	}
 }

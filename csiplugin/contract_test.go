@@ -1,0 +1,55 @@
+package csiplugin
+
+import (
+	"errors"
+	"testing"
+
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// TestCapabilities: what the planner will read for a CSI volume, from the
+// driver's node capabilities and its CSIDriver object.
+func TestCapabilities(t *testing.T) {
+	pv := &cache.VolumeSpec{Name: cache.CSIVolumeName(drv, "h"), Driver: drv, VolumeHandle: "h", FSType: "ext4", AccessMode: "ReadWriteOnce"}
+	inline := &cache.VolumeSpec{Name: "kubernetes.io/csi/uid-data", Driver: drv, VolumeHandle: "csi-x", Ephemeral: true}
+	tests := []struct {
+		name    string
+		driver  csitest.Options
+		objects []runtime.Object
+		spec    *cache.VolumeSpec
+		want    volume.Capabilities
+	}{
+		{"a PV, no CSIDriver: attached and staged", csitest.Options{}, nil, pv,
+			volume.Capabilities{Attachable: true, Stages: true, Block: true, OwnershipChange: true}},
+		{"attachRequired false", csitest.Options{}, []runtime.Object{csitest.CSIDriver(drv, false)}, pv,
+			volume.Capabilities{Stages: true, Block: true, OwnershipChange: true}},
+		{"no STAGE_UNSTAGE_VOLUME", csitest.Options{NoStageUnstage: true}, nil, pv,
+			volume.Capabilities{Attachable: true, Block: true, OwnershipChange: true}},
+		{"requiresRepublish, fsGroupPolicy None", csitest.Options{},
+			[]runtime.Object{csitest.CSIDriver(drv, true, csitest.DriverRequiresRepublish(), csitest.DriverFSGroupPolicy(storagev1.NoneFSGroupPolicy))}, pv,
+			volume.Capabilities{Attachable: true, Stages: true, Block: true, Republish: true}},
+		{"the driver applies fsGroup itself", csitest.Options{VolumeMountGroup: true}, nil, pv,
+			volume.Capabilities{Attachable: true, Stages: true, Block: true}},
+		{"an inline volume: neither attached nor staged", csitest.Options{}, nil, inline,
+			volume.Capabilities{Block: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{driver: tt.driver, objects: tt.objects})
+			got, err := e.p.Capabilities(tt.spec)
+			if err != nil || got != tt.want {
+				t.Errorf("Capabilities = %+v, %v; want %+v", got, err, tt.want)
+			}
+		})
+	}
+	e := newEnv(t, envOptions{})
+	other := &cache.VolumeSpec{Name: cache.CSIVolumeName("other", "h"), Driver: "other", VolumeHandle: "h"}
+	if _, err := e.p.Capabilities(other); !errors.Is(err, volume.ErrNotReady) {
+		t.Errorf("Capabilities of a volume of a driver not registered = %v, want ErrNotReady", err)
+	}
+}

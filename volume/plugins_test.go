@@ -1,0 +1,62 @@
+package volume_test
+
+import (
+	"errors"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/image"
+)
+
+// TestRegistryWithTheBuiltInPlugins: each source of a pod volume finds
+// its plugin among CSI and image, by its source and by its unique name.
+func TestRegistryWithTheBuiltInPlugins(t *testing.T) {
+	r, err := volume.NewRegistry(&csiplugin.Plugin{}, image.Plugin{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	str := func(s string) *string { return &s }
+	for _, tt := range []struct {
+		src  v1.VolumeSource
+		want string
+	}{
+		{v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}, csiplugin.PluginName},
+		{v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: "drv", FSType: str("ext4")}}, csiplugin.PluginName},
+		{v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{}}, csiplugin.PluginName},
+		{v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "pd"}}, csiplugin.PluginName}, // CSI migration
+		{v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "quay.io/x/tools:1"}}, image.PluginName},
+	} {
+		kind := volume.SourceKind(&tt.src)
+		p, err := r.ForSource(&v1.Volume{Name: "data", VolumeSource: tt.src})
+		if err != nil || p.Name() != tt.want {
+			t.Errorf("ForSource(%s) = %v, %v; want %s", kind, p, err, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		src  v1.VolumeSource
+		want string
+	}{
+		{v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}},
+			`volume "data" of kind emptyDir: no volume plugin handles it (registered: kubernetes.io/csi, kubernetes.io/image)`},
+		{v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "s", Path: "/"}},
+			`volume "data" of kind nfs: no volume plugin handles it (registered: kubernetes.io/csi, kubernetes.io/image)`},
+	} {
+		_, err := r.ForSource(&v1.Volume{Name: "data", VolumeSource: tt.src})
+		if err == nil || err.Error() != tt.want || !errors.Is(err, volume.ErrNoPlugin) {
+			t.Errorf("ForSource = %v, want %q wrapping ErrNoPlugin", err, tt.want)
+		}
+	}
+	for name, want := range map[cache.UniqueVolumeName]string{
+		cache.CSIVolumeName("drv", "h"):    csiplugin.PluginName,
+		"kubernetes.io/csi/uid-1-data":     csiplugin.PluginName, // inline CSI
+		image.VolumeName("uid-1", "tools"): image.PluginName,
+	} {
+		if p, err := r.ForVolume(name); err != nil || p.Name() != want {
+			t.Errorf("ForVolume(%s) = %v, %v; want %s", name, p, err, want)
+		}
+	}
+}
