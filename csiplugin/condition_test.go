@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	oe "github.com/nodevol/nodevol/operationexecutor"
 )
@@ -16,15 +17,15 @@ func TestVolumeCondition(t *testing.T) {
 		name string
 		caps bool
 		set  *csitest.VolumeCondition
-		want *VolumeCondition
+		want *csi.VolumeCondition
 	}{
 		{name: "no capability", caps: false, set: &csitest.VolumeCondition{Abnormal: true, Message: "x"}},
-		{name: "normal by default", caps: true, want: &VolumeCondition{}},
-		{name: "abnormal", caps: true, set: &csitest.VolumeCondition{Abnormal: true, Message: "I/O errors"}, want: &VolumeCondition{Abnormal: true, Message: "I/O errors"}},
+		{name: "normal by default", caps: true, want: &csi.VolumeCondition{}},
+		{name: "abnormal", caps: true, set: &csitest.VolumeCondition{Abnormal: true, Message: "I/O errors"}, want: &csi.VolumeCondition{Abnormal: true, Message: "I/O errors"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, envOptions{driver: csitest.Options{CreateTargetDirs: true, GetVolumeStats: true, VolumeCondition: tc.caps}})
-			if got := e.reg.mustClient(t, drv).Capabilities().VolumeCondition; got != tc.caps {
+			if got := mustClient(t, e.reg, drv).Capabilities().VolumeCondition; got != tc.caps {
 				t.Errorf("Capabilities().VolumeCondition = %v, want %v", got, tc.caps)
 			}
 			spec := testSpec(drv)
@@ -54,7 +55,7 @@ func TestVolumeCondition(t *testing.T) {
 	}
 }
 
-func (r *Registry) mustClient(t *testing.T, driver string) *Client {
+func mustClient(t *testing.T, r *csi.Registry, driver string) *csi.Client {
 	t.Helper()
 	c, err := r.Client(driver)
 	if err != nil {

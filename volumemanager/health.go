@@ -8,7 +8,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/csi"
 	oe "github.com/nodevol/nodevol/operationexecutor"
 )
 
@@ -26,7 +26,7 @@ type conditions struct {
 // observe records the condition a pod's volume was found in, and an event
 // on the pod when it has just turned abnormal. A nil condition (the driver
 // reported none) changes nothing.
-func (c *conditions) observe(name cache.UniqueVolumeName, vol cache.PodVolume, cond *csiplugin.VolumeCondition) {
+func (c *conditions) observe(name cache.UniqueVolumeName, vol cache.PodVolume, cond *csi.VolumeCondition) {
 	if cond == nil {
 		return
 	}

@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
 
@@ -35,7 +35,7 @@ func TestVolumeHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	const gauge = "kubelet_volume_stats_health_status_abnormal"
-	check := func(step string, want csiplugin.VolumeCondition, wantGauge, wantEvent string) {
+	check := func(step string, want csi.VolumeCondition, wantGauge, wantEvent string) {
 		t.Helper()
 		for i := 0; i < 2; i++ { // asked twice: an event at most once
 			stats, err := vm.GetVolumeStats(ctx, pod.UID)
@@ -59,13 +59,13 @@ func TestVolumeHealth(t *testing.T) {
 	}
 	healthy := gauge + `{namespace="ns",persistentvolumeclaim="a"} 0`
 	sick := gauge + `{namespace="ns",persistentvolumeclaim="a"} 1`
-	check("healthy", csiplugin.VolumeCondition{}, healthy, "")
+	check("healthy", csi.VolumeCondition{}, healthy, "")
 	drv.SetVolumeCondition("handle-a", csitest.VolumeCondition{Abnormal: true, Message: "disk failing"})
-	check("turned abnormal", csiplugin.VolumeCondition{Abnormal: true, Message: "disk failing"}, sick,
+	check("turned abnormal", csi.VolumeCondition{Abnormal: true, Message: "disk failing"}, sick,
 		"Warning VolumeConditionAbnormal Volume data: disk failing")
 	drv.SetVolumeCondition("handle-a", csitest.VolumeCondition{Message: "repaired"})
-	check("healthy again", csiplugin.VolumeCondition{Message: "repaired"}, healthy, "")
+	check("healthy again", csi.VolumeCondition{Message: "repaired"}, healthy, "")
 	drv.SetVolumeCondition("handle-a", csitest.VolumeCondition{Abnormal: true, Message: "disk failing again"})
-	check("abnormal again", csiplugin.VolumeCondition{Abnormal: true, Message: "disk failing again"}, sick,
+	check("abnormal again", csi.VolumeCondition{Abnormal: true, Message: "disk failing again"}, sick,
 		"Warning VolumeConditionAbnormal Volume data: disk failing again")
 }
