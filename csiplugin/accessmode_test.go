@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 
@@ -19,16 +19,16 @@ import (
 // an inline volume go as ReadWriteOnce).
 func TestAccessModeRequests(t *testing.T) {
 	const (
-		snw  = csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
-		snmw = csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER
-		snsw = csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
-		mnro = csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
-		mnmw = csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+		snw  = csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+		snmw = csipb.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER
+		snsw = csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+		mnro = csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+		mnmw = csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
 	)
 	tests := []struct {
 		mode string
 		snmw bool
-		want csi.VolumeCapability_AccessMode_Mode
+		want csipb.VolumeCapability_AccessMode_Mode
 	}{
 		{mode: "ReadWriteOnce", want: snw},
 		{mode: "ReadWriteOnce", snmw: true, want: snmw},
@@ -54,15 +54,15 @@ func TestAccessModeRequests(t *testing.T) {
 			if _, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: podVolume("a", "data"), DeviceMountPath: staging}); err != nil {
 				t.Fatal(err)
 			}
-			want := &csi.VolumeCapability{
-				AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
-				AccessMode: &csi.VolumeCapability_AccessMode{Mode: tt.want},
+			want := &csipb.VolumeCapability{
+				AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: "ext4"}},
+				AccessMode: &csipb.VolumeCapability_AccessMode{Mode: tt.want},
 			}
-			stage := e.request(t, "NodeStageVolume").(*csi.NodeStageVolumeRequest)
+			stage := e.request(t, "NodeStageVolume").(*csipb.NodeStageVolumeRequest)
 			if diff := cmp.Diff(want, stage.GetVolumeCapability(), protocmp.Transform()); diff != "" {
 				t.Errorf("NodeStageVolume volume_capability (-want +got):\n%s", diff)
 			}
-			publish := e.request(t, "NodePublishVolume").(*csi.NodePublishVolumeRequest)
+			publish := e.request(t, "NodePublishVolume").(*csipb.NodePublishVolumeRequest)
 			if diff := cmp.Diff(want, publish.GetVolumeCapability(), protocmp.Transform()); diff != "" {
 				t.Errorf("NodePublishVolume volume_capability (-want +got):\n%s", diff)
 			}

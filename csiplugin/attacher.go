@@ -2,6 +2,8 @@ package csiplugin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"maps"
 
@@ -87,4 +89,11 @@ func (p *Plugin) csiDriver(name string) (*storagev1.CSIDriver, error) {
 		return nil, fmt.Errorf("reading CSIDriver %s: %w (%w)", name, err, volume.ErrNotReady)
 	}
 	return d, nil
+}
+
+// AttachmentName returns the name of the VolumeAttachment that attaches a
+// volume to a node: "csi-" + hex(sha256(volumeHandle + driver + nodeName)).
+func AttachmentName(volumeHandle, driver, nodeName string) string {
+	sum := sha256.Sum256([]byte(volumeHandle + driver + nodeName))
+	return "csi-" + hex.EncodeToString(sum[:])
 }

@@ -3,6 +3,7 @@ package csiplugin
 import (
 	"context"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -171,3 +172,22 @@ func TestWaitForAttach(t *testing.T) {
 		})
 	}
 }
+
+// FuzzAttachmentName: whatever the handle, driver and node, the name is
+// csi- and 64 hex digits (a valid object name), and always the same.
+func FuzzAttachmentName(f *testing.F) {
+	f.Add("vol-1", "csi.example.com", "node-1")
+	f.Add("../x", "", "\x00")
+	f.Add(strings.Repeat("h", 4096), "\xff\xfe", "\u202e")
+	f.Fuzz(func(t *testing.T, handle, driver, node string) {
+		name := AttachmentName(handle, driver, node)
+		if !attachmentNameRE.MatchString(name) {
+			t.Fatalf("AttachmentName(%q, %q, %q) = %q, not csi- and 64 hex digits", handle, driver, node, name)
+		}
+		if again := AttachmentName(handle, driver, node); again != name {
+			t.Fatalf("AttachmentName is not deterministic: %q then %q", name, again)
+		}
+	})
+}
+
+var attachmentNameRE = regexp.MustCompile(`^csi-[0-9a-f]{64}$`)

@@ -1,13 +1,6 @@
 package csiplugin
 
-// Raw block volumes, with the kubelet's layout (csi_block.go):
-//
-//	{root}/plugins/kubernetes.io/csi/volumeDevices/staging/{specName}          staging path (NodeStage)
-//	{root}/plugins/kubernetes.io/csi/volumeDevices/publish/{specName}/{podUID} publish path (NodePublish)
-//	{root}/plugins/kubernetes.io/csi/volumeDevices/{specName}/dev/{podUID}     map file: bind mount of the
-//	                                                                           publish path, held by a loop device
-//	{root}/plugins/kubernetes.io/csi/volumeDevices/{specName}/data/vol_data.json
-//	{root}/pods/{podUID}/volumeDevices/kubernetes.io~csi/{specName}            symlink to the publish path
+// Raw block volumes, in the kubelet's layout (csi_block.go; ondisk.BlockVolumePaths).
 //
 // Stage (SetUpDevice) -> publish (MapPodDevice) -> map; unmap -> unpublish
 // (UnmapPodDevice) -> unstage (TearDownDevice) and removal of what is left.
@@ -17,16 +10,16 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"k8s.io/apimachinery/pkg/types"
 	"path/filepath"
 	"sort"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
-	"k8s.io/apimachinery/pkg/types"
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/util/blockdev"
-	"github.com/nodevol/nodevol/util/fsutil"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -37,55 +30,15 @@ type BlockMapper interface {
 	Unmap(ctx context.Context, m blockdev.Map) error
 }
 
-const (
-	volumeDevicesDir    = "volumeDevices"
-	podVolumeDevicesDir = "volumeDevices/kubernetes.io~csi"
-)
-
-// BlockPaths are a block volume's paths for one pod (PodUID may be empty
-// for the volume-wide ones).
-type BlockPaths struct {
-	// Dir holds dev/ (GlobalMapPath) and data/ (vol_data.json).
-	Dir, GlobalMapPath, DataDir string
-	StagingPath                 string
-	// PublishDir holds one publish path per pod.
-	PublishDir, PublishPath string
-	// PodDeviceDir/SpecName is the symlink the pod sees.
-	PodDeviceDir, PodDevicePath string
-}
-
-// BlockVolumePaths returns the paths of block volume specName (the PV's
-// name) for pod podUID (may be empty). Both must be safe path elements.
-func BlockVolumePaths(root, specName string, podUID types.UID) (BlockPaths, error) {
-	if err := fsutil.ValidateName("spec name", specName); err != nil {
-		return BlockPaths{}, err
-	}
-	base := filepath.Join(root, pluginDir, volumeDevicesDir)
-	p := BlockPaths{
-		Dir:         filepath.Join(base, specName),
-		StagingPath: filepath.Join(base, "staging", specName),
-		PublishDir:  filepath.Join(base, "publish", specName),
-	}
-	p.GlobalMapPath = filepath.Join(p.Dir, "dev")
-	p.DataDir = filepath.Join(p.Dir, "data")
-	if podUID != "" {
-		if err := fsutil.ValidateName("pod UID", string(podUID)); err != nil {
-			return BlockPaths{}, err
-		}
-		p.PublishPath = filepath.Join(p.PublishDir, string(podUID))
-		p.PodDeviceDir = filepath.Join(root, "pods", string(podUID), podVolumeDevicesDir)
-		p.PodDevicePath = filepath.Join(p.PodDeviceDir, specName)
-	}
-	return p, nil
-}
-
-// blockSpecName is the kubelet's spec name of a block volume: its PV's name
-// (block volumes always come from a PV).
-func blockSpecName(spec *cache.VolumeSpec) (string, error) {
+// blockPaths returns a block volume's spec name, the kubelet's (its PV's
+// name: block volumes always come from a PV), and its paths for pod uid
+// (none for "").
+func (p *Plugin) blockPaths(spec *cache.VolumeSpec, uid types.UID) (string, ondisk.BlockPaths, error) {
 	if spec.PVName == "" {
-		return "", errors.New("a raw block volume needs a PersistentVolume")
+		return "", ondisk.BlockPaths{}, errors.New("a raw block volume needs a PersistentVolume")
 	}
-	return spec.PVName, nil
+	paths, err := ondisk.BlockVolumePaths(p.root, spec.PVName, uid)
+	return spec.PVName, paths, err
 }
 
 // setUpDevice stages a block volume (NodeStageVolume with block access) at
@@ -96,11 +49,7 @@ func (p *Plugin) setUpDevice(ctx context.Context, req volume.DeviceRequest) (str
 	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("staging block volume %s: %w", volumeDesc(spec), err)
 	}
-	name, err := blockSpecName(spec)
-	if err != nil {
-		return fail(err)
-	}
-	paths, err := BlockVolumePaths(p.root, name, "")
+	_, paths, err := p.blockPaths(spec, "")
 	if err != nil {
 		return fail(err)
 	}
@@ -111,7 +60,7 @@ func (p *Plugin) setUpDevice(ctx context.Context, req volume.DeviceRequest) (str
 	if err := p.saveBlockData(paths, spec); err != nil {
 		return fail(err)
 	}
-	if !client.caps.StageUnstage {
+	if !client.Capabilities().StageUnstage {
 		return "", nil
 	}
 	secrets, err := p.secretData(ctx, spec.NodeStageSecret, "NodeStage")
@@ -121,16 +70,16 @@ func (p *Plugin) setUpDevice(ctx context.Context, req volume.DeviceRequest) (str
 	if err := p.rfs.MkdirAll(paths.StagingPath, 0o750); err != nil {
 		return fail(err)
 	}
-	rec := volumeRecord(spec, paths.StagingPath, req.PublishContext, client.caps)
-	rec.Phase = PhaseStaging
-	if err := p.records.write(ctx, rec); err != nil {
+	rec := volumeRecord(spec, paths.StagingPath, req.PublishContext, client.Capabilities())
+	rec.Phase = ondisk.PhaseStaging
+	if err := p.records.Write(ctx, rec); err != nil {
 		return fail(err)
 	}
-	err = client.bound(p.timeout, p.steps).NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
+	err = client.Bound(p.timeout, p.steps).NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
 		VolumeId:          spec.VolumeHandle,
 		PublishContext:    req.PublishContext,
 		StagingTargetPath: paths.StagingPath,
-		VolumeCapability:  volumeCapability(spec, client.caps, nil),
+		VolumeCapability:  volumeCapability(spec, client.Capabilities(), nil),
 		Secrets:           secrets,
 		VolumeContext:     spec.Attributes,
 	})
@@ -138,21 +87,21 @@ func (p *Plugin) setUpDevice(ctx context.Context, req volume.DeviceRequest) (str
 		if !volume.IsUncertain(err) {
 			// Only if the driver left it empty; the record goes with it.
 			if p.rfs.Remove(paths.StagingPath) == nil {
-				_ = p.records.remove(paths.StagingPath)
+				_ = p.records.Remove(paths.StagingPath)
 			}
 		}
 		return "", fmt.Errorf("staging block volume %s at %s: %w", volumeDesc(spec), paths.StagingPath, err)
 	}
-	p.records.update(ctx, rec, PhaseStaged)
+	p.records.Update(ctx, rec, ondisk.PhaseStaged)
 	klog.FromContext(ctx).V(4).Info("Block volume staged", "volume", spec.Name, "driver", spec.Driver, "stagingPath", paths.StagingPath)
 	return paths.StagingPath, nil
 }
 
-func (p *Plugin) saveBlockData(paths BlockPaths, spec *cache.VolumeSpec) error {
+func (p *Plugin) saveBlockData(paths ondisk.BlockPaths, spec *cache.VolumeSpec) error {
 	if err := p.rfs.MkdirAll(paths.DataDir, 0o750); err != nil {
 		return err
 	}
-	return p.saveVolumeData(paths.DataDir, &VolumeData{
+	return ondisk.WriteVolumeData(p.rfs, paths.DataDir, &ondisk.VolumeData{
 		SpecVolID:           spec.PVName,
 		VolumeHandle:        spec.VolumeHandle,
 		DriverName:          spec.Driver,
@@ -177,11 +126,7 @@ func (p *Plugin) tearDownDevice(ctx context.Context, req volume.DeviceRequest) e
 	fail := func(err error) error {
 		return fmt.Errorf("unstaging block volume %s: %w", volumeDesc(spec), err)
 	}
-	name, err := blockSpecName(spec)
-	if err != nil {
-		return fail(err)
-	}
-	paths, err := BlockVolumePaths(p.root, name, "")
+	_, paths, err := p.blockPaths(spec, "")
 	if err != nil {
 		return fail(err)
 	}
@@ -195,9 +140,9 @@ func (p *Plugin) tearDownDevice(ctx context.Context, req volume.DeviceRequest) e
 		if err != nil {
 			return fail(err)
 		}
-		if client.caps.StageUnstage {
-			p.records.update(ctx, volumeRecord(spec, paths.StagingPath, req.PublishContext, client.caps), PhaseUnstaging)
-			err := client.bound(p.timeout, p.steps).NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{
+		if client.Capabilities().StageUnstage {
+			p.records.Update(ctx, volumeRecord(spec, paths.StagingPath, req.PublishContext, client.Capabilities()), ondisk.PhaseUnstaging)
+			err := client.Bound(p.timeout, p.steps).NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{
 				VolumeId:          spec.VolumeHandle,
 				StagingTargetPath: paths.StagingPath,
 			})
@@ -211,12 +156,12 @@ func (p *Plugin) tearDownDevice(ctx context.Context, req volume.DeviceRequest) e
 			return fail(err)
 		}
 	}
-	for _, f := range []string{filepath.Join(paths.DataDir, VolumeDataFile), paths.DataDir, paths.Dir} {
+	for _, f := range []string{filepath.Join(paths.DataDir, ondisk.VolumeDataFile), paths.DataDir, paths.Dir} {
 		if err := p.rfs.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fail(err)
 		}
 	}
-	if err := p.records.remove(paths.StagingPath); err != nil {
+	if err := p.records.Remove(paths.StagingPath); err != nil {
 		return fail(err)
 	}
 	klog.FromContext(ctx).V(4).Info("Block volume unstaged", "volume", spec.Name, "driver", spec.Driver, "stagingPath", paths.StagingPath)
@@ -228,7 +173,7 @@ func (p *Plugin) tearDownDevice(ctx context.Context, req volume.DeviceRequest) e
 // publishes at) or a record of a publish of it (a NodePublishVolume or
 // NodeUnpublishVolume was sent). The loop keeps the paths as the volume's
 // Refs, which the planner waits on until the resync looks again.
-func (p *Plugin) checkBlockPublishes(paths BlockPaths) error {
+func (p *Plugin) checkBlockPublishes(paths ondisk.BlockPaths) error {
 	left := map[string]bool{}
 	entries, err := p.rfs.ReadDir(paths.PublishDir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -237,7 +182,7 @@ func (p *Plugin) checkBlockPublishes(paths BlockPaths) error {
 	for _, e := range entries {
 		left[filepath.Join(paths.PublishDir, e.Name())] = true
 	}
-	recorded, err := p.records.publishedIn(paths.PublishDir)
+	recorded, err := p.records.PublishedIn(paths.PublishDir)
 	if err != nil {
 		return err
 	}
@@ -286,7 +231,7 @@ func (p *Plugin) removeEmptyDir(dir string) error {
 // them, that none of a pod's block paths goes through a symlink under the
 // root (the pod's device path is a symlink by design: its directory is
 // checked).
-func (p *Plugin) verifyBlockPaths(paths BlockPaths) error {
+func (p *Plugin) verifyBlockPaths(paths ondisk.BlockPaths) error {
 	for _, path := range []string{paths.PublishPath, paths.GlobalMapPath, paths.PodDeviceDir} {
 		if _, err := p.rfs.Verify(path); err != nil {
 			return err
@@ -304,11 +249,7 @@ func (p *Plugin) mapPodDevice(ctx context.Context, req volume.MountRequest) (str
 	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("publishing block volume %s for pod %s: %w", volumeDesc(spec), vol.Pod, err)
 	}
-	name, err := blockSpecName(spec)
-	if err != nil {
-		return fail(err)
-	}
-	paths, err := BlockVolumePaths(p.root, name, vol.Pod.UID)
+	name, paths, err := p.blockPaths(spec, vol.Pod.UID)
 	if err != nil {
 		return fail(err)
 	}
@@ -320,23 +261,13 @@ func (p *Plugin) mapPodDevice(ctx context.Context, req volume.MountRequest) (str
 	if err != nil {
 		return fail(err)
 	}
-	secretRef := spec.NodePublishSecret
-	if secretRef != nil && secretRef.Namespace == "" {
-		secretRef = &cache.SecretRef{Namespace: vol.Pod.Namespace, Name: secretRef.Name}
+	if req.DeviceMountPath == "" && client.Capabilities().StageUnstage {
+		req.DeviceMountPath = paths.StagingPath
 	}
-	secrets, err := p.secretData(ctx, secretRef, "NodePublish")
+	csiReq, secretRef, err := p.publishCall(ctx, req, client.Capabilities(), driver)
 	if err != nil {
 		return fail(err)
 	}
-	if req.DeviceMountPath == "" && client.caps.StageUnstage {
-		req.DeviceMountPath = paths.StagingPath
-	}
-	csiReq := p.publishRequest(spec, vol, req, client.caps, driver)
-	rm := requestMaps{volumeContext: csiReq.VolumeContext, secrets: secrets}
-	if err := p.addServiceAccountTokens(ctx, driver, vol.Pod, &rm); err != nil {
-		return fail(err)
-	}
-	csiReq.VolumeContext, csiReq.Secrets = rm.volumeContext, rm.secrets
 	csiReq.TargetPath = paths.PublishPath
 	if err := p.saveBlockData(paths, spec); err != nil {
 		return fail(err)
@@ -347,15 +278,15 @@ func (p *Plugin) mapPodDevice(ctx context.Context, req volume.MountRequest) (str
 	if err := p.verifyBlockPaths(paths); err != nil {
 		return fail(err)
 	}
-	rec := p.podRecord(spec, vol, paths.PublishPath, req.PublishContext, client.caps, secretRef)
-	rec.Phase = PhasePublishing
-	if err := p.records.write(ctx, rec); err != nil {
+	rec := p.podRecord(spec, vol, paths.PublishPath, req.PublishContext, client.Capabilities(), secretRef)
+	rec.Phase = ondisk.PhasePublishing
+	if err := p.records.Write(ctx, rec); err != nil {
 		return fail(err)
 	}
-	if err := client.bound(p.timeout, p.steps).NodePublishVolume(ctx, csiReq); err != nil {
+	if err := client.Bound(p.timeout, p.steps).NodePublishVolume(ctx, csiReq); err != nil {
 		if !volume.IsUncertain(err) {
 			if _, serr := p.rfs.Lstat(paths.PublishPath); errors.Is(serr, fs.ErrNotExist) {
-				_ = p.records.remove(paths.PublishPath) // nothing published
+				_ = p.records.Remove(paths.PublishPath) // nothing published
 			}
 		}
 		return "", fmt.Errorf("publishing block volume %s for pod %s at %s: %w", volumeDesc(spec), vol.Pod, paths.PublishPath, err)
@@ -370,7 +301,7 @@ func (p *Plugin) mapPodDevice(ctx context.Context, req volume.MountRequest) (str
 		// unpublished, never forgotten.
 		return "", fmt.Errorf("mapping block volume %s of driver %s into pod %s: %w: %w", volumeDesc(spec), spec.Driver, vol.Pod, err, volume.ErrInProgress)
 	}
-	p.records.update(ctx, rec, PhasePublished)
+	p.records.Update(ctx, rec, ondisk.PhasePublished)
 	klog.FromContext(ctx).V(4).Info("Block volume mapped", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "devicePath", paths.PodDevicePath)
 	return paths.PodDevicePath, nil
 }
@@ -388,11 +319,7 @@ func (p *Plugin) unmapPodDevice(ctx context.Context, req volume.MountRequest) er
 	fail := func(err error) error {
 		return fmt.Errorf("unpublishing block volume %s from pod %s: %w", volumeDesc(spec), vol.Pod, err)
 	}
-	name, err := blockSpecName(spec)
-	if err != nil {
-		return fail(err)
-	}
-	paths, err := BlockVolumePaths(p.root, name, vol.Pod.UID)
+	name, paths, err := p.blockPaths(spec, vol.Pod.UID)
 	if err != nil {
 		return fail(err)
 	}
@@ -403,21 +330,10 @@ func (p *Plugin) unmapPodDevice(ctx context.Context, req volume.MountRequest) er
 	if err := p.blockMapper.Unmap(ctx, m); err != nil {
 		return fail(err)
 	}
-	if _, err := p.rfs.Stat(paths.PublishPath); errors.Is(err, fs.ErrNotExist) {
-		rel, err := p.rfs.Rel(paths.PublishPath)
-		if err != nil {
-			return fail(err)
-		}
-		if rec, err := ReadRecord(p.rfs, rel); err != nil || rec.Phase == PhaseUnpublishing {
-			// Never published, or unpublished already (the driver
-			// removes the publish path).
-			if err := p.records.remove(paths.PublishPath); err != nil {
-				return fail(err)
-			}
-			return nil
-		}
-	} else if err != nil {
+	if left, err := p.publishLeft(paths.PublishPath); err != nil {
 		return fail(err)
+	} else if !left {
+		return nil
 	}
 	client, err := p.drivers.Client(spec.Driver)
 	if err != nil {
@@ -426,8 +342,8 @@ func (p *Plugin) unmapPodDevice(ctx context.Context, req volume.MountRequest) er
 	if _, err := p.rfs.Verify(paths.PublishPath); err != nil {
 		return fail(err)
 	}
-	p.records.update(ctx, p.podRecord(spec, vol, paths.PublishPath, req.PublishContext, client.caps, spec.NodePublishSecret), PhaseUnpublishing)
-	if err := client.bound(p.timeout, p.steps).NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{
+	p.records.Update(ctx, p.podRecord(spec, vol, paths.PublishPath, req.PublishContext, client.Capabilities(), spec.NodePublishSecret), ondisk.PhaseUnpublishing)
+	if err := client.Bound(p.timeout, p.steps).NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{
 		VolumeId:   spec.VolumeHandle,
 		TargetPath: paths.PublishPath,
 	}); err != nil {
@@ -438,9 +354,28 @@ func (p *Plugin) unmapPodDevice(ctx context.Context, req volume.MountRequest) er
 	if err := blockdev.CleanupMountPoint(p.rfs, p.mounter, paths.PublishPath); err != nil {
 		return fail(err)
 	}
-	if err := p.records.remove(paths.PublishPath); err != nil {
+	if err := p.records.Remove(paths.PublishPath); err != nil {
 		return fail(err)
 	}
 	klog.FromContext(ctx).V(4).Info("Block volume unmapped", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name)
 	return nil
+}
+
+// publishLeft tells whether a pod's block publish at publishPath may
+// remain: the path exists, or a record says a publish was sent. When none
+// may (never published, or unpublished already: the driver removes the
+// publish path), its record goes.
+func (p *Plugin) publishLeft(publishPath string) (bool, error) {
+	_, err := p.rfs.Stat(publishPath)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err == nil, err
+	}
+	rel, err := p.rfs.Rel(publishPath)
+	if err != nil {
+		return false, err
+	}
+	if rec, err := ondisk.ReadRecord(p.rfs, rel); err == nil && rec.Phase != ondisk.PhaseUnpublishing {
+		return true, nil
+	}
+	return false, p.records.Remove(publishPath)
 }

@@ -9,10 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/util/blockdev"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -52,7 +53,7 @@ func TestBlockVolume(t *testing.T) {
 	ctx := context.Background()
 	spec := blockSpec()
 	vol := podVolume("a", "data")
-	paths, err := BlockVolumePaths(e.root, "pv-1", vol.Pod.UID)
+	paths, err := ondisk.BlockVolumePaths(e.root, "pv-1", vol.Pod.UID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,11 +65,11 @@ func TestBlockVolume(t *testing.T) {
 	if err != nil || staging != paths.StagingPath {
 		t.Fatalf("MountDevice = %q, %v; want %s", staging, err, paths.StagingPath)
 	}
-	stage := e.request(t, "NodeStageVolume").(*csi.NodeStageVolumeRequest)
+	stage := e.request(t, "NodeStageVolume").(*csipb.NodeStageVolumeRequest)
 	if stage.GetStagingTargetPath() != paths.StagingPath || stage.GetVolumeCapability().GetBlock() == nil {
 		t.Errorf("NodeStageVolume %v: want block access at %s", stage, paths.StagingPath)
 	}
-	data, err := LoadVolumeData(paths.DataDir)
+	data, err := ondisk.LoadVolumeData(paths.DataDir)
 	if err != nil || data.SpecVolID != "pv-1" || data.VolumeHandle != "vol-1" || data.DriverName != drv {
 		t.Errorf("vol_data.json %+v, %v", data, err)
 	}
@@ -77,7 +78,7 @@ func TestBlockVolume(t *testing.T) {
 	if err != nil || dev != filepath.Join(e.root, "pods", "uid-a", "volumeDevices/kubernetes.io~csi/pv-1") {
 		t.Fatalf("SetUp = %q, %v", dev, err)
 	}
-	pub := e.request(t, "NodePublishVolume").(*csi.NodePublishVolumeRequest)
+	pub := e.request(t, "NodePublishVolume").(*csipb.NodePublishVolumeRequest)
 	if pub.GetTargetPath() != paths.PublishPath || pub.GetStagingTargetPath() != paths.StagingPath || pub.GetVolumeCapability().GetBlock() == nil {
 		t.Errorf("NodePublishVolume %v: want block access at %s staged at %s", pub, paths.PublishPath, paths.StagingPath)
 	}
@@ -128,7 +129,7 @@ func TestBlockVolumeWithoutStaging(t *testing.T) {
 	if _, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: spec, Volume: podVolume("a", "data")}); err != nil {
 		t.Fatal(err)
 	}
-	if pub := e.request(t, "NodePublishVolume").(*csi.NodePublishVolumeRequest); pub.GetStagingTargetPath() != "" {
+	if pub := e.request(t, "NodePublishVolume").(*csipb.NodePublishVolumeRequest); pub.GetStagingTargetPath() != "" {
 		t.Errorf("NodePublishVolume staging path %q, want none", pub.GetStagingTargetPath())
 	}
 }
@@ -154,18 +155,18 @@ func TestBlockVolumeBadInput(t *testing.T) {
 	if _, err := e.p.SetUp(ctx, volume.MountRequest{Spec: escaping, Volume: podVolume("b", "data")}); err == nil || volume.IsUncertain(err) {
 		t.Errorf("SetUp with PV name ../../etc = %v, want a final error", err)
 	}
-	if _, err := BlockVolumePaths(e.root, "pv-1", "a/b"); err == nil {
+	if _, err := ondisk.BlockVolumePaths(e.root, "pv-1", "a/b"); err == nil {
 		t.Error("BlockVolumePaths accepted pod UID a/b")
 	}
 }
 
 // publishBlock stages block volume pv-1 and publishes it for pod a.
-func publishBlock(t *testing.T, e *env) (*cache.VolumeSpec, cache.PodVolume, BlockPaths) {
+func publishBlock(t *testing.T, e *env) (*cache.VolumeSpec, cache.PodVolume, ondisk.BlockPaths) {
 	t.Helper()
 	e.p.blockMapper = &fakeBlockMapper{}
 	ctx := context.Background()
 	spec, vol := blockSpec(), podVolume("a", "data")
-	paths, err := BlockVolumePaths(e.root, "pv-1", vol.Pod.UID)
+	paths, err := ondisk.BlockVolumePaths(e.root, "pv-1", vol.Pod.UID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,18 +181,18 @@ func publishBlock(t *testing.T, e *env) (*cache.VolumeSpec, cache.PodVolume, Blo
 
 // setRecordPhase rewrites the record of path (absolute) in phase ph, as a
 // process stopped at that phase leaves it.
-func setRecordPhase(t *testing.T, e *env, path string, ph Phase) {
+func setRecordPhase(t *testing.T, e *env, path string, ph ondisk.Phase) {
 	t.Helper()
 	rel, err := e.p.rfs.Rel(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := ReadRecord(e.p.rfs, rel)
+	rec, err := ondisk.ReadRecord(e.p.rfs, rel)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec.Phase = ph
-	if err := e.p.records.write(context.Background(), rec); err != nil {
+	if err := e.p.records.Write(context.Background(), rec); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -216,7 +217,7 @@ func TestBlockUnstageRefusedWhilePublished(t *testing.T) {
 		if n := e.srv.Calls("NodeUnstageVolume"); n != 0 {
 			t.Fatalf("%s: NodeUnstageVolume called %d times under a publish", when, n)
 		}
-		if _, err := os.Stat(filepath.Join(paths.DataDir, VolumeDataFile)); err != nil {
+		if _, err := os.Stat(filepath.Join(paths.DataDir, ondisk.VolumeDataFile)); err != nil {
 			t.Fatalf("%s: vol_data.json: %v, want it kept", when, err)
 		}
 	}
@@ -229,7 +230,7 @@ func TestBlockUnstageRefusedWhilePublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	refused("record only")
-	e.p.records = &records{rfs: e.p.rfs, bootID: e.p.records.bootID}
+	e.p.records = ondisk.NewRecords(e.p.rfs, e.p.records.BootID())
 	refused("record only, read from disk")
 
 	if err := e.p.TearDown(ctx, volume.MountRequest{Spec: spec, Volume: vol}); err != nil {
@@ -254,14 +255,14 @@ func TestBlockUnstageRefusedWhilePublished(t *testing.T) {
 func TestBlockUnmapResumes(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
-		phase         Phase
+		phase         ondisk.Phase
 		removePath    bool
 		wantUnpublish int
 	}{
-		{"stopped before NodeUnpublishVolume", PhaseUnpublishing, false, 1},
-		{"target not created by the driver", PhasePublished, true, 1},
-		{"publish in flight, no target yet", PhasePublishing, true, 1},
-		{"stopped after NodeUnpublishVolume", PhaseUnpublishing, true, 0},
+		{"stopped before NodeUnpublishVolume", ondisk.PhaseUnpublishing, false, 1},
+		{"target not created by the driver", ondisk.PhasePublished, true, 1},
+		{"publish in flight, no target yet", ondisk.PhasePublishing, true, 1},
+		{"stopped after NodeUnpublishVolume", ondisk.PhaseUnpublishing, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, envOptions{driver: csitest.Options{CreateTargetDirs: true}})
@@ -280,7 +281,7 @@ func TestBlockUnmapResumes(t *testing.T) {
 				t.Errorf("NodeUnpublishVolume calls %d, want %d", n, tc.wantUnpublish)
 			}
 			rel, _ := e.p.rfs.Rel(paths.PublishPath)
-			if _, err := ReadRecord(e.p.rfs, rel); !errors.Is(err, fs.ErrNotExist) {
+			if _, err := ondisk.ReadRecord(e.p.rfs, rel); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("record after the unmap: %v, want removed", err)
 			}
 			if _, err := os.Lstat(paths.PublishPath); !os.IsNotExist(err) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -24,7 +25,7 @@ func TestVolumeCondition(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, envOptions{driver: csitest.Options{CreateTargetDirs: true, GetVolumeStats: true, VolumeCondition: tc.caps}})
-			if got := e.reg.mustClient(t, drv).Capabilities().VolumeCondition; got != tc.caps {
+			if got := mustClient(t, e.reg, drv).Capabilities().VolumeCondition; got != tc.caps {
 				t.Errorf("Capabilities().VolumeCondition = %v, want %v", got, tc.caps)
 			}
 			spec := testSpec(drv)
@@ -54,7 +55,7 @@ func TestVolumeCondition(t *testing.T) {
 	}
 }
 
-func (r *Registry) mustClient(t *testing.T, driver string) *Client {
+func mustClient(t *testing.T, r *csi.Registry, driver string) *csi.Client {
 	t.Helper()
 	c, err := r.Client(driver)
 	if err != nil {

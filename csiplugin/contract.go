@@ -7,6 +7,7 @@ import (
 	csitranslation "k8s.io/csi-translation-lib"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -30,7 +31,7 @@ func (p *Plugin) CanSupport(v *v1.Volume) bool {
 		return true
 	}
 	name, err := translator.GetInTreePluginNameFromSpec(nil, v)
-	return err == nil && IsMigratedPlugin(name)
+	return err == nil && registration.IsMigratedPlugin(name)
 }
 
 // Capabilities implements volume.Plugin. An inline volume is neither
@@ -55,9 +56,9 @@ func (p *Plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, erro
 	anyGroup := cache.PodVolume{FSGroup: new(int64)}
 	return volume.Capabilities{
 		Attachable:      !spec.Ephemeral && attach,
-		Stages:          !spec.Ephemeral && client.caps.StageUnstage,
+		Stages:          !spec.Ephemeral && client.Capabilities().StageUnstage,
 		Block:           true,
 		Republish:       driver != nil && driver.Spec.RequiresRepublish != nil && *driver.Spec.RequiresRepublish,
-		OwnershipChange: needsOwnership(spec, anyGroup, client.caps, driver),
+		OwnershipChange: needsOwnership(spec, anyGroup, client.Capabilities(), driver),
 	}, nil
 }

@@ -1,25 +1,21 @@
-// Package csiplugin is nodevol's CSI volume plugin: it does on the node what
-// the kubelet's kubernetes.io/csi plugin does, and implements
+// Package csiplugin does a CSI volume's operations on the node, as the
+// kubelet's kubernetes.io/csi plugin does, and implements
 // volume.Plugin.
 //
-//   - Registry keeps the registered CSI drivers: one gRPC connection per
-//     driver endpoint, kept open and shared by every operation, and the
-//     driver's node capabilities, fetched once per registration.
-//   - Client calls a driver's Node service with a per-call timeout and
-//     classifies gRPC errors once: errors that mean "the operation may have
-//     started and may still finish" wrap volume.ErrInProgress.
 //   - Plugin.WaitForAttach reads the CSIDriver and VolumeAttachment objects
-//     from informer listers (no API GETs).
+//     from informer listers (no API GETs); Attach and Detach create and
+//     delete the VolumeAttachment in self-attach mode.
 //   - Plugin.MountDevice / UnmountDevice call NodeStageVolume /
 //     NodeUnstageVolume on the staging path.
 //   - Plugin.SetUp / TearDown call NodePublishVolume / NodeUnpublishVolume
-//     on the pod's volume path.
+//     on the pod's volume path, giving the pod's fsGroup ownership of the
+//     volume (util/fsgroup) when the driver does not.
+//   - Raw block volumes are staged, published and mapped into pods;
+//     NodeExpand and VolumeStats expand and measure published volumes.
 //
-// On-disk layout and metadata files are the kubelet's (see StagingPath,
-// PodVolumePath and VolumeData), so that the kubelet and nodevol can each
-// clean up after the other. Every name that comes from outside (driver name,
-// pod UID, PV or spec name) is checked with fsutil.ValidateName before it
-// becomes a path element; a volume handle only appears in paths hashed.
+// The drivers are reached through package csi; the on-disk layout,
+// vol_data.json and the records of work in flight are internal/ondisk's.
+// NewRegistrationHandler forwards to package registration.
 //
 // Errors name the pod, volume and driver involved and wrap their cause with
 // %w. Errors wrapping volume.ErrNotReady mean nothing was changed

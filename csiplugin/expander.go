@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -36,21 +37,17 @@ func (p *Plugin) NodeExpand(ctx context.Context, req volume.ExpandRequest) (expa
 	if err != nil {
 		return fail(err)
 	}
-	if !client.caps.Expand {
+	if !client.Capabilities().Expand {
 		return false, nil
 	}
 	volumePath, stagingPath := req.VolumePath, req.StagingPath
 	if spec.Mode == cache.Block {
-		name, err := blockSpecName(spec)
-		if err != nil {
-			return fail(err)
-		}
-		paths, err := BlockVolumePaths(p.root, name, req.Pod)
+		_, paths, err := p.blockPaths(spec, req.Pod)
 		if err != nil {
 			return fail(err)
 		}
 		volumePath, stagingPath = paths.PublishPath, ""
-		if client.caps.StageUnstage {
+		if client.Capabilities().StageUnstage {
 			stagingPath = paths.StagingPath
 		}
 	}
@@ -58,12 +55,12 @@ func (p *Plugin) NodeExpand(ctx context.Context, req volume.ExpandRequest) (expa
 	if err != nil {
 		return fail(err)
 	}
-	_, err = client.bound(p.timeout, p.steps).NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{
+	_, err = client.Bound(p.timeout, p.steps).NodeExpandVolume(ctx, &csipb.NodeExpandVolumeRequest{
 		VolumeId:          spec.VolumeHandle,
 		VolumePath:        volumePath,
 		StagingTargetPath: stagingPath,
-		CapacityRange:     &csi.CapacityRange{RequiredBytes: req.Size},
-		VolumeCapability:  volumeCapability(spec, client.caps, nil),
+		CapacityRange:     &csipb.CapacityRange{RequiredBytes: req.Size},
+		VolumeCapability:  volumeCapability(spec, client.Capabilities(), nil),
 		Secrets:           secrets,
 	})
 	if err != nil {
@@ -100,7 +97,7 @@ func ClassifyExpandError(err error) ExpandFailure {
 	if errors.Is(err, volume.ErrInProgress) || errors.Is(err, volume.ErrNotReady) {
 		return ExpandTransient
 	}
-	var ce *CallError
+	var ce *csi.CallError
 	if !errors.As(err, &ce) {
 		return ExpandFailed
 	}

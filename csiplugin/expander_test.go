@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -19,7 +21,7 @@ import (
 // claim, as the kubelet's node expander decides it.
 func TestClassifyExpandError(t *testing.T) {
 	call := func(code codes.Code) error {
-		err := classify(context.Background(), "d.example.com", "NodeExpandVolume", status.Error(code, "no"))
+		err := &csi.CallError{Driver: "d.example.com", Method: "NodeExpandVolume", Code: code, InProgress: csi.IsInProgressCode(code), Err: status.Error(code, "no")}
 		return fmt.Errorf("expanding volume v: %w", err)
 	}
 	tests := []struct {
@@ -58,7 +60,7 @@ func TestNodeExpandBlockWithoutStaging(t *testing.T) {
 	if _, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: spec, Volume: vol}); err != nil {
 		t.Fatal(err)
 	}
-	paths, err := BlockVolumePaths(e.root, spec.PVName, vol.Pod.UID)
+	paths, err := ondisk.BlockVolumePaths(e.root, spec.PVName, vol.Pod.UID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,11 +68,11 @@ func TestNodeExpandBlockWithoutStaging(t *testing.T) {
 	if err != nil || !expanded {
 		t.Fatalf("NodeExpand = %v, %v", expanded, err)
 	}
-	want := &csi.NodeExpandVolumeRequest{
+	want := &csipb.NodeExpandVolumeRequest{
 		VolumeId:         spec.VolumeHandle,
 		VolumePath:       paths.PublishPath,
-		CapacityRange:    &csi.CapacityRange{RequiredBytes: 3 << 30},
-		VolumeCapability: volumeCapability(spec, Capabilities{}, nil),
+		CapacityRange:    &csipb.CapacityRange{RequiredBytes: 3 << 30},
+		VolumeCapability: volumeCapability(spec, csi.Capabilities{}, nil),
 	}
 	if got := e.request(t, "NodeExpandVolume"); !proto.Equal(got, want) {
 		t.Errorf("NodeExpandVolume request\n got %v\nwant %v", got, want)

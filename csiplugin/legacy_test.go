@@ -7,9 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -69,7 +70,7 @@ func TestLegacyStagingPath(t *testing.T) {
 			e := newEnv(t, envOptions{driver: csitest.Options{CreateTargetDirs: true}})
 			tc.prepare(t, e.root)
 			legacyDir := filepath.Join(e.root, "plugins/kubernetes.io/csi/pv/pv-1")
-			before, _ := os.ReadFile(filepath.Join(legacyDir, VolumeDataFile))
+			before, _ := os.ReadFile(filepath.Join(legacyDir, ondisk.VolumeDataFile))
 			spec := testSpec(drv)
 			ctx := context.Background()
 
@@ -95,7 +96,7 @@ func TestLegacyStagingPath(t *testing.T) {
 			if stagingPath != wantPath {
 				t.Errorf("MountDevice returned %s, want %s", stagingPath, wantPath)
 			}
-			if got := e.request(t, "NodeStageVolume").(*csi.NodeStageVolumeRequest).GetStagingTargetPath(); got != wantPath {
+			if got := e.request(t, "NodeStageVolume").(*csipb.NodeStageVolumeRequest).GetStagingTargetPath(); got != wantPath {
 				t.Errorf("NodeStageVolume staging_target_path = %s, want %s", got, wantPath)
 			}
 			if tc.legacy {
@@ -107,7 +108,7 @@ func TestLegacyStagingPath(t *testing.T) {
 			if _, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: vol}); err != nil {
 				t.Fatalf("SetUp: %v", err)
 			}
-			if got := e.request(t, "NodePublishVolume").(*csi.NodePublishVolumeRequest).GetStagingTargetPath(); got != wantPath {
+			if got := e.request(t, "NodePublishVolume").(*csipb.NodePublishVolumeRequest).GetStagingTargetPath(); got != wantPath {
 				t.Errorf("NodePublishVolume staging_target_path = %s, want %s", got, wantPath)
 			}
 			if err := e.p.TearDown(ctx, volume.MountRequest{Spec: spec, Volume: vol}); err != nil {
@@ -115,14 +116,14 @@ func TestLegacyStagingPath(t *testing.T) {
 			}
 			if tc.legacy {
 				// Read, never written.
-				if after, _ := os.ReadFile(filepath.Join(legacyDir, VolumeDataFile)); string(after) != string(before) {
+				if after, _ := os.ReadFile(filepath.Join(legacyDir, ondisk.VolumeDataFile)); string(after) != string(before) {
 					t.Errorf("legacy vol_data.json = %s, want it unchanged: %s", after, before)
 				}
 			}
 			if err := e.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: spec}); err != nil {
 				t.Fatalf("UnmountDevice: %v", err)
 			}
-			if got := e.request(t, "NodeUnstageVolume").(*csi.NodeUnstageVolumeRequest).GetStagingTargetPath(); got != wantPath {
+			if got := e.request(t, "NodeUnstageVolume").(*csipb.NodeUnstageVolumeRequest).GetStagingTargetPath(); got != wantPath {
 				t.Errorf("NodeUnstageVolume staging_target_path = %s, want %s", got, wantPath)
 			}
 			assertGone(t, wantDir)
@@ -148,7 +149,7 @@ func writeLegacy(t *testing.T, root, pvName, data string) {
 	dir := filepath.Join(root, "plugins/kubernetes.io/csi/pv", pvName)
 	mkdir(t, filepath.Join(dir, "globalmount"))
 	if data != "" {
-		if err := os.WriteFile(filepath.Join(dir, VolumeDataFile), []byte(data), 0o640); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, ondisk.VolumeDataFile), []byte(data), 0o640); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -10,11 +10,13 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/util/fsutil"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -44,7 +46,7 @@ func (p *Plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 	if spec.Mode == cache.Block {
 		return p.mapPodDevice(ctx, req)
 	}
-	dir, err := PodVolumeDir(p.root, vol.Pod.UID, VolumeDirName(spec, vol))
+	dir, err := ondisk.PodVolumeDir(p.root, vol.Pod.UID, ondisk.VolumeDirName(spec, vol))
 	if err != nil {
 		return fail(err)
 	}
@@ -62,32 +64,22 @@ func (p *Plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 	if err != nil {
 		return fail(err)
 	}
-	secretRef := spec.NodePublishSecret
-	if secretRef != nil && secretRef.Namespace == "" {
-		secretRef = &cache.SecretRef{Namespace: vol.Pod.Namespace, Name: secretRef.Name}
-	}
-	secrets, err := p.secretData(ctx, secretRef, "NodePublish")
+	csiReq, secretRef, err := p.publishCall(ctx, req, client.Capabilities(), driver)
 	if err != nil {
 		return fail(err)
 	}
-	csiReq := p.publishRequest(spec, vol, req, client.caps, driver)
-	rm := requestMaps{volumeContext: csiReq.VolumeContext, secrets: secrets}
-	if err := p.addServiceAccountTokens(ctx, driver, vol.Pod, &rm); err != nil {
-		return fail(err)
-	}
-	csiReq.VolumeContext, csiReq.Secrets = rm.volumeContext, rm.secrets
-	csiReq.TargetPath = filepath.Join(dir, publishMount)
+	csiReq.TargetPath = filepath.Join(dir, ondisk.PublishLeaf)
 	if err := p.rfs.MkdirAll(dir, 0o750); err != nil {
 		return fail(err)
 	}
 	if _, err := p.rfs.Verify(csiReq.TargetPath); err != nil {
 		return fail(err) // nothing written beside a symlink
 	}
-	err = p.saveVolumeData(dir, p.podVolumeData(spec, vol))
-	rec := p.podRecord(spec, vol, dir, req.PublishContext, client.caps, secretRef)
+	err = ondisk.WriteVolumeData(p.rfs, dir, p.podVolumeData(spec, vol))
+	rec := p.podRecord(spec, vol, dir, req.PublishContext, client.Capabilities(), secretRef)
 	if err == nil {
-		rec.Phase = PhasePublishing
-		err = p.records.write(ctx, rec)
+		rec.Phase = ondisk.PhasePublishing
+		err = p.records.Write(ctx, rec)
 	}
 	if err == nil {
 		// The driver creates "mount"; one that is there must not be a
@@ -95,20 +87,20 @@ func (p *Plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 		_, err = p.rfs.Verify(csiReq.TargetPath)
 	}
 	if err == nil {
-		err = client.bound(p.timeout, p.steps).NodePublishVolume(ctx, csiReq)
+		err = client.Bound(p.timeout, p.steps).NodePublishVolume(ctx, csiReq)
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "driver", spec.Driver)
 	if err != nil {
 		if !volume.IsUncertain(err) {
-			if cerr := p.removeVolumeDir(dir, publishMount); cerr != nil {
+			if cerr := p.removeVolumeDir(dir, ondisk.PublishLeaf); cerr != nil {
 				logger.Error(cerr, "Cleaning up after a failed NodePublishVolume")
-			} else if cerr := p.records.remove(dir); cerr != nil {
+			} else if cerr := p.records.Remove(dir); cerr != nil {
 				logger.Error(cerr, "Cleaning up after a failed NodePublishVolume")
 			}
 		}
 		return "", fmt.Errorf("publishing volume %s for pod %s at %s: %w", volumeDesc(spec), vol.Pod, csiReq.TargetPath, err)
 	}
-	if needsOwnership(spec, vol, client.caps, driver) {
+	if needsOwnership(spec, vol, client.Capabilities(), driver) {
 		// The volume is published: a failure here leaves it Uncertain, to be
 		// published (and owned) again or torn down, as in the kubelet.
 		d, err := p.rfs.OpenDir(csiReq.TargetPath)
@@ -121,7 +113,7 @@ func (p *Plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 				volumeDesc(spec), vol.Pod, *vol.FSGroup, csiReq.TargetPath, err, volume.ErrInProgress)
 		}
 	}
-	p.records.update(ctx, rec, PhasePublished)
+	p.records.Update(ctx, rec, ondisk.PhasePublished)
 	logger.V(4).Info("Volume published", "targetPath", csiReq.TargetPath)
 	return csiReq.TargetPath, nil
 }
@@ -129,11 +121,11 @@ func (p *Plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 // publishRequest builds a NodePublishVolume request without its secrets
 // and target path.
 func (p *Plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req volume.MountRequest,
-	caps Capabilities, driver *storagev1.CSIDriver) *csi.NodePublishVolumeRequest {
+	caps csi.Capabilities, driver *storagev1.CSIDriver) *csipb.NodePublishVolumeRequest {
 	stagingPath := req.DeviceMountPath
 	if stagingPath == "" && caps.StageUnstage && !spec.Ephemeral {
 		if dir, _, err := p.stagingDir(spec); err == nil {
-			stagingPath = filepath.Join(dir, globalMount)
+			stagingPath = filepath.Join(dir, ondisk.StagingLeaf)
 		}
 	}
 	fsGroup := mountGroup(caps, driver, vol.FSGroup)
@@ -149,7 +141,7 @@ func (p *Plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req
 		volCtx[ServiceAccountNameKey] = vol.Pod.ServiceAccount
 		volCtx[EphemeralKey] = strconv.FormatBool(spec.Ephemeral)
 	}
-	return &csi.NodePublishVolumeRequest{
+	return &csipb.NodePublishVolumeRequest{
 		VolumeId:          spec.VolumeHandle,
 		PublishContext:    req.PublishContext,
 		StagingTargetPath: stagingPath,
@@ -159,20 +151,33 @@ func (p *Plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req
 	}
 }
 
-// podRecord is the record of a pod's volume directory dir.
-func (p *Plugin) podRecord(spec *cache.VolumeSpec, vol cache.PodVolume, dir string, publishContext map[string]string, caps Capabilities, publishSecret *cache.SecretRef) *Record {
-	rec := volumeRecord(spec, dir, publishContext, caps)
-	rec.PodUID, rec.PodNamespace, rec.PodName = string(vol.Pod.UID), vol.Pod.Namespace, vol.Pod.Name
-	rec.SpecName = VolumeDirName(spec, vol)
-	rec.ReadOnly = vol.ReadOnly || spec.ReadOnly
-	rec.PublishSecretRef = secretRef(publishSecret)
-	return rec
+// publishCall builds the NodePublishVolume request of req without its
+// target path: publishRequest with the Secret the PV names (in the pod's
+// namespace when it names none) and the service account tokens the
+// driver asks for. It returns the Secret's reference for the record.
+func (p *Plugin) publishCall(ctx context.Context, req volume.MountRequest, caps csi.Capabilities, driver *storagev1.CSIDriver) (*csipb.NodePublishVolumeRequest, *cache.SecretRef, error) {
+	spec, vol := req.Spec, req.Volume
+	secretRef := spec.NodePublishSecret
+	if secretRef != nil && secretRef.Namespace == "" {
+		secretRef = &cache.SecretRef{Namespace: vol.Pod.Namespace, Name: secretRef.Name}
+	}
+	secrets, err := p.secretData(ctx, secretRef, "NodePublish")
+	if err != nil {
+		return nil, nil, err
+	}
+	csiReq := p.publishRequest(spec, vol, req, caps, driver)
+	rm := requestMaps{volumeContext: csiReq.VolumeContext, secrets: secrets}
+	if err := p.addServiceAccountTokens(ctx, driver, vol.Pod, &rm); err != nil {
+		return nil, nil, err
+	}
+	csiReq.VolumeContext, csiReq.Secrets = rm.volumeContext, rm.secrets
+	return csiReq, secretRef, nil
 }
 
 // podVolumeData is the vol_data.json of a pod's volume.
-func (p *Plugin) podVolumeData(spec *cache.VolumeSpec, vol cache.PodVolume) *VolumeData {
-	d := &VolumeData{
-		SpecVolID:           VolumeDirName(spec, vol),
+func (p *Plugin) podVolumeData(spec *cache.VolumeSpec, vol cache.PodVolume) *ondisk.VolumeData {
+	d := &ondisk.VolumeData{
+		SpecVolID:           ondisk.VolumeDirName(spec, vol),
 		VolumeHandle:        spec.VolumeHandle,
 		DriverName:          spec.Driver,
 		NodeName:            p.node,
@@ -216,7 +221,7 @@ func (p *Plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 	fail := func(err error) error {
 		return fmt.Errorf("unpublishing volume %s from pod %s: %w", volumeDesc(spec), vol.Pod, err)
 	}
-	dir, err := PodVolumeDir(p.root, vol.Pod.UID, VolumeDirName(spec, vol))
+	dir, err := ondisk.PodVolumeDir(p.root, vol.Pod.UID, ondisk.VolumeDirName(spec, vol))
 	if err == nil {
 		err = fsutil.ValidateName("driver name", spec.Driver)
 	}
@@ -232,22 +237,22 @@ func (p *Plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 	if err != nil {
 		return fail(err)
 	}
-	target, err := p.rfs.Verify(filepath.Join(dir, publishMount))
+	target, err := p.rfs.Verify(filepath.Join(dir, ondisk.PublishLeaf))
 	if err != nil {
 		return fail(err)
 	}
-	p.records.update(ctx, p.podRecord(spec, vol, dir, req.PublishContext, client.caps, spec.NodePublishSecret), PhaseUnpublishing)
-	err = client.bound(p.timeout, p.steps).NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{
+	p.records.Update(ctx, p.podRecord(spec, vol, dir, req.PublishContext, client.Capabilities(), spec.NodePublishSecret), ondisk.PhaseUnpublishing)
+	err = client.Bound(p.timeout, p.steps).NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{
 		VolumeId:   spec.VolumeHandle,
 		TargetPath: target,
 	})
 	if err != nil {
 		return fmt.Errorf("unpublishing volume %s from pod %s at %s: %w", volumeDesc(spec), vol.Pod, target, err)
 	}
-	if err := p.removeVolumeDir(dir, publishMount); err != nil {
+	if err := p.removeVolumeDir(dir, ondisk.PublishLeaf); err != nil {
 		return fail(err)
 	}
-	if err := p.records.remove(dir); err != nil {
+	if err := p.records.Remove(dir); err != nil {
 		return fail(err)
 	}
 	klog.FromContext(ctx).V(4).Info("Volume unpublished", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "targetPath", target)

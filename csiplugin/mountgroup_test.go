@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 	storagev1 "k8s.io/api/storage/v1"
@@ -60,12 +60,12 @@ func TestVolumeMountGroupAtStage(t *testing.T) {
 			if _, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: staging}); err != nil {
 				t.Fatal(err)
 			}
-			want := &csi.VolumeCapability_MountVolume{FsType: spec.FSType, VolumeMountGroup: tt.want}
-			stage := e.request(t, "NodeStageVolume").(*csi.NodeStageVolumeRequest)
+			want := &csipb.VolumeCapability_MountVolume{FsType: spec.FSType, VolumeMountGroup: tt.want}
+			stage := e.request(t, "NodeStageVolume").(*csipb.NodeStageVolumeRequest)
 			if diff := cmp.Diff(want, stage.GetVolumeCapability().GetMount(), protocmp.Transform()); diff != "" {
 				t.Errorf("NodeStageVolume mount capability (-want +got):\n%s", diff)
 			}
-			publish := e.request(t, "NodePublishVolume").(*csi.NodePublishVolumeRequest)
+			publish := e.request(t, "NodePublishVolume").(*csipb.NodePublishVolumeRequest)
 			if diff := cmp.Diff(want, publish.GetVolumeCapability().GetMount(), protocmp.Transform()); diff != "" {
 				t.Errorf("NodePublishVolume mount capability (-want +got):\n%s", diff)
 			}

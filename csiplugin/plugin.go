@@ -6,16 +6,21 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/nodevol/nodevol/util/blockdev"
-	"github.com/nodevol/nodevol/util/rootfs"
-	"github.com/nodevol/nodevol/util/step"
-	"github.com/nodevol/nodevol/volume"
 	"k8s.io/client-go/kubernetes"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 	"k8s.io/utils/clock"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/util/blockdev"
+	"github.com/nodevol/nodevol/util/fsgroup"
+	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // Config configures a Plugin. NodeName, CSIDriverLister and
@@ -33,7 +38,7 @@ type Config struct {
 	NodeName string
 	// Registry holds the registered CSI drivers. Default: a new, empty
 	// registry (reachable through Plugin.Registry).
-	Registry *Registry
+	Registry *csi.Registry
 	// CSIDriverLister reads CSIDriver objects (attachRequired,
 	// podInfoOnMount, volumeLifecycleModes, fsGroupPolicy). Required.
 	CSIDriverLister storagelisters.CSIDriverLister
@@ -99,7 +104,7 @@ type Plugin struct {
 	root        string
 	rfs         *rootfs.Root
 	node        string
-	drivers     *Registry
+	drivers     *csi.Registry
 	csiDrivers  storagelisters.CSIDriverLister
 	attachments storagelisters.VolumeAttachmentLister
 	client      kubernetes.Interface
@@ -108,14 +113,9 @@ type Plugin struct {
 	blockMapper BlockMapper
 	mounter     mount.Interface
 	timeout     time.Duration
-	records     *records
-	events      record.EventRecorder
-	clock       clock.Clock
-	warnAfter   time.Duration
+	records     *ondisk.Records
+	ownership   fsgroup.Reporter
 	steps       step.Hook
-	// eachOwnedFile, if set, is called before each file's ownership is
-	// changed (tests).
-	eachOwnedFile func(path string)
 }
 
 var _ volume.Plugin = (*Plugin)(nil)
@@ -141,7 +141,7 @@ func New(cfg Config) (*Plugin, error) {
 	}
 	rfs = rfs.WithSteps(cfg.Steps)
 	if cfg.Registry == nil {
-		cfg.Registry = NewRegistry(RegistryOptions{})
+		cfg.Registry = csi.NewRegistry(csi.RegistryOptions{})
 	}
 	if cfg.Secrets == nil {
 		cfg.Secrets = noSecrets{}
@@ -154,7 +154,7 @@ func New(cfg Config) (*Plugin, error) {
 	}
 	cfg.Mounter = step.Mounter(cfg.Mounter, cfg.Steps)
 	if cfg.CallTimeout <= 0 {
-		cfg.CallTimeout = DefaultCallTimeout
+		cfg.CallTimeout = csi.DefaultCallTimeout
 	}
 	if cfg.BlockMapper == nil {
 		m := blockdev.NewMapper(cfg.Mounter)
@@ -165,14 +165,14 @@ func New(cfg Config) (*Plugin, error) {
 		cfg.Clock = clock.RealClock{}
 	}
 	if cfg.PermissionChangeWarnAfter <= 0 {
-		cfg.PermissionChangeWarnAfter = DefaultPermissionChangeWarnAfter
+		cfg.PermissionChangeWarnAfter = fsgroup.DefaultWarnAfter
 	}
-	bootID, err := ReadBootID(cfg.BootIDPath)
+	bootID, err := ondisk.ReadBootID(cfg.BootIDPath)
 	if err != nil {
 		klog.Background().Error(err, "Records of work in flight carry no boot ID: a restart will not tell a reboot from a crash")
 	}
 	return &Plugin{
-		records:     &records{rfs: rfs, bootID: bootID},
+		records:     ondisk.NewRecords(rfs, bootID),
 		root:        root,
 		rfs:         rfs,
 		node:        cfg.NodeName,
@@ -185,18 +185,27 @@ func New(cfg Config) (*Plugin, error) {
 		blockMapper: cfg.BlockMapper,
 		mounter:     cfg.Mounter,
 		timeout:     cfg.CallTimeout,
-		events:      cfg.EventRecorder,
-		clock:       cfg.Clock,
-		warnAfter:   cfg.PermissionChangeWarnAfter,
+		ownership:   fsgroup.Reporter{Clock: cfg.Clock, WarnAfter: cfg.PermissionChangeWarnAfter, Events: cfg.EventRecorder},
 		steps:       cfg.Steps,
 	}, nil
 }
 
 // BootID is the node's boot ID as read at New ("" if it could not be read).
-func (p *Plugin) BootID() string { return p.records.bootID }
+func (p *Plugin) BootID() string { return p.records.BootID() }
 
 // Registry returns the plugin's driver registry.
-func (p *Plugin) Registry() *Registry { return p.drivers }
+func (p *Plugin) Registry() *csi.Registry { return p.drivers }
 
 // RootDir returns the absolute root directory.
 func (p *Plugin) RootDir() string { return p.root }
+
+// volumeDesc names a volume in errors and logs.
+func volumeDesc(spec *cache.VolumeSpec) string {
+	if spec.MigratedFrom != "" {
+		return fmt.Sprintf("%q (PV %s, driver %s, migrated from in-tree %s)", spec.Name, spec.PVName, spec.Driver, spec.MigratedFrom)
+	}
+	if spec.PVName != "" {
+		return fmt.Sprintf("%q (PV %s, driver %s)", spec.Name, spec.PVName, spec.Driver)
+	}
+	return fmt.Sprintf("%q (driver %s)", spec.Name, spec.Driver)
+}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	storagev1 "k8s.io/api/storage/v1"
@@ -20,7 +20,9 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -36,7 +38,7 @@ func TestNoStageUnstage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("SetUp: %v", err)
 	}
-	pub := e.request(t, "NodePublishVolume").(*csi.NodePublishVolumeRequest)
+	pub := e.request(t, "NodePublishVolume").(*csipb.NodePublishVolumeRequest)
 	if pub.GetStagingTargetPath() != "" || pub.GetTargetPath() != target {
 		t.Errorf("NodePublishVolume staging %q target %q, want no staging path and %s", pub.GetStagingTargetPath(), pub.GetTargetPath(), target)
 	}
@@ -104,9 +106,9 @@ func TestStageErrors(t *testing.T) {
 			if status.Code(err) != code || !strings.Contains(err.Error(), "injected") || !strings.Contains(err.Error(), "pv-1") {
 				t.Errorf("error %q: want code %v, the driver's message and the volume", err, code)
 			}
-			dir, _ := StagingDir(e.root, drv, spec.VolumeHandle)
-			_, statErr := os.Stat(filepath.Join(dir, VolumeDataFile))
-			if IsInProgressCode(code) {
+			dir, _ := ondisk.StagingDir(e.root, drv, spec.VolumeHandle)
+			_, statErr := os.Stat(filepath.Join(dir, ondisk.VolumeDataFile))
+			if csi.IsInProgressCode(code) {
 				if !volume.IsUncertain(err) || statErr != nil {
 					t.Errorf("in progress: uncertain %v (want true), vol_data.json: %v (want kept)", volume.IsUncertain(err), statErr)
 				}
@@ -263,7 +265,7 @@ func TestInlineWithPodInfo(t *testing.T) {
 	if want := filepath.Join(e.root, "pods/uid-a/volumes/kubernetes.io~csi/scratch/mount"); target != want {
 		t.Errorf("target = %s, want %s", target, want)
 	}
-	pub := e.request(t, "NodePublishVolume").(*csi.NodePublishVolumeRequest)
+	pub := e.request(t, "NodePublishVolume").(*csipb.NodePublishVolumeRequest)
 	wantCtx := map[string]string{"size": "1Gi", PodNameKey: "pod-a", PodNamespaceKey: "ns", PodUIDKey: "uid-a",
 		ServiceAccountNameKey: "sa", EphemeralKey: "true"}
 	if fmt.Sprint(pub.GetVolumeContext()) != fmt.Sprint(wantCtx) || pub.GetSecrets()["k"] != "v" || pub.GetStagingTargetPath() != "" {
@@ -313,24 +315,24 @@ func TestAccessModes(t *testing.T) {
 	tests := []struct {
 		mode string
 		snmw bool
-		want csi.VolumeCapability_AccessMode_Mode
+		want csipb.VolumeCapability_AccessMode_Mode
 	}{
-		{"ReadWriteOnce", false, csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-		{"ReadWriteOnce", true, csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER},
-		{"ReadOnlyMany", false, csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY},
-		{"ReadOnlyMany", true, csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY},
-		{"ReadWriteMany", true, csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER},
-		{"ReadWriteOncePod", false, csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-		{"ReadWriteOncePod", true, csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER},
+		{"ReadWriteOnce", false, csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		{"ReadWriteOnce", true, csipb.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER},
+		{"ReadOnlyMany", false, csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY},
+		{"ReadOnlyMany", true, csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY},
+		{"ReadWriteMany", true, csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER},
+		{"ReadWriteOncePod", false, csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		{"ReadWriteOncePod", true, csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER},
 		// No access mode (an inline volume, a PV without accessModes):
 		// ReadWriteOnce, as the kubelet sends it.
-		{"", false, csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-		{"", true, csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER},
-		{"ReadWriteSometimes", true, csi.VolumeCapability_AccessMode_UNKNOWN},
+		{"", false, csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		{"", true, csipb.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER},
+		{"ReadWriteSometimes", true, csipb.VolumeCapability_AccessMode_UNKNOWN},
 	}
 	for _, tt := range tests {
-		if got := accessMode(tt.mode, Capabilities{SingleNodeMultiWriter: tt.snmw}); got != tt.want {
-			t.Errorf("accessMode(%q, SNMW=%v) = %v, want %v", tt.mode, tt.snmw, got, tt.want)
+		if got := (csi.Capabilities{SingleNodeMultiWriter: tt.snmw}).AccessMode(tt.mode); got != tt.want {
+			t.Errorf("AccessMode(%q, SNMW=%v) = %v, want %v", tt.mode, tt.snmw, got, tt.want)
 		}
 	}
 	// Over the wire, with the driver's capability fetched at registration.
@@ -340,11 +342,11 @@ func TestAccessModes(t *testing.T) {
 	if _, err := e.p.MountDevice(context.Background(), volume.DeviceRequest{Spec: spec}); err != nil {
 		t.Fatal(err)
 	}
-	stage := e.request(t, "NodeStageVolume").(*csi.NodeStageVolumeRequest)
-	if got := stage.GetVolumeCapability().GetAccessMode().GetMode(); got != csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+	stage := e.request(t, "NodeStageVolume").(*csipb.NodeStageVolumeRequest)
+	if got := stage.GetVolumeCapability().GetAccessMode().GetMode(); got != csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
 		t.Errorf("staged with %v", got)
 	}
-	block := volumeCapability(&cache.VolumeSpec{Mode: cache.Block, AccessMode: "ReadWriteOnce"}, Capabilities{}, nil)
+	block := volumeCapability(&cache.VolumeSpec{Mode: cache.Block, AccessMode: "ReadWriteOnce"}, csi.Capabilities{}, nil)
 	if block.GetBlock() == nil || block.GetMount() != nil {
 		t.Errorf("Block mode capability = %v", block)
 	}

@@ -2,13 +2,15 @@ package csiplugin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,7 +22,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -32,7 +36,7 @@ const drv = csitest.DefaultDriverName
 type env struct {
 	root    string
 	srv     *csitest.Server
-	reg     *Registry
+	reg     *csi.Registry
 	p       *Plugin
 	mounter *mount.FakeMounter
 }
@@ -57,7 +61,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	t.Cleanup(func() { cancel(); factory.Shutdown() })
 
 	e := &env{root: filepath.Join(t.TempDir(), "kubelet"), srv: csitest.New(t, o.driver), mounter: mount.NewFakeMounter(nil)}
-	e.reg = NewRegistry(RegistryOptions{})
+	e.reg = csi.NewRegistry(csi.RegistryOptions{})
 	t.Cleanup(func() { _ = e.reg.Close() })
 	if err := e.reg.Register(ctx, e.srv.DriverName(), e.srv.Endpoint()); err != nil {
 		t.Fatalf("Register: %v", err)
@@ -94,9 +98,9 @@ func podVolume(uid, specName string) cache.PodVolume {
 	}
 }
 
-func volData(t *testing.T, dir string) VolumeData {
+func volData(t *testing.T, dir string) ondisk.VolumeData {
 	t.Helper()
-	d, err := LoadVolumeData(dir)
+	d, err := ondisk.LoadVolumeData(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,14 +143,14 @@ func TestStageAndPublish(t *testing.T) {
 	if st, err := os.Stat(stagingPath); err != nil || !st.IsDir() {
 		t.Errorf("staging path is not a directory: %v", err)
 	}
-	if got, want := volData(t, stagingDir), (VolumeData{SpecVolID: "pv-1", VolumeHandle: "vol-1", DriverName: drv}); got != want {
+	if got, want := volData(t, stagingDir), (ondisk.VolumeData{SpecVolID: "pv-1", VolumeHandle: "vol-1", DriverName: drv}); got != want {
 		t.Errorf("staging vol_data.json = %+v, want %+v", got, want)
 	}
-	mountCap := &csi.VolumeCapability{
-		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4", MountFlags: []string{"noatime", "discard"}}},
-		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	mountCap := &csipb.VolumeCapability{
+		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: "ext4", MountFlags: []string{"noatime", "discard"}}},
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
 	}
-	wantStage := &csi.NodeStageVolumeRequest{
+	wantStage := &csipb.NodeStageVolumeRequest{
 		VolumeId: "vol-1", PublishContext: pc, StagingTargetPath: stagingPath, VolumeCapability: mountCap,
 		Secrets: map[string]string{"user": "admin"}, VolumeContext: map[string]string{"pool": "fast"},
 	}
@@ -165,12 +169,12 @@ func TestStageAndPublish(t *testing.T) {
 	if want := filepath.Join(volDir, "mount"); target != want {
 		t.Errorf("target path = %s, want %s", target, want)
 	}
-	wantData := VolumeData{SpecVolID: "pv-1", VolumeHandle: "vol-1", DriverName: drv, NodeName: testNode,
+	wantData := ondisk.VolumeData{SpecVolID: "pv-1", VolumeHandle: "vol-1", DriverName: drv, NodeName: testNode,
 		AttachmentID: AttachmentName("vol-1", drv, testNode), VolumeLifecycleMode: "Persistent"}
 	if got := volData(t, volDir); got != wantData {
 		t.Errorf("pod vol_data.json = %+v, want %+v", got, wantData)
 	}
-	wantPublish := &csi.NodePublishVolumeRequest{
+	wantPublish := &csipb.NodePublishVolumeRequest{
 		VolumeId: "vol-1", PublishContext: pc, StagingTargetPath: stagingPath, TargetPath: target,
 		VolumeCapability: mountCap, Readonly: true,
 		Secrets: map[string]string{"token": "t0k"}, VolumeContext: map[string]string{"pool": "fast"},
@@ -201,7 +205,7 @@ func TestStageAndPublish(t *testing.T) {
 	if _, staged := e.srv.Staged("vol-1"); staged {
 		t.Error("volume still staged")
 	}
-	unstage := e.request(t, "NodeUnstageVolume").(*csi.NodeUnstageVolumeRequest)
+	unstage := e.request(t, "NodeUnstageVolume").(*csipb.NodeUnstageVolumeRequest)
 	if unstage.GetVolumeId() != "vol-1" || unstage.GetStagingTargetPath() != stagingPath {
 		t.Errorf("NodeUnstageVolume request = %v", unstage)
 	}
@@ -217,4 +221,11 @@ func TestStageAndPublish(t *testing.T) {
 	if n := e.srv.Calls(""); n != 0 {
 		t.Errorf("tearing down again made %d calls", n)
 	}
+}
+
+// sha256Hex is how the kubelet's layout names a staging directory after
+// its volume handle, spelled out here to check the plugin's paths.
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }

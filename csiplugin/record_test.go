@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -17,13 +16,13 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	"github.com/nodevol/nodevol/util/fsutil"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/util/rootfs"
 	"github.com/nodevol/nodevol/volume"
 )
 
 // readRecord reads the record of dir (absolute) under e's root.
-func (e *env) readRecord(t *testing.T, dir string) (*Record, error) {
+func (e *env) readRecord(t *testing.T, dir string) (*ondisk.Record, error) {
 	t.Helper()
 	r, err := rootfs.New(e.root)
 	if err != nil {
@@ -33,12 +32,12 @@ func (e *env) readRecord(t *testing.T, dir string) (*Record, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ReadRecord(r, rel)
+	return ondisk.ReadRecord(r, rel)
 }
 
 // phaseDuring returns the phase of dir's record while the driver holds a
 // call of method, and the error of op.
-func (e *env) phaseDuring(t *testing.T, method, dir string, op func() error) (Phase, error) {
+func (e *env) phaseDuring(t *testing.T, method, dir string, op func() error) (ondisk.Phase, error) {
 	t.Helper()
 	block := make(chan struct{})
 	e.srv.Inject(csitest.Fault{Method: method, Block: block, Times: 1})
@@ -48,7 +47,7 @@ func (e *env) phaseDuring(t *testing.T, method, dir string, op func() error) (Ph
 	if err := e.srv.WaitForCalls(context.Background(), method, before+1); err != nil {
 		t.Fatal(err)
 	}
-	var ph Phase
+	var ph ondisk.Phase
 	rec, err := e.readRecord(t, dir)
 	if err != nil {
 		t.Errorf("record of %s during %s: %v", dir, method, err)
@@ -73,7 +72,7 @@ func TestRecordsFollowCalls(t *testing.T) {
 	spec.NodeStageSecret = &cache.SecretRef{Namespace: "secrets", Name: "stage"}
 	pc := map[string]string{"devicePath": "/dev/xvdb"}
 	ctx := context.Background()
-	stagingDir, _ := StagingDir(e.root, drv, "vol-1")
+	stagingDir, _ := ondisk.StagingDir(e.root, drv, "vol-1")
 	vol := podVolume("a", "data")
 	volDir := filepath.Join(e.root, "pods", string(vol.Pod.UID), "volumes/kubernetes.io~csi/pv-1")
 
@@ -82,20 +81,20 @@ func TestRecordsFollowCalls(t *testing.T) {
 		stagingPath, err = e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec, PublishContext: pc})
 		return err
 	})
-	if err != nil || ph != PhaseStaging {
-		t.Fatalf("MountDevice: %v; phase during NodeStageVolume %q, want %q", err, ph, PhaseStaging)
+	if err != nil || ph != ondisk.PhaseStaging {
+		t.Fatalf("MountDevice: %v; phase during NodeStageVolume %q, want %q", err, ph, ondisk.PhaseStaging)
 	}
 	rec, err := e.readRecord(t, stagingDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Phase != PhaseStaged || rec.BootID != e.p.BootID() || rec.BootID == "" || rec.VolumeHandle != "vol-1" ||
+	if rec.Phase != ondisk.PhaseStaged || rec.BootID != e.p.BootID() || rec.BootID == "" || rec.VolumeHandle != "vol-1" ||
 		rec.Driver != drv || rec.PVName != "pv-1" || rec.PublishContext["devicePath"] != "/dev/xvdb" ||
 		rec.FSType != "ext4" || rec.AccessMode != "SINGLE_NODE_WRITER" || len(rec.MountOptions) != 1 ||
 		rec.StageSecretRef == nil || rec.StageSecretRef.Name != "stage" {
 		t.Errorf("staging record after NodeStageVolume = %+v", rec)
 	}
-	data, err := os.ReadFile(filepath.Join(e.root, RecordFile(rec.Dir)))
+	data, err := os.ReadFile(filepath.Join(e.root, ondisk.RecordFile(rec.Dir)))
 	if err != nil || strings.Contains(string(data), "s3cr3t-value") {
 		t.Errorf("record %s holds the secret's value (or cannot be read: %v)", data, err)
 	}
@@ -104,18 +103,18 @@ func TestRecordsFollowCalls(t *testing.T) {
 		_, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: vol, PublishContext: pc, DeviceMountPath: stagingPath})
 		return err
 	})
-	if err != nil || ph != PhasePublishing {
-		t.Fatalf("SetUp: %v; phase during NodePublishVolume %q, want %q", err, ph, PhasePublishing)
+	if err != nil || ph != ondisk.PhasePublishing {
+		t.Fatalf("SetUp: %v; phase during NodePublishVolume %q, want %q", err, ph, ondisk.PhasePublishing)
 	}
-	if rec, err := e.readRecord(t, volDir); err != nil || rec.Phase != PhasePublished || rec.PodUID != "uid-a" || rec.SpecName != "pv-1" {
+	if rec, err := e.readRecord(t, volDir); err != nil || rec.Phase != ondisk.PhasePublished || rec.PodUID != "uid-a" || rec.SpecName != "pv-1" {
 		t.Errorf("pod record after NodePublishVolume = %+v, %v", rec, err)
 	}
 
 	ph, err = e.phaseDuring(t, "NodeUnpublishVolume", volDir, func() error {
 		return e.p.TearDown(ctx, volume.MountRequest{Spec: spec, Volume: vol})
 	})
-	if err != nil || ph != PhaseUnpublishing {
-		t.Fatalf("TearDown: %v; phase during NodeUnpublishVolume %q, want %q", err, ph, PhaseUnpublishing)
+	if err != nil || ph != ondisk.PhaseUnpublishing {
+		t.Fatalf("TearDown: %v; phase during NodeUnpublishVolume %q, want %q", err, ph, ondisk.PhaseUnpublishing)
 	}
 	if _, err := e.readRecord(t, volDir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("pod record after TearDown: %v, want none", err)
@@ -123,14 +122,14 @@ func TestRecordsFollowCalls(t *testing.T) {
 	ph, err = e.phaseDuring(t, "NodeUnstageVolume", stagingDir, func() error {
 		return e.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: spec})
 	})
-	if err != nil || ph != PhaseUnstaging {
-		t.Fatalf("UnmountDevice: %v; phase during NodeUnstageVolume %q, want %q", err, ph, PhaseUnstaging)
+	if err != nil || ph != ondisk.PhaseUnstaging {
+		t.Fatalf("UnmountDevice: %v; phase during NodeUnstageVolume %q, want %q", err, ph, ondisk.PhaseUnstaging)
 	}
 	if _, err := e.readRecord(t, stagingDir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("staging record after UnmountDevice: %v, want none", err)
 	}
 	var left []string
-	err = filepath.WalkDir(filepath.Join(e.root, RecordsDir), func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(filepath.Join(e.root, ondisk.RecordsDir), func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			left = append(left, p)
 		}
@@ -148,10 +147,10 @@ func TestRecordAfterFailure(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		code codes.Code
-		want Phase // "" for no record
+		want ondisk.Phase // "" for no record
 	}{
 		{codes.InvalidArgument, ""},
-		{codes.DeadlineExceeded, PhaseStaging},
+		{codes.DeadlineExceeded, ondisk.PhaseStaging},
 	} {
 		spec := testSpec(drv)
 		spec.VolumeHandle = "vol-" + tc.code.String()
@@ -159,7 +158,7 @@ func TestRecordAfterFailure(t *testing.T) {
 		if _, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec}); err == nil {
 			t.Fatalf("%v: MountDevice succeeded", tc.code)
 		}
-		dir, _ := StagingDir(e.root, drv, spec.VolumeHandle)
+		dir, _ := ondisk.StagingDir(e.root, drv, spec.VolumeHandle)
 		rec, err := e.readRecord(t, dir)
 		switch {
 		case tc.want == "" && !errors.Is(err, fs.ErrNotExist):
@@ -167,109 +166,6 @@ func TestRecordAfterFailure(t *testing.T) {
 		case tc.want != "" && (err != nil || rec.Phase != tc.want):
 			t.Errorf("%v: record %+v, %v; want phase %s", tc.code, rec, err, tc.want)
 		}
-	}
-}
-
-// TestReadRecordRefuses: records that cannot be trusted give errors that
-// say why.
-func TestReadRecordRefuses(t *testing.T) {
-	root := t.TempDir()
-	r, err := rootfs.New(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const dir = "pods/uid/volumes/kubernetes.io~csi/pv"
-	if err := r.MkdirAll(path.Dir(RecordFile(dir)), 0o750); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name, content string
-		want          error
-	}{
-		{"missing", "", fs.ErrNotExist},
-		{"empty", " ", fsutil.ErrCorrupt},
-		{"truncated", `{"version":1,"phase":"Publ`, fsutil.ErrCorrupt},
-		{"no handle", `{"version":1,"phase":"Published","dir":"` + dir + `","driver":"d"}`, fsutil.ErrCorrupt},
-		{"unknown phase", `{"version":1,"phase":"Dancing","dir":"` + dir + `","driver":"d","volumeHandle":"h"}`, fsutil.ErrCorrupt},
-		{"another dir", `{"version":1,"phase":"Published","dir":"pods/x","driver":"d","volumeHandle":"h"}`, fsutil.ErrCorrupt},
-		{"newer", `{"version":2,"phase":"Published","dir":"` + dir + `","driver":"d","volumeHandle":"h"}`, ErrRecordVersion},
-	} {
-		name := filepath.Join(root, RecordFile(dir))
-		_ = os.Remove(name)
-		if tc.content != "" {
-			if err := os.WriteFile(name, []byte(tc.content), 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := ReadRecord(r, dir); !errors.Is(err, tc.want) {
-			t.Errorf("%s: ReadRecord = %v, want %v", tc.name, err, tc.want)
-		}
-	}
-}
-
-// TestRemoveUnusedVolumeDir removes only what cannot hold data, and
-// follows no symlink.
-func TestRemoveUnusedVolumeDir(t *testing.T) {
-	const dir = "pods/uid/volumes/kubernetes.io~csi/pv"
-	remove := func(name string) func(*testing.T, string) {
-		return func(t *testing.T, abs string) {
-			if err := os.Remove(filepath.Join(abs, name)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for _, tc := range []struct {
-		name      string
-		plant     func(t *testing.T, abs string)
-		mounted   string // the mount point, relative to dir ("." for dir)
-		wantError bool
-	}{
-		{"clean", func(*testing.T, string) {}, "", false},
-		{"no vol_data.json", remove(VolumeDataFile), "", false},
-		{"no vol_data.json, no mount", func(t *testing.T, abs string) { remove(VolumeDataFile)(t, abs); remove("mount")(t, abs) }, "", false},
-		{"temp file of a write", func(t *testing.T, abs string) { write(t, filepath.Join(abs, ".vol_data.json.tmp-0a1b"), "{") }, "", false},
-		{"mount point", func(*testing.T, string) {}, "mount", true},
-		{"dir a mount point", func(*testing.T, string) {}, ".", true},
-		{"vol_data.json a mount point", func(*testing.T, string) {}, VolumeDataFile, true},
-		{"data in mount", func(t *testing.T, abs string) { write(t, filepath.Join(abs, "mount", "data"), "x") }, "", true},
-		{"stranger beside", func(t *testing.T, abs string) { write(t, filepath.Join(abs, "other"), "x") }, "", true},
-		{"mount a symlink", func(t *testing.T, abs string) {
-			remove("mount")(t, abs)
-			if err := os.Symlink(t.TempDir(), filepath.Join(abs, "mount")); err != nil {
-				t.Fatal(err)
-			}
-		}, "", true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			root := t.TempDir()
-			abs := filepath.Join(root, dir)
-			write(t, filepath.Join(abs, VolumeDataFile), `{}`)
-			write(t, filepath.Join(root, RecordFile(dir)), `{}`)
-			if err := os.MkdirAll(filepath.Join(abs, "mount"), 0o750); err != nil {
-				t.Fatal(err)
-			}
-			tc.plant(t, abs)
-			r, _ := rootfs.New(root)
-			isMountPoint := func(p string) bool { return tc.mounted != "" && p == filepath.Join(abs, tc.mounted) }
-			err := RemoveUnusedVolumeDir(r, isMountPoint, dir, "mount")
-			if (err != nil) != tc.wantError {
-				t.Fatalf("RemoveUnusedVolumeDir = %v, want error %v", err, tc.wantError)
-			}
-			if _, statErr := os.Lstat(abs); tc.wantError == errors.Is(statErr, fs.ErrNotExist) {
-				t.Errorf("directory after: %v", statErr)
-			}
-			if _, statErr := os.Lstat(filepath.Join(root, RecordFile(dir))); tc.wantError == errors.Is(statErr, fs.ErrNotExist) {
-				t.Errorf("record after: %v", statErr)
-			}
-			if tc.wantError {
-				// Nothing removed: what is left can still be reconstructed.
-				for _, name := range []string{VolumeDataFile, "mount"} {
-					if _, err := os.Lstat(filepath.Join(abs, name)); err != nil {
-						t.Errorf("%s removed: %v", name, err)
-					}
-				}
-			}
-		})
 	}
 }
 
@@ -292,7 +188,7 @@ func TestBlockRecordsFollowCalls(t *testing.T) {
 	ctx := context.Background()
 	spec := blockSpec()
 	vol := podVolume("a", "data")
-	paths, err := BlockVolumePaths(e.root, "pv-1", vol.Pod.UID)
+	paths, err := ondisk.BlockVolumePaths(e.root, "pv-1", vol.Pod.UID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,17 +196,17 @@ func TestBlockRecordsFollowCalls(t *testing.T) {
 		_, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec})
 		return err
 	})
-	if err != nil || ph != PhaseStaging {
+	if err != nil || ph != ondisk.PhaseStaging {
 		t.Fatalf("MountDevice: %v; phase during NodeStageVolume %q", err, ph)
 	}
 	ph, err = e.phaseDuring(t, "NodePublishVolume", paths.PublishPath, func() error {
 		_, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: paths.StagingPath})
 		return err
 	})
-	if err != nil || ph != PhasePublishing {
+	if err != nil || ph != ondisk.PhasePublishing {
 		t.Fatalf("SetUp: %v; phase during NodePublishVolume %q", err, ph)
 	}
-	for dir, want := range map[string]Phase{paths.StagingPath: PhaseStaged, paths.PublishPath: PhasePublished} {
+	for dir, want := range map[string]ondisk.Phase{paths.StagingPath: ondisk.PhaseStaged, paths.PublishPath: ondisk.PhasePublished} {
 		if rec, err := e.readRecord(t, dir); err != nil || rec.Phase != want || rec.Mode != "Block" {
 			t.Errorf("record of %s = %+v, %v; want %s", dir, rec, err, want)
 		}
@@ -318,13 +214,13 @@ func TestBlockRecordsFollowCalls(t *testing.T) {
 	ph, err = e.phaseDuring(t, "NodeUnpublishVolume", paths.PublishPath, func() error {
 		return e.p.TearDown(ctx, volume.MountRequest{Spec: spec, Volume: vol})
 	})
-	if err != nil || ph != PhaseUnpublishing {
+	if err != nil || ph != ondisk.PhaseUnpublishing {
 		t.Fatalf("TearDown: %v; phase during NodeUnpublishVolume %q", err, ph)
 	}
 	ph, err = e.phaseDuring(t, "NodeUnstageVolume", paths.StagingPath, func() error {
 		return e.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: spec})
 	})
-	if err != nil || ph != PhaseUnstaging {
+	if err != nil || ph != ondisk.PhaseUnstaging {
 		t.Fatalf("UnmountDevice: %v; phase during NodeUnstageVolume %q", err, ph)
 	}
 	for _, dir := range []string{paths.StagingPath, paths.PublishPath} {
@@ -365,13 +261,13 @@ func TestRecordNotRegularFileTakenBack(t *testing.T) {
 			ctx := context.Background()
 			spec := testSpec(drv)
 			vol := podVolume("a", "data")
-			stagingDir, _ := StagingDir(e.root, drv, spec.VolumeHandle)
-			volDir, _ := PodVolumeDir(e.root, vol.Pod.UID, VolumeDirName(spec, vol))
+			stagingDir, _ := ondisk.StagingDir(e.root, drv, spec.VolumeHandle)
+			volDir, _ := ondisk.PodVolumeDir(e.root, vol.Pod.UID, ondisk.VolumeDirName(spec, vol))
 			outside := filepath.Join(t.TempDir(), "outside")
 			write(t, outside, "keep")
 			for _, dir := range []string{stagingDir, volDir} {
 				rel, _ := filepath.Rel(e.root, dir)
-				name := filepath.Join(e.root, RecordFile(rel))
+				name := filepath.Join(e.root, ondisk.RecordFile(rel))
 				if err := os.MkdirAll(filepath.Dir(name), 0o750); err != nil {
 					t.Fatal(err)
 				}
@@ -385,7 +281,7 @@ func TestRecordNotRegularFileTakenBack(t *testing.T) {
 			if _, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: stagingPath}); err != nil {
 				t.Fatalf("SetUp: %v", err)
 			}
-			for dir, want := range map[string]Phase{stagingDir: PhaseStaged, volDir: PhasePublished} {
+			for dir, want := range map[string]ondisk.Phase{stagingDir: ondisk.PhaseStaged, volDir: ondisk.PhasePublished} {
 				if rec, err := e.readRecord(t, dir); err != nil || rec.Phase != want {
 					t.Errorf("record of %s = %+v, %v; want %s", dir, rec, err, want)
 				}

@@ -8,10 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -46,7 +47,7 @@ func (p *Plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (str
 		return fail(err)
 	}
 	logger := klog.FromContext(ctx).WithValues("volume", spec.Name, "driver", spec.Driver)
-	if !client.caps.StageUnstage {
+	if !client.Capabilities().StageUnstage {
 		logger.V(4).Info("Driver does not stage volumes, skipping NodeStageVolume")
 		return "", nil
 	}
@@ -58,7 +59,7 @@ func (p *Plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (str
 	if err != nil {
 		return fail(err)
 	}
-	stagingPath := filepath.Join(dir, globalMount)
+	stagingPath := filepath.Join(dir, ondisk.StagingLeaf)
 	if err := p.rfs.MkdirAll(stagingPath, 0o750); err != nil {
 		return fail(err)
 	}
@@ -67,48 +68,55 @@ func (p *Plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (str
 	// A legacy directory's vol_data.json is read, never written: it already
 	// names this volume.
 	if !legacy {
-		err = p.saveVolumeData(dir, &VolumeData{SpecVolID: spec.PVName, VolumeHandle: spec.VolumeHandle, DriverName: spec.Driver,
+		err = ondisk.WriteVolumeData(p.rfs, dir, &ondisk.VolumeData{SpecVolID: spec.PVName, VolumeHandle: spec.VolumeHandle, DriverName: spec.Driver,
 			SELinuxMountContext: req.SELinuxContext})
 	}
-	rec := volumeRecord(spec, dir, req.PublishContext, client.caps)
+	rec := volumeRecord(spec, dir, req.PublishContext, client.Capabilities())
 	if err == nil {
-		rec.Phase = PhaseStaging
-		err = p.records.write(ctx, rec)
+		rec.Phase = ondisk.PhaseStaging
+		err = p.records.Write(ctx, rec)
 	}
 	if err == nil {
 		// Checked again right before the driver gets the path.
 		_, err = p.rfs.Verify(stagingPath)
 	}
 	if err == nil {
-		err = client.bound(p.timeout, p.steps).NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
+		err = client.Bound(p.timeout, p.steps).NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
 			VolumeId:          spec.VolumeHandle,
 			PublishContext:    req.PublishContext,
 			StagingTargetPath: stagingPath,
-			VolumeCapability:  withSELinuxContext(volumeCapability(spec, client.caps, mountGroup(client.caps, driver, req.Pod.FSGroup)), req.SELinuxContext),
+			VolumeCapability:  withSELinuxContext(volumeCapability(spec, client.Capabilities(), mountGroup(client.Capabilities(), driver, req.Pod.FSGroup)), req.SELinuxContext),
 			Secrets:           secrets,
 			VolumeContext:     spec.Attributes,
 		})
 	}
 	if err != nil {
-		switch {
-		case volume.IsUncertain(err):
-		case legacy:
-			// Not nodevol's directory: only its own record goes.
-			if cerr := p.records.remove(dir); cerr != nil {
-				logger.Error(cerr, "Cleaning up after a failed NodeStageVolume")
-			}
-		default:
-			if cerr := p.removeVolumeDir(dir, globalMount); cerr != nil {
-				logger.Error(cerr, "Cleaning up after a failed NodeStageVolume")
-			} else if cerr := p.records.remove(dir); cerr != nil {
-				logger.Error(cerr, "Cleaning up after a failed NodeStageVolume")
-			}
-		}
+		p.undoStage(logger, dir, legacy, err)
 		return "", fmt.Errorf("staging volume %s at %s: %w", volumeDesc(spec), stagingPath, err)
 	}
-	p.records.update(ctx, rec, PhaseStaged)
+	p.records.Update(ctx, rec, ondisk.PhaseStaged)
 	logger.V(4).Info("Volume staged", "stagingPath", stagingPath)
 	return stagingPath, nil
+}
+
+// undoStage removes what a stage that failed with err created, unless the
+// driver may still stage: the staging directory and its record, or only
+// the record in an older kubelet's directory, which is not nodevol's.
+// Failures are logged.
+func (p *Plugin) undoStage(logger klog.Logger, dir string, legacy bool, err error) {
+	switch {
+	case volume.IsUncertain(err):
+	case legacy:
+		if cerr := p.records.Remove(dir); cerr != nil {
+			logger.Error(cerr, "Cleaning up after a failed NodeStageVolume")
+		}
+	default:
+		if cerr := p.removeVolumeDir(dir, ondisk.StagingLeaf); cerr != nil {
+			logger.Error(cerr, "Cleaning up after a failed NodeStageVolume")
+		} else if cerr := p.records.Remove(dir); cerr != nil {
+			logger.Error(cerr, "Cleaning up after a failed NodeStageVolume")
+		}
+	}
 }
 
 // UnmountDevice implements volume.DeviceMounter: it unstages
@@ -146,16 +154,16 @@ func (p *Plugin) UnmountDevice(ctx context.Context, req volume.DeviceRequest) er
 	if err != nil {
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
-	stagingPath := filepath.Join(dir, globalMount)
+	stagingPath := filepath.Join(dir, ondisk.StagingLeaf)
 	if _, err := p.rfs.Verify(stagingPath); err != nil {
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
 	if err := p.checkMountRefs(stagingPath); err != nil {
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
-	if client.caps.StageUnstage {
-		p.records.update(ctx, volumeRecord(spec, dir, req.PublishContext, client.caps), PhaseUnstaging)
-		err := client.bound(p.timeout, p.steps).NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{
+	if client.Capabilities().StageUnstage {
+		p.records.Update(ctx, volumeRecord(spec, dir, req.PublishContext, client.Capabilities()), ondisk.PhaseUnstaging)
+		err := client.Bound(p.timeout, p.steps).NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{
 			VolumeId:          spec.VolumeHandle,
 			StagingTargetPath: stagingPath,
 		})
@@ -163,10 +171,10 @@ func (p *Plugin) UnmountDevice(ctx context.Context, req volume.DeviceRequest) er
 			return fmt.Errorf("unstaging volume %s from %s: %w", volumeDesc(spec), stagingPath, err)
 		}
 	}
-	if err := p.removeVolumeDir(dir, globalMount); err != nil {
+	if err := p.removeVolumeDir(dir, ondisk.StagingLeaf); err != nil {
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
-	if err := p.records.remove(dir); err != nil {
+	if err := p.records.Remove(dir); err != nil {
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
 	klog.FromContext(ctx).V(4).Info("Volume unstaged", "volume", spec.Name, "driver", spec.Driver, "stagingPath", stagingPath)
@@ -212,5 +220,17 @@ func (p *Plugin) removeVolumeDir(dir, leaf string) error {
 	case err == nil && mnt:
 		return fmt.Errorf("%s is still a mount point", path)
 	}
-	return p.rfs.RemoveIn(dir, leaf, VolumeDataFile)
+	return p.rfs.RemoveIn(dir, leaf, ondisk.VolumeDataFile)
+}
+
+// stagingDir returns the directory a filesystem volume is (to be) staged
+// in: the legacy one when an older kubelet staged it there, as found by
+// FindLegacyStaging, else StagingDir. legacy says which.
+func (p *Plugin) stagingDir(spec *cache.VolumeSpec) (dir string, legacy bool, err error) {
+	dir, legacy, err = ondisk.FindLegacyStaging(p.rfs, p.root, spec.PVName, spec.Driver, spec.VolumeHandle)
+	if err != nil || legacy {
+		return dir, legacy, err
+	}
+	dir, err = ondisk.StagingDir(p.root, spec.Driver, spec.VolumeHandle)
+	return dir, false, err
 }

@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -18,10 +19,10 @@ func (p *Plugin) VolumeStats(ctx context.Context, spec *cache.VolumeSpec, volume
 	if err != nil {
 		return volume.Stats{}, false, fmt.Errorf("volume stats of %s: %w", volumeDesc(spec), err)
 	}
-	if !client.caps.GetVolumeStats {
+	if !client.Capabilities().GetVolumeStats {
 		return volume.Stats{}, false, nil
 	}
-	resp, err := client.bound(p.timeout, p.steps).NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{
+	resp, err := client.Bound(p.timeout, p.steps).NodeGetVolumeStats(ctx, &csipb.NodeGetVolumeStatsRequest{
 		VolumeId:          spec.VolumeHandle,
 		VolumePath:        volumePath,
 		StagingTargetPath: stagingPath,
@@ -30,19 +31,19 @@ func (p *Plugin) VolumeStats(ctx context.Context, spec *cache.VolumeSpec, volume
 		return volume.Stats{}, false, fmt.Errorf("volume stats of %s at %s: %w", volumeDesc(spec), volumePath, err)
 	}
 	s := statsFrom(resp)
-	if client.caps.VolumeCondition {
-		s.Condition = conditionFrom(resp)
+	if client.Capabilities().VolumeCondition {
+		s.Condition = csi.VolumeConditionOf(resp)
 	}
 	return s, true, nil
 }
 
-func statsFrom(resp *csi.NodeGetVolumeStatsResponse) volume.Stats {
+func statsFrom(resp *csipb.NodeGetVolumeStatsResponse) volume.Stats {
 	s := volume.Stats{CapacityBytes: -1, AvailableBytes: -1, UsedBytes: -1, Inodes: -1, InodesFree: -1, InodesUsed: -1}
 	for _, u := range resp.GetUsage() {
 		switch u.GetUnit() {
-		case csi.VolumeUsage_BYTES:
+		case csipb.VolumeUsage_BYTES:
 			s.CapacityBytes, s.AvailableBytes, s.UsedBytes = u.GetTotal(), u.GetAvailable(), u.GetUsed()
-		case csi.VolumeUsage_INODES:
+		case csipb.VolumeUsage_INODES:
 			s.Inodes, s.InodesFree, s.InodesUsed = u.GetTotal(), u.GetAvailable(), u.GetUsed()
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,7 +69,7 @@ func TestServiceAccountTokens(t *testing.T) {
 			if _, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: spec, Volume: vol}); err != nil {
 				t.Fatal(err)
 			}
-			req := e.request(t, "NodePublishVolume").(*csi.NodePublishVolumeRequest)
+			req := e.request(t, "NodePublishVolume").(*csipb.NodePublishVolumeRequest)
 			where, other := req.GetVolumeContext(), req.GetSecrets()
 			if tt.inSecrets {
 				where, other = other, where

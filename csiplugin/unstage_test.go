@@ -3,10 +3,12 @@ package csiplugin
 import (
 	"context"
 	"errors"
-	"github.com/nodevol/nodevol/volume"
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // TestUnstageRefusedWhileReferencedInPods: UnmountDevice refuses (an
@@ -42,7 +44,7 @@ func TestUnstageRefusedWhileReferencedInPods(t *testing.T) {
 	if n := e.srv.Calls("NodeUnstageVolume"); n != 0 {
 		t.Errorf("NodeUnstageVolume called %d times under a pod's mount, want 0", n)
 	}
-	if rec, err := e.readRecord(t, filepath.Dir(stagingPath)); err != nil || rec.Phase != PhaseStaged {
+	if rec, err := e.readRecord(t, filepath.Dir(stagingPath)); err != nil || rec.Phase != ondisk.PhaseStaged {
 		t.Errorf("staging record after the refusal = %+v, %v; want Staged", rec, err)
 	}
 

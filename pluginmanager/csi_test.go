@@ -15,9 +15,10 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/pluginmanager"
+	"github.com/nodevol/nodevol/registration"
 )
 
 // TestCSIRegistration runs the whole registration flow: a registrar socket
@@ -29,9 +30,9 @@ func TestCSIRegistration(t *testing.T) {
 	regDir := filepath.Join(root, "plugins_registry")
 
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: "uid-1"}})
-	registry := csiplugin.NewRegistry(csiplugin.RegistryOptions{})
+	registry := csi.NewRegistry(csi.RegistryOptions{})
 	t.Cleanup(func() { registry.Close() })
-	handler, err := csiplugin.NewRegistrationHandler(csiplugin.RegistrationConfig{Registry: registry, KubeClient: client, NodeName: "node-1"})
+	handler, err := registration.New(registration.Config{Registry: registry, KubeClient: client, NodeName: "node-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,12 +145,12 @@ func poll(t *testing.T, what string, cond func() bool) {
 
 // recorded reports whether drv.example.com is in the registry, in the
 // Node's annotation and in the CSINode.
-func recorded(client *fake.Clientset, registry *csiplugin.Registry) (inRegistry, annotated, listed bool) {
+func recorded(client *fake.Clientset, registry *csi.Registry) (inRegistry, annotated, listed bool) {
 	ctx := context.Background()
 	_, err := registry.Client("drv.example.com")
 	inRegistry = err == nil
 	node, _ := client.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{})
-	annotated = strings.Contains(node.Annotations[csiplugin.NodeIDAnnotation], `"drv.example.com":"drv-node-1"`)
+	annotated = strings.Contains(node.Annotations[registration.NodeIDAnnotation], `"drv.example.com":"drv-node-1"`)
 	if cn, err := client.StorageV1().CSINodes().Get(ctx, "node-1", metav1.GetOptions{}); err == nil {
 		for _, d := range cn.Spec.Drivers {
 			listed = listed || (d.Name == "drv.example.com" && d.NodeID == "drv-node-1" && *d.Allocatable.Count == 7)
@@ -158,7 +159,7 @@ func recorded(client *fake.Clientset, registry *csiplugin.Registry) (inRegistry,
 	return inRegistry, annotated, listed
 }
 
-func checkRecorded(t *testing.T, client *fake.Clientset, registry *csiplugin.Registry, want bool) {
+func checkRecorded(t *testing.T, client *fake.Clientset, registry *csi.Registry, want bool) {
 	t.Helper()
 	inRegistry, annotated, listed := recorded(client, registry)
 	if inRegistry != want || annotated != want || listed != want {

@@ -6,8 +6,9 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/pluginmanager"
+	"github.com/nodevol/nodevol/registration"
 )
 
 // The pieces Config.PluginRegistration wires, for an agent that wires them
@@ -19,9 +20,9 @@ func ExampleNew() {
 	var (
 		ctx     context.Context      // the agent's context
 		client  kubernetes.Interface // the agent's client
-		drivers *csiplugin.Registry  // e.g. vm.Drivers()
+		drivers *csi.Registry        // e.g. vm.Drivers()
 	)
-	handler, err := csiplugin.NewRegistrationHandler(csiplugin.RegistrationConfig{
+	handler, err := registration.New(registration.Config{
 		Registry: drivers, KubeClient: client, NodeName: "node-1",
 	})
 	if err != nil {

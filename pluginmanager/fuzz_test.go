@@ -16,8 +16,9 @@ import (
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/registration"
 )
 
 // fuzzRegistrar serves the registration service on one socket for the
@@ -61,7 +62,7 @@ func (r *fuzzRegistrar) took() []*registerapi.RegistrationStatus {
 // API, no driver) and records calls; RegisterPlugin succeeds or fails as
 // the input says, without dialing.
 type fuzzHandler struct {
-	csi         *csiplugin.RegistrationHandler
+	csi         *registration.Handler
 	failReg     bool
 	calls       []string
 	gotName     string
@@ -150,7 +151,7 @@ func FuzzRegister(f *testing.F) {
 	go func() { _ = srv.Serve(lis) }()
 	f.Cleanup(srv.Stop)
 
-	csiReg := csiplugin.NewRegistry(csiplugin.RegistryOptions{})
+	csiReg := csi.NewRegistry(csi.RegistryOptions{})
 	f.Cleanup(func() { csiReg.Close() })
 	csiHandler := &fuzzHandler{}
 	devHandler := &fuzzHandler{failReg: true}
@@ -168,7 +169,7 @@ func FuzzRegister(f *testing.F) {
 		}
 		reg.set(&registerapi.PluginInfo{Type: typ, Name: name, Endpoint: endpoint, SupportedVersions: versions})
 		for _, h := range []*fuzzHandler{csiHandler, devHandler} {
-			csi, err := csiplugin.NewRegistrationHandler(csiplugin.RegistrationConfig{Registry: csiReg})
+			csi, err := registration.New(registration.Config{Registry: csiReg})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -233,8 +234,8 @@ func FuzzRegister(f *testing.F) {
 		if len(h.calls) == 0 || h.calls[0] != "validate" || h.gotName != name || h.gotEndpoint != wantEndpoint || !slices.Equal(h.gotVersions, versions) {
 			t.Fatalf("handler calls %q with %q %q %q, want validate of %q %q %q", h.calls, h.gotName, h.gotEndpoint, h.gotVersions, name, wantEndpoint, versions)
 		}
-		_, versionErr := csiplugin.HighestSupportedVersion(versions)
-		valid := csiplugin.ValidateDriverName(name) == nil && versionErr == nil
+		_, versionErr := registration.HighestSupportedVersion(versions)
+		valid := csi.ValidateDriverName(name) == nil && versionErr == nil
 		wantCalls := []string{"validate"}
 		if valid {
 			wantCalls = append(wantCalls, "register")

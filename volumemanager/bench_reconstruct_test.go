@@ -14,8 +14,8 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 )
 
 // BenchmarkReconstruct is a restart at scale: N volumes (10,000, or
@@ -96,11 +96,11 @@ func reconstructOnce(b *testing.B, n int) (held, total, cpu time.Duration) {
 	// left mounted.
 	mps := make([]mount.MountPoint, 0, 2*n)
 	for i, p := range pods {
-		staging, err := csiplugin.StagingDir(root, drv.DriverName(), pvs[i].Spec.CSI.VolumeHandle)
+		staging, err := ondisk.StagingDir(root, drv.DriverName(), pvs[i].Spec.CSI.VolumeHandle)
 		if err != nil {
 			b.Fatal(err)
 		}
-		dir, err := csiplugin.PodVolumeDir(root, p.UID, pvs[i].Name)
+		dir, err := ondisk.PodVolumeDir(root, p.UID, pvs[i].Name)
 		if err != nil {
 			b.Fatal(err)
 		}

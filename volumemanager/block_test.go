@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/util/blockdev"
 )
 
@@ -249,7 +249,7 @@ type blockCrash struct {
 	drv   *csitest.Server
 	cfg   Config
 	pod   *v1.Pod
-	paths csiplugin.BlockPaths
+	paths ondisk.BlockPaths
 }
 
 // stopBeforeBlockUnpublish maps a pod's block volume with one manager,
@@ -281,7 +281,7 @@ func stopBeforeBlockUnpublish(t *testing.T) blockCrash {
 
 	// What unmapPodDevice has done when it is stopped right before
 	// NodeUnpublishVolume: the mapper's unmap, then the record.
-	paths, err := csiplugin.BlockVolumePaths(root, pv.Name, pod.UID)
+	paths, err := ondisk.BlockVolumePaths(root, pv.Name, pod.UID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,13 +291,13 @@ func stopBeforeBlockUnpublish(t *testing.T) blockCrash {
 	}
 	r := mustRoot(t, root)
 	rel := relTo(t, root, paths.PublishPath)
-	rec, err := csiplugin.ReadRecord(r, rel)
+	rec, err := ondisk.ReadRecord(r, rel)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec.Phase = csiplugin.PhaseUnpublishing
+	rec.Phase = ondisk.PhaseUnpublishing
 	b, _ := json.Marshal(rec)
-	plantFile(t, filepath.Join(root, csiplugin.RecordFile(rel)), string(b))
+	plantFile(t, filepath.Join(root, ondisk.RecordFile(rel)), string(b))
 	if _, err := os.Lstat(paths.PodDevicePath); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("pod symlink after the unmap: %v, want it gone", err)
 	}
@@ -357,7 +357,7 @@ func TestBlockRestartBetweenUnmapAndUnpublish(t *testing.T) {
 			t.Errorf("left behind: %s", p)
 		}
 	}
-	records := filepath.Join(root, csiplugin.RecordsDir)
+	records := filepath.Join(root, ondisk.RecordsDir)
 	for _, p := range filesUnder(t, records) {
 		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() || filepath.Dir(p) != records {
 			t.Errorf("left behind: %s", p)

@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 )
 
 // treeOf lists everything under dir with its type and content.
@@ -92,14 +92,14 @@ func TestRestartIgnoresSymlinks(t *testing.T) {
 	// directory outside the root.
 	outStaging := t.TempDir()
 	writeTree(t, outStaging, map[string]string{
-		csiplugin.VolumeDataFile: stageData,
-		"globalmount/":           "",
+		ondisk.VolumeDataFile: stageData,
+		"globalmount/":        "",
 	})
 	// plugins/kubernetes.io/csi/{driver} -> a driver directory outside the root.
 	outDriver := t.TempDir()
 	writeTree(t, outDriver, map[string]string{
-		stagingName + "/" + csiplugin.VolumeDataFile: stageData,
-		stagingName + "/globalmount/":                "",
+		stagingName + "/" + ondisk.VolumeDataFile: stageData,
+		stagingName + "/globalmount/":             "",
 	})
 	links := map[string]string{
 		filepath.Join(root, "pods", "uid-linked"):                                             outPod,
@@ -120,7 +120,7 @@ func TestRestartIgnoresSymlinks(t *testing.T) {
 	// The driver directory link carries another driver's name: make its
 	// vol_data.json match, so that only the symlink keeps it out.
 	writeTree(t, outDriver, map[string]string{
-		stagingName + "/" + csiplugin.VolumeDataFile: `{"specVolID":"pv-y","volumeHandle":"handle-y","driverName":"other.example.com"}`,
+		stagingName + "/" + ondisk.VolumeDataFile: `{"specVolID":"pv-y","volumeHandle":"handle-y","driverName":"other.example.com"}`,
 	})
 	before[outDriver] = treeOf(t, outDriver)
 

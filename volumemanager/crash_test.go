@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/util/blockdev"
 	"github.com/nodevol/nodevol/util/rootfs"
 	"github.com/nodevol/nodevol/util/step"
@@ -360,10 +360,10 @@ func (sc crashScenario) newNode(t *testing.T) *crashNode {
 			continue
 		}
 		h := pv.Spec.CSI.VolumeHandle
-		if path, err := csiplugin.StagingPath(n.root, drv.DriverName(), h); err == nil {
+		if path, err := ondisk.StagingPath(n.root, drv.DriverName(), h); err == nil {
 			n.handles[path] = h
 		}
-		if paths, err := csiplugin.BlockVolumePaths(n.root, pv.Name, ""); err == nil {
+		if paths, err := ondisk.BlockVolumePaths(n.root, pv.Name, ""); err == nil {
 			n.handles[paths.StagingPath] = h
 		}
 	}

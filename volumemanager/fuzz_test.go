@@ -16,7 +16,7 @@ import (
 	k8scache "k8s.io/client-go/tools/cache"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/csi"
 )
 
 // fuzzInput hands out the choices a fuzzed pod and its objects are built
@@ -357,7 +357,7 @@ func FuzzResolvePod(f *testing.F) {
 			if dv.Volume.Pod != ref {
 				t.Fatalf("resolved volume %q carries pod %+v, want %+v", dv.Volume.SpecName, dv.Volume.Pod, ref)
 			}
-			if err := csiplugin.ValidateDriverName(dv.Spec.Driver); err != nil {
+			if err := csi.ValidateDriverName(dv.Spec.Driver); err != nil {
 				t.Fatalf("resolved volume %q (%s) with an invalid driver name: %v", dv.Volume.SpecName, dv.Spec.Name, err)
 			}
 			if devices[dv.Volume.SpecName] != (dv.Spec.Mode == cache.Block) {

@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/testenv"
 )
 
@@ -199,8 +199,8 @@ func TestIntegrationNodeRestricted(t *testing.T) {
 		t.Fatalf("registration status %+v, %v; want registered", s, err)
 	}
 	n, err := admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil || !strings.Contains(n.Annotations[csiplugin.NodeIDAnnotation], drv.DriverName()) {
-		t.Fatalf("Node %s annotation %q (%v), want the driver's node ID", node, n.Annotations[csiplugin.NodeIDAnnotation], err)
+	if err != nil || !strings.Contains(n.Annotations[registration.NodeIDAnnotation], drv.DriverName()) {
+		t.Fatalf("Node %s annotation %q (%v), want the driver's node ID", node, n.Annotations[registration.NodeIDAnnotation], err)
 	}
 	csiNode, err := admin.StorageV1().CSINodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil || len(csiNode.Spec.Drivers) != 1 || csiNode.Spec.Drivers[0].Name != drv.DriverName() {
@@ -404,8 +404,8 @@ func TestIntegrationRegistrationRejected(t *testing.T) {
 		t.Error("the refused driver is registered")
 	}
 	n, err := admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil || n.Annotations[csiplugin.NodeIDAnnotation] != "" {
-		t.Errorf("Node annotation %q (%v), want none", n.Annotations[csiplugin.NodeIDAnnotation], err)
+	if err != nil || n.Annotations[registration.NodeIDAnnotation] != "" {
+		t.Errorf("Node annotation %q (%v), want none", n.Annotations[registration.NodeIDAnnotation], err)
 	}
 	// Retried, but backing off (500 ms, then 1 s, ...): the third attempt
 	// comes no sooner than 1.5 s after the first, never in a hot loop.

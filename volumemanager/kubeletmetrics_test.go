@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 )
 
 // samples gathers reg and returns the samples of the named families, one
@@ -123,7 +123,7 @@ func TestReconstructMetrics(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(corrupt, "mount", "data"), []byte("data"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(corrupt, csiplugin.VolumeDataFile), []byte("{garbage"), 0o640); err != nil {
+	if err := os.WriteFile(filepath.Join(corrupt, ondisk.VolumeDataFile), []byte("{garbage"), 0o640); err != nil {
 		t.Fatal(err)
 	}
 

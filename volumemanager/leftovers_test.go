@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 )
 
 // TestReconstructRemovesWriteLeftovers: the temporary file of a
@@ -29,7 +29,7 @@ func TestReconstructRemovesWriteLeftovers(t *testing.T) {
 	root := t.TempDir()
 	podDir := plantPodVolume(t, root, "uid-a", "pv", nil)
 	stageDir := filepath.Join(root, "plugins", "kubernetes.io", "csi", "d.example.com", "0123abcd")
-	plantFile(t, filepath.Join(stageDir, csiplugin.VolumeDataFile), `{"specVolID":"pv","volumeHandle":"h-pv","driverName":"d.example.com"}`)
+	plantFile(t, filepath.Join(stageDir, ondisk.VolumeDataFile), `{"specVolID":"pv","volumeHandle":"h-pv","driverName":"d.example.com"}`)
 	if err := os.MkdirAll(filepath.Join(stageDir, "globalmount"), 0o750); err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestReconstructRemovesWriteLeftovers(t *testing.T) {
 		filepath.Join(podDir, ".vol_data.json.tmp-0a1b2c3d4e5f"),
 		filepath.Join(stageDir, ".vol_data.json.tmp-5f4e3d2c1b0a"),
 	}
-	kept := []string{filepath.Join(podDir, "mount", ".vol_data.json.tmp-data"), filepath.Join(podDir, csiplugin.VolumeDataFile)}
+	kept := []string{filepath.Join(podDir, "mount", ".vol_data.json.tmp-data"), filepath.Join(podDir, ondisk.VolumeDataFile)}
 	for _, p := range append(leftovers, kept...) {
 		if _, err := os.Stat(p); err != nil {
 			plantFile(t, p, "{")
@@ -95,7 +95,7 @@ func TestReconstructRemovesEmptyPodVolumeDir(t *testing.T) {
 		{name: "empty", want: true},
 		{name: "empty mount", plant: []string{"mount/"}, want: true},
 		{name: "temp file of a write", plant: []string{"mount/", ".vol_data.json.tmp-0a1b2c3d4e5f"}, content: `{"volumeHa`, want: true},
-		{name: "corrupt vol_data.json", plant: []string{"mount/", csiplugin.VolumeDataFile}, content: "{garbage", want: true},
+		{name: "corrupt vol_data.json", plant: []string{"mount/", ondisk.VolumeDataFile}, content: "{garbage", want: true},
 		{name: "mount is a mount point", plant: []string{"mount/"}, mounted: "mount"},
 		{name: "directory is a mount point", mounted: "."},
 		{name: "mount table unknown", plant: []string{"mount/"}, noTable: true},
@@ -191,9 +191,9 @@ func TestReconstructRemovesEmptyStagingDir(t *testing.T) {
 			rel := filepath.Join("plugins/kubernetes.io/csi", tc.dir)
 			dir := filepath.Join(root, rel)
 			plantTree(t, dir, "x", tc.plant...)
-			recFile := filepath.Join(root, csiplugin.RecordFile(rel))
+			recFile := filepath.Join(root, ondisk.RecordFile(rel))
 			if tc.record {
-				b, _ := json.Marshal(csiplugin.Record{Version: 1, BootID: "boot-1", Phase: csiplugin.PhaseStaging, Dir: rel, Driver: "d.example.com", VolumeHandle: "h"})
+				b, _ := json.Marshal(ondisk.Record{Version: 1, BootID: "boot-1", Phase: ondisk.PhaseStaging, Dir: rel, Driver: "d.example.com", VolumeHandle: "h"})
 				plantFile(t, recFile, string(b))
 			}
 			rc := recovery{bootID: "boot-1", mountPoints: map[string]bool{}}
@@ -265,11 +265,11 @@ func newStagedNode(t *testing.T) stagedNode {
 	e := stagedNode{drv: csitest.New(t, csitest.Options{CreateTargetDirs: true}), root: t.TempDir()}
 	e.client = fake.NewClientset(csitest.CSIDriver(e.drv.DriverName(), false))
 	var err error
-	if e.staging, err = csiplugin.StagingDir(e.root, e.drv.DriverName(), "handle-x"); err != nil {
+	if e.staging, err = ondisk.StagingDir(e.root, e.drv.DriverName(), "handle-x"); err != nil {
 		t.Fatal(err)
 	}
 	plantTree(t, e.staging, "", "globalmount/")
-	plantFile(t, filepath.Join(e.staging, csiplugin.VolumeDataFile), `{"specVolID":"pv-x","volumeHandle":"handle-x","driverName":"`+e.drv.DriverName()+`"}`)
+	plantFile(t, filepath.Join(e.staging, ondisk.VolumeDataFile), `{"specVolID":"pv-x","volumeHandle":"handle-x","driverName":"`+e.drv.DriverName()+`"}`)
 	e.podDir = filepath.Join(e.root, "pods", "uid-x", "volumes", "kubernetes.io~csi", "pv-x")
 	return e
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 )
 
 // TestLegacyStagingReconstructed: a node an older kubelet ran, with volume
@@ -35,8 +36,8 @@ func TestLegacyStagingReconstructed(t *testing.T) {
 
 	legacyA := oldKubeletStaged(t, root, pvA.Name, drv.DriverName(), "handle-a")
 	legacyB := oldKubeletStaged(t, root, pvB.Name, drv.DriverName(), "handle-b")
-	podDirA, _ := csiplugin.PodVolumeDir(root, podA.UID, pvA.Name)
-	writeJSON(t, filepath.Join(podDirA, csiplugin.VolumeDataFile), map[string]string{
+	podDirA, _ := ondisk.PodVolumeDir(root, podA.UID, pvA.Name)
+	writeJSON(t, filepath.Join(podDirA, ondisk.VolumeDataFile), map[string]string{
 		"specVolID": pvA.Name, "volumeHandle": "handle-a", "driverName": drv.DriverName(), "nodeName": node,
 		"attachmentID": csiplugin.AttachmentName("handle-a", drv.DriverName(), node), "volumeLifecycleMode": "Persistent",
 	})
@@ -99,7 +100,7 @@ func TestLegacyStagingReconstructed(t *testing.T) {
 		}
 	}
 	for _, h := range []string{"handle-a", "handle-b"} {
-		if dir, _ := csiplugin.StagingDir(root, drv.DriverName(), h); exists(dir) {
+		if dir, _ := ondisk.StagingDir(root, drv.DriverName(), h); exists(dir) {
 			t.Errorf("%s was created: a legacy volume is staged where it was", dir)
 		}
 	}
@@ -113,14 +114,14 @@ func TestLegacyStagingReconstructed(t *testing.T) {
 // only); it returns the directory.
 func oldKubeletStaged(t *testing.T, root, pvName, driver, handle string) string {
 	t.Helper()
-	dir, err := csiplugin.LegacyStagingDir(root, pvName)
+	dir, err := ondisk.LegacyStagingDir(root, pvName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "globalmount"), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	writeJSON(t, filepath.Join(dir, csiplugin.VolumeDataFile), map[string]string{"driverName": driver, "volumeHandle": handle})
+	writeJSON(t, filepath.Join(dir, ondisk.VolumeDataFile), map[string]string{"driverName": driver, "volumeHandle": handle})
 	return dir
 }
 

@@ -28,9 +28,12 @@ import (
 	"k8s.io/utils/clock"
 
 	vcache "github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/pluginmanager"
+	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/util/promreg"
 	"github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/volume"
@@ -58,7 +61,7 @@ type Config struct {
 	// InformerFactory, if set, is used (and started by Run) instead of a new one.
 	InformerFactory informers.SharedInformerFactory
 	// Drivers is the CSI driver registry. Default: a new one, reachable through Drivers().
-	Drivers *csiplugin.Registry
+	Drivers *csi.Registry
 	// BlockMapper maps raw block devices into pods. Default: bind mounts
 	// through Mounter and loop devices through losetup (util/blockdev).
 	BlockMapper csiplugin.BlockMapper
@@ -200,7 +203,7 @@ type VolumeManager struct {
 	// plugins runs plugin registration; nil unless Config.PluginRegistration.
 	plugins *pluginmanager.Manager
 	// registration keeps the CSINode; nil unless Config.PluginRegistration.
-	registration *csiplugin.RegistrationHandler
+	registration *registration.Handler
 	// inUse reports Node.Status.VolumesInUse, or holds what the caller
 	// reported; nil unless Config.ReportVolumesInUse or
 	// Config.VolumesInUseReportedByCaller.
@@ -379,7 +382,7 @@ func setDefaults(cfg *Config) {
 		cfg.Clock = clock.RealClock{}
 	}
 	if cfg.Drivers == nil {
-		cfg.Drivers = csiplugin.NewRegistry(csiplugin.RegistryOptions{Registerer: cfg.Registerer})
+		cfg.Drivers = csi.NewRegistry(csi.RegistryOptions{Registerer: cfg.Registerer})
 	}
 	if cfg.CSICallTimeout <= 0 {
 		cfg.CSICallTimeout = 2 * time.Minute
@@ -412,7 +415,7 @@ func setDefaults(cfg *Config) {
 
 // Drivers returns the CSI driver registry: register a driver's endpoint
 // there, or let plugin registration do it (Config.PluginRegistration).
-func (vm *VolumeManager) Drivers() *csiplugin.Registry { return vm.cfg.Drivers }
+func (vm *VolumeManager) Drivers() *csi.Registry { return vm.cfg.Drivers }
 
 // Run starts the informers, reads what an earlier run left on disk,
 // and runs the reconcile loop (and, with Config.PluginRegistration, plugin
@@ -790,7 +793,7 @@ func (vm *VolumeManager) recovery(ctx context.Context) recovery {
 	if p, ok := vm.plugin.(interface{ BootID() string }); ok {
 		// The boot ID the plugin writes into its records, read once.
 		rc.bootID = p.BootID()
-	} else if id, err := csiplugin.ReadBootID(vm.cfg.BootIDPath); err != nil {
+	} else if id, err := ondisk.ReadBootID(vm.cfg.BootIDPath); err != nil {
 		logger.Error(err, "Restart cannot tell a reboot from a crash: volumes found on disk are Uncertain")
 	} else {
 		rc.bootID = id

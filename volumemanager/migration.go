@@ -9,11 +9,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/registration"
 )
 
 // CSI migration: PVs and pod inline volumes of the in-tree plugins that
-// csiplugin.MigratedPlugins lists (awsElasticBlockStore, azureDisk,
+// registration.MigratedPlugins lists (awsElasticBlockStore, azureDisk,
 // azureFile, cinder, gcePersistentDisk, portworxVolume, vsphereVolume) are
 // translated with k8s.io/csi-translation-lib into a CSI PV, as the
 // kubelet's populator does (csimigration.TranslateInTreeSpecToCSI), and
@@ -32,7 +32,7 @@ var translator = csitranslation.New()
 // migrated kind (emptyDir, hostPath, nfs, CSI, ...).
 func migratedInlinePlugin(v *v1.Volume) string {
 	name, err := translator.GetInTreePluginNameFromSpec(nil, v)
-	if err != nil || !csiplugin.IsMigratedPlugin(name) {
+	if err != nil || !registration.IsMigratedPlugin(name) {
 		return ""
 	}
 	return name
@@ -42,7 +42,7 @@ func migratedInlinePlugin(v *v1.Volume) string {
 // through CSI migration, or "" when it has no migrated in-tree source.
 func migratedPVPlugin(pv *v1.PersistentVolume) string {
 	name, err := translator.GetInTreePluginNameFromSpec(pv, nil)
-	if err != nil || !csiplugin.IsMigratedPlugin(name) {
+	if err != nil || !registration.IsMigratedPlugin(name) {
 		return ""
 	}
 	return name
@@ -54,7 +54,7 @@ func migratedPVSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 	plugin := migratedPVPlugin(pv)
 	if plugin == "" {
 		return cache.VolumeSpec{}, marked{fmt.Errorf("PV %s has no CSI source and no in-tree source that CSI migration translates (%s): nodevol only mounts CSI volumes",
-			pv.Name, strings.Join(csiplugin.MigratedPlugins(), ", ")), errUnknownSource}
+			pv.Name, strings.Join(registration.MigratedPlugins(), ", ")), errUnknownSource}
 	}
 	csiPV, err := translator.TranslateInTreePVToCSI(klog.Background(), pv)
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 )
 
@@ -79,9 +80,9 @@ func checkRequest(t *testing.T, method string, got, want proto.Message) {
 	}
 }
 
-func readVolData(t *testing.T, dir string) csiplugin.VolumeData {
+func readVolData(t *testing.T, dir string) ondisk.VolumeData {
 	t.Helper()
-	d, err := csiplugin.LoadVolumeData(dir)
+	d, err := ondisk.LoadVolumeData(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,11 +120,11 @@ func TestMigratedPV(t *testing.T) {
 	if got := e.vm.GetVolumesInUse(); !slices.Equal(got, []cache.UniqueVolumeName{name}) {
 		t.Errorf("volumes in use = %v, want [%s]", got, name)
 	}
-	staging, err := csiplugin.StagingPath(e.root, gcePD, handle)
+	staging, err := ondisk.StagingPath(e.root, gcePD, handle)
 	if err != nil {
 		t.Fatal(err)
 	}
-	target, err := csiplugin.PodVolumePath(e.root, pod.UID, pv.Name)
+	target, err := ondisk.PodVolumePath(e.root, pod.UID, pv.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,10 +140,10 @@ func TestMigratedPV(t *testing.T) {
 	checkRequest(t, "NodePublishVolume", e.request("NodePublishVolume"), &csi.NodePublishVolumeRequest{
 		VolumeId: handle, PublishContext: publishContext, StagingTargetPath: staging, TargetPath: target, VolumeCapability: capability, VolumeContext: context,
 	})
-	if got, want := readVolData(t, filepath.Dir(staging)), (csiplugin.VolumeData{SpecVolID: pv.Name, VolumeHandle: handle, DriverName: gcePD}); got != want {
+	if got, want := readVolData(t, filepath.Dir(staging)), (ondisk.VolumeData{SpecVolID: pv.Name, VolumeHandle: handle, DriverName: gcePD}); got != want {
 		t.Errorf("staging vol_data.json = %+v, want %+v", got, want)
 	}
-	if got, want := readVolData(t, filepath.Dir(target)), (csiplugin.VolumeData{SpecVolID: pv.Name, VolumeHandle: handle, DriverName: gcePD,
+	if got, want := readVolData(t, filepath.Dir(target)), (ondisk.VolumeData{SpecVolID: pv.Name, VolumeHandle: handle, DriverName: gcePD,
 		NodeName: node, AttachmentID: vaName, VolumeLifecycleMode: "Persistent"}); got != want {
 		t.Errorf("pod vol_data.json = %+v, want %+v", got, want)
 	}
@@ -176,11 +177,11 @@ func TestMigratedInlineVolume(t *testing.T) {
 	}
 
 	const pvName = awsEBS + "-" + handle // the kubelet's spec name of a translated inline volume
-	staging, err := csiplugin.StagingPath(e.root, awsEBS, handle)
+	staging, err := ondisk.StagingPath(e.root, awsEBS, handle)
 	if err != nil {
 		t.Fatal(err)
 	}
-	target, err := csiplugin.PodVolumePath(e.root, pod.UID, pvName)
+	target, err := ondisk.PodVolumePath(e.root, pod.UID, pvName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestMigratedInlineVolume(t *testing.T) {
 		VolumeId: handle, PublishContext: map[string]string{}, StagingTargetPath: staging, TargetPath: target, VolumeCapability: capability,
 		VolumeContext: context, Readonly: true,
 	})
-	if got, want := readVolData(t, filepath.Dir(target)), (csiplugin.VolumeData{SpecVolID: pvName, VolumeHandle: handle, DriverName: awsEBS,
+	if got, want := readVolData(t, filepath.Dir(target)), (ondisk.VolumeData{SpecVolID: pvName, VolumeHandle: handle, DriverName: awsEBS,
 		NodeName: node, AttachmentID: vaName, VolumeLifecycleMode: "Persistent"}); got != want {
 		t.Errorf("pod vol_data.json = %+v, want %+v", got, want)
 	}
@@ -341,7 +342,7 @@ func TestPodCSIVolumesMigrated(t *testing.T) {
 		if s.Driver != wantDriver[v.Name] || s.Ephemeral || s.MigratedFrom == "" || s.Name != cache.CSIVolumeName(s.Driver, s.VolumeHandle) {
 			t.Errorf("%s: spec = %+v", v.Name, s)
 		}
-		if _, err := csiplugin.PodVolumeDir("/root", types.UID("uid"), csiplugin.VolumeDirName(&s, dv.Volume)); err != nil {
+		if _, err := ondisk.PodVolumeDir("/root", types.UID("uid"), ondisk.VolumeDirName(&s, dv.Volume)); err != nil {
 			t.Errorf("%s: directory name %q: %v", v.Name, s.PVName, err)
 		}
 	}
@@ -474,7 +475,7 @@ func TestMigratedPVExpansion(t *testing.T) {
 		return err == nil && got.Cmp(resource.MustParse("2Gi")) == 0
 	})
 	exp := e.request("NodeExpandVolume").(*csi.NodeExpandVolumeRequest)
-	target, err := csiplugin.PodVolumePath(e.root, pod.UID, pv.Name)
+	target, err := ondisk.PodVolumePath(e.root, pod.UID, pv.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

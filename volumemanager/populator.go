@@ -15,7 +15,7 @@ import (
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/csi"
 )
 
 // resolver turns a pod's volumes into desired CSI volumes, reading PVCs and
@@ -106,7 +106,7 @@ func (r *resolver) resolveVolume(pod *v1.Pod, v *v1.Volume, asBlock bool) (cache
 		if asBlock {
 			return cache.DesiredVolume{}, fmt.Errorf("inline CSI volume cannot be used in volumeDevices")
 		}
-		if err := csiplugin.ValidateDriverName(v.CSI.Driver); err != nil {
+		if err := csi.ValidateDriverName(v.CSI.Driver); err != nil {
 			return cache.DesiredVolume{}, fmt.Errorf("inline CSI volume: %w", err)
 		}
 		return cache.DesiredVolume{Spec: inlineSpec(pod, v), Volume: pv}, nil
@@ -210,7 +210,7 @@ func pvSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 	// The unique name is {driver}^{handle}: a "^" in the driver would let
 	// two volumes share it (driver a^b, handle c and driver a, handle b^c),
 	// and the desired state would give one's pods the other's spec.
-	if err := csiplugin.ValidateDriverName(src.Driver); err != nil {
+	if err := csi.ValidateDriverName(src.Driver); err != nil {
 		return cache.VolumeSpec{}, fmt.Errorf("PV %s: %w", pv.Name, err)
 	}
 	spec := cache.VolumeSpec{

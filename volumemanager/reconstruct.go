@@ -4,15 +4,13 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"path"
 	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/csiplugin"
-	"github.com/nodevol/nodevol/util/fsutil"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/util/rootfs"
 	"github.com/nodevol/nodevol/util/step"
 )
@@ -53,7 +51,7 @@ type foundDevice struct {
 }
 
 // recovery is what reconstruction compares nodevol's records of work in
-// flight (csiplugin.Record) with.
+// flight (ondisk.Record) with.
 type recovery struct {
 	// bootID is this boot's ID; "" when unknown: no record is then taken
 	// for one of another boot.
@@ -80,313 +78,226 @@ type recovery struct {
 // The exceptions are what nothing else would ever remove and what cannot
 // hold data: the leftovers of a reboot (recover), and a pod volume or
 // staging directory without a readable vol_data.json (nor a record to
-// stand in for it) that holds nothing (csiplugin.RemoveUnusedVolumeDir),
+// stand in for it) that holds nothing (ondisk.RemoveUnusedVolumeDir),
 // as a stop between creating it and writing vol_data.json leaves it. Left,
 // such a pod volume directory would hold the device of the PV it is named
 // after staged for good.
 //
-// The walk follows no symlink below root (util/rootfs): a symlink where a
+// The scan (ondisk.Scanner) reads what is there; what to make of it is
+// decided here. It follows no symlink below root (util/rootfs): a symlink where a
 // directory is expected (a pod's directory, its volumes or
 // kubernetes.io~csi directory, a volume directory, a driver's or a staging
 // directory) is logged and skipped, so that nothing it points to is ever
 // reconstructed, and so never torn down.
 func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 	logger := klog.FromContext(ctx)
-	var out diskState
 	r, err := rootfs.New(root)
 	if err != nil {
 		logger.Error(err, "Cannot reconstruct volumes", "rootDir", root)
-		return out
+		return diskState{}
 	}
 	r = r.WithSteps(rc.steps)
-	w := walker{logger: logger, r: r, root: root, rc: rc, seen: map[string]bool{}}
-	found := map[cache.UniqueVolumeName]bool{}
-
-	pods := w.dirs("pods")
-	for _, uid := range pods {
-		for _, name := range w.dirs(path.Join("pods", uid, "volumes", "kubernetes.io~csi")) {
-			out.attempted++
-			rel := path.Join("pods", uid, "volumes", "kubernetes.io~csi", name)
-			dir := filepath.Join(root, rel)
-			w.removeWriteLeftovers(rel)
-			rec := w.record(rel)
-			data, err := csiplugin.ReadVolumeData(r, rel)
-			var spec cache.VolumeSpec
-			var vol cache.PodVolume
-			switch {
-			case err == nil:
-				spec, vol = reconstructedSpec(data, types.UID(uid), name)
-			case rec != nil && rec.PodUID == uid && rec.SpecName == name:
-				// The record knows the volume as well as vol_data.json would.
-				logger.Error(err, "Cannot read vol_data.json; reconstructing the pod volume from nodevol's record", "podUID", uid, "path", dir)
-				spec, vol = reconstructedSpec(recordVolumeData(rec), types.UID(uid), name)
-			default:
-				// A directory that cannot hold data (SetUp stopped before
-				// vol_data.json) would hold the device for good: it goes.
-				rerr := w.removeUnused(rel, "mount")
-				if rerr == nil {
-					logger.Info("Removed a pod volume directory without vol_data.json that holds nothing", "podUID", uid, "path", dir, "err", err.Error())
-					continue
-				}
-				logger.Error(err, "Cannot reconstruct pod volume, leaving it alone; the staged device of the PV it names is not unstaged while it is there", "podUID", uid, "path", dir, "notRemoved", rerr.Error())
-				out.unreadable = append(out.unreadable, dir)
-				continue
-			}
-			state, ok := w.recover(rel, "mount", rec)
-			if !ok {
-				continue // a reboot's leftover, removed: nothing to tear down
-			}
-			out.mounts = append(out.mounts, foundMount{spec: spec, vol: vol, path: filepath.Join(dir, "mount"), state: state})
-			if !spec.Ephemeral && !found[spec.Name] {
-				if d, ok := w.stagedDevice(spec); ok {
-					out.devices = append(out.devices, d)
-				}
-			}
-			found[spec.Name] = true
-			logger.V(2).Info("Reconstructed pod volume", "podUID", uid, "volume", spec.Name, "driver", spec.Driver, "path", dir)
-		}
+	w := &rebuild{
+		walker: walker{logger: logger, r: r, root: root, rc: rc, scan: ondisk.NewScanner(logger, r, root)},
+		found:  map[cache.UniqueVolumeName]bool{},
+		linked: map[blockPublish]bool{},
 	}
-
+	pods := w.scan.Pods()
+	for v := range w.scan.PodVolumes(pods) {
+		w.podVolume(v)
+	}
 	// Raw block volumes: the pod's symlink, the publishes left without
 	// one, the volume's data directory.
-	linked := map[blockPublish]bool{}
-	for _, uid := range pods {
-		for _, name := range w.entries(path.Join("pods", uid, "volumeDevices", "kubernetes.io~csi")) {
-			linked[blockPublish{specName: name, podUID: uid}] = true
-			out.attempted++
-			link := filepath.Join(root, "pods", uid, "volumeDevices", "kubernetes.io~csi", name)
-			spec, paths, err := reconstructBlock(r, root, name, types.UID(uid))
-			if err != nil {
-				logger.Error(err, "Cannot reconstruct block volume, leaving it alone", "podUID", uid, "path", link)
-				out.unreadable = append(out.unreadable, link)
-				continue
-			}
-			w.logInFlight(paths.PublishPath)
-			vol := cache.PodVolume{Pod: cache.PodRef{UID: types.UID(uid)}, SpecName: spec.PVName}
-			out.mounts = append(out.mounts, foundMount{spec: spec, vol: vol, path: paths.PodDevicePath, state: cache.Uncertain})
-			if !found[spec.Name] {
-				out.devices = append(out.devices, foundDevice{spec: spec, path: paths.StagingPath, state: cache.Uncertain})
-			}
-			found[spec.Name] = true
-			logger.V(2).Info("Reconstructed block volume", "podUID", uid, "volume", spec.Name, "driver", spec.Driver, "path", link)
-		}
+	for l := range w.scan.BlockLinks(pods) {
+		w.blockLink(l)
 	}
-	w.blockPublishes(&out, found, linked)
-	const csiDir = "plugins/kubernetes.io/csi"
-	for _, specName := range w.dirs(path.Join(csiDir, "volumeDevices")) {
-		if specName == "staging" || specName == "publish" {
-			continue // the directories of the staging and publish paths
-		}
-		dataDir := path.Join(csiDir, "volumeDevices", specName, "data")
-		w.removeWriteLeftovers(dataDir)
-		file := path.Join(dataDir, csiplugin.VolumeDataFile)
-		if !w.exists(file) {
-			w.removeBlockLeftover(specName)
-			continue
-		}
-		spec, paths, err := reconstructBlock(r, root, specName, "")
-		if err != nil {
-			logger.Error(err, "Cannot reconstruct block volume, leaving it alone", "path", filepath.Join(root, file))
-			continue
-		}
-		w.logInFlight(paths.StagingPath)
-		if !found[spec.Name] {
-			out.devices = append(out.devices, foundDevice{spec: spec, path: paths.StagingPath, state: cache.Uncertain})
-			found[spec.Name] = true
-			logger.V(2).Info("Reconstructed staged block volume", "volume", spec.Name, "driver", spec.Driver)
-		}
+	w.blockPublishes()
+	for d := range w.scan.BlockDirs() {
+		w.blockDir(d)
 	}
-
 	// Staged volumes whose pods are gone (a stop between unpublish and
 	// unstage) are found through their staging directories.
-	for _, driver := range w.dirs(csiDir) {
-		for _, name := range w.dirs(path.Join(csiDir, driver)) {
-			rel := path.Join(csiDir, driver, name)
-			if !w.exists(path.Join(rel, csiplugin.VolumeDataFile)) {
-				w.removeStagingLeftover(driver, name)
-				continue
-			}
-			dir := filepath.Join(root, rel)
-			w.removeWriteLeftovers(rel)
-			data, err := csiplugin.ReadVolumeData(r, rel)
-			if err != nil {
-				if rec := w.record(rel); rec != nil && rec.PodUID == "" {
-					logger.Error(err, "Cannot read vol_data.json; reconstructing the staged volume from nodevol's record", "path", dir)
-					data = recordVolumeData(rec)
-				} else {
-					logger.Error(err, "Cannot reconstruct staged volume, leaving it alone", "path", dir)
-					continue
-				}
-			}
-			spec := cache.VolumeSpec{Name: cache.CSIVolumeName(data.DriverName, data.VolumeHandle), PVName: data.SpecVolID, Driver: data.DriverName, VolumeHandle: data.VolumeHandle, Mode: cache.Filesystem}
-			if found[spec.Name] {
-				continue
-			}
-			want, err := csiplugin.StagingDir(root, spec.Driver, spec.VolumeHandle)
-			if legacy, lerr := csiplugin.LegacyStagingDir(root, name); driver == "pv" && want != dir && lerr == nil && legacy == dir {
-				// Staged by an older kubelet, by PV name (its vol_data.json
-				// has no specVolID): stagedDevice finds it there.
-				spec.PVName, want, err = name, dir, nil
-			}
-			// Only a directory at the path nodevol itself would use is its own.
-			if err != nil || want != dir {
-				logger.Error(err, "Staging directory does not match its vol_data.json, leaving it alone", "path", dir, "driver", spec.Driver)
-				continue
-			}
-			if d, ok := w.stagedDevice(spec); ok {
-				out.devices = append(out.devices, d)
-				found[spec.Name] = true
-				logger.V(2).Info("Reconstructed staged volume", "volume", spec.Name, "driver", spec.Driver, "path", dir)
-			}
-		}
+	for e := range w.scan.StagingDirs() {
+		w.stagingDir(e)
 	}
 	w.removeOrphanRecords()
-	return out
+	return w.out
 }
 
-// walker lists the directories under the root without following a
-// symlink, logging each symlink it finds where a directory is expected.
+// rebuild is one reconstruction: the walker and what it found so far.
+type rebuild struct {
+	walker
+	out diskState
+	// found are the volumes found so far: a device is added once.
+	found map[cache.UniqueVolumeName]bool
+	// linked are the block publishes found so far (blockPublishes).
+	linked map[blockPublish]bool
+}
+
+// podVolume reconstructs a pod volume directory from its vol_data.json, or
+// from its record when that cannot be read; one that has neither and holds
+// nothing is removed, any other is left alone and listed as unreadable.
+func (w *rebuild) podVolume(v ondisk.PodVolume) {
+	w.out.attempted++
+	var spec cache.VolumeSpec
+	var vol cache.PodVolume
+	switch rec := v.Record; {
+	case v.DataErr == nil:
+		spec, vol = reconstructedSpec(v.Data, v.PodUID, v.Name)
+	case rec != nil && rec.PodUID == string(v.PodUID) && rec.SpecName == v.Name:
+		// The record knows the volume as well as vol_data.json would.
+		w.logger.Error(v.DataErr, "Cannot read vol_data.json; reconstructing the pod volume from nodevol's record", "podUID", v.PodUID, "path", v.Dir)
+		spec, vol = reconstructedSpec(recordVolumeData(rec), v.PodUID, v.Name)
+	default:
+		// A directory that cannot hold data (SetUp stopped before
+		// vol_data.json) would hold the device for good: it goes.
+		rerr := w.removeUnused(v.Rel, ondisk.PublishLeaf)
+		if rerr == nil {
+			w.logger.Info("Removed a pod volume directory without vol_data.json that holds nothing", "podUID", v.PodUID, "path", v.Dir, "err", v.DataErr.Error())
+			return
+		}
+		w.logger.Error(v.DataErr, "Cannot reconstruct pod volume, leaving it alone; the staged device of the PV it names is not unstaged while it is there", "podUID", v.PodUID, "path", v.Dir, "notRemoved", rerr.Error())
+		w.out.unreadable = append(w.out.unreadable, v.Dir)
+		return
+	}
+	state, ok := w.recover(v.Rel, ondisk.PublishLeaf, v.Record)
+	if !ok {
+		return // a reboot's leftover, removed: nothing to tear down
+	}
+	w.out.mounts = append(w.out.mounts, foundMount{spec: spec, vol: vol, path: filepath.Join(v.Dir, ondisk.PublishLeaf), state: state})
+	if !spec.Ephemeral && !w.found[spec.Name] {
+		if d, ok := w.stagedDevice(spec); ok {
+			w.out.devices = append(w.out.devices, d)
+		}
+	}
+	w.found[spec.Name] = true
+	w.logger.V(2).Info("Reconstructed pod volume", "podUID", v.PodUID, "volume", spec.Name, "driver", spec.Driver, "path", v.Dir)
+}
+
+// blockLink reconstructs a raw block volume from a pod's symlink to it.
+func (w *rebuild) blockLink(l ondisk.BlockLink) {
+	w.linked[blockPublish{specName: l.SpecName, podUID: string(l.PodUID)}] = true
+	w.out.attempted++
+	if l.Volume.Err != nil {
+		w.logger.Error(l.Volume.Err, "Cannot reconstruct block volume, leaving it alone", "podUID", l.PodUID, "path", l.Path)
+		w.out.unreadable = append(w.out.unreadable, l.Path)
+		return
+	}
+	spec, paths := blockSpec(l.SpecName, l.Volume.Data), l.Volume.Paths
+	w.logInFlight(paths.PublishPath)
+	vol := cache.PodVolume{Pod: cache.PodRef{UID: l.PodUID}, SpecName: spec.PVName}
+	w.out.mounts = append(w.out.mounts, foundMount{spec: spec, vol: vol, path: paths.PodDevicePath, state: cache.Uncertain})
+	if !w.found[spec.Name] {
+		w.out.devices = append(w.out.devices, foundDevice{spec: spec, path: paths.StagingPath, state: cache.Uncertain})
+	}
+	w.found[spec.Name] = true
+	w.logger.V(2).Info("Reconstructed block volume", "podUID", l.PodUID, "volume", spec.Name, "driver", spec.Driver, "path", l.Path)
+}
+
+// blockDir reconstructs a staged raw block volume from its data
+// directory; one without vol_data.json that holds nothing is removed.
+func (w *rebuild) blockDir(d ondisk.BlockDir) {
+	if !d.HasData {
+		w.removeBlockLeftover(d)
+		return
+	}
+	if d.Volume.Err != nil {
+		w.logger.Error(d.Volume.Err, "Cannot reconstruct block volume, leaving it alone", "path", d.DataFile)
+		return
+	}
+	spec, paths := blockSpec(d.SpecName, d.Volume.Data), d.Volume.Paths
+	w.logInFlight(paths.StagingPath)
+	if !w.found[spec.Name] {
+		w.out.devices = append(w.out.devices, foundDevice{spec: spec, path: paths.StagingPath, state: cache.Uncertain})
+		w.found[spec.Name] = true
+		w.logger.V(2).Info("Reconstructed staged block volume", "volume", spec.Name, "driver", spec.Driver)
+	}
+}
+
+// stagingDir reconstructs a staged volume from its staging directory, at
+// the path nodevol itself would use for what its vol_data.json (or its
+// record) names, or an older kubelet's legacy one.
+func (w *rebuild) stagingDir(e ondisk.StagingDirEntry) {
+	if !e.HasData {
+		w.removeStagingLeftover(e)
+		return
+	}
+	data := e.Data
+	if e.DataErr != nil {
+		rec := w.scan.Record(e.Rel)
+		if rec == nil || rec.PodUID != "" {
+			w.logger.Error(e.DataErr, "Cannot reconstruct staged volume, leaving it alone", "path", e.Dir)
+			return
+		}
+		w.logger.Error(e.DataErr, "Cannot read vol_data.json; reconstructing the staged volume from nodevol's record", "path", e.Dir)
+		data = recordVolumeData(rec)
+	}
+	spec := cache.VolumeSpec{Name: cache.CSIVolumeName(data.DriverName, data.VolumeHandle), PVName: data.SpecVolID, Driver: data.DriverName, VolumeHandle: data.VolumeHandle, Mode: cache.Filesystem}
+	if w.found[spec.Name] {
+		return
+	}
+	want, err := ondisk.StagingDir(w.root, spec.Driver, spec.VolumeHandle)
+	if legacy, lerr := ondisk.LegacyStagingDir(w.root, e.Name); e.Driver == "pv" && want != e.Dir && lerr == nil && legacy == e.Dir {
+		// Staged by an older kubelet, by PV name (its vol_data.json
+		// has no specVolID): stagedDevice finds it there.
+		spec.PVName, want, err = e.Name, e.Dir, nil
+	}
+	// Only a directory at the path nodevol itself would use is its own.
+	if err != nil || want != e.Dir {
+		w.logger.Error(err, "Staging directory does not match its vol_data.json, leaving it alone", "path", e.Dir, "driver", spec.Driver)
+		return
+	}
+	if d, ok := w.stagedDevice(spec); ok {
+		w.out.devices = append(w.out.devices, d)
+		w.found[spec.Name] = true
+		w.logger.V(2).Info("Reconstructed staged volume", "volume", spec.Name, "driver", spec.Driver, "path", e.Dir)
+	}
+}
+
+// walker makes reconstruction's decisions on what the scan finds: the
+// state a volume was left in, and the removal of what cannot hold data.
 type walker struct {
 	logger klog.Logger
 	r      *rootfs.Root
 	root   string // as given: the paths found are built on it
 	rc     recovery
-	// seen are the record files of the directories visited.
-	seen map[string]bool
+	scan   *ondisk.Scanner
 }
 
-// entries lists the names in directory dir (relative to the root); a
-// missing dir has none. A dir that is, or is below, a symlink is logged and
-// has none.
-func (w walker) entries(dir string) []string {
-	list, err := w.r.ReadDir(dir)
-	if err != nil {
-		w.refused(err, dir)
-		return nil
-	}
-	names := make([]string, 0, len(list))
-	for _, e := range list {
-		names = append(names, e.Name())
-	}
-	return names
-}
-
-// dirs lists the directories in dir, as entries does; a symlink in dir is
-// logged and skipped, as is anything else that is not a directory.
-func (w walker) dirs(dir string) []string {
-	list, err := w.r.ReadDir(dir)
-	if err != nil {
-		w.refused(err, dir)
-		return nil
-	}
-	var names []string
-	for _, e := range list {
-		switch {
-		case e.Type()&fs.ModeSymlink != 0:
-			w.logger.Info("Ignoring a symlink where a directory is expected: symlinks under the root are not followed", "path", filepath.Join(w.r.Path(), dir, e.Name()))
-		case e.IsDir():
-			names = append(names, e.Name())
-		}
-	}
-	return names
-}
-
-// exists tells whether name is there (a symlink included) and reached
-// without following a symlink.
-func (w walker) exists(name string) bool {
-	_, err := w.r.Lstat(name)
-	if err != nil {
-		w.refused(err, name)
-	}
-	return err == nil
-}
-
-// refused logs why a path could not be read, unless it is simply missing.
-func (w walker) refused(err error, name string) {
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case errors.Is(err, rootfs.ErrSymlink):
-		w.logger.Info("Ignoring a path through a symlink: symlinks under the root are not followed", "err", err.Error())
-	default:
-		w.logger.Error(err, "Cannot read a directory under the root, skipping it", "path", name)
-	}
-}
-
-// reconstructBlock is what a block volume's vol_data.json tells of it.
-func reconstructBlock(r *rootfs.Root, root, specName string, uid types.UID) (cache.VolumeSpec, csiplugin.BlockPaths, error) {
-	paths, err := csiplugin.BlockVolumePaths(root, specName, uid)
-	if err != nil {
-		return cache.VolumeSpec{}, paths, err
-	}
-	d, err := csiplugin.ReadVolumeData(r, path.Join("plugins/kubernetes.io/csi/volumeDevices", specName, "data"))
-	if err != nil {
-		return cache.VolumeSpec{}, paths, err
-	}
+// blockSpec is what a block volume's vol_data.json tells of it.
+func blockSpec(specName string, d *ondisk.VolumeData) cache.VolumeSpec {
 	return cache.VolumeSpec{
 		Name: cache.CSIVolumeName(d.DriverName, d.VolumeHandle), PVName: specName,
 		Driver: d.DriverName, VolumeHandle: d.VolumeHandle, Mode: cache.Block,
-	}, paths, nil
+	}
 }
 
 // stagedDevice returns spec's device if its staging directory exists (and
-// is a directory, not a symlink).
+// is a directory, not a symlink) and was not left by a reboot.
 func (w walker) stagedDevice(spec cache.VolumeSpec) (foundDevice, bool) {
-	stagingPath, err := csiplugin.StagingPath(w.root, spec.Driver, spec.VolumeHandle)
-	if err != nil {
-		return foundDevice{}, false
-	}
-	dir, _ := csiplugin.StagingDir(w.r.Path(), spec.Driver, spec.VolumeHandle)
-	// An older kubelet's staging directory (by PV name), where the plugin
-	// stages and unstages the volume too.
-	switch legacy, ok, err := csiplugin.FindLegacyStaging(w.r, w.root, spec.PVName, spec.Driver, spec.VolumeHandle); {
-	case err != nil:
-		w.logger.Info("Ignoring the legacy staging directory of a volume", "volume", spec.Name, "err", err.Error())
-	case ok:
-		stagingPath = filepath.Join(legacy, "globalmount")
-		dir, _ = csiplugin.LegacyStagingDir(w.r.Path(), spec.PVName)
-	}
-	fi, err := w.r.Lstat(dir)
-	switch {
-	case err != nil:
-		w.refused(err, dir)
-		return foundDevice{}, false
-	case fi.Mode()&fs.ModeSymlink != 0:
-		w.logger.Info("Ignoring a symlink where a staging directory is expected: symlinks under the root are not followed", "path", dir)
-		return foundDevice{}, false
-	}
-	rel, err := w.r.Rel(dir)
-	if err != nil {
-		return foundDevice{}, false
-	}
-	state, ok := w.recover(rel, "globalmount", w.record(rel))
+	st, ok := w.scan.Staged(string(spec.Name), spec.Driver, spec.VolumeHandle, spec.PVName)
 	if !ok {
 		return foundDevice{}, false
 	}
-	d := foundDevice{spec: spec, path: stagingPath, state: state}
-	if data, err := csiplugin.ReadVolumeData(w.r, rel); err == nil {
-		d.seLinuxContext = data.SELinuxMountContext
+	state, ok := w.recover(st.Rel, ondisk.StagingLeaf, st.Record)
+	if !ok {
+		return foundDevice{}, false
+	}
+	d := foundDevice{spec: spec, path: st.StagingPath, state: state}
+	if st.Data != nil {
+		d.seLinuxContext = st.Data.SELinuxMountContext
 	}
 	return d, true
 }
 
-// removeWriteLeftovers removes the temporary files of vol_data.json
-// writes a crash cut short in volume directory rel: they would make the
-// kubelet's teardown fail after a hand-over (it rmdirs the directory), and
-// nodevol's. Logged when it cannot.
-func (w walker) removeWriteLeftovers(rel string) {
-	if err := csiplugin.RemoveWriteLeftovers(w.r, rel); err != nil {
-		w.logger.Error(err, "Cannot remove the leftovers of an interrupted vol_data.json write", "path", filepath.Join(w.root, rel))
-	}
-}
-
 // removeUnused removes volume directory rel (with leaf "mount" or
 // "globalmount") if nothing in it can hold data
-// (csiplugin.RemoveUnusedVolumeDir); the error says why it did not.
+// (ondisk.RemoveUnusedVolumeDir); the error says why it did not.
 func (w walker) removeUnused(rel, leaf string) error {
 	if w.rc.mountPoints == nil {
 		return errors.New("the mount table is unknown: nothing is removed that may be mounted")
 	}
-	return csiplugin.RemoveUnusedVolumeDir(w.r, func(p string) bool { return w.rc.mountPoints[p] }, rel, leaf)
+	return ondisk.RemoveUnusedVolumeDir(w.r, func(p string) bool { return w.rc.mountPoints[p] }, rel, leaf)
 }
 
 // retakeUnreadable removes pod volume directory dir (absolute), found
@@ -424,54 +335,27 @@ func (vm *VolumeManager) retakeUnreadable(dir string) bool {
 // that MountDevice created but a stop cut short before it wrote
 // vol_data.json: nothing reconstructs it, so nothing else would ever
 // remove it. One that may hold data is logged and left.
-func (w walker) removeStagingLeftover(driver, name string) {
-	if !csiplugin.IsStagingDirName(driver, name) {
+func (w walker) removeStagingLeftover(e ondisk.StagingDirEntry) {
+	if !ondisk.IsStagingDirName(e.Driver, e.Name) {
 		return
 	}
-	rel := path.Join("plugins/kubernetes.io/csi", driver, name)
-	dir := filepath.Join(w.root, rel)
-	w.removeWriteLeftovers(rel)
-	if err := w.removeUnused(rel, "globalmount"); err != nil {
-		w.logger.Error(err, "Staging directory without vol_data.json, leaving it alone", "path", dir, "driver", driver)
+	w.scan.RemoveWriteLeftovers(e.Rel)
+	if err := w.removeUnused(e.Rel, ondisk.StagingLeaf); err != nil {
+		w.logger.Error(err, "Staging directory without vol_data.json, leaving it alone", "path", e.Dir, "driver", e.Driver)
 		return
 	}
-	w.logger.Info("Removed a staging directory without vol_data.json that holds nothing", "path", dir, "driver", driver)
+	w.logger.Info("Removed a staging directory without vol_data.json that holds nothing", "path", e.Dir, "driver", e.Driver)
 }
 
 // removeBlockLeftover removes a raw block volume directory that has no
-// vol_data.json and holds nothing (csiplugin.RemoveUnusedBlockDir): a stop
+// vol_data.json and holds nothing (ondisk.RemoveUnusedBlockDir): a stop
 // cut its creation or its removal short. Anything else is logged and left.
-func (w walker) removeBlockLeftover(specName string) {
-	dir := filepath.Join(w.root, "plugins/kubernetes.io/csi/volumeDevices", specName)
-	if err := csiplugin.RemoveUnusedBlockDir(w.r, specName); err != nil {
-		w.logger.Error(err, "Block volume directory without vol_data.json, leaving it alone", "path", dir)
+func (w walker) removeBlockLeftover(d ondisk.BlockDir) {
+	if err := ondisk.RemoveUnusedBlockDir(w.r, d.SpecName); err != nil {
+		w.logger.Error(err, "Block volume directory without vol_data.json, leaving it alone", "path", d.Dir)
 		return
 	}
-	w.logger.Info("Removed a block volume directory without vol_data.json that holds nothing", "path", dir)
-}
-
-// record reads the record of directory rel; nil when there is none or it
-// cannot be used (logged: the volume is then recovered from vol_data.json
-// and the mount table alone).
-func (w walker) record(rel string) *csiplugin.Record {
-	w.seen[path.Base(csiplugin.RecordFile(rel))] = true
-	rec, err := csiplugin.ReadRecord(w.r, rel)
-	switch {
-	case err == nil:
-		return rec
-	case errors.Is(err, fs.ErrNotExist):
-	default:
-		// Anything but a regular file where the record goes is taken back,
-		// so that it does not stand in the way of the next write (a
-		// directory that is not empty stays, and is only logged).
-		if taken, _ := csiplugin.TakeBackRecord(w.r, rel); taken {
-			w.logger.Info("Removed what stood where nodevol's record of a volume directory goes, not a regular file; recovering it as Uncertain from vol_data.json",
-				"path", filepath.Join(w.root, csiplugin.RecordFile(rel)), "dir", filepath.Join(w.root, rel), "err", err.Error())
-			return nil
-		}
-		w.logger.Error(err, "Ignoring nodevol's record of a volume directory; recovering it as Uncertain from vol_data.json", "path", filepath.Join(w.root, rel))
-	}
-	return nil
+	w.logger.Info("Removed a block volume directory without vol_data.json that holds nothing", "path", d.Dir)
 }
 
 // recover decides, from its record, in which state a volume directory rel
@@ -488,7 +372,7 @@ func (w walker) record(rel string) *csiplugin.Record {
 //     there any more; the directory's leftovers are removed and ok is
 //     false (nothing to tear down; a wanted volume is staged and published
 //     afresh). If anything may hold data there, it is Uncertain instead.
-func (w walker) recover(rel, leaf string, rec *csiplugin.Record) (state cache.MountState, ok bool) {
+func (w walker) recover(rel, leaf string, rec *ondisk.Record) (state cache.MountState, ok bool) {
 	if rec == nil {
 		return cache.Uncertain, true
 	}
@@ -501,7 +385,7 @@ func (w walker) recover(rel, leaf string, rec *csiplugin.Record) (state cache.Mo
 			logger.Info("Record of an earlier boot, but the mount table is unknown or still shows the mount; recovering it as Uncertain", "recordBootID", rec.BootID, "mounted", mounted)
 			return cache.Uncertain, true
 		}
-		err := csiplugin.RemoveUnusedVolumeDir(w.r, func(p string) bool { return w.rc.mountPoints[p] }, rel, leaf)
+		err := ondisk.RemoveUnusedVolumeDir(w.r, func(p string) bool { return w.rc.mountPoints[p] }, rel, leaf)
 		if err != nil {
 			logger.Error(err, "The node rebooted since the record was written, but its directory may hold data; recovering it as Uncertain")
 			return cache.Uncertain, true
@@ -530,7 +414,7 @@ func (w walker) logInFlight(abs string) {
 	if err != nil {
 		return
 	}
-	if rec := w.record(rel); rec != nil && !rec.Phase.Done() {
+	if rec := w.scan.Record(rel); rec != nil && !rec.Phase.Done() {
 		w.logger.Info("A call was in flight when nodevol stopped; it is repeated if the volume is wanted and undone if not",
 			"path", abs, "call", rec.Phase.Call(), "driver", rec.Driver, "volumeHandle", rec.VolumeHandle)
 	}
@@ -540,32 +424,17 @@ func (w walker) logInFlight(abs string) {
 // exists (a stop between removing a volume's directory and its record).
 // A record it cannot read, or whose directory is still there, is left.
 func (w walker) removeOrphanRecords() {
-	for _, shard := range w.dirs(csiplugin.RecordsDir) {
-		w.removeOrphanRecordsIn(path.Join(csiplugin.RecordsDir, shard))
-	}
-}
-
-func (w walker) removeOrphanRecordsIn(dir string) {
-	list, err := w.r.ReadDir(dir)
-	if err != nil {
-		w.refused(err, dir)
-		return
-	}
-	for _, e := range list {
-		if w.seen[e.Name()] || !e.Type().IsRegular() {
-			continue
-		}
-		name := path.Join(dir, e.Name())
-		var rec csiplugin.Record
-		if err := fsutil.ReadJSONIn(w.r, name, &rec); err != nil || rec.Dir == "" || csiplugin.RecordFile(rec.Dir) != name {
-			w.logger.Error(err, "Leaving a record that does not name its directory", "path", filepath.Join(w.root, name))
+	for f := range w.scan.UnseenRecords() {
+		rec := f.Record
+		if rec == nil {
+			w.logger.Error(f.Err, "Leaving a record that does not name its directory", "path", filepath.Join(w.root, f.Name))
 			continue
 		}
 		if _, err := w.r.Lstat(rec.Dir); !errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		if err := w.r.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			w.logger.Error(err, "Cannot remove the record of a directory that is gone", "path", filepath.Join(w.root, name))
+		if err := w.r.Remove(f.Name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			w.logger.Error(err, "Cannot remove the record of a directory that is gone", "path", filepath.Join(w.root, f.Name))
 			continue
 		}
 		w.logger.V(2).Info("Removed the record of a directory that is gone", "dir", rec.Dir, "phase", rec.Phase)
@@ -573,8 +442,8 @@ func (w walker) removeOrphanRecordsIn(dir string) {
 }
 
 // recordVolumeData is the vol_data.json a record stands for.
-func recordVolumeData(rec *csiplugin.Record) *csiplugin.VolumeData {
-	d := &csiplugin.VolumeData{SpecVolID: rec.PVName, VolumeHandle: rec.VolumeHandle, DriverName: rec.Driver}
+func recordVolumeData(rec *ondisk.Record) *ondisk.VolumeData {
+	d := &ondisk.VolumeData{SpecVolID: rec.PVName, VolumeHandle: rec.VolumeHandle, DriverName: rec.Driver}
 	if rec.Ephemeral {
 		d.VolumeLifecycleMode = lifecycleEphemeral
 	}
@@ -584,7 +453,7 @@ func recordVolumeData(rec *csiplugin.Record) *csiplugin.VolumeData {
 // reconstructedSpec is what vol_data.json tells of a pod's volume: enough
 // to tear it down, and the same unique name the populator gives it, so a
 // pod that still wants it finds it.
-func reconstructedSpec(d *csiplugin.VolumeData, uid types.UID, dirName string) (cache.VolumeSpec, cache.PodVolume) {
+func reconstructedSpec(d *ondisk.VolumeData, uid types.UID, dirName string) (cache.VolumeSpec, cache.PodVolume) {
 	spec := cache.VolumeSpec{Driver: d.DriverName, VolumeHandle: d.VolumeHandle, Mode: cache.Filesystem}
 	vol := cache.PodVolume{Pod: cache.PodRef{UID: uid}, SpecName: dirName, SELinuxLabel: d.SELinuxMountContext}
 	if d.VolumeLifecycleMode == lifecycleEphemeral {

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/internal/ondisk"
 )
 
 // TestReconstructBlockPublishes: a raw block volume published for a pod
@@ -24,18 +24,18 @@ func TestReconstructBlockPublishes(t *testing.T) {
 		return filepath.Join("plugins/kubernetes.io/csi/volumeDevices/publish", spec, uid)
 	}
 	plantData := func(t *testing.T, root string) {
-		plantFile(t, filepath.Join(root, "plugins/kubernetes.io/csi/volumeDevices", spec, "data", csiplugin.VolumeDataFile),
+		plantFile(t, filepath.Join(root, "plugins/kubernetes.io/csi/volumeDevices", spec, "data", ondisk.VolumeDataFile),
 			`{"specVolID":"`+spec+`","volumeHandle":"h-raw","driverName":"d.example.com","volumeLifecycleMode":"Persistent"}`)
 	}
-	plantRecord := func(t *testing.T, root, uid, boot string, phase ...csiplugin.Phase) {
+	plantRecord := func(t *testing.T, root, uid, boot string, phase ...ondisk.Phase) {
 		rel := publishRel(uid)
-		ph := csiplugin.PhasePublishing
+		ph := ondisk.PhasePublishing
 		if len(phase) > 0 {
 			ph = phase[0]
 		}
-		b, _ := json.Marshal(csiplugin.Record{Version: 1, BootID: boot, Phase: ph, Dir: rel,
+		b, _ := json.Marshal(ondisk.Record{Version: 1, BootID: boot, Phase: ph, Dir: rel,
 			Driver: "d.example.com", VolumeHandle: "h-raw", PVName: spec, PodUID: uid, SpecName: spec, Mode: "Block"})
-		plantFile(t, filepath.Join(root, csiplugin.RecordFile(rel)), string(b))
+		plantFile(t, filepath.Join(root, ondisk.RecordFile(rel)), string(b))
 	}
 	for _, tc := range []struct {
 		name     string
@@ -62,20 +62,20 @@ func TestReconstructBlockPublishes(t *testing.T) {
 		{"record only, this boot", func(t *testing.T, root string) {
 			plantData(t, root)
 			plantRecord(t, root, "uid-b", "boot-1")
-		}, []string{"uid-b"}, "", csiplugin.RecordFile(publishRel("uid-b"))},
+		}, []string{"uid-b"}, "", ondisk.RecordFile(publishRel("uid-b"))},
 		{"record only, vol_data.json gone", func(t *testing.T, root string) {
 			plantRecord(t, root, "uid-b", "boot-1")
-		}, []string{"uid-b"}, "", csiplugin.RecordFile(publishRel("uid-b"))},
+		}, []string{"uid-b"}, "", ondisk.RecordFile(publishRel("uid-b"))},
 		// A completed publish whose target is gone was undone since (the
 		// kubelet's teardown after a hand-over leaves nodevol's records).
 		{"record only, publish done", func(t *testing.T, root string) {
 			plantData(t, root)
-			plantRecord(t, root, "uid-b", "boot-1", csiplugin.PhasePublished)
-		}, nil, csiplugin.RecordFile(publishRel("uid-b")), ""},
+			plantRecord(t, root, "uid-b", "boot-1", ondisk.PhasePublished)
+		}, nil, ondisk.RecordFile(publishRel("uid-b")), ""},
 		{"record only, earlier boot", func(t *testing.T, root string) {
 			plantData(t, root)
 			plantRecord(t, root, "uid-b", "boot-0")
-		}, nil, csiplugin.RecordFile(publishRel("uid-b")), ""},
+		}, nil, ondisk.RecordFile(publishRel("uid-b")), ""},
 		{"publish directory is a symlink", func(t *testing.T, root string) {
 			plantData(t, root)
 			elsewhere := t.TempDir()

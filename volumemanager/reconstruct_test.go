@@ -14,8 +14,8 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 )
 
 // startVM runs a VolumeManager on root with drv registered and returns it
@@ -91,7 +91,7 @@ func TestRestartReconstructs(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(corrupt, "mount", "data"), []byte("data"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(corrupt, csiplugin.VolumeDataFile), []byte("{garbage"), 0o640); err != nil {
+	if err := os.WriteFile(filepath.Join(corrupt, ondisk.VolumeDataFile), []byte("{garbage"), 0o640); err != nil {
 		t.Fatal(err)
 	}
 	publishes := drv.Calls("NodePublishVolume")
@@ -136,14 +136,14 @@ func TestRestartReconstructs(t *testing.T) {
 	if got := drv.PublishedVolumes(); !slices.Equal(got, []string{"handle-a"}) {
 		t.Errorf("published volumes = %v, want only handle-a", got)
 	}
-	dirB, _ := csiplugin.PodVolumeDir(root, podB.UID, pvB.Name)
-	stagingB, _ := csiplugin.StagingDir(root, drv.DriverName(), "handle-b")
+	dirB, _ := ondisk.PodVolumeDir(root, podB.UID, pvB.Name)
+	stagingB, _ := ondisk.StagingDir(root, drv.DriverName(), "handle-b")
 	for _, dir := range []string{dirB, stagingB} {
 		if _, err := os.Lstat(dir); !os.IsNotExist(err) {
 			t.Errorf("%s left behind: %v", dir, err)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(corrupt, csiplugin.VolumeDataFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(corrupt, ondisk.VolumeDataFile)); err != nil {
 		t.Errorf("the unreadable volume directory was touched: %v", err)
 	}
 	if vols := vm2.GetMountedVolumesForPod(podA.UID); len(vols) != 1 || vols[0].State != cache.Mounted {
@@ -158,7 +158,7 @@ func TestReconstructedSpec(t *testing.T) {
 	inline := csitest.Pod("ns", "p", csitest.PodUID(uid), csitest.WithInlineCSI("scratch", "d.example.com", false, nil))
 	tests := []struct {
 		name     string
-		data     csiplugin.VolumeData
+		data     ondisk.VolumeData
 		dir      string
 		wantName cache.UniqueVolumeName
 		wantPV   string
@@ -166,21 +166,21 @@ func TestReconstructedSpec(t *testing.T) {
 	}{
 		{
 			name:     "persistent",
-			data:     csiplugin.VolumeData{SpecVolID: "pv-1", VolumeHandle: "h", DriverName: "d.example.com", VolumeLifecycleMode: "Persistent"},
+			data:     ondisk.VolumeData{SpecVolID: "pv-1", VolumeHandle: "h", DriverName: "d.example.com", VolumeLifecycleMode: "Persistent"},
 			dir:      "pv-1",
 			wantName: cache.CSIVolumeName("d.example.com", "h"),
 			wantPV:   "pv-1",
 		},
 		{
 			name:     "no lifecycle mode (older kubelets): persistent",
-			data:     csiplugin.VolumeData{VolumeHandle: "h", DriverName: "d.example.com"},
+			data:     ondisk.VolumeData{VolumeHandle: "h", DriverName: "d.example.com"},
 			dir:      "pv-1",
 			wantName: cache.CSIVolumeName("d.example.com", "h"),
 			wantPV:   "pv-1",
 		},
 		{
 			name:     "inline",
-			data:     csiplugin.VolumeData{SpecVolID: "scratch", VolumeHandle: "csi-x", DriverName: "d.example.com", VolumeLifecycleMode: "Ephemeral"},
+			data:     ondisk.VolumeData{SpecVolID: "scratch", VolumeHandle: "csi-x", DriverName: "d.example.com", VolumeLifecycleMode: "Ephemeral"},
 			dir:      "scratch",
 			wantName: inlineSpec(inline, &inline.Spec.Volumes[0]).Name,
 			wantEph:  true,
@@ -192,7 +192,7 @@ func TestReconstructedSpec(t *testing.T) {
 			if spec.Name != tt.wantName || spec.PVName != tt.wantPV || spec.Ephemeral != tt.wantEph {
 				t.Errorf("spec = %+v, want name %s, PV %q, ephemeral %v", spec, tt.wantName, tt.wantPV, tt.wantEph)
 			}
-			if got := csiplugin.VolumeDirName(&spec, vol); got != tt.dir {
+			if got := ondisk.VolumeDirName(&spec, vol); got != tt.dir {
 				t.Errorf("teardown would use directory %q, want %q", got, tt.dir)
 			}
 			if vol.Pod.UID != uid || spec.Driver != tt.data.DriverName || spec.VolumeHandle != tt.data.VolumeHandle {

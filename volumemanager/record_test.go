@@ -15,14 +15,14 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/util/rootfs"
 )
 
 // plantPodVolume writes what a publish leaves in a pod volume directory:
 // vol_data.json, an empty mount/ and, when rec is not nil, the record.
-func plantPodVolume(t *testing.T, root, uid, name string, rec *csiplugin.Record) string {
+func plantPodVolume(t *testing.T, root, uid, name string, rec *ondisk.Record) string {
 	t.Helper()
 	rel := filepath.Join("pods", uid, "volumes", "kubernetes.io~csi", name)
 	dir := filepath.Join(root, rel)
@@ -30,14 +30,14 @@ func plantPodVolume(t *testing.T, root, uid, name string, rec *csiplugin.Record)
 		t.Fatal(err)
 	}
 	data := `{"specVolID":"` + name + `","volumeHandle":"h-` + name + `","driverName":"d.example.com","volumeLifecycleMode":"Persistent"}`
-	plantFile(t, filepath.Join(dir, csiplugin.VolumeDataFile), data)
+	plantFile(t, filepath.Join(dir, ondisk.VolumeDataFile), data)
 	if rec != nil {
 		rec.Dir = rel
 		b, err := json.Marshal(rec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		plantFile(t, filepath.Join(root, csiplugin.RecordFile(rel)), string(b))
+		plantFile(t, filepath.Join(root, ondisk.RecordFile(rel)), string(b))
 	}
 	return dir
 }
@@ -55,12 +55,12 @@ func plantFile(t *testing.T, name, content string) {
 // TestReconstructFromRecords: the record decides how a pod volume found
 // on disk is recovered.
 func TestReconstructFromRecords(t *testing.T) {
-	rec := func(ph csiplugin.Phase, boot string, version int) *csiplugin.Record {
-		return &csiplugin.Record{Version: version, BootID: boot, Phase: ph, Driver: "d.example.com", VolumeHandle: "h-pv"}
+	rec := func(ph ondisk.Phase, boot string, version int) *ondisk.Record {
+		return &ondisk.Record{Version: version, BootID: boot, Phase: ph, Driver: "d.example.com", VolumeHandle: "h-pv"}
 	}
 	for _, tc := range []struct {
 		name      string
-		rec       *csiplugin.Record
+		rec       *ondisk.Record
 		mounted   bool
 		noTable   bool   // the mount table could not be read
 		plant     string // a file written into mount/
@@ -69,17 +69,17 @@ func TestReconstructFromRecords(t *testing.T) {
 		wantDir   bool // the directory is still there
 	}{
 		{"no record (the kubelet's)", nil, true, false, "", true, cache.Uncertain, true},
-		{"published, still mounted", rec(csiplugin.PhasePublished, "boot-1", 1), true, false, "", true, cache.Mounted, true},
-		{"published, mount table unknown", rec(csiplugin.PhasePublished, "boot-1", 1), true, true, "", true, cache.Uncertain, true},
-		{"published, mount gone", rec(csiplugin.PhasePublished, "boot-1", 1), false, false, "", true, cache.Uncertain, true},
-		{"publish in flight", rec(csiplugin.PhasePublishing, "boot-1", 1), true, false, "", true, cache.Uncertain, true},
-		{"unpublish in flight", rec(csiplugin.PhaseUnpublishing, "boot-1", 1), false, false, "", true, cache.Uncertain, true},
-		{"record of a newer nodevol", rec(csiplugin.PhasePublished, "boot-1", 2), true, false, "", true, cache.Uncertain, true},
-		{"rebooted", rec(csiplugin.PhasePublished, "boot-0", 1), false, false, "", false, 0, false},
-		{"rebooted mid-publish", rec(csiplugin.PhasePublishing, "boot-0", 1), false, false, "", false, 0, false},
-		{"rebooted, yet mounted", rec(csiplugin.PhasePublished, "boot-0", 1), true, false, "", true, cache.Uncertain, true},
-		{"rebooted, mount table unknown", rec(csiplugin.PhasePublished, "boot-0", 1), false, true, "", true, cache.Uncertain, true},
-		{"rebooted, data in mount/", rec(csiplugin.PhasePublished, "boot-0", 1), false, false, "data", true, cache.Uncertain, true},
+		{"published, still mounted", rec(ondisk.PhasePublished, "boot-1", 1), true, false, "", true, cache.Mounted, true},
+		{"published, mount table unknown", rec(ondisk.PhasePublished, "boot-1", 1), true, true, "", true, cache.Uncertain, true},
+		{"published, mount gone", rec(ondisk.PhasePublished, "boot-1", 1), false, false, "", true, cache.Uncertain, true},
+		{"publish in flight", rec(ondisk.PhasePublishing, "boot-1", 1), true, false, "", true, cache.Uncertain, true},
+		{"unpublish in flight", rec(ondisk.PhaseUnpublishing, "boot-1", 1), false, false, "", true, cache.Uncertain, true},
+		{"record of a newer nodevol", rec(ondisk.PhasePublished, "boot-1", 2), true, false, "", true, cache.Uncertain, true},
+		{"rebooted", rec(ondisk.PhasePublished, "boot-0", 1), false, false, "", false, 0, false},
+		{"rebooted mid-publish", rec(ondisk.PhasePublishing, "boot-0", 1), false, false, "", false, 0, false},
+		{"rebooted, yet mounted", rec(ondisk.PhasePublished, "boot-0", 1), true, false, "", true, cache.Uncertain, true},
+		{"rebooted, mount table unknown", rec(ondisk.PhasePublished, "boot-0", 1), false, true, "", true, cache.Uncertain, true},
+		{"rebooted, data in mount/", rec(ondisk.PhasePublished, "boot-0", 1), false, false, "data", true, cache.Uncertain, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -119,11 +119,11 @@ func TestReconstructFromRecords(t *testing.T) {
 // removed.
 func TestReconstructRecordRescuesCorruptVolData(t *testing.T) {
 	root := t.TempDir()
-	dir := plantPodVolume(t, root, "uid-a", "pv", &csiplugin.Record{Version: 1, BootID: "boot-1",
-		Phase: csiplugin.PhasePublished, Driver: "d.example.com", VolumeHandle: "h-pv", PVName: "pv", PodUID: "uid-a", SpecName: "pv"})
-	plantFile(t, filepath.Join(dir, csiplugin.VolumeDataFile), "{garbage")
-	orphan := csiplugin.RecordFile("pods/uid-gone/volumes/kubernetes.io~csi/pv")
-	b, _ := json.Marshal(csiplugin.Record{Version: 1, Phase: csiplugin.PhasePublished, Dir: "pods/uid-gone/volumes/kubernetes.io~csi/pv", Driver: "d", VolumeHandle: "h"})
+	dir := plantPodVolume(t, root, "uid-a", "pv", &ondisk.Record{Version: 1, BootID: "boot-1",
+		Phase: ondisk.PhasePublished, Driver: "d.example.com", VolumeHandle: "h-pv", PVName: "pv", PodUID: "uid-a", SpecName: "pv"})
+	plantFile(t, filepath.Join(dir, ondisk.VolumeDataFile), "{garbage")
+	orphan := ondisk.RecordFile("pods/uid-gone/volumes/kubernetes.io~csi/pv")
+	b, _ := json.Marshal(ondisk.Record{Version: 1, Phase: ondisk.PhasePublished, Dir: "pods/uid-gone/volumes/kubernetes.io~csi/pv", Driver: "d", VolumeHandle: "h"})
 	plantFile(t, filepath.Join(root, orphan), string(b))
 
 	got := reconstruct(context.Background(), root, recovery{bootID: "boot-1"})
@@ -161,10 +161,10 @@ func newRestartEnv(t *testing.T) *restartEnv {
 	plantFile(t, e.boot, "boot-1\n")
 	e.podA = csitest.Pod("ns", "a", csitest.WithPVC("data", "a", false))
 	e.podB = csitest.Pod("ns", "b", csitest.WithPVC("data", "b", false))
-	e.dirA, _ = csiplugin.PodVolumeDir(e.root, e.podA.UID, pvA.Name)
-	e.dirB, _ = csiplugin.PodVolumeDir(e.root, e.podB.UID, pvB.Name)
-	e.stageA, _ = csiplugin.StagingDir(e.root, e.drv.DriverName(), "handle-a")
-	e.stagingPathA, _ = csiplugin.StagingPath(e.root, e.drv.DriverName(), "handle-a")
+	e.dirA, _ = ondisk.PodVolumeDir(e.root, e.podA.UID, pvA.Name)
+	e.dirB, _ = ondisk.PodVolumeDir(e.root, e.podB.UID, pvB.Name)
+	e.stageA, _ = ondisk.StagingDir(e.root, e.drv.DriverName(), "handle-a")
+	e.stagingPathA, _ = ondisk.StagingPath(e.root, e.drv.DriverName(), "handle-a")
 
 	vm, stop := startVMBoot(t, e.client, e.root, e.drv, mount.NewFakeMounter(nil), e.boot)
 	for _, p := range []*v1.Pod{e.podA, e.podB} {
@@ -232,7 +232,7 @@ func TestRestartTrustsDoneRecords(t *testing.T) {
 	if got := e.callsSince(before); !equalCounts(got, want) {
 		t.Errorf("CSI calls after the restart = %v, want %v (none for pod a)", got, want)
 	}
-	if _, err := os.Lstat(filepath.Join(e.root, csiplugin.RecordFile(relTo(t, e.root, e.dirB)))); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Lstat(filepath.Join(e.root, ondisk.RecordFile(relTo(t, e.root, e.dirB)))); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("pod b's record after teardown: %v, want removed", err)
 	}
 }
@@ -268,8 +268,8 @@ func TestRestartAfterReboot(t *testing.T) {
 	if got := e.callsSince(before); !equalCounts(got, want) {
 		t.Errorf("CSI calls after the reboot = %v, want %v", got, want)
 	}
-	rec, err := csiplugin.ReadRecord(mustRoot(t, e.root), relTo(t, e.root, e.dirA))
-	if err != nil || rec.BootID != "boot-2" || rec.Phase != csiplugin.PhasePublished {
+	rec, err := ondisk.ReadRecord(mustRoot(t, e.root), relTo(t, e.root, e.dirA))
+	if err != nil || rec.BootID != "boot-2" || rec.Phase != ondisk.PhasePublished {
 		t.Errorf("pod a's record after the reboot = %+v, %v; want Published on boot-2", rec, err)
 	}
 }
@@ -280,13 +280,13 @@ func TestRestartFinishesCallInFlight(t *testing.T) {
 	e := newRestartEnv(t)
 	r := mustRoot(t, e.root)
 	rel := relTo(t, e.root, e.dirA)
-	rec, err := csiplugin.ReadRecord(r, rel)
+	rec, err := ondisk.ReadRecord(r, rel)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec.Phase = csiplugin.PhasePublishing // as if killed inside NodePublishVolume
+	rec.Phase = ondisk.PhasePublishing // as if killed inside NodePublishVolume
 	b, _ := json.Marshal(rec)
-	plantFile(t, filepath.Join(e.root, csiplugin.RecordFile(rel)), string(b))
+	plantFile(t, filepath.Join(e.root, ondisk.RecordFile(rel)), string(b))
 	m := mount.NewFakeMounter([]mount.MountPoint{
 		{Path: filepath.Join(e.dirA, "mount"), Device: "/dev/a", Type: "ext4"},
 		{Path: e.stagingPathA, Device: "/dev/a", Type: "ext4"},
@@ -353,7 +353,7 @@ func relTo(t *testing.T, root, dir string) string {
 // until a person removed it.
 func TestRestartTakesBackRecordName(t *testing.T) {
 	e := newRestartEnv(t)
-	recFile := filepath.Join(e.root, csiplugin.RecordFile(relTo(t, e.root, e.dirA)))
+	recFile := filepath.Join(e.root, ondisk.RecordFile(relTo(t, e.root, e.dirA)))
 	outside := filepath.Join(t.TempDir(), "outside")
 	plantFile(t, outside, "keep")
 	if err := os.Remove(recFile); err != nil {
@@ -375,7 +375,7 @@ func TestRestartTakesBackRecordName(t *testing.T) {
 	if fi, err := os.Lstat(recFile); err != nil || !fi.Mode().IsRegular() {
 		t.Errorf("pod a's record: %v, %v; want a regular file", fi, err)
 	}
-	if rec, err := csiplugin.ReadRecord(mustRoot(t, e.root), relTo(t, e.root, e.dirA)); err != nil || rec.Phase != csiplugin.PhasePublished {
+	if rec, err := ondisk.ReadRecord(mustRoot(t, e.root), relTo(t, e.root, e.dirA)); err != nil || rec.Phase != ondisk.PhasePublished {
 		t.Errorf("pod a's record = %+v, %v; want Published", rec, err)
 	}
 	if b, err := os.ReadFile(outside); err != nil || string(b) != "keep" {

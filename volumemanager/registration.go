@@ -11,17 +11,17 @@ import (
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/nodevol/nodevol/csiplugin"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/pluginmanager"
+	"github.com/nodevol/nodevol/registration"
 )
 
 // newPluginManager returns the plugin manager that registers the CSI
 // drivers announced in cfg.RegistrationDir in cfg.Drivers, recording them
 // on the Node and CSINode, and the registration handler, which keeps the
 // CSINode (see runRegistration).
-func newPluginManager(cfg Config, csiDrivers storagelisters.CSIDriverLister) (*pluginmanager.Manager, *csiplugin.RegistrationHandler, error) {
-	handler, err := csiplugin.NewRegistrationHandler(csiplugin.RegistrationConfig{
+func newPluginManager(cfg Config, csiDrivers storagelisters.CSIDriverLister) (*pluginmanager.Manager, *registration.Handler, error) {
+	handler, err := registration.New(registration.Config{
 		Registry:   cfg.Drivers,
 		KubeClient: cfg.KubeClient,
 		NodeName:   cfg.NodeName,
@@ -71,7 +71,7 @@ func (vm *VolumeManager) resourceExhausted(o oe.Outcome) {
 // without the annotation the attach/detach controller never attaches
 // volumes to the node.
 func (vm *VolumeManager) SetNodeAttachMode(node *v1.Node) bool {
-	return csiplugin.SetNodeAttachMode(node, vm.cfg.SelfAttach)
+	return registration.SetNodeAttachMode(node, vm.cfg.SelfAttach)
 }
 
 // runPluginManager runs the plugin manager, if any, until ctx ends. A

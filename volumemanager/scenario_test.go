@@ -25,6 +25,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -418,7 +419,7 @@ func (s *scenario) restart(ctx context.Context, t *testing.T, corrupt, noDevice 
 			if !pm.MayBeMounted() {
 				continue
 			}
-			dir, err := csiplugin.PodVolumeDir(s.root, uid, v.Spec.PVName)
+			dir, err := ondisk.PodVolumeDir(s.root, uid, v.Spec.PVName)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -426,7 +427,7 @@ func (s *scenario) restart(ctx context.Context, t *testing.T, corrupt, noDevice 
 				v.Spec.PVName, v.Spec.VolumeHandle, v.Spec.Driver, pm.Volume.SELinuxLabel))
 		}
 		if v.DeviceState.MayBeMounted() && !skipDevice[name] {
-			dir, err := csiplugin.StagingDir(s.root, v.Spec.Driver, v.Spec.VolumeHandle)
+			dir, err := ondisk.StagingDir(s.root, v.Spec.Driver, v.Spec.VolumeHandle)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -436,7 +437,7 @@ func (s *scenario) restart(ctx context.Context, t *testing.T, corrupt, noDevice 
 	}
 	for _, c := range corrupt { // pod/claim
 		pod, claim, _ := strings.Cut(c, "/")
-		dir, _ := csiplugin.PodVolumeDir(s.root, types.UID("uid-"+pod), "pv-"+claim)
+		dir, _ := ondisk.PodVolumeDir(s.root, types.UID("uid-"+pod), "pv-"+claim)
 		writeVolData(t, dir, "{")
 	}
 	s.in = newInbox() // the new process has heard nothing yet
@@ -453,7 +454,7 @@ func writeVolData(t *testing.T, dir, content string) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, csiplugin.VolumeDataFile), []byte(content), 0o640); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, ondisk.VolumeDataFile), []byte(content), 0o640); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -161,9 +162,9 @@ func TestSetNodeAttachMode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Annotations: map[string]string{csiplugin.ControllerManagedAttachDetachAnnotation: "true"}}}
+		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Annotations: map[string]string{registration.ControllerManagedAttachDetachAnnotation: "true"}}}
 		changed := vm.SetNodeAttachMode(n)
-		_, has := n.Annotations[csiplugin.ControllerManagedAttachDetachAnnotation]
+		_, has := n.Annotations[registration.ControllerManagedAttachDetachAnnotation]
 		if changed != self || has == self {
 			t.Errorf("SelfAttach %v: changed %v, annotations %v", self, changed, n.Annotations)
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 )
 
 const (
@@ -66,7 +67,7 @@ func mountFlags(drv *csitest.Server, method string) [][]string {
 
 func readVolDataText(t *testing.T, dir string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, csiplugin.VolumeDataFile))
+	b, err := os.ReadFile(filepath.Join(dir, ondisk.VolumeDataFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,12 +141,12 @@ func TestSELinuxMountOptions(t *testing.T) {
 					t.Errorf("%s mount_flags = %q, want %q", m, got, flags)
 				}
 			}
-			stagingDir, _ := csiplugin.StagingDir(root, drv.DriverName(), "handle-a")
+			stagingDir, _ := ondisk.StagingDir(root, drv.DriverName(), "handle-a")
 			want := `{"specVolID":"` + pv.Name + `","volumeHandle":"handle-a","driverName":"` + drv.DriverName() + `"` + ctxKey + `}`
 			if got := strings.TrimSpace(readVolDataText(t, stagingDir)); got != want {
 				t.Errorf("staging vol_data.json = %s, want %s", got, want)
 			}
-			podDir, _ := csiplugin.PodVolumeDir(root, pod.UID, pv.Name)
+			podDir, _ := ondisk.PodVolumeDir(root, pod.UID, pv.Name)
 			want = `{"specVolID":"` + pv.Name + `","volumeHandle":"handle-a","driverName":"` + drv.DriverName() + `","nodeName":"` + node +
 				`","attachmentID":"` + csiplugin.AttachmentName("handle-a", drv.DriverName(), node) + `","volumeLifecycleMode":"Persistent"` + ctxKey + `}`
 			if got := strings.TrimSpace(readVolDataText(t, podDir)); got != want {

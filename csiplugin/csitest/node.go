@@ -96,6 +96,23 @@ func (s *Server) forgetIfIdle(volumeID string) {
 	}
 }
 
+// required returns the error of the first empty value in name, value
+// pairs: the request misses that field.
+func required(pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i+1] == "" {
+			return missing(pairs[i])
+		}
+	}
+	return nil
+}
+
+// locked locks the server and returns it; the caller unlocks it.
+func (n *nodeServer) locked() *Server {
+	n.s.mu.Lock()
+	return n.s
+}
+
 func (n *nodeServer) unimplementedUnless(ok bool, method string) error {
 	if ok {
 		return nil
@@ -108,17 +125,13 @@ func (n *nodeServer) NodeStageVolume(_ context.Context, req *csi.NodeStageVolume
 	if err := n.unimplementedUnless(!n.s.opts.NoStageUnstage, "NodeStageVolume"); err != nil {
 		return nil, err
 	}
-	switch {
-	case req.GetVolumeId() == "":
-		return nil, missing("volume_id")
-	case req.GetStagingTargetPath() == "":
-		return nil, missing("staging_target_path")
+	if err := required("volume_id", req.GetVolumeId(), "staging_target_path", req.GetStagingTargetPath()); err != nil {
+		return nil, err
 	}
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, err
 	}
-	s := n.s
-	s.mu.Lock()
+	s := n.locked()
 	defer s.mu.Unlock()
 	v := s.vol(req.GetVolumeId())
 	if v.staged {
@@ -142,14 +155,10 @@ func (n *nodeServer) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVo
 	if err := n.unimplementedUnless(!n.s.opts.NoStageUnstage, "NodeUnstageVolume"); err != nil {
 		return nil, err
 	}
-	switch {
-	case req.GetVolumeId() == "":
-		return nil, missing("volume_id")
-	case req.GetStagingTargetPath() == "":
-		return nil, missing("staging_target_path")
+	if err := required("volume_id", req.GetVolumeId(), "staging_target_path", req.GetStagingTargetPath()); err != nil {
+		return nil, err
 	}
-	s := n.s
-	s.mu.Lock()
+	s := n.locked()
 	defer s.mu.Unlock()
 	v := s.volumes[req.GetVolumeId()]
 	if v == nil || !v.staged || v.stagingPath != req.GetStagingTargetPath() {
@@ -183,8 +192,7 @@ func (n *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVo
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, err
 	}
-	s := n.s
-	s.mu.Lock()
+	s := n.locked()
 	defer s.mu.Unlock()
 	pub := &publication{
 		capability: proto.CloneOf(req.GetVolumeCapability()),
@@ -236,14 +244,10 @@ func createTarget(path string, block bool) error {
 
 // NodeUnpublishVolume forgets a publication.
 func (n *nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
-	switch {
-	case req.GetVolumeId() == "":
-		return nil, missing("volume_id")
-	case req.GetTargetPath() == "":
-		return nil, missing("target_path")
+	if err := required("volume_id", req.GetVolumeId(), "target_path", req.GetTargetPath()); err != nil {
+		return nil, err
 	}
-	s := n.s
-	s.mu.Lock()
+	s := n.locked()
 	defer s.mu.Unlock()
 	v := s.volumes[req.GetVolumeId()]
 	if v == nil || v.published[req.GetTargetPath()] == nil {
@@ -283,14 +287,10 @@ func (n *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolum
 	if err := n.unimplementedUnless(n.s.opts.GetVolumeStats, "NodeGetVolumeStats"); err != nil {
 		return nil, err
 	}
-	switch {
-	case req.GetVolumeId() == "":
-		return nil, missing("volume_id")
-	case req.GetVolumePath() == "":
-		return nil, missing("volume_path")
+	if err := required("volume_id", req.GetVolumeId(), "volume_path", req.GetVolumePath()); err != nil {
+		return nil, err
 	}
-	s := n.s
-	s.mu.Lock()
+	s := n.locked()
 	defer s.mu.Unlock()
 	v, block, err := s.usedAt(req.GetVolumeId(), req.GetVolumePath())
 	if err != nil {
@@ -319,19 +319,15 @@ func (n *nodeServer) NodeExpandVolume(_ context.Context, req *csi.NodeExpandVolu
 	if err := n.unimplementedUnless(n.s.opts.Expand, "NodeExpandVolume"); err != nil {
 		return nil, err
 	}
-	switch {
-	case req.GetVolumeId() == "":
-		return nil, missing("volume_id")
-	case req.GetVolumePath() == "":
-		return nil, missing("volume_path")
+	if err := required("volume_id", req.GetVolumeId(), "volume_path", req.GetVolumePath()); err != nil {
+		return nil, err
 	}
 	if c := req.GetVolumeCapability(); c != nil {
 		if err := checkCapability(c); err != nil {
 			return nil, err
 		}
 	}
-	s := n.s
-	s.mu.Lock()
+	s := n.locked()
 	defer s.mu.Unlock()
 	v, _, err := s.usedAt(req.GetVolumeId(), req.GetVolumePath())
 	if err != nil {

@@ -19,9 +19,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/examples/loopdriver/driver"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	nvstep "github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/util/step/steptest"
 	"github.com/nodevol/nodevol/volumemanager"
@@ -151,7 +151,7 @@ func newCrashEnv(t *testing.T, ctx context.Context, block bool) *crashEnv {
 		pvc, pv := csitest.BoundClaim("demo", "raw", c.drv.name, handle, csitest.PVBlock(), csitest.PVAccessModes(v1.ReadWriteOnce))
 		csitest.PVCBlock()(pvc)
 		pod := csitest.Pod("demo", "pod-raw", csitest.PodNode(c.node), csitest.WithBlockPVC("data", "raw", false))
-		paths, err := csiplugin.BlockVolumePaths(c.root, pv.Name, pod.UID)
+		paths, err := ondisk.BlockVolumePaths(c.root, pv.Name, pod.UID)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/util/rootfs"
 )
 
@@ -44,7 +44,7 @@ import (
 // is. Its directory must be allowed on its own (a wanted volume's), so a
 // file here never excuses a torn-down volume's directory. nodevol's
 // records of work in flight are not here: each wanted volume's two
-// records (csiplugin.RecordFile of its pod volume and staging
+// records (ondisk.RecordFile of its pod volume and staging
 // directories) are required, and say the stage and publish are done; any
 // other record is left behind.
 var nodevolOwnedFiles = []string{}
@@ -192,10 +192,10 @@ func (e *holdEnv) dirProblems(t *testing.T, wanted []holdVolume, mounts map[stri
 			for d := leaf; d != e.root && d != "/"; d = filepath.Dir(d) {
 				required[rel(e.root, d)] = true
 			}
-			rec := csiplugin.RecordFile(dir)
+			rec := ondisk.RecordFile(dir)
 			required[rec] = false
 			required[filepath.Dir(rec)] = true
-			if got, err := csiplugin.ReadRecord(r, dir); err != nil || !got.Phase.Done() {
+			if got, err := ondisk.ReadRecord(r, dir); err != nil || !got.Phase.Done() {
 				problems = append(problems, fmt.Sprintf("%s: nodevol's record: %+v, %v; want a completed stage or publish", dir, got, err))
 			}
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/util/roottest"
 	"github.com/nodevol/nodevol/volumemanager"
 )
@@ -58,8 +59,8 @@ func TestLegacyStagingEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	writeVolData(t, legacy, csiplugin.VolumeData{SpecVolID: pv.Name, VolumeHandle: handle, DriverName: drv.name})
-	writeVolData(t, podDir, csiplugin.VolumeData{SpecVolID: pv.Name, VolumeHandle: handle, DriverName: drv.name, NodeName: node,
+	writeVolData(t, legacy, ondisk.VolumeData{SpecVolID: pv.Name, VolumeHandle: handle, DriverName: drv.name})
+	writeVolData(t, podDir, ondisk.VolumeData{SpecVolID: pv.Name, VolumeHandle: handle, DriverName: drv.name, NodeName: node,
 		AttachmentID: csiplugin.AttachmentName(handle, drv.name, node), VolumeLifecycleMode: string(storagev1.VolumeLifecyclePersistent)})
 	conn, err := grpc.NewClient("unix://"+drv.endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -102,7 +103,7 @@ func TestLegacyStagingEndToEnd(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(target, "hello.txt")); err != nil || string(got) != data {
 		t.Fatalf("the pod's data after the hand-over: %q, %v", got, err)
 	}
-	hashed, err := csiplugin.StagingDir(root, drv.name, handle)
+	hashed, err := ondisk.StagingDir(root, drv.name, handle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,13 +130,13 @@ func TestLegacyStagingEndToEnd(t *testing.T) {
 	}
 }
 
-func writeVolData(t *testing.T, dir string, d csiplugin.VolumeData) {
+func writeVolData(t *testing.T, dir string, d ondisk.VolumeData) {
 	t.Helper()
 	b, err := json.Marshal(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, csiplugin.VolumeDataFile), b, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, ondisk.VolumeDataFile), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/util/roottest"
 	"github.com/nodevol/nodevol/volumemanager"
 )
@@ -144,7 +145,7 @@ func TestMigrationEndToEnd(t *testing.T) {
 		t.Errorf("volumes in use = %v, want the translated handles %s and %s", inUse, pvHandle, inlineHandle)
 	}
 	for _, h := range []string{pvHandle, inlineHandle} {
-		staging, err := csiplugin.StagingPath(root, driver, h)
+		staging, err := ondisk.StagingPath(root, driver, h)
 		if err != nil {
 			t.Fatal(err)
 		}

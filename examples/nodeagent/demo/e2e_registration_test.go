@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/util/roottest"
 	"github.com/nodevol/nodevol/volumemanager"
 )
@@ -145,7 +145,7 @@ func waitRecorded(t *testing.T, ctx context.Context, client *fake.Clientset, nod
 			return false, err
 		}
 		ids := map[string]string{}
-		if a, ok := n.Annotations[csiplugin.NodeIDAnnotation]; ok {
+		if a, ok := n.Annotations[registration.NodeIDAnnotation]; ok {
 			if err := json.Unmarshal([]byte(a), &ids); err != nil {
 				return false, err
 			}

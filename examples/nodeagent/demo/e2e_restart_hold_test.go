@@ -27,9 +27,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/examples/loopdriver/driver"
+	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/util/roottest"
 )
 
@@ -172,7 +172,7 @@ func TestRestartCorruptPodDataKeepsStaging(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(e.root, csiplugin.RecordFile(rel)), []byte("{"), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(e.root, ondisk.RecordFile(rel)), []byte("{"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}

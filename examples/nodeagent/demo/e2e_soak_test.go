@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/examples/loopdriver/driver"
+	"github.com/nodevol/nodevol/internal/ondisk"
 )
 
 // The soak's scenario. soakDuration and soakPods set its size; the kill
@@ -474,7 +474,7 @@ func (s *soak) diagnose(t *testing.T, label string) {
 				v.handle, len(mounts[v.staging]), loops[s.e.imagePath(v)], rel(root, st.StagingPath)))
 		}
 	}
-	_ = filepath.WalkDir(filepath.Join(root, csiplugin.RecordsDir), func(path string, d fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(root, ondisk.RecordsDir), func(path string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type()&fs.ModeSymlink != 0 {
 			target, _ := os.Readlink(path)
 			known[rel(root, path)] = true
@@ -500,7 +500,7 @@ func (s *soak) diagnose(t *testing.T, label string) {
 func (s *soak) explain(known map[string]bool, dir string) {
 	r := rel(s.e.root, dir)
 	known[r] = true
-	known[csiplugin.RecordFile(r)] = true
+	known[ondisk.RecordFile(r)] = true
 }
 
 // recordOf names the directory whose record path is, among the pods' and
@@ -508,7 +508,7 @@ func (s *soak) explain(known map[string]bool, dir string) {
 func (s *soak) recordOf(path string) string {
 	for _, v := range s.all {
 		for _, dir := range []string{filepath.Dir(v.target), filepath.Dir(v.staging)} {
-			if filepath.Join(s.e.root, csiplugin.RecordFile(rel(s.e.root, dir))) == path {
+			if filepath.Join(s.e.root, ondisk.RecordFile(rel(s.e.root, dir))) == path {
 				return "the record of " + rel(s.e.root, dir)
 			}
 		}

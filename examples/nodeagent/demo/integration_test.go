@@ -37,7 +37,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/testenv"
 	"github.com/nodevol/nodevol/util/roottest"
 )
@@ -133,8 +133,8 @@ func TestIntegrationNodeAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := n.Annotations[csiplugin.NodeIDAnnotation]; got != `{"`+e.drv.name+`":"`+e.node+`"}` {
-		t.Errorf("Node annotation %s = %q", csiplugin.NodeIDAnnotation, got)
+	if got := n.Annotations[registration.NodeIDAnnotation]; got != `{"`+e.drv.name+`":"`+e.node+`"}` {
+		t.Errorf("Node annotation %s = %q", registration.NodeIDAnnotation, got)
 	}
 
 	// Two pods mount, their volumes are reported in use, data is written.
@@ -423,7 +423,7 @@ func recordedThroughAPI(ctx context.Context, client kubernetes.Interface, node, 
 		return false, err
 	}
 	ids := map[string]string{}
-	if a, ok := n.Annotations[csiplugin.NodeIDAnnotation]; ok {
+	if a, ok := n.Annotations[registration.NodeIDAnnotation]; ok {
 		if err := json.Unmarshal([]byte(a), &ids); err != nil {
 			return false, err
 		}

@@ -8,14 +8,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/volumemanager"
 )
 
 // TestUpdateNodeAttachMode: the agent sets the Node's
 // controller-managed-attach-detach annotation as its attach mode says.
 func TestUpdateNodeAttachMode(t *testing.T) {
-	const key = csiplugin.ControllerManagedAttachDetachAnnotation
+	const key = registration.ControllerManagedAttachDetachAnnotation
 	for _, tt := range []struct {
 		name       string
 		selfAttach bool

@@ -1,0 +1,60 @@
+package csi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/nodevol/nodevol/volume"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestClassify(t *testing.T) {
+	inProgress := map[codes.Code]bool{
+		codes.Canceled: true, codes.DeadlineExceeded: true, codes.Unavailable: true,
+		codes.ResourceExhausted: true, codes.Aborted: true,
+	}
+	for code := codes.OK + 1; code <= codes.Unauthenticated; code++ {
+		t.Run(code.String(), func(t *testing.T) {
+			err := classify(context.Background(), "csi.example.com", "NodeStageVolume", status.Error(code, "boom"))
+			wrapped := fmt.Errorf("staging volume v: %w", err)
+			if got := volume.IsUncertain(wrapped); got != inProgress[code] {
+				t.Errorf("IsUncertain = %v, want %v", got, inProgress[code])
+			}
+			if got := status.Code(wrapped); got != code {
+				t.Errorf("status.Code of the wrapped error = %v, want %v", got, code)
+			}
+			s, ok := status.FromError(wrapped)
+			if !ok || s.Code() != code {
+				t.Errorf("status.FromError = %v, %v; want code %v", s, ok, code)
+			}
+			var ce *CallError
+			if !errors.As(wrapped, &ce) || ce.Method != "NodeStageVolume" || ce.Driver != "csi.example.com" || ce.Code != code {
+				t.Errorf("errors.As(*CallError) = %+v", ce)
+			}
+			if !strings.Contains(err.Error(), "NodeStageVolume") || !strings.Contains(err.Error(), "csi.example.com") || !strings.Contains(err.Error(), "boom") {
+				t.Errorf("error %q does not name the method, driver and cause", err)
+			}
+		})
+	}
+}
+
+func TestClassifyTransportAndContext(t *testing.T) {
+	err := classify(context.Background(), "d", "NodePublishVolume", io.ErrUnexpectedEOF)
+	if !volume.IsUncertain(err) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("a non-status error: %v: want in progress and wrapping the cause", err)
+	}
+	if classify(context.Background(), "d", "m", nil) != nil {
+		t.Error("classify(nil) != nil")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = classify(ctx, "d", "NodeStageVolume", status.Error(codes.Canceled, "context canceled"))
+	if !errors.Is(err, context.Canceled) || !volume.IsUncertain(err) {
+		t.Errorf("caller's context canceled: %v: want errors.Is(context.Canceled) and in progress", err)
+	}
+}

@@ -1,0 +1,106 @@
+package csiplugin
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/util/fsgroup"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// TestPermissionChangeInProgressEvent: an fsGroup ownership change that
+// runs past 30 seconds (a fake clock; the walk is held on its first file)
+// records one VolumePermissionChangeInProgress event on the pod, not
+// before, and no second one however long it goes on; a quick change
+// records none and leaves no timer behind.
+func TestPermissionChangeInProgressEvent(t *testing.T) {
+	file := storagev1.FileFSGroupPolicy
+	driver := csitest.CSIDriver(drv, false, func(d *storagev1.CSIDriver) { d.Spec.FSGroupPolicy = &file })
+	gid := int64(os.Getgid())
+	setUp := func(t *testing.T, hold bool) (*env, *clocktesting.FakeClock, *record.FakeRecorder, chan string, chan struct{}, chan error) {
+		e := newEnv(t, envOptions{objects: []runtime.Object{driver}, driver: csitest.Options{NoStageUnstage: true, CreateTargetDirs: true}})
+		clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		rec := record.NewFakeRecorder(10)
+		e.p.ownership.Clock, e.p.ownership.Events = clk, rec
+		entered, release := make(chan string, 1), make(chan struct{})
+		if hold {
+			var once sync.Once
+			e.p.ownership.EachFile = func(path string) { once.Do(func() { entered <- path; <-release }) }
+		}
+		vol := podVolume("a", "data")
+		vol.FSGroup = &gid
+		errc := make(chan error, 1)
+		go func() {
+			_, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: testSpec(drv), Volume: vol})
+			errc <- err
+		}()
+		return e, clk, rec, entered, release, errc
+	}
+	noEvent := func(t *testing.T, rec *record.FakeRecorder) {
+		t.Helper()
+		select {
+		case ev := <-rec.Events:
+			t.Errorf("unexpected event %q", ev)
+		default:
+		}
+	}
+
+	t.Run("long", func(t *testing.T) {
+		e, clk, rec, entered, release, errc := setUp(t, true)
+		var path string
+		select {
+		case path = <-entered:
+		case err := <-errc:
+			t.Fatalf("SetUp returned %v before changing any ownership", err)
+		}
+		if want := filepath.Join(e.root, "pods", "uid-a", "volumes", "kubernetes.io~csi", "pv-1", "mount"); path != want {
+			t.Fatalf("first file owned: %s, want the volume's root %s (it is empty)", path, want)
+		}
+		// The timer was armed before the walk began.
+		if !clk.HasWaiters() {
+			t.Fatal("no timer armed for the ownership change")
+		}
+		clk.Step(fsgroup.DefaultWarnAfter - time.Nanosecond)
+		if !clk.HasWaiters() {
+			t.Fatal("the timer fired before 30s")
+		}
+		clk.Step(time.Nanosecond)
+		want := fmt.Sprintf("Warning VolumePermissionChangeInProgress Setting volume ownership of volume %q to fsGroup %d has taken more than 30s (1 files so far); consider fsGroupChangePolicy: OnRootMismatch", "data", gid)
+		select {
+		case ev := <-rec.Events:
+			if ev != want {
+				t.Errorf("event = %q\nwant    %q", ev, want)
+			}
+		case err := <-errc:
+			t.Fatalf("SetUp returned %v while its walk was held", err)
+		}
+		clk.Step(10 * time.Minute) // once only
+		close(release)
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		noEvent(t, rec)
+	})
+
+	t.Run("quick", func(t *testing.T) {
+		_, clk, rec, _, _, errc := setUp(t, false)
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		noEvent(t, rec)
+		if clk.HasWaiters() {
+			t.Error("the timer of a finished ownership change is still armed")
+		}
+	})
+}

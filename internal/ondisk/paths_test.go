@@ -1,0 +1,99 @@
+package ondisk
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/util/fsutil"
+)
+
+func TestPaths(t *testing.T) {
+	const root = "/var/lib/kubelet"
+	got, err := StagingPath(root, "csi.example.com", "vol-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "/var/lib/kubelet/plugins/kubernetes.io/csi/csi.example.com/d2e8363faaac7ae76def3b14091d8eb5755f6b92e9531627aeec833a8731cc49/globalmount"; got != want {
+		t.Errorf("StagingPath = %s, want %s", got, want)
+	}
+	got, err = PodVolumePath(root, "uid-1", "pv-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~csi/pv-1/mount"; got != want {
+		t.Errorf("PodVolumePath = %s, want %s", got, want)
+	}
+	got, err = legacyStagingPath(root, "pv-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "/var/lib/kubelet/plugins/kubernetes.io/csi/pv/pv-1/globalmount"; got != want {
+		t.Errorf("legacyStagingPath = %s, want %s", got, want)
+	}
+	// A hostile volume handle only ever appears hashed.
+	got, err = StagingPath(root, "d", "../../../../etc")
+	if err != nil || filepath.Dir(filepath.Dir(got)) != filepath.Join(root, "plugins/kubernetes.io/csi/d") {
+		t.Errorf("StagingPath with a hostile handle = %s, %v", got, err)
+	}
+}
+
+func TestPathsRejectHostileNames(t *testing.T) {
+	for _, bad := range []string{"", ".", "..", "a/b", "../x", "/abs", "a\x00b"} {
+		if _, err := StagingPath("/r", bad, "h"); err == nil {
+			t.Errorf("StagingPath accepted driver %q", bad)
+		}
+		if _, err := PodVolumePath("/r", types.UID(bad), "s"); err == nil {
+			t.Errorf("PodVolumePath accepted pod UID %q", bad)
+		}
+		if _, err := PodVolumePath("/r", "u", bad); err == nil {
+			t.Errorf("PodVolumePath accepted spec name %q", bad)
+		}
+		if _, err := legacyStagingPath("/r", bad); err == nil {
+			t.Errorf("legacyStagingPath accepted PV name %q", bad)
+		}
+	}
+}
+
+func TestVolumeDirName(t *testing.T) {
+	vol := cache.PodVolume{SpecName: "data"}
+	if got := VolumeDirName(&cache.VolumeSpec{PVName: "pv-1"}, vol); got != "pv-1" {
+		t.Errorf("PV volume: %q, want the PV name, as the kubelet", got)
+	}
+	if got := VolumeDirName(&cache.VolumeSpec{Ephemeral: true}, vol); got != "data" {
+		t.Errorf("inline volume: %q, want the pod's volume name", got)
+	}
+}
+
+func TestLoadVolumeData(t *testing.T) {
+	dir := t.TempDir()
+	write := func(content string) {
+		if err := os.WriteFile(filepath.Join(dir, VolumeDataFile), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := LoadVolumeData(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+	// Written by a kubelet: a map of strings, with keys nodevol does not know.
+	write(`{"attachmentID":"csi-1","driverName":"d","nodeName":"n","specVolID":"pv-1","volumeHandle":"h","volumeLifecycleMode":"Persistent","future":"x"}`)
+	d, err := LoadVolumeData(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := VolumeData{SpecVolID: "pv-1", VolumeHandle: "h", DriverName: "d", NodeName: "n", AttachmentID: "csi-1", VolumeLifecycleMode: "Persistent"}
+	if *d != want {
+		t.Errorf("LoadVolumeData = %+v, want %+v", *d, want)
+	}
+	for _, bad := range []string{`{"driverName":"d"}`, `{"volumeHandle":"h"}`, `{"volumeHandle":1}`, `{`} {
+		write(bad)
+		if _, err := LoadVolumeData(dir); !errors.Is(err, fsutil.ErrCorrupt) {
+			t.Errorf("LoadVolumeData(%s) = %v, want ErrCorrupt", bad, err)
+		}
+	}
+}

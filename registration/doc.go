@@ -1,0 +1,11 @@
+// Package registration registers the CSI drivers announced through plugin
+// registration and records them on the node as the kubelet does.
+//
+// Handler is the pluginmanager.Handler for the "CSIPlugin" type: it
+// validates a driver's name and versions, registers it in a csi.Registry,
+// asks it for its node information and records it in the Node's
+// csi.volume.kubernetes.io/nodeid annotation, its topology labels and the
+// CSINode object (with the migrated in-tree plugins). Run creates the
+// CSINode at start and keeps the drivers' allocatable counts current.
+// SetNodeAttachMode sets the Node's attach-mode annotation for an agent.
+package registration
