@@ -15,6 +15,8 @@ import (
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodevol/nodevol/util/backoff"
 )
 
 // MaxDriverNameLength is the longest valid CSI driver name, per the CSI
@@ -38,7 +40,7 @@ type RegistrationConfig struct {
 	// driver's allocatable count in the CSINode. Default nil: never
 	// refreshed (the count read at registration stays).
 	CSIDrivers storagelisters.CSIDriverLister
-	// Clock times the refreshes. Default the real clock.
+	// Clock times the refreshes and Run's retries. Default the real clock.
 	Clock clock.Clock
 }
 
@@ -51,6 +53,7 @@ type RegistrationHandler struct {
 	// refresh keeps allocatable counts current; nil without a KubeClient
 	// or CSIDrivers.
 	refresh *refresher
+	clock   clock.Clock // times Run's retries
 
 	mu      sync.Mutex
 	drivers map[string]*registration
@@ -69,7 +72,10 @@ func NewRegistrationHandler(cfg RegistrationConfig) (*RegistrationHandler, error
 	if cfg.Registry == nil {
 		return nil, errors.New("csiplugin: RegistrationConfig.Registry is required")
 	}
-	h := &RegistrationHandler{registry: cfg.Registry, drivers: map[string]*registration{}}
+	h := &RegistrationHandler{registry: cfg.Registry, drivers: map[string]*registration{}, clock: cfg.Clock}
+	if h.clock == nil {
+		h.clock = clock.RealClock{}
+	}
 	if cfg.KubeClient != nil {
 		if cfg.NodeName == "" {
 			return nil, errors.New("csiplugin: RegistrationConfig.NodeName is required with a KubeClient")
@@ -271,9 +277,13 @@ func (h *RegistrationHandler) DeRegisterPlugin(ctx context.Context, name, endpoi
 	return nil
 }
 
+// csinodeRetry is the backoff of Run's CSINode creation, with jitter:
+// after an API server outage the nodes do not all retry at once.
+var csinodeRetry = backoff.Policy{Initial: 100 * time.Millisecond, Max: 30 * time.Second, Jitter: backoff.APIJitter}
+
 // Run keeps the node's CSINode as the kubelet does, until ctx ends: it
 // creates it at once, owned by the Node and before any driver registers
-// (retried with backoff, up to 30 s apart, while the Node is missing or the
+// (retried with backoff, up to 36 s apart, while the Node is missing or the
 // API fails), then refreshes the registered drivers' allocatable counts
 // (see RegistrationConfig.CSIDrivers). Without a KubeClient it returns at
 // once. It returns ctx.Err().
@@ -281,13 +291,9 @@ func (h *RegistrationHandler) Run(ctx context.Context) error {
 	if h.nodeInfo == nil {
 		return nil
 	}
-	c := clock.Clock(clock.RealClock{})
-	if h.refresh != nil {
-		c = h.refresh.clock
-	}
 	logger := klog.FromContext(ctx)
 	lastErr := ""
-	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 30*time.Second) {
+	for failures := 1; ; failures++ {
 		err := h.nodeInfo.initCSINode(ctx)
 		if err == nil {
 			break
@@ -295,6 +301,7 @@ func (h *RegistrationHandler) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		delay := csinodeRetry.Delay(failures)
 		if err.Error() != lastErr {
 			lastErr = err.Error()
 			logger.Error(err, "Cannot initialize the CSINode yet: retrying", "node", h.nodeInfo.nodeName, "retryAfter", delay)
@@ -302,7 +309,7 @@ func (h *RegistrationHandler) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-c.After(delay):
+		case <-h.clock.After(delay):
 		}
 	}
 	if h.refresh != nil {
