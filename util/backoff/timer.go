@@ -45,9 +45,6 @@ func (t *Timer) C() <-chan time.Time {
 	return t.t.C()
 }
 
-// At returns the time the timer is armed for; zero when disarmed.
-func (t *Timer) At() time.Time { return t.at }
-
 // Fired records that C has received: the timer is disarmed.
 func (t *Timer) Fired() { t.t, t.at = nil, time.Time{} }
 
