@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -302,29 +303,21 @@ func (a *ActualStateOfWorld) PodVolumes(uid types.UID) []MountedVolume {
 func (a *ActualStateOfWorld) VolumeNames() []UniqueVolumeName {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	out := make([]UniqueVolumeName, 0, len(a.volumes))
-	for name := range a.volumes {
-		out = append(out, name)
-	}
-	return out
+	return slices.AppendSeq(make([]UniqueVolumeName, 0, len(a.volumes)), maps.Keys(a.volumes))
 }
 
 // PodChanged returns a channel that is closed at the next change to any of
 // the pod's mounts. Waiters take a new channel after each wake-up, and give
 // each back with PodWaitDone when they stop waiting.
 func (a *ActualStateOfWorld) PodChanged(uid types.UID) <-chan struct{} {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.waiters.Changed(uid)
+	return a.waiters.ChangedUnder(&a.mu, uid)
 }
 
 // PodWaitDone gives back a channel from PodChanged: once no one waits on
 // it, it is dropped instead of being kept until the pod's next change
 // (for a mounted pod, as long as it runs).
 func (a *ActualStateOfWorld) PodWaitDone(uid types.UID, ch <-chan struct{}) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.waiters.Done(uid, ch)
+	a.waiters.DoneUnder(&a.mu, uid, ch)
 }
 
 // wakeVolume wakes the waiters of every pod of v: a device change matters to all of them.

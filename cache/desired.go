@@ -1,6 +1,8 @@
 package cache
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 
@@ -194,11 +196,7 @@ func (d *DesiredStateOfWorld) VolumeForPV(pvName string) (UniqueVolumeName, bool
 func (d *DesiredStateOfWorld) VolumeNames() []UniqueVolumeName {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	out := make([]UniqueVolumeName, 0, len(d.volumes))
-	for name := range d.volumes {
-		out = append(out, name)
-	}
-	return out
+	return slices.AppendSeq(make([]UniqueVolumeName, 0, len(d.volumes)), maps.Keys(d.volumes))
 }
 
 // VolumesOfDriver returns every desired volume of a driver.

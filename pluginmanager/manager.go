@@ -12,8 +12,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 
+	"github.com/nodevol/nodevol/util/backoff"
 	"github.com/nodevol/nodevol/util/promreg"
 )
 
@@ -33,7 +33,10 @@ type PluginInfo struct {
 // plugins whose registrars appear there. Create it with New and start it
 // with Run.
 type Manager struct {
-	opts    Options
+	opts Options
+	// policy is the retry backoff of a socket: no jitter, as registrations
+	// are retried against the registrar's local socket.
+	policy  backoff.Policy
 	started atomic.Bool
 
 	mu         sync.RWMutex
@@ -44,7 +47,7 @@ type Manager struct {
 	watcher  *fsnotify.Watcher
 	desired  map[string]*desiredPlugin
 	actual   map[string]*actualPlugin
-	backoffs map[string]*backoff
+	backoffs map[string]*retry
 	running  map[string]*operation
 	// exited is closed when the last goroutine started for a socket has
 	// finished, including telling the registrar: the next one waits for
@@ -54,8 +57,8 @@ type Manager struct {
 	nextGen uint64
 	results chan outcome
 	wg      sync.WaitGroup
-	wake    time.Time
-	timer   clock.Timer
+	// timer wakes the loop at the earliest backoff expiry.
+	timer *backoff.Timer
 }
 
 // operation is a registration or deregistration in flight.
@@ -91,11 +94,13 @@ func New(opts Options) (*Manager, error) {
 	}
 	m := &Manager{
 		opts:       opts,
+		policy:     backoff.Policy{Initial: opts.InitialBackoff, Max: opts.MaxBackoff},
+		timer:      backoff.NewTimer(opts.Clock),
 		registered: map[string]PluginInfo{},
 		sockets:    map[string]struct{}{},
 		desired:    map[string]*desiredPlugin{},
 		actual:     map[string]*actualPlugin{},
-		backoffs:   map[string]*backoff{},
+		backoffs:   map[string]*retry{},
 		running:    map[string]*operation{},
 		exited:     map[string]chan struct{}{},
 		dirty:      map[string]struct{}{},
@@ -146,13 +151,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	logger.V(2).Info("Watching plugin registration directory")
 	resync := m.opts.Clock.NewTicker(m.opts.ResyncPeriod)
 	defer resync.Stop()
-	defer m.stopTimer()
+	defer m.timer.Stop()
 	for {
 		m.process(ctx)
-		var timerC <-chan time.Time
-		if m.timer != nil {
-			timerC = m.timer.C()
-		}
 		select {
 		case <-ctx.Done():
 			m.drain(ctx)
@@ -164,8 +165,8 @@ func (m *Manager) Run(ctx context.Context) error {
 			m.rescanLogged(ctx)
 		case out := <-m.results:
 			m.apply(ctx, out)
-		case <-timerC:
-			m.timer, m.wake = nil, time.Time{} // process marks the backoffs due
+		case <-m.timer.C():
+			m.timer.Fired() // process marks the backoffs due
 		case <-resync.C():
 			m.rescanLogged(ctx)
 		}
@@ -269,11 +270,11 @@ func (m *Manager) apply(ctx context.Context, out outcome) {
 	if out.err != nil {
 		b := m.backoffs[out.path]
 		if b == nil || b.gen != out.gen || b.dereg != out.dereg {
-			b = &backoff{dereg: out.dereg, gen: out.gen}
+			b = &retry{dereg: out.dereg, gen: out.gen}
 			m.backoffs[out.path] = b
 		}
 		b.failures++
-		wait := delay(b.failures, m.opts.InitialBackoff, m.opts.MaxBackoff)
+		wait := m.policy.Delay(b.failures)
 		b.until = m.opts.Clock.Now().Add(wait)
 		what := "Plugin registration failed, will retry"
 		if out.dereg {
@@ -317,20 +318,5 @@ func (m *Manager) armTimer() {
 			next = b.until
 		}
 	}
-	if next.Equal(m.wake) && (m.timer != nil || next.IsZero()) {
-		return
-	}
-	m.stopTimer()
-	if next.IsZero() {
-		return
-	}
-	m.wake = next
-	m.timer = m.opts.Clock.NewTimer(next.Sub(m.opts.Clock.Now()))
-}
-
-func (m *Manager) stopTimer() {
-	if m.timer != nil {
-		m.timer.Stop()
-	}
-	m.timer, m.wake = nil, time.Time{}
+	m.timer.Set(next)
 }

@@ -25,8 +25,8 @@ type actualPlugin struct {
 	handler Handler
 }
 
-// backoff is a socket's retry state after failed operations.
-type backoff struct {
+// retry is a socket's retry state after failed operations.
+type retry struct {
 	// dereg: the failures were deregistrations of generation gen; else
 	// registrations of generation gen. A backoff applies only to the same
 	// kind of operation on the same generation.
@@ -72,7 +72,7 @@ func (s step) String() string {
 // returns when to decide again. Deregistration of a stale plugin always
 // comes before registration of the socket's new generation. plan does no
 // I/O and reads no clock.
-func plan(d *desiredPlugin, a *actualPlugin, b *backoff, now time.Time) (step, time.Time) {
+func plan(d *desiredPlugin, a *actualPlugin, b *retry, now time.Time) (step, time.Time) {
 	dereg, gen, ok := due(d, a)
 	if !ok {
 		return stepNone, time.Time{}
@@ -101,20 +101,7 @@ func due(d *desiredPlugin, a *actualPlugin) (dereg bool, gen uint64, ok bool) {
 
 // applies reports whether b is the backoff of the operation due for d and
 // a; other backoffs are stale.
-func (b *backoff) applies(d *desiredPlugin, a *actualPlugin) bool {
+func (b *retry) applies(d *desiredPlugin, a *actualPlugin) bool {
 	dereg, gen, ok := due(d, a)
 	return ok && b.dereg == dereg && b.gen == gen
-}
-
-// delay returns the wait after the given number of consecutive failures:
-// initial doubled per failure after the first, at most max.
-func delay(failures int, initial, max time.Duration) time.Duration {
-	d := initial
-	for i := 1; i < failures && d < max; i++ {
-		d *= 2
-	}
-	if d > max {
-		d = max
-	}
-	return d
 }

@@ -14,7 +14,7 @@ func TestPlan(t *testing.T) {
 		name     string
 		d        *desiredPlugin
 		a        *actualPlugin
-		b        *backoff
+		b        *retry
 		want     step
 		wantWake time.Time
 	}{
@@ -23,13 +23,13 @@ func TestPlan(t *testing.T) {
 		{name: "registered", d: d(1), a: a(1), want: stepNone},
 		{name: "socket gone", a: a(1), want: stepDeregister},
 		{name: "socket re-created: deregister first", d: d(2), a: a(1), want: stepDeregister},
-		{name: "registration backoff pending", d: d(1), b: &backoff{gen: 1, until: later}, want: stepWait, wantWake: later},
-		{name: "registration backoff expired", d: d(1), b: &backoff{gen: 1, until: earlier}, want: stepRegister},
-		{name: "registration backoff at expiry", d: d(1), b: &backoff{gen: 1, until: now}, want: stepRegister},
-		{name: "backoff of an older socket", d: d(2), b: &backoff{gen: 1, until: later}, want: stepRegister},
-		{name: "deregistration backoff pending", a: a(1), b: &backoff{dereg: true, gen: 1, until: later}, want: stepWait, wantWake: later},
-		{name: "registration backoff does not delay deregistration", d: d(2), a: a(1), b: &backoff{gen: 2, until: later}, want: stepDeregister},
-		{name: "deregistration backoff does not delay registration", d: d(2), b: &backoff{dereg: true, gen: 1, until: later}, want: stepRegister},
+		{name: "registration backoff pending", d: d(1), b: &retry{gen: 1, until: later}, want: stepWait, wantWake: later},
+		{name: "registration backoff expired", d: d(1), b: &retry{gen: 1, until: earlier}, want: stepRegister},
+		{name: "registration backoff at expiry", d: d(1), b: &retry{gen: 1, until: now}, want: stepRegister},
+		{name: "backoff of an older socket", d: d(2), b: &retry{gen: 1, until: later}, want: stepRegister},
+		{name: "deregistration backoff pending", a: a(1), b: &retry{dereg: true, gen: 1, until: later}, want: stepWait, wantWake: later},
+		{name: "registration backoff does not delay deregistration", d: d(2), a: a(1), b: &retry{gen: 2, until: later}, want: stepDeregister},
+		{name: "deregistration backoff does not delay registration", d: d(2), b: &retry{dereg: true, gen: 1, until: later}, want: stepRegister},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -44,10 +44,10 @@ func TestPlan(t *testing.T) {
 func TestBackoffApplies(t *testing.T) {
 	d1, d2 := &desiredPlugin{gen: 1}, &desiredPlugin{gen: 2}
 	a1 := &actualPlugin{gen: 1}
-	reg1, dereg1 := &backoff{gen: 1}, &backoff{dereg: true, gen: 1}
+	reg1, dereg1 := &retry{gen: 1}, &retry{dereg: true, gen: 1}
 	cases := []struct {
 		name string
-		b    *backoff
+		b    *retry
 		d    *desiredPlugin
 		a    *actualPlugin
 		want bool
@@ -64,19 +64,6 @@ func TestBackoffApplies(t *testing.T) {
 		if got := c.b.applies(c.d, c.a); got != c.want {
 			t.Errorf("%s: applies = %v, want %v", c.name, got, c.want)
 		}
-	}
-}
-
-func TestDelay(t *testing.T) {
-	initial, max := 100*time.Millisecond, time.Second
-	want := []time.Duration{100, 200, 400, 800, 1000, 1000}
-	for i, w := range want {
-		if got := delay(i+1, initial, max); got != w*time.Millisecond {
-			t.Errorf("delay(%d) = %v, want %v", i+1, got, w*time.Millisecond)
-		}
-	}
-	if got := delay(1000, initial, max); got != max {
-		t.Errorf("delay(1000) = %v, want %v", got, max)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodevol/nodevol/util/backoff"
 )
 
 // refresher keeps the allocatable count of each registered driver's CSINode
@@ -64,28 +66,16 @@ func (r *refresher) resourceExhausted(driver string) {
 
 // run refreshes until ctx ends.
 func (r *refresher) run(ctx context.Context) {
-	var timer clock.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	timer := backoff.NewTimer(r.clock)
+	defer timer.Stop()
 	for {
-		next := r.sync(ctx)
-		if timer != nil {
-			timer.Stop()
-			timer = nil
-		}
-		var timerC <-chan time.Time
-		if !next.IsZero() {
-			timer = r.clock.NewTimer(next.Sub(r.clock.Now()))
-			timerC = timer.C()
-		}
+		timer.Set(r.sync(ctx))
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.kickC:
-		case <-timerC:
+		case <-timer.C():
+			timer.Fired()
 		}
 	}
 }

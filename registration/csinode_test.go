@@ -138,7 +138,7 @@ func TestRunWaitsForTheNode(t *testing.T) {
 	}
 	done := make(chan error)
 	go func() { done <- h.Run(ctx) }()
-	for !clk.HasWaiters() { // the first attempt failed: it waits 100 ms
+	for !clk.HasWaiters() { // the first attempt failed: it waits 100 ms and up to a fifth more
 		time.Sleep(time.Millisecond)
 	}
 	if _, err := client.StorageV1().CSINodes().Get(ctx, "node-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -151,7 +151,7 @@ func TestRunWaitsForTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk.Step(100 * time.Millisecond)
+	clk.Step(120 * time.Millisecond)
 	ev := <-w.ResultChan()
 	if cn := ev.Object.(*storagev1.CSINode); len(cn.OwnerReferences) != 1 || cn.OwnerReferences[0].UID != "u2" {
 		t.Errorf("CSINode %+v", cn)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/util/backoff"
 )
 
 // Config configures a Handler.
@@ -34,7 +35,7 @@ type Config struct {
 	// driver's allocatable count in the CSINode. Default nil: never
 	// refreshed (the count read at registration stays).
 	CSIDrivers storagelisters.CSIDriverLister
-	// Clock times the refreshes. Default the real clock.
+	// Clock times the refreshes and Run's retries. Default the real clock.
 	Clock clock.Clock
 }
 
@@ -47,6 +48,7 @@ type Handler struct {
 	// refresh keeps allocatable counts current; nil without a KubeClient
 	// or CSIDrivers.
 	refresh *refresher
+	clock   clock.Clock // times Run's retries
 
 	mu      sync.Mutex
 	drivers map[string]*registration
@@ -65,7 +67,10 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Registry == nil {
 		return nil, errors.New("registration: Config.Registry is required")
 	}
-	h := &Handler{registry: cfg.Registry, drivers: map[string]*registration{}}
+	h := &Handler{registry: cfg.Registry, drivers: map[string]*registration{}, clock: cfg.Clock}
+	if h.clock == nil {
+		h.clock = clock.RealClock{}
+	}
 	if cfg.KubeClient != nil {
 		if cfg.NodeName == "" {
 			return nil, errors.New("registration: Config.NodeName is required with a KubeClient")
@@ -238,9 +243,13 @@ func (h *Handler) DeRegisterPlugin(ctx context.Context, name, endpoint string) e
 	return nil
 }
 
+// csinodeRetry is the backoff of Run's CSINode creation, with jitter:
+// after an API server outage the nodes do not all retry at once.
+var csinodeRetry = backoff.Policy{Initial: 100 * time.Millisecond, Max: 30 * time.Second, Jitter: backoff.APIJitter}
+
 // Run keeps the node's CSINode as the kubelet does, until ctx ends: it
 // creates it at once, owned by the Node and before any driver registers
-// (retried with backoff, up to 30 s apart, while the Node is missing or the
+// (retried with backoff, up to 36 s apart, while the Node is missing or the
 // API fails), then refreshes the registered drivers' allocatable counts
 // (see Config.CSIDrivers). Without a KubeClient it returns at
 // once. It returns ctx.Err().
@@ -248,13 +257,9 @@ func (h *Handler) Run(ctx context.Context) error {
 	if h.nodeInfo == nil {
 		return nil
 	}
-	c := clock.Clock(clock.RealClock{})
-	if h.refresh != nil {
-		c = h.refresh.clock
-	}
 	logger := klog.FromContext(ctx)
 	lastErr := ""
-	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 30*time.Second) {
+	for failures := 1; ; failures++ {
 		err := h.nodeInfo.initCSINode(ctx)
 		if err == nil {
 			break
@@ -262,6 +267,7 @@ func (h *Handler) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		delay := csinodeRetry.Delay(failures)
 		if err.Error() != lastErr {
 			lastErr = err.Error()
 			logger.Error(err, "Cannot initialize the CSINode yet: retrying", "node", h.nodeInfo.nodeName, "retryAfter", delay)
@@ -269,7 +275,7 @@ func (h *Handler) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-c.After(delay):
+		case <-h.clock.After(delay):
 		}
 	}
 	if h.refresh != nil {

@@ -158,17 +158,13 @@ type podErrors struct {
 // (or of its resolution errors, which the loop announces with wake).
 // Every caller gives it back with waitDone.
 func (p *podErrors) changed(uid types.UID) <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.waiters.Changed(uid)
+	return p.waiters.ChangedUnder(&p.mu, uid)
 }
 
 // waitDone gives back a channel from changed, so that it is not kept while
 // nobody waits on it.
 func (p *podErrors) waitDone(uid types.UID, ch <-chan struct{}) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.waiters.Done(uid, ch)
+	p.waiters.DoneUnder(&p.mu, uid, ch)
 }
 
 // wake wakes the pod's waiters.

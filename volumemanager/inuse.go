@@ -18,13 +18,12 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/util/backoff"
 )
 
-// Backoff of a failed Node status patch.
-const (
-	inUseRetryMin = 500 * time.Millisecond
-	inUseRetryMax = 30 * time.Second
-)
+// inUseRetry is the backoff of a failed Node status patch, with jitter:
+// after an API server outage the nodes do not all patch at once.
+var inUseRetry = backoff.Policy{Initial: 500 * time.Millisecond, Max: 30 * time.Second, Jitter: backoff.APIJitter}
 
 // inUseReporter keeps Node.Status.VolumesInUse equal to the volumes the
 // manager may use, as the kubelet's node status does, and tells which
@@ -36,6 +35,7 @@ type inUseReporter struct {
 	node       string
 	csiDrivers storagelisters.CSIDriverLister
 	clock      clock.Clock
+	retry      backoff.Policy
 	inUse      func() []cache.UniqueVolumeName
 	reported   func(names []cache.UniqueVolumeName) // volumes newly reported
 	// byCaller: the caller patches the Node and tells what it reported
@@ -53,7 +53,7 @@ type inUseReporter struct {
 }
 
 func newInUseReporter(client kubernetes.Interface, node string, csiDrivers storagelisters.CSIDriverLister, clk clock.Clock) *inUseReporter {
-	return &inUseReporter{client: client, node: node, csiDrivers: csiDrivers, clock: clk, kick: make(chan struct{}, 1)}
+	return &inUseReporter{client: client, node: node, csiDrivers: csiDrivers, clock: clk, retry: inUseRetry, kick: make(chan struct{}, 1)}
 }
 
 // changed asks for a report: the set of volumes in use may have changed.
@@ -105,28 +105,30 @@ func (r *inUseReporter) waiting(name cache.UniqueVolumeName, driver string) stri
 // run reports until ctx ends.
 func (r *inUseReporter) run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	var retry <-chan time.Time
-	backoff := inUseRetryMin
+	retry := backoff.NewTimer(r.clock)
+	defer retry.Stop()
+	failures := 0
 	r.changed()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.kick:
-		case <-retry:
+		case <-retry.C():
 		}
-		retry = nil
+		retry.Stop()
 		err := r.report(ctx)
 		r.mu.Lock()
 		r.failed = err
 		r.mu.Unlock()
 		if err != nil {
-			logger.Error(err, "Reporting volumes in use on the Node failed, retrying", "node", r.node, "retryAfter", backoff)
-			retry = r.clock.After(backoff)
-			backoff = min(2*backoff, inUseRetryMax)
+			failures++
+			wait := r.retry.Delay(failures)
+			logger.Error(err, "Reporting volumes in use on the Node failed, retrying", "node", r.node, "retryAfter", wait)
+			retry.After(wait)
 			continue
 		}
-		backoff = inUseRetryMin
+		failures = 0
 	}
 }
 

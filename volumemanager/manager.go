@@ -34,6 +34,7 @@ import (
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/pluginmanager"
 	"github.com/nodevol/nodevol/registration"
+	"github.com/nodevol/nodevol/util/backoff"
 	"github.com/nodevol/nodevol/util/promreg"
 	"github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/volume"
@@ -474,32 +475,17 @@ func (vm *VolumeManager) run(ctx context.Context) {
 	l := vm.loop
 	resync := vm.cfg.Clock.NewTicker(vm.cfg.ResyncPeriod)
 	defer resync.Stop()
-	var timer clock.Timer
-	var timerAt time.Time
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	timer := backoff.NewTimer(vm.cfg.Clock)
+	defer timer.Stop()
 	for {
 		l.process(ctx)
 		vm.statesSynced.Store(true) // the disk's state was installed before the first pass
 		// The backoff timer: armed for the earliest retry.
-		if next := l.due(); len(l.dirty) > 0 {
+		next := l.due()
+		if len(l.dirty) > 0 {
 			continue // due() found retries that are due now
-		} else if !next.Equal(timerAt) {
-			if timer != nil {
-				timer.Stop()
-				timer = nil
-			}
-			if timerAt = next; !next.IsZero() {
-				timer = vm.cfg.Clock.NewTimer(next.Sub(vm.cfg.Clock.Now()))
-			}
 		}
-		var timerC <-chan time.Time
-		if timer != nil {
-			timerC = timer.C()
-		}
+		timer.Set(next)
 		select {
 		case <-ctx.Done():
 			vm.drain(ctx)
@@ -507,8 +493,8 @@ func (vm *VolumeManager) run(ctx context.Context) {
 		case <-vm.in.kick:
 		case o := <-vm.results:
 			l.apply(o)
-		case <-timerC:
-			timer, timerAt = nil, time.Time{}
+		case <-timer.C():
+			timer.Fired()
 		case <-resync.C():
 			l.resync()
 		case fn := <-vm.inspect:

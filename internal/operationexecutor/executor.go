@@ -13,9 +13,10 @@
 // volume; an operation on one pod's use of a volume (publish, unpublish)
 // runs beside other pods' but never beside a whole-volume operation.
 //
-// Backoff: a failed operation makes its key wait (500 ms, doubling, capped
-// at 2m2s by default) before the same kind of operation may run again on
-// it; a success forgets it, a failure of another kind starts over.
+// Backoff: a failed operation makes its key wait (util/backoff without
+// jitter, since the scenario scripts print the waits: 500 ms, doubling,
+// capped at 2m2s by default) before the same kind of operation may run
+// again on it; a success forgets it, a failure of another kind starts over.
 package operationexecutor
 
 import (
@@ -27,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/util/backoff"
 )
 
 // Key names what an operation works on.
@@ -141,7 +143,8 @@ type BackoffOptions struct {
 // It is plain data for one owner (the reconcile loop): not safe for
 // concurrent use, and it reads no clock (callers pass now).
 type Backoff struct {
-	opts BackoffOptions
+	// policy has no jitter: the scenario scripts print the waits.
+	policy backoff.Policy
 	// byVolume indexes the entries by volume: the planner reads one
 	// volume's at a time.
 	byVolume map[cache.UniqueVolumeName]map[Key]*BackoffEntry
@@ -167,7 +170,7 @@ func NewBackoff(opts BackoffOptions) *Backoff {
 	if opts.Max <= 0 {
 		opts.Max = 2*time.Minute + 2*time.Second
 	}
-	return &Backoff{opts: opts, byVolume: map[cache.UniqueVolumeName]map[Key]*BackoffEntry{}}
+	return &Backoff{policy: backoff.Policy{Initial: opts.Initial, Max: opts.Max}, byVolume: map[cache.UniqueVolumeName]map[Key]*BackoffEntry{}}
 }
 
 // Failed records a failure of kind on k at now and returns the wait
@@ -184,11 +187,7 @@ func (b *Backoff) Failed(k Key, kind OpKind, err error, now time.Time) time.Dura
 		keys[k] = e
 	}
 	e.Failures++
-	wait := b.opts.Initial
-	for i := 1; i < e.Failures && wait < b.opts.Max; i++ {
-		wait *= 2
-	}
-	wait = min(wait, b.opts.Max)
+	wait := b.policy.Delay(e.Failures)
 	e.Until, e.LastErr = now.Add(wait), err
 	return wait
 }

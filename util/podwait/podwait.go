@@ -4,7 +4,11 @@
 // pod runs (about 150 bytes per pod at rest, and two such sets per pod).
 package podwait
 
-import "k8s.io/apimachinery/pkg/types"
+import (
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+)
 
 // Set holds the waiters of each pod. It has no lock: its owner guards it
 // with the lock that guards the state whose changes it announces. The zero
@@ -45,6 +49,21 @@ func (s *Set) Done(uid types.UID, ch <-chan struct{}) {
 	if w.n--; w.n <= 0 {
 		delete(s.m, uid)
 	}
+}
+
+// ChangedUnder is Changed with mu held, for an owner that hands out
+// channels from outside its lock.
+func (s *Set) ChangedUnder(mu sync.Locker, uid types.UID) <-chan struct{} {
+	mu.Lock()
+	defer mu.Unlock()
+	return s.Changed(uid)
+}
+
+// DoneUnder is Done with mu held.
+func (s *Set) DoneUnder(mu sync.Locker, uid types.UID, ch <-chan struct{}) {
+	mu.Lock()
+	defer mu.Unlock()
+	s.Done(uid, ch)
 }
 
 // Wake closes the pod's channel: every waiter returns and takes a new one

@@ -1,6 +1,7 @@
 package podwait
 
 import (
+	"sync"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -80,5 +81,28 @@ func TestSet(t *testing.T) {
 				t.Errorf("Len() = %d, want %d", got, tt.held)
 			}
 		})
+	}
+}
+
+// TestUnder: ChangedUnder and DoneUnder take the owner's lock around
+// Changed and Done, and leave it unlocked.
+func TestUnder(t *testing.T) {
+	var mu sync.Mutex
+	var s Set
+	ch := s.ChangedUnder(&mu, "a")
+	if !mu.TryLock() {
+		t.Fatal("ChangedUnder left the lock held")
+	}
+	if s.Len() != 1 {
+		t.Errorf("Len = %d after ChangedUnder, want 1", s.Len())
+	}
+	mu.Unlock()
+	s.DoneUnder(&mu, "a", ch)
+	if !mu.TryLock() {
+		t.Fatal("DoneUnder left the lock held")
+	}
+	mu.Unlock()
+	if s.Len() != 0 {
+		t.Errorf("Len = %d after DoneUnder, want 0", s.Len())
 	}
 }

@@ -1,0 +1,136 @@
+package rootfs
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Verify checks that no component of name below the root is a symlink,
+// name's last component included, and that every existing component but
+// the last is a directory. Missing components are not an error (a driver
+// creates its target path; nothing can be below a missing directory). It
+// returns name's absolute path, to hand to a driver or a mounter right
+// away: see the package documentation for what a path string still allows.
+func (r *Root) Verify(name string) (string, error) {
+	comps, full, err := r.split("verify", name)
+	if err != nil {
+		return "", err
+	}
+	fd, err := r.open("verify", full, comps, unix.O_PATH|unix.O_NOFOLLOW)
+	if err == nil {
+		var st unix.Stat_t
+		err = unix.Fstat(fd, &st)
+		_ = unix.Close(fd)
+		switch {
+		case err != nil:
+			return "", &PathError{Op: "verify", Path: full, Err: err}
+		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+			return "", &PathError{Op: "verify", Path: full, Component: full, Err: ErrSymlink}
+		}
+		return full, nil
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return full, nil
+	}
+	return "", err
+}
+
+// Lstat returns the FileInfo of name without following any symlink: a
+// last component that is a symlink is described itself; a symlink above it
+// is an error (ErrSymlink).
+func (r *Root) Lstat(name string) (fs.FileInfo, error) {
+	return r.stat("lstat", name, true)
+}
+
+// Stat is Lstat, except that a last component that is a symlink is an
+// error too (ErrSymlink).
+func (r *Root) Stat(name string) (fs.FileInfo, error) {
+	return r.stat("stat", name, false)
+}
+
+func (r *Root) stat(op, name string, linkOK bool) (fs.FileInfo, error) {
+	comps, full, err := r.split(op, name)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := r.open(op, full, comps, unix.O_PATH|unix.O_NOFOLLOW)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), full)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, &PathError{Op: op, Path: full, Err: err}
+	}
+	if !linkOK && fi.Mode()&fs.ModeSymlink != 0 {
+		return nil, &PathError{Op: op, Path: full, Component: full, Err: ErrSymlink}
+	}
+	return fi, nil
+}
+
+// ReadDir lists directory name, sorted by name, as os.ReadDir does. Its
+// entries are not followed: a symlink in it is listed as a symlink.
+func (r *Root) ReadDir(name string) ([]fs.DirEntry, error) {
+	comps, full, err := r.split("readdir", name)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := r.open("readdir", full, comps, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), full)
+	defer f.Close()
+	entries, err := f.ReadDir(-1)
+	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	if err != nil {
+		return entries, &PathError{Op: "readdir", Path: full, Err: err}
+	}
+	return entries, nil
+}
+
+// OpenDir opens directory name for reading (its entries, and as a
+// directory to resolve further names from with the *at system calls). A
+// symlink, the last component included, is an error.
+func (r *Root) OpenDir(name string) (*os.File, error) {
+	comps, full, err := r.split("open", name)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := r.open("open", full, comps, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), full), nil
+}
+
+// Open opens regular file name for reading. A symlink (last component
+// included) or anything but a regular file is an error; a FIFO does not
+// block it.
+func (r *Root) Open(name string) (*os.File, error) {
+	comps, full, err := r.split("open", name)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := r.open("open", full, comps, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), full)
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("is not a regular file (%v)", fi.Mode().Type())
+	}
+	if err != nil {
+		f.Close()
+		return nil, &PathError{Op: "open", Path: full, Component: full, Err: err}
+	}
+	return f, nil
+}

@@ -1,0 +1,197 @@
+package rootfs
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/util/step"
+)
+
+// MkdirAll creates directory name and the missing directories above it
+// (the root too) with perm (before umask), as os.MkdirAll does, except that
+// every component below the root that exists must be a directory and not a
+// symlink: a symlink fails it (ErrSymlink), before anything is created
+// through it.
+func (r *Root) MkdirAll(name string, perm fs.FileMode) error {
+	comps, full, err := r.split("mkdir", name)
+	if err != nil {
+		return err
+	}
+	// The common case: it is all there.
+	if fd, err := r.open("mkdir", full, comps, unix.O_PATH|unix.O_DIRECTORY); err == nil {
+		_ = unix.Close(fd)
+		return nil
+	}
+	if err := os.MkdirAll(r.path, perm); err != nil {
+		return &PathError{Op: "mkdir", Path: full, Component: r.path, Err: err}
+	}
+	fd, err := r.openRoot("mkdir", full)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = unix.Close(fd) }()
+	for i, c := range comps {
+		const dirFlags = unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		next, err := unix.Openat(fd, c, dirFlags, 0)
+		if err == unix.ENOENT {
+			if err := r.take(step.Mkdir, filepath.Join(r.path, strings.Join(comps[:i+1], "/"))); err != nil {
+				return err
+			}
+			if err := unix.Mkdirat(fd, c, uint32(perm.Perm())); err != nil && err != unix.EEXIST {
+				return &PathError{Op: "mkdir", Path: full, Component: filepath.Join(r.path, strings.Join(comps[:i+1], "/")), Err: err}
+			}
+			next, err = unix.Openat(fd, c, dirFlags, 0)
+		}
+		if err != nil {
+			return r.classify(fd, "mkdir", full, comps[:i+1], false, 0, err)
+		}
+		_ = unix.Close(fd)
+		fd = next
+	}
+	return nil
+}
+
+// Create creates name as an empty regular file with perm (before umask).
+// It fails if anything, a symlink included, is there already
+// (errors.Is(err, fs.ErrExist)).
+func (r *Root) Create(name string, perm fs.FileMode) error {
+	return r.change("create", step.Create, name, func(dirFd int, base, full string) error {
+		fd, err := unix.Openat(dirFd, base, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm.Perm()))
+		if err != nil {
+			return &PathError{Op: "create", Path: full, Component: full, Err: err}
+		}
+		return unix.Close(fd)
+	})
+}
+
+// WriteFileInPlace writes data over name's content (creating it with
+// perm if it is not there) and cuts it to len(data). It is not atomic: a
+// reader racing the writer, or a crash between the write and the cut,
+// can see a mix of the old and the new content. Use it where such a mix
+// is detected (a JSON decoder refuses it) and harmless, and where
+// WriteFileAtomic's rename over an existing file is too slow: ext4 (with
+// its default auto_da_alloc) starts writing a file back to disk when it
+// replaces another by rename. A symlink as name is refused, as is
+// anything but a regular file.
+func (r *Root) WriteFileInPlace(name string, data []byte, perm fs.FileMode) error {
+	return r.change("write", step.Write, name, func(dirFd int, base, full string) error {
+		fd, err := unix.Openat(dirFd, base, unix.O_CREAT|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, uint32(perm.Perm()))
+		if err != nil {
+			if errors.Is(err, unix.ELOOP) {
+				err = ErrSymlink
+			}
+			return &PathError{Op: "write", Path: full, Component: full, Err: err}
+		}
+		defer unix.Close(fd)
+		return writeRegular(fd, full, data)
+	})
+}
+
+// writeRegular writes data over the content of regular file fd, named
+// full in errors, and cuts it to len(data).
+func writeRegular(fd int, full string, data []byte) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &PathError{Op: "write", Path: full, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return &PathError{Op: "write", Path: full, Component: full, Err: ErrNotRemovable}
+	}
+	for off := 0; off < len(data); {
+		n, err := unix.Pwrite(fd, data[off:], int64(off))
+		if err != nil {
+			return &PathError{Op: "write", Path: full, Err: err}
+		}
+		off += n
+	}
+	if err := unix.Ftruncate(fd, int64(len(data))); err != nil {
+		return &PathError{Op: "write", Path: full, Err: err}
+	}
+	return nil
+}
+
+// WriteFileAtomic writes data to name so that a reader sees the old
+// content or the whole new content: it writes a temporary file in the same
+// directory and renames it over name (replacing a symlink there, never
+// writing through it). name's directory must exist. It does not fsync.
+func (r *Root) WriteFileAtomic(name string, data []byte, perm fs.FileMode) error {
+	return r.writeFileAtomic(name, data, perm, false)
+}
+
+// WriteFileAtomicSync is WriteFileAtomic made durable: the file is
+// fsync'ed before the rename and its directory after, so that after a
+// crash or power loss name holds the old or the new content, and a
+// rename that returned is not undone.
+func (r *Root) WriteFileAtomicSync(name string, data []byte, perm fs.FileMode) error {
+	return r.writeFileAtomic(name, data, perm, true)
+}
+
+func (r *Root) writeFileAtomic(name string, data []byte, perm fs.FileMode, sync bool) (err error) {
+	dirFd, base, full, err := r.parent("write", name)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dirFd)
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := "." + base + ".tmp-" + hex.EncodeToString(rnd[:])
+	if r.steps != nil {
+		if err := r.take(step.Write, filepath.Join(filepath.Dir(full), tmp)); err != nil {
+			return err
+		}
+	}
+	fd, err := unix.Openat(dirFd, tmp, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm.Perm()))
+	if err != nil {
+		return &PathError{Op: "write", Path: full, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(filepath.Dir(full), tmp))
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			// The clean-up is a change too: after a refused step (a
+			// crash, to the crash-point suite) the temporary file stays.
+			if r.take(step.Remove, f.Name()) == nil {
+				_ = unix.Unlinkat(dirFd, tmp, 0)
+			}
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return &PathError{Op: "write", Path: full, Err: err}
+	}
+	if err = f.Chmod(perm); err != nil {
+		return &PathError{Op: "write", Path: full, Err: err}
+	}
+	if sync {
+		if err = f.Sync(); err != nil {
+			return &PathError{Op: "write", Path: full, Err: err}
+		}
+	}
+	if err = f.Close(); err != nil {
+		return &PathError{Op: "write", Path: full, Err: err}
+	}
+	if err = r.take(step.Rename, full); err != nil {
+		return err
+	}
+	if err = unix.Renameat(dirFd, tmp, dirFd, base); err != nil {
+		return &PathError{Op: "write", Path: full, Err: err}
+	}
+	if sync {
+		// dirFd may be an O_PATH descriptor, which cannot be synced.
+		d, err := unix.Openat(dirFd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			err = unix.Fsync(d)
+			unix.Close(d)
+		}
+		if err != nil {
+			return &PathError{Op: "write", Path: full, Err: err}
+		}
+	}
+	return nil
+}
