@@ -42,7 +42,7 @@ type volumeRecord struct {
 	worldChanged, olderWorld bool
 	// waiting says why the volume's due work waits (the planner's words).
 	waiting []string
-	// refused are the pods refused the volume now (rwop.go).
+	// refused are the pods refused the volume now (refusals.go).
 	refused map[types.UID]planner.Refusal
 }
 
