@@ -31,7 +31,7 @@ func (l *loop) adoptAttachments() {
 		if va.Spec.NodeName != l.node || pvName == nil || va.DeletionTimestamp != nil {
 			continue
 		}
-		pv, err := l.resolver.pvs.Get(*pvName)
+		pv, err := l.pods.resolver.pvs.Get(*pvName)
 		if err != nil {
 			l.logger.Info("Leaving a VolumeAttachment of this node whose PersistentVolume cannot be read", "volumeAttachment", va.Name, "pv", *pvName, "err", err.Error())
 			continue
@@ -44,8 +44,8 @@ func (l *loop) adoptAttachments() {
 			continue // found on disk, and self attached already (install)
 		}
 		l.asw.SetSelfAttached(spec, true)
-		l.foundDevices[spec.Name] = true
-		l.dirty[spec.Name] = struct{}{}
+		l.vol(spec.Name).foundDevice = true
+		l.queue.add(spec.Name)
 		l.logger.V(2).Info("Found a VolumeAttachment of this node from an earlier run with nothing on disk; it is detached unless a pod wants its volume", "volume", spec.Name, "volumeAttachment", va.Name)
 	}
 }

@@ -15,7 +15,7 @@
 //
 // One goroutine, the reconcile loop, owns the actual state: it takes the
 // changes posted by AddPod, the informers and driver registration, plans
-// each changed volume with a pure function (plan.go; the scenario scripts
+// each changed volume with a pure function (internal/planner; the scenario scripts
 // in testdata/ show its decisions) and runs the operations it decides with
 // bounded concurrency and per-volume backoff. Failed operations are logged
 // once with their next retry time and, with Config.EventRecorder, recorded

@@ -276,8 +276,9 @@ func TestFailureEventReasons(t *testing.T) {
 		t.Run(fmt.Sprintf("%s %s", tt.kind.NameFor(tt.mode), tt.mode), func(t *testing.T) {
 			rec := record.NewFakeRecorder(10)
 			rec.IncludeObject = true
-			l := newLoop(loop{node: "node-1", clock: fakeclock.NewFakeClock(time.Unix(0, 0)), events: rec, logger: logr.Discard(),
-				dsw: cache.NewDesiredStateOfWorld(func(cache.UniqueVolumeName) {}), asw: cache.NewActualStateOfWorld()})
+			l := newLoop(loopConfig{node: "node-1", clock: fakeclock.NewFakeClock(time.Unix(0, 0)), events: rec,
+				dsw: cache.NewDesiredStateOfWorld(func(cache.UniqueVolumeName) {}), asw: cache.NewActualStateOfWorld()}, nil, nil)
+			l.logger = logr.Discard()
 			a := oe.Action{Kind: tt.kind, Volume: "kubernetes.io/csi/drv^h"}
 			if tt.kind == oe.OpUnpublish {
 				a.Pod = pod

@@ -206,35 +206,61 @@ func (f *fetcher) fetch(ctx context.Context, k fetchKey) {
 	f.gets.Add(1)
 
 	f.mu.Lock()
-	changed, failing := false, false
+	ans := f.store(k, e, obj, err)
+	f.mu.Unlock()
+
+	if ans.failing {
+		wait := f.limiter.When(k)
+		if ans.changed {
+			klog.FromContext(ctx).Error(ans.err, "Fetching failed (node-restricted mode)", "object", k.String(), "retryAfter", wait)
+		}
+		f.queue.AddAfter(k, wait)
+	} else {
+		f.limiter.Forget(k)
+		f.queue.AddAfter(k, ans.next)
+	}
+	if ans.changed {
+		f.announce(k, ans.claims)
+	}
+}
+
+// answer is what one GET changed, and when to GET again.
+type answer struct {
+	// changed: the entry's object or error changed; failing: the GET
+	// failed (err, wrapped), and is retried with backoff.
+	changed, failing bool
+	err              error
+	// claims are the claims ("namespace/name") a PV answer concerns.
+	claims []string
+	// next is when to GET again, once it did not fail.
+	next time.Duration
+}
+
+// store records the answer to a GET of k in its entry e, queues the PV a
+// claim is bound to, and sets the next GET of an attachment not attached
+// yet (polled, slower and slower). f.mu is held.
+func (f *fetcher) store(k fetchKey, e *fetched, obj metav1.Object, err error) answer {
+	var ans answer
 	switch {
 	case err == nil:
-		changed = e.obj == nil || e.obj.GetResourceVersion() != obj.GetResourceVersion() ||
+		ans.changed = e.obj == nil || e.obj.GetResourceVersion() != obj.GetResourceVersion() ||
 			obj.GetResourceVersion() == "" && !equality.Semantic.DeepEqual(e.obj, obj) // clients without versions (fakes)
 		e.obj, e.err = obj, nil
 	case apierrors.IsNotFound(err):
-		changed = !e.answered || e.obj != nil || e.err != nil
+		ans.changed = !e.answered || e.obj != nil || e.err != nil
 		e.obj, e.err = nil, nil
 	default:
-		failing = true
+		ans.failing = true
 		if !e.answered || e.err != nil { // a known answer (an object, or NotFound) is kept: the error says nothing about it
 			err = fmt.Errorf("get %s: %w", k, err)
-			changed = !e.answered || e.err == nil || e.err.Error() != err.Error()
+			ans.changed = !e.answered || e.err == nil || e.err.Error() != err.Error()
 			e.err = err
 		}
+		ans.err = err
 	}
 	e.answered = true
-	var claims []string
 	if k.kind == kindPV {
-		for c := range e.claims {
-			claims = append(claims, c)
-		}
-		if pv, ok := e.obj.(*v1.PersistentVolume); ok && pv.Spec.ClaimRef != nil {
-			c := pv.Spec.ClaimRef.Namespace + "/" + pv.Spec.ClaimRef.Name
-			if _, seen := e.claims[c]; !seen {
-				claims = append(claims, c)
-			}
-		}
+		ans.claims = pvClaims(e)
 	}
 	if pvc, ok := e.obj.(*v1.PersistentVolumeClaim); ok && pvc.Spec.VolumeName != "" {
 		// The claim's volume is read next: fetch it now.
@@ -244,31 +270,38 @@ func (f *fetcher) fetch(ctx context.Context, k fetchKey) {
 		}
 		pe.claims[k.namespace+"/"+k.name] = struct{}{}
 	}
-	next := f.refresh
+	ans.next = f.refresh
 	if va, ok := e.obj.(*storagev1.VolumeAttachment); k.kind == kindVA && (!ok || !va.Status.Attached) {
 		switch {
-		case changed || e.poll == 0:
+		case ans.changed || e.poll == 0:
 			e.poll = pollFirst
 		default:
 			e.poll = min(e.poll*3/2, pollMax)
 		}
-		next = e.poll
+		ans.next = e.poll
 	}
-	f.mu.Unlock()
+	return ans
+}
 
-	if failing {
-		wait := f.limiter.When(k)
-		if changed {
-			klog.FromContext(ctx).Error(err, "Fetching failed (node-restricted mode)", "object", k.String(), "retryAfter", wait)
+// pvClaims are the claims a PV's entry concerns: those that read it, and
+// the one its claimRef names.
+func pvClaims(e *fetched) []string {
+	var claims []string
+	for c := range e.claims {
+		claims = append(claims, c)
+	}
+	if pv, ok := e.obj.(*v1.PersistentVolume); ok && pv.Spec.ClaimRef != nil {
+		c := pv.Spec.ClaimRef.Namespace + "/" + pv.Spec.ClaimRef.Name
+		if _, seen := e.claims[c]; !seen {
+			claims = append(claims, c)
 		}
-		f.queue.AddAfter(k, wait)
-	} else {
-		f.limiter.Forget(k)
-		f.queue.AddAfter(k, next)
 	}
-	if !changed {
-		return
-	}
+	return claims
+}
+
+// announce tells the loop that an object changed: the pods waiting for a
+// claim resolve again, a volume waiting for its attachment is retried.
+func (f *fetcher) announce(k fetchKey, claims []string) {
 	switch k.kind {
 	case kindPVC:
 		f.claim(k.namespace + "/" + k.name)

@@ -7,7 +7,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/util/podwait"
 )
 
 // inbox is how the rest of the world talks to the loop: the node agent's
@@ -25,6 +24,12 @@ type inbox struct {
 	pods map[types.UID]*keptPod
 	// dirtyPods were added, updated or deleted since the last take.
 	dirtyPods map[types.UID]struct{}
+	posted
+}
+
+// posted is what the inbox collects between takes besides the pods, and
+// what a batch hands over of it.
+type posted struct {
 	// podsSynced: MarkPodsSynced was called.
 	podsSynced bool
 	// informersSynced: the informers have listed everything once.
@@ -41,25 +46,23 @@ type inbox struct {
 
 func newInbox() *inbox {
 	return &inbox{
-		kick:        make(chan struct{}, 1),
-		pods:        map[types.UID]*keptPod{},
-		dirtyPods:   map[types.UID]struct{}{},
-		claims:      map[string]struct{}{},
-		volumes:     map[cache.UniqueVolumeName]struct{}{},
-		drivers:     map[string]struct{}{},
-		attachments: map[string]struct{}{},
+		kick:      make(chan struct{}, 1),
+		pods:      map[types.UID]*keptPod{},
+		dirtyPods: map[types.UID]struct{}{},
+		posted: posted{
+			claims:      map[string]struct{}{},
+			volumes:     map[cache.UniqueVolumeName]struct{}{},
+			drivers:     map[string]struct{}{},
+			attachments: map[string]struct{}{},
+		},
 	}
 }
 
-// batch is what the loop takes from the inbox at once.
+// batch is what the loop takes from the inbox at once: the dirty pods (a
+// nil value: deleted) and what else was posted (nil maps when empty).
 type batch struct {
-	pods            map[types.UID]*v1.Pod // dirty pods; nil value: deleted
-	podsSynced      bool
-	informersSynced bool
-	claims          map[string]struct{}
-	volumes         map[cache.UniqueVolumeName]struct{}
-	drivers         map[string]struct{}
-	attachments     map[string]struct{}
+	pods map[types.UID]*v1.Pod
+	posted
 }
 
 func (in *inbox) wake() {
@@ -122,7 +125,7 @@ func (in *inbox) retry(names ...cache.UniqueVolumeName) {
 func (in *inbox) take() batch {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	b := batch{podsSynced: in.podsSynced, informersSynced: in.informersSynced}
+	b := batch{posted: posted{podsSynced: in.podsSynced, informersSynced: in.informersSynced}}
 	if len(in.dirtyPods) > 0 {
 		b.pods = make(map[types.UID]*v1.Pod, len(in.dirtyPods))
 		for uid := range in.dirtyPods {
@@ -143,79 +146,4 @@ func swap[K comparable](m map[K]struct{}) (taken, next map[K]struct{}) {
 		return nil, m
 	}
 	return m, map[K]struct{}{}
-}
-
-// podErrors holds the last error of each pod's volumes, by spec name, for
-// the wait errors. The loop writes it; waiters read it.
-type podErrors struct {
-	mu   sync.Mutex
-	errs map[types.UID]map[string]error
-	// waiters are closed at the next change of a pod's errors.
-	waiters podwait.Set
-}
-
-// changed returns a channel closed at the next change of the pod's errors
-// (or of its resolution errors, which the loop announces with wake).
-// Every caller gives it back with waitDone.
-func (p *podErrors) changed(uid types.UID) <-chan struct{} {
-	return p.waiters.ChangedUnder(&p.mu, uid)
-}
-
-// waitDone gives back a channel from changed, so that it is not kept while
-// nobody waits on it.
-func (p *podErrors) waitDone(uid types.UID, ch <-chan struct{}) {
-	p.waiters.DoneUnder(&p.mu, uid, ch)
-}
-
-// wake wakes the pod's waiters.
-func (p *podErrors) wake(uid types.UID) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.wakeLocked(uid)
-}
-
-func (p *podErrors) wakeLocked(uid types.UID) { p.waiters.Wake(uid) }
-
-func (p *podErrors) set(uid types.UID, specName string, err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.errs == nil {
-		p.errs = map[types.UID]map[string]error{}
-	}
-	m := p.errs[uid]
-	if m == nil {
-		m = map[string]error{}
-		p.errs[uid] = m
-	}
-	m[specName] = err
-	p.wakeLocked(uid)
-}
-
-func (p *podErrors) clear(uid types.UID, specName string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if m := p.errs[uid]; m != nil {
-		delete(m, specName)
-		if len(m) == 0 {
-			delete(p.errs, uid)
-		}
-		p.wakeLocked(uid)
-	}
-}
-
-func (p *podErrors) forget(uid types.UID) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.errs, uid)
-	p.wakeLocked(uid)
-}
-
-func (p *podErrors) get(uid types.UID) map[string]error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make(map[string]error, len(p.errs[uid]))
-	for k, v := range p.errs[uid] {
-		out[k] = v
-	}
-	return out
 }

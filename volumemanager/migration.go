@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/registration"
+	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )
 
 // CSI migration: PVs and pod inline volumes of the in-tree plugins that
@@ -54,7 +55,7 @@ func migratedPVSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 	plugin := migratedPVPlugin(pv)
 	if plugin == "" {
 		return cache.VolumeSpec{}, marked{fmt.Errorf("PV %s has no CSI source and no in-tree source that CSI migration translates (%s): nodevol only mounts CSI volumes",
-			pv.Name, strings.Join(registration.MigratedPlugins(), ", ")), errUnknownSource}
+			pv.Name, strings.Join(registration.MigratedPlugins(), ", ")), planner.ErrUnknownSource}
 	}
 	csiPV, err := translator.TranslateInTreePVToCSI(klog.Background(), pv)
 	if err != nil {

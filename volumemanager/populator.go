@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )
 
 // resolver turns a pod's volumes into desired CSI volumes, reading PVCs and
@@ -120,7 +121,7 @@ func (r *resolver) resolveVolume(pod *v1.Pod, v *v1.Volume, asBlock bool) (cache
 	case v.Ephemeral == nil: // an inline volume of a migrated in-tree plugin
 		plugin := migratedInlinePlugin(v)
 		if plugin == "" {
-			return cache.DesiredVolume{}, errUnknownSource
+			return cache.DesiredVolume{}, planner.ErrUnknownSource
 		}
 		spec, err := migratedInlineSpec(pod, v, plugin)
 		if err != nil {
@@ -160,7 +161,7 @@ func (r *resolver) claimSpec(ns, claim string, owner *v1.Pod) (cache.VolumeSpec,
 	}
 	pvc, err := r.pvcs.PersistentVolumeClaims(ns).Get(claim)
 	if apierrors.IsNotFound(err) {
-		return cache.VolumeSpec{}, marked{fmt.Errorf("PVC %s/%s not found", ns, claim), errClaimPending}
+		return cache.VolumeSpec{}, marked{fmt.Errorf("PVC %s/%s not found", ns, claim), planner.ErrClaimPending}
 	} else if err != nil {
 		return cache.VolumeSpec{}, fmt.Errorf("PVC %s/%s: %w", ns, claim, err)
 	}
@@ -171,7 +172,7 @@ func (r *resolver) claimSpec(ns, claim string, owner *v1.Pod) (cache.VolumeSpec,
 		return cache.VolumeSpec{}, fmt.Errorf("PVC %s/%s is being deleted", ns, claim)
 	}
 	if pvc.Status.Phase != v1.ClaimBound || pvc.Spec.VolumeName == "" {
-		return cache.VolumeSpec{}, marked{fmt.Errorf("PVC %s/%s is not bound (phase %q)", ns, claim, pvc.Status.Phase), errClaimPending}
+		return cache.VolumeSpec{}, marked{fmt.Errorf("PVC %s/%s is not bound (phase %q)", ns, claim, pvc.Status.Phase), planner.ErrClaimPending}
 	}
 	pv, err := r.pvs.Get(pvc.Spec.VolumeName)
 	if apierrors.IsNotFound(err) {

@@ -20,7 +20,6 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	k8scache "k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodevol/nodevol/cache"
@@ -123,20 +122,24 @@ func (s *scenario) newLoop() {
 	s.asw = cache.NewActualStateOfWorld()
 	res := &resolver{pvcs: corelisters.NewPersistentVolumeClaimLister(s.pvcs), pvs: corelisters.NewPersistentVolumeLister(s.pvs),
 		csiDrivers: storagelisters.NewCSIDriverLister(s.drivers), seLinuxEnabled: true}
-	l = newLoop(loop{
-		node: "node-1", clock: s.clock, in: s.in, resolver: res, csiDrivers: storagelisters.NewCSIDriverLister(s.drivers),
-		dsw: s.dsw, asw: s.asw, logger: klog.Background(),
-		expansion:  res.pendingExpansion,
-		attachHeld: func(name cache.UniqueVolumeName, _ string) bool { return s.held[name] },
-		selfAttach: s.selfAttach,
-	})
-	l.start = func(a oe.Action, in opInput) {
-		s.nextID++
-		s.ops[s.nextID] = startedOp{a: a, in: in}
-		s.out = append(s.out, fmt.Sprintf("start #%d %s", s.nextID, s.action(a, in.Spec.Mode)))
-	}
+	l = newLoop(loopConfig{
+		node: "node-1", clock: s.clock, csiDrivers: storagelisters.NewCSIDriverLister(s.drivers),
+		dsw: s.dsw, asw: s.asw, selfAttach: s.selfAttach,
+		hooks: loopHooks{
+			start:      s.start,
+			expansion:  res.pendingExpansion,
+			attachHeld: func(name cache.UniqueVolumeName, _ string) bool { return s.held[name] },
+		},
+	}, s.in, newPodTable(res, s.clock, false))
 	s.ops = map[int]startedOp{}
 	s.l = l
+}
+
+// start records an operation the loop starts instead of running it.
+func (s *scenario) start(a oe.Action, in opInput) {
+	s.nextID++
+	s.ops[s.nextID] = startedOp{a: a, in: in}
+	s.out = append(s.out, fmt.Sprintf("start #%d %s", s.nextID, s.action(a, in.Spec.Mode)))
 }
 
 func short(n cache.UniqueVolumeName) string {
@@ -504,7 +507,7 @@ func (s *scenario) state() string {
 			fmt.Fprintf(&b, " wanted-by=%s", strings.Join(want, ","))
 		}
 		b.WriteString("\n")
-		for _, w := range s.l.waiting[n] {
+		for _, w := range s.l.waitingOf(n) {
 			fmt.Fprintf(&b, "  waiting: %s\n", w)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	vcache "github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )
 
 // WaitForAttachAndMount blocks until every CSI volume of the pod is mounted,
@@ -71,7 +72,7 @@ func (vm *VolumeManager) WaitForUnmount(ctx context.Context, pod *v1.Pod) error 
 
 // wait re-checks pending() after every change to the pod's mounts or
 // errors until it returns nothing or ctx ends; with judge, it also returns
-// once an error of a pending volume is final (finality), woken by a timer
+// once an error of a pending volume is final (planner.Finality), woken by a timer
 // for an error that becomes final with time.
 func (vm *VolumeManager) wait(ctx context.Context, pod *v1.Pod, pending func() []string, what string, judge bool) error {
 	if _, ok := ctx.Deadline(); !ok {
@@ -154,7 +155,7 @@ func (vm *VolumeManager) finalErrors(uid types.UID, left []string) (bool, time.T
 	now := vm.cfg.Clock.Now()
 	var next time.Time
 	for _, name := range left {
-		final, at := finality(causes[name], now, vm.cfg.ClaimPendingGracePeriod)
+		final, at := planner.Finality(causes[name], now, vm.cfg.ClaimPendingGracePeriod)
 		if final {
 			return true, time.Time{}
 		}

@@ -1,4 +1,4 @@
-package volumemanager
+package planner
 
 import (
 	"fmt"
@@ -34,7 +34,7 @@ func TestPlan(t *testing.T) {
 		spec     cache.VolumeSpec
 		actual   cache.ActualVolume
 		known    bool
-		view     volumeView // the other inputs
+		view     View // the other inputs
 		want     string
 		wantDone bool
 	}{
@@ -57,25 +57,25 @@ func TestPlan(t *testing.T) {
 		{name: "unknown and unwanted: done", wantDone: true},
 		{name: "held pod: not unpublished, device kept", known: true,
 			actual: cache.ActualVolume{Attached: true, DeviceState: cache.Mounted, Pods: mounts("a=Uncertain")},
-			view:   volumeView{HeldPods: map[types.UID]string{"a": "not synced"}}},
-		{name: "held device: not unstaged", known: true, actual: staged, view: volumeView{HoldDevice: "found on disk"}},
-		{name: "referenced device: not unstaged", known: true, actual: staged, view: volumeView{Refs: []string{"/pods/x/mount"}}},
+			view:   View{HeldPods: map[types.UID]string{"a": "not synced"}}},
+		{name: "held device: not unstaged", known: true, actual: staged, view: View{HoldDevice: "found on disk"}},
+		{name: "referenced device: not unstaged", known: true, actual: staged, view: View{Refs: StagingRefs{Paths: []string{"/pods/x/mount"}}}},
 		{name: "publish in flight counts as published: no unstage", known: true, actual: staged,
-			view: volumeView{InFlight: map[oe.Key]oe.OpKind{{Volume: vol, Pod: "a"}: oe.OpPublish}}},
+			view: View{InFlight: map[oe.Key]oe.OpKind{{Volume: vol, Pod: "a"}: oe.OpPublish}}},
 		{name: "stage in flight: nothing else", desired: []cache.PodVolume{pv("a")}, known: true, actual: cache.ActualVolume{Attached: true},
-			view: volumeView{InFlight: map[oe.Key]oe.OpKind{{Volume: vol}: oe.OpStage}}},
+			view: View{InFlight: map[oe.Key]oe.OpKind{{Volume: vol}: oe.OpStage}}},
 		{name: "other pod's publish in flight: publish beside it", desired: []cache.PodVolume{pv("a"), pv("b")}, known: true, actual: staged,
-			view: volumeView{InFlight: map[oe.Key]oe.OpKind{{Volume: vol, Pod: "a"}: oe.OpPublish}}, want: "volume_mount v pod=ns/b"},
+			view: View{InFlight: map[oe.Key]oe.OpKind{{Volume: vol, Pod: "a"}: oe.OpPublish}}, want: "volume_mount v pod=ns/b"},
 		{name: "unpublish planned: no stage beside it", desired: []cache.PodVolume{pv("b")}, known: true,
 			actual: cache.ActualVolume{Attached: true, DeviceState: cache.Uncertain, Pods: mounts("a=Mounted")},
 			want:   "volume_unmount v pod=ns/a"},
 		{name: "stage backing off: waits", desired: []cache.PodVolume{pv("a")}, known: true, actual: cache.ActualVolume{Attached: true},
-			view: volumeView{Backoff: map[oe.Key]*oe.BackoffEntry{{Volume: vol}: {Kind: oe.OpStage, Until: time.Unix(10, 0)}}, Now: time.Unix(5, 0)}},
-		{name: "attach held until reported in use", desired: []cache.PodVolume{pv("a")}, view: volumeView{AttachHeld: true}},
+			view: View{Backoff: map[oe.Key]*oe.BackoffEntry{{Volume: vol}: {Kind: oe.OpStage, Until: time.Unix(10, 0)}}, Now: time.Unix(5, 0)}},
+		{name: "attach held until reported in use", desired: []cache.PodVolume{pv("a")}, view: View{AttachHeld: true}},
 		{name: "republish a mounted pod", desired: []cache.PodVolume{pv("a")}, known: true, actual: cache.ActualVolume{Attached: true, DeviceState: cache.Mounted, Pods: mounts("a=Mounted")},
-			view: volumeView{Republish: map[types.UID]bool{"a": true}}, want: "volume_mount v pod=ns/a"},
+			view: View{Republish: map[types.UID]bool{"a": true}}, want: "volume_mount v pod=ns/a"},
 		{name: "expansion once mounted", desired: []cache.PodVolume{pv("a")}, known: true, actual: cache.ActualVolume{Attached: true, DeviceState: cache.Mounted, Pods: mounts("a=Mounted")},
-			view: volumeView{ExpandTo: 1 << 30}, want: "volume_fs_resize v"},
+			view: View{ExpandTo: 1 << 30}, want: "volume_fs_resize v"},
 		{name: "ephemeral: no attach, no stage", desired: []cache.PodVolume{pv("a")}, spec: cache.VolumeSpec{Ephemeral: true}, want: "volume_mount v pod=ns/a"},
 	}
 	for _, tc := range tests {
@@ -85,7 +85,7 @@ func TestPlan(t *testing.T) {
 			}
 			v := tc.view
 			v.Name, v.Desired, v.Spec, v.Actual, v.Known = vol, tc.desired, tc.spec, tc.actual, tc.known
-			d := plan(v)
+			d := Plan(v)
 			done := d.Done
 			var got []string
 			for _, a := range d.Actions {
@@ -120,7 +120,7 @@ func TestStagePod(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := plan(volumeView{Name: "v", Desired: tc.desired, Known: true,
+			d := Plan(View{Name: "v", Desired: tc.desired, Known: true,
 				Actual: cache.ActualVolume{Attached: true, DeviceState: cache.Uncertain, Pods: tc.pods}})
 			if len(d.Actions) != 1 || d.Actions[0].Kind != oe.OpStage {
 				t.Fatalf("plan = %v, want one stage", d.Actions)

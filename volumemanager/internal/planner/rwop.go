@@ -1,4 +1,4 @@
-package volumemanager
+package planner
 
 import (
 	"errors"
@@ -7,7 +7,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
 )
@@ -15,12 +14,6 @@ import (
 // ErrReadWriteOncePod is wrapped by the error of a pod refused a
 // ReadWriteOncePod volume that another pod on the node uses.
 var ErrReadWriteOncePod = errors.New("the volume has access mode ReadWriteOncePod")
-
-// refusal is a desired pod that may not use its volume now, and why.
-type refusal struct {
-	Pod cache.PodVolume
-	Err error
-}
 
 // rwopRefusals decides which desired pods of a ReadWriteOncePod volume may
 // not use it, and why: the scheduler keeps a second pod off the node, but
@@ -33,7 +26,7 @@ type refusal struct {
 // none has it, the first desired pod (by UID) gets it. Every other desired
 // pod is refused; nothing of the owner's is touched. The result is nil for
 // any other access mode. Pure: it reads only the view.
-func rwopRefusals(v volumeView) map[types.UID]error {
+func rwopRefusals(v View) map[types.UID]error {
 	if v.Spec.AccessMode != string(v1.ReadWriteOncePod) || len(v.Desired) == 0 {
 		return nil
 	}
@@ -80,45 +73,4 @@ func claimSuffix(spec cache.VolumeSpec) string {
 		return ""
 	}
 	return " (claim " + spec.Claim + ")"
-}
-
-// noteRefusals takes in the planner's refusals of one volume: a new one
-// is the refused pod's error (shown by WaitForAttachAndMount's WaitError)
-// and is logged and recorded as a FailedMount event on the pod, once; one
-// that ended clears the pod's error, and its publish starts.
-func (l *loop) noteRefusals(name cache.UniqueVolumeName, refused []refusal) {
-	old := l.refused[name]
-	if len(refused) == 0 && len(old) == 0 {
-		return
-	}
-	now := make(map[types.UID]refusal, len(refused))
-	for _, r := range refused {
-		uid := r.Pod.Pod.UID
-		now[uid] = r
-		if prev, ok := old[uid]; !ok || prev.Err.Error() != r.Err.Error() {
-			l.logger.Info("Volume refused to a pod", "pod", klog.KRef(r.Pod.Pod.Namespace, r.Pod.Pod.Name), "volume", name, "err", r.Err)
-			if l.events != nil {
-				ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.Pod.Pod.Namespace, Name: r.Pod.Pod.Name, UID: uid}
-				l.events.Event(ref, v1.EventTypeWarning, "FailedMount", r.Err.Error())
-			}
-		}
-		// Set at every plan: a failed stage meanwhile sets every desired
-		// pod's error, and the refusal is the refused pod's real cause.
-		// After the event: the error ends the pod's wait (ErrFinal), whose
-		// caller may look for the event at once.
-		l.errs.set(uid, r.Pod.SpecName, r.Err)
-	}
-	for uid, r := range old {
-		if _, ok := now[uid]; !ok {
-			l.errs.clear(uid, r.Pod.SpecName)
-		}
-	}
-	if l.refused == nil {
-		l.refused = map[cache.UniqueVolumeName]map[types.UID]refusal{}
-	}
-	if len(now) == 0 {
-		delete(l.refused, name)
-	} else {
-		l.refused[name] = now
-	}
 }

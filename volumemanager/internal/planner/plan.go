@@ -1,7 +1,9 @@
-package volumemanager
+package planner
 
 import (
-	"fmt"
+	"cmp"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -11,72 +13,7 @@ import (
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 )
 
-// volumeView is everything the planner knows of one volume: what pods
-// want, what is done, what runs, what waits and why. The loop builds it;
-// plan reads nothing else.
-type volumeView struct {
-	Name cache.UniqueVolumeName
-	// Spec is what the pods want (the desired spec), or what is set up
-	// (the actual spec) when no pod wants the volume.
-	Spec cache.VolumeSpec
-	// Desired are the pods that want the volume, sorted by UID.
-	Desired []cache.PodVolume
-	// Actual is what is done; Known is false when nothing is.
-	Actual cache.ActualVolume
-	Known  bool
-	// HeldPods are pods whose mounts must not be torn down although no
-	// desired pod is them: found on disk before the pods were synced, or
-	// of a pod that is added but cannot be resolved (yet).
-	HeldPods map[types.UID]string
-	// HoldDevice, if not empty, says why the device must not be unstaged.
-	HoldDevice string
-	// Refs are the mounts under the pods directory that referenced the
-	// staging path when an unstage last looked; the resync clears them.
-	Refs []string
-	// InFlight are the operations running on the volume.
-	InFlight map[oe.Key]oe.OpKind
-	// Backoff is the retry state of the volume's failed keys.
-	Backoff map[oe.Key]*oe.BackoffEntry
-	// AttachHeld: the attachment may be confirmed only once the volume is
-	// reported in the Node's volumesInUse, and it is not yet.
-	AttachHeld bool
-	// SelfAttach: the node attaches volumes itself (creates their
-	// VolumeAttachments) instead of waiting for the attach/detach
-	// controller to.
-	SelfAttach bool
-	// Republish are pods whose Mounted volume must be published again
-	// (the driver's CSIDriver sets requiresRepublish and a resync came).
-	Republish map[types.UID]bool
-	// ExpandTo, if > 0, is the size the claim's pending node expansion
-	// grows the volume to.
-	ExpandTo int64
-	// Now is the time backoff is compared with.
-	Now time.Time
-}
-
-// decision is what plan returns for one volume.
-type decision struct {
-	// Actions are the operations to start now.
-	Actions []oe.Action
-	// Waiting says why something that is due does not start (empty when
-	// nothing waits): for logs, scripts and wait errors.
-	Waiting []string
-	// Retry is the earliest time a backoff that holds an action back
-	// ends; zero when none does.
-	Retry time.Time
-	// Done is true when nothing of the volume is left and nothing runs:
-	// the loop forgets it.
-	Done bool
-	// Refused are desired pods that may not use the volume now: an
-	// SELinux conflict (admitSELinux) or ReadWriteOncePod (rwopRefusals).
-	Refused []refusal
-}
-
-func (d *decision) wait(format string, args ...any) {
-	d.Waiting = append(d.Waiting, fmt.Sprintf(format, args...))
-}
-
-// plan decides what to do next for one volume. It does no I/O, reads no
+// Plan decides what to do next for one volume. It does no I/O, reads no
 // clock and keeps no state.
 //
 // The order is the kubelet's: unpublish pods that no longer want the
@@ -90,15 +27,19 @@ func (d *decision) wait(format string, args ...any) {
 // whole volume runs alone on it; operations on different pods' mounts run
 // side by side. A key that is backing off after a failure of the same kind
 // of operation waits until its backoff ends.
-func plan(v volumeView) decision {
-	var d decision
+func Plan(v View) Decision {
+	var d Decision
+	// The world's changes and what was found on disk first: the rest of
+	// the plan reads the view as they leave it.
+	backoff := forgetBackoff(v, &d)
+	v = adopt(v, &d)
 	// Refusals first, whatever else waits: the loop reports a refusal that
 	// is missing from a decision as ended.
 	sel := admitSELinux(v)
 	refused := refusals(v, sel)
 	for _, p := range v.Desired {
 		if err := refused[p.Pod.UID]; err != nil {
-			d.Refused = append(d.Refused, refusal{Pod: p, Err: err})
+			d.Refused = append(d.Refused, Refusal{Pod: p, Err: err})
 			d.wait("%v", err)
 		}
 	}
@@ -114,7 +55,7 @@ func plan(v volumeView) decision {
 		return ok
 	}
 	add := func(a oe.Action) {
-		if b := v.Backoff[a.Key()]; b != nil && b.Kind == a.Kind && v.Now.Before(b.Until) {
+		if b := backoff[a.Key()]; b != nil && b.Kind == a.Kind && v.Now.Before(b.Until) {
 			if d.Retry.IsZero() || b.Until.Before(d.Retry) {
 				d.Retry = b.Until
 			}
@@ -168,8 +109,8 @@ func plan(v volumeView) decision {
 			d.Done = true
 		case v.HoldDevice != "":
 			d.wait("unstage held: %s", v.HoldDevice)
-		case len(v.Refs) > 0:
-			d.wait("unstage waits: staging path still referenced by %v", v.Refs)
+		case len(stagingReferences(v)) > 0:
+			d.wait("unstage waits: staging path still referenced by %v", stagingReferences(v))
 		case len(d.Actions) == 0:
 			add(oe.Action{Kind: oe.OpUnstage, Volume: v.Name})
 		}
@@ -183,7 +124,7 @@ func plan(v volumeView) decision {
 	if !v.Spec.Ephemeral {
 		// A whole-volume operation runs alone: not beside one in flight,
 		// nor beside an unpublish planned above.
-		volumeOp := func(a oe.Action) decision {
+		volumeOp := func(a oe.Action) Decision {
 			if !busy && len(d.Actions) == 0 {
 				add(a)
 			}
@@ -209,8 +150,8 @@ func plan(v volumeView) decision {
 				d.wait("unstage (to stage again with SELinux context %q) waits for the unpublishes", sel.Context)
 			case v.HoldDevice != "":
 				d.wait("unstage held: %s", v.HoldDevice)
-			case len(v.Refs) > 0:
-				d.wait("unstage waits: staging path still referenced by %v", v.Refs)
+			case len(stagingReferences(v)) > 0:
+				d.wait("unstage waits: staging path still referenced by %v", stagingReferences(v))
 			default:
 				return volumeOp(oe.Action{Kind: oe.OpUnstage, Volume: v.Name})
 			}
@@ -250,7 +191,7 @@ func plan(v volumeView) decision {
 // a conflicting pod before any mount); ReadWriteOncePod is then decided
 // among the pods SELinux admits, so that a pod refused for its context
 // never owns the volume and blocks the others.
-func refusals(v volumeView, sel seLinuxAdmission) map[types.UID]error {
+func refusals(v View, sel seLinuxAdmission) map[types.UID]error {
 	if len(sel.Refused) == 0 {
 		return rwopRefusals(v) // nil, without allocating, for most volumes
 	}
@@ -276,7 +217,7 @@ func refusals(v volumeView, sel seLinuxAdmission) map[types.UID]error {
 // stages only when one is not). Its fsGroup goes to a driver that applies
 // it at stage; the staging is shared, and the kubelet too passes the
 // fsGroup of the pod whose mount stages it.
-func stagePod(v volumeView, refused map[types.UID]error) cache.PodVolume {
+func stagePod(v View, refused map[types.UID]error) cache.PodVolume {
 	var first *cache.PodVolume
 	for i, p := range v.Desired {
 		if refused[p.Pod.UID] != nil {
@@ -299,7 +240,7 @@ func stagePod(v volumeView, refused map[types.UID]error) cache.PodVolume {
 // the pod's mount counts as done (the kubelet's expansion while mounting).
 // The other publishes wait until the expansion is over: one expansion at a
 // time per volume.
-func expandFirst(v volumeView, d *decision, add func(oe.Action), busy bool, mounted *cache.PodVolume, publish []cache.PodVolume) {
+func expandFirst(v View, d *Decision, add func(oe.Action), busy bool, mounted *cache.PodVolume, publish []cache.PodVolume) {
 	var a oe.Action
 	if mounted != nil {
 		a = oe.Action{Kind: oe.OpExpand, Volume: v.Name, Pod: *mounted}
@@ -315,4 +256,55 @@ func expandFirst(v volumeView, d *decision, add func(oe.Action), busy bool, moun
 	for _, p := range publish {
 		d.wait("publish into pod %s waits for the node expansion to %d bytes", p.Pod.UID, v.ExpandTo)
 	}
+}
+
+// stagingReferences are the mounts that still reference the staging path,
+// as far as the view knows: those gathered since the last resync. Older
+// ones may be gone; the unstage then planned gathers them again (it
+// refuses while any is left, and its refusal says which).
+func stagingReferences(v View) []string {
+	if v.Refs.Resync != v.Resync {
+		return nil
+	}
+	return v.Refs.Paths
+}
+
+// forgetBackoff decides which backoff the plan honours. After a change of
+// the world (WorldChanged), every failed key of the volume is forgotten
+// (Decision.ForgetBackoff) and may run at once: it failed on an older
+// world. It returns the backoff left to honour.
+func forgetBackoff(v View, d *Decision) map[oe.Key]*oe.BackoffEntry {
+	if !v.WorldChanged || len(v.Backoff) == 0 {
+		return v.Backoff
+	}
+	d.ForgetBackoff = make([]oe.Key, 0, len(v.Backoff))
+	for k := range v.Backoff {
+		d.ForgetBackoff = append(d.ForgetBackoff, k)
+	}
+	slices.SortFunc(d.ForgetBackoff, func(a, b oe.Key) int { return cmp.Compare(a.Pod, b.Pod) })
+	return nil
+}
+
+// adopt gives a pod mount that was found on disk and trusted as Mounted
+// (from nodevol's record) the desired pod's volume once that pod has been
+// resolved: reconstruction only knew the directory, not the pod's name for
+// the volume, its read-only flag or fsGroup. The same pod UID has the same
+// (immutable) volumes, so the mount itself is what the pod wants. The
+// adoptions go into d.Adopt; the view returned has them, on a copy of the
+// actual pods (the caller's view is left as it was).
+func adopt(v View, d *Decision) View {
+	for _, p := range v.Desired {
+		pm, ok := v.Actual.Pods[p.Pod.UID]
+		// A reconstructed mount knows only its pod's UID.
+		if !ok || pm.State != cache.Mounted || pm.Busy || pm.Volume.Pod.Name != "" {
+			continue
+		}
+		if len(d.Adopt) == 0 {
+			v.Actual.Pods = maps.Clone(v.Actual.Pods)
+		}
+		d.Adopt = append(d.Adopt, p)
+		pm.Volume = p
+		v.Actual.Pods[p.Pod.UID] = pm
+	}
+	return v
 }

@@ -1,0 +1,260 @@
+package volumemanager
+
+import (
+	"context"
+	"errors"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin"
+	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volumemanager/internal/planner"
+)
+
+// begin records an action as in flight and starts it.
+func (l *loop) begin(a oe.Action, v planner.View) {
+	rec := l.vol(a.Volume)
+	rec.started(a)
+	l.running.start(a, v.Spec.Mode, l.clock.Now())
+	in := opInput{Input: oe.Input{Spec: v.Spec, PublishContext: v.Actual.PublishContext, DeviceMountPath: v.Actual.DeviceMountPath}}
+	switch a.Kind {
+	case oe.OpUnpublish, oe.OpUnstage:
+		in.Spec = v.Actual.Spec // tear down what was set up
+	case oe.OpPublish:
+		delete(rec.republish, a.Pod.Pod.UID)
+		l.asw.SetPodBusy(v.Spec, a.Pod, true) // possibly mounted from now on
+		if a.Expand > 0 {
+			in.Expansion, _ = l.hooks.expansion(v.Spec.PVName)
+			rec.expanding = in.Expansion.Size
+		}
+	case oe.OpAttach, oe.OpSelfAttach:
+		rec.attachment = csiplugin.AttachmentName(v.Spec.VolumeHandle, v.Spec.Driver, l.node)
+	case oe.OpStage:
+		l.asw.SetDeviceSELinuxContext(v.Spec, a.SELinuxContext) // possibly staged with it from now on
+	case oe.OpSelfDetach:
+		in.Spec = v.Actual.Spec
+		rec.attachment = csiplugin.AttachmentName(in.Spec.VolumeHandle, in.Spec.Driver, l.node)
+	case oe.OpExpand:
+		in.VolumePath = v.Actual.Pods[a.Pod.Pod.UID].Path
+		in.Expansion, _ = l.hooks.expansion(v.Spec.PVName)
+		rec.expanding = in.Expansion.Size
+	}
+	l.logger.V(4).Info("Starting operation", "operation", a.Kind.NameFor(in.Spec.Mode), "volume", a.Volume, "pod", a.Pod.Pod.String())
+	l.hooks.start(a, in)
+}
+
+// apply records an operation's outcome: the only writer of the actual state
+// after start.
+func (l *loop) apply(o oe.Outcome) {
+	a := o.Action
+	rec := l.vol(a.Volume)
+	rec.ended(a)
+	l.running.done(a)
+	l.queue.add(a.Volume)
+	defer func() {
+		if rec.inflight == nil {
+			rec.olderWorld = false
+		}
+	}()
+	if o.NotRun {
+		if a.Kind == oe.OpPublish {
+			l.asw.SetPodBusy(o.Spec, a.Pod, false)
+		}
+		return
+	}
+	l.metrics.observe(o)
+	if o.Err != nil {
+		l.failed(o)
+		if rec.olderWorld && rec.inflight == nil {
+			rec.worldChanged = true // it ran on an older world: the planner forgets its backoff
+		}
+	} else {
+		l.succeeded(o)
+	}
+	switch a.Kind {
+	case oe.OpAttach, oe.OpSelfAttach, oe.OpSelfDetach:
+		l.applyAttach(o, rec)
+	case oe.OpStage, oe.OpUnstage:
+		l.applyDevice(o, rec)
+	case oe.OpPublish, oe.OpUnpublish:
+		l.applyPod(o, rec)
+	}
+	if a.Kind == oe.OpExpand || a.Expand > 0 {
+		// Done or refused for good: not asked again at that size (the
+		// claim's status says so too, once the informer has it).
+		if o.Err == nil {
+			rec.expanded = rec.expanding
+		}
+		rec.expanding = 0
+	}
+}
+
+// succeeded forgets the key's backoff and failure log, saying so when it
+// had failed before.
+func (l *loop) succeeded(o oe.Outcome) {
+	a, key := o.Action, o.Action.Key()
+	if prev, ok := l.backoff.Entry(key); ok && prev.Kind == a.Kind {
+		pod := "" // an operation on the whole volume: no pod
+		if a.Pod.Pod.Name != "" {
+			pod = a.Pod.Pod.String()
+		}
+		l.logger.Info("Operation succeeded after failing", "operation", a.Kind.NameFor(o.Spec.Mode), "volume", a.Volume, "driver", o.Spec.Driver, "pod", pod, "failures", prev.Failures)
+	}
+	l.backoff.Succeeded(key)
+	l.failLog.succeeded(key)
+}
+
+// applyAttach records the outcome of an attach, a self attach or a self
+// detach.
+func (l *loop) applyAttach(o oe.Outcome, rec *volumeRecord) {
+	spec := o.Spec
+	switch o.Action.Kind {
+	case oe.OpAttach:
+		if o.Err == nil {
+			l.asw.MarkAttached(spec, o.PublishContext)
+			rec.attachment = ""
+		}
+	case oe.OpSelfAttach:
+		// Whatever the outcome, the VolumeAttachment may exist now, unless
+		// the volume needed none (a nil publish context).
+		if o.Err != nil || o.PublishContext != nil {
+			l.asw.SetSelfAttached(spec, true)
+		}
+		if o.Err == nil {
+			l.asw.MarkAttached(spec, o.PublishContext)
+			rec.attachment = ""
+		}
+	case oe.OpSelfDetach:
+		if o.Err == nil {
+			l.asw.SetSelfAttached(spec, false)
+			rec.attachment = ""
+		}
+	}
+}
+
+// applyDevice records the outcome of a stage or an unstage.
+func (l *loop) applyDevice(o oe.Outcome, rec *volumeRecord) {
+	spec := o.Spec
+	if o.Action.Kind == oe.OpStage {
+		switch {
+		case o.Err == nil:
+			l.asw.SetDeviceState(spec, cache.Mounted, o.Path)
+		case o.Uncertain:
+			l.asw.SetDeviceState(spec, cache.Uncertain, o.Path)
+		}
+		// A final error leaves the state as it was: NotMounted stays
+		// NotMounted, and an Uncertain device is not declared unmounted.
+		return
+	}
+	var inUse *volume.InUseError
+	switch {
+	case o.Err == nil:
+		l.asw.SetDeviceState(spec, cache.NotMounted, "")
+		rec.refs = planner.StagingRefs{}
+	case errors.As(o.Err, &inUse):
+		// Nothing was done: the references it found are the planner's
+		// until the next resync.
+		rec.refs = planner.StagingRefs{Paths: inUse.Refs, Resync: l.resyncs}
+	default:
+		l.asw.SetDeviceState(spec, cache.Uncertain, "")
+	}
+}
+
+// applyPod records the outcome of a publish or an unpublish.
+func (l *loop) applyPod(o oe.Outcome, rec *volumeRecord) {
+	a, spec := o.Action, o.Spec
+	if a.Kind == oe.OpPublish {
+		switch {
+		case o.Err == nil:
+			l.asw.SetPodMount(spec, a.Pod, cache.Mounted, o.Path)
+			l.errs.clear(a.Pod.Pod.UID, a.Pod.SpecName)
+		case o.Uncertain:
+			l.asw.SetPodMount(spec, a.Pod, cache.Uncertain, o.Path)
+		default:
+			l.asw.SetPodBusy(spec, a.Pod, false) // as it was before
+		}
+		return
+	}
+	if o.Err == nil {
+		l.asw.DeletePodMount(a.Volume, a.Pod.Pod.UID)
+		delete(rec.foundMounts, a.Pod.Pod.UID)
+		return
+	}
+	// The kubelet marks a failed unmount uncertain so it is retried and a
+	// new pod publishes again (kubernetes PR #100183).
+	l.asw.SetPodMount(spec, a.Pod, cache.Uncertain, "")
+}
+
+// failed backs the operation's key off, remembers the error for the pods it
+// concerns, logs it once with the next retry time (rate-limited: faillog.go)
+// and records an event.
+func (l *loop) failed(o oe.Outcome) {
+	a := o.Action
+	now := l.clock.Now()
+	wait := l.backoff.Failed(a.Key(), a.Kind, o.Err, now)
+	var pods []cache.PodVolume
+	switch a.Kind {
+	case oe.OpPublish, oe.OpUnpublish:
+		pods = []cache.PodVolume{a.Pod}
+	default:
+		_, pods, _ = l.dsw.Volume(a.Volume)
+	}
+	for _, p := range pods {
+		l.errs.set(p.Pod.UID, p.SpecName, o.Err)
+	}
+	if errors.Is(o.Err, context.Canceled) {
+		return
+	}
+	podNames := make([]string, 0, len(pods))
+	for _, p := range pods {
+		podNames = append(podNames, p.Pod.String())
+	}
+	if log, suppressed := l.failLog.failed(a.Key(), a.Kind, o.Err.Error(), now); log {
+		kv := []any{"operation", a.Kind.NameFor(o.Spec.Mode), "volume", a.Volume, "driver", o.Spec.Driver, "pods", podNames,
+			"uncertain", o.Uncertain, "retryAfter", wait, "nextRetry", now.Add(wait).UTC().Format(rfc3339Milli)}
+		if suppressed > 0 {
+			kv = append(kv, "suppressed", suppressed)
+		}
+		if errors.Is(o.Err, volume.ErrNotReady) {
+			// Waiting for something that is on its way (a VolumeAttachment
+			// the attacher has not attached yet, a driver not registered
+			// yet) is not a failure: an info line, and no Warning event on
+			// the pod, which every attach-required mount would otherwise
+			// get. A wait that lasts still shows, rate-limited like a
+			// failure, and its cause is in the pod's wait error.
+			l.logger.Info("Volume operation waiting", append(kv, "reason", o.Err.Error())...)
+			return
+		}
+		l.logger.Error(o.Err, "Volume operation failed", kv...)
+	} else if errors.Is(o.Err, volume.ErrNotReady) {
+		return
+	}
+	if l.events == nil {
+		return
+	}
+	reason := failureReason(a.Kind, o.Spec.Mode)
+	if reason == "" {
+		return
+	}
+	var ee *expandError
+	if errors.As(o.Err, &ee) {
+		reason = "FileSystemResizeFailed" // published, not grown
+	}
+	if nodeLevel(a.Kind) {
+		// No pod is left to tell: the Node is the object, as for the
+		// kubelet's node-level volume problems.
+		ref := &v1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: l.node, UID: types.UID(l.node)}
+		l.events.Event(ref, v1.EventTypeWarning, reason, o.Err.Error())
+		return
+	}
+	for _, p := range pods {
+		if p.Pod.Name == "" {
+			continue // a mount found on disk whose pod was not added again: no object to name
+		}
+		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Pod.Namespace, Name: p.Pod.Name, UID: p.Pod.UID}
+		l.events.Event(ref, v1.EventTypeWarning, reason, o.Err.Error())
+	}
+}

@@ -1,0 +1,97 @@
+package planner
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodevol/nodevol/cache"
+	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+)
+
+// TestStagingReferences: the unstage gate reads the references gathered
+// in the current resync only; older ones are looked for again by an
+// unstage.
+func TestStagingReferences(t *testing.T) {
+	staged := cache.ActualVolume{Attached: true, DeviceState: cache.Mounted}
+	refs := StagingRefs{Paths: []string{"/pods/x/mount"}, Resync: 3}
+	for _, tc := range []struct {
+		name   string
+		resync int
+		want   string
+	}{
+		{name: "gathered in this resync: waits", resync: 3},
+		{name: "gathered before the resync: unstage again", resync: 4, want: "unmount_device v"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Plan(View{Name: "v", Known: true, Actual: staged, Refs: refs, Resync: tc.resync})
+			if got := actions(d); got != tc.want {
+				t.Errorf("plan = %q, want %q (waiting %q)", got, tc.want, d.Waiting)
+			}
+		})
+	}
+}
+
+// TestForgetBackoff: after a change of the world every failed key of the
+// volume is forgotten and retried at once; without one, the backoff holds.
+func TestForgetBackoff(t *testing.T) {
+	const vol = cache.UniqueVolumeName("v")
+	p := cache.PodVolume{Pod: cache.PodRef{UID: "a", Namespace: "ns", Name: "a"}, SpecName: "data"}
+	v := View{Name: vol, Desired: []cache.PodVolume{p}, Known: true, Actual: cache.ActualVolume{Attached: true},
+		Backoff: map[oe.Key]*oe.BackoffEntry{
+			{Volume: vol}:           {Kind: oe.OpStage, Failures: 3, Until: time.Unix(10, 0)},
+			{Volume: vol, Pod: "a"}: {Kind: oe.OpPublish, Failures: 1, Until: time.Unix(10, 0)},
+		},
+		Now: time.Unix(5, 0)}
+	d := Plan(v)
+	if actions(d) != "" || d.ForgetBackoff != nil || d.Retry != time.Unix(10, 0) {
+		t.Errorf("no change: plan = %q, forget %v, retry %v; want nothing until 10", actions(d), d.ForgetBackoff, d.Retry)
+	}
+	v.WorldChanged = true
+	d = Plan(v)
+	if want := []oe.Key{{Volume: vol}, {Volume: vol, Pod: "a"}}; !reflect.DeepEqual(d.ForgetBackoff, want) {
+		t.Errorf("forget %v, want %v", d.ForgetBackoff, want)
+	}
+	if actions(d) != "mount_device v" || !d.Retry.IsZero() {
+		t.Errorf("world changed: plan = %q, retry %v; want the stage at once", actions(d), d.Retry)
+	}
+}
+
+// TestAdopt: a pod mount found on disk (its pod known by UID only) is
+// adopted by the desired pod of that UID, as a planned step, and nothing
+// is published again; the view given is not changed.
+func TestAdopt(t *testing.T) {
+	gid := int64(7)
+	p := cache.PodVolume{Pod: cache.PodRef{UID: "a", Namespace: "ns", Name: "a"}, SpecName: "data", FSGroup: &gid}
+	found := cache.PodMount{Volume: cache.PodVolume{Pod: cache.PodRef{UID: "a"}}, State: cache.Mounted}
+	pods := map[types.UID]cache.PodMount{"a": found}
+	v := View{Name: "v", Desired: []cache.PodVolume{p}, Known: true,
+		Actual: cache.ActualVolume{Attached: true, DeviceState: cache.Mounted, Pods: pods}}
+	d := Plan(v)
+	if len(d.Adopt) != 1 || d.Adopt[0].Pod != p.Pod || d.Adopt[0].FSGroup != &gid {
+		t.Errorf("adopt = %v, want pod a's volume", d.Adopt)
+	}
+	if actions(d) != "" {
+		t.Errorf("plan = %q, want nothing (the mount is what the pod wants)", actions(d))
+	}
+	if pods["a"] != found {
+		t.Errorf("the view's pods changed: %v", pods["a"])
+	}
+	pods["a"] = cache.PodMount{Volume: found.Volume, State: cache.Uncertain}
+	if d := Plan(v); len(d.Adopt) != 0 || actions(d) != "volume_mount v pod=ns/a" {
+		t.Errorf("uncertain: adopt %v, plan %q; want no adoption, a publish", d.Adopt, actions(d))
+	}
+}
+
+func actions(d Decision) string {
+	var out string
+	for i, a := range d.Actions {
+		if i > 0 {
+			out += "; "
+		}
+		out += a.String()
+	}
+	return out
+}

@@ -1,0 +1,107 @@
+package planner
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodevol/nodevol/cache"
+	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+)
+
+// View is everything the planner knows of one volume: what pods want, what
+// is done, what runs, what waits and why. The loop builds it; Plan reads
+// nothing else.
+type View struct {
+	Name cache.UniqueVolumeName
+	// Spec is what the pods want (the desired spec), or what is set up
+	// (the actual spec) when no pod wants the volume.
+	Spec cache.VolumeSpec
+	// Desired are the pods that want the volume, sorted by UID.
+	Desired []cache.PodVolume
+	// Actual is what is done; Known is false when nothing is.
+	Actual cache.ActualVolume
+	Known  bool
+	// HeldPods are pods whose mounts must not be torn down although no
+	// desired pod is them: found on disk before the pods were synced, or
+	// of a pod that is added but cannot be resolved (yet).
+	HeldPods map[types.UID]string
+	// HoldDevice, if not empty, says why the device must not be unstaged.
+	HoldDevice string
+	// Refs are the mounts under the pods directory that referenced the
+	// staging path when they were last gathered (by an unstage that
+	// refused), and the resync they were gathered in.
+	Refs StagingRefs
+	// Resync counts the resyncs so far: references gathered in an earlier
+	// one may be gone, and are looked for again by an unstage.
+	Resync int
+	// InFlight are the operations running on the volume.
+	InFlight map[oe.Key]oe.OpKind
+	// Backoff is the retry state of the volume's failed keys.
+	Backoff map[oe.Key]*oe.BackoffEntry
+	// WorldChanged: the world changed for the volume since its backoff was
+	// recorded (its VolumeAttachment changed, its driver registered, it
+	// was reported in use, or an operation that started before such a
+	// change failed after it).
+	WorldChanged bool
+	// AttachHeld: the attachment may be confirmed only once the volume is
+	// reported in the Node's volumesInUse, and it is not yet.
+	AttachHeld bool
+	// SelfAttach: the node attaches volumes itself (creates their
+	// VolumeAttachments) instead of waiting for the attach/detach
+	// controller to.
+	SelfAttach bool
+	// Republish are pods whose Mounted volume must be published again
+	// (the driver's CSIDriver sets requiresRepublish and a resync came).
+	Republish map[types.UID]bool
+	// ExpandTo, if > 0, is the size the claim's pending node expansion
+	// grows the volume to.
+	ExpandTo int64
+	// Now is the time backoff is compared with.
+	Now time.Time
+}
+
+// StagingRefs are mounts that referenced a volume's staging path.
+type StagingRefs struct {
+	// Paths are the referencing mounts; none when nothing referenced it.
+	Paths []string
+	// Resync is View.Resync when they were gathered.
+	Resync int
+}
+
+// Decision is what Plan returns for one volume.
+type Decision struct {
+	// Actions are the operations to start now.
+	Actions []oe.Action
+	// Adopt are pod mounts found on disk (known by their pod's UID only)
+	// that the desired pods of the same UID take as they are: the loop
+	// records each as Mounted with the desired pod's volume before it
+	// starts Actions.
+	Adopt []cache.PodVolume
+	// ForgetBackoff are the keys whose backoff the loop forgets: the world
+	// changed since they failed.
+	ForgetBackoff []oe.Key
+	// Waiting says why something that is due does not start (empty when
+	// nothing waits): for logs, scripts and wait errors.
+	Waiting []string
+	// Retry is the earliest time a backoff that holds an action back
+	// ends; zero when none does.
+	Retry time.Time
+	// Done is true when nothing of the volume is left and nothing runs:
+	// the loop forgets it.
+	Done bool
+	// Refused are desired pods that may not use the volume now: an
+	// SELinux conflict (admitSELinux) or ReadWriteOncePod (rwopRefusals).
+	Refused []Refusal
+}
+
+// Refusal is a desired pod that may not use its volume now, and why.
+type Refusal struct {
+	Pod cache.PodVolume
+	Err error
+}
+
+func (d *Decision) wait(format string, args ...any) {
+	d.Waiting = append(d.Waiting, fmt.Sprintf(format, args...))
+}

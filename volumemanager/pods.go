@@ -1,0 +1,209 @@
+package volumemanager
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/volumemanager/internal/planner"
+)
+
+// podTable is pod resolution as the loop consumes it: the pods added and
+// not deleted, why each one that is not fully resolved is not, the claims
+// they wait for and since when each pod volume's claim has been pending.
+// The resolver (populator.go) reads the API objects; the loop puts what
+// resolve returns into the desired state.
+type podTable struct {
+	resolver *resolver
+	clock    clock.Clock
+	// resolveAll resolves every known pod again at each resync, not only
+	// the unresolved ones (node-restricted mode: the reads keep the pods'
+	// claims and volumes in the fetcher's cache).
+	resolveAll bool
+	// known are the pods added and not deleted, as last taken from the inbox.
+	known map[types.UID]cache.PodRef
+	// unresolved says why a known pod is not (fully) in the desired state.
+	unresolved map[types.UID]string
+	// pending maps "namespace/claim" to the pods waiting for it.
+	pending map[string]map[types.UID]struct{}
+	// pendingSince is when each pod volume's claim was first seen missing
+	// or not bound (planner.Finality).
+	pendingSince map[types.UID]map[string]time.Time
+}
+
+func newPodTable(r *resolver, clk clock.Clock, resolveAll bool) *podTable {
+	return &podTable{
+		resolver: r, clock: clk, resolveAll: resolveAll,
+		known:      map[types.UID]cache.PodRef{},
+		unresolved: map[types.UID]string{},
+		pending:    map[string]map[types.UID]struct{}{},
+	}
+}
+
+// forget drops a deleted pod.
+func (t *podTable) forget(uid types.UID) {
+	delete(t.known, uid)
+	delete(t.unresolved, uid)
+	t.setPending(uid, nil)
+	t.stampPending(uid, nil)
+}
+
+// waitForListers records a pod added before the informers have listed
+// what it refers to: it holds its mounts until it is resolved.
+func (t *podTable) waitForListers(uid types.UID, ref cache.PodRef) {
+	t.known[uid] = ref
+	t.unresolved[uid] = "waiting for the informers to list PVCs, PVs and CSIDrivers"
+}
+
+// resolve resolves a pod into what the desired state takes (SetPod) and
+// records how far it got.
+func (t *podTable) resolve(pod *v1.Pod, logger klog.Logger) (ref cache.PodRef, wanted []string, resolved []cache.DesiredVolume, errs map[string]error) {
+	uid := pod.UID
+	t.known[uid] = podRef(pod)
+	ref, wanted, resolved, errs = t.resolver.resolvePod(pod)
+	t.stampPending(uid, errs)
+	t.setPending(uid, waitingClaims(pod, errs))
+	if len(errs) == 0 {
+		delete(t.unresolved, uid)
+		return ref, wanted, resolved, errs
+	}
+	names := make([]string, 0, len(errs))
+	for name, err := range errs {
+		names = append(names, name)
+		logger.V(2).Info("Cannot resolve volume yet", "pod", klog.KObj(pod), "volume", name, "err", err)
+	}
+	sort.Strings(names)
+	t.unresolved[uid] = fmt.Sprintf("pod %s cannot be resolved yet (volume %q: %v)", ref, names[0], errs[names[0]])
+	return ref, wanted, resolved, errs
+}
+
+// hold says why a known pod is not fully resolved, or "": its mounts are
+// held meanwhile.
+func (t *podTable) hold(uid types.UID) string { return t.unresolved[uid] }
+
+func (t *podTable) isKnown(uid types.UID) bool {
+	_, ok := t.known[uid]
+	return ok
+}
+
+func (t *podTable) knownUIDs() []types.UID {
+	out := make([]types.UID, 0, len(t.known))
+	for uid := range t.known {
+		out = append(out, uid)
+	}
+	return out
+}
+
+// waitingFor returns the pods that wait for a claim ("namespace/name").
+func (t *podTable) waitingFor(claim string) []types.UID {
+	out := make([]types.UID, 0, len(t.pending[claim]))
+	for uid := range t.pending[claim] {
+		out = append(out, uid)
+	}
+	return out
+}
+
+// again returns the pods to resolve again at a resync: the unresolved
+// ones, and in node-restricted mode every known one once the listers are
+// complete (the reads keep their objects cached and fresh).
+func (t *podTable) again(listersSynced bool) []types.UID {
+	if t.resolveAll && listersSynced {
+		return t.knownUIDs()
+	}
+	out := make([]types.UID, 0, len(t.unresolved))
+	for uid := range t.unresolved {
+		out = append(out, uid)
+	}
+	return out
+}
+
+// claimVolume returns the name of the PV a claim ("namespace/name") is
+// bound to, "" when it is not known or not bound.
+func (t *podTable) claimVolume(claim string) string {
+	ns, name, _ := cutKey(claim)
+	pvc, err := t.resolver.pvcs.PersistentVolumeClaims(ns).Get(name)
+	if err != nil {
+		return ""
+	}
+	return pvc.Spec.VolumeName
+}
+
+// setPending records the claims a pod waits for.
+func (t *podTable) setPending(uid types.UID, claims []string) {
+	for key, pods := range t.pending {
+		delete(pods, uid)
+		if len(pods) == 0 {
+			delete(t.pending, key)
+		}
+	}
+	for _, key := range claims {
+		if t.pending[key] == nil {
+			t.pending[key] = map[types.UID]struct{}{}
+		}
+		t.pending[key][uid] = struct{}{}
+	}
+}
+
+// stampPending wraps the pod's claim-pending errors with the time each was
+// first seen for that pod volume; a volume that resolved, or failed
+// otherwise, starts over. It runs at each resolution of the pod.
+func (t *podTable) stampPending(uid types.UID, errs map[string]error) {
+	old := t.pendingSince[uid]
+	var now map[string]time.Time // nil for the usual pod: nothing pending, nothing allocated
+	for name, err := range errs {
+		if !errors.Is(err, planner.ErrClaimPending) {
+			continue
+		}
+		since, ok := old[name]
+		if !ok {
+			since = t.clock.Now()
+		}
+		if now == nil {
+			now = map[string]time.Time{}
+		}
+		now[name] = since
+		errs[name] = &planner.PendingClaimError{Err: err, Since: since}
+	}
+	if now == nil {
+		delete(t.pendingSince, uid)
+		return
+	}
+	if t.pendingSince == nil {
+		t.pendingSince = map[types.UID]map[string]time.Time{}
+	}
+	t.pendingSince[uid] = now
+}
+
+// waitingClaims returns the "namespace/claim" keys of the pod's volumes that
+// failed to resolve. Inline volumes wait for no claim; they resolve at once.
+func waitingClaims(pod *v1.Pod, errs map[string]error) []string {
+	var out []string
+	for _, v := range pod.Spec.Volumes {
+		if errs[v.Name] == nil {
+			continue
+		}
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			out = append(out, pod.Namespace+"/"+v.PersistentVolumeClaim.ClaimName)
+		case v.Ephemeral != nil:
+			out = append(out, pod.Namespace+"/"+pod.Name+"-"+v.Name)
+		}
+	}
+	return out
+}
+
+func cutKey(key string) (ns, name string, ok bool) {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '/' {
+			return key[:i], key[i+1:], true
+		}
+	}
+	return "", key, false
+}

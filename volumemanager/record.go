@@ -1,0 +1,169 @@
+package volumemanager
+
+import (
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodevol/nodevol/cache"
+	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volumemanager/internal/planner"
+)
+
+// volumeRecord is what the loop keeps of one volume beside the caches:
+// the facts the planner's view needs that the caches do not hold, and what
+// the loop must remember of the planner's last decision. The loop creates
+// it when it first records something of the volume and drops it when the
+// volume is forgotten with nothing left in it.
+type volumeRecord struct {
+	// inflight are the operations running on the volume; nil when none.
+	inflight map[oe.Key]oe.OpKind
+	// foundMounts (the pods whose mounts were) and foundDevice were found
+	// on disk at start; their teardown waits for the pods to be synced.
+	foundMounts map[types.UID]bool
+	foundDevice bool
+	// refs are the mounts that referenced the staging path when an
+	// unstage last looked.
+	refs planner.StagingRefs
+	// republish are the pods whose Mounted volume is to be published
+	// again (requiresRepublish).
+	republish map[types.UID]bool
+	// expanding is the size of the expansion in flight; expanded the size
+	// the volume was last expanded to, until the claim's status says so
+	// too.
+	expanding, expanded int64
+	// attachment is the VolumeAttachment the volume's attach (or detach)
+	// waits for; "" when none.
+	attachment string
+	// worldChanged: the world changed since the volume's backoff was
+	// recorded (planner.View.WorldChanged). olderWorld: operations were in
+	// flight when it did, so their failures ran on an older world too.
+	worldChanged, olderWorld bool
+	// waiting says why the volume's due work waits (the planner's words).
+	waiting []string
+	// refused are the pods refused the volume now (refusals.go).
+	refused map[types.UID]planner.Refusal
+}
+
+// vol returns the volume's record, creating it when missing.
+func (l *loop) vol(name cache.UniqueVolumeName) *volumeRecord {
+	rec := l.vols[name]
+	if rec == nil {
+		rec = &volumeRecord{}
+		l.vols[name] = rec
+	}
+	return rec
+}
+
+// waitingOf says why the volume's due work waits, as the planner last said.
+func (l *loop) waitingOf(name cache.UniqueVolumeName) []string {
+	if rec := l.vols[name]; rec != nil {
+		return rec.waiting
+	}
+	return nil
+}
+
+func (r *volumeRecord) foundMount(uid types.UID) {
+	if r.foundMounts == nil {
+		r.foundMounts = map[types.UID]bool{}
+	}
+	r.foundMounts[uid] = true
+}
+
+func (r *volumeRecord) markRepublish(uid types.UID) {
+	if r.republish == nil {
+		r.republish = map[types.UID]bool{}
+	}
+	r.republish[uid] = true
+}
+
+// started records an operation as in flight.
+func (r *volumeRecord) started(a oe.Action) {
+	if r.inflight == nil {
+		r.inflight = map[oe.Key]oe.OpKind{}
+	}
+	r.inflight[a.Key()] = a.Kind
+}
+
+// ended records an operation as no longer in flight.
+func (r *volumeRecord) ended(a oe.Action) {
+	delete(r.inflight, a.Key())
+	if len(r.inflight) == 0 {
+		r.inflight = nil
+	}
+}
+
+// forget drops what the loop keeps of a volume that is gone: what it
+// learnt of the disk and the planner's last words. What holds it (found
+// on disk), runs, or waits to be published again stays.
+func (r *volumeRecord) forget() {
+	r.refs = planner.StagingRefs{}
+	r.waiting = nil
+	r.expanded = 0
+	r.olderWorld = false
+	r.attachment = ""
+}
+
+// empty reports whether the record keeps nothing.
+func (r *volumeRecord) empty() bool {
+	return r.inflight == nil && len(r.foundMounts) == 0 && !r.foundDevice && len(r.refs.Paths) == 0 &&
+		len(r.republish) == 0 && r.expanding == 0 && r.expanded == 0 && r.attachment == "" &&
+		!r.worldChanged && !r.olderWorld && len(r.waiting) == 0 && len(r.refused) == 0
+}
+
+// volumeQueue is what the loop plans next: the volumes due now (dirty)
+// and when each one backing off is due.
+type volumeQueue struct {
+	dirty map[cache.UniqueVolumeName]struct{}
+	at    map[cache.UniqueVolumeName]time.Time
+}
+
+func newVolumeQueue() volumeQueue {
+	return volumeQueue{dirty: map[cache.UniqueVolumeName]struct{}{}, at: map[cache.UniqueVolumeName]time.Time{}}
+}
+
+// add makes a volume due now.
+func (q *volumeQueue) add(name cache.UniqueVolumeName) { q.dirty[name] = struct{}{} }
+
+func (q *volumeQueue) len() int { return len(q.dirty) }
+
+// take returns the volumes due now in name order, and empties the queue:
+// the same events start the same operations in the same order (logs and
+// scenario scripts read the same).
+func (q *volumeQueue) take() []cache.UniqueVolumeName {
+	names := make([]cache.UniqueVolumeName, 0, len(q.dirty))
+	for name := range q.dirty {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	q.dirty = map[cache.UniqueVolumeName]struct{}{}
+	return names
+}
+
+// retryAt makes a volume due at t, when its earliest backoff ends; a zero
+// t: none does.
+func (q *volumeQueue) retryAt(name cache.UniqueVolumeName, t time.Time) {
+	if t.IsZero() {
+		delete(q.at, name)
+		return
+	}
+	q.at[name] = t
+}
+
+// due makes the volumes whose backoff has ended at now due, and returns
+// when the next one ends (zero: none waits).
+func (q *volumeQueue) due(now time.Time) time.Time {
+	var next time.Time
+	for name, at := range q.at {
+		if !now.Before(at) {
+			delete(q.at, name)
+			q.dirty[name] = struct{}{}
+			continue
+		}
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return next
+}

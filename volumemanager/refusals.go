@@ -1,0 +1,48 @@
+package volumemanager
+
+import (
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/volumemanager/internal/planner"
+)
+
+// noteRefusals takes in the planner's refusals of one volume: a new one
+// is the refused pod's error (shown by WaitForAttachAndMount's WaitError)
+// and is logged and recorded as a FailedMount event on the pod, once; one
+// that ended clears the pod's error, and its publish starts.
+func (l *loop) noteRefusals(name cache.UniqueVolumeName, rec *volumeRecord, refused []planner.Refusal) {
+	old := rec.refused
+	if len(refused) == 0 && len(old) == 0 {
+		return
+	}
+	now := make(map[types.UID]planner.Refusal, len(refused))
+	for _, r := range refused {
+		uid := r.Pod.Pod.UID
+		now[uid] = r
+		if prev, ok := old[uid]; !ok || prev.Err.Error() != r.Err.Error() {
+			l.logger.Info("Volume refused to a pod", "pod", klog.KRef(r.Pod.Pod.Namespace, r.Pod.Pod.Name), "volume", name, "err", r.Err)
+			if l.events != nil {
+				ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.Pod.Pod.Namespace, Name: r.Pod.Pod.Name, UID: uid}
+				l.events.Event(ref, v1.EventTypeWarning, "FailedMount", r.Err.Error())
+			}
+		}
+		// Set at every plan: a failed stage meanwhile sets every desired
+		// pod's error, and the refusal is the refused pod's real cause.
+		// After the event: the error ends the pod's wait (ErrFinal), whose
+		// caller may look for the event at once.
+		l.errs.set(uid, r.Pod.SpecName, r.Err)
+	}
+	for uid, r := range old {
+		if _, ok := now[uid]; !ok {
+			l.errs.clear(uid, r.Pod.SpecName)
+		}
+	}
+	if len(now) == 0 {
+		rec.refused = nil
+	} else {
+		rec.refused = now
+	}
+}

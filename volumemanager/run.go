@@ -1,0 +1,176 @@
+package volumemanager
+
+import (
+	"context"
+	"sync"
+
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/nodevol/nodevol/internal/ondisk"
+	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/util/backoff"
+)
+
+// context returns Run's context, or context.Background before Run.
+func (vm *VolumeManager) context() context.Context {
+	if p := vm.runCtx.Load(); p != nil {
+		return *p
+	}
+	return context.Background()
+}
+
+// Run starts the informers, reads what an earlier run left on disk,
+// and runs the reconcile loop (and, with Config.PluginRegistration, plugin
+// registration; with Config.ReportVolumesInUse, the Node status reporter)
+// until ctx is done and every operation has returned. Pods added before
+// the informers have synced wait for them; nothing found on disk is torn
+// down before MarkPodsSynced.
+func (vm *VolumeManager) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("volumemanager")
+	ctx = klog.NewContext(ctx, logger)
+	vm.runCtx.Store(&ctx)
+	vm.loop.logger = logger
+	opCtx, stopOps := vm.operationContext(ctx)
+	defer stopOps()
+	vm.ops = runContexts{run: ctx, op: opCtx}
+	vm.factory.Start(ctx.Done())
+	// What an earlier run left on disk, before any pod is planned: the
+	// disk needs no API server.
+	vm.loop.install(reconstruct(ctx, vm.cfg.RootDir, vm.recovery(ctx)))
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		// Event-driven: each checker's channel closes when its informer
+		// handler has seen the initial list (no polling).
+		if cache.WaitFor(ctx, "", vm.syncs...) {
+			vm.in.markInformersSynced()
+		}
+	})
+	wg.Go(func() { vm.runPluginManager(ctx) })
+	wg.Go(func() { vm.runRegistration(ctx) })
+	if vm.fetcher != nil {
+		wg.Go(func() { vm.fetcher.run(ctx) })
+	}
+	if vm.inUse != nil && !vm.inUse.byCaller {
+		wg.Go(func() { vm.inUse.run(ctx) })
+	}
+	logger.V(2).Info("Volume manager started", "node", vm.cfg.NodeName, "rootDir", vm.cfg.RootDir)
+	vm.run(ctx)
+	wg.Wait()
+	vm.factory.Shutdown()
+	logger.V(2).Info("Volume manager stopped")
+	return nil
+}
+
+// runContexts are Run's context and the context operations run with
+// (shutdown.go).
+type runContexts struct{ run, op context.Context }
+
+// start runs an operation the loop began (its start hook) on the runner;
+// its outcome comes back on results. Run has set vm.ops before the loop
+// starts anything.
+func (vm *VolumeManager) start(a oe.Action, in opInput) {
+	ctx, opCtx := vm.ops.run, vm.ops.op
+	notRun := func(err error) { vm.results <- oe.Outcome{Action: a, Spec: in.Spec, Err: err, NotRun: true} }
+	vm.runner.Go(ctx, func(ctx context.Context) {
+		if err := ctx.Err(); err != nil {
+			notRun(err) // queued when Run's context ended: not started
+			return
+		}
+		vm.results <- vm.execute(opCtx, a, in)
+	}, notRun)
+}
+
+// run is the loop's one select.
+func (vm *VolumeManager) run(ctx context.Context) {
+	l := vm.loop
+	resync := vm.cfg.Clock.NewTicker(vm.cfg.ResyncPeriod)
+	defer resync.Stop()
+	timer := backoff.NewTimer(vm.cfg.Clock)
+	defer timer.Stop()
+	for {
+		l.process(ctx)
+		vm.statesSynced.Store(true) // the disk's state was installed before the first pass
+		// The backoff timer: armed for the earliest retry.
+		next := l.due()
+		if l.queue.len() > 0 {
+			continue // due() found retries that are due now
+		}
+		timer.Set(next)
+		select {
+		case <-ctx.Done():
+			vm.drain(ctx)
+			return
+		case <-vm.in.kick:
+		case o := <-vm.results:
+			l.apply(o)
+		case <-timer.C():
+			timer.Fired()
+		case <-resync.C():
+			l.resync()
+		case fn := <-vm.inspect:
+			fn(l)
+		}
+	}
+}
+
+// drain applies the outcomes of the operations still running (cancelled
+// through ctx) until all have returned.
+func (vm *VolumeManager) drain(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { vm.runner.Wait(); close(done) }()
+	for {
+		select {
+		case o := <-vm.results:
+			vm.loop.apply(o)
+		case <-done:
+			for {
+				select {
+				case o := <-vm.results:
+					vm.loop.apply(o)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// execute runs one operation the loop started and returns its outcome.
+func (vm *VolumeManager) execute(ctx context.Context, a oe.Action, in opInput) oe.Outcome {
+	if a.Kind == oe.OpExpand {
+		return vm.expand(ctx, a, in)
+	}
+	out := oe.Do(ctx, vm.volumes, a, in.Input)
+	vm.resourceExhausted(out)
+	if a.Kind == oe.OpPublish && a.Expand > 0 && out.Err == nil {
+		vm.expandAfterPublish(ctx, a, in, &out)
+	}
+	return out
+}
+
+// recovery is what reconstruction compares nodevol's records with: the
+// boot ID and the mount table, read once.
+func (vm *VolumeManager) recovery(ctx context.Context) recovery {
+	logger := klog.FromContext(ctx)
+	rc := recovery{steps: vm.cfg.Steps}
+	if p, ok := vm.plugin.(interface{ BootID() string }); ok {
+		// The boot ID the plugin writes into its records, read once.
+		rc.bootID = p.BootID()
+	} else if id, err := ondisk.ReadBootID(vm.cfg.BootIDPath); err != nil {
+		logger.Error(err, "Restart cannot tell a reboot from a crash: volumes found on disk are Uncertain")
+	} else {
+		rc.bootID = id
+	}
+	mps, err := vm.cfg.Mounter.List()
+	if err != nil {
+		logger.Error(err, "Cannot list mount points: volumes found on disk are Uncertain")
+		return rc
+	}
+	rc.mountPoints = make(map[string]bool, len(mps))
+	for _, mp := range mps {
+		rc.mountPoints[mp.Path] = true
+	}
+	return rc
+}
