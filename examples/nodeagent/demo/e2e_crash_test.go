@@ -199,7 +199,8 @@ func (c *crashEnv) runScenarios(t *testing.T) {
 							t.Logf("stopped at step %d: %v", k, *r.stop)
 						}
 					default:
-						t.Errorf("stopped at step %d: %v, but the run without a crash took %v there: the steps drifted", k, *r.stop, base.steps[k-1])
+						t.Errorf("stopped at step %d: %v, but the run without a crash took %v there: the steps drifted\nthis run's steps:\n  %s\nthe run without a crash:\n  %s",
+							k, *r.stop, base.steps[k-1], stepLines(r.steps, r.stop), stepLines(base.steps, nil))
 					}
 				})
 				if !ok {
@@ -209,6 +210,18 @@ func (c *crashEnv) runScenarios(t *testing.T) {
 		}
 		t.Logf("%s: %d points x %d variants in %v", sc.name, len(base.steps), len(crashRootVariants), time.Since(start).Round(time.Millisecond))
 	}
+}
+
+// stepLines lists steps, and the step stopped at, one to a line.
+func stepLines(steps []nvstep.Step, stop *nvstep.Step) string {
+	lines := make([]string, 0, len(steps)+1)
+	for i, s := range steps {
+		lines = append(lines, fmt.Sprintf("%d: %v", i+1, s))
+	}
+	if stop != nil {
+		lines = append(lines, fmt.Sprintf("stopped at: %v", *stop))
+	}
+	return strings.Join(lines, "\n  ")
 }
 
 // sameStep reports whether a and b are the same step, but for the random
