@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	csitranslation "k8s.io/csi-translation-lib"
 
 	"github.com/nodevol/nodevol/cache"
@@ -37,9 +38,15 @@ func (p *Plugin) CanSupport(v *v1.Volume) bool {
 // Capabilities implements volume.Plugin. An inline volume is neither
 // attached nor staged; a PV is attached unless its CSIDriver says
 // attachRequired: false (no CSIDriver: attached, as in the kubelet) and
-// staged when the driver has STAGE_UNSTAGE_VOLUME. The fsGroup walk is
+// staged when the driver has STAGE_UNSTAGE_VOLUME. A raw block volume is
+// always staged: its stage sets up the per-node map directories and
+// vol_data.json that its unstage removes after the last pod, and sends
+// NodeStageVolume only when the driver stages (as the kubelet's
+// SetUpDevice and TearDownDevice). The fsGroup walk is
 // nodevol's when the driver lacks VOLUME_MOUNT_GROUP and the CSIDriver's
-// fsGroupPolicy asks for it for this volume (see needsOwnership). An
+// fsGroupPolicy asks for it for this volume (see needsOwnership). The
+// lifecycle modes are the CSIDriver's volumeLifecycleModes; without a
+// CSIDriver, or with none listed, only Persistent, as in the kubelet. An
 // unregistered driver is an error wrapping volume.ErrNotReady.
 func (p *Plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, error) {
 	client, err := p.drivers.Client(spec.Driver)
@@ -54,11 +61,16 @@ func (p *Plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, erro
 	// A writable pod use with some fsGroup: what is left of needsOwnership
 	// is the volume's and the driver's part of the decision.
 	anyGroup := cache.PodVolume{FSGroup: new(int64)}
+	modes := []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}
+	if driver != nil && len(driver.Spec.VolumeLifecycleModes) > 0 {
+		modes = driver.Spec.VolumeLifecycleModes
+	}
 	return volume.Capabilities{
 		Attachable:      !spec.Ephemeral && attach,
-		Stages:          !spec.Ephemeral && client.Capabilities().StageUnstage,
+		Stages:          !spec.Ephemeral && (client.Capabilities().StageUnstage || spec.Mode == cache.Block),
 		Block:           true,
 		Republish:       driver != nil && driver.Spec.RequiresRepublish != nil && *driver.Spec.RequiresRepublish,
 		OwnershipChange: needsOwnership(spec, anyGroup, client.Capabilities(), driver),
+		LifecycleModes:  modes,
 	}, nil
 }

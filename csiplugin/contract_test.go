@@ -2,6 +2,7 @@ package csiplugin
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 
 	storagev1 "k8s.io/api/storage/v1"
@@ -16,6 +17,10 @@ import (
 // driver's node capabilities and its CSIDriver object.
 func TestCapabilities(t *testing.T) {
 	pv := &cache.VolumeSpec{Name: cache.CSIVolumeName(drv, "h"), Driver: drv, VolumeHandle: "h", FSType: "ext4", AccessMode: "ReadWriteOnce"}
+	block := *pv
+	block.Mode = cache.Block
+	persistent := []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}
+	both := []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral}
 	inline := &cache.VolumeSpec{Name: "kubernetes.io/csi/uid-data", Driver: drv, VolumeHandle: "csi-x", Ephemeral: true}
 	tests := []struct {
 		name    string
@@ -25,24 +30,29 @@ func TestCapabilities(t *testing.T) {
 		want    volume.Capabilities
 	}{
 		{"a PV, no CSIDriver: attached and staged", csitest.Options{}, nil, pv,
-			volume.Capabilities{Attachable: true, Stages: true, Block: true, OwnershipChange: true}},
+			volume.Capabilities{Attachable: true, Stages: true, Block: true, OwnershipChange: true, LifecycleModes: persistent}},
 		{"attachRequired false", csitest.Options{}, []runtime.Object{csitest.CSIDriver(drv, false)}, pv,
-			volume.Capabilities{Stages: true, Block: true, OwnershipChange: true}},
+			volume.Capabilities{Stages: true, Block: true, OwnershipChange: true, LifecycleModes: persistent}},
 		{"no STAGE_UNSTAGE_VOLUME", csitest.Options{NoStageUnstage: true}, nil, pv,
-			volume.Capabilities{Attachable: true, Block: true, OwnershipChange: true}},
+			volume.Capabilities{Attachable: true, Block: true, OwnershipChange: true, LifecycleModes: persistent}},
 		{"requiresRepublish, fsGroupPolicy None", csitest.Options{},
 			[]runtime.Object{csitest.CSIDriver(drv, true, csitest.DriverRequiresRepublish(), csitest.DriverFSGroupPolicy(storagev1.NoneFSGroupPolicy))}, pv,
-			volume.Capabilities{Attachable: true, Stages: true, Block: true, Republish: true}},
+			volume.Capabilities{Attachable: true, Stages: true, Block: true, Republish: true, LifecycleModes: persistent}},
 		{"the driver applies fsGroup itself", csitest.Options{VolumeMountGroup: true}, nil, pv,
-			volume.Capabilities{Attachable: true, Stages: true, Block: true}},
+			volume.Capabilities{Attachable: true, Stages: true, Block: true, LifecycleModes: persistent}},
 		{"an inline volume: neither attached nor staged", csitest.Options{}, nil, inline,
-			volume.Capabilities{Block: true}},
+			volume.Capabilities{Block: true, LifecycleModes: persistent}},
+		{"a raw block volume is staged without STAGE_UNSTAGE_VOLUME (its map directories)", csitest.Options{NoStageUnstage: true}, nil, &block,
+			volume.Capabilities{Attachable: true, Stages: true, Block: true, OwnershipChange: true, LifecycleModes: persistent}},
+		{"the CSIDriver's volumeLifecycleModes", csitest.Options{},
+			[]runtime.Object{csitest.CSIDriver(drv, true, csitest.DriverLifecycleModes(both...))}, inline,
+			volume.Capabilities{Block: true, LifecycleModes: both}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, envOptions{driver: tt.driver, objects: tt.objects})
 			got, err := e.p.Capabilities(tt.spec)
-			if err != nil || got != tt.want {
+			if err != nil || !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("Capabilities = %+v, %v; want %+v", got, err, tt.want)
 			}
 		})

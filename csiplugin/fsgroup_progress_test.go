@@ -42,7 +42,7 @@ func TestPermissionChangeInProgressEvent(t *testing.T) {
 		vol.FSGroup = &gid
 		errc := make(chan error, 1)
 		go func() {
-			_, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: testSpec(drv), Volume: vol})
+			_, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: testSpec(drv), Volume: vol, ChangeOwnership: ownership(t, e)})
 			errc <- err
 		}()
 		return e, clk, rec, entered, release, errc

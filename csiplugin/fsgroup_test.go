@@ -65,7 +65,7 @@ func TestSetUpAppliesFSGroup(t *testing.T) {
 		})
 		vol := podVolume("a", "data")
 		vol.FSGroup = &gid
-		path, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: testSpec(drv), Volume: vol})
+		path, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: testSpec(drv), Volume: vol, ChangeOwnership: ownership(t, e)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,4 +84,15 @@ func TestSetUpAppliesFSGroup(t *testing.T) {
 			t.Errorf("no VOLUME_MOUNT_GROUP: mode %v (want setgid, group rwx), volume_mount_group %q (want none)", mode, passed)
 		}
 	}
+}
+
+// ownership is the planner's decision for a writable pod with an fsGroup:
+// the capability.
+func ownership(t *testing.T, e *env) bool {
+	t.Helper()
+	caps, err := e.p.Capabilities(testSpec(drv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return caps.OwnershipChange
 }

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"maps"
 	"path/filepath"
-	"slices"
 	"strconv"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -37,7 +36,11 @@ const (
 // (the driver creates the "mount" directory in it, as the CSI spec says)
 // and writes vol_data.json there, in the kubelet's format. On a final
 // error it removes them again; on an error wrapping ErrInProgress it
-// leaves them. Idempotent, as NodePublishVolume is.
+// leaves them. Idempotent, as NodePublishVolume is. It gives the pod's
+// fsGroup ownership of the published files when req.ChangeOwnership says
+// so (the planner decides, from Capabilities.OwnershipChange); whether the
+// driver supports the volume's lifecycle mode is the planner's check too
+// (Capabilities.LifecycleModes).
 func (p *Plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, error) {
 	spec, vol := req.Spec, req.Volume
 	fail := func(err error) (string, error) {
@@ -55,9 +58,6 @@ func (p *Plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 	}
 	driver, err := p.csiDriver(spec.Driver)
 	if err != nil {
-		return fail(err)
-	}
-	if err := checkLifecycleMode(driver, spec); err != nil {
 		return fail(err)
 	}
 	client, err := p.drivers.Client(spec.Driver)
@@ -100,7 +100,7 @@ func (p *Plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 		}
 		return "", fmt.Errorf("publishing volume %s for pod %s at %s: %w", volumeDesc(spec), vol.Pod, csiReq.TargetPath, err)
 	}
-	if needsOwnership(spec, vol, client.Capabilities(), driver) {
+	if req.ChangeOwnership && vol.FSGroup != nil {
 		// The volume is published: a failure here leaves it Uncertain, to be
 		// published (and owned) again or torn down, as in the kubelet.
 		d, err := p.rfs.OpenDir(csiReq.TargetPath)
@@ -189,24 +189,6 @@ func (p *Plugin) podVolumeData(spec *cache.VolumeSpec, vol cache.PodVolume) *ond
 		d.VolumeLifecycleMode = string(storagev1.VolumeLifecycleEphemeral)
 	}
 	return d
-}
-
-// checkLifecycleMode fails when the driver does not support the volume's
-// lifecycle mode. Without a CSIDriver object (or with no modes listed) a
-// driver supports only persistent volumes, as in the kubelet.
-func checkLifecycleMode(driver *storagev1.CSIDriver, spec *cache.VolumeSpec) error {
-	want := storagev1.VolumeLifecyclePersistent
-	if spec.Ephemeral {
-		want = storagev1.VolumeLifecycleEphemeral
-	}
-	modes := []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}
-	if driver != nil && len(driver.Spec.VolumeLifecycleModes) > 0 {
-		modes = driver.Spec.VolumeLifecycleModes
-	}
-	if !slices.Contains(modes, want) {
-		return fmt.Errorf("CSI driver %s does not support volume lifecycle mode %s (CSIDriver volumeLifecycleModes: %v)", spec.Driver, want, modes)
-	}
-	return nil
 }
 
 // TearDown implements volume.Mounter: it unpublishes the volume

@@ -29,11 +29,10 @@ import (
 func TestNoStageUnstage(t *testing.T) {
 	e := newEnv(t, envOptions{driver: csitest.Options{NoStageUnstage: true, CreateTargetDirs: true}})
 	ctx, spec := context.Background(), testSpec(drv)
-	path, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec})
-	if err != nil || path != "" {
-		t.Fatalf("MountDevice = %q, %v; want \"\", nil", path, err)
+	// The planner stages nothing: the capability says so.
+	if caps, err := e.p.Capabilities(spec); err != nil || caps.Stages {
+		t.Fatalf("Capabilities = %+v, %v; want no staging", caps, err)
 	}
-	assertGone(t, filepath.Join(e.root, "plugins"))
 	target, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: podVolume("a", "data")})
 	if err != nil {
 		t.Fatalf("SetUp: %v", err)
@@ -42,6 +41,7 @@ func TestNoStageUnstage(t *testing.T) {
 	if pub.GetStagingTargetPath() != "" || pub.GetTargetPath() != target {
 		t.Errorf("NodePublishVolume staging %q target %q, want no staging path and %s", pub.GetStagingTargetPath(), pub.GetTargetPath(), target)
 	}
+	assertGone(t, filepath.Join(e.root, "plugins"))
 	if err := e.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: spec}); err != nil {
 		t.Errorf("UnmountDevice: %v", err)
 	}
@@ -280,9 +280,10 @@ func TestInlineWithPodInfo(t *testing.T) {
 	if n := e.srv.Calls("NodeStageVolume"); n != 0 {
 		t.Errorf("inline volume staged %d times", n)
 	}
-	// A persistent volume of an Ephemeral-only driver is refused.
-	if _, err := e.p.SetUp(ctx, volume.MountRequest{Spec: testSpec(drv), Volume: vol, DeviceMountPath: "/s"}); err == nil || !strings.Contains(err.Error(), "lifecycle mode Persistent") {
-		t.Errorf("SetUp of a persistent volume = %v", err)
+	// The planner refuses a persistent volume of an Ephemeral-only driver:
+	// the capabilities list the driver's modes.
+	if caps, err := e.p.Capabilities(testSpec(drv)); err != nil || fmt.Sprint(caps.LifecycleModes) != "[Ephemeral]" {
+		t.Errorf("Capabilities = %+v, %v; want lifecycle modes [Ephemeral]", caps, err)
 	}
 }
 

@@ -18,9 +18,10 @@ import (
 
 // MountDevice implements volume.DeviceMounter: it stages the
 // volume with NodeStageVolume at StagingPath and returns that path. It
-// returns ("", nil) without doing anything for an inline volume and for a
-// driver without the STAGE_UNSTAGE_VOLUME capability (nothing to stage, so
-// nothing is written either). Before the call it creates the staging
+// returns ("", nil) without doing anything for an inline volume. Whether
+// a volume is staged at all is the planner's decision
+// (Capabilities.Stages: the driver has STAGE_UNSTAGE_VOLUME): it is not
+// asked to stage one that is not. Before the call it creates the staging
 // directory and writes vol_data.json beside it, in the kubelet's format.
 // On a final error it removes them again; on an error wrapping
 // ErrInProgress it leaves them, since the driver may still stage.
@@ -47,10 +48,6 @@ func (p *Plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (str
 		return fail(err)
 	}
 	logger := klog.FromContext(ctx).WithValues("volume", spec.Name, "driver", spec.Driver)
-	if !client.Capabilities().StageUnstage {
-		logger.V(4).Info("Driver does not stage volumes, skipping NodeStageVolume")
-		return "", nil
-	}
 	driver, err := p.csiDriver(spec.Driver) // its fsGroupPolicy
 	if err != nil {
 		return fail(err)

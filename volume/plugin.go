@@ -4,6 +4,7 @@ import (
 	"context"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
@@ -48,6 +49,11 @@ type Capabilities struct {
 	// of the volume's files (the kubelet's fsGroup walk); false when the
 	// volume needs none or something else applies the group.
 	OwnershipChange bool
+	// LifecycleModes are the ways the volume's driver provides volumes
+	// (CSI volumeLifecycleModes: Persistent for a PV, Ephemeral for a CSI
+	// volume inline in the pod); the planner refuses the volume to its
+	// pods when its own mode is not among them. Empty: any mode.
+	LifecycleModes []storagev1.VolumeLifecycleMode
 }
 
 // Mounter publishes and unpublishes a volume into a pod (NodePublishVolume).
@@ -141,6 +147,11 @@ type MountRequest struct {
 	PublishContext map[string]string
 	// DeviceMountPath is what MountDevice returned ("" if not staged).
 	DeviceMountPath string
+	// ChangeOwnership, for a publish, is the planner's decision that the
+	// plugin gives the pod's fsGroup ownership of the volume's files once
+	// published (Capabilities.OwnershipChange, a writable use and an
+	// fsGroup): the plugin obeys it and decides nothing of its own.
+	ChangeOwnership bool
 }
 
 // ExpandRequest is a published volume to grow on the node.

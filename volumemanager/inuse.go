@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -31,9 +30,12 @@ var inUseRetry = backoff.Policy{Initial: 500 * time.Millisecond, Max: 30 * time.
 // a volume reported in use, so a volume that needs attaching is confirmed
 // attached (and then staged) only once reported (kubelet's reportedInUse).
 type inUseReporter struct {
-	client     kubernetes.Interface
-	node       string
-	csiDrivers storagelisters.CSIDriverLister
+	client kubernetes.Interface
+	node   string
+	// attachable reports whether a volume is attached before it is staged
+	// (its plugin's Capabilities.Attachable; true when they are not known
+	// yet): only those wait to be reported.
+	attachable func(spec *cache.VolumeSpec) bool
 	clock      clock.Clock
 	retry      backoff.Policy
 	inUse      func() []cache.UniqueVolumeName
@@ -52,8 +54,8 @@ type inUseReporter struct {
 	failed error
 }
 
-func newInUseReporter(client kubernetes.Interface, node string, csiDrivers storagelisters.CSIDriverLister, clk clock.Clock) *inUseReporter {
-	return &inUseReporter{client: client, node: node, csiDrivers: csiDrivers, clock: clk, retry: inUseRetry, kick: make(chan struct{}, 1)}
+func newInUseReporter(client kubernetes.Interface, node string, attachable func(spec *cache.VolumeSpec) bool, clk clock.Clock) *inUseReporter {
+	return &inUseReporter{client: client, node: node, attachable: attachable, clock: clk, retry: inUseRetry, kick: make(chan struct{}, 1)}
 }
 
 // changed asks for a report: the set of volumes in use may have changed.
@@ -68,28 +70,20 @@ func (r *inUseReporter) changed() {
 	}
 }
 
-// hold reports whether volume name must wait before its attachment is
-// confirmed: it needs attaching (its driver's CSIDriver does not say
-// attachRequired: false) and has not been reported in use yet.
-func (r *inUseReporter) hold(name cache.UniqueVolumeName, driver string) bool {
+// hold reports whether an attachable volume must wait before its
+// attachment is confirmed: it has not been reported in use yet. The
+// planner asks only for volumes whose Capabilities say Attachable.
+func (r *inUseReporter) hold(name cache.UniqueVolumeName) bool {
 	r.mu.Lock()
-	reported := r.last[name]
-	r.mu.Unlock()
-	if reported {
-		return false
-	}
-	d, err := r.csiDrivers.Get(driver)
-	if err == nil && d.Spec.AttachRequired != nil && !*d.Spec.AttachRequired {
-		return false
-	}
-	return true
+	defer r.mu.Unlock()
+	return !r.last[name]
 }
 
 // waiting says, for a volume that hold keeps waiting, what it waits for
 // and why the report has not happened yet (the last patch's error), for
-// the wait errors; "" when the volume is not held.
-func (r *inUseReporter) waiting(name cache.UniqueVolumeName, driver string) string {
-	if r == nil || !r.hold(name, driver) {
+// the wait errors; "" when the volume is not held or needs no attaching.
+func (r *inUseReporter) waiting(spec *cache.VolumeSpec) string {
+	if r == nil || !r.hold(spec.Name) || !r.attachable(spec) {
 		return ""
 	}
 	r.mu.Lock()

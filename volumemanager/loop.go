@@ -9,7 +9,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/record"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )
 
@@ -66,8 +66,9 @@ type loopConfig struct {
 	asw     *cache.ActualStateOfWorld
 	metrics *metrics
 	events  record.EventRecorder
-	// csiDrivers reads the CSIDrivers (requiresRepublish); nil: none.
-	csiDrivers storagelisters.CSIDriverLister
+	// volumes finds each volume's plugin, whose Capabilities the planner
+	// reads.
+	volumes *volume.Registry
 	// ownAttachments lists the VolumeAttachments, to find at start the
 	// node's own whose volumes left nothing on disk (adoptAttachments);
 	// nil: none are looked for.
@@ -83,9 +84,9 @@ type loopConfig struct {
 type loopHooks struct {
 	// start starts an operation; its outcome comes back through apply.
 	start func(a oe.Action, in opInput)
-	// attachHeld reports whether a volume's attachment must wait to be
-	// reported in use.
-	attachHeld func(name cache.UniqueVolumeName, driver string) bool
+	// attachHeld reports whether an attachable volume's attachment must
+	// wait to be reported in use.
+	attachHeld func(name cache.UniqueVolumeName) bool
 	// expansion returns the pending node expansion of a PV's claim; nil:
 	// the plugin cannot expand.
 	expansion func(pvName string) (expansion, bool)
@@ -327,6 +328,7 @@ func (l *loop) planVolume(_ context.Context, name cache.UniqueVolumeName) {
 	l.noteRefusals(name, rec, d.Refused)
 	l.queue.retryAt(name, d.Retry)
 	rec.waiting = d.Waiting
+	l.noteNotReady(name, rec, v.Desired, d.NotReady)
 	if d.Done {
 		if v.Known {
 			l.asw.DeleteVolume(name)
@@ -371,6 +373,9 @@ func (l *loop) view(name cache.UniqueVolumeName) planner.View {
 		InFlight: rec.inflight, Backoff: l.backoff.Volume(name), WorldChanged: rec.worldChanged,
 		Refs: rec.refs, Resync: l.resyncs, Now: l.clock.Now(), SelfAttach: l.selfAttach,
 	}
+	if wanted {
+		v.Caps, v.CapsErr = l.capabilities(&spec)
+	}
 	for uid := range actual.Pods {
 		if why := l.podHold(rec, uid); why != "" {
 			if v.HeldPods == nil {
@@ -385,8 +390,8 @@ func (l *loop) view(name cache.UniqueVolumeName) planner.View {
 	case spec.PVName != "" && l.unreadable[spec.PVName] != "":
 		v.HoldDevice = fmt.Sprintf("pod volume directory %s could not be read and may use it", l.unreadable[spec.PVName])
 	}
-	if wanted && l.hooks.attachHeld != nil && !actual.Attached {
-		v.AttachHeld = l.hooks.attachHeld(name, spec.Driver)
+	if wanted && l.hooks.attachHeld != nil && !actual.Attached && v.Caps.Attachable {
+		v.AttachHeld = l.hooks.attachHeld(name)
 	}
 	for _, p := range desired {
 		if rec.republish[p.Pod.UID] {
@@ -396,7 +401,7 @@ func (l *loop) view(name cache.UniqueVolumeName) planner.View {
 			v.Republish[p.Pod.UID] = true
 		}
 	}
-	if wanted && known && l.hooks.expansion != nil && spec.PVName != "" && actual.DeviceState == cache.Mounted {
+	if wanted && known && v.CapsErr == nil && l.hooks.expansion != nil && spec.PVName != "" && (actual.DeviceState == cache.Mounted || !v.Caps.Stages) {
 		if e, ok := l.hooks.expansion(spec.PVName); ok && e.Size > rec.expanded {
 			v.ExpandTo = e.Size
 		}
@@ -444,31 +449,33 @@ func (l *loop) resync() {
 }
 
 // markRepublish asks for NodePublishVolume again for every Mounted pod
-// volume of a driver whose CSIDriver sets requiresRepublish, as the kubelet
-// does at each pod sync: such drivers refresh what they put into the volume
-// (secrets, service account tokens).
+// volume whose plugin republishes it (Capabilities.Republish: the CSIDriver
+// sets requiresRepublish), as the kubelet does at each pod sync: such
+// drivers refresh what they put into the volume (secrets, service account
+// tokens). The planner publishes again only while the capability holds.
 func (l *loop) markRepublish() {
-	if l.csiDrivers == nil {
-		return
-	}
-	drivers, err := l.csiDrivers.List(labels.Everything())
-	if err != nil {
-		return
-	}
-	for _, d := range drivers {
-		if d.Spec.RequiresRepublish == nil || !*d.Spec.RequiresRepublish {
+	for _, name := range l.dsw.VolumeNames() {
+		spec, desired, _ := l.dsw.Volume(name)
+		if caps, err := l.capabilities(&spec); err != nil || !caps.Republish {
 			continue
 		}
-		for _, name := range l.dsw.VolumesOfDriver(d.Name) {
-			_, desired, _ := l.dsw.Volume(name)
-			actual, _ := l.asw.Volume(name)
-			for _, p := range desired {
-				if pm, ok := actual.Pods[p.Pod.UID]; ok && pm.State == cache.Mounted {
-					l.vol(name).markRepublish(p.Pod.UID)
-				}
+		actual, _ := l.asw.Volume(name)
+		for _, p := range desired {
+			if pm, ok := actual.Pods[p.Pod.UID]; ok && pm.State == cache.Mounted {
+				l.vol(name).markRepublish(p.Pod.UID)
 			}
 		}
 	}
+}
+
+// capabilities asks the volume's plugin what it does with the volume: in
+// memory only (the driver registry, the CSIDriver lister).
+func (l *loop) capabilities(spec *cache.VolumeSpec) (volume.Capabilities, error) {
+	p, err := l.volumes.ForVolume(spec.Name)
+	if err != nil {
+		return volume.Capabilities{}, err
+	}
+	return p.Capabilities(spec)
 }
 
 // due queues the volumes whose backoff has ended and returns when the

@@ -105,7 +105,7 @@ func New(cfg Config) (*VolumeManager, error) {
 		return nil, err
 	}
 	if cfg.ReportVolumesInUse || cfg.VolumesInUseReportedByCaller {
-		vm.inUse = newInUseReporter(cfg.KubeClient, cfg.NodeName, vm.csiDrivers, cfg.Clock)
+		vm.inUse = newInUseReporter(cfg.KubeClient, cfg.NodeName, vm.attachable, cfg.Clock)
 		vm.inUse.byCaller = cfg.VolumesInUseReportedByCaller
 		vm.inUse.inUse = vm.GetVolumesInUse
 		vm.inUse.reported = func(names []vcache.UniqueVolumeName) { vm.in.retry(names...) }
@@ -216,7 +216,7 @@ func (vm *VolumeManager) newLoop(m *metrics) {
 	vm.asw = vcache.NewActualStateOfWorld()
 	lc := loopConfig{
 		node: cfg.NodeName, clock: cfg.Clock, dsw: vm.dsw, asw: vm.asw, metrics: m, events: cfg.EventRecorder,
-		csiDrivers: vm.csiDrivers, selfAttach: cfg.SelfAttach,
+		volumes: vm.volumes, selfAttach: cfg.SelfAttach,
 		hooks: loopHooks{start: vm.start, synced: func() { close(vm.ready) }, retake: vm.retakeUnreadable},
 	}
 	if vm.expander != nil {
@@ -230,6 +230,19 @@ func (vm *VolumeManager) newLoop(m *metrics) {
 	}
 	l = newLoop(lc, vm.in, newPodTable(vm.resolver, cfg.Clock, cfg.NodeRestricted))
 	vm.loop = l
+}
+
+// attachable reports whether a volume is attached before it is staged, as
+// its plugin's Capabilities say; true when they are not known yet (its
+// driver is not registered), so that its wait error says what it will wait
+// for.
+func (vm *VolumeManager) attachable(spec *vcache.VolumeSpec) bool {
+	p, err := vm.volumes.ForVolume(spec.Name)
+	if err != nil {
+		return true
+	}
+	caps, err := p.Capabilities(spec)
+	return err != nil || caps.Attachable
 }
 
 // registerCollectors registers the volume stats and counts with

@@ -54,8 +54,12 @@ func TestMetrics(t *testing.T) {
 			}
 		}
 	}
+	// attachRequired: false: the planner confirms no attachment.
+	if n := samples["storage_operation_duration_seconds"]["verify_controller_attached_volume"]; n != 0 {
+		t.Errorf("verify_controller_attached_volume: %d samples for a volume that needs no attaching, want 0", n)
+	}
 	for fam, keys := range map[string][]string{
-		"storage_operation_duration_seconds": {"verify_controller_attached_volume", "mount_device", "volume_mount"},
+		"storage_operation_duration_seconds": {"mount_device", "volume_mount"},
 		"csi_operations_seconds":             {"/csi.v1.Node/NodeStageVolume", "/csi.v1.Node/NodePublishVolume"},
 	} {
 		for _, k := range keys {

@@ -44,6 +44,28 @@ type volumeRecord struct {
 	waiting []string
 	// refused are the pods refused the volume now (refusals.go).
 	refused map[types.UID]planner.Refusal
+	// notReady is why the volume last waited for its capabilities
+	// (planner.Decision.NotReady), "" when it did not.
+	notReady string
+}
+
+// noteNotReady takes in the planner's word that a wanted volume waits
+// because what it needs is not known yet (its driver is not registered):
+// it is every desired pod's error, as the error of an operation that
+// failed "not ready" is, with no event; it is logged when it changes. The
+// pods' errors clear when their publish succeeds.
+func (l *loop) noteNotReady(name cache.UniqueVolumeName, rec *volumeRecord, desired []cache.PodVolume, err error) {
+	if err == nil {
+		rec.notReady = ""
+		return
+	}
+	if why := err.Error(); why != rec.notReady {
+		rec.notReady = why
+		l.logger.Info("Volume waiting", "volume", name, "reason", why)
+	}
+	for _, p := range desired {
+		l.errs.set(p.Pod.UID, p.SpecName, err)
+	}
 }
 
 // vol returns the volume's record, creating it when missing.

@@ -122,17 +122,47 @@ func (s *scenario) newLoop() {
 	s.asw = cache.NewActualStateOfWorld()
 	res := &resolver{pvcs: corelisters.NewPersistentVolumeClaimLister(s.pvcs), pvs: corelisters.NewPersistentVolumeLister(s.pvs),
 		csiDrivers: storagelisters.NewCSIDriverLister(s.drivers), seLinuxEnabled: true}
+	volumes, err := volume.NewRegistry(scenarioPlugin{drivers: storagelisters.NewCSIDriverLister(s.drivers)})
+	if err != nil {
+		s.t.Fatal(err)
+	}
 	l = newLoop(loopConfig{
-		node: "node-1", clock: s.clock, csiDrivers: storagelisters.NewCSIDriverLister(s.drivers),
+		node: "node-1", clock: s.clock, volumes: volumes,
 		dsw: s.dsw, asw: s.asw, selfAttach: s.selfAttach,
 		hooks: loopHooks{
 			start:      s.start,
 			expansion:  res.pendingExpansion,
-			attachHeld: func(name cache.UniqueVolumeName, _ string) bool { return s.held[name] },
+			attachHeld: func(name cache.UniqueVolumeName) bool { return s.held[name] },
 		},
 	}, s.in, newPodTable(res, s.clock, false))
 	s.ops = map[int]startedOp{}
 	s.l = l
+}
+
+// scenarioPlugin is the CSI plugin as the planner sees it in the scripts:
+// its capabilities, from the CSIDriver objects (every driver registered
+// and staging); the operations are recorded, never run.
+type scenarioPlugin struct {
+	drivers storagelisters.CSIDriverLister
+}
+
+func (scenarioPlugin) Name() string                 { return cache.CSIPluginName }
+func (scenarioPlugin) CanSupport(v *v1.Volume) bool { return v.PersistentVolumeClaim != nil }
+func (scenarioPlugin) SetUp(context.Context, volume.MountRequest) (string, error) {
+	return "", errors.New("the scripts record operations")
+}
+func (scenarioPlugin) TearDown(context.Context, volume.MountRequest) error {
+	return errors.New("the scripts record operations")
+}
+
+func (p scenarioPlugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, error) {
+	d, _ := p.drivers.Get(spec.Driver)
+	return volume.Capabilities{
+		Attachable: !spec.Ephemeral && (d == nil || d.Spec.AttachRequired == nil || *d.Spec.AttachRequired),
+		Stages:     !spec.Ephemeral,
+		Block:      true,
+		Republish:  d != nil && d.Spec.RequiresRepublish != nil && *d.Spec.RequiresRepublish,
+	}, nil
 }
 
 // start records an operation the loop starts instead of running it.

@@ -271,7 +271,7 @@ func (vm *VolumeManager) waitError(ctx context.Context, pod *v1.Pod, left []stri
 				continue
 			}
 			if spec, _, ok := vm.dsw.Volume(volumes[name]); ok {
-				if why := vm.inUse.waiting(spec.Name, spec.Driver); why != "" {
+				if why := vm.inUse.waiting(&spec); why != "" {
 					waiting[name] = why
 				}
 			}

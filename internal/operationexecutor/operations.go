@@ -114,6 +114,10 @@ type Action struct {
 	// the pod's mount counts as done: the kubelet's expansion while
 	// mounting. Do does not run it: the caller owns expansion.
 	Expand int64
+	// ChangeOwnership, on an OpPublish, makes the plugin give the pod's
+	// fsGroup ownership of the published volume (the planner's decision,
+	// volume.MountRequest.ChangeOwnership).
+	ChangeOwnership bool
 }
 
 // Key returns the exclusion key of the action.
@@ -213,7 +217,8 @@ func run(ctx context.Context, p volume.Plugin, a Action, in Input, spec *cache.V
 			return nil, "", dm.UnmountDevice(ctx, req)
 		}
 	case OpPublish:
-		path, err = p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: a.Pod, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath})
+		path, err = p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: a.Pod, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath,
+			ChangeOwnership: a.ChangeOwnership})
 		return nil, path, err
 	case OpUnpublish:
 		return nil, "", p.TearDown(ctx, volume.MountRequest{Spec: spec, Volume: a.Pod, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath})

@@ -2,6 +2,7 @@ package image
 
 import (
 	"context"
+	"reflect"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -36,7 +37,7 @@ func TestContract(t *testing.T) {
 	var p volume.Plugin = Plugin{}
 	spec := &cache.VolumeSpec{Name: VolumeName("uid-1", "tools")}
 	caps, err := p.Capabilities(spec)
-	if err != nil || caps != (volume.Capabilities{}) {
+	if err != nil || !reflect.DeepEqual(caps, volume.Capabilities{}) {
 		t.Errorf("Capabilities = %+v, %v; want none", caps, err)
 	}
 	if _, ok := p.(volume.Attacher); ok {

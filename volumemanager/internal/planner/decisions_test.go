@@ -39,7 +39,7 @@ func TestStagingReferences(t *testing.T) {
 func TestForgetBackoff(t *testing.T) {
 	const vol = cache.UniqueVolumeName("v")
 	p := cache.PodVolume{Pod: cache.PodRef{UID: "a", Namespace: "ns", Name: "a"}, SpecName: "data"}
-	v := View{Name: vol, Desired: []cache.PodVolume{p}, Known: true, Actual: cache.ActualVolume{Attached: true},
+	v := View{Name: vol, Desired: []cache.PodVolume{p}, Known: true, Actual: cache.ActualVolume{Attached: true}, Caps: attachStage,
 		Backoff: map[oe.Key]*oe.BackoffEntry{
 			{Volume: vol}:           {Kind: oe.OpStage, Failures: 3, Until: time.Unix(10, 0)},
 			{Volume: vol, Pod: "a"}: {Kind: oe.OpPublish, Failures: 1, Until: time.Unix(10, 0)},
@@ -67,7 +67,7 @@ func TestAdopt(t *testing.T) {
 	p := cache.PodVolume{Pod: cache.PodRef{UID: "a", Namespace: "ns", Name: "a"}, SpecName: "data", FSGroup: &gid}
 	found := cache.PodMount{Volume: cache.PodVolume{Pod: cache.PodRef{UID: "a"}}, State: cache.Mounted}
 	pods := map[types.UID]cache.PodMount{"a": found}
-	v := View{Name: "v", Desired: []cache.PodVolume{p}, Known: true,
+	v := View{Name: "v", Desired: []cache.PodVolume{p}, Known: true, Caps: attachStage,
 		Actual: cache.ActualVolume{Attached: true, DeviceState: cache.Mounted, Pods: pods}}
 	d := Plan(v)
 	if len(d.Adopt) != 1 || d.Adopt[0].Pod != p.Pod || d.Adopt[0].FSGroup != &gid {

@@ -2,6 +2,7 @@ package planner
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"slices"
 	"sort"
@@ -117,31 +118,38 @@ func Plan(v View) Decision {
 		return d
 	}
 
+	if v.CapsErr != nil {
+		// Nothing is known of what the volume needs: not even whether to
+		// confirm an attachment.
+		d.NotReady = v.CapsErr
+		d.wait("%v", v.CapsErr)
+		return d
+	}
 	if len(d.Refused) == len(v.Desired) {
 		return d // no pod may use it yet: nothing to set up
 	}
 
-	if !v.Spec.Ephemeral {
-		// A whole-volume operation runs alone: not beside one in flight,
-		// nor beside an unpublish planned above.
-		volumeOp := func(a oe.Action) Decision {
-			if !busy && len(d.Actions) == 0 {
-				add(a)
-			}
+	// A whole-volume operation runs alone: not beside one in flight, nor
+	// beside an unpublish planned above.
+	volumeOp := func(a oe.Action) Decision {
+		if !busy && len(d.Actions) == 0 {
+			add(a)
+		}
+		return d
+	}
+	if v.Caps.Attachable && (!v.Known || !v.Actual.Attached) {
+		if v.SelfAttach {
+			// The kubelet's own attach does not wait for volumesInUse:
+			// no controller detaches what the node attached.
+			return volumeOp(oe.Action{Kind: oe.OpSelfAttach, Volume: v.Name})
+		}
+		if v.AttachHeld {
+			d.wait("attach confirmation waits until the volume is reported in use on the Node")
 			return d
 		}
-		if !v.Known || !v.Actual.Attached {
-			if v.SelfAttach {
-				// The kubelet's own attach does not wait for volumesInUse:
-				// no controller detaches what the node attached.
-				return volumeOp(oe.Action{Kind: oe.OpSelfAttach, Volume: v.Name})
-			}
-			if v.AttachHeld {
-				d.wait("attach confirmation waits until the volume is reported in use on the Node")
-				return d
-			}
-			return volumeOp(oe.Action{Kind: oe.OpAttach, Volume: v.Name})
-		}
+		return volumeOp(oe.Action{Kind: oe.OpAttach, Volume: v.Name})
+	}
+	if v.Caps.Stages {
 		if v.Actual.DeviceState.MayBeMounted() && !sel.Mounted && v.Actual.SELinuxContext != sel.Context {
 			// Staged with an SELinux context that no pod wanting it has
 			// (its pods are gone): unstage, then stage with the new one.
@@ -170,7 +178,7 @@ func Plan(v View) Decision {
 		}
 		pm, ok := v.Actual.Pods[p.Pod.UID]
 		switch {
-		case !ok || pm.State != cache.Mounted || v.Republish[p.Pod.UID]:
+		case !ok || pm.State != cache.Mounted || v.Republish[p.Pod.UID] && v.Caps.Republish:
 			publish = append(publish, p)
 		case mounted == nil:
 			mounted = &v.Desired[i]
@@ -181,9 +189,19 @@ func Plan(v View) Decision {
 		return d
 	}
 	for _, p := range publish {
-		add(oe.Action{Kind: oe.OpPublish, Volume: v.Name, Pod: p})
+		add(publishAction(v, p, 0))
 	}
 	return d
+}
+
+// publishAction publishes the volume into pod p (growing it to expand
+// first, if > 0). It carries the ownership decision: the plugin gives the
+// pod's fsGroup ownership of the volume's files when it changes ownership
+// for this volume (Caps.OwnershipChange, the driver's and the volume's
+// part) and the pod has an fsGroup and mounts the volume writable.
+func publishAction(v View, p cache.PodVolume, expand int64) oe.Action {
+	return oe.Action{Kind: oe.OpPublish, Volume: v.Name, Pod: p, Expand: expand,
+		ChangeOwnership: v.Caps.OwnershipChange && p.FSGroup != nil && !p.ReadOnly}
 }
 
 // refusals are the desired pods that may not use the volume now, and why.
@@ -192,6 +210,13 @@ func Plan(v View) Decision {
 // among the pods SELinux admits, so that a pod refused for its context
 // never owns the volume and blocks the others.
 func refusals(v View, sel seLinuxAdmission) map[types.UID]error {
+	if err := lifecycleRefusal(v); err != nil {
+		out := make(map[types.UID]error, len(v.Desired))
+		for _, p := range v.Desired {
+			out[p.Pod.UID] = fmt.Errorf("pod %s cannot use volume %s%s: %w", p.Pod, volumeName(v.Spec), claimSuffix(v.Spec), err)
+		}
+		return out
+	}
 	if len(sel.Refused) == 0 {
 		return rwopRefusals(v) // nil, without allocating, for most volumes
 	}
@@ -245,7 +270,7 @@ func expandFirst(v View, d *Decision, add func(oe.Action), busy bool, mounted *c
 	if mounted != nil {
 		a = oe.Action{Kind: oe.OpExpand, Volume: v.Name, Pod: *mounted}
 	} else {
-		a = oe.Action{Kind: oe.OpPublish, Volume: v.Name, Pod: publish[0], Expand: v.ExpandTo}
+		a = publishAction(v, publish[0], v.ExpandTo)
 		publish = publish[1:]
 	}
 	if busy || len(d.Actions) > 0 {

@@ -2,6 +2,7 @@ package planner
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +11,11 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
+
+// attachStage are the capabilities of a CSI PV whose driver stages.
+var attachStage = volume.Capabilities{Attachable: true, Stages: true, Block: true}
 
 func TestPlan(t *testing.T) {
 	const vol = cache.UniqueVolumeName("v")
@@ -73,10 +78,11 @@ func TestPlan(t *testing.T) {
 			view: View{Backoff: map[oe.Key]*oe.BackoffEntry{{Volume: vol}: {Kind: oe.OpStage, Until: time.Unix(10, 0)}}, Now: time.Unix(5, 0)}},
 		{name: "attach held until reported in use", desired: []cache.PodVolume{pv("a")}, view: View{AttachHeld: true}},
 		{name: "republish a mounted pod", desired: []cache.PodVolume{pv("a")}, known: true, actual: cache.ActualVolume{Attached: true, DeviceState: cache.Mounted, Pods: mounts("a=Mounted")},
-			view: View{Republish: map[types.UID]bool{"a": true}}, want: "volume_mount v pod=ns/a"},
+			view: View{Republish: map[types.UID]bool{"a": true}, Caps: volume.Capabilities{Attachable: true, Stages: true, Republish: true}}, want: "volume_mount v pod=ns/a"},
 		{name: "expansion once mounted", desired: []cache.PodVolume{pv("a")}, known: true, actual: cache.ActualVolume{Attached: true, DeviceState: cache.Mounted, Pods: mounts("a=Mounted")},
 			view: View{ExpandTo: 1 << 30}, want: "volume_fs_resize v"},
-		{name: "ephemeral: no attach, no stage", desired: []cache.PodVolume{pv("a")}, spec: cache.VolumeSpec{Ephemeral: true}, want: "volume_mount v pod=ns/a"},
+		{name: "ephemeral: no attach, no stage", desired: []cache.PodVolume{pv("a")}, spec: cache.VolumeSpec{Ephemeral: true},
+			view: View{Caps: volume.Capabilities{Block: true}}, want: "volume_mount v pod=ns/a"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,6 +91,9 @@ func TestPlan(t *testing.T) {
 			}
 			v := tc.view
 			v.Name, v.Desired, v.Spec, v.Actual, v.Known = vol, tc.desired, tc.spec, tc.actual, tc.known
+			if reflect.DeepEqual(v.Caps, volume.Capabilities{}) {
+				v.Caps = attachStage
+			}
 			d := Plan(v)
 			done := d.Done
 			var got []string
@@ -120,7 +129,7 @@ func TestStagePod(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Plan(View{Name: "v", Desired: tc.desired, Known: true,
+			d := Plan(View{Name: "v", Desired: tc.desired, Known: true, Caps: attachStage,
 				Actual: cache.ActualVolume{Attached: true, DeviceState: cache.Uncertain, Pods: tc.pods}})
 			if len(d.Actions) != 1 || d.Actions[0].Kind != oe.OpStage {
 				t.Fatalf("plan = %v, want one stage", d.Actions)

@@ -54,7 +54,7 @@ func TestRWOPRefusals(t *testing.T) {
 			if tc.pods == nil {
 				tc.pods = map[types.UID]cache.PodMount{}
 			}
-			v := View{Name: "v", Spec: tc.spec, Desired: tc.desired, Known: true,
+			v := View{Name: "v", Spec: tc.spec, Desired: tc.desired, Known: true, Caps: attachStage,
 				Actual: cache.ActualVolume{Attached: true, DeviceState: cache.Mounted, Pods: tc.pods}}
 			for uid, pm := range tc.pods {
 				if pm.Busy { // as the loop has it: a publish in flight
@@ -92,12 +92,12 @@ func TestRWOPStage(t *testing.T) {
 		return cache.PodVolume{Pod: cache.PodRef{UID: types.UID(uid), Namespace: "ns", Name: uid}, SpecName: "data"}
 	}
 	spec := cache.VolumeSpec{Name: "v", AccessMode: string(v1.ReadWriteOncePod)}
-	d := Plan(View{Name: "v", Spec: spec, Desired: []cache.PodVolume{pv("b")}, Known: true,
+	d := Plan(View{Name: "v", Spec: spec, Caps: attachStage, Desired: []cache.PodVolume{pv("b")}, Known: true,
 		Actual: cache.ActualVolume{Attached: true, DeviceState: cache.Uncertain, Pods: map[types.UID]cache.PodMount{"a": {Volume: pv("a"), State: cache.Mounted}}}})
 	if len(d.Actions) != 1 || d.Actions[0].String() != "volume_unmount v pod=ns/a" {
 		t.Errorf("every desired pod refused: plan = %v, want only the owner's unpublish", d.Actions)
 	}
-	d = Plan(View{Name: "v", Spec: spec, Desired: []cache.PodVolume{pv("a"), pv("b")}, Known: true,
+	d = Plan(View{Name: "v", Spec: spec, Caps: attachStage, Desired: []cache.PodVolume{pv("a"), pv("b")}, Known: true,
 		Actual: cache.ActualVolume{Attached: true, Pods: map[types.UID]cache.PodMount{"a": {Volume: pv("a"), State: cache.Uncertain}}}})
 	if len(d.Actions) != 1 || d.Actions[0].Kind != oe.OpStage || d.Actions[0].Pod.Pod.UID != "a" {
 		t.Errorf("device not staged, pod a owns it: plan = %v, want a stage for pod a", d.Actions)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // View is everything the planner knows of one volume: what pods want, what
@@ -18,6 +19,14 @@ type View struct {
 	// Spec is what the pods want (the desired spec), or what is set up
 	// (the actual spec) when no pod wants the volume.
 	Spec cache.VolumeSpec
+	// Caps are what the volume's plugin does with a wanted volume (attach,
+	// stage, republish, ownership, lifecycle modes): every step the plan
+	// starts for it reads them. CapsErr, when not nil, says why they are
+	// not known (its driver is not registered yet): a wanted volume then
+	// waits, and is planned again when its driver registers. Neither is
+	// read for an unwanted volume: its teardown follows what was done.
+	Caps    volume.Capabilities
+	CapsErr error
 	// Desired are the pods that want the volume, sorted by UID.
 	Desired []cache.PodVolume
 	// Actual is what is done; Known is false when nothing is.
@@ -52,8 +61,8 @@ type View struct {
 	// VolumeAttachments) instead of waiting for the attach/detach
 	// controller to.
 	SelfAttach bool
-	// Republish are pods whose Mounted volume must be published again
-	// (the driver's CSIDriver sets requiresRepublish and a resync came).
+	// Republish are pods whose Mounted volume is due to be published again
+	// (a resync came): they are, when Caps.Republish.
 	Republish map[types.UID]bool
 	// ExpandTo, if > 0, is the size the claim's pending node expansion
 	// grows the volume to.
@@ -91,9 +100,15 @@ type Decision struct {
 	// Done is true when nothing of the volume is left and nothing runs:
 	// the loop forgets it.
 	Done bool
-	// Refused are desired pods that may not use the volume now: an
+	// Refused are desired pods that may not use the volume now: a
+	// lifecycle mode the driver does not support (lifecycleRefusals), an
 	// SELinux conflict (admitSELinux) or ReadWriteOncePod (rwopRefusals).
 	Refused []Refusal
+	// NotReady, when not nil, is why every desired pod waits for the
+	// volume: its capabilities are not known (View.CapsErr). The loop makes
+	// it the pods' error, as an operation's failure wrapping
+	// volume.ErrNotReady: no event, retried when the driver registers.
+	NotReady error
 }
 
 // Refusal is a desired pod that may not use its volume now, and why.

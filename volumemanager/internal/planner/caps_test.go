@@ -1,0 +1,121 @@
+package planner
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodevol/nodevol/cache"
+	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// TestCapabilities: each step the plan starts for a wanted volume reads
+// the plugin's Capabilities: attach, stage, republish, ownership and the
+// lifecycle modes; unknown capabilities make the volume wait.
+func TestCapabilities(t *testing.T) {
+	const vol = cache.UniqueVolumeName("v")
+	gid := int64(7)
+	pv := func(uid string) cache.PodVolume {
+		return cache.PodVolume{Pod: cache.PodRef{UID: types.UID(uid), Namespace: "ns", Name: uid}, SpecName: "data", FSGroup: &gid}
+	}
+	readOnly := pv("a")
+	readOnly.ReadOnly = true
+	noGroup := pv("a")
+	noGroup.FSGroup = nil
+	mounted := map[types.UID]cache.PodMount{"a": {Volume: pv("a"), State: cache.Mounted}}
+	persistent := []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}
+	ephemeral := []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral}
+	stageOnly := volume.Capabilities{Stages: true}
+	own := volume.Capabilities{OwnershipChange: true}
+	tests := []struct {
+		name    string
+		caps    volume.Capabilities
+		capsErr error
+		spec    cache.VolumeSpec
+		desired []cache.PodVolume
+		actual  cache.ActualVolume
+		view    View
+		want    string // actions, each with its ownership decision
+		refused string // the refusals' errors
+		wait    string // a Waiting line that must be there
+	}{
+		{name: "attachable: the attachment is confirmed first", caps: attachStage, desired: []cache.PodVolume{pv("a")},
+			want: "verify_controller_attached_volume v"},
+		{name: "not attachable: no confirmation, staged at once", caps: stageOnly, desired: []cache.PodVolume{pv("a")},
+			want: "mount_device v"},
+		{name: "not attachable: not held until reported in use", caps: stageOnly, desired: []cache.PodVolume{pv("a")},
+			view: View{AttachHeld: true}, want: "mount_device v"},
+		{name: "not attachable: no VolumeAttachment of its own", caps: stageOnly, desired: []cache.PodVolume{pv("a")},
+			view: View{SelfAttach: true}, want: "mount_device v"},
+		{name: "attachable, self-attach", caps: attachStage, desired: []cache.PodVolume{pv("a")},
+			view: View{SelfAttach: true}, want: "volume_attach v"},
+		{name: "not staged: published once attached", caps: volume.Capabilities{Attachable: true}, desired: []cache.PodVolume{pv("a")},
+			actual: cache.ActualVolume{Attached: true}, want: "volume_mount v pod=ns/a own=false"},
+		{name: "neither attached nor staged: published at once", desired: []cache.PodVolume{pv("a")},
+			want: "volume_mount v pod=ns/a own=false"},
+		{name: "republish: a mounted pod due is published again", caps: volume.Capabilities{Republish: true}, desired: []cache.PodVolume{pv("a")},
+			actual: cache.ActualVolume{Pods: mounted}, view: View{Republish: map[types.UID]bool{"a": true}}, want: "volume_mount v pod=ns/a own=false"},
+		{name: "no republish: a mounted pod stays", desired: []cache.PodVolume{pv("a")},
+			actual: cache.ActualVolume{Pods: mounted}, view: View{Republish: map[types.UID]bool{"a": true}}},
+		{name: "ownership: a writable pod with an fsGroup", caps: own, desired: []cache.PodVolume{pv("a")},
+			want: "volume_mount v pod=ns/a own=true"},
+		{name: "ownership: not for a read-only use", caps: own, desired: []cache.PodVolume{readOnly},
+			want: "volume_mount v pod=ns/a own=false"},
+		{name: "ownership: not without an fsGroup", caps: own, desired: []cache.PodVolume{noGroup},
+			want: "volume_mount v pod=ns/a own=false"},
+		{name: "ownership: not when the plugin does not change it", desired: []cache.PodVolume{pv("a")},
+			want: "volume_mount v pod=ns/a own=false"},
+		{name: "ownership: the publish that expands carries it", caps: own, desired: []cache.PodVolume{pv("a")}, spec: cache.VolumeSpec{PVName: "pv"},
+			view: View{ExpandTo: 1 << 30}, want: fmt.Sprintf("volume_mount v pod=ns/a expand=%d own=true", 1<<30)},
+		{name: "lifecycle: an inline volume of a Persistent-only driver is refused", caps: volume.Capabilities{LifecycleModes: persistent},
+			spec: cache.VolumeSpec{Driver: "drv", Ephemeral: true}, desired: []cache.PodVolume{pv("a")},
+			refused: "pod ns/a cannot use volume v: CSI driver drv does not support volume lifecycle mode Ephemeral (CSIDriver volumeLifecycleModes: [Persistent])"},
+		{name: "lifecycle: an inline volume of a driver listing Ephemeral", caps: volume.Capabilities{LifecycleModes: append(ephemeral, persistent...)},
+			spec: cache.VolumeSpec{Driver: "drv", Ephemeral: true}, desired: []cache.PodVolume{pv("a")}, want: "volume_mount v pod=ns/a own=false"},
+		{name: "lifecycle: a PV of an Ephemeral-only driver: refused, not even attached", caps: volume.Capabilities{Attachable: true, Stages: true, LifecycleModes: ephemeral},
+			spec: cache.VolumeSpec{Driver: "drv", PVName: "pv-1"}, desired: []cache.PodVolume{pv("a")},
+			refused: "pod ns/a cannot use volume pv-1: CSI driver drv does not support volume lifecycle mode Persistent (CSIDriver volumeLifecycleModes: [Ephemeral])"},
+		{name: "unknown: the volume waits, nothing starts", capsErr: errors.New("driver drv not registered"), desired: []cache.PodVolume{pv("a")},
+			wait: "driver drv not registered"},
+		{name: "unknown: an unwanted pod is still unpublished", capsErr: errors.New("driver drv not registered"), desired: []cache.PodVolume{pv("a")},
+			actual: cache.ActualVolume{Pods: map[types.UID]cache.PodMount{"b": {Volume: pv("b"), State: cache.Mounted}}},
+			want:   "volume_unmount v pod=ns/b", wait: "driver drv not registered"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v := tc.view
+			tc.spec.Name = vol
+			v.Name, v.Spec, v.Desired, v.Actual, v.Caps, v.CapsErr = vol, tc.spec, tc.desired, tc.actual, tc.caps, tc.capsErr
+			v.Known = tc.actual.Attached || tc.actual.Pods != nil
+			d := Plan(v)
+			var got, refused []string
+			for _, a := range d.Actions {
+				if a.Kind == oe.OpPublish {
+					got = append(got, fmt.Sprintf("%s own=%v", a, a.ChangeOwnership))
+				} else {
+					got = append(got, a.String())
+				}
+			}
+			for _, r := range d.Refused {
+				refused = append(refused, r.Err.Error())
+			}
+			if g := strings.Join(got, "; "); g != tc.want {
+				t.Errorf("plan = %q, want %q", g, tc.want)
+			}
+			if r := strings.Join(refused, "; "); r != tc.refused {
+				t.Errorf("refused = %q, want %q", r, tc.refused)
+			}
+			if tc.wait != "" && (!strings.Contains(strings.Join(d.Waiting, "\n"), tc.wait) || d.NotReady == nil) {
+				t.Errorf("waiting = %q, not ready = %v; want %q", d.Waiting, d.NotReady, tc.wait)
+			}
+			if tc.wait == "" && d.NotReady != nil {
+				t.Errorf("not ready = %v, want nil", d.NotReady)
+			}
+		})
+	}
+}
