@@ -14,7 +14,7 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/nodevol/nodevol/util/fsutil"
+	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"

@@ -9,7 +9,7 @@
 //     NodeUnstageVolume on the staging path.
 //   - Plugin.SetUp / TearDown call NodePublishVolume / NodeUnpublishVolume
 //     on the pod's volume path, giving the pod's fsGroup ownership of the
-//     volume (util/fsgroup) when the driver does not.
+//     volume (internal/fsgroup) when the driver does not.
 //   - Raw block volumes are staged, published and mapped into pods;
 //     NodeExpand and VolumeStats expand and measure published volumes.
 //

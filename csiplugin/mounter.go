@@ -16,8 +16,8 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/internal/ondisk"
-	"github.com/nodevol/nodevol/util/fsutil"
 	"github.com/nodevol/nodevol/volume"
 )
 

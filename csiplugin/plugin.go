@@ -15,10 +15,10 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/internal/blockdev"
+	"github.com/nodevol/nodevol/internal/fsgroup"
 	"github.com/nodevol/nodevol/internal/ondisk"
-	"github.com/nodevol/nodevol/util/blockdev"
-	"github.com/nodevol/nodevol/util/fsgroup"
-	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/internal/rootfs"
 	"github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -30,7 +30,7 @@ type Config struct {
 	// RootDir holds pods/ and plugins/, as the kubelet's root directory
 	// does. It is made absolute. Default "/var/lib/kubelet". Below it no
 	// symlink is followed: every directory and file the plugin creates,
-	// mounts on, reads or removes is reached through util/rootfs, and a
+	// mounts on, reads or removes is reached through internal/rootfs, and a
 	// symlink in the way fails the operation (see docs/ARCHITECTURE.md,
 	// "Paths"). Symlinks in RootDir's own path are followed.
 	RootDir string

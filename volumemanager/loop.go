@@ -19,6 +19,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
+	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 // loop owns the actual state of the world. Everything that changes it
@@ -62,8 +63,8 @@ type loop struct {
 type loopConfig struct {
 	node    string
 	clock   clock.Clock
-	dsw     *cache.DesiredStateOfWorld
-	asw     *cache.ActualStateOfWorld
+	dsw     *state.DesiredStateOfWorld
+	asw     *state.ActualStateOfWorld
 	metrics *metrics
 	events  record.EventRecorder
 	// csiDrivers reads the CSIDrivers (requiresRepublish); nil: none.

@@ -15,10 +15,11 @@ import (
 func TestNoIO(t *testing.T) {
 	allowed := map[string]bool{
 		"cmp": true, "errors": true, "fmt": true, "maps": true, "slices": true, "sort": true, "strings": true, "time": true,
-		"github.com/nodevol/nodevol/cache":                      true,
-		"github.com/nodevol/nodevol/internal/operationexecutor": true,
-		"k8s.io/api/core/v1":                                    true,
-		"k8s.io/apimachinery/pkg/types":                         true,
+		"github.com/nodevol/nodevol/cache":                        true,
+		"github.com/nodevol/nodevol/volumemanager/internal/state": true,
+		"github.com/nodevol/nodevol/internal/operationexecutor":   true,
+		"k8s.io/api/core/v1":                                      true,
+		"k8s.io/apimachinery/pkg/types":                           true,
 	}
 	entries, err := os.ReadDir(".")
 	if err != nil {
