@@ -15,7 +15,7 @@
 //
 // The drivers are reached through package csi; the on-disk layout,
 // vol_data.json and the records of work in flight are internal/ondisk's.
-// NewRegistrationHandler forwards to package registration.
+// NewRegistrationHandler forwards to package internal/registration.
 //
 // Errors name the pod, volume and driver involved and wrap their cause with
 // %w. Errors wrapping volume.ErrNotReady mean nothing was changed

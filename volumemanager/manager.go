@@ -19,8 +19,8 @@ import (
 	"github.com/nodevol/nodevol/csiplugin"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/internal/promreg"
+	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/pluginmanager"
-	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
