@@ -193,12 +193,6 @@ func New(cfg Config) (*Plugin, error) {
 // BootID is the node's boot ID as read at New ("" if it could not be read).
 func (p *Plugin) BootID() string { return p.records.BootID() }
 
-// Registry returns the plugin's driver registry.
-func (p *Plugin) Registry() *csi.Registry { return p.drivers }
-
-// RootDir returns the absolute root directory.
-func (p *Plugin) RootDir() string { return p.root }
-
 // volumeDesc names a volume in errors and logs.
 func volumeDesc(spec *cache.VolumeSpec) string {
 	if spec.MigratedFrom != "" {

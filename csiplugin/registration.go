@@ -3,8 +3,8 @@ package csiplugin
 import (
 	"context"
 
-	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/kubernetes"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/csi"

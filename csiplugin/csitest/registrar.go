@@ -135,7 +135,7 @@ func (r *Registrar) changedLocked() {
 }
 
 // Statuses returns the statuses received so far, oldest first.
-func (r *Registrar) Statuses() []RegistrarStatus {
+func (r *Registrar) statusesSoFar() []RegistrarStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]RegistrarStatus(nil), r.statuses...)
@@ -167,7 +167,7 @@ func (r *Registrar) WaitForStatus(ctx context.Context, n int) (RegistrarStatus, 
 		case <-changed:
 		case <-ctx.Done():
 			return RegistrarStatus{}, fmt.Errorf("registrar %s: waiting for status %d (have %d): %w",
-				r.path, n, len(r.Statuses()), ctx.Err())
+				r.path, n, len(r.statusesSoFar()), ctx.Err())
 		}
 	}
 }
