@@ -68,8 +68,8 @@ unit:
 # (make test, make unit) runs them with the seeds.
 FUZZTIME ?= 1m
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzValidateName$$' -fuzztime $(FUZZTIME) ./util/fsutil
-	$(GO) test -run '^$$' -fuzz '^FuzzReadJSON$$' -fuzztime $(FUZZTIME) ./util/fsutil
+	$(GO) test -run '^$$' -fuzz '^FuzzValidateName$$' -fuzztime $(FUZZTIME) ./internal/fsutil
+	$(GO) test -run '^$$' -fuzz '^FuzzReadJSON$$' -fuzztime $(FUZZTIME) ./internal/fsutil
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadVolumeData$$' -fuzztime $(FUZZTIME) ./csiplugin
 	$(GO) test -run '^$$' -fuzz '^FuzzSaveVolumeData$$' -fuzztime $(FUZZTIME) ./csiplugin
 	$(GO) test -run '^$$' -fuzz '^FuzzReadRecord$$' -fuzztime $(FUZZTIME) ./csiplugin

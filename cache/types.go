@@ -151,3 +151,25 @@ type PodVolume struct {
 	// (volumemanager/selinux.go).
 	SELinuxLabel string
 }
+
+// MountedVolume is one volume of a pod, as GetMountedVolumesForPod reports it.
+type MountedVolume struct {
+	// Name is the unique volume name (see CSIVolumeName).
+	Name UniqueVolumeName
+	// SpecName is the volume's name in pod.spec.volumes.
+	SpecName string
+	// Driver is the CSI driver name.
+	Driver string
+	// State is Mounted, or Uncertain when a publish may have half-happened
+	// (GetMountedVolumesForPod returns only the Mounted ones).
+	State MountState
+	// Path is where the volume is published for the pod:
+	// {root}/pods/{uid}/volumes/kubernetes.io~csi/{pv}/mount, or for a
+	// block volume the symlink
+	// {root}/pods/{uid}/volumeDevices/kubernetes.io~csi/{pv}. As in the
+	// kubelet, {pv} is the PV's name, or the pod's volume name for an
+	// inline volume.
+	Path string
+	// ReadOnly is true when the pod's claim or the PV is read-only.
+	ReadOnly bool
+}

@@ -45,7 +45,7 @@ func capabilitiesFrom(resp *csipb.NodeGetCapabilitiesResponse) Capabilities {
 			c.VolumeMountGroup = true
 		case csipb.NodeServiceCapability_RPC_GET_VOLUME_HEALTH:
 			c.VolumeHealth = true
-		case VolumeConditionCapability:
+		case volumeConditionCapability:
 			c.VolumeCondition = true
 		}
 	}

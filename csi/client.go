@@ -33,21 +33,14 @@ type NodeInfo struct {
 // stays usable until the driver is deregistered or registered again, after
 // which its calls fail with codes.Canceled.
 type Client struct {
-	driver   string
-	endpoint string
-	conn     *grpc.ClientConn
-	node     csipb.NodeClient
-	caps     Capabilities
-	timeout  time.Duration
+	driver  string
+	conn    *grpc.ClientConn
+	node    csipb.NodeClient
+	caps    Capabilities
+	timeout time.Duration
 	// steps sees each call that changes the driver's state (bound).
 	steps step.Hook
 }
-
-// Driver returns the driver's name.
-func (c *Client) Driver() string { return c.driver }
-
-// Endpoint returns the driver's socket path.
-func (c *Client) Endpoint() string { return c.endpoint }
 
 // Capabilities returns the node capabilities fetched at registration.
 func (c *Client) Capabilities() Capabilities { return c.caps }

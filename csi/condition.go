@@ -14,8 +14,8 @@ import (
 // VOLUME_CONDITION, and field 2 of NodeGetVolumeStatsResponse, a message
 // VolumeCondition {bool abnormal = 1; string message = 2;}.
 const (
-	// VolumeConditionCapability is the node capability VOLUME_CONDITION.
-	VolumeConditionCapability csipb.NodeServiceCapability_RPC_Type = 4
+	// volumeConditionCapability is the node capability VOLUME_CONDITION.
+	volumeConditionCapability csipb.NodeServiceCapability_RPC_Type = 4
 	// statsConditionField is NodeGetVolumeStatsResponse.volume_condition.
 	statsConditionField protowire.Number = 2
 )

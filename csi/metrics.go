@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/util/promreg"
+	"github.com/nodevol/nodevol/internal/promreg"
 )
 
 // callMetrics is the kubelet's csi_operations_seconds: the duration of every

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/nodevol/nodevol/util/fsutil"
+	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -90,7 +90,7 @@ func (r *Registry) Register(ctx context.Context, name, endpoint string) error {
 	if err != nil {
 		return fmt.Errorf("registering CSI driver %s at %s: %w", name, path, err)
 	}
-	c := &Client{driver: name, endpoint: path, conn: conn, node: csipb.NewNodeClient(conn), timeout: r.opts.CallTimeout}
+	c := &Client{driver: name, conn: conn, node: csipb.NewNodeClient(conn), timeout: r.opts.CallTimeout}
 	resp, err := call(ctx, c, "NodeGetCapabilities", &csipb.NodeGetCapabilitiesRequest{}, c.node.NodeGetCapabilities)
 	if err != nil {
 		_ = conn.Close()

@@ -18,16 +18,16 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/internal/blockdev"
 	"github.com/nodevol/nodevol/internal/ondisk"
-	"github.com/nodevol/nodevol/util/blockdev"
 	"github.com/nodevol/nodevol/volume"
 )
 
 // BlockMapper maps published block devices into pods and back
-// (util/blockdev.Mapper).
+// (internal/blockdev.Mapper).
 type BlockMapper interface {
-	Map(ctx context.Context, m blockdev.Map) error
-	Unmap(ctx context.Context, m blockdev.Map) error
+	Map(ctx context.Context, m BlockMap) error
+	Unmap(ctx context.Context, m BlockMap) error
 }
 
 // blockPaths returns a block volume's spec name, the kubelet's (its PV's
@@ -242,7 +242,7 @@ func (p *Plugin) verifyBlockPaths(paths ondisk.BlockPaths) error {
 
 // mapPodDevice publishes a block volume for a pod (NodePublishVolume with
 // block access at the pod's publish path) and maps the published device
-// into the pod (util/blockdev). It returns the pod's device path. A map
+// into the pod (internal/blockdev). It returns the pod's device path. A map
 // that fails after a successful publish leaves the volume Uncertain.
 func (p *Plugin) mapPodDevice(ctx context.Context, req volume.MountRequest) (string, error) {
 	spec, vol := req.Spec, req.Volume
@@ -291,7 +291,7 @@ func (p *Plugin) mapPodDevice(ctx context.Context, req volume.MountRequest) (str
 		}
 		return "", fmt.Errorf("publishing block volume %s for pod %s at %s: %w", volumeDesc(spec), vol.Pod, paths.PublishPath, err)
 	}
-	m := blockdev.Map{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: string(vol.Pod.UID), PodDeviceDir: paths.PodDeviceDir, Name: name}
+	m := BlockMap{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: string(vol.Pod.UID), PodDeviceDir: paths.PodDeviceDir, Name: name}
 	err = p.verifyBlockPaths(paths)
 	if err == nil {
 		err = p.blockMapper.Map(ctx, m)
@@ -323,7 +323,7 @@ func (p *Plugin) unmapPodDevice(ctx context.Context, req volume.MountRequest) er
 	if err != nil {
 		return fail(err)
 	}
-	m := blockdev.Map{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: string(vol.Pod.UID), PodDeviceDir: paths.PodDeviceDir, Name: name}
+	m := BlockMap{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: string(vol.Pod.UID), PodDeviceDir: paths.PodDeviceDir, Name: name}
 	if err := p.verifyBlockPaths(paths); err != nil {
 		return fail(err)
 	}

@@ -14,24 +14,23 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/ondisk"
-	"github.com/nodevol/nodevol/util/blockdev"
 	"github.com/nodevol/nodevol/volume"
 )
 
 // fakeBlockMapper records Map and Unmap.
 type fakeBlockMapper struct {
 	calls  []string
-	maps   []blockdev.Map
+	maps   []BlockMap
 	mapErr error
 }
 
-func (f *fakeBlockMapper) Map(_ context.Context, m blockdev.Map) error {
+func (f *fakeBlockMapper) Map(_ context.Context, m BlockMap) error {
 	f.calls = append(f.calls, "map "+m.PodUID)
 	f.maps = append(f.maps, m)
 	return f.mapErr
 }
 
-func (f *fakeBlockMapper) Unmap(_ context.Context, m blockdev.Map) error {
+func (f *fakeBlockMapper) Unmap(_ context.Context, m BlockMap) error {
 	f.calls = append(f.calls, "unmap "+m.PodUID)
 	return nil
 }
@@ -82,7 +81,7 @@ func TestBlockVolume(t *testing.T) {
 	if pub.GetTargetPath() != paths.PublishPath || pub.GetStagingTargetPath() != paths.StagingPath || pub.GetVolumeCapability().GetBlock() == nil {
 		t.Errorf("NodePublishVolume %v: want block access at %s staged at %s", pub, paths.PublishPath, paths.StagingPath)
 	}
-	if len(bm.maps) != 1 || bm.maps[0] != (blockdev.Map{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: "uid-a", PodDeviceDir: paths.PodDeviceDir, Name: "pv-1"}) {
+	if len(bm.maps) != 1 || bm.maps[0] != (BlockMap{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: "uid-a", PodDeviceDir: paths.PodDeviceDir, Name: "pv-1"}) {
 		t.Errorf("maps %+v", bm.maps)
 	}
 

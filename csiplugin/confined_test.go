@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	"github.com/nodevol/nodevol/util/blockdev"
+	"github.com/nodevol/nodevol/internal/blockdev"
 	"github.com/nodevol/nodevol/volume"
 )
 

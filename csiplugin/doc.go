@@ -9,13 +9,13 @@
 //     NodeUnstageVolume on the staging path.
 //   - Plugin.SetUp / TearDown call NodePublishVolume / NodeUnpublishVolume
 //     on the pod's volume path, giving the pod's fsGroup ownership of the
-//     volume (util/fsgroup) when the driver does not.
+//     volume (internal/fsgroup) when the driver does not.
 //   - Raw block volumes are staged, published and mapped into pods;
 //     NodeExpand and VolumeStats expand and measure published volumes.
 //
 // The drivers are reached through package csi; the on-disk layout,
 // vol_data.json and the records of work in flight are internal/ondisk's.
-// NewRegistrationHandler forwards to package registration.
+// NewRegistrationHandler forwards to package internal/registration.
 //
 // Errors name the pod, volume and driver involved and wrap their cause with
 // %w. Errors wrapping volume.ErrNotReady mean nothing was changed

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
-	"github.com/nodevol/nodevol/util/fsgroup"
+	"github.com/nodevol/nodevol/internal/fsgroup"
 )
 
 // needsOwnership reports whether nodevol must give the pod's fsGroup
@@ -39,7 +39,7 @@ func needsOwnership(spec *cache.VolumeSpec, vol cache.PodVolume, caps csi.Capabi
 }
 
 // changeOwnership gives the pod's fsGroup ownership of its published volume
-// d (util/fsgroup), reporting a change that runs long on the pod.
+// d (internal/fsgroup), reporting a change that runs long on the pod.
 func (p *Plugin) changeOwnership(ctx context.Context, d *os.File, vol cache.PodVolume) error {
 	return p.ownership.Change(ctx, fsgroup.Request{
 		Dir: d, GID: *vol.FSGroup, OnRootMismatch: vol.FSGroupOnRootMismatch,

@@ -15,7 +15,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	"github.com/nodevol/nodevol/util/fsgroup"
+	"github.com/nodevol/nodevol/internal/fsgroup"
 	"github.com/nodevol/nodevol/volume"
 )
 

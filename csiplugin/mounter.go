@@ -15,19 +15,19 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/internal/ondisk"
-	"github.com/nodevol/nodevol/util/fsutil"
 	"github.com/nodevol/nodevol/volume"
 )
 
 // Keys of the pod information passed in the volume context to drivers
 // whose CSIDriver sets podInfoOnMount.
 const (
-	PodNameKey            = "csi.storage.k8s.io/pod.name"
-	PodNamespaceKey       = "csi.storage.k8s.io/pod.namespace"
-	PodUIDKey             = "csi.storage.k8s.io/pod.uid"
-	ServiceAccountNameKey = "csi.storage.k8s.io/serviceAccount.name"
-	EphemeralKey          = "csi.storage.k8s.io/ephemeral"
+	podNameKey            = "csi.storage.k8s.io/pod.name"
+	podNamespaceKey       = "csi.storage.k8s.io/pod.namespace"
+	podUIDKey             = "csi.storage.k8s.io/pod.uid"
+	serviceAccountNameKey = "csi.storage.k8s.io/serviceAccount.name"
+	ephemeralKey          = "csi.storage.k8s.io/ephemeral"
 )
 
 // SetUp implements volume.Mounter: it publishes the volume with
@@ -135,11 +135,11 @@ func (p *Plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req
 		if volCtx == nil {
 			volCtx = map[string]string{}
 		}
-		volCtx[PodNameKey] = vol.Pod.Name
-		volCtx[PodNamespaceKey] = vol.Pod.Namespace
-		volCtx[PodUIDKey] = string(vol.Pod.UID)
-		volCtx[ServiceAccountNameKey] = vol.Pod.ServiceAccount
-		volCtx[EphemeralKey] = strconv.FormatBool(spec.Ephemeral)
+		volCtx[podNameKey] = vol.Pod.Name
+		volCtx[podNamespaceKey] = vol.Pod.Namespace
+		volCtx[podUIDKey] = string(vol.Pod.UID)
+		volCtx[serviceAccountNameKey] = vol.Pod.ServiceAccount
+		volCtx[ephemeralKey] = strconv.FormatBool(spec.Ephemeral)
 	}
 	return &csipb.NodePublishVolumeRequest{
 		VolumeId:          spec.VolumeHandle,

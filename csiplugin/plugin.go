@@ -15,10 +15,10 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/internal/blockdev"
+	"github.com/nodevol/nodevol/internal/fsgroup"
 	"github.com/nodevol/nodevol/internal/ondisk"
-	"github.com/nodevol/nodevol/util/blockdev"
-	"github.com/nodevol/nodevol/util/fsgroup"
-	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/internal/rootfs"
 	"github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -30,7 +30,7 @@ type Config struct {
 	// RootDir holds pods/ and plugins/, as the kubelet's root directory
 	// does. It is made absolute. Default "/var/lib/kubelet". Below it no
 	// symlink is followed: every directory and file the plugin creates,
-	// mounts on, reads or removes is reached through util/rootfs, and a
+	// mounts on, reads or removes is reached through internal/rootfs, and a
 	// symlink in the way fails the operation (see docs/ARCHITECTURE.md,
 	// "Paths"). Symlinks in RootDir's own path are followed.
 	RootDir string
@@ -192,12 +192,6 @@ func New(cfg Config) (*Plugin, error) {
 
 // BootID is the node's boot ID as read at New ("" if it could not be read).
 func (p *Plugin) BootID() string { return p.records.BootID() }
-
-// Registry returns the plugin's driver registry.
-func (p *Plugin) Registry() *csi.Registry { return p.drivers }
-
-// RootDir returns the absolute root directory.
-func (p *Plugin) RootDir() string { return p.root }
 
 // volumeDesc names a volume in errors and logs.
 func volumeDesc(spec *cache.VolumeSpec) string {

@@ -266,12 +266,12 @@ func TestInlineWithPodInfo(t *testing.T) {
 		t.Errorf("target = %s, want %s", target, want)
 	}
 	pub := e.request(t, "NodePublishVolume").(*csipb.NodePublishVolumeRequest)
-	wantCtx := map[string]string{"size": "1Gi", PodNameKey: "pod-a", PodNamespaceKey: "ns", PodUIDKey: "uid-a",
-		ServiceAccountNameKey: "sa", EphemeralKey: "true"}
+	wantCtx := map[string]string{"size": "1Gi", podNameKey: "pod-a", podNamespaceKey: "ns", podUIDKey: "uid-a",
+		serviceAccountNameKey: "sa", ephemeralKey: "true"}
 	if fmt.Sprint(pub.GetVolumeContext()) != fmt.Sprint(wantCtx) || pub.GetSecrets()["k"] != "v" || pub.GetStagingTargetPath() != "" {
 		t.Errorf("NodePublishVolume context %v secrets-present %v staging %q", pub.GetVolumeContext(), len(pub.GetSecrets()) > 0, pub.GetStagingTargetPath())
 	}
-	if spec.Attributes[PodNameKey] != "" {
+	if spec.Attributes[podNameKey] != "" {
 		t.Error("SetUp changed the spec's attributes")
 	}
 	if d := volData(t, filepath.Dir(target)); d.VolumeLifecycleMode != "Ephemeral" || d.SpecVolID != "scratch" {

@@ -12,7 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/util/fsutil"
+	"github.com/nodevol/nodevol/internal/fsutil"
 
 	"github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/volume"
@@ -20,10 +20,10 @@ import (
 
 var _ volume.SelfAttacher = (*Plugin)(nil)
 
-// ErrAttachmentConflict is wrapped by the error of Attach when a
+// errAttachmentConflict is wrapped by the error of Attach when a
 // VolumeAttachment of the volume's name exists for another node or another
 // driver: it is not adopted.
-var ErrAttachmentConflict = errors.New("VolumeAttachment belongs to another node or driver")
+var errAttachmentConflict = errors.New("VolumeAttachment belongs to another node or driver")
 
 // Attach implements volume.SelfAttacher: the node's own attach
 // (self-attach mode). Like WaitForAttach it returns (nil, nil) for an
@@ -35,7 +35,7 @@ var ErrAttachmentConflict = errors.New("VolumeAttachment belongs to another node
 // WaitForAttach returns for it: the publish context once the
 // external-attacher has attached it, else ErrNotReady (the caller retries
 // when the VolumeAttachment changes). One that exists for another node or
-// driver is a final error wrapping ErrAttachmentConflict.
+// driver is a final error wrapping errAttachmentConflict.
 func (p *Plugin) Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string]string, error) {
 	if spec.Ephemeral {
 		return nil, nil
@@ -83,7 +83,7 @@ func (p *Plugin) Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string
 func (p *Plugin) checkAttachment(ctx context.Context, spec *cache.VolumeSpec, va *storagev1.VolumeAttachment) (map[string]string, error) {
 	if va.Spec.NodeName != p.node || va.Spec.Attacher != spec.Driver {
 		return nil, fmt.Errorf("attaching volume %s to node %s: VolumeAttachment %s exists for node %q and attacher %q: %w",
-			volumeDesc(spec), p.node, va.Name, va.Spec.NodeName, va.Spec.Attacher, ErrAttachmentConflict)
+			volumeDesc(spec), p.node, va.Name, va.Spec.NodeName, va.Spec.Attacher, errAttachmentConflict)
 	}
 	return p.attachStatus(ctx, spec, va)
 }

@@ -192,8 +192,8 @@ func TestSelfAttachOtherNodeConflict(t *testing.T) {
 			other := vaObj(spec, tt.mutate)
 			p, client := selfAttachPlugin(t, other)
 			_, err := p.Attach(ctx, spec)
-			if !errors.Is(err, ErrAttachmentConflict) || errors.Is(err, volume.ErrNotReady) {
-				t.Fatalf("Attach = %v; want ErrAttachmentConflict", err)
+			if !errors.Is(err, errAttachmentConflict) || errors.Is(err, volume.ErrNotReady) {
+				t.Fatalf("Attach = %v; want errAttachmentConflict", err)
 			}
 			for _, s := range []string{`"kubernetes.io/csi/csi.example.com^vol-1" (PV pv-1, driver csi.example.com)`, "to node node-1", other.Name, tt.want} {
 				if !strings.Contains(err.Error(), s) {
@@ -281,8 +281,8 @@ func TestSelfAttachConflictNotInLister(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := p.Attach(context.Background(), spec)
-	if !errors.Is(err, ErrAttachmentConflict) || !strings.Contains(err.Error(), `exists for node "node-2"`) {
-		t.Fatalf("Attach = %v; want ErrAttachmentConflict", err)
+	if !errors.Is(err, errAttachmentConflict) || !strings.Contains(err.Error(), `exists for node "node-2"`) {
+		t.Fatalf("Attach = %v; want errAttachmentConflict", err)
 	}
 	got, _ := client.StorageV1().VolumeAttachments().Get(context.Background(), other.Name, metav1.GetOptions{})
 	if diff := cmp.Diff(other.Spec, got.Spec); diff != "" {

@@ -19,11 +19,11 @@ import (
 	"github.com/nodevol/nodevol/cache"
 )
 
-// ServiceAccountTokensKey is the key under which a driver whose CSIDriver
+// serviceAccountTokensKey is the key under which a driver whose CSIDriver
 // lists tokenRequests gets the pod's service account tokens: a JSON map
 // from audience to {token, expirationTimestamp}, in the volume context, or
 // in the secrets when the CSIDriver sets serviceAccountTokenInSecrets.
-const ServiceAccountTokensKey = "csi.storage.k8s.io/serviceAccount.tokens"
+const serviceAccountTokensKey = "csi.storage.k8s.io/serviceAccount.tokens"
 
 // TokenGetter issues service account tokens (the TokenRequest API).
 type TokenGetter interface {
@@ -111,7 +111,7 @@ var errNoTokenGetter = errors.New("no TokenGetter configured (csiplugin.Config.T
 
 // addServiceAccountTokens requests the tokens the driver's CSIDriver asks
 // for (tokenRequests), bound to the pod, and adds them to req under
-// ServiceAccountTokensKey: in the secrets when the CSIDriver sets
+// serviceAccountTokensKey: in the secrets when the CSIDriver sets
 // serviceAccountTokenInSecrets, in the volume context otherwise. The maps
 // in req are copied before they change: they may be the spec's.
 func (p *Plugin) addServiceAccountTokens(ctx context.Context, driver *storagev1.CSIDriver, pod cache.PodRef, req *requestMaps) error {
@@ -146,9 +146,9 @@ func (p *Plugin) addServiceAccountTokens(ctx context.Context, driver *storagev1.
 		return err
 	}
 	if driver.Spec.ServiceAccountTokenInSecrets != nil && *driver.Spec.ServiceAccountTokenInSecrets {
-		req.secrets = withKey(req.secrets, ServiceAccountTokensKey, string(tokens))
+		req.secrets = withKey(req.secrets, serviceAccountTokensKey, string(tokens))
 	} else {
-		req.volumeContext = withKey(req.volumeContext, ServiceAccountTokensKey, string(tokens))
+		req.volumeContext = withKey(req.volumeContext, serviceAccountTokensKey, string(tokens))
 	}
 	return nil
 }

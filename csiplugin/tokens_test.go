@@ -75,13 +75,13 @@ func TestServiceAccountTokens(t *testing.T) {
 				where, other = other, where
 			}
 			var got map[string]authenticationv1.TokenRequestStatus
-			if err := json.Unmarshal([]byte(where[ServiceAccountTokensKey]), &got); err != nil {
-				t.Fatalf("%s = %q: %v", ServiceAccountTokensKey, where[ServiceAccountTokensKey], err)
+			if err := json.Unmarshal([]byte(where[serviceAccountTokensKey]), &got); err != nil {
+				t.Fatalf("%s = %q: %v", serviceAccountTokensKey, where[serviceAccountTokensKey], err)
 			}
 			if len(got) != 2 || got["vault"].Token != "token-vault" || got["aws"].Token != "token-aws" {
 				t.Errorf("tokens = %+v, want vault and aws", got)
 			}
-			if _, ok := other[ServiceAccountTokensKey]; ok {
+			if _, ok := other[serviceAccountTokensKey]; ok {
 				t.Errorf("tokens in both the volume context and the secrets")
 			}
 			if len(spec.Attributes) != 1 {

@@ -7,8 +7,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/pluginmanager"
-	"github.com/nodevol/nodevol/registration"
 )
 
 // The pieces Config.PluginRegistration wires, for an agent that wires them

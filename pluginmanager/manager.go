@@ -13,8 +13,8 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/util/backoff"
-	"github.com/nodevol/nodevol/util/promreg"
+	"github.com/nodevol/nodevol/internal/backoff"
+	"github.com/nodevol/nodevol/internal/promreg"
 )
 
 // PluginInfo describes a registered plugin.

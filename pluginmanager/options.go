@@ -27,13 +27,13 @@ type Handler interface {
 	DeRegisterPlugin(ctx context.Context, name, endpoint string) error
 }
 
-// Defaults of Options.
+// Defaults of Options (their docs give the values).
 const (
-	DefaultRPCTimeout     = 10 * time.Second
-	DefaultHandlerTimeout = 2 * time.Minute
-	DefaultInitialBackoff = 500 * time.Millisecond
-	DefaultMaxBackoff     = 2 * time.Minute
-	DefaultResyncPeriod   = time.Minute
+	defaultRPCTimeout     = 10 * time.Second
+	defaultHandlerTimeout = 2 * time.Minute
+	defaultInitialBackoff = 500 * time.Millisecond
+	defaultMaxBackoff     = 2 * time.Minute
+	defaultResyncPeriod   = time.Minute
 )
 
 // Options configures a Manager.
@@ -48,23 +48,23 @@ type Options struct {
 	// Clock is used for backoff and resync timers. Default: the real clock.
 	Clock clock.WithTicker
 	// RPCTimeout bounds each call to a registrar's socket: connecting plus
-	// GetInfo, and NotifyRegistrationStatus. Default DefaultRPCTimeout
-	// (the kubelet's connection timeout).
+	// GetInfo, and NotifyRegistrationStatus. Default 10 s (the
+	// kubelet's connection timeout).
 	RPCTimeout time.Duration
 	// HandlerTimeout bounds a handler's ValidatePlugin plus RegisterPlugin,
-	// and its DeRegisterPlugin. Default DefaultHandlerTimeout (the
-	// kubelet's CSI call timeout).
+	// and its DeRegisterPlugin. Default 2 min (the kubelet's
+	// CSI call timeout).
 	HandlerTimeout time.Duration
 	// InitialBackoff is the wait before the first retry of a failed
 	// registration or deregistration; it doubles with each failure of the
 	// same socket up to MaxBackoff, and is forgotten on success or when
-	// the socket is created again. Default DefaultInitialBackoff.
+	// the socket is created again. Default 500 ms.
 	InitialBackoff time.Duration
-	// MaxBackoff caps the wait between retries. Default DefaultMaxBackoff.
+	// MaxBackoff caps the wait between retries. Default 2 min.
 	MaxBackoff time.Duration
 	// ResyncPeriod is how often the directory is rescanned in case an
 	// fsnotify event was lost; events, not the rescan, drive registration.
-	// Default DefaultResyncPeriod.
+	// Default 1 min.
 	ResyncPeriod time.Duration
 	// Registerer, if set, receives the kubelet's gauge
 	// plugin_manager_total_plugins{socket_path,state}: 1 for each socket
@@ -97,14 +97,14 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	o.RPCTimeout = orDefault(o.RPCTimeout, DefaultRPCTimeout)
-	o.HandlerTimeout = orDefault(o.HandlerTimeout, DefaultHandlerTimeout)
-	o.InitialBackoff = orDefault(o.InitialBackoff, DefaultInitialBackoff)
-	o.MaxBackoff = orDefault(o.MaxBackoff, DefaultMaxBackoff)
+	o.RPCTimeout = orDefault(o.RPCTimeout, defaultRPCTimeout)
+	o.HandlerTimeout = orDefault(o.HandlerTimeout, defaultHandlerTimeout)
+	o.InitialBackoff = orDefault(o.InitialBackoff, defaultInitialBackoff)
+	o.MaxBackoff = orDefault(o.MaxBackoff, defaultMaxBackoff)
 	if o.MaxBackoff < o.InitialBackoff {
 		o.MaxBackoff = o.InitialBackoff
 	}
-	o.ResyncPeriod = orDefault(o.ResyncPeriod, DefaultResyncPeriod)
+	o.ResyncPeriod = orDefault(o.ResyncPeriod, defaultResyncPeriod)
 	return o, nil
 }
 

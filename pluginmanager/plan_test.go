@@ -82,8 +82,8 @@ func TestOptionsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := m.opts
-	if o.Clock == nil || o.RPCTimeout != DefaultRPCTimeout || o.HandlerTimeout != DefaultHandlerTimeout ||
-		o.InitialBackoff != DefaultInitialBackoff || o.MaxBackoff != DefaultMaxBackoff || o.ResyncPeriod != DefaultResyncPeriod {
+	if o.Clock == nil || o.RPCTimeout != defaultRPCTimeout || o.HandlerTimeout != defaultHandlerTimeout ||
+		o.InitialBackoff != defaultInitialBackoff || o.MaxBackoff != defaultMaxBackoff || o.ResyncPeriod != defaultResyncPeriod {
 		t.Errorf("defaults not filled in: %+v", o)
 	}
 	if o.Dir[0] != '/' {

@@ -21,8 +21,8 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/blockdev"
 	"github.com/nodevol/nodevol/internal/ondisk"
-	"github.com/nodevol/nodevol/util/blockdev"
 )
 
 // recordingBlockMapper records map and unmap calls by pod.

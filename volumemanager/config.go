@@ -42,7 +42,7 @@ type Config struct {
 	// Drivers is the CSI driver registry. Default: a new one, reachable through Drivers().
 	Drivers *csi.Registry
 	// BlockMapper maps raw block devices into pods. Default: bind mounts
-	// through Mounter and loop devices through losetup (util/blockdev).
+	// through Mounter and loop devices through losetup (internal/blockdev).
 	BlockMapper csiplugin.BlockMapper
 	// Plugin replaces the CSI plugin built from the fields above (tests,
 	// other plugins). Default: csiplugin.New.

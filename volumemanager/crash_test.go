@@ -21,9 +21,9 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/blockdev"
 	"github.com/nodevol/nodevol/internal/ondisk"
-	"github.com/nodevol/nodevol/util/blockdev"
-	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/internal/rootfs"
 	"github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/util/step/steptest"
 )

@@ -21,6 +21,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 // TestFailureLog: the rule of docs/OPERATIONS.md. Of identical failures of
@@ -277,7 +278,7 @@ func TestFailureEventReasons(t *testing.T) {
 			rec := record.NewFakeRecorder(10)
 			rec.IncludeObject = true
 			l := newLoop(loopConfig{node: "node-1", clock: fakeclock.NewFakeClock(time.Unix(0, 0)), events: rec,
-				dsw: cache.NewDesiredStateOfWorld(func(cache.UniqueVolumeName) {}), asw: cache.NewActualStateOfWorld()}, nil, nil)
+				dsw: state.NewDesiredStateOfWorld(func(cache.UniqueVolumeName) {}), asw: state.NewActualStateOfWorld()}, nil, nil)
 			l.logger = logr.Discard()
 			a := oe.Action{Kind: tt.kind, Volume: "kubernetes.io/csi/drv^h"}
 			if tt.kind == oe.OpUnpublish {
@@ -285,7 +286,7 @@ func TestFailureEventReasons(t *testing.T) {
 			}
 			spec := cache.VolumeSpec{Name: a.Volume, Driver: "drv", VolumeHandle: "h", Mode: tt.mode}
 			if tt.kind == oe.OpStage {
-				l.dsw.SetPod(pod.Pod, []string{"data"}, []cache.DesiredVolume{{Spec: spec, Volume: pod}}, nil)
+				l.dsw.SetPod(pod.Pod, []string{"data"}, []state.DesiredVolume{{Spec: spec, Volume: pod}}, nil)
 			}
 			l.failed(oe.Outcome{Action: a, Spec: spec, Err: errors.New("boom")})
 			if len(rec.Events) != 1 {

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodevol/nodevol/internal/backoff"
 )
 
 // In node-restricted mode (Config.NodeRestricted) the node may read
@@ -38,7 +40,8 @@ import (
 //     refresh (Config.ResyncPeriod), a VolumeAttachment not yet attached
 //     every second at first, then less often (up to every 10 s), as the
 //     kubelet polls it; a change is announced;
-//   - a failed GET is retried with exponential backoff and logged once per
+//   - a failed GET is retried with backoff (fetchRetry: 500 ms doubling to
+//     1 min, with the jitter of API retries) and logged once per
 //     new error at the default level; an object already known is kept
 //     (an API error says nothing about it);
 //   - an object not read for evictAfter is dropped without a GET.
@@ -82,6 +85,7 @@ type fetched struct {
 	answered bool          // a GET has returned
 	readAt   time.Time     // last read by the resolver or the plugin
 	poll     time.Duration // the next quick poll (VolumeAttachments not attached)
+	failures int           // GETs failed in a row, for the retry's backoff
 	// claims are the "namespace/name" keys of the claims bound to this PV,
 	// announced when it changes (its claimRef may be empty).
 	claims map[string]struct{}
@@ -89,14 +93,17 @@ type fetched struct {
 
 // Fetch timing.
 const (
-	fetchTimeout  = 30 * time.Second
-	pollFirst     = time.Second
-	pollMax       = 10 * time.Second
-	fetchWorkers  = 4
-	evictPeriods  = 3 // an object unread for this many refresh periods is dropped
-	retryBaseWait = 500 * time.Millisecond
-	retryMaxWait  = time.Minute
+	fetchTimeout = 30 * time.Second
+	pollFirst    = time.Second
+	pollMax      = 10 * time.Second
+	fetchWorkers = 4
+	evictPeriods = 3 // an object unread for this many refresh periods is dropped
 )
+
+// fetchRetry is the backoff of a failed GET: 500 ms doubling to 1 min, with
+// the jitter of API server retries, so that the nodes of a cluster do not
+// all retry at once after an outage.
+var fetchRetry = backoff.Policy{Initial: 500 * time.Millisecond, Max: time.Minute, Jitter: backoff.APIJitter}
 
 // fetcher is the GET-based cache of node-restricted mode.
 type fetcher struct {
@@ -112,8 +119,9 @@ type fetcher struct {
 	mu      sync.Mutex
 	entries map[fetchKey]*fetched
 	queue   workqueue.TypedDelayingInterface[fetchKey]
-	limiter workqueue.TypedRateLimiter[fetchKey]
-	gets    atomic.Int64 // GETs sent, for tests and the docs' numbers
+	// retry is fetchRetry; tests fix its jitter.
+	retry backoff.Policy
+	gets  atomic.Int64 // GETs sent, for tests and the docs' numbers
 }
 
 func newFetcher(client kubernetes.Interface, clk clock.WithTicker, refresh time.Duration) *fetcher {
@@ -125,7 +133,7 @@ func newFetcher(client kubernetes.Interface, clk clock.WithTicker, refresh time.
 		queue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[fetchKey]{
 			Name: "", Clock: clk,
 		}),
-		limiter:    workqueue.NewTypedItemExponentialFailureRateLimiter[fetchKey](retryBaseWait, retryMaxWait),
+		retry:      fetchRetry,
 		claim:      func(string) {},
 		attachment: func(string) {},
 	}
@@ -193,7 +201,6 @@ func (f *fetcher) fetch(ctx context.Context, k fetchKey) {
 	}
 	f.mu.Unlock()
 	if e == nil {
-		f.limiter.Forget(k)
 		return
 	}
 
@@ -209,16 +216,10 @@ func (f *fetcher) fetch(ctx context.Context, k fetchKey) {
 	ans := f.store(k, e, obj, err)
 	f.mu.Unlock()
 
-	if ans.failing {
-		wait := f.limiter.When(k)
-		if ans.changed {
-			klog.FromContext(ctx).Error(ans.err, "Fetching failed (node-restricted mode)", "object", k.String(), "retryAfter", wait)
-		}
-		f.queue.AddAfter(k, wait)
-	} else {
-		f.limiter.Forget(k)
-		f.queue.AddAfter(k, ans.next)
+	if ans.failing && ans.changed {
+		klog.FromContext(ctx).Error(ans.err, "Fetching failed (node-restricted mode)", "object", k.String(), "retryAfter", ans.next)
 	}
+	f.queue.AddAfter(k, ans.next)
 	if ans.changed {
 		f.announce(k, ans.claims)
 	}
@@ -227,12 +228,13 @@ func (f *fetcher) fetch(ctx context.Context, k fetchKey) {
 // answer is what one GET changed, and when to GET again.
 type answer struct {
 	// changed: the entry's object or error changed; failing: the GET
-	// failed (err, wrapped), and is retried with backoff.
+	// failed (err, wrapped), and is retried with backoff (next).
 	changed, failing bool
 	err              error
 	// claims are the claims ("namespace/name") a PV answer concerns.
 	claims []string
-	// next is when to GET again, once it did not fail.
+	// next is when to GET again: the refresh or the poll, or after a
+	// failure the retry's backoff.
 	next time.Duration
 }
 
@@ -279,6 +281,12 @@ func (f *fetcher) store(k fetchKey, e *fetched, obj metav1.Object, err error) an
 			e.poll = min(e.poll*3/2, pollMax)
 		}
 		ans.next = e.poll
+	}
+	if ans.failing {
+		e.failures++
+		ans.next = f.retry.Delay(e.failures)
+	} else {
+		e.failures = 0
 	}
 	return ans
 }

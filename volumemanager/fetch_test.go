@@ -37,6 +37,7 @@ type fetchHarness struct {
 func newFetchHarness(t *testing.T, objs ...runtime.Object) *fetchHarness {
 	h := &fetchHarness{t: t, client: fake.NewClientset(objs...), clock: testclock.NewFakeClock(time.Unix(1000, 0))}
 	h.f = newFetcher(h.client, h.clock, time.Minute)
+	h.f.retry.Rand = func() float64 { return 0 } // retries exactly on the doubling
 	h.f.claim = func(k string) { h.say("claim " + k) }
 	h.f.attachment = func(n string) { h.say("attachment " + n) }
 	t.Cleanup(h.f.queue.ShutDown)
@@ -199,14 +200,14 @@ func TestFetcherErrors(t *testing.T) {
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "get PersistentVolumeClaim ns/c") {
 		t.Fatalf("forbidden claim: %v, want Forbidden naming the claim", err)
 	}
-	h.clock.Step(retryBaseWait)
+	h.clock.Step(fetchRetry.Initial)
 	if k := h.fetchNext(); k.name != "c" {
 		t.Fatalf("retried %v", k)
 	}
 	mu.Lock()
 	fail = false
 	mu.Unlock()
-	h.clock.Step(2 * retryBaseWait)
+	h.clock.Step(2 * fetchRetry.Initial)
 	h.fetchNext()
 	if got, err := l.Get("c"); err != nil || got.Name != "c" {
 		t.Fatalf("after the error cleared: %v %v", got, err)
@@ -428,4 +429,33 @@ func TestNodeRestrictedKeepsWhatPodsUse(t *testing.T) {
 		t.Fatalf("claim of a running pod: %v, want it cached", err)
 	}
 	e.unmount(pod)
+}
+
+// TestFetcherRetryBackoff: a failed GET is retried after the API retry
+// policy's wait (500 ms doubling to 1 min, lengthened by its jitter), and
+// a GET that succeeds goes back to the refresh period.
+func TestFetcherRetryBackoff(t *testing.T) {
+	h := newFetchHarness(t)
+	h.f.retry.Rand = func() float64 { return 0.5 } // a tenth longer
+	k := fetchKey{kind: kindPVC, namespace: "ns", name: "c"}
+	e := &fetched{}
+	failed := apierrors.NewServiceUnavailable("apiserver down")
+	for i, want := range []time.Duration{550 * time.Millisecond, 1100 * time.Millisecond, 2200 * time.Millisecond} {
+		if ans := h.f.store(k, e, nil, failed); !ans.failing || ans.next != want {
+			t.Fatalf("failure %d: failing %v, next %v; want %v", i+1, ans.failing, ans.next, want)
+		}
+	}
+	for range 10 {
+		h.f.store(k, e, nil, failed)
+	}
+	if ans := h.f.store(k, e, nil, failed); ans.next != 66*time.Second {
+		t.Errorf("after many failures: next %v, want the 1 min cap plus a tenth", ans.next)
+	}
+	pvc, _ := csitest.BoundClaim("ns", "c", "d.example.com", "h")
+	if ans := h.f.store(k, e, pvc, nil); ans.failing || ans.next != time.Minute {
+		t.Errorf("success: failing %v, next %v; want the refresh", ans.failing, ans.next)
+	}
+	if ans := h.f.store(k, e, nil, failed); ans.next != 550*time.Millisecond {
+		t.Errorf("failure after a success: next %v, want 550ms again", ans.next)
+	}
 }

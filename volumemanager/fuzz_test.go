@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 // fuzzInput hands out the choices a fuzzed pod and its objects are built
@@ -390,7 +391,7 @@ func FuzzResolvePod(f *testing.F) {
 
 // checkResolved checks a resolved volume against the pod volume v it may
 // come from and the objects in the listers.
-func checkResolved(pod *v1.Pod, v *v1.Volume, dv cache.DesiredVolume, pvcObjs, pvObjs []any) error {
+func checkResolved(pod *v1.Pod, v *v1.Volume, dv state.DesiredVolume, pvcObjs, pvObjs []any) error {
 	spec, pv := dv.Spec, dv.Volume
 	if spec.Ephemeral {
 		sum := sha256.Sum256([]byte(string(pod.UID) + pv.SpecName))

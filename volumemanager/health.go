@@ -10,6 +10,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 // conditions remembers which pod mounts were last seen with an abnormal
@@ -50,7 +51,7 @@ func (c *conditions) observe(name cache.UniqueVolumeName, vol cache.PodVolume, c
 }
 
 // forgetGone drops what is remembered of the pod mounts no longer Mounted.
-func (c *conditions) forgetGone(asw *cache.ActualStateOfWorld) {
+func (c *conditions) forgetGone(asw *state.ActualStateOfWorld) {
 	keep := map[oe.Key]bool{}
 	for _, name := range asw.VolumeNames() {
 		if v, ok := asw.Volume(name); ok {

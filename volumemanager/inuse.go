@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/util/backoff"
+	"github.com/nodevol/nodevol/internal/backoff"
 )
 
 // inUseRetry is the backoff of a failed Node status patch, with jitter:

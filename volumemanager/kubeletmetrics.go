@@ -8,7 +8,8 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
-	"github.com/nodevol/nodevol/util/promreg"
+	"github.com/nodevol/nodevol/internal/promreg"
+	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 // The kubelet's volume manager metrics beside storage_operation_duration_seconds
@@ -33,18 +34,18 @@ type totalVolumesCollector struct {
 
 // worlds are one manager's caches.
 type worlds struct {
-	dsw *cache.DesiredStateOfWorld
-	asw *cache.ActualStateOfWorld
+	dsw *state.DesiredStateOfWorld
+	asw *state.ActualStateOfWorld
 }
 
-func newTotalVolumesCollector(dsw *cache.DesiredStateOfWorld, asw *cache.ActualStateOfWorld) *totalVolumesCollector {
+func newTotalVolumesCollector(dsw *state.DesiredStateOfWorld, asw *state.ActualStateOfWorld) *totalVolumesCollector {
 	return &totalVolumesCollector{worlds: []worlds{{dsw, asw}}, desc: prometheus.NewDesc("volume_manager_total_volumes",
 		"Number of volumes in Volume Manager", []string{"plugin_name", "state"}, nil)}
 }
 
 // registerTotalVolumes registers the volume counts of dsw and asw on reg,
 // adding them to the collector of another manager already there.
-func registerTotalVolumes(reg prometheus.Registerer, dsw *cache.DesiredStateOfWorld, asw *cache.ActualStateOfWorld) error {
+func registerTotalVolumes(reg prometheus.Registerer, dsw *state.DesiredStateOfWorld, asw *state.ActualStateOfWorld) error {
 	c := newTotalVolumesCollector(dsw, asw)
 	existing, err := promreg.Reuse(reg, c)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
+	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 // loop owns the actual state of the world. Everything that changes it
@@ -62,8 +63,8 @@ type loop struct {
 type loopConfig struct {
 	node    string
 	clock   clock.Clock
-	dsw     *cache.DesiredStateOfWorld
-	asw     *cache.ActualStateOfWorld
+	dsw     *state.DesiredStateOfWorld
+	asw     *state.ActualStateOfWorld
 	metrics *metrics
 	events  record.EventRecorder
 	// volumes finds each volume's plugin, whose Capabilities the planner

@@ -18,10 +18,11 @@ import (
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/internal/promreg"
+	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/pluginmanager"
-	"github.com/nodevol/nodevol/registration"
-	"github.com/nodevol/nodevol/util/promreg"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 // VolumeManager mounts the CSI volumes of the pods on this node and unmounts
@@ -29,8 +30,8 @@ import (
 type VolumeManager struct {
 	cfg      Config
 	factory  informers.SharedInformerFactory
-	dsw      *vcache.DesiredStateOfWorld
-	asw      *vcache.ActualStateOfWorld
+	dsw      *state.DesiredStateOfWorld
+	asw      *state.ActualStateOfWorld
 	in       *inbox
 	loop     *loop
 	plugin   volume.Plugin
@@ -209,11 +210,11 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 func (vm *VolumeManager) newLoop(m *metrics) {
 	cfg := vm.cfg
 	var l *loop
-	vm.dsw = vcache.NewDesiredStateOfWorld(func(n vcache.UniqueVolumeName) {
+	vm.dsw = state.NewDesiredStateOfWorld(func(n vcache.UniqueVolumeName) {
 		l.markDirty(n)     // the desired state is written by the loop only
 		vm.inUse.changed() // nil-safe
 	})
-	vm.asw = vcache.NewActualStateOfWorld()
+	vm.asw = state.NewActualStateOfWorld()
 	lc := loopConfig{
 		node: cfg.NodeName, clock: cfg.Clock, dsw: vm.dsw, asw: vm.asw, metrics: m, events: cfg.EventRecorder,
 		volumes: vm.volumes, selfAttach: cfg.SelfAttach,

@@ -8,7 +8,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
-	"github.com/nodevol/nodevol/util/promreg"
+	"github.com/nodevol/nodevol/internal/promreg"
 )
 
 // metrics are the kubelet's where one exists. A nil *metrics records nothing.

@@ -6,7 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/util/podwait"
+	"github.com/nodevol/nodevol/internal/podwait"
 )
 
 // podErrors holds the last error of each pod's volumes, by spec name, for

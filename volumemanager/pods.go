@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
+	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 // podTable is pod resolution as the loop consumes it: the pods added and
@@ -64,7 +65,7 @@ func (t *podTable) waitForListers(uid types.UID, ref cache.PodRef) {
 
 // resolve resolves a pod into what the desired state takes (SetPod) and
 // records how far it got.
-func (t *podTable) resolve(pod *v1.Pod, logger klog.Logger) (ref cache.PodRef, wanted []string, resolved []cache.DesiredVolume, errs map[string]error) {
+func (t *podTable) resolve(pod *v1.Pod, logger klog.Logger) (ref cache.PodRef, wanted []string, resolved []state.DesiredVolume, errs map[string]error) {
 	uid := pod.UID
 	t.known[uid] = podRef(pod)
 	ref, wanted, resolved, errs = t.resolver.resolvePod(pod)

@@ -17,6 +17,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
+	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 // resolver turns a pod's volumes into desired CSI volumes, reading PVCs and
@@ -71,7 +72,7 @@ func podCSIVolumes(pod *v1.Pod) (vols []v1.Volume, block map[string]bool) {
 
 // resolvePod resolves every CSI volume of the pod. wanted lists them all by
 // spec name; errs says why some could not be resolved.
-func (r *resolver) resolvePod(pod *v1.Pod) (ref cache.PodRef, wanted []string, resolved []cache.DesiredVolume, errs map[string]error) {
+func (r *resolver) resolvePod(pod *v1.Pod) (ref cache.PodRef, wanted []string, resolved []state.DesiredVolume, errs map[string]error) {
 	ref = podRef(pod)
 	errs = map[string]error{}
 	vols, block := podCSIVolumes(pod)
@@ -96,7 +97,7 @@ func podRef(pod *v1.Pod) cache.PodRef {
 	return cache.PodRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, ServiceAccount: pod.Spec.ServiceAccountName}
 }
 
-func (r *resolver) resolveVolume(pod *v1.Pod, v *v1.Volume, asBlock bool) (cache.DesiredVolume, error) {
+func (r *resolver) resolveVolume(pod *v1.Pod, v *v1.Volume, asBlock bool) (state.DesiredVolume, error) {
 	pv := cache.PodVolume{SpecName: v.Name}
 	if sc := pod.Spec.SecurityContext; sc != nil {
 		pv.FSGroup = sc.FSGroup
@@ -105,37 +106,37 @@ func (r *resolver) resolveVolume(pod *v1.Pod, v *v1.Volume, asBlock bool) (cache
 	switch {
 	case v.CSI != nil:
 		if asBlock {
-			return cache.DesiredVolume{}, fmt.Errorf("inline CSI volume cannot be used in volumeDevices")
+			return state.DesiredVolume{}, fmt.Errorf("inline CSI volume cannot be used in volumeDevices")
 		}
 		if err := csi.ValidateDriverName(v.CSI.Driver); err != nil {
-			return cache.DesiredVolume{}, fmt.Errorf("inline CSI volume: %w", err)
+			return state.DesiredVolume{}, fmt.Errorf("inline CSI volume: %w", err)
 		}
-		return cache.DesiredVolume{Spec: inlineSpec(pod, v), Volume: pv}, nil
+		return state.DesiredVolume{Spec: inlineSpec(pod, v), Volume: pv}, nil
 	case v.PersistentVolumeClaim != nil:
 		spec, err := r.claimSpec(pod.Namespace, v.PersistentVolumeClaim.ClaimName, nil)
 		if err != nil {
-			return cache.DesiredVolume{}, err
+			return state.DesiredVolume{}, err
 		}
 		pv.ReadOnly = v.PersistentVolumeClaim.ReadOnly || spec.ReadOnly
-		return cache.DesiredVolume{Spec: spec, Volume: pv}, checkMode(spec, asBlock)
+		return state.DesiredVolume{Spec: spec, Volume: pv}, checkMode(spec, asBlock)
 	case v.Ephemeral == nil: // an inline volume of a migrated in-tree plugin
 		plugin := migratedInlinePlugin(v)
 		if plugin == "" {
-			return cache.DesiredVolume{}, planner.ErrUnknownSource
+			return state.DesiredVolume{}, planner.ErrUnknownSource
 		}
 		spec, err := migratedInlineSpec(pod, v, plugin)
 		if err != nil {
-			return cache.DesiredVolume{}, err
+			return state.DesiredVolume{}, err
 		}
 		pv.ReadOnly = spec.ReadOnly
-		return cache.DesiredVolume{Spec: spec, Volume: pv}, checkMode(spec, asBlock)
+		return state.DesiredVolume{Spec: spec, Volume: pv}, checkMode(spec, asBlock)
 	default: // generic ephemeral volume: a PVC named after the pod and the volume
 		spec, err := r.claimSpec(pod.Namespace, pod.Name+"-"+v.Name, pod)
 		if err != nil {
-			return cache.DesiredVolume{}, err
+			return state.DesiredVolume{}, err
 		}
 		pv.ReadOnly = spec.ReadOnly
-		return cache.DesiredVolume{Spec: spec, Volume: pv}, checkMode(spec, asBlock)
+		return state.DesiredVolume{Spec: spec, Volume: pv}, checkMode(spec, asBlock)
 	}
 }
 

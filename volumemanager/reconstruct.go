@@ -11,7 +11,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/ondisk"
-	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/internal/rootfs"
 	"github.com/nodevol/nodevol/util/step"
 )
 
@@ -84,7 +84,7 @@ type recovery struct {
 // after staged for good.
 //
 // The scan (ondisk.Scanner) reads what is there; what to make of it is
-// decided here. It follows no symlink below root (util/rootfs): a symlink where a
+// decided here. It follows no symlink below root (internal/rootfs): a symlink where a
 // directory is expected (a pod's directory, its volumes or
 // kubernetes.io~csi directory, a volume directory, a driver's or a staging
 // directory) is logged and skipped, so that nothing it points to is ever

@@ -12,8 +12,8 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/pluginmanager"
-	"github.com/nodevol/nodevol/registration"
 )
 
 // newPluginManager returns the plugin manager that registers the CSI

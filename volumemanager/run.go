@@ -7,9 +7,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/nodevol/nodevol/internal/backoff"
 	"github.com/nodevol/nodevol/internal/ondisk"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
-	"github.com/nodevol/nodevol/util/backoff"
 )
 
 // context returns Run's context, or context.Background before Run.

@@ -27,6 +27,7 @@ import (
 	"github.com/nodevol/nodevol/internal/ondisk"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 // TestScenarios runs the scripts in testdata/: each drives the reconcile
@@ -84,8 +85,8 @@ type scenario struct {
 	pvs     k8scache.Indexer
 	drivers k8scache.Indexer
 	in      *inbox
-	asw     *cache.ActualStateOfWorld
-	dsw     *cache.DesiredStateOfWorld
+	asw     *state.ActualStateOfWorld
+	dsw     *state.DesiredStateOfWorld
 	l       *loop
 	ops     map[int]startedOp
 	nextID  int
@@ -118,8 +119,8 @@ func newScenario(t *testing.T) *scenario {
 // newLoop builds a loop as New does, on fresh caches.
 func (s *scenario) newLoop() {
 	var l *loop
-	s.dsw = cache.NewDesiredStateOfWorld(func(n cache.UniqueVolumeName) { l.markDirty(n) })
-	s.asw = cache.NewActualStateOfWorld()
+	s.dsw = state.NewDesiredStateOfWorld(func(n cache.UniqueVolumeName) { l.markDirty(n) })
+	s.asw = state.NewActualStateOfWorld()
 	res := &resolver{pvcs: corelisters.NewPersistentVolumeClaimLister(s.pvcs), pvs: corelisters.NewPersistentVolumeLister(s.pvs),
 		csiDrivers: storagelisters.NewCSIDriverLister(s.drivers), seLinuxEnabled: true}
 	volumes, err := volume.NewRegistry(scenarioPlugin{drivers: storagelisters.NewCSIDriverLister(s.drivers)})

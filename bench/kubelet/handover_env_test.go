@@ -80,7 +80,7 @@ func nodeagentBin(t *testing.T) string {
 }
 
 // requireRoot skips when the test cannot make real mounts, as nodevol's
-// util/roottest does (this module cannot import it): always with -short;
+// internal/roottest does (this module cannot import it): always with -short;
 // as non-root it skips, or fails under CI (CI=true or
 // NODEVOL_REQUIRE_ROOT=1), so that CI cannot pass by skipping.
 func requireRoot(t *testing.T) {

@@ -18,12 +18,12 @@ import (
 // defaults. UIDs are derived from kind, namespace and name, so a test that
 // builds the same object twice gets the same UID.
 
-// DefaultSize is the capacity of the volumes and claims the builders make.
-const DefaultSize = "1Gi"
+// defaultSize is the capacity of the volumes and claims the builders make.
+const defaultSize = "1Gi"
 
-// UIDFor returns a UID derived from an object's kind, namespace and name,
+// uidFor returns a UID derived from an object's kind, namespace and name,
 // formatted like the API server's random ones.
-func UIDFor(kind, namespace, name string) types.UID {
+func uidFor(kind, namespace, name string) types.UID {
 	sum := sha256.Sum256([]byte(kind + "/" + namespace + "/" + name))
 	h := hex.EncodeToString(sum[:16])
 	return types.UID(h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32])
@@ -41,15 +41,15 @@ func AttachmentName(volumeHandle, driver, node string) string {
 type PVOption func(*v1.PersistentVolume)
 
 // PV returns a CSI PersistentVolume of driver with volume handle handle:
-// DefaultSize, ReadWriteOnce, Filesystem mode, reclaim policy Delete. Its
-// phase is Bound when it has a claimRef (PVClaimRef) and Available
-// otherwise, unless PVPhase says otherwise.
+// 1Gi, ReadWriteOnce, Filesystem mode, reclaim policy Delete. Its phase
+// is Bound when it has a claimRef (as BoundClaim gives it) and Available
+// otherwise.
 func PV(name, driver, handle string, opts ...PVOption) *v1.PersistentVolume {
 	fs := v1.PersistentVolumeFilesystem
 	pv := &v1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: UIDFor("PersistentVolume", "", name)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: uidFor("PersistentVolume", "", name)},
 		Spec: v1.PersistentVolumeSpec{
-			Capacity:    v1.ResourceList{v1.ResourceStorage: resource.MustParse(DefaultSize)},
+			Capacity:    v1.ResourceList{v1.ResourceStorage: resource.MustParse(defaultSize)},
 			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
 			PersistentVolumeSource: v1.PersistentVolumeSource{
 				CSI: &v1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle},
@@ -95,8 +95,8 @@ func PVFSType(fsType string) PVOption {
 	return func(pv *v1.PersistentVolume) { pv.Spec.CSI.FSType = fsType }
 }
 
-// PVReadOnly sets the CSI source's readOnly.
-func PVReadOnly() PVOption {
+// pvReadOnly sets the CSI source's readOnly.
+func pvReadOnly() PVOption {
 	return func(pv *v1.PersistentVolume) { pv.Spec.CSI.ReadOnly = true }
 }
 
@@ -105,13 +105,13 @@ func PVMountOptions(options ...string) PVOption {
 	return func(pv *v1.PersistentVolume) { pv.Spec.MountOptions = options }
 }
 
-// PVAttributes sets the CSI source's volumeAttributes (copied).
-func PVAttributes(attributes map[string]string) PVOption {
+// pvAttributes sets the CSI source's volumeAttributes (copied).
+func pvAttributes(attributes map[string]string) PVOption {
 	return func(pv *v1.PersistentVolume) { pv.Spec.CSI.VolumeAttributes = maps.Clone(attributes) }
 }
 
-// PVNodeStageSecret sets the CSI source's nodeStageSecretRef.
-func PVNodeStageSecret(namespace, name string) PVOption {
+// pvNodeStageSecret sets the CSI source's nodeStageSecretRef.
+func pvNodeStageSecret(namespace, name string) PVOption {
 	return func(pv *v1.PersistentVolume) { pv.Spec.CSI.NodeStageSecretRef = secretRef(namespace, name) }
 }
 
@@ -120,14 +120,14 @@ func PVNodePublishSecret(namespace, name string) PVOption {
 	return func(pv *v1.PersistentVolume) { pv.Spec.CSI.NodePublishSecretRef = secretRef(namespace, name) }
 }
 
-// PVNodeExpandSecret sets the CSI source's nodeExpandSecretRef.
-func PVNodeExpandSecret(namespace, name string) PVOption {
+// pvNodeExpandSecret sets the CSI source's nodeExpandSecretRef.
+func pvNodeExpandSecret(namespace, name string) PVOption {
 	return func(pv *v1.PersistentVolume) { pv.Spec.CSI.NodeExpandSecretRef = secretRef(namespace, name) }
 }
 
-// PVControllerPublishSecret sets the CSI source's
+// pvControllerPublishSecret sets the CSI source's
 // controllerPublishSecretRef.
-func PVControllerPublishSecret(namespace, name string) PVOption {
+func pvControllerPublishSecret(namespace, name string) PVOption {
 	return func(pv *v1.PersistentVolume) { pv.Spec.CSI.ControllerPublishSecretRef = secretRef(namespace, name) }
 }
 
@@ -135,10 +135,10 @@ func secretRef(namespace, name string) *v1.SecretReference {
 	return &v1.SecretReference{Namespace: namespace, Name: name}
 }
 
-// PVClaimRef binds the volume to a claim (and makes its phase Bound). The
+// pvClaimRef binds the volume to a claim (and makes its phase Bound). The
 // uid must be the claim's for the kubelet to accept the binding; PVC and
-// BoundClaim use UIDFor("PersistentVolumeClaim", namespace, name).
-func PVClaimRef(namespace, name string, uid types.UID) PVOption {
+// BoundClaim use uidFor("PersistentVolumeClaim", namespace, name).
+func pvClaimRef(namespace, name string, uid types.UID) PVOption {
 	return func(pv *v1.PersistentVolume) {
 		pv.Spec.ClaimRef = &v1.ObjectReference{
 			Kind: "PersistentVolumeClaim", APIVersion: "v1",
@@ -147,25 +147,20 @@ func PVClaimRef(namespace, name string, uid types.UID) PVOption {
 	}
 }
 
-// PVPhase sets the phase.
-func PVPhase(phase v1.PersistentVolumePhase) PVOption {
-	return func(pv *v1.PersistentVolume) { pv.Status.Phase = phase }
-}
-
 // PVCOption changes a PersistentVolumeClaim that PVC builds.
 type PVCOption func(*v1.PersistentVolumeClaim)
 
 // PVC returns a claim bound to the volume pvName: spec.volumeName set,
-// phase Bound, DefaultSize requested and granted, ReadWriteOnce,
-// Filesystem mode. Its UID is UIDFor("PersistentVolumeClaim", namespace,
-// name).
+// phase Bound, 1Gi requested and granted, ReadWriteOnce, Filesystem
+// mode. Its UID is derived from its namespace and name, so a test can
+// build the same claim twice.
 func PVC(namespace, name, pvName string, opts ...PVCOption) *v1.PersistentVolumeClaim {
 	fs := v1.PersistentVolumeFilesystem
-	size := resource.MustParse(DefaultSize)
+	size := resource.MustParse(defaultSize)
 	pvc := &v1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: namespace, Name: name,
-			UID: UIDFor("PersistentVolumeClaim", namespace, name),
+			UID: uidFor("PersistentVolumeClaim", namespace, name),
 		},
 		Spec: v1.PersistentVolumeClaimSpec{
 			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
@@ -196,16 +191,6 @@ func PVCPending() PVCOption {
 	}
 }
 
-// PVCAccessModes sets the requested and (when bound) granted access modes.
-func PVCAccessModes(modes ...v1.PersistentVolumeAccessMode) PVCOption {
-	return func(pvc *v1.PersistentVolumeClaim) {
-		pvc.Spec.AccessModes = modes
-		if pvc.Status.Phase == v1.ClaimBound {
-			pvc.Status.AccessModes = modes
-		}
-	}
-}
-
 // PVCBlock makes the claim ask for a raw block volume (volumeMode Block).
 func PVCBlock() PVCOption {
 	return func(pvc *v1.PersistentVolumeClaim) {
@@ -214,25 +199,8 @@ func PVCBlock() PVCOption {
 	}
 }
 
-// PVCCapacity sets the requested and (when bound) granted size, e.g.
-// "10Gi". It panics on a bad quantity.
-func PVCCapacity(size string) PVCOption {
-	return func(pvc *v1.PersistentVolumeClaim) {
-		q := resource.MustParse(size)
-		pvc.Spec.Resources.Requests = v1.ResourceList{v1.ResourceStorage: q}
-		if pvc.Status.Phase == v1.ClaimBound {
-			pvc.Status.Capacity = v1.ResourceList{v1.ResourceStorage: q}
-		}
-	}
-}
-
-// PVCStorageClass sets storageClassName.
-func PVCStorageClass(name string) PVCOption {
-	return func(pvc *v1.PersistentVolumeClaim) { pvc.Spec.StorageClassName = &name }
-}
-
-// PVCUID sets the UID.
-func PVCUID(uid types.UID) PVCOption {
+// pvcUID sets the UID.
+func pvcUID(uid types.UID) PVCOption {
 	return func(pvc *v1.PersistentVolumeClaim) { pvc.UID = uid }
 }
 
@@ -254,9 +222,9 @@ func PVCOwnedBy(pod *v1.Pod) PVCOption {
 // and the claim's volumeName, access modes, volume mode and capacity are the
 // volume's. opts change the volume before the claim is made from it.
 func BoundClaim(namespace, name, driver, handle string, opts ...PVOption) (*v1.PersistentVolumeClaim, *v1.PersistentVolume) {
-	uid := UIDFor("PersistentVolumeClaim", namespace, name)
-	pv := PV("pvc-"+string(uid), driver, handle, append([]PVOption{PVClaimRef(namespace, name, uid)}, opts...)...)
-	pvc := PVC(namespace, name, pv.Name, PVCUID(uid), func(pvc *v1.PersistentVolumeClaim) {
+	uid := uidFor("PersistentVolumeClaim", namespace, name)
+	pv := PV("pvc-"+string(uid), driver, handle, append([]PVOption{pvClaimRef(namespace, name, uid)}, opts...)...)
+	pvc := PVC(namespace, name, pv.Name, pvcUID(uid), func(pvc *v1.PersistentVolumeClaim) {
 		pvc.Spec.AccessModes = append([]v1.PersistentVolumeAccessMode(nil), pv.Spec.AccessModes...)
 		pvc.Status.AccessModes = append([]v1.PersistentVolumeAccessMode(nil), pv.Spec.AccessModes...)
 		mode := *pv.Spec.VolumeMode
@@ -277,7 +245,7 @@ func CSIDriver(name string, attachRequired bool, opts ...CSIDriverOption) *stora
 	no := false
 	policy := storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy
 	d := &storagev1.CSIDriver{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: UIDFor("CSIDriver", "", name)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: uidFor("CSIDriver", "", name)},
 		Spec: storagev1.CSIDriverSpec{
 			AttachRequired:       &attachRequired,
 			PodInfoOnMount:       &no,
@@ -330,7 +298,7 @@ func ptr[T any](v T) *T { return &v }
 // Secret returns an Opaque secret holding data.
 func Secret(namespace, name string, data map[string]string) *v1.Secret {
 	s := &v1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: UIDFor("Secret", namespace, name)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uidFor("Secret", namespace, name)},
 		Type:       v1.SecretTypeOpaque,
 		Data:       make(map[string][]byte, len(data)),
 	}
@@ -346,7 +314,7 @@ func Secret(namespace, name string, data map[string]string) *v1.Secret {
 // looks for.
 func VolumeAttachment(name, driver, pvName, node string, attached bool) *storagev1.VolumeAttachment {
 	return &storagev1.VolumeAttachment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: UIDFor("VolumeAttachment", "", name)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: uidFor("VolumeAttachment", "", name)},
 		Spec: storagev1.VolumeAttachmentSpec{
 			Attacher: driver,
 			Source:   storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName},

@@ -25,16 +25,16 @@ func TestAttachmentName(t *testing.T) {
 }
 
 func TestUIDFor(t *testing.T) {
-	uid := UIDFor("Pod", "ns", "p")
+	uid := uidFor("Pod", "ns", "p")
 	if !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`).MatchString(string(uid)) {
 		t.Errorf("UID %q is not UUID-shaped", uid)
 	}
-	if uid != UIDFor("Pod", "ns", "p") {
-		t.Error("UIDFor is not deterministic")
+	if uid != uidFor("Pod", "ns", "p") {
+		t.Error("uidFor is not deterministic")
 	}
-	for _, other := range []string{string(UIDFor("PersistentVolumeClaim", "ns", "p")), string(UIDFor("Pod", "ns2", "p")), string(UIDFor("Pod", "ns", "q"))} {
+	for _, other := range []string{string(uidFor("PersistentVolumeClaim", "ns", "p")), string(uidFor("Pod", "ns2", "p")), string(uidFor("Pod", "ns", "q"))} {
 		if other == string(uid) {
-			t.Errorf("UIDFor collides: %s", other)
+			t.Errorf("uidFor collides: %s", other)
 		}
 	}
 }
@@ -76,9 +76,9 @@ func TestBoundClaimIsConsistent(t *testing.T) {
 }
 
 func TestPVOptions(t *testing.T) {
-	pv := PV("pv1", "drv", "h", PVFSType("xfs"), PVReadOnly(), PVMountOptions("noatime"),
-		PVAttributes(map[string]string{"a": "b"}), PVNodeStageSecret("ns", "stage"),
-		PVNodePublishSecret("ns", "pub"), PVNodeExpandSecret("ns", "exp"), PVControllerPublishSecret("ns", "ctl"))
+	pv := PV("pv1", "drv", "h", PVFSType("xfs"), pvReadOnly(), PVMountOptions("noatime"),
+		pvAttributes(map[string]string{"a": "b"}), pvNodeStageSecret("ns", "stage"),
+		PVNodePublishSecret("ns", "pub"), pvNodeExpandSecret("ns", "exp"), pvControllerPublishSecret("ns", "ctl"))
 	csi := pv.Spec.CSI
 	if csi.FSType != "xfs" || !csi.ReadOnly || pv.Spec.MountOptions[0] != "noatime" || csi.VolumeAttributes["a"] != "b" {
 		t.Errorf("source %+v", csi)
@@ -102,7 +102,7 @@ func TestPod(t *testing.T) {
 		WithInlineCSI("inline", "drv", true, map[string]string{"k": "v"}),
 		WithEphemeral("scratch", "fast"),
 		PodFSGroup(1000))
-	if pod.UID != UIDFor("Pod", "ns", "p") || pod.Spec.NodeName != DefaultNodeID {
+	if pod.UID != uidFor("Pod", "ns", "p") || pod.Spec.NodeName != DefaultNodeID {
 		t.Errorf("uid %s node %s", pod.UID, pod.Spec.NodeName)
 	}
 	if len(pod.Spec.Volumes) != 4 {

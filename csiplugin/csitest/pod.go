@@ -13,12 +13,12 @@ import (
 type PodOption func(*v1.Pod)
 
 // Pod returns a pending pod on node DefaultNodeID with one container,
-// "app", and UID UIDFor("Pod", namespace, name). Volume options add the
+// "app", and a UID derived from its namespace and name. Volume options add the
 // volume and mount it (or map it, for block) into the container at
 // /mnt/{volName} (or /dev/{volName}).
 func Pod(namespace, name string, opts ...PodOption) *v1.Pod {
 	pod := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: UIDFor("Pod", namespace, name)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uidFor("Pod", namespace, name)},
 		Spec: v1.PodSpec{
 			NodeName:   DefaultNodeID,
 			Containers: []v1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
@@ -39,11 +39,6 @@ func PodUID(uid types.UID) PodOption {
 // PodNode sets spec.nodeName.
 func PodNode(node string) PodOption {
 	return func(p *v1.Pod) { p.Spec.NodeName = node }
-}
-
-// PodPhase sets status.phase.
-func PodPhase(phase v1.PodPhase) PodOption {
-	return func(p *v1.Pod) { p.Status.Phase = phase }
 }
 
 // PodFSGroup sets the pod security context's fsGroup.
@@ -107,7 +102,7 @@ func WithInlineCSI(volName, driver string, readOnly bool, attributes map[string]
 }
 
 // WithEphemeral adds a generic ephemeral volume volName whose claim
-// template asks storageClass for a ReadWriteOnce DefaultSize filesystem,
+// template asks storageClass for a ReadWriteOnce 1Gi filesystem,
 // and mounts it. Its claim is named EphemeralClaimName(pod, volName) and
 // must be controlled by the pod (PVCOwnedBy).
 func WithEphemeral(volName, storageClass string) PodOption {
@@ -118,7 +113,7 @@ func WithEphemeral(volName, storageClass string) PodOption {
 				AccessModes:      []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
 				StorageClassName: &storageClass,
 				Resources: v1.VolumeResourceRequirements{
-					Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse(DefaultSize)},
+					Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse(defaultSize)},
 				},
 			}},
 		}},

@@ -50,8 +50,6 @@ type RegistrarStatus struct {
 // config and records the NotifyRegistrationStatus calls it gets. It works
 // in tests and in programs (examples/registrar). Safe for concurrent use.
 type Registrar struct {
-	registerapi.UnimplementedRegistrationServer
-
 	cfg    RegistrarConfig
 	path   string
 	server *grpc.Server
@@ -95,7 +93,7 @@ func StartRegistrar(cfg RegistrarConfig) (*Registrar, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registrar: %w", err)
 	}
-	registerapi.RegisterRegistrationServer(r.server, r)
+	registerapi.RegisterRegistrationServer(r.server, registrationServer{r: r})
 	go func() {
 		defer close(r.done)
 		_ = r.server.Serve(lis)
@@ -106,8 +104,15 @@ func StartRegistrar(cfg RegistrarConfig) (*Registrar, error) {
 // SocketPath returns the registration socket's path.
 func (r *Registrar) SocketPath() string { return r.path }
 
-// GetInfo implements the Registration service.
-func (r *Registrar) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+// registrationServer is the Registration service a Registrar serves.
+type registrationServer struct {
+	registerapi.UnimplementedRegistrationServer
+	r *Registrar
+}
+
+// GetInfo answers from the Registrar's config and counts the call.
+func (srv registrationServer) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	r := srv.r
 	r.mu.Lock()
 	r.getInfos++
 	r.changedLocked()
@@ -120,8 +125,9 @@ func (r *Registrar) GetInfo(context.Context, *registerapi.InfoRequest) (*registe
 	}, nil
 }
 
-// NotifyRegistrationStatus implements the Registration service.
-func (r *Registrar) NotifyRegistrationStatus(_ context.Context, s *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+// NotifyRegistrationStatus records the status.
+func (srv registrationServer) NotifyRegistrationStatus(_ context.Context, s *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+	r := srv.r
 	r.mu.Lock()
 	r.statuses = append(r.statuses, RegistrarStatus{Registered: s.GetPluginRegistered(), Error: s.GetError()})
 	r.changedLocked()
@@ -135,7 +141,7 @@ func (r *Registrar) changedLocked() {
 }
 
 // Statuses returns the statuses received so far, oldest first.
-func (r *Registrar) Statuses() []RegistrarStatus {
+func (r *Registrar) statusesSoFar() []RegistrarStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]RegistrarStatus(nil), r.statuses...)
@@ -167,7 +173,7 @@ func (r *Registrar) WaitForStatus(ctx context.Context, n int) (RegistrarStatus, 
 		case <-changed:
 		case <-ctx.Done():
 			return RegistrarStatus{}, fmt.Errorf("registrar %s: waiting for status %d (have %d): %w",
-				r.path, n, len(r.Statuses()), ctx.Err())
+				r.path, n, len(r.statusesSoFar()), ctx.Err())
 		}
 	}
 }

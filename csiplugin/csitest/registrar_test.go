@@ -54,7 +54,7 @@ func TestRegistrar(t *testing.T) {
 		t.Errorf("WaitForStatus(2) = %+v, %v", s, err)
 	}
 	want := []RegistrarStatus{{Error: "nope"}, {Registered: true}}
-	if got := r.Statuses(); !slices.Equal(got, want) {
+	if got := r.statusesSoFar(); !slices.Equal(got, want) {
 		t.Errorf("Statuses = %+v, want %+v", got, want)
 	}
 	short, cancelShort := context.WithTimeout(ctx, 10*time.Millisecond)

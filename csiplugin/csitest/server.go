@@ -28,7 +28,7 @@ import (
 const (
 	DefaultDriverName    = "csitest.nodevol.io"
 	DefaultNodeID        = "node-1"
-	DefaultVendorVersion = "0.0.0-csitest"
+	defaultVendorVersion = "0.0.0-csitest"
 	// DefaultCapacity is the size every volume reports in NodeGetVolumeStats
 	// until NodeExpandVolume grows it.
 	DefaultCapacity int64 = 1 << 30
@@ -46,7 +46,7 @@ type Options struct {
 	// DriverName is GetPluginInfo's name. Default DefaultDriverName.
 	DriverName string
 	// VendorVersion is GetPluginInfo's vendor_version. Default
-	// DefaultVendorVersion.
+	// "0.0.0-csitest".
 	VendorVersion string
 	// NodeID is NodeGetInfo's node_id. Default DefaultNodeID.
 	NodeID string
@@ -95,7 +95,7 @@ func (o Options) withDefaults() Options {
 		o.DriverName = DefaultDriverName
 	}
 	if o.VendorVersion == "" {
-		o.VendorVersion = DefaultVendorVersion
+		o.VendorVersion = defaultVendorVersion
 	}
 	if o.NodeID == "" {
 		o.NodeID = DefaultNodeID
@@ -247,7 +247,7 @@ func (s *Server) Stop() {
 // calls in flight, and serves again on the same socket. Recorded requests,
 // counts, faults and Connections carry over, so a client that reconnects
 // raises Connections by one. It fails after Stop.
-func (s *Server) Restart() error {
+func (s *Server) restart() error {
 	s.life.Lock()
 	defer s.life.Unlock()
 	select {
@@ -271,9 +271,6 @@ func (s *Server) Endpoint() string { return s.endpoint }
 
 // DriverName is the name GetPluginInfo returns.
 func (s *Server) DriverName() string { return s.opts.DriverName }
-
-// NodeID is the node ID NodeGetInfo returns.
-func (s *Server) NodeID() string { return s.opts.NodeID }
 
 // Dial makes a new, lazily connecting gRPC client connection to the server.
 // The caller closes it.

@@ -420,7 +420,7 @@ func TestRestartKeepsState(t *testing.T) {
 	if err := s.WaitForCalls(ctxFor(t), "NodePublishVolume", 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Restart(); err != nil {
+	if err := s.restart(); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-errc; err == nil {
@@ -439,7 +439,7 @@ func TestRestartKeepsState(t *testing.T) {
 		t.Errorf("Connections = %d, want 2", got)
 	}
 	s.Stop()
-	if err := s.Restart(); err == nil {
+	if err := s.restart(); err == nil {
 		t.Error("Restart after Stop succeeded")
 	}
 }

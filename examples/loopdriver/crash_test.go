@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	"github.com/nodevol/nodevol/util/roottest"
+	"github.com/nodevol/nodevol/internal/roottest"
 )
 
 var fsCap = &csi.VolumeCapability{

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	"github.com/nodevol/nodevol/util/roottest"
+	"github.com/nodevol/nodevol/internal/roottest"
 )
 
 // findCSISanity finds the csi-sanity binary: $CSI_SANITY, then

@@ -8,8 +8,8 @@ import (
 	"path"
 	"strings"
 
-	"github.com/nodevol/nodevol/util/fsutil"
-	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/internal/fsutil"
+	"github.com/nodevol/nodevol/internal/rootfs"
 )
 
 // volumeDataTempPrefix starts the name of the temporary file

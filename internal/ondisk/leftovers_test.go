@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/internal/rootfs"
 )
 
 // TestRemoveWriteLeftovers removes the temporary files of interrupted

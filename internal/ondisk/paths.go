@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/util/fsutil"
-	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/internal/fsutil"
+	"github.com/nodevol/nodevol/internal/rootfs"
 )
 
 // On-disk names, the kubelet's.

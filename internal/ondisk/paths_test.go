@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/util/fsutil"
+	"github.com/nodevol/nodevol/internal/fsutil"
 )
 
 func TestPaths(t *testing.T) {

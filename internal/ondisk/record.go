@@ -18,8 +18,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/util/fsutil"
-	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/internal/fsutil"
+	"github.com/nodevol/nodevol/internal/rootfs"
 )
 
 // The durable record of work in flight.

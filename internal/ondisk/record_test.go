@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/nodevol/nodevol/util/fsutil"
-	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/internal/fsutil"
+	"github.com/nodevol/nodevol/internal/rootfs"
 )
 
 // TestReadRecordRefuses: records that cannot be trusted give errors that

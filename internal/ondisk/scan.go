@@ -11,8 +11,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/util/fsutil"
-	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/internal/fsutil"
+	"github.com/nodevol/nodevol/internal/rootfs"
 )
 
 // The directories the scan walks, relative to the root.
@@ -31,7 +31,7 @@ const (
 // and the records, read into found values. What to do with them is the
 // caller's decision.
 //
-// It follows no symlink below the root (util/rootfs): a symlink where a
+// It follows no symlink below the root (internal/rootfs): a symlink where a
 // directory is expected is logged and skipped, so that nothing it points
 // to is ever found. It changes nothing but what the format's own writes
 // left behind in what it reads: the temporary files of vol_data.json

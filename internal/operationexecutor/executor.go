@@ -13,7 +13,7 @@
 // volume; an operation on one pod's use of a volume (publish, unpublish)
 // runs beside other pods' but never beside a whole-volume operation.
 //
-// Backoff: a failed operation makes its key wait (util/backoff without
+// Backoff: a failed operation makes its key wait (internal/backoff without
 // jitter, since the scenario scripts print the waits: 500 ms, doubling,
 // capped at 2m2s by default) before the same kind of operation may run
 // again on it; a success forgets it, a failure of another kind starts over.
@@ -28,7 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/util/backoff"
+	"github.com/nodevol/nodevol/internal/backoff"
 )
 
 // Key names what an operation works on.

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	utilexec "k8s.io/utils/exec"
 
-	"github.com/nodevol/nodevol/util/roottest"
+	"github.com/nodevol/nodevol/internal/roottest"
 )
 
 // stageBlock creates a volume and stages it for block access.

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/nodevol/nodevol/util/fsutil"
+	"github.com/nodevol/nodevol/internal/fsutil"
 )
 
 // snapshotState is one snapshot: a sparse copy of its source volume's

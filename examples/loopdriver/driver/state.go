@@ -11,7 +11,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/nodevol/nodevol/util/fsutil"
+	"github.com/nodevol/nodevol/internal/fsutil"
 )
 
 // stateVersion is the format version written into every volume state

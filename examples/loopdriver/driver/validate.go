@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/nodevol/nodevol/util/fsutil"
+	"github.com/nodevol/nodevol/internal/fsutil"
 )
 
 // invalid returns an InvalidArgument status error.

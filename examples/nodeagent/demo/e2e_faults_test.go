@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodevol/nodevol/util/roottest"
+	"github.com/nodevol/nodevol/internal/roottest"
 )
 
 // Fault tests: the loop driver or the agent dies in the middle of the

@@ -14,7 +14,7 @@ import (
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/ondisk"
-	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/internal/rootfs"
 )
 
 // The invariant every fault test ends with: the node looks exactly as its

@@ -30,7 +30,7 @@ import (
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/examples/loopdriver/driver"
 	"github.com/nodevol/nodevol/internal/ondisk"
-	"github.com/nodevol/nodevol/util/roottest"
+	"github.com/nodevol/nodevol/internal/roottest"
 )
 
 // These tests restart the node agent the hard way: the volume manager runs

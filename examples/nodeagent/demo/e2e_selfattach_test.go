@@ -12,7 +12,7 @@ import (
 
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	"github.com/nodevol/nodevol/util/roottest"
+	"github.com/nodevol/nodevol/internal/roottest"
 	"github.com/nodevol/nodevol/volumemanager"
 )
 

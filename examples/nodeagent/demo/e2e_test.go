@@ -15,7 +15,7 @@ import (
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/examples/nodeagent/internal/agent"
-	"github.com/nodevol/nodevol/util/roottest"
+	"github.com/nodevol/nodevol/internal/roottest"
 	"github.com/nodevol/nodevol/volumemanager"
 )
 

@@ -12,8 +12,8 @@ import (
 
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/roottest"
 	"github.com/nodevol/nodevol/testenv"
-	"github.com/nodevol/nodevol/util/roottest"
 )
 
 // selfAttachRBACFile adds what --self-attach needs to rbacFile, as shipped.

@@ -37,9 +37,9 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/registration"
+	"github.com/nodevol/nodevol/internal/registration"
+	"github.com/nodevol/nodevol/internal/roottest"
 	"github.com/nodevol/nodevol/testenv"
-	"github.com/nodevol/nodevol/util/roottest"
 )
 
 // agentMainEnv, set to "1" in the environment of this test binary, makes

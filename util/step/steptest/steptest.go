@@ -11,8 +11,8 @@ import (
 	"github.com/nodevol/nodevol/util/step"
 )
 
-// ErrCrashed is wrapped by what a refused step returns.
-var ErrCrashed = errors.New("crash point: the process stopped here")
+// errCrashed is wrapped by what a refused step returns.
+var errCrashed = errors.New("crash point: the process stopped here")
 
 // Crasher is a step.Hook (Take) that counts the steps it is shown once
 // armed and refuses the at-th and every step after it, so that nothing
@@ -49,12 +49,12 @@ func (c *Crasher) Take(s step.Step) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stopped {
-		return ErrCrashed
+		return errCrashed
 	}
 	if c.armed && len(c.taken)+1 == c.at {
 		c.stopped, c.stop = true, s
 		close(c.crashed)
-		return fmt.Errorf("%w: step %d, %s", ErrCrashed, c.at, s)
+		return fmt.Errorf("%w: step %d, %s", errCrashed, c.at, s)
 	}
 	if c.armed {
 		c.taken = append(c.taken, s)

@@ -12,6 +12,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 // TestCapabilities: each step the plan starts for a wanted volume reads
@@ -27,7 +28,7 @@ func TestCapabilities(t *testing.T) {
 	readOnly.ReadOnly = true
 	noGroup := pv("a")
 	noGroup.FSGroup = nil
-	mounted := map[types.UID]cache.PodMount{"a": {Volume: pv("a"), State: cache.Mounted}}
+	mounted := map[types.UID]state.PodMount{"a": {Volume: pv("a"), State: cache.Mounted}}
 	persistent := []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}
 	ephemeral := []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral}
 	stageOnly := volume.Capabilities{Stages: true}
@@ -38,7 +39,7 @@ func TestCapabilities(t *testing.T) {
 		capsErr error
 		spec    cache.VolumeSpec
 		desired []cache.PodVolume
-		actual  cache.ActualVolume
+		actual  state.ActualVolume
 		view    View
 		want    string // actions, each with its ownership decision
 		refused string // the refusals' errors
@@ -55,13 +56,13 @@ func TestCapabilities(t *testing.T) {
 		{name: "attachable, self-attach", caps: attachStage, desired: []cache.PodVolume{pv("a")},
 			view: View{SelfAttach: true}, want: "volume_attach v"},
 		{name: "not staged: published once attached", caps: volume.Capabilities{Attachable: true}, desired: []cache.PodVolume{pv("a")},
-			actual: cache.ActualVolume{Attached: true}, want: "volume_mount v pod=ns/a own=false"},
+			actual: state.ActualVolume{Attached: true}, want: "volume_mount v pod=ns/a own=false"},
 		{name: "neither attached nor staged: published at once", desired: []cache.PodVolume{pv("a")},
 			want: "volume_mount v pod=ns/a own=false"},
 		{name: "republish: a mounted pod due is published again", caps: volume.Capabilities{Republish: true}, desired: []cache.PodVolume{pv("a")},
-			actual: cache.ActualVolume{Pods: mounted}, view: View{Republish: map[types.UID]bool{"a": true}}, want: "volume_mount v pod=ns/a own=false"},
+			actual: state.ActualVolume{Pods: mounted}, view: View{Republish: map[types.UID]bool{"a": true}}, want: "volume_mount v pod=ns/a own=false"},
 		{name: "no republish: a mounted pod stays", desired: []cache.PodVolume{pv("a")},
-			actual: cache.ActualVolume{Pods: mounted}, view: View{Republish: map[types.UID]bool{"a": true}}},
+			actual: state.ActualVolume{Pods: mounted}, view: View{Republish: map[types.UID]bool{"a": true}}},
 		{name: "ownership: a writable pod with an fsGroup", caps: own, desired: []cache.PodVolume{pv("a")},
 			want: "volume_mount v pod=ns/a own=true"},
 		{name: "ownership: not for a read-only use", caps: own, desired: []cache.PodVolume{readOnly},
@@ -83,7 +84,7 @@ func TestCapabilities(t *testing.T) {
 		{name: "unknown: the volume waits, nothing starts", capsErr: errors.New("driver drv not registered"), desired: []cache.PodVolume{pv("a")},
 			wait: "driver drv not registered"},
 		{name: "unknown: an unwanted pod is still unpublished", capsErr: errors.New("driver drv not registered"), desired: []cache.PodVolume{pv("a")},
-			actual: cache.ActualVolume{Pods: map[types.UID]cache.PodMount{"b": {Volume: pv("b"), State: cache.Mounted}}},
+			actual: state.ActualVolume{Pods: map[types.UID]state.PodMount{"b": {Volume: pv("b"), State: cache.Mounted}}},
 			want:   "volume_unmount v pod=ns/b", wait: "driver drv not registered"},
 	}
 	for _, tc := range tests {

@@ -9,13 +9,14 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 // TestStagingReferences: the unstage gate reads the references gathered
 // in the current resync only; older ones are looked for again by an
 // unstage.
 func TestStagingReferences(t *testing.T) {
-	staged := cache.ActualVolume{Attached: true, DeviceState: cache.Mounted}
+	staged := state.ActualVolume{Attached: true, DeviceState: cache.Mounted}
 	refs := StagingRefs{Paths: []string{"/pods/x/mount"}, Resync: 3}
 	for _, tc := range []struct {
 		name   string
@@ -39,7 +40,7 @@ func TestStagingReferences(t *testing.T) {
 func TestForgetBackoff(t *testing.T) {
 	const vol = cache.UniqueVolumeName("v")
 	p := cache.PodVolume{Pod: cache.PodRef{UID: "a", Namespace: "ns", Name: "a"}, SpecName: "data"}
-	v := View{Name: vol, Desired: []cache.PodVolume{p}, Known: true, Actual: cache.ActualVolume{Attached: true}, Caps: attachStage,
+	v := View{Name: vol, Desired: []cache.PodVolume{p}, Known: true, Actual: state.ActualVolume{Attached: true}, Caps: attachStage,
 		Backoff: map[oe.Key]*oe.BackoffEntry{
 			{Volume: vol}:           {Kind: oe.OpStage, Failures: 3, Until: time.Unix(10, 0)},
 			{Volume: vol, Pod: "a"}: {Kind: oe.OpPublish, Failures: 1, Until: time.Unix(10, 0)},
@@ -65,10 +66,10 @@ func TestForgetBackoff(t *testing.T) {
 func TestAdopt(t *testing.T) {
 	gid := int64(7)
 	p := cache.PodVolume{Pod: cache.PodRef{UID: "a", Namespace: "ns", Name: "a"}, SpecName: "data", FSGroup: &gid}
-	found := cache.PodMount{Volume: cache.PodVolume{Pod: cache.PodRef{UID: "a"}}, State: cache.Mounted}
-	pods := map[types.UID]cache.PodMount{"a": found}
+	found := state.PodMount{Volume: cache.PodVolume{Pod: cache.PodRef{UID: "a"}}, State: cache.Mounted}
+	pods := map[types.UID]state.PodMount{"a": found}
 	v := View{Name: "v", Desired: []cache.PodVolume{p}, Known: true, Caps: attachStage,
-		Actual: cache.ActualVolume{Attached: true, DeviceState: cache.Mounted, Pods: pods}}
+		Actual: state.ActualVolume{Attached: true, DeviceState: cache.Mounted, Pods: pods}}
 	d := Plan(v)
 	if len(d.Adopt) != 1 || d.Adopt[0].Pod != p.Pod || d.Adopt[0].FSGroup != &gid {
 		t.Errorf("adopt = %v, want pod a's volume", d.Adopt)
@@ -79,7 +80,7 @@ func TestAdopt(t *testing.T) {
 	if pods["a"] != found {
 		t.Errorf("the view's pods changed: %v", pods["a"])
 	}
-	pods["a"] = cache.PodMount{Volume: found.Volume, State: cache.Uncertain}
+	pods["a"] = state.PodMount{Volume: found.Volume, State: cache.Uncertain}
 	if d := Plan(v); len(d.Adopt) != 0 || actions(d) != "volume_mount v pod=ns/a" {
 		t.Errorf("uncertain: adopt %v, plan %q; want no adoption, a publish", d.Adopt, actions(d))
 	}

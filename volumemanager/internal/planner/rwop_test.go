@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 func TestRWOPRefusals(t *testing.T) {
@@ -24,7 +25,7 @@ func TestRWOPRefusals(t *testing.T) {
 		name    string
 		spec    cache.VolumeSpec
 		desired []cache.PodVolume
-		pods    map[types.UID]cache.PodMount
+		pods    map[types.UID]state.PodMount
 		want    map[types.UID]string
 		plan    string // the actions planned, staged and attached
 	}{
@@ -32,19 +33,19 @@ func TestRWOPRefusals(t *testing.T) {
 			desired: []cache.PodVolume{pv("a"), pv("b")}, plan: "volume_mount v pod=ns/a; volume_mount v pod=ns/b"},
 		{name: "one pod", spec: rwop, desired: []cache.PodVolume{pv("a")}, plan: "volume_mount v pod=ns/a"},
 		{name: "mounted pod keeps it", spec: rwop, desired: []cache.PodVolume{pv("a"), pv("b")},
-			pods: map[types.UID]cache.PodMount{"b": {Volume: pv("b"), State: cache.Mounted}},
+			pods: map[types.UID]state.PodMount{"b": {Volume: pv("b"), State: cache.Mounted}},
 			want: map[types.UID]string{"a": msg("a", "ns/b")}},
 		{name: "publish in flight keeps it", spec: rwop, desired: []cache.PodVolume{pv("a"), pv("b")},
-			pods: map[types.UID]cache.PodMount{"b": {Volume: pv("b"), Busy: true}},
+			pods: map[types.UID]state.PodMount{"b": {Volume: pv("b"), Busy: true}},
 			want: map[types.UID]string{"a": msg("a", "ns/b")}},
 		{name: "uncertain mount of a pod no longer wanting it keeps it", spec: rwop, desired: []cache.PodVolume{pv("b")},
-			pods: map[types.UID]cache.PodMount{"a": {Volume: pv("a"), State: cache.Uncertain}},
+			pods: map[types.UID]state.PodMount{"a": {Volume: pv("a"), State: cache.Uncertain}},
 			want: map[types.UID]string{"b": msg("b", "ns/a")}, plan: "volume_unmount v pod=ns/a"},
 		{name: "pod found on disk, known by UID only", spec: rwop, desired: []cache.PodVolume{pv("b")},
-			pods: map[types.UID]cache.PodMount{"a": {Volume: cache.PodVolume{Pod: cache.PodRef{UID: "a"}}, State: cache.Uncertain}},
+			pods: map[types.UID]state.PodMount{"a": {Volume: cache.PodVolume{Pod: cache.PodRef{UID: "a"}}, State: cache.Uncertain}},
 			want: map[types.UID]string{"b": msg("b", "with UID a")}, plan: "volume_unmount v pod=with UID a"},
 		{name: "failed publish does not keep it", spec: rwop, desired: []cache.PodVolume{pv("a"), pv("b")},
-			pods: map[types.UID]cache.PodMount{"b": {Volume: pv("b"), State: cache.NotMounted}},
+			pods: map[types.UID]state.PodMount{"b": {Volume: pv("b"), State: cache.NotMounted}},
 			want: map[types.UID]string{"b": msg("b", "ns/a")}, plan: "volume_mount v pod=ns/a"},
 		{name: "none has it: the first by UID", spec: rwop, desired: []cache.PodVolume{pv("a"), pv("b"), pv("c")},
 			want: map[types.UID]string{"b": msg("b", "ns/a"), "c": msg("c", "ns/a")}, plan: "volume_mount v pod=ns/a"},
@@ -52,10 +53,10 @@ func TestRWOPRefusals(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.pods == nil {
-				tc.pods = map[types.UID]cache.PodMount{}
+				tc.pods = map[types.UID]state.PodMount{}
 			}
 			v := View{Name: "v", Spec: tc.spec, Desired: tc.desired, Known: true, Caps: attachStage,
-				Actual: cache.ActualVolume{Attached: true, DeviceState: cache.Mounted, Pods: tc.pods}}
+				Actual: state.ActualVolume{Attached: true, DeviceState: cache.Mounted, Pods: tc.pods}}
 			for uid, pm := range tc.pods {
 				if pm.Busy { // as the loop has it: a publish in flight
 					v.InFlight = map[oe.Key]oe.OpKind{{Volume: "v", Pod: uid}: oe.OpPublish}
@@ -93,12 +94,12 @@ func TestRWOPStage(t *testing.T) {
 	}
 	spec := cache.VolumeSpec{Name: "v", AccessMode: string(v1.ReadWriteOncePod)}
 	d := Plan(View{Name: "v", Spec: spec, Caps: attachStage, Desired: []cache.PodVolume{pv("b")}, Known: true,
-		Actual: cache.ActualVolume{Attached: true, DeviceState: cache.Uncertain, Pods: map[types.UID]cache.PodMount{"a": {Volume: pv("a"), State: cache.Mounted}}}})
+		Actual: state.ActualVolume{Attached: true, DeviceState: cache.Uncertain, Pods: map[types.UID]state.PodMount{"a": {Volume: pv("a"), State: cache.Mounted}}}})
 	if len(d.Actions) != 1 || d.Actions[0].String() != "volume_unmount v pod=ns/a" {
 		t.Errorf("every desired pod refused: plan = %v, want only the owner's unpublish", d.Actions)
 	}
 	d = Plan(View{Name: "v", Spec: spec, Caps: attachStage, Desired: []cache.PodVolume{pv("a"), pv("b")}, Known: true,
-		Actual: cache.ActualVolume{Attached: true, Pods: map[types.UID]cache.PodMount{"a": {Volume: pv("a"), State: cache.Uncertain}}}})
+		Actual: state.ActualVolume{Attached: true, Pods: map[types.UID]state.PodMount{"a": {Volume: pv("a"), State: cache.Uncertain}}}})
 	if len(d.Actions) != 1 || d.Actions[0].Kind != oe.OpStage || d.Actions[0].Pod.Pod.UID != "a" {
 		t.Errorf("device not staged, pod a owns it: plan = %v, want a stage for pod a", d.Actions)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 func TestAdmitSELinux(t *testing.T) {
@@ -15,8 +16,8 @@ func TestAdmitSELinux(t *testing.T) {
 	pv := func(pod, label string) cache.PodVolume {
 		return cache.PodVolume{Pod: cache.PodRef{UID: types.UID("uid-" + pod), Namespace: "ns", Name: pod}, SpecName: "data", SELinuxLabel: label}
 	}
-	mounted := func(p cache.PodVolume, st cache.MountState) cache.PodMount {
-		return cache.PodMount{Volume: p, State: st}
+	mounted := func(p cache.PodVolume, st cache.MountState) state.PodMount {
+		return state.PodMount{Volume: p, State: st}
 	}
 	for _, tc := range []struct {
 		name string
@@ -30,28 +31,28 @@ func TestAdmitSELinux(t *testing.T) {
 			want: "X", refused: map[string]string{"b": "a"}},
 		{name: "a mounted pod keeps its context",
 			v: View{Caps: attachStage, Desired: []cache.PodVolume{pv("a", "X"), pv("b", "Y")}, Known: true,
-				Actual: cache.ActualVolume{DeviceState: cache.Mounted, SELinuxContext: "Y", Pods: map[types.UID]cache.PodMount{"uid-b": mounted(pv("b", "Y"), cache.Mounted)}}},
+				Actual: state.ActualVolume{DeviceState: cache.Mounted, SELinuxContext: "Y", Pods: map[types.UID]state.PodMount{"uid-b": mounted(pv("b", "Y"), cache.Mounted)}}},
 			want: "Y", refused: map[string]string{"a": "b"}},
 		{name: "a publish in flight counts as mounted",
 			v: View{Caps: attachStage, Desired: []cache.PodVolume{pv("a", "X"), pv("b", "Y")}, Known: true,
-				Actual: cache.ActualVolume{DeviceState: cache.Mounted, SELinuxContext: "Y", Pods: map[types.UID]cache.PodMount{"uid-b": {Volume: pv("b", "Y"), Busy: true}}}},
+				Actual: state.ActualVolume{DeviceState: cache.Mounted, SELinuxContext: "Y", Pods: map[types.UID]state.PodMount{"uid-b": {Volume: pv("b", "Y"), Busy: true}}}},
 			want: "Y", refused: map[string]string{"a": "b"}},
 		{name: "the staged device's context wins over UID order",
 			v: View{Caps: attachStage, Desired: []cache.PodVolume{pv("a", "X"), pv("b", "Y")}, Known: true,
-				Actual: cache.ActualVolume{DeviceState: cache.Uncertain, SELinuxContext: "Y"}},
+				Actual: state.ActualVolume{DeviceState: cache.Uncertain, SELinuxContext: "Y"}},
 			want: "Y", refused: map[string]string{"a": "b"}},
 		{name: "a stage in flight fixes the context",
 			v: View{Name: name, Desired: []cache.PodVolume{pv("a", "X"), pv("b", "Y")}, Known: true,
-				Actual:   cache.ActualVolume{SELinuxContext: "Y"},
+				Actual:   state.ActualVolume{SELinuxContext: "Y"},
 				InFlight: map[oe.Key]oe.OpKind{{Volume: name}: oe.OpStage}},
 			want: "Y", refused: map[string]string{"a": "b"}},
 		{name: "a device unstaged: its old context does not count",
 			v: View{Caps: attachStage, Desired: []cache.PodVolume{pv("a", "X"), pv("b", "Y")}, Known: true,
-				Actual: cache.ActualVolume{DeviceState: cache.NotMounted, SELinuxContext: "Y"}},
+				Actual: state.ActualVolume{DeviceState: cache.NotMounted, SELinuxContext: "Y"}},
 			want: "X", refused: map[string]string{"b": "a"}},
 		{name: "a device staged with a context no pod wants: the new one, no refusal (restaged)",
 			v: View{Caps: attachStage, Desired: []cache.PodVolume{pv("b", "Y")}, Known: true,
-				Actual: cache.ActualVolume{DeviceState: cache.Mounted, SELinuxContext: "X"}},
+				Actual: state.ActualVolume{DeviceState: cache.Mounted, SELinuxContext: "X"}},
 			want: "Y"},
 		{name: "no context and a context conflict",
 			v:    View{Caps: attachStage, Desired: []cache.PodVolume{pv("a", ""), pv("b", "Y")}},

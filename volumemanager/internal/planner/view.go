@@ -9,6 +9,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 // View is everything the planner knows of one volume: what pods want, what
@@ -30,7 +31,7 @@ type View struct {
 	// Desired are the pods that want the volume, sorted by UID.
 	Desired []cache.PodVolume
 	// Actual is what is done; Known is false when nothing is.
-	Actual cache.ActualVolume
+	Actual state.ActualVolume
 	Known  bool
 	// HeldPods are pods whose mounts must not be torn down although no
 	// desired pod is them: found on disk before the pods were synced, or

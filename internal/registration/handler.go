@@ -15,7 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/csi"
-	"github.com/nodevol/nodevol/util/backoff"
+	"github.com/nodevol/nodevol/internal/backoff"
 )
 
 // Config configures a Handler.

@@ -12,7 +12,7 @@ import (
 
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/internal/rootfs"
 )
 
 // calls records the order of system calls across the fakes.

@@ -1,28 +1,31 @@
-package cache
+package state
 
 import (
 	"errors"
-	"fmt"
 	"reflect"
 	"sort"
 	"sync"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodevol/nodevol/cache"
 )
 
-func spec(driver, handle, pv string) VolumeSpec {
-	return VolumeSpec{Name: CSIVolumeName(driver, handle), Driver: driver, VolumeHandle: handle, PVName: pv, Mode: Filesystem}
+func spec(driver, handle, pv string) cache.VolumeSpec {
+	return cache.VolumeSpec{Name: cache.CSIVolumeName(driver, handle), Driver: driver, VolumeHandle: handle, PVName: pv, Mode: cache.Filesystem}
 }
 
-func pod(uid string) PodRef { return PodRef{UID: types.UID(uid), Namespace: "ns", Name: "pod-" + uid} }
+func pod(uid string) cache.PodRef {
+	return cache.PodRef{UID: types.UID(uid), Namespace: "ns", Name: "pod-" + uid}
+}
 
 type recorder struct {
 	mu    sync.Mutex
-	names []UniqueVolumeName
+	names []cache.UniqueVolumeName
 }
 
-func (r *recorder) notify(n UniqueVolumeName) {
+func (r *recorder) notify(n cache.UniqueVolumeName) {
 	r.mu.Lock()
 	r.names = append(r.names, n)
 	r.mu.Unlock()
@@ -39,41 +42,35 @@ func (r *recorder) take() []string {
 	return out
 }
 
-func TestCSIVolumeName(t *testing.T) {
-	if got := CSIVolumeName("d.example.com", "vol-1"); got != "kubernetes.io/csi/d.example.com^vol-1" {
-		t.Fatalf("got %q", got)
-	}
-}
-
 func TestDesiredSetPodAndDelete(t *testing.T) {
 	r := &recorder{}
 	d := NewDesiredStateOfWorld(r.notify)
 	a, b := spec("drv", "a", "pv-a"), spec("drv", "b", "pv-b")
 
 	d.SetPod(pod("1"), []string{"va", "vb", "vc"}, []DesiredVolume{
-		{Spec: a, Volume: PodVolume{SpecName: "va"}},
-		{Spec: b, Volume: PodVolume{SpecName: "vb"}},
+		{Spec: a, Volume: cache.PodVolume{SpecName: "va"}},
+		{Spec: b, Volume: cache.PodVolume{SpecName: "vb"}},
 	}, map[string]error{"vc": errors.New("pvc pending")})
 	if got := r.take(); !reflect.DeepEqual(got, []string{string(a.Name), string(b.Name)}) {
 		t.Fatalf("notified %v", got)
 	}
 	// The same set again changes nothing and notifies nothing.
 	d.SetPod(pod("1"), []string{"va", "vb", "vc"}, []DesiredVolume{
-		{Spec: a, Volume: PodVolume{SpecName: "va"}},
-		{Spec: b, Volume: PodVolume{SpecName: "vb"}},
+		{Spec: a, Volume: cache.PodVolume{SpecName: "va"}},
+		{Spec: b, Volume: cache.PodVolume{SpecName: "vb"}},
 	}, nil)
 	if got := r.take(); len(got) != 0 {
 		t.Fatalf("unchanged pod notified %v", got)
 	}
 	// A second pod shares volume a.
-	d.SetPod(pod("2"), []string{"x"}, []DesiredVolume{{Spec: a, Volume: PodVolume{SpecName: "x", ReadOnly: true}}}, nil)
+	d.SetPod(pod("2"), []string{"x"}, []DesiredVolume{{Spec: a, Volume: cache.PodVolume{SpecName: "x", ReadOnly: true}}}, nil)
 	_, pods, ok := d.Volume(a.Name)
 	if !ok || len(pods) != 2 || pods[1].Pod.UID != "2" || !pods[1].ReadOnly {
 		t.Fatalf("volume a pods = %+v", pods)
 	}
 	// Pod 1 drops volume b.
 	r.take()
-	d.SetPod(pod("1"), []string{"va"}, []DesiredVolume{{Spec: a, Volume: PodVolume{SpecName: "va"}}}, nil)
+	d.SetPod(pod("1"), []string{"va"}, []DesiredVolume{{Spec: a, Volume: cache.PodVolume{SpecName: "va"}}}, nil)
 	if got := r.take(); !reflect.DeepEqual(got, []string{string(b.Name)}) {
 		t.Fatalf("notified %v", got)
 	}
@@ -100,7 +97,7 @@ func TestDesiredSetPodAndDelete(t *testing.T) {
 func TestDesiredPodState(t *testing.T) {
 	d := NewDesiredStateOfWorld(nil)
 	a := spec("drv", "a", "")
-	d.SetPod(pod("1"), []string{"va", "vb"}, []DesiredVolume{{Spec: a, Volume: PodVolume{SpecName: "va"}}}, map[string]error{"vb": errors.New("boom")})
+	d.SetPod(pod("1"), []string{"va", "vb"}, []DesiredVolume{{Spec: a, Volume: cache.PodVolume{SpecName: "va"}}}, map[string]error{"vb": errors.New("boom")})
 	st, ok := d.Pod("1")
 	if !ok || st.Volumes["va"] != a.Name || st.Errors["vb"] == nil || len(st.Wanted) != 2 {
 		t.Fatalf("pod state %+v", st)
@@ -116,24 +113,24 @@ func TestDesiredPodState(t *testing.T) {
 func TestActualStates(t *testing.T) {
 	a := NewActualStateOfWorld()
 	s := spec("drv", "a", "pv")
-	p1 := PodVolume{Pod: pod("1"), SpecName: "v"}
+	p1 := cache.PodVolume{Pod: pod("1"), SpecName: "v"}
 	ch := a.PodChanged("1")
 
 	a.MarkAttached(s, map[string]string{"k": "v"})
-	a.SetDeviceState(s, Uncertain, "/stage")
-	a.SetDeviceState(s, Mounted, "")
-	a.SetPodMount(s, p1, Mounted, "/pods/1/v")
+	a.SetDeviceState(s, cache.Uncertain, "/stage")
+	a.SetDeviceState(s, cache.Mounted, "")
+	a.SetPodMount(s, p1, cache.Mounted, "/pods/1/v")
 	select {
 	case <-ch:
 	default:
 		t.Fatal("pod waiter not woken")
 	}
 	v, ok := a.Volume(s.Name)
-	if !ok || !v.Attached || v.DeviceState != Mounted || v.DeviceMountPath != "/stage" || v.PublishContext["k"] != "v" {
+	if !ok || !v.Attached || v.DeviceState != cache.Mounted || v.DeviceMountPath != "/stage" || v.PublishContext["k"] != "v" {
 		t.Fatalf("volume %+v", v)
 	}
 	got := a.PodVolumes("1")
-	want := []MountedVolume{{Name: s.Name, SpecName: "v", Driver: "drv", State: Mounted, Path: "/pods/1/v"}}
+	want := []cache.MountedVolume{{Name: s.Name, SpecName: "v", Driver: "drv", State: cache.Mounted, Path: "/pods/1/v"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("PodVolumes = %+v, want %+v", got, want)
 	}
@@ -143,16 +140,16 @@ func TestActualStates(t *testing.T) {
 		t.Fatal("snapshot shares its map")
 	}
 	// Uncertain still counts as possibly mounted; NotMounted does not.
-	a.SetPodMount(s, p1, Uncertain, "")
-	if got := a.PodVolumes("1"); len(got) != 1 || got[0].State != Uncertain || got[0].Path != "/pods/1/v" {
+	a.SetPodMount(s, p1, cache.Uncertain, "")
+	if got := a.PodVolumes("1"); len(got) != 1 || got[0].State != cache.Uncertain || got[0].Path != "/pods/1/v" {
 		t.Fatalf("uncertain PodVolumes = %+v", got)
 	}
-	a.SetPodMount(s, p1, NotMounted, "")
+	a.SetPodMount(s, p1, cache.NotMounted, "")
 	if got := a.PodVolumes("1"); len(got) != 0 {
 		t.Fatalf("not-mounted PodVolumes = %+v", got)
 	}
 	a.DeletePodMount(s.Name, "1")
-	a.SetDeviceState(s, NotMounted, "")
+	a.SetDeviceState(s, cache.NotMounted, "")
 	if v, _ := a.Volume(s.Name); v.DeviceMountPath != "" || len(v.Pods) != 0 {
 		t.Fatalf("after teardown %+v", v)
 	}
@@ -162,35 +159,8 @@ func TestActualStates(t *testing.T) {
 	}
 }
 
-// TestPodRefString: a pod known only by its UID (found on disk at start)
-// is named by it in messages, not as "pod /".
-func TestPodRefString(t *testing.T) {
-	for _, tc := range []struct {
-		ref  PodRef
-		want string
-	}{
-		{PodRef{UID: "1234", Namespace: "ns", Name: "web"}, "pod ns/web"},
-		{PodRef{UID: "1234"}, "pod with UID 1234"},
-	} {
-		if got := fmt.Sprintf("pod %s", tc.ref); got != tc.want {
-			t.Errorf("%#v: %q, want %q", tc.ref, got, tc.want)
-		}
-	}
-}
-
-func TestMountStateString(t *testing.T) {
-	for s, want := range map[MountState]string{NotMounted: "NotMounted", Uncertain: "Uncertain", Mounted: "Mounted", 7: "MountState(7)"} {
-		if s.String() != want {
-			t.Errorf("%d: %q", int(s), s.String())
-		}
-	}
-	if NotMounted.MayBeMounted() || !Uncertain.MayBeMounted() || !Mounted.MayBeMounted() {
-		t.Error("MayBeMounted wrong")
-	}
-}
-
 func TestConcurrentUse(t *testing.T) {
-	d := NewDesiredStateOfWorld(func(UniqueVolumeName) {})
+	d := NewDesiredStateOfWorld(func(cache.UniqueVolumeName) {})
 	a := NewActualStateOfWorld()
 	var wg sync.WaitGroup
 	for i := 0; i < 8; i++ {
@@ -200,8 +170,8 @@ func TestConcurrentUse(t *testing.T) {
 			s := spec("drv", string(rune('a'+i)), "")
 			p := pod(string(rune('a' + i)))
 			for j := 0; j < 200; j++ {
-				d.SetPod(p, []string{"v"}, []DesiredVolume{{Spec: s, Volume: PodVolume{SpecName: "v"}}}, nil)
-				a.SetPodMount(s, PodVolume{Pod: p, SpecName: "v"}, Mounted, "/x")
+				d.SetPod(p, []string{"v"}, []DesiredVolume{{Spec: s, Volume: cache.PodVolume{SpecName: "v"}}}, nil)
+				a.SetPodMount(s, cache.PodVolume{Pod: p, SpecName: "v"}, cache.Mounted, "/x")
 				_ = a.PodVolumes(p.UID)
 				_, _, _ = d.Volume(s.Name)
 				a.DeletePodMount(s.Name, p.UID)
@@ -214,12 +184,12 @@ func TestConcurrentUse(t *testing.T) {
 
 func TestPodBusy(t *testing.T) {
 	a := NewActualStateOfWorld()
-	spec := VolumeSpec{Name: "v", Driver: "d"}
-	pv := PodVolume{Pod: PodRef{UID: "p"}, SpecName: "data"}
+	spec := cache.VolumeSpec{Name: "v", Driver: "d"}
+	pv := cache.PodVolume{Pod: cache.PodRef{UID: "p"}, SpecName: "data"}
 	changed := a.PodChanged("p")
 	a.SetPodBusy(spec, pv, true)
 	<-changed // a publish starting wakes the pod's waiters
-	if got := a.PodVolumes("p"); len(got) != 1 || got[0].State != NotMounted {
+	if got := a.PodVolumes("p"); len(got) != 1 || got[0].State != cache.NotMounted {
 		t.Fatalf("a publish in flight: %+v, want the volume listed as possibly mounted", got)
 	}
 	a.SetPodBusy(spec, pv, false) // a final error: nothing was mounted
@@ -229,11 +199,11 @@ func TestPodBusy(t *testing.T) {
 	if v, _ := a.Volume("v"); len(v.Pods) != 0 {
 		t.Fatalf("the pod's entry was kept: %+v", v.Pods)
 	}
-	a.SetPodMount(spec, pv, Mounted, "/m")
+	a.SetPodMount(spec, pv, cache.Mounted, "/m")
 	a.SetPodBusy(spec, pv, true) // a republish
 	a.SetPodBusy(spec, pv, false)
-	if got := a.PodVolumes("p"); len(got) != 1 || got[0].State != Mounted || got[0].Path != "/m" {
-		t.Fatalf("after a failed republish: %+v, want it still Mounted", got)
+	if got := a.PodVolumes("p"); len(got) != 1 || got[0].State != cache.Mounted || got[0].Path != "/m" {
+		t.Fatalf("after a failed republish: %+v, want it still cache.Mounted", got)
 	}
 }
 
@@ -242,10 +212,10 @@ func TestPodBusy(t *testing.T) {
 func TestPodWaitDone(t *testing.T) {
 	a := NewActualStateOfWorld()
 	s := spec("drv", "v", "pv")
-	p := PodVolume{Pod: PodRef{UID: "p"}, SpecName: "data"}
+	p := cache.PodVolume{Pod: cache.PodRef{UID: "p"}, SpecName: "data"}
 	first, second := a.PodChanged("p"), a.PodChanged("p")
 	a.PodWaitDone("p", first)
-	a.SetPodMount(s, p, Mounted, "/pods/p/v")
+	a.SetPodMount(s, p, cache.Mounted, "/pods/p/v")
 	select {
 	case <-second:
 	default:

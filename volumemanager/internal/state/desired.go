@@ -1,4 +1,4 @@
-package cache
+package state
 
 import (
 	"maps"
@@ -7,12 +7,14 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodevol/nodevol/cache"
 )
 
 // DesiredVolume is one volume of one pod, resolved: what the pod wants mounted.
 type DesiredVolume struct {
-	Spec   VolumeSpec
-	Volume PodVolume
+	Spec   cache.VolumeSpec
+	Volume cache.PodVolume
 }
 
 // DesiredStateOfWorld holds the pods on this node and the CSI volumes they
@@ -21,55 +23,55 @@ type DesiredVolume struct {
 // the reconciler only looks at what changed.
 type DesiredStateOfWorld struct {
 	mu      sync.RWMutex
-	notify  func(UniqueVolumeName)
-	volumes map[UniqueVolumeName]*desiredVolume
+	notify  func(cache.UniqueVolumeName)
+	volumes map[cache.UniqueVolumeName]*desiredVolume
 	pods    map[types.UID]*desiredPod
-	byPV    map[string]UniqueVolumeName
+	byPV    map[string]cache.UniqueVolumeName
 	// the maps' peaks, to give their room back after many pods left (shrink)
 	volumesPeak, podsPeak, byPVPeak shrinking
 }
 
 type desiredVolume struct {
-	spec VolumeSpec
+	spec cache.VolumeSpec
 	// pods holds pointers: a map keeps room for 8 entries from its first,
 	// and most volumes have one pod; 8 slots of PodVolume values take about
 	// 1.1 KiB per volume, 8 slots of pointers 200 bytes (and the one
 	// PodVolume 120). A stored PodVolume is never changed.
-	pods map[types.UID]*PodVolume
+	pods map[types.UID]*cache.PodVolume
 }
 
 type desiredPod struct {
-	ref PodRef
+	ref cache.PodRef
 	// wanted lists every CSI volume (by spec name) the pod needs, resolved or not.
 	wanted []string
 	// volumes maps a resolved spec name to its volume.
-	volumes map[string]UniqueVolumeName
+	volumes map[string]cache.UniqueVolumeName
 	// errs holds why a spec name could not be resolved.
 	errs map[string]error
 }
 
 // NewDesiredStateOfWorld returns an empty desired state. notify, if not nil,
 // is called (without locks held) with every volume a change touched.
-func NewDesiredStateOfWorld(notify func(UniqueVolumeName)) *DesiredStateOfWorld {
+func NewDesiredStateOfWorld(notify func(cache.UniqueVolumeName)) *DesiredStateOfWorld {
 	if notify == nil {
-		notify = func(UniqueVolumeName) {}
+		notify = func(cache.UniqueVolumeName) {}
 	}
 	return &DesiredStateOfWorld{
 		notify:  notify,
-		volumes: map[UniqueVolumeName]*desiredVolume{},
+		volumes: map[cache.UniqueVolumeName]*desiredVolume{},
 		pods:    map[types.UID]*desiredPod{},
-		byPV:    map[string]UniqueVolumeName{},
+		byPV:    map[string]cache.UniqueVolumeName{},
 	}
 }
 
 // SetPod replaces everything known about a pod: wanted lists the spec names
 // of all CSI volumes it needs, resolved the ones that could be resolved, and
 // errs why the others could not. Volumes the pod no longer has lose it.
-func (d *DesiredStateOfWorld) SetPod(pod PodRef, wanted []string, resolved []DesiredVolume, errs map[string]error) {
-	var touched []UniqueVolumeName
+func (d *DesiredStateOfWorld) SetPod(pod cache.PodRef, wanted []string, resolved []DesiredVolume, errs map[string]error) {
+	var touched []cache.UniqueVolumeName
 	d.mu.Lock()
 	old := d.pods[pod.UID]
-	p := &desiredPod{ref: pod, wanted: append([]string(nil), wanted...), volumes: make(map[string]UniqueVolumeName, len(resolved))}
+	p := &desiredPod{ref: pod, wanted: append([]string(nil), wanted...), volumes: make(map[string]cache.UniqueVolumeName, len(resolved))}
 	if len(errs) > 0 { // most pods have none: no map for them
 		p.errs = make(map[string]error, len(errs))
 		for k, v := range errs {
@@ -81,7 +83,7 @@ func (d *DesiredStateOfWorld) SetPod(pod PodRef, wanted []string, resolved []Des
 		p.volumes[dv.Volume.SpecName] = name
 		v := d.volumes[name]
 		if v == nil {
-			v = &desiredVolume{pods: map[types.UID]*PodVolume{}}
+			v = &desiredVolume{pods: map[types.UID]*cache.PodVolume{}}
 			d.volumes[name] = v
 		}
 		v.spec = dv.Spec
@@ -121,7 +123,7 @@ func (d *DesiredStateOfWorld) DeletePod(uid types.UID) {
 		return
 	}
 	delete(d.pods, uid)
-	var touched []UniqueVolumeName
+	var touched []cache.UniqueVolumeName
 	for _, name := range p.volumes {
 		d.removePodFromVolume(name, uid)
 		touched = append(touched, name)
@@ -141,7 +143,7 @@ func (d *DesiredStateOfWorld) shrink() {
 	d.byPV = shrink(&d.byPVPeak, d.byPV)
 }
 
-func (d *DesiredStateOfWorld) removePodFromVolume(name UniqueVolumeName, uid types.UID) {
+func (d *DesiredStateOfWorld) removePodFromVolume(name cache.UniqueVolumeName, uid types.UID) {
 	v := d.volumes[name]
 	if v == nil {
 		return
@@ -155,7 +157,7 @@ func (d *DesiredStateOfWorld) removePodFromVolume(name UniqueVolumeName, uid typ
 	}
 }
 
-func samePodVolume(a, b PodVolume) bool {
+func samePodVolume(a, b cache.PodVolume) bool {
 	return a.Pod == b.Pod && a.SpecName == b.SpecName && a.ReadOnly == b.ReadOnly &&
 		a.SELinuxLabel == b.SELinuxLabel && ptrEq(a.FSGroup, b.FSGroup) && a.FSGroupOnRootMismatch == b.FSGroupOnRootMismatch
 }
@@ -169,14 +171,14 @@ func ptrEq(a, b *int64) bool {
 
 // Volume returns the spec of a desired volume and the pods that want it.
 // ok is false when no pod wants the volume.
-func (d *DesiredStateOfWorld) Volume(name UniqueVolumeName) (spec VolumeSpec, pods []PodVolume, ok bool) {
+func (d *DesiredStateOfWorld) Volume(name cache.UniqueVolumeName) (spec cache.VolumeSpec, pods []cache.PodVolume, ok bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	v := d.volumes[name]
 	if v == nil {
-		return VolumeSpec{}, nil, false
+		return cache.VolumeSpec{}, nil, false
 	}
-	pods = make([]PodVolume, 0, len(v.pods))
+	pods = make([]cache.PodVolume, 0, len(v.pods))
 	for _, p := range v.pods {
 		pods = append(pods, *p)
 	}
@@ -185,7 +187,7 @@ func (d *DesiredStateOfWorld) Volume(name UniqueVolumeName) (spec VolumeSpec, po
 }
 
 // VolumeForPV returns the desired volume backed by the named PV.
-func (d *DesiredStateOfWorld) VolumeForPV(pvName string) (UniqueVolumeName, bool) {
+func (d *DesiredStateOfWorld) VolumeForPV(pvName string) (cache.UniqueVolumeName, bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	name, ok := d.byPV[pvName]
@@ -193,17 +195,17 @@ func (d *DesiredStateOfWorld) VolumeForPV(pvName string) (UniqueVolumeName, bool
 }
 
 // VolumeNames returns every desired volume, for a periodic resync.
-func (d *DesiredStateOfWorld) VolumeNames() []UniqueVolumeName {
+func (d *DesiredStateOfWorld) VolumeNames() []cache.UniqueVolumeName {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	return slices.AppendSeq(make([]UniqueVolumeName, 0, len(d.volumes)), maps.Keys(d.volumes))
+	return slices.AppendSeq(make([]cache.UniqueVolumeName, 0, len(d.volumes)), maps.Keys(d.volumes))
 }
 
 // VolumesOfDriver returns every desired volume of a driver.
-func (d *DesiredStateOfWorld) VolumesOfDriver(driver string) []UniqueVolumeName {
+func (d *DesiredStateOfWorld) VolumesOfDriver(driver string) []cache.UniqueVolumeName {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	var out []UniqueVolumeName
+	var out []cache.UniqueVolumeName
 	for name, v := range d.volumes {
 		if v.spec.Driver == driver {
 			out = append(out, name)
@@ -214,11 +216,11 @@ func (d *DesiredStateOfWorld) VolumesOfDriver(driver string) []UniqueVolumeName 
 
 // PodState is what the desired state knows about one pod.
 type PodState struct {
-	Pod PodRef
+	Pod cache.PodRef
 	// Wanted lists the spec names of every CSI volume the pod needs.
 	Wanted []string
 	// Volumes maps each resolved spec name to its volume.
-	Volumes map[string]UniqueVolumeName
+	Volumes map[string]cache.UniqueVolumeName
 	// Errors maps each unresolved spec name to the reason.
 	Errors map[string]error
 }
@@ -231,7 +233,7 @@ func (d *DesiredStateOfWorld) Pod(uid types.UID) (PodState, bool) {
 	if p == nil {
 		return PodState{}, false
 	}
-	st := PodState{Pod: p.ref, Wanted: append([]string(nil), p.wanted...), Volumes: make(map[string]UniqueVolumeName, len(p.volumes)), Errors: make(map[string]error, len(p.errs))}
+	st := PodState{Pod: p.ref, Wanted: append([]string(nil), p.wanted...), Volumes: make(map[string]cache.UniqueVolumeName, len(p.volumes)), Errors: make(map[string]error, len(p.errs))}
 	for k, v := range p.volumes {
 		st.Volumes[k] = v
 	}
@@ -242,10 +244,10 @@ func (d *DesiredStateOfWorld) Pod(uid types.UID) (PodState, bool) {
 }
 
 // PodsWithErrors returns the pods that have volumes that could not be resolved.
-func (d *DesiredStateOfWorld) PodsWithErrors() []PodRef {
+func (d *DesiredStateOfWorld) PodsWithErrors() []cache.PodRef {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	var out []PodRef
+	var out []cache.PodRef
 	for _, p := range d.pods {
 		if len(p.errs) > 0 {
 			out = append(out, p.ref)

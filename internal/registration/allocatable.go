@@ -11,7 +11,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/util/backoff"
+	"github.com/nodevol/nodevol/internal/backoff"
 )
 
 // refresher keeps the allocatable count of each registered driver's CSINode

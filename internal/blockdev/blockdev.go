@@ -5,7 +5,7 @@
 // symlinked into the pod's device directory. Unmapping runs backwards.
 // Every system interaction goes through an interface, so unit tests need no
 // root. With Mapper.Root set, every path of a Map must be under that root
-// and is reached without following a symlink below it (util/rootfs).
+// and is reached without following a symlink below it (internal/rootfs).
 package blockdev
 
 import (
@@ -18,7 +18,7 @@ import (
 
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/util/rootfs"
+	"github.com/nodevol/nodevol/internal/rootfs"
 	"github.com/nodevol/nodevol/util/step"
 )
 

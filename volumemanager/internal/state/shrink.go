@@ -1,4 +1,4 @@
-package cache
+package state
 
 // shrinking is a map that gives back the room of deleted entries: a Go map
 // never does, so after 10,000 volumes were mounted and unmounted the states'

@@ -1,4 +1,4 @@
-package cache
+package state
 
 import (
 	"maps"
@@ -8,12 +8,14 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/util/podwait"
+	"github.com/nodevol/nodevol/internal/podwait"
+
+	"github.com/nodevol/nodevol/cache"
 )
 
 // ActualVolume is a snapshot of what is really done for one volume on this node.
 type ActualVolume struct {
-	Spec VolumeSpec
+	Spec cache.VolumeSpec
 	// Attached is true once the attachment was confirmed (or not needed).
 	Attached bool
 	// SelfAttached is true when the node may have created the volume's
@@ -23,7 +25,7 @@ type ActualVolume struct {
 	// PublishContext came from the VolumeAttachment.
 	PublishContext map[string]string
 	// DeviceState is the state of the staged device.
-	DeviceState MountState
+	DeviceState cache.MountState
 	// DeviceMountPath is the staging path ("" when the driver does not stage).
 	DeviceMountPath string
 	// SELinuxContext is the SELinux context the device was (or is being)
@@ -35,8 +37,8 @@ type ActualVolume struct {
 
 // PodMount is one pod's mount of a volume.
 type PodMount struct {
-	Volume PodVolume
-	State  MountState
+	Volume cache.PodVolume
+	State  cache.MountState
 	// Path is where the volume was published for the pod.
 	Path string
 	// Busy is true while an operation on this mount runs: whatever State
@@ -48,38 +50,16 @@ type PodMount struct {
 // Mounted or Uncertain, or an operation on it is running.
 func (m PodMount) MayBeMounted() bool { return m.Busy || m.State.MayBeMounted() }
 
-// MountedVolume is one volume of a pod, as GetMountedVolumesForPod reports it.
-type MountedVolume struct {
-	// Name is the unique volume name (see CSIVolumeName).
-	Name UniqueVolumeName
-	// SpecName is the volume's name in pod.spec.volumes.
-	SpecName string
-	// Driver is the CSI driver name.
-	Driver string
-	// State is Mounted, or Uncertain when a publish may have half-happened
-	// (GetMountedVolumesForPod returns only the Mounted ones).
-	State MountState
-	// Path is where the volume is published for the pod:
-	// {root}/pods/{uid}/volumes/kubernetes.io~csi/{pv}/mount, or for a
-	// block volume the symlink
-	// {root}/pods/{uid}/volumeDevices/kubernetes.io~csi/{pv}. As in the
-	// kubelet, {pv} is the PV's name, or the pod's volume name for an
-	// inline volume.
-	Path string
-	// ReadOnly is true when the pod's claim or the PV is read-only.
-	ReadOnly bool
-}
-
 // ActualStateOfWorld holds what is really attached, staged and published on
 // this node. The reconciler is its only writer; queries may come from
 // anywhere. Waiters for a pod are woken by PodChanged.
 type ActualStateOfWorld struct {
 	mu      sync.RWMutex
-	volumes map[UniqueVolumeName]*ActualVolume
+	volumes map[cache.UniqueVolumeName]*ActualVolume
 	// pods indexes each pod's volumes: a slice, not a set, because a pod
 	// has a few volumes and a map keeps room for 8 from its first entry
 	// (about 200 bytes for a pod with one volume, 16 for the slice).
-	pods    map[types.UID][]UniqueVolumeName
+	pods    map[types.UID][]cache.UniqueVolumeName
 	waiters podwait.Set
 	// the maps' peaks, to give their room back after many volumes went (shrink)
 	volumesPeak, podsPeak shrinking
@@ -88,13 +68,13 @@ type ActualStateOfWorld struct {
 // NewActualStateOfWorld returns an empty actual state.
 func NewActualStateOfWorld() *ActualStateOfWorld {
 	return &ActualStateOfWorld{
-		volumes: map[UniqueVolumeName]*ActualVolume{},
-		pods:    map[types.UID][]UniqueVolumeName{},
+		volumes: map[cache.UniqueVolumeName]*ActualVolume{},
+		pods:    map[types.UID][]cache.UniqueVolumeName{},
 	}
 }
 
 // Volume returns a snapshot of one volume; ok is false when nothing is known of it.
-func (a *ActualStateOfWorld) Volume(name UniqueVolumeName) (ActualVolume, bool) {
+func (a *ActualStateOfWorld) Volume(name cache.UniqueVolumeName) (ActualVolume, bool) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	v := a.volumes[name]
@@ -109,7 +89,7 @@ func (a *ActualStateOfWorld) Volume(name UniqueVolumeName) (ActualVolume, bool) 
 	return out, true
 }
 
-func (a *ActualStateOfWorld) volume(spec VolumeSpec) *ActualVolume {
+func (a *ActualStateOfWorld) volume(spec cache.VolumeSpec) *ActualVolume {
 	v := a.volumes[spec.Name]
 	if v == nil {
 		v = &ActualVolume{Spec: spec, Pods: map[types.UID]PodMount{}}
@@ -120,7 +100,7 @@ func (a *ActualStateOfWorld) volume(spec VolumeSpec) *ActualVolume {
 }
 
 // MarkAttached records that the volume is attached (or needs no attach).
-func (a *ActualStateOfWorld) MarkAttached(spec VolumeSpec, publishContext map[string]string) {
+func (a *ActualStateOfWorld) MarkAttached(spec cache.VolumeSpec, publishContext map[string]string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	v := a.volume(spec)
@@ -132,7 +112,7 @@ func (a *ActualStateOfWorld) MarkAttached(spec VolumeSpec, publishContext map[st
 // SetSelfAttached records whether the node may have created the volume's
 // VolumeAttachment itself. Clearing it also clears Attached: the
 // attachment is gone.
-func (a *ActualStateOfWorld) SetSelfAttached(spec VolumeSpec, created bool) {
+func (a *ActualStateOfWorld) SetSelfAttached(spec cache.VolumeSpec, created bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	v := a.volume(spec)
@@ -144,12 +124,12 @@ func (a *ActualStateOfWorld) SetSelfAttached(spec VolumeSpec, created bool) {
 }
 
 // SetDeviceState records the state of the volume's staged device.
-func (a *ActualStateOfWorld) SetDeviceState(spec VolumeSpec, state MountState, deviceMountPath string) {
+func (a *ActualStateOfWorld) SetDeviceState(spec cache.VolumeSpec, state cache.MountState, deviceMountPath string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	v := a.volume(spec)
 	v.DeviceState = state
-	if deviceMountPath != "" || state == NotMounted {
+	if deviceMountPath != "" || state == cache.NotMounted {
 		v.DeviceMountPath = deviceMountPath
 	}
 	a.wakeVolume(v)
@@ -157,7 +137,7 @@ func (a *ActualStateOfWorld) SetDeviceState(spec VolumeSpec, state MountState, d
 
 // SetDeviceSELinuxContext records the SELinux context the volume's device
 // is staged with.
-func (a *ActualStateOfWorld) SetDeviceSELinuxContext(spec VolumeSpec, context string) {
+func (a *ActualStateOfWorld) SetDeviceSELinuxContext(spec cache.VolumeSpec, context string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.volume(spec).SELinuxContext = context
@@ -165,7 +145,7 @@ func (a *ActualStateOfWorld) SetDeviceSELinuxContext(spec VolumeSpec, context st
 
 // SetPodMount records the state of a pod's mount of a volume after an
 // operation (it clears Busy).
-func (a *ActualStateOfWorld) SetPodMount(spec VolumeSpec, vol PodVolume, state MountState, path string) {
+func (a *ActualStateOfWorld) SetPodMount(spec cache.VolumeSpec, vol cache.PodVolume, state cache.MountState, path string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	v := a.volume(spec)
@@ -194,7 +174,7 @@ func (a *ActualStateOfWorld) putPodMount(v *ActualVolume, pm PodMount) {
 
 // SetPodBusy marks the start (busy) or the end of an operation on a pod's
 // mount of a volume. A mount that is not busy and NotMounted is forgotten.
-func (a *ActualStateOfWorld) SetPodBusy(spec VolumeSpec, vol PodVolume, busy bool) {
+func (a *ActualStateOfWorld) SetPodBusy(spec cache.VolumeSpec, vol cache.PodVolume, busy bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !busy {
@@ -206,7 +186,7 @@ func (a *ActualStateOfWorld) SetPodBusy(spec VolumeSpec, vol PodVolume, busy boo
 		if !ok {
 			return
 		}
-		if pm.State == NotMounted {
+		if pm.State == cache.NotMounted {
 			a.deletePodMount(spec.Name, vol.Pod.UID)
 			return
 		}
@@ -224,13 +204,13 @@ func (a *ActualStateOfWorld) SetPodBusy(spec VolumeSpec, vol PodVolume, busy boo
 }
 
 // DeletePodMount forgets a pod's mount of a volume (it is unmounted).
-func (a *ActualStateOfWorld) DeletePodMount(name UniqueVolumeName, uid types.UID) {
+func (a *ActualStateOfWorld) DeletePodMount(name cache.UniqueVolumeName, uid types.UID) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.deletePodMount(name, uid)
 }
 
-func (a *ActualStateOfWorld) deletePodMount(name UniqueVolumeName, uid types.UID) {
+func (a *ActualStateOfWorld) deletePodMount(name cache.UniqueVolumeName, uid types.UID) {
 	if v := a.volumes[name]; v != nil {
 		delete(v.Pods, uid)
 	}
@@ -242,7 +222,7 @@ func (a *ActualStateOfWorld) deletePodMount(name UniqueVolumeName, uid types.UID
 
 // unindex removes volume name from the pod's index, and the pod once it has
 // no volume left (it reports that); a.mu is held.
-func (a *ActualStateOfWorld) unindex(uid types.UID, name UniqueVolumeName) bool {
+func (a *ActualStateOfWorld) unindex(uid types.UID, name cache.UniqueVolumeName) bool {
 	idx, known := a.pods[uid]
 	if !known {
 		return false
@@ -259,7 +239,7 @@ func (a *ActualStateOfWorld) unindex(uid types.UID, name UniqueVolumeName) bool 
 }
 
 // DeleteVolume forgets a volume entirely: nothing of it is left on the node.
-func (a *ActualStateOfWorld) DeleteVolume(name UniqueVolumeName) {
+func (a *ActualStateOfWorld) DeleteVolume(name cache.UniqueVolumeName) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	v := a.volumes[name]
@@ -277,10 +257,10 @@ func (a *ActualStateOfWorld) DeleteVolume(name UniqueVolumeName) {
 
 // PodVolumes returns the volumes a pod may have mounted (Mounted or
 // Uncertain, or with an operation running), sorted by spec name.
-func (a *ActualStateOfWorld) PodVolumes(uid types.UID) []MountedVolume {
+func (a *ActualStateOfWorld) PodVolumes(uid types.UID) []cache.MountedVolume {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	var out []MountedVolume
+	var out []cache.MountedVolume
 	for _, name := range a.pods[uid] {
 		v := a.volumes[name]
 		if v == nil {
@@ -290,7 +270,7 @@ func (a *ActualStateOfWorld) PodVolumes(uid types.UID) []MountedVolume {
 		if !ok || !pm.MayBeMounted() {
 			continue
 		}
-		out = append(out, MountedVolume{
+		out = append(out, cache.MountedVolume{
 			Name: name, SpecName: pm.Volume.SpecName, Driver: v.Spec.Driver,
 			State: pm.State, Path: pm.Path, ReadOnly: pm.Volume.ReadOnly || v.Spec.ReadOnly,
 		})
@@ -300,10 +280,10 @@ func (a *ActualStateOfWorld) PodVolumes(uid types.UID) []MountedVolume {
 }
 
 // VolumeNames returns every volume the actual state knows of.
-func (a *ActualStateOfWorld) VolumeNames() []UniqueVolumeName {
+func (a *ActualStateOfWorld) VolumeNames() []cache.UniqueVolumeName {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return slices.AppendSeq(make([]UniqueVolumeName, 0, len(a.volumes)), maps.Keys(a.volumes))
+	return slices.AppendSeq(make([]cache.UniqueVolumeName, 0, len(a.volumes)), maps.Keys(a.volumes))
 }
 
 // PodChanged returns a channel that is closed at the next change to any of
