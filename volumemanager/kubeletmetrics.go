@@ -71,7 +71,7 @@ func (c *totalVolumesCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, w := range ws {
 		for _, name := range w.dsw.VolumeNames() {
 			if spec, pods, ok := w.dsw.Volume(name); ok {
-				counts[key{pluginLabel(spec.Driver), stateDesired}] += len(pods)
+				counts[key{pluginLabel(&spec), stateDesired}] += len(pods)
 			}
 		}
 		for _, name := range w.asw.VolumeNames() {
@@ -81,7 +81,7 @@ func (c *totalVolumesCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			for _, pm := range v.Pods {
 				if pm.State == cache.Mounted {
-					counts[key{pluginLabel(v.Spec.Driver), stateActual}]++
+					counts[key{pluginLabel(&v.Spec), stateActual}]++
 				}
 			}
 		}
@@ -93,9 +93,15 @@ func (c *totalVolumesCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// pluginLabel is the kubelet's plugin label of a CSI volume
-// (GetFullQualifiedPluginNameForVolume).
-func pluginLabel(driver string) string { return cache.CSIPluginName + ":" + driver }
+// pluginLabel is the kubelet's plugin label of a volume
+// (GetFullQualifiedPluginNameForVolume): "kubernetes.io/csi:{driver}" for
+// a CSI volume, the plugin's name for another.
+func pluginLabel(spec *cache.VolumeSpec) string {
+	if spec.Plugin != "" {
+		return spec.Plugin
+	}
+	return cache.CSIPluginName + ":" + spec.Driver
+}
 
 // reconstructMetrics are the kubelet's counters of the volumes reconstructed
 // from disk at start.

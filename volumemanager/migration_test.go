@@ -318,22 +318,22 @@ func TestPodCSIVolumesMigrated(t *testing.T) {
 	}
 	pod := csitest.Pod("ns", "p", opts...)
 	pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "unused", VolumeSource: sources["unused"]})
-	vols, _ := podCSIVolumes(pod)
+	vols, _ := podVolumes(pod, testPlugins)
 	var got []string
 	for _, v := range vols {
 		got = append(got, v.Name)
 	}
 	if want := []string{"ebs", "gce", "azdisk", "azfile", "cinder", "vsphere", "portworx"}; !slices.Equal(got, want) {
-		t.Errorf("podCSIVolumes = %q, want %q", got, want)
+		t.Errorf("podVolumes = %q, want %q", got, want)
 	}
 
 	// Each translates to its driver, as a persistent volume whose
 	// directory name is a valid path component.
-	r := &resolver{}
+	r := &resolver{plugins: testPlugins}
 	wantDriver := map[string]string{"ebs": awsEBS, "gce": gcePD, "azdisk": "disk.csi.azure.com", "azfile": "file.csi.azure.com",
 		"cinder": "cinder.csi.openstack.org", "vsphere": "csi.vsphere.vmware.com", "portworx": "pxd.portworx.com"}
 	for _, v := range vols {
-		dv, err := r.resolveVolume(pod, &v, false)
+		dv, err := r.resolveVolume(pod, &v)
 		if err != nil {
 			t.Errorf("%s: %v", v.Name, err)
 			continue

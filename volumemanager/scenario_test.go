@@ -120,7 +120,7 @@ func (s *scenario) newLoop() {
 	var l *loop
 	s.dsw = cache.NewDesiredStateOfWorld(func(n cache.UniqueVolumeName) { l.markDirty(n) })
 	s.asw = cache.NewActualStateOfWorld()
-	res := &resolver{pvcs: corelisters.NewPersistentVolumeClaimLister(s.pvcs), pvs: corelisters.NewPersistentVolumeLister(s.pvs),
+	res := &resolver{plugins: testPlugins, pvcs: corelisters.NewPersistentVolumeClaimLister(s.pvcs), pvs: corelisters.NewPersistentVolumeLister(s.pvs),
 		csiDrivers: storagelisters.NewCSIDriverLister(s.drivers), seLinuxEnabled: true}
 	l = newLoop(loopConfig{
 		node: "node-1", clock: s.clock, csiDrivers: storagelisters.NewCSIDriverLister(s.drivers),
@@ -199,7 +199,7 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 		if l := arg("level"); l != "" {
 			pod.Spec.SecurityContext = &v1.PodSecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: l}}
 		}
-		s.in.addPod(keepPod(pod))
+		s.in.addPod(keptOf(pod))
 	case "selinux-mount":
 		yes := true
 		if err := s.drivers.Add(&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: arg("driver")}, Spec: storagev1.CSIDriverSpec{SELinuxMount: &yes}}); err != nil {
