@@ -296,9 +296,9 @@ func gceDevice(volName, pdName string) csitest.PodOption {
 	}
 }
 
-// TestPodCSIVolumesMigrated: inline volumes of the migrated in-tree
+// TestPodVolumesMigrated: inline volumes of the migrated in-tree
 // plugins are nodevol's; other in-tree kinds are not.
-func TestPodCSIVolumesMigrated(t *testing.T) {
+func TestPodVolumesMigrated(t *testing.T) {
 	sources := map[string]v1.VolumeSource{
 		"ebs":      {AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "vol-1"}},
 		"gce":      {GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "d"}},

@@ -40,8 +40,9 @@ import (
 //	                                       a PVC ns/a bound to PV pv-a, handle h-a
 //	                                       (ReadWriteOnce, or ReadWriteOncePod)
 //	unbind name=a                          the PVC goes (its pods cannot be resolved)
-//	pod name=p claims=(a,b) [block=(a)] [level=s0:c1]
-//	                                       AddPod (uid uid-p), with that SELinux level
+//	pod name=p claims=(a,b) [block=(a)] [level=s0:c1] [images=(t)]
+//	                                       AddPod (uid uid-p), with that SELinux level and
+//	                                       image volumes img-t (reference registry.example/t)
 //	selinux-mount driver=drv               the driver's CSIDriver sets seLinuxMount
 //	                                       (the host has SELinux enabled in every script)
 //	delete-pod name=p                      DeletePod
@@ -196,6 +197,10 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 		s.in.claim("ns/" + arg("name"))
 	case "pod":
 		pod := scenarioPod(arg("name"), list("claims"), list("block"))
+		for _, img := range list("images") {
+			pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "img-" + img, VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "registry.example/" + img}}})
+			pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, v1.VolumeMount{Name: "img-" + img, MountPath: "/" + img})
+		}
 		if l := arg("level"); l != "" {
 			pod.Spec.SecurityContext = &v1.PodSecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: l}}
 		}
@@ -418,6 +423,9 @@ func (s *scenario) restart(ctx context.Context, t *testing.T, corrupt, noDevice 
 	}
 	for _, name := range s.asw.VolumeNames() {
 		v, _ := s.asw.Volume(name)
+		if v.Spec.Plugin != "" {
+			continue // an image volume leaves nothing on disk
+		}
 		for uid, pm := range v.Pods {
 			if !pm.MayBeMounted() {
 				continue
