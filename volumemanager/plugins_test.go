@@ -218,6 +218,9 @@ func TestImageVolume(t *testing.T) {
 	if got := e.drv.Calls("NodePublishVolume"); got != 1 {
 		t.Errorf("NodePublishVolume calls = %d, want 1 (the claim's only)", got)
 	}
+	if stats, err := e.vm.GetVolumeStats(context.Background(), pod.UID); err != nil || len(stats) > 1 {
+		t.Errorf("GetVolumeStats = %v, %v; want no error and no stats of the image volume", stats, err)
+	}
 	for _, n := range e.vm.GetVolumesInUse() {
 		if strings.HasPrefix(string(n), image.PluginName+"/") {
 			t.Errorf("GetVolumesInUse lists image volume %s", n)
