@@ -9,6 +9,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/util/promreg"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // The kubelet's volume manager metrics beside storage_operation_duration_seconds
@@ -138,12 +139,12 @@ func newReconstructMetrics(reg prometheus.Registerer) (*reconstructMetrics, erro
 
 // reconstructed records what reconstruction found: the pod volumes it
 // tried, and those it could not reconstruct.
-func (m *metrics) reconstructed(d diskState) {
+func (m *metrics) reconstructed(d volume.Found) {
 	if m == nil || m.reconstruct == nil {
 		return
 	}
-	m.reconstruct.total.Add(float64(d.attempted))
-	m.reconstruct.errors.Add(float64(len(d.unreadable)))
+	m.reconstruct.total.Add(float64(d.Attempted))
+	m.reconstruct.errors.Add(float64(len(d.Unreadable)))
 }
 
 // failureReason is the reason of the warning event on the pods of a failed

@@ -30,17 +30,20 @@ import (
 // VolumeManager mounts the CSI volumes of the pods on this node and unmounts
 // them when the pods go. Create it with New, start it with Run.
 type VolumeManager struct {
-	cfg      Config
-	factory  informers.SharedInformerFactory
-	dsw      *vcache.DesiredStateOfWorld
-	asw      *vcache.ActualStateOfWorld
-	in       *inbox
-	loop     *loop
-	plugin   volume.Plugin
-	volumes  *volume.Registry // finds each operation's plugin; holds plugin
-	runner   *oe.Runner
-	results  chan oe.Outcome
-	resolver *resolver
+	cfg     Config
+	factory informers.SharedInformerFactory
+	dsw     *vcache.DesiredStateOfWorld
+	asw     *vcache.ActualStateOfWorld
+	in      *inbox
+	loop    *loop
+	plugin  volume.Plugin
+	volumes *volume.Registry // finds each operation's plugin; holds plugin
+	// reconstructors are the registered plugins that leave on disk what
+	// they set up, asked at start what earlier runs left.
+	reconstructors []volume.Reconstructor
+	runner         *oe.Runner
+	results        chan oe.Outcome
+	resolver       *resolver
 	// syncs are the informer handlers' sync checkers.
 	syncs []cache.DoneChecker
 	// listErrs holds the last list/watch error of each informer, for
@@ -196,7 +199,13 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 	if _, ok := vm.plugin.(volume.SelfAttacher); cfg.SelfAttach && !ok {
 		return fmt.Errorf("volumemanager: Config.SelfAttach needs a plugin that attaches volumes itself; %T does not (volume.SelfAttacher)", vm.plugin)
 	}
-	volumes, err := volume.NewRegistry(append([]volume.Plugin{vm.plugin, image.Plugin{}}, cfg.Plugins...)...)
+	all := append([]volume.Plugin{vm.plugin, image.Plugin{}}, cfg.Plugins...)
+	for _, p := range all {
+		if r, ok := p.(volume.Reconstructor); ok {
+			vm.reconstructors = append(vm.reconstructors, r)
+		}
+	}
+	volumes, err := volume.NewRegistry(all...)
 	if err == nil {
 		err = volumes.CheckSources()
 	}

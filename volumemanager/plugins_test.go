@@ -301,3 +301,36 @@ func TestImageVolumeAfterRestart(t *testing.T) {
 		return e2.vm.idle()
 	})
 }
+
+// leavingNFS is nfsPlugin leaving on disk what it set up: its Reconstruct
+// gives back found, its Retake is never asked (nothing unreadable).
+type leavingNFS struct {
+	*nfsPlugin
+	found volume.Found
+}
+
+func (p leavingNFS) Reconstruct(context.Context, volume.Recovery) volume.Found { return p.found }
+func (p leavingNFS) Retake(context.Context, string, map[string]bool) bool      { return false }
+
+// TestReconstructPerPlugin: at start each plugin that is a
+// volume.Reconstructor is asked what earlier runs left; what an
+// embedder's plugin found is installed beside the CSI plugin's and torn
+// down through it once the pods are synced and none wants it.
+func TestReconstructPerPlugin(t *testing.T) {
+	nfs := &nfsPlugin{name: "example.com/nfs"}
+	spec := cache.VolumeSpec{Name: "example.com/nfs/uid-gone-share", Plugin: "example.com/nfs", Ephemeral: true, Mode: cache.Filesystem,
+		Source: &v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nfs.example", Path: "/export"}}}
+	found := volume.Found{Attempted: 1, Mounts: []volume.FoundMount{{
+		Spec: spec, Volume: cache.PodVolume{Pod: cache.PodRef{UID: "uid-gone"}, SpecName: "share"}, Path: "/mnt/nfs/share", State: cache.Uncertain,
+	}}}
+	e := newEnv(t, envOptions{plugins: []volume.Plugin{leavingNFS{nfsPlugin: nfs, found: found}}})
+	eventually(t, "reconstruction", e.vm.statesSynced.Load)
+	if v, ok := e.vm.asw.Volume(spec.Name); !ok || v.Pods["uid-gone"].State != cache.Uncertain {
+		t.Fatalf("actual state of %s = %+v, %v; want the pod mount found, Uncertain", spec.Name, v, ok)
+	}
+	if got := nfs.calls(); len(got) != 0 {
+		t.Errorf("calls before MarkPodsSynced = %q, want none: what was found is held", got)
+	}
+	e.vm.MarkPodsSynced()
+	eventually(t, "the found mount torn down", func() bool { return slices.Equal(nfs.calls(), []string{"teardown uid-gone/share"}) })
+}
