@@ -3,6 +3,7 @@ package cache
 import (
 	"fmt"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -101,8 +102,18 @@ type VolumeSpec struct {
 	NodePublishSecret *SecretRef
 	// NodeExpandSecret is the PV's node-expand secret reference, if any.
 	NodeExpandSecret *SecretRef
-	// Ephemeral marks an inline CSI volume: pod-scoped, never attached or staged.
+	// Ephemeral marks a pod-scoped volume, never attached or staged: an
+	// inline CSI volume, or any volume of another plugin than CSI.
 	Ephemeral bool
+	// Plugin is the name of the volume's plugin when it is not the CSI
+	// plugin (e.g. "kubernetes.io/image"); empty for CSI volumes, whose
+	// Driver names their CSI driver. It starts Name, as every plugin's
+	// does.
+	Plugin string
+	// Source is, for a volume of another plugin than CSI, the pod
+	// volume's source as the pod spec gives it (what the plugin sets up);
+	// nil for CSI volumes.
+	Source *v1.VolumeSource
 	// GID is the PV's pv.beta.kubernetes.io/gid annotation: a group the
 	// pods using the volume get as a supplemental group. May be empty.
 	GID string

@@ -10,9 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"k8s.io/apimachinery/pkg/types"
 	"path/filepath"
 	"sort"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/klog/v2"

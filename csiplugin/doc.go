@@ -12,6 +12,8 @@
 //     volume (internal/fsgroup) when the driver does not.
 //   - Raw block volumes are staged, published and mapped into pods;
 //     NodeExpand and VolumeStats expand and measure published volumes.
+//   - Plugin.Reconstruct (volume.Reconstructor) finds at start what earlier
+//     runs left on disk, from the internal/ondisk scan and the records.
 //
 // The drivers are reached through package csi; the on-disk layout,
 // vol_data.json and the records of work in flight are internal/ondisk's.

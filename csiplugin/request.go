@@ -2,9 +2,10 @@ package csiplugin
 
 import (
 	"fmt"
-	storagev1 "k8s.io/api/storage/v1"
 	"slices"
 	"strconv"
+
+	storagev1 "k8s.io/api/storage/v1"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 

@@ -119,3 +119,32 @@ func SourceKind(src *v1.VolumeSource) string {
 	}
 	return "no source"
 }
+
+// CheckSources returns an error naming the kind and the plugins when two
+// registered plugins claim the same kind of pod volume source, judged on
+// an empty source of each kind (CanSupport): such a pod volume could only
+// fail to resolve. A plugin that claims a volume by what its source holds
+// (a driver name, a server) is judged again at each ForSource.
+func (r *Registry) CheckSources() error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	t := reflect.TypeFor[v1.VolumeSource]()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Type.Kind() != reflect.Pointer {
+			continue
+		}
+		v := &v1.Volume{Name: "check"}
+		reflect.ValueOf(&v.VolumeSource).Elem().Field(i).Set(reflect.New(f.Type.Elem()))
+		var match []string
+		for _, n := range r.names {
+			if r.plugins[n].CanSupport(v) {
+				match = append(match, n)
+			}
+		}
+		if len(match) > 1 {
+			return fmt.Errorf("pod volumes of kind %s are claimed by more than one volume plugin (%s)", SourceKind(&v.VolumeSource), strings.Join(match, ", "))
+		}
+	}
+	return nil
+}

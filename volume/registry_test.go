@@ -127,3 +127,33 @@ func TestInUseError(t *testing.T) {
 		t.Error("IsUncertain holds for exactly the errors wrapping ErrInProgress")
 	}
 }
+
+// TestCheckSources: two plugins that claim the same kind of source are an
+// error naming the kind and both; plugins of distinct kinds are not.
+func TestCheckSources(t *testing.T) {
+	nfs := func(v *v1.Volume) bool { return v.NFS != nil }
+	tests := []struct {
+		name    string
+		plugins []Plugin
+		want    string // "" for no error
+	}{
+		{"distinct kinds", []Plugin{fakePlugin{"example.com/empty", emptyDirs}, fakePlugin{"example.com/nfs", nfs}}, ""},
+		{"none", nil, ""},
+		{"one kind twice", []Plugin{fakePlugin{"example.com/nfs", nfs}, fakePlugin{"example.com/nfs2", nfs}},
+			"pod volumes of kind nfs are claimed by more than one volume plugin (example.com/nfs, example.com/nfs2)"},
+		{"a plugin claiming everything", []Plugin{fakePlugin{"example.com/empty", emptyDirs}, fakePlugin{"example.com/greedy", func(*v1.Volume) bool { return true }}},
+			"pod volumes of kind emptyDir are claimed by more than one volume plugin (example.com/empty, example.com/greedy)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := NewRegistry(tt.plugins...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = r.CheckSources()
+			if tt.want == "" && err != nil || tt.want != "" && (err == nil || err.Error() != tt.want) {
+				t.Errorf("CheckSources = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}

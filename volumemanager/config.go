@@ -44,9 +44,19 @@ type Config struct {
 	// BlockMapper maps raw block devices into pods. Default: bind mounts
 	// through Mounter and loop devices through losetup (internal/blockdev).
 	BlockMapper csiplugin.BlockMapper
-	// Plugin replaces the CSI plugin built from the fields above (tests,
-	// other plugins). Default: csiplugin.New.
+	// Plugin replaces the CSI plugin built from the fields above (tests);
+	// it must be named kubernetes.io/csi, which starts the unique name of
+	// every CSI volume. Default: csiplugin.New.
 	Plugin volume.Plugin
+	// Plugins are the embedder's own volume plugins, registered beside
+	// the CSI plugin and the image plugin (kubernetes.io/image): a pod
+	// volume whose source one of them claims (CanSupport) is resolved to
+	// a pod-scoped volume of that plugin (cache.VolumeSpec.Plugin and
+	// Source set, never attached or staged) and set up and torn down
+	// with its SetUp and TearDown. Each name must be unique and no
+	// prefix of another, up to a slash; New refuses a kind of pod volume
+	// source that two plugins claim. Default: none.
+	Plugins []volume.Plugin
 	// CSICallTimeout bounds each CSI call. Default 2 minutes, the kubelet's.
 	CSICallTimeout time.Duration
 	// ResyncPeriod is how often every volume is planned again, to catch

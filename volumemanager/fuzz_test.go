@@ -200,13 +200,13 @@ func findPV(pvs []any, name string) *v1.PersistentVolume {
 	return nil
 }
 
-// FuzzResolvePod feeds podCSIVolumes and resolver.resolvePod a pod built
+// FuzzResolvePod feeds podVolumes and resolver.resolvePod a pod built
 // from fuzzed names and choices (volume names, claims, generic ephemeral
 // and inline CSI volumes with their driver and attributes, mounts and
 // devices in app, init and ephemeral containers, pod UID, namespace and
 // name) against listers over client-go indexers holding a few fuzzed PVCs
 // and PVs. It checks that it never panics and that:
-//   - podCSIVolumes returns, in spec order, exactly the volumes with a PVC,
+//   - podVolumes returns, in spec order, exactly the volumes with a PVC,
 //     ephemeral or CSI source that a container mounts or maps, marked block
 //     exactly when one maps it;
 //   - wanted is those volumes' names; every one is resolved or has an
@@ -289,10 +289,10 @@ func FuzzResolvePod(f *testing.F) {
 				t.Fatal(err)
 			}
 		}
-		r := &resolver{pvcs: corelisters.NewPersistentVolumeClaimLister(pvcIndex), pvs: corelisters.NewPersistentVolumeLister(pvIndex)}
+		r := &resolver{plugins: testPlugins, pvcs: corelisters.NewPersistentVolumeClaimLister(pvcIndex), pvs: corelisters.NewPersistentVolumeLister(pvIndex)}
 		before := pod.DeepCopy()
 
-		// podCSIVolumes against the definition.
+		// podVolumes against the definition.
 		mounts, devices := map[string]bool{}, map[string]bool{}
 		for _, c := range append(slices.Clone(pod.Spec.Containers), pod.Spec.InitContainers...) {
 			for _, m := range c.VolumeMounts {
@@ -313,16 +313,16 @@ func FuzzResolvePod(f *testing.F) {
 				wantVols = append(wantVols, v.Name)
 			}
 		}
-		vols, block := podCSIVolumes(pod)
+		vols, block := selected(pod)
 		var gotVols []string
 		for _, v := range vols {
 			gotVols = append(gotVols, v.Name)
 			if block[v.Name] != devices[v.Name] {
-				t.Fatalf("podCSIVolumes: volume %q block = %v, but used as a device: %v", v.Name, block[v.Name], devices[v.Name])
+				t.Fatalf("podVolumes: volume %q block = %v, but used as a device: %v", v.Name, block[v.Name], devices[v.Name])
 			}
 		}
 		if !slices.Equal(gotVols, wantVols) {
-			t.Fatalf("podCSIVolumes = %q, want %q", gotVols, wantVols)
+			t.Fatalf("podVolumes = %q, want %q", gotVols, wantVols)
 		}
 
 		ref, wanted, resolved, errs := r.resolvePod(pod)

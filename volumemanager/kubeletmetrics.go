@@ -9,6 +9,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/internal/promreg"
+	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
@@ -72,7 +73,7 @@ func (c *totalVolumesCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, w := range ws {
 		for _, name := range w.dsw.VolumeNames() {
 			if spec, pods, ok := w.dsw.Volume(name); ok {
-				counts[key{pluginLabel(spec.Driver), stateDesired}] += len(pods)
+				counts[key{pluginLabel(&spec), stateDesired}] += len(pods)
 			}
 		}
 		for _, name := range w.asw.VolumeNames() {
@@ -82,7 +83,7 @@ func (c *totalVolumesCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			for _, pm := range v.Pods {
 				if pm.State == cache.Mounted {
-					counts[key{pluginLabel(v.Spec.Driver), stateActual}]++
+					counts[key{pluginLabel(&v.Spec), stateActual}]++
 				}
 			}
 		}
@@ -94,9 +95,15 @@ func (c *totalVolumesCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// pluginLabel is the kubelet's plugin label of a CSI volume
-// (GetFullQualifiedPluginNameForVolume).
-func pluginLabel(driver string) string { return cache.CSIPluginName + ":" + driver }
+// pluginLabel is the kubelet's plugin label of a volume
+// (GetFullQualifiedPluginNameForVolume): "kubernetes.io/csi:{driver}" for
+// a CSI volume, the plugin's name for another.
+func pluginLabel(spec *cache.VolumeSpec) string {
+	if spec.Plugin != "" {
+		return spec.Plugin
+	}
+	return cache.CSIPluginName + ":" + spec.Driver
+}
 
 // reconstructMetrics are the kubelet's counters of the volumes reconstructed
 // from disk at start.
@@ -133,12 +140,12 @@ func newReconstructMetrics(reg prometheus.Registerer) (*reconstructMetrics, erro
 
 // reconstructed records what reconstruction found: the pod volumes it
 // tried, and those it could not reconstruct.
-func (m *metrics) reconstructed(d diskState) {
+func (m *metrics) reconstructed(d volume.Found) {
 	if m == nil || m.reconstruct == nil {
 		return
 	}
-	m.reconstruct.total.Add(float64(d.attempted))
-	m.reconstruct.errors.Add(float64(len(d.unreadable)))
+	m.reconstruct.total.Add(float64(d.Attempted))
+	m.reconstruct.errors.Add(float64(len(d.Unreadable)))
 }
 
 // failureReason is the reason of the warning event on the pods of a failed

@@ -43,10 +43,10 @@ func TestReconstructRemovesWriteLeftovers(t *testing.T) {
 			plantFile(t, p, "{")
 		}
 	}
-	rc := recovery{bootID: "boot-1", mountPoints: map[string]bool{filepath.Join(podDir, "mount"): true, filepath.Join(stageDir, "globalmount"): true}}
+	rc := recovery{BootID: "boot-1", MountPoints: map[string]bool{filepath.Join(podDir, "mount"): true, filepath.Join(stageDir, "globalmount"): true}}
 	got := reconstruct(context.Background(), root, rc)
-	if len(got.mounts) != 1 {
-		t.Errorf("pod volumes found: %+v, want the one", got.mounts)
+	if len(got.Mounts) != 1 {
+		t.Errorf("pod volumes found: %+v, want the one", got.Mounts)
 	}
 	for _, p := range leftovers {
 		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
@@ -106,22 +106,22 @@ func TestReconstructRemovesEmptyPodVolumeDir(t *testing.T) {
 			root := t.TempDir()
 			dir := filepath.Join(root, "pods", "uid-a", "volumes", "kubernetes.io~csi", "pv")
 			plantTree(t, dir, tc.content, tc.plant...)
-			rc := recovery{bootID: "boot-1", mountPoints: map[string]bool{}}
+			rc := recovery{BootID: "boot-1", MountPoints: map[string]bool{}}
 			if tc.mounted != "" {
-				rc.mountPoints[filepath.Join(dir, tc.mounted)] = true
+				rc.MountPoints[filepath.Join(dir, tc.mounted)] = true
 			}
 			if tc.noTable {
-				rc.mountPoints = nil
+				rc.MountPoints = nil
 			}
 			got := reconstruct(context.Background(), root, rc)
 			_, err := os.Lstat(dir)
 			switch {
-			case len(got.mounts) != 0:
-				t.Errorf("reconstructed %+v from a directory without vol_data.json", got.mounts)
-			case tc.want && (len(got.unreadable) != 0 || !errors.Is(err, fs.ErrNotExist)):
-				t.Errorf("unreadable %v, directory: %v; want it removed, holding nothing", got.unreadable, err)
-			case !tc.want && (!slices.Equal(got.unreadable, []string{dir}) || err != nil):
-				t.Errorf("unreadable %v, directory: %v; want it left and holding the PV's device", got.unreadable, err)
+			case len(got.Mounts) != 0:
+				t.Errorf("reconstructed %+v from a directory without vol_data.json", got.Mounts)
+			case tc.want && (len(got.Unreadable) != 0 || !errors.Is(err, fs.ErrNotExist)):
+				t.Errorf("unreadable %v, directory: %v; want it removed, holding nothing", got.Unreadable, err)
+			case !tc.want && (!slices.Equal(got.Unreadable, []string{dir}) || err != nil):
+				t.Errorf("unreadable %v, directory: %v; want it left and holding the PV's device", got.Unreadable, err)
 			}
 			for _, e := range tc.plant {
 				if _, err := os.Lstat(filepath.Join(dir, e)); !tc.want && err != nil {
@@ -196,16 +196,16 @@ func TestReconstructRemovesEmptyStagingDir(t *testing.T) {
 				b, _ := json.Marshal(ondisk.Record{Version: 1, BootID: "boot-1", Phase: ondisk.PhaseStaging, Dir: rel, Driver: "d.example.com", VolumeHandle: "h"})
 				plantFile(t, recFile, string(b))
 			}
-			rc := recovery{bootID: "boot-1", mountPoints: map[string]bool{}}
+			rc := recovery{BootID: "boot-1", MountPoints: map[string]bool{}}
 			if tc.mounted != "" {
-				rc.mountPoints[filepath.Join(dir, tc.mounted)] = true
+				rc.MountPoints[filepath.Join(dir, tc.mounted)] = true
 			}
 			if tc.noTable {
-				rc.mountPoints = nil
+				rc.MountPoints = nil
 			}
 			got := reconstruct(context.Background(), root, rc)
-			if len(got.devices) != 0 {
-				t.Errorf("reconstructed %+v from a directory without vol_data.json", got.devices)
+			if len(got.Devices) != 0 {
+				t.Errorf("reconstructed %+v from a directory without vol_data.json", got.Devices)
 			}
 			if _, err := os.Lstat(dir); tc.want != errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("directory: %v, want removed: %v", err, tc.want)

@@ -48,8 +48,8 @@ func TestLegacyStagingReconstructed(t *testing.T) {
 	// What the disk gives, before any pod: both devices at their legacy path.
 	got := reconstruct(context.Background(), root, recovery{})
 	devices := map[cache.UniqueVolumeName]string{}
-	for _, d := range got.devices {
-		devices[d.spec.Name] = d.path
+	for _, d := range got.Devices {
+		devices[d.Spec.Name] = d.Path
 	}
 	nameA, nameB := cache.CSIVolumeName(drv.DriverName(), "handle-a"), cache.CSIVolumeName(drv.DriverName(), "handle-b")
 	want := map[cache.UniqueVolumeName]string{nameA: filepath.Join(legacyA, "globalmount"), nameB: filepath.Join(legacyB, "globalmount")}

@@ -136,20 +136,20 @@ func newLoop(cfg loopConfig, in *inbox, pods *podTable) *loop {
 }
 
 // install makes what reconstruction found the initial actual state.
-func (l *loop) install(d diskState) {
+func (l *loop) install(d volume.Found) {
 	l.metrics.reconstructed(d)
-	for _, m := range d.mounts {
-		l.asw.SetPodMount(m.spec, m.vol, m.state, m.path)
-		l.vol(m.spec.Name).foundMount(m.vol.Pod.UID)
-		l.queue.add(m.spec.Name)
+	for _, m := range d.Mounts {
+		l.asw.SetPodMount(m.Spec, m.Volume, m.State, m.Path)
+		l.vol(m.Spec.Name).foundMount(m.Volume.Pod.UID)
+		l.queue.add(m.Spec.Name)
 	}
-	for _, dev := range d.devices {
-		l.asw.SetDeviceState(dev.spec, dev.state, dev.path)
-		l.asw.SetDeviceSELinuxContext(dev.spec, dev.seLinuxContext)
-		l.vol(dev.spec.Name).foundDevice = true
-		l.queue.add(dev.spec.Name)
+	for _, dev := range d.Devices {
+		l.asw.SetDeviceState(dev.Spec, dev.State, dev.Path)
+		l.asw.SetDeviceSELinuxContext(dev.Spec, dev.SELinuxContext)
+		l.vol(dev.Spec.Name).foundDevice = true
+		l.queue.add(dev.Spec.Name)
 	}
-	for _, dir := range d.unreadable {
+	for _, dir := range d.Unreadable {
 		l.unreadable[filepath.Base(dir)] = dir
 	}
 	if l.selfAttach {

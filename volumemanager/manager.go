@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"k8s.io/client-go/informers"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	vcache "github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
@@ -22,23 +24,27 @@ import (
 	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/pluginmanager"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/image"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 // VolumeManager mounts the CSI volumes of the pods on this node and unmounts
 // them when the pods go. Create it with New, start it with Run.
 type VolumeManager struct {
-	cfg      Config
-	factory  informers.SharedInformerFactory
-	dsw      *state.DesiredStateOfWorld
-	asw      *state.ActualStateOfWorld
-	in       *inbox
-	loop     *loop
-	plugin   volume.Plugin
-	volumes  *volume.Registry // finds each operation's plugin; holds plugin
-	runner   *oe.Runner
-	results  chan oe.Outcome
-	resolver *resolver
+	cfg     Config
+	factory informers.SharedInformerFactory
+	dsw     *state.DesiredStateOfWorld
+	asw     *state.ActualStateOfWorld
+	in      *inbox
+	loop    *loop
+	plugin  volume.Plugin
+	volumes *volume.Registry // finds each operation's plugin; holds plugin
+	// reconstructors are the registered plugins that leave on disk what
+	// they set up, asked at start what earlier runs left.
+	reconstructors []volume.Reconstructor
+	runner         *oe.Runner
+	results        chan oe.Outcome
+	resolver       *resolver
 	// syncs are the informer handlers' sync checkers.
 	syncs []cache.DoneChecker
 	// listErrs holds the last list/watch error of each informer, for
@@ -163,8 +169,8 @@ func (vm *VolumeManager) newResolver() storagelisters.VolumeAttachmentLister {
 	return attachments
 }
 
-// newPlugin sets up the volume plugin: Config.Plugin, or the CSI plugin
-// built from the Config.
+// newPlugin sets up the volume plugins: Config.Plugin, or the CSI plugin
+// built from the Config; the image plugin; Config.Plugins.
 func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLister) error {
 	cfg := vm.cfg
 	vm.plugin = cfg.Plugin
@@ -194,11 +200,21 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 	if _, ok := vm.plugin.(volume.SelfAttacher); cfg.SelfAttach && !ok {
 		return fmt.Errorf("volumemanager: Config.SelfAttach needs a plugin that attaches volumes itself; %T does not (volume.SelfAttacher)", vm.plugin)
 	}
-	volumes, err := volume.NewRegistry(vm.plugin)
+	all := append([]volume.Plugin{vm.plugin, image.Plugin{}}, cfg.Plugins...)
+	for _, p := range all {
+		if r, ok := p.(volume.Reconstructor); ok {
+			vm.reconstructors = append(vm.reconstructors, r)
+		}
+	}
+	volumes, err := volume.NewRegistry(all...)
+	if err == nil {
+		err = volumes.CheckSources()
+	}
 	if err != nil {
 		return fmt.Errorf("volumemanager: %w", err)
 	}
 	vm.volumes = volumes
+	vm.resolver.plugins = volumes
 	vm.expander, _ = vm.plugin.(nodeExpander)
 	vm.stats, _ = vm.plugin.(statsGetter)
 	vm.conditions = &conditions{events: cfg.EventRecorder}
@@ -292,7 +308,13 @@ func (vm *VolumeManager) AddPod(pod *v1.Pod) error {
 	if err := vm.checkNode(pod); err != nil {
 		return err
 	}
-	vm.in.addPod(keepPod(pod))
+	known := vm.in.knows(pod.UID)
+	kept, coming := keepPod(pod, vm.volumes)
+	if len(coming) > 0 && !known {
+		klog.FromContext(vm.context()).V(4).Info("Skipping pod volumes no plugin handles yet: the pod may be reported mounted without them",
+			"pod", klog.KObj(pod), "volumes", coming)
+	}
+	vm.in.addPod(kept)
 	return nil
 }
 
@@ -332,9 +354,12 @@ func (vm *VolumeManager) HasPossiblyMountedVolumesForPod(uid types.UID) bool {
 	return len(vm.asw.PodVolumes(uid)) > 0
 }
 
-// GetVolumesInUse returns, sorted, every volume that pods want or that may
-// still be set up on the node: what Node.Status.VolumesInUse should report
-// so that no volume in use is detached.
+// GetVolumesInUse returns, sorted, every CSI volume that pods want or that
+// may still be set up on the node: what Node.Status.VolumesInUse should
+// report so that no volume in use is detached. The volumes of other
+// plugins (image, an embedder's) are pod-scoped and never attached: the
+// kubelet reports only the volumes of attachable or device-mountable
+// plugins.
 func (vm *VolumeManager) GetVolumesInUse() []vcache.UniqueVolumeName {
 	seen := map[vcache.UniqueVolumeName]bool{}
 	for _, n := range vm.dsw.VolumeNames() {
@@ -342,6 +367,11 @@ func (vm *VolumeManager) GetVolumesInUse() []vcache.UniqueVolumeName {
 	}
 	for _, n := range vm.asw.VolumeNames() {
 		seen[n] = true
+	}
+	for n := range seen {
+		if !strings.HasPrefix(string(n), vcache.CSIPluginName+"/") {
+			delete(seen, n)
+		}
 	}
 	out := make([]vcache.UniqueVolumeName, 0, len(seen))
 	for n := range seen {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 const node = "node-1"
@@ -40,6 +42,8 @@ type env struct {
 	vm     *VolumeManager
 	root   string
 	events *record.FakeRecorder
+	// stop ends Run and waits for it (at the end of the test, or sooner).
+	stop func()
 }
 
 type envOptions struct {
@@ -63,12 +67,19 @@ type envOptions struct {
 	logger     *klog.Logger
 	// events, if set, replaces the FakeRecorder (e.g. with IncludeObject).
 	events *record.FakeRecorder
+	// plugins sets Config.Plugins; root, if set, is the root directory
+	// (a restart on what an earlier env left).
+	plugins []volume.Plugin
+	root    string
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
 	o.driver.CreateTargetDirs = true
-	e := &env{t: t, drv: csitest.New(t, o.driver), root: t.TempDir(), events: o.events}
+	e := &env{t: t, drv: csitest.New(t, o.driver), root: o.root, events: o.events}
+	if e.root == "" {
+		e.root = t.TempDir()
+	}
 	if e.events == nil {
 		e.events = record.NewFakeRecorder(100)
 	}
@@ -93,6 +104,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		ResyncPeriod:   o.resyncPeriod,
 		SelfAttach:     o.selfAttach,
 		Clock:          o.clock,
+		Plugins:        o.plugins,
 
 		ClaimPendingGracePeriod: o.claimGrace,
 	})
@@ -106,12 +118,13 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	done := make(chan error)
 	go func() { done <- vm.Run(ctx) }()
-	t.Cleanup(func() {
+	e.stop = sync.OnceFunc(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	})
+	t.Cleanup(e.stop)
 	if !o.noRegister {
 		e.register()
 	}

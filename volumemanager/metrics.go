@@ -6,7 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/internal/promreg"
 )
@@ -56,7 +55,7 @@ func (m *metrics) observe(o oe.Outcome) {
 	if o.Err != nil {
 		status = "fail-unknown"
 	}
-	h, err := m.opDuration.GetMetricWithLabelValues(cache.CSIPluginName+":"+o.Spec.Driver, o.Action.Kind.NameFor(o.Spec.Mode), status, strconv.FormatBool(o.Spec.MigratedFrom != ""))
+	h, err := m.opDuration.GetMetricWithLabelValues(pluginLabel(&o.Spec), o.Action.Kind.NameFor(o.Spec.Mode), status, strconv.FormatBool(o.Spec.MigratedFrom != ""))
 	if err != nil {
 		return // four label values, always: cannot happen
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/registration"
+	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )
 
@@ -27,17 +28,6 @@ import (
 // pd.csi.storage.gke.io-{pdName}), which names the pod's volume directory.
 
 var translator = csitranslation.New()
-
-// migratedInlinePlugin returns the in-tree plugin of an inline volume that
-// nodevol mounts through CSI migration, or "" when the volume is of no
-// migrated kind (emptyDir, hostPath, nfs, CSI, ...).
-func migratedInlinePlugin(v *v1.Volume) string {
-	name, err := translator.GetInTreePluginNameFromSpec(nil, v)
-	if err != nil || !registration.IsMigratedPlugin(name) {
-		return ""
-	}
-	return name
-}
 
 // migratedPVPlugin returns the in-tree plugin of a PV that nodevol mounts
 // through CSI migration, or "" when it has no migrated in-tree source.
@@ -73,8 +63,13 @@ func migratedPVSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 }
 
 // migratedInlineSpec translates an inline volume of a migrated in-tree
-// plugin to a persistent CSI volume spec.
-func migratedInlineSpec(pod *v1.Pod, v *v1.Volume, plugin string) (cache.VolumeSpec, error) {
+// plugin (the CSI plugin's CanSupport decided it is one) to a persistent
+// CSI volume spec.
+func migratedInlineSpec(pod *v1.Pod, v *v1.Volume) (cache.VolumeSpec, error) {
+	plugin, err := translator.GetInTreePluginNameFromSpec(nil, v)
+	if err != nil {
+		return cache.VolumeSpec{}, marked{fmt.Errorf("inline volume of kind %s: %w", volume.SourceKind(&v.VolumeSource), err), planner.ErrUnknownSource}
+	}
 	csiPV, err := translator.TranslateInTreeInlineVolumeToCSI(klog.Background(), v, pod.Namespace)
 	if err != nil {
 		return cache.VolumeSpec{}, fmt.Errorf("translating inline %s volume to CSI: %w", plugin, err)

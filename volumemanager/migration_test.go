@@ -296,9 +296,9 @@ func gceDevice(volName, pdName string) csitest.PodOption {
 	}
 }
 
-// TestPodCSIVolumesMigrated: inline volumes of the migrated in-tree
+// TestPodVolumesMigrated: inline volumes of the migrated in-tree
 // plugins are nodevol's; other in-tree kinds are not.
-func TestPodCSIVolumesMigrated(t *testing.T) {
+func TestPodVolumesMigrated(t *testing.T) {
 	sources := map[string]v1.VolumeSource{
 		"ebs":      {AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "vol-1"}},
 		"gce":      {GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "d"}},
@@ -318,22 +318,22 @@ func TestPodCSIVolumesMigrated(t *testing.T) {
 	}
 	pod := csitest.Pod("ns", "p", opts...)
 	pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "unused", VolumeSource: sources["unused"]})
-	vols, _ := podCSIVolumes(pod)
+	vols, _ := podVolumes(pod, testPlugins)
 	var got []string
 	for _, v := range vols {
 		got = append(got, v.Name)
 	}
 	if want := []string{"ebs", "gce", "azdisk", "azfile", "cinder", "vsphere", "portworx"}; !slices.Equal(got, want) {
-		t.Errorf("podCSIVolumes = %q, want %q", got, want)
+		t.Errorf("podVolumes = %q, want %q", got, want)
 	}
 
 	// Each translates to its driver, as a persistent volume whose
 	// directory name is a valid path component.
-	r := &resolver{}
+	r := &resolver{plugins: testPlugins}
 	wantDriver := map[string]string{"ebs": awsEBS, "gce": gcePD, "azdisk": "disk.csi.azure.com", "azfile": "file.csi.azure.com",
 		"cinder": "cinder.csi.openstack.org", "vsphere": "csi.vsphere.vmware.com", "portworx": "pxd.portworx.com"}
 	for _, v := range vols {
-		dv, err := r.resolveVolume(pod, &v, false)
+		dv, err := r.resolveVolume(pod, &v)
 		if err != nil {
 			t.Errorf("%s: %v", v.Name, err)
 			continue

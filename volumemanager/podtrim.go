@@ -4,6 +4,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodevol/nodevol/volume"
 )
 
 // keptPod is what the inbox keeps of a pod between AddPod and DeletePod,
@@ -18,8 +20,8 @@ import (
 // Kept: name, namespace, UID; the service account name; the pod's security
 // context (fsGroup, its change policy, SELinux options and change policy;
 // supplemental groups are read from the caller's pod, not from this copy);
-// the volumes podCSIVolumes selects (the CSI, PVC, generic ephemeral and
-// migrated in-tree volumes a container mounts or maps); and of each
+// the volumes podVolumes selects (those a container mounts or maps and a
+// registered plugin handles, or that fail to resolve); and of each
 // container (init, regular, ephemeral) that mounts or maps one of those
 // volumes, the names of those mounts and devices and its seLinuxOptions.
 // Every function that reads a pod in this package gives the same answer
@@ -48,8 +50,10 @@ const (
 	ephemeralContainer
 )
 
-// keepPod returns what the inbox keeps of pod, sharing no memory with it.
-func keepPod(pod *v1.Pod) *keptPod {
+// keepPod returns what the inbox keeps of pod, sharing no memory with it,
+// and the names of its volumes left out because their kind's plugin is
+// still to come (podVolumes).
+func keepPod(pod *v1.Pod, plugins *volume.Registry) (*keptPod, []string) {
 	k := &keptPod{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, serviceAccount: pod.Spec.ServiceAccountName}
 	if sc := pod.Spec.SecurityContext; sc != nil {
 		k.securityContext = (&v1.PodSecurityContext{
@@ -59,9 +63,9 @@ func keepPod(pod *v1.Pod) *keptPod {
 			SELinuxChangePolicy: sc.SELinuxChangePolicy,
 		}).DeepCopy() // no pointer into the caller's pod
 	}
-	vols, _ := podCSIVolumes(pod)
+	vols, coming := podVolumes(pod, plugins)
 	if len(vols) == 0 {
-		return k
+		return k, coming
 	}
 	keep := make(map[string]bool, len(vols))
 	k.volumes = make([]v1.Volume, len(vols))
@@ -102,7 +106,7 @@ func keepPod(pod *v1.Pod) *keptPod {
 		// Ephemeral containers cannot have volumeDevices; their mounts count.
 		add(ephemeralContainer, c.Name, c.VolumeMounts, nil, c.SecurityContext)
 	}
-	return k
+	return k, coming
 }
 
 // pod returns the kept pod as a v1.Pod; nil for nil (a deleted pod). It

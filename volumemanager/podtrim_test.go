@@ -15,7 +15,13 @@ import (
 )
 
 // trimPod is the pod the loop resolves for pod.
-func trimPod(pod *v1.Pod) *v1.Pod { return keepPod(pod).pod() }
+// keptOf is keepPod with the default plugins.
+func keptOf(pod *v1.Pod) *keptPod {
+	k, _ := keepPod(pod, testPlugins)
+	return k
+}
+
+func trimPod(pod *v1.Pod) *v1.Pod { return keptOf(pod).pod() }
 
 // busyPod is a pod as the API server gives it: most of its bytes are of no
 // interest to nodevol.
@@ -95,16 +101,16 @@ func TestTrimPod(t *testing.T) {
 			if diff := cmp.Diff(podRef(orig), podRef(got)); diff != "" {
 				t.Errorf("podRef (-pod +trimmed):\n%s", diff)
 			}
-			wantVols, wantBlock := podCSIVolumes(orig)
-			gotVols, gotBlock := podCSIVolumes(got)
+			wantVols, wantBlock := selected(orig)
+			gotVols, gotBlock := selected(got)
 			if diff := cmp.Diff(wantVols, gotVols); diff != "" {
-				t.Errorf("podCSIVolumes volumes (-pod +trimmed):\n%s", diff)
+				t.Errorf("podVolumes volumes (-pod +trimmed):\n%s", diff)
 			}
 			if diff := cmp.Diff(wantBlock, gotBlock); diff != "" {
-				t.Errorf("podCSIVolumes block (-pod +trimmed):\n%s", diff)
+				t.Errorf("podVolumes block (-pod +trimmed):\n%s", diff)
 			}
 			// Both are called for nodevol's volumes only: resolvePod's errs
-			// and seLinuxLabel's volumes are podCSIVolumes'.
+			// and seLinuxLabel's volumes are podVolumes'.
 			errs := map[string]error{}
 			for _, v := range wantVols {
 				if diff := cmp.Diff(containerSELinuxOptions(orig, v.Name), containerSELinuxOptions(got, v.Name)); diff != "" {
@@ -125,7 +131,7 @@ func TestTrimPod(t *testing.T) {
 			} else if got.Spec.SecurityContext != nil {
 				t.Errorf("pod security context = %+v, want none", got.Spec.SecurityContext)
 			}
-			kept := keepPod(tt.pod)
+			kept := keptOf(tt.pod)
 			// No pointer into the caller's pod: changing it changes no copy.
 			before := got.DeepCopy()
 			scribble(tt.pod)
@@ -187,7 +193,7 @@ func scribble(p *v1.Pod) {
 // kept per pod.
 func TestTrimPodKeeps(t *testing.T) {
 	p := busyPod()
-	vols, _ := podCSIVolumes(p)
+	vols, _ := selected(p)
 	want := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: p.UID},
 		Spec: v1.PodSpec{
@@ -247,7 +253,7 @@ func TestKeptPodBytes(t *testing.T) {
 			kept := make([]*keptPod, n)
 			before := liveBytes()
 			for i := range kept {
-				kept[i] = keepPod(tt.pod)
+				kept[i] = keptOf(tt.pod)
 			}
 			after := liveBytes()
 			runtime.KeepAlive(kept)

@@ -3,6 +3,7 @@ package volumemanager
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -16,28 +17,42 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
-// resolver turns a pod's volumes into desired CSI volumes, reading PVCs and
-// PVs through informer listers (never a GET per pod).
+// resolver turns a pod's volumes into desired volumes: it asks plugins
+// which plugin handles each, and reads the CSI plugin's PVCs and PVs
+// through informer listers (never a GET per pod).
 type resolver struct {
-	pvcs corelisters.PersistentVolumeClaimLister
-	pvs  corelisters.PersistentVolumeLister
+	plugins *volume.Registry
+	pvcs    corelisters.PersistentVolumeClaimLister
+	pvs     corelisters.PersistentVolumeLister
 	// csiDrivers and seLinuxEnabled decide the SELinux context of each
 	// pod's mount (selinux.go); without them there is none.
 	csiDrivers     storagelisters.CSIDriverLister
 	seLinuxEnabled bool
 }
 
-// podCSIVolumes returns the pod's volumes that nodevol handles, in spec
-// order, with whether each is used as a block device: PVC, generic
-// ephemeral and inline CSI volumes, and inline volumes of a migrated
-// in-tree plugin (see migration.go). Only volumes that a container mounts
-// or maps count, as in the kubelet; volumes of other kinds (emptyDir,
-// configMap, ...) are not nodevol's.
-func podCSIVolumes(pod *v1.Pod) (vols []v1.Volume, block map[string]bool) {
+// podVolume is a pod volume that a container mounts or maps, with the
+// plugin that handles it (nil when err says why none does).
+type podVolume struct {
+	v1.Volume
+	plugin volume.Plugin
+	// block: a container uses it as a raw block device (volumeDevices).
+	block bool
+	// err is set when the volume's source is claimed by more than one
+	// plugin, or by none and it is not skipped (skipUnhandled).
+	err error
+}
+
+// podVolumes returns, in spec order, the pod's volumes that a container
+// mounts or maps (only those count, as in the kubelet), each with the
+// plugin plugins finds for its source (Registry.ForSource). A volume no
+// plugin handles is left out when skipUnhandled says so: coming lists
+// the names of those whose kind a coming plugin will handle.
+func podVolumes(pod *v1.Pod, plugins *volume.Registry) (vols []podVolume, coming []string) {
 	mounts, devices := map[string]bool{}, map[string]bool{}
 	visit := func(cs []v1.Container) {
 		for _, c := range cs {
@@ -56,30 +71,75 @@ func podCSIVolumes(pod *v1.Pod) (vols []v1.Volume, block map[string]bool) {
 			mounts[m.Name] = true
 		}
 	}
-	block = map[string]bool{}
 	for _, v := range pod.Spec.Volumes {
 		if !mounts[v.Name] && !devices[v.Name] {
 			continue
 		}
-		if v.PersistentVolumeClaim == nil && v.Ephemeral == nil && v.CSI == nil && migratedInlinePlugin(&v) == "" {
-			continue
+		p, err := plugins.ForSource(&v)
+		if err != nil && errors.Is(err, volume.ErrNoPlugin) {
+			kind := volume.SourceKind(&v.VolumeSource)
+			if skip, logged := skipUnhandled(kind); skip {
+				if logged {
+					coming = append(coming, v.Name+" ("+kind+")")
+				}
+				continue
+			}
 		}
-		vols = append(vols, v)
-		block[v.Name] = devices[v.Name]
+		if err != nil {
+			err = marked{err, planner.ErrUnknownSource}
+		}
+		vols = append(vols, podVolume{Volume: v, plugin: p, block: devices[v.Name], err: err})
 	}
-	return vols, block
+	return vols, coming
 }
 
-// resolvePod resolves every CSI volume of the pod. wanted lists them all by
-// spec name; errs says why some could not be resolved.
+// comingKinds are the kinds of pod volume that nodevol's next plugins
+// handle (issues 25 and 26). Until they are registered, a pod volume of
+// these kinds is skipped: the pod may be reported mounted without it, as
+// before pod resolution asked the registry. AddPod logs the skipped ones
+// once per pod at V(4).
+var comingKinds = map[string]bool{
+	"emptyDir": true, "configMap": true, "secret": true, "projected": true, "downwardAPI": true, "hostPath": true,
+}
+
+// foreignKinds are the kinds of pod volume that the kubelet mounts with
+// an in-tree plugin nodevol has none for and CSI migration does not
+// translate (and a volume with no source, which the API refuses): not
+// nodevol's, skipped silently as they always were, unless an embedder
+// registers a plugin for them (Config.Plugins).
+var foreignKinds = map[string]bool{
+	"nfs": true, "iscsi": true, "glusterfs": true, "rbd": true, "flexVolume": true, "cephfs": true, "flocker": true,
+	"fc": true, "quobyte": true, "photonPersistentDisk": true, "scaleIO": true, "storageos": true, "gitRepo": true,
+	"no source": true,
+}
+
+// skipUnhandled decides about a pod volume of kind that no registered
+// plugin handles: skipped (and logged, for a coming kind), or resolved to
+// an error naming the volume (ErrUnknownSource, final). It is the one
+// place that decides so.
+func skipUnhandled(kind string) (skip, logged bool) {
+	switch {
+	case comingKinds[kind]: // issues 25 and 26 delete this case: an error then
+		return true, true
+	case foreignKinds[kind]:
+		return true, false
+	}
+	return false, false
+}
+
+// resolvePod resolves every pod volume that a plugin handles. wanted
+// lists them all by spec name; errs says why some could not be resolved.
 func (r *resolver) resolvePod(pod *v1.Pod) (ref cache.PodRef, wanted []string, resolved []state.DesiredVolume, errs map[string]error) {
 	ref = podRef(pod)
 	errs = map[string]error{}
-	vols, block := podCSIVolumes(pod)
+	vols, _ := podVolumes(pod, r.plugins)
 	for i := range vols {
 		v := &vols[i]
 		wanted = append(wanted, v.Name)
-		dv, err := r.resolveVolume(pod, v, block[v.Name])
+		dv, err := state.DesiredVolume{}, v.err
+		if err == nil {
+			dv, err = r.resolveVolume(pod, v)
+		}
 		if err == nil {
 			dv.Volume.SELinuxLabel, err = r.seLinuxLabel(pod, v.Name, dv.Spec)
 		}
@@ -97,12 +157,40 @@ func podRef(pod *v1.Pod) cache.PodRef {
 	return cache.PodRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, ServiceAccount: pod.Spec.ServiceAccountName}
 }
 
-func (r *resolver) resolveVolume(pod *v1.Pod, v *v1.Volume, asBlock bool) (state.DesiredVolume, error) {
+// resolveVolume resolves a pod volume with its plugin: the CSI plugin's
+// claims, inline and migrated volumes (csiVolume), or a pod-scoped volume
+// of another plugin (pluginSpec).
+func (r *resolver) resolveVolume(pod *v1.Pod, v *podVolume) (state.DesiredVolume, error) {
 	pv := cache.PodVolume{SpecName: v.Name}
 	if sc := pod.Spec.SecurityContext; sc != nil {
 		pv.FSGroup = sc.FSGroup
 		pv.FSGroupOnRootMismatch = sc.FSGroupChangePolicy != nil && *sc.FSGroupChangePolicy == v1.FSGroupChangeOnRootMismatch
 	}
+	if name := v.plugin.Name(); name != cache.CSIPluginName {
+		spec := pluginSpec(pod, &v.Volume, name)
+		return state.DesiredVolume{Spec: spec, Volume: pv}, checkMode(spec, v.block)
+	}
+	return r.csiVolume(pod, &v.Volume, v.block, pv)
+}
+
+// pluginSpec is the spec of a pod volume of another plugin than CSI:
+// pod-scoped, named as the kubelet names a volume that is neither attached
+// nor staged ({plugin}/{podUID}-{specName}), never attached or staged
+// (Ephemeral), with the pod volume's source for the plugin.
+func pluginSpec(pod *v1.Pod, v *v1.Volume, plugin string) cache.VolumeSpec {
+	return cache.VolumeSpec{
+		Name:      cache.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", plugin, pod.UID, v.Name)),
+		Plugin:    plugin,
+		Mode:      cache.Filesystem,
+		Ephemeral: true,
+		Source:    v.VolumeSource.DeepCopy(),
+	}
+}
+
+// csiVolume resolves a pod volume of the CSI plugin: an inline CSI
+// volume, a claim, an inline volume of a migrated in-tree plugin or a
+// generic ephemeral volume.
+func (r *resolver) csiVolume(pod *v1.Pod, v *v1.Volume, asBlock bool, pv cache.PodVolume) (state.DesiredVolume, error) {
 	switch {
 	case v.CSI != nil:
 		if asBlock {
@@ -119,12 +207,8 @@ func (r *resolver) resolveVolume(pod *v1.Pod, v *v1.Volume, asBlock bool) (state
 		}
 		pv.ReadOnly = v.PersistentVolumeClaim.ReadOnly || spec.ReadOnly
 		return state.DesiredVolume{Spec: spec, Volume: pv}, checkMode(spec, asBlock)
-	case v.Ephemeral == nil: // an inline volume of a migrated in-tree plugin
-		plugin := migratedInlinePlugin(v)
-		if plugin == "" {
-			return state.DesiredVolume{}, planner.ErrUnknownSource
-		}
-		spec, err := migratedInlineSpec(pod, v, plugin)
+	case v.Ephemeral == nil: // an inline volume of a migrated in-tree plugin (the plugin's CanSupport)
+		spec, err := migratedInlineSpec(pod, v)
 		if err != nil {
 			return state.DesiredVolume{}, err
 		}

@@ -11,8 +11,32 @@ import (
 	k8scache "k8s.io/client-go/tools/cache"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/image"
 )
+
+// testPlugins are the plugins New registers by default: CSI and image.
+var testPlugins = func() *volume.Registry {
+	r, err := volume.NewRegistry(&csiplugin.Plugin{}, image.Plugin{})
+	if err != nil {
+		panic(err)
+	}
+	return r
+}()
+
+// selected is podVolumes with testPlugins: the volumes selected and
+// which of them are used as block devices.
+func selected(pod *v1.Pod) (vols []v1.Volume, block map[string]bool) {
+	pvs, _ := podVolumes(pod, testPlugins)
+	block = map[string]bool{}
+	for _, v := range pvs {
+		vols = append(vols, v.Volume)
+		block[v.Name] = v.block
+	}
+	return vols, block
+}
 
 // testResolver returns a resolver over listers holding objs (PVCs, PVs).
 func testResolver(t *testing.T, objs ...any) *resolver {
@@ -28,7 +52,7 @@ func testResolver(t *testing.T, objs ...any) *resolver {
 			t.Fatal(err)
 		}
 	}
-	return &resolver{pvcs: corelisters.NewPersistentVolumeClaimLister(pvcs), pvs: corelisters.NewPersistentVolumeLister(pvs)}
+	return &resolver{plugins: testPlugins, pvcs: corelisters.NewPersistentVolumeClaimLister(pvcs), pvs: corelisters.NewPersistentVolumeLister(pvs)}
 }
 
 func boundClaim(ns, name, pv string) *v1.PersistentVolumeClaim {

@@ -92,19 +92,19 @@ func TestReconstructBlockPublishes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
 			tc.plant(t, root)
-			got := reconstruct(context.Background(), root, recovery{bootID: "boot-1", mountPoints: map[string]bool{}})
+			got := reconstruct(context.Background(), root, recovery{BootID: "boot-1", MountPoints: map[string]bool{}})
 			var pods []string
-			for _, m := range got.mounts {
-				if m.state != cache.Uncertain || m.spec.Mode != cache.Block || m.spec.VolumeHandle != "h-raw" || m.spec.PVName != spec {
+			for _, m := range got.Mounts {
+				if m.State != cache.Uncertain || m.Spec.Mode != cache.Block || m.Spec.VolumeHandle != "h-raw" || m.Spec.PVName != spec {
 					t.Errorf("found %+v, want an Uncertain block mount of %s", m, spec)
 				}
-				pods = append(pods, string(m.vol.Pod.UID))
+				pods = append(pods, string(m.Volume.Pod.UID))
 			}
 			if len(pods) != len(tc.wantPods) || len(pods) > 0 && pods[0] != tc.wantPods[0] {
 				t.Errorf("found pod mounts of %v, want %v", pods, tc.wantPods)
 			}
-			if len(tc.wantPods) > 0 && (len(got.devices) != 1 || got.devices[0].spec.Name != cache.CSIVolumeName("d.example.com", "h-raw")) {
-				t.Errorf("found devices %+v, want the volume's", got.devices)
+			if len(tc.wantPods) > 0 && (len(got.Devices) != 1 || got.Devices[0].Spec.Name != cache.CSIVolumeName("d.example.com", "h-raw")) {
+				t.Errorf("found devices %+v, want the volume's", got.Devices)
 			}
 			if tc.wantGone != "" {
 				if _, err := os.Lstat(filepath.Join(root, tc.wantGone)); !errors.Is(err, fs.ErrNotExist) {

@@ -2,6 +2,7 @@ package volumemanager
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,12 +12,32 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	k8scache "k8s.io/client-go/tools/cache"
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/volume"
 )
+
+// recovery is what the tests compare the records found on disk with.
+type recovery = volume.Recovery
+
+// reconstruct is what Run finds on root: the CSI plugin's Reconstruct.
+func reconstruct(ctx context.Context, root string, rc recovery) volume.Found {
+	p, err := csiplugin.New(csiplugin.Config{
+		RootDir: root, NodeName: node,
+		CSIDriverLister:        storagelisters.NewCSIDriverLister(k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{})),
+		VolumeAttachmentLister: storagelisters.NewVolumeAttachmentLister(k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{})),
+	})
+	if err != nil {
+		panic(err)
+	}
+	return p.Reconstruct(ctx, rc)
+}
 
 // startVM runs a VolumeManager on root with drv registered and returns it
 // with a function that stops it and waits for Run to return.
@@ -188,7 +209,21 @@ func TestReconstructedSpec(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			spec, vol := reconstructedSpec(&tt.data, uid, tt.dir)
+			root := t.TempDir()
+			dir, err := ondisk.PodVolumeDir(root, uid, tt.dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := json.Marshal(tt.data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeVolData(t, dir, string(data))
+			got := reconstruct(context.Background(), root, recovery{})
+			if len(got.Mounts) != 1 {
+				t.Fatalf("found %+v, want one pod volume", got.Mounts)
+			}
+			spec, vol := got.Mounts[0].Spec, got.Mounts[0].Volume
 			if spec.Name != tt.wantName || spec.PVName != tt.wantPV || spec.Ephemeral != tt.wantEph {
 				t.Errorf("spec = %+v, want name %s, PV %q, ephemeral %v", spec, tt.wantName, tt.wantPV, tt.wantEph)
 			}

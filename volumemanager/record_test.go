@@ -87,19 +87,19 @@ func TestReconstructFromRecords(t *testing.T) {
 			if tc.plant != "" {
 				plantFile(t, filepath.Join(dir, "mount", tc.plant), "x")
 			}
-			rc := recovery{bootID: "boot-1", mountPoints: map[string]bool{}}
+			rc := recovery{BootID: "boot-1", MountPoints: map[string]bool{}}
 			if tc.mounted {
-				rc.mountPoints[filepath.Join(dir, "mount")] = true
+				rc.MountPoints[filepath.Join(dir, "mount")] = true
 			}
 			if tc.noTable {
-				rc.mountPoints = nil
+				rc.MountPoints = nil
 			}
 			got := reconstruct(context.Background(), root, rc)
 			switch {
-			case !tc.wantFound && len(got.mounts) != 0:
-				t.Errorf("found %+v, want nothing", got.mounts)
-			case tc.wantFound && (len(got.mounts) != 1 || got.mounts[0].state != tc.wantState):
-				t.Errorf("found %+v, want one %v", got.mounts, tc.wantState)
+			case !tc.wantFound && len(got.Mounts) != 0:
+				t.Errorf("found %+v, want nothing", got.Mounts)
+			case tc.wantFound && (len(got.Mounts) != 1 || got.Mounts[0].State != tc.wantState):
+				t.Errorf("found %+v, want one %v", got.Mounts, tc.wantState)
 			}
 			if _, err := os.Lstat(dir); tc.wantDir == errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("directory: %v, want it there: %v", err, tc.wantDir)
@@ -126,9 +126,9 @@ func TestReconstructRecordRescuesCorruptVolData(t *testing.T) {
 	b, _ := json.Marshal(ondisk.Record{Version: 1, Phase: ondisk.PhasePublished, Dir: "pods/uid-gone/volumes/kubernetes.io~csi/pv", Driver: "d", VolumeHandle: "h"})
 	plantFile(t, filepath.Join(root, orphan), string(b))
 
-	got := reconstruct(context.Background(), root, recovery{bootID: "boot-1"})
-	if len(got.mounts) != 1 || got.mounts[0].spec.VolumeHandle != "h-pv" || got.mounts[0].spec.PVName != "pv" || len(got.unreadable) != 0 {
-		t.Errorf("found %+v (unreadable %v), want the volume from its record", got.mounts, got.unreadable)
+	got := reconstruct(context.Background(), root, recovery{BootID: "boot-1"})
+	if len(got.Mounts) != 1 || got.Mounts[0].Spec.VolumeHandle != "h-pv" || got.Mounts[0].Spec.PVName != "pv" || len(got.Unreadable) != 0 {
+		t.Errorf("found %+v (unreadable %v), want the volume from its record", got.Mounts, got.Unreadable)
 	}
 	if _, err := os.Lstat(filepath.Join(root, orphan)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("orphan record: %v, want removed", err)

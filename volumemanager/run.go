@@ -10,6 +10,7 @@ import (
 	"github.com/nodevol/nodevol/internal/backoff"
 	"github.com/nodevol/nodevol/internal/ondisk"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // context returns Run's context, or context.Background before Run.
@@ -37,7 +38,7 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	vm.factory.Start(ctx.Done())
 	// What an earlier run left on disk, before any pod is planned: the
 	// disk needs no API server.
-	vm.loop.install(reconstruct(ctx, vm.cfg.RootDir, vm.recovery(ctx)))
+	vm.loop.install(vm.reconstruct(ctx))
 
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -150,27 +151,63 @@ func (vm *VolumeManager) execute(ctx context.Context, a oe.Action, in opInput) o
 	return out
 }
 
-// recovery is what reconstruction compares nodevol's records with: the
+// reconstruct asks each plugin that leaves something on disk what earlier
+// runs left (volume.Reconstructor), all compared with one recovery.
+func (vm *VolumeManager) reconstruct(ctx context.Context) volume.Found {
+	rc := vm.recovery(ctx)
+	var out volume.Found
+	for _, r := range vm.reconstructors {
+		f := r.Reconstruct(ctx, rc)
+		out.Mounts = append(out.Mounts, f.Mounts...)
+		out.Devices = append(out.Devices, f.Devices...)
+		out.Unreadable = append(out.Unreadable, f.Unreadable...)
+		out.Attempted += f.Attempted
+	}
+	return out
+}
+
+// retakeUnreadable removes pod volume directory dir, found unreadable at
+// start, once nothing in it can hold data any more (Retake of the plugins
+// that reconstruct), reading the mount table afresh. It reports whether
+// dir is gone.
+func (vm *VolumeManager) retakeUnreadable(dir string) bool {
+	mps, err := vm.cfg.Mounter.List()
+	if err != nil {
+		return false
+	}
+	mounted := make(map[string]bool, len(mps))
+	for _, mp := range mps {
+		mounted[mp.Path] = true
+	}
+	for _, r := range vm.reconstructors {
+		if r.Retake(vm.context(), dir, mounted) {
+			return true
+		}
+	}
+	return false
+}
+
+// recovery is what reconstruction compares the plugins' records with: the
 // boot ID and the mount table, read once.
-func (vm *VolumeManager) recovery(ctx context.Context) recovery {
+func (vm *VolumeManager) recovery(ctx context.Context) volume.Recovery {
 	logger := klog.FromContext(ctx)
-	rc := recovery{steps: vm.cfg.Steps}
+	var rc volume.Recovery
 	if p, ok := vm.plugin.(interface{ BootID() string }); ok {
 		// The boot ID the plugin writes into its records, read once.
-		rc.bootID = p.BootID()
+		rc.BootID = p.BootID()
 	} else if id, err := ondisk.ReadBootID(vm.cfg.BootIDPath); err != nil {
 		logger.Error(err, "Restart cannot tell a reboot from a crash: volumes found on disk are Uncertain")
 	} else {
-		rc.bootID = id
+		rc.BootID = id
 	}
 	mps, err := vm.cfg.Mounter.List()
 	if err != nil {
 		logger.Error(err, "Cannot list mount points: volumes found on disk are Uncertain")
 		return rc
 	}
-	rc.mountPoints = make(map[string]bool, len(mps))
+	rc.MountPoints = make(map[string]bool, len(mps))
 	for _, mp := range mps {
-		rc.mountPoints[mp.Path] = true
+		rc.MountPoints[mp.Path] = true
 	}
 	return rc
 }

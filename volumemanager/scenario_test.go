@@ -41,8 +41,9 @@ import (
 //	                                       a PVC ns/a bound to PV pv-a, handle h-a
 //	                                       (ReadWriteOnce, or ReadWriteOncePod)
 //	unbind name=a                          the PVC goes (its pods cannot be resolved)
-//	pod name=p claims=(a,b) [block=(a)] [level=s0:c1]
-//	                                       AddPod (uid uid-p), with that SELinux level
+//	pod name=p claims=(a,b) [block=(a)] [level=s0:c1] [images=(t)]
+//	                                       AddPod (uid uid-p), with that SELinux level and
+//	                                       image volumes img-t (reference registry.example/t)
 //	selinux-mount driver=drv               the driver's CSIDriver sets seLinuxMount
 //	                                       (the host has SELinux enabled in every script)
 //	delete-pod name=p                      DeletePod
@@ -121,7 +122,7 @@ func (s *scenario) newLoop() {
 	var l *loop
 	s.dsw = state.NewDesiredStateOfWorld(func(n cache.UniqueVolumeName) { l.markDirty(n) })
 	s.asw = state.NewActualStateOfWorld()
-	res := &resolver{pvcs: corelisters.NewPersistentVolumeClaimLister(s.pvcs), pvs: corelisters.NewPersistentVolumeLister(s.pvs),
+	res := &resolver{plugins: testPlugins, pvcs: corelisters.NewPersistentVolumeClaimLister(s.pvcs), pvs: corelisters.NewPersistentVolumeLister(s.pvs),
 		csiDrivers: storagelisters.NewCSIDriverLister(s.drivers), seLinuxEnabled: true}
 	volumes, err := volume.NewRegistry(scenarioPlugin{drivers: storagelisters.NewCSIDriverLister(s.drivers)})
 	if err != nil {
@@ -227,10 +228,14 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 		s.in.claim("ns/" + arg("name"))
 	case "pod":
 		pod := scenarioPod(arg("name"), list("claims"), list("block"))
+		for _, img := range list("images") {
+			pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "img-" + img, VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "registry.example/" + img}}})
+			pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, v1.VolumeMount{Name: "img-" + img, MountPath: "/" + img})
+		}
 		if l := arg("level"); l != "" {
 			pod.Spec.SecurityContext = &v1.PodSecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: l}}
 		}
-		s.in.addPod(keepPod(pod))
+		s.in.addPod(keptOf(pod))
 	case "selinux-mount":
 		yes := true
 		if err := s.drivers.Add(&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: arg("driver")}, Spec: storagev1.CSIDriverSpec{SELinuxMount: &yes}}); err != nil {
@@ -449,6 +454,9 @@ func (s *scenario) restart(ctx context.Context, t *testing.T, corrupt, noDevice 
 	}
 	for _, name := range s.asw.VolumeNames() {
 		v, _ := s.asw.Volume(name)
+		if v.Spec.Plugin != "" {
+			continue // an image volume leaves nothing on disk
+		}
 		for uid, pm := range v.Pods {
 			if !pm.MayBeMounted() {
 				continue

@@ -166,7 +166,9 @@ func containerSELinuxOptions(pod *v1.Pod, specName string) []*v1.SELinuxOptions 
 // seLinuxLabel returns the context the pod mounts its volume specName
 // (resolved to spec) with.
 func (r *resolver) seLinuxLabel(pod *v1.Pod, specName string, spec cache.VolumeSpec) (string, error) {
-	if !r.seLinuxEnabled || spec.Mode == cache.Block {
+	if !r.seLinuxEnabled || spec.Mode == cache.Block || spec.Plugin != "" {
+		// A mount context is a CSI driver's feature (its CSIDriver's
+		// seLinuxMount); the image plugin, like the kubelet's, has none.
 		return "", nil
 	}
 	in := seLinuxMountInput{HostEnabled: true, Containers: containerSELinuxOptions(pod, specName)}

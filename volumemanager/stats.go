@@ -24,12 +24,10 @@ type statsGetter interface {
 // the volume's condition for drivers with VOLUME_CONDITION. A volume that
 // turns abnormal gets a VolumeConditionAbnormal event on the pod (with an
 // EventRecorder), once. The error joins the failures; volumes of drivers
-// without GET_VOLUME_STATS are left out.
+// without GET_VOLUME_STATS, and of plugins that report no usage (image),
+// are left out.
 func (vm *VolumeManager) GetVolumeStats(ctx context.Context, uid types.UID) (map[string]volume.Stats, error) {
 	out := map[string]volume.Stats{}
-	if vm.stats == nil {
-		return out, nil
-	}
 	var errs []error
 	for _, mv := range vm.asw.PodVolumes(uid) {
 		if mv.State != cache.Mounted {
@@ -39,7 +37,12 @@ func (vm *VolumeManager) GetVolumeStats(ctx context.Context, uid types.UID) (map
 		if !ok {
 			continue
 		}
-		s, ok, err := vm.stats.VolumeStats(ctx, &v.Spec, mv.Path, v.DeviceMountPath)
+		p, err := vm.volumes.ForVolume(mv.Name)
+		sp, ok := p.(statsGetter)
+		if err != nil || !ok {
+			continue // a plugin without usage to report
+		}
+		s, ok, err := sp.VolumeStats(ctx, &v.Spec, mv.Path, v.DeviceMountPath)
 		switch {
 		case err != nil:
 			errs = append(errs, err)

@@ -146,7 +146,7 @@ func TestTrimInformerObjectResolves(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		return &resolver{pvcs: corelisters.NewPersistentVolumeClaimLister(pvcs), pvs: corelisters.NewPersistentVolumeLister(pvs)}
+		return &resolver{plugins: testPlugins, pvcs: corelisters.NewPersistentVolumeClaimLister(pvcs), pvs: corelisters.NewPersistentVolumeLister(pvs)}
 	}
 	whole, trimmed := resolverOf(false), resolverOf(true)
 	for _, tt := range []struct {

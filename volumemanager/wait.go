@@ -17,7 +17,9 @@ import (
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )
 
-// WaitForAttachAndMount blocks until every CSI volume of the pod is mounted,
+// WaitForAttachAndMount blocks until every volume of the pod that a
+// registered plugin handles is mounted (an image volume too, which nothing
+// is done for on the node),
 // or ctx ends (bounded by Config.MountTimeout when ctx has no deadline).
 // It adds the pod if it was not added. Its error (a *WaitError) names each
 // volume that is not mounted and why.
@@ -31,7 +33,7 @@ import (
 // keeps waiting on errors that may resolve: a driver not registered yet,
 // an attachment not confirmed yet, an operation failing with backoff.
 func (vm *VolumeManager) WaitForAttachAndMount(ctx context.Context, pod *v1.Pod) error {
-	vols, _ := podCSIVolumes(pod)
+	vols, _ := podVolumes(pod, vm.volumes)
 	if err := vm.checkNode(pod); err != nil {
 		names := make([]string, 0, len(vols))
 		for _, v := range vols {

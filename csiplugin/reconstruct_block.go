@@ -1,11 +1,13 @@
-package volumemanager
+package csiplugin
 
 import (
-	"k8s.io/apimachinery/pkg/types"
 	"path"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // blockPublish is a raw block volume's publish for one pod.
@@ -26,7 +28,7 @@ func (w *rebuild) blockPublishes() {
 	}
 	for _, rec := range w.scan.BlockPublishRecords() {
 		switch {
-		case w.rc.bootID != "" && rec.BootID != "" && rec.BootID != w.rc.bootID:
+		case w.rc.BootID != "" && rec.BootID != "" && rec.BootID != w.rc.BootID:
 			continue // rebooted: nothing is published any more; removeOrphanRecords removes it
 		case rec.Phase != ondisk.PhasePublishing:
 			// A publish that completed, or an unpublish, whose target is
@@ -50,7 +52,7 @@ func (w *rebuild) blockPublish(p blockPublish, rec *ondisk.Record) {
 		return
 	}
 	w.linked[p] = true
-	w.out.attempted++
+	w.out.Attempted++
 	uid := types.UID(p.podUID)
 	if _, err := ondisk.BlockVolumePaths(w.root, p.specName, uid); err != nil {
 		w.logger.Error(err, "Ignoring a block publish path that nodevol does not name", "podUID", uid, "specName", p.specName)
@@ -60,10 +62,10 @@ func (w *rebuild) blockPublish(p blockPublish, rec *ondisk.Record) {
 	var spec cache.VolumeSpec
 	switch {
 	case v.Err == nil:
-		spec = blockSpec(p.specName, v.Data)
+		spec = reconstructedBlockSpec(p.specName, v.Data)
 	case rec != nil && rec.PodUID == p.podUID && rec.VolumeHandle != "":
 		w.logger.Error(v.Err, "Cannot read the block volume's vol_data.json; reconstructing its publish from nodevol's record", "podUID", uid, "path", v.Paths.PublishPath)
-		spec = blockSpec(p.specName, &ondisk.VolumeData{DriverName: rec.Driver, VolumeHandle: rec.VolumeHandle})
+		spec = reconstructedBlockSpec(p.specName, &ondisk.VolumeData{DriverName: rec.Driver, VolumeHandle: rec.VolumeHandle})
 	default:
 		w.logger.Error(v.Err, "Cannot reconstruct the publish of a block volume, leaving it alone; the volume is not unstaged while it is there", "podUID", uid, "specName", p.specName)
 		return
@@ -73,9 +75,9 @@ func (w *rebuild) blockPublish(p blockPublish, rec *ondisk.Record) {
 			"path", v.Paths.PublishPath, "call", rec.Phase.Call(), "driver", rec.Driver, "volumeHandle", rec.VolumeHandle)
 	}
 	vol := cache.PodVolume{Pod: cache.PodRef{UID: uid}, SpecName: spec.PVName}
-	w.out.mounts = append(w.out.mounts, foundMount{spec: spec, vol: vol, path: v.Paths.PodDevicePath, state: cache.Uncertain})
+	w.out.Mounts = append(w.out.Mounts, volume.FoundMount{Spec: spec, Volume: vol, Path: v.Paths.PodDevicePath, State: cache.Uncertain})
 	if !w.found[spec.Name] {
-		w.out.devices = append(w.out.devices, foundDevice{spec: spec, path: v.Paths.StagingPath, state: cache.Uncertain})
+		w.out.Devices = append(w.out.Devices, volume.FoundDevice{Spec: spec, Path: v.Paths.StagingPath, State: cache.Uncertain})
 	}
 	w.found[spec.Name] = true
 	w.logger.V(2).Info("Reconstructed a block volume published for a pod without its symlink", "podUID", uid, "volume", spec.Name, "driver", spec.Driver, "path", v.Paths.PublishPath)

@@ -1,4 +1,4 @@
-package volumemanager
+package csiplugin
 
 import (
 	"context"
@@ -12,60 +12,23 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/internal/rootfs"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/volume"
 )
+
+var _ volume.Reconstructor = (*Plugin)(nil)
 
 // lifecycleEphemeral is vol_data.json's volumeLifecycleMode of an inline volume.
 const lifecycleEphemeral = "Ephemeral"
 
-// diskState is what reconstruction found on disk: plain data that the loop
-// installs as its initial actual state.
-type diskState struct {
-	// mounts are pod mounts (Uncertain), devices staged devices (Uncertain).
-	mounts  []foundMount
-	devices []foundDevice
-	// unreadable are the pod volume directories (and block symlinks)
-	// whose vol_data.json cannot be read: each may hold the mount of the
-	// PV it is named after (the kubelet names a PV's pod directory after
-	// the PV).
-	unreadable []string
-	// attempted counts the pod volumes (and block symlinks) found: those
-	// reconstructed, those unreadable and the leftovers of a reboot.
-	attempted int
+// inlineVolumeName is the unique name of a pod's inline CSI volume, the
+// kubelet's: {plugin}/{podUID}-{specName}.
+func inlineVolumeName(uid types.UID, specName string) cache.UniqueVolumeName {
+	return cache.UniqueVolumeName(PluginName + "/" + string(uid) + "-" + specName)
 }
 
-type foundMount struct {
-	spec  cache.VolumeSpec
-	vol   cache.PodVolume
-	path  string
-	state cache.MountState // Mounted or Uncertain
-}
-
-type foundDevice struct {
-	spec  cache.VolumeSpec
-	path  string
-	state cache.MountState // Mounted or Uncertain
-	// seLinuxContext is the SELinux context vol_data.json says the device
-	// was staged with.
-	seLinuxContext string
-}
-
-// recovery is what reconstruction compares nodevol's records of work in
-// flight (ondisk.Record) with.
-type recovery struct {
-	// bootID is this boot's ID; "" when unknown: no record is then taken
-	// for one of another boot.
-	bootID string
-	// mountPoints are the mount points of the node (from the mount
-	// table); nil when they could not be listed: no volume is then
-	// trusted as Mounted, and no reboot leftover is removed.
-	mountPoints map[string]bool
-	// steps sees each change reconstruction's clean-up makes (Config.Steps).
-	steps step.Hook
-}
-
-// reconstruct adds the CSI volumes a previous run left on disk to the actual
-// state, as the kubelet's reconstruction does, so that they are torn down
+// Reconstruct implements volume.Reconstructor: it returns the CSI volumes
+// earlier runs (nodevol's or the kubelet's) left on disk, as the kubelet's
+// reconstruction finds them, so that they are torn down
 // when no pod wants them and re-published (idempotently) when one does:
 // each pod volume directory with a vol_data.json becomes an Uncertain pod
 // mount, each staging directory with a vol_data.json an Uncertain device;
@@ -89,16 +52,10 @@ type recovery struct {
 // kubernetes.io~csi directory, a volume directory, a driver's or a staging
 // directory) is logged and skipped, so that nothing it points to is ever
 // reconstructed, and so never torn down.
-func reconstruct(ctx context.Context, root string, rc recovery) diskState {
+func (p *Plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Found {
 	logger := klog.FromContext(ctx)
-	r, err := rootfs.New(root)
-	if err != nil {
-		logger.Error(err, "Cannot reconstruct volumes", "rootDir", root)
-		return diskState{}
-	}
-	r = r.WithSteps(rc.steps)
 	w := &rebuild{
-		walker: walker{logger: logger, r: r, root: root, rc: rc, scan: ondisk.NewScanner(logger, r, root)},
+		walker: walker{logger: logger, r: p.rfs, root: p.root, rc: rc, scan: ondisk.NewScanner(logger, p.rfs, p.root)},
 		found:  map[cache.UniqueVolumeName]bool{},
 		linked: map[blockPublish]bool{},
 	}
@@ -127,7 +84,7 @@ func reconstruct(ctx context.Context, root string, rc recovery) diskState {
 // rebuild is one reconstruction: the walker and what it found so far.
 type rebuild struct {
 	walker
-	out diskState
+	out volume.Found
 	// found are the volumes found so far: a device is added once.
 	found map[cache.UniqueVolumeName]bool
 	// linked are the block publishes found so far (blockPublishes).
@@ -138,7 +95,7 @@ type rebuild struct {
 // from its record when that cannot be read; one that has neither and holds
 // nothing is removed, any other is left alone and listed as unreadable.
 func (w *rebuild) podVolume(v ondisk.PodVolume) {
-	w.out.attempted++
+	w.out.Attempted++
 	var spec cache.VolumeSpec
 	var vol cache.PodVolume
 	switch rec := v.Record; {
@@ -157,17 +114,17 @@ func (w *rebuild) podVolume(v ondisk.PodVolume) {
 			return
 		}
 		w.logger.Error(v.DataErr, "Cannot reconstruct pod volume, leaving it alone; the staged device of the PV it names is not unstaged while it is there", "podUID", v.PodUID, "path", v.Dir, "notRemoved", rerr.Error())
-		w.out.unreadable = append(w.out.unreadable, v.Dir)
+		w.out.Unreadable = append(w.out.Unreadable, v.Dir)
 		return
 	}
 	state, ok := w.recover(v.Rel, ondisk.PublishLeaf, v.Record)
 	if !ok {
 		return // a reboot's leftover, removed: nothing to tear down
 	}
-	w.out.mounts = append(w.out.mounts, foundMount{spec: spec, vol: vol, path: filepath.Join(v.Dir, ondisk.PublishLeaf), state: state})
+	w.out.Mounts = append(w.out.Mounts, volume.FoundMount{Spec: spec, Volume: vol, Path: filepath.Join(v.Dir, ondisk.PublishLeaf), State: state})
 	if !spec.Ephemeral && !w.found[spec.Name] {
 		if d, ok := w.stagedDevice(spec); ok {
-			w.out.devices = append(w.out.devices, d)
+			w.out.Devices = append(w.out.Devices, d)
 		}
 	}
 	w.found[spec.Name] = true
@@ -177,18 +134,18 @@ func (w *rebuild) podVolume(v ondisk.PodVolume) {
 // blockLink reconstructs a raw block volume from a pod's symlink to it.
 func (w *rebuild) blockLink(l ondisk.BlockLink) {
 	w.linked[blockPublish{specName: l.SpecName, podUID: string(l.PodUID)}] = true
-	w.out.attempted++
+	w.out.Attempted++
 	if l.Volume.Err != nil {
 		w.logger.Error(l.Volume.Err, "Cannot reconstruct block volume, leaving it alone", "podUID", l.PodUID, "path", l.Path)
-		w.out.unreadable = append(w.out.unreadable, l.Path)
+		w.out.Unreadable = append(w.out.Unreadable, l.Path)
 		return
 	}
-	spec, paths := blockSpec(l.SpecName, l.Volume.Data), l.Volume.Paths
+	spec, paths := reconstructedBlockSpec(l.SpecName, l.Volume.Data), l.Volume.Paths
 	w.logInFlight(paths.PublishPath)
 	vol := cache.PodVolume{Pod: cache.PodRef{UID: l.PodUID}, SpecName: spec.PVName}
-	w.out.mounts = append(w.out.mounts, foundMount{spec: spec, vol: vol, path: paths.PodDevicePath, state: cache.Uncertain})
+	w.out.Mounts = append(w.out.Mounts, volume.FoundMount{Spec: spec, Volume: vol, Path: paths.PodDevicePath, State: cache.Uncertain})
 	if !w.found[spec.Name] {
-		w.out.devices = append(w.out.devices, foundDevice{spec: spec, path: paths.StagingPath, state: cache.Uncertain})
+		w.out.Devices = append(w.out.Devices, volume.FoundDevice{Spec: spec, Path: paths.StagingPath, State: cache.Uncertain})
 	}
 	w.found[spec.Name] = true
 	w.logger.V(2).Info("Reconstructed block volume", "podUID", l.PodUID, "volume", spec.Name, "driver", spec.Driver, "path", l.Path)
@@ -205,10 +162,10 @@ func (w *rebuild) blockDir(d ondisk.BlockDir) {
 		w.logger.Error(d.Volume.Err, "Cannot reconstruct block volume, leaving it alone", "path", d.DataFile)
 		return
 	}
-	spec, paths := blockSpec(d.SpecName, d.Volume.Data), d.Volume.Paths
+	spec, paths := reconstructedBlockSpec(d.SpecName, d.Volume.Data), d.Volume.Paths
 	w.logInFlight(paths.StagingPath)
 	if !w.found[spec.Name] {
-		w.out.devices = append(w.out.devices, foundDevice{spec: spec, path: paths.StagingPath, state: cache.Uncertain})
+		w.out.Devices = append(w.out.Devices, volume.FoundDevice{Spec: spec, Path: paths.StagingPath, State: cache.Uncertain})
 		w.found[spec.Name] = true
 		w.logger.V(2).Info("Reconstructed staged block volume", "volume", spec.Name, "driver", spec.Driver)
 	}
@@ -248,7 +205,7 @@ func (w *rebuild) stagingDir(e ondisk.StagingDirEntry) {
 		return
 	}
 	if d, ok := w.stagedDevice(spec); ok {
-		w.out.devices = append(w.out.devices, d)
+		w.out.Devices = append(w.out.Devices, d)
 		w.found[spec.Name] = true
 		w.logger.V(2).Info("Reconstructed staged volume", "volume", spec.Name, "driver", spec.Driver, "path", e.Dir)
 	}
@@ -260,12 +217,12 @@ type walker struct {
 	logger klog.Logger
 	r      *rootfs.Root
 	root   string // as given: the paths found are built on it
-	rc     recovery
+	rc     volume.Recovery
 	scan   *ondisk.Scanner
 }
 
-// blockSpec is what a block volume's vol_data.json tells of it.
-func blockSpec(specName string, d *ondisk.VolumeData) cache.VolumeSpec {
+// reconstructedBlockSpec is what a block volume's vol_data.json tells of it.
+func reconstructedBlockSpec(specName string, d *ondisk.VolumeData) cache.VolumeSpec {
 	return cache.VolumeSpec{
 		Name: cache.CSIVolumeName(d.DriverName, d.VolumeHandle), PVName: specName,
 		Driver: d.DriverName, VolumeHandle: d.VolumeHandle, Mode: cache.Block,
@@ -274,18 +231,18 @@ func blockSpec(specName string, d *ondisk.VolumeData) cache.VolumeSpec {
 
 // stagedDevice returns spec's device if its staging directory exists (and
 // is a directory, not a symlink) and was not left by a reboot.
-func (w walker) stagedDevice(spec cache.VolumeSpec) (foundDevice, bool) {
+func (w walker) stagedDevice(spec cache.VolumeSpec) (volume.FoundDevice, bool) {
 	st, ok := w.scan.Staged(string(spec.Name), spec.Driver, spec.VolumeHandle, spec.PVName)
 	if !ok {
-		return foundDevice{}, false
+		return volume.FoundDevice{}, false
 	}
 	state, ok := w.recover(st.Rel, ondisk.StagingLeaf, st.Record)
 	if !ok {
-		return foundDevice{}, false
+		return volume.FoundDevice{}, false
 	}
-	d := foundDevice{spec: spec, path: st.StagingPath, state: state}
+	d := volume.FoundDevice{Spec: spec, Path: st.StagingPath, State: state}
 	if st.Data != nil {
-		d.seLinuxContext = st.Data.SELinuxMountContext
+		d.SELinuxContext = st.Data.SELinuxMountContext
 	}
 	return d, true
 }
@@ -294,40 +251,27 @@ func (w walker) stagedDevice(spec cache.VolumeSpec) (foundDevice, bool) {
 // "globalmount") if nothing in it can hold data
 // (ondisk.RemoveUnusedVolumeDir); the error says why it did not.
 func (w walker) removeUnused(rel, leaf string) error {
-	if w.rc.mountPoints == nil {
+	if w.rc.MountPoints == nil {
 		return errors.New("the mount table is unknown: nothing is removed that may be mounted")
 	}
-	return ondisk.RemoveUnusedVolumeDir(w.r, func(p string) bool { return w.rc.mountPoints[p] }, rel, leaf)
+	return ondisk.RemoveUnusedVolumeDir(w.r, func(p string) bool { return w.rc.MountPoints[p] }, rel, leaf)
 }
 
-// retakeUnreadable removes pod volume directory dir (absolute), found
-// unreadable at start, once nothing in it can hold data any more: what
-// made it unreadable (a file nodevol did not write, data in its mount
-// directory) is gone, and it would otherwise hold the device of the PV it
-// is named after until the next restart. The mount table is read afresh.
-// It reports whether dir is gone.
-func (vm *VolumeManager) retakeUnreadable(dir string) bool {
-	r, err := rootfs.New(vm.cfg.RootDir)
+// Retake implements volume.Reconstructor: it removes pod volume directory
+// dir (absolute), found unreadable at start, once nothing in it can hold
+// data any more: what made it unreadable (a file nodevol did not write,
+// data in its mount directory) is gone, and it would otherwise hold the
+// device of the PV it is named after until the next restart.
+func (p *Plugin) Retake(ctx context.Context, dir string, mounted map[string]bool) bool {
+	rel, err := p.rfs.Rel(dir)
 	if err != nil {
 		return false
 	}
-	rel, err := r.Rel(dir)
-	if err != nil {
-		return false
-	}
-	mps, err := vm.cfg.Mounter.List()
-	if err != nil {
-		return false
-	}
-	mounted := make(map[string]bool, len(mps))
-	for _, mp := range mps {
-		mounted[mp.Path] = true
-	}
-	w := walker{r: r.WithSteps(vm.cfg.Steps), root: vm.cfg.RootDir, rc: recovery{mountPoints: mounted}}
+	w := walker{r: p.rfs, root: p.root, rc: volume.Recovery{MountPoints: mounted}}
 	if err := w.removeUnused(rel, "mount"); err != nil {
 		return false
 	}
-	vm.loop.logger.Info("Removed a pod volume directory found unreadable at start: it holds nothing any more", "path", dir)
+	klog.FromContext(ctx).Info("Removed a pod volume directory found unreadable at start: it holds nothing any more", "path", dir)
 	return true
 }
 
@@ -377,15 +321,15 @@ func (w walker) recover(rel, leaf string, rec *ondisk.Record) (state cache.Mount
 		return cache.Uncertain, true
 	}
 	leafPath := filepath.Join(w.root, rel, leaf)
-	mounted := w.rc.mountPoints[leafPath]
+	mounted := w.rc.MountPoints[leafPath]
 	logger := w.logger.WithValues("path", filepath.Join(w.root, rel), "phase", rec.Phase, "driver", rec.Driver, "volumeHandle", rec.VolumeHandle)
 	switch {
-	case w.rc.bootID != "" && rec.BootID != "" && rec.BootID != w.rc.bootID:
-		if w.rc.mountPoints == nil || mounted {
+	case w.rc.BootID != "" && rec.BootID != "" && rec.BootID != w.rc.BootID:
+		if w.rc.MountPoints == nil || mounted {
 			logger.Info("Record of an earlier boot, but the mount table is unknown or still shows the mount; recovering it as Uncertain", "recordBootID", rec.BootID, "mounted", mounted)
 			return cache.Uncertain, true
 		}
-		err := ondisk.RemoveUnusedVolumeDir(w.r, func(p string) bool { return w.rc.mountPoints[p] }, rel, leaf)
+		err := ondisk.RemoveUnusedVolumeDir(w.r, func(p string) bool { return w.rc.MountPoints[p] }, rel, leaf)
 		if err != nil {
 			logger.Error(err, "The node rebooted since the record was written, but its directory may hold data; recovering it as Uncertain")
 			return cache.Uncertain, true
