@@ -30,7 +30,7 @@ import (
 //     attached yet: the caller retries when the VolumeAttachment changes.
 //
 // It never blocks and never calls the API server.
-func (p *Plugin) WaitForAttach(ctx context.Context, spec *cache.VolumeSpec) (map[string]string, error) {
+func (p *plugin) WaitForAttach(ctx context.Context, spec *cache.VolumeSpec) (map[string]string, error) {
 	if spec.Ephemeral {
 		return nil, nil
 	}
@@ -59,7 +59,7 @@ func (p *Plugin) WaitForAttach(ctx context.Context, spec *cache.VolumeSpec) (map
 // attachStatus reads the status of the volume's VolumeAttachment va: the
 // publish context (never nil) once attached, a final error when it is
 // being deleted or the attacher reported an error, else ErrNotReady.
-func (p *Plugin) attachStatus(ctx context.Context, spec *cache.VolumeSpec, va *storagev1.VolumeAttachment) (map[string]string, error) {
+func (p *plugin) attachStatus(ctx context.Context, spec *cache.VolumeSpec, va *storagev1.VolumeAttachment) (map[string]string, error) {
 	name := va.Name
 	switch {
 	case va.DeletionTimestamp != nil:
@@ -80,7 +80,7 @@ func (p *Plugin) attachStatus(ctx context.Context, spec *cache.VolumeSpec, va *s
 }
 
 // csiDriver returns the driver's CSIDriver object, or nil when there is none.
-func (p *Plugin) csiDriver(name string) (*storagev1.CSIDriver, error) {
+func (p *plugin) csiDriver(name string) (*storagev1.CSIDriver, error) {
 	d, err := p.csiDrivers.Get(name)
 	switch {
 	case apierrors.IsNotFound(err):

@@ -42,10 +42,10 @@ func listers(t *testing.T, objs ...any) (storagelisters.CSIDriverLister, storage
 	return storagelisters.NewCSIDriverLister(drivers), storagelisters.NewVolumeAttachmentLister(attachments)
 }
 
-func attachPlugin(t *testing.T, objs ...any) *Plugin {
+func attachPlugin(t *testing.T, objs ...any) *plugin {
 	t.Helper()
 	dl, vl := listers(t, objs...)
-	p, err := New(Config{RootDir: t.TempDir(), NodeName: testNode, CSIDriverLister: dl, VolumeAttachmentLister: vl, Mounter: mount.NewFakeMounter(nil)})
+	p, err := newPlugin(Config{RootDir: t.TempDir(), NodeName: testNode, CSIDriverLister: dl, VolumeAttachmentLister: vl, Mounter: mount.NewFakeMounter(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

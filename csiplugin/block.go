@@ -34,7 +34,7 @@ type BlockMapper interface {
 // blockPaths returns a block volume's spec name, the kubelet's (its PV's
 // name: block volumes always come from a PV), and its paths for pod uid
 // (none for "").
-func (p *Plugin) blockPaths(spec *cache.VolumeSpec, uid types.UID) (string, ondisk.BlockPaths, error) {
+func (p *plugin) blockPaths(spec *cache.VolumeSpec, uid types.UID) (string, ondisk.BlockPaths, error) {
 	if spec.PVName == "" {
 		return "", ondisk.BlockPaths{}, errors.New("a raw block volume needs a PersistentVolume")
 	}
@@ -45,7 +45,7 @@ func (p *Plugin) blockPaths(spec *cache.VolumeSpec, uid types.UID) (string, ondi
 // setUpDevice stages a block volume (NodeStageVolume with block access) at
 // its staging path, after writing vol_data.json; nothing is staged for a
 // driver without STAGE_UNSTAGE_VOLUME.
-func (p *Plugin) setUpDevice(ctx context.Context, req volume.DeviceRequest) (string, error) {
+func (p *plugin) setUpDevice(ctx context.Context, req volume.DeviceRequest) (string, error) {
 	spec := req.Spec
 	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("staging block volume %s: %w", volumeDesc(spec), err)
@@ -98,7 +98,7 @@ func (p *Plugin) setUpDevice(ctx context.Context, req volume.DeviceRequest) (str
 	return paths.StagingPath, nil
 }
 
-func (p *Plugin) saveBlockData(paths ondisk.BlockPaths, spec *cache.VolumeSpec) error {
+func (p *plugin) saveBlockData(paths ondisk.BlockPaths, spec *cache.VolumeSpec) error {
 	if err := p.rfs.MkdirAll(paths.DataDir, 0o750); err != nil {
 		return err
 	}
@@ -122,7 +122,7 @@ func (p *Plugin) saveBlockData(paths ondisk.BlockPaths, spec *cache.VolumeSpec) 
 // reference a staging path: most drivers would unstage under the publish,
 // a strict one refuses, and vol_data.json, which tells whose the publish
 // is, must stay.
-func (p *Plugin) tearDownDevice(ctx context.Context, req volume.DeviceRequest) error {
+func (p *plugin) tearDownDevice(ctx context.Context, req volume.DeviceRequest) error {
 	spec := req.Spec
 	fail := func(err error) error {
 		return fmt.Errorf("unstaging block volume %s: %w", volumeDesc(spec), err)
@@ -174,7 +174,7 @@ func (p *Plugin) tearDownDevice(ctx context.Context, req volume.DeviceRequest) e
 // publishes at) or a record of a publish of it (a NodePublishVolume or
 // NodeUnpublishVolume was sent). The loop keeps the paths as the volume's
 // Refs, which the planner waits on until the resync looks again.
-func (p *Plugin) checkBlockPublishes(paths ondisk.BlockPaths) error {
+func (p *plugin) checkBlockPublishes(paths ondisk.BlockPaths) error {
 	left := map[string]bool{}
 	entries, err := p.rfs.ReadDir(paths.PublishDir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -204,7 +204,7 @@ func (p *Plugin) checkBlockPublishes(paths ondisk.BlockPaths) error {
 // removeEmptyDir removes dir unless it is a mount point; a directory that
 // is not empty stays and is an error naming what is in it. A symlink as
 // dir or above it is an error and stays.
-func (p *Plugin) removeEmptyDir(dir string) error {
+func (p *plugin) removeEmptyDir(dir string) error {
 	if _, err := p.rfs.Verify(dir); err != nil {
 		return err
 	}
@@ -232,7 +232,7 @@ func (p *Plugin) removeEmptyDir(dir string) error {
 // them, that none of a pod's block paths goes through a symlink under the
 // root (the pod's device path is a symlink by design: its directory is
 // checked).
-func (p *Plugin) verifyBlockPaths(paths ondisk.BlockPaths) error {
+func (p *plugin) verifyBlockPaths(paths ondisk.BlockPaths) error {
 	for _, path := range []string{paths.PublishPath, paths.GlobalMapPath, paths.PodDeviceDir} {
 		if _, err := p.rfs.Verify(path); err != nil {
 			return err
@@ -245,7 +245,7 @@ func (p *Plugin) verifyBlockPaths(paths ondisk.BlockPaths) error {
 // block access at the pod's publish path) and maps the published device
 // into the pod (internal/blockdev). It returns the pod's device path. A map
 // that fails after a successful publish leaves the volume Uncertain.
-func (p *Plugin) mapPodDevice(ctx context.Context, req volume.MountRequest) (string, error) {
+func (p *plugin) mapPodDevice(ctx context.Context, req volume.MountRequest) (string, error) {
 	spec, vol := req.Spec, req.Volume
 	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("publishing block volume %s for pod %s: %w", volumeDesc(spec), vol.Pod, err)
@@ -315,7 +315,7 @@ func (p *Plugin) mapPodDevice(ctx context.Context, req volume.MountRequest) (str
 // publish whose target it has not created, as NodeUnpublishVolume after a
 // timed-out NodePublishVolume in the kubelet). With nothing of the pod's
 // left on disk it does nothing, driver registered or not.
-func (p *Plugin) unmapPodDevice(ctx context.Context, req volume.MountRequest) error {
+func (p *plugin) unmapPodDevice(ctx context.Context, req volume.MountRequest) error {
 	spec, vol := req.Spec, req.Volume
 	fail := func(err error) error {
 		return fmt.Errorf("unpublishing block volume %s from pod %s: %w", volumeDesc(spec), vol.Pod, err)
@@ -366,7 +366,7 @@ func (p *Plugin) unmapPodDevice(ctx context.Context, req volume.MountRequest) er
 // remain: the path exists, or a record says a publish was sent. When none
 // may (never published, or unpublished already: the driver removes the
 // publish path), its record goes.
-func (p *Plugin) publishLeft(publishPath string) (bool, error) {
+func (p *plugin) publishLeft(publishPath string) (bool, error) {
 	_, err := p.rfs.Stat(publishPath)
 	if !errors.Is(err, fs.ErrNotExist) {
 		return err == nil, err

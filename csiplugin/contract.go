@@ -19,7 +19,7 @@ const PluginName = cache.CSIPluginName
 var translator = csitranslation.New()
 
 // Name implements volume.Plugin.
-func (p *Plugin) Name() string { return PluginName }
+func (p *plugin) Name() string { return PluginName }
 
 // CanSupport implements volume.Plugin: the CSI plugin handles claims
 // (persistentVolumeClaim, and ephemeral, whose claim the pod owns), inline
@@ -27,7 +27,7 @@ func (p *Plugin) Name() string { return PluginName }
 // translates (MigratedPlugins). A claim's PV is checked when it is
 // resolved: one with neither a CSI source nor a migrated one is an error
 // then.
-func (p *Plugin) CanSupport(v *v1.Volume) bool {
+func (p *plugin) CanSupport(v *v1.Volume) bool {
 	if v.PersistentVolumeClaim != nil || v.Ephemeral != nil || v.CSI != nil {
 		return true
 	}
@@ -48,7 +48,7 @@ func (p *Plugin) CanSupport(v *v1.Volume) bool {
 // lifecycle modes are the CSIDriver's volumeLifecycleModes; without a
 // CSIDriver, or with none listed, only Persistent, as in the kubelet. An
 // unregistered driver is an error wrapping volume.ErrNotReady.
-func (p *Plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, error) {
+func (p *plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, error) {
 	client, err := p.drivers.Client(spec.Driver)
 	if err != nil {
 		return volume.Capabilities{}, fmt.Errorf("capabilities of volume %s: %w", volumeDesc(spec), err)

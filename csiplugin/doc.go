@@ -2,17 +2,17 @@
 // kubelet's kubernetes.io/csi plugin does, and implements
 // volume.Plugin.
 //
-//   - Plugin.WaitForAttach reads the CSIDriver and VolumeAttachment objects
+//   - WaitForAttach reads the CSIDriver and VolumeAttachment objects
 //     from informer listers (no API GETs); Attach and Detach create and
 //     delete the VolumeAttachment in self-attach mode.
-//   - Plugin.MountDevice / UnmountDevice call NodeStageVolume /
+//   - MountDevice / UnmountDevice call NodeStageVolume /
 //     NodeUnstageVolume on the staging path.
-//   - Plugin.SetUp / TearDown call NodePublishVolume / NodeUnpublishVolume
+//   - SetUp / TearDown call NodePublishVolume / NodeUnpublishVolume
 //     on the pod's volume path, giving the pod's fsGroup ownership of the
 //     volume (internal/fsgroup) when the driver does not.
 //   - Raw block volumes are staged, published and mapped into pods;
 //     NodeExpand and VolumeStats expand and measure published volumes.
-//   - Plugin.Reconstruct (volume.Reconstructor) finds at start what earlier
+//   - Reconstruct (volume.Reconstructor) finds at start what earlier
 //     runs left on disk, from the internal/ondisk scan and the records.
 //
 // The drivers are reached through package csi; the on-disk layout,

@@ -28,7 +28,7 @@ import (
 //
 // The error unwraps to the gRPC status of a failed call; ExpandFailure
 // says what it means for the claim.
-func (p *Plugin) NodeExpand(ctx context.Context, req volume.ExpandRequest) (expanded bool, err error) {
+func (p *plugin) NodeExpand(ctx context.Context, req volume.ExpandRequest) (expanded bool, err error) {
 	spec := req.Spec
 	fail := func(err error) (bool, error) {
 		return false, fmt.Errorf("expanding volume %s to %d bytes: %w", volumeDesc(spec), req.Size, err)

@@ -40,7 +40,7 @@ func needsOwnership(spec *cache.VolumeSpec, vol cache.PodVolume, caps csi.Capabi
 
 // changeOwnership gives the pod's fsGroup ownership of its published volume
 // d (internal/fsgroup), reporting a change that runs long on the pod.
-func (p *Plugin) changeOwnership(ctx context.Context, d *os.File, vol cache.PodVolume) error {
+func (p *plugin) changeOwnership(ctx context.Context, d *os.File, vol cache.PodVolume) error {
 	return p.ownership.Change(ctx, fsgroup.Request{
 		Dir: d, GID: *vol.FSGroup, OnRootMismatch: vol.FSGroupOnRootMismatch,
 		Pod:    v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: vol.Pod.Namespace, Name: vol.Pod.Name, UID: vol.Pod.UID},

@@ -41,7 +41,7 @@ const (
 // so (the planner decides, from Capabilities.OwnershipChange); whether the
 // driver supports the volume's lifecycle mode is the planner's check too
 // (Capabilities.LifecycleModes).
-func (p *Plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, error) {
+func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, error) {
 	spec, vol := req.Spec, req.Volume
 	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("publishing volume %s for pod %s: %w", volumeDesc(spec), vol.Pod, err)
@@ -120,7 +120,7 @@ func (p *Plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 
 // publishRequest builds a NodePublishVolume request without its secrets
 // and target path.
-func (p *Plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req volume.MountRequest,
+func (p *plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req volume.MountRequest,
 	caps csi.Capabilities, driver *storagev1.CSIDriver) *csipb.NodePublishVolumeRequest {
 	stagingPath := req.DeviceMountPath
 	if stagingPath == "" && caps.StageUnstage && !spec.Ephemeral {
@@ -155,7 +155,7 @@ func (p *Plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req
 // target path: publishRequest with the Secret the PV names (in the pod's
 // namespace when it names none) and the service account tokens the
 // driver asks for. It returns the Secret's reference for the record.
-func (p *Plugin) publishCall(ctx context.Context, req volume.MountRequest, caps csi.Capabilities, driver *storagev1.CSIDriver) (*csipb.NodePublishVolumeRequest, *cache.SecretRef, error) {
+func (p *plugin) publishCall(ctx context.Context, req volume.MountRequest, caps csi.Capabilities, driver *storagev1.CSIDriver) (*csipb.NodePublishVolumeRequest, *cache.SecretRef, error) {
 	spec, vol := req.Spec, req.Volume
 	secretRef := spec.NodePublishSecret
 	if secretRef != nil && secretRef.Namespace == "" {
@@ -175,7 +175,7 @@ func (p *Plugin) publishCall(ctx context.Context, req volume.MountRequest, caps 
 }
 
 // podVolumeData is the vol_data.json of a pod's volume.
-func (p *Plugin) podVolumeData(spec *cache.VolumeSpec, vol cache.PodVolume) *ondisk.VolumeData {
+func (p *plugin) podVolumeData(spec *cache.VolumeSpec, vol cache.PodVolume) *ondisk.VolumeData {
 	d := &ondisk.VolumeData{
 		SpecVolID:           ondisk.VolumeDirName(spec, vol),
 		VolumeHandle:        spec.VolumeHandle,
@@ -195,7 +195,7 @@ func (p *Plugin) podVolumeData(spec *cache.VolumeSpec, vol cache.PodVolume) *ond
 // with NodeUnpublishVolume and removes the "mount" directory (unless it is
 // still a mount point), vol_data.json and the pod's volume directory. A
 // volume whose directory does not exist is not published: nothing to do.
-func (p *Plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
+func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 	spec, vol := req.Spec, req.Volume
 	if spec.Mode == cache.Block {
 		return p.unmapPodDevice(ctx, req)

@@ -23,7 +23,7 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-// Config configures a Plugin. NodeName, CSIDriverLister and
+// Config configures a plugin. NodeName, CSIDriverLister and
 // VolumeAttachmentLister are required; every other field has the default
 // its comment gives.
 type Config struct {
@@ -37,7 +37,7 @@ type Config struct {
 	// NodeName is this node's name; it is part of VolumeAttachment names. Required.
 	NodeName string
 	// Registry holds the registered CSI drivers. Default: a new, empty
-	// registry (reachable through Plugin.Registry).
+	// registry.
 	Registry *csi.Registry
 	// CSIDriverLister reads CSIDriver objects (attachRequired,
 	// podInfoOnMount, volumeLifecycleModes, fsGroupPolicy). Required.
@@ -45,16 +45,11 @@ type Config struct {
 	// VolumeAttachmentLister reads VolumeAttachments. Required.
 	VolumeAttachmentLister storagelisters.VolumeAttachmentLister
 	// KubeClient creates and deletes VolumeAttachments in self-attach mode
-	// (Attach, Detach). Default nil: Attach and Detach fail saying so.
+	// (Attach, Detach), reads the Secrets that PVs reference for NodeStage
+	// and NodePublish, and issues the service account tokens that drivers
+	// whose CSIDriver lists tokenRequests get on NodePublishVolume. Default
+	// nil: those operations fail saying so.
 	KubeClient kubernetes.Interface
-	// Secrets reads the Secrets that PVs reference for NodeStage and
-	// NodePublish. Default: none; a volume that references a Secret fails
-	// with an error saying so.
-	Secrets SecretGetter
-	// Tokens issues the service account tokens that drivers whose CSIDriver
-	// lists tokenRequests get on NodePublishVolume. Default: none; such a
-	// volume fails with an error saying so.
-	Tokens TokenGetter
 	// BlockMapper maps published raw block devices into pods. Default
 	// blockdev.NewMapper(Mounter) confined to RootDir (Mapper.Root): bind
 	// mounts through Mounter, loop devices through losetup. The plugin
@@ -100,7 +95,7 @@ type Config struct {
 // for CSI volumes. Create it with New; it is safe for concurrent use, but
 // the caller must not run two operations on the same volume (or on the
 // same pod's volume) at once.
-type Plugin struct {
+type plugin struct {
 	root        string
 	rfs         *rootfs.Root
 	node        string
@@ -108,8 +103,8 @@ type Plugin struct {
 	csiDrivers  storagelisters.CSIDriverLister
 	attachments storagelisters.VolumeAttachmentLister
 	client      kubernetes.Interface
-	secrets     SecretGetter
-	tokens      TokenGetter
+	secrets     secretGetter
+	tokens      tokenGetter
 	blockMapper BlockMapper
 	mounter     mount.Interface
 	timeout     time.Duration
@@ -118,10 +113,22 @@ type Plugin struct {
 	steps       step.Hook
 }
 
-var _ volume.Plugin = (*Plugin)(nil)
+var _ volume.Plugin = (*plugin)(nil)
 
-// New checks cfg, fills in defaults and returns a Plugin.
-func New(cfg Config) (*Plugin, error) {
+// New checks cfg, fills in defaults and returns the CSI plugin. What it
+// can do beyond volume.Plugin (volume.Attacher, volume.SelfAttacher,
+// volume.DeviceMounter, volume.Expander, volume.StatsProvider,
+// volume.Reconstructor) is found by type assertion, as the manager does.
+func New(cfg Config) (volume.Plugin, error) {
+	p, err := newPlugin(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// newPlugin is New with the concrete type, for the package's tests.
+func newPlugin(cfg Config) (*plugin, error) {
 	if cfg.NodeName == "" {
 		return nil, errors.New("csiplugin: Config.NodeName is required")
 	}
@@ -142,12 +149,6 @@ func New(cfg Config) (*Plugin, error) {
 	rfs = rfs.WithSteps(cfg.Steps)
 	if cfg.Registry == nil {
 		cfg.Registry = csi.NewRegistry(csi.RegistryOptions{})
-	}
-	if cfg.Secrets == nil {
-		cfg.Secrets = noSecrets{}
-	}
-	if cfg.Tokens == nil {
-		cfg.Tokens = noTokens{}
 	}
 	if cfg.Mounter == nil {
 		cfg.Mounter = mount.New("")
@@ -171,7 +172,7 @@ func New(cfg Config) (*Plugin, error) {
 	if err != nil {
 		klog.Background().Error(err, "Records of work in flight carry no boot ID: a restart will not tell a reboot from a crash")
 	}
-	return &Plugin{
+	return &plugin{
 		records:     ondisk.NewRecords(rfs, bootID),
 		root:        root,
 		rfs:         rfs,
@@ -180,8 +181,8 @@ func New(cfg Config) (*Plugin, error) {
 		csiDrivers:  cfg.CSIDriverLister,
 		attachments: cfg.VolumeAttachmentLister,
 		client:      cfg.KubeClient,
-		secrets:     cfg.Secrets,
-		tokens:      cfg.Tokens,
+		secrets:     newSecretGetter(cfg.KubeClient),
+		tokens:      newTokenGetter(cfg.KubeClient, cfg.Clock),
 		blockMapper: cfg.BlockMapper,
 		mounter:     cfg.Mounter,
 		timeout:     cfg.CallTimeout,
@@ -191,7 +192,7 @@ func New(cfg Config) (*Plugin, error) {
 }
 
 // BootID is the node's boot ID as read at New ("" if it could not be read).
-func (p *Plugin) BootID() string { return p.records.BootID() }
+func (p *plugin) BootID() string { return p.records.BootID() }
 
 // volumeDesc names a volume in errors and logs.
 func volumeDesc(spec *cache.VolumeSpec) string {

@@ -30,14 +30,14 @@ import (
 
 const drv = csitest.DefaultDriverName
 
-// env is a Plugin wired to an in-process CSI driver over a real unix
+// env is a plugin wired to an in-process CSI driver over a real unix
 // socket, the fake clientset (listers through a synced informer factory)
 // and the fake mounter.
 type env struct {
 	root    string
 	srv     *csitest.Server
 	reg     *csi.Registry
-	p       *Plugin
+	p       *plugin
 	mounter *mount.FakeMounter
 }
 
@@ -67,14 +67,15 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatalf("Register: %v", err)
 	}
 	var err error
-	e.p, err = New(Config{
+	e.p, err = newPlugin(Config{
 		RootDir: e.root, NodeName: testNode, Registry: e.reg,
 		CSIDriverLister: csiDrivers.Lister(), VolumeAttachmentLister: attachments.Lister(),
-		Secrets: NewSecretGetter(client), Mounter: e.mounter, CallTimeout: o.callTimeout,
+		Mounter: e.mounter, CallTimeout: o.callTimeout,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.p.secrets = newSecretGetter(client) // the Secrets, with no KubeClient (no self-attach)
 	return e
 }
 

@@ -15,7 +15,7 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-var _ volume.Reconstructor = (*Plugin)(nil)
+var _ volume.Reconstructor = (*plugin)(nil)
 
 // lifecycleEphemeral is vol_data.json's volumeLifecycleMode of an inline volume.
 const lifecycleEphemeral = "Ephemeral"
@@ -52,7 +52,7 @@ func inlineVolumeName(uid types.UID, specName string) cache.UniqueVolumeName {
 // kubernetes.io~csi directory, a volume directory, a driver's or a staging
 // directory) is logged and skipped, so that nothing it points to is ever
 // reconstructed, and so never torn down.
-func (p *Plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Found {
+func (p *plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Found {
 	logger := klog.FromContext(ctx)
 	w := &rebuild{
 		walker: walker{logger: logger, r: p.rfs, root: p.root, rc: rc, scan: ondisk.NewScanner(logger, p.rfs, p.root)},
@@ -262,7 +262,7 @@ func (w walker) removeUnused(rel, leaf string) error {
 // data any more: what made it unreadable (a file nodevol did not write,
 // data in its mount directory) is gone, and it would otherwise hold the
 // device of the PV it is named after until the next restart.
-func (p *Plugin) Retake(ctx context.Context, dir string, mounted map[string]bool) bool {
+func (p *plugin) Retake(ctx context.Context, dir string, mounted map[string]bool) bool {
 	rel, err := p.rfs.Rel(dir)
 	if err != nil {
 		return false

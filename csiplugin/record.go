@@ -29,7 +29,7 @@ func secretRef(s *cache.SecretRef) *ondisk.RecordSecretRef {
 }
 
 // podRecord is the record of a pod's volume directory dir.
-func (p *Plugin) podRecord(spec *cache.VolumeSpec, vol cache.PodVolume, dir string, publishContext map[string]string, caps csi.Capabilities, publishSecret *cache.SecretRef) *ondisk.Record {
+func (p *plugin) podRecord(spec *cache.VolumeSpec, vol cache.PodVolume, dir string, publishContext map[string]string, caps csi.Capabilities, publishSecret *cache.SecretRef) *ondisk.Record {
 	rec := volumeRecord(spec, dir, publishContext, caps)
 	rec.PodUID, rec.PodNamespace, rec.PodName = string(vol.Pod.UID), vol.Pod.Namespace, vol.Pod.Name
 	rec.SpecName = ondisk.VolumeDirName(spec, vol)

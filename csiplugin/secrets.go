@@ -14,15 +14,18 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-// SecretGetter reads a Secret. A missing Secret is an error for which
+// secretGetter reads a Secret. A missing Secret is an error for which
 // apierrors.IsNotFound holds.
-type SecretGetter interface {
+type secretGetter interface {
 	GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error)
 }
 
-// NewSecretGetter returns a SecretGetter that GETs Secrets from the API
+// newSecretGetter returns a secretGetter that GETs Secrets from the API
 // server, as the kubelet does (Secrets are not watched node-wide).
-func NewSecretGetter(client kubernetes.Interface) SecretGetter {
+func newSecretGetter(client kubernetes.Interface) secretGetter {
+	if client == nil {
+		return noSecrets{}
+	}
 	return clientSecrets{client}
 }
 
@@ -32,10 +35,10 @@ func (s clientSecrets) GetSecret(ctx context.Context, namespace, name string) (*
 	return s.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
-// noSecrets is the SecretGetter of a plugin configured without one.
+// noSecrets is the secretGetter of a plugin configured without one.
 type noSecrets struct{}
 
-var errNoSecretGetter = errors.New("the CSI plugin has no SecretGetter configured")
+var errNoSecretGetter = errors.New("the CSI plugin has no secretGetter configured")
 
 func (noSecrets) GetSecret(context.Context, string, string) (*v1.Secret, error) {
 	return nil, errNoSecretGetter
@@ -45,7 +48,7 @@ func (noSecrets) GetSecret(context.Context, string, string) (*v1.Secret, error) 
 // secrets. No ref gives nil. A missing Secret is a final error (it is not
 // watched: the operation is retried on the next resync); other failures to
 // read it wrap ErrNotReady. Secret values never appear in errors or logs.
-func (p *Plugin) secretData(ctx context.Context, ref *cache.SecretRef, what string) (map[string]string, error) {
+func (p *plugin) secretData(ctx context.Context, ref *cache.SecretRef, what string) (map[string]string, error) {
 	if ref == nil {
 		return nil, nil
 	}

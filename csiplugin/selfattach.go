@@ -18,7 +18,7 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-var _ volume.SelfAttacher = (*Plugin)(nil)
+var _ volume.SelfAttacher = (*plugin)(nil)
 
 // errAttachmentConflict is wrapped by the error of Attach when a
 // VolumeAttachment of the volume's name exists for another node or another
@@ -36,7 +36,7 @@ var errAttachmentConflict = errors.New("VolumeAttachment belongs to another node
 // external-attacher has attached it, else ErrNotReady (the caller retries
 // when the VolumeAttachment changes). One that exists for another node or
 // driver is a final error wrapping errAttachmentConflict.
-func (p *Plugin) Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string]string, error) {
+func (p *plugin) Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string]string, error) {
 	if spec.Ephemeral {
 		return nil, nil
 	}
@@ -80,7 +80,7 @@ func (p *Plugin) Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string
 
 // checkAttachment refuses a VolumeAttachment of another node or driver and
 // reads the status of the node's own.
-func (p *Plugin) checkAttachment(ctx context.Context, spec *cache.VolumeSpec, va *storagev1.VolumeAttachment) (map[string]string, error) {
+func (p *plugin) checkAttachment(ctx context.Context, spec *cache.VolumeSpec, va *storagev1.VolumeAttachment) (map[string]string, error) {
 	if va.Spec.NodeName != p.node || va.Spec.Attacher != spec.Driver {
 		return nil, fmt.Errorf("attaching volume %s to node %s: VolumeAttachment %s exists for node %q and attacher %q: %w",
 			volumeDesc(spec), p.node, va.Name, va.Spec.NodeName, va.Spec.Attacher, errAttachmentConflict)
@@ -95,7 +95,7 @@ func (p *Plugin) checkAttachment(ctx context.Context, spec *cache.VolumeSpec, va
 // status.detachError's message when the external-attacher reported one.
 // A VolumeAttachment of another node or driver is not touched: it is not
 // the node's to delete, and nil is returned.
-func (p *Plugin) Detach(ctx context.Context, spec *cache.VolumeSpec) error {
+func (p *plugin) Detach(ctx context.Context, spec *cache.VolumeSpec) error {
 	if spec.Ephemeral {
 		return nil
 	}

@@ -23,7 +23,7 @@ import (
 // selfAttachPlugin is a plugin with a fake clientset holding objs; its
 // listers hold the same CSIDrivers and VolumeAttachments (and do not see
 // later changes).
-func selfAttachPlugin(t *testing.T, objs ...runtime.Object) (*Plugin, *fake.Clientset) {
+func selfAttachPlugin(t *testing.T, objs ...runtime.Object) (*plugin, *fake.Clientset) {
 	t.Helper()
 	client := fake.NewClientset(objs...)
 	var drivers []any
@@ -34,7 +34,7 @@ func selfAttachPlugin(t *testing.T, objs ...runtime.Object) (*Plugin, *fake.Clie
 		}
 	}
 	dl, vl := listers(t, drivers...)
-	p, err := New(Config{RootDir: t.TempDir(), NodeName: testNode, CSIDriverLister: dl, VolumeAttachmentLister: vl,
+	p, err := newPlugin(Config{RootDir: t.TempDir(), NodeName: testNode, CSIDriverLister: dl, VolumeAttachmentLister: vl,
 		KubeClient: client, Mounter: mount.NewFakeMounter(nil)})
 	if err != nil {
 		t.Fatal(err)

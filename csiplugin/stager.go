@@ -26,7 +26,7 @@ import (
 // On a final error it removes them again; on an error wrapping
 // ErrInProgress it leaves them, since the driver may still stage.
 // Idempotent, as NodeStageVolume is.
-func (p *Plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (string, error) {
+func (p *plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (string, error) {
 	spec := req.Spec
 	if spec.Ephemeral {
 		return "", nil
@@ -100,7 +100,7 @@ func (p *Plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (str
 // driver may still stage: the staging directory and its record, or only
 // the record in an older kubelet's directory, which is not nodevol's.
 // Failures are logged.
-func (p *Plugin) undoStage(logger klog.Logger, dir string, legacy bool, err error) {
+func (p *plugin) undoStage(logger klog.Logger, dir string, legacy bool, err error) {
 	switch {
 	case volume.IsUncertain(err):
 	case legacy:
@@ -128,7 +128,7 @@ func (p *Plugin) undoStage(logger klog.Logger, dir string, legacy bool, err erro
 // while GetDeviceMountRefs finds one: a pod that nodevol does not know of
 // (its vol_data.json unreadable, say) may still have it published, and
 // most drivers would unstage under it.
-func (p *Plugin) UnmountDevice(ctx context.Context, req volume.DeviceRequest) error {
+func (p *plugin) UnmountDevice(ctx context.Context, req volume.DeviceRequest) error {
 	spec := req.Spec
 	if spec.Ephemeral {
 		return nil
@@ -180,7 +180,7 @@ func (p *Plugin) UnmountDevice(ctx context.Context, req volume.DeviceRequest) er
 
 // checkMountRefs returns an *volume.InUseError when mounts under the pods
 // directory reference the device mounted at stagingPath.
-func (p *Plugin) checkMountRefs(stagingPath string) error {
+func (p *plugin) checkMountRefs(stagingPath string) error {
 	refs, err := p.mounter.GetMountRefs(stagingPath)
 	if err != nil {
 		return fmt.Errorf("finding the mounts that reference %s: %w", stagingPath, err)
@@ -205,7 +205,7 @@ func (p *Plugin) checkMountRefs(stagingPath string) error {
 // symlink under the root: a symlink as dir, as leaf or above them is an
 // error and nothing is removed through it (dir is resolved once, right
 // before the removals, and they are made relative to it).
-func (p *Plugin) removeVolumeDir(dir, leaf string) error {
+func (p *plugin) removeVolumeDir(dir, leaf string) error {
 	path, err := p.rfs.Verify(filepath.Join(dir, leaf))
 	if err != nil {
 		return err
@@ -223,7 +223,7 @@ func (p *Plugin) removeVolumeDir(dir, leaf string) error {
 // stagingDir returns the directory a filesystem volume is (to be) staged
 // in: the legacy one when an older kubelet staged it there, as found by
 // FindLegacyStaging, else StagingDir. legacy says which.
-func (p *Plugin) stagingDir(spec *cache.VolumeSpec) (dir string, legacy bool, err error) {
+func (p *plugin) stagingDir(spec *cache.VolumeSpec) (dir string, legacy bool, err error) {
 	dir, legacy, err = ondisk.FindLegacyStaging(p.rfs, p.root, spec.PVName, spec.Driver, spec.VolumeHandle)
 	if err != nil || legacy {
 		return dir, legacy, err

@@ -14,7 +14,7 @@ import (
 // VolumeStats asks the driver for the usage of a volume published at
 // volumePath (staged at stagingPath, "" if not). ok is false when the
 // driver does not implement NodeGetVolumeStats.
-func (p *Plugin) VolumeStats(ctx context.Context, spec *cache.VolumeSpec, volumePath, stagingPath string) (stats volume.Stats, ok bool, err error) {
+func (p *plugin) VolumeStats(ctx context.Context, spec *cache.VolumeSpec, volumePath, stagingPath string) (stats volume.Stats, ok bool, err error) {
 	client, err := p.drivers.Client(spec.Driver)
 	if err != nil {
 		return volume.Stats{}, false, fmt.Errorf("volume stats of %s: %w", volumeDesc(spec), err)

@@ -25,16 +25,19 @@ import (
 // in the secrets when the CSIDriver sets serviceAccountTokenInSecrets.
 const serviceAccountTokensKey = "csi.storage.k8s.io/serviceAccount.tokens"
 
-// TokenGetter issues service account tokens (the TokenRequest API).
-type TokenGetter interface {
+// tokenGetter issues service account tokens (the TokenRequest API).
+type tokenGetter interface {
 	ServiceAccountToken(ctx context.Context, namespace, name string, tr *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error)
 }
 
-// NewTokenGetter returns a TokenGetter that creates tokens through the API
+// newTokenGetter returns a tokenGetter that creates tokens through the API
 // server and hands out each again until 80% of its lifetime has passed (at
 // most 24 hours), as the kubelet's token manager does, so that republishing
 // a volume does not ask for a new token every time.
-func NewTokenGetter(client kubernetes.Interface, clk clock.PassiveClock) TokenGetter {
+func newTokenGetter(client kubernetes.Interface, clk clock.PassiveClock) tokenGetter {
+	if client == nil {
+		return noTokens{}
+	}
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
@@ -100,21 +103,21 @@ func tokenKey(namespace, name string, tr *authenticationv1.TokenRequest) string 
 	return fmt.Sprintf("%s/%s/%s/%d/%s", namespace, name, strings.Join(tr.Spec.Audiences, ","), exp, bound)
 }
 
-// noTokens is the TokenGetter of a Plugin configured without one.
+// noTokens is the tokenGetter of a plugin configured without one.
 type noTokens struct{}
 
 func (noTokens) ServiceAccountToken(_ context.Context, namespace, name string, _ *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
 	return nil, fmt.Errorf("service account token for %s/%s: %w", namespace, name, errNoTokenGetter)
 }
 
-var errNoTokenGetter = errors.New("no TokenGetter configured (csiplugin.Config.Tokens)")
+var errNoTokenGetter = errors.New("no tokenGetter configured (csiplugin.Config.Tokens)")
 
 // addServiceAccountTokens requests the tokens the driver's CSIDriver asks
 // for (tokenRequests), bound to the pod, and adds them to req under
 // serviceAccountTokensKey: in the secrets when the CSIDriver sets
 // serviceAccountTokenInSecrets, in the volume context otherwise. The maps
 // in req are copied before they change: they may be the spec's.
-func (p *Plugin) addServiceAccountTokens(ctx context.Context, driver *storagev1.CSIDriver, pod cache.PodRef, req *requestMaps) error {
+func (p *plugin) addServiceAccountTokens(ctx context.Context, driver *storagev1.CSIDriver, pod cache.PodRef, req *requestMaps) error {
 	if driver == nil || len(driver.Spec.TokenRequests) == 0 {
 		return nil
 	}

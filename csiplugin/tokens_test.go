@@ -141,7 +141,7 @@ func TestTokenCache(t *testing.T) {
 		}
 		return true, tr, nil
 	})
-	g := NewTokenGetter(client, clk)
+	g := newTokenGetter(client, clk)
 	req := func(aud, pod string) *authenticationv1.TokenRequest {
 		exp := int64(1000)
 		return &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{

@@ -2,9 +2,12 @@ package volume_test
 
 import (
 	"errors"
+	"os"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	k8scache "k8s.io/client-go/tools/cache"
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
@@ -15,7 +18,7 @@ import (
 // TestRegistryWithTheBuiltInPlugins: each source of a pod volume finds
 // its plugin among CSI and image, by its source and by its unique name.
 func TestRegistryWithTheBuiltInPlugins(t *testing.T) {
-	r, err := volume.NewRegistry(&csiplugin.Plugin{}, image.Plugin{})
+	r, err := volume.NewRegistry(newCSIPlugin(), image.Plugin{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,4 +62,18 @@ func TestRegistryWithTheBuiltInPlugins(t *testing.T) {
 			t.Errorf("ForVolume(%s) = %v, %v; want %s", name, p, err, want)
 		}
 	}
+}
+
+// newCSIPlugin is the CSI plugin as New builds it, with empty listers: what
+// CanSupport answers needs nothing more.
+func newCSIPlugin() volume.Plugin {
+	p, err := csiplugin.New(csiplugin.Config{
+		RootDir: os.TempDir(), NodeName: "node",
+		CSIDriverLister:        storagelisters.NewCSIDriverLister(k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{})),
+		VolumeAttachmentLister: storagelisters.NewVolumeAttachmentLister(k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{})),
+	})
+	if err != nil {
+		panic(err)
+	}
+	return p
 }

@@ -183,8 +183,6 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 			CSIDriverLister:        vm.csiDrivers,
 			VolumeAttachmentLister: attachments,
 			KubeClient:             cfg.KubeClient,
-			Secrets:                csiplugin.NewSecretGetter(cfg.KubeClient),
-			Tokens:                 csiplugin.NewTokenGetter(cfg.KubeClient, cfg.Clock),
 			Mounter:                cfg.Mounter,
 			BlockMapper:            cfg.BlockMapper,
 			CallTimeout:            cfg.CSICallTimeout,

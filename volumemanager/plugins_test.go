@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/image"
@@ -103,7 +102,7 @@ func TestResolveByPlugin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			plugins, err := volume.NewRegistry(append([]volume.Plugin{&csiplugin.Plugin{}, image.Plugin{}}, tt.plugins...)...)
+			plugins, err := volume.NewRegistry(append([]volume.Plugin{newCSIPlugin(), image.Plugin{}}, tt.plugins...)...)
 			if err != nil {
 				t.Fatal(err)
 			}

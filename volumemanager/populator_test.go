@@ -1,6 +1,7 @@
 package volumemanager
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -8,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 	k8scache "k8s.io/client-go/tools/cache"
 
 	"github.com/nodevol/nodevol/cache"
@@ -19,7 +21,7 @@ import (
 
 // testPlugins are the plugins New registers by default: CSI and image.
 var testPlugins = func() *volume.Registry {
-	r, err := volume.NewRegistry(&csiplugin.Plugin{}, image.Plugin{})
+	r, err := volume.NewRegistry(newCSIPlugin(), image.Plugin{})
 	if err != nil {
 		panic(err)
 	}
@@ -156,4 +158,18 @@ func TestPVSpecAccessModes(t *testing.T) {
 			t.Errorf("modes %v: AccessMode %q, ReadWriteOnce %v; want %q, %v", tt.modes, spec.AccessMode, spec.ReadWriteOnce, tt.wantFirst, tt.wantRWO)
 		}
 	}
+}
+
+// newCSIPlugin is the CSI plugin as New builds it, with empty listers: what
+// CanSupport answers needs nothing more.
+func newCSIPlugin() volume.Plugin {
+	p, err := csiplugin.New(csiplugin.Config{
+		RootDir: os.TempDir(), NodeName: "node",
+		CSIDriverLister:        storagelisters.NewCSIDriverLister(k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{})),
+		VolumeAttachmentLister: storagelisters.NewVolumeAttachmentLister(k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{})),
+	})
+	if err != nil {
+		panic(err)
+	}
+	return p
 }

@@ -36,7 +36,7 @@ func reconstruct(ctx context.Context, root string, rc recovery) volume.Found {
 	if err != nil {
 		panic(err)
 	}
-	return p.Reconstruct(ctx, rc)
+	return p.(volume.Reconstructor).Reconstruct(ctx, rc)
 }
 
 // startVM runs a VolumeManager on root with drv registered and returns it
