@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -89,6 +90,20 @@ func (p *plugin) csiDriver(name string) (*storagev1.CSIDriver, error) {
 		return nil, fmt.Errorf("reading CSIDriver %s: %w (%w)", name, err, volume.ErrNotReady)
 	}
 	return d, nil
+}
+
+// driverAndClient returns the driver's CSIDriver (nil when it has none)
+// and its client: what a publish needs of both.
+func (p *plugin) driverAndClient(name string) (*storagev1.CSIDriver, *csi.Client, error) {
+	driver, err := p.csiDriver(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := p.drivers.Client(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return driver, client, nil
 }
 
 // AttachmentName returns the name of the VolumeAttachment that attaches a

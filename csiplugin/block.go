@@ -254,11 +254,7 @@ func (p *plugin) mapPodDevice(ctx context.Context, req volume.MountRequest) (str
 	if err != nil {
 		return fail(err)
 	}
-	driver, err := p.csiDriver(spec.Driver)
-	if err != nil {
-		return fail(err)
-	}
-	client, err := p.drivers.Client(spec.Driver)
+	driver, client, err := p.driverAndClient(spec.Driver)
 	if err != nil {
 		return fail(err)
 	}

@@ -49,11 +49,7 @@ func (p *plugin) CanSupport(v *v1.Volume) bool {
 // CSIDriver, or with none listed, only Persistent, as in the kubelet. An
 // unregistered driver is an error wrapping volume.ErrNotReady.
 func (p *plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, error) {
-	client, err := p.drivers.Client(spec.Driver)
-	if err != nil {
-		return volume.Capabilities{}, fmt.Errorf("capabilities of volume %s: %w", volumeDesc(spec), err)
-	}
-	driver, err := p.csiDriver(spec.Driver)
+	driver, client, err := p.driverAndClient(spec.Driver)
 	if err != nil {
 		return volume.Capabilities{}, fmt.Errorf("capabilities of volume %s: %w", volumeDesc(spec), err)
 	}

@@ -56,11 +56,7 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 	if err := fsutil.ValidateName("driver name", spec.Driver); err != nil {
 		return fail(err)
 	}
-	driver, err := p.csiDriver(spec.Driver)
-	if err != nil {
-		return fail(err)
-	}
-	client, err := p.drivers.Client(spec.Driver)
+	driver, client, err := p.driverAndClient(spec.Driver)
 	if err != nil {
 		return fail(err)
 	}
