@@ -1,6 +1,8 @@
 // Package volumemanager is nodevol's public facade: a VolumeManager does on
-// a node what the kubelet's volume manager does for CSI volumes. For every
-// pod added to it, it resolves each CSI volume (PVC to PV, generic
+// a node what the kubelet's volume manager does, for the volumes its
+// plugins handle (package volume: CSI, image volumes, and an embedder's own
+// through Config.Plugins). For every pod added to it, it finds each pod
+// volume's plugin, resolves the volume (for CSI: PVC to PV, generic
 // ephemeral, inline, in-tree through CSI migration), waits for its
 // attachment, stages it (NodeStageVolume), publishes it into the pod's
 // directory (NodePublishVolume), and tears it all down in the right order
