@@ -27,6 +27,7 @@ import (
 	"github.com/nodevol/nodevol/internal/ondisk"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/image"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
@@ -124,7 +125,7 @@ func (s *scenario) newLoop() {
 	s.asw = state.NewActualStateOfWorld()
 	res := &resolver{plugins: testPlugins, pvcs: corelisters.NewPersistentVolumeClaimLister(s.pvcs), pvs: corelisters.NewPersistentVolumeLister(s.pvs),
 		csiDrivers: storagelisters.NewCSIDriverLister(s.drivers), seLinuxEnabled: true}
-	volumes, err := volume.NewRegistry(scenarioPlugin{drivers: storagelisters.NewCSIDriverLister(s.drivers)})
+	volumes, err := volume.NewRegistry(scenarioPlugin{drivers: storagelisters.NewCSIDriverLister(s.drivers)}, image.Plugin{})
 	if err != nil {
 		s.t.Fatal(err)
 	}
