@@ -28,7 +28,7 @@ import (
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
-// VolumeManager mounts the CSI volumes of the pods on this node and unmounts
+// VolumeManager mounts the volumes of the pods on this node and unmounts
 // them when the pods go. Create it with New, start it with Run.
 type VolumeManager struct {
 	cfg     Config
