@@ -71,7 +71,14 @@ func TestHandoverRoundTrip(t *testing.T) {
 
 // waitHandover waits until the mount table under the root is before
 // without the gone pods' mounts (those kept with the same mount IDs), with
-// the added pods' volumes staged and published.
+// the added pods' volumes staged and published, and the gone pods'
+// teardown finished: their volumes' directories removed (unfinished). The
+// mount table alone is right too early: a staging mount goes inside
+// NodeUnstageVolume, which then still detaches the device, and only its
+// answer lets the owner remove the directories. An owner stopped then cuts
+// the call off (nodevol's agent-fake has no shutdown grace period) and
+// leaves a half-unstaged volume that the other side never finds, since
+// the kubelet reconstructs from pod directories only.
 func (e *hvEnv) waitHandover(t *testing.T, what string, before map[string]string, gone, added []*hvPod) {
 	t.Helper()
 	kept := e.without(before, gone)
@@ -96,6 +103,9 @@ func (e *hvEnv) waitHandover(t *testing.T, what string, before map[string]string
 			if _, k := kept[path]; !k && !isAdded(path) {
 				wrong = append(wrong, "unexpected "+rel(e.root, path))
 			}
+		}
+		for _, p := range e.unfinished(t, gone) {
+			wrong = append(wrong, "not torn down "+p)
 		}
 		for _, p := range added {
 			v := p.vols[0]

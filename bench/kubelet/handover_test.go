@@ -2,6 +2,8 @@ package kubeletbench
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -193,6 +195,52 @@ func (e *hvEnv) without(before map[string]string, gone []*hvPod) map[string]stri
 		}
 	}
 	return want
+}
+
+// unfinished lists what is left under the root (relative to it) of the
+// gone pods' volumes, beyond what a finished teardown leaves: a gone pod's
+// volume directories, and the staging, publish and map directories of the
+// volumes no other pod uses. Both the kubelet and nodevol remove them
+// last, once the driver has answered NodeUnpublishVolume or
+// NodeUnstageVolume: none left means the teardown is over.
+func (e *hvEnv) unfinished(t *testing.T, gone []*hvPod) []string {
+	t.Helper()
+	used := map[*hvVolume]bool{}
+	for _, p := range e.pods {
+		if !slices.Contains(gone, p) {
+			for _, v := range p.vols {
+				used[v] = true
+			}
+		}
+	}
+	names := map[string]bool{} // path elements that name a volume only gone pods use
+	pods := map[string]bool{}  // the gone pods' UIDs
+	leave := map[string]bool{} // what either side leaves of a gone pod
+	for _, p := range gone {
+		pods[string(p.uid())] = true
+		for _, l := range e.leaves([]*hvPod{p}, true) {
+			leave[l] = true
+		}
+		for _, v := range p.vols {
+			if !used[v] {
+				sum := sha256.Sum256([]byte(v.handle))
+				names[v.pvName()], names[hex.EncodeToString(sum[:])] = true, true
+			}
+		}
+	}
+	var left []string
+	for _, path := range volumeDirs(t, e.root) {
+		if leave[path] {
+			continue
+		}
+		for _, el := range strings.Split(path, string(filepath.Separator)) {
+			if pods[el] || names[el] {
+				left = append(left, path)
+				break
+			}
+		}
+	}
+	return left
 }
 
 // namesPod says whether path has the pod's UID as one of its elements.
