@@ -15,7 +15,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/internal/rootfs"
@@ -254,6 +256,9 @@ func (mp *Mapper) Unmap(ctx context.Context, m Map) error {
 			if err := mp.Loop.Detach(ctx, dev); err != nil {
 				return fmt.Errorf("unmapping %s: detaching loop device %s: %w", m.DevicePath, dev, err)
 			}
+			if err := mp.released(ctx, dev, file); err != nil {
+				return fmt.Errorf("unmapping %s: %w", m.DevicePath, err)
+			}
 		}
 		if err := CleanupMountPoint(mp.Root, mp.Mounter, file); err != nil {
 			return fmt.Errorf("unmapping %s: unmounting %s: %w", m.DevicePath, file, err)
@@ -263,6 +268,29 @@ func (mp *Mapper) Unmap(ctx context.Context, m Map) error {
 	}
 	removeIfEmpty(fsys, m.PodDeviceDir)
 	removeIfEmpty(fsys, m.GlobalMapPath)
+	return nil
+}
+
+// releaseTimeout bounds the wait for a detached loop device to let go of
+// its map file (released); past it, the unmap fails and is retried.
+const releaseTimeout = 10 * time.Second
+
+// released waits until no loop device holds file. losetup --detach of a
+// loop device that something still has open (udev probing it after the
+// change, a reader of the pod's device) only marks it to be cleared when
+// the last opener closes it, and returns: until then the device holds the
+// map file, and unmounting the map file fails with "target is busy". The
+// kubelet unmounts at once and retries the failed unmap after its backoff;
+// nodevol waits for the condition instead, so a teardown under load is one
+// unmount, not a logged failure and a retry.
+func (mp *Mapper) released(ctx context.Context, dev, file string) error {
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, releaseTimeout, true, func(ctx context.Context) (bool, error) {
+		held, err := mp.Loop.Find(ctx, file)
+		return held == "", err
+	})
+	if err != nil {
+		return fmt.Errorf("loop device %s still holds %s after it was detached: %w", dev, file, err)
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package blockdev
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -22,6 +23,10 @@ type fakeLoop struct {
 	c       *calls
 	devices map[string]string // path -> loop device
 	next    int
+	// linger is how many Finds still see a detached device on its file,
+	// as a loop device detached while something has it open holds its
+	// backing file until the last opener closes it.
+	linger int
 }
 
 func (f *fakeLoop) Attach(_ context.Context, path string) (string, error) {
@@ -32,12 +37,29 @@ func (f *fakeLoop) Attach(_ context.Context, path string) (string, error) {
 	return dev, nil
 }
 
-func (f *fakeLoop) Find(_ context.Context, path string) (string, error) { return f.devices[path], nil }
+func (f *fakeLoop) Find(_ context.Context, path string) (string, error) {
+	dev := f.devices[path]
+	if f.detached(dev) {
+		if f.linger == 0 {
+			delete(f.devices, path)
+			return "", nil
+		}
+		f.linger--
+	}
+	return dev, nil
+}
+
+// detached reports whether dev was detached (and lingers).
+func (f *fakeLoop) detached(dev string) bool {
+	return slices.Contains(f.c.log, "detach "+dev)
+}
 
 func (f *fakeLoop) Detach(_ context.Context, dev string) error {
-	for p, d := range f.devices {
-		if d == dev {
-			delete(f.devices, p)
+	if f.linger == 0 {
+		for p, d := range f.devices {
+			if d == dev {
+				delete(f.devices, p)
+			}
 		}
 	}
 	f.c.log = append(f.c.log, "detach "+dev)
@@ -134,6 +156,48 @@ func TestMapAndUnmap(t *testing.T) {
 	f.c.log = nil
 	if err := f.mp.Unmap(ctx, f.m); err != nil || len(f.c.log) != 0 {
 		t.Errorf("second Unmap = %v with calls %v, want nil and none", err, f.c.log)
+	}
+}
+
+// busyMounter fails to unmount a map file a loop device still holds, as
+// umount(8) does ("target is busy").
+type busyMounter struct {
+	recordingMounter
+	loop *fakeLoop
+}
+
+func (b busyMounter) Unmount(target string) error {
+	if dev, _ := b.loop.Find(context.Background(), target); dev != "" {
+		b.c.log = append(b.c.log, "unmount "+filepath.Base(target)+": busy")
+		return fmt.Errorf("umount: %s: target is busy", target)
+	}
+	return b.recordingMounter.Unmount(target)
+}
+
+// TestUnmapWaitsForTheLoopDevice: a loop device detached while something
+// has it open (udev probing it) holds the map file until it is released;
+// Unmap unmounts the map file only then, so the unmount does not fail.
+func TestUnmapWaitsForTheLoopDevice(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.mp.Mounter = busyMounter{recordingMounter: f.mp.Mounter.(recordingMounter), loop: f.loop}
+	if err := f.mp.Map(ctx, f.m); err != nil {
+		t.Fatal(err)
+	}
+	f.c.log, f.loop.linger = nil, 3
+	if err := f.mp.Unmap(ctx, f.m); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"detach /dev/loop1", "unmount uid-1"}; !slices.Equal(f.c.log, want) {
+		t.Errorf("Unmap calls %v, want %v", f.c.log, want)
+	}
+	if f.loop.linger != 0 {
+		t.Errorf("Unmap did not wait for the loop device: %d Finds would still have seen it", f.loop.linger)
+	}
+	for _, p := range []string{f.m.mapFile(), f.m.GlobalMapPath} {
+		if exists(p) {
+			t.Errorf("%s left after Unmap", p)
+		}
 	}
 }
 
