@@ -3,6 +3,7 @@ package volumemanager
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -102,7 +103,7 @@ func TestResolveByPlugin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			plugins, err := volume.NewRegistry(append([]volume.Plugin{newCSIPlugin(), image.Plugin{}}, tt.plugins...)...)
+			plugins, err := volume.NewRegistry(append([]volume.Plugin{newCSIPlugin(os.TempDir()), image.Plugin{}}, tt.plugins...)...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -21,7 +21,7 @@ import (
 
 // testPlugins are the plugins New registers by default: CSI and image.
 var testPlugins = func() *volume.Registry {
-	r, err := volume.NewRegistry(newCSIPlugin(), image.Plugin{})
+	r, err := volume.NewRegistry(newCSIPlugin(os.TempDir()), image.Plugin{})
 	if err != nil {
 		panic(err)
 	}
@@ -160,11 +160,11 @@ func TestPVSpecAccessModes(t *testing.T) {
 	}
 }
 
-// newCSIPlugin is the CSI plugin as New builds it, with empty listers: what
-// CanSupport answers needs nothing more.
-func newCSIPlugin() volume.Plugin {
+// newCSIPlugin is the CSI plugin as New builds it on root, with empty
+// listers: what CanSupport and Reconstruct answer needs nothing more.
+func newCSIPlugin(root string) volume.Plugin {
 	p, err := csiplugin.New(csiplugin.Config{
-		RootDir: os.TempDir(), NodeName: "node",
+		RootDir: root, NodeName: node,
 		CSIDriverLister:        storagelisters.NewCSIDriverLister(k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{})),
 		VolumeAttachmentLister: storagelisters.NewVolumeAttachmentLister(k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{})),
 	})

@@ -12,12 +12,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
-	storagelisters "k8s.io/client-go/listers/storage/v1"
-	k8scache "k8s.io/client-go/tools/cache"
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/volume"
@@ -28,15 +25,7 @@ type recovery = volume.Recovery
 
 // reconstruct is what Run finds on root: the CSI plugin's Reconstruct.
 func reconstruct(ctx context.Context, root string, rc recovery) volume.Found {
-	p, err := csiplugin.New(csiplugin.Config{
-		RootDir: root, NodeName: node,
-		CSIDriverLister:        storagelisters.NewCSIDriverLister(k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{})),
-		VolumeAttachmentLister: storagelisters.NewVolumeAttachmentLister(k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{})),
-	})
-	if err != nil {
-		panic(err)
-	}
-	return p.(volume.Reconstructor).Reconstruct(ctx, rc)
+	return newCSIPlugin(root).(volume.Reconstructor).Reconstruct(ctx, rc)
 }
 
 // startVM runs a VolumeManager on root with drv registered and returns it
