@@ -472,7 +472,13 @@ func (l *loop) markRepublish() {
 // capabilities asks the volume's plugin what it does with the volume: in
 // memory only (the driver registry, the CSIDriver lister).
 func (l *loop) capabilities(spec *cache.VolumeSpec) (volume.Capabilities, error) {
-	p, err := l.volumes.ForVolume(spec.Name)
+	return capabilitiesOf(l.volumes, spec)
+}
+
+// capabilitiesOf asks the plugin of spec, found in plugins, what it does
+// with the volume.
+func capabilitiesOf(plugins *volume.Registry, spec *cache.VolumeSpec) (volume.Capabilities, error) {
+	p, err := plugins.ForVolume(spec.Name)
 	if err != nil {
 		return volume.Capabilities{}, err
 	}

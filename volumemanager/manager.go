@@ -252,11 +252,7 @@ func (vm *VolumeManager) newLoop(m *metrics) {
 // driver is not registered), so that its wait error says what it will wait
 // for.
 func (vm *VolumeManager) attachable(spec *vcache.VolumeSpec) bool {
-	p, err := vm.volumes.ForVolume(spec.Name)
-	if err != nil {
-		return true
-	}
-	caps, err := p.Capabilities(spec)
+	caps, err := capabilitiesOf(vm.volumes, spec)
 	return err != nil || caps.Attachable
 }
 
