@@ -90,8 +90,11 @@ func (r *Registry) ForSource(v *v1.Volume) (Plugin, error) {
 func (r *Registry) ForVolume(name cache.UniqueVolumeName) (Plugin, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
+	s := string(name)
 	for _, n := range r.names {
-		if strings.HasPrefix(string(name), n+"/") {
+		// The plugin's name and a slash, without building n+"/": this
+		// runs for every plan and every operation.
+		if len(s) > len(n) && s[len(n)] == '/' && strings.HasPrefix(s, n) {
 			return r.plugins[n], nil
 		}
 	}

@@ -76,7 +76,7 @@ func podVolumes(pod *v1.Pod, plugins *volume.Registry) (vols []podVolume, coming
 			continue
 		}
 		p, err := plugins.ForSource(&v)
-		if err != nil && errors.Is(err, volume.ErrNoPlugin) {
+		if errors.Is(err, volume.ErrNoPlugin) {
 			kind := volume.SourceKind(&v.VolumeSource)
 			if skip, logged := skipUnhandled(kind); skip {
 				if logged {
