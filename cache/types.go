@@ -15,6 +15,15 @@ type UniqueVolumeName string
 // CSIPluginName is the kubelet's name of the CSI volume plugin.
 const CSIPluginName = "kubernetes.io/csi"
 
+// PluginName is the name of the plugin of the volume spec describes:
+// spec.Plugin, or the CSI plugin's when that is empty.
+func (spec *VolumeSpec) PluginName() string {
+	if spec.Plugin != "" {
+		return spec.Plugin
+	}
+	return CSIPluginName
+}
+
 // CSIVolumeName returns the unique name of a CSI volume.
 func CSIVolumeName(driver, volumeHandle string) UniqueVolumeName {
 	return UniqueVolumeName(fmt.Sprintf("%s/%s^%s", CSIPluginName, driver, volumeHandle))
@@ -95,7 +104,10 @@ type VolumeSpec struct {
 	ReadWriteOnce bool
 	// MountOptions are the PV's spec.mountOptions.
 	MountOptions []string
-	// Attributes is the PV's csi.volumeAttributes (the CSI volume context).
+	// Attributes is, for a CSI volume, the PV's csi.volumeAttributes (the
+	// CSI volume context); for a volume of another plugin, the parameters
+	// its plugin resolved from the pod (volume.SpecResolver: an emptyDir's
+	// tmpfs size), read by the same plugin only.
 	Attributes map[string]string
 	// NodeStageSecret and NodePublishSecret are the PV's secret references, if any.
 	NodeStageSecret   *SecretRef
@@ -110,10 +122,13 @@ type VolumeSpec struct {
 	// Driver names their CSI driver. It starts Name, as every plugin's
 	// does.
 	Plugin string
-	// Source is, for a volume of another plugin than CSI, the pod
+	// Source is, for a pod volume of another plugin than CSI, the pod
 	// volume's source as the pod spec gives it (what the plugin sets up);
-	// nil for CSI volumes.
+	// nil for CSI volumes and PVs.
 	Source *v1.VolumeSource
+	// PVSource is, for a PV of another plugin than CSI (hostPath, local),
+	// the PV's source; nil otherwise.
+	PVSource *v1.PersistentVolumeSource
 	// GID is the PV's pv.beta.kubernetes.io/gid annotation: a group the
 	// pods using the volume get as a supplemental group. May be empty.
 	GID string
@@ -169,18 +184,30 @@ type MountedVolume struct {
 	Name UniqueVolumeName
 	// SpecName is the volume's name in pod.spec.volumes.
 	SpecName string
-	// Driver is the CSI driver name.
+	// Plugin is the name of the volume's plugin ("kubernetes.io/csi",
+	// "kubernetes.io/empty-dir", ...).
+	Plugin string
+	// Driver is the CSI driver name; empty for other plugins.
 	Driver string
 	// State is Mounted, or Uncertain when a publish may have half-happened
 	// (GetMountedVolumesForPod returns only the Mounted ones).
 	State MountState
-	// Path is where the volume is published for the pod:
+	// Path is where the volume is for the pod's containers, as the kubelet
+	// gives it to the runtime: for a CSI volume
 	// {root}/pods/{uid}/volumes/kubernetes.io~csi/{pv}/mount, or for a
 	// block volume the symlink
-	// {root}/pods/{uid}/volumeDevices/kubernetes.io~csi/{pv}. As in the
-	// kubelet, {pv} is the PV's name, or the pod's volume name for an
-	// inline volume.
+	// {root}/pods/{uid}/volumeDevices/kubernetes.io~csi/{pv} ({pv} the
+	// PV's name, or the pod's volume name for an inline volume); for an
+	// emptyDir {root}/pods/{uid}/volumes/kubernetes.io~empty-dir/{name};
+	// for a hostPath the host path itself. Empty when ProvidedByRuntime.
 	Path string
+	// Block is true when the volume is a raw block device (Path is then
+	// the device's symlink or the device).
+	Block bool
+	// ProvidedByRuntime is true when the container runtime provides the
+	// volume itself (an image volume): nodevol has nothing on the node
+	// for it, and the runtime mounts it when it creates the containers.
+	ProvidedByRuntime bool
 	// ReadOnly is true when the pod's claim or the PV is read-only.
 	ReadOnly bool
 }

@@ -54,6 +54,11 @@ type Capabilities struct {
 	// volume inline in the pod); the planner refuses the volume to its
 	// pods when its own mode is not among them. Empty: any mode.
 	LifecycleModes []storagev1.VolumeLifecycleMode
+	// ProvidedByRuntime: the container runtime provides the volume itself
+	// when it creates the containers (an image volume); the plugin's SetUp
+	// sets nothing up and returns no path, and GetMountedVolumesForPod
+	// says so.
+	ProvidedByRuntime bool
 }
 
 // Mounter publishes and unpublishes a volume into a pod (NodePublishVolume).

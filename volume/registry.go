@@ -112,7 +112,11 @@ func (r *Registry) list() string {
 // SourceKind names the kind of a pod volume's source as the pod spec
 // spells it ("persistentVolumeClaim", "emptyDir", "image", ...), for
 // messages; "no source" when none is set.
-func SourceKind(src *v1.VolumeSource) string {
+func SourceKind(src *v1.VolumeSource) string { return kindOf(src) }
+
+// kindOf names the one source set in *src, a struct of optional source
+// pointers (v1.VolumeSource, v1.PersistentVolumeSource), by its JSON name.
+func kindOf(src any) string {
 	s := reflect.ValueOf(src).Elem()
 	for i := range s.NumField() {
 		if f := s.Field(i); f.Kind() == reflect.Pointer && !f.IsNil() {

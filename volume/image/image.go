@@ -44,9 +44,10 @@ func (Plugin) CanSupport(v *v1.Volume) bool { return v != nil && v.Image != nil 
 
 // Capabilities implements volume.Plugin: an image volume is neither
 // attached nor staged, never a block device, never published again, and
-// its files are the image's (the runtime mounts it read-only): none.
+// its files are the image's (the runtime mounts it read-only); the
+// runtime provides it.
 func (Plugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
-	return volume.Capabilities{}, nil
+	return volume.Capabilities{ProvidedByRuntime: true}, nil
 }
 
 // SetUp implements volume.Mounter: the runtime mounts the image when it

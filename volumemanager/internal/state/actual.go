@@ -271,8 +271,8 @@ func (a *ActualStateOfWorld) PodVolumes(uid types.UID) []cache.MountedVolume {
 			continue
 		}
 		out = append(out, cache.MountedVolume{
-			Name: name, SpecName: pm.Volume.SpecName, Driver: v.Spec.Driver,
-			State: pm.State, Path: pm.Path, ReadOnly: pm.Volume.ReadOnly || v.Spec.ReadOnly,
+			Name: name, SpecName: pm.Volume.SpecName, Plugin: v.Spec.PluginName(), Driver: v.Spec.Driver,
+			State: pm.State, Path: pm.Path, Block: v.Spec.Mode == cache.Block, ReadOnly: pm.Volume.ReadOnly || v.Spec.ReadOnly,
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].SpecName < out[j].SpecName })
