@@ -37,8 +37,8 @@ func TestContract(t *testing.T) {
 	var p volume.Plugin = Plugin{}
 	spec := &cache.VolumeSpec{Name: VolumeName("uid-1", "tools")}
 	caps, err := p.Capabilities(spec)
-	if err != nil || !reflect.DeepEqual(caps, volume.Capabilities{}) {
-		t.Errorf("Capabilities = %+v, %v; want none", caps, err)
+	if err != nil || !reflect.DeepEqual(caps, volume.Capabilities{ProvidedByRuntime: true}) {
+		t.Errorf("Capabilities = %+v, %v; want only ProvidedByRuntime", caps, err)
 	}
 	if _, ok := p.(volume.Attacher); ok {
 		t.Error("an image volume is attached")
