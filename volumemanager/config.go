@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -57,6 +58,16 @@ type Config struct {
 	// prefix of another, up to a slash; New refuses a kind of pod volume
 	// source that two plugins claim. Default: none.
 	Plugins []volume.Plugin
+	// Node returns this node's Node object, whose labels are matched
+	// against every PV's node affinity before the PV is mounted and whose
+	// status.allocatable memory bounds an emptyDir of medium Memory, as
+	// the kubelet does with its own. Pod resolution calls it, so it must
+	// answer from memory (a lister); an error leaves the pod volumes that
+	// need it unresolved until the next resync. Default: an informer on
+	// this one Node (field selector on NodeName), started by Run; a
+	// change of its labels or allocatable memory resolves the pods again
+	// that could not be resolved.
+	Node func() (*v1.Node, error)
 	// CSICallTimeout bounds each CSI call. Default 2 minutes, the kubelet's.
 	CSICallTimeout time.Duration
 	// ResyncPeriod is how often every volume is planned again, to catch

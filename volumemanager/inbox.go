@@ -42,6 +42,9 @@ type posted struct {
 	drivers map[string]struct{}
 	// attachments are the names of VolumeAttachments of this node that changed.
 	attachments map[string]struct{}
+	// node: this node's labels or allocatable memory changed (or its Node
+	// arrived): the pods that could not be resolved are resolved again.
+	node bool
 }
 
 func newInbox() *inbox {
@@ -105,6 +108,7 @@ func (in *inbox) markPodsSynced()      { in.post(func() { in.podsSynced = true }
 func (in *inbox) markInformersSynced() { in.post(func() { in.informersSynced = true }) }
 func (in *inbox) claim(key string)     { in.post(func() { in.claims[key] = struct{}{} }) }
 func (in *inbox) driver(name string)   { in.post(func() { in.drivers[name] = struct{}{} }) }
+func (in *inbox) nodeChanged()         { in.post(func() { in.node = true }) }
 func (in *inbox) attachment(name string) {
 	in.post(func() { in.attachments[name] = struct{}{} })
 }
@@ -137,6 +141,7 @@ func (in *inbox) take() batch {
 	b.volumes, in.volumes = swap(in.volumes)
 	b.drivers, in.drivers = swap(in.drivers)
 	b.attachments, in.attachments = swap(in.attachments)
+	b.node, in.node = in.node, false
 	return b
 }
 

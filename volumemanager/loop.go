@@ -188,6 +188,13 @@ func (l *loop) process(ctx context.Context) {
 		}
 		l.claimChanged(key)
 	}
+	if b.node {
+		for _, uid := range l.pods.again(false) {
+			if _, ok := b.pods[uid]; !ok {
+				b.pods = addPod(b.pods, uid, l.in)
+			}
+		}
+	}
 	for uid, pod := range b.pods {
 		l.syncPod(uid, pod)
 	}

@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/informers"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	vcache "github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
@@ -33,12 +32,15 @@ import (
 type VolumeManager struct {
 	cfg     Config
 	factory informers.SharedInformerFactory
-	dsw     *state.DesiredStateOfWorld
-	asw     *state.ActualStateOfWorld
-	in      *inbox
-	loop    *loop
-	plugin  volume.Plugin
-	volumes *volume.Registry // finds each operation's plugin; holds plugin
+	// nodeFactory informs of this node's own Node (Config.Node's
+	// default); nil when the caller supplies Config.Node.
+	nodeFactory informers.SharedInformerFactory
+	dsw         *state.DesiredStateOfWorld
+	asw         *state.ActualStateOfWorld
+	in          *inbox
+	loop        *loop
+	plugin      volume.Plugin
+	volumes     *volume.Registry // finds each operation's plugin; holds plugin
 	// reconstructors are the registered plugins that leave on disk what
 	// they set up, asked at start what earlier runs left.
 	reconstructors []volume.Reconstructor
@@ -65,8 +67,6 @@ type VolumeManager struct {
 	inUse *inUseReporter
 	// expander grows mounted volumes; nil when the plugin cannot.
 	expander nodeExpander
-	// stats asks drivers for volume usage; nil when the plugin cannot.
-	stats statsGetter
 	// conditions are the volume conditions last seen (health.go).
 	conditions *conditions
 	// runCtx holds Run's context, for scrapes (context.Background before Run).
@@ -108,6 +108,12 @@ func New(cfg Config) (*VolumeManager, error) {
 		vm.factory = informers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0, informers.WithTransform(trimInformerObject))
 	}
 	attachments := vm.newResolver()
+	if vm.resolver.node = cfg.Node; cfg.Node == nil {
+		var err error
+		if vm.nodeFactory, vm.resolver.node, err = vm.nodeInformer(); err != nil {
+			return nil, fmt.Errorf("volumemanager: %w", err)
+		}
+	}
 	if err := vm.newPlugin(attachments); err != nil {
 		return nil, err
 	}
@@ -214,7 +220,6 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 	vm.volumes = volumes
 	vm.resolver.plugins = volumes
 	vm.expander, _ = vm.plugin.(nodeExpander)
-	vm.stats, _ = vm.plugin.(statsGetter)
 	vm.conditions = &conditions{events: cfg.EventRecorder}
 	return nil
 }
@@ -302,13 +307,7 @@ func (vm *VolumeManager) AddPod(pod *v1.Pod) error {
 	if err := vm.checkNode(pod); err != nil {
 		return err
 	}
-	known := vm.in.knows(pod.UID)
-	kept, coming := keepPod(pod, vm.volumes)
-	if len(coming) > 0 && !known {
-		klog.FromContext(vm.context()).V(4).Info("Skipping pod volumes no plugin handles yet: the pod may be reported mounted without them",
-			"pod", klog.KObj(pod), "volumes", coming)
-	}
-	vm.in.addPod(kept)
+	vm.in.addPod(keepPod(pod, vm.volumes))
 	return nil
 }
 
@@ -334,9 +333,14 @@ func (vm *VolumeManager) DeletePod(pod *v1.Pod) { vm.in.deletePod(pod.UID) }
 func (vm *VolumeManager) GetMountedVolumesForPod(uid types.UID) []vcache.MountedVolume {
 	var out []vcache.MountedVolume
 	for _, v := range vm.asw.PodVolumes(uid) {
-		if v.State == vcache.Mounted {
-			out = append(out, v)
+		if v.State != vcache.Mounted {
+			continue
 		}
+		if spec, ok := vm.asw.Volume(v.Name); ok {
+			caps, err := capabilitiesOf(vm.volumes, &spec.Spec)
+			v.ProvidedByRuntime = err == nil && caps.ProvidedByRuntime
+		}
+		out = append(out, v)
 	}
 	return out
 }

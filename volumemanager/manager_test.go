@@ -390,7 +390,7 @@ func TestBadInput(t *testing.T) {
 	}{
 		{"pending PVC", csitest.Pod("ns", "a", csitest.WithPVC("data", "pending", false)), "PVC ns/pending is not bound"},
 		{"missing PVC", csitest.Pod("ns", "b", csitest.WithPVC("data", "nope", false)), "PVC ns/nope not found"},
-		{"PV without CSI", csitest.Pod("ns", "c", csitest.WithPVC("data", "nfs", false)), "has no CSI source"},
+		{"PV without CSI", csitest.Pod("ns", "c", csitest.WithPVC("data", "nfs", false)), "of kind nfs: no volume plugin handles it"},
 		{"missing secret", csitest.Pod("ns", "d", csitest.WithPVC("data", "secret", false)), "missing"},
 		{"unknown driver", csitest.Pod("ns", "e", csitest.WithPVC("data", "nobody", false)), "nobody.example.com not found"},
 		{"hostile pod UID", csitest.Pod("ns", "f", csitest.PodUID("../../../escape"), csitest.WithPVC("data", "secret", false)), "pod UID"},

@@ -242,7 +242,7 @@ func TestMigratedDriverNotRegistered(t *testing.T) {
 // pod's other volumes are not held up by them.
 func TestMigrationBadInput(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	hostPath := e.inTreeClaim("hostpath", v1.PersistentVolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/srv"}})
+	nfs := e.inTreeClaim("nfs", v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "nfs.example", Path: "/srv"}})
 	badEBS := e.inTreeClaim("badebs", v1.PersistentVolumeSource{AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "aws://us-east-1a/"}})
 	e.inTreeClaim("gceblock", v1.PersistentVolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "d"}}, csitest.PVBlock())
 	ebsInline := v1.Volume{Name: "ebs", VolumeSource: v1.VolumeSource{AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "aws:///"}}}
@@ -251,8 +251,8 @@ func TestMigrationBadInput(t *testing.T) {
 		pod  *v1.Pod
 		want []string
 	}{
-		{"hostPath PV", csitest.Pod("ns", "a", csitest.WithPVC("data", "hostpath", false)),
-			[]string{`pod ns/a: unmounted volumes=[data]; volume "data": `, "PV " + hostPath.Name + " has no CSI source and no in-tree source that CSI migration translates"}},
+		{"NFS PV", csitest.Pod("ns", "a", csitest.WithPVC("data", "nfs", false)),
+			[]string{`pod ns/a: unmounted volumes=[data]; volume "data": `, "PV " + nfs.Name + " of kind nfs: no volume plugin handles it"}},
 		{"EBS PV with a bad volume ID", csitest.Pod("ns", "b", csitest.WithPVC("data", "badebs", false)),
 			[]string{`pod ns/b: unmounted volumes=[data]; volume "data": `, "PV " + badEBS.Name + ": translating its kubernetes.io/aws-ebs source to CSI", "Invalid format for AWS volume"}},
 		{"inline EBS with a bad volume ID", csitest.Pod("ns", "c", csitest.WithVolume(ebsInline, false)),
@@ -268,7 +268,7 @@ func TestMigrationBadInput(t *testing.T) {
 			// A PV with no source nodevol can mount is final (ErrFinal)
 			// at once; the others run out of time.
 			ended := context.DeadlineExceeded
-			if tc.name == "hostPath PV" {
+			if tc.name == "NFS PV" {
 				ended = ErrFinal
 			}
 			if err == nil || !errors.Is(err, ended) {
@@ -297,7 +297,7 @@ func gceDevice(volName, pdName string) csitest.PodOption {
 }
 
 // TestPodVolumesMigrated: inline volumes of the migrated in-tree
-// plugins are nodevol's; other in-tree kinds are not.
+// plugins are the CSI plugin's; other in-tree kinds are not.
 func TestPodVolumesMigrated(t *testing.T) {
 	sources := map[string]v1.VolumeSource{
 		"ebs":      {AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "vol-1"}},
@@ -318,13 +318,16 @@ func TestPodVolumesMigrated(t *testing.T) {
 	}
 	pod := csitest.Pod("ns", "p", opts...)
 	pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "unused", VolumeSource: sources["unused"]})
-	vols, _ := podVolumes(pod, testPlugins)
+	var vols []podVolume
 	var got []string
-	for _, v := range vols {
-		got = append(got, v.Name)
+	for _, v := range podVolumes(pod, testPlugins) {
+		if v.err == nil && v.plugin.Name() == cache.CSIPluginName {
+			vols = append(vols, v)
+			got = append(got, v.Name)
+		}
 	}
 	if want := []string{"ebs", "gce", "azdisk", "azfile", "cinder", "vsphere", "portworx"}; !slices.Equal(got, want) {
-		t.Errorf("podVolumes = %q, want %q", got, want)
+		t.Errorf("podVolumes of the CSI plugin = %q, want %q", got, want)
 	}
 
 	// Each translates to its driver, as a persistent volume whose

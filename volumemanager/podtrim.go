@@ -1,6 +1,8 @@
 package volumemanager
 
 import (
+	"strings"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,6 +34,9 @@ type keptPod struct {
 	securityContext                 *v1.PodSecurityContext
 	volumes                         []v1.Volume
 	containers                      []keptContainer
+	// resources and overhead are the pod's, when it keeps limits.
+	resources *v1.ResourceRequirements
+	overhead  v1.ResourceList
 }
 
 // keptContainer is what keptPod keeps of a container.
@@ -40,6 +45,11 @@ type keptContainer struct {
 	name            string
 	mounts, devices []string
 	seLinux         *v1.SELinuxOptions
+	// limits are the container's memory and hugepage limits, and
+	// restartPolicy an init container's (a sidecar's Always), when the
+	// pod keeps limits.
+	limits        v1.ResourceList
+	restartPolicy *v1.ContainerRestartPolicy
 }
 
 type containerKind uint8
@@ -50,10 +60,8 @@ const (
 	ephemeralContainer
 )
 
-// keepPod returns what the inbox keeps of pod, sharing no memory with it,
-// and the names of its volumes left out because their kind's plugin is
-// still to come (podVolumes).
-func keepPod(pod *v1.Pod, plugins *volume.Registry) (*keptPod, []string) {
+// keepPod returns what the inbox keeps of pod, sharing no memory with it.
+func keepPod(pod *v1.Pod, plugins *volume.Registry) *keptPod {
 	k := &keptPod{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, serviceAccount: pod.Spec.ServiceAccountName}
 	if sc := pod.Spec.SecurityContext; sc != nil {
 		k.securityContext = (&v1.PodSecurityContext{
@@ -63,9 +71,13 @@ func keepPod(pod *v1.Pod, plugins *volume.Registry) (*keptPod, []string) {
 			SELinuxChangePolicy: sc.SELinuxChangePolicy,
 		}).DeepCopy() // no pointer into the caller's pod
 	}
-	vols, coming := podVolumes(pod, plugins)
+	vols := podVolumes(pod, plugins)
 	if len(vols) == 0 {
-		return k, coming
+		return k
+	}
+	limits := keepLimits(vols)
+	if limits {
+		k.resources, k.overhead = pod.Spec.Resources.DeepCopy(), pod.Spec.Overhead.DeepCopy()
 	}
 	keep := make(map[string]bool, len(vols))
 	k.volumes = make([]v1.Volume, len(vols))
@@ -73,8 +85,11 @@ func keepPod(pod *v1.Pod, plugins *volume.Registry) (*keptPod, []string) {
 		keep[vols[i].Name] = true
 		vols[i].DeepCopyInto(&k.volumes[i])
 	}
-	add := func(kind containerKind, name string, ms []v1.VolumeMount, ds []v1.VolumeDevice, sc *v1.SecurityContext) {
+	add := func(kind containerKind, name string, ms []v1.VolumeMount, ds []v1.VolumeDevice, sc *v1.SecurityContext, r *v1.ResourceRequirements, rp *v1.ContainerRestartPolicy) {
 		c := keptContainer{kind: kind, name: name}
+		if limits {
+			c.limits, c.restartPolicy = memoryLimits(r.Limits), rp
+		}
 		for _, m := range ms {
 			if keep[m.Name] {
 				c.mounts = append(c.mounts, m.Name)
@@ -85,7 +100,7 @@ func keepPod(pod *v1.Pod, plugins *volume.Registry) (*keptPod, []string) {
 				c.devices = append(c.devices, d.Name)
 			}
 		}
-		if c.mounts == nil && c.devices == nil {
+		if c.mounts == nil && c.devices == nil && !limits {
 			return // the container uses none of nodevol's volumes
 		}
 		if sc != nil && sc.SELinuxOptions != nil {
@@ -95,18 +110,44 @@ func keepPod(pod *v1.Pod, plugins *volume.Registry) (*keptPod, []string) {
 	}
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
-		add(initContainer, c.Name, c.VolumeMounts, c.VolumeDevices, c.SecurityContext)
+		add(initContainer, c.Name, c.VolumeMounts, c.VolumeDevices, c.SecurityContext, &c.Resources, c.RestartPolicy)
 	}
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
-		add(regularContainer, c.Name, c.VolumeMounts, c.VolumeDevices, c.SecurityContext)
+		add(regularContainer, c.Name, c.VolumeMounts, c.VolumeDevices, c.SecurityContext, &c.Resources, nil)
 	}
 	for i := range pod.Spec.EphemeralContainers {
 		c := &pod.Spec.EphemeralContainers[i]
 		// Ephemeral containers cannot have volumeDevices; their mounts count.
-		add(ephemeralContainer, c.Name, c.VolumeMounts, nil, c.SecurityContext)
+		// Ephemeral containers have no resources.
+		add(ephemeralContainer, c.Name, c.VolumeMounts, nil, c.SecurityContext, &v1.ResourceRequirements{}, nil)
 	}
-	return k, coming
+	return k
+}
+
+// keepLimits reports whether a pod with these volumes keeps its limits:
+// it has an emptyDir in memory or hugepages, whose size they bound.
+func keepLimits(vols []podVolume) bool {
+	for _, v := range vols {
+		if ed := v.EmptyDir; ed != nil && ed.Medium != v1.StorageMediumDefault {
+			return true
+		}
+	}
+	return false
+}
+
+// memoryLimits is the memory and hugepage limits of l, nil when none.
+func memoryLimits(l v1.ResourceList) v1.ResourceList {
+	var out v1.ResourceList
+	for name, q := range l {
+		if name == v1.ResourceMemory || strings.HasPrefix(string(name), v1.ResourceHugePagesPrefix) {
+			if out == nil {
+				out = v1.ResourceList{}
+			}
+			out[name] = q.DeepCopy()
+		}
+	}
+	return out
 }
 
 // pod returns the kept pod as a v1.Pod; nil for nil (a deleted pod). It
@@ -117,7 +158,8 @@ func (k *keptPod) pod() *v1.Pod {
 	}
 	p := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: k.name, Namespace: k.namespace, UID: k.uid},
-		Spec:       v1.PodSpec{ServiceAccountName: k.serviceAccount, SecurityContext: k.securityContext, Volumes: k.volumes},
+		Spec: v1.PodSpec{ServiceAccountName: k.serviceAccount, SecurityContext: k.securityContext, Volumes: k.volumes,
+			Resources: k.resources, Overhead: k.overhead},
 	}
 	for _, c := range k.containers {
 		var ms []v1.VolumeMount
@@ -134,9 +176,11 @@ func (k *keptPod) pod() *v1.Pod {
 		}
 		switch c.kind {
 		case initContainer:
-			p.Spec.InitContainers = append(p.Spec.InitContainers, v1.Container{Name: c.name, VolumeMounts: ms, VolumeDevices: ds, SecurityContext: sc})
+			p.Spec.InitContainers = append(p.Spec.InitContainers, v1.Container{Name: c.name, VolumeMounts: ms, VolumeDevices: ds, SecurityContext: sc,
+				Resources: v1.ResourceRequirements{Limits: c.limits}, RestartPolicy: c.restartPolicy})
 		case regularContainer:
-			p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: c.name, VolumeMounts: ms, VolumeDevices: ds, SecurityContext: sc})
+			p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: c.name, VolumeMounts: ms, VolumeDevices: ds, SecurityContext: sc,
+				Resources: v1.ResourceRequirements{Limits: c.limits}})
 		case ephemeralContainer:
 			p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, v1.EphemeralContainer{
 				EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: c.name, VolumeMounts: ms, SecurityContext: sc}})

@@ -17,8 +17,7 @@ import (
 // trimPod is the pod the loop resolves for pod.
 // keptOf is keepPod with the default plugins.
 func keptOf(pod *v1.Pod) *keptPod {
-	k, _ := keepPod(pod, testPlugins)
-	return k
+	return keepPod(pod, testPlugins)
 }
 
 func trimPod(pod *v1.Pod) *v1.Pod { return keptOf(pod).pod() }
@@ -205,20 +204,26 @@ func TestTrimPodKeeps(t *testing.T) {
 				SELinuxChangePolicy: ptr.To(v1.SELinuxChangePolicyMountOption),
 			},
 			Volumes:        vols,
-			InitContainers: []v1.Container{{Name: "init-data", VolumeMounts: []v1.VolumeMount{{Name: "data"}}}},
+			InitContainers: []v1.Container{
+				{Name: "init-data", VolumeMounts: []v1.VolumeMount{{Name: "data"}}},
+				{Name: "init-config", VolumeMounts: []v1.VolumeMount{{Name: "config"}}},
+			},
 			Containers: []v1.Container{{
 				Name:            p.Spec.Containers[0].Name,
-				VolumeMounts:    []v1.VolumeMount{{Name: "data"}, {Name: "inline"}, {Name: "scratch"}, {Name: "ebs"}},
+				VolumeMounts:    []v1.VolumeMount{{Name: "data"}, {Name: "inline"}, {Name: "scratch"}, {Name: "config"}, {Name: "ebs"}},
 				VolumeDevices:   []v1.VolumeDevice{{Name: "raw"}},
 				SecurityContext: &v1.SecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: "s0:c3,c4"}},
 			}},
-			EphemeralContainers: []v1.EphemeralContainer{{EphemeralContainerCommon: v1.EphemeralContainerCommon{
-				Name: "debug", VolumeMounts: []v1.VolumeMount{{Name: "scratch"}},
-				SecurityContext: &v1.SecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: "s0:c5,c6"}},
-			}}},
+			EphemeralContainers: []v1.EphemeralContainer{
+				{EphemeralContainerCommon: v1.EphemeralContainerCommon{
+					Name: "debug", VolumeMounts: []v1.VolumeMount{{Name: "scratch"}},
+					SecurityContext: &v1.SecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: "s0:c5,c6"}},
+				}},
+				{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "debug-config", VolumeMounts: []v1.VolumeMount{{Name: "config"}}}},
+			},
 		},
 	}
-	if names := []string{"data", "raw", "inline", "scratch", "ebs"}; len(vols) != len(names) {
+	if names := []string{"data", "raw", "inline", "scratch", "config", "ebs"}; len(vols) != len(names) {
 		t.Fatalf("busyPod has %d nodevol volumes, want %v", len(vols), names)
 	}
 	if diff := cmp.Diff(want, trimPod(p)); diff != "" {
@@ -237,8 +242,8 @@ func TestKeptPodDeleted(t *testing.T) {
 
 // TestKeptPodBytes holds what the inbox keeps of a pod with one claim
 // under a bound: the deep copy it kept before was 2.1 KiB for a small pod
-// with one claim (now about 0.5 KiB), 10.4 KiB for busyPod (now 3.9 KiB:
-// its five volumes, 256 bytes each, and the claim template).
+// with one claim (now about 0.5 KiB), 10.4 KiB for busyPod (now 4.9 KiB:
+// its six volumes, 256 bytes each, and the claim template).
 func TestKeptPodBytes(t *testing.T) {
 	const n = 2000
 	for _, tt := range []struct {
@@ -247,7 +252,7 @@ func TestKeptPodBytes(t *testing.T) {
 		limit float64
 	}{
 		{"one claim", csitest.Pod("ns", "p", csitest.WithPVC("data", "claim", false)), 800},
-		{"busy pod", busyPod(), 4500},
+		{"busy pod", busyPod(), 5500},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			kept := make([]*keptPod, n)

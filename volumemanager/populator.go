@@ -3,7 +3,6 @@ package volumemanager
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -33,6 +32,8 @@ type resolver struct {
 	// pod's mount (selinux.go); without them there is none.
 	csiDrivers     storagelisters.CSIDriverLister
 	seLinuxEnabled bool
+	// node returns this node's Node (Config.Node): PVs' node affinity.
+	node func() (*v1.Node, error)
 }
 
 // podVolume is a pod volume that a container mounts or maps, with the
@@ -43,16 +44,16 @@ type podVolume struct {
 	// block: a container uses it as a raw block device (volumeDevices).
 	block bool
 	// err is set when the volume's source is claimed by more than one
-	// plugin, or by none and it is not skipped (skipUnhandled).
+	// plugin, or by none.
 	err error
 }
 
 // podVolumes returns, in spec order, the pod's volumes that a container
 // mounts or maps (only those count, as in the kubelet), each with the
 // plugin plugins finds for its source (Registry.ForSource). A volume no
-// plugin handles is left out when skipUnhandled says so: coming lists
-// the names of those whose kind a coming plugin will handle.
-func podVolumes(pod *v1.Pod, plugins *volume.Registry) (vols []podVolume, coming []string) {
+// plugin handles carries its error (ErrUnknownSource, final): a kind
+// nodevol does not handle is never a silent success.
+func podVolumes(pod *v1.Pod, plugins *volume.Registry) []podVolume {
 	mounts, devices := map[string]bool{}, map[string]bool{}
 	visit := func(cs []v1.Container) {
 		for _, c := range cs {
@@ -71,60 +72,18 @@ func podVolumes(pod *v1.Pod, plugins *volume.Registry) (vols []podVolume, coming
 			mounts[m.Name] = true
 		}
 	}
+	var vols []podVolume
 	for _, v := range pod.Spec.Volumes {
 		if !mounts[v.Name] && !devices[v.Name] {
 			continue
 		}
 		p, err := plugins.ForSource(&v)
-		if errors.Is(err, volume.ErrNoPlugin) {
-			kind := volume.SourceKind(&v.VolumeSource)
-			if skip, logged := skipUnhandled(kind); skip {
-				if logged {
-					coming = append(coming, v.Name+" ("+kind+")")
-				}
-				continue
-			}
-		}
 		if err != nil {
 			err = marked{err, planner.ErrUnknownSource}
 		}
 		vols = append(vols, podVolume{Volume: v, plugin: p, block: devices[v.Name], err: err})
 	}
-	return vols, coming
-}
-
-// comingKinds are the kinds of pod volume that nodevol's next plugins
-// handle (issues 25 and 26). Until they are registered, a pod volume of
-// these kinds is skipped: the pod may be reported mounted without it, as
-// before pod resolution asked the registry. AddPod logs the skipped ones
-// once per pod at V(4).
-var comingKinds = map[string]bool{
-	"emptyDir": true, "configMap": true, "secret": true, "projected": true, "downwardAPI": true, "hostPath": true,
-}
-
-// foreignKinds are the kinds of pod volume that the kubelet mounts with
-// an in-tree plugin nodevol has none for and CSI migration does not
-// translate (and a volume with no source, which the API refuses): not
-// nodevol's, skipped silently as they always were, unless an embedder
-// registers a plugin for them (Config.Plugins).
-var foreignKinds = map[string]bool{
-	"nfs": true, "iscsi": true, "glusterfs": true, "rbd": true, "flexVolume": true, "cephfs": true, "flocker": true,
-	"fc": true, "quobyte": true, "photonPersistentDisk": true, "scaleIO": true, "storageos": true, "gitRepo": true,
-	"no source": true,
-}
-
-// skipUnhandled decides about a pod volume of kind that no registered
-// plugin handles: skipped (and logged, for a coming kind), or resolved to
-// an error naming the volume (ErrUnknownSource, final). It is the one
-// place that decides so.
-func skipUnhandled(kind string) (skip, logged bool) {
-	switch {
-	case comingKinds[kind]: // issues 25 and 26 delete this case: an error then
-		return true, true
-	case foreignKinds[kind]:
-		return true, false
-	}
-	return false, false
+	return vols
 }
 
 // resolvePod resolves every pod volume that a plugin handles. wanted
@@ -132,7 +91,7 @@ func skipUnhandled(kind string) (skip, logged bool) {
 func (r *resolver) resolvePod(pod *v1.Pod) (ref cache.PodRef, wanted []string, resolved []state.DesiredVolume, errs map[string]error) {
 	ref = podRef(pod)
 	errs = map[string]error{}
-	vols, _ := podVolumes(pod, r.plugins)
+	vols := podVolumes(pod, r.plugins)
 	for i := range vols {
 		v := &vols[i]
 		wanted = append(wanted, v.Name)
@@ -157,20 +116,52 @@ func podRef(pod *v1.Pod) cache.PodRef {
 	return cache.PodRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, ServiceAccount: pod.Spec.ServiceAccountName}
 }
 
-// resolveVolume resolves a pod volume with its plugin: the CSI plugin's
-// claims, inline and migrated volumes (csiVolume), or a pod-scoped volume
-// of another plugin (pluginSpec).
+// resolveVolume resolves a pod volume with its plugin: a claim (to a PV of
+// the CSI plugin or of another plugin), a generic ephemeral volume, the
+// CSI plugin's inline and migrated volumes (csiVolume), or a pod-scoped
+// volume of another plugin (pluginSpec).
 func (r *resolver) resolveVolume(pod *v1.Pod, v *podVolume) (state.DesiredVolume, error) {
 	pv := cache.PodVolume{SpecName: v.Name}
 	if sc := pod.Spec.SecurityContext; sc != nil {
 		pv.FSGroup = sc.FSGroup
 		pv.FSGroupOnRootMismatch = sc.FSGroupChangePolicy != nil && *sc.FSGroupChangePolicy == v1.FSGroupChangeOnRootMismatch
 	}
-	if name := v.plugin.Name(); name != cache.CSIPluginName {
-		spec := pluginSpec(pod, &v.Volume, name)
+	var claim string
+	var owner *v1.Pod
+	switch {
+	case v.PersistentVolumeClaim != nil:
+		claim = v.PersistentVolumeClaim.ClaimName
+		pv.ReadOnly = v.PersistentVolumeClaim.ReadOnly
+	case v.Ephemeral != nil: // generic ephemeral volume: a PVC named after the pod and the volume
+		claim, owner = pod.Name+"-"+v.Name, pod
+	case v.plugin.Name() != cache.CSIPluginName:
+		spec := pluginSpec(pod, &v.Volume, v.plugin.Name())
+		if err := resolveSpec(v.plugin, pod, &spec); err != nil {
+			return state.DesiredVolume{}, err
+		}
 		return state.DesiredVolume{Spec: spec, Volume: pv}, checkMode(spec, v.block)
+	default:
+		return r.csiVolume(pod, &v.Volume, v.block, pv)
 	}
-	return r.csiVolume(pod, &v.Volume, v.block, pv)
+	spec, err := r.claimSpec(pod, claim, owner)
+	if err != nil {
+		return state.DesiredVolume{}, err
+	}
+	pv.ReadOnly = pv.ReadOnly || spec.ReadOnly
+	return state.DesiredVolume{Spec: spec, Volume: pv}, checkMode(spec, v.block)
+}
+
+// resolveSpec lets p complete and check spec for pod, when it is a
+// volume.SpecResolver: its error is final.
+func resolveSpec(p volume.Plugin, pod *v1.Pod, spec *cache.VolumeSpec) error {
+	sr, ok := p.(volume.SpecResolver)
+	if !ok {
+		return nil
+	}
+	if err := sr.ResolveSpec(pod, spec); err != nil {
+		return marked{err, planner.ErrUnknownSource}
+	}
+	return nil
 }
 
 // pluginSpec is the spec of a pod volume of another plugin than CSI:
@@ -187,41 +178,24 @@ func pluginSpec(pod *v1.Pod, v *v1.Volume, plugin string) cache.VolumeSpec {
 	}
 }
 
-// csiVolume resolves a pod volume of the CSI plugin: an inline CSI
-// volume, a claim, an inline volume of a migrated in-tree plugin or a
-// generic ephemeral volume.
+// csiVolume resolves an inline CSI volume or an inline volume of a
+// migrated in-tree plugin.
 func (r *resolver) csiVolume(pod *v1.Pod, v *v1.Volume, asBlock bool, pv cache.PodVolume) (state.DesiredVolume, error) {
-	switch {
-	case v.CSI != nil:
-		if asBlock {
-			return state.DesiredVolume{}, fmt.Errorf("inline CSI volume cannot be used in volumeDevices")
-		}
-		if err := csi.ValidateDriverName(v.CSI.Driver); err != nil {
-			return state.DesiredVolume{}, fmt.Errorf("inline CSI volume: %w", err)
-		}
-		return state.DesiredVolume{Spec: inlineSpec(pod, v), Volume: pv}, nil
-	case v.PersistentVolumeClaim != nil:
-		spec, err := r.claimSpec(pod.Namespace, v.PersistentVolumeClaim.ClaimName, nil)
-		if err != nil {
-			return state.DesiredVolume{}, err
-		}
-		pv.ReadOnly = v.PersistentVolumeClaim.ReadOnly || spec.ReadOnly
-		return state.DesiredVolume{Spec: spec, Volume: pv}, checkMode(spec, asBlock)
-	case v.Ephemeral == nil: // an inline volume of a migrated in-tree plugin (the plugin's CanSupport)
+	if v.CSI == nil { // an inline volume of a migrated in-tree plugin (the plugin's CanSupport)
 		spec, err := migratedInlineSpec(pod, v)
 		if err != nil {
 			return state.DesiredVolume{}, err
 		}
 		pv.ReadOnly = spec.ReadOnly
 		return state.DesiredVolume{Spec: spec, Volume: pv}, checkMode(spec, asBlock)
-	default: // generic ephemeral volume: a PVC named after the pod and the volume
-		spec, err := r.claimSpec(pod.Namespace, pod.Name+"-"+v.Name, pod)
-		if err != nil {
-			return state.DesiredVolume{}, err
-		}
-		pv.ReadOnly = spec.ReadOnly
-		return state.DesiredVolume{Spec: spec, Volume: pv}, checkMode(spec, asBlock)
 	}
+	if asBlock {
+		return state.DesiredVolume{}, fmt.Errorf("inline CSI volume cannot be used in volumeDevices")
+	}
+	if err := csi.ValidateDriverName(v.CSI.Driver); err != nil {
+		return state.DesiredVolume{}, fmt.Errorf("inline CSI volume: %w", err)
+	}
+	return state.DesiredVolume{Spec: inlineSpec(pod, v), Volume: pv}, nil
 }
 
 func checkMode(spec cache.VolumeSpec, asBlock bool) error {
@@ -234,9 +208,10 @@ func checkMode(spec cache.VolumeSpec, asBlock bool) error {
 	return nil
 }
 
-// claimSpec follows a PVC to its bound CSI PV. owner, when set, must own the
-// PVC (generic ephemeral volumes).
-func (r *resolver) claimSpec(ns, claim string, owner *v1.Pod) (cache.VolumeSpec, error) {
+// claimSpec follows pod's PVC claim to its bound PV and resolves that.
+// owner, when set, must own the PVC (generic ephemeral volumes).
+func (r *resolver) claimSpec(pod *v1.Pod, claim string, owner *v1.Pod) (cache.VolumeSpec, error) {
+	ns := pod.Namespace
 	// The lister's key is namespace/name: a slash in either would find
 	// another namespace's claim (pod namespace a, claim b/c: claim c of
 	// namespace a/b). The API server allows neither in a PVC; pods added
@@ -271,7 +246,44 @@ func (r *resolver) claimSpec(ns, claim string, owner *v1.Pod) (cache.VolumeSpec,
 	if pv.Spec.ClaimRef.UID != pvc.UID {
 		return cache.VolumeSpec{}, fmt.Errorf("PV %s is bound to a different claim (uid %q, PVC %s/%s has %q)", pv.Name, pv.Spec.ClaimRef.UID, ns, claim, pvc.UID)
 	}
-	return pvSpec(pv)
+	return r.volumeSpec(pod, pv)
+}
+
+// volumeSpec resolves a bound PV: its node affinity must match this node
+// (the kubelet checks it before mounting any PV); a CSI PV, or one CSI
+// migration translates, is the CSI plugin's; another is the PVPlugin's
+// that claims it, named as the kubelet names it: {plugin}/{pvName} when
+// the plugin attaches or stages it (node-scoped), else
+// {plugin}/{podUID}-{pvName}.
+func (r *resolver) volumeSpec(pod *v1.Pod, pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
+	if pv.Spec.NodeAffinity != nil && pv.Spec.NodeAffinity.Required != nil {
+		if r.node == nil {
+			return cache.VolumeSpec{}, fmt.Errorf("PV %s: node affinity: %w", pv.Name, errNoNode)
+		}
+		node, err := r.node()
+		if err != nil {
+			return cache.VolumeSpec{}, fmt.Errorf("PV %s: node affinity: %w", pv.Name, err)
+		}
+		// Not final, as in the kubelet, which retries the mount: the
+		// node's labels may change, and the pod is resolved again then.
+		if err := checkNodeAffinity(pv, node); err != nil {
+			return cache.VolumeSpec{}, err
+		}
+	}
+	if pv.Spec.CSI != nil || migratedPVPlugin(pv) != "" {
+		return pvSpec(pv)
+	}
+	p, err := r.plugins.ForPV(pv)
+	if err != nil {
+		return cache.VolumeSpec{}, marked{err, planner.ErrUnknownSource}
+	}
+	spec := pvCommon(pv)
+	spec.Plugin, spec.PVSource, spec.Ephemeral = p.Name(), pv.Spec.PersistentVolumeSource.DeepCopy(), true
+	spec.Name = cache.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", spec.Plugin, pod.UID, pv.Name))
+	if caps, err := p.Capabilities(&spec); err == nil && (caps.Attachable || caps.Stages) {
+		spec.Name, spec.Ephemeral = cache.UniqueVolumeName(spec.Plugin+"/"+pv.Name), false
+	}
+	return spec, resolveSpec(p, pod, &spec)
 }
 
 func ownedBy(pvc *v1.PersistentVolumeClaim, pod *v1.Pod) bool {
@@ -299,28 +311,9 @@ func pvSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 	if err := csi.ValidateDriverName(src.Driver); err != nil {
 		return cache.VolumeSpec{}, fmt.Errorf("PV %s: %w", pv.Name, err)
 	}
-	spec := cache.VolumeSpec{
-		Name:         cache.CSIVolumeName(src.Driver, src.VolumeHandle),
-		PVName:       pv.Name,
-		Driver:       src.Driver,
-		VolumeHandle: src.VolumeHandle,
-		Mode:         cache.Filesystem,
-		FSType:       src.FSType,
-		ReadOnly:     src.ReadOnly,
-		MountOptions: pv.Spec.MountOptions,
-		Attributes:   src.VolumeAttributes,
-	}
-	spec.GID = pv.Annotations[volumeGIDAnnotation]
-	if r := pv.Spec.ClaimRef; r != nil {
-		spec.Claim = r.Namespace + "/" + r.Name
-	}
-	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == v1.PersistentVolumeBlock {
-		spec.Mode = cache.Block
-	}
-	if len(pv.Spec.AccessModes) > 0 {
-		spec.AccessMode = string(pv.Spec.AccessModes[0])
-		spec.ReadWriteOnce = slices.Contains(pv.Spec.AccessModes, v1.ReadWriteOnce)
-	}
+	spec := pvCommon(pv)
+	spec.Name = cache.CSIVolumeName(src.Driver, src.VolumeHandle)
+	spec.Driver, spec.VolumeHandle, spec.FSType, spec.ReadOnly, spec.Attributes = src.Driver, src.VolumeHandle, src.FSType, src.ReadOnly, src.VolumeAttributes
 	if r := src.NodeStageSecretRef; r != nil {
 		spec.NodeStageSecret = &cache.SecretRef{Namespace: r.Namespace, Name: r.Name}
 	}
@@ -331,6 +324,23 @@ func pvSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 		spec.NodeExpandSecret = &cache.SecretRef{Namespace: r.Namespace, Name: r.Name}
 	}
 	return spec, nil
+}
+
+// pvCommon is what a PV's spec holds whatever its plugin: its name,
+// claim, mode, access modes, mount options and GID annotation.
+func pvCommon(pv *v1.PersistentVolume) cache.VolumeSpec {
+	spec := cache.VolumeSpec{PVName: pv.Name, Mode: cache.Filesystem, MountOptions: pv.Spec.MountOptions, GID: pv.Annotations[volumeGIDAnnotation]}
+	if r := pv.Spec.ClaimRef; r != nil {
+		spec.Claim = r.Namespace + "/" + r.Name
+	}
+	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == v1.PersistentVolumeBlock {
+		spec.Mode = cache.Block
+	}
+	if len(pv.Spec.AccessModes) > 0 {
+		spec.AccessMode = string(pv.Spec.AccessModes[0])
+		spec.ReadWriteOnce = slices.Contains(pv.Spec.AccessModes, v1.ReadWriteOnce)
+	}
+	return spec
 }
 
 // volumeGIDAnnotation names a group that pods using the PV get as a

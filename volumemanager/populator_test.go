@@ -31,7 +31,7 @@ var testPlugins = func() *volume.Registry {
 // selected is podVolumes with testPlugins: the volumes selected and
 // which of them are used as block devices.
 func selected(pod *v1.Pod) (vols []v1.Volume, block map[string]bool) {
-	pvs, _ := podVolumes(pod, testPlugins)
+	pvs := podVolumes(pod, testPlugins)
 	block = map[string]bool{}
 	for _, v := range pvs {
 		vols = append(vols, v.Volume)

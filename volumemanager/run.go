@@ -36,6 +36,9 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	defer stopOps()
 	vm.ops = runContexts{run: ctx, op: opCtx}
 	vm.factory.Start(ctx.Done())
+	if vm.nodeFactory != nil {
+		vm.nodeFactory.Start(ctx.Done())
+	}
 	// What an earlier run left on disk, before any pod is planned: the
 	// disk needs no API server.
 	vm.loop.install(vm.reconstruct(ctx))
@@ -60,6 +63,9 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	vm.run(ctx)
 	wg.Wait()
 	vm.factory.Shutdown()
+	if vm.nodeFactory != nil {
+		vm.nodeFactory.Shutdown()
+	}
 	logger.V(2).Info("Volume manager stopped")
 	return nil
 }

@@ -14,11 +14,6 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-// statsGetter asks drivers for volume usage (csiplugin.Plugin).
-type statsGetter interface {
-	VolumeStats(ctx context.Context, spec *cache.VolumeSpec, volumePath, stagingPath string) (volume.Stats, bool, error)
-}
-
 // GetVolumeStats returns the usage of each mounted volume of the pod whose
 // driver reports it (NodeGetVolumeStats), by the pod's volume name, with
 // the volume's condition for drivers with VOLUME_CONDITION. A volume that
@@ -38,7 +33,7 @@ func (vm *VolumeManager) GetVolumeStats(ctx context.Context, uid types.UID) (map
 			continue
 		}
 		p, err := vm.volumes.ForVolume(mv.Name)
-		sp, ok := p.(statsGetter)
+		sp, ok := p.(volume.StatsProvider)
 		if err != nil || !ok {
 			continue // a plugin without usage to report
 		}
@@ -57,7 +52,8 @@ func (vm *VolumeManager) GetVolumeStats(ctx context.Context, uid types.UID) (map
 }
 
 // volumeStatsCollector exports the kubelet's kubelet_volume_stats_* gauges
-// for the mounted volumes of PVCs. A volume's stats are asked for at most
+// for the mounted volumes of PVCs, of every plugin that reports usage
+// (volume.StatsProvider). A volume's stats are asked for at most
 // once per period, whatever the scrape rate (kubernetes#103728: a stats
 // storm after a restart).
 type volumeStatsCollector struct {
@@ -105,9 +101,6 @@ func (c *volumeStatsCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *volumeStatsCollector) Collect(ch chan<- prometheus.Metric) {
 	vm := c.vm
-	if vm.stats == nil {
-		return
-	}
 	ctx, cancel := context.WithTimeout(vm.context(), 30*time.Second)
 	defer cancel()
 	now := vm.cfg.Clock.Now()
@@ -166,8 +159,8 @@ func (c *volumeStatsCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Unlock()
 }
 
-// get returns the cached stats of a volume, asking the driver when they
-// are older than the period.
+// get returns the cached stats of a volume, asking its plugin when they
+// are older than the period; not ok when the plugin reports no usage.
 func (c *volumeStatsCollector) get(ctx context.Context, now time.Time, name cache.UniqueVolumeName, spec *cache.VolumeSpec, path, staging string) cachedStats {
 	c.mu.Lock()
 	s, ok := c.cache[name]
@@ -175,7 +168,12 @@ func (c *volumeStatsCollector) get(ctx context.Context, now time.Time, name cach
 	if ok && now.Sub(s.at) < c.period {
 		return s
 	}
-	stats, has, err := c.vm.stats.VolumeStats(ctx, spec, path, staging)
+	var stats volume.Stats
+	has := false
+	p, err := c.vm.volumes.ForVolume(name)
+	if sp, ok := p.(volume.StatsProvider); ok && err == nil {
+		stats, has, err = sp.VolumeStats(ctx, spec, path, staging)
+	}
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Volume stats unavailable", "volume", name, "err", err)
 	}

@@ -149,6 +149,7 @@ func TestTrimInformerObjectResolves(t *testing.T) {
 		return &resolver{plugins: testPlugins, pvcs: corelisters.NewPersistentVolumeClaimLister(pvcs), pvs: corelisters.NewPersistentVolumeLister(pvs)}
 	}
 	whole, trimmed := resolverOf(false), resolverOf(true)
+	inNS := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns"}}
 	for _, tt := range []struct {
 		claim string
 		owner *v1.Pod
@@ -158,11 +159,11 @@ func TestTrimInformerObjectResolves(t *testing.T) {
 		{"p-scratch", pod},
 	} {
 		t.Run(tt.claim, func(t *testing.T) {
-			want, err := whole.claimSpec("ns", tt.claim, tt.owner)
+			want, err := whole.claimSpec(inNS, tt.claim, tt.owner)
 			if err != nil {
 				t.Fatalf("whole objects: %v", err)
 			}
-			got, err := trimmed.claimSpec("ns", tt.claim, tt.owner)
+			got, err := trimmed.claimSpec(inNS, tt.claim, tt.owner)
 			if err != nil {
 				t.Fatalf("trimmed objects: %v", err)
 			}
@@ -172,10 +173,10 @@ func TestTrimInformerObjectResolves(t *testing.T) {
 		})
 	}
 	// The readers are exercised: without them the comparison proves little.
-	if spec, _ := trimmed.claimSpec("ns", "csi", nil); spec.GID != "1234" {
+	if spec, _ := trimmed.claimSpec(inNS, "csi", nil); spec.GID != "1234" {
 		t.Errorf("GID = %q, want 1234", spec.GID)
 	}
-	if spec, _ := trimmed.claimSpec("ns", "gce", nil); spec.VolumeHandle != "projects/UNSPECIFIED/zones/us-central1-a/disks/disk-1" {
+	if spec, _ := trimmed.claimSpec(inNS, "gce", nil); spec.VolumeHandle != "projects/UNSPECIFIED/zones/us-central1-a/disks/disk-1" {
 		t.Errorf("migrated GCE PD handle = %q, want the zone from the PV's label", spec.VolumeHandle)
 	}
 }

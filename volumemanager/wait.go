@@ -33,7 +33,7 @@ import (
 // keeps waiting on errors that may resolve: a driver not registered yet,
 // an attachment not confirmed yet, an operation failing with backoff.
 func (vm *VolumeManager) WaitForAttachAndMount(ctx context.Context, pod *v1.Pod) error {
-	vols, _ := podVolumes(pod, vm.volumes)
+	vols := podVolumes(pod, vm.volumes)
 	if err := vm.checkNode(pod); err != nil {
 		names := make([]string, 0, len(vols))
 		for _, v := range vols {

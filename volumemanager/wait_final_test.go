@@ -36,7 +36,7 @@ func TestWaitFinal(t *testing.T) {
 	const grace = 10 * time.Second
 	pvcHost, pvHost := csitest.BoundClaim("ns", "host", "unused", "h")
 	pvHost.Spec.CSI = nil
-	pvHost.Spec.HostPath = &v1.HostPathVolumeSource{Path: "/srv"}
+	pvHost.Spec.NFS = &v1.NFSVolumeSource{Server: "nfs.example", Path: "/srv"}
 	tests := []struct {
 		name       string
 		claim      string
@@ -58,10 +58,10 @@ func TestWaitFinal(t *testing.T) {
 			afterGrace: true,
 		},
 		{
-			name:    "PV with no CSI source",
+			name:    "PV of a kind no plugin handles",
 			claim:   "host",
 			objects: func(*env) []runtime.Object { return []runtime.Object{pvcHost, pvHost} },
-			want:    `volume "data": PV ` + pvHost.Name + ` has no CSI source and no in-tree source that CSI migration translates`,
+			want:    `volume "data": PV ` + pvHost.Name + ` of kind nfs: no volume plugin handles it`,
 			final:   true,
 		},
 		{

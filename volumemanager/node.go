@@ -1,0 +1,144 @@
+package volumemanager
+
+import (
+	"errors"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+)
+
+// errNoNode says the node's own Node object is not known (yet): a PV's
+// node affinity or an emptyDir's memory bound cannot be judged. Not
+// final: the pod volume is resolved again when the Node arrives.
+var errNoNode = errors.New("this node's Node object is not known yet")
+
+// nodeInformer is the default Config.Node: an informer on this node's own
+// Node object alone (a field selector on its name, as the kubelet's), which
+// a node's own credentials may list and watch. A change of its labels or
+// allocatable memory resolves the pods again that could not be resolved.
+func (vm *VolumeManager) nodeInformer() (informers.SharedInformerFactory, func() (*v1.Node, error), error) {
+	f := informers.NewSharedInformerFactoryWithOptions(vm.cfg.KubeClient, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", vm.cfg.NodeName).String()
+		}),
+		informers.WithTransform(trimNode))
+	nodes := f.Core().V1().Nodes()
+	// Not among the informers pod resolution waits for: a pod needs the
+	// Node only for a PV with node affinity or a Memory emptyDir, and
+	// those wait for it alone (errNoNode), resolved again when it comes.
+	_, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { vm.in.nodeChanged() },
+		UpdateFunc: func(old, obj any) {
+			o, n := old.(*v1.Node), obj.(*v1.Node)
+			if !equality.Semantic.DeepEqual(o.Labels, n.Labels) || !o.Status.Allocatable.Memory().Equal(*n.Status.Allocatable.Memory()) {
+				vm.in.nodeChanged()
+			}
+		},
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("adding the Node informer's handler: %w", err)
+	}
+	lister := nodes.Lister()
+	return f, func() (*v1.Node, error) {
+		n, err := lister.Get(vm.cfg.NodeName)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errNoNode, err)
+		}
+		return n, nil
+	}, nil
+}
+
+// trimNode keeps of a Node what pod resolution reads (its name, labels and
+// allocatable resources): the rest (images, conditions, managed fields)
+// changes all the time and would only be kept in memory.
+func trimNode(obj any) (any, error) {
+	n, ok := obj.(*v1.Node)
+	if !ok {
+		return obj, nil
+	}
+	out := &v1.Node{}
+	out.Name, out.UID, out.ResourceVersion, out.Labels = n.Name, n.UID, n.ResourceVersion, n.Labels
+	out.Status.Allocatable = n.Status.Allocatable
+	return out, nil
+}
+
+// checkNodeAffinity refuses a PV whose required node affinity this node
+// does not match, as the kubelet checks every PV before mounting it: the
+// terms are ORed, the expressions and fields of a term ANDed; a term
+// with neither matches nothing.
+func checkNodeAffinity(pv *v1.PersistentVolume, node *v1.Node) error {
+	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
+		return nil
+	}
+	set := labels.Set(node.Labels)
+	fieldSet := labels.Set{"metadata.name": node.Name}
+	for _, term := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
+		ok, err := matchTerm(term, set, fieldSet)
+		if err != nil {
+			return fmt.Errorf("PV %s: node affinity: %w", pv.Name, err)
+		}
+		if ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("PV %s: node affinity: no matching NodeSelectorTerms for node %s (the volume is on another node)", pv.Name, node.Name)
+}
+
+// matchTerm reports whether one node selector term matches.
+func matchTerm(term v1.NodeSelectorTerm, set, fieldSet labels.Set) (bool, error) {
+	if len(term.MatchExpressions) == 0 && len(term.MatchFields) == 0 {
+		return false, nil
+	}
+	for _, group := range []struct {
+		reqs []v1.NodeSelectorRequirement
+		set  labels.Set
+	}{{term.MatchExpressions, set}, {term.MatchFields, fieldSet}} {
+		for _, r := range group.reqs {
+			op, ok := selectorOps[r.Operator]
+			if !ok {
+				return false, fmt.Errorf("unknown operator %q for key %q", r.Operator, r.Key)
+			}
+			req, err := labels.NewRequirement(r.Key, op, r.Values)
+			if err != nil {
+				return false, fmt.Errorf("key %q: %w", r.Key, err)
+			}
+			if !req.Matches(group.set) {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
+}
+
+// selectorOps maps the node selector's operators to the label selector's.
+var selectorOps = map[v1.NodeSelectorOperator]selection.Operator{
+	v1.NodeSelectorOpIn:           selection.In,
+	v1.NodeSelectorOpNotIn:        selection.NotIn,
+	v1.NodeSelectorOpExists:       selection.Exists,
+	v1.NodeSelectorOpDoesNotExist: selection.DoesNotExist,
+	v1.NodeSelectorOpGt:           selection.GreaterThan,
+	v1.NodeSelectorOpLt:           selection.LessThan,
+}
+
+// allocatableMemory is the node's allocatable memory in bytes, the bound of
+// an emptyDir of medium Memory.
+func allocatableMemory(node func() (*v1.Node, error)) func() (int64, error) {
+	return func() (int64, error) {
+		n, err := node()
+		if err != nil {
+			return 0, err
+		}
+		q, ok := n.Status.Allocatable[v1.ResourceMemory]
+		if !ok {
+			return 0, fmt.Errorf("node %s reports no allocatable memory", n.Name)
+		}
+		return q.Value(), nil
+	}
+}
