@@ -29,10 +29,16 @@ func hostTree(t *testing.T) string {
 	mustDo(t, os.Symlink("nowhere", filepath.Join(dir, "dangling")))
 	mustDo(t, os.Symlink("sock", filepath.Join(dir, "lsock")))
 	mustDo(t, unix.Mkfifo(filepath.Join(dir, "fifo"), 0o644))
-	l, err := net.Listen("unix", filepath.Join(dir, "sock"))
+	hostTreeSocket(t, filepath.Join(dir, "sock"))
+	return dir
+}
+
+// hostTreeSocket makes a unix socket at path, listening until the test ends.
+func hostTreeSocket(t *testing.T, path string) {
+	t.Helper()
+	l, err := net.Listen("unix", path)
 	mustDo(t, err)
 	t.Cleanup(func() { l.Close() })
-	return dir
 }
 
 func mustDo(t *testing.T, err error) {

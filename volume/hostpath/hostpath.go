@@ -28,11 +28,14 @@
 //
 // What it does not do: the kubelet's recycler, deleter and provisioner
 // (controller-side, for tests and single-node clusters). It checks more
-// than the kubelet in two places: a relative path is refused when the pod
-// is resolved (the kubelet would resolve it against its working
-// directory), and a directory or file that could not be made is an error
-// rather than a silent success (the kubelet's MkdirAll ignores "file
-// exists" even when what exists is a dangling symlink).
+// than the kubelet in three places: a relative path is refused when the
+// pod is resolved (the kubelet would resolve it against its working
+// directory); a DirectoryOrCreate that could not make its directory is an
+// error rather than a silent success (the kubelet's MkdirAll ignores "file
+// exists" even when what exists is a dangling symlink, at the path or
+// above it); and a path that cannot be examined (stat fails otherwise than
+// with "does not exist", as on a symlink loop) is reported by the type
+// check instead of being created over.
 package hostpath
 
 import (
@@ -208,10 +211,18 @@ func noBacksteps(path string) error {
 }
 
 // describe names the volume of spec, a volume of pod, for messages: the
-// PV, or the pod's volume name (the end of the pod-scoped unique name
-// {plugin}/{podUID}-{name}).
+// PV (and the pod's volume of its claim), or the pod's volume name (the
+// end of the pod-scoped unique name {plugin}/{podUID}-{name}).
 func describe(pod *v1.Pod, spec *cache.VolumeSpec) string {
 	if spec.PVName != "" {
+		if pod != nil && spec.Claim != "" {
+			_, claim, _ := strings.Cut(spec.Claim, "/")
+			for _, v := range pod.Spec.Volumes {
+				if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim {
+					return fmt.Sprintf("hostPath volume %q (PV %s)", v.Name, spec.PVName)
+				}
+			}
+		}
 		return fmt.Sprintf("hostPath PV %s", spec.PVName)
 	}
 	name := string(spec.Name)
