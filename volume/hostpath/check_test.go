@@ -28,6 +28,7 @@ func hostTree(t *testing.T) string {
 	mustDo(t, os.Symlink("f", filepath.Join(dir, "lf")))
 	mustDo(t, os.Symlink("nowhere", filepath.Join(dir, "dangling")))
 	mustDo(t, os.Symlink("sock", filepath.Join(dir, "lsock")))
+	mustDo(t, os.Symlink("loop", filepath.Join(dir, "loop")))
 	mustDo(t, unix.Mkfifo(filepath.Join(dir, "fifo"), 0o644))
 	hostTreeSocket(t, filepath.Join(dir, "sock"))
 	return dir
@@ -114,6 +115,10 @@ func TestCheck(t *testing.T) {
 		{"directory or create on a directory", v1.HostPathDirectoryOrCreate, at("d"), ""},
 		{"directory or create on a file", v1.HostPathDirectoryOrCreate, at("f"), mismatch(at("f"), "directory", "File")},
 		{"directory or create on a socket", v1.HostPathDirectoryOrCreate, at("sock"), mismatch(at("sock"), "directory", "Socket")},
+		{"directory or create on a symlink loop", v1.HostPathDirectoryOrCreate, at("loop"),
+			fmt.Sprintf("hostPath type check failed, %s is not a directory, unable to determine its type: stat %s: too many levels of symbolic links", at("loop"), at("loop"))},
+		{"file or create on a symlink loop", v1.HostPathFileOrCreate, at("loop"),
+			fmt.Sprintf("hostPath type check failed, %s is not a file, unable to determine its type: stat %s: too many levels of symbolic links", at("loop"), at("loop"))},
 		{"file", v1.HostPathFile, at("f"), ""},
 		{"file through a symlink", v1.HostPathFile, at("lf"), ""},
 		{"file is a directory", v1.HostPathFile, at("d"), mismatch(at("d"), "file", "Directory")},
