@@ -127,6 +127,53 @@ func kindOf(src any) string {
 	return "no source"
 }
 
+// SharesKind reports whether plugins a and b claim a kind of source in
+// common, judged as CheckSources judges (an empty source of each kind of
+// pod volume, and for PVPlugins of each kind of PV), or have the same
+// name: an embedder's plugin for a kind replaces a default one.
+func SharesKind(a, b Plugin) bool {
+	if a.Name() == b.Name() {
+		return true
+	}
+	for _, v := range emptySources() {
+		if a.CanSupport(v) && b.CanSupport(v) {
+			return true
+		}
+	}
+	pa, okA := a.(PVPlugin)
+	pb, okB := b.(PVPlugin)
+	if !okA || !okB {
+		return false
+	}
+	t := reflect.TypeFor[v1.PersistentVolumeSource]()
+	for i := range t.NumField() {
+		if f := t.Field(i); f.Type.Kind() == reflect.Pointer {
+			pv := &v1.PersistentVolume{}
+			reflect.ValueOf(&pv.Spec.PersistentVolumeSource).Elem().Field(i).Set(reflect.New(f.Type.Elem()))
+			if pa.CanSupportPV(pv) && pb.CanSupportPV(pv) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// emptySources returns a pod volume with an empty source of each kind.
+func emptySources() []*v1.Volume {
+	t := reflect.TypeFor[v1.VolumeSource]()
+	var out []*v1.Volume
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Type.Kind() != reflect.Pointer {
+			continue
+		}
+		v := &v1.Volume{Name: "check"}
+		reflect.ValueOf(&v.VolumeSource).Elem().Field(i).Set(reflect.New(f.Type.Elem()))
+		out = append(out, v)
+	}
+	return out
+}
+
 // CheckSources returns an error naming the kind and the plugins when two
 // registered plugins claim the same kind of pod volume source, judged on
 // an empty source of each kind (CanSupport): such a pod volume could only
@@ -135,14 +182,7 @@ func kindOf(src any) string {
 func (r *Registry) CheckSources() error {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	t := reflect.TypeFor[v1.VolumeSource]()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if f.Type.Kind() != reflect.Pointer {
-			continue
-		}
-		v := &v1.Volume{Name: "check"}
-		reflect.ValueOf(&v.VolumeSource).Elem().Field(i).Set(reflect.New(f.Type.Elem()))
+	for _, v := range emptySources() {
 		var match []string
 		for _, n := range r.names {
 			if r.plugins[n].CanSupport(v) {

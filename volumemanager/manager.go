@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -23,6 +24,7 @@ import (
 	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/pluginmanager"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/hostpath"
 	"github.com/nodevol/nodevol/volume/image"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
@@ -176,7 +178,8 @@ func (vm *VolumeManager) newResolver() storagelisters.VolumeAttachmentLister {
 }
 
 // newPlugin sets up the volume plugins: Config.Plugin, or the CSI plugin
-// built from the Config; the image plugin; Config.Plugins.
+// built from the Config; the plugins of the other kinds (defaultPlugins);
+// Config.Plugins.
 func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLister) error {
 	cfg := vm.cfg
 	vm.plugin = cfg.Plugin
@@ -204,7 +207,12 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 	if _, ok := vm.plugin.(volume.SelfAttacher); cfg.SelfAttach && !ok {
 		return fmt.Errorf("volumemanager: Config.SelfAttach needs a plugin that attaches volumes itself; %T does not (volume.SelfAttacher)", vm.plugin)
 	}
-	all := append([]volume.Plugin{vm.plugin, image.Plugin{}}, cfg.Plugins...)
+	defaults, err := defaultPlugins(cfg)
+	if err != nil {
+		return fmt.Errorf("volumemanager: %w", err)
+	}
+	all := append([]volume.Plugin{vm.plugin}, defaults...)
+	all = append(all, cfg.Plugins...)
 	for _, p := range all {
 		if r, ok := p.(volume.Reconstructor); ok {
 			vm.reconstructors = append(vm.reconstructors, r)
@@ -222,6 +230,24 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 	vm.expander, _ = vm.plugin.(nodeExpander)
 	vm.conditions = &conditions{events: cfg.EventRecorder}
 	return nil
+}
+
+// defaultPlugins are the plugins of the kinds nodevol handles besides CSI,
+// built from the Config, less those an embedder's plugin (Config.Plugins)
+// replaces: one of the same name or claiming a kind of source in common
+// (volume.SharesKind).
+func defaultPlugins(cfg Config) ([]volume.Plugin, error) {
+	host, err := hostpath.New(hostpath.Config{Steps: cfg.Steps})
+	if err != nil {
+		return nil, err
+	}
+	var out []volume.Plugin
+	for _, p := range []volume.Plugin{image.Plugin{}, host} {
+		if !slices.ContainsFunc(cfg.Plugins, func(own volume.Plugin) bool { return own != nil && volume.SharesKind(p, own) }) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // newLoop sets up the caches and the loop, wired once: the loop asks the

@@ -169,8 +169,8 @@ func mapsEqual(a, b map[string]string) bool {
 }
 
 // TestNewRefusesSourcesClaimedTwice: a kind of pod volume source that two
-// registered plugins claim is an error at New, naming both; so is a
-// plugin whose name clashes with a built-in one.
+// of the embedder's plugins claim is an error at New, naming both; so is a
+// plugin whose name clashes with the CSI plugin's.
 func TestNewRefusesSourcesClaimedTwice(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
@@ -179,14 +179,38 @@ func TestNewRefusesSourcesClaimedTwice(t *testing.T) {
 	}{
 		{"two nfs plugins", []volume.Plugin{&nfsPlugin{name: "example.com/nfs"}, &nfsPlugin{name: "example.com/nfs2"}},
 			"pod volumes of kind nfs are claimed by more than one volume plugin (example.com/nfs, example.com/nfs2)"},
-		{"a second image plugin", []volume.Plugin{fakeClaimant{name: "example.com/image", claim: func(v *v1.Volume) bool { return v.Image != nil }}},
-			"pod volumes of kind image are claimed by more than one volume plugin (example.com/image, kubernetes.io/image)"},
-		{"the image plugin's name", []volume.Plugin{&nfsPlugin{name: image.PluginName}}, "clashes with plugin kubernetes.io/image"},
+		{"the CSI plugin's name", []volume.Plugin{&nfsPlugin{name: "kubernetes.io/csi"}}, "clashes with plugin kubernetes.io/csi"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := New(Config{NodeName: node, KubeClient: fake.NewClientset(), RootDir: t.TempDir(), Plugins: tt.plugins})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("New = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestEmbedderPluginReplacesDefault: an embedder's plugin that claims a
+// kind a built-in plugin handles (or takes its name) replaces it.
+func TestEmbedderPluginReplacesDefault(t *testing.T) {
+	images := fakeClaimant{name: "example.com/image", claim: func(v *v1.Volume) bool { return v.Image != nil }}
+	for _, tt := range []struct {
+		name string
+		own  volume.Plugin
+		src  v1.VolumeSource
+	}{
+		{"a kind in common", images, v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "r"}}},
+		{"the same name", &nfsPlugin{name: image.PluginName}, v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nfs.example"}}},
+		{"hostPath", fakeClaimant{name: "example.com/host", claim: func(v *v1.Volume) bool { return v.HostPath != nil }}, v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/x"}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			vm, err := New(Config{NodeName: node, KubeClient: fake.NewClientset(), RootDir: t.TempDir(), Plugins: []volume.Plugin{tt.own}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := vm.volumes.ForSource(&v1.Volume{Name: "v", VolumeSource: tt.src})
+			if err != nil || p.Name() != tt.own.Name() {
+				t.Errorf("ForSource = %v, %v; want the embedder's %s", p, err, tt.own.Name())
 			}
 		})
 	}

@@ -16,7 +16,7 @@ import (
 func TestWaitKeepsNoChannel(t *testing.T) {
 	pvcHost, pvHost := csitest.BoundClaim("ns", "host", "unused", "h")
 	pvHost.Spec.CSI = nil
-	pvHost.Spec.HostPath = &v1.HostPathVolumeSource{Path: "/srv"}
+	pvHost.Spec.NFS = &v1.NFSVolumeSource{Server: "nfs.example", Path: "/srv"}
 	for _, tt := range []struct {
 		name string
 		run  func(t *testing.T, e *env)
@@ -33,7 +33,7 @@ func TestWaitKeepsNoChannel(t *testing.T) {
 			e.create(pvcHost, pvHost)
 			pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "host", false))
 			if err := e.mount(pod, 10*time.Second); err == nil {
-				t.Fatal("WaitForAttachAndMount succeeded for a PV with no CSI source")
+				t.Fatal("WaitForAttachAndMount succeeded for a PV no plugin handles")
 			}
 		}},
 		{name: "context done", run: func(t *testing.T, e *env) {
