@@ -140,7 +140,7 @@ func (m *Manager) cleanContainer(ctx context.Context, cdir string) error {
 // however many times it is, and removes it if it is then what Prepare
 // makes as a target: an empty directory or an empty regular file.
 func (m *Manager) cleanTarget(ctx context.Context, name string) error {
-	full, err := m.root.Verify(name)
+	full, err := m.mountPath(name)
 	if err != nil {
 		return err
 	}
@@ -163,7 +163,7 @@ func (m *Manager) cleanTarget(ctx context.Context, name string) error {
 		if n == maxStacked {
 			return fmt.Errorf("%s is still a mount point after %d unmounts", full, n)
 		}
-		if err := m.unmount(full); err != nil {
+		if err := m.unmount(name); err != nil {
 			return err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -165,5 +166,33 @@ func TestCleanRefusesBadNames(t *testing.T) {
 	}
 	if err := e.m.CleanPod(context.Background(), "../x"); !errors.Is(err, ErrInvalid) {
 		t.Errorf("CleanPod(../x) = %v, want ErrInvalid", err)
+	}
+}
+
+// TestCorruptedMount: a mount whose check fails as a dead FUSE daemon's
+// or a stale NFS handle's does is unmounted, by Prepare (which then mounts
+// again) and by the cleans.
+func TestCorruptedMount(t *testing.T) {
+	ctx := context.Background()
+	e := newFakeEnv(t)
+	mkdirs(t, filepath.Join(e.vol, "a"))
+	target, err := e.m.Prepare(ctx, e.mount("app", 0, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.fake.MountCheckErrors = map[string]error{target: syscall.ENOTCONN}
+	e.fake.ResetLog()
+	if _, err := e.m.Prepare(ctx, e.mount("app", 0, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if log := e.fake.GetLog(); len(log) != 2 || log[0].Action != mount.FakeActionUnmount || log[1].Action != mount.FakeActionMount {
+		t.Errorf("mounter actions %+v, want an unmount and a mount", log)
+	}
+	e.fake.MountCheckErrors = map[string]error{target: syscall.ESTALE}
+	if err := e.m.CleanPod(ctx, "pod-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.mounts(); len(got) != 0 {
+		t.Errorf("mounts left: %v", got)
 	}
 }

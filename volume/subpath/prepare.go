@@ -7,11 +7,15 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/internal/rootfs"
 )
 
 // Modes of what Prepare makes under the root: the kubelet's.
@@ -65,7 +69,7 @@ func (m *Manager) Prepare(ctx context.Context, s Mount) (string, error) {
 	if m.afterOpen != nil {
 		m.afterOpen(fd)
 	}
-	reuse, err := m.checkTarget(ctx, fd, target)
+	reuse, err := m.checkTarget(ctx, fd, s.target())
 	if err != nil {
 		return fail(err)
 	}
@@ -107,40 +111,69 @@ func (m *Manager) openSubPath(ctx context.Context, s Mount, comps []string) (int
 	return fd, mode, err
 }
 
-// checkTarget looks at what is mounted at target: true when it is a bind
-// mount of the file open as fd. A corrupted mount or a mount of another
-// file is unmounted, and false returned.
-func (m *Manager) checkTarget(ctx context.Context, fd int, target string) (bool, error) {
-	if _, err := m.root.Verify(target); err != nil {
-		return false, err
-	}
-	isMnt, err := m.mounter.IsMountPoint(target)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return false, nil
-	case mount.IsCorruptedMnt(err):
-		klog.FromContext(ctx).Info("Unmounting a corrupted subPath mount", "path", target, "err", err)
-		return false, m.unmount(target)
-	case err != nil:
-		return false, fmt.Errorf("checking whether %s is a mount point: %w", target, err)
-	case !isMnt:
-		return false, nil
-	}
-	same, err := m.sameFile(fd, target)
+// checkTarget looks at what is mounted at name (relative to the root):
+// true when it is a bind mount of the file open as fd. A corrupted mount
+// or a mount of another file is unmounted (each of them, when they are
+// stacked), and false returned.
+func (m *Manager) checkTarget(ctx context.Context, fd int, name string) (bool, error) {
+	target, err := m.mountPath(name)
 	if err != nil {
 		return false, err
 	}
-	if same {
-		return true, nil
+	for n := 0; n < maxStacked; n++ {
+		isMnt, err := m.mounter.IsMountPoint(target)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return false, nil
+		case mount.IsCorruptedMnt(err):
+			klog.FromContext(ctx).Info("Unmounting a corrupted subPath mount", "path", target, "err", err)
+		case err != nil:
+			return false, fmt.Errorf("checking whether %s is a mount point: %w", target, err)
+		case !isMnt:
+			return false, nil
+		default:
+			same, err := m.sameFile(fd, target)
+			if err != nil || same {
+				return same, err
+			}
+			klog.FromContext(ctx).V(4).Info("Unmounting a stale subPath mount: it is of another file", "path", target)
+		}
+		if err := m.unmount(name); err != nil {
+			return false, err
+		}
 	}
-	klog.FromContext(ctx).V(4).Info("Unmounting a stale subPath mount: it is of another file", "path", target)
-	return false, m.unmount(target)
+	return false, fmt.Errorf("%s is still a mount point after %d unmounts", target, maxStacked)
 }
 
-// unmount unmounts target once, checking first that no symlink leads
-// there.
-func (m *Manager) unmount(target string) error {
-	if _, err := m.root.Verify(target); err != nil {
+// mountPath returns the absolute path of name (relative to the root), to
+// hand to the mounter right away: no component of it below the root is a
+// symlink. It does not open or stat name itself, but reads its type from
+// its directory: a corrupted mount there (a dead FUSE daemon, a stale NFS
+// handle) fails a stat, and must still be unmounted.
+func (m *Manager) mountPath(name string) (string, error) {
+	full, err := m.root.Join(name)
+	if err != nil {
+		return "", err
+	}
+	entries, err := m.root.ReadDir(filepath.Dir(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return full, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	base := filepath.Base(name)
+	i, found := slices.BinarySearchFunc(entries, base, func(e fs.DirEntry, b string) int { return strings.Compare(e.Name(), b) })
+	if found && entries[i].Type()&fs.ModeSymlink != 0 {
+		return "", &rootfs.PathError{Op: "verify", Path: full, Component: full, Err: ErrSymlink}
+	}
+	return full, nil
+}
+
+// unmount unmounts name (relative to the root) once.
+func (m *Manager) unmount(name string) error {
+	target, err := m.mountPath(name)
+	if err != nil {
 		return err
 	}
 	if err := m.mounter.Unmount(target); err != nil {
@@ -162,7 +195,7 @@ func (m *Manager) bind(ctx context.Context, s Mount, fd int, dir bool, target st
 	// process's /proc entry, and with --no-canonicalize hands the magic
 	// link to mount(2) as it is, which binds the opened file itself.
 	source := fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd)
-	if _, err := m.root.Verify(target); err != nil {
+	if _, err := m.mountPath(s.target()); err != nil {
 		return err
 	}
 	if err := m.mounter.MountSensitiveWithoutSystemdWithMountFlags(source, target, "", []string{"bind"}, nil, []string{"--no-canonicalize"}); err != nil {
