@@ -27,8 +27,9 @@
 // subPath at all (the kubelet resolves symlinks that stay inside the
 // volume, once, and opens the result without following any); it does not
 // expand subPathExpr (the caller passes the expanded subPath); it does not
-// trigger automounts inside the volume; and its errors carry the paths,
-// which the kubelet logs but does not put in the pod's events.
+// trigger automounts inside the volume; it unmounts a stale mount with a
+// plain unmount where the kubelet detaches it lazily; and its errors carry
+// the paths, which the kubelet logs but does not put in the pod's events.
 package subpath
 
 import (
