@@ -131,10 +131,11 @@ type Mount struct {
 	// Pod is the pod's UID.
 	Pod types.UID
 	// Volume names the pod volume as the kubelet names its subPath
-	// directory (the kubelet's InnerVolumeSpecName): the PV's name for a
-	// volume from a claim, the name in pod.spec.volumes otherwise. It is
-	// the name of the pod's volume directory, cache.PodVolume.SpecName,
-	// and the name the volume manager passes to CleanVolume.
+	// directory (the kubelet's InnerVolumeSpecName): the PV's name
+	// (cache.VolumeSpec.PVName) for a volume from a claim, the name in
+	// pod.spec.volumes otherwise. It is the name of the pod's volume
+	// directory, and the name the volume manager passes to CleanVolume;
+	// for a claim it is not the pod's name for the volume.
 	Volume string
 	// VolumePath is where the volume is for the pod (the path
 	// GetMountedVolumesForPod reports): the subPath is resolved below it.
