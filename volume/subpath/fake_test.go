@@ -1,0 +1,317 @@
+package subpath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/util/step"
+)
+
+// fdMounter is the fake mounter made to bind what a /proc/{pid}/fd/{n}
+// source is open on, as mount(2) does: it records the file behind the
+// descriptor at mount time, and the mount flags the fake drops.
+type fdMounter struct {
+	*mount.FakeMounter
+	mu      sync.Mutex
+	sources map[string]string // target -> the file bound there
+	flags   [][]string
+}
+
+func (f *fdMounter) MountSensitiveWithoutSystemdWithMountFlags(source, target, fstype string, options, sensitive, flags []string) error {
+	file, err := os.Readlink(source)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.sources[target] = file
+	f.flags = append(f.flags, flags)
+	f.mu.Unlock()
+	return f.FakeMounter.MountSensitiveWithoutSystemdWithMountFlags(source, target, fstype, options, sensitive, flags)
+}
+
+func (f *fdMounter) Unmount(target string) error {
+	f.mu.Lock()
+	delete(f.sources, target)
+	f.mu.Unlock()
+	return f.FakeMounter.Unmount(target)
+}
+
+// sameFile stands for the device and inode check: the mount at target is
+// of the file open as fd.
+func (f *fdMounter) sameFile(fd int, target string) (bool, error) {
+	file, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		return false, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sources[target] == file, nil
+}
+
+type fakeEnv struct {
+	m     *Manager
+	fake  *fdMounter
+	root  string
+	vol   string
+	steps []step.Step
+	// refuse, when set, refuses the steps it returns true for.
+	refuse func(step.Step) bool
+}
+
+func newFakeEnv(t *testing.T) *fakeEnv {
+	t.Helper()
+	e := &fakeEnv{root: t.TempDir(), vol: t.TempDir()}
+	e.fake = &fdMounter{FakeMounter: mount.NewFakeMounter(nil), sources: map[string]string{}}
+	m, err := New(Config{RootDir: e.root, Mounter: e.fake, Steps: func(s step.Step) error {
+		e.steps = append(e.steps, s)
+		if e.refuse != nil && e.refuse(s) {
+			return errors.New("refused")
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.sameFile = e.fake.sameFile
+	e.m = m
+	return e
+}
+
+func (e *fakeEnv) mount(container string, index int, subPath string) Mount {
+	return Mount{Pod: "pod-1", Volume: "data", VolumePath: e.vol, Container: container, Index: index, SubPath: subPath}
+}
+
+func (e *fakeEnv) target(container string, index int) string {
+	return filepath.Join(e.root, "pods/pod-1/volume-subpaths/data", container, fmt.Sprint(index))
+}
+
+func (e *fakeEnv) mounts() []string {
+	var out []string
+	for _, mp := range e.fake.MountPoints {
+		out = append(out, mp.Path)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func mkdirs(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestPrepareFake(t *testing.T) {
+	ctx := context.Background()
+	e := newFakeEnv(t)
+	mkdirs(t, filepath.Join(e.vol, "dir/sub"))
+	if err := os.WriteFile(filepath.Join(e.vol, "dir/file"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		container string
+		index     int
+		subPath   string
+		dir       bool
+	}{
+		{"app", 0, "dir/sub", true},
+		{"app", 1, "dir/file", false},
+		{"side", 0, "dir/sub/", true},
+		{"side", 3, ".", true},
+	} {
+		got, err := e.m.Prepare(ctx, e.mount(tc.container, tc.index, tc.subPath))
+		if err != nil {
+			t.Fatalf("Prepare %s: %v", tc.subPath, err)
+		}
+		want := e.target(tc.container, tc.index)
+		if got != want {
+			t.Fatalf("Prepare %s = %s, want %s", tc.subPath, got, want)
+		}
+		fi, err := os.Lstat(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wantMode := fs.FileMode(fileMode); tc.dir {
+			if fi.Mode() != fs.ModeDir|dirMode {
+				t.Errorf("%s: mode %v, want a directory of mode 0750", got, fi.Mode())
+			}
+		} else if fi.Mode() != wantMode || fi.Size() != 0 {
+			t.Errorf("%s: mode %v size %d, want an empty file of mode 0640", got, fi.Mode(), fi.Size())
+		}
+		if bound := e.fake.sources[got]; bound != filepath.Join(e.vol, tc.subPath) {
+			t.Errorf("%s is a bind mount of %q, want %q", got, bound, filepath.Join(e.vol, tc.subPath))
+		}
+	}
+	for _, f := range e.fake.flags {
+		if !slices.Equal(f, []string{"--no-canonicalize"}) {
+			t.Errorf("mount flags %q, want --no-canonicalize", f)
+		}
+	}
+	for _, mp := range e.fake.MountPoints {
+		if !slices.Equal(mp.Opts, []string{"bind"}) || !strings.HasPrefix(mp.Device, fmt.Sprintf("/proc/%d/fd/", os.Getpid())) {
+			t.Errorf("mount %+v: want a bind mount of /proc/%d/fd/N", mp, os.Getpid())
+		}
+	}
+
+	// Idempotent: the same mounts again make nothing new.
+	before := len(e.fake.GetLog())
+	e.steps = nil
+	if _, err := e.m.Prepare(ctx, e.mount("app", 0, "dir/sub")); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.fake.GetLog()); n != before || len(e.steps) != 0 {
+		t.Errorf("a second Prepare took steps %v and %d mounter actions", e.steps, n-before)
+	}
+}
+
+func TestPrepareCreatesMissingSubPath(t *testing.T) {
+	e := newFakeEnv(t)
+	if err := os.Chmod(e.vol, fs.ModeSetgid|0o775); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Prepare(context.Background(), e.mount("app", 0, "new/deeper")); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"new", "new/deeper"} {
+		fi, err := os.Stat(filepath.Join(e.vol, d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fs.ModeDir | fs.ModeSetgid | 0o775; fi.Mode() != want {
+			t.Errorf("%s: mode %v, want %v (the volume root's)", d, fi.Mode(), want)
+		}
+	}
+	if !slices.Contains(e.steps, step.Step{Op: step.Mkdir, Path: filepath.Join(e.vol, "new/deeper")}) {
+		t.Errorf("steps %v: the subPath's mkdir was not shown to the hook", e.steps)
+	}
+}
+
+func TestPrepareRefusesFake(t *testing.T) {
+	e := newFakeEnv(t)
+	outside := t.TempDir()
+	mkdirs(t, filepath.Join(e.vol, "a"), filepath.Join(outside, "secret"))
+	for _, l := range []struct{ name, to string }{
+		{"a/up", outside}, {"a/rel", ".."}, {"a/inside", "."}, {"last", "a"},
+	} {
+		if err := os.Symlink(l.to, filepath.Join(e.vol, l.name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(e.vol, "file"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		subPath string
+		is      error
+		names   string // the component at fault
+	}{
+		{"a/up/secret", ErrSymlink, "a/up"},
+		{"a/rel/a", ErrSymlink, "a/rel"},
+		{"a/inside", ErrSymlink, "a/inside"},
+		{"last", ErrSymlink, "last"},
+		{"a/up/missing/x", ErrSymlink, "a/up"},
+		{"file/x", errors.ErrUnsupported, "file"},
+		{"../x", ErrInvalid, ""},
+		{"/etc", ErrInvalid, ""},
+	} {
+		t.Run(tc.subPath, func(t *testing.T) {
+			e.steps = nil
+			_, err := e.m.Prepare(context.Background(), e.mount("app", 2, tc.subPath))
+			if err == nil {
+				t.Fatal("Prepare succeeded")
+			}
+			if tc.is != errors.ErrUnsupported && !errors.Is(err, tc.is) {
+				t.Errorf("error %v, want %v", err, tc.is)
+			}
+			parts := []string{"pod-1", `volume "data"`, `container "app"`, fmt.Sprintf("subPath %q", tc.subPath)}
+			if tc.names != "" {
+				parts = append(parts, filepath.Join(e.vol, tc.names))
+			}
+			for _, part := range parts {
+				if !strings.Contains(err.Error(), part) {
+					t.Errorf("error %q does not name %s", err, part)
+				}
+			}
+			if len(e.steps) != 0 || len(e.fake.MountPoints) != 0 {
+				t.Errorf("steps %v and mounts %v, want none", e.steps, e.fake.MountPoints)
+			}
+			if _, err := os.Lstat(filepath.Join(e.root, "pods")); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("pods/ was created: %v", err)
+			}
+		})
+	}
+	if entries, _ := os.ReadDir(filepath.Join(outside, "secret")); len(entries) != 0 {
+		t.Errorf("something was created outside the volume: %v", entries)
+	}
+}
+
+func TestPrepareReplacesStaleMount(t *testing.T) {
+	e := newFakeEnv(t)
+	mkdirs(t, filepath.Join(e.vol, "a"), filepath.Join(e.vol, "b"))
+	target, err := e.m.Prepare(context.Background(), e.mount("app", 0, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same target, now for another directory (the volume was mounted
+	// anew, and the mount left there is of the old one).
+	if _, err := e.m.Prepare(context.Background(), e.mount("app", 0, "b")); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.mounts(); !slices.Equal(got, []string{target}) || e.fake.sources[target] != filepath.Join(e.vol, "b") {
+		t.Errorf("mounts %v, %s bound to %q; want one mount of b", got, target, e.fake.sources[target])
+	}
+}
+
+func TestPrepareMismatchUndone(t *testing.T) {
+	e := newFakeEnv(t)
+	mkdirs(t, filepath.Join(e.vol, "a"))
+	e.m.sameFile = func(int, string) (bool, error) { return false, nil }
+	_, err := e.m.Prepare(context.Background(), e.mount("app", 0, "a"))
+	if !errors.Is(err, ErrMismatch) {
+		t.Fatalf("Prepare = %v, want ErrMismatch", err)
+	}
+	if len(e.fake.MountPoints) != 0 {
+		t.Errorf("mounts left: %v", e.fake.MountPoints)
+	}
+	if _, err := os.Lstat(filepath.Join(e.root, "pods/pod-1/volume-subpaths")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("volume-subpaths left: %v", err)
+	}
+}
+
+func TestPrepareStepsAndRefusedMount(t *testing.T) {
+	e := newFakeEnv(t)
+	mkdirs(t, filepath.Join(e.vol, "a"))
+	e.refuse = func(s step.Step) bool { return s.Op == step.Mount }
+	if _, err := e.m.Prepare(context.Background(), e.mount("app", 0, "a")); err == nil {
+		t.Fatal("Prepare succeeded with its mount refused")
+	}
+	base := filepath.Join(e.root, "pods/pod-1/volume-subpaths")
+	want := []step.Step{
+		{Op: step.Mkdir, Path: filepath.Join(e.root, "pods")},
+		{Op: step.Mkdir, Path: filepath.Join(e.root, "pods/pod-1")},
+		{Op: step.Mkdir, Path: base},
+		{Op: step.Mkdir, Path: base + "/data"},
+		{Op: step.Mkdir, Path: base + "/data/app"},
+		{Op: step.Mkdir, Path: base + "/data/app/0"},
+		{Op: step.Mount, Path: base + "/data/app/0"},
+		{Op: step.Remove, Path: base + "/data/app/0"},
+		{Op: step.Remove, Path: base + "/data/app"},
+		{Op: step.Remove, Path: base + "/data"},
+		{Op: step.Remove, Path: base},
+	}
+	if !slices.Equal(e.steps, want) {
+		t.Errorf("steps:\n%v\nwant:\n%v", e.steps, want)
+	}
+}

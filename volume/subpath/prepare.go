@@ -1,0 +1,294 @@
+package subpath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/internal/rootfs"
+)
+
+// Modes of what Prepare makes under the root: the kubelet's.
+const (
+	dirMode  = 0o750
+	fileMode = 0o640
+)
+
+// Prepare makes the bind mount of s's subPath and returns its path, the
+// host path to give the runtime for the volumeMount:
+// {root}/pods/{uid}/volume-subpaths/{volume}/{container}/{index}.
+//
+// It opens the subPath below s.VolumePath following no symlink (a missing
+// subPath is first created there as a directory with the mode of the
+// volume's root), creates the target (a directory for a directory, an
+// empty file for anything else), bind-mounts the opened file through its
+// descriptor and checks that the mount is of that file (same device and
+// inode); if it is not, the mount is taken down again and the error wraps
+// ErrMismatch. The bind mount is read-write, as the kubelet's: a read-only
+// volumeMount is made read-only by the runtime.
+//
+// An invalid s (ErrInvalid), a symlink in the subPath (ErrSymlink) or a
+// subPath that is not below the volume's directory is an error naming the
+// pod, volume, container and subPath, and nothing is created or mounted.
+// Idempotent: an existing bind mount of the same file is reused; one of
+// another file (a stale mount, left after the volume was mounted anew) is
+// unmounted and made again, as the kubelet does. On an error after the
+// target was made, the target and the directories it emptied are removed
+// again (the step hook permitting).
+func (m *Manager) Prepare(ctx context.Context, s Mount) (string, error) {
+	fail := func(err error) (string, error) {
+		return "", fmt.Errorf("preparing the subPath bind mount of %v: %w", s, err)
+	}
+	comps, err := s.validate()
+	if err != nil {
+		return fail(err)
+	}
+	target, err := m.root.Join(s.target())
+	if err != nil {
+		return fail(fmt.Errorf("%w: %w", ErrInvalid, err))
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	defer m.locks.lock(s.Pod)()
+	fd, mode, err := m.openSubPath(ctx, s, comps)
+	if err != nil {
+		return fail(err)
+	}
+	defer func() { _ = unix.Close(fd) }()
+	if m.afterOpen != nil {
+		m.afterOpen(fd)
+	}
+	reuse, err := m.checkTarget(ctx, fd, s.target())
+	if err != nil {
+		return fail(err)
+	}
+	if reuse {
+		klog.FromContext(ctx).V(5).Info("SubPath already bind-mounted", "pod", s.Pod, "volume", s.Volume, "container", s.Container, "path", target)
+		return target, nil
+	}
+	if err := m.bind(ctx, s, fd, mode == unix.S_IFDIR, target); err != nil {
+		if cerr := m.undo(ctx, s, target); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("cleaning up: %w", cerr))
+		}
+		return fail(err)
+	}
+	klog.FromContext(ctx).V(4).Info("SubPath bind-mounted", "pod", s.Pod, "volume", s.Volume, "container", s.Container, "subPath", s.SubPath, "path", target)
+	return target, nil
+}
+
+// openSubPath opens s's subPath (comps) below s.VolumePath, creating it
+// as a directory when it is missing. It returns an O_PATH descriptor and
+// the file's type.
+func (m *Manager) openSubPath(ctx context.Context, s Mount, comps []string) (int, uint32, error) {
+	volFd, err := unix.Open(s.VolumePath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, 0, fmt.Errorf("opening the volume's directory %s: %w", s.VolumePath, err)
+	}
+	defer func() { _ = unix.Close(volFd) }()
+	fd, mode, missing, err := openBeneath(volFd, s.VolumePath, comps)
+	if err == nil || missing < 0 {
+		return fd, mode, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(volFd, &st); err != nil {
+		return -1, 0, fmt.Errorf("%s: %w", s.VolumePath, err)
+	}
+	if err := m.mkdirBeneath(ctx, volFd, s.VolumePath, comps, missing, st.Mode&0o7777); err != nil {
+		return -1, 0, fmt.Errorf("creating the subPath: %w", err)
+	}
+	fd, mode, _, err = openBeneath(volFd, s.VolumePath, comps)
+	return fd, mode, err
+}
+
+// checkTarget looks at what is mounted at name (relative to the root):
+// true when it is a bind mount of the file open as fd. A corrupted mount
+// or a mount of another file is unmounted (each of them, when they are
+// stacked), and false returned.
+func (m *Manager) checkTarget(ctx context.Context, fd int, name string) (bool, error) {
+	target, err := m.mountPath(name)
+	if err != nil {
+		return false, err
+	}
+	for n := 0; n < maxStacked; n++ {
+		isMnt, err := m.mounter.IsMountPoint(target)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return false, nil
+		case mount.IsCorruptedMnt(err):
+			klog.FromContext(ctx).Info("Unmounting a corrupted subPath mount", "path", target, "err", err)
+		case err != nil:
+			return false, fmt.Errorf("checking whether %s is a mount point: %w", target, err)
+		case !isMnt:
+			return false, nil
+		default:
+			same, err := m.sameFile(fd, target)
+			if err != nil || same {
+				return same, err
+			}
+			klog.FromContext(ctx).V(4).Info("Unmounting a stale subPath mount: it is of another file", "path", target)
+		}
+		if err := m.unmount(name); err != nil {
+			return false, err
+		}
+	}
+	return false, fmt.Errorf("%s is still a mount point after %d unmounts", target, maxStacked)
+}
+
+// mountPath returns the absolute path of name (relative to the root), to
+// hand to the mounter right away: no component of it below the root is a
+// symlink. It does not open or stat name itself, but reads its type from
+// its directory: a corrupted mount there (a dead FUSE daemon, a stale NFS
+// handle) fails a stat, and must still be unmounted.
+func (m *Manager) mountPath(name string) (string, error) {
+	full, err := m.root.Join(name)
+	if err != nil {
+		return "", err
+	}
+	entries, err := m.root.ReadDir(filepath.Dir(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return full, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	base := filepath.Base(name)
+	i, found := slices.BinarySearchFunc(entries, base, func(e fs.DirEntry, b string) int { return strings.Compare(e.Name(), b) })
+	if found && entries[i].Type()&fs.ModeSymlink != 0 {
+		return "", &rootfs.PathError{Op: "verify", Path: full, Component: full, Err: ErrSymlink}
+	}
+	return full, nil
+}
+
+// unmount unmounts name (relative to the root) once.
+func (m *Manager) unmount(name string) error {
+	target, err := m.mountPath(name)
+	if err != nil {
+		return err
+	}
+	if err := m.mounter.Unmount(target); err != nil {
+		return fmt.Errorf("unmounting %s: %w", target, err)
+	}
+	return nil
+}
+
+// bind makes target (a directory when dir, an empty file otherwise) and
+// bind-mounts the file open as fd on it, then checks the mount.
+func (m *Manager) bind(ctx context.Context, s Mount, fd int, dir bool, target string) error {
+	if err := m.makeTarget(s.target(), dir); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// mount(8) is another process: it reaches the descriptor through this
+	// process's /proc entry, and with --no-canonicalize hands the magic
+	// link to mount(2) as it is, which binds the opened file itself.
+	source := fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd)
+	if _, err := m.mountPath(s.target()); err != nil {
+		return err
+	}
+	if err := m.mounter.MountSensitiveWithoutSystemdWithMountFlags(source, target, "", []string{"bind"}, nil, []string{"--no-canonicalize"}); err != nil {
+		return fmt.Errorf("bind-mounting %s at %s: %w", source, target, err)
+	}
+	same, err := m.sameFile(fd, target)
+	if err == nil && !same {
+		err = fmt.Errorf("%s: %w", target, ErrMismatch)
+	}
+	return err
+}
+
+// makeTarget creates the bind mount's target name (relative to the root)
+// and its parents. A target of the other kind left by an earlier Prepare
+// (the subPath was a file and is a directory now, or the reverse) is
+// replaced when it is empty.
+func (m *Manager) makeTarget(name string, dir bool) error {
+	if err := m.root.MkdirAll(filepath.Dir(name), dirMode); err != nil {
+		return err
+	}
+	fi, err := m.root.Lstat(name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return err
+	case fi.IsDir() == dir && (dir || fi.Mode().IsRegular()):
+		return nil
+	default:
+		if err := m.removeTarget(name); err != nil {
+			return err
+		}
+	}
+	if dir {
+		return m.root.MkdirAll(name, dirMode)
+	}
+	return m.root.Create(name, fileMode)
+}
+
+// removeTarget removes name if it is an empty directory or an empty
+// regular file, what Prepare makes as a target; anything else stays and
+// is an error.
+func (m *Manager) removeTarget(name string) error {
+	fi, err := m.root.Lstat(name)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().IsRegular() && fi.Size() != 0 {
+		full, _ := m.root.Join(name)
+		return fmt.Errorf("%s: a file of %d bytes is not a subPath target: not removed", full, fi.Size())
+	}
+	return m.root.Remove(name)
+}
+
+// undo takes down what a failed Prepare of s left: the mount at target,
+// the target, and the directories above it that it leaves empty.
+func (m *Manager) undo(ctx context.Context, s Mount, target string) error {
+	if err := m.cleanTarget(ctx, s.target()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return m.removeEmptyDirs(filepath.Join(volumeDir(s.Pod, s.Volume), s.Container), volumeDir(s.Pod, s.Volume), podSubPathsDir(s.Pod))
+}
+
+// removeEmptyDirs removes each of dirs (relative to the root) in turn
+// while they are empty.
+func (m *Manager) removeEmptyDirs(dirs ...string) error {
+	for _, d := range dirs {
+		err := m.root.Remove(d)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST):
+			return nil
+		case err != nil:
+			return err
+		}
+	}
+	return nil
+}
+
+// sameFileStat reports whether target (reached without following a
+// symlink) is the file open as fd: the same device and inode. Across a
+// bind mount, target is the mounted file.
+func (m *Manager) sameFileStat(fd int, target string) (bool, error) {
+	var src unix.Stat_t
+	if err := unix.Fstat(fd, &src); err != nil {
+		return false, fmt.Errorf("fstat of the opened subPath: %w", err)
+	}
+	fi, err := m.root.Lstat(target)
+	if err != nil {
+		return false, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return false, fmt.Errorf("%s: no stat_t", target)
+	}
+	return st.Dev == src.Dev && st.Ino == src.Ino, nil
+}

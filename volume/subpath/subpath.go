@@ -1,0 +1,270 @@
+// Package subpath makes the kubelet's subPath bind mounts safely, and
+// takes them down again: a container runtime or a kubelet fork asks
+// Prepare for the path to give the runtime for one volumeMount with a
+// subPath, and the volume manager calls CleanVolume before it unpublishes
+// a pod volume (CleanPod when the pod's directory goes).
+//
+// A subPath names a file or directory inside a volume that the pod itself
+// can write to. A pod that plants a symlink there must not get a host path
+// mounted into its container (CVE-2017-1002101), nor win a race that swaps
+// a checked directory for a symlink before the mount (CVE-2021-25741).
+// Prepare therefore opens every component of the subPath below the
+// volume's directory without following a symlink (openat2 with
+// RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, or one component at a time with
+// O_NOFOLLOW), bind-mounts the opened file through its descriptor
+// (/proc/{pid}/fd/{n}, which mount(8) does not resolve to a path), and
+// checks afterwards that the mount is the file it opened.
+//
+// On disk it is the kubelet's layout, so that a node can move between the
+// kubelet and nodevol: the bind mount of a container's volumeMount number
+// {index} is {root}/pods/{uid}/volume-subpaths/{volume}/{container}/{index},
+// a directory (mode 0750) for a directory and an empty file (mode 0640) for
+// anything else, its parents directories of mode 0750. A missing subPath
+// is created in the volume as a directory with the mode of the volume's
+// root, as the kubelet creates it.
+//
+// What it does not do, that the kubelet does: it follows no symlink in a
+// subPath at all (the kubelet resolves symlinks that stay inside the
+// volume, once, and opens the result without following any); it does not
+// expand subPathExpr (the caller passes the expanded subPath); it does not
+// trigger automounts inside the volume; it unmounts a stale mount with a
+// plain unmount where the kubelet detaches it lazily; and its errors carry
+// the paths, which the kubelet logs but does not put in the pod's events.
+package subpath
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/internal/fsutil"
+	"github.com/nodevol/nodevol/internal/rootfs"
+	"github.com/nodevol/nodevol/util/step"
+)
+
+// DirName is the name of a pod's directory of subPath bind mounts,
+// {root}/pods/{uid}/volume-subpaths: the kubelet's.
+const DirName = "volume-subpaths"
+
+// Limits of a subPath, the kernel's: NAME_MAX bytes for one component and
+// PATH_MAX-1 for the whole.
+const (
+	MaxComponentLength = 255
+	MaxSubPathLength   = 4095
+)
+
+var (
+	// ErrInvalid is wrapped by the errors for a Mount or a name that can
+	// never be prepared: a subPath that is empty, absolute, climbs with
+	// "..", or exceeds the limits; a name that is not a path element. The
+	// error is final: retrying cannot help until the pod changes.
+	ErrInvalid = errors.New("invalid")
+	// ErrSymlink is wrapped by the errors for a subPath with a symlink in
+	// it: a pod's symlink is never followed. Final until the volume's
+	// content changes.
+	ErrSymlink = rootfs.ErrSymlink
+	// ErrMismatch is wrapped by the error for a bind mount that is not of
+	// the file Prepare opened: it was unmounted again.
+	ErrMismatch = errors.New("the bind mount is not of the opened subPath")
+)
+
+// Config configures a Manager.
+type Config struct {
+	// RootDir is nodevol's root, the kubelet's root directory
+	// (/var/lib/kubelet): pods/ is under it. Required.
+	RootDir string
+	// Mounter makes and removes the bind mounts. Required: mount.New("")
+	// on a node, mount.NewFakeMounter in unit tests. Its bind mounts must
+	// pass mount flags on (mount(8)'s --no-canonicalize): mount-utils'
+	// Mounter does.
+	Mounter mount.Interface
+	// Steps sees every directory or file made or removed, and every mount
+	// and unmount, before it is taken (package step). Nil: none is shown.
+	Steps step.Hook
+}
+
+// Manager prepares and cleans subPath bind mounts. Safe for concurrent
+// use: calls for one pod are serialized, calls for different pods run
+// side by side. It keeps no state between calls: a new Manager (after a
+// restart) finds and cleans what an earlier one, or the kubelet, left.
+type Manager struct {
+	root    *rootfs.Root
+	mounter mount.Interface
+	steps   step.Hook
+	// sameFile reports whether the mount at target is of the file open as
+	// fd; replaced in tests on the fake mounter, which mounts nothing.
+	sameFile func(fd int, target string) (bool, error)
+	// afterOpen, when set (tests), runs after the subPath is opened.
+	afterOpen func(fd int)
+	locks     podLocks
+}
+
+// New returns a Manager for cfg.
+func New(cfg Config) (*Manager, error) {
+	if cfg.RootDir == "" {
+		return nil, fmt.Errorf("subpath: Config.RootDir: %w: empty", ErrInvalid)
+	}
+	if cfg.Mounter == nil {
+		return nil, fmt.Errorf("subpath: Config.Mounter: %w: nil", ErrInvalid)
+	}
+	root, err := rootfs.New(cfg.RootDir)
+	if err != nil {
+		return nil, fmt.Errorf("subpath: %w", err)
+	}
+	m := &Manager{
+		root:    root.WithSteps(cfg.Steps),
+		mounter: step.Mounter(cfg.Mounter, cfg.Steps),
+		steps:   cfg.Steps,
+	}
+	m.sameFile = m.sameFileStat
+	return m, nil
+}
+
+// Mount is one volumeMount of a container that has a subPath.
+type Mount struct {
+	// Pod is the pod's UID.
+	Pod types.UID
+	// Volume names the pod volume as the kubelet names its subPath
+	// directory (the kubelet's InnerVolumeSpecName): the PV's name
+	// (cache.VolumeSpec.PVName) for a volume from a claim, the name in
+	// pod.spec.volumes otherwise. It is the name of the pod's volume
+	// directory, and the name the volume manager passes to CleanVolume;
+	// for a claim it is not the pod's name for the volume.
+	Volume string
+	// VolumePath is where the volume is for the pod (the path
+	// GetMountedVolumesForPod reports): the subPath is resolved below it.
+	// Symlinks in VolumePath itself are followed, as the kubelet does
+	// (a hostPath volume may be one).
+	VolumePath string
+	// Container is the container's name.
+	Container string
+	// Index is the volumeMount's index in the container's volumeMounts.
+	Index int
+	// SubPath is the volumeMount's subPath (subPathExpr already
+	// expanded): relative, without "..", components of at most
+	// MaxComponentLength bytes. "." and a trailing "/" are accepted and
+	// cleaned, as the kubelet does.
+	SubPath string
+}
+
+// String names the mount in errors and logs.
+func (s Mount) String() string {
+	return fmt.Sprintf("pod %s volume %q container %q (volumeMount %d) subPath %q", s.Pod, s.Volume, s.Container, s.Index, s.SubPath)
+}
+
+// validateNames checks the names that become path elements under the
+// root.
+func validateNames(pod types.UID, volume string) error {
+	if err := fsutil.ValidateName("pod UID", string(pod)); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := fsutil.ValidateName("volume name", volume); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// validate checks s and returns its subPath's components below the
+// volume (none for "."), cleaned.
+func (s Mount) validate() ([]string, error) {
+	if err := validateNames(s.Pod, s.Volume); err != nil {
+		return nil, err
+	}
+	if err := fsutil.ValidateName("container name", s.Container); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if s.Index < 0 {
+		return nil, fmt.Errorf("%w volumeMount index %d: negative", ErrInvalid, s.Index)
+	}
+	if s.VolumePath == "" || !filepath.IsAbs(s.VolumePath) {
+		return nil, fmt.Errorf("%w volume path %q: not absolute", ErrInvalid, s.VolumePath)
+	}
+	return splitSubPath(s.SubPath)
+}
+
+// splitSubPath checks subPath as the kubelet does (not absolute, no ".."
+// component) and against the kernel's limits, and returns its cleaned
+// components.
+func splitSubPath(subPath string) ([]string, error) {
+	bad := func(why string) ([]string, error) {
+		return nil, fmt.Errorf("%w subPath %q: %s", ErrInvalid, subPath, why)
+	}
+	switch {
+	case subPath == "":
+		return bad("empty")
+	case filepath.IsAbs(subPath):
+		return bad("must not be an absolute path")
+	case len(subPath) > MaxSubPathLength:
+		return bad(fmt.Sprintf("longer than %d bytes", MaxSubPathLength))
+	case strings.IndexByte(subPath, 0) >= 0:
+		return bad("must not contain a NUL byte")
+	}
+	for _, c := range strings.Split(subPath, "/") {
+		if c == ".." {
+			return bad(`must not contain ".."`)
+		}
+		if len(c) > MaxComponentLength {
+			return bad(fmt.Sprintf("a component is longer than %d bytes", MaxComponentLength))
+		}
+	}
+	clean := filepath.Clean(subPath)
+	if clean == "." {
+		return nil, nil
+	}
+	return strings.Split(clean, "/"), nil
+}
+
+// Paths under the root, relative to it.
+
+func podSubPathsDir(pod types.UID) string {
+	return filepath.Join("pods", string(pod), DirName)
+}
+
+func volumeDir(pod types.UID, volume string) string {
+	return filepath.Join(podSubPathsDir(pod), volume)
+}
+
+func (s Mount) target() string {
+	return filepath.Join(volumeDir(s.Pod, s.Volume), s.Container, strconv.Itoa(s.Index))
+}
+
+// podLocks serializes the calls for one pod.
+type podLocks struct {
+	mu    sync.Mutex
+	locks map[types.UID]*podLock
+}
+
+type podLock struct {
+	sync.Mutex
+	users int
+}
+
+// lock locks pod's lock and returns its unlock.
+func (p *podLocks) lock(pod types.UID) func() {
+	p.mu.Lock()
+	if p.locks == nil {
+		p.locks = map[types.UID]*podLock{}
+	}
+	l := p.locks[pod]
+	if l == nil {
+		l = &podLock{}
+		p.locks[pod] = l
+	}
+	l.users++
+	p.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		p.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(p.locks, pod)
+		}
+		p.mu.Unlock()
+	}
+}
