@@ -32,9 +32,10 @@ func (p *plugin) blockMap(pv string, uid types.UID, dev string) (BlockMap, error
 }
 
 // verifyMap checks that none of m's paths under the root goes through a
-// symlink, right before the mapper gets them.
+// symlink, right before the mapper gets them (the pod's device path is a
+// symlink by design: its directory is checked).
 func (p *plugin) verifyMap(m BlockMap) error {
-	for _, path := range []string{filepath.Join(m.GlobalMapPath, m.PodUID), filepath.Join(m.PodDeviceDir, m.Name)} {
+	for _, path := range []string{filepath.Join(m.GlobalMapPath, m.PodUID), m.PodDeviceDir} {
 		if _, err := p.rfs.Verify(path); err != nil {
 			return err
 		}
