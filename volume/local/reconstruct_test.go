@@ -104,7 +104,15 @@ func TestReconstruct(t *testing.T) {
 			}
 		})
 	}
-	// A restarted plugin tears down what it found: the pods, then the devices.
+	checkRestartTearsDown(t, f)
+}
+
+// checkRestartTearsDown: a restarted plugin tears down what it finds on
+// f's root and mount table, the pods first, then the devices, and leaves
+// nothing of the plugin's; a symlink that is not its own stays.
+func checkRestartTearsDown(t *testing.T, f *fixture) {
+	t.Helper()
+	ctx := context.Background()
 	restarted := newFixtureOn(t, f)
 	found := restarted.p.Reconstruct(ctx, volume.Recovery{MountPoints: f.mountPoints()})
 	for _, m := range found.Mounts {
