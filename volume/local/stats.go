@@ -1,0 +1,57 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// VolumeStats implements volume.StatsProvider. For a Filesystem volume it
+// is statfs of the pod's mount, as the kubelet's MetricsStatFS: the
+// capacity, free and used bytes and inodes of the filesystem the PV's
+// path is on (shared with whatever else is on it, for a directory). For a
+// Block volume it is the device's size only (the kubelet's MetricsBlock).
+func (p *plugin) VolumeStats(_ context.Context, spec *cache.VolumeSpec, volumePath, _ string) (volume.Stats, bool, error) {
+	none := volume.Stats{CapacityBytes: -1, AvailableBytes: -1, UsedBytes: -1, Inodes: -1, InodesFree: -1, InodesUsed: -1}
+	if spec.Mode == cache.Block {
+		target, err := p.rfs.Readlink(volumePath)
+		if err != nil {
+			return none, false, fmt.Errorf("stats of block volume %s: %w", desc(spec), err)
+		}
+		f, err := os.Open(target)
+		if err != nil {
+			return none, false, fmt.Errorf("stats of block volume %s: %w", desc(spec), err)
+		}
+		defer f.Close()
+		size, err := f.Seek(0, io.SeekEnd)
+		if err != nil {
+			return none, false, fmt.Errorf("stats of block volume %s: size of %s: %w", desc(spec), target, err)
+		}
+		none.CapacityBytes = size
+		return none, true, nil
+	}
+	d, err := p.rfs.OpenDir(volumePath)
+	if err != nil {
+		return none, false, fmt.Errorf("stats of volume %s: %w", desc(spec), err)
+	}
+	defer d.Close()
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(d.Fd()), &st); err != nil {
+		return none, false, fmt.Errorf("stats of volume %s: statfs %s: %w", desc(spec), volumePath, err)
+	}
+	bs := st.Bsize
+	return volume.Stats{
+		CapacityBytes:  int64(st.Blocks) * bs,
+		AvailableBytes: int64(st.Bavail) * bs,
+		UsedBytes:      int64(st.Blocks-st.Bfree) * bs,
+		Inodes:         int64(st.Files),
+		InodesFree:     int64(st.Ffree),
+		InodesUsed:     int64(st.Files - st.Ffree),
+	}, true, nil
+}
