@@ -79,8 +79,9 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 
 // readyAndWhole reports whether the volume is set up already, as the
 // kubelet decides it: its ready file is there and, on disk, the directory
-// exists, or, in memory, something is mounted at it. A hugepages volume is
-// checked by mountMedium. A disk volume's ready file without its
+// exists; in memory, something is mounted at it; with hugepages, a
+// hugetlbfs of its page size is (where the kubelet would check the mount
+// again and walk the fsGroup ownership again). A disk volume's ready file without its
 // directory is removed (the kubelet's warning case: someone deleted it).
 func (p *plugin) readyAndWhole(at paths, m medium) (bool, error) {
 	if !p.isReady(at) {
@@ -101,15 +102,17 @@ func (p *plugin) readyAndWhole(at paths, m medium) (bool, error) {
 			return false, fmt.Errorf("the ready file is there but the volume directory %s is not; removing the ready file: %w", at.abs, err)
 		}
 		return false, nil
-	case inMemory:
-		table, err := p.mounter.List()
-		if err != nil {
-			return false, fmt.Errorf("listing mount points: %w", err)
-		}
-		mounts, _ := mountsAt(table, at.abs)
+	}
+	table, err := p.mounter.List()
+	if err != nil {
+		return false, fmt.Errorf("listing mount points: %w", err)
+	}
+	mounts, _ := mountsAt(table, at.abs)
+	if m.kind == inMemory || len(mounts) == 0 {
 		return len(mounts) > 0, nil
 	}
-	return false, nil
+	top := mounts[len(mounts)-1]
+	return top.Type == hugetlbfsType && checkPageSize(top, m) == nil, nil
 }
 
 // isReady reports whether the volume's ready file is there, a regular file.
@@ -121,6 +124,9 @@ func (p *plugin) isReady(at paths) bool {
 // setReady writes the volume's ready file (the kubelet's SetReady), taking
 // back whatever else is in its place.
 func (p *plugin) setReady(at paths) error {
+	if p.isReady(at) {
+		return nil
+	}
 	if err := p.rfs.MkdirAll(at.readyDir, parentDirMode); err != nil {
 		return err
 	}
