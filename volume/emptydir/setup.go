@@ -24,7 +24,8 @@ import (
 //
 //   - when the ready file is there and the volume is whole (on disk: the
 //     directory exists; medium Memory: something is mounted there) it does
-//     nothing; a disk volume whose directory is gone loses its ready file
+//     nothing (with hugepages: a hugetlbfs of its page size is mounted
+//     there); a disk volume whose directory is gone loses its ready file
 //     and is set up again;
 //   - otherwise it creates the directory (mode 0777, whatever the umask),
 //     mounts a tmpfs (medium Memory) or a hugetlbfs (hugepages) there
@@ -80,9 +81,10 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 // readyAndWhole reports whether the volume is set up already, as the
 // kubelet decides it: its ready file is there and, on disk, the directory
 // exists; in memory, something is mounted at it; with hugepages, a
-// hugetlbfs of its page size is (where the kubelet would check the mount
-// again and walk the fsGroup ownership again). A disk volume's ready file without its
-// directory is removed (the kubelet's warning case: someone deleted it).
+// hugetlbfs of its page size is (where the kubelet checks the mount and
+// walks the fsGroup ownership again, to the same end). A disk volume's
+// ready file without its directory is removed (the kubelet's warning
+// case: someone deleted the directory).
 func (p *plugin) readyAndWhole(at paths, m medium) (bool, error) {
 	if !p.isReady(at) {
 		return false, nil
