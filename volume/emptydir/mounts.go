@@ -1,0 +1,112 @@
+package emptydir
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"k8s.io/mount-utils"
+)
+
+// File system types of the mounts a volume gets.
+const (
+	tmpfsType     = "tmpfs"
+	hugetlbfsType = "hugetlbfs"
+)
+
+// mountsAt returns the mounts of table at dir, the lowest first (the last
+// is the one a lookup of dir reaches), and the mount points below dir.
+func mountsAt(table []mount.MountPoint, dir string) (at []mount.MountPoint, below []string) {
+	prefix := dir + "/"
+	for _, mp := range table {
+		switch {
+		case mp.Path == dir:
+			at = append(at, mp)
+		case strings.HasPrefix(mp.Path, prefix):
+			below = append(below, mp.Path)
+		}
+	}
+	return at, below
+}
+
+// ownMount reports whether mp is a mount a volume of this plugin gets.
+func ownMount(mp mount.MountPoint) bool {
+	return mp.Type == tmpfsType || mp.Type == hugetlbfsType
+}
+
+// mountPageSize is the page size a hugetlbfs mount shows in its pagesize=
+// option, with the kubelet's "i" added so that it compares with a medium's
+// size ("2M" is "2Mi"); "" when it shows none.
+func mountPageSize(mp mount.MountPoint) string {
+	for _, o := range mp.Opts {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(o), "pagesize="); ok {
+			if !strings.HasSuffix(v, "i") {
+				v += "i"
+			}
+			return v
+		}
+	}
+	return ""
+}
+
+// tmpfsNoswapSupported reports, once, whether a tmpfs is mounted with
+// noswap, as the kubelet decides it: never in a user namespace (the
+// kernel refuses it to an unprivileged tmpfs), always from Linux 6.4 on.
+// On an older kernel the kubelet tries a test mount; nodevol leaves
+// noswap out instead.
+var tmpfsNoswapSupported = sync.OnceValue(func() bool {
+	if inUserNamespace() {
+		return false
+	}
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return false
+	}
+	return kernelAtLeast(strings.TrimSpace(string(b)), 6, 4)
+})
+
+// kernelAtLeast reports whether release ("6.8.0-45-generic") is at
+// least major.minor.
+func kernelAtLeast(release string, major, minor int) bool {
+	parts := strings.SplitN(release, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(leadingDigits(parts[1]))
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}
+
+// leadingDigits is the digits s starts with ("4" of "4-rc1").
+func leadingDigits(s string) string {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return s[:i]
+}
+
+// inUserNamespace reports whether the process runs in a user namespace
+// other than the initial one, whose uid_map is "0 0 4294967295".
+func inUserNamespace() bool {
+	f, err := os.Open("/proc/self/uid_map")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	line, err := bufio.NewReader(f).ReadString('\n')
+	if err != nil && line == "" {
+		return true // an empty map: a new namespace not set up yet
+	}
+	var a, b, c int64
+	if _, err := fmt.Sscanf(line, "%d %d %d", &a, &b, &c); err != nil {
+		return false
+	}
+	return a != 0 || b != 0 || c != 4294967295
+}

@@ -1,0 +1,97 @@
+package emptydir
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/volume"
+)
+
+// TestRootSymlinkOutside: symlinks the pod planted in its volume, to a
+// directory and a file outside, go as links; what they point to stays.
+func TestRootSymlinkOutside(t *testing.T) {
+	for _, medium := range []v1.StorageMedium{"", "Memory"} {
+		t.Run("medium "+string(medium), func(t *testing.T) {
+			p := rootPlugin(t, "")
+			outside := t.TempDir()
+			write(t, filepath.Join(outside, "keep"), "keep")
+			write(t, filepath.Join(outside, "sub/keep"), "keep")
+			spec := resolved(t, p, testPod(ctr(nil, nil)), "v", v1.EmptyDirVolumeSource{Medium: medium})
+			dir, err := p.SetUp(context.Background(), request(spec, "v"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			write(t, filepath.Join(dir, "d/data"), "x")
+			for link, target := range map[string]string{"escape": outside, "d/file": filepath.Join(outside, "keep"), "d/sub": filepath.Join(outside, "sub")} {
+				if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := p.TearDown(context.Background(), request(spec, "v")); err != nil {
+				t.Fatal(err)
+			}
+			checkNothingLeft(t, p, "v")
+			for _, f := range []string{"keep", "sub/keep"} {
+				if b, err := os.ReadFile(filepath.Join(outside, f)); err != nil || string(b) != "keep" {
+					t.Errorf("%s outside the volume: %q, %v", f, b, err)
+				}
+			}
+		})
+	}
+}
+
+// TestRootMountInside: a mount inside the volume makes TearDown refuse,
+// and a mount the mount table it is given misses stops the deletion at
+// it; the mounted data stays either way.
+func TestRootMountInside(t *testing.T) {
+	p := rootPlugin(t, "")
+	spec := resolved(t, p, testPod(ctr(nil, nil)), "v", v1.EmptyDirVolumeSource{})
+	dir, err := p.SetUp(context.Background(), request(spec, "v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := t.TempDir()
+	write(t, filepath.Join(src, "data"), "precious")
+	sub := filepath.Join(dir, "a", "sub")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount(src, sub, "", syscall.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	err = p.TearDown(context.Background(), request(spec, "v"))
+	if !errors.Is(err, errOtherMount) || !strings.Contains(err.Error(), sub) || volume.IsUncertain(err) {
+		t.Errorf("TearDown over a mount inside: %v, want a refusal naming %s", err, sub)
+	}
+	if !exists(t, filepath.Join(p.root, "pods", string(testUID), "plugins", escapedName, "v", readyFile)) {
+		t.Error("the refusal removed the ready file")
+	}
+	// A plugin whose mount table misses the mount: the deletion stops at
+	// the mount's root.
+	blind, err := newPlugin(Config{RootDir: p.root, Mounter: mount.NewFakeMounter(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = blind.TearDown(context.Background(), request(spec, "v"))
+	if !errors.Is(err, errOtherMount) || !strings.Contains(err.Error(), sub) || !volume.IsUncertain(err) {
+		t.Errorf("TearDown with the mount missing from its table: %v, want an Uncertain refusal naming %s", err, sub)
+	}
+	if b, err := os.ReadFile(filepath.Join(src, "data")); err != nil || string(b) != "precious" {
+		t.Fatalf("the mounted data: %q, %v", b, err)
+	}
+	if err := syscall.Unmount(sub, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.TearDown(context.Background(), request(spec, "v")); err != nil {
+		t.Fatal(err)
+	}
+	checkNothingLeft(t, p, "v")
+}

@@ -1,0 +1,183 @@
+package emptydir
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// errOtherMount is wrapped by TearDown's refusals: a mount that is not the
+// volume's own is at or below its directory.
+var errOtherMount = errors.New("another file system is mounted there: its data is not deleted")
+
+// TearDown implements volume.Mounter: it takes down pod
+// req.Volume.Pod.UID's volume req.Volume.SpecName from its path alone (the
+// spec's source is not needed), as the kubelet's TearDownAt does: it
+// removes the ready file, unmounts the tmpfs or hugetlbfs mounted at the
+// directory, and deletes the directory with everything in it, following
+// no symlink (a link the pod planted goes, its target stays). Idempotent:
+// a volume that is gone is not an error.
+//
+// A mount below the directory, or one at it that is not a tmpfs or a
+// hugetlbfs, makes it refuse before it changes anything, with an error
+// naming the mount: it never deletes another file system's data. A failure
+// once it has changed something wraps volume.ErrInProgress (Uncertain).
+func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
+	vol := req.Volume
+	fail := func(err error) error {
+		return fmt.Errorf("tearing down emptyDir volume %q of pod %s: %w", vol.SpecName, vol.Pod, err)
+	}
+	at, err := p.volumePaths(vol.Pod.UID, vol.SpecName)
+	if err != nil {
+		return fail(err)
+	}
+	table, err := p.mounter.List()
+	if err != nil {
+		return fail(fmt.Errorf("listing mount points: %w", err))
+	}
+	mounts, below := mountsAt(table, at.abs)
+	if len(below) > 0 {
+		return fail(fmt.Errorf("%s: %w", strings.Join(below, ", "), errOtherMount))
+	}
+	for _, mp := range mounts {
+		if !ownMount(mp) {
+			return fail(fmt.Errorf("%s (%s): %w", at.abs, mp.Type, errOtherMount))
+		}
+	}
+	if err := p.rfs.RemoveIn(at.readyDir, readyFile); err != nil {
+		return fail(err)
+	}
+	// From here on a failure leaves the volume half taken down.
+	uncertain := func(err error) error { return fail(fmt.Errorf("%w: %w", err, volume.ErrInProgress)) }
+	for range mounts {
+		if _, err := p.rfs.Verify(at.dir); err != nil {
+			return uncertain(err)
+		}
+		if err := p.mounter.Unmount(at.abs); err != nil {
+			return uncertain(fmt.Errorf("unmounting %s: %w", at.abs, err))
+		}
+	}
+	if err := p.removeVolumeDir(ctx, at); err != nil {
+		return uncertain(err)
+	}
+	klog.FromContext(ctx).V(4).Info("EmptyDir volume torn down", "pod", vol.Pod, "volume", vol.SpecName, "path", at.abs)
+	return nil
+}
+
+// removeVolumeDir deletes the volume directory and everything in it; a
+// missing directory is not an error, and anything else in its place (a
+// symlink, a file) is removed itself, never followed.
+func (p *plugin) removeVolumeDir(ctx context.Context, at paths) error {
+	fi, err := p.rfs.Lstat(at.dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return p.rfs.RemoveAny(at.dir)
+	}
+	d, err := p.rfs.OpenDir(at.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(d.Fd()), &st); err != nil {
+		return &fs.PathError{Op: "stat", Path: at.abs, Err: err}
+	}
+	rm := remover{ctx: ctx, steps: p.steps, dev: st.Dev}
+	if err := rm.contents(d, at.abs); err != nil {
+		return err
+	}
+	return p.rfs.Remove(at.dir)
+}
+
+// remover deletes a directory's contents, depth first, from directory
+// descriptors: nothing is reached by path, no symlink is followed (a link
+// is removed as a link), and a directory that is the root of a mount (or
+// on another device than the volume) stops it with an error naming it,
+// before anything in it is touched.
+type remover struct {
+	ctx   context.Context
+	steps step.Hook
+	// dev is the volume's device.
+	dev uint64
+}
+
+// contents removes everything in directory d, at dir (for messages).
+func (r remover) contents(d *os.File, dir string) error {
+	if err := r.ctx.Err(); err != nil {
+		return err
+	}
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return &fs.PathError{Op: "readdir", Path: dir, Err: err}
+	}
+	fd := int(d.Fd())
+	for _, name := range names {
+		full := filepath.Join(dir, name)
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if err == unix.ENOENT {
+				continue
+			}
+			return &fs.PathError{Op: "stat", Path: full, Err: err}
+		}
+		flags := 0
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			if err := r.subdir(fd, name, full); err != nil {
+				return err
+			}
+			flags = unix.AT_REMOVEDIR
+		}
+		if err := r.steps.Take(step.Remove, full); err != nil {
+			return &fs.PathError{Op: "remove", Path: full, Err: err}
+		}
+		// unlinkat never follows name: were it swapped since, the new
+		// entry itself would go, or the call fail.
+		if err := unix.Unlinkat(fd, name, flags); err != nil && err != unix.ENOENT {
+			return &fs.PathError{Op: "remove", Path: full, Err: err}
+		}
+	}
+	return nil
+}
+
+// subdir empties directory name of parent fd, after checking that it is
+// no mount's root.
+func (r remover) subdir(parent int, name, full string) error {
+	cfd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: full, Err: err}
+	}
+	c := os.NewFile(uintptr(cfd), full)
+	defer c.Close()
+	if isMountRoot(cfd, r.dev) {
+		return fmt.Errorf("%s: %w", full, errOtherMount)
+	}
+	return r.contents(c, full)
+}
+
+// isMountRoot reports whether the directory open at fd is the root of a
+// mount (statx's STATX_ATTR_MOUNT_ROOT, Linux 5.8 and later) or on another
+// device than dev; an error of statx counts as a mount root.
+func isMountRoot(fd int, dev uint64) bool {
+	var stx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS, &stx); err != nil {
+		return true
+	}
+	if stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+		return true
+	}
+	return unix.Mkdev(stx.Dev_major, stx.Dev_minor) != dev
+}
