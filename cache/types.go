@@ -184,6 +184,11 @@ type MountedVolume struct {
 	Name UniqueVolumeName
 	// SpecName is the volume's name in pod.spec.volumes.
 	SpecName string
+	// DirName names the volume's directories under the pod
+	// (volumes/{plugin}/{DirName}, volume-subpaths/{DirName}): the PV's
+	// name for a claim, else SpecName, as the kubelet names them (its
+	// inner volume spec name).
+	DirName string
 	// Plugin is the name of the volume's plugin ("kubernetes.io/csi",
 	// "kubernetes.io/empty-dir", ...).
 	Plugin string

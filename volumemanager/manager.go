@@ -24,8 +24,11 @@ import (
 	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/pluginmanager"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/emptydir"
 	"github.com/nodevol/nodevol/volume/hostpath"
 	"github.com/nodevol/nodevol/volume/image"
+	"github.com/nodevol/nodevol/volume/local"
+	"github.com/nodevol/nodevol/volume/subpath"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
@@ -67,6 +70,8 @@ type VolumeManager struct {
 	// reported; nil unless Config.ReportVolumesInUse or
 	// Config.VolumesInUseReportedByCaller.
 	inUse *inUseReporter
+	// subpaths are the pods' subPath bind mounts (SubPaths).
+	subpaths *subpath.Manager
 	// expander grows mounted volumes; nil when the plugin cannot.
 	expander nodeExpander
 	// conditions are the volume conditions last seen (health.go).
@@ -207,7 +212,12 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 	if _, ok := vm.plugin.(volume.SelfAttacher); cfg.SelfAttach && !ok {
 		return fmt.Errorf("volumemanager: Config.SelfAttach needs a plugin that attaches volumes itself; %T does not (volume.SelfAttacher)", vm.plugin)
 	}
-	defaults, err := defaultPlugins(cfg)
+	subpaths, err := subpath.New(subpath.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps})
+	if err != nil {
+		return fmt.Errorf("volumemanager: %w", err)
+	}
+	vm.subpaths = subpaths
+	defaults, err := defaultPlugins(cfg, vm.resolver.node)
 	if err != nil {
 		return fmt.Errorf("volumemanager: %w", err)
 	}
@@ -236,13 +246,21 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 // built from the Config, less those an embedder's plugin (Config.Plugins)
 // replaces: one of the same name or claiming a kind of source in common
 // (volume.SharesKind).
-func defaultPlugins(cfg Config) ([]volume.Plugin, error) {
+func defaultPlugins(cfg Config, node func() (*v1.Node, error)) ([]volume.Plugin, error) {
 	host, err := hostpath.New(hostpath.Config{Steps: cfg.Steps})
 	if err != nil {
 		return nil, err
 	}
+	empty, err := emptydir.New(emptydir.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps, AllocatableMemory: allocatableMemory(node)})
+	if err != nil {
+		return nil, err
+	}
+	loc, err := local.New(local.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, BlockMapper: cfg.BlockMapper, EventRecorder: cfg.EventRecorder, Steps: cfg.Steps})
+	if err != nil {
+		return nil, err
+	}
 	var out []volume.Plugin
-	for _, p := range []volume.Plugin{image.Plugin{}, host} {
+	for _, p := range []volume.Plugin{image.Plugin{}, host, empty, loc} {
 		if !slices.ContainsFunc(cfg.Plugins, func(own volume.Plugin) bool { return own != nil && volume.SharesKind(p, own) }) {
 			out = append(out, p)
 		}
@@ -370,6 +388,14 @@ func (vm *VolumeManager) GetMountedVolumesForPod(uid types.UID) []vcache.Mounted
 	}
 	return out
 }
+
+// SubPaths returns the manager of the pods' subPath bind mounts under
+// Config.RootDir: a container runtime or a kubelet fork calls its Prepare
+// for each volumeMount with a subPath before it starts the container
+// (with MountedVolume.DirName as the volume), and CleanPod before it
+// removes a pod's directory. The volume manager cleans a volume's subPath
+// mounts before it unpublishes the volume.
+func (vm *VolumeManager) SubPaths() *subpath.Manager { return vm.subpaths }
 
 // HasPossiblyMountedVolumesForPod reports whether any volume of the pod is
 // mounted or may be (Uncertain, or an operation on it is running): the

@@ -203,7 +203,7 @@ func TestTrimPodKeeps(t *testing.T) {
 				SELinuxOptions:      &v1.SELinuxOptions{Level: "s0:c1,c2"},
 				SELinuxChangePolicy: ptr.To(v1.SELinuxChangePolicyMountOption),
 			},
-			Volumes:        vols,
+			Volumes: vols,
 			InitContainers: []v1.Container{
 				{Name: "init-data", VolumeMounts: []v1.VolumeMount{{Name: "data"}}},
 				{Name: "init-config", VolumeMounts: []v1.VolumeMount{{Name: "config"}}},

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/internal/podwait"
 
 	"github.com/nodevol/nodevol/cache"
@@ -271,7 +272,7 @@ func (a *ActualStateOfWorld) PodVolumes(uid types.UID) []cache.MountedVolume {
 			continue
 		}
 		out = append(out, cache.MountedVolume{
-			Name: name, SpecName: pm.Volume.SpecName, Plugin: v.Spec.PluginName(), Driver: v.Spec.Driver,
+			Name: name, SpecName: pm.Volume.SpecName, DirName: ondisk.VolumeDirName(&v.Spec, pm.Volume), Plugin: v.Spec.PluginName(), Driver: v.Spec.Driver,
 			State: pm.State, Path: pm.Path, Block: v.Spec.Mode == cache.Block, ReadOnly: pm.Volume.ReadOnly || v.Spec.ReadOnly,
 		})
 	}

@@ -130,7 +130,7 @@ func TestActualStates(t *testing.T) {
 		t.Fatalf("volume %+v", v)
 	}
 	got := a.PodVolumes("1")
-	want := []cache.MountedVolume{{Name: s.Name, SpecName: "v", Driver: "drv", State: cache.Mounted, Path: "/pods/1/v"}}
+	want := []cache.MountedVolume{{Name: s.Name, SpecName: "v", DirName: "pv", Plugin: cache.CSIPluginName, Driver: "drv", State: cache.Mounted, Path: "/pods/1/v"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("PodVolumes = %+v, want %+v", got, want)
 	}
