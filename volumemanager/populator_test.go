@@ -11,17 +11,21 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	k8scache "k8s.io/client-go/tools/cache"
+	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/volume"
-	"github.com/nodevol/nodevol/volume/image"
 )
 
 // testPlugins are the plugins New registers by default: CSI and image.
 var testPlugins = func() *volume.Registry {
-	r, err := volume.NewRegistry(newCSIPlugin(os.TempDir()), image.Plugin{})
+	defaults, err := defaultPlugins(Config{RootDir: os.TempDir(), Mounter: mount.NewFakeMounter(nil)}, func() (*v1.Node, error) { return nil, errNoNode })
+	if err != nil {
+		panic(err)
+	}
+	r, err := volume.NewRegistry(append([]volume.Plugin{newCSIPlugin(os.TempDir())}, defaults...)...)
 	if err != nil {
 		panic(err)
 	}

@@ -1,0 +1,159 @@
+package volumemanager
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/volumemanager/internal/planner"
+)
+
+func testNode(name string, labels map[string]string) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Status: v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourceMemory: resource.MustParse("4Gi")}}}
+}
+
+func affinity(terms ...v1.NodeSelectorTerm) *v1.VolumeNodeAffinity {
+	return &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: terms}}
+}
+
+func expr(key string, op v1.NodeSelectorOperator, values ...string) v1.NodeSelectorRequirement {
+	return v1.NodeSelectorRequirement{Key: key, Operator: op, Values: values}
+}
+
+// TestCheckNodeAffinity: a PV's required node affinity is matched as the
+// kubelet matches it: terms ORed, requirements ANDed, every operator, the
+// node's name through matchFields, an empty term matching nothing.
+func TestCheckNodeAffinity(t *testing.T) {
+	node := testNode("node-1", map[string]string{"kubernetes.io/hostname": "node-1", "zone": "a", "disks": "4"})
+	term := func(reqs ...v1.NodeSelectorRequirement) v1.NodeSelectorTerm {
+		return v1.NodeSelectorTerm{MatchExpressions: reqs}
+	}
+	tests := []struct {
+		name     string
+		affinity *v1.VolumeNodeAffinity
+		want     string // "" to match, else a part of the error
+	}{
+		{"no affinity", nil, ""},
+		{"no required", &v1.VolumeNodeAffinity{}, ""},
+		{"hostname in", affinity(term(expr("kubernetes.io/hostname", v1.NodeSelectorOpIn, "node-1"))), ""},
+		{"another node", affinity(term(expr("kubernetes.io/hostname", v1.NodeSelectorOpIn, "node-2"))), "no matching NodeSelectorTerms for node node-1"},
+		{"second term matches", affinity(term(expr("zone", v1.NodeSelectorOpIn, "b")), term(expr("zone", v1.NodeSelectorOpIn, "a"))), ""},
+		{"requirements ANDed", affinity(term(expr("zone", v1.NodeSelectorOpIn, "a"), expr("zone", v1.NodeSelectorOpNotIn, "a"))), "no matching"},
+		{"exists", affinity(term(expr("disks", v1.NodeSelectorOpExists))), ""},
+		{"does not exist", affinity(term(expr("gpu", v1.NodeSelectorOpDoesNotExist))), ""},
+		{"gt", affinity(term(expr("disks", v1.NodeSelectorOpGt, "3"))), ""},
+		{"lt", affinity(term(expr("disks", v1.NodeSelectorOpLt, "3"))), "no matching"},
+		{"name by matchFields", affinity(v1.NodeSelectorTerm{MatchFields: []v1.NodeSelectorRequirement{expr("metadata.name", v1.NodeSelectorOpIn, "node-1")}}), ""},
+		{"another name by matchFields", affinity(v1.NodeSelectorTerm{MatchFields: []v1.NodeSelectorRequirement{expr("metadata.name", v1.NodeSelectorOpIn, "node-2")}}), "no matching"},
+		{"empty term", affinity(v1.NodeSelectorTerm{}), "no matching"},
+		{"no terms", affinity(), "no matching"},
+		{"bad operator", affinity(term(expr("zone", "Near", "a"))), `unknown operator "Near"`},
+		{"gt without a number", affinity(term(expr("disks", v1.NodeSelectorOpGt, "many"))), `key "disks"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-1"}, Spec: v1.PersistentVolumeSpec{NodeAffinity: tt.affinity}}
+			err := checkNodeAffinity(pv, node)
+			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "PV pv-1")) {
+				t.Errorf("checkNodeAffinity = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestResolvePVOfEachKind: a claim resolves to the plugin of its PV's
+// kind, named as the kubelet names it (node-scoped for a plugin that
+// stages, pod-scoped otherwise), after the PV's node affinity is checked
+// against this node; a PV no plugin handles is final, a node that does not
+// match or is not known yet is not.
+func TestResolvePVOfEachKind(t *testing.T) {
+	here := affinity(v1.NodeSelectorTerm{MatchExpressions: []v1.NodeSelectorRequirement{expr("kubernetes.io/hostname", v1.NodeSelectorOpIn, "node-1")}})
+	there := affinity(v1.NodeSelectorTerm{MatchExpressions: []v1.NodeSelectorRequirement{expr("kubernetes.io/hostname", v1.NodeSelectorOpIn, "node-2")}})
+	pv := func(name string, src v1.PersistentVolumeSource, aff *v1.VolumeNodeAffinity, claim *v1.PersistentVolumeClaim) *v1.PersistentVolume {
+		return &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PersistentVolumeSpec{
+			PersistentVolumeSource: src, NodeAffinity: aff, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			ClaimRef: &v1.ObjectReference{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}}}
+	}
+	local := v1.PersistentVolumeSource{Local: &v1.LocalVolumeSource{Path: "/mnt/disks/d1"}}
+	tests := []struct {
+		name      string
+		src       v1.PersistentVolumeSource
+		aff       *v1.VolumeNodeAffinity
+		node      *v1.Node
+		wantName  string
+		ephemeral bool
+		err       string
+		final     bool
+	}{
+		{name: "local", src: local, aff: here, node: testNode("node-1", map[string]string{"kubernetes.io/hostname": "node-1"}),
+			wantName: "kubernetes.io/local-volume/pv-1"},
+		{name: "hostPath", src: v1.PersistentVolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/srv/data"}},
+			wantName: "kubernetes.io/host-path/uid-1-pv-1", ephemeral: true},
+		{name: "local of another node", src: local, aff: there, node: testNode("node-1", map[string]string{"kubernetes.io/hostname": "node-1"}),
+			err: "PV pv-1: node affinity: no matching NodeSelectorTerms for node node-1"},
+		{name: "node not known", src: local, aff: here, err: "PV pv-1: node affinity: this node's Node object is not known yet"},
+		{name: "nfs", src: v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "s", Path: "/"}},
+			err: "PV pv-1 of kind nfs: no volume plugin handles it", final: true},
+		{name: "hostPath with ..", src: v1.PersistentVolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/srv/../etc"}},
+			err: "..", final: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			claim := boundClaim("ns", "c", "pv-1")
+			r := testResolver(t, claim, pv("pv-1", tt.src, tt.aff, claim))
+			r.node = func() (*v1.Node, error) {
+				if tt.node == nil {
+					return nil, errNoNode
+				}
+				return tt.node, nil
+			}
+			pod := podWithVolumes("uid-1", "ns", v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}})
+			_, _, resolved, errs := r.resolvePod(pod)
+			if tt.err != "" {
+				err := errs["data"]
+				if err == nil || !strings.Contains(err.Error(), tt.err) || errors.Is(err, planner.ErrUnknownSource) != tt.final {
+					t.Fatalf("error = %v, want %q (final %v)", err, tt.err, tt.final)
+				}
+				return
+			}
+			if len(resolved) != 1 || len(errs) != 0 {
+				t.Fatalf("resolved %+v, errors %v", resolved, errs)
+			}
+			spec := resolved[0].Spec
+			if spec.Name != cache.UniqueVolumeName(tt.wantName) || spec.Ephemeral != tt.ephemeral || spec.PVName != "pv-1" || spec.PVSource == nil || spec.Claim != "ns/c" {
+				t.Errorf("spec = %+v, want name %s, ephemeral %v, with the PV's name, source and claim", spec, tt.wantName, tt.ephemeral)
+			}
+		})
+	}
+}
+
+// TestNodeArrivesLater: a PV with node affinity waits while this node's
+// Node object is not known (no error is final), and mounts as soon as the
+// Node arrives through the default informer, without waiting for a
+// resync.
+func TestNodeArrivesLater(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	e.claim("vol", func(pv *v1.PersistentVolume) {
+		pv.Spec.NodeAffinity = affinity(v1.NodeSelectorTerm{MatchExpressions: []v1.NodeSelectorRequirement{expr("kubernetes.io/hostname", v1.NodeSelectorOpIn, node)}})
+	})
+	pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "vol", false))
+	err := e.mount(pod, 300*time.Millisecond)
+	if err == nil || errors.Is(err, ErrFinal) || !strings.Contains(err.Error(), "node affinity: this node's Node object is not known yet") {
+		t.Fatalf("WaitForAttachAndMount before the Node exists = %v, want a wait naming the unknown Node", err)
+	}
+	if _, err := e.client.CoreV1().Nodes().Create(context.Background(), testNode(node, map[string]string{"kubernetes.io/hostname": node}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.mount(pod, 10*time.Second); err != nil {
+		t.Fatalf("WaitForAttachAndMount after the Node arrived = %v", err)
+	}
+}
