@@ -303,6 +303,34 @@ func TestMapAndUnmapConfined(t *testing.T) {
 	}
 }
 
+// TestMapDeviceOutsideRoot: a confined Mapper maps a device outside the
+// root (a local PV's disk): the device is only a mount source and a
+// symlink target; every path it makes stays under the root.
+func TestMapDeviceOutsideRoot(t *testing.T) {
+	f, root := confined(t)
+	dev := filepath.Join(t.TempDir(), "disk") // outside the root
+	if err := os.Rename(f.m.DevicePath, dev); err != nil {
+		t.Fatal(err)
+	}
+	f.m.DevicePath = dev
+	if _, err := f.mp.Root.Rel(dev); !errors.Is(err, rootfs.ErrOutside) {
+		t.Fatalf("the device %s is under the root %s", dev, root)
+	}
+	ctx := context.Background()
+	if err := f.mp.Map(ctx, f.m); err != nil {
+		t.Fatalf("Map of a device outside the root: %v", err)
+	}
+	if target, err := os.Readlink(f.m.link()); err != nil || target != dev {
+		t.Errorf("pod symlink -> %q, %v; want %s", target, err, dev)
+	}
+	if err := f.mp.Unmap(ctx, f.m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dev); err != nil {
+		t.Errorf("the device after Unmap: %v", err)
+	}
+}
+
 // TestMapRefusesSymlinks: with a Root, a symlink as any directory of a
 // Map refuses Map and Unmap before anything is mounted, attached, created
 // or removed, and the directory it points to is untouched.

@@ -128,11 +128,12 @@ func newPlugin(cfg Config) (*plugin, error) {
 		cfg.Exec = exec.New()
 	}
 	if cfg.BlockMapper == nil {
-		// Not confined to the root (Mapper.Root): the device it maps is
-		// outside it. The plugin verifies the paths under the root, and
-		// makes the directories and the map file, before each Map.
+		// Confined to the root, as the CSI plugin's: every directory, map
+		// file and symlink it makes or removes is reached without
+		// following a symlink and announced to the step hook; the device
+		// it maps lies outside the root and is only read.
 		m := blockdev.NewMapper(mounter)
-		m.Steps = cfg.Steps
+		m.Root, m.Steps = rfs, cfg.Steps
 		cfg.BlockMapper = m
 	}
 	return &plugin{
