@@ -6,17 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strings"
-	"sync"
-	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/internal/tokens"
 )
 
 // serviceAccountTokensKey is the key under which a driver whose CSIDriver
@@ -31,76 +28,22 @@ type tokenGetter interface {
 }
 
 // newTokenGetter returns a tokenGetter that creates tokens through the API
-// server and hands out each again until 80% of its lifetime has passed (at
-// most 24 hours), as the kubelet's token manager does, so that republishing
-// a volume does not ask for a new token every time.
+// server and hands out each again until it is due for a refresh (package
+// internal/tokens), so that republishing a volume does not ask for a new
+// token every time.
 func newTokenGetter(client kubernetes.Interface, clk clock.PassiveClock) tokenGetter {
 	if client == nil {
 		return noTokens{}
 	}
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
-	return &tokenCache{client: client, clock: clk, tokens: map[string]cachedToken{}}
+	return cachedTokens{tokens.New(client, clk)}
 }
 
-type tokenCache struct {
-	client kubernetes.Interface
-	clock  clock.PassiveClock
+// cachedTokens is a tokens.Cache as a tokenGetter.
+type cachedTokens struct{ c *tokens.Cache }
 
-	mu     sync.Mutex
-	tokens map[string]cachedToken
-}
-
-type cachedToken struct {
-	tr       *authenticationv1.TokenRequest
-	issuedAt time.Time
-}
-
-// maxTokenAge bounds how long a token is handed out, whatever its expiry.
-const maxTokenAge = 24 * time.Hour
-
-func (c *tokenCache) ServiceAccountToken(ctx context.Context, namespace, name string, tr *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
-	key := tokenKey(namespace, name, tr)
-	now := c.clock.Now()
-	c.mu.Lock()
-	for k, t := range c.tokens { // drop expired tokens: their pods may be gone
-		if !now.Before(t.tr.Status.ExpirationTimestamp.Time) {
-			delete(c.tokens, k)
-		}
-	}
-	t, ok := c.tokens[key]
-	c.mu.Unlock()
-	if ok && fresh(t, now) {
-		return t.tr.DeepCopy(), nil
-	}
-	out, err := c.client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, tr, metav1.CreateOptions{})
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	c.tokens[key] = cachedToken{tr: out.DeepCopy(), issuedAt: now}
-	c.mu.Unlock()
-	return out, nil
-}
-
-// fresh reports whether t may be handed out again at now.
-func fresh(t cachedToken, now time.Time) bool {
-	exp := t.tr.Status.ExpirationTimestamp.Time
-	life := exp.Sub(t.issuedAt)
-	return now.Before(exp) && now.Sub(t.issuedAt) < life*8/10 && now.Sub(t.issuedAt) < maxTokenAge
-}
-
-func tokenKey(namespace, name string, tr *authenticationv1.TokenRequest) string {
-	var exp int64
-	if tr.Spec.ExpirationSeconds != nil {
-		exp = *tr.Spec.ExpirationSeconds
-	}
-	var bound string
-	if r := tr.Spec.BoundObjectRef; r != nil {
-		bound = r.Kind + "/" + r.Name + "/" + string(r.UID)
-	}
-	return fmt.Sprintf("%s/%s/%s/%d/%s", namespace, name, strings.Join(tr.Spec.Audiences, ","), exp, bound)
+func (t cachedTokens) ServiceAccountToken(ctx context.Context, namespace, name string, tr *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
+	out, _, err := t.c.ServiceAccountToken(ctx, namespace, name, tr)
+	return out, err
 }
 
 // noTokens is the tokenGetter of a plugin configured without one.

@@ -6,17 +6,12 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
-	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/volume"
@@ -121,59 +116,4 @@ func contains(s string, subs ...string) bool {
 		}
 	}
 	return true
-}
-
-// TestTokenCache: a token is reused until 80% of its lifetime has passed,
-// then a new one is requested; other audiences and pods get their own.
-func TestTokenCache(t *testing.T) {
-	clk := testclock.NewFakeClock(time.Unix(1000, 0))
-	client := fake.NewClientset()
-	created := 0
-	client.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if a.GetSubresource() != "token" {
-			return false, nil, nil
-		}
-		created++
-		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenRequest).DeepCopy()
-		tr.Status = authenticationv1.TokenRequestStatus{
-			Token:               "t" + string(rune('0'+created)),
-			ExpirationTimestamp: metav1.NewTime(clk.Now().Add(time.Duration(*tr.Spec.ExpirationSeconds) * time.Second)),
-		}
-		return true, tr, nil
-	})
-	g := newTokenGetter(client, clk)
-	req := func(aud, pod string) *authenticationv1.TokenRequest {
-		exp := int64(1000)
-		return &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
-			Audiences: []string{aud}, ExpirationSeconds: &exp,
-			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", Name: pod, UID: "uid-" + types.UID(pod)},
-		}}
-	}
-	get := func(aud, pod string) string {
-		t.Helper()
-		tr, err := g.ServiceAccountToken(context.Background(), "ns", "sa", req(aud, pod))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr.Status.Token
-	}
-	steps := []struct {
-		advance   time.Duration
-		aud, pod  string
-		want      string
-		wantCalls int
-	}{
-		{aud: "a", pod: "p", want: "t1", wantCalls: 1},
-		{advance: 700 * time.Second, aud: "a", pod: "p", want: "t1", wantCalls: 1},
-		{aud: "b", pod: "p", want: "t2", wantCalls: 2},
-		{aud: "a", pod: "q", want: "t3", wantCalls: 3},
-		{advance: 101 * time.Second, aud: "a", pod: "p", want: "t4", wantCalls: 4}, // 801s of 1000s
-		{aud: "a", pod: "p", want: "t4", wantCalls: 4},
-	}
-	for i, s := range steps {
-		clk.Step(s.advance)
-		if got := get(s.aud, s.pod); got != s.want || created != s.wantCalls {
-			t.Errorf("step %d: token %q after %d requests, want %q after %d", i, got, created, s.want, s.wantCalls)
-		}
-	}
 }
