@@ -174,25 +174,33 @@ func (e *kindsEnv) checkOwnership(a *allKinds) {
 	}
 }
 
-// prepareSubPaths prepares the pod's two subPath mounts as a runtime
-// would, with the volumes' DirName, and writes through them.
-func (e *kindsEnv) prepareSubPaths(vm *volumemanager.VolumeManager, a *allKinds) {
+// subPathMount is one volumeMount with a subPath of a pod's container.
+type subPathMount struct {
+	volume, sub string
+	index       int
+}
+
+// subPaths are the pod's subPath mounts.
+func (a *allKinds) subPaths() []subPathMount {
+	return []subPathMount{{"data", "sub/csi", a.csiSub}, {"scratch", "sub/scratch", a.emptySub}}
+}
+
+// prepareSubPaths prepares the pod's subPath mounts as a runtime would,
+// with the volumes' DirName, and writes through them.
+func (e *kindsEnv) prepareSubPaths(vm *volumemanager.VolumeManager, pod *v1.Pod, mounts []subPathMount) {
 	t := e.t
 	t.Helper()
 	vols := map[string]cache.MountedVolume{}
-	for _, v := range vm.GetMountedVolumesForPod(a.pod.UID) {
+	for _, v := range vm.GetMountedVolumesForPod(pod.UID) {
 		vols[v.SpecName] = v
 	}
-	for _, s := range []struct {
-		volume, sub string
-		index       int
-	}{{"data", "sub/csi", a.csiSub}, {"scratch", "sub/scratch", a.emptySub}} {
+	for _, s := range mounts {
 		v := vols[s.volume]
-		got, err := vm.SubPaths().Prepare(e.ctx, subpath.Mount{Pod: a.pod.UID, Volume: v.DirName, VolumePath: v.Path, Container: kindsContainer, Index: s.index, SubPath: s.sub})
+		got, err := vm.SubPaths().Prepare(e.ctx, subpath.Mount{Pod: pod.UID, Volume: v.DirName, VolumePath: v.Path, Container: kindsContainer, Index: s.index, SubPath: s.sub})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := e.subPathTarget(a.pod, v.DirName, s.index); got != want {
+		if want := e.subPathTarget(pod, v.DirName, s.index); got != want {
 			t.Errorf("subPath %q of volume %q: prepared at %s, want %s", s.sub, s.volume, got, want)
 		}
 		writeFile(t, filepath.Join(got, "data"), "subPath data of "+s.volume+"\n")
@@ -259,7 +267,7 @@ func TestAllKindsEndToEnd(t *testing.T) {
 	e.checkOwnership(a)
 	e.checkTree("mounted", append(e.layout(a, false), e.staged()...))
 
-	e.prepareSubPaths(vm, a)
+	e.prepareSubPaths(vm, a.pod, a.subPaths())
 	want = e.mounts(a, loop, true)
 	want[e.csiStaging()] = wantMount{fstype: "ext4", dev: loop}
 	e.checkMounts("subPaths prepared", want)
@@ -282,25 +290,29 @@ func TestAllKindsEndToEnd(t *testing.T) {
 	}
 	e.checkMounts("deleted", nil)
 	e.loopDev("deleted", false)
-	e.checkTree("deleted", e.leftAfterDelete(a.pod))
+	e.checkTree("deleted", append(e.skeleton(a.pod, true), e.unstaged()...))
 	checkFile(t, "host path after the pod", filepath.Join(a.hostDir, "data"), "data of host\n")
 	checkFile(t, "local PV after the pod", filepath.Join(a.localDir, "data"), "data of local\n")
 }
 
-// leftAfterDelete is what stays under the root once the pods are gone:
-// the skeletons of their directories (a pod's own directory is the node
+// skeleton is what stays under the root of a pod whose volumes are gone:
+// its directories of each plugin (a pod's own directory is the node
 // agent's housekeeping to remove, as the kubelet's is: the volume manager
-// removes each volume's directory, not its plugin's), the CSI plugin's
-// directory and the hashed directories of nodevol's records of the CSI
-// volume, empty.
-func (e *kindsEnv) leftAfterDelete(pods ...*v1.Pod) []string {
-	staging := rel(e.root, filepath.Dir(e.csiStaging()))
-	out := []string{"plugins/kubernetes.io/csi/" + e.drv.name + "/", filepath.Dir(ondisk.RecordFile(staging)) + "/"}
-	for _, p := range pods {
-		dir := "pods/" + string(p.UID)
-		out = append(out, dir+"/plugins/kubernetes.io~empty-dir/", dir+"/volumes/kubernetes.io~empty-dir/",
-			dir+"/volumes/kubernetes.io~local-volume/", dir+"/volumes/kubernetes.io~csi/",
-			filepath.Dir(ondisk.RecordFile(dir+"/volumes/kubernetes.io~csi/"+e.csiPV.Name))+"/")
+// removes each volume's directory, not its plugin's) and, with a CSI
+// volume, the hashed directory of nodevol's record of its publish, empty.
+func (e *kindsEnv) skeleton(pod *v1.Pod, csi bool) []string {
+	dir := "pods/" + string(pod.UID)
+	out := []string{dir + "/plugins/kubernetes.io~empty-dir/", dir + "/volumes/kubernetes.io~empty-dir/", dir + "/volumes/kubernetes.io~local-volume/"}
+	if csi {
+		out = append(out, dir+"/volumes/kubernetes.io~csi/", filepath.Dir(ondisk.RecordFile(dir+"/volumes/kubernetes.io~csi/"+e.csiPV.Name))+"/")
 	}
 	return out
+}
+
+// unstaged is what stays under the root of the CSI volume once it is
+// unstaged: the CSI plugin's directory and the hashed directory of
+// nodevol's record of its stage, empty.
+func (e *kindsEnv) unstaged() []string {
+	staging := rel(e.root, filepath.Dir(e.csiStaging()))
+	return []string{"plugins/kubernetes.io/csi/" + e.drv.name + "/", filepath.Dir(ondisk.RecordFile(staging)) + "/"}
 }
