@@ -16,7 +16,7 @@
 // points ..data_tmp at it and renames ..data_tmp over ..data: that rename
 // is the switch, atomic for every reader that resolves a path afresh. The
 // links of new top-level names are made after the switch, those of names
-// no longer in the payload removed, and the old version's directory
+// no longer in the payload removed, and older versions' directories
 // removed last. A payload equal to what is there (content, modes and
 // owners) changes nothing.
 //
@@ -27,7 +27,10 @@
 // suite can stop a Write at each; whatever a crash leaves, the next Write
 // converges to its payload, and a reader sees the old version or the new.
 //
-// Beyond the kubelet's writer, a Write also removes what an interrupted one
+// Unlike the kubelet's writer, which removes the version it replaces at
+// once, a Write keeps it until the next Write: a reader whose lookup
+// resolved ..data just before the switch then still finds its file
+// (removeOld says why). Beyond the kubelet's writer, a Write also removes what an interrupted one
 // left (a ..data_tmp link, a half-written timestamped directory, the links
 // of names dropped from the payload), and compares modes and owners, not
 // only the content, to decide whether to write. The payload helpers

@@ -84,10 +84,18 @@ func (w *Writer) pruneLinks(paths []string) (bool, error) {
 	return removed, nil
 }
 
-// removeOld removes the timestamped directories other than current, the
-// previous version's and those interrupted Writes left, and a leftover
-// ..data_tmp.
-func (w *Writer) removeOld(current string) error {
+// removeOld removes the timestamped directories other than current and
+// keep (the version this Write replaced, if it replaced one): older
+// versions and those interrupted Writes left; and a leftover ..data_tmp.
+//
+// The version a Write replaces is kept until the next Write, where the
+// kubelet removes it at once: a reader whose path lookup went through
+// ..data just before the switch then finds the file it looks up in the
+// version it resolved, rather than ENOENT for a file that every version
+// has. With the kubelet's removal a reader racing an update sees that
+// ENOENT about once in two thousand reads (TestConcurrentReader); kept
+// one Write longer, it needs a lookup that spans a whole Write.
+func (w *Writer) removeOld(current, keep string) error {
 	entries, err := w.root.ReadDir(w.dir)
 	if err != nil {
 		return err
@@ -99,7 +107,7 @@ func (w *Writer) removeOld(current string) error {
 			if err := w.root.RemoveLink(w.rel(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
-		case name != current && e.IsDir() && isTimestampName(name):
+		case name != current && name != keep && e.IsDir() && isTimestampName(name):
 			if err := w.removeTree(w.rel(name)); err != nil {
 				return err
 			}

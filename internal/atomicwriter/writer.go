@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/rand/v2"
 	"path"
 	"strconv"
 	"sync"
@@ -127,7 +126,7 @@ func (w *Writer) write(ctx context.Context, payload map[string]File, paths []str
 			return false, err
 		}
 	}
-	changed := false
+	changed, previous := false, ""
 	if !upToDate {
 		name, err := w.writeVersion(ctx, payload, paths)
 		if err != nil {
@@ -136,7 +135,7 @@ func (w *Writer) write(ctx context.Context, payload map[string]File, paths []str
 		if err := w.switchTo(name); err != nil {
 			return false, err
 		}
-		cur, changed = name, true
+		previous, cur, changed = cur, name, true
 	}
 	made, err := w.linkTops(payload, paths)
 	if err != nil {
@@ -146,7 +145,7 @@ func (w *Writer) write(ctx context.Context, payload map[string]File, paths []str
 	if err != nil {
 		return true, err
 	}
-	if err := w.removeOld(cur); err != nil {
+	if err := w.removeOld(cur, previous); err != nil {
 		return true, err
 	}
 	return changed || made || removed, nil
@@ -203,11 +202,13 @@ func isTimestampName(name string) bool {
 }
 
 // newVersionName returns the name of a timestamped directory that is not
-// there yet: the time (UTC) and random digits, as the kubelet's.
+// there yet: the time (UTC) to the second and then its nanoseconds (the
+// kubelet puts random digits there; both read as the same form).
 func (w *Writer) newVersionName() (string, error) {
-	prefix := w.now().UTC().Format(tsLayout) + "."
-	for range 1000 {
-		name := prefix + strconv.FormatUint(uint64(rand.Uint32()), 10)
+	now := w.now().UTC()
+	prefix := now.Format(tsLayout) + "."
+	for i := range 1000 {
+		name := prefix + fmt.Sprintf("%09d", now.Nanosecond()+i)
 		_, err := w.root.Lstat(w.rel(name))
 		if errors.Is(err, fs.ErrNotExist) {
 			return name, nil
