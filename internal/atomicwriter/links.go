@@ -1,0 +1,144 @@
+package atomicwriter
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+)
+
+// linkTops makes the user-visible link of each top-level name of payload
+// that has none: name -> ..data/name. What is there already under such a
+// name is left as it is, as the kubelet leaves it (a link of the writer's
+// points to ..data already; anything else is not the writer's). It reports
+// whether it made a link.
+func (w *Writer) linkTops(payload map[string]File, paths []string) (bool, error) {
+	made := false
+	var d *os.File
+	for i, p := range paths {
+		top := topLevel(p)
+		if i > 0 && topLevel(paths[i-1]) == top {
+			continue
+		}
+		rel := w.rel(top)
+		_, err := w.root.Lstat(rel)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return made, err
+		}
+		if err := w.root.Symlink(path.Join(dataDirName, top), rel); err != nil {
+			return made, err
+		}
+		made = true
+		if uid, gid := w.owner(payload[p].FSUser); uid != -1 || gid != -1 {
+			if d == nil {
+				dir, err := w.root.OpenDir(w.dir)
+				if err != nil {
+					return made, err
+				}
+				defer dir.Close()
+				d = dir
+			}
+			if err := lchownAt(d.Fd(), top, uid, gid); err != nil {
+				return made, err
+			}
+		}
+	}
+	return made, nil
+}
+
+// pruneLinks removes the user-visible links of the names not in paths: a
+// link is the writer's if its name does not start with ".." and it points
+// to ..data/{its name}; nothing else is touched. It reports whether it
+// removed one.
+func (w *Writer) pruneLinks(paths []string) (bool, error) {
+	tops := make(map[string]bool, len(paths))
+	for _, p := range paths {
+		tops[topLevel(p)] = true
+	}
+	entries, err := w.root.ReadDir(w.dir)
+	if err != nil {
+		return false, err
+	}
+	removed := false
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, "..") || e.Type()&fs.ModeSymlink == 0 || tops[name] {
+			continue
+		}
+		target, err := w.root.Readlink(w.rel(name))
+		if err != nil {
+			return removed, err
+		}
+		if target != path.Join(dataDirName, name) {
+			continue
+		}
+		if err := w.root.RemoveLink(w.rel(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return removed, err
+		}
+		removed = true
+	}
+	return removed, nil
+}
+
+// removeOld removes the timestamped directories other than current and
+// keep (the version this Write replaced, if it replaced one): older
+// versions and those interrupted Writes left; and a leftover ..data_tmp.
+//
+// The version a Write replaces is kept until the next Write, where the
+// kubelet removes it at once: a reader whose path lookup went through
+// ..data just before the switch then finds the file it looks up in the
+// version it resolved, rather than ENOENT for a file that every version
+// has. With the kubelet's removal a reader racing an update sees that
+// ENOENT about once in two thousand reads (TestConcurrentReader); kept
+// one Write longer, it needs a lookup that spans a whole Write.
+func (w *Writer) removeOld(current, keep string) error {
+	entries, err := w.root.ReadDir(w.dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case name == newDataDirName && e.Type()&fs.ModeSymlink != 0:
+			if err := w.root.RemoveLink(w.rel(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		case name != current && name != keep && e.IsDir() && isTimestampName(name):
+			if err := w.removeTree(w.rel(name)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// removeTree removes directory rel and everything in it, following no
+// symlink (one in it is removed itself).
+func (w *Writer) removeTree(rel string) error {
+	entries, err := w.root.ReadDir(rel)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	for _, e := range entries {
+		child := path.Join(rel, e.Name())
+		if e.IsDir() {
+			err = w.removeTree(child)
+		} else {
+			err = w.root.RemoveAny(child)
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if err := w.root.Remove(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}

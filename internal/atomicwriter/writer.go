@@ -1,0 +1,221 @@
+package atomicwriter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/rootfs"
+	"github.com/nodevol/nodevol/util/step"
+)
+
+// Permission bits the writer gives, the kubelet's: directories are
+// readable and searchable by all; with an fsGroup everything gets the
+// group's read (and search) permission and directories setgid, the
+// kubelet's read-only ownership mask for these volumes.
+const (
+	dirMode      fs.FileMode = 0o755
+	groupRead    fs.FileMode = 0o440
+	groupDirMask             = 0o550 | fs.ModeSetgid
+)
+
+// Options are a Writer's settings.
+type Options struct {
+	// Steps sees every change before it is made (package step); an error
+	// from it stops the Write there. Default: none.
+	Steps step.Hook
+	// FSGroup, if set, is the pod's fsGroup: the writer gives it every
+	// file and directory it writes, the volume's directory and the links
+	// it makes, with group read (and search and setgid on directories), as
+	// the kubelet's ownership change does for these volumes. Default: the
+	// writer's own group and no group bits added.
+	FSGroup *int64
+	// Now names the timestamped directories. Default time.Now.
+	Now func() time.Time
+}
+
+// Writer writes payloads into one volume's directory. Its Writes are
+// serialized; two Writers (or processes) on one directory must not write at
+// once, as with the kubelet's writer.
+type Writer struct {
+	root    *rootfs.Root // with the steps hook
+	steps   step.Hook
+	dir     string // relative to the root
+	full    string
+	fsGroup *int64
+	now     func() time.Time
+	mu      sync.Mutex
+}
+
+// New returns the Writer of directory dir (relative to root, or absolute
+// under it), which must exist and be a directory, not a symlink.
+func New(root *rootfs.Root, dir string, opts Options) (*Writer, error) {
+	rel, err := root.Rel(dir)
+	if err != nil {
+		return nil, fmt.Errorf("atomic writer: %w", err)
+	}
+	full, err := root.Join(rel)
+	if err != nil {
+		return nil, fmt.Errorf("atomic writer: %w", err)
+	}
+	fi, err := root.Stat(rel)
+	if err != nil {
+		return nil, fmt.Errorf("atomic writer for %s: %w", full, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("atomic writer for %s: %w", full, rootfs.ErrNotDir)
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Writer{
+		root: root.WithSteps(opts.Steps), steps: opts.Steps,
+		dir: rel, full: full, fsGroup: opts.FSGroup, now: now,
+	}, nil
+}
+
+// Dir returns the absolute path of the writer's directory.
+func (w *Writer) Dir() string { return w.full }
+
+// Write makes the volume's directory hold payload, keyed by path (relative,
+// "a/b/c" makes directories a and a/b): see the package documentation for
+// how. It reports whether it changed what a reader sees: a new version
+// published, a user-visible link made or removed. A payload equal to what
+// is there changes nothing (false); the leftovers of an interrupted Write
+// are removed either way. An invalid path (ValidatePath), or two paths
+// that cannot both be files, is an error before anything is written.
+//
+// The context is checked before each file of a new version: a Write
+// cancelled before the switch leaves the old version visible (the next
+// Write removes the half-written one); after the switch it finishes.
+// After an error (or a crash) at any step the directory shows the old
+// version or the new one, never a mix, and the next Write converges.
+func (w *Writer) Write(ctx context.Context, payload map[string]File) (changed bool, err error) {
+	clean, paths, err := cleanPayload(payload)
+	if err != nil {
+		return false, fmt.Errorf("write to volume directory %s: %w", w.full, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	changed, err = w.write(ctx, clean, paths)
+	if err != nil {
+		return changed, fmt.Errorf("write %d files to volume directory %s: %w", len(paths), w.full, err)
+	}
+	return changed, nil
+}
+
+func (w *Writer) write(ctx context.Context, payload map[string]File, paths []string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	cur, err := w.current()
+	if err != nil {
+		return false, err
+	}
+	upToDate := false
+	if cur != "" {
+		if upToDate, err = w.holds(cur, payload, paths); err != nil {
+			return false, err
+		}
+	}
+	changed, previous := false, ""
+	if !upToDate {
+		name, err := w.writeVersion(ctx, payload, paths)
+		if err != nil {
+			return false, err
+		}
+		if err := w.switchTo(name); err != nil {
+			return false, err
+		}
+		previous, cur, changed = cur, name, true
+	}
+	made, err := w.linkTops(payload, paths)
+	if err != nil {
+		return true, err
+	}
+	removed, err := w.pruneLinks(paths)
+	if err != nil {
+		return true, err
+	}
+	if err := w.removeOld(cur, previous); err != nil {
+		return true, err
+	}
+	return changed || made || removed, nil
+}
+
+// rel returns name (a path in the writer's directory) relative to the root.
+func (w *Writer) rel(name string) string { return path.Join(w.dir, name) }
+
+// current returns the name of the timestamped directory ..data points to,
+// "" if there is no ..data.
+func (w *Writer) current() (string, error) {
+	target, err := w.root.Readlink(w.rel(dataDirName))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", nil
+	case errors.Is(err, unix.EINVAL):
+		return "", fmt.Errorf("%s is not a symlink: not written by an atomic writer", path.Join(w.full, dataDirName))
+	case err != nil:
+		return "", err
+	}
+	if !isVersionName(target) {
+		return "", fmt.Errorf("%s points to %q, not to a timestamped directory beside it", path.Join(w.full, dataDirName), target)
+	}
+	return target, nil
+}
+
+// isVersionName reports whether name may be a timestamped directory's: a
+// base name starting with ".." that is none of the writer's other names.
+// The kubelet's names (tsLayout and digits) are such names; one of another
+// form that ..data points to is read, not refused.
+func isVersionName(name string) bool {
+	if len(name) <= 2 || name[:2] != ".." || name == dataDirName || name == newDataDirName {
+		return false
+	}
+	for i := range len(name) {
+		if name[i] == '/' {
+			return false
+		}
+	}
+	return true
+}
+
+// isTimestampName reports whether name has the form of the timestamped
+// directories the kubelet and this writer make: ..2006_01_02_15_04_05.N.
+func isTimestampName(name string) bool {
+	if len(name) <= len(tsLayout)+1 || name[len(tsLayout)] != '.' {
+		return false
+	}
+	if _, err := time.Parse(tsLayout, name[:len(tsLayout)]); err != nil {
+		return false
+	}
+	_, err := strconv.ParseUint(name[len(tsLayout)+1:], 10, 64)
+	return err == nil
+}
+
+// newVersionName returns the name of a timestamped directory that is not
+// there yet: the time (UTC) to the second and then its nanoseconds (the
+// kubelet puts random digits there; both read as the same form).
+func (w *Writer) newVersionName() (string, error) {
+	now := w.now().UTC()
+	prefix := now.Format(tsLayout) + "."
+	for i := range 1000 {
+		name := prefix + fmt.Sprintf("%09d", now.Nanosecond()+i)
+		_, err := w.root.Lstat(w.rel(name))
+		if errors.Is(err, fs.ErrNotExist) {
+			return name, nil
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("no free name for a timestamped directory in %s", w.full)
+}
