@@ -40,27 +40,30 @@ var errShortWatch = errors.New("the watch ended at once with no event")
 // with backoff; a watch resumes from the last resource version it saw,
 // and lists again when the server has compacted that version away.
 func (c *Cache) watchLoop(ctx context.Context, e *entry) {
-	logger := klog.FromContext(ctx).WithValues("ref", e.ref.String())
 	rv := ""
 	failures := 0
 	for {
 		if failures > 0 && !c.sleep(ctx, c.retry.Delay(failures)) {
 			return
 		}
-		if rv == "" {
-			objs, listRV, err := c.list(ctx, e, false)
+		listed := rv == ""
+		if listed {
+			var objs []runtime.Object
+			var listRV string
+			var err error
+			shallow(func() { objs, listRV, err = c.list(ctx, e, false) })
 			if ctx.Err() != nil {
 				return
 			}
 			if err != nil {
-				logger.V(4).Info("Listing failed", "err", err)
+				logger(ctx, e).Info("Listing failed", "err", err)
 				e.fail(err)
 				failures++
 				continue
 			}
 			c.changed(e, e.replace(objs))
 			if e.immutableNow() {
-				logger.V(4).Info("Object is immutable, not watched")
+				logger(ctx, e).Info("Object is immutable, not watched")
 				return
 			}
 			rv = listRV
@@ -68,16 +71,19 @@ func (c *Cache) watchLoop(ctx context.Context, e *entry) {
 		next, progress, done, err := c.watchOnce(ctx, e, rv)
 		if done {
 			if ctx.Err() == nil {
-				logger.V(4).Info("Object is immutable, not watched")
+				logger(ctx, e).Info("Object is immutable, not watched")
 			}
 			return
 		}
 		rv = next
 		if err != nil {
-			logger.V(4).Info("Watch ended", "err", err)
+			logger(ctx, e).Info("Watch ended", "err", err)
 			e.fail(err)
 		}
-		if progress {
+		// A resumed watch whose version is gone lists again at once
+		// (events may have been missed); one from a fresh list's version
+		// that is gone at once is a failure, not a loop.
+		if progress || (rv == "" && !listed) {
 			failures = 0
 		} else {
 			failures++
@@ -96,7 +102,8 @@ func (c *Cache) watchOnce(ctx context.Context, e *entry, rv string) (next string
 	timeout := int64((minWatchTimeout + rand.N(minWatchTimeout)).Seconds())
 	opts.TimeoutSeconds = &timeout
 	start := c.clock.Now()
-	w, err := e.kind.watch(ctx, c.client, e.ref.Namespace, opts)
+	var w watch.Interface
+	shallow(func() { w, err = e.kind.watch(ctx, c.client, e.ref.Namespace, opts) })
 	if err != nil {
 		return resumeFrom(rv, err), false, ctx.Err() != nil, err
 	}
@@ -147,19 +154,21 @@ func resumeFrom(rv string, err error) string {
 // object, or a list for a selecting ref) until ctx ends or the object is
 // immutable; a failed read is retried with backoff.
 func (c *Cache) getLoop(ctx context.Context, e *entry) {
-	logger := klog.FromContext(ctx).WithValues("ref", e.ref.String())
 	failures := 0
 	for {
 		// After a good read, the next may be served from the API
 		// server's cache (resourceVersion 0), as the kubelet's TTL
 		// manager refreshes.
-		objs, _, err := c.list(ctx, e, e.answeredOK() && failures == 0)
+		var objs []runtime.Object
+		var err error
+		cached := e.answeredOK() && failures == 0
+		shallow(func() { objs, _, err = c.list(ctx, e, cached) })
 		if ctx.Err() != nil {
 			return
 		}
 		wait := c.ttl
 		if err != nil {
-			logger.V(4).Info("Reading failed", "err", err)
+			logger(ctx, e).Info("Reading failed", "err", err)
 			e.fail(err)
 			failures++
 			wait = c.retry.Delay(failures)
@@ -167,7 +176,7 @@ func (c *Cache) getLoop(ctx context.Context, e *entry) {
 			failures = 0
 			c.changed(e, e.replace(objs))
 			if e.immutableNow() {
-				logger.V(4).Info("Object is immutable, no longer read")
+				logger(ctx, e).Info("Object is immutable, no longer read")
 				return
 			}
 		}
@@ -223,4 +232,24 @@ func (c *Cache) sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C():
 		return true
 	}
+}
+
+// shallow runs f, an API call, on a goroutine of its own and waits for
+// it: the deep stack of the call grows that goroutine's stack, not the
+// entry loop's, which lives as long as the entry (Go shrinks a parked
+// goroutine's stack only when three quarters of it are unused). This
+// halves the stack an entry keeps (TestEntryBytes).
+func shallow(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
+}
+
+// logger is the V(4) logger of an entry's loop, made when it logs (an
+// entry lives long and logs seldom).
+func logger(ctx context.Context, e *entry) klog.Logger {
+	return klog.FromContext(ctx).V(4).WithValues("ref", e.ref.String())
 }
