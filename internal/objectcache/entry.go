@@ -125,12 +125,11 @@ func byName(a, b runtime.Object) int { return strings.Compare(nameOf(a), nameOf(
 
 // fail records a read's error. The objects had stay: a Get keeps
 // answering the last known state, as the kubelet's managers do.
-func (e *entry) fail(err error) bool {
+func (e *entry) fail(err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.err = err
 	e.answeredLocked()
-	return false
 }
 
 // immutableNow reports a named object that is immutable, and records it:
