@@ -1,0 +1,338 @@
+package objectcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"github.com/nodevol/nodevol/internal/backoff"
+)
+
+// Mode is how the cache keeps an object current.
+type Mode int
+
+const (
+	// ModeWatch lists each held object (a field selector on its name) and
+	// then watches it: a change arrives within one event, as with the
+	// kubelet's watch-based managers.
+	ModeWatch Mode = iota
+	// ModeGet reads each held object again every TTL (a GET, or a list
+	// for a selecting Ref), for clusters that do not let the node watch
+	// (the kubelet's TTL-based "Cache" strategy, but refreshed in the
+	// background so that a change is announced).
+	ModeGet
+)
+
+// DefaultTTL is the refresh period of ModeGet when Config.TTL is unset
+// (the kubelet's default TTL for its TTL-based managers).
+const DefaultTTL = time.Minute
+
+// ErrNotHeld is wrapped by the error of a Get or List of a Ref no holder
+// holds (or that the last holder let go while the call waited).
+var ErrNotHeld = errors.New("not held")
+
+// ErrStopped is wrapped by the error of a Get or List waiting for a first
+// answer when Run has returned.
+var ErrStopped = errors.New("object cache stopped")
+
+// Config configures a Cache.
+type Config struct {
+	// Client reads the objects. Required.
+	Client kubernetes.Interface
+	// Clock times the refresh of ModeGet and the retries. Default: the
+	// real clock.
+	Clock clock.WithTicker
+	// OnChange is called, from one goroutine of Run and never under a
+	// lock of the cache, when what Get or List answers for a held Ref
+	// changes after its first answer: an object changed, appeared or
+	// went. Calls are coalesced per Ref: a slow OnChange delays other
+	// calls, never a watch. Default: none.
+	OnChange func(Ref)
+	// Mode is how objects are kept current. Default ModeWatch; a kind the
+	// node may only GET is read in ModeGet whatever the Mode.
+	Mode Mode
+	// TTL is the refresh period of ModeGet. Default DefaultTTL.
+	TTL time.Duration
+}
+
+// Cache is the node's cache of the API objects its pods read: one entry
+// per Ref however many holders hold it, kept current while held and
+// dropped with its last holder. Safe for concurrent use.
+type Cache struct {
+	client   kubernetes.Interface
+	clock    clock.WithTicker
+	mode     Mode
+	ttl      time.Duration
+	onChange func(Ref)
+	// retry is the package's retry policy; tests fix its jitter.
+	retry backoff.Policy
+	queue workqueue.TypedInterface[Ref]
+	loops sync.WaitGroup
+	// running counts the loops running, for tests.
+	running atomic.Int32
+
+	mu sync.Mutex
+	// ctx is Run's context (nil before Run): the loops run under it.
+	ctx     context.Context
+	stopped chan struct{} // closed when Run returns
+	entries map[Ref]*entry
+	held    map[string][]Ref
+}
+
+// New returns a cache; Run starts reading.
+func New(cfg Config) *Cache {
+	c := &Cache{
+		client:   cfg.Client,
+		clock:    cfg.Clock,
+		mode:     cfg.Mode,
+		ttl:      cfg.TTL,
+		onChange: cfg.OnChange,
+		retry:    retry,
+		queue:    workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[Ref]{}),
+		stopped:  make(chan struct{}),
+		entries:  map[Ref]*entry{},
+		held:     map[string][]Ref{},
+	}
+	if c.clock == nil {
+		c.clock = clock.RealClock{}
+	}
+	if c.ttl <= 0 {
+		c.ttl = DefaultTTL
+	}
+	return c
+}
+
+// Run reads the held objects and delivers OnChange until ctx ends, then
+// stops every read and returns when they and the OnChange calls have
+// ended. Call it once. Refs held before Run are read once it starts.
+func (c *Cache) Run(ctx context.Context) {
+	c.mu.Lock()
+	c.ctx = ctx
+	for _, e := range c.entries {
+		c.startLocked(e)
+	}
+	c.mu.Unlock()
+	var worker sync.WaitGroup
+	worker.Go(func() {
+		for c.deliver() {
+		}
+	})
+	<-ctx.Done()
+	c.mu.Lock()
+	close(c.stopped)
+	c.mu.Unlock()
+	c.loops.Wait()
+	c.queue.ShutDown()
+	worker.Wait()
+}
+
+// deliver calls OnChange for one changed Ref; false when the queue has
+// shut down.
+func (c *Cache) deliver() bool {
+	r, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(r)
+	c.mu.Lock()
+	_, held := c.entries[r]
+	c.mu.Unlock()
+	if held { // a read that ended as its last holder let go may still announce
+		c.onChange(r)
+	}
+	return true
+}
+
+// Hold makes refs what holder (a pod UID, say) holds, replacing what it
+// held before: a Ref newly held by anyone starts being read, one no holder
+// holds any more is dropped and its read stopped. Hold with no refs is
+// Release. It never blocks on the API server: Get waits for the first
+// answer.
+func (c *Cache) Hold(holder string, refs ...Ref) {
+	refs = slices.Clone(refs)
+	slices.SortFunc(refs, compareRefs)
+	refs = slices.Compact(refs)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.held[holder]
+	for _, r := range refs {
+		if _, had := slices.BinarySearchFunc(old, r, compareRefs); !had {
+			c.addLocked(r)
+		}
+	}
+	for _, r := range old {
+		if _, keeps := slices.BinarySearchFunc(refs, r, compareRefs); !keeps {
+			c.dropLocked(r)
+		}
+	}
+	if len(refs) == 0 {
+		delete(c.held, holder)
+		return
+	}
+	c.held[holder] = slices.Clip(refs)
+}
+
+// Release lets go of everything holder holds.
+func (c *Cache) Release(holder string) { c.Hold(holder) }
+
+// Holders returns the holders that hold r, sorted (for OnChange: the pods
+// whose volumes read it).
+func (c *Cache) Holders(r Ref) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var hs []string
+	for h, refs := range c.held {
+		if _, ok := slices.BinarySearchFunc(refs, r, compareRefs); ok {
+			hs = append(hs, h)
+		}
+	}
+	sort.Strings(hs)
+	return hs
+}
+
+// Get returns the object a named Ref holds, from the cache, waiting
+// (bounded by ctx) for the first answer of its read. The object is the
+// cache's own: read it, never change it. Errors: apierrors.IsNotFound
+// when the object does not exist; the read's error (apierrors.IsForbidden
+// for a read the node may not make, ...) while no read has answered with
+// the object; ErrNotHeld, ErrStopped, or ctx's error. After a good answer
+// a failing read does not hide the last known object.
+func (c *Cache) Get(ctx context.Context, r Ref) (runtime.Object, error) {
+	if r.Name == "" {
+		return nil, fmt.Errorf("getting %s: %w: Get takes a named reference, List a selecting one", r, errInvalidRef)
+	}
+	objs, e, err := c.wait(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	if len(objs) == 0 {
+		return nil, apierrors.NewNotFound(e.kind.resource, r.Name)
+	}
+	return objs[0], nil
+}
+
+// List returns the objects a Ref holds (for a named Ref none or one), as
+// Get does, sorted by name; none is not an error. The objects are the
+// cache's own: read them, never change them.
+func (c *Cache) List(ctx context.Context, r Ref) ([]runtime.Object, error) {
+	objs, _, err := c.wait(ctx, r)
+	return slices.Clone(objs), err
+}
+
+// wait waits for the first answer of r's entry and returns it.
+func (c *Cache) wait(ctx context.Context, r Ref) ([]runtime.Object, *entry, error) {
+	c.mu.Lock()
+	e := c.entries[r]
+	c.mu.Unlock()
+	if e == nil {
+		return nil, nil, fmt.Errorf("reading %s: %w", r, ErrNotHeld)
+	}
+	select {
+	case <-e.answered:
+	case <-e.dropped:
+		return nil, nil, fmt.Errorf("reading %s: %w", r, ErrNotHeld)
+	case <-c.stopped:
+		return nil, nil, fmt.Errorf("reading %s: %w", r, ErrStopped)
+	case <-ctx.Done():
+		return nil, nil, fmt.Errorf("waiting for the first read of %s: %w", r, ctx.Err())
+	}
+	objs, err := e.answer()
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading %s: %w", r, err)
+	}
+	return objs, e, nil
+}
+
+func (c *Cache) addLocked(r Ref) {
+	e := c.entries[r]
+	if e == nil {
+		e = newEntry(r)
+		c.entries[r] = e
+		c.startLocked(e)
+	}
+	e.holders++
+}
+
+func (c *Cache) dropLocked(r Ref) {
+	e := c.entries[r]
+	if e == nil {
+		return
+	}
+	if e.holders--; e.holders > 0 {
+		return
+	}
+	delete(c.entries, r)
+	close(e.dropped)
+	if e.stop != nil {
+		e.stop()
+	}
+}
+
+// startLocked starts an entry's loop once Run has started and until it
+// has ended.
+func (c *Cache) startLocked(e *entry) {
+	if c.ctx == nil || e.invalid || e.stop != nil || isClosed(c.stopped) {
+		return
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	e.stop = cancel
+	loop := c.watchLoop
+	if c.modeOf(e) == ModeGet {
+		loop = c.getLoop
+	}
+	c.running.Add(1)
+	c.loops.Go(func() {
+		defer c.running.Add(-1)
+		defer cancel()
+		loop(ctx, e)
+	})
+}
+
+func (c *Cache) modeOf(e *entry) Mode {
+	if e.kind.getOnly {
+		return ModeGet
+	}
+	return c.mode
+}
+
+// changed queues OnChange for an entry whose answer changed.
+func (c *Cache) changed(e *entry, changed bool) {
+	if changed && c.onChange != nil {
+		c.queue.Add(e.ref)
+	}
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func compareRefs(a, b Ref) int {
+	for _, p := range [...][2]string{
+		{string(a.Kind), string(b.Kind)}, {a.Namespace, b.Namespace}, {a.Name, b.Name},
+		{a.Fields, b.Fields}, {a.Labels, b.Labels},
+	} {
+		if p[0] != p[1] {
+			if p[0] < p[1] {
+				return -1
+			}
+			return 1
+		}
+	}
+	return 0
+}

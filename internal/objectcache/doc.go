@@ -1,0 +1,42 @@
+// Package objectcache is the node's one cache of the API objects its pods'
+// volumes read (configMaps, secrets, ClusterTrustBundles): the
+// configMap, secret and projected plugins read them through it, and learn
+// through OnChange when one changes, so that a pod's files follow within
+// one watch event.
+//
+// A holder (a pod UID) holds Refs; the cache keeps one entry per Ref
+// however many holders hold it, reads it while it is held and drops it,
+// stopping its read, when the last holder lets go. A Ref names one object
+// or selects the objects of a kind by fields and labels (the
+// ClusterTrustBundles of a signer, for a projected volume).
+//
+// This is the kubelet's watch-based secret and configMap managers
+// (pkg/kubelet/util/manager) reshaped for nodevol:
+//
+//   - ModeWatch (the default): per entry, a list and then a watch with the
+//     field selector metadata.name=NAME in the object's namespace (what
+//     the Node authorizer allows a node for the objects its pods use); the
+//     watch is resumed from its last resourceVersion, lists again when
+//     that version is gone, and is retried with internal/backoff's policy
+//     when it fails. ModeGet reads each entry again every TTL instead (a
+//     GET, served from the API server's cache after the first), for
+//     clusters that do not let the node watch.
+//   - An immutable configMap or secret (immutable: true) is kept once read
+//     and no longer watched or read, as the kubelet does.
+//   - Get waits, bounded by its context, for the first answer of the
+//     entry's read; a read the node may not make is returned as the API
+//     server's error (apierrors.IsForbidden), a missing object as
+//     apierrors.IsNotFound. After a good answer, a failing read keeps the
+//     last known object.
+//
+// Unlike the kubelet, the cache is told what each holder holds (Hold
+// replaces a holder's set) rather than reading pods; it stops an
+// immutable object's watch on the event that makes it immutable rather
+// than on the next Get; it has no idle-watch recycling (an entry is read
+// while held, and dropped with its last holder, which the kubelet also
+// does); and it announces changes (OnChange) instead of leaving them to
+// be found by a periodic resync. The kubelet reads ClusterTrustBundles
+// through one informer on all of them; the cache reads only the ones the
+// pods select, each selection with a field selector on spec.signerName
+// and the label selector sent to the API server.
+package objectcache

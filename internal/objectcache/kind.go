@@ -1,0 +1,130 @@
+package objectcache
+
+import (
+	"context"
+	"fmt"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Kind names a kind of object the cache reads. Each is one entry of the
+// kinds table below: adding a kind is adding an entry.
+type Kind string
+
+// The kinds the cache reads.
+const (
+	// ConfigMap is a core/v1 ConfigMap (namespaced).
+	ConfigMap Kind = "ConfigMap"
+	// Secret is a core/v1 Secret (namespaced).
+	Secret Kind = "Secret"
+	// ClusterTrustBundle is a certificates.k8s.io/v1 ClusterTrustBundle
+	// (cluster-scoped; GA in 1.37). A selecting Ref may select on the
+	// field spec.signerName.
+	ClusterTrustBundle Kind = "ClusterTrustBundle"
+)
+
+// kindInfo is how the cache reads one kind.
+type kindInfo struct {
+	resource   schema.GroupResource
+	namespaced bool
+	// getOnly: the Node authorizer lets a node GET objects of this kind
+	// but not watch them, so they are read in Get mode whatever the
+	// Config's Mode (none of today's kinds).
+	getOnly bool
+	get     func(ctx context.Context, c kubernetes.Interface, ns, name string, opts metav1.GetOptions) (runtime.Object, error)
+	list    func(ctx context.Context, c kubernetes.Interface, ns string, opts metav1.ListOptions) (runtime.Object, error)
+	watch   func(ctx context.Context, c kubernetes.Interface, ns string, opts metav1.ListOptions) (watch.Interface, error)
+	// immutable reports an object that can no longer change (nil: none
+	// can): it is kept and no longer watched.
+	immutable func(runtime.Object) bool
+	// fields are the fields, beyond metadata.name and
+	// metadata.namespace, that a selecting Ref may select on, with
+	// their values for an object (nil: none).
+	fields func(runtime.Object) fields.Set
+}
+
+// typedClient is what the cache needs of a generated typed client.
+type typedClient[T, L runtime.Object] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	List(ctx context.Context, opts metav1.ListOptions) (L, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
+// reads fills in the get, list and watch of a kind from its typed client.
+func reads[T, L runtime.Object](k kindInfo, client func(c kubernetes.Interface, ns string) typedClient[T, L]) kindInfo {
+	k.get = func(ctx context.Context, c kubernetes.Interface, ns, name string, opts metav1.GetOptions) (runtime.Object, error) {
+		o, err := client(c, ns).Get(ctx, name, opts)
+		if err != nil {
+			return nil, err
+		}
+		return o, nil
+	}
+	k.list = func(ctx context.Context, c kubernetes.Interface, ns string, opts metav1.ListOptions) (runtime.Object, error) {
+		l, err := client(c, ns).List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
+	k.watch = func(ctx context.Context, c kubernetes.Interface, ns string, opts metav1.ListOptions) (watch.Interface, error) {
+		return client(c, ns).Watch(ctx, opts)
+	}
+	return k
+}
+
+// kinds is the table of kinds the cache reads.
+var kinds = map[Kind]kindInfo{
+	ConfigMap: reads(kindInfo{
+		resource:   corev1.Resource("configmaps"),
+		namespaced: true,
+		immutable: func(o runtime.Object) bool {
+			cm, ok := o.(*corev1.ConfigMap)
+			return ok && cm.Immutable != nil && *cm.Immutable
+		},
+	}, func(c kubernetes.Interface, ns string) typedClient[*corev1.ConfigMap, *corev1.ConfigMapList] {
+		return c.CoreV1().ConfigMaps(ns)
+	}),
+	Secret: reads(kindInfo{
+		resource:   corev1.Resource("secrets"),
+		namespaced: true,
+		immutable: func(o runtime.Object) bool {
+			s, ok := o.(*corev1.Secret)
+			return ok && s.Immutable != nil && *s.Immutable
+		},
+	}, func(c kubernetes.Interface, ns string) typedClient[*corev1.Secret, *corev1.SecretList] {
+		return c.CoreV1().Secrets(ns)
+	}),
+	ClusterTrustBundle: reads(kindInfo{
+		resource: certificatesv1.Resource("clustertrustbundles"),
+		fields: func(o runtime.Object) fields.Set {
+			b, ok := o.(*certificatesv1.ClusterTrustBundle)
+			if !ok {
+				return fields.Set{"spec.signerName": ""}
+			}
+			return fields.Set{"spec.signerName": b.Spec.SignerName}
+		},
+	}, func(c kubernetes.Interface, _ string) typedClient[*certificatesv1.ClusterTrustBundle, *certificatesv1.ClusterTrustBundleList] {
+		return c.CertificatesV1().ClusterTrustBundles()
+	}),
+}
+
+// items returns the objects of a list and its resource version.
+func items(list runtime.Object) ([]runtime.Object, string, error) {
+	objs, err := meta.ExtractList(list)
+	if err != nil {
+		return nil, "", fmt.Errorf("reading the list: %w", err)
+	}
+	l, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, "", fmt.Errorf("reading the list: %w", err)
+	}
+	return objs, l.GetResourceVersion(), nil
+}
