@@ -16,7 +16,10 @@ var (
 	noOpenat2   bool // tests: use the walk
 )
 
-func haveOpenat2() bool {
+// HaveOpenat2 reports whether the kernel's openat2 can resolve a path
+// with RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS here (probed once): without it
+// a path is walked a component at a time with O_NOFOLLOW.
+func HaveOpenat2() bool {
 	if noOpenat2 {
 		return false
 	}
@@ -66,7 +69,7 @@ func (r *Root) openFrom(rootFd int, op, full string, comps []string, flags int) 
 		}
 		return fd, nil
 	}
-	if haveOpenat2() {
+	if HaveOpenat2() {
 		how := &unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
 		for range 8 {
 			fd, err := unix.Openat2(rootFd, strings.Join(comps, "/"), how)

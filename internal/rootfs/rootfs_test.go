@@ -21,7 +21,7 @@ import (
 func both(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
 	t.Run("openat2", func(t *testing.T) {
-		if !haveOpenat2() {
+		if !HaveOpenat2() {
 			t.Skip("the kernel has no openat2")
 		}
 		f(t)

@@ -6,34 +6,12 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodevol/nodevol/internal/rootfs"
 	"github.com/nodevol/nodevol/util/step"
 )
-
-// The kernel's openat2, probed once.
-var (
-	openat2Once sync.Once
-	openat2OK   bool
-)
-
-func haveOpenat2() bool {
-	openat2Once.Do(func() {
-		fd, err := unix.Openat2(unix.AT_FDCWD, ".", &unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS,
-		})
-		if err == nil {
-			_ = unix.Close(fd)
-		}
-		// ENOSYS: an older kernel; EPERM: a seccomp filter that does not
-		// know it. Either way the walk does the same, a component at a time.
-		openat2OK = err == nil
-	})
-	return openat2OK
-}
 
 // componentError is the error for comps[:n] (a prefix of a subPath) below
 // the volume's directory volumePath.
@@ -50,7 +28,7 @@ func componentError(volumePath string, comps []string, n int, err error) error {
 func openBeneath(dirFd int, volumePath string, comps []string) (fd int, mode uint32, missing int, err error) {
 	if len(comps) == 0 {
 		fd, err = unix.Openat(dirFd, ".", unix.O_PATH|unix.O_CLOEXEC, 0)
-	} else if haveOpenat2() {
+	} else if rootfs.HaveOpenat2() {
 		how := &unix.OpenHow{
 			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
