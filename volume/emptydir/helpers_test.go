@@ -96,3 +96,8 @@ func exists(t *testing.T, path string) bool {
 
 // cacheSpecWithoutSource is a spec as reconstruction gives it.
 var cacheSpecWithoutSource = cache.VolumeSpec{Name: volumeName(testUID, "v"), Plugin: PluginName, Mode: cache.Filesystem, Ephemeral: true}
+
+// volumeName is the unique name of testUID's emptyDir specName.
+func volumeName(pod types.UID, specName string) cache.UniqueVolumeName {
+	return cache.UniqueVolumeName(PluginName + "/" + string(pod) + "-" + specName)
+}

@@ -112,11 +112,16 @@ type Config struct {
 
 // plugin is the emptyDir plugin.
 type plugin struct {
-	root    string
-	rfs     *rootfs.Root
-	mounter mount.Interface
-	steps   step.Hook
-	alloc   func() (int64, error)
+	// name is the plugin's name, escaped its volumes' directory under a
+	// pod's volumes/; wrapped: the volumes are another plugin's, whose
+	// ready files are those of an emptyDir named wrapped_{name} (Wrapper).
+	name, escaped string
+	wrapped       bool
+	root          string
+	rfs           *rootfs.Root
+	mounter       mount.Interface
+	steps         step.Hook
+	alloc         func() (int64, error)
 	// noswap reports whether a tmpfs is mounted with noswap.
 	noswap func() bool
 	// ownership changes a volume's group to the pod's fsGroup.
@@ -147,6 +152,8 @@ func newPlugin(cfg Config) (*plugin, error) {
 		return nil, fmt.Errorf("emptyDir plugin: %w", err)
 	}
 	return &plugin{
+		name:    PluginName,
+		escaped: escapedName,
 		root:    r.Path(),
 		rfs:     r.WithSteps(cfg.Steps),
 		mounter: step.Mounter(cfg.Mounter, cfg.Steps),
@@ -157,7 +164,7 @@ func newPlugin(cfg Config) (*plugin, error) {
 }
 
 // Name implements volume.Plugin.
-func (p *plugin) Name() string { return PluginName }
+func (p *plugin) Name() string { return p.name }
 
 // CanSupport implements volume.Plugin: pod volumes with an emptyDir source.
 func (p *plugin) CanSupport(v *v1.Volume) bool { return v != nil && v.EmptyDir != nil }
@@ -169,10 +176,10 @@ func (p *plugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
 	return volume.Capabilities{OwnershipChange: true}, nil
 }
 
-// volumeName is the unique name of pod's emptyDir specName, the kubelet's
+// volumeName is the unique name of pod's volume specName, the kubelet's
 // for a pod-scoped volume.
-func volumeName(pod types.UID, specName string) cache.UniqueVolumeName {
-	return cache.UniqueVolumeName(PluginName + "/" + string(pod) + "-" + specName)
+func (p *plugin) volumeName(pod types.UID, specName string) cache.UniqueVolumeName {
+	return cache.UniqueVolumeName(p.name + "/" + string(pod) + "-" + specName)
 }
 
 // paths are one volume's places on disk, relative to the root.
@@ -194,10 +201,14 @@ func (p *plugin) volumePaths(uid types.UID, specName string) (paths, error) {
 		return paths{}, err
 	}
 	pod := path.Join("pods", string(uid))
-	dir := path.Join(pod, "volumes", escapedName, specName)
+	dir := path.Join(pod, "volumes", p.escaped, specName)
+	ready := path.Join(pod, "plugins", escapedName, specName)
+	if p.wrapped {
+		ready = path.Join(pod, "plugins", escapedName, wrappedPrefix+specName)
+	}
 	return paths{
 		dir:      dir,
-		readyDir: path.Join(pod, "plugins", escapedName, specName),
+		readyDir: ready,
 		abs:      filepath.Join(p.root, dir),
 	}, nil
 }

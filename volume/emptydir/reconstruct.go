@@ -44,7 +44,7 @@ func (p *plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Fou
 			continue // not a pod directory; a symlink is not followed
 		}
 		uid := types.UID(pe.Name())
-		rel := path.Join("pods", pe.Name(), "volumes", escapedName)
+		rel := path.Join("pods", pe.Name(), "volumes", p.escaped)
 		entries, err := p.rfs.ReadDir(rel)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -83,7 +83,7 @@ func (p *plugin) found(logger klog.Logger, rc volume.Recovery, uid types.UID, e 
 	if p.isReady(at) && rc.MountPoints[at.abs] {
 		state = cache.Mounted
 	}
-	spec := cache.VolumeSpec{Name: volumeName(uid, e.Name()), Plugin: PluginName, Mode: cache.Filesystem, Ephemeral: true}
+	spec := cache.VolumeSpec{Name: p.volumeName(uid, e.Name()), Plugin: p.name, Mode: cache.Filesystem, Ephemeral: true}
 	vol := cache.PodVolume{Pod: cache.PodRef{UID: uid}, SpecName: e.Name()}
 	logger.V(2).Info("Reconstructed emptyDir volume", "podUID", uid, "volume", spec.Name, "path", at.abs, "state", state)
 	return volume.FoundMount{Spec: spec, Volume: vol, Path: at.abs, State: state}, true
@@ -101,7 +101,7 @@ func (p *plugin) Retake(ctx context.Context, dir string, mounted map[string]bool
 		return false
 	}
 	parts := strings.Split(rel, "/")
-	if len(parts) != 5 || parts[0] != "pods" || parts[2] != "volumes" || parts[3] != escapedName {
+	if len(parts) != 5 || parts[0] != "pods" || parts[2] != "volumes" || parts[3] != p.escaped {
 		return false
 	}
 	at, err := p.volumePaths(types.UID(parts[1]), parts[4])

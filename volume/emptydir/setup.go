@@ -50,32 +50,40 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 	if err != nil {
 		return fail(err)
 	}
+	if err := p.setUpAt(ctx, at, m, vol, req.ChangeOwnership); err != nil {
+		return fail(err)
+	}
+	return at.abs, nil
+}
+
+// setUpAt sets the volume up at at (see SetUp); an error once the
+// directory exists wraps volume.ErrInProgress.
+func (p *plugin) setUpAt(ctx context.Context, at paths, m medium, vol cache.PodVolume, changeOwnership bool) error {
 	done, err := p.readyAndWhole(at, m)
 	if err != nil || done {
-		if err != nil {
-			return fail(err)
+		if err == nil {
+			klog.FromContext(ctx).V(4).Info("EmptyDir volume is set up already", "pod", vol.Pod, "volume", vol.SpecName, "path", at.abs)
 		}
-		klog.FromContext(ctx).V(4).Info("EmptyDir volume is set up already", "pod", vol.Pod, "volume", vol.SpecName, "path", at.abs)
-		return at.abs, nil
+		return err
 	}
 	if err := p.makeDir(at); err != nil {
-		return fail(err)
+		return err
 	}
 	// From here on the directory exists: an error leaves it Uncertain, to
 	// be set up again or torn down.
 	if err := p.mountMedium(ctx, at, m, vol); err != nil {
-		return fail(fmt.Errorf("%w: %w", err, volume.ErrInProgress))
+		return fmt.Errorf("%w: %w", err, volume.ErrInProgress)
 	}
-	if req.ChangeOwnership && vol.FSGroup != nil {
+	if changeOwnership && vol.FSGroup != nil {
 		if err := p.changeOwnership(ctx, at, vol); err != nil {
-			return fail(fmt.Errorf("giving fsGroup %d ownership of %s: %w: %w", *vol.FSGroup, at.abs, err, volume.ErrInProgress))
+			return fmt.Errorf("giving fsGroup %d ownership of %s: %w: %w", *vol.FSGroup, at.abs, err, volume.ErrInProgress)
 		}
 	}
 	if err := p.setReady(at); err != nil {
-		return fail(fmt.Errorf("%w: %w", err, volume.ErrInProgress))
+		return fmt.Errorf("%w: %w", err, volume.ErrInProgress)
 	}
 	klog.FromContext(ctx).V(4).Info("EmptyDir volume set up", "pod", vol.Pod, "volume", vol.SpecName, "medium", m.name, "path", at.abs)
-	return at.abs, nil
+	return nil
 }
 
 // readyAndWhole reports whether the volume is set up already, as the

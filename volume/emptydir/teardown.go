@@ -41,24 +41,33 @@ func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 	if err != nil {
 		return fail(err)
 	}
+	if err := p.tearDownAt(ctx, at); err != nil {
+		return fail(err)
+	}
+	klog.FromContext(ctx).V(4).Info("EmptyDir volume torn down", "pod", vol.Pod, "volume", vol.SpecName, "path", at.abs)
+	return nil
+}
+
+// tearDownAt takes the volume at at down (see TearDown).
+func (p *plugin) tearDownAt(ctx context.Context, at paths) error {
 	table, err := p.mounter.List()
 	if err != nil {
-		return fail(fmt.Errorf("listing mount points: %w", err))
+		return fmt.Errorf("listing mount points: %w", err)
 	}
 	mounts, below := mountsAt(table, at.abs)
 	if len(below) > 0 {
-		return fail(fmt.Errorf("%s: %w", strings.Join(below, ", "), errOtherMount))
+		return fmt.Errorf("%s: %w", strings.Join(below, ", "), errOtherMount)
 	}
 	for _, mp := range mounts {
 		if !ownMount(mp) {
-			return fail(fmt.Errorf("%s (%s): %w", at.abs, mp.Type, errOtherMount))
+			return fmt.Errorf("%s (%s): %w", at.abs, mp.Type, errOtherMount)
 		}
 	}
 	if err := p.rfs.RemoveIn(at.readyDir, readyFile); err != nil {
-		return fail(err)
+		return err
 	}
 	// From here on a failure leaves the volume half taken down.
-	uncertain := func(err error) error { return fail(fmt.Errorf("%w: %w", err, volume.ErrInProgress)) }
+	uncertain := func(err error) error { return fmt.Errorf("%w: %w", err, volume.ErrInProgress) }
 	for range mounts {
 		if _, err := p.rfs.Verify(at.dir); err != nil {
 			return uncertain(err)
@@ -70,7 +79,6 @@ func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 	if err := p.removeVolumeDir(ctx, at); err != nil {
 		return uncertain(err)
 	}
-	klog.FromContext(ctx).V(4).Info("EmptyDir volume torn down", "pod", vol.Pod, "volume", vol.SpecName, "path", at.abs)
 	return nil
 }
 
