@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/internal/objectcache"
 )
 
 // inbox is how the rest of the world talks to the loop: the node agent's
@@ -42,6 +43,9 @@ type posted struct {
 	drivers map[string]struct{}
 	// attachments are the names of VolumeAttachments of this node that changed.
 	attachments map[string]struct{}
+	// objects are the held API objects that changed (the object cache's
+	// OnChange): the volumes that read them are published again.
+	objects map[objectcache.Ref]struct{}
 	// node: this node's labels or allocatable memory changed (or its Node
 	// arrived): the pods that could not be resolved are resolved again.
 	node bool
@@ -57,6 +61,7 @@ func newInbox() *inbox {
 			volumes:     map[cache.UniqueVolumeName]struct{}{},
 			drivers:     map[string]struct{}{},
 			attachments: map[string]struct{}{},
+			objects:     map[objectcache.Ref]struct{}{},
 		},
 	}
 }
@@ -109,6 +114,9 @@ func (in *inbox) markInformersSynced() { in.post(func() { in.informersSynced = t
 func (in *inbox) claim(key string)     { in.post(func() { in.claims[key] = struct{}{} }) }
 func (in *inbox) driver(name string)   { in.post(func() { in.drivers[name] = struct{}{} }) }
 func (in *inbox) nodeChanged()         { in.post(func() { in.node = true }) }
+func (in *inbox) objectChanged(r objectcache.Ref) {
+	in.post(func() { in.objects[r] = struct{}{} })
+}
 func (in *inbox) attachment(name string) {
 	in.post(func() { in.attachments[name] = struct{}{} })
 }
@@ -141,6 +149,7 @@ func (in *inbox) take() batch {
 	b.volumes, in.volumes = swap(in.volumes)
 	b.drivers, in.drivers = swap(in.drivers)
 	b.attachments, in.attachments = swap(in.attachments)
+	b.objects, in.objects = swap(in.objects)
 	b.node, in.node = in.node, false
 	return b
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/internal/objectcache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
@@ -100,6 +101,11 @@ type loopHooks struct {
 	// longer hold data (what made it unreadable is gone), reporting
 	// whether it did.
 	retake func(dir string) bool
+	// hold makes the pod hold the API objects its volumes read (nil
+	// refs: none; the pod is gone), in the node's object cache;
+	// holders returns the pods holding an object.
+	hold    func(uid types.UID, refs []objectcache.Ref)
+	holders func(objectcache.Ref) []string
 }
 
 // opInput is what an operation needs.
@@ -198,6 +204,7 @@ func (l *loop) process(ctx context.Context) {
 	for uid, pod := range b.pods {
 		l.syncPod(uid, pod)
 	}
+	l.objectsChanged(b.objects)
 	if b.podsSynced && l.informersSynced && !l.podsSynced {
 		// Every pod added before MarkPodsSynced is in this batch or an
 		// earlier one, and has been resolved above (or failed to be, and
@@ -275,13 +282,20 @@ func (l *loop) claimChanged(key string) {
 func (l *loop) syncPod(uid types.UID, pod *v1.Pod) {
 	switch {
 	case pod == nil:
+		if l.hooks.hold != nil {
+			l.hooks.hold(uid, nil)
+		}
 		l.pods.forget(uid)
 		l.errs.forget(uid)
 		l.dsw.DeletePod(uid) // notifies the volumes it touched
 	case !l.informersSynced:
 		l.pods.waitForListers(uid, podRef(pod))
 	default:
+		if l.hooks.hold != nil {
+			l.hooks.hold(uid, podObjects(pod))
+		}
 		ref, wanted, resolved, errs := l.pods.resolve(pod, l.logger)
+		l.republishChanged(uid, resolved)
 		l.dsw.SetPod(ref, wanted, resolved, errs)
 		l.errs.wake(uid) // its waiters judge the new errors (final or not)
 	}

@@ -19,6 +19,7 @@ import (
 	vcache "github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/internal/objectcache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/internal/promreg"
 	"github.com/nodevol/nodevol/internal/registration"
@@ -70,6 +71,9 @@ type VolumeManager struct {
 	// reported; nil unless Config.ReportVolumesInUse or
 	// Config.VolumesInUseReportedByCaller.
 	inUse *inUseReporter
+	// objects is the node's one cache of the API objects its pods'
+	// volumes read (configMaps, secrets, trust bundles), held by pod.
+	objects *objectcache.Cache
 	// subpaths are the pods' subPath bind mounts (SubPaths).
 	subpaths *subpath.Manager
 	// expander grows mounted volumes; nil when the plugin cannot.
@@ -114,6 +118,7 @@ func New(cfg Config) (*VolumeManager, error) {
 	if vm.factory == nil {
 		vm.factory = informers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0, informers.WithTransform(trimInformerObject))
 	}
+	vm.objects = objectcache.New(objectcache.Config{Client: cfg.KubeClient, Clock: cfg.Clock, OnChange: vm.in.objectChanged})
 	attachments := vm.newResolver()
 	if vm.resolver.node = cfg.Node; cfg.Node == nil {
 		var err error
@@ -281,7 +286,8 @@ func (vm *VolumeManager) newLoop(m *metrics) {
 	lc := loopConfig{
 		node: cfg.NodeName, clock: cfg.Clock, dsw: vm.dsw, asw: vm.asw, metrics: m, events: cfg.EventRecorder,
 		volumes: vm.volumes, selfAttach: cfg.SelfAttach,
-		hooks: loopHooks{start: vm.start, synced: func() { close(vm.ready) }, retake: vm.retakeUnreadable},
+		hooks: loopHooks{start: vm.start, synced: func() { close(vm.ready) }, retake: vm.retakeUnreadable,
+			hold: vm.holdObjects, holders: vm.objects.Holders},
 	}
 	if vm.expander != nil {
 		lc.hooks.expansion = vm.resolver.pendingExpansion
@@ -387,6 +393,16 @@ func (vm *VolumeManager) GetMountedVolumesForPod(uid types.UID) []vcache.Mounted
 		out = append(out, v)
 	}
 	return out
+}
+
+// holdObjects makes pod uid hold refs in the object cache (none: it
+// holds nothing any more).
+func (vm *VolumeManager) holdObjects(uid types.UID, refs []objectcache.Ref) {
+	if len(refs) == 0 {
+		vm.objects.Release(objectHolder(uid))
+		return
+	}
+	vm.objects.Hold(objectHolder(uid), refs...)
 }
 
 // SubPaths returns the manager of the pods' subPath bind mounts under

@@ -53,6 +53,7 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 			vm.in.markInformersSynced()
 		}
 	})
+	wg.Go(func() { vm.objects.Run(ctx) })
 	wg.Go(func() { vm.runPluginManager(ctx) })
 	wg.Go(func() { vm.runRegistration(ctx) })
 	if vm.fetcher != nil {

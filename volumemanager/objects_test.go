@@ -1,0 +1,85 @@
+package volumemanager
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// configPlugin claims configMap volumes, republishes them (as the kubelet
+// remounts them) and writes, as its SetUp, the configMap's data it reads
+// from the object cache.
+type configPlugin struct {
+	objects *objectcache.Cache
+	mu      sync.Mutex
+	seen    []string // the data of each SetUp
+}
+
+func (p *configPlugin) Name() string                 { return "example.com/config" }
+func (p *configPlugin) CanSupport(v *v1.Volume) bool { return v.ConfigMap != nil }
+func (p *configPlugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
+	return volume.Capabilities{Republish: true}, nil
+}
+func (p *configPlugin) TearDown(context.Context, volume.MountRequest) error { return nil }
+func (p *configPlugin) SetUp(ctx context.Context, req volume.MountRequest) (string, error) {
+	ref := objectcache.Ref{Kind: objectcache.ConfigMap, Namespace: req.Volume.Pod.Namespace, Name: req.Spec.Source.ConfigMap.Name}
+	obj, err := p.objects.Get(ctx, ref)
+	if err != nil {
+		return "", err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen = append(p.seen, obj.(*v1.ConfigMap).Data["k"])
+	return "/config", nil
+}
+
+func (p *configPlugin) setUps() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.seen)
+}
+
+// TestObjectChangeRepublishes: a pod holds the configMaps its volumes read
+// in the node's object cache; a change of one reaches the plugin's SetUp
+// at once, through the watch, not at the next resync (a minute away);
+// the pod's deletion releases it.
+func TestObjectChangeRepublishes(t *testing.T) {
+	p := &configPlugin{}
+	e := newEnv(t, envOptions{plugins: []volume.Plugin{p}})
+	p.objects = e.vm.objects
+	ctx := context.Background()
+	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "settings"}, Data: map[string]string{"k": "one"}}
+	if _, err := e.client.CoreV1().ConfigMaps("ns").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := csitest.Pod("ns", "web", csitest.WithVolume(v1.Volume{Name: "conf", VolumeSource: v1.VolumeSource{
+		ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "settings"}}}}, false))
+	if err := e.mount(pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ref := objectcache.Ref{Kind: objectcache.ConfigMap, Namespace: "ns", Name: "settings"}
+	if h := e.vm.objects.Holders(ref); !slices.Equal(h, []string{string(pod.UID)}) {
+		t.Fatalf("holders of the configMap = %v, want the pod", h)
+	}
+	cm.Data["k"] = "two"
+	if _, err := e.client.CoreV1().ConfigMaps("ns").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new data set up", func() bool { return slices.Contains(p.setUps(), "two") })
+	if got := p.setUps(); got[0] != "one" || strings.Count(strings.Join(got, ","), "one") != len(got)-1 {
+		t.Errorf("set-ups saw %q, want one, then two", got)
+	}
+	e.unmount(pod)
+	eventually(t, "the configMap released", func() bool { return len(e.vm.objects.Holders(ref)) == 0 })
+}
