@@ -1,6 +1,7 @@
 package volumemanager
 
 import (
+	"maps"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -37,6 +38,9 @@ type keptPod struct {
 	// resources and overhead are the pod's, when it keeps limits.
 	resources *v1.ResourceRequirements
 	overhead  v1.ResourceList
+	// labels and annotations are the pod's, when a downward API file
+	// shows them.
+	labels, annotations map[string]string
 }
 
 // keptContainer is what keptPod keeps of a container.
@@ -47,9 +51,10 @@ type keptContainer struct {
 	seLinux         *v1.SELinuxOptions
 	// limits are the container's memory and hugepage limits, and
 	// restartPolicy an init container's (a sidecar's Always), when the
-	// pod keeps limits.
-	limits        v1.ResourceList
-	restartPolicy *v1.ContainerRestartPolicy
+	// pod keeps limits; all its limits and requests when a downward API
+	// file shows a container's resources.
+	limits, requests v1.ResourceList
+	restartPolicy    *v1.ContainerRestartPolicy
 }
 
 type containerKind uint8
@@ -75,9 +80,13 @@ func keepPod(pod *v1.Pod, plugins *volume.Registry) *keptPod {
 	if len(vols) == 0 {
 		return k
 	}
-	limits := keepLimits(vols)
+	more := whatToKeep(vols)
+	limits := more.limits || more.resources
 	if limits {
 		k.resources, k.overhead = pod.Spec.Resources.DeepCopy(), pod.Spec.Overhead.DeepCopy()
+	}
+	if more.meta {
+		k.labels, k.annotations = maps.Clone(pod.Labels), maps.Clone(pod.Annotations)
 	}
 	keep := make(map[string]bool, len(vols))
 	k.volumes = make([]v1.Volume, len(vols))
@@ -87,7 +96,10 @@ func keepPod(pod *v1.Pod, plugins *volume.Registry) *keptPod {
 	}
 	add := func(kind containerKind, name string, ms []v1.VolumeMount, ds []v1.VolumeDevice, sc *v1.SecurityContext, r *v1.ResourceRequirements, rp *v1.ContainerRestartPolicy) {
 		c := keptContainer{kind: kind, name: name}
-		if limits {
+		switch {
+		case more.resources:
+			c.limits, c.requests, c.restartPolicy = r.Limits.DeepCopy(), r.Requests.DeepCopy(), rp
+		case limits:
 			c.limits, c.restartPolicy = memoryLimits(r.Limits), rp
 		}
 		for _, m := range ms {
@@ -125,15 +137,43 @@ func keepPod(pod *v1.Pod, plugins *volume.Registry) *keptPod {
 	return k
 }
 
-// keepLimits reports whether a pod with these volumes keeps its limits:
-// it has an emptyDir in memory or hugepages, whose size they bound.
-func keepLimits(vols []podVolume) bool {
-	for _, v := range vols {
-		if ed := v.EmptyDir; ed != nil && ed.Medium != v1.StorageMediumDefault {
-			return true
+// kept says what more than the volumes a pod keeps.
+type kept struct {
+	// limits: the memory and hugepage limits, which bound a tmpfs (an
+	// emptyDir in memory or hugepages, a secret or projected volume);
+	// resources: every container's limits and requests, which a
+	// downward API file shows (resourceFieldRef); meta: the labels and
+	// annotations a downward API file shows (fieldRef).
+	limits, resources, meta bool
+}
+
+// whatToKeep says what a pod with these volumes keeps beside them.
+func whatToKeep(vols []podVolume) kept {
+	var k kept
+	downward := func(items []v1.DownwardAPIVolumeFile) {
+		for _, it := range items {
+			k.meta = k.meta || it.FieldRef != nil
+			k.resources = k.resources || it.ResourceFieldRef != nil
 		}
 	}
-	return false
+	for _, v := range vols {
+		switch {
+		case v.EmptyDir != nil:
+			k.limits = k.limits || v.EmptyDir.Medium != v1.StorageMediumDefault
+		case v.Secret != nil:
+			k.limits = true
+		case v.DownwardAPI != nil:
+			downward(v.DownwardAPI.Items)
+		case v.Projected != nil:
+			k.limits = true
+			for _, s := range v.Projected.Sources {
+				if s.DownwardAPI != nil {
+					downward(s.DownwardAPI.Items)
+				}
+			}
+		}
+	}
+	return k
 }
 
 // memoryLimits is the memory and hugepage limits of l, nil when none.
@@ -157,7 +197,7 @@ func (k *keptPod) pod() *v1.Pod {
 		return nil
 	}
 	p := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: k.name, Namespace: k.namespace, UID: k.uid},
+		ObjectMeta: metav1.ObjectMeta{Name: k.name, Namespace: k.namespace, UID: k.uid, Labels: k.labels, Annotations: k.annotations},
 		Spec: v1.PodSpec{ServiceAccountName: k.serviceAccount, SecurityContext: k.securityContext, Volumes: k.volumes,
 			Resources: k.resources, Overhead: k.overhead},
 	}
@@ -177,10 +217,10 @@ func (k *keptPod) pod() *v1.Pod {
 		switch c.kind {
 		case initContainer:
 			p.Spec.InitContainers = append(p.Spec.InitContainers, v1.Container{Name: c.name, VolumeMounts: ms, VolumeDevices: ds, SecurityContext: sc,
-				Resources: v1.ResourceRequirements{Limits: c.limits}, RestartPolicy: c.restartPolicy})
+				Resources: v1.ResourceRequirements{Limits: c.limits, Requests: c.requests}, RestartPolicy: c.restartPolicy})
 		case regularContainer:
 			p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: c.name, VolumeMounts: ms, VolumeDevices: ds, SecurityContext: sc,
-				Resources: v1.ResourceRequirements{Limits: c.limits}})
+				Resources: v1.ResourceRequirements{Limits: c.limits, Requests: c.requests}})
 		case ephemeralContainer:
 			p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, v1.EphemeralContainer{
 				EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: c.name, VolumeMounts: ms, SecurityContext: sc}})

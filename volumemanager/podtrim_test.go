@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -289,4 +290,62 @@ func liveBytes() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
+}
+
+// TestTrimPodKeepsWhatVolumesShow: a pod keeps its labels and annotations
+// when a downward API file shows them, every container's limits and
+// requests when one shows a container's resources, and the memory limits
+// that size a secret's or projected volume's tmpfs; a pod with none of
+// these keeps none of it.
+func TestTrimPodKeepsWhatVolumesShow(t *testing.T) {
+	res := v1.ResourceRequirements{
+		Limits:   v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi"), v1.ResourceCPU: resource.MustParse("2")},
+		Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse("512Mi"), v1.ResourceCPU: resource.MustParse("1")},
+	}
+	pod := func(src v1.VolumeSource) *v1.Pod {
+		p := csitest.Pod("ns", "p", csitest.WithVolume(v1.Volume{Name: "v", VolumeSource: src}, false))
+		p.Labels, p.Annotations = map[string]string{"app": "web"}, map[string]string{"a": "b"}
+		p.Spec.Containers[0].Resources = res
+		p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: "sidecar", Resources: res})
+		return p
+	}
+	labels := []v1.DownwardAPIVolumeFile{{Path: "labels", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.labels"}}}
+	cpu := []v1.DownwardAPIVolumeFile{{Path: "cpu", ResourceFieldRef: &v1.ResourceFieldSelector{ContainerName: "sidecar", Resource: "limits.cpu"}}}
+	tests := []struct {
+		name               string
+		src                v1.VolumeSource
+		meta, all, memOnly bool
+	}{
+		{name: "emptyDir on disk", src: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+		{name: "downward labels", src: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{Items: labels}}, meta: true},
+		{name: "downward resources", src: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{Items: cpu}}, all: true},
+		{name: "secret", src: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "s"}}, memOnly: true},
+		{name: "projected with labels", src: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{
+			{DownwardAPI: &v1.DownwardAPIProjection{Items: labels}}}}}, meta: true, memOnly: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := trimPod(pod(tt.src))
+			if (got.Labels != nil) != tt.meta || (got.Annotations != nil) != tt.meta {
+				t.Errorf("labels %v, annotations %v; want them kept: %v", got.Labels, got.Annotations, tt.meta)
+			}
+			var want []v1.ResourceRequirements
+			switch {
+			case tt.all:
+				want = []v1.ResourceRequirements{res, res}
+			case tt.memOnly:
+				lim := v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi")}}
+				want = []v1.ResourceRequirements{lim, lim}
+			}
+			var have []v1.ResourceRequirements
+			for _, c := range got.Spec.Containers {
+				if c.Resources.Limits != nil || c.Resources.Requests != nil {
+					have = append(have, c.Resources)
+				}
+			}
+			if !equality.Semantic.DeepEqual(have, want) {
+				t.Errorf("containers' resources kept %v, want %v", have, want)
+			}
+		})
+	}
 }
