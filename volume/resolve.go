@@ -17,7 +17,9 @@ import (
 // it once per pod volume (and per PV of a PVPlugin) when it resolves the
 // pod, with the spec it built (Name, Plugin, Mode, Source or PVSource);
 // the plugin checks it and may set spec.Attributes, which only it reads.
-// An error is final for the pod's volume: the pod spec must change.
+// An error is final for the pod's volume (the pod spec must change),
+// unless it wraps ErrNotReady: what the plugin needs is not known yet (the
+// Node's allocatable resources), and the pod is resolved again.
 type SpecResolver interface {
 	ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error
 }

@@ -46,8 +46,8 @@ type posted struct {
 	// objects are the held API objects that changed (the object cache's
 	// OnChange): the volumes that read them are published again.
 	objects map[objectcache.Ref]struct{}
-	// node: this node's labels or allocatable memory changed (or its Node
-	// arrived): the pods that could not be resolved are resolved again.
+	// node: this node's labels or allocatable resources changed (or its
+	// Node arrived): the pods are resolved again.
 	node bool
 }
 

@@ -195,7 +195,10 @@ func (l *loop) process(ctx context.Context) {
 		l.claimChanged(key)
 	}
 	if b.node {
-		for _, uid := range l.pods.again(false) {
+		// Every known pod: a pod that could not be resolved may match
+		// the Node now, and a resolved pod's downward API files may show
+		// its allocatable resources (a limit a container does not set).
+		for _, uid := range l.pods.knownUIDs() {
 			if _, ok := b.pods[uid]; !ok {
 				b.pods = addPod(b.pods, uid, l.in)
 			}

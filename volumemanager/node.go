@@ -22,7 +22,7 @@ var errNoNode = errors.New("this node's Node object is not known yet")
 // nodeInformer is the default Config.Node: an informer on this node's own
 // Node object alone (a field selector on its name, as the kubelet's), which
 // a node's own credentials may list and watch. A change of its labels or
-// allocatable memory resolves the pods again that could not be resolved.
+// allocatable resources resolves the pods again (nodeChanged).
 func (vm *VolumeManager) nodeInformer() (informers.SharedInformerFactory, func() (*v1.Node, error), error) {
 	f := informers.NewSharedInformerFactoryWithOptions(vm.cfg.KubeClient, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -37,7 +37,7 @@ func (vm *VolumeManager) nodeInformer() (informers.SharedInformerFactory, func()
 		AddFunc: func(any) { vm.in.nodeChanged() },
 		UpdateFunc: func(old, obj any) {
 			o, n := old.(*v1.Node), obj.(*v1.Node)
-			if !equality.Semantic.DeepEqual(o.Labels, n.Labels) || !o.Status.Allocatable.Memory().Equal(*n.Status.Allocatable.Memory()) {
+			if !equality.Semantic.DeepEqual(o.Labels, n.Labels) || !equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable) {
 				vm.in.nodeChanged()
 			}
 		},

@@ -152,16 +152,18 @@ func (r *resolver) resolveVolume(pod *v1.Pod, v *podVolume) (state.DesiredVolume
 }
 
 // resolveSpec lets p complete and check spec for pod, when it is a
-// volume.SpecResolver: its error is final.
+// volume.SpecResolver: its error is final, unless it wraps
+// volume.ErrNotReady (what it needs, the Node, is not known yet).
 func resolveSpec(p volume.Plugin, pod *v1.Pod, spec *cache.VolumeSpec) error {
 	sr, ok := p.(volume.SpecResolver)
 	if !ok {
 		return nil
 	}
-	if err := sr.ResolveSpec(pod, spec); err != nil {
+	err := sr.ResolveSpec(pod, spec)
+	if err != nil && !errors.Is(err, volume.ErrNotReady) {
 		return marked{err, planner.ErrUnknownSource}
 	}
-	return nil
+	return err
 }
 
 // pluginSpec is the spec of a pod volume of another plugin than CSI:
