@@ -20,19 +20,22 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
+// setUpCase is a SetUp of TestSetUp and what it should do.
+type setUpCase struct {
+	name     string
+	cm       *v1.ConfigMap // nil: missing
+	src      v1.ConfigMapVolumeSource
+	fsGroup  *int64
+	want     map[string]string // path: "mode:gid:content" (gid -1: unchecked)
+	wantErr  []string
+	notFound bool
+}
+
 // TestSetUp: the files of a configMap volume, as the kubelet writes them,
 // in a directory on disk; and the errors that leave nothing behind.
 func TestSetUp(t *testing.T) {
 	gid := int64(os.Getgid())
-	tests := []struct {
-		name     string
-		cm       *v1.ConfigMap // nil: missing
-		src      v1.ConfigMapVolumeSource
-		fsGroup  *int64
-		want     map[string]string // path: "mode:gid:content" (gid -1: unchecked)
-		wantErr  []string
-		notFound bool
-	}{{
+	for _, tc := range []setUpCase{{
 		name: "data and binaryData, the default mode when the spec has none",
 		cm:   configMapOf("c", map[string]string{"a.conf": "A"}, map[string][]byte{"b.bin": {0, 1, 2}}),
 		src:  v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}},
@@ -79,42 +82,44 @@ func TestSetUp(t *testing.T) {
 		cm:      configMapOf("c", map[string]string{"../../etc/x": "A"}, nil),
 		src:     v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}},
 		wantErr: []string{`configmap ns/c`, `key "../../etc/x"`, "must not contain '/'"},
-	}}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			fake := mount.NewFakeMounter(nil)
-			e := newEnv(t, "", fake)
-			if tc.cm != nil {
-				e.objs.put(tc.cm)
+	}} {
+		t.Run(tc.name, func(t *testing.T) { checkSetUp(t, tc) })
+	}
+}
+
+// checkSetUp sets up the volume of tc and checks the outcome.
+func checkSetUp(t *testing.T, tc setUpCase) {
+	fake := mount.NewFakeMounter(nil)
+	e := newEnv(t, "", fake)
+	if tc.cm != nil {
+		e.objs.put(tc.cm)
+	}
+	dir, err := e.SetUp(context.Background(), request(e.spec(t, "cfg", tc.src), "cfg", tc.fsGroup))
+	if tc.wantErr != nil {
+		if err == nil {
+			t.Fatalf("SetUp succeeded, want an error with %q", tc.wantErr)
+		}
+		for _, w := range tc.wantErr {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("error %q does not say %q", err, w)
 			}
-			dir, err := e.SetUp(context.Background(), request(e.spec(t, "cfg", tc.src), "cfg", tc.fsGroup))
-			if tc.wantErr != nil {
-				if err == nil {
-					t.Fatalf("SetUp succeeded, want an error with %q", tc.wantErr)
-				}
-				for _, w := range tc.wantErr {
-					if !strings.Contains(err.Error(), w) {
-						t.Errorf("error %q does not say %q", err, w)
-					}
-				}
-				if apierrors.IsNotFound(err) != tc.notFound || volume.IsUncertain(err) {
-					t.Errorf("error %v: not found %v (want %v), uncertain %v (want false)", err, apierrors.IsNotFound(err), tc.notFound, volume.IsUncertain(err))
-				}
-				if s := e.takeSteps(); len(s) != 0 || exists(t, filepath.Join(e.root, "pods")) {
-					t.Errorf("the failed SetUp changed the node: %v", s)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("SetUp: %v", err)
-			}
-			if got := readVolume(t, dir, tc.fsGroup != nil); dir != e.dir("cfg") || !maps.Equal(got, tc.want) {
-				t.Errorf("SetUp at %s: files %v, want %v at %s", dir, got, tc.want, e.dir("cfg"))
-			}
-			if mps, _ := fake.List(); len(mps) != 0 {
-				t.Errorf("mounts %+v: a configMap volume is on disk", mps)
-			}
-		})
+		}
+		if apierrors.IsNotFound(err) != tc.notFound || volume.IsUncertain(err) {
+			t.Errorf("error %v: not found %v (want %v), uncertain %v (want false)", err, apierrors.IsNotFound(err), tc.notFound, volume.IsUncertain(err))
+		}
+		if s := e.takeSteps(); len(s) != 0 || exists(t, filepath.Join(e.root, "pods")) {
+			t.Errorf("the failed SetUp changed the node: %v", s)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("SetUp: %v", err)
+	}
+	if got := readVolume(t, dir, tc.fsGroup != nil); dir != e.dir("cfg") || !maps.Equal(got, tc.want) {
+		t.Errorf("SetUp at %s: files %v, want %v at %s", dir, got, tc.want, e.dir("cfg"))
+	}
+	if mps, _ := fake.List(); len(mps) != 0 {
+		t.Errorf("mounts %+v: a configMap volume is on disk", mps)
 	}
 }
 

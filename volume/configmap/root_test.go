@@ -39,54 +39,17 @@ func TestRootConfigMapUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The reader reports, after each read, the update that was done when
-	// the read started: an update waits for a read started after the one
-	// before, so that no lookup spans two updates.
-	var done atomic.Int64
-	progress, stop, result := make(chan int64, 1), make(chan struct{}), make(chan error, 1)
-	go func() {
-		last := -1
-		for {
-			started := done.Load()
-			data, err := os.ReadFile(filepath.Join(dir, "conf", "app.yaml"))
-			if err != nil {
-				result <- err
-				return
-			}
-			n, _, _ := strings.Cut(string(data), ":")
-			v, err := strconv.Atoi(n)
-			if err != nil || string(data) != value(v) || v < last || int64(v) < started {
-				result <- fmt.Errorf("read %.20q... after update %d, version %d seen before", data, started, last)
-				return
-			}
-			last = v
-			select {
-			case progress <- started:
-			default:
-			}
-			select {
-			case <-stop:
-				result <- nil
-				return
-			default:
-			}
-		}
-	}()
+	r := startReader(filepath.Join(dir, "conf", "app.yaml"), value)
 	for v := 1; v <= updates; v++ {
-		for started := int64(-1); started < done.Load(); {
-			started = <-progress
-		}
+		r.waitRead(int64(v - 1))
 		e.objs.put(configMapOf("c", map[string]string{"app.yaml": value(v)}, nil))
 		if _, err := e.SetUp(ctx, req); err != nil {
 			t.Fatal(err)
 		}
-		done.Store(int64(v))
+		r.done.Store(int64(v))
 	}
-	for started := int64(-1); started < updates; {
-		started = <-progress
-	}
-	close(stop)
-	if err := <-result; err != nil {
+	r.waitRead(updates)
+	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -118,4 +81,68 @@ func TestRootConfigMapUpdate(t *testing.T) {
 			t.Fatalf("TearDown left %v in %s (%v)", entries, d, err)
 		}
 	}
+}
+
+// reader reads a file of a volume over and over, checking each read: the
+// content whole (value(v) for a version v), the versions in order, none
+// older than the last update done when the read started.
+type reader struct {
+	// done is the last update done, set by the test.
+	done atomic.Int64
+	// progress gets, after a read, the update done when it started.
+	progress chan int64
+	stopped  chan struct{}
+	result   chan error
+}
+
+func startReader(file string, value func(int) string) *reader {
+	r := &reader{progress: make(chan int64, 1), stopped: make(chan struct{}), result: make(chan error, 1)}
+	go func() {
+		last := -1
+		for {
+			started := r.done.Load()
+			data, err := os.ReadFile(file)
+			if err != nil {
+				r.result <- err
+				return
+			}
+			n, _, _ := strings.Cut(string(data), ":")
+			v, err := strconv.Atoi(n)
+			if err != nil || string(data) != value(v) || v < last || int64(v) < started {
+				r.result <- fmt.Errorf("read %.20q... after update %d, version %d seen before", data, started, last)
+				return
+			}
+			last = v
+			select {
+			case r.progress <- started:
+			default:
+			}
+			select {
+			case <-r.stopped:
+				r.result <- nil
+				return
+			default:
+			}
+		}
+	}()
+	return r
+}
+
+// waitRead waits for a read started after update v was done: an update
+// made after it cannot share a lookup with update v.
+func (r *reader) waitRead(v int64) {
+	for started := int64(-1); started < v; {
+		select {
+		case started = <-r.progress:
+		case err := <-r.result:
+			r.result <- err // the reader failed: stop reports it
+			return
+		}
+	}
+}
+
+// stop stops the reader and returns its verdict.
+func (r *reader) stop() error {
+	close(r.stopped)
+	return <-r.result
 }

@@ -22,21 +22,24 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
+// setUpCase is a SetUp of TestSetUp and what it should do.
+type setUpCase struct {
+	name    string
+	secret  *v1.Secret // nil: missing
+	src     v1.SecretVolumeSource
+	fsGroup *int64
+	// want maps each path to "mode:gid:content" (gid -1: unchecked).
+	want map[string]string
+	// wantErr are substrings of the error; nothing is then made.
+	wantErr  []string
+	notFound bool
+}
+
 // TestSetUp: the files of a secret volume, as the kubelet writes them, on
 // a tmpfs sized by the pod; and the errors that leave nothing behind.
 func TestSetUp(t *testing.T) {
 	gid := int64(os.Getgid())
-	tests := []struct {
-		name    string
-		secret  *v1.Secret // nil: missing
-		src     v1.SecretVolumeSource
-		fsGroup *int64
-		// want maps each path to "mode:gid:content" (gid -1: unchecked).
-		want map[string]string
-		// wantErr are substrings of the error; nothing is then made.
-		wantErr  []string
-		notFound bool
-	}{{
+	for _, tc := range []setUpCase{{
 		name:   "every key, the default mode when the spec has none",
 		secret: secretOf("s", map[string]string{"user": "admin", "pass": "pw"}),
 		src:    v1.SecretVolumeSource{SecretName: "s"},
@@ -97,48 +100,50 @@ func TestSetUp(t *testing.T) {
 		secret:  secretOf("s", map[string]string{"..data": "B"}),
 		src:     v1.SecretVolumeSource{SecretName: "s"},
 		wantErr: []string{`secret ns/s`, `key "..data"`, "must not start with '..'"},
-	}}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			fake := mount.NewFakeMounter(nil)
-			e := newEnv(t, "", fake)
-			if tc.secret != nil {
-				e.objs.put(tc.secret)
+	}} {
+		t.Run(tc.name, func(t *testing.T) { checkSetUp(t, tc) })
+	}
+}
+
+// checkSetUp sets up the volume of tc and checks the outcome.
+func checkSetUp(t *testing.T, tc setUpCase) {
+	fake := mount.NewFakeMounter(nil)
+	e := newEnv(t, "", fake)
+	if tc.secret != nil {
+		e.objs.put(tc.secret)
+	}
+	spec := e.spec(t, "creds", tc.src)
+	dir, err := e.SetUp(context.Background(), request(spec, "creds", tc.fsGroup))
+	if tc.wantErr != nil {
+		if err == nil {
+			t.Fatalf("SetUp succeeded, want an error with %q", tc.wantErr)
+		}
+		for _, w := range tc.wantErr {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("error %q does not say %q", err, w)
 			}
-			spec := e.spec(t, "creds", tc.src)
-			dir, err := e.SetUp(context.Background(), request(spec, "creds", tc.fsGroup))
-			if tc.wantErr != nil {
-				if err == nil {
-					t.Fatalf("SetUp succeeded, want an error with %q", tc.wantErr)
-				}
-				for _, w := range tc.wantErr {
-					if !strings.Contains(err.Error(), w) {
-						t.Errorf("error %q does not say %q", err, w)
-					}
-				}
-				if apierrors.IsNotFound(err) != tc.notFound || volume.IsUncertain(err) {
-					t.Errorf("error %v: not found %v (want %v), uncertain %v (want false)", err, apierrors.IsNotFound(err), tc.notFound, volume.IsUncertain(err))
-				}
-				if s := e.takeSteps(); len(s) != 0 || exists(t, filepath.Join(e.root, "pods")) {
-					t.Errorf("the failed SetUp changed the node: %v", s)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("SetUp: %v", err)
-			}
-			if dir != e.dir("creds") {
-				t.Errorf("SetUp returned %s, want %s", dir, e.dir("creds"))
-			}
-			got := readVolume(t, dir, tc.fsGroup != nil)
-			if !maps.Equal(got, tc.want) {
-				t.Errorf("files %v, want %v", got, tc.want)
-			}
-			mps, _ := fake.List()
-			if len(mps) != 1 || mps[0].Path != dir || mps[0].Type != "tmpfs" || !slices.Contains(mps[0].Opts, "size=67108864") {
-				t.Errorf("mounts %+v, want a tmpfs of the pod's 64Mi at %s", mps, dir)
-			}
-		})
+		}
+		if apierrors.IsNotFound(err) != tc.notFound || volume.IsUncertain(err) {
+			t.Errorf("error %v: not found %v (want %v), uncertain %v (want false)", err, apierrors.IsNotFound(err), tc.notFound, volume.IsUncertain(err))
+		}
+		if s := e.takeSteps(); len(s) != 0 || exists(t, filepath.Join(e.root, "pods")) {
+			t.Errorf("the failed SetUp changed the node: %v", s)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("SetUp: %v", err)
+	}
+	if dir != e.dir("creds") {
+		t.Errorf("SetUp returned %s, want %s", dir, e.dir("creds"))
+	}
+	got := readVolume(t, dir, tc.fsGroup != nil)
+	if !maps.Equal(got, tc.want) {
+		t.Errorf("files %v, want %v", got, tc.want)
+	}
+	mps, _ := fake.List()
+	if len(mps) != 1 || mps[0].Path != dir || mps[0].Type != "tmpfs" || !slices.Contains(mps[0].Opts, "size=67108864") {
+		t.Errorf("mounts %+v, want a tmpfs of the pod's 64Mi at %s", mps, dir)
 	}
 }
 
