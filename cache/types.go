@@ -213,6 +213,9 @@ type MountedVolume struct {
 	// volume itself (an image volume): nodevol has nothing on the node
 	// for it, and the runtime mounts it when it creates the containers.
 	ProvidedByRuntime bool
-	// ReadOnly is true when the pod's claim or the PV is read-only.
+	// ReadOnly is true when the pod's claim or the PV is read-only, or
+	// when the runtime mounts the volume read-only in every container
+	// (configMap, secret, downwardAPI and projected volumes, as the
+	// kubelet mounts them).
 	ReadOnly bool
 }

@@ -54,6 +54,10 @@ type Capabilities struct {
 	// volume inline in the pod); the planner refuses the volume to its
 	// pods when its own mode is not among them. Empty: any mode.
 	LifecycleModes []storagev1.VolumeLifecycleMode
+	// ReadOnly: the runtime mounts the volume read-only in every container,
+	// whatever its volumeMounts say (the kubelet's configMap, secret,
+	// downwardAPI and projected volumes); GetMountedVolumesForPod says so.
+	ReadOnly bool
 	// ProvidedByRuntime: the container runtime provides the volume itself
 	// when it creates the containers (an image volume); the plugin's SetUp
 	// sets nothing up and returns no path, and GetMountedVolumesForPod

@@ -25,10 +25,13 @@ import (
 	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/pluginmanager"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/configmap"
+	"github.com/nodevol/nodevol/volume/downwardapi"
 	"github.com/nodevol/nodevol/volume/emptydir"
 	"github.com/nodevol/nodevol/volume/hostpath"
 	"github.com/nodevol/nodevol/volume/image"
 	"github.com/nodevol/nodevol/volume/local"
+	"github.com/nodevol/nodevol/volume/secret"
 	"github.com/nodevol/nodevol/volume/subpath"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
@@ -222,7 +225,7 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 		return fmt.Errorf("volumemanager: %w", err)
 	}
 	vm.subpaths = subpaths
-	defaults, err := defaultPlugins(cfg, vm.resolver.node)
+	defaults, err := defaultPlugins(cfg, vm.resolver.node, vm.objects)
 	if err != nil {
 		return fmt.Errorf("volumemanager: %w", err)
 	}
@@ -251,7 +254,7 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 // built from the Config, less those an embedder's plugin (Config.Plugins)
 // replaces: one of the same name or claiming a kind of source in common
 // (volume.SharesKind).
-func defaultPlugins(cfg Config, node func() (*v1.Node, error)) ([]volume.Plugin, error) {
+func defaultPlugins(cfg Config, node func() (*v1.Node, error), objects *objectcache.Cache) ([]volume.Plugin, error) {
 	host, err := hostpath.New(hostpath.Config{Steps: cfg.Steps})
 	if err != nil {
 		return nil, err
@@ -264,8 +267,20 @@ func defaultPlugins(cfg Config, node func() (*v1.Node, error)) ([]volume.Plugin,
 	if err != nil {
 		return nil, err
 	}
+	cm, err := configmap.New(configmap.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps, AllocatableMemory: allocatableMemory(node), Objects: objects})
+	if err != nil {
+		return nil, err
+	}
+	sec, err := secret.New(secret.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps, AllocatableMemory: allocatableMemory(node), Objects: objects})
+	if err != nil {
+		return nil, err
+	}
+	down, err := downwardapi.New(downwardapi.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps, NodeAllocatable: nodeAllocatable(node)})
+	if err != nil {
+		return nil, err
+	}
 	var out []volume.Plugin
-	for _, p := range []volume.Plugin{image.Plugin{}, host, empty, loc} {
+	for _, p := range []volume.Plugin{image.Plugin{}, host, empty, loc, cm, sec, down} {
 		if !slices.ContainsFunc(cfg.Plugins, func(own volume.Plugin) bool { return own != nil && volume.SharesKind(p, own) }) {
 			out = append(out, p)
 		}
@@ -389,6 +404,7 @@ func (vm *VolumeManager) GetMountedVolumesForPod(uid types.UID) []vcache.Mounted
 		if spec, ok := vm.asw.Volume(v.Name); ok {
 			caps, err := capabilitiesOf(vm.volumes, &spec.Spec)
 			v.ProvidedByRuntime = err == nil && caps.ProvidedByRuntime
+			v.ReadOnly = v.ReadOnly || err == nil && caps.ReadOnly
 		}
 		out = append(out, v)
 	}

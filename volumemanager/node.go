@@ -127,6 +127,18 @@ var selectorOps = map[v1.NodeSelectorOperator]selection.Operator{
 	v1.NodeSelectorOpLt:           selection.LessThan,
 }
 
+// nodeAllocatable is the node's allocatable resources: what a downward API
+// file shows of a container that sets no limit.
+func nodeAllocatable(node func() (*v1.Node, error)) func() (v1.ResourceList, error) {
+	return func() (v1.ResourceList, error) {
+		n, err := node()
+		if err != nil {
+			return nil, err
+		}
+		return n.Status.Allocatable, nil
+	}
+}
+
 // allocatableMemory is the node's allocatable memory in bytes, the bound of
 // an emptyDir of medium Memory.
 func allocatableMemory(node func() (*v1.Node, error)) func() (int64, error) {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/volume/configmap"
+	"github.com/nodevol/nodevol/volume/secret"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
@@ -21,25 +23,20 @@ import (
 // pod with its secret and configMap managers.
 func podObjects(pod *v1.Pod) []objectcache.Ref {
 	var out []objectcache.Ref
-	cm := func(name string) {
-		out = append(out, objectcache.Ref{Kind: objectcache.ConfigMap, Namespace: pod.Namespace, Name: name})
-	}
-	secret := func(name string) {
-		out = append(out, objectcache.Ref{Kind: objectcache.Secret, Namespace: pod.Namespace, Name: name})
-	}
+	ns := pod.Namespace
 	for _, v := range pod.Spec.Volumes {
 		switch {
 		case v.ConfigMap != nil:
-			cm(v.ConfigMap.Name)
+			out = append(out, configmap.Refs(ns, v.ConfigMap)...)
 		case v.Secret != nil:
-			secret(v.Secret.SecretName)
+			out = append(out, secret.Refs(ns, v.Secret)...)
 		case v.Projected != nil:
 			for _, s := range v.Projected.Sources {
 				switch {
 				case s.ConfigMap != nil:
-					cm(s.ConfigMap.Name)
+					out = append(out, configmap.Refs(ns, &v1.ConfigMapVolumeSource{LocalObjectReference: s.ConfigMap.LocalObjectReference})...)
 				case s.Secret != nil:
-					secret(s.Secret.Name)
+					out = append(out, secret.Refs(ns, &v1.SecretVolumeSource{SecretName: s.Secret.Name})...)
 				case s.ClusterTrustBundle != nil:
 					if r, ok := trustBundleRef(s.ClusterTrustBundle); ok {
 						out = append(out, r)
@@ -121,5 +118,5 @@ func (l *loop) republishPodVolume(uid types.UID, name cache.UniqueVolumeName) {
 		return
 	}
 	l.vol(name).markRepublish(uid)
-	l.queue.add(name)
+	l.retry(name) // a new object lands at once, not after a backoff
 }

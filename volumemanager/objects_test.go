@@ -2,6 +2,8 @@ package volumemanager
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -82,4 +84,46 @@ func TestObjectChangeRepublishes(t *testing.T) {
 	}
 	e.unmount(pod)
 	eventually(t, "the configMap released", func() bool { return len(e.vm.objects.Holders(ref)) == 0 })
+}
+
+// TestConfigMapVolumeKeptCurrent: the built-in configMap plugin writes a
+// pod's configMap volume with the kubelet's layout, reports it read-only,
+// and an update of the configMap reaches the file through the watch (the
+// resync is a minute away), atomically through ..data.
+func TestConfigMapVolumeKeptCurrent(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "settings"}, Data: map[string]string{"mode": "one"}}
+	if _, err := e.client.CoreV1().ConfigMaps("ns").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := csitest.Pod("ns", "web", csitest.WithVolume(v1.Volume{Name: "conf", VolumeSource: v1.VolumeSource{
+		ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "settings"}}}}, false))
+	if err := e.mount(pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	mvs := e.vm.GetMountedVolumesForPod(pod.UID)
+	want := filepath.Join(e.root, "pods", string(pod.UID), "volumes", "kubernetes.io~configmap", "conf")
+	if len(mvs) != 1 || mvs[0].Path != want || mvs[0].Plugin != "kubernetes.io/configmap" || !mvs[0].ReadOnly {
+		t.Fatalf("GetMountedVolumesForPod = %+v, want the configMap volume at %s, read-only", mvs, want)
+	}
+	read := func() string {
+		data, _ := os.ReadFile(filepath.Join(want, "mode"))
+		return string(data)
+	}
+	if got := read(); got != "one" {
+		t.Fatalf("mode = %q, want one", got)
+	}
+	if target, err := os.Readlink(filepath.Join(want, "mode")); err != nil || target != "..data/mode" {
+		t.Errorf("mode is a link to %q (%v), want ..data/mode", target, err)
+	}
+	cm.Data["mode"] = "two"
+	if _, err := e.client.CoreV1().ConfigMaps("ns").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the update in the pod's file", func() bool { return read() == "two" })
+	e.unmount(pod)
+	if _, err := os.Lstat(want); !os.IsNotExist(err) {
+		t.Errorf("the volume directory after the pod went: %v", err)
+	}
 }

@@ -143,7 +143,7 @@ func (p *plugin) CanSupport(v *v1.Volume) bool { return v != nil && v.DownwardAP
 // resync (the kubelet's RequiresRemount); the writer gives its files the
 // pod's fsGroup itself.
 func (p *plugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
-	return volume.Capabilities{Republish: true}, nil
+	return volume.Capabilities{Republish: true, ReadOnly: true}, nil
 }
 
 // allocatable returns the node's allocatable resources: nil (and no error)

@@ -297,7 +297,7 @@ func TestRestart(t *testing.T) {
 func TestPlugin(t *testing.T) {
 	e := newEnv(t, "", mount.NewFakeMounter(nil))
 	caps, err := e.Capabilities(nil)
-	if e.Name() != PluginName || err != nil || !reflect.DeepEqual(caps, volume.Capabilities{Republish: true}) {
+	if e.Name() != PluginName || err != nil || !reflect.DeepEqual(caps, volume.Capabilities{Republish: true, ReadOnly: true}) {
 		t.Errorf("Name %s, Capabilities %+v, %v", e.Name(), caps, err)
 	}
 	if !e.CanSupport(&v1.Volume{VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{}}}) ||

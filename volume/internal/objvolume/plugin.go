@@ -122,7 +122,7 @@ func (p *Plugin) CanSupport(v *v1.Volume) bool {
 // (the kubelet applies it to these volumes read-only or not), so no
 // ownership change is asked for.
 func (p *Plugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
-	return volume.Capabilities{Republish: true}, nil
+	return volume.Capabilities{Republish: true, ReadOnly: true}, nil
 }
 
 // Reconstruct implements volume.Reconstructor: the Wrapper's. A tmpfs
