@@ -13,7 +13,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -36,10 +35,12 @@ import (
 // after it is refused, which leaves the disk, the mount table and the driver
 // as a process killed at that instant would. It then drops the manager,
 // starts a new one on the same disk, mount table and driver, adds the pods
-// wanted by then (as acted, the other choice, or after a reboot), waits for
-// the node to converge and checks one invariant: the node is exactly as a
-// run without a crash leaves it (the driver's staged and published volumes,
-// the mount table, the loop devices and every entry under the root), and no
+// wanted by then (as acted, the other choice, or after a reboot), does what
+// their containers do once their volumes are mounted (runContainers: files
+// written, subPath mounts prepared), waits for the node to converge and
+// checks one invariant: the node is exactly as a run without a crash
+// leaves it (the driver's staged and published volumes, the mount table,
+// the loop devices and every entry under the root), and no
 // NodeUnstageVolume was sent while a publish of the volume existed. The
 // restart itself is crashed too: at every step of the recovering manager,
 // followed by a third, clean one. Steps are found by counting, so a step
@@ -64,20 +65,29 @@ type crashNode struct {
 	boots      int
 	// selfAttach runs the managers with Config.SelfAttach.
 	selfAttach bool
+	// nodeObj, if set, is Config.Node's answer.
+	nodeObj *v1.Node
+	// binds are the fake mounter's binds of opened files, volatile what a
+	// reboot loses of what the pods wrote (crash_kinds_test.go).
+	binds    fdBinds
+	volatile map[string]bool
 }
 
 func newCrashNode(t *testing.T, drv *csitest.Server, client *fake.Clientset) *crashNode {
 	n := &crashNode{
 		t: t, root: t.TempDir(), mounter: mount.NewFakeMounter(nil),
 		loops: &fakeLooper{dev: map[string]string{}}, drv: drv, client: client,
-		handles: map[string]string{},
+		handles: map[string]string{}, volatile: map[string]bool{},
 	}
+	n.binds.files = map[string]bool{}
+	n.mounter.UnmountFunc = n.binds.unbind
 	n.boot = filepath.Join(t.TempDir(), "boot_id")
 	n.reboot()
 	return n
 }
 
-// reboot forgets the mounts, the loop devices and the driver's state and
+// reboot forgets the mounts, the loop devices, the driver's state and
+// what the pods wrote on file systems that do not outlive a boot, and
 // gives the node a new boot ID.
 func (n *crashNode) reboot() {
 	n.boots++
@@ -92,6 +102,12 @@ func (n *crashNode) reboot() {
 	clear(n.loops.dev)
 	n.loops.mu.Unlock()
 	n.drv.Reboot()
+	for p := range n.volatile {
+		if err := os.RemoveAll(p); err != nil {
+			n.t.Fatal(err)
+		}
+	}
+	clear(n.volatile)
 }
 
 // checkStep records a NodeUnstageVolume sent while the driver still had a
@@ -118,11 +134,16 @@ func (n *crashNode) start(h *steptest.Crasher) (*VolumeManager, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := step.Mounter(n.mounter, h.Take)
+	mounter := &fdBinder{FakeMounter: n.mounter, binds: &n.binds}
+	m := step.Mounter(mounter, h.Take)
 	mapper := &blockdev.Mapper{Mounter: m, Loop: n.loops, Root: r.WithSteps(h.Take), Steps: h.Take,
 		IsBlockDevice: func(string) (bool, error) { return true, nil }}
-	vm, err := New(Config{NodeName: node, KubeClient: n.client, RootDir: n.root, Mounter: n.mounter,
-		BlockMapper: mapper, BootIDPath: n.boot, Steps: h.Take, SelfAttach: n.selfAttach})
+	cfg := Config{NodeName: node, KubeClient: n.client, RootDir: n.root, Mounter: mounter,
+		BlockMapper: mapper, BootIDPath: n.boot, Steps: h.Take, SelfAttach: n.selfAttach}
+	if obj := n.nodeObj; obj != nil {
+		cfg.Node = func() (*v1.Node, error) { return obj, nil }
+	}
+	vm, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,6 +233,8 @@ func (n *crashNode) state() crashState {
 // volume, and every file and symlink, must match exactly.
 var sharedDirs = []string{
 	"pods", "pods/*", "pods/*/volumes", "pods/*/volumes/kubernetes.io~csi",
+	"pods/*/volumes/kubernetes.io~empty-dir", "pods/*/volumes/kubernetes.io~local-volume",
+	"pods/*/plugins", "pods/*/plugins/kubernetes.io~empty-dir",
 	"pods/*/volumeDevices", "pods/*/volumeDevices/kubernetes.io~csi",
 	"plugins", "plugins/kubernetes.io", "plugins/kubernetes.io/csi", "plugins/kubernetes.io/csi/csitest.nodevol.io",
 	"plugins/kubernetes.io/csi/volumeDevices", "plugins/kubernetes.io/csi/volumeDevices/staging",
@@ -273,6 +296,9 @@ func converge(ctx context.Context, vm *VolumeManager, n *crashNode, wanted, gone
 		if err := vm.WaitForAttachAndMount(ctx, p); err != nil {
 			return n.state(), err
 		}
+		if err := n.runContainers(ctx, vm, p); err != nil {
+			return n.state(), err
+		}
 	}
 	for _, p := range gone {
 		if err := vm.WaitForUnmount(ctx, p); err != nil {
@@ -295,8 +321,13 @@ type crashScenario struct {
 	name string
 	// opts are the driver's.
 	opts csitest.Options
-	// objects are the API objects.
-	objects func(driver string) []runtime.Object
+	// objects are the API objects; host is the node's directory outside
+	// the root (for a local PV's path).
+	objects func(driver, host string) []runtime.Object
+	// node, if set, is this node's Node (Config.Node); hostDirs are
+	// made under host first.
+	node     *v1.Node
+	hostDirs []string
 	// before are mounted before the operation; after are wanted once it
 	// is done; other is the other choice made while the agent was down.
 	before, after, other []*v1.Pod
@@ -347,13 +378,19 @@ func without(all, wanted []*v1.Pod) []*v1.Pod {
 // newNode makes the node of a run: its own driver, API objects and root.
 func (sc crashScenario) newNode(t *testing.T) *crashNode {
 	drv := csitest.New(t, sc.opts)
-	objs := sc.objects(drv.DriverName())
+	host := t.TempDir()
+	for _, d := range sc.hostDirs {
+		if err := os.MkdirAll(filepath.Join(host, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs := sc.objects(drv.DriverName(), host)
 	client := fake.NewClientset(objs...)
 	if sc.selfAttach {
 		csitest.NewFakeAttacher(t, client, csitest.AttacherOptions{Driver: drv.DriverName()})
 	}
 	n := newCrashNode(t, drv, client)
-	n.selfAttach = sc.selfAttach
+	n.selfAttach, n.nodeObj = sc.selfAttach, sc.node
 	for _, o := range objs {
 		pv, ok := o.(*v1.PersistentVolume)
 		if !ok || pv.Spec.CSI == nil {
@@ -477,13 +514,13 @@ func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, wan
 
 // crashScenarios are the operations the suite stops at every step of.
 func crashScenarios() []crashScenario {
-	claim := func(name string, attach bool, opts ...csitest.PVOption) func(string) []runtime.Object {
-		return func(driver string) []runtime.Object {
+	claim := func(name string, attach bool, opts ...csitest.PVOption) func(string, string) []runtime.Object {
+		return func(driver, _ string) []runtime.Object {
 			pvc, pv := csitest.BoundClaim("ns", name, driver, "h-"+name, opts...)
 			return []runtime.Object{csitest.CSIDriver(driver, attach), pvc, pv}
 		}
 	}
-	blockClaim := func(driver string) []runtime.Object {
+	blockClaim := func(driver, _ string) []runtime.Object {
 		pvc, pv := csitest.BoundClaim("ns", "raw", driver, "h-raw", csitest.PVBlock())
 		csitest.PVCBlock()(pvc)
 		return []runtime.Object{csitest.CSIDriver(driver, false), pvc, pv}
@@ -499,7 +536,7 @@ func crashScenarios() []crashScenario {
 	}
 	opts := csitest.Options{CreateTargetDirs: true}
 	noStage := csitest.Options{CreateTargetDirs: true, NoStageUnstage: true}
-	return []crashScenario{
+	return append([]crashScenario{
 		{name: "stage-publish", opts: opts, objects: claim("vol", false), after: []*v1.Pod{a}, act: add(a)},
 		{name: "unpublish-unstage", opts: opts, objects: claim("vol", false), before: []*v1.Pod{a}, other: []*v1.Pod{a}, act: del(a)},
 		{name: "unpublish-shared", opts: opts, objects: claim("vol", false, csitest.PVAccessModes(v1.ReadWriteMany)),
@@ -514,52 +551,7 @@ func crashScenarios() []crashScenario {
 			before: []*v1.Pod{a}, after: []*v1.Pod{a}, other: []*v1.Pod{a}, act: resize("vol", "2Gi", false), settled: resized("vol", "2Gi")},
 		{name: "expand-resize-status", opts: csitest.Options{CreateTargetDirs: true, Expand: true}, objects: claim("vol", false, csitest.PVCapacity("1Gi")),
 			before: []*v1.Pod{a}, after: []*v1.Pod{a}, other: []*v1.Pod{a}, act: resize("vol", "2Gi", true), settled: resized("vol", "2Gi")},
-	}
-}
-
-// resize plays the external-resizer: the claim's PV grown to size, the
-// claim marked for the node's part.
-func resize(claim, size string, resizeStatus bool) func(*VolumeManager, *crashNode) {
-	return func(_ *VolumeManager, n *crashNode) {
-		ctx := context.Background()
-		pvc, err := n.client.CoreV1().PersistentVolumeClaims("ns").Get(ctx, claim, metav1.GetOptions{})
-		if err != nil {
-			n.t.Error(err)
-			return
-		}
-		pv, err := n.client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-		if err != nil {
-			n.t.Error(err)
-			return
-		}
-		pv.Spec.Capacity[v1.ResourceStorage] = resource.MustParse(size)
-		if _, err := n.client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
-			n.t.Error(err)
-		}
-		if resizeStatus {
-			// The resizer of RecoverVolumeExpansionFailure (GA in 1.34).
-			pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.PersistentVolumeClaimNodeResizePending}
-		} else {
-			pvc.Status.Conditions = []v1.PersistentVolumeClaimCondition{{Type: v1.PersistentVolumeClaimFileSystemResizePending, Status: v1.ConditionTrue}}
-		}
-		if _, err := n.client.CoreV1().PersistentVolumeClaims("ns").UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
-			n.t.Error(err)
-		}
-	}
-}
-
-// resized tells whether the node has done its part of a resize: the
-// claim's status says size, with no condition left.
-func resized(claim, size string) func(*crashNode) bool {
-	return func(n *crashNode) bool {
-		c, err := n.client.CoreV1().PersistentVolumeClaims("ns").Get(context.Background(), claim, metav1.GetOptions{})
-		if err != nil {
-			return false
-		}
-		got := c.Status.Capacity[v1.ResourceStorage]
-		_, resizing := c.Status.AllocatedResourceStatuses[v1.ResourceStorage]
-		return got.Cmp(resource.MustParse(size)) == 0 && len(c.Status.Conditions) == 0 && !resizing
-	}
+	}, kindScenarios(claim("vol", false), add, del)...)
 }
 
 // TestCrashPoints stops every scenario at every step of its operation, in

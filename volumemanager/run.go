@@ -184,7 +184,9 @@ func (vm *VolumeManager) cleanSubPaths(ctx context.Context, a oe.Action, in opIn
 }
 
 // reconstruct asks each plugin that leaves something on disk what earlier
-// runs left (volume.Reconstructor), all compared with one recovery.
+// runs left (volume.Reconstructor), all compared with one recovery, then
+// cleans the subPath mounts of the pod volumes none of them found
+// (cleanDroppedSubPaths).
 func (vm *VolumeManager) reconstruct(ctx context.Context) volume.Found {
 	rc := vm.recovery(ctx)
 	var out volume.Found
@@ -195,6 +197,7 @@ func (vm *VolumeManager) reconstruct(ctx context.Context) volume.Found {
 		out.Unreadable = append(out.Unreadable, f.Unreadable...)
 		out.Attempted += f.Attempted
 	}
+	vm.cleanDroppedSubPaths(ctx, rc, out)
 	return out
 }
 
