@@ -47,10 +47,13 @@ func (c *collector) collect(ctx context.Context) (map[string]atomicwriter.File, 
 			payload[path.Clean(p)] = f
 		}
 	}
-	if err := utilerrors.NewAggregate(errs); err != nil {
-		return nil, err
+	switch len(errs) {
+	case 0:
+		return payload, nil
+	case 1:
+		return nil, errs[0] // as the kubelet's aggregate prints it, and errors.As still sees it
 	}
-	return payload, nil
+	return nil, utilerrors.NewAggregate(errs)
 }
 
 // source returns the files of source i.
