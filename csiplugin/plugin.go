@@ -50,6 +50,12 @@ type Config struct {
 	// whose CSIDriver lists tokenRequests get on NodePublishVolume. Default
 	// nil: those operations fail saying so.
 	KubeClient kubernetes.Interface
+	// Tokens issues the service account tokens of drivers whose
+	// CSIDriver lists tokenRequests, and hands each out again until it
+	// is due for a refresh (the volume manager shares one with the
+	// projected volume plugin). Default: a cache of its own over
+	// KubeClient.
+	Tokens TokenSource
 	// BlockMapper maps published raw block devices into pods. Default
 	// blockdev.NewMapper(Mounter) confined to RootDir (Mapper.Root): bind
 	// mounts through Mounter, loop devices through losetup. The plugin
@@ -182,7 +188,7 @@ func newPlugin(cfg Config) (*plugin, error) {
 		attachments: cfg.VolumeAttachmentLister,
 		client:      cfg.KubeClient,
 		secrets:     newSecretGetter(cfg.KubeClient),
-		tokens:      newTokenGetter(cfg.KubeClient, cfg.Clock),
+		tokens:      newTokenGetter(cfg.KubeClient, cfg.Tokens, cfg.Clock),
 		blockMapper: cfg.BlockMapper,
 		mounter:     cfg.Mounter,
 		timeout:     cfg.CallTimeout,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -31,15 +32,24 @@ type tokenGetter interface {
 // server and hands out each again until it is due for a refresh (package
 // internal/tokens), so that republishing a volume does not ask for a new
 // token every time.
-func newTokenGetter(client kubernetes.Interface, clk clock.PassiveClock) tokenGetter {
-	if client == nil {
+func newTokenGetter(client kubernetes.Interface, src TokenSource, clk clock.PassiveClock) tokenGetter {
+	switch {
+	case src != nil:
+		return cachedTokens{src}
+	case client == nil:
 		return noTokens{}
 	}
 	return cachedTokens{tokens.New(client, clk)}
 }
 
-// cachedTokens is a tokens.Cache as a tokenGetter.
-type cachedTokens struct{ c *tokens.Cache }
+// TokenSource issues service account tokens through the TokenRequest API
+// and tells when each is due for a refresh (internal/tokens.Cache).
+type TokenSource interface {
+	ServiceAccountToken(ctx context.Context, namespace, name string, tr *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, time.Time, error)
+}
+
+// cachedTokens is a TokenSource as a tokenGetter.
+type cachedTokens struct{ c TokenSource }
 
 func (t cachedTokens) ServiceAccountToken(ctx context.Context, namespace, name string, tr *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
 	out, _, err := t.c.ServiceAccountToken(ctx, namespace, name, tr)

@@ -101,11 +101,13 @@ type loopHooks struct {
 	// longer hold data (what made it unreadable is gone), reporting
 	// whether it did.
 	retake func(dir string) bool
-	// hold makes the pod hold the API objects its volumes read (nil
-	// refs: none; the pod is gone), in the node's object cache;
-	// holders returns the pods holding an object.
+	// hold makes the pod hold the API objects its volumes read in the
+	// node's object cache; holders returns the pods holding an object;
+	// podGone drops what the node keeps for a pod (its holds, its
+	// tokens).
 	hold    func(uid types.UID, refs []objectcache.Ref)
 	holders func(objectcache.Ref) []string
+	podGone func(uid types.UID)
 }
 
 // opInput is what an operation needs.
@@ -285,8 +287,8 @@ func (l *loop) claimChanged(key string) {
 func (l *loop) syncPod(uid types.UID, pod *v1.Pod) {
 	switch {
 	case pod == nil:
-		if l.hooks.hold != nil {
-			l.hooks.hold(uid, nil)
+		if l.hooks.podGone != nil {
+			l.hooks.podGone(uid)
 		}
 		l.pods.forget(uid)
 		l.errs.forget(uid)

@@ -23,6 +23,7 @@ import (
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/internal/promreg"
 	"github.com/nodevol/nodevol/internal/registration"
+	"github.com/nodevol/nodevol/internal/tokens"
 	"github.com/nodevol/nodevol/pluginmanager"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/configmap"
@@ -31,6 +32,7 @@ import (
 	"github.com/nodevol/nodevol/volume/hostpath"
 	"github.com/nodevol/nodevol/volume/image"
 	"github.com/nodevol/nodevol/volume/local"
+	"github.com/nodevol/nodevol/volume/projected"
 	"github.com/nodevol/nodevol/volume/secret"
 	"github.com/nodevol/nodevol/volume/subpath"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
@@ -75,8 +77,10 @@ type VolumeManager struct {
 	// Config.VolumesInUseReportedByCaller.
 	inUse *inUseReporter
 	// objects is the node's one cache of the API objects its pods'
-	// volumes read (configMaps, secrets, trust bundles), held by pod.
+	// volumes read (configMaps, secrets, trust bundles), held by pod;
+	// tokens the service account tokens of the CSI and projected plugins.
 	objects *objectcache.Cache
+	tokens  *tokens.Cache
 	// subpaths are the pods' subPath bind mounts (SubPaths).
 	subpaths *subpath.Manager
 	// expander grows mounted volumes; nil when the plugin cannot.
@@ -122,6 +126,7 @@ func New(cfg Config) (*VolumeManager, error) {
 		vm.factory = informers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0, informers.WithTransform(trimInformerObject))
 	}
 	vm.objects = objectcache.New(objectcache.Config{Client: cfg.KubeClient, Clock: cfg.Clock, OnChange: vm.in.objectChanged})
+	vm.tokens = tokens.New(cfg.KubeClient, cfg.Clock)
 	attachments := vm.newResolver()
 	if vm.resolver.node = cfg.Node; cfg.Node == nil {
 		var err error
@@ -205,6 +210,7 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 			CSIDriverLister:        vm.csiDrivers,
 			VolumeAttachmentLister: attachments,
 			KubeClient:             cfg.KubeClient,
+			Tokens:                 vm.tokens,
 			Mounter:                cfg.Mounter,
 			BlockMapper:            cfg.BlockMapper,
 			CallTimeout:            cfg.CSICallTimeout,
@@ -225,7 +231,7 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 		return fmt.Errorf("volumemanager: %w", err)
 	}
 	vm.subpaths = subpaths
-	defaults, err := defaultPlugins(cfg, vm.resolver.node, vm.objects)
+	defaults, err := defaultPlugins(cfg, vm.resolver.node, vm.objects, vm.tokens)
 	if err != nil {
 		return fmt.Errorf("volumemanager: %w", err)
 	}
@@ -254,7 +260,7 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 // built from the Config, less those an embedder's plugin (Config.Plugins)
 // replaces: one of the same name or claiming a kind of source in common
 // (volume.SharesKind).
-func defaultPlugins(cfg Config, node func() (*v1.Node, error), objects *objectcache.Cache) ([]volume.Plugin, error) {
+func defaultPlugins(cfg Config, node func() (*v1.Node, error), objects *objectcache.Cache, toks *tokens.Cache) ([]volume.Plugin, error) {
 	host, err := hostpath.New(hostpath.Config{Steps: cfg.Steps})
 	if err != nil {
 		return nil, err
@@ -279,8 +285,13 @@ func defaultPlugins(cfg Config, node func() (*v1.Node, error), objects *objectca
 	if err != nil {
 		return nil, err
 	}
+	proj, err := projected.New(projected.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps,
+		AllocatableMemory: allocatableMemory(node), NodeAllocatable: nodeAllocatable(node), Objects: objects, Tokens: toks})
+	if err != nil {
+		return nil, err
+	}
 	var out []volume.Plugin
-	for _, p := range []volume.Plugin{image.Plugin{}, host, empty, loc, cm, sec, down} {
+	for _, p := range []volume.Plugin{image.Plugin{}, host, empty, loc, cm, sec, down, proj} {
 		if !slices.ContainsFunc(cfg.Plugins, func(own volume.Plugin) bool { return own != nil && volume.SharesKind(p, own) }) {
 			out = append(out, p)
 		}
@@ -302,7 +313,7 @@ func (vm *VolumeManager) newLoop(m *metrics) {
 		node: cfg.NodeName, clock: cfg.Clock, dsw: vm.dsw, asw: vm.asw, metrics: m, events: cfg.EventRecorder,
 		volumes: vm.volumes, selfAttach: cfg.SelfAttach,
 		hooks: loopHooks{start: vm.start, synced: func() { close(vm.ready) }, retake: vm.retakeUnreadable,
-			hold: vm.holdObjects, holders: vm.objects.Holders},
+			hold: vm.holdObjects, holders: vm.objects.Holders, podGone: vm.podGone},
 	}
 	if vm.expander != nil {
 		lc.hooks.expansion = vm.resolver.pendingExpansion
@@ -409,6 +420,13 @@ func (vm *VolumeManager) GetMountedVolumesForPod(uid types.UID) []vcache.Mounted
 		out = append(out, v)
 	}
 	return out
+}
+
+// podGone drops what the node kept for a pod that is gone: its objects'
+// holds and its service account tokens.
+func (vm *VolumeManager) podGone(uid types.UID) {
+	vm.objects.Release(objectHolder(uid))
+	vm.tokens.Forget(uid)
 }
 
 // holdObjects makes pod uid hold refs in the object cache (none: it

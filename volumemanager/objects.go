@@ -4,14 +4,12 @@ import (
 	"maps"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
 	"github.com/nodevol/nodevol/volume/configmap"
+	"github.com/nodevol/nodevol/volume/projected"
 	"github.com/nodevol/nodevol/volume/secret"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
@@ -31,40 +29,10 @@ func podObjects(pod *v1.Pod) []objectcache.Ref {
 		case v.Secret != nil:
 			out = append(out, secret.Refs(ns, v.Secret)...)
 		case v.Projected != nil:
-			for _, s := range v.Projected.Sources {
-				switch {
-				case s.ConfigMap != nil:
-					out = append(out, configmap.Refs(ns, &v1.ConfigMapVolumeSource{LocalObjectReference: s.ConfigMap.LocalObjectReference})...)
-				case s.Secret != nil:
-					out = append(out, secret.Refs(ns, &v1.SecretVolumeSource{SecretName: s.Secret.Name})...)
-				case s.ClusterTrustBundle != nil:
-					if r, ok := trustBundleRef(s.ClusterTrustBundle); ok {
-						out = append(out, r)
-					}
-				}
-			}
+			out = append(out, projected.Refs(ns, v.Projected)...)
 		}
 	}
 	return out
-}
-
-// trustBundleRef is the object cache's Ref of a clusterTrustBundle
-// projection: the bundle by name, or the bundles of a signer selected by
-// labels. A selection with no label selector selects nothing (the API's
-// rule): ok is false.
-func trustBundleRef(p *v1.ClusterTrustBundleProjection) (objectcache.Ref, bool) {
-	if p.Name != nil {
-		return objectcache.Ref{Kind: objectcache.ClusterTrustBundle, Name: *p.Name}, true
-	}
-	if p.SignerName == nil || p.LabelSelector == nil {
-		return objectcache.Ref{}, false
-	}
-	sel, err := metav1.LabelSelectorAsSelector(p.LabelSelector)
-	if err != nil {
-		sel = labels.Nothing()
-	}
-	return objectcache.Ref{Kind: objectcache.ClusterTrustBundle,
-		Fields: fields.OneTermEqualSelector("spec.signerName", *p.SignerName).String(), Labels: sel.String()}, true
 }
 
 // objectHolder is the holder name of a pod in the object cache.

@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
@@ -126,4 +129,78 @@ func TestConfigMapVolumeKeptCurrent(t *testing.T) {
 	if _, err := os.Lstat(want); !os.IsNotExist(err) {
 		t.Errorf("the volume directory after the pod went: %v", err)
 	}
+}
+
+// TestKubeAPIAccessVolume: the projected volume the API server adds to
+// every pod (a service account token bound to the pod, the cluster's CA
+// from kube-root-ca.crt, the namespace) is written as under the kubelet:
+// token, ca.crt and namespace through ..data, the token requested once for
+// the pod's service account, bound to the pod, and handed out again at the
+// next publish rather than requested again.
+func TestKubeAPIAccessVolume(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	var requests []*authenticationv1.TokenRequest
+	var mu sync.Mutex
+	e.client.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenRequest).DeepCopy()
+		mu.Lock()
+		requests = append(requests, tr.DeepCopy())
+		mu.Unlock()
+		tr.Status = authenticationv1.TokenRequestStatus{Token: "token-1", ExpirationTimestamp: metav1.NewTime(time.Now().Add(time.Hour))}
+		return true, tr, nil
+	})
+	ca := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": "-----CA-----\n"}}
+	if _, err := e.client.CoreV1().ConfigMaps("ns").Create(ctx, ca, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	exp := int64(3607)
+	mode := int32(0o644)
+	access := v1.Volume{Name: "kube-api-access-x7k2p", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
+		DefaultMode: &mode,
+		Sources: []v1.VolumeProjection{
+			{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: &exp}},
+			{ConfigMap: &v1.ConfigMapProjection{LocalObjectReference: v1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items: []v1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			{DownwardAPI: &v1.DownwardAPIProjection{Items: []v1.DownwardAPIVolumeFile{
+				{Path: "namespace", FieldRef: &v1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
+		}}}}
+	pod := csitest.Pod("ns", "web", csitest.PodServiceAccount("app"), csitest.WithVolume(access, true))
+	if err := e.mount(pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(e.root, "pods", string(pod.UID), "volumes", "kubernetes.io~projected", access.Name)
+	for name, want := range map[string]string{"token": "token-1", "ca.crt": "-----CA-----\n", "namespace": "ns"} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || string(data) != want {
+			t.Errorf("%s = %q, %v; want %q", name, data, err, want)
+		}
+		if target, _ := os.Readlink(filepath.Join(dir, name)); target != "..data/"+name {
+			t.Errorf("%s links to %q, want ..data/%s", name, target, name)
+		}
+	}
+	mu.Lock()
+	if len(requests) != 1 {
+		t.Fatalf("%d token requests, want 1", len(requests))
+	}
+	r := requests[0].Spec
+	if b := r.BoundObjectRef; b == nil || b.Kind != "Pod" || b.Name != "web" || b.UID != pod.UID || *r.ExpirationSeconds != exp {
+		t.Errorf("token request %+v, want one bound to the pod with expirationSeconds 3607", r)
+	}
+	mu.Unlock()
+	// A new CA republishes the volume: the token is handed out again.
+	ca.Data["ca.crt"] = "-----CA2-----\n"
+	if _, err := e.client.CoreV1().ConfigMaps("ns").Update(ctx, ca, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new CA in the pod's file", func() bool {
+		data, _ := os.ReadFile(filepath.Join(dir, "ca.crt"))
+		return string(data) == "-----CA2-----\n"
+	})
+	mu.Lock()
+	if len(requests) != 1 {
+		t.Errorf("%d token requests after the republish, want 1", len(requests))
+	}
+	mu.Unlock()
+	e.unmount(pod)
 }

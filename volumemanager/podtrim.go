@@ -7,8 +7,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/projected"
 )
 
 // keptPod is what the inbox keeps of a pod between AddPod and DeletePod,
@@ -88,6 +90,15 @@ func keepPod(pod *v1.Pod, plugins *volume.Registry) *keptPod {
 	if more.meta {
 		k.labels, k.annotations = maps.Clone(pod.Labels), maps.Clone(pod.Annotations)
 	}
+	if u := projected.FSUser(pod); more.user && u != nil {
+		// The user every container runs as, which owns a projected
+		// volume's token files, as the pod's own: FSUser gives it back
+		// from the kept copy, whose containers carry no user.
+		if k.securityContext == nil {
+			k.securityContext = &v1.PodSecurityContext{}
+		}
+		k.securityContext.RunAsUser = ptr.To(*u)
+	}
 	keep := make(map[string]bool, len(vols))
 	k.volumes = make([]v1.Volume, len(vols))
 	for i := range vols {
@@ -143,8 +154,9 @@ type kept struct {
 	// emptyDir in memory or hugepages, a secret or projected volume);
 	// resources: every container's limits and requests, which a
 	// downward API file shows (resourceFieldRef); meta: the labels and
-	// annotations a downward API file shows (fieldRef).
-	limits, resources, meta bool
+	// annotations a downward API file shows (fieldRef); user: the user
+	// all containers run as, which owns a projected volume's files.
+	limits, resources, meta, user bool
 }
 
 // whatToKeep says what a pod with these volumes keeps beside them.
@@ -165,7 +177,7 @@ func whatToKeep(vols []podVolume) kept {
 		case v.DownwardAPI != nil:
 			downward(v.DownwardAPI.Items)
 		case v.Projected != nil:
-			k.limits = true
+			k.limits, k.user = true, true
 			for _, s := range v.Projected.Sources {
 				if s.DownwardAPI != nil {
 					downward(s.DownwardAPI.Items)
