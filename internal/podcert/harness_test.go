@@ -58,7 +58,7 @@ type harness struct {
 	created []createdPCR
 	armedAt []time.Time
 	hide    int           // how many of the next requests are answered but not stored
-	notify  chan struct{} // a request was created, or the loop armed a timer
+	notify  chan struct{} // a request was created or seen, or the loop waits
 }
 
 type createdPCR struct {
@@ -108,7 +108,7 @@ func newHarness(t *testing.T, objects ...runtime.Object) *harness {
 		t.Fatalf("New: %v", err)
 	}
 	m.jitter = func(time.Duration) time.Duration { return 0 }
-	m.armed = func(at time.Time) {
+	m.waiting = func(at time.Time) {
 		h.mu.Lock()
 		h.armedAt = append(h.armedAt, at)
 		h.mu.Unlock()

@@ -106,9 +106,10 @@ type Manager struct {
 	informer k8scache.SharedIndexInformer
 	// jitter returns a random duration in [0, max); tests make it 0.
 	jitter func(max time.Duration) time.Duration
-	// armed, for tests, is told each time the loop waits for a time.
-	armed func(time.Time)
-	wake  chan struct{}
+	// waiting, for tests, is told each time the loop waits, with the time
+	// it waits for (zero: only for a wake-up).
+	waiting func(time.Time)
+	wake    chan struct{}
 
 	mu      sync.Mutex
 	recs    map[key]*source
@@ -300,6 +301,11 @@ func (m *Manager) scheduleLocked(k key, at time.Time) {
 func (m *Manager) next(ctx context.Context) (key, bool) {
 	for {
 		m.mu.Lock()
+		// A wake-up sent before this point is for a time now in m.due.
+		select {
+		case <-m.wake:
+		default:
+		}
 		now := m.clock.Now()
 		var first key
 		var at time.Time
@@ -321,8 +327,8 @@ func (m *Manager) next(ctx context.Context) (key, bool) {
 			fired = timer.C()
 		}
 		m.mu.Unlock()
-		if found && m.armed != nil {
-			m.armed(at)
+		if m.waiting != nil {
+			m.waiting(at)
 		}
 		select {
 		case <-ctx.Done():
