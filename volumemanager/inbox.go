@@ -46,6 +46,9 @@ type posted struct {
 	// objects are the held API objects that changed (the object cache's
 	// OnChange): the volumes that read them are published again.
 	objects map[objectcache.Ref]struct{}
+	// credentials are the pods whose pod certificate was issued, renewed,
+	// denied or failed: their projected volumes are published again.
+	credentials map[types.UID]struct{}
 	// node: this node's labels or allocatable resources changed (or its
 	// Node arrived): the pods are resolved again.
 	node bool
@@ -62,6 +65,7 @@ func newInbox() *inbox {
 			drivers:     map[string]struct{}{},
 			attachments: map[string]struct{}{},
 			objects:     map[objectcache.Ref]struct{}{},
+			credentials: map[types.UID]struct{}{},
 		},
 	}
 }
@@ -114,6 +118,9 @@ func (in *inbox) markInformersSynced() { in.post(func() { in.informersSynced = t
 func (in *inbox) claim(key string)     { in.post(func() { in.claims[key] = struct{}{} }) }
 func (in *inbox) driver(name string)   { in.post(func() { in.drivers[name] = struct{}{} }) }
 func (in *inbox) nodeChanged()         { in.post(func() { in.node = true }) }
+func (in *inbox) credentialsChanged(uid types.UID) {
+	in.post(func() { in.credentials[uid] = struct{}{} })
+}
 func (in *inbox) objectChanged(r objectcache.Ref) {
 	in.post(func() { in.objects[r] = struct{}{} })
 }
@@ -150,6 +157,7 @@ func (in *inbox) take() batch {
 	b.drivers, in.drivers = swap(in.drivers)
 	b.attachments, in.attachments = swap(in.attachments)
 	b.objects, in.objects = swap(in.objects)
+	b.credentials, in.credentials = swap(in.credentials)
 	b.node, in.node = in.node, false
 	return b
 }

@@ -210,6 +210,7 @@ func (l *loop) process(ctx context.Context) {
 		l.syncPod(uid, pod)
 	}
 	l.objectsChanged(b.objects)
+	l.podCredentialsChanged(b.credentials)
 	if b.podsSynced && l.informersSynced && !l.podsSynced {
 		// Every pod added before MarkPodsSynced is in this batch or an
 		// earlier one, and has been resolved above (or failed to be, and

@@ -21,6 +21,7 @@ import (
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/internal/objectcache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/internal/podcert"
 	"github.com/nodevol/nodevol/internal/promreg"
 	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/internal/tokens"
@@ -81,6 +82,9 @@ type VolumeManager struct {
 	// tokens the service account tokens of the CSI and projected plugins.
 	objects *objectcache.Cache
 	tokens  *tokens.Cache
+	// certs issues and renews the pods' certificates (podCertificate
+	// sources of projected volumes).
+	certs *podcert.Manager
 	// subpaths are the pods' subPath bind mounts (SubPaths).
 	subpaths *subpath.Manager
 	// expander grows mounted volumes; nil when the plugin cannot.
@@ -127,6 +131,10 @@ func New(cfg Config) (*VolumeManager, error) {
 	}
 	vm.objects = objectcache.New(objectcache.Config{Client: cfg.KubeClient, Clock: cfg.Clock, OnChange: vm.in.objectChanged})
 	vm.tokens = tokens.New(cfg.KubeClient, cfg.Clock)
+	if vm.certs, err = podcert.New(podcert.Config{Client: cfg.KubeClient, Clock: cfg.Clock, NodeName: cfg.NodeName,
+		OnChange: vm.in.credentialsChanged, Recorder: cfg.EventRecorder}); err != nil {
+		return nil, fmt.Errorf("volumemanager: %w", err)
+	}
 	attachments := vm.newResolver()
 	if vm.resolver.node = cfg.Node; cfg.Node == nil {
 		var err error
@@ -231,7 +239,7 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 		return fmt.Errorf("volumemanager: %w", err)
 	}
 	vm.subpaths = subpaths
-	defaults, err := defaultPlugins(cfg, vm.resolver.node, vm.objects, vm.tokens)
+	defaults, err := defaultPlugins(cfg, vm.resolver.node, vm.objects, vm.tokens, podCertificates{vm.certs})
 	if err != nil {
 		return fmt.Errorf("volumemanager: %w", err)
 	}
@@ -260,7 +268,7 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 // built from the Config, less those an embedder's plugin (Config.Plugins)
 // replaces: one of the same name or claiming a kind of source in common
 // (volume.SharesKind).
-func defaultPlugins(cfg Config, node func() (*v1.Node, error), objects *objectcache.Cache, toks *tokens.Cache) ([]volume.Plugin, error) {
+func defaultPlugins(cfg Config, node func() (*v1.Node, error), objects *objectcache.Cache, toks *tokens.Cache, certs projected.PodCertificates) ([]volume.Plugin, error) {
 	host, err := hostpath.New(hostpath.Config{Steps: cfg.Steps})
 	if err != nil {
 		return nil, err
@@ -286,7 +294,7 @@ func defaultPlugins(cfg Config, node func() (*v1.Node, error), objects *objectca
 		return nil, err
 	}
 	proj, err := projected.New(projected.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps,
-		AllocatableMemory: allocatableMemory(node), NodeAllocatable: nodeAllocatable(node), Objects: objects, Tokens: toks})
+		AllocatableMemory: allocatableMemory(node), NodeAllocatable: nodeAllocatable(node), Objects: objects, Tokens: toks, PodCertificates: certs})
 	if err != nil {
 		return nil, err
 	}
@@ -423,10 +431,11 @@ func (vm *VolumeManager) GetMountedVolumesForPod(uid types.UID) []vcache.Mounted
 }
 
 // podGone drops what the node kept for a pod that is gone: its objects'
-// holds and its service account tokens.
+// holds, its service account tokens and its pod certificates.
 func (vm *VolumeManager) podGone(uid types.UID) {
 	vm.objects.Release(objectHolder(uid))
 	vm.tokens.Forget(uid)
+	vm.certs.Forget(uid)
 }
 
 // holdObjects makes pod uid hold refs in the object cache (none: it

@@ -1,13 +1,16 @@
 package volumemanager
 
 import (
+	"context"
 	"maps"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/internal/podcert"
 	"github.com/nodevol/nodevol/volume/configmap"
 	"github.com/nodevol/nodevol/volume/projected"
 	"github.com/nodevol/nodevol/volume/secret"
@@ -87,4 +90,37 @@ func (l *loop) republishPodVolume(uid types.UID, name cache.UniqueVolumeName) {
 	}
 	l.vol(name).markRepublish(uid)
 	l.retry(name) // a new object lands at once, not after a backoff
+}
+
+// podCredentialsChanged publishes again, or at once, the projected volumes
+// of pods whose pod certificate was issued, renewed, denied or failed: a
+// volume still waiting for its first certificate (its publish failed with
+// ErrNotReady) is published without waiting out its backoff.
+func (l *loop) podCredentialsChanged(pods map[types.UID]struct{}) {
+	for uid := range pods {
+		st, ok := l.dsw.Pod(uid)
+		if !ok {
+			continue
+		}
+		for _, name := range st.Volumes {
+			if !strings.HasPrefix(string(name), projected.PluginName+"/") {
+				continue
+			}
+			if actual, ok := l.asw.Volume(name); ok {
+				if pm, ok := actual.Pods[uid]; ok && pm.State == cache.Mounted {
+					l.vol(name).markRepublish(uid)
+				}
+			}
+			l.retry(name)
+		}
+	}
+}
+
+// podCertificates is the pod certificate manager as the projected plugin
+// asks it.
+type podCertificates struct{ m *podcert.Manager }
+
+func (p podCertificates) Credentials(ctx context.Context, pod cache.PodRef, volume string, sourceIndex int, src *v1.PodCertificateProjection) (key, chain []byte, err error) {
+	c, err := p.m.Credentials(ctx, podcert.Request{Pod: pod, Volume: volume, SourceIndex: sourceIndex, Source: src})
+	return c.PrivateKey, c.CertificateChain, err
 }

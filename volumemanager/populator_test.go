@@ -24,7 +24,7 @@ import (
 
 // testPlugins are the plugins New registers by default: CSI and image.
 var testPlugins = func() *volume.Registry {
-	defaults, err := defaultPlugins(Config{RootDir: os.TempDir(), Mounter: mount.NewFakeMounter(nil)}, func() (*v1.Node, error) { return nil, errNoNode }, objectcache.New(objectcache.Config{Client: fake.NewClientset()}), tokens.New(fake.NewClientset(), nil))
+	defaults, err := defaultPlugins(Config{RootDir: os.TempDir(), Mounter: mount.NewFakeMounter(nil)}, func() (*v1.Node, error) { return nil, errNoNode }, objectcache.New(objectcache.Config{Client: fake.NewClientset()}), tokens.New(fake.NewClientset(), nil), nil)
 	if err != nil {
 		panic(err)
 	}

@@ -54,6 +54,7 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() { vm.objects.Run(ctx) })
+	wg.Go(func() { vm.certs.Run(ctx) })
 	wg.Go(func() { vm.runPluginManager(ctx) })
 	wg.Go(func() { vm.runRegistration(ctx) })
 	if vm.fetcher != nil {

@@ -110,6 +110,13 @@ type Manager struct {
 	// it waits for (zero: only for a wake-up).
 	waiting func(time.Time)
 	wake    chan struct{}
+	// needed is closed at the first Credentials call: Run watches the
+	// node's requests only from then on, so that a node whose pods have
+	// no podCertificate source asks the API server for nothing (an older
+	// server may not serve the resource; the node's rights may not
+	// cover it).
+	needed     chan struct{}
+	neededOnce sync.Once
 
 	mu      sync.Mutex
 	recs    map[key]*source
@@ -143,6 +150,7 @@ func New(cfg Config) (*Manager, error) {
 		events:   cfg.Recorder,
 		jitter:   func(max time.Duration) time.Duration { return rand.N(max) },
 		wake:     make(chan struct{}, 1),
+		needed:   make(chan struct{}),
 		recs:     map[key]*source{},
 		pending:  map[string]key{},
 		due:      map[key]time.Time{},
@@ -164,10 +172,15 @@ func New(cfg Config) (*Manager, error) {
 }
 
 // Run watches the node's PodCertificateRequests and creates, checks and
-// renews requests until ctx is done; it returns after its goroutines have
-// stopped. Run it once.
+// renews requests until ctx is done, from the first Credentials call on;
+// it returns after its goroutines have stopped. Run it once.
 func (m *Manager) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
+	select {
+	case <-ctx.Done():
+		return
+	case <-m.needed:
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { m.informer.RunWithContext(ctx) })
@@ -194,6 +207,7 @@ func (m *Manager) Credentials(ctx context.Context, req Request) (Credential, err
 	if err := req.validate(); err != nil {
 		return Credential{}, err
 	}
+	m.neededOnce.Do(func() { close(m.needed) })
 	k := key{pod: req.Pod.UID, volume: req.Volume, index: req.SourceIndex}
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -2,9 +2,11 @@ package podcert
 
 import (
 	"bytes"
+	"context"
 	"crypto"
 	"crypto/x509"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,8 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
@@ -335,4 +339,38 @@ func countActions(h *harness, verb, resource string) int {
 		}
 	}
 	return n
+}
+
+// TestNothingAskedUntilNeeded: a running manager whose node has no
+// podCertificate source asks the API server for nothing (an older server
+// may not serve PodCertificateRequests, the node's rights may not cover
+// them); the first Credentials call starts its watch.
+func TestNothingAskedUntilNeeded(t *testing.T) {
+	client := fake.NewClientset()
+	m, err := New(Config{Client: client, NodeName: "node-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	// A yield for Run to reach its wait (best effort: an eager watch shows
+	// here most of the time; the list after Credentials below always does).
+	runtime.Gosched()
+	if n := len(client.Actions()); n != 0 {
+		t.Fatalf("%d requests before any source, want none: %v", n, client.Actions())
+	}
+	_, _ = m.Credentials(ctx, Request{Pod: cache.PodRef{UID: "u", Namespace: "ns", Name: "p", ServiceAccount: "sa"}, Volume: "v",
+		Source: &v1.PodCertificateProjection{SignerName: "example.com/s", KeyType: KeyTypeECDSAP256}})
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "list" && a.GetResource().Resource == "podcertificaterequests" {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("no list of podcertificaterequests after the first Credentials call: %v", client.Actions())
+	}
 }
