@@ -47,7 +47,10 @@ func objectHolder(uid types.UID) string { return string(uid) }
 // files follow the pod. It runs before the new specs replace the old.
 func (l *loop) republishChanged(uid types.UID, resolved []state.DesiredVolume) {
 	for _, dv := range resolved {
-		old, _, ok := l.dsw.Volume(dv.Spec.Name)
+		if dv.Spec.Plugin == "" {
+			continue // a CSI volume's attributes are its PV's, republished at resyncs
+		}
+		old, ok := l.dsw.Spec(dv.Spec.Name)
 		if !ok || maps.Equal(old.Attributes, dv.Spec.Attributes) {
 			continue
 		}

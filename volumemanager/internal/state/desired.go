@@ -186,6 +186,16 @@ func (d *DesiredStateOfWorld) Volume(name cache.UniqueVolumeName) (spec cache.Vo
 	return v.spec, pods, true
 }
 
+// Spec returns the spec of a desired volume, without its pods.
+func (d *DesiredStateOfWorld) Spec(name cache.UniqueVolumeName) (cache.VolumeSpec, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if v := d.volumes[name]; v != nil {
+		return v.spec, true
+	}
+	return cache.VolumeSpec{}, false
+}
+
 // VolumeForPV returns the desired volume backed by the named PV.
 func (d *DesiredStateOfWorld) VolumeForPV(pvName string) (cache.UniqueVolumeName, bool) {
 	d.mu.RLock()
