@@ -87,7 +87,10 @@ func (l *loop) republishChanged(uid types.UID, resolved []state.DesiredVolume) {
 // objectsChanged marks for republishing the Mounted volumes that read the
 // objects (configMap, secret, projected volumes) of the pods that hold
 // them: a changed configMap reaches the pods' files at once, not at the
-// next resync.
+// next resync. The pods' volumes not set up yet are tried again at once
+// too: one that failed on an object missing (or not yet readable by the
+// node) is set up when the object comes, not when its backoff ends, up
+// to two minutes later.
 func (l *loop) objectsChanged(refs map[objectcache.Ref]struct{}) {
 	if l.hooks.holders == nil {
 		return
@@ -100,7 +103,33 @@ func (l *loop) objectsChanged(refs map[objectcache.Ref]struct{}) {
 					l.republishPodVolume(uid, mv.Name)
 				}
 			}
+			l.retryNotMounted(uid)
 		}
+	}
+}
+
+// retryNotMounted forgets the backoff of pod uid's wanted volumes that
+// are not Mounted for it and whose plugin republishes them (the plugins
+// that read objects), and plans them.
+func (l *loop) retryNotMounted(uid types.UID) {
+	pod, ok := l.dsw.Pod(uid)
+	if !ok {
+		return
+	}
+	for _, name := range pod.Volumes {
+		if actual, ok := l.asw.Volume(name); ok {
+			if pm, ok := actual.Pods[uid]; ok && pm.State == cache.Mounted {
+				continue
+			}
+		}
+		spec, _, ok := l.dsw.Volume(name)
+		if !ok || spec.Plugin == cache.CSIPluginName {
+			continue
+		}
+		if caps, err := l.capabilities(&spec); err != nil || !caps.Republish {
+			continue
+		}
+		l.retry(name)
 	}
 }
 
