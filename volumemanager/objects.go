@@ -3,7 +3,6 @@ package volumemanager
 import (
 	"context"
 	"maps"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -61,20 +60,55 @@ func (l *loop) republishChanged(uid types.UID, resolved []state.DesiredVolume) {
 // objectsChanged marks for republishing the Mounted volumes that read the
 // objects (configMap, secret, projected volumes) of the pods that hold
 // them: a changed configMap reaches the pods' files at once, not at the
-// next resync.
+// next resync. The pods' volumes not set up yet are tried again at once
+// too: one that failed on an object missing (or not yet readable by the
+// node) is set up when the object comes, not when its backoff ends, up
+// to two minutes later.
 func (l *loop) objectsChanged(refs map[objectcache.Ref]struct{}) {
 	if l.hooks.holders == nil {
 		return
 	}
 	for ref := range refs {
 		for _, holder := range l.hooks.holders(ref) {
-			uid := types.UID(holder)
-			for _, mv := range l.asw.PodVolumes(uid) {
-				if mv.Plugin != cache.CSIPluginName {
-					l.republishPodVolume(uid, mv.Name)
-				}
+			l.podContentChanged(types.UID(holder))
+		}
+	}
+}
+
+// podContentChanged publishes again the pod's Mounted volumes of other
+// plugins than CSI that republish (what they show may have changed), and
+// tries its not yet mounted ones again at once (retryNotMounted).
+func (l *loop) podContentChanged(uid types.UID) {
+	for _, mv := range l.asw.PodVolumes(uid) {
+		if mv.Plugin != cache.CSIPluginName {
+			l.republishPodVolume(uid, mv.Name)
+		}
+	}
+	l.retryNotMounted(uid)
+}
+
+// retryNotMounted forgets the backoff of pod uid's wanted volumes that
+// are not Mounted for it and whose plugin republishes them (the plugins
+// that read objects), and plans them.
+func (l *loop) retryNotMounted(uid types.UID) {
+	pod, ok := l.dsw.Pod(uid)
+	if !ok {
+		return
+	}
+	for _, name := range pod.Volumes {
+		if actual, ok := l.asw.Volume(name); ok {
+			if pm, ok := actual.Pods[uid]; ok && pm.State == cache.Mounted {
+				continue
 			}
 		}
+		spec, ok := l.dsw.Spec(name)
+		if !ok || spec.PluginName() == cache.CSIPluginName {
+			continue
+		}
+		if caps, err := l.capabilities(&spec); err != nil || !caps.Republish {
+			continue
+		}
+		l.retry(name)
 	}
 }
 
@@ -95,27 +129,13 @@ func (l *loop) republishPodVolume(uid types.UID, name cache.UniqueVolumeName) {
 	l.retry(name) // a new object lands at once, not after a backoff
 }
 
-// podCredentialsChanged publishes again, or at once, the projected volumes
-// of pods whose pod certificate was issued, renewed, denied or failed: a
+// podCredentialsChanged publishes again, or at once, the volumes of pods
+// whose pod certificate was issued, renewed, denied or failed: a projected
 // volume still waiting for its first certificate (its publish failed with
 // ErrNotReady) is published without waiting out its backoff.
 func (l *loop) podCredentialsChanged(pods map[types.UID]struct{}) {
 	for uid := range pods {
-		st, ok := l.dsw.Pod(uid)
-		if !ok {
-			continue
-		}
-		for _, name := range st.Volumes {
-			if !strings.HasPrefix(string(name), projected.PluginName+"/") {
-				continue
-			}
-			if actual, ok := l.asw.Volume(name); ok {
-				if pm, ok := actual.Pods[uid]; ok && pm.State == cache.Mounted {
-					l.vol(name).markRepublish(uid)
-				}
-			}
-			l.retry(name)
-		}
+		l.podContentChanged(uid)
 	}
 }
 

@@ -15,11 +15,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+	fakeclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/objectcache"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/configmap"
 )
 
 // configPlugin claims configMap volumes, republishes them (as the kubelet
@@ -203,4 +205,43 @@ func TestKubeAPIAccessVolume(t *testing.T) {
 	}
 	mu.Unlock()
 	e.unmount(pod)
+}
+
+// TestObjectCreatedLateSetsUpAtOnce: a configMap volume set up before its
+// configMap exists fails and backs off; the configMap's creation, seen
+// through the watch, sets it up at once: the fake clock never moves, so
+// no backoff ends.
+func TestObjectCreatedLateSetsUpAtOnce(t *testing.T) {
+	e := newEnv(t, envOptions{clock: fakeclock.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))})
+	pod := csitest.Pod("ns", "web", csitest.WithVolume(v1.Volume{Name: "conf", VolumeSource: v1.VolumeSource{
+		ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "late"}}}}, false))
+	e.vm.AddPod(pod)
+	name := cache.UniqueVolumeName(configmap.PluginName + "/" + string(pod.UID) + "-conf")
+	eventually(t, "the volume backing off", func() bool { until, _ := backoffUntil(e.vm, name); return !until.IsZero() })
+	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "late"}, Data: map[string]string{"mode": "one"}}
+	if _, err := e.client.CoreV1().ConfigMaps("ns").Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.vm.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatalf("the configMap created while its volume backs off: %v", err)
+	}
+}
+
+// backoffUntil returns when the volume's backoff ends (the zero time when
+// it has none) and the failure it backs off from, read on the loop's
+// goroutine.
+func backoffUntil(vm *VolumeManager, name cache.UniqueVolumeName) (until time.Time, lastErr error) {
+	done := make(chan struct{})
+	vm.inspect <- func(l *loop) {
+		for _, e := range l.backoff.Volume(name) {
+			if e.Until.After(until) {
+				until, lastErr = e.Until, e.LastErr
+			}
+		}
+		close(done)
+	}
+	<-done
+	return until, lastErr
 }
