@@ -201,6 +201,9 @@ func (e *kindsEnv) subPathTarget(pod *v1.Pod, dirName string, index int) string 
 type wantVolume struct {
 	plugin, path, dirName, driver string
 	byRuntime                     bool
+	// readOnly: the volume is read-only to every container (configMap,
+	// secret, downwardAPI, projected).
+	readOnly bool
 }
 
 // checkVolumes compares GetMountedVolumesForPod with want, by spec name.
@@ -214,9 +217,9 @@ func checkVolumes(t *testing.T, got []cache.MountedVolume, want map[string]wantV
 			t.Errorf("mounted volume %q (%s): not in the pod", v.SpecName, v.Plugin)
 			continue
 		}
-		g := wantVolume{plugin: v.Plugin, path: v.Path, dirName: v.DirName, driver: v.Driver, byRuntime: v.ProvidedByRuntime}
-		if g != w || v.Block || v.ReadOnly || v.State != cache.Mounted {
-			t.Errorf("mounted volume %q: %+v (block %v, read-only %v, state %v); want %+v, a writable filesystem, mounted", v.SpecName, g, v.Block, v.ReadOnly, v.State, w)
+		g := wantVolume{plugin: v.Plugin, path: v.Path, dirName: v.DirName, driver: v.Driver, byRuntime: v.ProvidedByRuntime, readOnly: v.ReadOnly}
+		if g != w || v.Block || v.State != cache.Mounted {
+			t.Errorf("mounted volume %q: %+v (block %v, state %v); want %+v, a filesystem, mounted", v.SpecName, g, v.Block, v.State, w)
 		}
 	}
 	for name := range want {
