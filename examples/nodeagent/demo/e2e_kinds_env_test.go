@@ -57,6 +57,9 @@ type kindsEnv struct {
 	drv    *demoDriver
 	client *fake.Clientset
 	csiPV  *v1.PersistentVolume
+	// resync, if set, is the volume managers' ResyncPeriod: an hour makes
+	// a test show that a change lands through its event, not a resync.
+	resync time.Duration
 }
 
 func newKindsEnv(t *testing.T, prefix string) *kindsEnv {
@@ -90,7 +93,7 @@ func newKindsEnv(t *testing.T, prefix string) *kindsEnv {
 func (e *kindsEnv) start() (vm *volumemanager.VolumeManager, reg *prometheus.Registry, stop func()) {
 	e.t.Helper()
 	reg = prometheus.NewRegistry()
-	cfg := volumemanager.Config{NodeName: kindsNode, KubeClient: e.client, RootDir: e.root, Mounter: e.drv.mounter, Registerer: reg}
+	cfg := volumemanager.Config{NodeName: kindsNode, KubeClient: e.client, RootDir: e.root, Mounter: e.drv.mounter, Registerer: reg, ResyncPeriod: e.resync}
 	vm, stop = startVolumeManager(e.t, e.ctx, cfg, e.drv.name, e.drv.endpoint)
 	return vm, reg, stop
 }
