@@ -69,7 +69,9 @@ func TestAllKindsContentRestart(t *testing.T) {
 	was := maps.Clone(keptV.current)
 	restarted := e.checkContent("after the restart", kept, contentFiles("2", "correct horse", labels, "token-3"), &keptV)
 	e.checkRewritten("after the restart", was, restarted, "conf", "creds", "info", contentAccess)
-	e.checkContent("the gone pod after the restart", gone, contentFiles("1", "hunter2", contentLabels, "token-2"), &goneV) // untouched
+	goneWas := maps.Clone(goneV.current)
+	goneNow := e.checkContent("the gone pod after the restart", gone, contentFiles("1", "hunter2", contentLabels, "token-2"), &goneV)
+	e.checkRewritten("the gone pod after the restart", goneWas, goneNow) // untouched
 	e.checkTree("after the restart", slices.Concat(e.contentLayout(kept, keptV.replaced), e.contentLayout(gone, goneV.replaced)))
 
 	vm.MarkPodsSynced()
