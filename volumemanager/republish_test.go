@@ -112,6 +112,8 @@ func TestRepublishAdopted(t *testing.T) {
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	// Mounted at once (adopted); set up again once the pod is resolved.
+	eventually(t, "the adopted volume set up again", func() bool { return p.count() > 0 })
 	waitIdle(t, e.vm)
 	if n := p.count(); n != 1 {
 		t.Fatalf("the adopted volume was set up %d times at the pod's first addition, want once", n)
