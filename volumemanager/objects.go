@@ -44,13 +44,21 @@ func objectHolder(uid types.UID) string { return string(uid) }
 // plugin republishes them (Capabilities.Republish) and whose resolved spec
 // changed (a downward API volume's values after a label change): their
 // files follow the pod. It runs before the new specs replace the old.
+//
+// A volume not yet desired but already Mounted for the pod is one an
+// earlier run (or the kubelet) set up, reconstructed at start: it is
+// published again too, as the kubelet remounts a pod's volumes at the
+// pod's first sync (MarkRemountRequired), so that what changed while no
+// one kept it current (a secret, the pod's labels, a token this run's
+// cache never issued) reaches the files now, not at the next resync.
 func (l *loop) republishChanged(uid types.UID, resolved []state.DesiredVolume) {
 	for _, dv := range resolved {
-		if dv.Spec.Plugin == "" {
-			continue // a CSI volume's attributes are its PV's, republished at resyncs
-		}
 		old, ok := l.dsw.Spec(dv.Spec.Name)
-		if !ok || maps.Equal(old.Attributes, dv.Spec.Attributes) {
+		switch {
+		case !ok: // first seen in this run: found Mounted at start?
+		case dv.Spec.Plugin == "" || maps.Equal(old.Attributes, dv.Spec.Attributes):
+			// A CSI volume's attributes are its PV's, published again
+			// at resyncs.
 			continue
 		}
 		l.republishPodVolume(uid, dv.Spec.Name)

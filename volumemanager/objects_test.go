@@ -14,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	fakeclock "k8s.io/utils/clock/testing"
 
@@ -140,11 +141,13 @@ func TestConfigMapVolumeKeptCurrent(t *testing.T) {
 // the pod's service account, bound to the pod, and handed out again at the
 // next publish rather than requested again.
 func TestKubeAPIAccessVolume(t *testing.T) {
-	e := newEnv(t, envOptions{})
 	ctx := context.Background()
 	var requests []*authenticationv1.TokenRequest
 	var mu sync.Mutex
-	e.client.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	// The reactor before the manager's informers use the client: the
+	// fake's reactor chain is not safe to change while it is in use.
+	client := fake.NewClientset()
+	client.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenRequest).DeepCopy()
 		mu.Lock()
 		requests = append(requests, tr.DeepCopy())
@@ -152,6 +155,7 @@ func TestKubeAPIAccessVolume(t *testing.T) {
 		tr.Status = authenticationv1.TokenRequestStatus{Token: "token-1", ExpirationTimestamp: metav1.NewTime(time.Now().Add(time.Hour))}
 		return true, tr, nil
 	})
+	e := newEnv(t, envOptions{client: client})
 	ca := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": "-----CA-----\n"}}
 	if _, err := e.client.CoreV1().ConfigMaps("ns").Create(ctx, ca, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

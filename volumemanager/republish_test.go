@@ -2,14 +2,18 @@ package volumemanager
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 	testclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // TestRequiresRepublish: at each resync, the mounted volumes of a driver
@@ -55,5 +59,70 @@ func TestRequiresRepublish(t *testing.T) {
 	}
 	if vols := vm.GetMountedVolumesForPod(pod.UID); len(vols) != 2 {
 		t.Errorf("mounted volumes after republish: %+v, want 2", vols)
+	}
+}
+
+// adoptPlugin claims secret volumes, republishes them (as the kubelet
+// remounts them), finds one pod's volume Mounted at start, as a secret
+// tmpfs an earlier run left mounted, and counts its SetUps.
+type adoptPlugin struct {
+	pod    *v1.Pod
+	mu     sync.Mutex
+	setUps int
+}
+
+func (p *adoptPlugin) Name() string                 { return "example.com/secret" }
+func (p *adoptPlugin) CanSupport(v *v1.Volume) bool { return v.Secret != nil }
+func (p *adoptPlugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
+	return volume.Capabilities{Republish: true}, nil
+}
+func (p *adoptPlugin) TearDown(context.Context, volume.MountRequest) error { return nil }
+func (p *adoptPlugin) SetUp(context.Context, volume.MountRequest) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.setUps++
+	return "/secret", nil
+}
+func (p *adoptPlugin) Reconstruct(context.Context, volume.Recovery) volume.Found {
+	return volume.Found{Attempted: 1, Mounts: []volume.FoundMount{{
+		Spec:   cache.VolumeSpec{Name: cache.UniqueVolumeName(p.Name() + "/" + string(p.pod.UID) + "-creds"), Plugin: p.Name(), Mode: cache.Filesystem, Ephemeral: true},
+		Volume: cache.PodVolume{Pod: cache.PodRef{UID: p.pod.UID}, SpecName: "creds"},
+		Path:   "/secret", State: cache.Mounted,
+	}}}
+}
+func (p *adoptPlugin) Retake(context.Context, string, map[string]bool) bool { return false }
+
+func (p *adoptPlugin) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.setUps
+}
+
+// TestRepublishAdopted: a volume of a republishing plugin that an earlier
+// run left Mounted is published again when its pod is first added, as the
+// kubelet remounts a pod's volumes at the pod's first sync, so that what
+// changed while no one kept it current (a secret, the pod's labels, a
+// token) reaches its files at once, not at the next resync (an hour away
+// here); a second AddPod of the unchanged pod publishes nothing.
+func TestRepublishAdopted(t *testing.T) {
+	pod := csitest.Pod("ns", "web", csitest.WithVolume(v1.Volume{Name: "creds", VolumeSource: v1.VolumeSource{
+		Secret: &v1.SecretVolumeSource{SecretName: "db"}}}, false))
+	p := &adoptPlugin{pod: pod}
+	e := newEnv(t, envOptions{plugins: []volume.Plugin{p}, resyncPeriod: time.Hour})
+	if err := e.mount(pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Mounted at once (adopted); set up again once the pod is resolved.
+	eventually(t, "the adopted volume set up again", func() bool { return p.count() > 0 })
+	waitIdle(t, e.vm)
+	if n := p.count(); n != 1 {
+		t.Fatalf("the adopted volume was set up %d times at the pod's first addition, want once", n)
+	}
+	if err := e.vm.UpdatePod(pod); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, e.vm)
+	if n := p.count(); n != 1 {
+		t.Errorf("set up %d times after the pod was added again unchanged, want once", n)
 	}
 }

@@ -57,6 +57,9 @@ type kindsEnv struct {
 	drv    *demoDriver
 	client *fake.Clientset
 	csiPV  *v1.PersistentVolume
+	// resync, if set, is the volume managers' ResyncPeriod: an hour makes
+	// a test show that a change lands through its event, not a resync.
+	resync time.Duration
 }
 
 func newKindsEnv(t *testing.T, prefix string) *kindsEnv {
@@ -90,7 +93,7 @@ func newKindsEnv(t *testing.T, prefix string) *kindsEnv {
 func (e *kindsEnv) start() (vm *volumemanager.VolumeManager, reg *prometheus.Registry, stop func()) {
 	e.t.Helper()
 	reg = prometheus.NewRegistry()
-	cfg := volumemanager.Config{NodeName: kindsNode, KubeClient: e.client, RootDir: e.root, Mounter: e.drv.mounter, Registerer: reg}
+	cfg := volumemanager.Config{NodeName: kindsNode, KubeClient: e.client, RootDir: e.root, Mounter: e.drv.mounter, Registerer: reg, ResyncPeriod: e.resync}
 	vm, stop = startVolumeManager(e.t, e.ctx, cfg, e.drv.name, e.drv.endpoint)
 	return vm, reg, stop
 }
@@ -201,6 +204,9 @@ func (e *kindsEnv) subPathTarget(pod *v1.Pod, dirName string, index int) string 
 type wantVolume struct {
 	plugin, path, dirName, driver string
 	byRuntime                     bool
+	// readOnly: the volume is read-only to every container (configMap,
+	// secret, downwardAPI, projected).
+	readOnly bool
 }
 
 // checkVolumes compares GetMountedVolumesForPod with want, by spec name.
@@ -214,9 +220,9 @@ func checkVolumes(t *testing.T, got []cache.MountedVolume, want map[string]wantV
 			t.Errorf("mounted volume %q (%s): not in the pod", v.SpecName, v.Plugin)
 			continue
 		}
-		g := wantVolume{plugin: v.Plugin, path: v.Path, dirName: v.DirName, driver: v.Driver, byRuntime: v.ProvidedByRuntime}
-		if g != w || v.Block || v.ReadOnly || v.State != cache.Mounted {
-			t.Errorf("mounted volume %q: %+v (block %v, read-only %v, state %v); want %+v, a writable filesystem, mounted", v.SpecName, g, v.Block, v.ReadOnly, v.State, w)
+		g := wantVolume{plugin: v.Plugin, path: v.Path, dirName: v.DirName, driver: v.Driver, byRuntime: v.ProvidedByRuntime, readOnly: v.ReadOnly}
+		if g != w || v.Block || v.State != cache.Mounted {
+			t.Errorf("mounted volume %q: %+v (block %v, state %v); want %+v, a filesystem, mounted", v.SpecName, g, v.Block, v.State, w)
 		}
 	}
 	for name := range want {

@@ -244,36 +244,47 @@ func failedOps(counts map[string]uint64) []string {
 	return out
 }
 
-// TestAllKindsEndToEnd mounts one pod with a volume of every kind, checks
-// what the volume manager reports, the mount table, the loop device, the
-// tree under the root, where data lands and the fsGroup; prepares subPath
+// TestAllKindsEndToEnd mounts one pod with a volume of every kind, and a
+// second pod with the volumes whose content nodevol writes (two configMaps,
+// a secret, a downwardAPI volume and the kube-api-access projected volume),
+// checks what the volume manager reports, the mount table (the tmpfs
+// mounts of the secret, downwardAPI and projected volumes of the pod's
+// memory limit), the loop device, the tree under the root, where data
+// lands, the fsGroup, the content volumes' files, links, modes and owners,
+// and the one TokenRequest; prepares subPath
 // mounts of the CSI volume and the emptyDir; deletes the pod: the subPath
 // mounts go before the volumes are unpublished (the CSI volume unstages
 // at the first attempt: no operation fails), nothing is left mounted or
-// attached, the emptyDirs go with their ready files, the pod's volume
-// directories go, the local PV's and the host path's data stay.
+// attached, the emptyDirs go with their ready files (the wrapped ones too),
+// the pods' volume directories go, the local PV's and the host path's data
+// stay.
 func TestAllKindsEndToEnd(t *testing.T) {
 	e := newKindsEnv(t, "nv-kinds-")
+	tokens := e.contentObjects()
 	vm, reg, _ := e.start()
-	a := e.newAllKinds("all")
+	a, c := e.newAllKinds("all"), newContentPod("content")
 
 	e.mountAll(vm, a.pod)
+	e.mountAll(vm, c)
 	checkVolumes(t, vm.GetMountedVolumesForPod(a.pod.UID), e.volumes(a))
+	checkVolumes(t, vm.GetMountedVolumesForPod(c.UID), e.contentVolumes(c))
 	loop := e.loopDev("mounted", true)
-	want := e.mounts(a, loop, false)
+	want := merge(e.mounts(a, loop, false), e.contentMounts(c))
 	want[e.csiStaging()] = wantMount{fstype: "ext4", dev: loop}
 	e.checkMounts("mounted", want)
 	e.useAll(a, loop)
 	e.checkOwnership(a)
-	e.checkTree("mounted", append(e.layout(a, false), e.staged()...))
+	e.checkContent("mounted", c, contentFiles("1", "hunter2", contentLabels, "token-1"), &contentVersions{})
+	checkTokenRequests(t, tokens.issued(), c)
+	e.checkTree("mounted", slices.Concat(e.layout(a, false), e.staged(), e.contentLayout(c, nil)))
 
 	e.prepareSubPaths(vm, a.pod, a.subPaths())
-	want = e.mounts(a, loop, true)
+	want = merge(e.mounts(a, loop, true), e.contentMounts(c))
 	want[e.csiStaging()] = wantMount{fstype: "ext4", dev: loop}
 	e.checkMounts("subPaths prepared", want)
-	e.checkTree("subPaths prepared", append(e.layout(a, true), e.staged()...))
+	e.checkTree("subPaths prepared", slices.Concat(e.layout(a, true), e.staged(), e.contentLayout(c, nil)))
 
-	deletePods(t, e.ctx, vm, []*v1.Pod{a.pod})
+	deletePods(t, e.ctx, vm, []*v1.Pod{a.pod, c})
 	if err := waitUnstaged(e.ctx, vm); err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +301,7 @@ func TestAllKindsEndToEnd(t *testing.T) {
 	}
 	e.checkMounts("deleted", nil)
 	e.loopDev("deleted", false)
-	e.checkTree("deleted", append(e.skeleton(a.pod, true), e.unstaged()...))
+	e.checkTree("deleted", slices.Concat(e.skeleton(a.pod, true), e.unstaged(), contentSkeleton(c)))
 	checkFile(t, "host path after the pod", filepath.Join(a.hostDir, "data"), "data of host\n")
 	checkFile(t, "local PV after the pod", filepath.Join(a.localDir, "data"), "data of local\n")
 }
