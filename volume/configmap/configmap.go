@@ -38,16 +38,13 @@
 package configmap
 
 import (
-	"context"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/internal/atomicwriter"
 	"github.com/nodevol/nodevol/internal/objectcache"
-	"github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/internal/objvolume"
 )
@@ -55,40 +52,18 @@ import (
 // PluginName is the plugin's name, the kubelet's.
 const PluginName = "kubernetes.io/configmap"
 
-// Objects is what the plugin reads ConfigMaps from: the node's object
-// cache (objectcache.Cache). Get answers apierrors.IsNotFound for a
-// missing object.
-type Objects interface {
-	Get(ctx context.Context, ref objectcache.Ref) (runtime.Object, error)
-}
+// Objects is what the plugin reads ConfigMaps from: the node's object cache
+// (objectcache.Cache). Get answers apierrors.IsNotFound for a missing
+// object.
+type Objects = objvolume.Objects
 
-// Config configures the plugin.
-type Config struct {
-	// RootDir is the kubelet's root directory (/var/lib/kubelet): pods/
-	// lives under it. Required.
-	RootDir string
-	// Mounter lists the mount table (the volume is on disk, nothing is
-	// mounted). Required (mount.NewFakeMounter in unit tests).
-	Mounter mount.Interface
-	// Steps, if set, sees every change the plugin makes to the node
-	// before it is made (package step). Default: none.
-	Steps step.Hook
-	// AllocatableMemory is the emptyDir plugin's (unused for a volume on
-	// disk). May be nil.
-	AllocatableMemory func() (int64, error)
-	// Objects reads the ConfigMaps; the caller holds the Refs of each pod
-	// (Refs) before its volumes are set up. Required.
-	Objects Objects
-}
+// Config configures the plugin: RootDir, Mounter and Objects are
+// required; Steps and AllocatableMemory are optional.
+type Config = objvolume.Config
 
-// New returns the configMap plugin; it implements volume.SpecResolver and
+// New returns the configmap plugin; it implements volume.SpecResolver and
 // volume.Reconstructor too.
-func New(cfg Config) (volume.Plugin, error) {
-	return objvolume.New(kind, objvolume.Config{
-		RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps,
-		AllocatableMemory: cfg.AllocatableMemory, Objects: cfg.Objects,
-	})
-}
+func New(cfg Config) (volume.Plugin, error) { return objvolume.New(kind, cfg) }
 
 // Refs returns the objects a configMap volume of a pod in namespace ns
 // reads: its ConfigMap, held whether or not the source is optional (an

@@ -45,16 +45,13 @@
 package secret
 
 import (
-	"context"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/internal/atomicwriter"
 	"github.com/nodevol/nodevol/internal/objectcache"
-	"github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/internal/objvolume"
 )
@@ -65,39 +62,15 @@ const PluginName = "kubernetes.io/secret"
 // Objects is what the plugin reads Secrets from: the node's object cache
 // (objectcache.Cache). Get answers apierrors.IsNotFound for a missing
 // object.
-type Objects interface {
-	Get(ctx context.Context, ref objectcache.Ref) (runtime.Object, error)
-}
+type Objects = objvolume.Objects
 
-// Config configures the plugin.
-type Config struct {
-	// RootDir is the kubelet's root directory (/var/lib/kubelet): pods/
-	// lives under it. Required.
-	RootDir string
-	// Mounter mounts and unmounts the volumes' tmpfs and lists the mount
-	// table. Required (mount.NewFakeMounter in unit tests).
-	Mounter mount.Interface
-	// Steps, if set, sees every change the plugin makes to the node
-	// (directories, files, mounts) before it is made (package step).
-	// Default: none.
-	Steps step.Hook
-	// AllocatableMemory returns the node's allocatable memory in bytes:
-	// an upper bound of a volume's tmpfs. Nil, an error or a figure that
-	// is not positive: not used as a bound.
-	AllocatableMemory func() (int64, error)
-	// Objects reads the Secrets; the caller holds the Refs of each pod
-	// (Refs) before its volumes are set up. Required.
-	Objects Objects
-}
+// Config configures the plugin: RootDir, Mounter and Objects are
+// required; Steps and AllocatableMemory are optional.
+type Config = objvolume.Config
 
 // New returns the secret plugin; it implements volume.SpecResolver and
 // volume.Reconstructor too.
-func New(cfg Config) (volume.Plugin, error) {
-	return objvolume.New(kind, objvolume.Config{
-		RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps,
-		AllocatableMemory: cfg.AllocatableMemory, Objects: cfg.Objects,
-	})
-}
+func New(cfg Config) (volume.Plugin, error) { return objvolume.New(kind, cfg) }
 
 // Refs returns the objects a secret volume of a pod in namespace ns
 // reads: its Secret, held whether or not the source is optional (an

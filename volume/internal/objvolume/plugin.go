@@ -62,11 +62,23 @@ type Kind struct {
 // Config is a plugin's configuration: the fields of the configmap and
 // secret packages' Configs.
 type Config struct {
-	RootDir           string
-	Mounter           mount.Interface
-	Steps             step.Hook
+	// RootDir is the kubelet's root directory (/var/lib/kubelet): pods/
+	// lives under it. Required.
+	RootDir string
+	// Mounter mounts and unmounts the volumes' tmpfs and lists the mount
+	// table. Required (mount.NewFakeMounter in unit tests).
+	Mounter mount.Interface
+	// Steps, if set, sees every change the plugin makes to the node
+	// (directories, files, mounts) before it is made (package step).
+	// Default: none.
+	Steps step.Hook
+	// AllocatableMemory returns the node's allocatable memory in bytes:
+	// an upper bound of a volume's tmpfs. Nil, an error or a figure that
+	// is not positive: not used as a bound.
 	AllocatableMemory func() (int64, error)
-	Objects           Objects
+	// Objects reads the objects; the caller holds the Refs of each pod
+	// before its volumes are set up. Required.
+	Objects Objects
 }
 
 // Plugin is a plugin of Kind's shape.
