@@ -234,9 +234,9 @@ func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 }
 
 // Reconstruct implements volume.Reconstructor: the projected volumes that
-// earlier runs (or the kubelet) left, as the wrapped emptyDir finds them
-// (a tmpfs still mounted with its ready file is Mounted). Their files are
-// written again at the next SetUp.
+// earlier runs (or the kubelet) left, as the wrapped emptyDir finds them:
+// each Uncertain (its files may be half written), so that SetUp confirms or
+// completes them before the pod is told its volume is mounted.
 func (p *plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Found {
 	return p.wrapper.Reconstruct(ctx, rc)
 }

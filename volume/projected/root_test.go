@@ -100,7 +100,7 @@ func TestRootRestart(t *testing.T) {
 		points[m.path] = true
 	}
 	found := e.Reconstruct(ctx, volume.Recovery{MountPoints: points})
-	if len(found.Mounts) != 1 || found.Mounts[0].Spec.Name != spec.Name || found.Mounts[0].Path != dir || found.Mounts[0].State != cache.Mounted {
+	if len(found.Mounts) != 1 || found.Mounts[0].Spec.Name != spec.Name || found.Mounts[0].Path != dir || found.Mounts[0].State != cache.Uncertain {
 		t.Fatalf("Reconstruct = %+v", found)
 	}
 	data, _ := os.Readlink(filepath.Join(dir, "..data"))
