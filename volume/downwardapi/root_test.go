@@ -97,7 +97,7 @@ func TestRootRestart(t *testing.T) {
 		points[m.Path] = true
 	}
 	found := p.Reconstruct(ctx, volume.Recovery{MountPoints: points})
-	if len(found.Mounts) != 1 || found.Mounts[0].Spec.Name != spec.Name || found.Mounts[0].Path != dir || found.Mounts[0].State != cache.Mounted {
+	if len(found.Mounts) != 1 || found.Mounts[0].Spec.Name != spec.Name || found.Mounts[0].Path != dir || found.Mounts[0].State != cache.Uncertain {
 		t.Fatalf("Reconstruct = %+v", found)
 	}
 	spec = resolved(t, p, testPod(map[string]string{"app": "web", "rev": "2"}), "podinfo", src)

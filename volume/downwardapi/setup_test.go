@@ -284,7 +284,7 @@ func TestTearDownAndReconstruct(t *testing.T) {
 		t.Fatalf("Reconstruct = %+v", found)
 	}
 	m := found.Mounts[0]
-	if m.Spec.Name != spec.Name || m.Spec.Plugin != PluginName || !m.Spec.Ephemeral || m.Volume.Pod.UID != testUID || m.Volume.SpecName != "info" || m.Path != dir || m.State != cache.Mounted {
+	if m.Spec.Name != spec.Name || m.Spec.Plugin != PluginName || !m.Spec.Ephemeral || m.Volume.Pod.UID != testUID || m.Volume.SpecName != "info" || m.Path != dir || m.State != cache.Uncertain {
 		t.Fatalf("found %+v", m)
 	}
 	for range 2 {

@@ -24,7 +24,8 @@ import (
 // hugepages volume whose file system is still mounted. Any other is
 // Uncertain: SetUp, run again for a pod that still wants it, finds a disk
 // volume ready and mounts a memory volume's tmpfs again (after a reboot);
-// TearDown deletes it for a pod that is gone. Nothing is removed here.
+// TearDown deletes it for a pod that is gone. A wrapped volume (Wrapper)
+// is always Uncertain. Nothing is removed here.
 //
 // It follows no symlink below the root: a symlink or a file where a
 // volume directory is expected, and a directory that cannot be listed,
@@ -80,7 +81,13 @@ func (p *plugin) found(logger klog.Logger, rc volume.Recovery, uid types.UID, e 
 		return volume.FoundMount{}, false
 	}
 	state := cache.Uncertain
-	if p.isReady(at) && rc.MountPoints[at.abs] {
+	// A wrapped volume is never Mounted here: its files are the wrapping
+	// plugin's, written after the ready file and the tmpfs, and a process
+	// stopped in between leaves them missing or half-linked. Uncertain
+	// makes the volume manager run that plugin's SetUp (which completes
+	// or confirms them) before it reports the volume mounted, as the
+	// kubelet remounts these volumes at a pod's first sync after a start.
+	if p.isReady(at) && rc.MountPoints[at.abs] && !p.wrapped {
 		state = cache.Mounted
 	}
 	spec := cache.VolumeSpec{Name: p.volumeName(uid, e.Name()), Plugin: p.name, Mode: cache.Filesystem, Ephemeral: true}

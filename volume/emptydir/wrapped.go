@@ -88,7 +88,9 @@ func (w *Wrapper) TearDown(ctx context.Context, uid types.UID, specName string) 
 
 // Reconstruct returns the volumes of the wrapped plugin that earlier runs
 // left, as the emptyDir plugin's Reconstruct does (with the wrapped
-// plugin's names and layout).
+// plugin's names and layout), every one Uncertain: the ready file and the
+// tmpfs do not tell that the wrapped plugin's files were all written, so
+// its SetUp runs again for a pod that still wants the volume.
 func (w *Wrapper) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Found {
 	return w.p.Reconstruct(ctx, rc)
 }

@@ -55,7 +55,7 @@ func rootEnv(t *testing.T) *env {
 
 // TestRootSecret: on a real tmpfs of the pod's size, the files with their
 // modes and the pod's fsGroup exactly; after a restart the tmpfs is
-// found Mounted, SetUp changes nothing, and TearDown leaves nothing.
+// found Uncertain, SetUp changes nothing, and TearDown leaves nothing.
 func TestRootSecret(t *testing.T) {
 	e := rootEnv(t)
 	ctx := context.Background()
@@ -95,8 +95,8 @@ func TestRootSecret(t *testing.T) {
 		points[m.path] = true
 	}
 	found := after.Plugin.(volume.Reconstructor).Reconstruct(ctx, volume.Recovery{MountPoints: points})
-	if len(found.Mounts) != 1 || found.Mounts[0].Spec.Name != spec.Name || found.Mounts[0].Path != dir || found.Mounts[0].State != cache.Mounted {
-		t.Fatalf("Reconstruct = %+v, want %s Mounted at %s", found, spec.Name, dir)
+	if len(found.Mounts) != 1 || found.Mounts[0].Spec.Name != spec.Name || found.Mounts[0].Path != dir || found.Mounts[0].State != cache.Uncertain {
+		t.Fatalf("Reconstruct = %+v, want %s Uncertain at %s", found, spec.Name, dir)
 	}
 	if _, err := after.SetUp(ctx, req); err != nil {
 		t.Fatal(err)

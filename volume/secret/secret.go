@@ -25,8 +25,9 @@
 //   - SetUp runs again at each resync and each change of the Secret, and
 //     changes nothing when the files are the same;
 //   - TearDown unmounts the tmpfs and removes the directory from its path
-//     alone; a tmpfs found mounted at start with its ready file is Mounted
-//     (Reconstruct), anything else Uncertain.
+//     alone; a volume found at start is Uncertain (Reconstruct), its tmpfs
+//     mounted or not, so that SetUp completes or confirms its files before
+//     it is reported mounted again.
 //
 // Beyond the kubelet, a key or item path that would leave the volume
 // ("..", "/" in a key, an absolute path) is refused before anything is

@@ -125,9 +125,11 @@ func (p *Plugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
 	return volume.Capabilities{Republish: true, ReadOnly: true}, nil
 }
 
-// Reconstruct implements volume.Reconstructor: the Wrapper's. A tmpfs
-// still mounted with its ready file is Mounted; a directory on disk is
-// Uncertain, so that SetUp writes it again for a running pod.
+// Reconstruct implements volume.Reconstructor: the Wrapper's. Every
+// volume found is Uncertain, a tmpfs still mounted with its ready file
+// too (a process stopped in a Write left its files missing or
+// half-linked), so that SetUp writes it again, or confirms it, for a
+// running pod before the volume is reported mounted.
 func (p *Plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Found {
 	return p.wrapper.Reconstruct(ctx, rc)
 }
