@@ -96,10 +96,14 @@ func localClaim(driver, host string) []runtime.Object {
 // its volumes are mounted: a container writes data/log into each emptyDir,
 // and the runtime prepares each volumeMount with a subPath
 // (SubPaths().Prepare, with the file it names written first, as the pod
-// would have). What is written on a file system that a reboot takes away
+// would have); its containers read the files of its configMap, secret
+// and downwardAPI volumes first (readObjectFiles). What is written on a file system that a reboot takes away
 // (a Memory emptyDir's tmpfs, a CSI volume, both only directories on the
 // fake mounter) is volatile. Idempotent, as a container's restart is.
 func (n *crashNode) runContainers(ctx context.Context, vm *VolumeManager, p *v1.Pod) error {
+	if err := n.readObjectFiles(ctx, vm, p); err != nil {
+		return err
+	}
 	for _, mv := range vm.GetMountedVolumesForPod(p.UID) {
 		if mv.Plugin != emptydir.PluginName {
 			continue

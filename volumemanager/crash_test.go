@@ -40,7 +40,8 @@ import (
 // written, subPath mounts prepared), waits for the node to converge and
 // checks one invariant: the node is exactly as a run without a crash
 // leaves it (the driver's staged and published volumes, the mount table,
-// the loop devices and every entry under the root), and no
+// the loop devices and every entry under the root, the files' contents
+// where a volume's content is the operation's), and no
 // NodeUnstageVolume was sent while a publish of the volume existed. The
 // restart itself is crashed too: at every step of the recovering manager,
 // followed by a third, clean one. Steps are found by counting, so a step
@@ -71,6 +72,7 @@ type crashNode struct {
 	// reboot loses of what the pods wrote (crash_kinds_test.go).
 	binds    fdBinds
 	volatile map[string]bool
+	readers  readers // what containers read at each step
 }
 
 func newCrashNode(t *testing.T, drv *csitest.Server, client *fake.Clientset) *crashNode {
@@ -94,6 +96,7 @@ func (n *crashNode) reboot() {
 	if err := os.WriteFile(n.boot, fmt.Appendf(nil, "boot-%d\n", n.boots), 0o600); err != nil {
 		n.t.Fatal(err)
 	}
+	n.forgetTmpfs()
 	mps, _ := n.mounter.List()
 	for _, mp := range mps {
 		_ = n.mounter.Unmount(mp.Path)
@@ -111,8 +114,10 @@ func (n *crashNode) reboot() {
 }
 
 // checkStep records a NodeUnstageVolume sent while the driver still had a
-// publish of the volume: the one thing a crash must never let through.
+// publish of the volume: the one thing a crash must never let through; and
+// what a reader of a configMap volume sees before the step (readers).
 func (n *crashNode) checkStep(s step.Step) {
+	n.readers.check(n)
 	path, ok := strings.CutPrefix(s.Path, "NodeUnstageVolume ")
 	if s.Op != step.Call || !ok {
 		return
@@ -185,7 +190,7 @@ func (n *crashNode) state() crashState {
 	}
 	mps, _ := n.mounter.List()
 	for _, mp := range mps {
-		s.mounts = append(s.mounts, n.rel(mp.Path))
+		s.mounts = append(s.mounts, n.rel(mp.Path)+" "+mp.Type)
 	}
 	n.loops.mu.Lock()
 	for file := range n.loops.dev {
@@ -193,19 +198,9 @@ func (n *crashNode) state() crashState {
 	}
 	n.loops.mu.Unlock()
 	_ = filepath.WalkDir(n.root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || path == n.root {
-			return nil
+		if err == nil && path != n.root {
+			s.tree = append(s.tree, n.treeEntries(path, d)...)
 		}
-		kind := "f"
-		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			kind = "l"
-		case d.IsDir() && sharedDir(n.rel(path)):
-			return nil
-		case d.IsDir():
-			kind = "d"
-		}
-		s.tree = append(s.tree, kind+" "+n.rel(path))
 		return nil
 	})
 	ctx := context.Background()
@@ -234,6 +229,7 @@ func (n *crashNode) state() crashState {
 var sharedDirs = []string{
 	"pods", "pods/*", "pods/*/volumes", "pods/*/volumes/kubernetes.io~csi",
 	"pods/*/volumes/kubernetes.io~empty-dir", "pods/*/volumes/kubernetes.io~local-volume",
+	"pods/*/volumes/kubernetes.io~configmap", "pods/*/volumes/kubernetes.io~secret", "pods/*/volumes/kubernetes.io~downward-api",
 	"pods/*/plugins", "pods/*/plugins/kubernetes.io~empty-dir",
 	"pods/*/volumeDevices", "pods/*/volumeDevices/kubernetes.io~csi",
 	"plugins", "plugins/kubernetes.io", "plugins/kubernetes.io/csi", "plugins/kubernetes.io/csi/csitest.nodevol.io",
@@ -285,9 +281,10 @@ func (s crashState) diff(want crashState) string {
 
 // converge adds wanted to a fresh manager, says the pods are synced and
 // waits until the node's state is want (nil: until the wanted pods are
-// mounted and the node idle, the baseline's way). It returns the state
-// reached.
-func converge(ctx context.Context, vm *VolumeManager, n *crashNode, wanted, gone []*v1.Pod, settled func(*crashNode) bool, want *crashState) (crashState, error) {
+// mounted and the node idle, the baseline's way). A restarted manager
+// then resyncs once, the pods' next sync (resyncNow). It returns the
+// state reached.
+func converge(ctx context.Context, vm *VolumeManager, n *crashNode, wanted, gone []*v1.Pod, settled func(*crashNode) bool, want *crashState, restarted bool) (crashState, error) {
 	for _, p := range wanted {
 		vm.AddPod(p)
 	}
@@ -302,6 +299,11 @@ func converge(ctx context.Context, vm *VolumeManager, n *crashNode, wanted, gone
 	}
 	for _, p := range gone {
 		if err := vm.WaitForUnmount(ctx, p); err != nil {
+			return n.state(), err
+		}
+	}
+	if restarted {
+		if err := resyncNow(ctx, vm); err != nil {
 			return n.state(), err
 		}
 	}
@@ -391,6 +393,7 @@ func (sc crashScenario) newNode(t *testing.T) *crashNode {
 	}
 	n := newCrashNode(t, drv, client)
 	n.selfAttach, n.nodeObj = sc.selfAttach, sc.node
+	n.readers.add(objs...)
 	for _, o := range objs {
 		pv, ok := o.(*v1.PersistentVolume)
 		if !ok || pv.Spec.CSI == nil {
@@ -437,7 +440,7 @@ func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, wan
 	// at step at.
 	h := steptest.New(n.checkStep)
 	vm, stop := n.start(h)
-	if _, err := converge(ctx, vm, n, sc.before, nil, nil, nil); err != nil {
+	if _, err := converge(ctx, vm, n, sc.before, nil, nil, nil, false); err != nil {
 		stop()
 		t.Fatalf("setting up: %v", err)
 	}
@@ -446,7 +449,7 @@ func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, wan
 	opDone := make(chan error, 1)
 	go func() {
 		sc.act(vm, n)
-		_, err := converge(opCtx, vm, n, sc.after, without(sc.all(), sc.after), sc.settled, nil)
+		_, err := converge(opCtx, vm, n, sc.after, without(sc.all(), sc.after), sc.settled, nil, false)
 		opDone <- err
 	}()
 	select {
@@ -476,7 +479,7 @@ func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, wan
 		rdone := make(chan struct{})
 		go func() {
 			defer close(rdone)
-			_, _ = converge(rctx, vm, n, wanted, gone, nil, want)
+			_, _ = converge(rctx, vm, n, wanted, gone, nil, want, true)
 		}()
 		select {
 		case <-h.Crashed():
@@ -495,7 +498,7 @@ func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, wan
 	vm, stop = n.start(rh)
 	defer stop()
 	out.reconstructSteps, _ = rh.Steps()
-	got, err := converge(ctx, vm, n, wanted, gone, nil, want)
+	got, err := converge(ctx, vm, n, wanted, gone, nil, want, true)
 	out.state = got
 	if err != nil {
 		msg := ""
@@ -551,7 +554,7 @@ func crashScenarios() []crashScenario {
 			before: []*v1.Pod{a}, after: []*v1.Pod{a}, other: []*v1.Pod{a}, act: resize("vol", "2Gi", false), settled: resized("vol", "2Gi")},
 		{name: "expand-resize-status", opts: csitest.Options{CreateTargetDirs: true, Expand: true}, objects: claim("vol", false, csitest.PVCapacity("1Gi")),
 			before: []*v1.Pod{a}, after: []*v1.Pod{a}, other: []*v1.Pod{a}, act: resize("vol", "2Gi", true), settled: resized("vol", "2Gi")},
-	}, kindScenarios(claim("vol", false), add, del)...)
+	}, append(kindScenarios(claim("vol", false), add, del), objectScenarios(add, del)...)...)
 }
 
 // TestCrashPoints stops every scenario at every step of its operation, in
