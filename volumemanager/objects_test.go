@@ -249,3 +249,41 @@ func backoffUntil(vm *VolumeManager, name cache.UniqueVolumeName) (until time.Ti
 	<-done
 	return until, lastErr
 }
+
+// TestObjectDeletedWhileMounted: a configMap deleted while a pod has it
+// mounted leaves the pod's files as they were and the volume mounted (the
+// republish fails with the kubelet's "not found", and is retried); the
+// configMap created again reaches the files.
+func TestObjectDeletedWhileMounted(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "settings"}, Data: map[string]string{"mode": "one"}}
+	if _, err := e.client.CoreV1().ConfigMaps("ns").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := csitest.Pod("ns", "web", csitest.WithVolume(v1.Volume{Name: "conf", VolumeSource: v1.VolumeSource{
+		ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "settings"}}}}, false))
+	if err := e.mount(pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(e.root, "pods", string(pod.UID), "volumes", "kubernetes.io~configmap", "conf", "mode")
+	read := func() string { data, _ := os.ReadFile(file); return string(data) }
+	if err := e.client.CoreV1().ConfigMaps("ns").Delete(ctx, "settings", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	name := cache.UniqueVolumeName("kubernetes.io/configmap/" + string(pod.UID) + "-conf")
+	eventually(t, "the republish of the deleted configMap failing", func() bool { until, _ := backoffUntil(e.vm, name); return !until.IsZero() })
+	if got := read(); got != "one" {
+		t.Errorf("the file after the configMap was deleted = %q, want the old content", got)
+	}
+	if mvs := e.vm.GetMountedVolumesForPod(pod.UID); len(mvs) != 1 {
+		t.Errorf("mounted volumes after the configMap was deleted: %+v, want it still mounted", mvs)
+	}
+	cm.Data["mode"] = "two"
+	cm.ResourceVersion = ""
+	if _, err := e.client.CoreV1().ConfigMaps("ns").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the configMap created again in the file", func() bool { return read() == "two" })
+	e.unmount(pod)
+}
