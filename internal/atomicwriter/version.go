@@ -50,12 +50,20 @@ func (w *Writer) owner(fsUser *int64) (uid, gid int) {
 // with the modes and owners it needs, and returns its name. What it leaves
 // on an error is not visible (nothing points to it) and goes with the next
 // Write.
-func (w *Writer) writeVersion(ctx context.Context, payload map[string]File, paths []string) (string, error) {
+func (w *Writer) writeVersion(ctx context.Context, payload map[string]File, paths []string) (_ string, err error) {
 	name, err := w.newVersionName()
 	if err != nil {
 		return "", err
 	}
 	version := w.rel(name)
+	defer func() {
+		// A version that failed (a tmpfs out of space) was never
+		// visible: it goes at once, so that it does not take the room
+		// the next Write needs.
+		if err != nil {
+			_ = w.removeTree(version)
+		}
+	}()
 	if err := w.root.MkdirAll(version, dirMode); err != nil {
 		return "", err
 	}
