@@ -83,38 +83,29 @@ func (l *loop) objectsChanged(refs map[objectcache.Ref]struct{}) {
 	}
 }
 
-// podContentChanged publishes again the pod's Mounted volumes of other
-// plugins than CSI that republish (what they show may have changed), and
-// tries its not yet mounted ones again at once (retryNotMounted).
+// podContentChanged acts on a change of what pod uid's volumes of other
+// plugins than CSI show (an object they read, a pod certificate): each
+// that republishes (Capabilities.Republish) is published again if
+// Mounted, and in any case planned with its backoff forgotten, so that one
+// that failed on a missing object is set up when the object comes, not
+// when its backoff ends, up to two minutes later.
 func (l *loop) podContentChanged(uid types.UID) {
-	for _, mv := range l.asw.PodVolumes(uid) {
-		if mv.Plugin != cache.CSIPluginName {
-			l.republishPodVolume(uid, mv.Name)
-		}
-	}
-	l.retryNotMounted(uid)
-}
-
-// retryNotMounted forgets the backoff of pod uid's wanted volumes that
-// are not Mounted for it and whose plugin republishes them (the plugins
-// that read objects), and plans them.
-func (l *loop) retryNotMounted(uid types.UID) {
 	pod, ok := l.dsw.Pod(uid)
 	if !ok {
 		return
 	}
 	for _, name := range pod.Volumes {
-		if actual, ok := l.asw.Volume(name); ok {
-			if pm, ok := actual.Pods[uid]; ok && pm.State == cache.Mounted {
-				continue
-			}
-		}
 		spec, ok := l.dsw.Spec(name)
 		if !ok || spec.PluginName() == cache.CSIPluginName {
 			continue
 		}
 		if caps, err := l.capabilities(&spec); err != nil || !caps.Republish {
 			continue
+		}
+		if actual, ok := l.asw.Volume(name); ok {
+			if pm, ok := actual.Pods[uid]; ok && pm.State == cache.Mounted {
+				l.vol(name).markRepublish(uid)
+			}
 		}
 		l.retry(name)
 	}
