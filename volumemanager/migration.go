@@ -40,11 +40,13 @@ func migratedPVPlugin(pv *v1.PersistentVolume) string {
 }
 
 // migratedPVSpec is pvSpec for a PV without a CSI source: its in-tree
-// source translated to CSI, or an error naming the PV and why.
+// source translated to CSI, or an error naming the PV and why (pod
+// resolution sends other PVs to their own plugin first, volumeSpec; the
+// self-attach adoption asks of any PV).
 func migratedPVSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 	plugin := migratedPVPlugin(pv)
 	if plugin == "" {
-		return cache.VolumeSpec{}, marked{fmt.Errorf("PV %s has no CSI source and no in-tree source that CSI migration translates (%s): nodevol only mounts CSI volumes",
+		return cache.VolumeSpec{}, marked{fmt.Errorf("PV %s has no CSI source and no in-tree source that CSI migration translates (%s): not a CSI volume",
 			pv.Name, strings.Join(registration.MigratedPlugins(), ", ")), planner.ErrUnknownSource}
 	}
 	csiPV, err := translator.TranslateInTreePVToCSI(klog.Background(), pv)
