@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 
+	"google.golang.org/grpc/codes"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
@@ -26,7 +27,11 @@ import (
 //   - returns its status.attachmentMetadata (the publish context, never
 //     nil) when it is attached;
 //   - fails for good when it is being deleted, or with the attacher's
-//     status.attachError message;
+//     status.attachError message; an attachError whose errorCode is
+//     ResourceExhausted, for a driver whose CSIDriver sets
+//     nodeAllocatableUpdatePeriodSeconds, is a *volume.AttachLimitError
+//     (the node has reached the driver's attach limit), as the kubelet's
+//     VerifyExhaustedResource reads it;
 //   - returns an error wrapping ErrNotReady when it is missing or not
 //     attached yet: the caller retries when the VolumeAttachment changes.
 //
@@ -54,13 +59,14 @@ func (p *plugin) WaitForAttach(ctx context.Context, spec *cache.VolumeSpec) (map
 	case err != nil:
 		return nil, fmt.Errorf("reading VolumeAttachment %s for volume %s: %w (%w)", name, volumeDesc(spec), err, volume.ErrNotReady)
 	}
-	return p.attachStatus(ctx, spec, va)
+	return p.attachStatus(ctx, spec, driver, va)
 }
 
-// attachStatus reads the status of the volume's VolumeAttachment va: the
-// publish context (never nil) once attached, a final error when it is
-// being deleted or the attacher reported an error, else ErrNotReady.
-func (p *plugin) attachStatus(ctx context.Context, spec *cache.VolumeSpec, va *storagev1.VolumeAttachment) (map[string]string, error) {
+// attachStatus reads the status of the volume's VolumeAttachment va (of
+// the CSIDriver driver, nil when there is none): the publish context
+// (never nil) once attached, a final error when it is being deleted or
+// the attacher reported an error, else ErrNotReady.
+func (p *plugin) attachStatus(ctx context.Context, spec *cache.VolumeSpec, driver *storagev1.CSIDriver, va *storagev1.VolumeAttachment) (map[string]string, error) {
 	name := va.Name
 	switch {
 	case va.DeletionTimestamp != nil:
@@ -72,12 +78,31 @@ func (p *plugin) attachStatus(ctx context.Context, spec *cache.VolumeSpec, va *s
 			pc = map[string]string{}
 		}
 		return pc, nil
+	case attachLimitReached(driver, va):
+		return nil, &volume.AttachLimitError{Volume: volumeDesc(spec), Node: p.node, Driver: spec.Driver,
+			VolumeAttachment: name, Message: va.Status.AttachError.Message}
+	case va.Status.AttachError != nil && va.Status.AttachError.ErrorCode != nil:
+		return nil, fmt.Errorf("attaching volume %s to node %s failed (VolumeAttachment %s, code %s): %s",
+			volumeDesc(spec), p.node, name, codes.Code(*va.Status.AttachError.ErrorCode), va.Status.AttachError.Message)
 	case va.Status.AttachError != nil && va.Status.AttachError.Message != "":
 		return nil, fmt.Errorf("attaching volume %s to node %s failed (VolumeAttachment %s): %s",
 			volumeDesc(spec), p.node, name, va.Status.AttachError.Message)
 	}
 	return nil, fmt.Errorf("waiting for VolumeAttachment %s of driver %s for volume %s to be attached: %w",
 		name, spec.Driver, volumeDesc(spec), volume.ErrNotReady)
+}
+
+// attachLimitReached reports whether the attacher failed to attach va
+// because the node has reached the driver's attach limit: an attachError
+// with errorCode ResourceExhausted, taken so only for a driver whose
+// CSIDriver sets nodeAllocatableUpdatePeriodSeconds (its CSINode count can
+// be refreshed, so the scheduler learns the limit), as the kubelet does.
+func attachLimitReached(driver *storagev1.CSIDriver, va *storagev1.VolumeAttachment) bool {
+	e := va.Status.AttachError
+	if e == nil || e.ErrorCode == nil || codes.Code(*e.ErrorCode) != codes.ResourceExhausted {
+		return false
+	}
+	return driver != nil && driver.Spec.NodeAllocatableUpdatePeriodSeconds != nil && *driver.Spec.NodeAllocatableUpdatePeriodSeconds > 0
 }
 
 // csiDriver returns the driver's CSIDriver object, or nil when there is none.

@@ -7,11 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/mount-utils"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/volume"
@@ -75,6 +77,18 @@ func vaObj(spec *cache.VolumeSpec, mutate func(*storagev1.VolumeAttachment)) *st
 	return va
 }
 
+// exhausted sets the VolumeAttachment's attachError with code.
+func exhausted(msg string, code codes.Code) func(*storagev1.VolumeAttachment) {
+	return func(va *storagev1.VolumeAttachment) {
+		va.Status.AttachError = &storagev1.VolumeError{Message: msg, ErrorCode: ptr.To(int32(code))}
+	}
+}
+
+// withPeriod sets the CSIDriver's nodeAllocatableUpdatePeriodSeconds.
+func withPeriod(seconds int64) func(*storagev1.CSIDriver) {
+	return func(d *storagev1.CSIDriver) { d.Spec.NodeAllocatableUpdatePeriodSeconds = &seconds }
+}
+
 func testSpec(driver string) *cache.VolumeSpec {
 	return &cache.VolumeSpec{
 		Name: cache.CSIVolumeName(driver, "vol-1"), PVName: "pv-1", Driver: driver, VolumeHandle: "vol-1",
@@ -101,6 +115,7 @@ func TestWaitForAttach(t *testing.T) {
 		objs     []any
 		want     map[string]string
 		notReady bool
+		limit    bool // a *volume.AttachLimitError
 		errText  string
 	}{
 		{name: "attachRequired false: no VolumeAttachment needed",
@@ -120,6 +135,19 @@ func TestWaitForAttach(t *testing.T) {
 				va.Status.AttachError = &storagev1.VolumeError{Message: "disk quota exceeded"}
 			})},
 			errText: "disk quota exceeded"},
+		{name: "ResourceExhausted, driver with an allocatable update period: the attach limit",
+			objs:  []any{csiDriverObj(drv, withPeriod(60)), vaObj(spec, exhausted("too many disks", codes.ResourceExhausted))},
+			limit: true, errText: `attaching volume "kubernetes.io/csi/csi.example.com^vol-1" (PV pv-1, driver csi.example.com) to node node-1 failed (VolumeAttachment ` +
+				AttachmentName("vol-1", drv, testNode) + "): the node has reached the attach limit of driver csi.example.com (ResourceExhausted): too many disks"},
+		{name: "ResourceExhausted, driver without an allocatable update period: a plain attach error",
+			objs:    []any{csiDriverObj(drv, nil), vaObj(spec, exhausted("too many disks", codes.ResourceExhausted))},
+			errText: "(VolumeAttachment " + AttachmentName("vol-1", drv, testNode) + ", code ResourceExhausted): too many disks"},
+		{name: "ResourceExhausted, no CSIDriver: a plain attach error",
+			objs:    []any{vaObj(spec, exhausted("too many disks", codes.ResourceExhausted))},
+			errText: "code ResourceExhausted): too many disks"},
+		{name: "another code, driver with a period: a plain attach error",
+			objs:    []any{csiDriverObj(drv, withPeriod(60)), vaObj(spec, exhausted("no such disk", codes.NotFound))},
+			errText: "code NotFound): no such disk"},
 		{name: "being deleted",
 			objs: []any{vaObj(spec, func(va *storagev1.VolumeAttachment) {
 				va.DeletionTimestamp = &now
@@ -165,6 +193,10 @@ func TestWaitForAttach(t *testing.T) {
 			}
 			if errors.Is(err, volume.ErrNotReady) != tt.notReady {
 				t.Errorf("errors.Is(err, ErrNotReady) = %v, want %v (%v)", !tt.notReady, tt.notReady, err)
+			}
+			var limit *volume.AttachLimitError
+			if errors.As(err, &limit) != tt.limit {
+				t.Errorf("errors.As(err, *AttachLimitError) = %v, want %v (%v)", !tt.limit, tt.limit, err)
 			}
 			if volume.IsUncertain(err) {
 				t.Errorf("attach error %v is uncertain", err)

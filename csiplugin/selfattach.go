@@ -58,7 +58,7 @@ func (p *plugin) Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string
 	// after an agent restart) writes nothing.
 	va, err := p.attachments.Get(want.Name)
 	if err == nil {
-		return p.checkAttachment(ctx, spec, va)
+		return p.checkAttachment(ctx, spec, driver, va)
 	}
 	vas := p.client.StorageV1().VolumeAttachments()
 	if err := p.steps.Take(step.Call, "create VolumeAttachment "+want.Name); err != nil {
@@ -75,17 +75,17 @@ func (p *plugin) Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string
 	default:
 		klog.FromContext(ctx).V(2).Info("Created VolumeAttachment", "volume", spec.Name, "volumeAttachment", want.Name)
 	}
-	return p.checkAttachment(ctx, spec, va)
+	return p.checkAttachment(ctx, spec, driver, va)
 }
 
 // checkAttachment refuses a VolumeAttachment of another node or driver and
 // reads the status of the node's own.
-func (p *plugin) checkAttachment(ctx context.Context, spec *cache.VolumeSpec, va *storagev1.VolumeAttachment) (map[string]string, error) {
+func (p *plugin) checkAttachment(ctx context.Context, spec *cache.VolumeSpec, driver *storagev1.CSIDriver, va *storagev1.VolumeAttachment) (map[string]string, error) {
 	if va.Spec.NodeName != p.node || va.Spec.Attacher != spec.Driver {
 		return nil, fmt.Errorf("attaching volume %s to node %s: VolumeAttachment %s exists for node %q and attacher %q: %w",
 			volumeDesc(spec), p.node, va.Name, va.Spec.NodeName, va.Spec.Attacher, errAttachmentConflict)
 	}
-	return p.attachStatus(ctx, spec, va)
+	return p.attachStatus(ctx, spec, driver, va)
 }
 
 // Detach implements volume.SelfAttacher: it deletes the

@@ -41,3 +41,27 @@ func (e *InUseError) Is(target error) bool { return target == ErrInUse }
 
 // IsUncertain reports whether err means the operation may have half-happened.
 func IsUncertain(err error) bool { return errors.Is(err, ErrInProgress) }
+
+// AttachLimitError is the error of a volume whose VolumeAttachment the
+// attacher could not attach because the node has reached the driver's
+// attach limit: status.attachError.errorCode ResourceExhausted, for a
+// driver whose CSIDriver sets nodeAllocatableUpdatePeriodSeconds (the
+// kubelet's VerifyExhaustedResource). For other drivers that error is a
+// plain attach error.
+type AttachLimitError struct {
+	// Volume describes the volume (unique name, PV and driver).
+	Volume string
+	// Node is the node the volume was to be attached to.
+	Node string
+	// Driver is the CSI driver.
+	Driver string
+	// VolumeAttachment is the name of the VolumeAttachment.
+	VolumeAttachment string
+	// Message is the attacher's status.attachError.message.
+	Message string
+}
+
+func (e *AttachLimitError) Error() string {
+	return fmt.Sprintf("attaching volume %s to node %s failed (VolumeAttachment %s): the node has reached the attach limit of driver %s (ResourceExhausted): %s",
+		e.Volume, e.Node, e.VolumeAttachment, e.Driver, e.Message)
+}

@@ -361,10 +361,11 @@ func (n *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabiliti
 	return &resp, nil
 }
 
-// NodeGetInfo reports the node ID, volume limit and topology from Options.
+// NodeGetInfo reports the node ID and topology from Options, and the
+// volume limit (Options.MaxVolumes, or the last SetMaxVolumes).
 func (n *nodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
 	o := n.s.opts
-	resp := &csi.NodeGetInfoResponse{NodeId: o.NodeID, MaxVolumesPerNode: o.MaxVolumes}
+	resp := &csi.NodeGetInfoResponse{NodeId: o.NodeID, MaxVolumesPerNode: n.s.maxVolumes.Load()}
 	if len(o.Topology) > 0 {
 		resp.AccessibleTopology = &csi.Topology{Segments: maps.Clone(o.Topology)}
 	}

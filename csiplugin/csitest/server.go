@@ -131,6 +131,9 @@ type Server struct {
 	tmpDir   string        // a fallback directory Start made; Stop removes it
 	accepted atomic.Int64  // connections accepted, over restarts
 	stopped  chan struct{} // closed by Stop; ends held faults
+	// maxVolumes is NodeGetInfo's max_volumes_per_node: Options.MaxVolumes
+	// until SetMaxVolumes.
+	maxVolumes atomic.Int64
 
 	// life serializes Stop and Restart, which replace srv and served.
 	life   sync.Mutex
@@ -163,6 +166,7 @@ func Start(dir string, opts Options) (*Server, error) {
 		called:  make(chan struct{}),
 		volumes: make(map[string]*volume),
 	}
+	s.maxVolumes.Store(s.opts.MaxVolumes)
 	if dir == "" || len(filepath.Join(dir, "csi.sock")) > maxSocketPath {
 		tmp, err := ShortTempDir("csitest-")
 		if err != nil {
@@ -277,6 +281,10 @@ func (s *Server) DriverName() string { return s.opts.DriverName }
 func (s *Server) Dial() (*grpc.ClientConn, error) {
 	return grpc.NewClient("unix://"+s.endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
+
+// SetMaxVolumes changes what NodeGetInfo answers as max_volumes_per_node
+// from now on: a driver whose attach limit changed.
+func (s *Server) SetMaxVolumes(n int64) { s.maxVolumes.Store(n) }
 
 // Connections is the number of connections the server has accepted since it
 // started, over restarts. A client that shares one connection for all its calls keeps it
