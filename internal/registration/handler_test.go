@@ -32,6 +32,8 @@ type regTestDriver struct {
 	mu      sync.Mutex
 	info    *csipb.NodeGetInfoResponse
 	infoErr error
+	// infoCalls counts NodeGetInfo calls.
+	infoCalls int
 }
 
 func (d *regTestDriver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
@@ -41,6 +43,7 @@ func (d *regTestDriver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapab
 func (d *regTestDriver) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb.NodeGetInfoResponse, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.infoCalls++
 	return d.info, d.infoErr
 }
 
