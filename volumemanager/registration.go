@@ -14,6 +14,7 @@ import (
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/pluginmanager"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // newPluginManager returns the plugin manager that registers the CSI
@@ -50,17 +51,33 @@ func (vm *VolumeManager) runRegistration(ctx context.Context) {
 	}
 }
 
-// resourceExhausted refreshes the allocatable count of the driver of a
-// NodeStageVolume or NodePublishVolume that failed with ResourceExhausted
-// (with Config.PluginRegistration, when its CSIDriver sets
-// nodeAllocatableUpdatePeriodSeconds), as the kubelet does.
+// resourceExhausted refreshes at once the allocatable count of the driver
+// of a volume (with Config.PluginRegistration, when its CSIDriver sets
+// nodeAllocatableUpdatePeriodSeconds) whose VolumeAttachment failed with
+// ResourceExhausted, as the kubelet does (it refreshes when its wait for
+// the pod's volumes times out; nodevol as soon as it sees the error, so
+// that the scheduler stops placing pods with such volumes here sooner), or
+// whose NodeStageVolume or NodePublishVolume did: the kubelet does not
+// refresh for those, but a driver that counts its volumes at stage says
+// so by that code, and the refresh costs one NodeGetInfo.
 func (vm *VolumeManager) resourceExhausted(o oe.Outcome) {
-	if vm.registration == nil || o.Err == nil || (o.Action.Kind != oe.OpStage && o.Action.Kind != oe.OpPublish) {
+	if vm.registration == nil || o.Err == nil {
 		return
 	}
-	if status.Code(o.Err) == codes.ResourceExhausted {
-		vm.registration.ResourceExhausted(o.Spec.Driver)
+	var limit *volume.AttachLimitError
+	switch o.Action.Kind {
+	case oe.OpAttach, oe.OpSelfAttach:
+		if !errors.As(o.Err, &limit) {
+			return
+		}
+	case oe.OpStage, oe.OpPublish:
+		if status.Code(o.Err) != codes.ResourceExhausted {
+			return
+		}
+	default:
+		return
 	}
+	vm.registration.ResourceExhausted(o.Spec.Driver)
 }
 
 // SetNodeAttachMode sets the Node annotation

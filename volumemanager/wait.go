@@ -2,7 +2,9 @@ package volumemanager
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 
 	vcache "github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )
 
@@ -32,6 +35,14 @@ import (
 // mount; and at once for a pod bound to another node (AddPod's error). It
 // keeps waiting on errors that may resolve: a driver not registered yet,
 // an attachment not confirmed yet, an operation failing with backoff.
+//
+// When ctx's deadline passes while a volume is not attached because the
+// node has reached its driver's attach limit (a VolumeAttachment that
+// failed with ResourceExhausted, for a driver whose CSIDriver sets
+// nodeAllocatableUpdatePeriodSeconds), the *WaitError matches ErrFinal and
+// wraps a *VolumeAttachLimitExceededError: the kubelet rejects such a pod
+// with reason VolumeAttachmentLimitExceeded. For other drivers that wait
+// ends as any that ran out of time, naming the attach error.
 func (vm *VolumeManager) WaitForAttachAndMount(ctx context.Context, pod *v1.Pod) error {
 	vols := podVolumes(pod, vm.volumes)
 	if err := vm.checkNode(pod); err != nil {
@@ -125,6 +136,11 @@ func (vm *VolumeManager) wait(ctx context.Context, pod *v1.Pod, pending func() [
 		case <-timerC:
 		case <-ctx.Done():
 			vm.waitDone(pod.UID, changed, errsChanged)
+			if judge {
+				if limit := vm.attachLimit(ctx, pod, left, what); limit != nil {
+					return limit
+				}
+			}
 			return vm.waitError(ctx, pod, left, what, false)
 		}
 		vm.waitDone(pod.UID, changed, errsChanged)
@@ -168,6 +184,44 @@ func (vm *VolumeManager) finalErrors(uid types.UID, left []string) (bool, time.T
 	return false, next
 }
 
+// attachLimit is, for a mount wait that ran out of time (not one whose
+// context was cancelled), the final *WaitError of a pod whose first
+// volume of left (sorted) that the node's attach limit keeps unattached
+// (its last error a *volume.AttachLimitError, and not attached since)
+// wraps a *VolumeAttachLimitExceededError: the kubelet's check at the end
+// of its wait. Nil when no volume is so.
+//
+// Not final before the deadline, although an event says the attacher
+// failed: the external-attacher retries, and an exhaustion that passes
+// (the detach of a deleted pod's volume not done yet when its replacement
+// is attached) must not get the pod refused, as the kubelet would not
+// within its wait (Config.MountTimeout defaults to its length).
+func (vm *VolumeManager) attachLimit(ctx context.Context, pod *v1.Pod, left []string, what string) error {
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return nil
+	}
+	st, ok := vm.dsw.Pod(pod.UID)
+	if !ok {
+		return nil
+	}
+	causes := vm.podErrors(pod.UID)
+	sorted := slices.Sorted(slices.Values(left))
+	for _, name := range sorted {
+		var limit *volume.AttachLimitError
+		if !errors.As(causes[name], &limit) {
+			continue
+		}
+		if v, ok := vm.asw.Volume(st.Volumes[name]); ok && v.Attached {
+			continue // attached since the error
+		}
+		e := vm.waitError(ctx, pod, left, what, true).(*WaitError)
+		e.Err = &VolumeAttachLimitExceededError{Pod: e.Pod, Volume: name, Driver: limit.Driver,
+			VolumeAttachment: limit.VolumeAttachment, Message: limit.Message, Err: limit}
+		return e
+	}
+	return nil
+}
+
 // WaitError is the error of a wait that ended before its volumes were
 // ready. It unwraps to the context's error.
 type WaitError struct {
@@ -186,11 +240,13 @@ type WaitError struct {
 	// Waiting, where nothing runs or failed, says what the volume waits for.
 	Waiting map[string]string
 	// Final is true when the wait returned before its deadline because
-	// the pod's errors will not resolve by waiting (ErrFinal); false when
-	// ctx ended first.
+	// the pod's errors will not resolve by waiting (ErrFinal), or ran out
+	// of time with a volume held by the node's attach limit; false when
+	// ctx ended first otherwise.
 	Final bool
 	// Err is the context's error when ctx ended first; for a final wait,
-	// nil, or the pod's own error (a pod bound to another node).
+	// nil, the pod's own error (a pod bound to another node), or a
+	// *VolumeAttachLimitExceededError.
 	Err error
 }
 
@@ -217,7 +273,11 @@ func (e *WaitError) Error() string {
 		}
 		explained = true
 	}
+	var limit *VolumeAttachLimitExceededError
 	switch {
+	case e.Final && errors.As(e.Err, &limit):
+		// The volume's cause above says the rest.
+		fmt.Fprintf(&b, ": %s (volume %q)", VolumeAttachmentLimitExceededReason, limit.Volume)
 	case e.Final && e.Err != nil:
 		fmt.Fprintf(&b, ": %v", e.Err)
 	case !explained:

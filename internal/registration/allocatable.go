@@ -17,9 +17,10 @@ import (
 // refresher keeps the allocatable count of each registered driver's CSINode
 // entry current, as the kubelet does with MutableCSINodeAllocatableCount:
 // every nodeAllocatableUpdatePeriodSeconds of the driver's CSIDriver, and
-// at once after a NodeStageVolume or NodePublishVolume that failed with
-// ResourceExhausted. A driver whose CSIDriver sets no period is never
-// refreshed. One goroutine (run) does every refresh; the others only kick it.
+// at once after a VolumeAttachment, a NodeStageVolume or a
+// NodePublishVolume that failed with ResourceExhausted (Handler's
+// ResourceExhausted). A driver whose CSIDriver sets no period is never
+// refreshed; a deregistered one no longer. One goroutine (run) does every refresh; the others only kick it.
 type refresher struct {
 	h          *Handler
 	csiDrivers storagelisters.CSIDriverLister

@@ -289,10 +289,11 @@ func (h *Handler) Run(ctx context.Context) error {
 // nodeAllocatableUpdatePeriodSeconds may have.
 func (h *Handler) CSIDriverChanged(string) { h.kickRefresh() }
 
-// ResourceExhausted tells the handler that a NodeStageVolume or
-// NodePublishVolume of driver failed with ResourceExhausted: the driver's
-// allocatable count is refreshed at once, when its CSIDriver sets a refresh
-// period (as the kubelet does).
+// ResourceExhausted tells the handler that the node ran out of driver's
+// volumes: a VolumeAttachment failed with ResourceExhausted (the kubelet
+// refreshes then), or a NodeStageVolume or NodePublishVolume did. The
+// driver's allocatable count is refreshed at once, when its CSIDriver sets
+// a refresh period (as the kubelet does).
 func (h *Handler) ResourceExhausted(driver string) {
 	if h.refresh != nil {
 		h.refresh.resourceExhausted(driver)
