@@ -58,8 +58,15 @@ func projectedScenarios(add, del func(*v1.Pod) func(*VolumeManager, *crashNode))
 // withKubeAPIAccess adds the API server's kube-api-access volume, named
 // vol, to the pod.
 func withKubeAPIAccess(vol string) csitest.PodOption {
+	return csitest.WithVolume(kubeAPIAccess(vol), true)
+}
+
+// kubeAPIAccess is the kube-api-access volume the API server adds to
+// every pod, named vol: a token of the pod's service account, the cluster's
+// CA from kube-root-ca.crt and the namespace, files of mode 0644.
+func kubeAPIAccess(vol string) v1.Volume {
 	exp := int64(3607)
-	return csitest.WithVolume(v1.Volume{Name: vol, VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
+	return v1.Volume{Name: vol, VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
 		DefaultMode: &apiDefaultMode,
 		Sources: []v1.VolumeProjection{
 			{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: &exp}},
@@ -67,7 +74,7 @@ func withKubeAPIAccess(vol string) csitest.PodOption {
 				Items: []v1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
 			{DownwardAPI: &v1.DownwardAPIProjection{Items: []v1.DownwardAPIVolumeFile{
 				{Path: "namespace", FieldRef: &v1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
-		}}}}, true)
+		}}}}
 }
 
 // issueTokens makes the node's API server issue accessToken for every
@@ -109,9 +116,7 @@ func (n *crashNode) projectedNames(ctx context.Context, p *v1.Pod, src *v1.Proje
 		case s.Secret != nil:
 			more, err = n.objectKeys(ctx, p.Namespace, s.Secret.Name, false, s.Secret.Items)
 		case s.DownwardAPI != nil:
-			for _, item := range s.DownwardAPI.Items {
-				more = append(more, item.Path)
-			}
+			more = itemPaths(s.DownwardAPI.Items)
 		}
 		if err != nil {
 			return nil, err

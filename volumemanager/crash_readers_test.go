@@ -38,9 +38,7 @@ func (n *crashNode) readObjectFiles(ctx context.Context, vm *VolumeManager, p *v
 		case src.Secret != nil:
 			names, err = n.objectKeys(ctx, p.Namespace, src.Secret.SecretName, false, src.Secret.Items)
 		case src.DownwardAPI != nil:
-			for _, item := range src.DownwardAPI.Items {
-				names = append(names, item.Path)
-			}
+			names = itemPaths(src.DownwardAPI.Items)
 		case src.Projected != nil:
 			names, err = n.projectedNames(ctx, p, src.Projected)
 		default:
@@ -57,6 +55,15 @@ func (n *crashNode) readObjectFiles(ctx context.Context, vm *VolumeManager, p *v
 		n.readers.run(p.UID, mv.Path, names)
 	}
 	return nil
+}
+
+// itemPaths are the paths of downward API items.
+func itemPaths(items []v1.DownwardAPIVolumeFile) []string {
+	var out []string
+	for _, item := range items {
+		out = append(out, item.Path)
+	}
+	return out
 }
 
 // objectKeys are the file names of configMap (or secret) name in the
