@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,7 +62,7 @@ func objectScenarios(add, del func(*v1.Pod) func(*VolumeManager, *crashNode)) []
 		// its half-updated volume torn down.
 		{name: "configmap-update", opts: opts, objects: objects, before: []*v1.Pod{cm}, after: []*v1.Pod{cm},
 			act:     updateConfigMap("settings", map[string]string{"app.conf": "v2\n", "level": "debug\n"}),
-			settled: holds(cm, "config", "level", "debug\n")},
+			settled: holds(cm, "kubernetes.io~configmap", "config", "level", "debug\n")},
 	}
 }
 
@@ -109,11 +108,12 @@ func updateConfigMap(name string, keys map[string]string) func(*VolumeManager, *
 	}
 }
 
-// holds tells whether the file key of pod p's configMap volume vol, read
-// as a container reads it (through its link and ..data), holds want.
-func holds(p *v1.Pod, vol, key, want string) func(*crashNode) bool {
+// holds tells whether the file key of pod p's volume vol of kind (its
+// directory, "kubernetes.io~configmap"), read as a container reads it
+// (through its link and ..data), holds want.
+func holds(p *v1.Pod, kind, vol, key, want string) func(*crashNode) bool {
 	return func(n *crashNode) bool {
-		got, err := os.ReadFile(filepath.Join(n.root, "pods", string(p.UID), "volumes", "kubernetes.io~configmap", vol, key))
+		got, err := os.ReadFile(filepath.Join(n.root, "pods", string(p.UID), "volumes", kind, vol, key))
 		return err == nil && string(got) == want
 	}
 }
@@ -131,6 +131,32 @@ func normalise(rel string) string {
 		}
 	}
 	return strings.Join(parts, "/")
+}
+
+// sharedDirs are the directories of the layout that hold many volumes'
+// (their containers, which stay when empty, as under the kubelet): that a
+// crash made or left one of them is not a leak. Every directory of one
+// volume, and every file and symlink, must match exactly.
+var sharedDirs = []string{
+	"pods", "pods/*", "pods/*/volumes", "pods/*/volumes/kubernetes.io~csi",
+	"pods/*/volumes/kubernetes.io~empty-dir", "pods/*/volumes/kubernetes.io~local-volume",
+	"pods/*/volumes/kubernetes.io~configmap", "pods/*/volumes/kubernetes.io~secret", "pods/*/volumes/kubernetes.io~downward-api",
+	"pods/*/volumes/kubernetes.io~projected",
+	"pods/*/plugins", "pods/*/plugins/kubernetes.io~empty-dir",
+	"pods/*/volumeDevices", "pods/*/volumeDevices/kubernetes.io~csi",
+	"plugins", "plugins/kubernetes.io", "plugins/kubernetes.io/csi", "plugins/kubernetes.io/csi/csitest.nodevol.io",
+	"plugins/kubernetes.io/csi/volumeDevices", "plugins/kubernetes.io/csi/volumeDevices/staging",
+	"plugins/kubernetes.io/csi/volumeDevices/publish",
+	"nodevol", "nodevol/records", "nodevol/records/*",
+}
+
+func sharedDir(rel string) bool {
+	for _, pattern := range sharedDirs {
+		if ok, _ := filepath.Match(pattern, rel); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // treeEntries are the entries of state's tree for path: its kind and
@@ -201,45 +227,6 @@ func resyncNow(ctx context.Context, vm *VolumeManager) error {
 	}
 }
 
-// readObjectFiles reads, as pod p's container does when it starts, every
-// file of its configMap, secret and downwardAPI volumes (the keys of the
-// object in the API server, the downwardAPI items): a volume reported
-// mounted must hold them all, whatever version.
-func (n *crashNode) readObjectFiles(ctx context.Context, vm *VolumeManager, p *v1.Pod) error {
-	for _, mv := range vm.GetMountedVolumesForPod(p.UID) {
-		var names []string
-		src := specVolume(p, mv.SpecName)
-		switch {
-		case src.ConfigMap != nil:
-			cm, err := n.client.CoreV1().ConfigMaps(p.Namespace).Get(ctx, src.ConfigMap.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			for k := range cm.Data {
-				names = append(names, k)
-			}
-		case src.Secret != nil:
-			sec, err := n.client.CoreV1().Secrets(p.Namespace).Get(ctx, src.Secret.SecretName, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			for k := range sec.Data {
-				names = append(names, k)
-			}
-		case src.DownwardAPI != nil:
-			for _, item := range src.DownwardAPI.Items {
-				names = append(names, item.Path)
-			}
-		}
-		for _, name := range names {
-			if _, err := os.ReadFile(filepath.Join(mv.Path, name)); err != nil {
-				return fmt.Errorf("pod %s: its container found volume %q mounted without its file %q: %w", p.Name, mv.SpecName, name, err)
-			}
-		}
-	}
-	return nil
-}
-
 // forgetTmpfs empties the directories of the fake mounter's tmpfs mounts
 // (a Memory emptyDir's, a secret volume's): their content is in memory,
 // and a reboot takes it; the directory itself is on the disk, and stays.
@@ -256,66 +243,4 @@ func (n *crashNode) forgetTmpfs() {
 			}
 		}
 	}
-}
-
-// readers are the containers reading their configMap volumes: before
-// every step of every run (crashNode.checkStep), each configMap volume's
-// files, read through their links, must be one version of the object,
-// every name the same one (the atomic writer's switch is one rename): a
-// mix of two versions is a violation. A name not there yet is not one:
-// the links of new names follow the switch, as in the kubelet.
-type readers struct {
-	mu sync.Mutex
-	// versions are every configMap's contents the API server has had.
-	versions []map[string]string
-}
-
-// add records the contents of the configMaps among objs.
-func (r *readers) add(objs ...runtime.Object) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, o := range objs {
-		if cm, ok := o.(*v1.ConfigMap); ok {
-			r.versions = append(r.versions, maps.Clone(cm.Data))
-		}
-	}
-}
-
-// check reads every configMap volume on the node and records a mix as a
-// violation.
-func (r *readers) check(n *crashNode) {
-	dirs, _ := filepath.Glob(filepath.Join(n.root, "pods", "*", "volumes", "kubernetes.io~configmap", "*"))
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, dir := range dirs {
-		seen := map[string]string{}
-		entries, _ := os.ReadDir(dir)
-		for _, e := range entries {
-			if data, err := os.ReadFile(filepath.Join(dir, e.Name())); err == nil && !strings.HasPrefix(e.Name(), "..") {
-				seen[e.Name()] = string(data)
-			}
-		}
-		if !r.oneVersion(seen) {
-			n.mu.Lock()
-			n.violations = append(n.violations, fmt.Sprintf("a reader of %s saw a mix of versions: %v", n.rel(dir), seen))
-			n.mu.Unlock()
-		}
-	}
-}
-
-// oneVersion reports whether every file in seen is of one version.
-func (r *readers) oneVersion(seen map[string]string) bool {
-	for _, v := range r.versions {
-		same := true
-		for name, data := range seen {
-			if got, ok := v[name]; !ok || got != data {
-				same = false
-				break
-			}
-		}
-		if same {
-			return true
-		}
-	}
-	return false
 }

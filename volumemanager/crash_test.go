@@ -97,6 +97,7 @@ func (n *crashNode) reboot() {
 		n.t.Fatal(err)
 	}
 	n.forgetTmpfs()
+	n.readers.stopAll()
 	mps, _ := n.mounter.List()
 	for _, mp := range mps {
 		_ = n.mounter.Unmount(mp.Path)
@@ -188,10 +189,7 @@ func (n *crashNode) state() crashState {
 			s.published = append(s.published, h+" at "+n.rel(p))
 		}
 	}
-	mps, _ := n.mounter.List()
-	for _, mp := range mps {
-		s.mounts = append(s.mounts, n.rel(mp.Path)+" "+mp.Type)
-	}
+	s.mounts = n.mountEntries()
 	n.loops.mu.Lock()
 	for file := range n.loops.dev {
 		s.loops = append(s.loops, n.rel(file))
@@ -220,31 +218,6 @@ func (n *crashNode) state() crashState {
 		slices.Sort(l)
 	}
 	return s
-}
-
-// sharedDirs are the directories of the layout that hold many volumes'
-// (their containers, which stay when empty, as under the kubelet): that a
-// crash made or left one of them is not a leak. Every directory of one
-// volume, and every file and symlink, must match exactly.
-var sharedDirs = []string{
-	"pods", "pods/*", "pods/*/volumes", "pods/*/volumes/kubernetes.io~csi",
-	"pods/*/volumes/kubernetes.io~empty-dir", "pods/*/volumes/kubernetes.io~local-volume",
-	"pods/*/volumes/kubernetes.io~configmap", "pods/*/volumes/kubernetes.io~secret", "pods/*/volumes/kubernetes.io~downward-api",
-	"pods/*/plugins", "pods/*/plugins/kubernetes.io~empty-dir",
-	"pods/*/volumeDevices", "pods/*/volumeDevices/kubernetes.io~csi",
-	"plugins", "plugins/kubernetes.io", "plugins/kubernetes.io/csi", "plugins/kubernetes.io/csi/csitest.nodevol.io",
-	"plugins/kubernetes.io/csi/volumeDevices", "plugins/kubernetes.io/csi/volumeDevices/staging",
-	"plugins/kubernetes.io/csi/volumeDevices/publish",
-	"nodevol", "nodevol/records", "nodevol/records/*",
-}
-
-func sharedDir(rel string) bool {
-	for _, pattern := range sharedDirs {
-		if ok, _ := filepath.Match(pattern, rel); ok {
-			return true
-		}
-	}
-	return false
 }
 
 func (n *crashNode) rel(p string) string {
@@ -340,6 +313,9 @@ type crashScenario struct {
 	// selfAttach: the node attaches its volumes itself, with a fake
 	// external-attacher beside it.
 	selfAttach bool
+	// prepare, if set, readies the node before its first manager starts
+	// (the API server's reactors, what the readers expect).
+	prepare func(n *crashNode)
 }
 
 // variant is what happens while the agent is down.
@@ -393,6 +369,9 @@ func (sc crashScenario) newNode(t *testing.T) *crashNode {
 	}
 	n := newCrashNode(t, drv, client)
 	n.selfAttach, n.nodeObj = sc.selfAttach, sc.node
+	if sc.prepare != nil {
+		sc.prepare(n)
+	}
 	n.readers.add(objs...)
 	for _, o := range objs {
 		pv, ok := o.(*v1.PersistentVolume)
@@ -471,6 +450,7 @@ func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, wan
 	}
 	wanted := v.wanted(sc)
 	gone := without(sc.all(), wanted)
+	n.readers.stop(gone...) // deleted while the agent was down
 	if restartAt > 0 {
 		h := steptest.New(n.checkStep)
 		h.Arm(restartAt)
@@ -535,7 +515,7 @@ func crashScenarios() []crashScenario {
 		return func(vm *VolumeManager, _ *crashNode) { vm.AddPod(p) }
 	}
 	del := func(p *v1.Pod) func(*VolumeManager, *crashNode) {
-		return func(vm *VolumeManager, _ *crashNode) { vm.DeletePod(p) }
+		return func(vm *VolumeManager, n *crashNode) { n.readers.stop(p); vm.DeletePod(p) }
 	}
 	opts := csitest.Options{CreateTargetDirs: true}
 	noStage := csitest.Options{CreateTargetDirs: true, NoStageUnstage: true}
@@ -554,7 +534,7 @@ func crashScenarios() []crashScenario {
 			before: []*v1.Pod{a}, after: []*v1.Pod{a}, other: []*v1.Pod{a}, act: resize("vol", "2Gi", false), settled: resized("vol", "2Gi")},
 		{name: "expand-resize-status", opts: csitest.Options{CreateTargetDirs: true, Expand: true}, objects: claim("vol", false, csitest.PVCapacity("1Gi")),
 			before: []*v1.Pod{a}, after: []*v1.Pod{a}, other: []*v1.Pod{a}, act: resize("vol", "2Gi", true), settled: resized("vol", "2Gi")},
-	}, append(kindScenarios(claim("vol", false), add, del), objectScenarios(add, del)...)...)
+	}, append(append(kindScenarios(claim("vol", false), add, del), objectScenarios(add, del)...), projectedScenarios(add, del)...)...)
 }
 
 // TestCrashPoints stops every scenario at every step of its operation, in

@@ -160,17 +160,7 @@ func TestKubeAPIAccessVolume(t *testing.T) {
 	if _, err := e.client.CoreV1().ConfigMaps("ns").Create(ctx, ca, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	exp := int64(3607)
-	mode := int32(0o644)
-	access := v1.Volume{Name: "kube-api-access-x7k2p", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
-		DefaultMode: &mode,
-		Sources: []v1.VolumeProjection{
-			{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: &exp}},
-			{ConfigMap: &v1.ConfigMapProjection{LocalObjectReference: v1.LocalObjectReference{Name: "kube-root-ca.crt"},
-				Items: []v1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
-			{DownwardAPI: &v1.DownwardAPIProjection{Items: []v1.DownwardAPIVolumeFile{
-				{Path: "namespace", FieldRef: &v1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
-		}}}}
+	access := kubeAPIAccess("kube-api-access-x7k2p")
 	pod := csitest.Pod("ns", "web", csitest.PodServiceAccount("app"), csitest.WithVolume(access, true))
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
@@ -190,7 +180,7 @@ func TestKubeAPIAccessVolume(t *testing.T) {
 		t.Fatalf("%d token requests, want 1", len(requests))
 	}
 	r := requests[0].Spec
-	if b := r.BoundObjectRef; b == nil || b.Kind != "Pod" || b.Name != "web" || b.UID != pod.UID || *r.ExpirationSeconds != exp {
+	if b := r.BoundObjectRef; b == nil || b.Kind != "Pod" || b.Name != "web" || b.UID != pod.UID || *r.ExpirationSeconds != 3607 {
 		t.Errorf("token request %+v, want one bound to the pod with expirationSeconds 3607", r)
 	}
 	mu.Unlock()

@@ -2,15 +2,7 @@ package podcert
 
 import (
 	"context"
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/internal/podcert/podcerttest"
 )
 
 const (
@@ -223,56 +216,18 @@ func (h *harness) setStatus(name string, status certificatesv1.PodCertificateReq
 
 // condition is a status with one condition of type typ.
 func condition(typ, reason, message string) certificatesv1.PodCertificateRequestStatus {
-	return certificatesv1.PodCertificateRequestStatus{Conditions: []metav1.Condition{{
-		Type: typ, Status: metav1.ConditionTrue, Reason: reason, Message: message, LastTransitionTime: metav1.NewTime(t0),
-	}}}
+	return podcerttest.Condition(typ, reason, message, t0)
 }
 
-// issued is the status of pcr issued by a test CA: its chain (leaf, then
-// the CA as an intermediate, with a header and text between the blocks,
-// which the Manager drops), what the Manager must project as the chain,
-// and the refresh and expiry times.
+// issued is the status of pcr issued by a test CA (podcerttest.Issue, from
+// t0), and what the Manager must project as the chain.
 func issued(t *testing.T, pcr *certificatesv1.PodCertificateRequest, beginRefreshAt, notAfter time.Time) (certificatesv1.PodCertificateRequestStatus, []byte) {
 	t.Helper()
-	csr, err := x509.ParseCertificateRequest(pcr.Spec.StubPKCS10Request)
-	if err != nil {
-		t.Fatalf("parsing the request's PKCS#10 request: %v", err)
-	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	st, chain, err := podcerttest.Issue(pcr, t0, beginRefreshAt, notAfter)
 	if err != nil {
 		t.Fatal(err)
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test ca"}, IsCA: true, BasicConstraintsValid: true,
-		NotBefore: t0, NotAfter: notAfter.Add(time.Hour), KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER := sign(t, caTmpl, caTmpl, caKey.Public(), caKey)
-	leafTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: pcr.Spec.PodName}, NotBefore: t0, NotAfter: notAfter,
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leafDER := sign(t, leafTmpl, ca, csr.PublicKey, caKey)
-	leaf := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leafDER})
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	withHeader := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Headers: map[string]string{"Comment": "intermediate"}, Bytes: caDER})
-	st := condition(certificatesv1.PodCertificateRequestConditionTypeIssued, "Issued", "")
-	st.CertificateChain = string(leaf) + "the intermediate:\n" + string(withHeader)
-	st.NotBefore = ptr.To(metav1.NewTime(t0))
-	st.BeginRefreshAt = ptr.To(metav1.NewTime(beginRefreshAt))
-	st.NotAfter = ptr.To(metav1.NewTime(notAfter))
-	return st, append(leaf, caPEM...)
-}
-
-func sign(t *testing.T, tmpl, parent *x509.Certificate, pub crypto.PublicKey, key crypto.Signer) []byte {
-	t.Helper()
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, key)
-	if err != nil {
-		t.Fatalf("signing a test certificate: %v", err)
-	}
-	return der
+	return st, chain
 }
 
 // srcOf is a podCertificate source of signer with keyType.

@@ -18,6 +18,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
 
 // setUpCase is a SetUp of TestSetUp and what it should do.
@@ -37,31 +38,31 @@ func TestSetUp(t *testing.T) {
 	gid := int64(os.Getgid())
 	for _, tc := range []setUpCase{{
 		name: "data and binaryData, the default mode when the spec has none",
-		cm:   configMapOf("c", map[string]string{"a.conf": "A"}, map[string][]byte{"b.bin": {0, 1, 2}}),
+		cm:   objtest.ConfigMap("c", map[string]string{"a.conf": "A"}, map[string][]byte{"b.bin": {0, 1, 2}}),
 		src:  v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}},
-		want: map[string]string{"a.conf": "0644:-1:A", "b.bin": "0644:-1:\x00\x01\x02"},
+		want: map[string]string{"a.conf": "0644:-1:-1:A", "b.bin": "0644:-1:-1:\x00\x01\x02"},
 	}, {
 		name: "items from data and binaryData, with their modes",
-		cm:   configMapOf("c", map[string]string{"a": "A", "x": "X"}, map[string][]byte{"b": []byte("B")}),
+		cm:   objtest.ConfigMap("c", map[string]string{"a": "A", "x": "X"}, map[string][]byte{"b": []byte("B")}),
 		src: v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}, DefaultMode: ptr[int32](0o444),
 			Items: []v1.KeyToPath{{Key: "a", Path: "etc/a"}, {Key: "b", Path: "bin/b", Mode: ptr[int32](0o555)}}},
-		want: map[string]string{"etc/a": "0444:-1:A", "bin/b": "0555:-1:B"},
+		want: map[string]string{"etc/a": "0444:-1:-1:A", "bin/b": "0555:-1:-1:B"},
 	}, {
 		name:    "fsGroup",
-		cm:      configMapOf("c", map[string]string{"a": "A"}, nil),
+		cm:      objtest.ConfigMap("c", map[string]string{"a": "A"}, nil),
 		src:     v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}, DefaultMode: ptr[int32](0o600)},
 		fsGroup: &gid,
-		want:    map[string]string{"a": fmt.Sprintf("0640:%d:A", gid)},
+		want:    map[string]string{"a": fmt.Sprintf("0640:%d:%d:A", os.Getuid(), gid)},
 	}, {
 		name: "optional and missing: an empty volume",
 		src:  v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}, Optional: ptr(true)},
 		want: map[string]string{},
 	}, {
 		name: "optional: an item whose key is missing is skipped",
-		cm:   configMapOf("c", nil, map[string][]byte{"b": []byte("B")}),
+		cm:   objtest.ConfigMap("c", nil, map[string][]byte{"b": []byte("B")}),
 		src: v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}, Optional: ptr(true),
 			Items: []v1.KeyToPath{{Key: "gone", Path: "g"}, {Key: "b", Path: "b"}}},
-		want: map[string]string{"b": "0644:-1:B"},
+		want: map[string]string{"b": "0644:-1:-1:B"},
 	}, {
 		name:     "missing: the kubelet's error",
 		src:      v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}},
@@ -69,17 +70,17 @@ func TestSetUp(t *testing.T) {
 		notFound: true,
 	}, {
 		name:    "a missing key: the kubelet's error, naming the object",
-		cm:      configMapOf("c", map[string]string{"a": "A"}, nil),
+		cm:      objtest.ConfigMap("c", map[string]string{"a": "A"}, nil),
 		src:     v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}, Items: []v1.KeyToPath{{Key: "gone", Path: "g"}}},
 		wantErr: []string{`configMap volume "cfg" of pod ns/pod: configmap ns/c: configmap references non-existent config key: gone`},
 	}, {
 		name:    "a binary key of ..",
-		cm:      configMapOf("c", map[string]string{"a": "A"}, map[string][]byte{"..": []byte("B")}),
+		cm:      objtest.ConfigMap("c", map[string]string{"a": "A"}, map[string][]byte{"..": []byte("B")}),
 		src:     v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}},
 		wantErr: []string{`configMap volume "cfg" of pod ns/pod`, `configmap ns/c`, `key ".."`, "must not contain '..'"},
 	}, {
 		name:    "a key with a /",
-		cm:      configMapOf("c", map[string]string{"../../etc/x": "A"}, nil),
+		cm:      objtest.ConfigMap("c", map[string]string{"../../etc/x": "A"}, nil),
 		src:     v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}},
 		wantErr: []string{`configmap ns/c`, `key "../../etc/x"`, "must not contain '/'"},
 	}} {
@@ -92,9 +93,9 @@ func checkSetUp(t *testing.T, tc setUpCase) {
 	fake := mount.NewFakeMounter(nil)
 	e := newEnv(t, "", fake)
 	if tc.cm != nil {
-		e.objs.put(tc.cm)
+		e.Objs.Put(tc.cm)
 	}
-	dir, err := e.SetUp(context.Background(), request(e.spec(t, "cfg", tc.src), "cfg", tc.fsGroup))
+	dir, err := e.SetUp(context.Background(), objtest.Request(e.spec(t, "cfg", tc.src), "cfg", tc.fsGroup))
 	if tc.wantErr != nil {
 		if err == nil {
 			t.Fatalf("SetUp succeeded, want an error with %q", tc.wantErr)
@@ -107,7 +108,7 @@ func checkSetUp(t *testing.T, tc setUpCase) {
 		if apierrors.IsNotFound(err) != tc.notFound || volume.IsUncertain(err) {
 			t.Errorf("error %v: not found %v (want %v), uncertain %v (want false)", err, apierrors.IsNotFound(err), tc.notFound, volume.IsUncertain(err))
 		}
-		if s := e.takeSteps(); len(s) != 0 || exists(t, filepath.Join(e.root, "pods")) {
+		if s := e.Steps.Taken(); len(s) != 0 || objtest.Exists(t, filepath.Join(e.Root, "pods")) {
 			t.Errorf("the failed SetUp changed the node: %v", s)
 		}
 		return
@@ -115,8 +116,8 @@ func checkSetUp(t *testing.T, tc setUpCase) {
 	if err != nil {
 		t.Fatalf("SetUp: %v", err)
 	}
-	if got := readVolume(t, dir, tc.fsGroup != nil); dir != e.dir("cfg") || !maps.Equal(got, tc.want) {
-		t.Errorf("SetUp at %s: files %v, want %v at %s", dir, got, tc.want, e.dir("cfg"))
+	if got := objtest.ReadVolume(t, dir, tc.fsGroup != nil); dir != e.Dir("cfg") || !maps.Equal(got, tc.want) {
+		t.Errorf("SetUp at %s: files %v, want %v at %s", dir, got, tc.want, e.Dir("cfg"))
 	}
 	if mps, _ := fake.List(); len(mps) != 0 {
 		t.Errorf("mounts %+v: a configMap volume is on disk", mps)
@@ -131,28 +132,28 @@ func TestUpdateAndRestart(t *testing.T) {
 	ctx := context.Background()
 	fake := mount.NewFakeMounter(nil)
 	e := newEnv(t, "", fake)
-	e.objs.put(configMapOf("c", map[string]string{"a": "1"}, nil))
+	e.Objs.Put(objtest.ConfigMap("c", map[string]string{"a": "1"}, nil))
 	spec := e.spec(t, "cfg", v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}})
-	req := request(spec, "cfg", nil)
+	req := objtest.Request(spec, "cfg", nil)
 	dir, err := e.SetUp(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := dataTarget(t, dir)
-	e.takeSteps()
-	if _, err := e.SetUp(ctx, req); err != nil || len(e.takeSteps()) != 0 {
+	first := objtest.DataTarget(t, dir)
+	e.Steps.Taken()
+	if _, err := e.SetUp(ctx, req); err != nil || len(e.Steps.Taken()) != 0 {
 		t.Fatalf("SetUp of an unchanged configMap: %v, or it changed something", err)
 	}
-	e.objs.put(configMapOf("c", map[string]string{"b": "2"}, map[string][]byte{"a": []byte("2")}))
+	e.Objs.Put(objtest.ConfigMap("c", map[string]string{"b": "2"}, map[string][]byte{"a": []byte("2")}))
 	if _, err := e.SetUp(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := readVolume(t, dir, false), map[string]string{"a": "0644:-1:2", "b": "0644:-1:2"}; !maps.Equal(got, want) || dataTarget(t, dir) == first {
-		t.Fatalf("after the update: %v (..data %s, was %s), want %v in a new version", got, dataTarget(t, dir), first, want)
+	if got, want := objtest.ReadVolume(t, dir, false), map[string]string{"a": "0644:-1:-1:2", "b": "0644:-1:-1:2"}; !maps.Equal(got, want) || objtest.DataTarget(t, dir) == first {
+		t.Fatalf("after the update: %v (..data %s, was %s), want %v in a new version", got, objtest.DataTarget(t, dir), first, want)
 	}
 
-	after := newEnv(t, e.root, fake)
-	after.objs.put(configMapOf("c", map[string]string{"b": "3"}, nil))
+	after := newEnv(t, e.Root, fake)
+	after.Objs.Put(objtest.ConfigMap("c", map[string]string{"b": "3"}, nil))
 	found := after.Plugin.(volume.Reconstructor).Reconstruct(ctx, volume.Recovery{MountPoints: map[string]bool{}})
 	if len(found.Mounts) != 1 || found.Mounts[0].Spec.Name != spec.Name || found.Mounts[0].Spec.Plugin != PluginName || found.Mounts[0].Path != dir || found.Mounts[0].State != cache.Uncertain {
 		t.Fatalf("Reconstruct = %+v, want %s Uncertain at %s", found, spec.Name, dir)
@@ -160,14 +161,14 @@ func TestUpdateAndRestart(t *testing.T) {
 	if _, err := after.SetUp(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := readVolume(t, dir, false), map[string]string{"b": "0644:-1:3"}; !maps.Equal(got, want) {
+	if got, want := objtest.ReadVolume(t, dir, false), map[string]string{"b": "0644:-1:-1:3"}; !maps.Equal(got, want) {
 		t.Fatalf("SetUp after the restart: %v, want %v", got, want)
 	}
 	for range 2 {
-		if err := after.TearDown(ctx, volume.MountRequest{Spec: &cache.VolumeSpec{Name: spec.Name, Plugin: PluginName}, Volume: cache.PodVolume{Pod: cache.PodRef{UID: testUID}, SpecName: "cfg"}}); err != nil {
+		if err := after.TearDown(ctx, volume.MountRequest{Spec: &cache.VolumeSpec{Name: spec.Name, Plugin: PluginName}, Volume: cache.PodVolume{Pod: cache.PodRef{UID: objtest.UID}, SpecName: "cfg"}}); err != nil {
 			t.Fatal(err)
 		}
-		if exists(t, dir) || exists(t, filepath.Join(e.root, "pods", string(testUID), "plugins", "kubernetes.io~empty-dir", "wrapped_cfg")) {
+		if objtest.Exists(t, dir) || objtest.Exists(t, filepath.Join(e.Root, "pods", string(objtest.UID), "plugins", "kubernetes.io~empty-dir", "wrapped_cfg")) {
 			t.Fatal("TearDown left the volume")
 		}
 	}
@@ -192,7 +193,7 @@ func TestPlugin(t *testing.T) {
 	}
 	spec := &cache.VolumeSpec{Name: "kubernetes.io/configmap/uid-cfg", Source: &v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
 		LocalObjectReference: src.LocalObjectReference, Items: []v1.KeyToPath{{Key: "k", Path: "a/../../x"}}}}}
-	if err := e.Plugin.(volume.SpecResolver).ResolveSpec(testPod(""), spec); err == nil || !strings.Contains(err.Error(), "configMap volume kubernetes.io/configmap/uid-cfg of pod ns/pod") || spec.Attributes != nil {
+	if err := e.Plugin.(volume.SpecResolver).ResolveSpec(objtest.Pod(""), spec); err == nil || !strings.Contains(err.Error(), "configMap volume kubernetes.io/configmap/uid-cfg of pod ns/pod") || spec.Attributes != nil {
 		t.Errorf("ResolveSpec of an item leaving the volume: %v", err)
 	}
 	if _, err := New(Config{RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil)}); err == nil {

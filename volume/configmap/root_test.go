@@ -17,6 +17,7 @@ import (
 	"github.com/nodevol/nodevol/internal/roottest"
 	"github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
 
 // TestRootConfigMapUpdate: a reader of the user-visible path (through a
@@ -30,10 +31,10 @@ func TestRootConfigMapUpdate(t *testing.T) {
 	e := newEnv(t, "", mount.New(""))
 	const updates = 50
 	value := func(v int) string { return strconv.Itoa(v) + ":" + strings.Repeat(strconv.Itoa(v%10), 8192) }
-	e.objs.put(configMapOf("c", map[string]string{"app.yaml": value(0)}, nil))
+	e.Objs.Put(objtest.ConfigMap("c", map[string]string{"app.yaml": value(0)}, nil))
 	spec := e.spec(t, "cfg", v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"},
 		Items: []v1.KeyToPath{{Key: "app.yaml", Path: "conf/app.yaml"}}})
-	req := request(spec, "cfg", nil)
+	req := objtest.Request(spec, "cfg", nil)
 	dir, err := e.SetUp(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +43,7 @@ func TestRootConfigMapUpdate(t *testing.T) {
 	r := startReader(filepath.Join(dir, "conf", "app.yaml"), value)
 	for v := 1; v <= updates; v++ {
 		r.waitRead(int64(v - 1))
-		e.objs.put(configMapOf("c", map[string]string{"app.yaml": value(v)}, nil))
+		e.Objs.Put(objtest.ConfigMap("c", map[string]string{"app.yaml": value(v)}, nil))
 		if _, err := e.SetUp(ctx, req); err != nil {
 			t.Fatal(err)
 		}
@@ -53,30 +54,30 @@ func TestRootConfigMapUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	after := newEnv(t, e.root, mount.New(""))
-	after.objs.put(configMapOf("c", map[string]string{"app.yaml": value(updates)}, nil))
+	after := newEnv(t, e.Root, mount.New(""))
+	after.Objs.Put(objtest.ConfigMap("c", map[string]string{"app.yaml": value(updates)}, nil))
 	found := after.Plugin.(volume.Reconstructor).Reconstruct(ctx, volume.Recovery{MountPoints: map[string]bool{}})
 	if len(found.Mounts) != 1 || found.Mounts[0].Spec.Name != spec.Name || found.Mounts[0].State != cache.Uncertain {
 		t.Fatalf("Reconstruct = %+v, want %s Uncertain", found, spec.Name)
 	}
-	current := dataTarget(t, dir)
+	current := objtest.DataTarget(t, dir)
 	if _, err := after.SetUp(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	// The writer keeps the version an update replaced until its next
 	// Write: removing it is all that SetUp does.
-	for _, s := range after.takeSteps() {
+	for _, s := range after.Steps.Taken() {
 		if s.Op != step.Remove || !strings.HasPrefix(s.Path, filepath.Join(dir, "..")) || strings.HasPrefix(s.Path, filepath.Join(dir, current)) {
 			t.Errorf("SetUp after the restart took step %v", s)
 		}
 	}
-	if dataTarget(t, dir) != current {
+	if objtest.DataTarget(t, dir) != current {
 		t.Errorf("SetUp after the restart switched ..data")
 	}
-	if err := after.TearDown(ctx, volume.MountRequest{Volume: cache.PodVolume{Pod: cache.PodRef{UID: testUID}, SpecName: "cfg"}}); err != nil {
+	if err := after.TearDown(ctx, volume.MountRequest{Volume: cache.PodVolume{Pod: cache.PodRef{UID: objtest.UID}, SpecName: "cfg"}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []string{filepath.Dir(dir), filepath.Join(e.root, "pods", string(testUID), "plugins", "kubernetes.io~empty-dir")} {
+	for _, d := range []string{filepath.Dir(dir), filepath.Join(e.Root, "pods", string(objtest.UID), "plugins", "kubernetes.io~empty-dir")} {
 		if entries, err := os.ReadDir(d); err != nil || len(entries) != 0 {
 			t.Fatalf("TearDown left %v in %s (%v)", entries, d, err)
 		}

@@ -146,12 +146,3 @@ func listing(t *testing.T, dir string) string {
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
 }
-
-func exists(t *testing.T, path string) bool {
-	t.Helper()
-	_, err := os.Lstat(path)
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	return err == nil
-}

@@ -15,6 +15,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/roottest"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
 
 // mountInfo is a line of /proc/self/mountinfo: the mount point, its file
@@ -119,7 +120,7 @@ func TestRootRestart(t *testing.T) {
 		t.Errorf("left mounted: %+v", m)
 	}
 	for _, d := range []string{dir, filepath.Dir(readyPath(root, "podinfo"))} {
-		if exists(t, d) {
+		if objtest.Exists(t, d) {
 			t.Errorf("%s is left", d)
 		}
 	}

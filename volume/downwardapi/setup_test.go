@@ -15,6 +15,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
 
 // read returns "mode content" of each path of dir, as a container reads
@@ -76,7 +77,7 @@ func TestSetUp(t *testing.T) {
 				"mem -> ..data/mem -rw-r--r-- 256\nmeta -> ..data/meta"; got != want {
 				t.Errorf("links:\n%s\nwant:\n%s", got, want)
 			}
-			if !exists(t, readyPath(tp.root, tc.name)) {
+			if !objtest.Exists(t, readyPath(tp.root, tc.name)) {
 				t.Error("no ready file")
 			}
 			var tmpfs bool
@@ -292,8 +293,8 @@ func TestTearDownAndReconstruct(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if mps, _ := tp.fake.List(); len(mps) != 0 || exists(t, dir) || exists(t, filepath.Dir(readyPath(tp.root, "info"))) {
-		t.Fatalf("after TearDown: mounts %v, directory there %v", mps, exists(t, dir))
+	if mps, _ := tp.fake.List(); len(mps) != 0 || objtest.Exists(t, dir) || objtest.Exists(t, filepath.Dir(readyPath(tp.root, "info"))) {
+		t.Fatalf("after TearDown: mounts %v, directory there %v", mps, objtest.Exists(t, dir))
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
 
 // kubeAPIAccess is the volume the API server's ServiceAccount admission
@@ -33,7 +34,7 @@ func kubeAPIAccess() v1.ProjectedVolumeSource {
 const caCrt = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
 func kubeRootCA() *v1.ConfigMap {
-	return configMapOf("kube-root-ca.crt", map[string]string{"ca.crt": caCrt})
+	return objtest.ConfigMap("kube-root-ca.crt", map[string]string{"ca.crt": caCrt}, nil)
 }
 
 // TestKubeAPIAccess: the kube-api-access-* volume of every pod, as under
@@ -57,10 +58,10 @@ func TestKubeAPIAccess(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			e := newEnv(t, "", nil)
-			e.objs.put(kubeRootCA())
+			e.objs.Put(kubeRootCA())
 			pod, name := testPod(), "kube-api-access-x7k2q"
 			src := kubeAPIAccess()
-			if got, want := Refs(testNS, &src), []objectcache.Ref{{Kind: objectcache.ConfigMap, Namespace: testNS, Name: "kube-root-ca.crt"}}; !slices.Equal(got, want) {
+			if got, want := Refs(objtest.NS, &src), []objectcache.Ref{{Kind: objectcache.ConfigMap, Namespace: objtest.NS, Name: "kube-root-ca.crt"}}; !slices.Equal(got, want) {
 				t.Errorf("Refs = %v, want %v", got, want)
 			}
 			spec := e.spec(t, pod, name, src)
@@ -68,7 +69,7 @@ func TestKubeAPIAccess(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := readVolume(t, dir, true); !maps.Equal(got, tc.want) {
+			if got := objtest.ReadVolume(t, dir, true); !maps.Equal(got, tc.want) {
 				t.Errorf("files %v, want %v", got, tc.want)
 			}
 			for _, f := range []string{"token", "ca.crt", "namespace"} {
@@ -76,11 +77,11 @@ func TestKubeAPIAccess(t *testing.T) {
 					t.Errorf("%s links to %q (%v), want ..data/%s", f, target, err, f)
 				}
 			}
-			if !exists(t, filepath.Join(e.root, "pods", string(testUID), "plugins", "kubernetes.io~empty-dir", "wrapped_"+name, "ready")) {
+			if !objtest.Exists(t, filepath.Join(e.root, "pods", string(objtest.UID), "plugins", "kubernetes.io~empty-dir", "wrapped_"+name, "ready")) {
 				t.Error("no ready file of the wrapped emptyDir")
 			}
 			want := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr[int64](3607),
-				BoundObjectRef: &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: "pod", UID: testUID}}}
+				BoundObjectRef: &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: "pod", UID: objtest.UID}}}
 			if len(e.tokens.requests) != 1 || !reflect.DeepEqual(e.tokens.requests[0], want) || e.tokens.accounts[0] != "ns/app" {
 				t.Errorf("token requests %+v for %v, want one %+v for ns/app", e.tokens.requests, e.tokens.accounts, want)
 			}
@@ -98,7 +99,7 @@ func TestKubeAPIAccessWithoutCA(t *testing.T) {
 	if err == nil || err.Error() != `setting up projected volume "kube-api-access-x7k2q" of pod ns/pod: configmap "kube-root-ca.crt" not found` {
 		t.Errorf("SetUp: %v", err)
 	}
-	if exists(t, filepath.Join(e.root, "pods")) {
+	if objtest.Exists(t, filepath.Join(e.root, "pods")) {
 		t.Error("the failed SetUp made the pod's directories")
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodevol/nodevol/internal/objectcache"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
 
 // TestResolveSpecErrors: what the API server would refuse is refused when
@@ -202,13 +203,13 @@ func TestTrustBundleRefsRead(t *testing.T) {
 		SignerName: &signer, Path: "ca", LabelSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 			{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"x", "y"}}}}}}}}
 	e := newEnv(t, "", nil)
-	e.objs.bundles = append(e.objs.bundles, bundleOf("b", signer, map[string]string{"tier": "y"}, certPEM("A")))
+	e.objs.Bundles = append(e.objs.Bundles, bundleOf("b", signer, map[string]string{"tier": "y"}, certPEM("A")))
 	pod := testPod()
 	spec := e.spec(t, pod, "vol", src)
 	if _, err := e.SetUp(t.Context(), request(pod, spec, "vol", nil)); err != nil {
 		t.Fatal(err)
 	}
-	if got := Refs(testNS, &src); !slices.Equal(e.objs.listed, got) {
-		t.Errorf("listed %v, held %v", e.objs.listed, got)
+	if got := Refs(objtest.NS, &src); !slices.Equal(e.objs.Listed, got) {
+		t.Errorf("listed %v, held %v", e.objs.Listed, got)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/roottest"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
 
 // mountInfo is a line of /proc/self/mountinfo: the mount point, its file
@@ -52,8 +53,8 @@ func realEnv(t *testing.T, root string, tokens *fakeTokens) *env {
 		t.Fatal(err)
 	}
 	e.plugin, e.tokens = p, tokens
-	e.objs.put(kubeRootCA())
-	e.objs.put(secretOf("s", map[string]string{"password": "hunter2"}))
+	e.objs.Put(kubeRootCA())
+	e.objs.Put(objtest.Secret("s", map[string]string{"password": "hunter2"}))
 	return e
 }
 
@@ -84,7 +85,7 @@ func TestRootRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{"token": "0640:1000:2345:app-0", "ca.crt": "0644:0:2345:" + caCrt, "namespace": "0644:0:2345:ns", "password": "0644:0:2345:hunter2"}
-	if got := readVolume(t, dir, true); !maps.Equal(got, want) {
+	if got := objtest.ReadVolume(t, dir, true); !maps.Equal(got, want) {
 		t.Errorf("files %v, want %v", got, want)
 	}
 	mounts := mountsUnder(t, root)
@@ -116,7 +117,7 @@ func TestRootRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	want["token"] = "0640:1000:2345:app-1"
-	if got := readVolume(t, dir, true); !maps.Equal(got, want) {
+	if got := objtest.ReadVolume(t, dir, true); !maps.Equal(got, want) {
 		t.Errorf("after the refresh: %v, want %v", got, want)
 	}
 	if m := mountsUnder(t, root); len(m) != 1 {
@@ -130,8 +131,8 @@ func TestRootRestart(t *testing.T) {
 	if m := mountsUnder(t, root); len(m) != 0 {
 		t.Errorf("left mounted: %+v", m)
 	}
-	for _, d := range []string{dir, filepath.Join(root, "pods", string(testUID), "plugins", "kubernetes.io~empty-dir", "wrapped_"+name)} {
-		if exists(t, d) {
+	for _, d := range []string{dir, filepath.Join(root, "pods", string(objtest.UID), "plugins", "kubernetes.io~empty-dir", "wrapped_"+name)} {
+		if objtest.Exists(t, d) {
 			t.Errorf("%s is left", d)
 		}
 	}

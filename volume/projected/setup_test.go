@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
 
 // setUpCase is a SetUp of TestSetUp and what it should do.
@@ -62,13 +63,13 @@ func certPEM(der string) string {
 func objectCases() []setUpCase {
 	return []setUpCase{{
 		name:    "configMap items and all keys of a secret, the volume's defaultMode and an item's mode",
-		objs:    []runtime.Object{configMapOf("c", map[string]string{"a": "A", "b": "B"}), secretOf("s", map[string]string{"x": "X", "y": "Y"})},
+		objs:    []runtime.Object{objtest.ConfigMap("c", map[string]string{"a": "A", "b": "B"}, nil), objtest.Secret("s", map[string]string{"x": "X", "y": "Y"})},
 		sources: []v1.VolumeProjection{cmSource("c", false, v1.KeyToPath{Key: "a", Path: "etc/a"}, v1.KeyToPath{Key: "b", Path: "b", Mode: ptr[int32](0o400)}), secretSource("s", false)},
 		mode:    ptr[int32](0o440),
 		want:    map[string]string{"etc/a": own(0o440, "A"), "b": own(0o400, "B"), "x": own(0o440, "X"), "y": own(0o440, "Y")},
 	}, {
 		name: "optional sources: a missing object adds nothing, a missing key is skipped",
-		objs: []runtime.Object{secretOf("s", map[string]string{"x": "X"})},
+		objs: []runtime.Object{objtest.Secret("s", map[string]string{"x": "X"})},
 		sources: []v1.VolumeProjection{cmSource("gone", true), secretSource("s", true, v1.KeyToPath{Key: "x", Path: "x"}, v1.KeyToPath{Key: "nope", Path: "n"}),
 			cmSource("gone", true, v1.KeyToPath{Key: "k", Path: "k"})},
 		want: map[string]string{"x": own(0o644, "X")},
@@ -79,7 +80,7 @@ func objectCases() []setUpCase {
 		notFound: true,
 	}, {
 		name:    "a missing key: the kubelet's error, naming the object",
-		objs:    []runtime.Object{secretOf("s", map[string]string{"x": "X"})},
+		objs:    []runtime.Object{objtest.Secret("s", map[string]string{"x": "X"})},
 		sources: []v1.VolumeProjection{secretSource("s", false, v1.KeyToPath{Key: "nope", Path: "n"})},
 		wantErr: []string{`secret ns/s: references non-existent secret key: nope`},
 	}, {
@@ -88,12 +89,12 @@ func objectCases() []setUpCase {
 		wantErr: []string{`[configmap "c" not found, secret "s" not found]`},
 	}, {
 		name:    "a key that is not a file name is refused",
-		objs:    []runtime.Object{configMapOf("c", map[string]string{"..": "X"})},
+		objs:    []runtime.Object{objtest.ConfigMap("c", map[string]string{"..": "X"}, nil)},
 		sources: []v1.VolumeProjection{cmSource("c", false)},
 		wantErr: []string{`configmap ns/c: key ".."`, "must not contain '..'"},
 	}, {
 		name: "a path two sources give is the later source's file, as in the kubelet",
-		objs: []runtime.Object{configMapOf("c", map[string]string{"token": "from the configMap", "a": "A"})},
+		objs: []runtime.Object{objtest.ConfigMap("c", map[string]string{"token": "from the configMap", "a": "A"}, nil)},
 		sources: []v1.VolumeProjection{cmSource("c", false), tokenSource("token"),
 			{DownwardAPI: &v1.DownwardAPIProjection{Items: []v1.DownwardAPIVolumeFile{{Path: "a", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}}},
 		want: map[string]string{"token": own(0o644, "app-0"), "a": own(0o644, "pod")},
@@ -194,9 +195,9 @@ func runSetUp(t *testing.T, tc setUpCase) {
 	ctx := context.Background()
 	e := newEnv(t, "", nil)
 	for _, o := range tc.objs {
-		e.objs.put(o)
+		e.objs.Put(o)
 	}
-	e.objs.bundles = tc.bundles
+	e.objs.Bundles = tc.bundles
 	if tc.noCerts {
 		e.certs = nil
 		e.plugin.certs = nil
@@ -213,7 +214,7 @@ func runSetUp(t *testing.T, tc setUpCase) {
 		fsGroup = ptr(int64(os.Getgid()))
 	}
 	spec := e.spec(t, pod, "vol", v1.ProjectedVolumeSource{Sources: tc.sources, DefaultMode: tc.mode})
-	e.takeSteps()
+	e.steps.Taken()
 	dir, err := e.SetUp(ctx, request(pod, spec, "vol", fsGroup))
 	if tc.wantErr != nil {
 		if err == nil {
@@ -227,7 +228,7 @@ func runSetUp(t *testing.T, tc setUpCase) {
 		if apierrors.IsNotFound(err) != tc.notFound || volume.IsUncertain(err) {
 			t.Errorf("error %v: not found %v (want %v), uncertain %v (want false)", err, apierrors.IsNotFound(err), tc.notFound, volume.IsUncertain(err))
 		}
-		if s := e.takeSteps(); len(s) != 0 || exists(t, filepath.Join(e.root, "pods")) {
+		if s := e.steps.Taken(); len(s) != 0 || objtest.Exists(t, filepath.Join(e.root, "pods")) {
 			t.Errorf("the failed SetUp changed the node: %v", s)
 		}
 		return
@@ -238,15 +239,15 @@ func runSetUp(t *testing.T, tc setUpCase) {
 	if dir != e.dir("vol") {
 		t.Errorf("SetUp returned %s, want %s", dir, e.dir("vol"))
 	}
-	if got := readVolume(t, dir, true); !maps.Equal(got, tc.want) {
+	if got := objtest.ReadVolume(t, dir, true); !maps.Equal(got, tc.want) {
 		t.Errorf("files %v, want %v", got, tc.want)
 	}
-	e.takeSteps()
+	e.steps.Taken()
 	mps, _ := e.fake.List()
 	if len(mps) != 1 || mps[0].Path != dir || mps[0].Type != "tmpfs" || !slices.Contains(mps[0].Opts, "size=67108864") {
 		t.Errorf("mounts %+v, want a tmpfs of the pod's 64Mi at %s", mps, dir)
 	}
-	if _, err := e.SetUp(ctx, request(pod, spec, "vol", fsGroup)); err != nil || len(e.takeSteps()) != 0 {
+	if _, err := e.SetUp(ctx, request(pod, spec, "vol", fsGroup)); err != nil || len(e.steps.Taken()) != 0 {
 		t.Errorf("SetUp again: %v, or it changed something", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -16,31 +17,31 @@ import (
 func TestRootSecretLargerThanTmpfs(t *testing.T) {
 	e := rootEnv(t)
 	ctx := context.Background()
-	e.objs.put(secretOf("s", map[string]string{"a": "v1", "b": "v1"}))
+	e.Objs.Put(objtest.Secret("s", map[string]string{"a": "v1", "b": "v1"}))
 	spec := e.spec(t, "creds", v1.SecretVolumeSource{SecretName: "s", DefaultMode: ptr[int32](0o400)})
 	spec.Attributes["sizeBytes"] = "1048576" // a 1 MiB tmpfs: the pod's memory limit, as it were
-	req := request(spec, "creds", nil)
+	req := objtest.Request(spec, "creds", nil)
 	dir, err := e.SetUp(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"a": "0400:-1:v1", "b": "0400:-1:v1"}
-	if got := readVolume(t, dir, false); !maps.Equal(got, want) {
+	want := map[string]string{"a": "0400:-1:-1:v1", "b": "0400:-1:-1:v1"}
+	if got := objtest.ReadVolume(t, dir, false); !maps.Equal(got, want) {
 		t.Fatalf("files %v, want %v", got, want)
 	}
-	e.objs.put(secretOf("s", map[string]string{"a": strings.Repeat("x", 2<<20), "b": "v2"}))
+	e.Objs.Put(objtest.Secret("s", map[string]string{"a": strings.Repeat("x", 2<<20), "b": "v2"}))
 	_, err = e.SetUp(ctx, req)
 	if err == nil || !strings.Contains(err.Error(), `secret volume "creds" of pod`) || !strings.Contains(err.Error(), "no space left on device") {
 		t.Fatalf("SetUp of a secret larger than its tmpfs = %v, want an error naming the volume and the cause", err)
 	}
-	if got := readVolume(t, dir, false); !maps.Equal(got, want) {
+	if got := objtest.ReadVolume(t, dir, false); !maps.Equal(got, want) {
 		t.Fatalf("files after the failed update %v, want the old ones whole %v", got, want)
 	}
-	e.objs.put(secretOf("s", map[string]string{"a": "v3", "b": "v3"}))
+	e.Objs.Put(objtest.Secret("s", map[string]string{"a": "v3", "b": "v3"}))
 	if _, err := e.SetUp(ctx, req); err != nil {
 		t.Fatalf("SetUp of a secret that fits again: %v", err)
 	}
-	if got, want := readVolume(t, dir, false), map[string]string{"a": "0400:-1:v3", "b": "0400:-1:v3"}; !maps.Equal(got, want) {
+	if got, want := objtest.ReadVolume(t, dir, false), map[string]string{"a": "0400:-1:-1:v3", "b": "0400:-1:-1:v3"}; !maps.Equal(got, want) {
 		t.Fatalf("files %v, want %v", got, want)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/roottest"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
 
 // mountLine is a line of /proc/self/mountinfo.
@@ -41,7 +42,7 @@ func mountsUnder(t *testing.T, root string) []mountLine {
 
 // rootEnv is an env on the real mounter; the cleanup unmounts what a
 // failed test left.
-func rootEnv(t *testing.T) *env {
+func rootEnv(t *testing.T) env {
 	t.Helper()
 	roottest.Require(t)
 	root := t.TempDir()
@@ -59,21 +60,21 @@ func rootEnv(t *testing.T) *env {
 func TestRootSecret(t *testing.T) {
 	e := rootEnv(t)
 	ctx := context.Background()
-	e.objs.put(secretOf("s", map[string]string{"tls.key": "KEY", "tls.crt": "CRT", "unused": "x"}))
+	e.Objs.Put(objtest.Secret("s", map[string]string{"tls.key": "KEY", "tls.crt": "CRT", "unused": "x"}))
 	src := v1.SecretVolumeSource{SecretName: "s", DefaultMode: ptr[int32](0o400),
 		Items: []v1.KeyToPath{{Key: "tls.key", Path: "tls/key"}, {Key: "tls.crt", Path: "crt", Mode: ptr[int32](0o644)}}}
 	spec := e.spec(t, "creds", src)
 	fsGroup := int64(1234)
-	req := request(spec, "creds", &fsGroup)
+	req := objtest.Request(spec, "creds", &fsGroup)
 	dir, err := e.SetUp(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mounts := mountsUnder(t, e.root)
+	mounts := mountsUnder(t, e.Root)
 	if len(mounts) != 1 || mounts[0].path != dir || mounts[0].fstype != "tmpfs" || !slices.Contains(strings.Split(mounts[0].superOpts, ","), "size=65536k") {
 		t.Fatalf("mounts %+v, want one tmpfs of size=65536k (the pod's 64Mi) at %s", mounts, dir)
 	}
-	if got, want := readVolume(t, dir, true), map[string]string{"tls/key": "0440:1234:KEY", "crt": "0644:1234:CRT"}; !maps.Equal(got, want) {
+	if got, want := objtest.ReadVolume(t, dir, true), map[string]string{"tls/key": "0440:0:1234:KEY", "crt": "0644:0:1234:CRT"}; !maps.Equal(got, want) {
 		t.Fatalf("files %v, want %v", got, want)
 	}
 	// The directories are the group's, setgid, as the kubelet's ownership
@@ -88,10 +89,10 @@ func TestRootSecret(t *testing.T) {
 		}
 	}
 
-	after := newEnv(t, e.root, mount.New(""))
-	after.objs.put(secretOf("s", map[string]string{"tls.key": "KEY", "tls.crt": "CRT", "unused": "x"}))
+	after := newEnv(t, e.Root, mount.New(""))
+	after.Objs.Put(objtest.Secret("s", map[string]string{"tls.key": "KEY", "tls.crt": "CRT", "unused": "x"}))
 	points := map[string]bool{}
-	for _, m := range mountsUnder(t, e.root) {
+	for _, m := range mountsUnder(t, e.Root) {
 		points[m.path] = true
 	}
 	found := after.Plugin.(volume.Reconstructor).Reconstruct(ctx, volume.Recovery{MountPoints: points})
@@ -101,13 +102,13 @@ func TestRootSecret(t *testing.T) {
 	if _, err := after.SetUp(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if s := after.takeSteps(); len(s) != 0 || len(mountsUnder(t, e.root)) != 1 {
+	if s := after.Steps.Taken(); len(s) != 0 || len(mountsUnder(t, e.Root)) != 1 {
 		t.Fatalf("SetUp after the restart took steps %v", s)
 	}
-	if err := after.TearDown(ctx, volume.MountRequest{Volume: cache.PodVolume{Pod: cache.PodRef{UID: testUID}, SpecName: "creds"}}); err != nil {
+	if err := after.TearDown(ctx, volume.MountRequest{Volume: cache.PodVolume{Pod: cache.PodRef{UID: objtest.UID}, SpecName: "creds"}}); err != nil {
 		t.Fatal(err)
 	}
-	if m := mountsUnder(t, e.root); len(m) != 0 || exists(t, dir) || exists(t, filepath.Join(e.root, "pods", string(testUID), "plugins", "kubernetes.io~empty-dir", "wrapped_creds")) {
+	if m := mountsUnder(t, e.Root); len(m) != 0 || objtest.Exists(t, dir) || objtest.Exists(t, filepath.Join(e.Root, "pods", string(objtest.UID), "plugins", "kubernetes.io~empty-dir", "wrapped_creds")) {
 		t.Fatalf("TearDown left mounts %+v, or the directories", m)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/nodevol/nodevol/internal/objectcache"
 	"github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
 
 // setUpCase is a SetUp of TestSetUp and what it should do.
@@ -41,35 +42,35 @@ func TestSetUp(t *testing.T) {
 	gid := int64(os.Getgid())
 	for _, tc := range []setUpCase{{
 		name:   "every key, the default mode when the spec has none",
-		secret: secretOf("s", map[string]string{"user": "admin", "pass": "pw"}),
+		secret: objtest.Secret("s", map[string]string{"user": "admin", "pass": "pw"}),
 		src:    v1.SecretVolumeSource{SecretName: "s"},
-		want:   map[string]string{"user": "0644:-1:admin", "pass": "0644:-1:pw"},
+		want:   map[string]string{"user": "0644:-1:-1:admin", "pass": "0644:-1:-1:pw"},
 	}, {
 		name:   "defaultMode",
-		secret: secretOf("s", map[string]string{"k": "v"}),
+		secret: objtest.Secret("s", map[string]string{"k": "v"}),
 		src:    v1.SecretVolumeSource{SecretName: "s", DefaultMode: ptr[int32](0o400)},
-		want:   map[string]string{"k": "0400:-1:v"},
+		want:   map[string]string{"k": "0400:-1:-1:v"},
 	}, {
 		name:   "items: only their keys, at their paths, with their modes",
-		secret: secretOf("s", map[string]string{"a": "A", "b": "B", "c": "C"}),
+		secret: objtest.Secret("s", map[string]string{"a": "A", "b": "B", "c": "C"}),
 		src: v1.SecretVolumeSource{SecretName: "s", DefaultMode: ptr[int32](0o440), Items: []v1.KeyToPath{
 			{Key: "a", Path: "dir/sub/a.txt"}, {Key: "b", Path: "b", Mode: ptr[int32](0o600)}}},
-		want: map[string]string{"dir/sub/a.txt": "0440:-1:A", "b": "0600:-1:B"},
+		want: map[string]string{"dir/sub/a.txt": "0440:-1:-1:A", "b": "0600:-1:-1:B"},
 	}, {
 		name:    "fsGroup: the group owns every file, with group read",
-		secret:  secretOf("s", map[string]string{"a": "A", "b": "B"}),
+		secret:  objtest.Secret("s", map[string]string{"a": "A", "b": "B"}),
 		src:     v1.SecretVolumeSource{SecretName: "s", DefaultMode: ptr[int32](0o400), Items: []v1.KeyToPath{{Key: "a", Path: "x/a"}, {Key: "b", Path: "b", Mode: ptr[int32](0o600)}}},
 		fsGroup: &gid,
-		want:    map[string]string{"x/a": fmt.Sprintf("0440:%d:A", gid), "b": fmt.Sprintf("0640:%d:B", gid)},
+		want:    map[string]string{"x/a": fmt.Sprintf("0440:%d:%d:A", os.Getuid(), gid), "b": fmt.Sprintf("0640:%d:%d:B", os.Getuid(), gid)},
 	}, {
 		name: "optional and missing: an empty volume",
 		src:  v1.SecretVolumeSource{SecretName: "s", Optional: ptr(true)},
 		want: map[string]string{},
 	}, {
 		name:   "optional: an item whose key is missing is skipped",
-		secret: secretOf("s", map[string]string{"a": "A"}),
+		secret: objtest.Secret("s", map[string]string{"a": "A"}),
 		src:    v1.SecretVolumeSource{SecretName: "s", Optional: ptr(true), Items: []v1.KeyToPath{{Key: "a", Path: "a"}, {Key: "gone", Path: "g"}}},
-		want:   map[string]string{"a": "0644:-1:A"},
+		want:   map[string]string{"a": "0644:-1:-1:A"},
 	}, {
 		name:     "missing: the kubelet's error",
 		src:      v1.SecretVolumeSource{SecretName: "s"},
@@ -77,27 +78,27 @@ func TestSetUp(t *testing.T) {
 		notFound: true,
 	}, {
 		name:    "a missing key: the kubelet's error, naming the object",
-		secret:  secretOf("s", map[string]string{"a": "A"}),
+		secret:  objtest.Secret("s", map[string]string{"a": "A"}),
 		src:     v1.SecretVolumeSource{SecretName: "s", Items: []v1.KeyToPath{{Key: "a", Path: "a"}, {Key: "gone", Path: "g"}}},
 		wantErr: []string{`secret volume "creds" of pod ns/pod: secret ns/s: references non-existent secret key: gone`},
 	}, {
 		name:    "a key of ..",
-		secret:  secretOf("s", map[string]string{"ok": "A", "..": "B"}),
+		secret:  objtest.Secret("s", map[string]string{"ok": "A", "..": "B"}),
 		src:     v1.SecretVolumeSource{SecretName: "s"},
 		wantErr: []string{`secret volume "creds" of pod ns/pod`, `secret ns/s`, `key ".."`, "must not contain '..'"},
 	}, {
 		name:    "a key with a /",
-		secret:  secretOf("s", map[string]string{"a/b": "B"}),
+		secret:  objtest.Secret("s", map[string]string{"a/b": "B"}),
 		src:     v1.SecretVolumeSource{SecretName: "s"},
 		wantErr: []string{`secret volume "creds" of pod ns/pod`, `secret ns/s`, `key "a/b"`, "must not contain '/'"},
 	}, {
 		name:    "an absolute key",
-		secret:  secretOf("s", map[string]string{"/etc/passwd": "B"}),
+		secret:  objtest.Secret("s", map[string]string{"/etc/passwd": "B"}),
 		src:     v1.SecretVolumeSource{SecretName: "s"},
 		wantErr: []string{`secret volume "creds" of pod ns/pod`, `secret ns/s`, `key "/etc/passwd"`},
 	}, {
 		name:    "a key starting with ..",
-		secret:  secretOf("s", map[string]string{"..data": "B"}),
+		secret:  objtest.Secret("s", map[string]string{"..data": "B"}),
 		src:     v1.SecretVolumeSource{SecretName: "s"},
 		wantErr: []string{`secret ns/s`, `key "..data"`, "must not start with '..'"},
 	}} {
@@ -110,10 +111,10 @@ func checkSetUp(t *testing.T, tc setUpCase) {
 	fake := mount.NewFakeMounter(nil)
 	e := newEnv(t, "", fake)
 	if tc.secret != nil {
-		e.objs.put(tc.secret)
+		e.Objs.Put(tc.secret)
 	}
 	spec := e.spec(t, "creds", tc.src)
-	dir, err := e.SetUp(context.Background(), request(spec, "creds", tc.fsGroup))
+	dir, err := e.SetUp(context.Background(), objtest.Request(spec, "creds", tc.fsGroup))
 	if tc.wantErr != nil {
 		if err == nil {
 			t.Fatalf("SetUp succeeded, want an error with %q", tc.wantErr)
@@ -126,7 +127,7 @@ func checkSetUp(t *testing.T, tc setUpCase) {
 		if apierrors.IsNotFound(err) != tc.notFound || volume.IsUncertain(err) {
 			t.Errorf("error %v: not found %v (want %v), uncertain %v (want false)", err, apierrors.IsNotFound(err), tc.notFound, volume.IsUncertain(err))
 		}
-		if s := e.takeSteps(); len(s) != 0 || exists(t, filepath.Join(e.root, "pods")) {
+		if s := e.Steps.Taken(); len(s) != 0 || objtest.Exists(t, filepath.Join(e.Root, "pods")) {
 			t.Errorf("the failed SetUp changed the node: %v", s)
 		}
 		return
@@ -134,10 +135,10 @@ func checkSetUp(t *testing.T, tc setUpCase) {
 	if err != nil {
 		t.Fatalf("SetUp: %v", err)
 	}
-	if dir != e.dir("creds") {
-		t.Errorf("SetUp returned %s, want %s", dir, e.dir("creds"))
+	if dir != e.Dir("creds") {
+		t.Errorf("SetUp returned %s, want %s", dir, e.Dir("creds"))
 	}
-	got := readVolume(t, dir, tc.fsGroup != nil)
+	got := objtest.ReadVolume(t, dir, tc.fsGroup != nil)
 	if !maps.Equal(got, tc.want) {
 		t.Errorf("files %v, want %v", got, tc.want)
 	}
@@ -153,46 +154,46 @@ func checkSetUp(t *testing.T, tc setUpCase) {
 func TestUpdate(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, "", mount.NewFakeMounter(nil))
-	e.objs.put(secretOf("s", map[string]string{"a": "1", "b": "1"}))
+	e.Objs.Put(objtest.Secret("s", map[string]string{"a": "1", "b": "1"}))
 	spec := e.spec(t, "creds", v1.SecretVolumeSource{SecretName: "s"})
-	req := request(spec, "creds", nil)
+	req := objtest.Request(spec, "creds", nil)
 	dir, err := e.SetUp(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := dataTarget(t, dir)
-	e.takeSteps()
+	first := objtest.DataTarget(t, dir)
+	e.Steps.Taken()
 	if _, err := e.SetUp(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if s := e.takeSteps(); len(s) != 0 {
+	if s := e.Steps.Taken(); len(s) != 0 {
 		t.Fatalf("SetUp of an unchanged secret took steps %v", s)
 	}
 
-	e.objs.put(secretOf("s", map[string]string{"a": "2", "c": "2"}))
+	e.Objs.Put(objtest.Secret("s", map[string]string{"a": "2", "c": "2"}))
 	if _, err := e.SetUp(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := readVolume(t, dir, false), map[string]string{"a": "0644:-1:2", "c": "0644:-1:2"}; !maps.Equal(got, want) {
+	if got, want := objtest.ReadVolume(t, dir, false), map[string]string{"a": "0644:-1:-1:2", "c": "0644:-1:-1:2"}; !maps.Equal(got, want) {
 		t.Fatalf("after the update: %v, want %v", got, want)
 	}
-	second := dataTarget(t, dir)
-	steps := e.takeSteps()
+	second := objtest.DataTarget(t, dir)
+	steps := e.Steps.Taken()
 	if second == first || !switched(steps, dir) {
 		t.Errorf("..data %s then %s; steps %v: want a new version switched to by renaming ..data_tmp over ..data", first, second, steps)
 	}
 
 	// A missing key and a deleted secret leave the files as they were.
 	for _, change := range []func(){
-		func() { e.objs.put(secretOf("s", map[string]string{"..": "x"})) },
-		func() { e.objs.err = apierrors.NewNotFound(v1.Resource("secrets"), "s") },
-		func() { e.objs.err = errors.New("connection refused") },
+		func() { e.Objs.Put(objtest.Secret("s", map[string]string{"..": "x"})) },
+		func() { e.Objs.Err = apierrors.NewNotFound(v1.Resource("secrets"), "s") },
+		func() { e.Objs.Err = errors.New("connection refused") },
 	} {
 		change()
 		if _, err := e.SetUp(ctx, req); err == nil || volume.IsUncertain(err) {
 			t.Fatalf("SetUp of a broken secret: %v, want a plain error", err)
 		}
-		if got := readVolume(t, dir, false); got["a"] != "0644:-1:2" || dataTarget(t, dir) != second || len(e.takeSteps()) != 0 {
+		if got := objtest.ReadVolume(t, dir, false); got["a"] != "0644:-1:-1:2" || objtest.DataTarget(t, dir) != second || len(e.Steps.Taken()) != 0 {
 			t.Fatalf("a failed update changed the volume: %v", got)
 		}
 	}
@@ -219,24 +220,24 @@ func TestResolveSpec(t *testing.T) {
 		size    string
 		wantErr string
 	}{
-		{name: "the pod's memory limit", pod: testPod("64Mi"), src: v1.SecretVolumeSource{SecretName: "s"}, size: "67108864"},
-		{name: "the node's allocatable", pod: testPod(""), src: v1.SecretVolumeSource{SecretName: "s"}, size: "8589934592"},
-		{name: "no name", pod: testPod(""), src: v1.SecretVolumeSource{}, wantErr: "the source names no secret"},
-		{name: "an item leaving the volume", pod: testPod(""), src: v1.SecretVolumeSource{SecretName: "s", Items: []v1.KeyToPath{{Key: "k", Path: "../x"}}},
+		{name: "the pod's memory limit", pod: objtest.Pod("64Mi"), src: v1.SecretVolumeSource{SecretName: "s"}, size: "67108864"},
+		{name: "the node's allocatable", pod: objtest.Pod(""), src: v1.SecretVolumeSource{SecretName: "s"}, size: "8589934592"},
+		{name: "no name", pod: objtest.Pod(""), src: v1.SecretVolumeSource{}, wantErr: "the source names no secret"},
+		{name: "an item leaving the volume", pod: objtest.Pod(""), src: v1.SecretVolumeSource{SecretName: "s", Items: []v1.KeyToPath{{Key: "k", Path: "../x"}}},
 			wantErr: `items[0] (key "k"): invalid path: must not contain '..'`},
-		{name: "an absolute item path", pod: testPod(""), src: v1.SecretVolumeSource{SecretName: "s", Items: []v1.KeyToPath{{Key: "k", Path: "/x"}}},
+		{name: "an absolute item path", pod: objtest.Pod(""), src: v1.SecretVolumeSource{SecretName: "s", Items: []v1.KeyToPath{{Key: "k", Path: "/x"}}},
 			wantErr: "must be relative path"},
-		{name: "two items at one path", pod: testPod(""), src: v1.SecretVolumeSource{SecretName: "s", Items: []v1.KeyToPath{{Key: "k", Path: "x"}, {Key: "l", Path: "x/"}}},
+		{name: "two items at one path", pod: objtest.Pod(""), src: v1.SecretVolumeSource{SecretName: "s", Items: []v1.KeyToPath{{Key: "k", Path: "x"}, {Key: "l", Path: "x/"}}},
 			wantErr: "two items have the path x"},
-		{name: "an item below another", pod: testPod(""), src: v1.SecretVolumeSource{SecretName: "s", Items: []v1.KeyToPath{{Key: "k", Path: "x"}, {Key: "l", Path: "x/y"}}},
+		{name: "an item below another", pod: objtest.Pod(""), src: v1.SecretVolumeSource{SecretName: "s", Items: []v1.KeyToPath{{Key: "k", Path: "x"}, {Key: "l", Path: "x/y"}}},
 			wantErr: "item path x is a file and a directory of item path x/y"},
-		{name: "a mode too large", pod: testPod(""), src: v1.SecretVolumeSource{SecretName: "s", DefaultMode: ptr[int32](0o1777)},
+		{name: "a mode too large", pod: objtest.Pod(""), src: v1.SecretVolumeSource{SecretName: "s", DefaultMode: ptr[int32](0o1777)},
 			wantErr: "defaultMode 01777: must be between 0 and 0777"},
-		{name: "an item mode negative", pod: testPod(""), src: v1.SecretVolumeSource{SecretName: "s", Items: []v1.KeyToPath{{Key: "k", Path: "k", Mode: ptr[int32](-1)}}},
+		{name: "an item mode negative", pod: objtest.Pod(""), src: v1.SecretVolumeSource{SecretName: "s", Items: []v1.KeyToPath{{Key: "k", Path: "k", Mode: ptr[int32](-1)}}},
 			wantErr: `items[0] (key "k") mode -01: must be between 0 and 0777`},
 	}
 	for _, tc := range tests {
-		spec := &cache.VolumeSpec{Name: PluginName + "/" + cache.UniqueVolumeName(testUID) + "-creds", Source: &v1.VolumeSource{Secret: &tc.src}}
+		spec := &cache.VolumeSpec{Name: PluginName + "/" + cache.UniqueVolumeName(objtest.UID) + "-creds", Source: &v1.VolumeSource{Secret: &tc.src}}
 		err := e.Plugin.(volume.SpecResolver).ResolveSpec(tc.pod, spec)
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "of pod ns/pod") || !strings.Contains(err.Error(), "-creds") {
@@ -250,7 +251,7 @@ func TestResolveSpec(t *testing.T) {
 	}
 	// An unresolved spec is refused by SetUp, before anything is made.
 	spec := &cache.VolumeSpec{Source: &v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "s"}}}
-	if _, err := e.SetUp(context.Background(), request(spec, "creds", nil)); err == nil || !strings.Contains(err.Error(), "not resolved") || exists(t, e.dir("creds")) {
+	if _, err := e.SetUp(context.Background(), objtest.Request(spec, "creds", nil)); err == nil || !strings.Contains(err.Error(), "not resolved") || objtest.Exists(t, e.Dir("creds")) {
 		t.Errorf("SetUp of an unresolved spec: %v", err)
 	}
 }
@@ -262,32 +263,32 @@ func TestRestart(t *testing.T) {
 	ctx := context.Background()
 	fake := mount.NewFakeMounter(nil)
 	e := newEnv(t, "", fake)
-	e.objs.put(secretOf("s", map[string]string{"a": "A"}))
+	e.Objs.Put(objtest.Secret("s", map[string]string{"a": "A"}))
 	spec := e.spec(t, "creds", v1.SecretVolumeSource{SecretName: "s"})
-	dir, err := e.SetUp(ctx, request(spec, "creds", nil))
+	dir, err := e.SetUp(ctx, objtest.Request(spec, "creds", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	after := newEnv(t, e.root, fake)
-	after.objs.put(secretOf("s", map[string]string{"a": "A"}))
+	after := newEnv(t, e.Root, fake)
+	after.Objs.Put(objtest.Secret("s", map[string]string{"a": "A"}))
 	found := after.Plugin.(volume.Reconstructor).Reconstruct(ctx, volume.Recovery{MountPoints: map[string]bool{dir: true}})
 	if len(found.Mounts) != 1 {
 		t.Fatalf("Reconstruct = %+v", found)
 	}
 	m := found.Mounts[0]
-	if m.Spec.Name != spec.Name || m.Spec.Plugin != PluginName || !m.Spec.Ephemeral || m.Volume.Pod.UID != testUID || m.Volume.SpecName != "creds" || m.Path != dir || m.State != cache.Uncertain {
+	if m.Spec.Name != spec.Name || m.Spec.Plugin != PluginName || !m.Spec.Ephemeral || m.Volume.Pod.UID != objtest.UID || m.Volume.SpecName != "creds" || m.Path != dir || m.State != cache.Uncertain {
 		t.Fatalf("Reconstruct = %+v, want %s Uncertain at %s", m, spec.Name, dir)
 	}
-	if _, err := after.SetUp(ctx, request(spec, "creds", nil)); err != nil || len(after.takeSteps()) != 0 {
+	if _, err := after.SetUp(ctx, objtest.Request(spec, "creds", nil)); err != nil || len(after.Steps.Taken()) != 0 {
 		t.Fatalf("SetUp after the restart: %v, or it changed something", err)
 	}
 	for range 2 {
-		if err := after.TearDown(ctx, volume.MountRequest{Spec: &cache.VolumeSpec{Name: spec.Name, Plugin: PluginName}, Volume: cache.PodVolume{Pod: cache.PodRef{UID: testUID}, SpecName: "creds"}}); err != nil {
+		if err := after.TearDown(ctx, volume.MountRequest{Spec: &cache.VolumeSpec{Name: spec.Name, Plugin: PluginName}, Volume: cache.PodVolume{Pod: cache.PodRef{UID: objtest.UID}, SpecName: "creds"}}); err != nil {
 			t.Fatal(err)
 		}
-		if mps, _ := fake.List(); len(mps) != 0 || exists(t, dir) || exists(t, filepath.Join(e.root, "pods", string(testUID), "plugins", "kubernetes.io~empty-dir", "wrapped_creds")) {
-			t.Fatalf("after TearDown: mounts %v, directory there %v", mps, exists(t, dir))
+		if mps, _ := fake.List(); len(mps) != 0 || objtest.Exists(t, dir) || objtest.Exists(t, filepath.Join(e.Root, "pods", string(objtest.UID), "plugins", "kubernetes.io~empty-dir", "wrapped_creds")) {
+			t.Fatalf("after TearDown: mounts %v, directory there %v", mps, objtest.Exists(t, dir))
 		}
 	}
 }
@@ -311,7 +312,7 @@ func TestPlugin(t *testing.T) {
 	if got := Refs("ns", nil); got != nil {
 		t.Errorf("Refs(nil) = %v", got)
 	}
-	for _, cfg := range []Config{{Mounter: mount.NewFakeMounter(nil), Objects: e.objs}, {RootDir: t.TempDir(), Objects: e.objs}, {RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil)}} {
+	for _, cfg := range []Config{{Mounter: mount.NewFakeMounter(nil), Objects: e.Objs}, {RootDir: t.TempDir(), Objects: e.Objs}, {RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil)}} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("New(%+v) succeeded", cfg)
 		}
