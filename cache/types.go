@@ -97,6 +97,9 @@ type VolumeSpec struct {
 	ReadOnly bool
 	// AccessMode is the PV's first access mode ("ReadWriteOnce", ...), as the kubelet uses it.
 	AccessMode string
+	// AccessModes are all of the PV's access modes (the kubelet labels its
+	// SELinux metrics with the widest of them); nil for an inline volume.
+	AccessModes []v1.PersistentVolumeAccessMode
 	// ReadWriteOnce says the PV lists ReadWriteOnce among its access modes,
 	// wherever in the list: the kubelet's condition for applying fsGroup
 	// under the ReadWriteOnceWithFSType policy (a PV with no access modes
@@ -218,4 +221,12 @@ type MountedVolume struct {
 	// (configMap, secret, downwardAPI and projected volumes, as the
 	// kubelet mounts them).
 	ReadOnly bool
+	// SELinuxContext is the SELinux context the volume was mounted with
+	// for the pod (mount option context="..."), "" when it was mounted
+	// with none. A volume mounted with a context already carries the
+	// pod's label on every file: the runtime must not relabel it (a
+	// kubelet fork reports it as its SELinuxLabeled, and its mounter's
+	// SELinuxRelabel as false, as the kubelet's plugins that mount with a
+	// context do).
+	SELinuxContext string
 }

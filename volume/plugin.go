@@ -63,6 +63,18 @@ type Capabilities struct {
 	// sets nothing up and returns no path, and GetMountedVolumesForPod
 	// says so.
 	ProvidedByRuntime bool
+	// SELinuxMount: the plugin mounts the volume with the SELinux context
+	// of MountRequest.Volume.SELinuxLabel (mount option context="..."),
+	// so that the runtime need not relabel its files: the kubelet's
+	// SupportsSELinuxContextMount. The volume manager then gives a pod
+	// volume of a PV, on a host with SELinux enabled, its containers'
+	// label (an inline volume never gets one), and makes a pod that would
+	// mount it with another context than the pods using it wait. The
+	// CSI plugin reads it from the CSIDriver's seLinuxMount; none of the
+	// kubelet's other plugins that nodevol has (emptyDir, hostPath,
+	// local, image, configMap, secret, downwardAPI, projected) sets it in
+	// Kubernetes 1.37, only its fc and iscsi plugins do.
+	SELinuxMount bool
 }
 
 // Mounter publishes and unpublishes a volume into a pod (NodePublishVolume).

@@ -302,6 +302,7 @@ func (l *loop) syncPod(uid types.UID, pod *v1.Pod) {
 		}
 		ref, wanted, resolved, errs := l.pods.resolve(pod, l.logger)
 		l.republishChanged(uid, resolved)
+		l.countSELinuxAdmitted(resolved)
 		l.dsw.SetPod(ref, wanted, resolved, errs)
 		l.errs.wake(uid) // its waiters judge the new errors (final or not)
 	}
@@ -353,7 +354,7 @@ func (l *loop) planVolume(_ context.Context, name cache.UniqueVolumeName) {
 		l.backoff.Succeeded(k) // forgets k's failures
 	}
 	rec.worldChanged = false
-	l.noteRefusals(name, rec, d.Refused)
+	l.noteRefusals(name, &v.Spec, rec, d.Refused)
 	l.queue.retryAt(name, d.Retry)
 	rec.waiting = d.Waiting
 	l.noteNotReady(name, rec, v.Desired, d.NotReady)

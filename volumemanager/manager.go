@@ -332,6 +332,7 @@ func (vm *VolumeManager) newLoop(m *metrics) {
 	if vm.inUse != nil {
 		lc.hooks.attachHeld, lc.hooks.forgotten = vm.inUse.hold, vm.inUse.changed
 	}
+	vm.resolver.metrics = m
 	l = newLoop(lc, vm.in, newPodTable(vm.resolver, cfg.Clock, cfg.NodeRestricted))
 	vm.loop = l
 }

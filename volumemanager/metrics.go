@@ -15,6 +15,8 @@ type metrics struct {
 	opDuration observerVec
 	// reconstruct counts the volumes reconstructed at start (kubeletmetrics.go).
 	reconstruct *reconstructMetrics
+	// seLinux are the volume_manager_selinux_* metrics (selinuxmetrics.go).
+	seLinux *seLinuxMetrics
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -35,6 +37,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, fmt.Errorf("registering storage_operation_duration_seconds: %w", err)
 	}
 	if m.reconstruct, err = newReconstructMetrics(reg); err != nil {
+		return nil, err
+	}
+	if m.seLinux, err = newSELinuxMetrics(reg); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -33,6 +33,8 @@ type resolver struct {
 	// pod's mount (selinux.go); without them there is none.
 	csiDrivers     storagelisters.CSIDriverLister
 	seLinuxEnabled bool
+	// metrics counts the SELinux problems the kubelet counts (nil: none).
+	metrics *metrics
 	// node returns this node's Node (Config.Node): PVs' node affinity.
 	node func() (*v1.Node, error)
 }
@@ -101,7 +103,9 @@ func (r *resolver) resolvePod(pod *v1.Pod) (ref cache.PodRef, wanted []string, r
 			dv, err = r.resolveVolume(pod, v)
 		}
 		if err == nil {
-			dv.Volume.SELinuxLabel, err = r.seLinuxLabel(pod, v.Name, dv.Spec)
+			var m seLinuxMount
+			m, err = r.seLinuxMount(pod, v.Name, dv.Spec)
+			dv.Volume.SELinuxLabel, dv.SELinuxAdmitted = m.Context, m.Label != ""
 		}
 		if err != nil {
 			errs[v.Name] = fmt.Errorf("pod %s volume %q: %w", ref, v.Name, err)
@@ -341,6 +345,7 @@ func pvCommon(pv *v1.PersistentVolume) cache.VolumeSpec {
 	}
 	if len(pv.Spec.AccessModes) > 0 {
 		spec.AccessMode = string(pv.Spec.AccessModes[0])
+		spec.AccessModes = slices.Clone(pv.Spec.AccessModes)
 		spec.ReadWriteOnce = slices.Contains(pv.Spec.AccessModes, v1.ReadWriteOnce)
 	}
 	return spec

@@ -1,19 +1,22 @@
 package volumemanager
 
 import (
+	"errors"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
+	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 // noteRefusals takes in the planner's refusals of one volume: a new one
 // is the refused pod's error (shown by WaitForAttachAndMount's WaitError)
 // and is logged and recorded as a FailedMount event on the pod, once; one
 // that ended clears the pod's error, and its publish starts.
-func (l *loop) noteRefusals(name cache.UniqueVolumeName, rec *volumeRecord, refused []planner.Refusal) {
+func (l *loop) noteRefusals(name cache.UniqueVolumeName, spec *cache.VolumeSpec, rec *volumeRecord, refused []planner.Refusal) {
 	old := rec.refused
 	if len(refused) == 0 && len(old) == 0 {
 		return
@@ -23,6 +26,9 @@ func (l *loop) noteRefusals(name cache.UniqueVolumeName, rec *volumeRecord, refu
 		uid := r.Pod.Pod.UID
 		now[uid] = r
 		if prev, ok := old[uid]; !ok || prev.Err.Error() != r.Err.Error() {
+			if conflict := (*planner.SELinuxConflictError)(nil); errors.As(r.Err, &conflict) {
+				l.metrics.seLinuxConflict(spec)
+			}
 			l.logger.Info("Volume refused to a pod", "pod", klog.KRef(r.Pod.Pod.Namespace, r.Pod.Pod.Name), "volume", name, "err", r.Err)
 			if l.events != nil {
 				ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.Pod.Pod.Namespace, Name: r.Pod.Pod.Name, UID: uid}
@@ -44,5 +50,26 @@ func (l *loop) noteRefusals(name cache.UniqueVolumeName, rec *volumeRecord, refu
 		rec.refused = nil
 	} else {
 		rec.refused = now
+	}
+}
+
+// countSELinuxAdmitted counts, as the kubelet does when a volume enters
+// its desired state, each of a pod's resolved volumes that is not in the
+// desired state yet and has a label its plugin would mount it with.
+func (l *loop) countSELinuxAdmitted(resolved []state.DesiredVolume) {
+	var seen map[cache.UniqueVolumeName]bool
+	for i := range resolved {
+		dv := &resolved[i]
+		if !dv.SELinuxAdmitted || seen[dv.Spec.Name] {
+			continue
+		}
+		if _, _, ok := l.dsw.Volume(dv.Spec.Name); ok {
+			continue
+		}
+		if seen == nil {
+			seen = map[cache.UniqueVolumeName]bool{}
+		}
+		seen[dv.Spec.Name] = true
+		l.metrics.seLinuxAdmitted(&dv.Spec)
 	}
 }

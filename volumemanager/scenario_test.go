@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/datadriven"
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -96,6 +97,8 @@ type scenario struct {
 	held    map[cache.UniqueVolumeName]bool
 	// selfAttach is Config.SelfAttach.
 	selfAttach bool
+	// reg holds the loops' metrics, across restarts.
+	reg *prometheus.Registry
 }
 
 type startedOp struct {
@@ -112,6 +115,7 @@ func newScenario(t *testing.T) *scenario {
 		pvs:     k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{}),
 		drivers: k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{}),
 		held:    map[cache.UniqueVolumeName]bool{},
+		reg:     prometheus.NewRegistry(),
 	}
 	s.in = newInbox()
 	s.newLoop()
@@ -123,14 +127,18 @@ func (s *scenario) newLoop() {
 	var l *loop
 	s.dsw = state.NewDesiredStateOfWorld(func(n cache.UniqueVolumeName) { l.markDirty(n) })
 	s.asw = state.NewActualStateOfWorld()
+	m, err := newMetrics(s.reg)
+	if err != nil {
+		s.t.Fatal(err)
+	}
 	res := &resolver{plugins: testPlugins, pvcs: corelisters.NewPersistentVolumeClaimLister(s.pvcs), pvs: corelisters.NewPersistentVolumeLister(s.pvs),
-		csiDrivers: storagelisters.NewCSIDriverLister(s.drivers), seLinuxEnabled: true}
+		csiDrivers: storagelisters.NewCSIDriverLister(s.drivers), seLinuxEnabled: true, metrics: m}
 	volumes, err := volume.NewRegistry(scenarioPlugin{drivers: storagelisters.NewCSIDriverLister(s.drivers)}, image.Plugin{})
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	l = newLoop(loopConfig{
-		node: "node-1", clock: s.clock, volumes: volumes,
+		node: "node-1", clock: s.clock, volumes: volumes, metrics: m,
 		dsw: s.dsw, asw: s.asw, selfAttach: s.selfAttach,
 		hooks: loopHooks{
 			start:      s.start,
@@ -221,7 +229,14 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 	}
 	switch td.Cmd {
 	case "claim":
-		s.claim(arg("name"), td.HasArg("block"), td.HasArg("rwop"))
+		access := v1.ReadWriteOnce
+		switch {
+		case td.HasArg("rwop"):
+			access = v1.ReadWriteOncePod
+		case td.HasArg("rwx"):
+			access = v1.ReadWriteMany
+		}
+		s.claim(arg("name"), td.HasArg("block"), access)
 	case "unbind":
 		if err := s.pvcs.Delete(&v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: arg("name")}}); err != nil {
 			t.Fatal(err)
@@ -235,6 +250,10 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 		}
 		if l := arg("level"); l != "" {
 			pod.Spec.SecurityContext = &v1.PodSecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: l}}
+			if td.HasArg("recursive") {
+				recursive := v1.SELinuxChangePolicyRecursive
+				pod.Spec.SecurityContext.SELinuxChangePolicy = &recursive
+			}
 		}
 		s.in.addPod(keptOf(pod))
 	case "selinux-mount":
@@ -311,6 +330,8 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 		s.l.process(ctx)
 	case "state":
 		return strings.ReplaceAll(s.state(), s.root, "{root}")
+	case "selinux-metrics":
+		return samples(t, s.reg, seLinuxMetricNames...)
 	default:
 		t.Fatalf("unknown command %q", td.Cmd)
 	}
@@ -372,14 +393,10 @@ func orOK(r string) string {
 	return r
 }
 
-func (s *scenario) claim(name string, block, rwop bool) {
+func (s *scenario) claim(name string, block bool, access v1.PersistentVolumeAccessMode) {
 	mode := v1.PersistentVolumeFilesystem
 	if block {
 		mode = v1.PersistentVolumeBlock
-	}
-	access := v1.ReadWriteOnce
-	if rwop {
-		access = v1.ReadWriteOncePod
 	}
 	pv := &v1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + name},

@@ -15,23 +15,34 @@ import (
 	"github.com/nodevol/nodevol/cache"
 )
 
-// SELinux mount contexts, as the kubelet of Kubernetes 1.33 gives them with
-// its default feature gates (SELinuxMountReadWriteOncePod on, SELinuxMount
-// off, SELinuxChangePolicy on): a volume is mounted with -o context=<label>
-// (NodeStageVolume and NodePublishVolume get `context="<label>"` in their
-// mount flags) when
+// SELinux mount contexts, as the kubelet of Kubernetes 1.37 gives them
+// with its default feature gates (SELinuxMountReadWriteOncePod,
+// SELinuxChangePolicy and SELinuxMount all GA and on): a volume is mounted
+// with -o context=<label> (NodeStageVolume and NodePublishVolume get
+// `context="<label>"` in their mount flags, another plugin the label in
+// its MountRequest) when
 //
 //   - the host has SELinux enabled (Config.SELinuxEnabled),
-//   - the volume's CSIDriver sets seLinuxMount: true,
-//   - the volume is a PersistentVolume whose only access mode is
-//     ReadWriteOncePod (inline CSI volumes never are),
+//   - the volume's plugin mounts with a context: for CSI, the CSIDriver
+//     sets seLinuxMount: true; another plugin says so in its
+//     Capabilities.SELinuxMount (none of nodevol's own does, as none of the
+//     kubelet's emptyDir, hostPath, local, image, configMap, secret,
+//     downwardAPI and projected plugins does),
+//   - the volume is a PersistentVolume of any access mode (ReadWriteOnce,
+//     ReadOnlyMany, ReadWriteMany or ReadWriteOncePod), or an inline
+//     volume that CSI migration translates to one; inline CSI volumes and
+//     other inline volumes never are,
 //   - the containers that mount it run with an SELinux label (their own
 //     seLinuxOptions, else the pod's), the same label for all of them,
 //   - and the pod's seLinuxChangePolicy is not Recursive.
 //
-// A volume is mounted with one context at a time: a pod that would mount it
-// with another context than the pods that already use it waits, with a
-// *SELinuxConflictError, until they are gone.
+// Containers of a pod that disagree on a PV's label, or a label that
+// cannot be made, make the pod wait with an error; on an inline volume
+// they are only counted (the kubelet's *_warnings_total metrics). A volume
+// is mounted with one context at a time: a pod that would mount it with
+// another context than the pods that already use it (a Recursive pod's,
+// or a pod's with no label, is "") waits, with a *SELinuxConflictError,
+// until they are gone (the planner's admitSELinux).
 
 // seLinuxFile are the parts of a file label that the kubelet's translator
 // (label.InitLabels) takes from the host's container file context, the
@@ -82,10 +93,13 @@ func seLinuxFileLabel(opts *v1.SELinuxOptions) (string, error) {
 type seLinuxMountInput struct {
 	// HostEnabled: the host has SELinux enabled.
 	HostEnabled bool
-	// DriverSupport: the volume's CSIDriver sets seLinuxMount: true.
-	DriverSupport bool
-	// AccessModes are the PV's access modes; nil for an inline volume.
-	AccessModes []v1.PersistentVolumeAccessMode
+	// PluginSupport: the volume's plugin mounts with a context (CSI: its
+	// CSIDriver sets seLinuxMount: true; another: Capabilities.SELinuxMount).
+	PluginSupport bool
+	// PV: the volume is a PersistentVolume (or an inline volume that CSI
+	// migration translates to one), the kubelet's VolumeSupportsSELinuxMount
+	// with SELinuxMount on: every access mode.
+	PV bool
 	// Recursive: the pod's seLinuxChangePolicy is Recursive.
 	Recursive bool
 	// Containers are the effective seLinuxOptions of every container that
@@ -93,39 +107,71 @@ type seLinuxMountInput struct {
 	Containers []*v1.SELinuxOptions
 }
 
-// seLinuxMountContext returns the context the pod mounts the volume with,
-// "" for none, following the kubelet's GetMountSELinuxLabel and
-// VolumeSupportsSELinuxMount. Containers that disagree are an error only
-// for a volume the context mount applies to by its access mode (for
-// others the kubelet only counts a warning metric).
-func seLinuxMountContext(in seLinuxMountInput) (string, error) {
+// seLinuxProblem is why a pod's containers give a volume no label.
+type seLinuxProblem int
+
+// The zero seLinuxProblem is none.
+const (
+	// seLinuxBadOptions: a container's options make no label (the
+	// kubelet's volume_manager_selinux_container_* metrics).
+	seLinuxBadOptions seLinuxProblem = iota + 1
+	// seLinuxContainersDisagree: the containers that mount the volume have
+	// different labels (volume_manager_selinux_pod_context_mismatch_*).
+	seLinuxContainersDisagree
+)
+
+// seLinuxMount is what seLinuxMountContext decides for one pod volume.
+type seLinuxMount struct {
+	// Context is the context the pod mounts the volume with, "" for none.
+	Context string
+	// Label is the context it would mount with were it a PV: the kubelet
+	// counts a volume that has one as admitted
+	// (volume_manager_selinux_volumes_admitted_total), inline or not.
+	Label string
+	// Problem is why the containers give no label; an error for a PV,
+	// only counted (a warning) for an inline volume.
+	Problem seLinuxProblem
+}
+
+// seLinuxMountContext decides the context the pod mounts the volume with,
+// following the kubelet's GetMountSELinuxLabel and
+// VolumeSupportsSELinuxMount with SELinuxMount on. Containers that
+// disagree, or options that make no label, are an error for a PV, whatever
+// the plugin and the change policy (the kubelet checks them first), and a
+// warning (no context, Problem set) for an inline volume.
+func seLinuxMountContext(in seLinuxMountInput) (seLinuxMount, error) {
 	if !in.HostEnabled {
-		return "", nil
+		return seLinuxMount{}, nil
 	}
-	// SELinuxMountReadWriteOncePod without SELinuxMount: a PV whose one
-	// access mode is ReadWriteOncePod.
-	applies := len(in.AccessModes) == 1 && in.AccessModes[0] == v1.ReadWriteOncePod
 	var labels []string
 	for _, opts := range in.Containers {
 		l, err := seLinuxFileLabel(opts)
 		if err != nil {
-			if !applies {
-				return "", nil
+			if !in.PV {
+				return seLinuxMount{Problem: seLinuxBadOptions}, nil
 			}
-			return "", err
+			return seLinuxMount{Problem: seLinuxBadOptions}, err
 		}
 		if l != "" && !slices.Contains(labels, l) {
 			labels = append(labels, l)
 		}
 	}
 	switch {
-	case len(labels) > 1 && applies:
+	case len(labels) > 1:
+		if !in.PV {
+			return seLinuxMount{Problem: seLinuxContainersDisagree}, nil
+		}
 		sort.Strings(labels)
-		return "", fmt.Errorf("the containers that mount it have different SELinux labels: %s", strings.Join(labels, ", "))
-	case len(labels) != 1, in.Recursive, !in.DriverSupport, !applies, labels[0] == seLinuxNoLevel:
-		return "", nil
+		return seLinuxMount{Problem: seLinuxContainersDisagree},
+			fmt.Errorf("the containers that mount it have different SELinux labels: %s", strings.Join(labels, ", "))
+	case len(labels) == 0, in.Recursive, !in.PluginSupport, labels[0] == seLinuxNoLevel:
+		return seLinuxMount{}, nil
 	}
-	return labels[0], nil
+	out := seLinuxMount{Label: labels[0]}
+	if in.PV {
+		out.Context = labels[0]
+	}
+	return out, nil
 }
 
 // containerSELinuxOptions returns the effective seLinuxOptions of every
@@ -163,39 +209,57 @@ func containerSELinuxOptions(pod *v1.Pod, specName string) []*v1.SELinuxOptions 
 	return out
 }
 
-// seLinuxLabel returns the context the pod mounts its volume specName
-// (resolved to spec) with.
-func (r *resolver) seLinuxLabel(pod *v1.Pod, specName string, spec cache.VolumeSpec) (string, error) {
-	if !r.seLinuxEnabled || spec.Mode == cache.Block || spec.Plugin != "" {
-		// A mount context is a CSI driver's feature (its CSIDriver's
-		// seLinuxMount); the image plugin, like the kubelet's, has none.
-		return "", nil
+// seLinuxMount decides the context the pod mounts its volume specName
+// (resolved to spec) with, and counts what the kubelet counts of it.
+func (r *resolver) seLinuxMount(pod *v1.Pod, specName string, spec cache.VolumeSpec) (seLinuxMount, error) {
+	if !r.seLinuxEnabled || spec.Mode == cache.Block {
+		// A raw block volume has no mount, and the kubelet takes no
+		// label from volumeDevices.
+		return seLinuxMount{}, nil
 	}
-	in := seLinuxMountInput{HostEnabled: true, Containers: containerSELinuxOptions(pod, specName)}
+	support, err := r.seLinuxSupport(&spec)
+	if err != nil {
+		return seLinuxMount{}, err
+	}
+	in := seLinuxMountInput{HostEnabled: true, PluginSupport: support, PV: spec.PVName != "",
+		Containers: containerSELinuxOptions(pod, specName)}
 	if sc := pod.Spec.SecurityContext; sc != nil && sc.SELinuxChangePolicy != nil {
 		in.Recursive = *sc.SELinuxChangePolicy == v1.SELinuxChangePolicyRecursive
 	}
-	if r.csiDrivers != nil {
-		d, err := r.csiDrivers.Get(spec.Driver)
-		switch {
-		case err == nil:
-			in.DriverSupport = d.Spec.SELinuxMount != nil && *d.Spec.SELinuxMount
-		case !apierrors.IsNotFound(err):
-			return "", fmt.Errorf("CSIDriver %s: %w", spec.Driver, err)
-		}
-	}
-	if spec.PVName != "" {
-		pv, err := r.pvs.Get(spec.PVName)
-		if err != nil {
-			return "", fmt.Errorf("PV %s: %w", spec.PVName, err)
-		}
-		in.AccessModes = pv.Spec.AccessModes
-	}
-	label, err := seLinuxMountContext(in)
+	m, err := seLinuxMountContext(in)
+	r.metrics.seLinuxProblem(m.Problem, err != nil, accessModeLabel(&spec))
 	if err != nil {
-		return "", fmt.Errorf("volume %s (driver %s) cannot be mounted with an SELinux context: %w", spec.Name, spec.Driver, err)
+		return m, fmt.Errorf("volume %s (%s) cannot be mounted with an SELinux context: %w", spec.Name, seLinuxPluginLabel(&spec), err)
 	}
-	return label, nil
+	return m, nil
+}
+
+// seLinuxSupport reports whether the volume's plugin mounts it with a
+// context: a CSI volume when its CSIDriver sets seLinuxMount (no CSIDriver:
+// no), another when its plugin's Capabilities say so.
+func (r *resolver) seLinuxSupport(spec *cache.VolumeSpec) (bool, error) {
+	if spec.Plugin != "" {
+		p, err := r.plugins.ForVolume(spec.Name)
+		if err != nil {
+			return false, err
+		}
+		caps, err := p.Capabilities(spec)
+		if err != nil {
+			return false, fmt.Errorf("capabilities of volume %s: %w", spec.Name, err)
+		}
+		return caps.SELinuxMount, nil
+	}
+	if r.csiDrivers == nil {
+		return false, nil
+	}
+	d, err := r.csiDrivers.Get(spec.Driver)
+	switch {
+	case err == nil:
+		return d.Spec.SELinuxMount != nil && *d.Spec.SELinuxMount, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("CSIDriver %s: %w", spec.Driver, err)
 }
 
 // hostSELinuxEnabled reports whether the host has SELinux enabled, as

@@ -76,9 +76,10 @@ func readVolDataText(t *testing.T, dir string) string {
 
 // TestSELinuxMountOptions: NodeStageVolume and NodePublishVolume get
 // context="<label>" after the PV's mount options, and both vol_data.json
-// files record it, exactly when the kubelet 1.33 mounts with it: SELinux
-// on the host, the CSIDriver's seLinuxMount, a ReadWriteOncePod volume, a
-// label on the pod and no Recursive change policy.
+// files record it, and GetMountedVolumesForPod reports it, exactly when
+// the kubelet 1.37 mounts with it: SELinux on the host, the CSIDriver's
+// seLinuxMount, a PV of any access mode, a label on the pod and no
+// Recursive change policy.
 func TestSELinuxMountOptions(t *testing.T) {
 	recursive := v1.SELinuxChangePolicyRecursive
 	mountOption := v1.SELinuxChangePolicyMountOption
@@ -99,7 +100,11 @@ func TestSELinuxMountOptions(t *testing.T) {
 		{name: "driver without seLinuxMount", noDriverOpt: true, level: levelA},
 		{name: "pod without label"},
 		{name: "Recursive policy", level: levelA, policy: &recursive},
-		{name: "ReadWriteOnce volume", level: levelA, modes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}},
+		{name: "ReadWriteOnce volume", level: levelA, modes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, want: contextA},
+		{name: "ReadWriteMany volume", level: levelA, modes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}, want: contextA},
+		{name: "ReadOnlyMany volume", level: levelA, modes: []v1.PersistentVolumeAccessMode{v1.ReadOnlyMany}, want: contextA},
+		{name: "ReadWriteOncePod among others", level: levelA, modes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod, v1.ReadWriteOnce}, want: contextA},
+		{name: "ReadWriteMany volume, Recursive policy", level: levelA, modes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}, policy: &recursive},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
@@ -151,6 +156,9 @@ func TestSELinuxMountOptions(t *testing.T) {
 				`","attachmentID":"` + csiplugin.AttachmentName("handle-a", drv.DriverName(), node) + `","volumeLifecycleMode":"Persistent"` + ctxKey + `}`
 			if got := strings.TrimSpace(readVolDataText(t, podDir)); got != want {
 				t.Errorf("pod vol_data.json = %s, want %s", got, want)
+			}
+			if got := vm.GetMountedVolumesForPod(pod.UID); len(got) != 1 || got[0].SELinuxContext != tc.want {
+				t.Errorf("mounted volumes %+v, want one with SELinuxContext %q", got, tc.want)
 			}
 		})
 	}

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodevol/nodevol/cache"
 )
 
 func TestSELinuxFileLabel(t *testing.T) {
@@ -38,55 +40,63 @@ func TestSELinuxFileLabel(t *testing.T) {
 	}
 }
 
+// TestSELinuxMountContext: the 1.37 decision (SELinuxMount on): a PV of
+// any access mode is mounted with its containers' label when the plugin
+// supports it and the pod is not Recursive; an inline volume never is, and
+// its containers' problems are warnings, not errors.
 func TestSELinuxMountContext(t *testing.T) {
 	const label12 = "system_u:object_r:container_file_t:s0:c1,c2"
+	const both = "the containers that mount it have different SELinux labels: system_u:object_r:container_file_t:s0:c1,c2, system_u:object_r:container_file_t:s0:c3,c4"
 	c12 := &v1.SELinuxOptions{Level: "s0:c1,c2"}
 	c34 := &v1.SELinuxOptions{Level: "s0:c3,c4"}
-	rwop := []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod}
 	on := func(mod func(*seLinuxMountInput)) seLinuxMountInput {
-		in := seLinuxMountInput{HostEnabled: true, DriverSupport: true, AccessModes: rwop, Containers: []*v1.SELinuxOptions{c12}}
+		in := seLinuxMountInput{HostEnabled: true, PluginSupport: true, PV: true, Containers: []*v1.SELinuxOptions{c12}}
 		if mod != nil {
 			mod(&in)
 		}
 		return in
 	}
+	inline := func(in *seLinuxMountInput) { in.PV = false }
 	for _, tc := range []struct {
 		name string
 		in   seLinuxMountInput
-		want string
+		want seLinuxMount
 		err  string
 	}{
-		{name: "everything applies", in: on(nil), want: label12},
-		{name: "two containers, one label", in: on(func(in *seLinuxMountInput) { in.Containers = []*v1.SELinuxOptions{c12, nil, c12} }), want: label12},
+		{name: "a PV, whatever its access modes", in: on(nil), want: seLinuxMount{Context: label12, Label: label12}},
+		{name: "two containers, one label", in: on(func(in *seLinuxMountInput) { in.Containers = []*v1.SELinuxOptions{c12, nil, c12} }),
+			want: seLinuxMount{Context: label12, Label: label12}},
 		{name: "host without SELinux", in: on(func(in *seLinuxMountInput) { in.HostEnabled = false })},
-		{name: "driver without seLinuxMount", in: on(func(in *seLinuxMountInput) { in.DriverSupport = false })},
-		{name: "ReadWriteOnce (SELinuxMount gate off in 1.33)", in: on(func(in *seLinuxMountInput) {
-			in.AccessModes = []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}
+		{name: "host without SELinux, containers disagree", in: on(func(in *seLinuxMountInput) {
+			in.HostEnabled = false
+			in.Containers = []*v1.SELinuxOptions{c34, c12}
 		})},
-		{name: "ReadWriteOncePod among others", in: on(func(in *seLinuxMountInput) {
-			in.AccessModes = []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod, v1.ReadOnlyMany}
-		})},
-		{name: "inline volume", in: on(func(in *seLinuxMountInput) { in.AccessModes = nil })},
+		{name: "plugin without context mounts", in: on(func(in *seLinuxMountInput) { in.PluginSupport = false })},
+		{name: "inline volume: admitted, never mounted with a context", in: on(inline), want: seLinuxMount{Label: label12}},
 		{name: "seLinuxChangePolicy Recursive", in: on(func(in *seLinuxMountInput) { in.Recursive = true })},
 		{name: "no container has a label", in: on(func(in *seLinuxMountInput) { in.Containers = []*v1.SELinuxOptions{nil} })},
 		{name: "no level", in: on(func(in *seLinuxMountInput) { in.Containers = []*v1.SELinuxOptions{{Type: "spc_t"}} })},
 		{name: "containers disagree", in: on(func(in *seLinuxMountInput) { in.Containers = []*v1.SELinuxOptions{c34, c12} }),
-			err: "the containers that mount it have different SELinux labels: system_u:object_r:container_file_t:s0:c1,c2, system_u:object_r:container_file_t:s0:c3,c4"},
+			want: seLinuxMount{Problem: seLinuxContainersDisagree}, err: both},
 		{name: "a level and none", in: on(func(in *seLinuxMountInput) { in.Containers = []*v1.SELinuxOptions{c12, {Type: "spc_t"}} }),
-			err: "the containers that mount it have different SELinux labels: <random level>, system_u:object_r:container_file_t:s0:c1,c2"},
-		{name: "containers disagree, driver without support: still an error, as the kubelet's",
-			in:  on(func(in *seLinuxMountInput) { in.DriverSupport = false; in.Containers = []*v1.SELinuxOptions{c34, c12} }),
-			err: "the containers that mount it have different SELinux labels: system_u:object_r:container_file_t:s0:c1,c2, system_u:object_r:container_file_t:s0:c3,c4"},
-		{name: "containers disagree on a ReadWriteOnce volume: a warning only", in: on(func(in *seLinuxMountInput) {
-			in.AccessModes = []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}
+			want: seLinuxMount{Problem: seLinuxContainersDisagree},
+			err:  "the containers that mount it have different SELinux labels: <random level>, system_u:object_r:container_file_t:s0:c1,c2"},
+		{name: "containers disagree, plugin without support: still an error",
+			in:   on(func(in *seLinuxMountInput) { in.PluginSupport = false; in.Containers = []*v1.SELinuxOptions{c34, c12} }),
+			want: seLinuxMount{Problem: seLinuxContainersDisagree}, err: both},
+		{name: "containers disagree, Recursive: still an error",
+			in:   on(func(in *seLinuxMountInput) { in.Recursive = true; in.Containers = []*v1.SELinuxOptions{c34, c12} }),
+			want: seLinuxMount{Problem: seLinuxContainersDisagree}, err: both},
+		{name: "containers disagree on an inline volume: a warning only", in: on(func(in *seLinuxMountInput) {
+			inline(in)
 			in.Containers = []*v1.SELinuxOptions{c34, c12}
-		})},
+		}), want: seLinuxMount{Problem: seLinuxContainersDisagree}},
 		{name: "invalid level", in: on(func(in *seLinuxMountInput) { in.Containers = []*v1.SELinuxOptions{{Level: `s0"`}} }),
-			err: `invalid seLinuxOptions.level "s0\""`},
-		{name: "invalid level on a ReadWriteOnce volume", in: on(func(in *seLinuxMountInput) {
-			in.AccessModes = []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}
+			want: seLinuxMount{Problem: seLinuxBadOptions}, err: `invalid seLinuxOptions.level "s0\""`},
+		{name: "invalid level on an inline volume: a warning only", in: on(func(in *seLinuxMountInput) {
+			inline(in)
 			in.Containers = []*v1.SELinuxOptions{{Level: `s0"`}}
-		})},
+		}), want: seLinuxMount{Problem: seLinuxBadOptions}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := seLinuxMountContext(tc.in)
@@ -98,7 +108,39 @@ func TestSELinuxMountContext(t *testing.T) {
 				t.Fatalf("error %q, want %q", gotErr, tc.err)
 			}
 			if got != tc.want {
-				t.Errorf("context %q, want %q", got, tc.want)
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSELinuxMetricLabels: the kubelet's volume_plugin and access_mode
+// labels: the CSI plugin with its driver after a slash, and the widest
+// access mode of the PV.
+func TestSELinuxMetricLabels(t *testing.T) {
+	pv := func(modes ...v1.PersistentVolumeAccessMode) cache.VolumeSpec {
+		return cache.VolumeSpec{PVName: "pv", Driver: "drv", AccessModes: modes}
+	}
+	for _, tc := range []struct {
+		name         string
+		spec         cache.VolumeSpec
+		plugin, mode string
+	}{
+		{name: "inline CSI", spec: cache.VolumeSpec{Driver: "drv", AccessMode: "ReadWriteOnce"}, plugin: "kubernetes.io/csi/drv", mode: "inline"},
+		{name: "RWOP", spec: pv(v1.ReadWriteOncePod), plugin: "kubernetes.io/csi/drv", mode: "RWOP"},
+		{name: "RWO and RWOP", spec: pv(v1.ReadWriteOncePod, v1.ReadWriteOnce), plugin: "kubernetes.io/csi/drv", mode: "RWO"},
+		{name: "ROX over RWO", spec: pv(v1.ReadWriteOnce, v1.ReadOnlyMany), plugin: "kubernetes.io/csi/drv", mode: "ROX"},
+		{name: "RWX first", spec: pv(v1.ReadOnlyMany, v1.ReadWriteMany), plugin: "kubernetes.io/csi/drv", mode: "RWX"},
+		{name: "no access mode", spec: pv(), plugin: "kubernetes.io/csi/drv", mode: ""},
+		{name: "local PV", spec: cache.VolumeSpec{PVName: "pv", Plugin: "kubernetes.io/local-volume", AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}},
+			plugin: "kubernetes.io/local-volume", mode: "RWO"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := seLinuxPluginLabel(&tc.spec); got != tc.plugin {
+				t.Errorf("volume_plugin %q, want %q", got, tc.plugin)
+			}
+			if got := accessModeLabel(&tc.spec); got != tc.mode {
+				t.Errorf("access_mode %q, want %q", got, tc.mode)
 			}
 		})
 	}

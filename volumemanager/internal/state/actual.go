@@ -274,6 +274,7 @@ func (a *ActualStateOfWorld) PodVolumes(uid types.UID) []cache.MountedVolume {
 		out = append(out, cache.MountedVolume{
 			Name: name, SpecName: pm.Volume.SpecName, DirName: ondisk.VolumeDirName(&v.Spec, pm.Volume), Plugin: v.Spec.PluginName(), Driver: v.Spec.Driver,
 			State: pm.State, Path: pm.Path, Block: v.Spec.Mode == cache.Block, ReadOnly: pm.Volume.ReadOnly || v.Spec.ReadOnly,
+			SELinuxContext: pm.Volume.SELinuxLabel,
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].SpecName < out[j].SpecName })

@@ -15,6 +15,11 @@ import (
 type DesiredVolume struct {
 	Spec   cache.VolumeSpec
 	Volume cache.PodVolume
+	// SELinuxAdmitted: the pod has an SELinux label its volume's plugin
+	// would mount it with, were it a PV (Volume.SELinuxLabel is that
+	// label for a PV): the kubelet counts such a volume as admitted when
+	// it enters the desired state. Not stored.
+	SELinuxAdmitted bool
 }
 
 // DesiredStateOfWorld holds the pods on this node and the CSI volumes they
