@@ -1,5 +1,5 @@
 // Package kubeletbench runs nodevol's benchmark workloads on the kubelet's
-// volume manager (k8s.io/kubernetes v1.33.13), with its real CSI plugin,
+// volume manager (k8s.io/kubernetes v1.37.2), with its real CSI plugin,
 // the fake clientset, the fake mounter and an in-process CSI driver that
 // does nothing, and reports the same metrics under the same names, so that
 // make bench-compare can set the two side by side.
@@ -29,7 +29,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
-	containertest "k8s.io/kubernetes/pkg/kubelet/container/testing"
+	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/kubelet/volumemanager"
 	"k8s.io/kubernetes/pkg/volume/csi"
 	volumetest "k8s.io/kubernetes/pkg/volume/testing"
@@ -87,6 +87,20 @@ func (s podState) ShouldPodRuntimeBeRemoved(uid types.UID) bool {
 	_, ok := s.pods.GetPodByUID(uid)
 	return !ok
 }
+
+// volumeHealth stands for the kubelet's status manager, which the volume
+// manager tells the pods' volume health conditions. It does so only with
+// the CSIVolumeHealth feature, alpha and off by default in 1.37 as here:
+// nothing is reported, nothing would read it.
+type volumeHealth struct{}
+
+func (volumeHealth) SetPodVolumeHealth(klog.Logger, types.UID, string, []v1.VolumeHealthCondition) bool {
+	return false
+}
+
+// volumeHealthPeriod is the kubelet's volume health probe interval, its
+// volumeStatsAggPeriod by default (unused with CSIVolumeHealth off).
+const volumeHealthPeriod = time.Minute
 
 type sourcesReady struct{}
 
@@ -267,13 +281,13 @@ func runWorkload(b *testing.B, w workload) result {
 
 	host := volumetest.NewFakeKubeletVolumeHostWithCSINodeName(&testing.T{}, root, client, csi.ProbeVolumePlugins(), node, driverLister, vaLister)
 	host.WithNode(nodeObj)
-	if err := csi.PluginHandler.RegisterPlugin(driverName, filepath.Join(root, "csi.sock"), []string{"1.0.0"}, nil); err != nil {
+	if err := csi.PluginHandler.RegisterPlugin(ctx, driverName, filepath.Join(root, "csi.sock"), []string{"1.0.0"}, nil); err != nil {
 		b.Fatal(err)
 	}
 	pm := &podManager{pods: map[types.UID]*v1.Pod{}}
 	vm := volumemanager.NewVolumeManager(true, node, pm, podState{pm}, client, host.GetPluginMgr(),
-		&containertest.FakeRuntime{}, mount.NewFakeMounter(nil), hostutil.NewFakeHostUtil(nil),
-		filepath.Join(root, "pods"), &record.FakeRecorder{}, volumetest.NewBlockVolumePathHandler())
+		mount.NewFakeMounter(nil), hostutil.NewFakeHostUtil(nil), filepath.Join(root, "pods"),
+		&record.FakeRecorder{}, volumetest.NewBlockVolumePathHandler(), volumeHealth{}, volumeHealthPeriod)
 	go vm.Run(ctx, sourcesReady{})
 	if w.attach > 0 {
 		// The node status loop's part (every 10 s in a kubelet; 100 ms here).

@@ -25,15 +25,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kubeletmetrics "k8s.io/kubernetes/pkg/kubelet/volumemanager/metrics"
+
+	"github.com/nodevol/nodevol/internal/roottest"
 )
 
 // The hand-over tests run nodevol as the example node agent demo's agent-fake
 // (a nodevol volume manager on a fake API server, driven over stdio) and
-// the loop driver as that binary's loopdriver subcommand: this module
-// cannot link nodevol itself, which requires newer k8s.io libraries than
-// k8s.io/kubernetes v1.33.13 builds with. So each side runs as it would on
-// a node: the kubelet's volume manager in this process, nodevol and the
-// driver in their own.
+// the loop driver as that binary's loopdriver subcommand, so that each side
+// runs as it would on a node: the kubelet's volume manager in this process,
+// nodevol and the driver in their own, and a hand-over is a process stopped
+// and another started on the same root.
 
 // nodeagent is the example node agent's demo command (examples/nodeagent/demo:
 // the production agent has no agent-fake or loopdriver), built once, by the first test
@@ -77,23 +78,6 @@ func nodeagentBin(t *testing.T) string {
 		t.Fatal(buildError)
 	}
 	return nodeagent
-}
-
-// requireRoot skips when the test cannot make real mounts, as nodevol's
-// internal/roottest does (this module cannot import it): always with -short;
-// as non-root it skips, or fails under CI (CI=true or
-// NODEVOL_REQUIRE_ROOT=1), so that CI cannot pass by skipping.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	switch {
-	case testing.Short():
-		t.Skipf("%s needs root (real mounts and loop devices): skipped under -short", t.Name())
-	case os.Geteuid() == 0:
-	case os.Getenv("CI") == "true" || os.Getenv("NODEVOL_REQUIRE_ROOT") == "1":
-		t.Fatalf("%s needs root (real mounts and loop devices), and CI must run it", t.Name())
-	default:
-		t.Skipf("%s needs root (real mounts and loop devices): skipped as uid %d", t.Name(), os.Geteuid())
-	}
 }
 
 const (
@@ -165,7 +149,7 @@ var driverSeq int
 // attach required; cleanup undoes everything, even when the test fails.
 func newEnv(t *testing.T) *hvEnv {
 	t.Helper()
-	requireRoot(t)
+	roottest.Require(t)
 	root, err := os.MkdirTemp("", "hv-")
 	if err != nil {
 		t.Fatal(err)

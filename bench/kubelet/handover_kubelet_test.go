@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
-	containertest "k8s.io/kubernetes/pkg/kubelet/container/testing"
 	"k8s.io/kubernetes/pkg/kubelet/volumemanager"
 	"k8s.io/kubernetes/pkg/volume"
 	"k8s.io/kubernetes/pkg/volume/csi"
@@ -54,7 +53,7 @@ type realHost struct {
 // (the test kit's sets a default without a lock, which races).
 func (h *realHost) GetNodeLabels() (map[string]string, error) { return h.node.Labels, nil }
 
-func (h *realHost) GetMounter(string) mount.Interface     { return h.mounter }
+func (h *realHost) GetMounter() mount.Interface           { return h.mounter }
 func (h *realHost) GetHostUtil() hostutil.HostUtils       { return h.hostUtil }
 func (h *realHost) GetPluginMgr() *volume.VolumePluginMgr { return h.pluginMgr }
 func (h *realHost) GetAttachedVolumesFromNodeStatus() (map[v1.UniqueVolumeName]string, error) {
@@ -103,7 +102,7 @@ func (e *hvEnv) startKubelet(wanted []*hvPod) *kubeletVM {
 		e.t.Fatal(err)
 	}
 	for _, d := range e.drivers {
-		if err := csi.PluginHandler.RegisterPlugin(d.name, d.sock, []string{"1.0.0"}, nil); err != nil {
+		if err := csi.PluginHandler.RegisterPlugin(ctx, d.name, d.sock, []string{"1.0.0"}, nil); err != nil {
 			cancel()
 			e.t.Fatal(err)
 		}
@@ -113,8 +112,8 @@ func (e *hvEnv) startKubelet(wanted []*hvPod) *kubeletVM {
 		pm.set(p.pod, true)
 	}
 	vm := volumemanager.NewVolumeManager(true, hvNode, pm, podState{pm}, client, host.pluginMgr,
-		&containertest.FakeRuntime{}, host.mounter, host.hostUtil,
-		filepath.Join(e.root, "pods"), &record.FakeRecorder{}, volumepathhandler.NewBlockVolumePathHandler())
+		host.mounter, host.hostUtil, filepath.Join(e.root, "pods"), &record.FakeRecorder{},
+		volumepathhandler.NewBlockVolumePathHandler(), volumeHealth{}, volumeHealthPeriod)
 	go vm.Run(ctx, sourcesReady{})
 	// The node status loop's part: report the volumes in use, which the
 	// kubelet requires before it mounts an attachable volume.
@@ -141,7 +140,7 @@ func (e *hvEnv) stopKubelet() {
 		e.kubelet.cancel()
 		e.kubelet = nil
 		for _, d := range e.drivers {
-			csi.PluginHandler.DeRegisterPlugin(d.name, d.sock)
+			csi.PluginHandler.DeRegisterPlugin(context.Background(), d.name, d.sock)
 		}
 	}
 }

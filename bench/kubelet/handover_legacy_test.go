@@ -23,9 +23,10 @@ import (
 // it keeps the legacy staging and the wanted pod's mount as they are, with
 // the data, and unpublishes the other pod.
 //
-// The kubelet v1.33 knows only the hashed staging path: it would stage
-// the volume a second time there, which the driver refuses (the volume is
-// staged at the legacy path), and the pod's volume would never be set up.
+// The current kubelet (v1.37.2, as v1.33 before it) knows only the hashed
+// staging path: it would stage the volume a second time there, which the
+// driver refuses (the volume is staged at the legacy path), and the pod's
+// volume would never be set up.
 // So, before such a node goes to the current kubelet, its pods on
 // legacy-staged volumes are restarted under nodevol (docs/OPERATIONS.md):
 // the volume is unstaged from the legacy path (its directory removed) and

@@ -16,7 +16,7 @@ import (
 )
 
 // TestHandoverKubeletToNodevol moves a node from the kubelet to nodevol
-// without draining it. The kubelet's volume manager (v1.33.13, its CSI
+// without draining it. The kubelet's volume manager (v1.37.2, its CSI
 // plugin, real mounts) mounts pods' volumes: filesystem, raw block, one
 // volume shared by two pods, volumes of a driver with attach required;
 // the pods write their data, and the kubelet stops without tearing down.
