@@ -25,19 +25,13 @@ func claim(volume string) *corev1.PersistentVolumeClaim {
 	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: volume}}
 }
 
-// gate blocks the GETs of a resource until opened.
-type gate struct {
-	mu   sync.Mutex
-	open chan struct{}
-}
+// gate blocks the GETs of a resource until open is closed.
+type gate struct{ open chan struct{} }
 
 func newGate(a *api, resource string) *gate {
 	g := &gate{open: make(chan struct{})}
 	a.PrependReactor("get", resource, func(k8stesting.Action) (bool, runtime.Object, error) {
-		g.mu.Lock()
-		ch := g.open
-		g.mu.Unlock()
-		<-ch
+		<-g.open
 		return false, nil, nil
 	})
 	return g
@@ -204,10 +198,14 @@ func TestGetOnlyFailures(t *testing.T) {
 		return false, nil, nil
 	})
 	setFail := func(v bool) { mu.Lock(); fail = v; mu.Unlock() }
+	g := newGate(a, "persistentvolumeclaims")
 	fc := newFakeClock()
 	c, changes := start(t, a, Config{Clock: fc, TTL: time.Minute})
 	c.Hold("pod", pvcRef)
-	_, _ = c.Peek(pvcRef)
+	if _, err := c.Peek(pvcRef); !errors.Is(err, ErrNotAnswered) {
+		t.Fatalf("Peek before the first answer: %v", err)
+	}
+	close(g.open)
 	if r := recv(t, changes, "the refusal announced"); r != pvcRef {
 		t.Fatalf("OnChange(%s)", r)
 	}
