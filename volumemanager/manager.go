@@ -441,17 +441,23 @@ func (vm *VolumeManager) podGone(uid types.UID) {
 // holdObjects makes pod uid hold in the object cache what its volumes
 // read (podObjects), and in node-restricted mode its claims and the
 // volumes they are known bound to (restrictedRefs): called at each
-// resolution of the pod, so that a claim found bound adds its volume.
+// resolution of the pod, before it, so that a claim found bound adds its
+// volume.
 func (vm *VolumeManager) holdObjects(uid types.UID, pod *v1.Pod) {
 	refs := podObjects(pod)
-	if vm.cfg.NodeRestricted {
-		refs = append(refs, restrictedRefs(vm.objects, pod)...)
-	}
-	if len(refs) == 0 {
-		vm.objects.Release(objectHolder(uid))
+	if !vm.cfg.NodeRestricted {
+		vm.objects.Hold(objectHolder(uid), refs...) // none: Release
 		return
 	}
-	vm.objects.Hold(objectHolder(uid), refs...)
+	held := append(slices.Clip(refs), restrictedRefs(vm.objects, pod)...)
+	vm.objects.Hold(objectHolder(uid), held...)
+	// A claim held first just now may have answered already: its volume
+	// is held before the resolver reads it, or the answer, which no read
+	// waited for, would not be announced and the pod would not be
+	// resolved again.
+	if now := append(refs, restrictedRefs(vm.objects, pod)...); !slices.Equal(now, held) {
+		vm.objects.Hold(objectHolder(uid), now...)
+	}
 }
 
 // SubPaths returns the manager of the pods' subPath bind mounts under

@@ -264,3 +264,48 @@ func TestObjectChangedRouting(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldObjectsAnnouncesFirstClaim: a pod's first hold of a claim that
+// answers before the resolver reads it still gets the claim announced (a
+// read marks it between the hold and the resolution), so that the pod is
+// resolved again and then holds the claim's volume.
+func TestHoldObjectsAnnouncesFirstClaim(t *testing.T) {
+	pvc, pv := csitest.BoundClaim("ns", "c", "d.example.com", "h")
+	client := restrictedClient()
+	for _, o := range []runtime.Object{pvc, pv} {
+		if err := client.Tracker().Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gate := make(chan struct{})
+	client.PrependReactor("get", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+		<-gate
+		return false, nil, nil
+	})
+	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), NodeRestricted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); vm.objects.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "c", false))
+	vm.holdObjects(pod.UID, pod)
+	close(gate) // the claim answers after the hold, before any resolution
+	claimRef := objectcache.Ref{Kind: objectcache.PersistentVolumeClaim, Namespace: "ns", Name: "c"}
+	if _, err := vm.objects.Get(ctx, claimRef); err != nil { // waits, and marks nothing
+		t.Fatal(err)
+	}
+	eventually(t, "the claim announced", func() bool {
+		vm.in.mu.Lock()
+		defer vm.in.mu.Unlock()
+		_, ok := vm.in.claims["ns/c"]
+		return ok
+	})
+	vm.holdObjects(pod.UID, pod) // the pod resolved again
+	pvRef := objectcache.Ref{Kind: objectcache.PersistentVolume, Name: pv.Name}
+	if got := vm.objects.Holders(pvRef); !slices.Equal(got, []string{string(pod.UID)}) {
+		t.Errorf("volume held by %v, want the pod", got)
+	}
+}
