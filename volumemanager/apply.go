@@ -31,12 +31,12 @@ func (l *loop) begin(a oe.Action, v planner.View) {
 			rec.expanding = in.Expansion.Size
 		}
 	case oe.OpAttach, oe.OpSelfAttach:
-		rec.attachment = csiplugin.AttachmentName(v.Spec.VolumeHandle, v.Spec.Driver, l.node)
+		l.setAttachment(a.Volume, rec, csiplugin.AttachmentName(v.Spec.VolumeHandle, v.Spec.Driver, l.node))
 	case oe.OpStage:
 		l.asw.SetDeviceSELinuxContext(v.Spec, a.SELinuxContext) // possibly staged with it from now on
 	case oe.OpSelfDetach:
 		in.Spec = v.Actual.Spec
-		rec.attachment = csiplugin.AttachmentName(in.Spec.VolumeHandle, in.Spec.Driver, l.node)
+		l.setAttachment(a.Volume, rec, csiplugin.AttachmentName(in.Spec.VolumeHandle, in.Spec.Driver, l.node))
 	case oe.OpExpand:
 		in.VolumePath = v.Actual.Pods[a.Pod.Pod.UID].Path
 		in.Expansion, _ = l.hooks.expansion(v.Spec.PVName)
@@ -115,7 +115,7 @@ func (l *loop) applyAttach(o oe.Outcome, rec *volumeRecord) {
 	case oe.OpAttach:
 		if o.Err == nil {
 			l.asw.MarkAttached(spec, o.PublishContext)
-			rec.attachment = ""
+			l.setAttachment(o.Action.Volume, rec, "")
 		}
 	case oe.OpSelfAttach:
 		// Whatever the outcome, the VolumeAttachment may exist now, unless
@@ -125,12 +125,12 @@ func (l *loop) applyAttach(o oe.Outcome, rec *volumeRecord) {
 		}
 		if o.Err == nil {
 			l.asw.MarkAttached(spec, o.PublishContext)
-			rec.attachment = ""
+			l.setAttachment(o.Action.Volume, rec, "")
 		}
 	case oe.OpSelfDetach:
 		if o.Err == nil {
 			l.asw.SetSelfAttached(spec, false)
-			rec.attachment = ""
+			l.setAttachment(o.Action.Volume, rec, "")
 		}
 	}
 }
@@ -256,5 +256,18 @@ func (l *loop) failed(o oe.Outcome) {
 		}
 		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Pod.Namespace, Name: p.Pod.Name, UID: p.Pod.UID}
 		l.events.Event(ref, v1.EventTypeWarning, reason, o.Err.Error())
+	}
+}
+
+// setAttachment records the VolumeAttachment a volume waits for ("":
+// none) and, in node-restricted mode, makes the volume hold it in the
+// object cache for as long as it waits.
+func (l *loop) setAttachment(name cache.UniqueVolumeName, rec *volumeRecord, va string) {
+	if rec.attachment == va {
+		return
+	}
+	rec.attachment = va
+	if l.hooks.holdAttachment != nil {
+		l.hooks.holdAttachment(name, va)
 	}
 }

@@ -124,16 +124,18 @@ type Config struct {
 	// more. Tests replace the file to simulate a reboot.
 	BootIDPath string
 	// NodeRestricted, when true, reads PersistentVolumeClaims,
-	// PersistentVolumes and VolumeAttachments one at a time with GET and
-	// caches them, instead of listing and watching every one in the
-	// cluster: what a node may do under the Node authorizer, which forbids
-	// a node to list or watch them (a kubelet's own credentials,
-	// CN=system:node:NAME in group system:nodes). An object is fetched when
-	// a pod first needs it and again every ResyncPeriod while it is used;
-	// a VolumeAttachment not yet attached is polled, every second at first.
-	// CSIDrivers still come through an informer. Without it, a forbidden
-	// list is reported in the wait errors with a pointer to this field.
-	// Default false: informers, which cost no request per volume.
+	// PersistentVolumes and VolumeAttachments one at a time with GET,
+	// through the node's object cache, instead of listing and watching
+	// every one in the cluster: what a node may do under the Node
+	// authorizer, which forbids a node to list or watch them (a kubelet's
+	// own credentials, CN=system:node:NAME in group system:nodes). A pod
+	// holds its claims and their volumes: each is read when first held and
+	// again every ResyncPeriod while held, and dropped with its last pod;
+	// a VolumeAttachment is read while its volume waits for the attach,
+	// every second at first. CSIDrivers still come through an informer.
+	// Without it, a forbidden list is reported in the wait errors with a
+	// pointer to this field. Default false: informers, which cost no
+	// request per volume.
 	NodeRestricted bool
 	// SELinuxEnabled reports whether the host has SELinux enabled; asked
 	// once, by New. Pods' volumes are mounted with an SELinux context only

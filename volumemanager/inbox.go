@@ -121,8 +121,20 @@ func (in *inbox) nodeChanged()         { in.post(func() { in.node = true }) }
 func (in *inbox) credentialsChanged(uid types.UID) {
 	in.post(func() { in.credentials[uid] = struct{}{} })
 }
+
+// objectChanged is the object cache's OnChange. A claim or an attachment
+// (node-restricted mode) is posted as its informer's event would be; a
+// volume and the objects of configMap, secret and projected volumes go
+// to their holders.
 func (in *inbox) objectChanged(r objectcache.Ref) {
-	in.post(func() { in.objects[r] = struct{}{} })
+	switch r.Kind {
+	case objectcache.PersistentVolumeClaim:
+		in.claim(r.Namespace + "/" + r.Name)
+	case objectcache.VolumeAttachment:
+		in.attachment(r.Name)
+	default:
+		in.post(func() { in.objects[r] = struct{}{} })
+	}
 }
 func (in *inbox) attachment(name string) {
 	in.post(func() { in.attachments[name] = struct{}{} })

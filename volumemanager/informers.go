@@ -47,7 +47,7 @@ func (vm *VolumeManager) watch(core coreinformers.Interface, storage storageinfo
 		fn   func(any)
 	}
 	hs := []watched{{"CSIDrivers", storage.CSIDrivers().Informer(), onDriver}}
-	if !vm.cfg.NodeRestricted { // fetched one by one instead (fetch.go)
+	if !vm.cfg.NodeRestricted { // read one by one through the object cache instead (restricted.go)
 		hs = append(hs,
 			watched{"PersistentVolumeClaims", core.PersistentVolumeClaims().Informer(), onClaim},
 			watched{"PersistentVolumes", core.PersistentVolumes().Informer(), onClaim},

@@ -105,9 +105,12 @@ type loopHooks struct {
 	// node's object cache; holders returns the pods holding an object;
 	// podGone drops what the node keeps for a pod (its holds, its
 	// tokens).
-	hold    func(uid types.UID, refs []objectcache.Ref)
+	hold    func(uid types.UID, pod *v1.Pod)
 	holders func(objectcache.Ref) []string
 	podGone func(uid types.UID)
+	// holdAttachment makes a volume hold the VolumeAttachment it waits
+	// for in the object cache ("": none), in node-restricted mode.
+	holdAttachment func(name cache.UniqueVolumeName, va string)
 }
 
 // opInput is what an operation needs.
@@ -188,6 +191,11 @@ func (l *loop) process(ctx context.Context) {
 		}
 	}
 	l.worldChanged(b)
+	for _, uid := range l.podsOfVolumes(b.objects) {
+		if _, ok := b.pods[uid]; !ok {
+			b.pods = addPod(b.pods, uid, l.in)
+		}
+	}
 	for key := range b.claims {
 		for _, uid := range l.pods.waitingFor(key) {
 			if _, ok := b.pods[uid]; !ok {
@@ -298,7 +306,7 @@ func (l *loop) syncPod(uid types.UID, pod *v1.Pod) {
 		l.pods.waitForListers(uid, podRef(pod))
 	default:
 		if l.hooks.hold != nil {
-			l.hooks.hold(uid, podObjects(pod))
+			l.hooks.hold(uid, pod)
 		}
 		ref, wanted, resolved, errs := l.pods.resolve(pod, l.logger)
 		l.republishChanged(uid, resolved)
@@ -379,6 +387,7 @@ func (l *loop) forget(name cache.UniqueVolumeName) {
 	l.failLog.forgetVolume(name)
 	l.queue.retryAt(name, time.Time{})
 	if rec := l.vols[name]; rec != nil {
+		l.setAttachment(name, rec, "")
 		rec.forget()
 		if rec.empty() {
 			delete(l.vols, name)
@@ -468,7 +477,7 @@ func (l *loop) resync() {
 		}
 	}
 	var again map[types.UID]*v1.Pod
-	for _, uid := range l.pods.again(l.informersSynced) {
+	for _, uid := range l.pods.again() {
 		again = addPod(again, uid, l.in)
 	}
 	for uid, pod := range again {

@@ -64,9 +64,6 @@ type VolumeManager struct {
 	// listErrs holds the last list/watch error of each informer, for
 	// the wait errors while the informers cannot sync.
 	listErrs *listErrors
-	// fetcher GETs PVCs, PVs and VolumeAttachments; nil unless
-	// Config.NodeRestricted.
-	fetcher *fetcher
 	// csiDrivers reads CSIDriver objects.
 	csiDrivers storagelisters.CSIDriverLister
 	// plugins runs plugin registration; nil unless Config.PluginRegistration.
@@ -78,7 +75,9 @@ type VolumeManager struct {
 	// Config.VolumesInUseReportedByCaller.
 	inUse *inUseReporter
 	// objects is the node's one cache of the API objects its pods'
-	// volumes read (configMaps, secrets, trust bundles), held by pod;
+	// volumes read (configMaps, secrets, trust bundles; claims, volumes
+	// and attachments in node-restricted mode), held by pod (and an
+	// attachment by the volume waiting for it);
 	// tokens the service account tokens of the CSI and projected plugins.
 	objects *objectcache.Cache
 	tokens  *tokens.Cache
@@ -129,7 +128,8 @@ func New(cfg Config) (*VolumeManager, error) {
 	if vm.factory == nil {
 		vm.factory = informers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0, informers.WithTransform(trimInformerObject))
 	}
-	vm.objects = objectcache.New(objectcache.Config{Client: cfg.KubeClient, Clock: cfg.Clock, OnChange: vm.in.objectChanged})
+	vm.objects = objectcache.New(objectcache.Config{Client: cfg.KubeClient, Clock: cfg.Clock, OnChange: vm.in.objectChanged,
+		TTL: cfg.ResyncPeriod}) // the refresh of what may only be GET (node-restricted mode)
 	vm.tokens = tokens.New(cfg.KubeClient, cfg.Clock)
 	if vm.certs, err = podcert.New(podcert.Config{Client: cfg.KubeClient, Clock: cfg.Clock, NodeName: cfg.NodeName,
 		OnChange: vm.in.credentialsChanged, Recorder: cfg.EventRecorder}); err != nil {
@@ -182,7 +182,7 @@ func checkConfig(cfg Config) error {
 }
 
 // newResolver sets up how pods are resolved: through the informers' listers,
-// or (Config.NodeRestricted) through the fetcher's GETs. It returns what
+// or (Config.NodeRestricted) through the object cache's GETs. It returns what
 // VolumeAttachments are read through.
 func (vm *VolumeManager) newResolver() storagelisters.VolumeAttachmentLister {
 	cfg := vm.cfg
@@ -190,11 +190,8 @@ func (vm *VolumeManager) newResolver() storagelisters.VolumeAttachmentLister {
 	vm.csiDrivers = storage.CSIDrivers().Lister()
 	var attachments storagelisters.VolumeAttachmentLister
 	if cfg.NodeRestricted {
-		f := newFetcher(cfg.KubeClient, cfg.Clock, cfg.ResyncPeriod)
-		f.claim, f.attachment = vm.in.claim, vm.in.attachment
-		vm.fetcher = f
-		vm.resolver = &resolver{pvcs: fetchedPVCs{f}, pvs: fetchedPVs{f}}
-		attachments = fetchedVAs{f}
+		vm.resolver = &resolver{pvcs: cachedPVCs{vm.objects}, pvs: cachedPVs{vm.objects}}
+		attachments = cachedVAs{vm.objects}
 	} else {
 		vm.resolver = &resolver{pvcs: core.PersistentVolumeClaims().Lister(), pvs: core.PersistentVolumes().Lister()}
 		attachments = storage.VolumeAttachments().Lister()
@@ -326,6 +323,9 @@ func (vm *VolumeManager) newLoop(m *metrics) {
 	if vm.expander != nil {
 		lc.hooks.expansion = vm.resolver.pendingExpansion
 	}
+	if cfg.NodeRestricted {
+		lc.hooks.holdAttachment = vm.holdAttachment
+	}
 	if cfg.SelfAttach && !cfg.NodeRestricted {
 		lc.ownAttachments = vm.factory.Storage().V1().VolumeAttachments().Lister()
 	}
@@ -333,7 +333,7 @@ func (vm *VolumeManager) newLoop(m *metrics) {
 		lc.hooks.attachHeld, lc.hooks.forgotten = vm.inUse.hold, vm.inUse.changed
 	}
 	vm.resolver.metrics = m
-	l = newLoop(lc, vm.in, newPodTable(vm.resolver, cfg.Clock, cfg.NodeRestricted))
+	l = newLoop(lc, vm.in, newPodTable(vm.resolver, cfg.Clock))
 	vm.loop = l
 }
 
@@ -439,14 +439,26 @@ func (vm *VolumeManager) podGone(uid types.UID) {
 	vm.certs.Forget(uid)
 }
 
-// holdObjects makes pod uid hold refs in the object cache (none: it
-// holds nothing any more).
-func (vm *VolumeManager) holdObjects(uid types.UID, refs []objectcache.Ref) {
-	if len(refs) == 0 {
-		vm.objects.Release(objectHolder(uid))
+// holdObjects makes pod uid hold in the object cache what its volumes
+// read (podObjects), and in node-restricted mode its claims and the
+// volumes they are known bound to (restrictedRefs): called at each
+// resolution of the pod, before it, so that a claim found bound adds its
+// volume.
+func (vm *VolumeManager) holdObjects(uid types.UID, pod *v1.Pod) {
+	refs := podObjects(pod)
+	if !vm.cfg.NodeRestricted {
+		vm.objects.Hold(objectHolder(uid), refs...) // none: Release
 		return
 	}
-	vm.objects.Hold(objectHolder(uid), refs...)
+	held := append(slices.Clip(refs), restrictedRefs(vm.objects, pod)...)
+	vm.objects.Hold(objectHolder(uid), held...)
+	// A claim held first just now may have answered already: its volume
+	// is held before the resolver reads it, or the answer, which no read
+	// waited for, would not be announced and the pod would not be
+	// resolved again.
+	if now := append(refs, restrictedRefs(vm.objects, pod)...); !slices.Equal(now, held) {
+		vm.objects.Hold(objectHolder(uid), now...)
+	}
 }
 
 // SubPaths returns the manager of the pods' subPath bind mounts under

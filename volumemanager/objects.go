@@ -77,6 +77,9 @@ func (l *loop) objectsChanged(refs map[objectcache.Ref]struct{}) {
 		return
 	}
 	for ref := range refs {
+		if ref.Kind == objectcache.PersistentVolume {
+			continue // resolves its pods again (podsOfVolumes)
+		}
 		for _, holder := range l.hooks.holders(ref) {
 			l.podContentChanged(types.UID(holder))
 		}

@@ -24,10 +24,6 @@ import (
 type podTable struct {
 	resolver *resolver
 	clock    clock.Clock
-	// resolveAll resolves every known pod again at each resync, not only
-	// the unresolved ones (node-restricted mode: the reads keep the pods'
-	// claims and volumes in the fetcher's cache).
-	resolveAll bool
 	// known are the pods added and not deleted, as last taken from the inbox.
 	known map[types.UID]cache.PodRef
 	// unresolved says why a known pod is not (fully) in the desired state.
@@ -39,9 +35,9 @@ type podTable struct {
 	pendingSince map[types.UID]map[string]time.Time
 }
 
-func newPodTable(r *resolver, clk clock.Clock, resolveAll bool) *podTable {
+func newPodTable(r *resolver, clk clock.Clock) *podTable {
 	return &podTable{
-		resolver: r, clock: clk, resolveAll: resolveAll,
+		resolver: r, clock: clk,
 		known:      map[types.UID]cache.PodRef{},
 		unresolved: map[types.UID]string{},
 		pending:    map[string]map[types.UID]struct{}{},
@@ -112,12 +108,8 @@ func (t *podTable) waitingFor(claim string) []types.UID {
 }
 
 // again returns the pods to resolve again at a resync: the unresolved
-// ones, and in node-restricted mode every known one once the listers are
-// complete (the reads keep their objects cached and fresh).
-func (t *podTable) again(listersSynced bool) []types.UID {
-	if t.resolveAll && listersSynced {
-		return t.knownUIDs()
-	}
+// ones.
+func (t *podTable) again() []types.UID {
 	out := make([]types.UID, 0, len(t.unresolved))
 	for uid := range t.unresolved {
 		out = append(out, uid)

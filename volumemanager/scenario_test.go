@@ -145,7 +145,7 @@ func (s *scenario) newLoop() {
 			expansion:  res.pendingExpansion,
 			attachHeld: func(name cache.UniqueVolumeName) bool { return s.held[name] },
 		},
-	}, s.in, newPodTable(res, s.clock, false))
+	}, s.in, newPodTable(res, s.clock))
 	s.ops = map[int]startedOp{}
 	s.l = l
 }

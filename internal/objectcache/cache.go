@@ -42,6 +42,10 @@ const DefaultTTL = time.Minute
 // holds (or that the last holder let go while the call waited).
 var ErrNotHeld = errors.New("not held")
 
+// ErrNotAnswered is wrapped by the error of a Peek of a Ref whose first
+// read has not answered yet; that answer is announced through OnChange.
+var ErrNotAnswered = errors.New("being read from the API server, not answered yet")
+
 // ErrStopped is wrapped by the error of a Get or List waiting for a first
 // answer when Run has returned.
 var ErrStopped = errors.New("object cache stopped")
@@ -217,6 +221,31 @@ func (c *Cache) Get(ctx context.Context, r Ref) (runtime.Object, error) {
 		return nil, err
 	}
 	if len(objs) == 0 {
+		return nil, apierrors.NewNotFound(e.kind.resource, r.Name)
+	}
+	return objs[0], nil
+}
+
+// Peek is Get without the wait, for a reader that must not block (the
+// volume manager's loop): before the first answer of r's read it returns
+// an error wrapping ErrNotAnswered, and that answer is then announced
+// through OnChange like a change (so are the errors that follow while no
+// object is had). Otherwise it answers as Get.
+func (c *Cache) Peek(r Ref) (runtime.Object, error) {
+	if r.Name == "" {
+		return nil, fmt.Errorf("peeking %s: %w: Peek takes a named reference", r, errInvalidRef)
+	}
+	c.mu.Lock()
+	e := c.entries[r]
+	c.mu.Unlock()
+	if e == nil {
+		return nil, fmt.Errorf("reading %s: %w", r, ErrNotHeld)
+	}
+	objs, err := e.peek()
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("reading %s: %w", r, err)
+	case len(objs) == 0:
 		return nil, apierrors.NewNotFound(e.kind.resource, r.Name)
 	}
 	return objs[0], nil

@@ -1,8 +1,9 @@
 // Package objectcache is the node's one cache of the API objects its pods'
-// volumes read (configMaps, secrets, ClusterTrustBundles): the
-// configMap, secret and projected plugins read them through it, and learn
-// through OnChange when one changes, so that a pod's files follow within
-// one watch event.
+// volumes read (configMaps, secrets, ClusterTrustBundles, and, where the
+// node reads them itself, PersistentVolumeClaims, PersistentVolumes and
+// VolumeAttachments): the configMap, secret and projected plugins and the
+// volume manager read them through it, and learn through OnChange when
+// one changes, so that a pod's files follow within one watch event.
 //
 // A holder (a pod UID) holds Refs; the cache keeps one entry per Ref
 // however many holders hold it, reads it while it is held and drops it,
@@ -21,13 +22,21 @@
 //     when it fails. ModeGet reads each entry again every TTL instead (a
 //     GET, served from the API server's cache after the first), for
 //     clusters that do not let the node watch.
+//   - A kind the Node authorizer lets a node GET but not list or watch
+//     (claims, volumes, VolumeAttachments) is read in ModeGet whatever
+//     the Mode, by name only; a VolumeAttachment missing or not attached
+//     yet is read again after 1 s, then half as long again each time up
+//     to 10 s, as the kubelet polls it while waiting for the attach.
 //   - An immutable configMap or secret (immutable: true) is kept once read
 //     and no longer watched or read, as the kubelet does.
 //   - Get waits, bounded by its context, for the first answer of the
 //     entry's read; a read the node may not make is returned as the API
 //     server's error (apierrors.IsForbidden), a missing object as
 //     apierrors.IsNotFound. After a good answer, a failing read keeps the
-//     last known object.
+//     last known object. Peek answers as Get without waiting, for a
+//     reader that must not block: before the first answer it says so
+//     (ErrNotAnswered), and that answer is then announced through
+//     OnChange.
 //
 // Unlike the kubelet, the cache is told what each holder holds (Hold
 // replaces a holder's set) rather than reading pods; it stops an

@@ -40,6 +40,10 @@ type entry struct {
 	err error
 	// immutable: the object is immutable and no longer read.
 	immutable bool
+	// peeked: a Peek found no answer yet; the first answer (and, while
+	// no object is had, a new error) is then announced, since the
+	// reader did not wait for it.
+	peeked bool
 }
 
 func newEntry(r Ref) *entry {
@@ -78,8 +82,8 @@ func (e *entry) replace(objs []runtime.Object) bool {
 	}
 	slices.SortFunc(kept, byName)
 	changed := e.have && !sameObjects(e.objs, kept)
-	if !e.have && e.err != nil {
-		changed = true // an error answered first: the objects appear
+	if !e.have && (e.err != nil || e.peeked) {
+		changed = true // an error answered first, or a Peek did not wait: the objects appear
 	}
 	e.objs, e.have, e.err = kept, true, nil
 	e.answeredLocked()
@@ -124,12 +128,33 @@ func (e *entry) remove(obj runtime.Object) bool {
 func byName(a, b runtime.Object) int { return strings.Compare(nameOf(a), nameOf(b)) }
 
 // fail records a read's error. The objects had stay: a Get keeps
-// answering the last known state, as the kubelet's managers do.
-func (e *entry) fail(err error) {
+// answering the last known state, as the kubelet's managers do. It
+// reports whether a Peek now answers differently: the first answer, or a
+// new error while no object is had, of an entry a Peek did not wait for.
+func (e *entry) fail(err error) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	changed := e.peeked && !e.have && (e.err == nil || e.err.Error() != err.Error())
 	e.err = err
 	e.answeredLocked()
+	return changed
+}
+
+// peek returns what the entry holds as answer does, or ErrNotAnswered
+// (and marks the entry peeked) before its first answer.
+func (e *entry) peek() ([]runtime.Object, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	select {
+	case <-e.answered:
+	default:
+		e.peeked = true
+		return nil, ErrNotAnswered
+	}
+	if !e.have {
+		return nil, e.err
+	}
+	return e.objs, nil
 }
 
 // immutableNow reports a named object that is immutable, and records it:

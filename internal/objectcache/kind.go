@@ -3,9 +3,11 @@ package objectcache
 import (
 	"context"
 	"fmt"
+	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -29,6 +31,27 @@ const (
 	// (cluster-scoped; GA in 1.37). A selecting Ref may select on the
 	// field spec.signerName.
 	ClusterTrustBundle Kind = "ClusterTrustBundle"
+	// PersistentVolumeClaim is a core/v1 PersistentVolumeClaim
+	// (namespaced). The Node authorizer lets a node GET the claims of its
+	// pods, not list or watch them: read in ModeGet.
+	PersistentVolumeClaim Kind = "PersistentVolumeClaim"
+	// PersistentVolume is a core/v1 PersistentVolume (cluster-scoped),
+	// GET only, as a claim.
+	PersistentVolume Kind = "PersistentVolume"
+	// VolumeAttachment is a storage/v1 VolumeAttachment (cluster-scoped),
+	// GET only, as a claim; one missing or not attached yet is read
+	// again sooner than the TTL (see kindInfo.quick).
+	VolumeAttachment Kind = "VolumeAttachment"
+)
+
+// The quick reads of an object that is about to change (a
+// VolumeAttachment the attacher has not attached yet): the first a second
+// after the last read, each next one half as long again, up to pollMax,
+// never longer than the TTL; as the kubelet polls a VolumeAttachment
+// while it waits for the attach.
+const (
+	pollFirst = time.Second
+	pollMax   = 10 * time.Second
 )
 
 // kindInfo is how the cache reads one kind.
@@ -36,12 +59,16 @@ type kindInfo struct {
 	resource   schema.GroupResource
 	namespaced bool
 	// getOnly: the Node authorizer lets a node GET objects of this kind
-	// but not watch them, so they are read in Get mode whatever the
-	// Config's Mode (none of today's kinds).
+	// but not list or watch them (claims, volumes, attachments), so they
+	// are read in Get mode whatever the Config's Mode; only a named Ref
+	// may hold them.
 	getOnly bool
-	get     func(ctx context.Context, c kubernetes.Interface, ns, name string, opts metav1.GetOptions) (runtime.Object, error)
-	list    func(ctx context.Context, c kubernetes.Interface, ns string, opts metav1.ListOptions) (runtime.Object, error)
-	watch   func(ctx context.Context, c kubernetes.Interface, ns string, opts metav1.ListOptions) (watch.Interface, error)
+	// quick reports an object (nil: missing) that is read again sooner
+	// than the TTL, pollFirst growing to pollMax (nil: none is).
+	quick func(runtime.Object) bool
+	get   func(ctx context.Context, c kubernetes.Interface, ns, name string, opts metav1.GetOptions) (runtime.Object, error)
+	list  func(ctx context.Context, c kubernetes.Interface, ns string, opts metav1.ListOptions) (runtime.Object, error)
+	watch func(ctx context.Context, c kubernetes.Interface, ns string, opts metav1.ListOptions) (watch.Interface, error)
 	// immutable reports an object that can no longer change (nil: none
 	// can): it is kept and no longer watched.
 	immutable func(runtime.Object) bool
@@ -113,6 +140,24 @@ var kinds = map[Kind]kindInfo{
 		},
 	}, func(c kubernetes.Interface, _ string) typedClient[*certificatesv1.ClusterTrustBundle, *certificatesv1.ClusterTrustBundleList] {
 		return c.CertificatesV1().ClusterTrustBundles()
+	}),
+	PersistentVolumeClaim: reads(kindInfo{resource: corev1.Resource("persistentvolumeclaims"), namespaced: true, getOnly: true},
+		func(c kubernetes.Interface, ns string) typedClient[*corev1.PersistentVolumeClaim, *corev1.PersistentVolumeClaimList] {
+			return c.CoreV1().PersistentVolumeClaims(ns)
+		}),
+	PersistentVolume: reads(kindInfo{resource: corev1.Resource("persistentvolumes"), getOnly: true},
+		func(c kubernetes.Interface, _ string) typedClient[*corev1.PersistentVolume, *corev1.PersistentVolumeList] {
+			return c.CoreV1().PersistentVolumes()
+		}),
+	VolumeAttachment: reads(kindInfo{
+		resource: storagev1.Resource("volumeattachments"),
+		getOnly:  true,
+		quick: func(o runtime.Object) bool {
+			va, ok := o.(*storagev1.VolumeAttachment)
+			return !ok || !va.Status.Attached
+		},
+	}, func(c kubernetes.Interface, _ string) typedClient[*storagev1.VolumeAttachment, *storagev1.VolumeAttachmentList] {
+		return c.StorageV1().VolumeAttachments()
 	}),
 }
 

@@ -57,7 +57,7 @@ func (c *Cache) watchLoop(ctx context.Context, e *entry) {
 			}
 			if err != nil {
 				logger(ctx, e).Info("Listing failed", "err", err)
-				e.fail(err)
+				c.changed(e, e.fail(err))
 				failures++
 				continue
 			}
@@ -78,7 +78,7 @@ func (c *Cache) watchLoop(ctx context.Context, e *entry) {
 		rv = next
 		if err != nil {
 			logger(ctx, e).Info("Watch ended", "err", err)
-			e.fail(err)
+			c.changed(e, e.fail(err))
 		}
 		// A resumed watch whose version is gone lists again at once
 		// (events may have been missed); one from a fresh list's version
@@ -152,9 +152,11 @@ func resumeFrom(rv string, err error) string {
 
 // getLoop keeps an entry current by reading it every TTL (a GET of the
 // object, or a list for a selecting ref) until ctx ends or the object is
-// immutable; a failed read is retried with backoff.
+// immutable, sooner while its kind wants it read quickly (quick); a
+// failed read is retried with backoff.
 func (c *Cache) getLoop(ctx context.Context, e *entry) {
 	failures := 0
+	var poll time.Duration // the next quick read; 0: none
 	for {
 		// After a good read, the next may be served from the API
 		// server's cache (resourceVersion 0), as the kubelet's TTL
@@ -169,21 +171,47 @@ func (c *Cache) getLoop(ctx context.Context, e *entry) {
 		wait := c.ttl
 		if err != nil {
 			logger(ctx, e).Info("Reading failed", "err", err)
-			e.fail(err)
+			c.changed(e, e.fail(err))
 			failures++
 			wait = c.retry.Delay(failures)
 		} else {
 			failures = 0
-			c.changed(e, e.replace(objs))
+			changed := e.replace(objs)
+			c.changed(e, changed)
 			if e.immutableNow() {
 				logger(ctx, e).Info("Object is immutable, no longer read")
 				return
+			}
+			poll = nextPoll(e, objs, changed, poll)
+			if poll > 0 {
+				wait = min(wait, poll)
 			}
 		}
 		if !c.sleep(ctx, wait) {
 			return
 		}
 	}
+}
+
+// nextPoll is the next quick read of an entry whose kind reads some
+// objects quickly (kindInfo.quick): pollFirst after a change or the first
+// read, then half as long again each time up to pollMax; 0 when the
+// object read is not one to read quickly.
+func nextPoll(e *entry, objs []runtime.Object, changed bool, last time.Duration) time.Duration {
+	if e.kind.quick == nil || e.m.name == "" {
+		return 0
+	}
+	var obj runtime.Object
+	if len(objs) > 0 {
+		obj = objs[0]
+	}
+	switch {
+	case !e.kind.quick(obj):
+		return 0
+	case changed || last == 0:
+		return pollFirst
+	}
+	return min(last*3/2, pollMax)
 }
 
 // list reads what an entry holds: in Get mode a named ref is a GET (a

@@ -61,6 +61,8 @@ func parse(r Ref) (kindInfo, matcher, error) {
 		return k, matcher{}, fmt.Errorf("%w: %s is namespaced, the reference has no namespace", errInvalidRef, r.Kind)
 	case !k.namespaced && r.Namespace != "":
 		return k, matcher{}, fmt.Errorf("%w: %s is cluster-scoped, the reference has namespace %q", errInvalidRef, r.Kind, r.Namespace)
+	case r.Name == "" && k.getOnly:
+		return k, matcher{}, fmt.Errorf("%w: %s may only be read by name (the node may GET it, not list it)", errInvalidRef, r.Kind)
 	case r.Name != "" && (r.Fields != "" || r.Labels != ""):
 		return k, matcher{}, fmt.Errorf("%w: a reference names an object or selects objects, not both", errInvalidRef)
 	case r.Name != "":

@@ -1,0 +1,183 @@
+package volumemanager
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/internal/objectcache"
+)
+
+// In node-restricted mode (Config.NodeRestricted) the node may read
+// PersistentVolumeClaims, PersistentVolumes and VolumeAttachments only one
+// at a time, with GET, and only those of pods bound to it: the Node
+// authorizer forbids listing and watching them. The resolver and the CSI
+// plugin then read them from the node's object cache (internal/objectcache),
+// where they are GET-only kinds, through the listers below:
+//
+//   - a pod holds its claims and the volumes they are bound to, as it
+//     holds its configMaps and secrets (holdObjects): each is GET when
+//     first held, again every ResyncPeriod while held, and dropped with
+//     its last holder;
+//   - a read never blocks the loop (objectcache.Peek): before the first
+//     answer it fails saying so, the pod waits, and the answer is
+//     announced like an informer event (a claim: the pods waiting for it
+//     resolve again; a volume: the pods holding it; an attachment: the
+//     volume waiting for it is retried);
+//   - a claim found bound makes its pod hold the volume at once (the pod
+//     is resolved again on the claim's answer);
+//   - the VolumeAttachment a volume waits for is held by the volume
+//     while it waits (from the attach's start until it is confirmed, or
+//     a self detach until it is gone), polled from 1 s growing to 10 s
+//     while not attached;
+//   - a failed GET is retried with the cache's backoff, and a known
+//     object is kept meanwhile.
+
+// errNoList is the error of a List in node-restricted mode: the node may
+// not list claims, volumes or attachments, and nodevol reads them one at
+// a time.
+var errNoList = errors.New("node-restricted mode reads claims, volumes and attachments one at a time, never a list")
+
+// restrictedRefs are the claims of pod's volumes and the volumes those
+// the cache knows bound are bound to: what the pod holds in node-restricted
+// mode besides podObjects.
+func restrictedRefs(objects *objectcache.Cache, pod *v1.Pod) []objectcache.Ref {
+	var out []objectcache.Ref
+	for _, v := range pod.Spec.Volumes {
+		var claim string
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			claim = v.PersistentVolumeClaim.ClaimName
+		case v.Ephemeral != nil:
+			claim = pod.Name + "-" + v.Name
+		default:
+			continue
+		}
+		if claim == "" || strings.Contains(claim, "/") || strings.Contains(pod.Namespace, "/") {
+			continue // refused by the resolver before it reads anything
+		}
+		r := objectcache.Ref{Kind: objectcache.PersistentVolumeClaim, Namespace: pod.Namespace, Name: claim}
+		out = append(out, r)
+		if o, err := objects.Peek(r); err == nil {
+			if pvc := o.(*v1.PersistentVolumeClaim); pvc.Spec.VolumeName != "" {
+				out = append(out, objectcache.Ref{Kind: objectcache.PersistentVolume, Name: pvc.Spec.VolumeName})
+			}
+		}
+	}
+	return out
+}
+
+// attachmentHolder is the holder name of a volume waiting for its
+// VolumeAttachment in the object cache (a pod's is its UID, which has no
+// slash; a volume's unique name has one).
+func attachmentHolder(name cache.UniqueVolumeName) string { return "volume " + string(name) }
+
+// holdAttachment makes volume name hold the VolumeAttachment va in the
+// object cache ("": none).
+func (vm *VolumeManager) holdAttachment(name cache.UniqueVolumeName, va string) {
+	if va == "" {
+		vm.objects.Release(attachmentHolder(name))
+		return
+	}
+	vm.objects.Hold(attachmentHolder(name), objectcache.Ref{Kind: objectcache.VolumeAttachment, Name: va})
+}
+
+// peek reads one object of the cache as type T.
+func peek[T any](c *objectcache.Cache, r objectcache.Ref) (T, error) {
+	var zero T
+	o, err := c.Peek(r)
+	if err != nil {
+		return zero, err
+	}
+	t, ok := o.(T)
+	if !ok {
+		return zero, fmt.Errorf("reading %s: the cache holds a %T", r, o)
+	}
+	return t, nil
+}
+
+// The listers over the object cache, for the resolver and the CSI plugin.
+
+type cachedPVCs struct{ c *objectcache.Cache }
+
+func (cachedPVCs) List(labels.Selector) ([]*v1.PersistentVolumeClaim, error) {
+	return nil, fmt.Errorf("listing PersistentVolumeClaims: %w", errNoList)
+}
+
+func (l cachedPVCs) PersistentVolumeClaims(ns string) corelisters.PersistentVolumeClaimNamespaceLister {
+	return cachedNamespacedPVCs{c: l.c, ns: ns}
+}
+
+type cachedNamespacedPVCs struct {
+	c  *objectcache.Cache
+	ns string
+}
+
+func (l cachedNamespacedPVCs) List(labels.Selector) ([]*v1.PersistentVolumeClaim, error) {
+	return nil, fmt.Errorf("listing PersistentVolumeClaims of namespace %s: %w", l.ns, errNoList)
+}
+
+func (l cachedNamespacedPVCs) Get(name string) (*v1.PersistentVolumeClaim, error) {
+	return peek[*v1.PersistentVolumeClaim](l.c, objectcache.Ref{Kind: objectcache.PersistentVolumeClaim, Namespace: l.ns, Name: name})
+}
+
+type cachedPVs struct{ c *objectcache.Cache }
+
+func (cachedPVs) List(labels.Selector) ([]*v1.PersistentVolume, error) {
+	return nil, fmt.Errorf("listing PersistentVolumes: %w", errNoList)
+}
+
+func (l cachedPVs) Get(name string) (*v1.PersistentVolume, error) {
+	return peek[*v1.PersistentVolume](l.c, objectcache.Ref{Kind: objectcache.PersistentVolume, Name: name})
+}
+
+type cachedVAs struct{ c *objectcache.Cache }
+
+func (cachedVAs) List(labels.Selector) ([]*storagev1.VolumeAttachment, error) {
+	return nil, fmt.Errorf("listing VolumeAttachments: %w", errNoList)
+}
+
+func (l cachedVAs) Get(name string) (*storagev1.VolumeAttachment, error) {
+	return peek[*storagev1.VolumeAttachment](l.c, objectcache.Ref{Kind: objectcache.VolumeAttachment, Name: name})
+}
+
+var (
+	_ corelisters.PersistentVolumeClaimLister          = cachedPVCs{}
+	_ corelisters.PersistentVolumeLister               = cachedPVs{}
+	_ storagelisters.VolumeAttachmentLister            = cachedVAs{}
+	_ corelisters.PersistentVolumeClaimNamespaceLister = cachedNamespacedPVCs{}
+)
+
+// podsOfVolumes returns the pods to resolve again for changed volumes
+// (PersistentVolume refs of the object cache): those holding one that
+// are not resolved yet.
+func (l *loop) podsOfVolumes(refs map[objectcache.Ref]struct{}) []types.UID {
+	if l.hooks.holders == nil {
+		return nil
+	}
+	var out []types.UID
+	for r := range refs {
+		if r.Kind != objectcache.PersistentVolume {
+			continue
+		}
+		if l.hooks.expansion != nil {
+			if n, ok := l.dsw.VolumeForPV(r.Name); ok {
+				l.queue.add(n) // its node expansion may be due
+			}
+		}
+		for _, h := range l.hooks.holders(r) {
+			if uid := types.UID(h); l.pods.hold(uid) != "" {
+				out = append(out, uid)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,311 @@
+package volumemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/objectcache"
+)
+
+// restrictedClient is a fake clientset on which listing or watching claims,
+// volumes and attachments is forbidden, as for a node under the Node
+// authorizer.
+func restrictedClient() *fake.Clientset {
+	c := fake.NewClientset()
+	for _, res := range []string{"persistentvolumeclaims", "persistentvolumes", "volumeattachments"} {
+		for _, verb := range []string{"list", "watch"} {
+			c.PrependReactor(verb, res, func(a clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewForbidden(v1.Resource(res), "", fmt.Errorf("node may not %s", verb))
+			})
+		}
+	}
+	return c
+}
+
+// TestNodeRestrictedMounts: with Config.NodeRestricted, pods mount and
+// unmount with one GET of each claim and volume (and polls of a
+// VolumeAttachment until it is attached), and never a LIST or WATCH of
+// them.
+func TestNodeRestrictedMounts(t *testing.T) {
+	e := newEnv(t, envOptions{nodeRestricted: true, client: restrictedClient()})
+	var pods []*v1.Pod
+	for i := range 3 {
+		name := fmt.Sprintf("vol-%d", i)
+		e.claim(name)
+		pods = append(pods, csitest.Pod("ns", "p-"+name, csitest.WithPVC("data", name, false)))
+	}
+	for _, p := range pods {
+		if err := e.mount(p, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range pods {
+		e.unmount(p)
+	}
+	gets := map[string]int{}
+	for _, a := range e.client.Actions() {
+		r := a.GetResource().Resource
+		if r != "persistentvolumeclaims" && r != "persistentvolumes" && r != "volumeattachments" {
+			continue
+		}
+		switch a.GetVerb() {
+		case "get":
+			gets[r]++
+		case "create":
+		default:
+			t.Errorf("%s %s in node-restricted mode", a.GetVerb(), r)
+		}
+	}
+	if want := map[string]int{"persistentvolumeclaims": 3, "persistentvolumes": 3}; fmt.Sprint(gets) != fmt.Sprint(want) {
+		t.Errorf("GETs %v, want %v: one per claim and volume", gets, want)
+	}
+}
+
+// TestNodeRestrictedAttach: a VolumeAttachment is polled, not watched:
+// the volume is staged once the attacher has set status.attached, and an
+// attach error reaches WaitForAttachAndMount.
+func TestNodeRestrictedAttach(t *testing.T) {
+	e := newEnv(t, envOptions{nodeRestricted: true, client: restrictedClient(), attachRequired: true})
+	e.claim("vol")
+	vaName := csitest.AttachmentName("handle-vol", e.drv.DriverName(), node)
+	va := csitest.VolumeAttachment(vaName, e.drv.DriverName(), "pv-vol", node, false)
+	va.Status.AttachError = &storagev1.VolumeError{Message: "disk is on fire"}
+	e.create(va)
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	if err := e.mount(pod, 500*time.Millisecond); err == nil || !strings.Contains(err.Error(), "disk is on fire") {
+		t.Fatalf("WaitForAttachAndMount = %v, want the attach error", err)
+	}
+	if got := e.vm.objects.Holders(objectcache.Ref{Kind: objectcache.VolumeAttachment, Name: vaName}); len(got) != 1 || !strings.HasPrefix(got[0], "volume ") {
+		t.Fatalf("attachment held by %v, want the volume waiting for it", got)
+	}
+	if n := e.drv.Calls("NodeStageVolume"); n != 0 {
+		t.Fatalf("%d NodeStageVolume before the attachment", n)
+	}
+	va.Status = storagev1.VolumeAttachmentStatus{Attached: true}
+	if _, err := e.client.StorageV1().VolumeAttachments().UpdateStatus(context.Background(), va, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.mount(pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Held by the volume while it waited, dropped once attached.
+	vaRef := objectcache.Ref{Kind: objectcache.VolumeAttachment, Name: vaName}
+	eventually(t, "the attachment dropped once attached", func() bool {
+		_, err := e.vm.objects.Peek(vaRef)
+		return errors.Is(err, objectcache.ErrNotHeld)
+	})
+	e.unmount(pod)
+}
+
+// TestForbiddenListNamesNodeRestricted: without Config.NodeRestricted, a
+// forbidden list of claims says which mode a node's credentials need.
+func TestForbiddenListNamesNodeRestricted(t *testing.T) {
+	vm, err := New(Config{NodeName: node, KubeClient: restrictedClient(), RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- vm.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, "the list error recorded", func() bool { return len(vm.listErrs.get()) > 0 })
+	waitCtx, waitCancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer waitCancel()
+	err = vm.WaitForAttachAndMount(waitCtx, csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false)))
+	for _, want := range []string{"forbidden", "Config.NodeRestricted"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not say %q", err, want)
+		}
+	}
+}
+
+func gets(c *fake.Clientset, resource string) int {
+	n := 0
+	for _, a := range c.Actions() {
+		if a.GetVerb() == "get" && a.GetResource().Resource == resource {
+			n++
+		}
+	}
+	return n
+}
+
+// TestNodeRestrictedHoldsWhatPodsUse: the claim and volume of running
+// pods are held by those pods in the object cache and refreshed every
+// resync period however long they run; they are dropped with the last
+// pod that holds them, and no longer read.
+func TestNodeRestrictedHoldsWhatPodsUse(t *testing.T) {
+	const period = 20 * time.Millisecond
+	e := newEnv(t, envOptions{nodeRestricted: true, client: restrictedClient(), resyncPeriod: period})
+	pvName := e.claim("vol")
+	claimRef := objectcache.Ref{Kind: objectcache.PersistentVolumeClaim, Namespace: "ns", Name: "vol"}
+	pvRef := objectcache.Ref{Kind: objectcache.PersistentVolume, Name: pvName}
+	p1 := csitest.Pod("ns", "p1", csitest.WithPVC("data", "vol", false))
+	p2 := csitest.Pod("ns", "p2", csitest.WithPVC("data", "vol", false))
+	for _, p := range []*v1.Pod{p1, p2} {
+		if err := e.mount(p, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	both := []string{string(p1.UID), string(p2.UID)}
+	slices.Sort(both)
+	for _, r := range []objectcache.Ref{claimRef, pvRef} {
+		if got := e.vm.objects.Holders(r); !slices.Equal(got, both) {
+			t.Fatalf("%s held by %v, want both pods %v", r, got, both)
+		}
+	}
+	// Held, not read: refreshed every period, well beyond the three
+	// periods after which an unread object was once dropped.
+	eventually(t, "the claim and volume refreshed", func() bool {
+		return gets(e.client, "persistentvolumeclaims") >= 10 && gets(e.client, "persistentvolumes") >= 10
+	})
+	e.unmount(p1)
+	eventually(t, "p1's holds released", func() bool { return slices.Equal(e.vm.objects.Holders(claimRef), []string{string(p2.UID)}) })
+	if _, err := e.vm.objects.Peek(pvRef); err != nil {
+		t.Fatalf("the volume while p2 holds it: %v", err)
+	}
+	e.unmount(p2)
+	eventually(t, "the claim and volume dropped with the last pod", func() bool {
+		_, errC := e.vm.objects.Peek(claimRef)
+		_, errV := e.vm.objects.Peek(pvRef)
+		return errors.Is(errC, objectcache.ErrNotHeld) && errors.Is(errV, objectcache.ErrNotHeld)
+	})
+}
+
+// TestCachedListers: in node-restricted mode a pod holds its claims (a
+// generic ephemeral volume's too); a read before the first answer does
+// not wait and says so, the answer is announced, and the claim found
+// bound adds its volume to what the pod holds. Lists are refused.
+func TestCachedListers(t *testing.T) {
+	pvc, pv := csitest.BoundClaim("ns", "c", "d.example.com", "h")
+	client := restrictedClient()
+	for _, o := range []runtime.Object{pvc, pv} {
+		if err := client.Tracker().Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	changed := make(chan objectcache.Ref, 10)
+	c := objectcache.New(objectcache.Config{Client: client, OnChange: func(r objectcache.Ref) { changed <- r }})
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "c", false))
+	pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{}}})
+	claimRef := objectcache.Ref{Kind: objectcache.PersistentVolumeClaim, Namespace: "ns", Name: "c"}
+	want := []objectcache.Ref{claimRef, {Kind: objectcache.PersistentVolumeClaim, Namespace: "ns", Name: "p-scratch"}}
+	if got := restrictedRefs(c, pod); !slices.Equal(got, want) {
+		t.Fatalf("refs %v, want %v", got, want)
+	}
+	c.Hold("p", want...)
+	l := cachedPVCs{c}.PersistentVolumeClaims("ns")
+	if _, err := l.Get("c"); !errors.Is(err, objectcache.ErrNotAnswered) || !strings.Contains(err.Error(), "PersistentVolumeClaim ns/c") {
+		t.Fatalf("read before the first answer: %v, want not answered, naming the claim", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case r := <-changed:
+		if r != claimRef {
+			t.Fatalf("announced %s, want the claim read before its answer", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the claim's first answer was not announced")
+	}
+	if got, err := l.Get("c"); err != nil || got.Name != "c" {
+		t.Fatalf("read after the answer: %v, %v", got, err)
+	}
+	pvRef := objectcache.Ref{Kind: objectcache.PersistentVolume, Name: pv.Name}
+	if got := restrictedRefs(c, pod); !slices.Contains(got, pvRef) {
+		t.Errorf("refs %v once the claim is known bound: want its volume %s", got, pv.Name)
+	}
+	for _, err := range []error{
+		func() error { _, err := (cachedPVCs{c}).List(labels.Everything()); return err }(),
+		func() error { _, err := l.List(labels.Everything()); return err }(),
+		func() error { _, err := (cachedPVs{c}).List(labels.Everything()); return err }(),
+		func() error { _, err := (cachedVAs{c}).List(labels.Everything()); return err }(),
+	} {
+		if !errors.Is(err, errNoList) {
+			t.Errorf("List: %v, want refused", err)
+		}
+	}
+}
+
+// TestObjectChangedRouting: a changed claim is posted as a claim, an
+// attachment as an attachment (as their informers' events are); a volume
+// and a configMap go to their holders.
+func TestObjectChangedRouting(t *testing.T) {
+	for _, tc := range []struct {
+		ref  objectcache.Ref
+		want func(b batch) bool
+	}{
+		{objectcache.Ref{Kind: objectcache.PersistentVolumeClaim, Namespace: "ns", Name: "c"}, func(b batch) bool { _, ok := b.claims["ns/c"]; return ok && len(b.objects) == 0 }},
+		{objectcache.Ref{Kind: objectcache.VolumeAttachment, Name: "va"}, func(b batch) bool { _, ok := b.attachments["va"]; return ok && len(b.objects) == 0 }},
+		{objectcache.Ref{Kind: objectcache.PersistentVolume, Name: "pv"}, func(b batch) bool { return len(b.objects) == 1 && len(b.claims) == 0 }},
+		{objectcache.Ref{Kind: objectcache.ConfigMap, Namespace: "ns", Name: "cm"}, func(b batch) bool { return len(b.objects) == 1 && len(b.claims) == 0 }},
+	} {
+		in := newInbox()
+		in.objectChanged(tc.ref)
+		if b := in.take(); !tc.want(b) {
+			t.Errorf("%s: posted %+v", tc.ref, b.posted)
+		}
+	}
+}
+
+// TestHoldObjectsAnnouncesFirstClaim: a pod's first hold of a claim that
+// answers before the resolver reads it still gets the claim announced (a
+// read marks it between the hold and the resolution), so that the pod is
+// resolved again and then holds the claim's volume.
+func TestHoldObjectsAnnouncesFirstClaim(t *testing.T) {
+	pvc, pv := csitest.BoundClaim("ns", "c", "d.example.com", "h")
+	client := restrictedClient()
+	for _, o := range []runtime.Object{pvc, pv} {
+		if err := client.Tracker().Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gate := make(chan struct{})
+	client.PrependReactor("get", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+		<-gate
+		return false, nil, nil
+	})
+	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), NodeRestricted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); vm.objects.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "c", false))
+	vm.holdObjects(pod.UID, pod)
+	close(gate) // the claim answers after the hold, before any resolution
+	claimRef := objectcache.Ref{Kind: objectcache.PersistentVolumeClaim, Namespace: "ns", Name: "c"}
+	if _, err := vm.objects.Get(ctx, claimRef); err != nil { // waits, and marks nothing
+		t.Fatal(err)
+	}
+	eventually(t, "the claim announced", func() bool {
+		vm.in.mu.Lock()
+		defer vm.in.mu.Unlock()
+		_, ok := vm.in.claims["ns/c"]
+		return ok
+	})
+	vm.holdObjects(pod.UID, pod) // the pod resolved again
+	pvRef := objectcache.Ref{Kind: objectcache.PersistentVolume, Name: pv.Name}
+	if got := vm.objects.Holders(pvRef); !slices.Equal(got, []string{string(pod.UID)}) {
+		t.Errorf("volume held by %v, want the pod", got)
+	}
+}
