@@ -53,7 +53,13 @@ func (vm *VolumeManager) runRegistration(ctx context.Context) {
 // resourceExhausted refreshes the allocatable count of the driver of a
 // NodeStageVolume or NodePublishVolume that failed with ResourceExhausted
 // (with Config.PluginRegistration, when its CSIDriver sets
-// nodeAllocatableUpdatePeriodSeconds), as the kubelet does.
+// nodeAllocatableUpdatePeriodSeconds). This is nodevol's choice, not the
+// kubelet's: the kubelet 1.37 refreshes the count after a
+// ResourceExhausted only when a VolumeAttachment's attachError says so
+// (VerifyExhaustedResource, once WaitForAttachAndMount timed out), and
+// never after a failed NodeStage or NodePublish. A driver out of room on
+// the node says so through them, and the scheduler sees the new count
+// sooner.
 func (vm *VolumeManager) resourceExhausted(o oe.Outcome) {
 	if vm.registration == nil || o.Err == nil || (o.Action.Kind != oe.OpStage && o.Action.Kind != oe.OpPublish) {
 		return

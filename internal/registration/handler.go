@@ -292,7 +292,9 @@ func (h *Handler) CSIDriverChanged(string) { h.kickRefresh() }
 // ResourceExhausted tells the handler that a NodeStageVolume or
 // NodePublishVolume of driver failed with ResourceExhausted: the driver's
 // allocatable count is refreshed at once, when its CSIDriver sets a refresh
-// period (as the kubelet does).
+// period. The kubelet does not do this (it refreshes only after a
+// VolumeAttachment's ResourceExhausted attachError); it is nodevol's own
+// choice.
 func (h *Handler) ResourceExhausted(driver string) {
 	if h.refresh != nil {
 		h.refresh.resourceExhausted(driver)
