@@ -35,8 +35,8 @@ const (
 // returns that path. Before the call it creates the pod's volume directory
 // (the driver creates the "mount" directory in it, as the CSI spec says)
 // and writes vol_data.json there, in the kubelet's format. On a final
-// error it removes them again; on an error wrapping ErrInProgress it
-// leaves them. Idempotent, as NodePublishVolume is. It gives the pod's
+// error it removes them again, unless req.Republish; on an error wrapping
+// ErrInProgress it leaves them. Idempotent, as NodePublishVolume is. It gives the pod's
 // fsGroup ownership of the published files when req.ChangeOwnership says
 // so (the planner decides, from Capabilities.OwnershipChange); whether the
 // driver supports the volume's lifecycle mode is the planner's check too
@@ -87,7 +87,10 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "driver", spec.Driver)
 	if err != nil {
-		if !volume.IsUncertain(err) {
+		// A republish that fails leaves all as it is: the pod may use what
+		// the earlier publish left, and its record (now Publishing) makes
+		// a restart find the volume Uncertain, to be published again.
+		if !volume.IsUncertain(err) && !req.Republish {
 			if cerr := p.removeVolumeDir(dir, ondisk.PublishLeaf); cerr != nil {
 				logger.Error(cerr, "Cleaning up after a failed NodePublishVolume")
 			} else if cerr := p.records.Remove(dir); cerr != nil {

@@ -173,6 +173,16 @@ type MountRequest struct {
 	// published (Capabilities.OwnershipChange, a writable use and an
 	// fsGroup): the plugin obeys it and decides nothing of its own.
 	ChangeOwnership bool
+	// Republish, for a publish, says that the volume may already be
+	// published for the pod and in use by it: it was Mounted (published
+	// again, as a driver with requiresRepublish asks, or because what it
+	// shows changed), or it was found on disk at start and has not been
+	// published since. On a final error the plugin then leaves what an
+	// earlier publish left (the pod's volume directory and its records):
+	// removing it would leave the pod with stale contents that a later
+	// publish could not repair, as the kubelet's IsRemount and
+	// ReconstructedVolume keep them (kubernetes PR #139045).
+	Republish bool
 }
 
 // ExpandRequest is a published volume to grow on the node.

@@ -150,7 +150,7 @@ func newLoop(cfg loopConfig, in *inbox, pods *podTable) *loop {
 func (l *loop) install(d volume.Found) {
 	l.metrics.reconstructed(d)
 	for _, m := range d.Mounts {
-		l.asw.SetPodMount(m.Spec, m.Volume, m.State, m.Path)
+		l.asw.SetFoundPodMount(m.Spec, m.Volume, m.State, m.Path)
 		l.vol(m.Spec.Name).foundMount(m.Volume.Pod.UID)
 		l.queue.add(m.Spec.Name)
 	}

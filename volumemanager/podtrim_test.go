@@ -295,18 +295,21 @@ func liveBytes() uint64 {
 // TestTrimPodKeepsWhatVolumesShow: a pod keeps its labels and annotations
 // when a downward API file shows them, every container's limits and
 // requests when one shows a container's resources, and the memory limits
-// that size a secret's or projected volume's tmpfs; a pod with none of
-// these keeps none of it.
+// (the containers', the pod-level ones and the overhead) that size a
+// secret's or projected volume's tmpfs; a pod with none of these keeps
+// none of it.
 func TestTrimPodKeepsWhatVolumesShow(t *testing.T) {
 	res := v1.ResourceRequirements{
 		Limits:   v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi"), v1.ResourceCPU: resource.MustParse("2")},
 		Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse("512Mi"), v1.ResourceCPU: resource.MustParse("1")},
 	}
+	podRes := &v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("2Gi")}}
 	pod := func(src v1.VolumeSource) *v1.Pod {
 		p := csitest.Pod("ns", "p", csitest.WithVolume(v1.Volume{Name: "v", VolumeSource: src}, false))
 		p.Labels, p.Annotations = map[string]string{"app": "web"}, map[string]string{"a": "b"}
 		p.Spec.Containers[0].Resources = res
 		p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: "sidecar", Resources: res})
+		p.Spec.Resources, p.Spec.Overhead = podRes.DeepCopy(), v1.ResourceList{v1.ResourceMemory: resource.MustParse("10Mi")}
 		return p
 	}
 	labels := []v1.DownwardAPIVolumeFile{{Path: "labels", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.labels"}}}
@@ -345,6 +348,14 @@ func TestTrimPodKeepsWhatVolumesShow(t *testing.T) {
 			}
 			if !equality.Semantic.DeepEqual(have, want) {
 				t.Errorf("containers' resources kept %v, want %v", have, want)
+			}
+			// The pod-level limits and the overhead size a tmpfs; they
+			// go with the containers' limits.
+			keepPod := tt.all || tt.memOnly
+			if (got.Spec.Resources != nil) != keepPod || (got.Spec.Overhead != nil) != keepPod {
+				t.Errorf("pod-level resources %v, overhead %v; want them kept: %v", got.Spec.Resources, got.Spec.Overhead, keepPod)
+			} else if keepPod && !equality.Semantic.DeepEqual(got.Spec.Resources, podRes) {
+				t.Errorf("pod-level resources %v, want %v", got.Spec.Resources, podRes)
 			}
 		})
 	}

@@ -2,10 +2,14 @@ package volumemanager
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
@@ -124,5 +128,53 @@ func TestRepublishAdopted(t *testing.T) {
 	waitIdle(t, e.vm)
 	if n := p.count(); n != 1 {
 		t.Errorf("set up %d times after the pod was added again unchanged, want once", n)
+	}
+}
+
+// TestFailedRepublishKeepsVolume: a republish of a requiresRepublish
+// driver that fails with a final error leaves the volume Mounted and the
+// pod's volume directory as it was (the target the driver made without
+// mounting, and vol_data.json), as the kubelet 1.37 leaves them on a
+// remount; the next resync publishes it again.
+func TestFailedRepublishKeepsVolume(t *testing.T) {
+	drv := csitest.New(t, csitest.Options{DriverName: "again.example.com", CreateTargetDirs: true, NoStageUnstage: true})
+	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false, csitest.DriverRequiresRepublish()), pvc, pv)
+	clk := testclock.NewFakeClock(time.Now())
+	root := t.TempDir()
+	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: mount.NewFakeMounter(nil), Clock: clk, ResyncPeriod: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- vm.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("a", "a", false))
+	vm.AddPod(pod)
+	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "pods", string(pod.UID), "volumes", "kubernetes.io~csi", pv.Name)
+	drv.Inject(csitest.Fault{Method: "NodePublishVolume", Err: status.Error(codes.InvalidArgument, "injected"), Times: 1})
+	for i, want := range []int{2, 3} { // the failed republish, then one that succeeds
+		eventually(t, "resync ticker created", clk.HasWaiters)
+		clk.Step(time.Minute)
+		if err := drv.WaitForCalls(ctx, "NodePublishVolume", want); err != nil {
+			t.Fatalf("republish %d: %v", i+1, err)
+		}
+		waitIdle(t, vm)
+		for _, p := range []string{filepath.Join(dir, "mount"), filepath.Join(dir, "vol_data.json")} {
+			if _, err := os.Lstat(p); err != nil {
+				t.Errorf("after republish %d: %v, want it kept", i+1, err)
+			}
+		}
+		if vols := vm.GetMountedVolumesForPod(pod.UID); len(vols) != 1 {
+			t.Errorf("after republish %d: mounted volumes %+v, want 1", i+1, vols)
+		}
 	}
 }

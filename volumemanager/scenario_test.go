@@ -202,6 +202,9 @@ func (s *scenario) action(a oe.Action, mode cache.VolumeMode) string {
 	if a.Expand > 0 {
 		out += fmt.Sprintf(" expand=%d", a.Expand)
 	}
+	if a.Republish {
+		out += " republish"
+	}
 	return out
 }
 

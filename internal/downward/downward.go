@@ -20,7 +20,12 @@
 //     containers first, then init containers), divided by the divisor (1
 //     when unset or zero) and rounded up; a limit of cpu, memory or
 //     ephemeral-storage that the container does not declare (or declares
-//     zero) is the node's allocatable amount.
+//     zero) is the node's allocatable amount. Pod-level limits
+//     (spec.resources.limits) are not read: since 1.34 the kubelet puts
+//     them before the node's allocatable amount for a container's
+//     environment variables only (defaultPodLimitsForDownwardAPI, called
+//     from makeEnvironmentVariables); its downwardAPI volume plugin in
+//     1.37 still goes from the container's limit to the node's.
 //   - the file's path is cleaned, its mode is the item's or the default
 //     mode, its owner (with the alpha AtomicWriteVolumeUserFields) the
 //     item's user or the default user.

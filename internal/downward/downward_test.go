@@ -111,6 +111,43 @@ func TestValues(t *testing.T) {
 const labelKeyMsg = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character " +
 	"(e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
 
+// TestPodLevelLimitsNotRead: a pod with pod-level limits still shows the
+// node's allocatable amount for a container limit it does not declare, as
+// the kubelet's downwardAPI volume plugin (v1.37) shows it; the pod-level
+// fallback of 1.34 is for environment variables only. Declared container
+// limits and requests are unchanged by pod-level resources.
+func TestPodLevelLimitsNotRead(t *testing.T) {
+	pod := testPod()
+	pod.Spec.Resources = &v1.ResourceRequirements{
+		Limits:   rl("cpu", "1250m", "memory", "1Gi", "ephemeral-storage", "3Gi", "hugepages-2Mi", "8Mi"),
+		Requests: rl("cpu", "1", "memory", "512Mi"),
+	}
+	for _, tc := range []struct {
+		name string
+		item v1.DownwardAPIVolumeFile
+		want string
+	}{
+		{"limits.cpu", res("f", "bare", "limits.cpu", "1m"), "4000"},
+		{"limits.memory", res("f", "bare", "limits.memory", "1Gi"), "8"},
+		{"limits.ephemeral-storage", res("f", "bare", "limits.ephemeral-storage", "1Gi"), "10"},
+		{"a zero container limit", res("f", "app", "limits.ephemeral-storage", "1Gi"), "10"},
+		{"limits.hugepages", res("f", "bare", "limits.hugepages-2Mi", ""), "0"},
+		{"requests.cpu", res("f", "bare", "requests.cpu", "1m"), "0"},
+		{"requests.memory", res("f", "bare", "requests.memory", ""), "0"},
+		{"a declared limit", res("f", "app", "limits.cpu", "1m"), "250"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Payload(pod, Source{Items: []v1.DownwardAPIVolumeFile{tc.item}, DefaultMode: ptr[int32](0o644)}, node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f := got["f"]; string(f.Data) != tc.want {
+				t.Fatalf("got %q, want %q", f.Data, tc.want)
+			}
+		})
+	}
+}
+
 // TestErrors: the kubelet's texts, every item's error, distinct errors
 // aggregated as "[a, b]".
 func TestErrors(t *testing.T) {

@@ -118,6 +118,10 @@ type Action struct {
 	// fsGroup ownership of the published volume (the planner's decision,
 	// volume.MountRequest.ChangeOwnership).
 	ChangeOwnership bool
+	// Republish, on an OpPublish, says that the pod may be using the
+	// volume already (volume.MountRequest.Republish): it was Mounted, or
+	// found on disk at start and not published since.
+	Republish bool
 }
 
 // Key returns the exclusion key of the action.
@@ -218,7 +222,7 @@ func run(ctx context.Context, p volume.Plugin, a Action, in Input, spec *cache.V
 		}
 	case OpPublish:
 		path, err = p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: a.Pod, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath,
-			ChangeOwnership: a.ChangeOwnership})
+			ChangeOwnership: a.ChangeOwnership, Republish: a.Republish})
 		return nil, path, err
 	case OpUnpublish:
 		return nil, "", p.TearDown(ctx, volume.MountRequest{Spec: spec, Volume: a.Pod, PublishContext: in.PublishContext, DeviceMountPath: in.DeviceMountPath})

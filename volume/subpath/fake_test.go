@@ -25,6 +25,8 @@ type fdMounter struct {
 	mu      sync.Mutex
 	sources map[string]string // target -> the file bound there
 	flags   [][]string
+	// unmounts are the unmounts made, "lazy" ones by detach.
+	unmounts []string
 }
 
 func (f *fdMounter) MountSensitiveWithoutSystemdWithMountFlags(source, target, fstype string, options, sensitive, flags []string) error {
@@ -40,8 +42,18 @@ func (f *fdMounter) MountSensitiveWithoutSystemdWithMountFlags(source, target, f
 }
 
 func (f *fdMounter) Unmount(target string) error {
+	return f.unmount(target, "plain")
+}
+
+// detach stands for umount2 with MNT_DETACH.
+func (f *fdMounter) detach(target string) error {
+	return f.unmount(target, "lazy")
+}
+
+func (f *fdMounter) unmount(target, how string) error {
 	f.mu.Lock()
 	delete(f.sources, target)
+	f.unmounts = append(f.unmounts, how)
 	f.mu.Unlock()
 	return f.FakeMounter.Unmount(target)
 }
@@ -82,7 +94,7 @@ func newFakeEnv(t *testing.T) *fakeEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.sameFile = e.fake.sameFile
+	m.sameFile, m.detach = e.fake.sameFile, e.fake.detach
 	e.m = m
 	return e
 }
@@ -266,11 +278,19 @@ func TestPrepareReplacesStaleMount(t *testing.T) {
 	}
 	// The same target, now for another directory (the volume was mounted
 	// anew, and the mount left there is of the old one).
+	e.steps = nil
 	if _, err := e.m.Prepare(context.Background(), e.mount("app", 0, "b")); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.mounts(); !slices.Equal(got, []string{target}) || e.fake.sources[target] != filepath.Join(e.vol, "b") {
 		t.Errorf("mounts %v, %s bound to %q; want one mount of b", got, target, e.fake.sources[target])
+	}
+	// Detached, as the kubelet does it, and announced as an unmount.
+	if !slices.Equal(e.fake.unmounts, []string{"lazy"}) {
+		t.Errorf("unmounts %q, want one lazy unmount", e.fake.unmounts)
+	}
+	if len(e.steps) == 0 || e.steps[0] != (step.Step{Op: step.Unmount, Path: target}) {
+		t.Errorf("steps %v, want the unmount of %s first", e.steps, target)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/internal/rootfs"
+	"github.com/nodevol/nodevol/util/step"
 )
 
 // Modes of what Prepare makes under the root: the kubelet's.
@@ -42,7 +43,7 @@ const (
 // pod, volume, container and subPath, and nothing is created or mounted.
 // Idempotent: an existing bind mount of the same file is reused; one of
 // another file (a stale mount, left after the volume was mounted anew) is
-// unmounted and made again, as the kubelet does. On an error after the
+// detached (a lazy unmount) and made again, as the kubelet 1.37 does. On an error after the
 // target was made, the target and the directories it emptied are removed
 // again (the step hook permitting).
 func (m *Manager) Prepare(ctx context.Context, s Mount) (string, error) {
@@ -114,7 +115,11 @@ func (m *Manager) openSubPath(ctx context.Context, s Mount, comps []string) (int
 // checkTarget looks at what is mounted at name (relative to the root):
 // true when it is a bind mount of the file open as fd. A corrupted mount
 // or a mount of another file is unmounted (each of them, when they are
-// stacked), and false returned.
+// stacked), and false returned. A mount of another file (a stale one, of
+// a volume mounted anew) is detached, as the kubelet 1.37 lazy-unmounts
+// it: a plain unmount would wait on a hung FUSE flush, or fail while a
+// container still holds a file in it, and the pod would never start
+// again.
 func (m *Manager) checkTarget(ctx context.Context, fd int, name string) (bool, error) {
 	target, err := m.mountPath(name)
 	if err != nil {
@@ -136,7 +141,11 @@ func (m *Manager) checkTarget(ctx context.Context, fd int, name string) (bool, e
 			if err != nil || same {
 				return same, err
 			}
-			klog.FromContext(ctx).V(4).Info("Unmounting a stale subPath mount: it is of another file", "path", target)
+			klog.FromContext(ctx).V(4).Info("Detaching a stale subPath mount: it is of another file", "path", target)
+			if err := m.detachStale(name); err != nil {
+				return false, err
+			}
+			continue
 		}
 		if err := m.unmount(name); err != nil {
 			return false, err
@@ -180,6 +189,33 @@ func (m *Manager) unmount(name string) error {
 		return fmt.Errorf("unmounting %s: %w", target, err)
 	}
 	return nil
+}
+
+// detachStale lazily unmounts name (relative to the root) once: the
+// mount leaves the tree at once and goes when no one uses it any more.
+func (m *Manager) detachStale(name string) error {
+	target, err := m.mountPath(name)
+	if err != nil {
+		return err
+	}
+	if err := m.steps.Take(step.Unmount, target); err != nil {
+		return fmt.Errorf("detaching %s: %w", target, err)
+	}
+	if err := m.detach(target); err != nil {
+		return fmt.Errorf("detaching %s: %w", target, err)
+	}
+	return nil
+}
+
+// detachMount is umount2(target, MNT_DETACH), following no symlink at
+// target itself.
+func detachMount(target string) error {
+	for {
+		err := unix.Unmount(target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		if err != unix.EINTR {
+			return err
+		}
+	}
 }
 
 // bind makes target (a directory when dir, an empty file otherwise) and

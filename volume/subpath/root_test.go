@@ -3,6 +3,7 @@ package subpath
 import (
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -258,6 +259,41 @@ func TestRootStaleMountReplaced(t *testing.T) {
 	if got := e.subPathMounts(t); !slices.Equal(got, want) {
 		t.Errorf("mounts %q, want %q", got, want)
 	}
+	if err := m.CleanPod(context.Background(), "pod-1"); err != nil {
+		t.Fatal(err)
+	}
+	e.checkClean(t)
+}
+
+// TestRootStaleMountInUseDetached: a stale subPath mount that is still in
+// use (a file open in it, as an exited container's hung FUSE flush holds
+// one) is detached, not unmounted, as the kubelet 1.37 does: Prepare binds
+// the new file in its place at once, and the open file stays readable.
+func TestRootStaleMountInUseDetached(t *testing.T) {
+	e := newRootEnv(t)
+	mkdirs(t, filepath.Join(e.vol, "a"), filepath.Join(e.vol, "b"))
+	write(t, filepath.Join(e.vol, "a", "f"), "old")
+	m := e.manager(t)
+	target, err := m.Prepare(context.Background(), e.mount("app", 0, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(filepath.Join(target, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if _, err := m.Prepare(context.Background(), e.mount("app", 0, "b")); err != nil {
+		t.Fatalf("Prepare over a stale mount in use: %v", err)
+	}
+	want := []string{"pods/pod-1/volume-subpaths/data/app/0 /b tmpfs"}
+	if got := e.subPathMounts(t); !slices.Equal(got, want) {
+		t.Errorf("mounts %q, want %q", got, want)
+	}
+	if data, err := io.ReadAll(held); err != nil || string(data) != "old" {
+		t.Errorf("the file held open in the detached mount reads %q, %v", data, err)
+	}
+	held.Close()
 	if err := m.CleanPod(context.Background(), "pod-1"); err != nil {
 		t.Fatal(err)
 	}

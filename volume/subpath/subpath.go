@@ -27,9 +27,10 @@
 // subPath at all (the kubelet resolves symlinks that stay inside the
 // volume, once, and opens the result without following any); it does not
 // expand subPathExpr (the caller passes the expanded subPath); it does not
-// trigger automounts inside the volume; it unmounts a stale mount with a
-// plain unmount where the kubelet detaches it lazily; and its errors carry
-// the paths, which the kubelet logs but does not put in the pod's events.
+// trigger automounts inside the volume; and its errors carry the paths,
+// which the kubelet logs but does not put in the pod's events. A stale
+// mount (of another file) is detached lazily, a corrupted one unmounted,
+// as the kubelet 1.37 does.
 package subpath
 
 import (
@@ -102,7 +103,11 @@ type Manager struct {
 	sameFile func(fd int, target string) (bool, error)
 	// afterOpen, when set (tests), runs after the subPath is opened.
 	afterOpen func(fd int)
-	locks     podLocks
+	// detach lazily unmounts the mount at target (an absolute path whose
+	// components below the root are no symlinks); replaced in tests on
+	// the fake mounter.
+	detach func(target string) error
+	locks  podLocks
 }
 
 // New returns a Manager for cfg.
@@ -123,6 +128,7 @@ func New(cfg Config) (*Manager, error) {
 		steps:   cfg.Steps,
 	}
 	m.sameFile = m.sameFileStat
+	m.detach = detachMount
 	return m, nil
 }
 

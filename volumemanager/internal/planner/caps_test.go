@@ -120,3 +120,34 @@ func TestCapabilities(t *testing.T) {
 		})
 	}
 }
+
+// TestPublishRepublish: a publish is a republish (the plugin leaves what
+// is there when it fails) when the pod may be using the volume already:
+// Mounted and due again, or Uncertain as found on disk at start; never
+// for a first publish or an Uncertain one an operation left.
+func TestPublishRepublish(t *testing.T) {
+	const vol = cache.UniqueVolumeName("v")
+	p := cache.PodVolume{Pod: cache.PodRef{UID: "a", Namespace: "ns", Name: "a"}, SpecName: "data"}
+	for _, tc := range []struct {
+		name string
+		pods map[types.UID]state.PodMount
+		want bool
+	}{
+		{name: "first publish"},
+		{name: "Mounted, due again", pods: map[types.UID]state.PodMount{"a": {Volume: p, State: cache.Mounted}}, want: true},
+		{name: "Uncertain after an operation", pods: map[types.UID]state.PodMount{"a": {Volume: p, State: cache.Uncertain}}},
+		{name: "Uncertain as found on disk", pods: map[types.UID]state.PodMount{"a": {Volume: p, State: cache.Uncertain, Found: true}}, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := View{Name: vol, Spec: cache.VolumeSpec{Name: vol}, Desired: []cache.PodVolume{p}, Caps: volume.Capabilities{Republish: true},
+				Actual: state.ActualVolume{Pods: tc.pods}, Known: tc.pods != nil, Republish: map[types.UID]bool{"a": true}}
+			d := Plan(v)
+			if len(d.Actions) != 1 || d.Actions[0].Kind != oe.OpPublish {
+				t.Fatalf("plan = %v, want one publish", d.Actions)
+			}
+			if got := d.Actions[0].Republish; got != tc.want {
+				t.Errorf("Republish = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -198,10 +198,15 @@ func Plan(v View) Decision {
 // first, if > 0). It carries the ownership decision: the plugin gives the
 // pod's fsGroup ownership of the volume's files when it changes ownership
 // for this volume (Caps.OwnershipChange, the driver's and the volume's
-// part) and the pod has an fsGroup and mounts the volume writable.
+// part) and the pod has an fsGroup and mounts the volume writable. It is
+// a republish when the pod may be using the volume already: Mounted, or
+// Uncertain as found on disk at start (the kubelet's IsRemount and
+// ReconstructedVolume), so that a failure leaves what is there.
 func publishAction(v View, p cache.PodVolume, expand int64) oe.Action {
+	pm, ok := v.Actual.Pods[p.Pod.UID]
 	return oe.Action{Kind: oe.OpPublish, Volume: v.Name, Pod: p, Expand: expand,
-		ChangeOwnership: v.Caps.OwnershipChange && p.FSGroup != nil && !p.ReadOnly}
+		ChangeOwnership: v.Caps.OwnershipChange && p.FSGroup != nil && !p.ReadOnly,
+		Republish:       ok && (pm.State == cache.Mounted || pm.Found && pm.State == cache.Uncertain)}
 }
 
 // refusals are the desired pods that may not use the volume now, and why.

@@ -45,6 +45,11 @@ type PodMount struct {
 	// Busy is true while an operation on this mount runs: whatever State
 	// says, the volume may be mounted (a NodePublishVolume in flight).
 	Busy bool
+	// Found is true for an Uncertain mount found on disk at start
+	// (reconstruction) that has not been Mounted or NotMounted since: the
+	// pod may be using what an earlier run published (the kubelet's
+	// IsVolumeReconstructed: Uncertain and foundDuringReconstruction).
+	Found bool
 }
 
 // MayBeMounted reports whether the pod may have the volume mounted: it is
@@ -145,13 +150,26 @@ func (a *ActualStateOfWorld) SetDeviceSELinuxContext(spec cache.VolumeSpec, cont
 }
 
 // SetPodMount records the state of a pod's mount of a volume after an
-// operation (it clears Busy).
+// operation (it clears Busy). A mount found on disk stays Found while it
+// is Uncertain.
 func (a *ActualStateOfWorld) SetPodMount(spec cache.VolumeSpec, vol cache.PodVolume, state cache.MountState, path string) {
+	a.setPodMount(spec, vol, state, path, false)
+}
+
+// SetFoundPodMount records a pod's mount of a volume found on disk at
+// start, in the state reconstruction gave it: an Uncertain one is Found
+// until it is Mounted or NotMounted.
+func (a *ActualStateOfWorld) SetFoundPodMount(spec cache.VolumeSpec, vol cache.PodVolume, state cache.MountState, path string) {
+	a.setPodMount(spec, vol, state, path, true)
+}
+
+func (a *ActualStateOfWorld) setPodMount(spec cache.VolumeSpec, vol cache.PodVolume, state cache.MountState, path string, found bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	v := a.volume(spec)
 	pm := v.Pods[vol.Pod.UID]
 	pm.Volume, pm.State, pm.Busy = vol, state, false
+	pm.Found = (pm.Found || found) && state == cache.Uncertain
 	if path != "" {
 		pm.Path = path
 	}

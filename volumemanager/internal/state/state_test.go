@@ -227,3 +227,52 @@ func TestPodWaitDone(t *testing.T) {
 		t.Fatalf("%d pods keep a channel nobody waits on", n)
 	}
 }
+
+// TestFoundPodMount: a mount found on disk Uncertain stays Found through
+// its busy spells and Uncertain outcomes, and stops being Found once it
+// is Mounted or NotMounted; one found Mounted, or set by an operation, is
+// never Found.
+func TestFoundPodMount(t *testing.T) {
+	s := spec("drv", "h", "pv")
+	vol := cache.PodVolume{Pod: pod("a"), SpecName: "data"}
+	found := func(a *ActualStateOfWorld) bool {
+		v, _ := a.Volume(s.Name)
+		return v.Pods["a"].Found
+	}
+	for _, tc := range []struct {
+		name  string
+		steps func(a *ActualStateOfWorld)
+		want  bool
+	}{
+		{"found Uncertain", func(a *ActualStateOfWorld) { a.SetFoundPodMount(s, vol, cache.Uncertain, "/p") }, true},
+		{"found Mounted", func(a *ActualStateOfWorld) { a.SetFoundPodMount(s, vol, cache.Mounted, "/p") }, false},
+		{"Uncertain after an operation", func(a *ActualStateOfWorld) { a.SetPodMount(s, vol, cache.Uncertain, "/p") }, false},
+		{"found, then busy and failed", func(a *ActualStateOfWorld) {
+			a.SetFoundPodMount(s, vol, cache.Uncertain, "/p")
+			a.SetPodBusy(s, vol, true)
+			a.SetPodBusy(s, vol, false)
+		}, true},
+		{"found, then Uncertain again", func(a *ActualStateOfWorld) {
+			a.SetFoundPodMount(s, vol, cache.Uncertain, "/p")
+			a.SetPodMount(s, vol, cache.Uncertain, "")
+		}, true},
+		{"found, then Mounted", func(a *ActualStateOfWorld) {
+			a.SetFoundPodMount(s, vol, cache.Uncertain, "/p")
+			a.SetPodMount(s, vol, cache.Mounted, "/p")
+			a.SetPodMount(s, vol, cache.Uncertain, "")
+		}, false},
+		{"found, then NotMounted", func(a *ActualStateOfWorld) {
+			a.SetFoundPodMount(s, vol, cache.Uncertain, "/p")
+			a.SetPodMount(s, vol, cache.NotMounted, "")
+			a.SetPodMount(s, vol, cache.Uncertain, "")
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := NewActualStateOfWorld()
+			tc.steps(a)
+			if got := found(a); got != tc.want {
+				t.Errorf("Found = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
