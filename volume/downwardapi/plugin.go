@@ -48,17 +48,13 @@
 package downwardapi
 
 import (
-	"errors"
-	"fmt"
-
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/internal/rootfs"
 	"github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/emptydir"
+	"github.com/nodevol/nodevol/volume/internal/wrapped"
 )
 
 // PluginName is the plugin's name, the kubelet's.
@@ -91,12 +87,10 @@ type Config struct {
 	UserFields bool
 }
 
-// plugin is the downwardAPI plugin.
+// plugin is the downwardAPI plugin; the wrapped emptyDir gives it its
+// Capabilities, TearDown, Reconstruct and Retake.
 type plugin struct {
-	wrapper    *emptydir.Wrapper
-	rfs        *rootfs.Root // without the steps hook: the writer adds it
-	steps      step.Hook
-	alloc      func() (v1.ResourceList, error)
+	wrapped.Base
 	userFields bool
 }
 
@@ -112,23 +106,12 @@ func New(cfg Config) (volume.Plugin, error) {
 }
 
 func newPlugin(cfg Config) (*plugin, error) {
-	if cfg.RootDir == "" {
-		return nil, errors.New("downwardAPI plugin: RootDir is required")
-	}
-	if cfg.Mounter == nil {
-		return nil, errors.New("downwardAPI plugin: Mounter is required")
-	}
-	p := &plugin{steps: cfg.Steps, alloc: cfg.NodeAllocatable, userFields: cfg.UserFields}
-	w, err := emptydir.NewWrapper(emptydir.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps, AllocatableMemory: p.allocatableMemory}, PluginName)
+	b, err := wrapped.New("downwardAPI", PluginName, emptydir.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps},
+		cfg.NodeAllocatable)
 	if err != nil {
-		return nil, fmt.Errorf("downwardAPI plugin: %w", err)
+		return nil, err
 	}
-	r, err := rootfs.New(cfg.RootDir)
-	if err != nil {
-		return nil, fmt.Errorf("downwardAPI plugin: %w", err)
-	}
-	p.wrapper, p.rfs = w, r
-	return p, nil
+	return &plugin{Base: b, userFields: cfg.UserFields}, nil
 }
 
 // Name implements volume.Plugin.
@@ -137,34 +120,3 @@ func (p *plugin) Name() string { return PluginName }
 // CanSupport implements volume.Plugin: pod volumes with a downwardAPI
 // source.
 func (p *plugin) CanSupport(v *v1.Volume) bool { return v != nil && v.DownwardAPI != nil }
-
-// Capabilities implements volume.Plugin: a downwardAPI volume is neither
-// attached nor staged, never a block device, and published again at every
-// resync (the kubelet's RequiresRemount); the writer gives its files the
-// pod's fsGroup itself.
-func (p *plugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
-	return volume.Capabilities{Republish: true, ReadOnly: true}, nil
-}
-
-// allocatable returns the node's allocatable resources: nil (and no error)
-// when the plugin has no way to know them.
-func (p *plugin) allocatable() (v1.ResourceList, error) {
-	if p.alloc == nil {
-		return nil, nil
-	}
-	return p.alloc()
-}
-
-// allocatableMemory is the node's allocatable memory for the wrapped
-// tmpfs's bound, as emptydir.Config wants it.
-func (p *plugin) allocatableMemory() (int64, error) {
-	l, err := p.allocatable()
-	if err != nil {
-		return 0, err
-	}
-	q, ok := l[v1.ResourceMemory]
-	if !ok {
-		return 0, errors.New("the node reports no allocatable memory")
-	}
-	return q.Value(), nil
-}

@@ -13,7 +13,6 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/atomicwriter"
 	"github.com/nodevol/nodevol/internal/downward"
-	"github.com/nodevol/nodevol/volume"
 )
 
 // Keys and prefixes of what ResolveSpec stores in spec.Attributes (see the
@@ -45,13 +44,9 @@ func (p *plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
 		return fail(errors.New("the spec has no downwardAPI source"))
 	}
 	src := spec.Source.DownwardAPI
-	var alloc v1.ResourceList
-	if downward.NeedsNodeAllocatable(src.Items) {
-		var err error
-		if alloc, err = p.allocatable(); err != nil {
-			// The kubelet's text, for the node it could not read.
-			return fail(fmt.Errorf("error retrieving node: %w: %w", err, volume.ErrNotReady))
-		}
+	alloc, err := p.NodeAllocatable(src.Items)
+	if err != nil {
+		return fail(err)
 	}
 	payload, err := downward.Payload(pod, downward.Source{
 		Items: src.Items, DefaultMode: src.DefaultMode, DefaultUser: src.DefaultUser, UserFields: p.userFields,
@@ -62,7 +57,7 @@ func (p *plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
 	if err := checkPaths(payload); err != nil {
 		return fail(err)
 	}
-	spec.Attributes = encode(payload, p.wrapper.MemorySize(pod))
+	spec.Attributes = encode(payload, p.Wrapper.MemorySize(pod))
 	return nil
 }
 

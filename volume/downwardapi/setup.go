@@ -25,13 +25,13 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 	if err != nil {
 		return "", fmt.Errorf("setting up downwardAPI volume %q of pod %s: %w", vol.SpecName, vol.Pod, err)
 	}
-	dir, err := p.wrapper.SetUp(ctx, vol, true, size)
+	dir, err := p.Wrapper.SetUp(ctx, vol, true, size)
 	if err != nil {
 		return "", err
 	}
 	// From here on the tmpfs is mounted: an error leaves the volume
 	// Uncertain, to be set up again or torn down.
-	w, err := atomicwriter.New(p.rfs, dir, atomicwriter.Options{Steps: p.steps, FSGroup: vol.FSGroup})
+	w, err := atomicwriter.New(p.Root, dir, atomicwriter.Options{Steps: p.Steps, FSGroup: vol.FSGroup})
 	if err != nil {
 		return "", fmt.Errorf("writing downwardAPI volume %q of pod %s: %w: %w", vol.SpecName, vol.Pod, err, volume.ErrInProgress)
 	}
@@ -43,23 +43,4 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 		klog.FromContext(ctx).V(4).Info("DownwardAPI volume written", "pod", vol.Pod, "volume", vol.SpecName, "files", len(payload), "path", dir)
 	}
 	return dir, nil
-}
-
-// TearDown implements volume.Mounter: the wrapped emptyDir's, from the
-// volume's path alone (its tmpfs unmounted, its directory and ready file
-// removed). Idempotent.
-func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
-	return p.wrapper.TearDown(ctx, req.Volume.Pod.UID, req.Volume.SpecName)
-}
-
-// Reconstruct implements volume.Reconstructor: the downwardAPI volumes
-// earlier runs (or the kubelet) left, found as the wrapped emptyDir finds
-// them. Their files are written again at the next SetUp.
-func (p *plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Found {
-	return p.wrapper.Reconstruct(ctx, rc)
-}
-
-// Retake implements volume.Reconstructor: the wrapped emptyDir's.
-func (p *plugin) Retake(ctx context.Context, dir string, mounted map[string]bool) bool {
-	return p.wrapper.Retake(ctx, dir, mounted)
 }

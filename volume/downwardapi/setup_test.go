@@ -244,7 +244,7 @@ func TestSetUpErrors(t *testing.T) {
 	newer := resolved(t, tp.plugin, testPod(map[string]string{"a": "2"}), "v", src)
 	failing := errors.New("disk full")
 	tp.steps = nil
-	tp.plugin.steps = func(s step.Step) error {
+	tp.plugin.Steps = func(s step.Step) error {
 		if s.Op == step.Rename {
 			return failing
 		}
@@ -257,7 +257,7 @@ func TestSetUpErrors(t *testing.T) {
 	if got := read(t, dir, "labels"); got != `labels -rw-r--r-- "a=\"1\""` {
 		t.Errorf("after a failed update: %s; want the old file", got)
 	}
-	tp.plugin.steps = nil
+	tp.plugin.Steps = nil
 	if _, err := tp.SetUp(ctx, request(newer, "v", nil)); err != nil {
 		t.Fatal(err)
 	}

@@ -88,10 +88,10 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
-	"github.com/nodevol/nodevol/internal/rootfs"
 	"github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/emptydir"
+	"github.com/nodevol/nodevol/volume/internal/wrapped"
 )
 
 // PluginName is the plugin's name, the kubelet's.
@@ -158,12 +158,10 @@ type Config struct {
 	UserFields bool
 }
 
-// plugin is the projected plugin.
+// plugin is the projected plugin; the wrapped emptyDir gives it its
+// Capabilities, TearDown, Reconstruct and Retake.
 type plugin struct {
-	wrapper    *emptydir.Wrapper
-	rfs        *rootfs.Root // without the steps hook: the writer adds it
-	steps      step.Hook
-	alloc      func() (v1.ResourceList, error)
+	wrapped.Base
 	objects    Objects
 	tokens     Tokens
 	certs      PodCertificates
@@ -183,32 +181,17 @@ func New(cfg Config) (volume.Plugin, error) {
 }
 
 func newPlugin(cfg Config) (*plugin, error) {
+	b, err := wrapped.New("projected", PluginName, emptydir.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps,
+		AllocatableMemory: cfg.AllocatableMemory}, cfg.NodeAllocatable)
 	switch {
-	case cfg.RootDir == "":
-		return nil, errors.New("projected plugin: RootDir is required")
-	case cfg.Mounter == nil:
-		return nil, errors.New("projected plugin: Mounter is required")
+	case err != nil:
+		return nil, err
 	case cfg.Objects == nil:
 		return nil, errors.New("projected plugin: Objects is required")
 	case cfg.Tokens == nil:
 		return nil, errors.New("projected plugin: Tokens is required")
 	}
-	p := &plugin{steps: cfg.Steps, alloc: cfg.NodeAllocatable, objects: cfg.Objects, tokens: cfg.Tokens,
-		certs: cfg.PodCertificates, userFields: cfg.UserFields}
-	mem := cfg.AllocatableMemory
-	if mem == nil {
-		mem = p.allocatableMemory
-	}
-	w, err := emptydir.NewWrapper(emptydir.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps, AllocatableMemory: mem}, PluginName)
-	if err != nil {
-		return nil, fmt.Errorf("projected plugin: %w", err)
-	}
-	r, err := rootfs.New(cfg.RootDir)
-	if err != nil {
-		return nil, fmt.Errorf("projected plugin: %w", err)
-	}
-	p.wrapper, p.rfs = w, r
-	return p, nil
+	return &plugin{Base: b, objects: cfg.Objects, tokens: cfg.Tokens, certs: cfg.PodCertificates, userFields: cfg.UserFields}, nil
 }
 
 // Name implements volume.Plugin.
@@ -216,58 +199,6 @@ func (p *plugin) Name() string { return PluginName }
 
 // CanSupport implements volume.Plugin: pod volumes with a projected source.
 func (p *plugin) CanSupport(v *v1.Volume) bool { return v != nil && v.Projected != nil }
-
-// Capabilities implements volume.Plugin: a projected volume is neither
-// attached nor staged, never a block device, read-only in every container,
-// and published again at every resync (the kubelet's RequiresRemount); the
-// writer gives its files the pod's fsGroup itself.
-func (p *plugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
-	return volume.Capabilities{Republish: true, ReadOnly: true}, nil
-}
-
-// TearDown implements volume.Mounter: the wrapped emptyDir's, from the
-// pod's UID and the volume's name alone (the spec's source may be nil):
-// the tmpfs unmounted, the directory and the ready file removed.
-// Idempotent.
-func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
-	return p.wrapper.TearDown(ctx, req.Volume.Pod.UID, req.Volume.SpecName)
-}
-
-// Reconstruct implements volume.Reconstructor: the projected volumes that
-// earlier runs (or the kubelet) left, as the wrapped emptyDir finds them:
-// each Uncertain (its files may be half written), so that SetUp confirms or
-// completes them before the pod is told its volume is mounted.
-func (p *plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Found {
-	return p.wrapper.Reconstruct(ctx, rc)
-}
-
-// Retake implements volume.Reconstructor: the wrapped emptyDir's.
-func (p *plugin) Retake(ctx context.Context, dir string, mounted map[string]bool) bool {
-	return p.wrapper.Retake(ctx, dir, mounted)
-}
-
-// allocatable returns the node's allocatable resources: nil (and no error)
-// when the plugin has no way to know them.
-func (p *plugin) allocatable() (v1.ResourceList, error) {
-	if p.alloc == nil {
-		return nil, nil
-	}
-	return p.alloc()
-}
-
-// allocatableMemory is the node's allocatable memory from NodeAllocatable,
-// for the tmpfs's bound.
-func (p *plugin) allocatableMemory() (int64, error) {
-	l, err := p.allocatable()
-	if err != nil {
-		return 0, err
-	}
-	q, ok := l[v1.ResourceMemory]
-	if !ok {
-		return 0, errors.New("the node reports no allocatable memory")
-	}
-	return q.Value(), nil
-}
 
 // Refs returns the objects a projected volume of a pod in namespace ns
 // reads, for the volume manager to hold in the object cache: the

@@ -12,7 +12,6 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/atomicwriter"
 	"github.com/nodevol/nodevol/internal/downward"
-	"github.com/nodevol/nodevol/volume"
 )
 
 // The bounds API validation puts on a source.
@@ -45,17 +44,14 @@ func (p *plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
 	if err := checkSources(src); err != nil {
 		return fail(err)
 	}
-	r := resolved{size: p.wrapper.MemorySize(pod), fsUser: FSUser(pod), downward: map[int]map[string]atomicwriter.File{}}
+	r := resolved{size: p.Wrapper.MemorySize(pod), fsUser: FSUser(pod), downward: map[int]map[string]atomicwriter.File{}}
 	for i, s := range src.Sources {
 		if s.DownwardAPI == nil {
 			continue
 		}
-		var alloc v1.ResourceList
-		if downward.NeedsNodeAllocatable(s.DownwardAPI.Items) {
-			if alloc, err = p.allocatable(); err != nil {
-				// The kubelet's text, for the node it could not read.
-				return fail(fmt.Errorf("sources[%d]: error retrieving node: %w: %w", i, err, volume.ErrNotReady))
-			}
+		alloc, err := p.NodeAllocatable(s.DownwardAPI.Items)
+		if err != nil {
+			return fail(fmt.Errorf("sources[%d]: %w", i, err))
 		}
 		files, err := downward.Payload(pod, downward.Source{
 			Items: s.DownwardAPI.Items, DefaultMode: src.DefaultMode, DefaultUser: src.DefaultUser, UserFields: p.userFields,

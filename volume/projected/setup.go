@@ -42,13 +42,13 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 	if err != nil {
 		return fail(err)
 	}
-	dir, err := p.wrapper.SetUp(ctx, vol, true, res.size)
+	dir, err := p.Wrapper.SetUp(ctx, vol, true, res.size)
 	if err != nil {
 		return "", err
 	}
 	// From here on the tmpfs is mounted: an error leaves the volume
 	// Uncertain, to be set up again or torn down.
-	w, err := atomicwriter.New(p.rfs, dir, atomicwriter.Options{Steps: p.steps, FSGroup: vol.FSGroup})
+	w, err := atomicwriter.New(p.Root, dir, atomicwriter.Options{Steps: p.Steps, FSGroup: vol.FSGroup})
 	if err != nil {
 		return fail(fmt.Errorf("%w: %w", err, volume.ErrInProgress))
 	}

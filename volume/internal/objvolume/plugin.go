@@ -12,10 +12,10 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/atomicwriter"
 	"github.com/nodevol/nodevol/internal/objectcache"
-	"github.com/nodevol/nodevol/internal/rootfs"
 	"github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/emptydir"
+	"github.com/nodevol/nodevol/volume/internal/wrapped"
 )
 
 // Objects is what a plugin reads its objects from: the node's object
@@ -81,12 +81,11 @@ type Config struct {
 	Objects Objects
 }
 
-// Plugin is a plugin of Kind's shape.
+// Plugin is a plugin of Kind's shape; the wrapped emptyDir gives it its
+// Capabilities, TearDown, Reconstruct and Retake.
 type Plugin struct {
+	wrapped.Base
 	kind    Kind
-	wrapper *emptydir.Wrapper
-	root    *rootfs.Root
-	steps   step.Hook
 	objects Objects
 }
 
@@ -101,17 +100,13 @@ func New(k Kind, cfg Config) (*Plugin, error) {
 	if cfg.Objects == nil {
 		return nil, fmt.Errorf("%s plugin: Objects is required", k.Title)
 	}
-	w, err := emptydir.NewWrapper(emptydir.Config{
+	b, err := wrapped.New(k.Title, k.Name, emptydir.Config{
 		RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps, AllocatableMemory: cfg.AllocatableMemory,
-	}, k.Name)
+	}, nil)
 	if err != nil {
-		return nil, fmt.Errorf("%s plugin: %w", k.Title, err)
+		return nil, err
 	}
-	root, err := rootfs.New(cfg.RootDir)
-	if err != nil {
-		return nil, fmt.Errorf("%s plugin: %w", k.Title, err)
-	}
-	return &Plugin{kind: k, wrapper: w, root: root, steps: cfg.Steps, objects: cfg.Objects}, nil
+	return &Plugin{Base: b, kind: k, objects: cfg.Objects}, nil
 }
 
 // Name implements volume.Plugin.
@@ -125,36 +120,6 @@ func (p *Plugin) CanSupport(v *v1.Volume) bool {
 	}
 	_, ok := p.kind.Source(&v.VolumeSource)
 	return ok
-}
-
-// Capabilities implements volume.Plugin: neither attached nor staged,
-// never a block device; published again at each resync and each change of
-// the object (the kubelet remounts these volumes at every pod sync). The
-// pod's fsGroup is applied by the writer whatever the planner decides
-// (the kubelet applies it to these volumes read-only or not), so no
-// ownership change is asked for.
-func (p *Plugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
-	return volume.Capabilities{Republish: true, ReadOnly: true}, nil
-}
-
-// Reconstruct implements volume.Reconstructor: the Wrapper's. Every
-// volume found is Uncertain, a tmpfs still mounted with its ready file
-// too (a process stopped in a Write left its files missing or
-// half-linked), so that SetUp writes it again, or confirms it, for a
-// running pod before the volume is reported mounted.
-func (p *Plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Found {
-	return p.wrapper.Reconstruct(ctx, rc)
-}
-
-// Retake implements volume.Reconstructor: the Wrapper's.
-func (p *Plugin) Retake(ctx context.Context, dir string, mounted map[string]bool) bool {
-	return p.wrapper.Retake(ctx, dir, mounted)
-}
-
-// TearDown implements volume.Mounter: the Wrapper's, from the pod's UID
-// and the volume's name alone (the spec's source may be nil). Idempotent.
-func (p *Plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
-	return p.wrapper.TearDown(ctx, req.Volume.Pod.UID, req.Volume.SpecName)
 }
 
 // source returns spec's source, with its defaultMode defaulted.

@@ -47,7 +47,7 @@ func (p *Plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
 		return fail(err)
 	}
 	if p.kind.Memory {
-		spec.Attributes = map[string]string{attrSize: strconv.FormatInt(p.wrapper.MemorySize(pod), 10)}
+		spec.Attributes = map[string]string{attrSize: strconv.FormatInt(p.Wrapper.MemorySize(pod), 10)}
 	}
 	return nil
 }

@@ -50,11 +50,11 @@ func (p *Plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 	if err != nil {
 		return fail(err)
 	}
-	dir, err := p.wrapper.SetUp(ctx, vol, p.kind.Memory, tmpfsSize)
+	dir, err := p.Wrapper.SetUp(ctx, vol, p.kind.Memory, tmpfsSize)
 	if err != nil {
 		return "", err
 	}
-	w, err := atomicwriter.New(p.root, dir, atomicwriter.Options{Steps: p.steps, FSGroup: vol.FSGroup})
+	w, err := atomicwriter.New(p.Root, dir, atomicwriter.Options{Steps: p.Steps, FSGroup: vol.FSGroup})
 	if err != nil {
 		return fail(fmt.Errorf("%w: %w", err, volume.ErrInProgress))
 	}

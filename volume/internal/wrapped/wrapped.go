@@ -1,0 +1,130 @@
+// Package wrapped is what the plugins whose volumes are a wrapped emptyDir
+// filled by the atomic writer share: configMap and secret (through
+// objvolume), downwardAPI and projected. The kubelet's four plugins wrap an
+// emptyDir the same way; here Base holds that wrapped emptyDir, the root
+// the writer writes below and the steps hook, and gives the plugin that
+// embeds it its Capabilities, TearDown, Reconstruct and Retake.
+//
+// It also holds the node's allocatable resources, which bound the tmpfs
+// (their memory) and which a downward API item reads for a limit a
+// container does not declare (NodeAllocatable). What a plugin stores in
+// spec.Attributes and how it makes its files stay the plugin's own.
+package wrapped
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/internal/downward"
+	"github.com/nodevol/nodevol/internal/rootfs"
+	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/emptydir"
+)
+
+// Base is the part of a plugin that the wrapped emptyDir does; a plugin
+// embeds it.
+type Base struct {
+	// Wrapper sets the volumes' directories up and takes them down.
+	Wrapper *emptydir.Wrapper
+	// Root is the root directory, without the steps hook: the atomic
+	// writer adds it.
+	Root *rootfs.Root
+	// Steps is the plugin's steps hook, for the writer.
+	Steps step.Hook
+	alloc func() (v1.ResourceList, error)
+}
+
+// New returns the Base of plugin pluginName; title names the plugin in
+// its errors ("downwardAPI"). cfg is the wrapped emptyDir's; its
+// AllocatableMemory, if nil, is the memory of node. node returns the
+// node's allocatable resources; nil: they are not known.
+func New(title, pluginName string, cfg emptydir.Config, node func() (v1.ResourceList, error)) (Base, error) {
+	if cfg.RootDir == "" {
+		return Base{}, fmt.Errorf("%s plugin: RootDir is required", title)
+	}
+	if cfg.Mounter == nil {
+		return Base{}, fmt.Errorf("%s plugin: Mounter is required", title)
+	}
+	if cfg.AllocatableMemory == nil && node != nil {
+		cfg.AllocatableMemory = memoryOf(node)
+	}
+	w, err := emptydir.NewWrapper(cfg, pluginName)
+	if err != nil {
+		return Base{}, fmt.Errorf("%s plugin: %w", title, err)
+	}
+	r, err := rootfs.New(cfg.RootDir)
+	if err != nil {
+		return Base{}, fmt.Errorf("%s plugin: %w", title, err)
+	}
+	return Base{Wrapper: w, Root: r, Steps: cfg.Steps, alloc: node}, nil
+}
+
+// Capabilities implements volume.Plugin: neither attached nor staged,
+// never a block device, read-only in every container, and published again
+// at every resync (the kubelet's RequiresRemount) and, for a plugin that
+// reads objects, at each change of one. The writer gives the files the
+// pod's fsGroup itself (the kubelet applies it to these volumes read-only
+// or not), so no ownership change is asked for.
+func (b *Base) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
+	return volume.Capabilities{Republish: true, ReadOnly: true}, nil
+}
+
+// TearDown implements volume.Mounter: the wrapped emptyDir's, from the
+// pod's UID and the volume's name alone (the spec's source may be nil):
+// the tmpfs unmounted, the directory and the ready file removed.
+// Idempotent.
+func (b *Base) TearDown(ctx context.Context, req volume.MountRequest) error {
+	return b.Wrapper.TearDown(ctx, req.Volume.Pod.UID, req.Volume.SpecName)
+}
+
+// Reconstruct implements volume.Reconstructor: the volumes that earlier
+// runs (or the kubelet) left, as the wrapped emptyDir finds them, each
+// Uncertain (a process stopped in a write left its files missing or half
+// linked), so that SetUp writes them again, or confirms them, for a
+// running pod before the volume is reported mounted.
+func (b *Base) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Found {
+	return b.Wrapper.Reconstruct(ctx, rc)
+}
+
+// Retake implements volume.Reconstructor: the wrapped emptyDir's.
+func (b *Base) Retake(ctx context.Context, dir string, mounted map[string]bool) bool {
+	return b.Wrapper.Retake(ctx, dir, mounted)
+}
+
+// NodeAllocatable returns the node's allocatable resources that the
+// downward API items read for a limit a container does not declare: nil
+// when no item needs them (the kubelet reads the node only then) or when
+// they are not known. A node that cannot be read is an error with the
+// kubelet's text, wrapping volume.ErrNotReady: the pod spec is not at
+// fault.
+func (b *Base) NodeAllocatable(items []v1.DownwardAPIVolumeFile) (v1.ResourceList, error) {
+	if b.alloc == nil || !downward.NeedsNodeAllocatable(items) {
+		return nil, nil
+	}
+	l, err := b.alloc()
+	if err != nil {
+		return nil, fmt.Errorf("error retrieving node: %w: %w", err, volume.ErrNotReady)
+	}
+	return l, nil
+}
+
+// memoryOf returns the memory of the node's allocatable resources that
+// alloc returns, as emptydir.Config wants it.
+func memoryOf(alloc func() (v1.ResourceList, error)) func() (int64, error) {
+	return func() (int64, error) {
+		l, err := alloc()
+		if err != nil {
+			return 0, err
+		}
+		q, ok := l[v1.ResourceMemory]
+		if !ok {
+			return 0, errors.New("the node reports no allocatable memory")
+		}
+		return q.Value(), nil
+	}
+}
