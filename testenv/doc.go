@@ -15,7 +15,7 @@
 //
 //	make testenv-bins
 //
-// builds both into DefaultBinDir ($XDG_CACHE_HOME/nodevol-testenv/v1.33.13,
+// builds both into DefaultBinDir ($XDG_CACHE_HOME/nodevol-testenv/v1.37.2,
 // or ~/.cache/... when XDG_CACHE_HOME is unset) only when they are missing.
 // The paths can be set in Options or by the environment variables
 // NODEVOL_TESTENV_APISERVER, NODEVOL_TESTENV_ETCD and NODEVOL_TESTENV_DIR
