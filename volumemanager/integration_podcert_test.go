@@ -154,7 +154,10 @@ func TestIntegrationPodCertificate(t *testing.T) {
 	e.waitNodeMayGet(t, "serviceaccounts", "worker")
 	e.mountPod(t, pod)
 
-	issued := signer.requests()
+	// The node may see the issued status before the signer's update
+	// returns to it.
+	var issued []*certificatesv1.PodCertificateRequest
+	eventually(t, "the signer's update to return", func() bool { issued = signer.requests(); return len(issued) > 0 })
 	if len(issued) != 1 {
 		t.Fatalf("the signer issued %d requests, want 1", len(issued))
 	}
