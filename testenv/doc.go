@@ -53,6 +53,12 @@
 //     tests use a namespace of their own and leave it to Stop.
 //   - Nothing schedules pods, binds claims or attaches volumes: tests set
 //     spec.nodeName, spec.volumeName and VolumeAttachment status themselves.
+//   - No signer issues PodCertificateRequests (or CertificateSigningRequests)
+//     and nothing deletes old requests: a test plays the signer with the
+//     admin's client, setting the status an issued request needs.
+//   - The kubernetes Service in the default namespace has no endpoints: the
+//     apiserver runs with --endpoint-reconciler-type=none, since from 1.37
+//     the other reconcilers refuse its loopback advertise address.
 //
 // The apiserver can be stopped and started again alone (Env.StopAPIServer,
 // Env.StartAPIServer, Env.RestartAPIServer) on the same address, with its
