@@ -105,7 +105,14 @@ demo: deps build
 # build takes minutes; once cached, the target does nothing.
 TESTENV_VERSION := $(shell awk '$$1 == "k8s.io/kubernetes" && $$2 ~ /^v/ { print $$2 }' testenv/build/go.mod)
 TESTENV_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/nodevol-testenv/$(TESTENV_VERSION)
-TESTENV_LDFLAGS := -s -w
+TESTENV_VERSION_PARTS := $(subst ., ,$(patsubst v%,%,$(TESTENV_VERSION)))
+# kube-apiserver reports the version it is given at link time (/version, its
+# log); unset, it says v0.0.0-master.
+TESTENV_VERSION_PKG := k8s.io/component-base/version
+TESTENV_LDFLAGS := -s -w -X $(TESTENV_VERSION_PKG).gitVersion=$(TESTENV_VERSION) \
+	-X $(TESTENV_VERSION_PKG).gitMajor=$(word 1,$(TESTENV_VERSION_PARTS)) \
+	-X $(TESTENV_VERSION_PKG).gitMinor=$(word 2,$(TESTENV_VERSION_PARTS)) \
+	-X $(TESTENV_VERSION_PKG).gitTreeState=clean
 export NODEVOL_TESTENV_DIR := $(TESTENV_CACHE)
 
 testenv-bins: $(TESTENV_CACHE)/kube-apiserver $(TESTENV_CACHE)/etcd

@@ -15,7 +15,7 @@
 //
 //	make testenv-bins
 //
-// builds both into DefaultBinDir ($XDG_CACHE_HOME/nodevol-testenv/v1.33.13,
+// builds both into DefaultBinDir ($XDG_CACHE_HOME/nodevol-testenv/v1.37.2,
 // or ~/.cache/... when XDG_CACHE_HOME is unset) only when they are missing.
 // The paths can be set in Options or by the environment variables
 // NODEVOL_TESTENV_APISERVER, NODEVOL_TESTENV_ETCD and NODEVOL_TESTENV_DIR
@@ -53,6 +53,12 @@
 //     tests use a namespace of their own and leave it to Stop.
 //   - Nothing schedules pods, binds claims or attaches volumes: tests set
 //     spec.nodeName, spec.volumeName and VolumeAttachment status themselves.
+//   - No signer issues PodCertificateRequests (or CertificateSigningRequests)
+//     and nothing deletes old requests: a test plays the signer with the
+//     admin's client, setting the status an issued request needs.
+//   - The kubernetes Service in the default namespace has no endpoints: the
+//     apiserver runs with --endpoint-reconciler-type=none, since from 1.37
+//     the other reconcilers refuse its loopback advertise address.
 //
 // The apiserver can be stopped and started again alone (Env.StopAPIServer,
 // Env.StartAPIServer, Env.RestartAPIServer) on the same address, with its

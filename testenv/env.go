@@ -190,6 +190,10 @@ func (e *Env) apiserverArgs() []string {
 		"--service-account-signing-key-file=" + e.path("sa.key"),
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--allow-privileged=true",
+		// Since 1.37 the endpoint reconcilers refuse a loopback
+		// advertise address; nothing here reads the kubernetes
+		// Service's endpoints.
+		"--endpoint-reconciler-type=none",
 	}
 	if len(e.opts.EnableAdmissionPlugins) > 0 {
 		args = append(args, "--enable-admission-plugins="+strings.Join(e.opts.EnableAdmissionPlugins, ","))

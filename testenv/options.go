@@ -12,10 +12,10 @@ import (
 const (
 	// KubernetesVersion is the version of kube-apiserver; DefaultBinDir is
 	// keyed by it.
-	KubernetesVersion = "v1.33.13"
+	KubernetesVersion = "v1.37.2"
 	// EtcdVersion is the version of etcd that k8s.io/kubernetes
 	// KubernetesVersion selects.
-	EtcdVersion = "v3.5.21"
+	EtcdVersion = "v3.7.0"
 )
 
 // Environment variables that locate the binaries when Options leaves them

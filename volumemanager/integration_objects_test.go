@@ -440,10 +440,16 @@ func checkObjectRequests(t *testing.T, log *requestLog, cm, sec string) {
 	}
 }
 
-// nodeAccessReview asks whether this node may get resource ns/name.
+// nodeAccessReview asks whether this node may get core resource ns/name.
 func nodeAccessReview(resource, ns, name string) *authorizationv1.SubjectAccessReview {
+	return groupAccessReview("", resource, ns, name)
+}
+
+// groupAccessReview asks whether this node may get resource ns/name of
+// API group group.
+func groupAccessReview(group, resource, ns, name string) *authorizationv1.SubjectAccessReview {
 	return &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 		User: "system:node:" + node, Groups: []string{"system:nodes", "system:authenticated"},
-		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "get", Resource: resource, Name: name},
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "get", Group: group, Resource: resource, Name: name},
 	}}
 }

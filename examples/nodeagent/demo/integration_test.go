@@ -209,8 +209,12 @@ func TestIntegrationNodeAgent(t *testing.T) {
 }
 
 // TestIntegrationNodeAgentMissingRule: with one rule of deploy/rbac.yaml
-// taken away (list persistentvolumeclaims), the agent says in its log
-// which verb on which resource it was refused, and as whom.
+// taken away (watch persistentvolumeclaims), the agent says in its log
+// which verb on which resource it was refused, and as whom. The rule taken
+// is watch, not list: from 1.37 on, client-go's informers list through a
+// watch stream (WatchListClient, served by the 1.37 API server), so an
+// agent without list is never refused; it still needs list against an API
+// server that cannot stream the list, where client-go falls back to it.
 func TestIntegrationNodeAgentMissingRule(t *testing.T) {
 	api := testenv.StartT(t, testenv.Options{Users: []testenv.User{{Name: agentUser, Groups: []string{agentGroup}}}})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -223,11 +227,11 @@ func TestIntegrationNodeAgentMissingRule(t *testing.T) {
 	}
 	removed := false
 	for i, r := range role.Rules {
-		if slices.Contains(r.Resources, "persistentvolumeclaims") && slices.Contains(r.Verbs, "list") {
-			// persistentvolumeclaims loses list; the rule's other resources keep it.
+		if slices.Contains(r.Resources, "persistentvolumeclaims") && slices.Contains(r.Verbs, "watch") {
+			// persistentvolumeclaims loses watch; the rule's other resources keep it.
 			others := slices.DeleteFunc(slices.Clone(r.Resources), func(s string) bool { return s == "persistentvolumeclaims" })
 			role.Rules[i].Resources = []string{"persistentvolumeclaims"}
-			role.Rules[i].Verbs = slices.DeleteFunc(slices.Clone(r.Verbs), func(s string) bool { return s == "list" })
+			role.Rules[i].Verbs = slices.DeleteFunc(slices.Clone(r.Verbs), func(s string) bool { return s == "watch" })
 			if len(others) > 0 {
 				role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: r.APIGroups, Resources: others, Verbs: r.Verbs})
 			}
@@ -236,7 +240,7 @@ func TestIntegrationNodeAgentMissingRule(t *testing.T) {
 		}
 	}
 	if !removed {
-		t.Fatalf("%s has no rule that lets the agent list persistentvolumeclaims", rbacFile)
+		t.Fatalf("%s has no rule that lets the agent watch persistentvolumeclaims", rbacFile)
 	}
 	if _, err := admin.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -248,15 +252,17 @@ func TestIntegrationNodeAgentMissingRule(t *testing.T) {
 	root := t.TempDir()
 	kubeconfig := writeAgentKubeconfig(t, ctx, api, filepath.Join(root, "kubeconfig"))
 	agent := startRealAgent(t, root, kubeconfig, "node-1")
-	want := `User "` + agentUser + `" cannot list resource "persistentvolumeclaims"`
-	eventually(t, ctx, "the agent to log that listing PVCs is forbidden", func() (bool, error) {
+	want := `User "` + agentUser + `" cannot watch resource "persistentvolumeclaims"`
+	eventually(t, ctx, "the agent to log that watching PVCs is forbidden", func() (bool, error) {
 		return agent.logContains(t, 0, want), nil
 	})
 	t.Logf("agent.log: %s", agent.grep(t, 0, want))
-	// Only that: pods, PVs, CSIDrivers and VolumeAttachments are listed.
+	// Only that: pods, PVs, CSIDrivers and VolumeAttachments are read.
 	for _, ok := range []string{"pods", "persistentvolumes", "csidrivers", "volumeattachments"} {
-		if agent.logContains(t, 0, `cannot list resource "`+ok+`"`) {
-			t.Errorf("the agent was refused listing %s, which the role allows", ok)
+		for _, verb := range []string{"list", "watch"} {
+			if agent.logContains(t, 0, `cannot `+verb+` resource "`+ok+`"`) {
+				t.Errorf("the agent was refused to %s %s, which the role allows", verb, ok)
+			}
 		}
 	}
 	if err := agent.stop(); err != nil {
