@@ -66,7 +66,7 @@ var _ Interface = (*VolumeManager)(nil)
 // or with an operation running. The kubelet removes a pod's directory only
 // once this is empty (HasPossiblyMountedVolumesForPod says the same).
 func (vm *VolumeManager) GetPossiblyMountedVolumesForPod(uid types.UID) []vcache.MountedVolume {
-	return vm.asw.PodVolumes(uid)
+	return vm.podVolumes(uid)
 }
 
 // ReconcilerStatesHasBeenSynced reports whether Run has taken in what an

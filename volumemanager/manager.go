@@ -414,10 +414,12 @@ func (vm *VolumeManager) checkNode(pod *v1.Pod) error {
 func (vm *VolumeManager) DeletePod(pod *v1.Pod) { vm.in.deletePod(pod.UID) }
 
 // GetMountedVolumesForPod returns the pod's volumes that are mounted (not
-// Uncertain), by spec name.
+// Uncertain), by spec name: a volume the pod has under several names (one
+// PVC in two of its volumes) is mounted once and listed under each, with
+// the same path.
 func (vm *VolumeManager) GetMountedVolumesForPod(uid types.UID) []vcache.MountedVolume {
 	var out []vcache.MountedVolume
-	for _, v := range vm.asw.PodVolumes(uid) {
+	for _, v := range vm.podVolumes(uid) {
 		if v.State != vcache.Mounted {
 			continue
 		}

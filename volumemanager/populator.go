@@ -102,11 +102,6 @@ func (r *resolver) resolvePod(pod *v1.Pod) (ref cache.PodRef, wanted []string, r
 		if err == nil {
 			dv, err = r.resolveVolume(pod, v)
 		}
-		if err == nil {
-			var m seLinuxMount
-			m, err = r.seLinuxMount(pod, v.Name, dv.Spec)
-			dv.Volume.SELinuxLabel, dv.SELinuxAdmitted = m.Context, m.Label != ""
-		}
 		if err != nil {
 			errs[v.Name] = fmt.Errorf("pod %s volume %q: %w", ref, v.Name, err)
 			continue
@@ -114,7 +109,32 @@ func (r *resolver) resolvePod(pod *v1.Pod) (ref cache.PodRef, wanted []string, r
 		dv.Volume.Pod = ref
 		resolved = append(resolved, dv)
 	}
-	return ref, wanted, resolved, errs
+	// The SELinux context once every name is resolved: names of one
+	// volume (a PVC in two of the pod's volumes) share its one mount, and
+	// with it the context of every container that mounts either.
+	kept := make([]state.DesiredVolume, 0, len(resolved))
+	for _, dv := range resolved {
+		m, err := r.seLinuxMount(pod, sameVolumeNames(resolved, dv), dv.Spec)
+		if err != nil {
+			errs[dv.Volume.SpecName] = fmt.Errorf("pod %s volume %q: %w", ref, dv.Volume.SpecName, err)
+			continue
+		}
+		dv.Volume.SELinuxLabel, dv.SELinuxAdmitted = m.Context, m.Label != ""
+		kept = append(kept, dv)
+	}
+	return ref, wanted, kept, errs
+}
+
+// sameVolumeNames returns the spec names of resolved that are dv's volume
+// (dv's own among them).
+func sameVolumeNames(resolved []state.DesiredVolume, dv state.DesiredVolume) []string {
+	var names []string
+	for _, o := range resolved {
+		if o.Spec.Name == dv.Spec.Name {
+			names = append(names, o.Volume.SpecName)
+		}
+	}
+	return names
 }
 
 func podRef(pod *v1.Pod) cache.PodRef {

@@ -175,18 +175,18 @@ func seLinuxMountContext(in seLinuxMountInput) (seLinuxMount, error) {
 }
 
 // containerSELinuxOptions returns the effective seLinuxOptions of every
-// container (init, regular and ephemeral) that mounts the volume named
-// specName: the container's own when it sets any, else the pod's, as
+// container (init, regular and ephemeral) that mounts a volume named one
+// of specNames: the container's own when it sets any, else the pod's, as
 // the kubelet's DetermineEffectiveSecurityContext gives them. Containers
 // with neither are left out.
-func containerSELinuxOptions(pod *v1.Pod, specName string) []*v1.SELinuxOptions {
+func containerSELinuxOptions(pod *v1.Pod, specNames ...string) []*v1.SELinuxOptions {
 	var podOpts *v1.SELinuxOptions
 	if sc := pod.Spec.SecurityContext; sc != nil {
 		podOpts = sc.SELinuxOptions
 	}
 	var out []*v1.SELinuxOptions
 	visit := func(mounts []v1.VolumeMount, sc *v1.SecurityContext) {
-		if !slices.ContainsFunc(mounts, func(m v1.VolumeMount) bool { return m.Name == specName }) {
+		if !slices.ContainsFunc(mounts, func(m v1.VolumeMount) bool { return slices.Contains(specNames, m.Name) }) {
 			return
 		}
 		opts := podOpts
@@ -209,9 +209,13 @@ func containerSELinuxOptions(pod *v1.Pod, specName string) []*v1.SELinuxOptions 
 	return out
 }
 
-// seLinuxMount decides the context the pod mounts its volume specName
-// (resolved to spec) with, and counts what the kubelet counts of it.
-func (r *resolver) seLinuxMount(pod *v1.Pod, specName string, spec cache.VolumeSpec) (seLinuxMount, error) {
+// seLinuxMount decides the context the pod mounts its volume spec with,
+// which its volumes specNames all resolve to, and counts what the kubelet
+// counts of it. The pod mounts the volume once, so the containers that
+// mount any of the names must agree; the kubelet takes the label of the
+// containers of the first name it adds, and mounts the others' with it
+// whatever their label.
+func (r *resolver) seLinuxMount(pod *v1.Pod, specNames []string, spec cache.VolumeSpec) (seLinuxMount, error) {
 	if !r.seLinuxEnabled || spec.Mode == cache.Block {
 		// A raw block volume has no mount, and the kubelet takes no
 		// label from volumeDevices.
@@ -222,7 +226,7 @@ func (r *resolver) seLinuxMount(pod *v1.Pod, specName string, spec cache.VolumeS
 		return seLinuxMount{}, err
 	}
 	in := seLinuxMountInput{HostEnabled: true, PluginSupport: support, PV: spec.PVName != "",
-		Containers: containerSELinuxOptions(pod, specName)}
+		Containers: containerSELinuxOptions(pod, specNames...)}
 	if sc := pod.Spec.SecurityContext; sc != nil && sc.SELinuxChangePolicy != nil {
 		in.Recursive = *sc.SELinuxChangePolicy == v1.SELinuxChangePolicyRecursive
 	}

@@ -42,7 +42,15 @@ func (vm *VolumeManager) GetVolumeStats(ctx context.Context, uid types.UID) (map
 		case err != nil:
 			errs = append(errs, err)
 		case ok:
-			out[mv.SpecName] = s
+			// Asked once per volume, given under each name the pod has
+			// for it (the name it was mounted under when it has none).
+			names := vm.dsw.SpecNames(uid, mv.Name)
+			if len(names) == 0 {
+				out[mv.SpecName] = s
+			}
+			for _, n := range names {
+				out[n.Name] = s
+			}
 			if pm, found := v.Pods[uid]; found {
 				vm.conditions.observe(mv.Name, pm.Volume, s.Condition)
 			}

@@ -58,7 +58,7 @@ func (vm *VolumeManager) WaitForAttachAndMount(ctx context.Context, pod *v1.Pod)
 	}
 	return vm.wait(ctx, pod, func() []string {
 		mounted := map[string]bool{}
-		for _, v := range vm.asw.PodVolumes(pod.UID) {
+		for _, v := range vm.podVolumes(pod.UID) {
 			mounted[v.SpecName] = v.State == vcache.Mounted
 		}
 		var missing []string
@@ -76,7 +76,7 @@ func (vm *VolumeManager) WaitForAttachAndMount(ctx context.Context, pod *v1.Pod)
 func (vm *VolumeManager) WaitForUnmount(ctx context.Context, pod *v1.Pod) error {
 	return vm.wait(ctx, pod, func() []string {
 		var left []string
-		for _, v := range vm.asw.PodVolumes(pod.UID) {
+		for _, v := range vm.podVolumes(pod.UID) {
 			left = append(left, v.SpecName)
 		}
 		return left
@@ -162,6 +162,7 @@ func (vm *VolumeManager) podErrors(uid types.UID) map[string]error {
 		for k, v := range st.Errors {
 			causes[k] = v
 		}
+		sharedCauses(causes, st.Shared)
 	}
 	return causes
 }
@@ -297,7 +298,7 @@ func (vm *VolumeManager) waitError(ctx context.Context, pod *v1.Pod, left []stri
 	// The volume of each spec name: the desired one, or for a pod that
 	// is gone, the one it may still have mounted.
 	volumes := map[string]vcache.UniqueVolumeName{}
-	for _, v := range vm.asw.PodVolumes(pod.UID) {
+	for _, v := range vm.podVolumes(pod.UID) {
 		volumes[v.SpecName] = v.Name
 	}
 	if st, ok := vm.dsw.Pod(pod.UID); ok {

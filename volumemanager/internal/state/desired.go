@@ -49,8 +49,14 @@ type desiredPod struct {
 	ref cache.PodRef
 	// wanted lists every CSI volume (by spec name) the pod needs, resolved or not.
 	wanted []string
-	// volumes maps a resolved spec name to its volume.
+	// volumes maps a resolved spec name to its volume. Several spec names
+	// may map to one volume (a PVC in two of the pod's volumes): the pod
+	// has it mounted once, and each name sees that mount.
 	volumes map[string]cache.UniqueVolumeName
+	// readOnly lists the spec names that ask for read-only but share their
+	// volume's mount with a name that writes (nil for most pods): the
+	// mount is writable, and these names are read-only for the containers.
+	readOnly []string
 	// errs holds why a spec name could not be resolved.
 	errs map[string]error
 }
@@ -72,6 +78,12 @@ func NewDesiredStateOfWorld(notify func(cache.UniqueVolumeName)) *DesiredStateOf
 // SetPod replaces everything known about a pod: wanted lists the spec names
 // of all CSI volumes it needs, resolved the ones that could be resolved, and
 // errs why the others could not. Volumes the pod no longer has lose it.
+//
+// Several resolved spec names may be one volume (a PVC in two of the pod's
+// volumes, or a claim and a generic ephemeral volume of the same PVC): the
+// pod wants it mounted once, with the first of its spec names (in resolved
+// order) and its SELinux label, read-only only when every name asks for
+// read-only (a name that writes needs a writable mount).
 func (d *DesiredStateOfWorld) SetPod(pod cache.PodRef, wanted []string, resolved []DesiredVolume, errs map[string]error) {
 	var touched []cache.UniqueVolumeName
 	d.mu.Lock()
@@ -83,9 +95,12 @@ func (d *DesiredStateOfWorld) SetPod(pod cache.PodRef, wanted []string, resolved
 			p.errs[k] = v
 		}
 	}
-	for _, dv := range resolved {
+	mounts := mergePodVolumes(pod, resolved, p)
+	for i, dv := range resolved {
 		name := dv.Spec.Name
-		p.volumes[dv.Volume.SpecName] = name
+		if mounts[i] == nil {
+			continue // another spec name of the same volume holds its mount
+		}
 		v := d.volumes[name]
 		if v == nil {
 			v = &desiredVolume{pods: map[types.UID]*cache.PodVolume{}}
@@ -95,20 +110,17 @@ func (d *DesiredStateOfWorld) SetPod(pod cache.PodRef, wanted []string, resolved
 		if dv.Spec.PVName != "" {
 			d.byPV[dv.Spec.PVName] = name
 		}
-		pv := dv.Volume
-		pv.Pod = pod
-		if cur, ok := v.pods[pod.UID]; !ok || !samePodVolume(*cur, pv) {
+		if cur, ok := v.pods[pod.UID]; !ok || !samePodVolume(*cur, *mounts[i]) {
 			touched = append(touched, name)
 		}
-		v.pods[pod.UID] = &pv
+		v.pods[pod.UID] = mounts[i]
 	}
 	if old != nil {
-		for spec, name := range old.volumes {
-			if p.volumes[spec] == name {
-				continue
+		for _, name := range podVolumeNames(old) {
+			if !hasVolume(p, name) {
+				d.removePodFromVolume(name, pod.UID)
+				touched = append(touched, name)
 			}
-			d.removePodFromVolume(name, pod.UID)
-			touched = append(touched, name)
 		}
 	}
 	d.pods[pod.UID] = p
@@ -117,6 +129,53 @@ func (d *DesiredStateOfWorld) SetPod(pod cache.PodRef, wanted []string, resolved
 	for _, name := range touched {
 		d.notify(name)
 	}
+}
+
+// mergePodVolumes fills p.volumes and p.readOnly from resolved, and
+// returns the mount of each volume at the index of its first spec name
+// (nil at the others'), each with the pod set.
+func mergePodVolumes(pod cache.PodRef, resolved []DesiredVolume, p *desiredPod) []*cache.PodVolume {
+	mounts := make([]*cache.PodVolume, len(resolved))
+	// first[i] is the index of the first spec name of resolved[i]'s volume.
+	first := make([]int, len(resolved))
+	for i, dv := range resolved {
+		p.volumes[dv.Volume.SpecName] = dv.Spec.Name
+		first[i] = slices.IndexFunc(resolved[:i+1], func(o DesiredVolume) bool { return o.Spec.Name == dv.Spec.Name })
+		if first[i] == i {
+			pv := dv.Volume
+			pv.Pod = pod
+			mounts[i] = &pv
+			continue
+		}
+		m := mounts[first[i]]
+		m.ReadOnly = m.ReadOnly && dv.Volume.ReadOnly
+	}
+	for i, dv := range resolved {
+		if dv.Volume.ReadOnly && !mounts[first[i]].ReadOnly {
+			p.readOnly = append(p.readOnly, dv.Volume.SpecName)
+		}
+	}
+	return mounts
+}
+
+// podVolumeNames returns the pod's volumes, each once.
+func podVolumeNames(p *desiredPod) []cache.UniqueVolumeName {
+	out := make([]cache.UniqueVolumeName, 0, len(p.volumes))
+	for _, name := range p.volumes {
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func hasVolume(p *desiredPod, name cache.UniqueVolumeName) bool {
+	for _, n := range p.volumes {
+		if n == name {
+			return true
+		}
+	}
+	return false
 }
 
 // DeletePod removes a pod and its claim on every volume.
@@ -128,10 +187,9 @@ func (d *DesiredStateOfWorld) DeletePod(uid types.UID) {
 		return
 	}
 	delete(d.pods, uid)
-	var touched []cache.UniqueVolumeName
-	for _, name := range p.volumes {
+	touched := podVolumeNames(p)
+	for _, name := range touched {
 		d.removePodFromVolume(name, uid)
-		touched = append(touched, name)
 	}
 	d.shrink()
 	d.mu.Unlock()
@@ -238,6 +296,11 @@ type PodState struct {
 	Volumes map[string]cache.UniqueVolumeName
 	// Errors maps each unresolved spec name to the reason.
 	Errors map[string]error
+	// Shared maps each spec name that shares its volume's mount with an
+	// earlier spec name of the pod to the name the mount carries (the
+	// name operations and their errors go by); nil when no two names
+	// share a volume.
+	Shared map[string]string
 }
 
 // Pod returns a copy of what is known about a pod.
@@ -255,7 +318,42 @@ func (d *DesiredStateOfWorld) Pod(uid types.UID) (PodState, bool) {
 	for k, v := range p.errs {
 		st.Errors[k] = v
 	}
+	if len(p.volumes) > len(podVolumeNames(p)) {
+		st.Shared = map[string]string{}
+		for k, name := range p.volumes {
+			if pv := d.volumes[name].pods[uid]; pv.SpecName != k {
+				st.Shared[k] = pv.SpecName
+			}
+		}
+	}
 	return st, true
+}
+
+// SpecName is one of the names (in pod.spec.volumes) under which a pod
+// wants a volume.
+type SpecName struct {
+	Name string
+	// ReadOnly: the name asks for read-only, although the pod's one mount
+	// of the volume is writable because another of its names writes.
+	ReadOnly bool
+}
+
+// SpecNames returns the names under which pod uid wants volume name, in
+// pod.spec.volumes order; none when it does not want it.
+func (d *DesiredStateOfWorld) SpecNames(uid types.UID, name cache.UniqueVolumeName) []SpecName {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	p := d.pods[uid]
+	if p == nil {
+		return nil
+	}
+	var out []SpecName
+	for _, n := range p.wanted {
+		if v, ok := p.volumes[n]; ok && v == name {
+			out = append(out, SpecName{Name: n, ReadOnly: slices.Contains(p.readOnly, n)})
+		}
+	}
+	return out
 }
 
 // PodsWithErrors returns the pods that have volumes that could not be resolved.
