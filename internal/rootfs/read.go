@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,23 +23,22 @@ func (r *Root) Verify(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	fd, err := r.open("verify", full, comps, unix.O_PATH|unix.O_NOFOLLOW)
-	if err == nil {
-		var st unix.Stat_t
-		err = unix.Fstat(fd, &st)
-		_ = unix.Close(fd)
-		switch {
-		case err != nil:
-			return "", &PathError{Op: "verify", Path: full, Err: err}
-		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
-			return "", &PathError{Op: "verify", Path: full, Component: full, Err: ErrSymlink}
+	var st unix.Stat_t
+	err = r.openBriefly("verify", full, comps, unix.O_PATH|unix.O_NOFOLLOW, func(f *os.File) error {
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			return &PathError{Op: "verify", Path: full, Err: err}
 		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return full, nil
+	case err != nil:
+		return "", err
+	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		return "", &PathError{Op: "verify", Path: full, Component: full, Err: ErrSymlink}
 	}
-	if errors.Is(err, fs.ErrNotExist) {
-		return full, nil
-	}
-	return "", err
+	return full, nil
 }
 
 // Lstat returns the FileInfo of name without following any symlink: a
@@ -59,15 +59,16 @@ func (r *Root) stat(op, name string, linkOK bool) (fs.FileInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	fd, err := r.open(op, full, comps, unix.O_PATH|unix.O_NOFOLLOW)
+	var fi fs.FileInfo
+	err = r.openBriefly(op, full, comps, unix.O_PATH|unix.O_NOFOLLOW, func(f *os.File) error {
+		var err error
+		if fi, err = f.Stat(); err != nil {
+			return &PathError{Op: op, Path: full, Err: err}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	f := os.NewFile(uintptr(fd), full)
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, &PathError{Op: op, Path: full, Err: err}
 	}
 	if !linkOK && fi.Mode()&fs.ModeSymlink != 0 {
 		return nil, &PathError{Op: op, Path: full, Component: full, Err: ErrSymlink}
@@ -134,3 +135,26 @@ func (r *Root) Open(name string) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// openBriefly opens full (comps below the root) with flags, hands the file
+// to fn and closes it, holding syscall.ForkLock for reading throughout, so
+// that no process forked meanwhile by another goroutine (a mount or umount
+// command) starts with a copy of the descriptor. Such a copy, kept until
+// the child calls exec, would pin the mount the file is on: an unmount of
+// it at that moment, as one right after a Verify, fails with "target is
+// busy". Only for a file open a short time: forks wait for it.
+func (r *Root) openBriefly(op, full string, comps []string, flags int, fn func(*os.File) error) error {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	fd, err := r.open(op, full, comps, flags)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), full)
+	defer f.Close()
+	whileOpen()
+	return fn(f)
+}
+
+// whileOpen is called by openBriefly while its file is open; tests set it.
+var whileOpen = func() {}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -139,4 +140,36 @@ func TestOpen(t *testing.T) {
 			t.Error("Open(a FIFO) succeeded")
 		}
 	})
+}
+
+// TestBriefOpensHoldForks: Verify, Lstat and Stat keep their descriptor
+// open only while holding syscall.ForkLock, so that a mount or umount
+// command forked meanwhile by another goroutine cannot start with a copy
+// of it, which would pin the mount they look at and make its unmount fail
+// with "target is busy".
+func TestBriefOpensHoldForks(t *testing.T) {
+	r, _ := setup(t)
+	mkdir(t, filepath.Join(r.Path(), "pods/uid/volumes"))
+	calls := 0
+	whileOpen = func() {
+		calls++
+		if syscall.ForkLock.TryLock() {
+			syscall.ForkLock.Unlock()
+			t.Error("a descriptor is open while a fork could start")
+		}
+	}
+	defer func() { whileOpen = func() {} }()
+	for name, op := range map[string]func(string) error{
+		"Verify": func(n string) error { _, err := r.Verify(n); return err },
+		"Lstat":  func(n string) error { _, err := r.Lstat(n); return err },
+		"Stat":   func(n string) error { _, err := r.Stat(n); return err },
+	} {
+		before := calls
+		if err := op("pods/uid/volumes"); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if calls != before+1 {
+			t.Errorf("%s opened %d descriptors through openBriefly, want 1", name, calls-before)
+		}
+	}
 }
