@@ -169,6 +169,7 @@ func (l *loop) applyPod(o oe.Outcome, rec *volumeRecord) {
 	if a.Kind == oe.OpPublish {
 		switch {
 		case o.Err == nil:
+			l.mountedMetric(o)
 			l.asw.SetPodMount(spec, a.Pod, cache.Mounted, o.Path)
 			l.errs.clear(a.Pod.Pod.UID, a.Pod.SpecName)
 		case o.Uncertain:
@@ -257,4 +258,23 @@ func (l *loop) failed(o oe.Outcome) {
 		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Pod.Namespace, Name: p.Pod.Name, UID: p.Pod.UID}
 		l.events.Event(ref, v1.EventTypeWarning, reason, o.Err.Error())
 	}
+}
+
+// mountedMetric records the end to end time of a successful publish: since
+// the pod volume entered the desired state, or the publish's own time for
+// a volume the pod had Mounted already (metrics.mounted).
+func (l *loop) mountedMetric(o oe.Outcome) {
+	if l.metrics == nil {
+		return
+	}
+	a := o.Action
+	took := o.Duration
+	if v, ok := l.asw.Volume(a.Volume); !ok || v.Pods[a.Pod.Pod.UID].State != cache.Mounted {
+		since, wanted := l.dsw.WantedSince(a.Volume, a.Pod.Pod.UID)
+		if !wanted {
+			return // the pod left meanwhile
+		}
+		took = l.clock.Since(since)
+	}
+	l.metrics.mounted(&o.Spec, took)
 }
