@@ -5,7 +5,9 @@ import "github.com/prometheus/client_golang/prometheus"
 // totalPluginsCollector exports the kubelet's plugin_manager_total_plugins:
 // one series per socket path and state, desired_state_of_world for each
 // socket found in the directory and actual_state_of_world for each
-// registered plugin.
+// registered plugin. Its help is the kubelet's with component-base's
+// stability prefix, so that the kubelet's own collector on the same
+// registerer is collected with it (promreg.Fan).
 type totalPluginsCollector struct {
 	m    *Manager
 	desc *prometheus.Desc
@@ -13,7 +15,7 @@ type totalPluginsCollector struct {
 
 func newTotalPluginsCollector(m *Manager) *totalPluginsCollector {
 	return &totalPluginsCollector{m: m, desc: prometheus.NewDesc("plugin_manager_total_plugins",
-		"Number of plugins in Plugin Manager", []string{"socket_path", "state"}, nil)}
+		"[ALPHA] Number of plugins in Plugin Manager", []string{"socket_path", "state"}, nil)}
 }
 
 // Describe implements prometheus.Collector.

@@ -169,6 +169,7 @@ func (l *loop) applyPod(o oe.Outcome, rec *volumeRecord) {
 	if a.Kind == oe.OpPublish {
 		switch {
 		case o.Err == nil:
+			l.mountedMetric(o)
 			l.asw.SetPodMount(spec, a.Pod, cache.Mounted, o.Path)
 			l.errs.clear(a.Pod.Pod.UID, a.Pod.SpecName)
 		case o.Uncertain:
@@ -270,4 +271,23 @@ func (l *loop) setAttachment(name cache.UniqueVolumeName, rec *volumeRecord, va 
 	if l.hooks.holdAttachment != nil {
 		l.hooks.holdAttachment(name, va)
 	}
+}
+
+// mountedMetric records the end to end time of a successful publish: since
+// the pod volume entered the desired state, or the publish's own time for
+// a volume the pod had Mounted already (metrics.mounted).
+func (l *loop) mountedMetric(o oe.Outcome) {
+	if l.metrics == nil {
+		return
+	}
+	a := o.Action
+	took := o.Duration
+	if v, ok := l.asw.Volume(a.Volume); !ok || v.Pods[a.Pod.Pod.UID].State != cache.Mounted {
+		since, wanted := l.dsw.WantedSince(a.Volume, a.Pod.Pod.UID)
+		if !wanted {
+			return // the pod left meanwhile
+		}
+		took = l.clock.Since(since)
+	}
+	l.metrics.mounted(&o.Spec, took)
 }

@@ -2,7 +2,6 @@ package volumemanager
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -25,39 +24,20 @@ const (
 // a volume (desired_state_of_world) and per pod that has it Mounted
 // (actual_state_of_world; Uncertain mounts are not counted), by the fully
 // qualified plugin name "kubernetes.io/csi:{driver}". Managers that share
-// a registerer share one collector, which sums their counts.
+// a registerer, and the kubelet's own collector there, are summed
+// (promreg.Sum).
 type totalVolumesCollector struct {
 	desc *prometheus.Desc
-
-	mu     sync.Mutex
-	worlds []worlds
-}
-
-// worlds are one manager's caches.
-type worlds struct {
-	dsw *state.DesiredStateOfWorld
-	asw *state.ActualStateOfWorld
-}
-
-func newTotalVolumesCollector(dsw *state.DesiredStateOfWorld, asw *state.ActualStateOfWorld) *totalVolumesCollector {
-	return &totalVolumesCollector{worlds: []worlds{{dsw, asw}}, desc: prometheus.NewDesc("volume_manager_total_volumes",
-		"Number of volumes in Volume Manager", []string{"plugin_name", "state"}, nil)}
+	dsw  *state.DesiredStateOfWorld
+	asw  *state.ActualStateOfWorld
 }
 
 // registerTotalVolumes registers the volume counts of dsw and asw on reg,
-// adding them to the collector of another manager already there.
+// added to those of the collectors of the family already there.
 func registerTotalVolumes(reg prometheus.Registerer, dsw *state.DesiredStateOfWorld, asw *state.ActualStateOfWorld) error {
-	c := newTotalVolumesCollector(dsw, asw)
-	existing, err := promreg.Reuse(reg, c)
-	if err != nil {
-		return err
-	}
-	if existing != c {
-		existing.mu.Lock()
-		existing.worlds = append(existing.worlds, c.worlds...)
-		existing.mu.Unlock()
-	}
-	return nil
+	// The kubelet's help, with component-base's stability prefix.
+	return promreg.Sum(reg, &totalVolumesCollector{dsw: dsw, asw: asw, desc: prometheus.NewDesc("volume_manager_total_volumes",
+		"[ALPHA] Number of volumes in Volume Manager", []string{"plugin_name", "state"}, nil)})
 }
 
 // Describe implements prometheus.Collector.
@@ -67,24 +47,19 @@ func (c *totalVolumesCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.d
 func (c *totalVolumesCollector) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ plugin, state string }
 	counts := map[key]int{}
-	c.mu.Lock()
-	ws := append([]worlds(nil), c.worlds...)
-	c.mu.Unlock()
-	for _, w := range ws {
-		for _, name := range w.dsw.VolumeNames() {
-			if spec, pods, ok := w.dsw.Volume(name); ok {
-				counts[key{pluginLabel(&spec), stateDesired}] += len(pods)
-			}
+	for _, name := range c.dsw.VolumeNames() {
+		if spec, pods, ok := c.dsw.Volume(name); ok {
+			counts[key{pluginLabel(&spec), stateDesired}] += len(pods)
 		}
-		for _, name := range w.asw.VolumeNames() {
-			v, ok := w.asw.Volume(name)
-			if !ok {
-				continue
-			}
-			for _, pm := range v.Pods {
-				if pm.State == cache.Mounted {
-					counts[key{pluginLabel(&v.Spec), stateActual}]++
-				}
+	}
+	for _, name := range c.asw.VolumeNames() {
+		v, ok := c.asw.Volume(name)
+		if !ok {
+			continue
+		}
+		for _, pm := range v.Pods {
+			if pm.State == cache.Mounted {
+				counts[key{pluginLabel(&v.Spec), stateActual}]++
 			}
 		}
 	}
@@ -121,12 +96,13 @@ type adder interface {
 func newReconstructMetrics(reg prometheus.Registerer) (*reconstructMetrics, error) {
 	total, errs := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "reconstruct_volume_operations_total",
-		Help: "The number of volumes that were attempted to be reconstructed from the operating system during kubelet startup. This includes both successful and failed reconstruction.",
+		Help: "[ALPHA] The number of volumes that were attempted to be reconstructed from the operating system during kubelet startup. This includes both successful and failed reconstruction.",
 	}), prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "reconstruct_volume_operations_errors_total",
-		Help: "The number of volumes that failed reconstruction from the operating system during kubelet startup.",
+		Help: "[ALPHA] The number of volumes that failed reconstruction from the operating system during kubelet startup.",
 	})
-	// Shared with another manager on reg: both count into the same counters.
+	// The kubelet's help, with component-base's stability prefix: shared
+	// with the kubelet's counters on reg, or another manager's.
 	var err error
 	m := &reconstructMetrics{}
 	if m.total, err = promreg.Reuse[adder](reg, total); err != nil {

@@ -309,6 +309,10 @@ func (l *loop) syncPod(uid types.UID, pod *v1.Pod) {
 			l.hooks.hold(uid, pod)
 		}
 		ref, wanted, resolved, errs := l.pods.resolve(pod, l.logger)
+		now := l.clock.Now()
+		for i := range resolved {
+			resolved[i].Now = now // the pod volumes new to the desired state are wanted since now
+		}
 		l.republishChanged(uid, resolved)
 		l.countSELinuxAdmitted(resolved)
 		l.dsw.SetPod(ref, wanted, resolved, errs)

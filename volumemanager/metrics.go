@@ -3,9 +3,11 @@ package volumemanager
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/internal/promreg"
 )
@@ -13,6 +15,10 @@ import (
 // metrics are the kubelet's where one exists. A nil *metrics records nothing.
 type metrics struct {
 	opDuration observerVec
+	// endToEnd is volume_operation_total_seconds: how long a pod volume
+	// took from entering the desired state to its first successful
+	// publish (overall_volume_mount).
+	endToEnd observerVec
 	// reconstruct counts the volumes reconstructed at start (kubeletmetrics.go).
 	reconstruct *reconstructMetrics
 	// seLinux are the volume_manager_selinux_* metrics (selinuxmetrics.go).
@@ -24,18 +30,30 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, nil
 	}
 	// The kubelet's exact shape, help text included (k8s.io/component-base
-	// prefixes its stability level): a registerer that already holds the
-	// kubelet's own collector, or another manager's, shares it.
-	var err error
+	// prefixes its stability level, BETA for both since Kubernetes 1.37): a
+	// registerer that already holds the kubelet's own collector, or another
+	// manager's, shares it.
+	buckets := []float64{.1, .25, .5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600}
 	m := &metrics{}
-	m.opDuration, err = promreg.Reuse[observerVec](reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "storage_operation_duration_seconds",
-		Help:    "[ALPHA] Storage operation duration",
-		Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600},
-	}, []string{"volume_plugin", "operation_name", "status", "migrated"}))
-	if err != nil {
-		return nil, fmt.Errorf("registering storage_operation_duration_seconds: %w", err)
+	for _, h := range []struct {
+		into       *observerVec
+		name, help string
+		labels     []string
+	}{
+		{&m.opDuration, "storage_operation_duration_seconds", "[BETA] Storage operation duration",
+			[]string{"volume_plugin", "operation_name", "status", "migrated"}},
+		{&m.endToEnd, "volume_operation_total_seconds", "[BETA] Storage operation end to end duration in seconds",
+			[]string{"plugin_name", "operation_name"}},
+	} {
+		v, err := promreg.Reuse[observerVec](reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: h.name, Help: h.help, Buckets: buckets,
+		}, h.labels))
+		if err != nil {
+			return nil, fmt.Errorf("registering %s: %w", h.name, err)
+		}
+		*h.into = v
 	}
+	var err error
 	if m.reconstruct, err = newReconstructMetrics(reg); err != nil {
 		return nil, err
 	}
@@ -65,4 +83,19 @@ func (m *metrics) observe(o oe.Outcome) {
 		return // four label values, always: cannot happen
 	}
 	h.Observe(o.Duration.Seconds())
+}
+
+// mounted records a pod volume's end to end mount time, as the kubelet's
+// overall_volume_mount: the time since it entered the desired state for a
+// first mount (or a mount again after an uncertain one). The kubelet
+// counts a remount of a Mounted volume too (a republish), timed from its
+// last populator pass, which stamps such volumes anew each time: the
+// publish's own duration stands for that here.
+func (m *metrics) mounted(spec *cache.VolumeSpec, took time.Duration) {
+	if m == nil {
+		return
+	}
+	if h, err := m.endToEnd.GetMetricWithLabelValues(pluginLabel(spec), "overall_volume_mount"); err == nil {
+		h.Observe(took.Seconds())
+	}
 }

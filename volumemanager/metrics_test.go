@@ -2,6 +2,7 @@ package volumemanager
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,8 +14,10 @@ import (
 )
 
 // TestMetrics: with a Registerer, the manager reports each operation in
-// storage_operation_duration_seconds and each CSI call in
-// csi_operations_seconds, with the kubelet's names and labels.
+// storage_operation_duration_seconds, each CSI call in
+// csi_operations_seconds, and each pod volume mounted in
+// volume_operation_total_seconds{operation_name="overall_volume_mount"},
+// with the kubelet's names and labels.
 func TestMetrics(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
 	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
@@ -61,11 +64,16 @@ func TestMetrics(t *testing.T) {
 	for fam, keys := range map[string][]string{
 		"storage_operation_duration_seconds": {"mount_device", "volume_mount"},
 		"csi_operations_seconds":             {"/csi.v1.Node/NodeStageVolume", "/csi.v1.Node/NodePublishVolume"},
+		"volume_operation_total_seconds":     {"overall_volume_mount"},
 	} {
 		for _, k := range keys {
 			if samples[fam][k] != 1 {
 				t.Errorf("%s{%s}: %d samples, want 1 (all: %v)", fam, k, samples[fam][k], samples[fam])
 			}
 		}
+	}
+	k := fmt.Sprintf("operation_name=\"overall_volume_mount\",plugin_name=%q", "kubernetes.io/csi:"+drv.DriverName())
+	if n := histogramCounts(t, prom, "volume_operation_total_seconds")[k]; n != 1 {
+		t.Errorf("volume_operation_total_seconds{%s}: %d samples, want 1", k, n)
 	}
 }

@@ -83,7 +83,8 @@ func TestTwoManagersShareRegisterer(t *testing.T) {
 // kubeletHistogramVec stands for the kubelet's own collector of
 // storage_operation_duration_seconds: k8s.io/component-base's HistogramVec
 // embeds the prometheus one and shadows WithLabelValues with its own
-// return type, and its help text carries the stability level.
+// return type, and its help text carries the stability level, BETA since
+// Kubernetes 1.37.
 type kubeletHistogramVec struct {
 	*prometheus.HistogramVec
 }
@@ -93,7 +94,7 @@ func (v *kubeletHistogramVec) WithLabelValues(lvs ...string) interface{ Observe(
 }
 
 // TestKubeletOperationMetricShared: in a fork whose registerer already
-// holds the kubelet's storage_operation_duration_seconds (same name,
+// holds the kubelet 1.37's storage_operation_duration_seconds (same name,
 // labels, buckets and help), New works and the manager's operations are
 // counted in the kubelet's collector. A collector of that name with
 // another shape is a clear error from New.
@@ -104,7 +105,7 @@ func TestKubeletOperationMetricShared(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	kubelet := &kubeletHistogramVec{prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "storage_operation_duration_seconds",
-		Help:    "[ALPHA] Storage operation duration",
+		Help:    "[BETA] Storage operation duration",
 		Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600},
 	}, []string{"volume_plugin", "operation_name", "status", "migrated"})}
 	reg.MustRegister(kubelet)
@@ -144,7 +145,7 @@ func TestKubeletOperationMetricShared(t *testing.T) {
 
 	other := prometheus.NewRegistry()
 	other.MustRegister(prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "storage_operation_duration_seconds", Help: "[ALPHA] Storage operation duration",
+		Name: "storage_operation_duration_seconds", Help: "[BETA] Storage operation duration",
 	}, []string{"volume_plugin", "operation_name"}))
 	_, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), Registerer: other})
 	if err == nil || !strings.Contains(err.Error(), "storage_operation_duration_seconds") {

@@ -83,18 +83,21 @@ type cachedStats struct {
 
 func newVolumeStatsCollector(vm *VolumeManager, period time.Duration) *volumeStatsCollector {
 	labels := []string{"namespace", "persistentvolumeclaim"}
+	// The kubelet's help, with component-base's stability prefix.
+	// health_status_abnormal left the kubelet with 1.37 (volume health is
+	// in the pod's status there); it keeps the shape it had.
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("kubelet_volume_stats_"+name, help, labels, nil)
 	}
 	c := &volumeStatsCollector{vm: vm, period: period, cache: map[cache.UniqueVolumeName]cachedStats{}, descs: [6]*prometheus.Desc{
-		d("capacity_bytes", "Capacity in bytes of the volume."),
-		d("available_bytes", "Number of available bytes in the volume."),
-		d("used_bytes", "Number of used bytes in the volume."),
-		d("inodes", "Maximum number of inodes in the volume."),
-		d("inodes_free", "Number of free inodes in the volume."),
-		d("inodes_used", "Number of used inodes in the volume."),
+		d("capacity_bytes", "[ALPHA] Capacity in bytes of the volume"),
+		d("available_bytes", "[ALPHA] Number of available bytes in the volume"),
+		d("used_bytes", "[ALPHA] Number of used bytes in the volume"),
+		d("inodes", "[ALPHA] Maximum number of inodes in the volume"),
+		d("inodes_free", "[ALPHA] Number of free inodes in the volume"),
+		d("inodes_used", "[ALPHA] Number of used inodes in the volume"),
 	}}
-	c.health = d("health_status_abnormal", "Abnormal volume health status. The count is either 1 or 0. 1 indicates the volume is unhealthy, 0 indicates volume is healthy")
+	c.health = d("health_status_abnormal", "[ALPHA] Abnormal volume health status. The count is either 1 or 0. 1 indicates the volume is unhealthy, 0 indicates volume is healthy")
 	return c
 }
 

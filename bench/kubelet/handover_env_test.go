@@ -24,7 +24,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kubeletcache "k8s.io/kubernetes/pkg/kubelet/volumemanager/cache"
 	kubeletmetrics "k8s.io/kubernetes/pkg/kubelet/volumemanager/metrics"
+	"k8s.io/kubernetes/pkg/volume"
 
 	"github.com/nodevol/nodevol/internal/roottest"
 )
@@ -50,9 +52,10 @@ func TestMain(m *testing.M) {
 	// The kubelet's volume manager registers its metrics in Run, in a
 	// sync.Once, while its reconciler, started just before, may already
 	// count a reconstruction in them: a data race in the kubelet that the
-	// race detector reports in the first test. Registered here first, once
-	// (nothing collects them: the collector's caches are never read).
-	kubeletmetrics.Register(nil, nil, nil)
+	// race detector reports in the first test. Registered here first, once,
+	// on empty caches of its own (TestSharesKubeletMetrics gathers them).
+	plugins := &volume.VolumePluginMgr{}
+	kubeletmetrics.Register(kubeletcache.NewActualStateOfWorld("", plugins), kubeletcache.NewDesiredStateOfWorld(plugins, nil), plugins)
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)

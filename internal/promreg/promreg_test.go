@@ -77,25 +77,51 @@ func (c *constCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// TestFan: per-owner collectors of the same descriptors are all
-// collected; a series two owners report is reported once, the first's.
-func TestFan(t *testing.T) {
-	reg := prometheus.NewRegistry()
+// TestJoin: per-owner collectors of the same descriptors are all
+// collected, through Fan (a series two owners report is reported once,
+// the first's) or Sum (once, with the sum of the values). A collector of
+// the same descriptors registered otherwise, as the kubelet's own, is
+// collected first, with the others; Fan onto a Sum is an error.
+func TestJoin(t *testing.T) {
 	desc := func() *prometheus.Desc { return prometheus.NewDesc("owned", "Owned things.", []string{"owner"}, nil) }
-	a := &constCollector{desc(), map[string]float64{"a": 1, "shared": 10}}
-	b := &constCollector{desc(), map[string]float64{"b": 2, "shared": 20}}
-	for _, c := range []prometheus.Collector{a, b} {
-		if err := Fan(reg, c); err != nil {
-			t.Fatal(err)
-		}
+	for _, tc := range []struct {
+		name    string
+		join    func(prometheus.Registerer, prometheus.Collector) error
+		foreign bool // a collector registered beforehand, not through join
+		want    string
+	}{
+		{"fan", Fan, false, "owned{owner=a} 1\nowned{owner=b} 2\nowned{owner=shared} 10\n"},
+		{"sum", Sum, false, "owned{owner=a} 1\nowned{owner=b} 2\nowned{owner=shared} 30\n"},
+		{"fan onto a foreign collector", Fan, true, "owned{owner=a} 1\nowned{owner=b} 2\nowned{owner=k} 5\nowned{owner=shared} 100\n"},
+		{"sum onto a foreign collector", Sum, true, "owned{owner=a} 1\nowned{owner=b} 2\nowned{owner=k} 5\nowned{owner=shared} 130\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			if tc.foreign {
+				reg.MustRegister(&constCollector{desc(), map[string]float64{"k": 5, "shared": 100}})
+			}
+			a := &constCollector{desc(), map[string]float64{"a": 1, "shared": 10}}
+			b := &constCollector{desc(), map[string]float64{"b": 2, "shared": 20}}
+			for _, c := range []prometheus.Collector{a, b} {
+				if err := tc.join(reg, c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := gather(t, reg); got != tc.want {
+				t.Errorf("gathered\n%s\nwant\n%s", got, tc.want)
+			}
+		})
 	}
-	want := "owned{owner=a} 1\nowned{owner=b} 2\nowned{owner=shared} 10\n"
-	if got := gather(t, reg); got != want {
-		t.Errorf("gathered\n%s\nwant\n%s", got, want)
+	reg := prometheus.NewRegistry()
+	if err := Sum(reg, &constCollector{desc(), nil}); err != nil {
+		t.Fatal(err)
 	}
-	plain := prometheus.NewRegistry()
-	plain.MustRegister(&constCollector{desc(), nil})
-	if err := Fan(plain, a); err == nil {
-		t.Error("Fan onto a collector not registered through Fan succeeded")
+	if err := Fan(reg, &constCollector{desc(), nil}); err == nil {
+		t.Error("Fan onto collectors registered through Sum succeeded")
+	}
+	other := prometheus.NewRegistry()
+	other.MustRegister(&constCollector{prometheus.NewDesc("owned", "Other help.", []string{"owner"}, nil), nil})
+	if err := Sum(other, &constCollector{desc(), nil}); err == nil {
+		t.Error("Sum onto a collector of another help succeeded")
 	}
 }

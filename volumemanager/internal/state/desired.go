@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -20,6 +21,10 @@ type DesiredVolume struct {
 	// label for a PV): the kubelet counts such a volume as admitted when
 	// it enters the desired state. Not stored.
 	SELinuxAdmitted bool
+	// Now is the time of the SetPod call: a pod volume new to the desired
+	// state is wanted since then (WantedSince); a pod volume already there
+	// keeps the time it had.
+	Now time.Time
 }
 
 // DesiredStateOfWorld holds the pods on this node and the CSI volumes they
@@ -42,7 +47,14 @@ type desiredVolume struct {
 	// and most volumes have one pod; 8 slots of PodVolume values take about
 	// 1.1 KiB per volume, 8 slots of pointers 200 bytes (and the one
 	// PodVolume 120). A stored PodVolume is never changed.
-	pods map[types.UID]*cache.PodVolume
+	pods map[types.UID]*wantedVolume
+}
+
+// wantedVolume is one pod's volume and since when the pod has wanted it
+// (Unix nanoseconds: 8 bytes, where a time.Time takes 24).
+type wantedVolume struct {
+	cache.PodVolume
+	since int64
 }
 
 type desiredPod struct {
@@ -103,17 +115,22 @@ func (d *DesiredStateOfWorld) SetPod(pod cache.PodRef, wanted []string, resolved
 		}
 		v := d.volumes[name]
 		if v == nil {
-			v = &desiredVolume{pods: map[types.UID]*cache.PodVolume{}}
+			v = &desiredVolume{pods: map[types.UID]*wantedVolume{}}
 			d.volumes[name] = v
 		}
 		v.spec = dv.Spec
 		if dv.Spec.PVName != "" {
 			d.byPV[dv.Spec.PVName] = name
 		}
-		if cur, ok := v.pods[pod.UID]; !ok || !samePodVolume(*cur, *mounts[i]) {
+		since := dv.Now.UnixNano()
+		cur, ok := v.pods[pod.UID]
+		if ok {
+			since = cur.since
+		}
+		if !ok || !samePodVolume(cur.PodVolume, *mounts[i]) {
 			touched = append(touched, name)
 		}
-		v.pods[pod.UID] = mounts[i]
+		v.pods[pod.UID] = &wantedVolume{PodVolume: *mounts[i], since: since}
 	}
 	if old != nil {
 		for _, name := range podVolumeNames(old) {
@@ -243,10 +260,24 @@ func (d *DesiredStateOfWorld) Volume(name cache.UniqueVolumeName) (spec cache.Vo
 	}
 	pods = make([]cache.PodVolume, 0, len(v.pods))
 	for _, p := range v.pods {
-		pods = append(pods, *p)
+		pods = append(pods, p.PodVolume)
 	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Pod.UID < pods[j].Pod.UID })
 	return v.spec, pods, true
+}
+
+// WantedSince returns when the pod's volume entered the desired state (the
+// Now of the SetPod that brought it); ok is false when the pod does not
+// want the volume.
+func (d *DesiredStateOfWorld) WantedSince(name cache.UniqueVolumeName, uid types.UID) (since time.Time, ok bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if v := d.volumes[name]; v != nil {
+		if p := v.pods[uid]; p != nil {
+			return time.Unix(0, p.since), true
+		}
+	}
+	return time.Time{}, false
 }
 
 // Spec returns the spec of a desired volume, without its pods.

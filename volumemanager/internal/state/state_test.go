@@ -6,6 +6,7 @@ import (
 	"sort"
 	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -274,5 +275,40 @@ func TestFoundPodMount(t *testing.T) {
 				t.Errorf("Found = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestWantedSince: a pod volume is wanted since the SetPod that brought it,
+// through later SetPods that change it or not, until the pod lets it go;
+// brought again, it is wanted since then.
+func TestWantedSince(t *testing.T) {
+	d := NewDesiredStateOfWorld(nil)
+	a := spec("drv", "a", "pv-a")
+	t0 := time.Unix(100, 0)
+	set := func(at time.Time, readOnly bool, vols ...string) {
+		var resolved []DesiredVolume
+		for _, v := range vols {
+			resolved = append(resolved, DesiredVolume{Spec: a, Volume: cache.PodVolume{SpecName: v, ReadOnly: readOnly}, Now: at})
+		}
+		d.SetPod(pod("1"), vols, resolved, nil)
+	}
+	for _, step := range []struct {
+		name     string
+		at       time.Time
+		readOnly bool
+		vols     []string
+		want     time.Time // zero: not wanted
+	}{
+		{"brought", t0, false, []string{"va"}, t0},
+		{"the same again", t0.Add(time.Second), false, []string{"va"}, t0},
+		{"changed", t0.Add(2 * time.Second), true, []string{"va"}, t0},
+		{"let go", t0.Add(3 * time.Second), false, nil, time.Time{}},
+		{"brought again", t0.Add(4 * time.Second), false, []string{"va"}, t0.Add(4 * time.Second)},
+	} {
+		set(step.at, step.readOnly, step.vols...)
+		got, ok := d.WantedSince(a.Name, "1")
+		if ok != !step.want.IsZero() || !got.Equal(step.want) {
+			t.Errorf("%s: WantedSince = %v, %t; want %v", step.name, got, ok, step.want)
+		}
 	}
 }
