@@ -108,6 +108,9 @@ type loopHooks struct {
 	hold    func(uid types.UID, refs []objectcache.Ref)
 	holders func(objectcache.Ref) []string
 	podGone func(uid types.UID)
+	// attempt is told of each stage and publish the loop starts (the
+	// volume health probes ask about those volumes even when they fail).
+	attempt func(a oe.Action)
 }
 
 // opInput is what an operation needs.

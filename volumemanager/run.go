@@ -60,6 +60,9 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	if vm.fetcher != nil {
 		wg.Go(func() { vm.fetcher.run(ctx) })
 	}
+	if vm.health != nil {
+		wg.Go(func() { vm.health.run(ctx) })
+	}
 	if vm.inUse != nil && !vm.inUse.byCaller {
 		wg.Go(func() { vm.inUse.run(ctx) })
 	}

@@ -44,7 +44,7 @@ func UpdateStorageHealth(ctx context.Context, client kubernetes.Interface, nodeN
 		if i >= 0 {
 			old = cn.Status.StorageHealth[i].HealthConditions
 		}
-		if sameStorageHealth(old, conds) {
+		if SameStorageHealth(old, conds) {
 			return nil
 		}
 		updated := cn.DeepCopy()
@@ -84,9 +84,10 @@ func identityOf(c storagev1.StorageHealthCondition) storageHealthIdentity {
 	return id
 }
 
-// sameStorageHealth reports whether a and b hold the same set of
-// identities (duplicates and order aside).
-func sameStorageHealth(a, b []storagev1.StorageHealthCondition) bool {
+// SameStorageHealth reports whether a and b hold the same set of
+// identities (status, reason, access mode, volume mode; duplicates and
+// order aside): whether UpdateStorageHealth would write b over a.
+func SameStorageHealth(a, b []storagev1.StorageHealthCondition) bool {
 	set := func(cs []storagev1.StorageHealthCondition) map[storageHealthIdentity]bool {
 		m := make(map[storageHealthIdentity]bool, len(cs))
 		for _, c := range cs {
