@@ -102,6 +102,8 @@ type healthProber struct {
 	storageErrs map[string]string
 }
 
+// newHealthProber returns the prober of cfg.VolumeHealth, its interval
+// defaulted.
 func newHealthProber(cfg Config, gauge *storageHealthGauge, dsw *state.DesiredStateOfWorld, asw *state.ActualStateOfWorld) *healthProber {
 	hc := *cfg.VolumeHealth
 	if hc.ProbeInterval <= 0 {
@@ -127,7 +129,9 @@ func (vm *VolumeManager) newHealthProber() error {
 		}
 	}
 	vm.health = newHealthProber(vm.cfg, gauge, vm.dsw, vm.asw)
-	vm.loop.hooks.attempt = vm.health.attempt
+	if vm.cfg.VolumeHealth.Updater != nil {
+		vm.loop.hooks.attempt = vm.health.attempt
+	}
 	vm.cfg.Drivers.OnChange(vm.health.driverChanged)
 	return nil
 }
@@ -269,7 +273,7 @@ func (p *healthProber) probeVolumes(ctx context.Context) {
 		kv := []any{"pod", t.pod.String(), "volume", t.volume, "driver", t.spec.Driver, "volumeHandle", t.spec.VolumeHandle}
 		conds, err := client.NodeGetVolumeHealth(ctx, p.request(t, client.Capabilities()))
 		if err == nil && !sameVolumeHealth(p.reported[t.key], conds) {
-			if err = p.cfg.Updater.SetPodVolumeHealth(ctx, t.pod, t.volume, conds); err != nil {
+			if err = p.cfg.Updater.SetPodVolumeHealth(ctx, t.pod, t.volume, slices.Clone(conds)); err != nil {
 				err = fmt.Errorf("reporting the health of volume %s of pod %s: %w", t.volume, t.pod, err)
 			} else {
 				logger.V(2).Info("Volume health changed", append(kv, "conditions", conds)...)
