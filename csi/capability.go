@@ -23,6 +23,8 @@ type Capabilities struct {
 	// VolumeHealth: the driver implements NodeGetVolumeHealth (CSI 1.13;
 	// earlier versions reported a volume condition in NodeGetVolumeStats).
 	VolumeHealth bool
+	// StorageHealth: the driver implements NodeGetStorageHealth (CSI 1.13).
+	StorageHealth bool
 	// VolumeCondition: the driver reports a volume condition in
 	// NodeGetVolumeStats (VOLUME_CONDITION of CSI 1.3 to 1.12; see
 	// condition.go).
@@ -45,6 +47,8 @@ func capabilitiesFrom(resp *csipb.NodeGetCapabilitiesResponse) Capabilities {
 			c.VolumeMountGroup = true
 		case csipb.NodeServiceCapability_RPC_GET_VOLUME_HEALTH:
 			c.VolumeHealth = true
+		case csipb.NodeServiceCapability_RPC_GET_STORAGE_HEALTH:
+			c.StorageHealth = true
 		case volumeConditionCapability:
 			c.VolumeCondition = true
 		}

@@ -42,6 +42,9 @@ func (l *loop) begin(a oe.Action, v planner.View) {
 		in.Expansion, _ = l.hooks.expansion(v.Spec.PVName)
 		rec.expanding = in.Expansion.Size
 	}
+	if l.hooks.attempt != nil && (a.Kind == oe.OpStage || a.Kind == oe.OpPublish) {
+		l.hooks.attempt(a)
+	}
 	l.logger.V(4).Info("Starting operation", "operation", a.Kind.NameFor(in.Spec.Mode), "volume", a.Volume, "pod", a.Pod.Pod.String())
 	l.hooks.start(a, in)
 }

@@ -176,6 +176,14 @@ type Config struct {
 	// ReportVolumesInUse. The two are exclusive: New refuses both. Default
 	// false: MarkVolumesAsReportedInUse has no effect.
 	VolumesInUseReportedByCaller bool
+	// VolumeHealth, when set, makes Run probe the health of the pods' CSI
+	// volumes (NodeGetVolumeHealth, given to VolumeHealth.Updater) and of
+	// the drivers' storage (NodeGetStorageHealth, written into the
+	// CSINode's status.storageHealth), for drivers with those node
+	// capabilities (CSI 1.13): the kubelet's CSIVolumeHealth feature
+	// (volumehealth.go). Default nil: off, as the feature is in the
+	// kubelet 1.37.
+	VolumeHealth *VolumeHealthConfig
 }
 
 func setDefaults(cfg *Config) {

@@ -111,6 +111,9 @@ type loopHooks struct {
 	// holdAttachment makes a volume hold the VolumeAttachment it waits
 	// for in the object cache ("": none), in node-restricted mode.
 	holdAttachment func(name cache.UniqueVolumeName, va string)
+	// attempt is told of each stage and publish the loop starts (the
+	// volume health probes ask about those volumes even when they fail).
+	attempt func(a oe.Action)
 }
 
 // opInput is what an operation needs.

@@ -90,6 +90,9 @@ type VolumeManager struct {
 	expander nodeExpander
 	// conditions are the volume conditions last seen (health.go).
 	conditions *conditions
+	// health runs the volume and storage health probes; nil unless
+	// Config.VolumeHealth.
+	health *healthProber
 	// runCtx holds Run's context, for scrapes (context.Background before Run).
 	runCtx atomic.Pointer[context.Context]
 	// ops are Run's contexts for the operations the loop starts; set by
@@ -152,6 +155,11 @@ func New(cfg Config) (*VolumeManager, error) {
 		vm.inUse.reported = func(names []vcache.UniqueVolumeName) { vm.in.retry(names...) }
 	}
 	vm.newLoop(m)
+	if cfg.VolumeHealth != nil {
+		if err := vm.newHealthProber(); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.PluginRegistration {
 		if vm.plugins, vm.registration, err = newPluginManager(cfg, vm.csiDrivers); err != nil {
 			return nil, fmt.Errorf("volumemanager: %w", err)
@@ -177,6 +185,8 @@ func checkConfig(cfg Config) error {
 		return errors.New("volumemanager: Config.KubeClient is required")
 	case cfg.ReportVolumesInUse && cfg.VolumesInUseReportedByCaller:
 		return errors.New("volumemanager: Config.ReportVolumesInUse and Config.VolumesInUseReportedByCaller are exclusive: the Node's status.volumesInUse has one writer")
+	case cfg.VolumeHealth != nil && cfg.VolumeHealth.Updater == nil && cfg.VolumeHealth.NoStorageHealth:
+		return errors.New("volumemanager: Config.VolumeHealth probes nothing: it needs an Updater, or NoStorageHealth false")
 	}
 	return nil
 }

@@ -57,6 +57,9 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	wg.Go(func() { vm.certs.Run(ctx) })
 	wg.Go(func() { vm.runPluginManager(ctx) })
 	wg.Go(func() { vm.runRegistration(ctx) })
+	if vm.health != nil {
+		wg.Go(func() { vm.health.run(ctx) })
+	}
 	if vm.inUse != nil && !vm.inUse.byCaller {
 		wg.Go(func() { vm.inUse.run(ctx) })
 	}

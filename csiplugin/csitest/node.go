@@ -358,6 +358,8 @@ func (n *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabiliti
 	add(o.SingleNodeMultiWriter, csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER)
 	add(o.VolumeMountGroup, csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP)
 	add(o.VolumeCondition, volumeConditionCapability)
+	add(o.VolumeHealth, csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH)
+	add(o.StorageHealth, csi.NodeServiceCapability_RPC_GET_STORAGE_HEALTH)
 	return &resp, nil
 }
 

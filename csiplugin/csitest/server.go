@@ -75,6 +75,13 @@ type Options struct {
 	// NodeGetVolumeStats answer carries the volume's condition, normal
 	// unless SetVolumeCondition says otherwise. Default false.
 	VolumeCondition bool
+	// VolumeHealth reports GET_VOLUME_HEALTH (CSI 1.13): NodeGetVolumeHealth
+	// answers what SetVolumeHealth set. Default false: Unimplemented.
+	VolumeHealth bool
+	// StorageHealth reports GET_STORAGE_HEALTH (CSI 1.13):
+	// NodeGetStorageHealth answers what SetStorageHealth set. Default
+	// false: Unimplemented.
+	StorageHealth bool
 
 	// CreateTargetDirs makes NodePublishVolume create its target_path (a
 	// directory for mount volumes, an empty file for block volumes) and
@@ -151,6 +158,10 @@ type Server struct {
 	volumes map[string]*volume
 	// conditions are the volume conditions set by SetVolumeCondition.
 	conditions map[string]VolumeCondition
+	// volumeHealth and storageHealth are the health conditions set by
+	// SetVolumeHealth and SetStorageHealth.
+	volumeHealth  map[string][]*csi.VolumeHealth_VolumeHealthEntry
+	storageHealth []*csi.NodeGetStorageHealthResponse_StorageBackendHealth
 }
 
 // Start serves a new driver on dir/csi.sock. An empty dir, or one whose

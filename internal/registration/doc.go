@@ -8,4 +8,6 @@
 // CSINode object (with the migrated in-tree plugins). Run creates the
 // CSINode at start and keeps the drivers' allocatable counts current.
 // SetNodeAttachMode sets the Node's attach-mode annotation for an agent.
+// UpdateStorageHealth writes a driver's storage health into the CSINode's
+// status (CSIVolumeHealth).
 package registration
