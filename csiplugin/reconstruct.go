@@ -30,13 +30,16 @@ func inlineVolumeName(uid types.UID, specName string) cache.UniqueVolumeName {
 // earlier runs (nodevol's or the kubelet's) left on disk, as the kubelet's
 // reconstruction finds them, so that they are torn down
 // when no pod wants them and re-published (idempotently) when one does:
-// each pod volume directory with a vol_data.json becomes an Uncertain pod
-// mount, each staging directory with a vol_data.json an Uncertain device;
-// raw block volumes likewise, from their pod symlinks, their publishes left
-// without a symlink (blockPublishes) and their data directories.
-// Nothing is trusted as Mounted and nothing is removed here. A directory
-// whose vol_data.json is missing or corrupt is logged and left alone:
-// without it nodevol cannot tell which driver and volume it belongs to.
+// each pod volume directory with a vol_data.json becomes a pod mount, each
+// staging directory with a vol_data.json a device, Uncertain unless
+// nodevol's record of this boot says its call completed and its leaf is
+// still a mount point (recover); raw block volumes likewise, always
+// Uncertain, from their pod symlinks, their publishes left without a
+// symlink (blockPublishes) and their data directories. (The kubelet
+// v1.37.2 trusts nothing it reconstructs: every volume it finds is
+// Uncertain.) Nothing is removed here. A directory whose vol_data.json is
+// missing or corrupt is logged and left alone: without it nodevol cannot
+// tell which driver and volume it belongs to.
 //
 // The exceptions are what nothing else would ever remove and what cannot
 // hold data: the leftovers of a reboot (recover), and a pod volume or

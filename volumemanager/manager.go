@@ -397,7 +397,10 @@ func (vm *VolumeManager) MarkPodsSynced() { vm.in.markPodsSynced() }
 // whose spec.nodeName names another node than Config.NodeName is refused
 // with an error naming the pod and both nodes, and nothing is done for it;
 // a pod with no nodeName is accepted (unit tests, static pods of a kubelet
-// fork).
+// fork). Where a pod came from is not checked: the kubelet v1.37.2 refuses
+// a static pod that references an API object (a service account, a
+// configMap, a secret, a claim, ...) in its pod config source, and an
+// embedder that reads static pods must refuse them there too.
 func (vm *VolumeManager) AddPod(pod *v1.Pod) error {
 	if err := vm.checkNode(pod); err != nil {
 		return err

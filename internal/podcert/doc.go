@@ -12,9 +12,10 @@
 // (name, and the UID read with a GET of the ServiceAccount, which the Node
 // authorizer lets a node read for its pods), the node (name, and the UID
 // read with a GET of the node's own Node), maxExpirationSeconds and the
-// userAnnotations of the source, and an empty PKCS#10 request signed with
-// the new key: its signature is the proof of possession that the API
-// server verifies at creation. The request is owned by the pod (an owner
+// userAnnotations of the source (as unverifiedUserAnnotations), and
+// stubPKCS10Request, an empty PKCS#10 request signed with the new key,
+// whose signature the API server verifies at creation (certificates/v1 has
+// no pkixPublicKey or proofOfPossession field). The request is owned by the pod (an owner
 // reference), so the garbage collector deletes it with the pod, and the
 // kube-controller-manager's PodCertificateRequest cleaner deletes every
 // request 15 minutes after its creation: the node never deletes one (the
