@@ -27,7 +27,7 @@ func (l *loop) begin(a oe.Action, v planner.View) {
 		delete(rec.republish, a.Pod.Pod.UID)
 		l.asw.SetPodBusy(v.Spec, a.Pod, true) // possibly mounted from now on
 		if a.Expand > 0 {
-			in.Expansion, _ = l.hooks.expansion(v.Spec.PVName)
+			in.Expansion, _ = l.hooks.expansion(v.Spec.PVName, v.Actual.Size)
 			rec.expanding = in.Expansion.Size
 		}
 	case oe.OpAttach, oe.OpSelfAttach:
@@ -39,7 +39,7 @@ func (l *loop) begin(a oe.Action, v planner.View) {
 		l.setAttachment(a.Volume, rec, csiplugin.AttachmentName(in.Spec.VolumeHandle, in.Spec.Driver, l.node))
 	case oe.OpExpand:
 		in.VolumePath = v.Actual.Pods[a.Pod.Pod.UID].Path
-		in.Expansion, _ = l.hooks.expansion(v.Spec.PVName)
+		in.Expansion, _ = l.hooks.expansion(v.Spec.PVName, v.Actual.Size)
 		rec.expanding = in.Expansion.Size
 	}
 	if l.hooks.attempt != nil && (a.Kind == oe.OpStage || a.Kind == oe.OpPublish) {
@@ -86,10 +86,11 @@ func (l *loop) apply(o oe.Outcome) {
 		l.applyPod(o, rec)
 	}
 	if a.Kind == oe.OpExpand || a.Expand > 0 {
-		// Done or refused for good: not asked again at that size (the
-		// claim's status says so too, once the informer has it).
+		// Done or refused for good: the node has the volume at that size
+		// and is not asked again (the claim's status says so too, once
+		// the informer has it, unless another node did it first).
 		if o.Err == nil {
-			rec.expanded = rec.expanding
+			l.asw.SetSize(a.Volume, rec.expanding)
 		}
 		rec.expanding = 0
 	}

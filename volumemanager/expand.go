@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -28,6 +29,12 @@ type nodeExpander interface {
 	NodeExpand(ctx context.Context, req volume.ExpandRequest) (bool, error)
 }
 
+// nodeExpansionNotRequired is the claim annotation that says a
+// ReadWriteMany volume the claim's status already reports grown needs no
+// expansion on each node that mounts it (the kubelet's
+// NodeExpansionNotRequired).
+const nodeExpansionNotRequired = "volume.kubernetes.io/node-expansion-not-required"
+
 // needsNodeExpansion reports whether the controller has grown pv and left
 // the rest to the node: see claimNodeResizePending.
 func needsNodeExpansion(pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume) bool {
@@ -36,6 +43,30 @@ func needsNodeExpansion(pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume) 
 		return false
 	}
 	return claimNodeResizePending(pvc, want)
+}
+
+// nodeExpansionDue reports whether this node, which has the claim's volume
+// at nodeSize bytes, is to grow it to size, as the kubelet's node expander
+// decides it before NodeExpandVolume (runPreCheck); claimDone says that
+// the claim's status already reports size with no resize status: another
+// node or the controller alone finished, and the node writes nothing on
+// the claim. The expansion is due when the claim asks for it
+// (claimNodeResizePending), or, for a claim already done, when the volume
+// is ReadWriteMany and the claim does not say
+// volume.kubernetes.io/node-expansion-not-required: every node that
+// mounts a shared volume grows its own view of it (kubernetes#131907). A
+// node that has the volume at size already has nothing to do.
+func nodeExpansionDue(pvc *v1.PersistentVolumeClaim, size resource.Quantity, nodeSize int64) (due, claimDone bool) {
+	have := pvc.Status.Capacity[v1.ResourceStorage]
+	_, resizing := pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage]
+	claimDone = !resizing && have.Cmp(size) >= 0
+	if nodeSize >= size.Value() {
+		return false, claimDone
+	}
+	if claimDone {
+		return slices.Contains(pvc.Spec.AccessModes, v1.ReadWriteMany) && !metav1.HasAnnotation(pvc.ObjectMeta, nodeExpansionNotRequired), true
+	}
+	return claimNodeResizePending(pvc, size), false
 }
 
 // claimNodeResizePending reports whether the claim asks the node to grow
@@ -67,20 +98,32 @@ func claimNodeResizePending(pvc *v1.PersistentVolumeClaim, size resource.Quantit
 	return false
 }
 
-// pendingExpansion returns the node expansion pending for PV pvName's claim
-// (read through the listers), for the planner. A migrated in-tree PV is
-// expanded through its CSI driver too, as the kubelet does.
-func (r *resolver) pendingExpansion(pvName string) (expansion, bool) {
+// pendingExpansion returns the node expansion due for PV pvName's claim
+// (read through the listers), for the planner, on a node that has the
+// volume at nodeSize bytes; 0 says not known yet (first set up here, or
+// found again after a restart), and the claim's status capacity is taken
+// for it, as the kubelet does. The expansion's From is that size, returned
+// even when nothing is due, for the loop to record. A migrated in-tree PV
+// is expanded through its CSI driver too, as the kubelet does.
+func (r *resolver) pendingExpansion(pvName string, nodeSize int64) (expansion, bool) {
 	pv, err := r.pvs.Get(pvName)
 	if err != nil || (pv.Spec.CSI == nil && migratedPVPlugin(pv) == "") || pv.Spec.ClaimRef == nil {
-		return expansion{}, false
+		return expansion{From: nodeSize}, false
 	}
 	pvc, err := r.pvcs.PersistentVolumeClaims(pv.Spec.ClaimRef.Namespace).Get(pv.Spec.ClaimRef.Name)
-	if err != nil || pvc.Spec.VolumeName != pv.Name || !needsNodeExpansion(pvc, pv) {
-		return expansion{}, false
+	if err != nil || pvc.Spec.VolumeName != pv.Name {
+		return expansion{From: nodeSize}, false
 	}
-	size := pv.Spec.Capacity[v1.ResourceStorage]
-	return expansion{Size: size.Value(), Namespace: pvc.Namespace, Claim: pvc.Name, PV: pv.Name}, true
+	if nodeSize == 0 {
+		have := pvc.Status.Capacity[v1.ResourceStorage]
+		nodeSize = have.Value()
+	}
+	size, ok := pv.Spec.Capacity[v1.ResourceStorage]
+	if !ok || size.IsZero() {
+		return expansion{From: nodeSize}, false
+	}
+	due, claimDone := nodeExpansionDue(pvc, size, nodeSize)
+	return expansion{Size: size.Value(), From: nodeSize, ClaimDone: claimDone, Namespace: pvc.Namespace, Claim: pvc.Name, PV: pv.Name}, due
 }
 
 // expandError is the error of a node expansion that follows a publish, so
@@ -126,8 +169,9 @@ func (vm *VolumeManager) expandAfterPublish(ctx context.Context, a oe.Action, in
 // nodeExpand runs the kubelet's node expansion protocol for the claim's
 // pending expansion in.Expansion, with pod a.Pod's publish:
 //
-//  1. read the claim; nothing to do if its node expansion is no longer
-//     pending (done elsewhere, or marked infeasible meanwhile);
+//  1. read the claim; nothing to do if the expansion is no longer due on
+//     this node (nodeExpansionDue: done elsewhere, or marked infeasible
+//     meanwhile);
 //  2. NodeResizePending becomes NodeResizeInProgress (a strategic merge
 //     patch of the status, checked against the claim's resourceVersion);
 //  3. NodeExpandVolume;
@@ -135,6 +179,11 @@ func (vm *VolumeManager) expandAfterPublish(ctx context.Context, a oe.Action, in
 //     resize status and the resize conditions are removed, and the pods
 //     get FileSystemResizeSuccessful;
 //  5. on failure, see expandFailed.
+//
+// A claim whose status already reports the new size (a ReadWriteMany
+// volume another node grew) is not written on success: steps 2 and 4 are
+// skipped, and a driver that cannot expand on the node has nothing to do
+// here (the kubelet's fix of kubernetes#131381: no NodeResizeError).
 //
 // It returns nil when the expansion is over (done, or refused for good);
 // an error when it is to be retried.
@@ -147,8 +196,9 @@ func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput
 	if err != nil {
 		return fmt.Errorf("reading PVC %s/%s before expanding volume %q: %w", e.Namespace, e.Claim, e.PV, err)
 	}
-	if pvc.Spec.VolumeName != e.PV || !claimNodeResizePending(pvc, size) {
-		logger.V(2).Info("Node expansion no longer pending on the claim")
+	due, claimDone := nodeExpansionDue(pvc, size, e.From)
+	if pvc.Spec.VolumeName != e.PV || !due {
+		logger.V(2).Info("Node expansion no longer due on this node")
 		return nil
 	}
 	if pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage] == v1.PersistentVolumeClaimNodeResizePending {
@@ -164,6 +214,14 @@ func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput
 	})
 	if err != nil {
 		return vm.expandFailed(ctx, logger, claims, pvc, e, spec.Driver, pods, err)
+	}
+	if claimDone {
+		// The claim already says so: this node only grew its own view.
+		logger.V(2).Info("Volume expanded on the node; the claim already reported the size", "expanded", expanded)
+		if expanded {
+			vm.podEvents(pods, v1.EventTypeNormal, "FileSystemResizeSuccessful", fmt.Sprintf("NodeExpandVolume succeeded for volume %q to %s", e.PV, size.String()))
+		}
+		return nil
 	}
 	if err := vm.markExpanded(ctx, claims, pvc, e.PV, size); err != nil {
 		return fmt.Errorf("volume expanded on the node, but updating PVC %s/%s failed: %w", e.Namespace, e.Claim, err)

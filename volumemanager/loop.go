@@ -89,9 +89,10 @@ type loopHooks struct {
 	// attachHeld reports whether an attachable volume's attachment must
 	// wait to be reported in use.
 	attachHeld func(name cache.UniqueVolumeName) bool
-	// expansion returns the pending node expansion of a PV's claim; nil:
-	// the plugin cannot expand.
-	expansion func(pvName string) (expansion, bool)
+	// expansion returns the node expansion of a PV's claim due on a node
+	// that has the volume at nodeSize bytes (0: not known yet), and the
+	// size the node has it at (From); nil: the plugin cannot expand.
+	expansion func(pvName string, nodeSize int64) (expansion, bool)
 	// forgotten is called when a volume is forgotten.
 	forgotten func()
 	// synced is called once the loop has taken in that the informers have
@@ -125,9 +126,14 @@ type opInput struct {
 	Expansion expansion
 }
 
-// expansion is a claim's pending node expansion.
+// expansion is a claim's node expansion due on this node.
 type expansion struct {
-	Size      int64
+	// Size is the size to grow the volume to (the PV's capacity); From
+	// the size this node has it at.
+	Size, From int64
+	// ClaimDone: the claim's status already reports Size (another node
+	// or the controller finished); the node grows its own view only.
+	ClaimDone bool
 	Namespace string
 	Claim     string
 	PV        string
@@ -447,7 +453,15 @@ func (l *loop) view(name cache.UniqueVolumeName) planner.View {
 		}
 	}
 	if wanted && known && v.CapsErr == nil && l.hooks.expansion != nil && spec.PVName != "" && (actual.DeviceState == cache.Mounted || !v.Caps.Stages) {
-		if e, ok := l.hooks.expansion(spec.PVName); ok && e.Size > rec.expanded {
+		e, ok := l.hooks.expansion(spec.PVName, actual.Size)
+		if actual.Size == 0 && e.From > 0 {
+			// First look since the volume was set up here (or found
+			// again after a restart): the node has it at the claim's
+			// size, as the kubelet's InitializeClaimSize records it.
+			l.asw.SetSize(name, e.From)
+			v.Actual.Size = e.From
+		}
+		if ok {
 			v.ExpandTo = e.Size
 		}
 	}

@@ -29,10 +29,9 @@ type volumeRecord struct {
 	// republish are the pods whose Mounted volume is to be published
 	// again (requiresRepublish).
 	republish map[types.UID]bool
-	// expanding is the size of the expansion in flight; expanded the size
-	// the volume was last expanded to, until the claim's status says so
-	// too.
-	expanding, expanded int64
+	// expanding is the size of the expansion in flight (the size the
+	// node has the volume at is the actual state's).
+	expanding int64
 	// attachment is the VolumeAttachment the volume's attach (or detach)
 	// waits for; "" when none.
 	attachment string
@@ -122,7 +121,6 @@ func (r *volumeRecord) ended(a oe.Action) {
 func (r *volumeRecord) forget() {
 	r.refs = planner.StagingRefs{}
 	r.waiting = nil
-	r.expanded = 0
 	r.olderWorld = false
 	r.attachment = ""
 }
@@ -130,7 +128,7 @@ func (r *volumeRecord) forget() {
 // empty reports whether the record keeps nothing.
 func (r *volumeRecord) empty() bool {
 	return r.inflight == nil && len(r.foundMounts) == 0 && !r.foundDevice && len(r.refs.Paths) == 0 &&
-		len(r.republish) == 0 && r.expanding == 0 && r.expanded == 0 && r.attachment == "" &&
+		len(r.republish) == 0 && r.expanding == 0 && r.attachment == "" &&
 		!r.worldChanged && !r.olderWorld && len(r.waiting) == 0 && len(r.refused) == 0
 }
 

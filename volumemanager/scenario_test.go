@@ -39,9 +39,10 @@ import (
 //
 // Commands (arguments key=value):
 //
-//	claim name=a [driver=drv] [block] [rwop]
-//	                                       a PVC ns/a bound to PV pv-a, handle h-a
-//	                                       (ReadWriteOnce, or ReadWriteOncePod)
+//	claim name=a [driver=drv] [block] [rwop|rwx] [no-node-expansion]
+//	                                       a PVC ns/a bound to PV pv-a, handle h-a, 1Gi
+//	                                       (ReadWriteOnce, ReadWriteOncePod or ReadWriteMany;
+//	                                       annotated volume.kubernetes.io/node-expansion-not-required)
 //	unbind name=a                          the PVC goes (its pods cannot be resolved)
 //	pod name=p claims=(a,b) [block=(a)] [level=s0:c1] [images=(t)]
 //	                                       AddPod (uid uid-p), with that SELinux level and
@@ -68,7 +69,10 @@ import (
 //	reported name=a                        volume a is reported in use
 //	requires-republish driver=drv          the driver's CSIDriver sets requiresRepublish
 //	expand name=a size=2Gi [status=S]      the PV grows to size and the claim's storage resize
-//	                                       status becomes S (default NodeResizePending)
+//	                                       status becomes S (default NodeResizePending); with
+//	                                       status=done another node (or the controller alone)
+//	                                       finished: the claim's capacity is size, no resize status
+//	size name=a                            the size this node has volume a at (0: not known)
 //	self-attach                            the node attaches volumes itself (Config.SelfAttach),
 //	                                       from now on and after restarts
 //	va-changed name=a                      volume a's VolumeAttachment changed (informer event)
@@ -239,7 +243,7 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 		case td.HasArg("rwx"):
 			access = v1.ReadWriteMany
 		}
-		s.claim(arg("name"), td.HasArg("block"), access)
+		s.claim(arg("name"), td.HasArg("block"), access, td.HasArg("no-node-expansion"))
 	case "unbind":
 		if err := s.pvcs.Delete(&v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: arg("name")}}); err != nil {
 			t.Fatal(err)
@@ -328,6 +332,9 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 		s.l.process(ctx)
 	case "self-attach":
 		s.selfAttach, s.l.selfAttach = true, true
+	case "size":
+		v, _ := s.asw.Volume(volName(arg("name")))
+		return resource.NewQuantity(v.Size, resource.BinarySI).String()
 	case "va-changed":
 		s.in.attachment(csiplugin.AttachmentName("h-"+arg("name"), "drv", "node-1"))
 		s.l.process(ctx)
@@ -396,7 +403,7 @@ func orOK(r string) string {
 	return r
 }
 
-func (s *scenario) claim(name string, block bool, access v1.PersistentVolumeAccessMode) {
+func (s *scenario) claim(name string, block bool, access v1.PersistentVolumeAccessMode, noNodeExpansion bool) {
 	mode := v1.PersistentVolumeFilesystem
 	if block {
 		mode = v1.PersistentVolumeBlock
@@ -413,8 +420,11 @@ func (s *scenario) claim(name string, block bool, access v1.PersistentVolumeAcce
 	}
 	pvc := &v1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("pvc-" + name)},
-		Spec:       v1.PersistentVolumeClaimSpec{VolumeName: pv.Name, VolumeMode: &mode},
+		Spec:       v1.PersistentVolumeClaimSpec{VolumeName: pv.Name, VolumeMode: &mode, AccessModes: []v1.PersistentVolumeAccessMode{access}},
 		Status:     v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound, Capacity: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}},
+	}
+	if noNodeExpansion {
+		pvc.Annotations = map[string]string{nodeExpansionNotRequired: "true"}
 	}
 	if err := s.pvs.Add(pv); err != nil {
 		s.t.Fatal(err)
@@ -438,6 +448,10 @@ func (s *scenario) expand(t *testing.T, name, size, status string) {
 		status = string(v1.PersistentVolumeClaimNodeResizePending)
 	}
 	pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.ClaimResourceStatus(status)}
+	if status == "done" {
+		pvc.Status.AllocatedResourceStatuses = nil
+		pvc.Status.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse(size)}
+	}
 	if err := s.pvs.Update(pv); err != nil {
 		t.Fatal(err)
 	}

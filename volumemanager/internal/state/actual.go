@@ -34,6 +34,15 @@ type ActualVolume struct {
 	SELinuxContext string
 	// Pods maps each pod that may have the volume published to its mount.
 	Pods map[types.UID]PodMount
+	// Size is the size in bytes this node has the volume at, as far as
+	// node expansion goes (the kubelet's persistentVolumeSize): the
+	// claim's status capacity when the volume was first set up here (or
+	// found again after a restart), then the size of each node expansion
+	// that ended here (done, or refused for good: not tried again at that
+	// size). 0 while not known. A volume that another node (or the
+	// controller alone) grew is below its claim's size here until this
+	// node has expanded its own view of it (ReadWriteMany).
+	Size int64
 }
 
 // PodMount is one pod's mount of a volume.
@@ -139,6 +148,16 @@ func (a *ActualStateOfWorld) SetDeviceState(spec cache.VolumeSpec, state cache.M
 		v.DeviceMountPath = deviceMountPath
 	}
 	a.wakeVolume(v)
+}
+
+// SetSize records the size this node has the volume at (ActualVolume.Size);
+// nothing for a volume not known.
+func (a *ActualStateOfWorld) SetSize(name cache.UniqueVolumeName, size int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if v := a.volumes[name]; v != nil {
+		v.Size = size
+	}
 }
 
 // SetDeviceSELinuxContext records the SELinux context the volume's device

@@ -312,3 +312,24 @@ func TestWantedSince(t *testing.T) {
 		}
 	}
 }
+
+// TestSize: the size the node has a volume at is kept with the volume and
+// goes with it; a volume not known is not created by it.
+func TestSize(t *testing.T) {
+	a := NewActualStateOfWorld()
+	s := spec("drv", "h-a", "pv-a")
+	a.SetSize(s.Name, 1<<30)
+	if _, ok := a.Volume(s.Name); ok {
+		t.Fatal("SetSize created a volume")
+	}
+	a.SetDeviceState(s, cache.Mounted, "/stage")
+	a.SetSize(s.Name, 2<<30)
+	if v, _ := a.Volume(s.Name); v.Size != 2<<30 {
+		t.Errorf("size %d, want 2Gi", v.Size)
+	}
+	a.DeleteVolume(s.Name)
+	a.SetDeviceState(s, cache.Mounted, "/stage")
+	if v, _ := a.Volume(s.Name); v.Size != 0 {
+		t.Errorf("size %d after the volume went and came back, want 0 (not known)", v.Size)
+	}
+}

@@ -1,0 +1,211 @@
+package volumemanager
+
+import (
+	"context"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+)
+
+func TestNodeExpansionDue(t *testing.T) {
+	const gi = int64(1 << 30)
+	claim := func(access v1.PersistentVolumeAccessMode, capacity string, status v1.ClaimResourceStatus, annotated bool) *v1.PersistentVolumeClaim {
+		c := csitest.PVC("ns", "c", "pv")
+		c.Spec.AccessModes = []v1.PersistentVolumeAccessMode{access}
+		c.Status.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse(capacity)}
+		if status != "" {
+			c.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: status}
+		}
+		if annotated {
+			c.Annotations = map[string]string{nodeExpansionNotRequired: "true"}
+		}
+		return c
+	}
+	tests := []struct {
+		name           string
+		pvc            *v1.PersistentVolumeClaim
+		nodeSize       int64
+		due, claimDone bool
+	}{
+		{"RWX grown elsewhere, node at the old size", claim(v1.ReadWriteMany, "2Gi", "", false), gi, true, true},
+		{"RWX grown elsewhere, node at the new size", claim(v1.ReadWriteMany, "2Gi", "", false), 2 * gi, false, true},
+		{"RWX grown elsewhere, annotated", claim(v1.ReadWriteMany, "2Gi", "", true), gi, false, true},
+		{"RWO grown by the controller alone", claim(v1.ReadWriteOnce, "2Gi", "", false), gi, false, true},
+		{"RWX pending on the claim", claim(v1.ReadWriteMany, "1Gi", v1.PersistentVolumeClaimNodeResizePending, false), gi, true, false},
+		{"RWX pending on the claim, annotated", claim(v1.ReadWriteMany, "1Gi", v1.PersistentVolumeClaimNodeResizePending, true), gi, true, false},
+		{"RWO pending, node already expanded", claim(v1.ReadWriteOnce, "1Gi", v1.PersistentVolumeClaimNodeResizeInProgress, false), 2 * gi, false, false},
+		{"RWX capacity reported with a resize status", claim(v1.ReadWriteMany, "2Gi", v1.PersistentVolumeClaimNodeResizeInProgress, false), gi, false, false},
+		{"RWX infeasible", claim(v1.ReadWriteMany, "1Gi", v1.PersistentVolumeClaimNodeResizeInfeasible, false), gi, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			due, done := nodeExpansionDue(tt.pvc, resource.MustParse("2Gi"), tt.nodeSize)
+			if due != tt.due || done != tt.claimDone {
+				t.Errorf("nodeExpansionDue = %v, %v; want %v, %v", due, done, tt.due, tt.claimDone)
+			}
+		})
+	}
+}
+
+// rwxEnv is a manager with pod ns/p running on claim ns/shared (handle
+// handle-shared, 1Gi) before another node grows it.
+type rwxEnv struct {
+	*expandEnv
+	pvc *v1.PersistentVolumeClaim
+}
+
+func newRWXEnv(t *testing.T, access v1.PersistentVolumeAccessMode, annotated, driverExpands bool) *rwxEnv {
+	t.Helper()
+	drv := csitest.New(t, csitest.Options{Expand: driverExpands, CreateTargetDirs: true})
+	pvc, pv := csitest.BoundClaim("ns", "shared", drv.DriverName(), "handle-shared", csitest.PVCapacity("1Gi"), csitest.PVAccessModes(access))
+	if annotated {
+		pvc.Annotations = map[string]string{nodeExpansionNotRequired: "true"}
+	}
+	e := &expandEnv{t: t, drv: drv, pv: pv.Name, client: fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv), events: record.NewFakeRecorder(100)}
+	vm, err := New(Config{NodeName: node, KubeClient: e.client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), EventRecorder: e.events})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.vm = vm
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- vm.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.mount(csitest.Pod("ns", "p", csitest.WithPVC("data", "shared", false))); err != nil {
+		t.Fatal(err)
+	}
+	return &rwxEnv{expandEnv: e, pvc: pvc}
+}
+
+// grownElsewhere is another node's expansion (or the controller's alone):
+// the PV is 2Gi and the claim's status reports 2Gi with no resize status.
+// It returns once the manager's listers have both.
+func (e *rwxEnv) grownElsewhere() {
+	e.t.Helper()
+	ctx := context.Background()
+	pv, err := e.client.CoreV1().PersistentVolumes().Get(ctx, e.pv, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	pv.Spec.Capacity[v1.ResourceStorage] = resource.MustParse("2Gi")
+	if _, err := e.client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	pvc := e.pvc.DeepCopy()
+	pvc.Status.Capacity[v1.ResourceStorage] = resource.MustParse("2Gi")
+	if _, err := e.client.CoreV1().PersistentVolumeClaims("ns").UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	eventually(e.t, "the listers have the grown PV and claim", func() bool {
+		pv, err := e.vm.resolver.pvs.Get(e.pv)
+		if err != nil {
+			return false
+		}
+		c, err := e.vm.resolver.pvcs.PersistentVolumeClaims("ns").Get("shared")
+		if err != nil {
+			return false
+		}
+		size, have := pv.Spec.Capacity[v1.ResourceStorage], c.Status.Capacity[v1.ResourceStorage]
+		return size.Value() == 2<<30 && have.Value() == 2<<30
+	})
+}
+
+// nodeSize is the size the manager has the volume at on this node.
+func (e *rwxEnv) nodeSize() int64 {
+	for _, n := range e.vm.asw.VolumeNames() {
+		if v, _ := e.vm.asw.Volume(n); v.Spec.PVName == e.pv {
+			return v.Size
+		}
+	}
+	return 0
+}
+
+// TestExpandGrownElsewhere: a claim's status reports its volume grown
+// (another node expanded it, or the controller alone) while this node has
+// it mounted at the old size. A ReadWriteMany volume is grown here too
+// (kubernetes#131907), once, and the claim is not written; with
+// volume.kubernetes.io/node-expansion-not-required, or ReadWriteOnce, the
+// claim's word is enough. A pod added later waits for the expansion
+// (expansions go first), so its mount says the decision was taken.
+func TestExpandGrownElsewhere(t *testing.T) {
+	tests := []struct {
+		name      string
+		access    v1.PersistentVolumeAccessMode
+		annotated bool
+		calls     int
+	}{
+		{"ReadWriteMany", v1.ReadWriteMany, false, 1},
+		{"ReadWriteMany annotated node-expansion-not-required", v1.ReadWriteMany, true, 0},
+		{"ReadWriteOnce", v1.ReadWriteOnce, false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newRWXEnv(t, tt.access, tt.annotated, true)
+			e.grownElsewhere()
+			if err := e.mount(csitest.Pod("ns", "q", csitest.WithPVC("data", "shared", false))); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.mount(csitest.Pod("ns", "r", csitest.WithPVC("data", "shared", false))); err != nil {
+				t.Fatal(err)
+			}
+			reqs := requests[*csi.NodeExpandVolumeRequest](e.drv, "NodeExpandVolume")
+			if len(reqs) != tt.calls {
+				t.Fatalf("NodeExpandVolume called %d times, want %d", len(reqs), tt.calls)
+			}
+			if tt.calls > 0 {
+				if got := reqs[0].GetCapacityRange().GetRequiredBytes(); reqs[0].GetVolumeId() != "handle-shared" || got != 2<<30 {
+					t.Errorf("NodeExpandVolume of %s to %d bytes, want handle-shared to 2Gi", reqs[0].GetVolumeId(), got)
+				}
+				if evs := e.eventsWith("FileSystemResizeSuccessful"); len(evs) != 1 {
+					t.Errorf("FileSystemResizeSuccessful events %v, want 1", evs)
+				}
+				if got := e.nodeSize(); got != 2<<30 {
+					t.Errorf("node has the volume at %d bytes, want 2Gi", got)
+				}
+			}
+			if p := e.statusPatches(); len(p) != 0 {
+				t.Errorf("claim status patches %v, want none: the claim already reports the size", p)
+			}
+		})
+	}
+}
+
+// TestExpandGrownElsewhereDriverCannot: a ReadWriteMany volume grown
+// elsewhere whose driver has no node expansion (no EXPAND_VOLUME) is done
+// on this node without an error, and the claim gets no NodeResizeError
+// (kubernetes#131381, #131495).
+func TestExpandGrownElsewhereDriverCannot(t *testing.T) {
+	e := newRWXEnv(t, v1.ReadWriteMany, false, false)
+	e.grownElsewhere()
+	if err := e.mount(csitest.Pod("ns", "q", csitest.WithPVC("data", "shared", false))); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the node takes the volume at 2Gi", func() bool { return e.nodeSize() == 2<<30 })
+	if p := e.statusPatches(); len(p) != 0 {
+		t.Errorf("claim status patches %v, want none", p)
+	}
+	c, err := e.client.CoreV1().PersistentVolumeClaims("ns").Get(context.Background(), "shared", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Status; len(st.Conditions) != 0 || len(st.AllocatedResourceStatuses) != 0 {
+		t.Errorf("claim conditions %v, resize statuses %v: want none", st.Conditions, st.AllocatedResourceStatuses)
+	}
+	if evs := e.eventsWith("FileSystemResizeFailed"); len(evs) != 0 {
+		t.Errorf("FileSystemResizeFailed events %v, want none", evs)
+	}
+	if n := e.drv.Calls("NodeExpandVolume"); n != 0 {
+		t.Errorf("NodeExpandVolume called %d times on a driver without EXPAND_VOLUME", n)
+	}
+}
