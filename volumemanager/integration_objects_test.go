@@ -161,6 +161,13 @@ const objectsNS = "apps"
 // manager until the test ends.
 func startObjectsEnv(t *testing.T) *objectsEnv {
 	t.Helper()
+	return startObjectsEnvWith(t, nil)
+}
+
+// startObjectsEnvWith is startObjectsEnv with the manager's Config changed
+// by configure, if set, before New.
+func startObjectsEnvWith(t *testing.T, configure func(*Config)) *objectsEnv {
+	t.Helper()
 	env := testenv.StartT(t, testenv.Options{
 		AuthorizationModes:     []string{"Node", "RBAC"},
 		EnableAdmissionPlugins: []string{"NodeRestriction"},
@@ -180,8 +187,11 @@ func startObjectsEnv(t *testing.T) *objectsEnv {
 	if _, err := nodeClient.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.vm, err = New(Config{NodeName: node, KubeClient: nodeClient, RootDir: e.root, Mounter: e.mounter, NodeRestricted: true})
-	if err != nil {
+	cfg := Config{NodeName: node, KubeClient: nodeClient, RootDir: e.root, Mounter: e.mounter, NodeRestricted: true}
+	if configure != nil {
+		configure(&cfg)
+	}
+	if e.vm, err = New(cfg); err != nil {
 		t.Fatal(err)
 	}
 	runCtx, cancel := context.WithCancel(ctx)

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
 
@@ -52,8 +53,10 @@ func New(client kubernetes.Interface, clk clock.PassiveClock) *Cache {
 // ServiceAccountToken returns a token of service account namespace/name
 // for request tr (audiences, expirationSeconds, the object it is bound
 // to): the one issued earlier for the same request while it is not due for
-// a refresh, else a new one from the API server. refreshAt is when it is
-// due: the caller writes it out again then.
+// a refresh, else a new one from the API server; if the API server refuses
+// or fails that refresh, the one issued earlier while it has not expired
+// (its refreshAt, now past), as the kubelet's token manager does. refreshAt
+// is when it is due: the caller writes it out again then.
 func (c *Cache) ServiceAccountToken(ctx context.Context, namespace, name string, tr *authenticationv1.TokenRequest) (out *authenticationv1.TokenRequest, refreshAt time.Time, err error) {
 	key := key(namespace, name, tr)
 	now := c.clock.Now()
@@ -69,6 +72,14 @@ func (c *Cache) ServiceAccountToken(ctx context.Context, namespace, name string,
 		return t.tr.DeepCopy(), t.refreshAt(), nil
 	}
 	out, err = c.client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, tr, metav1.CreateOptions{})
+	if err != nil && ok {
+		// The token held has not expired (expired ones were dropped
+		// above): hand it out, as the kubelet does, rather than fail the
+		// volume's other files with it; the next call tries again.
+		klog.FromContext(ctx).Error(err, "Couldn't refresh service account token, handing out the one held",
+			"namespace", namespace, "serviceAccount", name, "expiration", t.tr.Status.ExpirationTimestamp.Time)
+		return t.tr.DeepCopy(), t.refreshAt(), nil
+	}
 	if err != nil {
 		return nil, time.Time{}, err
 	}

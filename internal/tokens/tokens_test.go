@@ -2,12 +2,15 @@ package tokens
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -133,5 +136,48 @@ func TestForget(t *testing.T) {
 	c.ServiceAccountToken(ctx, "ns", "sa", request(3600, "u1"))
 	if created != 3 {
 		t.Errorf("%d tokens issued, want 3 (u1, u2, u1 again after Forget)", created)
+	}
+}
+
+// TestRefreshFails: a refresh the API server refuses hands out the token
+// held while it has not expired, due again at once (its refreshAt), as the
+// kubelet's token manager does; once it has expired, the refusal is the
+// error. A refresh that succeeds later replaces it.
+func TestRefreshFails(t *testing.T) {
+	refused := apierrors.NewForbidden(schema.GroupResource{Resource: "serviceaccounts/token"}, "sa", errors.New("no"))
+	for _, tt := range []struct {
+		name      string
+		advance   time.Duration // from the first token's issue, of 1000 s
+		wantToken string        // "" for an error
+	}{
+		{name: "due, not expired", advance: 900 * time.Second, wantToken: "t1"},
+		{name: "expired", advance: 1000 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := testclock.NewFakeClock(time.Unix(1000, 0))
+			created := 0
+			client := issuing(clk, &created)
+			c := New(client, clk)
+			ctx := context.Background()
+			_, firstAt, err := c.ServiceAccountToken(ctx, "ns", "sa", request(1000, "u"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			client.PrependReactor("create", "serviceaccounts", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, refused
+			})
+			clk.Step(tt.advance)
+			tr, at, err := c.ServiceAccountToken(ctx, "ns", "sa", request(1000, "u"))
+			switch {
+			case tt.wantToken == "" && !apierrors.IsForbidden(err):
+				t.Fatalf("refresh refused after the token expired: %v, want the refusal", err)
+			case tt.wantToken != "" && (err != nil || tr.Status.Token != tt.wantToken || !at.Equal(firstAt)):
+				t.Fatalf("refresh refused before the token expired: %v, %v (refresh at %v), want %s due at %v", tr, err, at, tt.wantToken, firstAt)
+			}
+			client.ReactionChain = client.ReactionChain[1:] // the API server issues again
+			if tr, _, err := c.ServiceAccountToken(ctx, "ns", "sa", request(1000, "u")); err != nil || tr.Status.Token != "t2" {
+				t.Errorf("the next call, the API server issuing: %v, %v; want a new token t2", tr, err)
+			}
+		})
 	}
 }
