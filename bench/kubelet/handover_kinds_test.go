@@ -154,6 +154,16 @@ func (e *hvEnv) checkKinds(t *testing.T, p *hvPod, binds []string, conf string) 
 	if tok, err := os.ReadFile(filepath.Join(e.kindPath(p, "api"), "token")); err != nil || !strings.HasPrefix(string(tok), "token-") {
 		t.Errorf("pod %s: projected token %q, %v; want one issued", p.name, tok, err)
 	}
+	// The pod's fsGroup: the group of the emptyDirs' and the claim's roots
+	// (set-group-ID) and of the atomic writer's files.
+	for _, path := range []string{e.kindPath(p, "scratch"), e.kindPath(p, "mem"), e.target(p, p.vols[0]),
+		filepath.Join(e.kindPath(p, "conf"), "app.conf"), filepath.Join(e.kindPath(p, "creds"), "password")} {
+		var st syscall.Stat_t
+		if err := syscall.Stat(path, &st); err != nil || st.Gid != kindsFSGroup ||
+			(st.Mode&syscall.S_IFMT == syscall.S_IFDIR && st.Mode&syscall.S_ISGID == 0) {
+			t.Errorf("pod %s: %s: group %d, mode %o, %v; want the fsGroup %d (set-group-ID on a directory)", p.name, rel(e.root, path), st.Gid, st.Mode, err, kindsFSGroup)
+		}
+	}
 	e.checkData(t, []*hvPod{p})
 }
 
