@@ -60,8 +60,8 @@ type errSink struct {
 	values []any
 }
 
-func (s *errSink) Init(logr.RuntimeInfo)  {}
-func (s *errSink) Enabled(int) bool { return true }
+func (s *errSink) Init(logr.RuntimeInfo) {}
+func (s *errSink) Enabled(int) bool      { return true }
 
 func (s *errSink) Info(_ int, msg string, kv ...any) {
 	if strings.Contains(strings.ToLower(msg), "reconstruct") {
