@@ -29,7 +29,7 @@ func TestHandoverKindsKubeletToNodevol(t *testing.T) {
 	binds := map[*hvPod][]string{keep: k.prepareSubPaths(t, e, keep), gone: k.prepareSubPaths(t, e, gone)}
 	e.writeKinds(t, binds)
 	e.checkKinds(t, keep, binds[keep], "version=1\n")
-	layout := e.kindsLayout(t, keep, false)
+	layout, normalized := e.kindsLayout(t, keep, false), e.kindsLayout(t, keep, true)
 	before := mountIDs(e.root)
 	e.stopKubelet()
 
@@ -46,7 +46,6 @@ func TestHandoverKindsKubeletToNodevol(t *testing.T) {
 	}
 	e.waitMounts(t, "nodevol keeps the kubelet's subPath bind mounts", want)
 
-	normalized := e.kindsLayout(t, keep, true)
 	updateSettings(t, n.client, "version=2\n")
 	e.waitConf(t, keep, "version=2\n", func() {})
 	if got := e.kindsLayout(t, keep, true); !maps.Equal(got, normalized) {
@@ -79,7 +78,7 @@ func TestHandoverKindsNodevolToKubelet(t *testing.T) {
 	binds := map[*hvPod][]string{keep: n.prepareSubPaths(t, keep), gone: n.prepareSubPaths(t, gone)}
 	e.writeKinds(t, binds)
 	e.checkKinds(t, keep, binds[keep], "version=1\n")
-	layout := e.kindsLayout(t, keep, false)
+	layout, normalized := e.kindsLayout(t, keep, false), e.kindsLayout(t, keep, true)
 	before := mountIDs(e.root)
 	e.stopNodevol()
 
@@ -96,7 +95,6 @@ func TestHandoverKindsNodevolToKubelet(t *testing.T) {
 	}
 	e.waitMounts(t, "the kubelet keeps nodevol's subPath bind mounts", want)
 
-	normalized := e.kindsLayout(t, keep, true)
 	updateSettings(t, k.client, "version=2\n")
 	// The kubelet's pod workers make it look at a pod again on every sync.
 	e.waitConf(t, keep, "version=2\n", func() { k.mountPods(t, keep) })
