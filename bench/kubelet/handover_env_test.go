@@ -143,6 +143,12 @@ type hvEnv struct {
 	pods    []*hvPod
 	agent   *agentProc
 	kubelet *kubeletVM
+	nodevol *nodevolVM
+	// configMaps and secrets are the API server's.
+	configMaps []*v1.ConfigMap
+	secrets    []*v1.Secret
+	// tokens answers both sides' TokenRequests.
+	tokens *tokenIssuer
 }
 
 var driverRuns sync.Mutex
@@ -157,7 +163,7 @@ func newEnv(t *testing.T) *hvEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &hvEnv{t: t, root: root}
+	e := &hvEnv{t: t, root: root, tokens: &tokenIssuer{}}
 	t.Cleanup(e.cleanup)
 	driverRuns.Lock()
 	driverSeq++
@@ -290,13 +296,22 @@ type hvObjects struct {
 	PersistentVolumeClaims []v1.PersistentVolumeClaim   `json:"persistentVolumeClaims,omitempty"`
 	Pods                   []v1.Pod                     `json:"pods,omitempty"`
 	VolumeAttachments      []storagev1.VolumeAttachment `json:"volumeAttachments,omitempty"`
+	ConfigMaps             []v1.ConfigMap               `json:"configMaps,omitempty"`
+	Secrets                []v1.Secret                  `json:"secrets,omitempty"`
 	node                   v1.Node
 }
 
 func (e *hvEnv) objects(pods []*hvPod) hvObjects {
 	no := false
 	policy := storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy
-	o := hvObjects{node: v1.Node{ObjectMeta: metav1.ObjectMeta{Name: hvNode}}}
+	o := hvObjects{node: v1.Node{ObjectMeta: metav1.ObjectMeta{Name: hvNode},
+		Status: v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourceMemory: resource.MustParse("8Gi")}}}}
+	for _, cm := range e.configMaps {
+		o.ConfigMaps = append(o.ConfigMaps, *cm)
+	}
+	for _, s := range e.secrets {
+		o.Secrets = append(o.Secrets, *s)
+	}
 	for _, d := range e.drivers {
 		o.CSIDrivers = append(o.CSIDrivers, storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: d.name}, Spec: storagev1.CSIDriverSpec{
 			AttachRequired: &d.attach, PodInfoOnMount: &no, RequiresRepublish: &no, StorageCapacity: &no, SELinuxMount: &no,
@@ -420,6 +435,7 @@ func (e *hvEnv) cleanup() {
 	t := e.t
 	e.stopAgent()
 	e.stopKubelet()
+	e.stopNodevol()
 	for range 3 {
 		ids := mountIDs(e.root)
 		if len(ids) == 0 {
