@@ -52,7 +52,8 @@ test: deps tools testenv-bins lint
 # The hand-over of a node between the kubelet and nodevol, both ways, on
 # real mounts with the loop driver (bench/kubelet, its own module: the
 # kubelet's volume manager v1.37.2 in the test, nodevol as the example
-# node agent built from this module). Root only; the tests skip otherwise.
+# node agent built from this module, or linked in for the pods with every
+# kind of volume). Root only; the tests skip otherwise.
 # About 15 s once built; the first build of the test binary takes minutes.
 test-kubelet: deps
 	cd bench/kubelet && $(GO) vet .
