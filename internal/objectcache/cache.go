@@ -209,8 +209,10 @@ func (c *Cache) Holders(r Ref) []string {
 // (bounded by ctx) for the first answer of its read. The object is the
 // cache's own: read it, never change it. Errors: apierrors.IsNotFound
 // when the object does not exist; the read's error (apierrors.IsForbidden
-// for a read the node may not make, ...) while no read has answered with
-// the object; ErrNotHeld, ErrStopped, or ctx's error. After a good answer
+// for a read the node may not make, one wrapping ErrNotServed, not
+// NotFound, when the API server does not serve the kind's API, ...) while
+// no read has answered with the object; ErrNotHeld, ErrStopped, or ctx's
+// error. After a good answer
 // a failing read does not hide the last known object.
 func (c *Cache) Get(ctx context.Context, r Ref) (runtime.Object, error) {
 	if r.Name == "" {

@@ -32,7 +32,10 @@
 //   - Get waits, bounded by its context, for the first answer of the
 //     entry's read; a read the node may not make is returned as the API
 //     server's error (apierrors.IsForbidden), a missing object as
-//     apierrors.IsNotFound. After a good answer, a failing read keeps the
+//     apierrors.IsNotFound, and a kind whose API the server does not
+//     serve (the server's own 404, which is IsNotFound too) as an error
+//     wrapping ErrNotServed that is not IsNotFound, retried as any
+//     failed read. After a good answer, a failing read keeps the
 //     last known object. Peek answers as Get without waiting, for a
 //     reader that must not block: before the first answer it says so
 //     (ErrNotAnswered), and that answer is then announced through

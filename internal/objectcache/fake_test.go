@@ -93,8 +93,14 @@ func (a *api) counts() (lists, watches, gets int) {
 // jitter, and its OnChange sends on the returned channel.
 func start(t *testing.T, a *api, cfg Config) (*Cache, <-chan Ref) {
 	t.Helper()
-	changes := make(chan Ref, 100)
 	cfg.Client = a
+	return startOn(t, cfg)
+}
+
+// startOn is start on cfg.Client.
+func startOn(t *testing.T, cfg Config) (*Cache, <-chan Ref) {
+	t.Helper()
+	changes := make(chan Ref, 100)
 	cfg.OnChange = func(r Ref) { changes <- r }
 	c := New(cfg)
 	c.retry.Jitter = 0

@@ -56,7 +56,13 @@ const (
 
 // kindInfo is how the cache reads one kind.
 type kindInfo struct {
-	resource   schema.GroupResource
+	resource schema.GroupResource
+	// version is the API version the cache reads (the typed client's).
+	version string
+	// since is the first Kubernetes version whose API server serves
+	// that version by default, for the error of one that does not (""
+	// for a kind every supported API server serves).
+	since      string
 	namespaced bool
 	// getOnly: the Node authorizer lets a node GET objects of this kind
 	// but not list or watch them (claims, volumes, attachments), so they
@@ -111,6 +117,7 @@ func reads[T, L runtime.Object](k kindInfo, client func(c kubernetes.Interface, 
 var kinds = map[Kind]kindInfo{
 	ConfigMap: reads(kindInfo{
 		resource:   corev1.Resource("configmaps"),
+		version:    "v1",
 		namespaced: true,
 		immutable: func(o runtime.Object) bool {
 			cm, ok := o.(*corev1.ConfigMap)
@@ -121,6 +128,7 @@ var kinds = map[Kind]kindInfo{
 	}),
 	Secret: reads(kindInfo{
 		resource:   corev1.Resource("secrets"),
+		version:    "v1",
 		namespaced: true,
 		immutable: func(o runtime.Object) bool {
 			s, ok := o.(*corev1.Secret)
@@ -131,6 +139,8 @@ var kinds = map[Kind]kindInfo{
 	}),
 	ClusterTrustBundle: reads(kindInfo{
 		resource: certificatesv1.Resource("clustertrustbundles"),
+		version:  certificatesv1.SchemeGroupVersion.Version,
+		since:    "1.37",
 		fields: func(o runtime.Object) fields.Set {
 			b, ok := o.(*certificatesv1.ClusterTrustBundle)
 			if !ok {
@@ -141,16 +151,17 @@ var kinds = map[Kind]kindInfo{
 	}, func(c kubernetes.Interface, _ string) typedClient[*certificatesv1.ClusterTrustBundle, *certificatesv1.ClusterTrustBundleList] {
 		return c.CertificatesV1().ClusterTrustBundles()
 	}),
-	PersistentVolumeClaim: reads(kindInfo{resource: corev1.Resource("persistentvolumeclaims"), namespaced: true, getOnly: true},
+	PersistentVolumeClaim: reads(kindInfo{resource: corev1.Resource("persistentvolumeclaims"), version: "v1", namespaced: true, getOnly: true},
 		func(c kubernetes.Interface, ns string) typedClient[*corev1.PersistentVolumeClaim, *corev1.PersistentVolumeClaimList] {
 			return c.CoreV1().PersistentVolumeClaims(ns)
 		}),
-	PersistentVolume: reads(kindInfo{resource: corev1.Resource("persistentvolumes"), getOnly: true},
+	PersistentVolume: reads(kindInfo{resource: corev1.Resource("persistentvolumes"), version: "v1", getOnly: true},
 		func(c kubernetes.Interface, _ string) typedClient[*corev1.PersistentVolume, *corev1.PersistentVolumeList] {
 			return c.CoreV1().PersistentVolumes()
 		}),
 	VolumeAttachment: reads(kindInfo{
 		resource: storagev1.Resource("volumeattachments"),
+		version:  storagev1.SchemeGroupVersion.Version,
 		getOnly:  true,
 		quick: func(o runtime.Object) bool {
 			va, ok := o.(*storagev1.VolumeAttachment)

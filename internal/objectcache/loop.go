@@ -105,6 +105,7 @@ func (c *Cache) watchOnce(ctx context.Context, e *entry, rv string) (next string
 	var w watch.Interface
 	shallow(func() { w, err = e.kind.watch(ctx, c.client, e.ref.Namespace, opts) })
 	if err != nil {
+		err = e.kind.served(e.ref.Kind, err)
 		return resumeFrom(rv, err), false, ctx.Err() != nil, err
 	}
 	defer w.Stop()
@@ -215,8 +216,9 @@ func nextPoll(e *entry, objs []runtime.Object, changed bool, last time.Duration)
 }
 
 // list reads what an entry holds: in Get mode a named ref is a GET (a
-// NotFound is no object), else a list with the ref's selectors. cached
-// lets the API server answer from its cache.
+// NotFound is no object, unless the API is not served: see served), else
+// a list with the ref's selectors. cached lets the API server answer from
+// its cache.
 func (c *Cache) list(ctx context.Context, e *entry, cached bool) ([]runtime.Object, string, error) {
 	if e.m.name != "" && c.modeOf(e) == ModeGet {
 		opts := metav1.GetOptions{}
@@ -224,6 +226,7 @@ func (c *Cache) list(ctx context.Context, e *entry, cached bool) ([]runtime.Obje
 			opts.ResourceVersion = "0"
 		}
 		obj, err := e.kind.get(ctx, c.client, e.ref.Namespace, e.m.name, opts)
+		err = e.kind.served(e.ref.Kind, err)
 		if apierrors.IsNotFound(err) {
 			return nil, "", nil
 		}
@@ -238,7 +241,7 @@ func (c *Cache) list(ctx context.Context, e *entry, cached bool) ([]runtime.Obje
 	}
 	l, err := e.kind.list(ctx, c.client, e.ref.Namespace, opts)
 	if err != nil {
-		return nil, "", err
+		return nil, "", e.kind.served(e.ref.Kind, err)
 	}
 	return items(l)
 }

@@ -21,7 +21,9 @@ var errZeroBundles = errors.New("combination of signerName and labelSelector mat
 // bundle by name, or the bundles of the signer that the label selector
 // selects (none without a selector), each certificate once. A missing
 // bundle or an empty selection is an empty file for an optional source,
-// else the kubelet's error.
+// else the kubelet's error. An API server that does not serve the API the
+// cache reads is an error, optional or not (objectcache.ErrNotServed: not
+// NotFound, so never taken for a missing bundle).
 func (c *collector) trustAnchors(ctx context.Context, src *v1.ClusterTrustBundleProjection) ([]byte, error) {
 	optional := src.Optional != nil && *src.Optional
 	ref, ok, err := trustBundleRef(src)
