@@ -56,6 +56,9 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err != nil {
 		return nil, err
 	}
+	if v.Ephemeral != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is an inline ephemeral volume: it is not staged", id)
+	}
 	if s := v.Stage; s != nil {
 		switch {
 		case s.Path != path:

@@ -30,6 +30,9 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err != nil {
 		return nil, err
 	}
+	if isEphemeralPublish(req) {
+		return d.publishEphemeral(ctx, req, kind)
+	}
 	if err := d.validatePath("staging_target_path", staging); err != nil {
 		return nil, err
 	}
@@ -169,8 +172,12 @@ func (d *Driver) bindMount(ctx context.Context, id, source, dev, target string, 
 	}, nil
 }
 
-// NodeUnpublishVolume unmounts the target path and removes it. A target
-// that is already gone is success.
+// NodeUnpublishVolume unmounts the target path and removes it; an
+// inline ephemeral volume published there is deleted too (see
+// ephemeral.go). A target that is already gone is success, even of a
+// volume the driver does not know (an ephemeral volume deleted by an
+// earlier call whose answer was lost); an unknown volume whose target
+// path exists is NotFound.
 func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
 	if err := validateID(id); err != nil {
@@ -184,9 +191,12 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return nil, err
 	}
 	defer unlock()
-	v, err := d.knownVolume(id)
-	if err != nil {
-		return nil, err
+	v := d.store.get(id)
+	if v == nil {
+		return unpublishUnknown(id, target)
+	}
+	if v.Ephemeral != nil && v.Ephemeral.Target == target {
+		return d.unpublishEphemeral(ctx, v)
 	}
 	if err := mount.CleanupMountPoint(target, d.mounter, true); err != nil {
 		return nil, status.Errorf(codes.Internal, "volume %s: unpublishing %s: %v", id, target, err)
@@ -202,4 +212,16 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	}
 	klog.FromContext(ctx).V(2).Info("Unpublished volume", "target", target)
 	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// unpublishUnknown answers NodeUnpublishVolume of a volume the driver
+// does not know: success if nothing is at the target path, NotFound
+// otherwise (the driver touches no mount it did not make).
+func unpublishUnknown(id, target string) (*csi.NodeUnpublishVolumeResponse, error) {
+	if _, err := os.Lstat(target); errors.Is(err, fs.ErrNotExist) {
+		return &csi.NodeUnpublishVolumeResponse{}, nil
+	} else if err != nil {
+		return nil, status.Errorf(codes.Internal, "volume %s: target path: %v", id, err)
+	}
+	return nil, status.Errorf(codes.NotFound, "volume %s does not exist", id)
 }
