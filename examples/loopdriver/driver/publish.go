@@ -45,13 +45,8 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err != nil {
 		return nil, err
 	}
-	switch s := v.Stage; {
-	case s == nil:
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged: call NodeStageVolume first", id)
-	case s.Path != staging:
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged at %s, not %s", id, s.Path, staging)
-	case s.Block != (kind == accessBlock):
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged with block=%v, cannot publish it with block=%v", id, s.Block, kind == accessBlock)
+	if err := checkStaged(v, staging, kind); err != nil {
+		return nil, err
 	}
 	want := targetState{
 		Block:    kind == accessBlock,
@@ -99,6 +94,20 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	}
 	klog.FromContext(ctx).V(2).Info("Published volume", "target", target, "readOnly", want.ReadOnly, "block", want.Block)
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// checkStaged fails unless v is staged at staging for kind's access, as
+// a publish of a provisioned volume needs.
+func checkStaged(v *volumeState, staging string, kind accessKind) error {
+	switch s := v.Stage; {
+	case s == nil:
+		return status.Errorf(codes.FailedPrecondition, "volume %s is not staged: call NodeStageVolume first", v.ID)
+	case s.Path != staging:
+		return status.Errorf(codes.FailedPrecondition, "volume %s is staged at %s, not %s", v.ID, s.Path, staging)
+	case s.Block != (kind == accessBlock):
+		return status.Errorf(codes.FailedPrecondition, "volume %s is staged with block=%v, cannot publish it with block=%v", v.ID, s.Block, kind == accessBlock)
+	}
+	return nil
 }
 
 // checkSingleWriter enforces SINGLE_NODE_SINGLE_WRITER: a volume
