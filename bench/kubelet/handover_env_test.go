@@ -149,6 +149,9 @@ type hvEnv struct {
 	secrets    []*v1.Secret
 	// tokens answers both sides' TokenRequests.
 	tokens *tokenIssuer
+	// podInfo sets the CSIDrivers' podInfoOnMount, with which both sides
+	// tell a driver the pod and whether a volume is inline ephemeral.
+	podInfo bool
 }
 
 var driverRuns sync.Mutex
@@ -193,7 +196,7 @@ func (e *hvEnv) startDriver(name string, attach bool) *hvDriver {
 	}
 	defer log.Close()
 	cmd := exec.Command(nodeagentBin(e.t), "loopdriver", "--endpoint", "unix://"+sock, "--nodeid", hvNode,
-		"--statedir", filepath.Join(e.root, "state-"+name), "--drivername", name)
+		"--statedir", filepath.Join(e.root, "state-"+name), "--drivername", name, "--call-log", filepath.Join(e.root, name+".calls"))
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -302,7 +305,7 @@ type hvObjects struct {
 }
 
 func (e *hvEnv) objects(pods []*hvPod) hvObjects {
-	no := false
+	no, podInfo := false, e.podInfo
 	policy := storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy
 	o := hvObjects{node: v1.Node{ObjectMeta: metav1.ObjectMeta{Name: hvNode},
 		Status: v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourceMemory: resource.MustParse("8Gi")}}}}
@@ -314,8 +317,8 @@ func (e *hvEnv) objects(pods []*hvPod) hvObjects {
 	}
 	for _, d := range e.drivers {
 		o.CSIDrivers = append(o.CSIDrivers, storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: d.name}, Spec: storagev1.CSIDriverSpec{
-			AttachRequired: &d.attach, PodInfoOnMount: &no, RequiresRepublish: &no, StorageCapacity: &no, SELinuxMount: &no,
-			FSGroupPolicy: &policy, VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent},
+			AttachRequired: &d.attach, PodInfoOnMount: &podInfo, RequiresRepublish: &no, StorageCapacity: &no, SELinuxMount: &no,
+			FSGroupPolicy: &policy, VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral},
 		}})
 	}
 	for _, v := range e.vols {

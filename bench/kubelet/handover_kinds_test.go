@@ -25,7 +25,8 @@ import (
 // volume as the API server injects for a service account
 // (kube-api-access: a token, the kube-root-ca.crt configMap, the
 // namespace; a tmpfs), a downwardAPI volume, and a claim of the loop
-// driver, with the pod's fsGroup applied to each.
+// driver and an inline ephemeral volume of it, with the pod's fsGroup
+// applied to each.
 
 const kindsFSGroup = 2000
 
@@ -38,6 +39,7 @@ var kindDirs = map[string]string{
 	"creds":   "kubernetes.io~secret",
 	"api":     "kubernetes.io~projected",
 	"info":    "kubernetes.io~downward-api",
+	"eph":     "kubernetes.io~csi",
 }
 
 // kindsObjects makes the configMaps and the secret the pods read.
@@ -47,13 +49,16 @@ func (e *hvEnv) kindsObjects() {
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": "the cluster's CA\n"}},
 	}
 	e.secrets = []*v1.Secret{{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db"}, Data: map[string][]byte{"password": []byte("hunter2")}}}
+	// As a driver with inline volumes is deployed: the kubelet then says
+	// csi.storage.k8s.io/ephemeral=true.
+	e.podInfo = true
 }
 
 // kindsPod makes a pod of the claim v and a volume of each kind, with
 // subPath mounts into the emptyDir on disk and into the claim.
 func (e *hvEnv) kindsPod(name string, v *hvVolume) *hvPod {
 	p := e.pod(name, v)
-	fsGroup, expiry, mode := int64(kindsFSGroup), int64(3607), int32(0o644)
+	fsGroup, expiry, mode, ext4 := int64(kindsFSGroup), int64(3607), int32(0o644), "ext4"
 	p.pod.Labels = map[string]string{"app": name}
 	spec := &p.pod.Spec
 	spec.ServiceAccountName = "default"
@@ -75,6 +80,10 @@ func (e *hvEnv) kindsPod(name string, v *hvVolume) *hvPod {
 		}}}},
 		v1.Volume{Name: "info", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{DefaultMode: &mode, Items: []v1.DownwardAPIVolumeFile{
 			{Path: "name", FieldRef: field("metadata.name")}, {Path: "labels", FieldRef: field("metadata.labels")}}}}},
+		// With an fsType, as both sides apply the fsGroup to an inline
+		// volume only then.
+		v1.Volume{Name: "eph", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: v.driver.name, FSType: &ext4,
+			VolumeAttributes: map[string]string{"size": "32Mi"}}}},
 	)
 	c := &spec.Containers[0]
 	for _, name := range slices.Sorted(maps.Keys(kindDirs)) {
@@ -99,6 +108,7 @@ func (e *hvEnv) kindsData(p *hvPod, binds []string) map[string]string {
 	for _, name := range []string{"scratch", "mem"} {
 		data[filepath.Join(e.kindPath(p, name), "data.txt")] = fmt.Sprintf("written by pod %s into %s\n", p.name, name)
 	}
+	data[filepath.Join(e.inlineTarget(p), "data.txt")] = fmt.Sprintf("written by pod %s into its inline volume\n", p.name)
 	inside := []string{filepath.Join(e.kindPath(p, "scratch"), "sub", "dir"), filepath.Join(e.target(p, p.vols[0]), "csi-sub")}
 	for i, b := range binds {
 		text := fmt.Sprintf("written by pod %s through subPath bind mount %d\n", p.name, i)
@@ -116,8 +126,8 @@ func (e *hvEnv) writeKinds(t *testing.T, binds map[*hvPod][]string) {
 			t.Fatalf("pod %s: subPath bind mounts %v, want 2", p.name, b)
 		}
 		for i, dir := range []string{"scratch", p.vols[0].pvName()} {
-			// the container's volumeMounts: the claim's, the six kinds', then the two subPaths
-			wantPath := filepath.Join(e.root, "pods", string(p.uid()), "volume-subpaths", dir, "c", fmt.Sprint(7+i))
+			// the container's volumeMounts: the claim's, the kinds', then the two subPaths
+			wantPath := filepath.Join(e.root, "pods", string(p.uid()), "volume-subpaths", dir, "c", fmt.Sprint(1+len(kindDirs)+i))
 			if b[i] != wantPath {
 				t.Errorf("pod %s: subPath bind mount %d at %s, want %s", p.name, i, b[i], wantPath)
 			}
@@ -154,9 +164,9 @@ func (e *hvEnv) checkKinds(t *testing.T, p *hvPod, binds []string, conf string) 
 	if tok, err := os.ReadFile(filepath.Join(e.kindPath(p, "api"), "token")); err != nil || !strings.HasPrefix(string(tok), "token-") {
 		t.Errorf("pod %s: projected token %q, %v; want one issued", p.name, tok, err)
 	}
-	// The pod's fsGroup: the group of the emptyDirs' and the claim's roots
+	// The pod's fsGroup: the group of the emptyDirs', the claim's and the inline volume's roots
 	// (set-group-ID) and of the atomic writer's files.
-	for _, path := range []string{e.kindPath(p, "scratch"), e.kindPath(p, "mem"), e.target(p, p.vols[0]),
+	for _, path := range []string{e.kindPath(p, "scratch"), e.kindPath(p, "mem"), e.target(p, p.vols[0]), e.inlineTarget(p),
 		filepath.Join(e.kindPath(p, "conf"), "app.conf"), filepath.Join(e.kindPath(p, "creds"), "password")} {
 		var st syscall.Stat_t
 		if err := syscall.Stat(path, &st); err != nil || st.Gid != kindsFSGroup ||
@@ -172,7 +182,8 @@ var timestamped = regexp.MustCompile(`\.\.[0-9]{4}_[0-9]{2}_[0-9]{2}_[0-9]{2}_[0
 
 // kindsLayout is what the pod's volumes look like on disk, by path below
 // the root: each entry's type and permission bits, owner and group, and
-// a symlink's target; the roots of the emptyDirs and of the claim, and
+// a symlink's target; the roots of the emptyDirs, the claim and the
+// inline volume, and
 // every entry of the atomic-writer volumes. With normalize, the atomic
 // writer's timestamped directory names are replaced by "..TS", to compare
 // the layout of two writes.
@@ -201,6 +212,7 @@ func (e *hvEnv) kindsLayout(t *testing.T, p *hvPod, normalize bool) map[string]s
 	add(e.kindPath(p, "scratch"))
 	add(e.kindPath(p, "mem"))
 	add(e.target(p, p.vols[0]))
+	add(e.inlineTarget(p))
 	for _, name := range []string{"conf", "creds", "api", "info"} {
 		err := filepath.WalkDir(e.kindPath(p, name), func(path string, _ fs.DirEntry, err error) error {
 			if err == nil {

@@ -8,7 +8,8 @@ import (
 )
 
 // TestHandoverKindsKubeletToNodevol moves a node whose pods carry every
-// kind of volume from the kubelet to nodevol. The kubelet's volume
+// kind of volume, an inline ephemeral CSI volume among them, from the
+// kubelet to nodevol. The kubelet's volume
 // manager (its plugins of every kind, real mounts) mounts two such pods,
 // the test makes their subPath bind mounts as the kubelet makes them at
 // container start and writes data, and the kubelet stops without tearing
@@ -17,7 +18,8 @@ import (
 // data and the atomic-writer volumes' layout (the same ..data) are kept,
 // preparing its subPaths again makes no new mount, and an update of its
 // configMap is written in the kubelet's layout; the other pod is torn
-// down, subPaths and all. Once the kept pod is deleted too nothing is
+// down, subPaths and all, its inline volume by NodeUnpublishVolume (the
+// driver deletes it). Once the kept pod is deleted too nothing is
 // left, and nodevol logged no error.
 func TestHandoverKindsKubeletToNodevol(t *testing.T) {
 	e := newEnv(t)
@@ -30,13 +32,19 @@ func TestHandoverKindsKubeletToNodevol(t *testing.T) {
 	e.writeKinds(t, binds)
 	e.checkKinds(t, keep, binds[keep], "version=1\n")
 	layout, normalized := e.kindsLayout(t, keep, false), e.kindsLayout(t, keep, true)
+	volData := e.inlineVolData(t, keep)
+	e.inlineVolData(t, gone)
 	before := mountIDs(e.root)
+	mark := len(e.calls(t, keep.vols[0].driver))
 	e.stopKubelet()
 
 	n := e.startNodevol([]*hvPod{keep})
 	n.mountPods(t, keep)
 	want := e.without(before, []*hvPod{gone})
 	e.waitMounts(t, "nodevol tears down the pod no longer wanted", want)
+	e.checkInlineUnpublished(t, gone, mark, "nodevol")
+	e.checkInlineGone(t, gone)
+	e.checkInlineKept(t, keep, volData, "nodevol")
 	e.checkKinds(t, keep, binds[keep], "version=1\n")
 	if got := e.kindsLayout(t, keep, false); !maps.Equal(withoutAPI(got, keep), withoutAPI(layout, keep)) {
 		t.Errorf("nodevol changed the kubelet's layout of the volumes it took over:\n%s", diffLayout(withoutAPI(got, keep), withoutAPI(layout, keep)))
@@ -56,6 +64,7 @@ func TestHandoverKindsKubeletToNodevol(t *testing.T) {
 	n.deletePods(t, keep)
 	e.stopNodevol()
 	e.checkNothingLeft(t, nil, []*hvPod{keep, gone}, kindsLeaves([]*hvPod{keep, gone})...)
+	e.checkInlineGone(t, keep)
 }
 
 // TestHandoverKindsNodevolToKubelet is the way back: nodevol mounts the
@@ -65,7 +74,8 @@ func TestHandoverKindsKubeletToNodevol(t *testing.T) {
 // reconstructs every kind from what nodevol left and keeps the pod's
 // mounts (the same mount IDs), data and atomic-writer layout; preparing
 // its subPaths again makes no new mount; an update of its configMap is
-// written, in the layout nodevol wrote; the other pod is torn down. Once
+// written, in the layout nodevol wrote; the other pod is torn down (its
+// inline volume by NodeUnpublishVolume, which deletes it). Once
 // the kept pod is deleted too nothing is left, and the kubelet logged no
 // error.
 func TestHandoverKindsNodevolToKubelet(t *testing.T) {
@@ -79,13 +89,19 @@ func TestHandoverKindsNodevolToKubelet(t *testing.T) {
 	e.writeKinds(t, binds)
 	e.checkKinds(t, keep, binds[keep], "version=1\n")
 	layout, normalized := e.kindsLayout(t, keep, false), e.kindsLayout(t, keep, true)
+	volData := e.inlineVolData(t, keep)
+	e.inlineVolData(t, gone)
 	before := mountIDs(e.root)
+	mark := len(e.calls(t, keep.vols[0].driver))
 	e.stopNodevol()
 
 	k := e.startKubelet([]*hvPod{keep})
 	k.mountPods(t, keep)
 	want := e.without(before, []*hvPod{gone})
 	e.waitMounts(t, "the kubelet tears down the pod no longer wanted", want)
+	e.checkInlineUnpublished(t, gone, mark, "the kubelet")
+	e.checkInlineGone(t, gone)
+	e.checkInlineKept(t, keep, volData, "the kubelet")
 	e.checkKinds(t, keep, binds[keep], "version=1\n")
 	if got := e.kindsLayout(t, keep, false); !maps.Equal(withoutAPI(got, keep), withoutAPI(layout, keep)) {
 		t.Errorf("the kubelet changed nodevol's layout of the volumes it took over:\n%s", diffLayout(withoutAPI(got, keep), withoutAPI(layout, keep)))
@@ -108,6 +124,7 @@ func TestHandoverKindsNodevolToKubelet(t *testing.T) {
 	e.waitMounts(t, "the kubelet unstages every volume", map[string]string{})
 	e.stopKubelet()
 	e.checkNothingLeft(t, []*hvPod{keep, gone}, nil, kindsLeaves([]*hvPod{keep, gone})...)
+	e.checkInlineGone(t, keep)
 }
 
 // kindsLeaves is what is left of the kind volumes once their pods are

@@ -10,6 +10,17 @@
 // (NodeStageVolume), bind-mounts it into a pod directory or onto a block
 // device file (NodePublishVolume), and undoes both.
 //
+// It also serves inline ephemeral volumes (a pod's csi volume source;
+// the CSIDriver object lists Ephemeral in spec.volumeLifecycleModes, and
+// should set podInfoOnMount so that the kubelet says
+// csi.storage.k8s.io/ephemeral=true): NodePublishVolume, called without
+// NodeStageVolume and with the kubelet's volume ID, makes the image (of
+// the volume attribute size, a quantity such as 64Mi; DefaultVolumeSize
+// without it), attaches it, makes an ext4 (or the capability's fs_type)
+// and mounts it at the target; NodeUnpublishVolume unmounts, detaches and
+// deletes it. A publish without a staging path and without that key is
+// taken as ephemeral too (a kubelet without podInfoOnMount sends none).
+//
 // # Contract
 //
 //   - Every RPC is idempotent: repeating a successful call succeeds and
@@ -18,6 +29,10 @@
 //   - Calls on one volume run one at a time; a call that cannot get the
 //     volume before its deadline fails with Aborted. Calls on different
 //     volumes run in parallel.
+//   - NodeUnpublishVolume of a volume the driver does not know is
+//     success when nothing is at the target path (an ephemeral volume
+//     deleted by an earlier call whose answer was lost), NotFound
+//     otherwise.
 //   - Errors use the CSI spec's codes: InvalidArgument (naming the
 //     field) for missing or malformed fields, including volume IDs and
 //     names that are not one safe path element; NotFound for unknown
@@ -28,7 +43,10 @@
 //     formats only a device on which blkid finds nothing.
 //   - State lives in {statedir}/volumes/{id}.json (format version 1)
 //     beside the image {id}.img, written atomically, so a restarted
-//     driver continues where the old one stopped. The loop device of a
+//     driver continues where the old one stopped; an ephemeral volume's
+//     state is written before its image is made and removed after its
+//     image is deleted, so a publish or unpublish that a crash cut short
+//     is finished by the next call. The loop device of a
 //     volume is always found by its backing image (losetup --associated),
 //     never remembered, so attachments that a crash left behind are
 //     reused or detached, not leaked.

@@ -501,6 +501,11 @@ func TestCallLogFlag(t *testing.T) {
 	if _, err := csi.NewIdentityClient(conn).Probe(callCtx, &csi.ProbeRequest{}); err != nil {
 		t.Fatal(err)
 	}
+	// A target that exists: an unknown volume with nothing at its target
+	// is success.
+	if err := os.Mkdir(filepath.Join(dir, "t"), 0o750); err != nil {
+		t.Fatal(err)
+	}
 	_, err = node.NodeUnpublishVolume(callCtx, &csi.NodeUnpublishVolumeRequest{VolumeId: "nope", TargetPath: filepath.Join(dir, "t")})
 	wantCode(t, "unpublish of an unknown volume", err, codes.NotFound)
 	data, err := os.ReadFile(logPath)

@@ -21,7 +21,8 @@ const (
 	AtStart FaultPoint = "start"
 	// AtMid fires after the RPC has done part of its work and before it
 	// has recorded it: for NodeStageVolume after attaching the loop
-	// device, for NodePublishVolume after the mount, for CreateVolume
+	// device, for NodePublishVolume after the mount (of an inline
+	// ephemeral volume: once it is made and mounted), for CreateVolume
 	// after writing the image, for NodeUnstageVolume after the unmount.
 	// RPCs without such a point fire AtMid faults at the start.
 	AtMid FaultPoint = "mid"

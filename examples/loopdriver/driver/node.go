@@ -56,13 +56,8 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err != nil {
 		return nil, err
 	}
-	if s := v.Stage; s != nil {
-		switch {
-		case s.Path != path:
-			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is already staged at %s", id, s.Path)
-		case s.Block != (kind == accessBlock) || s.FsType != fsType:
-			return nil, status.Errorf(codes.AlreadyExists, "volume %s is already staged at %s with another volume capability (block=%v, fs_type=%q)", id, path, s.Block, s.FsType)
-		}
+	if err := checkStageRepeat(v, path, kind, fsType); err != nil {
+		return nil, err
 	}
 
 	image := d.store.imagePath(id)
@@ -119,6 +114,24 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 	logger.V(2).Info("Staged volume", "path", path, "block", kind == accessBlock, "fsType", fsType)
 	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// checkStageRepeat fails a NodeStageVolume of v at path that cannot be
+// done: of an inline ephemeral volume (never staged), or of a volume
+// staged elsewhere or with another capability. A repeat is fine.
+func checkStageRepeat(v *volumeState, path string, kind accessKind, fsType string) error {
+	if v.Ephemeral != nil {
+		return status.Errorf(codes.FailedPrecondition, "volume %s is an inline ephemeral volume: it is not staged", v.ID)
+	}
+	switch s := v.Stage; {
+	case s == nil:
+		return nil
+	case s.Path != path:
+		return status.Errorf(codes.FailedPrecondition, "volume %s is already staged at %s", v.ID, s.Path)
+	case s.Block != (kind == accessBlock) || s.FsType != fsType:
+		return status.Errorf(codes.AlreadyExists, "volume %s is already staged at %s with another volume capability (block=%v, fs_type=%q)", v.ID, path, s.Block, s.FsType)
+	}
+	return nil
 }
 
 // stageMount mounts dev's file system at path, formatting dev first if

@@ -182,7 +182,7 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 			Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: reason, Message: msg,
 		})
 	}
-	if v.Stage == nil {
+	if v.Stage == nil && len(v.Targets) == 0 {
 		return &csi.NodeGetVolumeHealthResponse{VolumeHealth: h}, nil
 	}
 	devs, err := d.loop.Find(ctx, d.store.imagePath(id))
@@ -190,10 +190,10 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 	case err != nil:
 		bad("LoopDeviceUnknown", err.Error())
 	case len(devs) == 0:
-		bad("LoopDeviceDetached", "the volume is staged but its image is not attached to a loop device")
+		bad("LoopDeviceDetached", "the volume is staged or published but its image is not attached to a loop device")
 	default:
 		check := map[string]bool{}
-		if !v.Stage.Block {
+		if v.Stage != nil && !v.Stage.Block {
 			check[v.Stage.Path] = false
 		}
 		for t, s := range v.Targets {

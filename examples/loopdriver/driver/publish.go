@@ -30,6 +30,9 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err != nil {
 		return nil, err
 	}
+	if isEphemeralPublish(req) {
+		return d.publishEphemeral(ctx, req, kind)
+	}
 	if err := d.validatePath("staging_target_path", staging); err != nil {
 		return nil, err
 	}
@@ -42,13 +45,8 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err != nil {
 		return nil, err
 	}
-	switch s := v.Stage; {
-	case s == nil:
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged: call NodeStageVolume first", id)
-	case s.Path != staging:
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged at %s, not %s", id, s.Path, staging)
-	case s.Block != (kind == accessBlock):
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged with block=%v, cannot publish it with block=%v", id, s.Block, kind == accessBlock)
+	if err := checkStaged(v, staging, kind); err != nil {
+		return nil, err
 	}
 	want := targetState{
 		Block:    kind == accessBlock,
@@ -96,6 +94,20 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	}
 	klog.FromContext(ctx).V(2).Info("Published volume", "target", target, "readOnly", want.ReadOnly, "block", want.Block)
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// checkStaged fails unless v is staged at staging for kind's access, as
+// a publish of a provisioned volume needs.
+func checkStaged(v *volumeState, staging string, kind accessKind) error {
+	switch s := v.Stage; {
+	case s == nil:
+		return status.Errorf(codes.FailedPrecondition, "volume %s is not staged: call NodeStageVolume first", v.ID)
+	case s.Path != staging:
+		return status.Errorf(codes.FailedPrecondition, "volume %s is staged at %s, not %s", v.ID, s.Path, staging)
+	case s.Block != (kind == accessBlock):
+		return status.Errorf(codes.FailedPrecondition, "volume %s is staged with block=%v, cannot publish it with block=%v", v.ID, s.Block, kind == accessBlock)
+	}
+	return nil
 }
 
 // checkSingleWriter enforces SINGLE_NODE_SINGLE_WRITER: a volume
@@ -169,8 +181,12 @@ func (d *Driver) bindMount(ctx context.Context, id, source, dev, target string, 
 	}, nil
 }
 
-// NodeUnpublishVolume unmounts the target path and removes it. A target
-// that is already gone is success.
+// NodeUnpublishVolume unmounts the target path and removes it; an
+// inline ephemeral volume published there is deleted too (see
+// ephemeral.go). A target that is already gone is success, even of a
+// volume the driver does not know (an ephemeral volume deleted by an
+// earlier call whose answer was lost); an unknown volume whose target
+// path exists is NotFound.
 func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
 	if err := validateID(id); err != nil {
@@ -184,9 +200,12 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return nil, err
 	}
 	defer unlock()
-	v, err := d.knownVolume(id)
-	if err != nil {
-		return nil, err
+	v := d.store.get(id)
+	if v == nil {
+		return unpublishUnknown(id, target)
+	}
+	if v.Ephemeral != nil && v.Ephemeral.Target == target {
+		return d.unpublishEphemeral(ctx, v)
 	}
 	if err := mount.CleanupMountPoint(target, d.mounter, true); err != nil {
 		return nil, status.Errorf(codes.Internal, "volume %s: unpublishing %s: %v", id, target, err)
@@ -202,4 +221,16 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	}
 	klog.FromContext(ctx).V(2).Info("Unpublished volume", "target", target)
 	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// unpublishUnknown answers NodeUnpublishVolume of a volume the driver
+// does not know: success if nothing is at the target path, NotFound
+// otherwise (the driver touches no mount it did not make).
+func unpublishUnknown(id, target string) (*csi.NodeUnpublishVolumeResponse, error) {
+	if _, err := os.Lstat(target); errors.Is(err, fs.ErrNotExist) {
+		return &csi.NodeUnpublishVolumeResponse{}, nil
+	} else if err != nil {
+		return nil, status.Errorf(codes.Internal, "volume %s: target path: %v", id, err)
+	}
+	return nil, status.Errorf(codes.NotFound, "volume %s does not exist", id)
 }

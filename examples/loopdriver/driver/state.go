@@ -41,6 +41,9 @@ type volumeState struct {
 	// Targets maps each target path the volume is published at on this
 	// node onto how it was published there.
 	Targets map[string]targetState `json:"targets,omitempty"`
+	// Ephemeral is set for an inline ephemeral volume, which its
+	// NodePublishVolume made and its NodeUnpublishVolume deletes.
+	Ephemeral *ephemeralState `json:"ephemeral,omitempty"`
 }
 
 // nodePublication records one ControllerPublishVolume.
@@ -76,6 +79,10 @@ func (v *volumeState) clone() *volumeState {
 	if v.Stage != nil {
 		s := *v.Stage
 		c.Stage = &s
+	}
+	if v.Ephemeral != nil {
+		e := *v.Ephemeral
+		c.Ephemeral = &e
 	}
 	return &c
 }
@@ -146,6 +153,9 @@ func loadVolume(path, id string) (*volumeState, error) {
 	}
 	if v.Stage != nil && !filepath.IsAbs(v.Stage.Path) {
 		return nil, fmt.Errorf("loading volume state %s: volume %s staged at relative path %q", path, id, v.Stage.Path)
+	}
+	if e := v.Ephemeral; e != nil && (!filepath.IsAbs(e.Target) || v.Stage != nil) {
+		return nil, fmt.Errorf("loading volume state %s: ephemeral volume %s with target %q is staged or has a relative target", path, id, e.Target)
 	}
 	for t := range v.Targets {
 		if !filepath.IsAbs(t) {
@@ -221,6 +231,10 @@ type NodeState struct {
 	// Targets are NodePublishVolume's target paths, sorted; empty when
 	// not published.
 	Targets []string
+	// Ephemeral says the volume is an inline ephemeral one, made by
+	// NodePublishVolume (its target may not be in Targets yet, if that
+	// publish is not done).
+	Ephemeral bool
 }
 
 // ReadNodeState reads the node state of volume id from a driver's state
@@ -240,5 +254,6 @@ func ReadNodeState(stateDir, id string) (NodeState, error) {
 		s.StagingPath = v.Stage.Path
 	}
 	s.Targets = slices.Sorted(maps.Keys(v.Targets))
+	s.Ephemeral = v.Ephemeral != nil
 	return s, nil
 }
