@@ -27,7 +27,7 @@ import (
 // come from an informer, drivers from {root}/plugins_registry (as with the
 // kubelet) and from --driver flags.
 func runAgent(ctx context.Context, o options) error {
-	cfg, err := restConfig(o.kubeconfig)
+	cfg, err := restConfig(o)
 	if err != nil {
 		return err
 	}
@@ -144,17 +144,19 @@ func podChanged(ctx context.Context, vm *volumemanager.VolumeManager, obj any) {
 	}
 }
 
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		cfg, err := rest.InClusterConfig()
-		if err != nil {
+// restConfig is the API client's configuration: --kubeconfig, else the
+// pod's in-cluster one, with the rate limit of --kube-api-qps and
+// --kube-api-burst.
+func restConfig(o options) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if o.kubeconfig == "" {
+		if cfg, err = rest.InClusterConfig(); err != nil {
 			return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
 		}
-		return cfg, nil
+	} else if cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig); err != nil {
+		return nil, fmt.Errorf("loading kubeconfig %s: %w", o.kubeconfig, err)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
-	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	return cfg, nil
 }
