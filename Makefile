@@ -47,7 +47,7 @@ $(BIN)/csi-sanity:
 test: deps tools testenv-bins lint
 	$(GO) test $(GOTESTFLAGS) ./...
 	cd bench/kubelet && $(GO) vet .
-	cd bench/kubelet && $(GO) test $(GOTESTFLAGS) -run '^TestHandover' .
+	cd bench/kubelet && $(GO) test $(GOTESTFLAGS) -run '^(TestHandover|TestObjects)' .
 
 # The hand-over of a node between the kubelet and nodevol, both ways, on
 # real mounts with the loop driver (bench/kubelet, its own module: the

@@ -1,14 +1,17 @@
 // Module kubelet measures the kubelet's own volume manager (k8s.io/kubernetes
 // v1.37.2: pkg/kubelet/volumemanager with pkg/volume/csi) on the workloads of
 // nodevol's benchmarks, for make bench-compare, and proves the hand-over of a
-// node between the kubelet and nodevol (make test-kubelet). It is a separate module so
-// that nodevol never requires k8s.io/kubernetes.
+// node between the kubelet and nodevol (make test-kubelet). BenchmarkPodObjects
+// (make bench-objects) runs the stock kubelet binary, built from the tool
+// below, beside the example node agent. It is a separate module so that
+// nodevol never requires k8s.io/kubernetes.
 module github.com/nodevol/nodevol/bench/kubelet
 
 go 1.26.0
 
 require (
 	github.com/container-storage-interface/spec v1.13.0
+	github.com/google/go-cmp v0.7.0
 	github.com/nodevol/nodevol v0.0.0
 	google.golang.org/grpc v1.85.0
 	k8s.io/api v0.37.2
@@ -67,7 +70,6 @@ require (
 	github.com/google/cadvisor/lib v0.60.5 // indirect
 	github.com/google/cel-go v0.29.2 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
-	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674 // indirect
 	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.0 // indirect
