@@ -77,7 +77,8 @@ func kubeletBin(b *testing.B) string {
 }
 
 // agentBin builds the example node agent (examples/nodeagent, the
-// production command) from nodevol's module.
+// production command) from nodevol's module into a directory of its own
+// (removed by TestMain).
 func agentBin(b *testing.B) string {
 	b.Helper()
 	agentBuild.Do(func() {
