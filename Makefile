@@ -11,7 +11,7 @@ GOTESTFLAGS     ?= -race -count=1 -timeout 30m
 export PATH     := $(BIN):$(PATH)
 export CSI_SANITY := $(BIN)/csi-sanity
 
-.PHONY: all build test unit fuzz bench bench-compare demo nodeagent-static lint deps tools clean testenv-bins integration test-kubelet
+.PHONY: all build test unit fuzz bench bench-compare bench-objects demo nodeagent-static lint deps tools clean testenv-bins integration test-kubelet
 
 all: build
 
@@ -47,7 +47,7 @@ $(BIN)/csi-sanity:
 test: deps tools testenv-bins lint
 	$(GO) test $(GOTESTFLAGS) ./...
 	cd bench/kubelet && $(GO) vet .
-	cd bench/kubelet && $(GO) test $(GOTESTFLAGS) -run '^TestHandover' .
+	cd bench/kubelet && $(GO) test $(GOTESTFLAGS) -run '^(TestHandover|TestObjects)' .
 
 # The hand-over of a node between the kubelet and nodevol, both ways, on
 # real mounts with the loop driver (bench/kubelet, its own module: the
@@ -92,6 +92,20 @@ PODS         ?= 10,100,1000,5000,10000
 IDLE_VOLUMES ?= 10000
 bench-compare:
 	$(GO) run ./bench/compare -pods $(PODS) -idle-volumes $(IDLE_VOLUMES)
+
+# configMap, secret and projected volumes (issue 26): the stock kubelet
+# v1.37.2 (on a fake container runtime) and the example node agent, each a
+# process with the node's own certificate against testenv's kube-apiserver,
+# on the same PODS pods (default 50): requests per pod at start and per hour
+# at rest (the API server's audit log), configMap update to file, RSS per
+# pod. Root only. IDLE is the window at rest (default 10m); the whole takes
+# about 2*(IDLE+3m), plus a cold build of the kubelet (minutes, kept in
+# $$XDG_CACHE_HOME/nodevol-kubelet) the first time. Not part of make test.
+OBJECTS_PODS := $(if $(filter command line environment,$(origin PODS)),$(PODS),50)
+IDLE         ?= 10m
+bench-objects: deps testenv-bins
+	cd bench/kubelet && $(GO) test -run '^$$' -v -bench '^BenchmarkPodObjects$$' -benchtime 1x -timeout 90m . \
+		-args -objects.pods $(OBJECTS_PODS) -objects.idle $(IDLE)
 
 # The node agent as one static binary, for deploy/Containerfile (FROM scratch).
 nodeagent-static:

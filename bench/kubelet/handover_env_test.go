@@ -60,6 +60,9 @@ func TestMain(m *testing.M) {
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
+	if agentBinPath != "" {
+		os.RemoveAll(filepath.Dir(agentBinPath))
+	}
 	os.Exit(code)
 }
 
