@@ -23,6 +23,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	kubeletcache "k8s.io/kubernetes/pkg/kubelet/volumemanager/cache"
 	kubeletmetrics "k8s.io/kubernetes/pkg/kubelet/volumemanager/metrics"
@@ -305,6 +306,33 @@ type hvObjects struct {
 	ConfigMaps             []v1.ConfigMap               `json:"configMaps,omitempty"`
 	Secrets                []v1.Secret                  `json:"secrets,omitempty"`
 	node                   v1.Node
+}
+
+// apiObjects are the objects for a fake clientset: all but the pods, and
+// the node.
+func (o *hvObjects) apiObjects() []kruntime.Object {
+	var objs []kruntime.Object
+	objs = appendAll(objs, o.CSIDrivers)
+	objs = appendAll(objs, o.PersistentVolumes)
+	objs = appendAll(objs, o.PersistentVolumeClaims)
+	objs = appendAll(objs, o.VolumeAttachments)
+	objs = appendAll(objs, o.ConfigMaps)
+	objs = appendAll(objs, o.Secrets)
+	return append(objs, &o.node)
+}
+
+// podObjects are the pods for a fake clientset.
+func podObjects(pods []v1.Pod) []kruntime.Object { return appendAll(nil, pods) }
+
+// appendAll appends a pointer to each item of items to objs.
+func appendAll[T any, PT interface {
+	*T
+	kruntime.Object
+}](objs []kruntime.Object, items []T) []kruntime.Object {
+	for i := range items {
+		objs = append(objs, PT(&items[i]))
+	}
+	return objs
 }
 
 func (e *hvEnv) objects(pods []*hvPod) hvObjects {

@@ -141,30 +141,7 @@ type nodevolVM struct {
 func (e *hvEnv) startNodevol(wanted []*hvPod) *nodevolVM {
 	e.t.Helper()
 	o := e.objects(wanted)
-	var objs []kruntime.Object
-	for i := range o.CSIDrivers {
-		objs = append(objs, &o.CSIDrivers[i])
-	}
-	for i := range o.PersistentVolumes {
-		objs = append(objs, &o.PersistentVolumes[i])
-	}
-	for i := range o.PersistentVolumeClaims {
-		objs = append(objs, &o.PersistentVolumeClaims[i])
-	}
-	for i := range o.VolumeAttachments {
-		objs = append(objs, &o.VolumeAttachments[i])
-	}
-	for i := range o.ConfigMaps {
-		objs = append(objs, &o.ConfigMaps[i])
-	}
-	for i := range o.Secrets {
-		objs = append(objs, &o.Secrets[i])
-	}
-	for i := range o.Pods {
-		objs = append(objs, &o.Pods[i])
-	}
-	objs = append(objs, &o.node)
-	client := fake.NewClientset(objs...)
+	client := fake.NewClientset(append(o.apiObjects(), podObjects(o.Pods)...)...)
 	client.PrependReactor("create", "serviceaccounts", e.tokens.react)
 	vm, err := volumemanager.New(volumemanager.Config{NodeName: hvNode, KubeClient: client, RootDir: e.root, Mounter: mount.New("")})
 	if err != nil {

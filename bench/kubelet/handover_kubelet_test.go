@@ -9,7 +9,6 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -149,27 +148,7 @@ func (e *hvEnv) startKubelet(wanted []*hvPod) *kubeletVM {
 		e.t.Fatal(err)
 	}
 	o := e.objects(wanted)
-	var objs []kruntime.Object
-	for i := range o.CSIDrivers {
-		objs = append(objs, &o.CSIDrivers[i])
-	}
-	for i := range o.PersistentVolumes {
-		objs = append(objs, &o.PersistentVolumes[i])
-	}
-	for i := range o.PersistentVolumeClaims {
-		objs = append(objs, &o.PersistentVolumeClaims[i])
-	}
-	for i := range o.VolumeAttachments {
-		objs = append(objs, &o.VolumeAttachments[i])
-	}
-	for i := range o.ConfigMaps {
-		objs = append(objs, &o.ConfigMaps[i])
-	}
-	for i := range o.Secrets {
-		objs = append(objs, &o.Secrets[i])
-	}
-	objs = append(objs, &o.node)
-	client := fake.NewSimpleClientset(objs...)
+	client := fake.NewSimpleClientset(o.apiObjects()...)
 	client.PrependReactor("create", "serviceaccounts", e.tokens.react)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	driverLister := factory.Storage().V1().CSIDrivers().Lister()
