@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
@@ -27,6 +28,16 @@ type nodeRead func(ctx context.Context, c kubernetes.Interface) error
 // metadata.name, the form the object cache lists and watches with.
 func byName(name string) metav1.ListOptions {
 	return metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}
+}
+
+// streamed is byName as a watch-list request (the initial events
+// first), the object cache's first read of an object.
+func streamed(name string) metav1.ListOptions {
+	o := byName(name)
+	o.SendInitialEvents = ptr.To(true)
+	o.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
+	o.AllowWatchBookmarks = true
+	return o
 }
 
 // watched turns a watch into a read: it is stopped at once.
@@ -111,6 +122,12 @@ func nodeReads(pv, pcr string) []nodeReadCase {
 		{"configmaps watch by name", func(ctx context.Context, c kubernetes.Interface) error {
 			return watched(c.CoreV1().ConfigMaps(objectsNS).Watch(ctx, byName("cm")))
 		}, true},
+		{"configmaps watch-list by name", func(ctx context.Context, c kubernetes.Interface) error {
+			return watched(c.CoreV1().ConfigMaps(objectsNS).Watch(ctx, streamed("cm")))
+		}, true},
+		{"configmaps watch-list unreferenced", func(ctx context.Context, c kubernetes.Interface) error {
+			return watched(c.CoreV1().ConfigMaps(objectsNS).Watch(ctx, streamed("cm-other")))
+		}, false},
 		{"configmaps get unreferenced", func(ctx context.Context, c kubernetes.Interface) error {
 			return listed(c.CoreV1().ConfigMaps(objectsNS).Get(ctx, "cm-other", metav1.GetOptions{}))
 		}, false},
@@ -125,6 +142,9 @@ func nodeReads(pv, pcr string) []nodeReadCase {
 		}, true},
 		{"secrets watch by name", func(ctx context.Context, c kubernetes.Interface) error {
 			return watched(c.CoreV1().Secrets(objectsNS).Watch(ctx, byName("sec")))
+		}, true},
+		{"secrets watch-list by name", func(ctx context.Context, c kubernetes.Interface) error {
+			return watched(c.CoreV1().Secrets(objectsNS).Watch(ctx, streamed("sec")))
 		}, true},
 		{"secrets get unreferenced", func(ctx context.Context, c kubernetes.Interface) error {
 			return listed(c.CoreV1().Secrets(objectsNS).Get(ctx, "sec-other", metav1.GetOptions{}))

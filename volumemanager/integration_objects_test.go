@@ -36,11 +36,18 @@ type apiRequest struct {
 	resource  string // as resourceOf names it
 	namespace string
 	name      string // the path's object, or a fieldSelector's metadata.name
-	status    int
+	// initial: a watch-list request (a WATCH with sendInitialEvents=true,
+	// which streams the objects before their changes).
+	initial bool
+	status  int
 }
 
 func (r apiRequest) String() string {
-	return fmt.Sprintf("%s %s %s/%s: %d", r.verb, r.resource, r.namespace, r.name, r.status)
+	verb := r.verb
+	if r.initial {
+		verb += " (watch-list)"
+	}
+	return fmt.Sprintf("%s %s %s/%s: %d", verb, r.resource, r.namespace, r.name, r.status)
 }
 
 // requestLog records a client's requests, and counts its watches still
@@ -116,6 +123,7 @@ func parseRequest(r *http.Request) apiRequest {
 		req.verb = "LIST"
 		if r.URL.Query().Get("watch") == "true" {
 			req.verb = "WATCH"
+			req.initial = r.URL.Query().Get("sendInitialEvents") == "true"
 		}
 	}
 	return req
@@ -363,8 +371,8 @@ func TestIntegrationObjectVolumes(t *testing.T) {
 	wantLabels := "app=\"web\"\ntier=\"front\""
 	eventually(t, "the new labels in the downward API file", func() bool { return readFile(filepath.Join(infoDir, "labels")) == wantLabels })
 
-	// The pod deleted: its watches end, its volumes go; still one list
-	// and one watch of each object over the pod's whole life, no 403.
+	// The pod deleted: its watches end, its volumes go; still one
+	// watch-list request of each object over the pod's whole life, no 403.
 	e.deletePod(t, updated)
 	eventually(t, "the objects released and their watches ended", func() bool {
 		return len(e.vm.objects.Holders(cmRef)) == 0 && len(e.vm.objects.Holders(secRef)) == 0 &&
@@ -427,18 +435,19 @@ func (e *objectsEnv) deletePod(t *testing.T, pod *v1.Pod) {
 }
 
 // checkObjectRequests checks the log's requests of configMaps and
-// secrets: one list and one watch of the configMap cm and of the secret
-// sec, each by its name, and nothing else; and no request refused
+// secrets: one watch-list request of the configMap cm and one of the
+// secret sec, each by its name, and nothing else (no list: the watch reads
+// the object, as the kubelet's reflectors do); and no request refused
 // anywhere.
 func checkObjectRequests(t *testing.T, log *requestLog, cm, sec string) {
 	t.Helper()
 	got := map[string]int{}
 	for _, r := range log.requests("configmaps", "secrets") {
-		got[fmt.Sprintf("%s %s %s/%s", r.verb, r.resource, r.namespace, r.name)]++
+		got[fmt.Sprintf("%s %s %s/%s initial=%t", r.verb, r.resource, r.namespace, r.name, r.initial)]++
 	}
 	want := map[string]int{
-		"LIST configmaps " + objectsNS + "/" + cm: 1, "WATCH configmaps " + objectsNS + "/" + cm: 1,
-		"LIST secrets " + objectsNS + "/" + sec: 1, "WATCH secrets " + objectsNS + "/" + sec: 1,
+		"WATCH configmaps " + objectsNS + "/" + cm + " initial=true": 1,
+		"WATCH secrets " + objectsNS + "/" + sec + " initial=true":   1,
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("requests of configMaps and secrets: %v, want %v", got, want)

@@ -23,9 +23,11 @@ import (
 type Mode int
 
 const (
-	// ModeWatch lists each held object (a field selector on its name) and
-	// then watches it: a change arrives within one event, as with the
-	// kubelet's watch-based managers.
+	// ModeWatch watches each held object (a field selector on its name),
+	// one watch-list request reading it and then its changes (a list and
+	// then a watch where the server does not support that): a change
+	// arrives within one event, as with the kubelet's watch-based
+	// managers.
 	ModeWatch Mode = iota
 	// ModeGet reads each held object again every TTL (a GET, or a list
 	// for a selecting Ref), for clusters that do not let the node watch
@@ -85,6 +87,9 @@ type Cache struct {
 	loops sync.WaitGroup
 	// running counts the loops running, for tests.
 	running atomic.Int32
+	// noStream: the client or the API server does not support watch-list
+	// requests; fresh entries are listed, then watched.
+	noStream atomic.Bool
 
 	mu sync.Mutex
 	// ctx is Run's context (nil before Run): the loops run under it.
@@ -108,6 +113,7 @@ func New(cfg Config) *Cache {
 		entries:  map[Ref]*entry{},
 		held:     map[string][]Ref{},
 	}
+	c.noStream.Store(!streamsWith(cfg.Client))
 	if c.clock == nil {
 		c.clock = clock.RealClock{}
 	}

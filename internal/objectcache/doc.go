@@ -14,12 +14,17 @@
 // This is the kubelet's watch-based secret and configMap managers
 // (pkg/kubelet/util/manager) reshaped for nodevol:
 //
-//   - ModeWatch (the default): per entry, a list and then a watch with the
-//     field selector metadata.name=NAME in the object's namespace (what
-//     the Node authorizer allows a node for the objects its pods use); the
-//     watch is resumed from its last resourceVersion, lists again when
-//     that version is gone, and is retried with internal/backoff's policy
-//     when it fails. ModeGet reads each entry again every TTL instead (a
+//   - ModeWatch (the default): per entry, one watch-list request (a watch
+//     with sendInitialEvents=true that streams the object first, then its
+//     changes) with the field selector metadata.name=NAME in the object's
+//     namespace (what the Node authorizer allows a node for the objects
+//     its pods use), as the kubelet's reflectors make since client-go
+//     1.35; the watch is resumed from its last resourceVersion, read
+//     afresh the same way when that version is gone, and retried with
+//     internal/backoff's policy when it fails. Where the API server
+//     refuses or ignores watch-list requests (or the client cannot make
+//     them: the fake clientset, or client-go's WatchListClient feature
+//     off), a list and then a watch instead, remembered for the cache. ModeGet reads each entry again every TTL instead (a
 //     GET, served from the API server's cache after the first), for
 //     clusters that do not let the node watch.
 //   - A kind the Node authorizer lets a node GET but not list or watch

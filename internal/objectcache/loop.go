@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodevol/nodevol/internal/backoff"
 )
@@ -32,13 +33,19 @@ const (
 	shortWatch = time.Second
 )
 
-var errShortWatch = errors.New("the watch ended at once with no event")
+var (
+	errShortWatch   = errors.New("the watch ended at once with no event")
+	errNoInitialEnd = errors.New("the watch-list request ended before its initial events did")
+)
 
-// watchLoop keeps an entry current through a list and then a watch of
-// the objects it holds (one object: a field selector on its name), until
-// ctx ends or the object is immutable. A failed list or watch is retried
-// with backoff; a watch resumes from the last resource version it saw,
-// and lists again when the server has compacted that version away.
+// watchLoop keeps an entry current through a watch of the objects it
+// holds (one object: a field selector on its name), until ctx ends or the
+// object is immutable. The first read, and every one after the server has
+// compacted the watch's version away, is one watch-list request (a watch
+// that streams the initial state first) or, where the server or client
+// does not support that, a list and then a watch. A failed read is
+// retried with backoff; a watch resumes from the last resource version it
+// saw.
 func (c *Cache) watchLoop(ctx context.Context, e *entry) {
 	rv := ""
 	failures := 0
@@ -46,8 +53,9 @@ func (c *Cache) watchLoop(ctx context.Context, e *entry) {
 		if failures > 0 && !c.sleep(ctx, c.retry.Delay(failures)) {
 			return
 		}
-		listed := rv == ""
-		if listed {
+		fresh := rv == ""
+		stream := fresh && c.streams()
+		if fresh && !stream {
 			var objs []runtime.Object
 			var listRV string
 			var err error
@@ -68,7 +76,7 @@ func (c *Cache) watchLoop(ctx context.Context, e *entry) {
 			}
 			rv = listRV
 		}
-		next, progress, done, err := c.watchOnce(ctx, e, rv)
+		next, progress, done, err := c.watchOnce(ctx, e, rv, stream)
 		if done {
 			if ctx.Err() == nil {
 				logger(ctx, e).Info("Object is immutable, not watched")
@@ -76,14 +84,17 @@ func (c *Cache) watchLoop(ctx context.Context, e *entry) {
 			return
 		}
 		rv = next
-		if err != nil {
+		switch {
+		case errors.Is(err, errNoWatchList):
+			continue // lists at once
+		case err != nil:
 			logger(ctx, e).Info("Watch ended", "err", err)
 			c.changed(e, e.fail(err))
 		}
-		// A resumed watch whose version is gone lists again at once
-		// (events may have been missed); one from a fresh list's version
-		// that is gone at once is a failure, not a loop.
-		if progress || (rv == "" && !listed) {
+		// A resumed watch whose version is gone reads again at once
+		// (events may have been missed); a fresh read's watch that is
+		// gone at once is a failure, not a loop.
+		if progress || (rv == "" && !fresh) {
 			failures = 0
 		} else {
 			failures++
@@ -91,14 +102,23 @@ func (c *Cache) watchLoop(ctx context.Context, e *entry) {
 	}
 }
 
-// watchOnce watches an entry from rv until the watch ends. It returns
-// the resource version to resume from ("" to list again), whether the
-// watch made progress (an event, or it lasted shortWatch), done when ctx
-// ended or the object turned immutable, and the error it ended with.
-func (c *Cache) watchOnce(ctx context.Context, e *entry, rv string) (next string, progress, done bool, err error) {
+// watchOnce watches an entry from rv until the watch ends; stream makes
+// it a watch-list request (rv is then ""), whose initial events replace
+// what the entry holds. It returns the resource version to resume from
+// ("" to read afresh), whether the watch made progress (an event after
+// the initial ones, or it lasted shortWatch), done when ctx ended or the
+// object turned immutable, and the error it ended with (errNoWatchList
+// when the server does not support watch-list requests).
+func (c *Cache) watchOnce(ctx context.Context, e *entry, rv string, stream bool) (next string, progress, done bool, err error) {
 	opts := e.m.listOptions(e.ref)
 	opts.ResourceVersion = rv
 	opts.AllowWatchBookmarks = true
+	var initial *initialEvents
+	if stream {
+		opts.SendInitialEvents = ptr.To(true)
+		opts.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
+		initial = &initialEvents{}
+	}
 	timeout := int64((minWatchTimeout + rand.N(minWatchTimeout)).Seconds())
 	opts.TimeoutSeconds = &timeout
 	start := c.clock.Now()
@@ -106,6 +126,9 @@ func (c *Cache) watchOnce(ctx context.Context, e *entry, rv string) (next string
 	shallow(func() { w, err = e.kind.watch(ctx, c.client, e.ref.Namespace, opts) })
 	if err != nil {
 		err = e.kind.served(e.ref.Kind, err)
+		if stream && refusesWatchList(err) {
+			return "", false, false, c.noWatchList(ctx, e, err)
+		}
 		return resumeFrom(rv, err), false, ctx.Err() != nil, err
 	}
 	defer w.Stop()
@@ -115,22 +138,30 @@ func (c *Cache) watchOnce(ctx context.Context, e *entry, rv string) (next string
 		case <-ctx.Done():
 			return rv, true, true, nil
 		case ev, ok := <-w.ResultChan():
-			if !ok {
-				if events == 0 && c.clock.Since(start) < shortWatch {
-					return rv, false, false, errShortWatch
-				}
+			switch {
+			case !ok && events == 0 && c.clock.Since(start) < shortWatch:
+				return rv, false, false, errShortWatch
+			case !ok && initial != nil:
+				return "", false, false, errNoInitialEnd
+			case !ok:
 				return rv, true, false, nil
-			}
-			if ev.Type == watch.Error {
+			case ev.Type == watch.Error:
 				err := apierrors.FromObject(ev.Object)
-				return resumeFrom(rv, err), events > 0, false, err
+				return resumeFrom(rv, err), events > 0 && initial == nil, false, err
 			}
 			events++
-			switch ev.Type {
-			case watch.Added, watch.Modified:
-				c.changed(e, e.upsert(ev.Object))
-			case watch.Deleted:
-				c.changed(e, e.remove(ev.Object))
+			if initial != nil {
+				ended, err := initial.add(ev)
+				if err != nil {
+					return "", false, false, c.noWatchList(ctx, e, err)
+				}
+				if !ended {
+					continue
+				}
+				c.changed(e, e.replace(initial.objs))
+				initial = nil
+			} else {
+				c.apply(e, ev)
 			}
 			if v := resourceVersion(ev.Object); v != "" {
 				rv = v
@@ -139,6 +170,16 @@ func (c *Cache) watchOnce(ctx context.Context, e *entry, rv string) (next string
 				return rv, true, true, nil
 			}
 		}
+	}
+}
+
+// apply applies one event of a watch to an entry.
+func (c *Cache) apply(e *entry, ev watch.Event) {
+	switch ev.Type {
+	case watch.Added, watch.Modified:
+		c.changed(e, e.upsert(ev.Object))
+	case watch.Deleted:
+		c.changed(e, e.remove(ev.Object))
 	}
 }
 

@@ -22,7 +22,8 @@ import (
 // oldServer answers the cache's reads of ClusterTrustBundles as an API
 // server does, through the real client-go clientset: as one that does
 // not serve certificates.k8s.io/v1 ClusterTrustBundles (answer), until
-// upgrade, then serving bundle "b" (and holding watches open).
+// upgrade, then serving bundle "b" (a watch-list request streams it and
+// the bookmark that ends the initial events; watches are held open).
 type oldServer struct {
 	answer   func(w http.ResponseWriter)
 	upgraded atomic.Bool
@@ -42,6 +43,15 @@ func (s *oldServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Query().Get("watch") == "true":
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
+		if r.URL.Query().Get("sendInitialEvents") == "true" {
+			end := &certificatesv1.ClusterTrustBundle{
+				TypeMeta:   b.TypeMeta,
+				ObjectMeta: metav1.ObjectMeta{ResourceVersion: "7", Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}},
+			}
+			enc := json.NewEncoder(w)
+			_ = enc.Encode(map[string]any{"type": "ADDED", "object": b})
+			_ = enc.Encode(map[string]any{"type": "BOOKMARK", "object": end})
+		}
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 	case strings.HasSuffix(r.URL.Path, "/clustertrustbundles/b"):
@@ -89,7 +99,7 @@ func TestNotServed(t *testing.T) {
 		mode   Mode
 		ref    Ref
 	}{
-		{"mux Status, named, watched (a list)", muxStatus, ModeWatch, named},
+		{"mux Status, named, watched (a watch-list)", muxStatus, ModeWatch, named},
 		{"mux Status, named, read by GET", muxStatus, ModeGet, named},
 		{"mux Status, selecting, watched", muxStatus, ModeWatch, selecting},
 		{"mux Status, selecting, listed", muxStatus, ModeGet, selecting},
