@@ -147,10 +147,7 @@ func allocatableMemory(node func() (*v1.Node, error)) func() (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		q, ok := n.Status.Allocatable[v1.ResourceMemory]
-		if !ok {
-			return 0, fmt.Errorf("node %s reports no allocatable memory", n.Name)
-		}
+		q := n.Status.Allocatable[v1.ResourceMemory] // none reported: no bound from the node, as the kubelet
 		return q.Value(), nil
 	}
 }

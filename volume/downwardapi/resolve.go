@@ -57,7 +57,11 @@ func (p *plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
 	if err := checkPaths(payload); err != nil {
 		return fail(err)
 	}
-	spec.Attributes = encode(payload, p.Wrapper.MemorySize(pod))
+	size, err := p.Wrapper.MemorySize(pod)
+	if err != nil {
+		return fail(err)
+	}
+	spec.Attributes = encode(payload, size)
 	return nil
 }
 

@@ -214,15 +214,16 @@ func TestResolveErrors(t *testing.T) {
 	}
 }
 
-// TestNodeNotNeeded: a volume whose items read no resources does not read
-// the node, and a node that cannot be read only leaves the tmpfs bounded
-// by the pod.
+// TestNodeNotNeeded: a volume whose items read no resources reads the node
+// only for its tmpfs bound; a node that cannot be read makes it wait
+// (ErrNotReady), as the kubelet's wrapped emptyDir fails then.
 func TestNodeNotNeeded(t *testing.T) {
 	calls := 0
 	tp := newTestPlugin(t, func() (v1.ResourceList, error) { calls++; return nil, errors.New("node not synced") })
-	spec := resolved(t, tp.plugin, testPod(nil), "v", v1.DownwardAPIVolumeSource{DefaultMode: ptr[int32](0o644), Items: []v1.DownwardAPIVolumeFile{field("n", "metadata.name")}})
-	if spec.Attributes[attrSize] != "268435456" || calls != 1 {
-		t.Fatalf("attributes %v, node read %d times; want the pod's limit as the size, one read (the tmpfs bound)", spec.Attributes, calls)
+	spec := unresolved("v", v1.DownwardAPIVolumeSource{DefaultMode: ptr[int32](0o644), Items: []v1.DownwardAPIVolumeFile{field("n", "metadata.name")}})
+	err := tp.ResolveSpec(testPod(nil), spec)
+	if !errors.Is(err, volume.ErrNotReady) || calls != 1 {
+		t.Fatalf("ResolveSpec = %v, node read %d times; want ErrNotReady, one read (the tmpfs bound)", err, calls)
 	}
 }
 

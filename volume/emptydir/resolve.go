@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // Keys of what ResolveSpec stores in spec.Attributes (see the package
@@ -65,7 +66,11 @@ func (p *plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
 	switch m := src.Medium; {
 	case m == v1.StorageMediumDefault:
 	case m == v1.StorageMediumMemory:
-		if size := memorySize(p.allocatable(), podMemoryLimit(pod), src.SizeLimit); size > 0 {
+		alloc, err := p.allocatable()
+		if err != nil {
+			return fail(err)
+		}
+		if size := memorySize(alloc, podMemoryLimit(pod), src.SizeLimit); size > 0 {
 			attrs[attrSize] = strconv.FormatInt(size, 10)
 		}
 	case isHugePageMedium(m):
@@ -81,16 +86,20 @@ func (p *plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
 	return nil
 }
 
-// allocatable is the node's allocatable memory, 0 when unknown.
-func (p *plugin) allocatable() int64 {
+// allocatable is the node's allocatable memory, 0 when no source of it is
+// configured. A source that cannot say (the Node not read yet) is an error
+// wrapping volume.ErrNotReady, as the kubelet fails the mount when it
+// cannot read its node's allocatable resources: a tmpfs mounted meanwhile
+// would have no bound at all.
+func (p *plugin) allocatable() (int64, error) {
 	if p.alloc == nil {
-		return 0
+		return 0, nil
 	}
 	n, err := p.alloc()
-	if err != nil || n < 0 {
-		return 0
+	if err != nil {
+		return 0, fmt.Errorf("error retrieving node: %w: %w", err, volume.ErrNotReady)
 	}
-	return n
+	return max(n, 0), nil
 }
 
 // memorySize is a memory volume's tmpfs size, as the kubelet's

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/volume"
 )
 
 func TestResolveMemorySize(t *testing.T) {
@@ -29,8 +30,6 @@ func TestResolveMemorySize(t *testing.T) {
 		{name: "sizeLimit above allocatable", pod: testPod(ctr(nil, nil)), sizeLimit: quantity("4Gi"),
 			alloc: func() (int64, error) { return gi, nil }, want: "1073741824"},
 		{name: "allocatable only", pod: testPod(ctr(nil, nil)), alloc: func() (int64, error) { return gi, nil }, want: "1073741824"},
-		{name: "allocatable error is no bound", pod: testPod(ctr(nil, nil)), sizeLimit: quantity("8Gi"),
-			alloc: func() (int64, error) { return 0, errors.New("no figure") }, want: "8589934592"},
 		{name: "nothing bounds it", pod: testPod(ctr(nil, nil))},
 		{name: "containers' limits summed", pod: testPod(ctr(mem("100Mi"), mem("100Mi")), ctr(mem("28Mi"), mem("28Mi"))), want: "134217728"},
 		{name: "burstable with a container without a memory limit: no pod limit",
@@ -84,6 +83,24 @@ func TestResolveMemorySize(t *testing.T) {
 				t.Errorf("attributes (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestResolveMemoryNodeNotRead: a memory volume waits (ErrNotReady) while
+// the node's allocatable memory cannot be read, even with a sizeLimit, as
+// the kubelet fails the mount then: no tmpfs is mounted with another bound
+// than the kubelet's.
+func TestResolveMemoryNodeNotRead(t *testing.T) {
+	tp := newTestPlugin(t, func() (int64, error) { return 0, errors.New("no figure") })
+	spec := &cache.VolumeSpec{Name: volumeName(testUID, "mem"), Plugin: PluginName,
+		Source: &v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory, SizeLimit: quantity("8Gi")}}}
+	err := tp.ResolveSpec(testPod(ctr(nil, nil)), spec)
+	if !errors.Is(err, volume.ErrNotReady) || !strings.Contains(err.Error(), "error retrieving node: no figure") {
+		t.Errorf("ResolveSpec = %v, want ErrNotReady naming the node", err)
+	}
+	disk := &cache.VolumeSpec{Name: volumeName(testUID, "disk"), Plugin: PluginName, Source: &v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}
+	if err := tp.ResolveSpec(testPod(ctr(nil, nil)), disk); err != nil {
+		t.Errorf("a disk volume does not read the node: %v", err)
 	}
 }
 

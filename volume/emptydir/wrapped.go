@@ -41,9 +41,14 @@ func NewWrapper(cfg Config, pluginName string) (*Wrapper, error) {
 // MemorySize is the size in bytes of a wrapped tmpfs for pod, as the
 // kubelet sizes it (an emptyDir of medium Memory with no sizeLimit): the
 // smaller of the pod's memory limit and the node's allocatable memory; 0
-// when neither is known.
-func (w *Wrapper) MemorySize(pod *v1.Pod) int64 {
-	return memorySize(w.p.allocatable(), podMemoryLimit(pod), nil)
+// when neither is known. A node whose allocatable memory cannot be read
+// yet is an error wrapping volume.ErrNotReady.
+func (w *Wrapper) MemorySize(pod *v1.Pod) (int64, error) {
+	alloc, err := w.p.allocatable()
+	if err != nil {
+		return 0, err
+	}
+	return memorySize(alloc, podMemoryLimit(pod), nil), nil
 }
 
 // Path returns the directory of pod uid's volume specName, relative to the

@@ -27,9 +27,9 @@ func TestWrapper(t *testing.T) {
 		w.p.noswap = func() bool { return false }
 		ctx := context.Background()
 		pod := testPod(ctr(mem("256Mi"), nil))
-		size := w.MemorySize(pod)
-		if size != 256<<20 {
-			t.Fatalf("MemorySize = %d, want the pod's limit", size)
+		size, err := w.MemorySize(pod)
+		if err != nil || size != 256<<20 {
+			t.Fatalf("MemorySize = %d, %v; want the pod's limit", size, err)
 		}
 		vol := cache.PodVolume{Pod: cache.PodRef{UID: testUID, Namespace: "ns", Name: "pod"}, SpecName: "creds"}
 		dir, err := w.SetUp(ctx, vol, memory, size)

@@ -44,7 +44,11 @@ func (p *plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
 	if err := checkSources(src); err != nil {
 		return fail(err)
 	}
-	r := resolved{size: p.Wrapper.MemorySize(pod), fsUser: FSUser(pod), downward: map[int]map[string]atomicwriter.File{}}
+	size, err := p.Wrapper.MemorySize(pod)
+	if err != nil {
+		return fail(err)
+	}
+	r := resolved{size: size, fsUser: FSUser(pod), downward: map[int]map[string]atomicwriter.File{}}
 	for i, s := range src.Sources {
 		if s.DownwardAPI == nil {
 			continue

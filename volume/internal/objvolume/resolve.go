@@ -47,7 +47,11 @@ func (p *Plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
 		return fail(err)
 	}
 	if p.kind.Memory {
-		spec.Attributes = map[string]string{attrSize: strconv.FormatInt(p.Wrapper.MemorySize(pod), 10)}
+		size, err := p.Wrapper.MemorySize(pod)
+		if err != nil {
+			return fail(err)
+		}
+		spec.Attributes = map[string]string{attrSize: strconv.FormatInt(size, 10)}
 	}
 	return nil
 }

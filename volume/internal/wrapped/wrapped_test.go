@@ -22,11 +22,12 @@ func TestNew(t *testing.T) {
 	}
 	mb := func() (int64, error) { return 1 << 20, nil }
 	cases := []struct {
-		name    string
-		cfg     emptydir.Config
-		node    func() (v1.ResourceList, error)
-		wantErr string
-		size    int64
+		name     string
+		cfg      emptydir.Config
+		node     func() (v1.ResourceList, error)
+		wantErr  string
+		size     int64
+		notReady bool
 	}{
 		{name: "no root", cfg: emptydir.Config{Mounter: fake}, wantErr: "test plugin: RootDir is required"},
 		{name: "no mounter", cfg: emptydir.Config{RootDir: t.TempDir()}, wantErr: "test plugin: Mounter is required"},
@@ -36,6 +37,10 @@ func TestNew(t *testing.T) {
 			node: node, size: 1 << 20},
 		{name: "no memory on the node", cfg: emptydir.Config{RootDir: t.TempDir(), Mounter: fake},
 			node: func() (v1.ResourceList, error) { return v1.ResourceList{}, nil }},
+		// The Node not read yet: no tmpfs without its bound, as the
+		// kubelet fails the mount when it cannot read its node.
+		{name: "the node not read yet", cfg: emptydir.Config{RootDir: t.TempDir(), Mounter: fake},
+			node: func() (v1.ResourceList, error) { return nil, errors.New("node not synced") }, notReady: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,8 +54,9 @@ func TestNew(t *testing.T) {
 			if err != nil {
 				t.Fatalf("New: %v", err)
 			}
-			if got := b.Wrapper.MemorySize(&v1.Pod{}); got != tc.size {
-				t.Errorf("MemorySize: %d, want %d", got, tc.size)
+			got, err := b.Wrapper.MemorySize(&v1.Pod{})
+			if got != tc.size || errors.Is(err, volume.ErrNotReady) != tc.notReady {
+				t.Errorf("MemorySize: %d, %v; want %d, not ready %v", got, err, tc.size, tc.notReady)
 			}
 		})
 	}
