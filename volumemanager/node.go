@@ -3,9 +3,13 @@ package volumemanager
 import (
 	"errors"
 	"fmt"
+	"runtime"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -18,6 +22,13 @@ import (
 // node affinity or an emptyDir's memory bound cannot be judged. Not
 // final: the pod volume is resolved again when the Node arrives.
 var errNoNode = errors.New("this node's Node object is not known yet")
+
+// errNodeMissing is wrapped, with errNoNode, by the error of a Node the
+// informer has synced without finding: none exists (a test's fake API
+// server, a node not registered). The kubelet then falls back to the node
+// it builds from the machine (getNodeAnyWay); a memory bound falls back to
+// the machine's memory the same way (allocatableMemory).
+var errNodeMissing = errors.New("no Node object of this name exists")
 
 // nodeInformer is the default Config.Node: an informer on this node's own
 // Node object alone (a field selector on its name, as the kubelet's), which
@@ -45,13 +56,16 @@ func (vm *VolumeManager) nodeInformer() (informers.SharedInformerFactory, func()
 	if err != nil {
 		return nil, nil, fmt.Errorf("adding the Node informer's handler: %w", err)
 	}
-	lister := nodes.Lister()
+	lister, informer := nodes.Lister(), nodes.Informer()
 	return f, func() (*v1.Node, error) {
 		n, err := lister.Get(vm.cfg.NodeName)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", errNoNode, err)
+		switch {
+		case err == nil:
+			return n, nil
+		case apierrors.IsNotFound(err) && informer.HasSynced():
+			return nil, fmt.Errorf("%w: %w: %w", errNoNode, errNodeMissing, err)
 		}
-		return n, nil
+		return nil, fmt.Errorf("%w: %w", errNoNode, err)
 	}, nil
 }
 
@@ -132,7 +146,10 @@ var selectorOps = map[v1.NodeSelectorOperator]selection.Operator{
 func nodeAllocatable(node func() (*v1.Node, error)) func() (v1.ResourceList, error) {
 	return func() (v1.ResourceList, error) {
 		n, err := node()
-		if err != nil {
+		switch {
+		case errors.Is(err, errNodeMissing):
+			return machineAllocatable()
+		case err != nil:
 			return nil, err
 		}
 		return n.Status.Allocatable, nil
@@ -144,10 +161,38 @@ func nodeAllocatable(node func() (*v1.Node, error)) func() (v1.ResourceList, err
 func allocatableMemory(node func() (*v1.Node, error)) func() (int64, error) {
 	return func() (int64, error) {
 		n, err := node()
-		if err != nil {
+		switch {
+		case errors.Is(err, errNodeMissing):
+			return machineMemory()
+		case err != nil:
 			return 0, err
 		}
 		q := n.Status.Allocatable[v1.ResourceMemory] // none reported: no bound from the node, as the kubelet
 		return q.Value(), nil
 	}
+}
+
+// machineAllocatable is the cpu and memory of the machine: the allocatable
+// resources of the node the kubelet builds from the machine when no Node
+// object exists (without its reservations, which nodevol does not know).
+func machineAllocatable() (v1.ResourceList, error) {
+	mem, err := machineMemory()
+	if err != nil {
+		return nil, err
+	}
+	return v1.ResourceList{
+		v1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI),
+	}, nil
+}
+
+// machineMemory is the machine's memory in bytes: the allocatable memory of
+// the node the kubelet builds from the machine when no Node object exists
+// (without its reservations, which nodevol does not know).
+func machineMemory() (int64, error) {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 0, fmt.Errorf("reading the machine's memory: %w", err)
+	}
+	return int64(si.Totalram) * int64(si.Unit), nil
 }

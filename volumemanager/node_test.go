@@ -3,6 +3,7 @@ package volumemanager
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
@@ -155,5 +157,36 @@ func TestNodeArrivesLater(t *testing.T) {
 	}
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatalf("WaitForAttachAndMount after the Node arrived = %v", err)
+	}
+}
+
+// TestNodeFallsBackToMachine: the memory bound of a tmpfs and the node's
+// allocatable resources wait (ErrNotReady's errNoNode) while the Node
+// informer has not synced, and once it has synced without the Node fall
+// back to the machine's, as the kubelet's getNodeAnyWay falls back to the
+// node it builds from the machine.
+func TestNodeFallsBackToMachine(t *testing.T) {
+	vm := &VolumeManager{cfg: Config{NodeName: node, KubeClient: fake.NewClientset()}, in: newInbox()}
+	f, get, err := vm.nodeInformer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, alloc := allocatableMemory(get), nodeAllocatable(get)
+	if _, err := mem(); !errors.Is(err, errNoNode) || errors.Is(err, errNodeMissing) {
+		t.Fatalf("before the informer synced: %v, want errNoNode alone", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	want, err := machineMemory()
+	if err != nil || want <= 0 {
+		t.Fatalf("machineMemory: %d, %v", want, err)
+	}
+	if got, err := mem(); err != nil || got != want {
+		t.Errorf("no Node: memory %d, %v; want the machine's %d", got, err, want)
+	}
+	if l, err := alloc(); err != nil || l.Memory().Value() != want || l.Cpu().Value() != int64(runtime.NumCPU()) {
+		t.Errorf("no Node: allocatable %v, %v; want the machine's", l, err)
 	}
 }

@@ -77,9 +77,9 @@ type Config struct {
 	// ephemeral-storage of a container that declares none, which an item
 	// may read, and the bound of the tmpfs size. It is called when a pod
 	// is resolved. Nil: no such limit is known (it reads 0) and the tmpfs
-	// is bounded by the pod alone. An error fails the resolution of a pod
-	// with such an item (wrapping volume.ErrNotReady: the pod spec is not
-	// at fault), and leaves the tmpfs bounded by the pod alone.
+	// is bounded by the pod alone. An error fails the resolution of the
+	// pod's volume (wrapping volume.ErrNotReady: the pod spec is not at
+	// fault), as the kubelet fails the mount when it cannot read its node.
 	NodeAllocatable func() (v1.ResourceList, error)
 	// UserFields turns on the user fields (defaultUser, items[].user) of
 	// the AtomicWriteVolumeUserFields feature (alpha in 1.37, off by
