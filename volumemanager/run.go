@@ -53,6 +53,20 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 			vm.in.markInformersSynced()
 		}
 	})
+	if vm.nodeFactory != nil {
+		wg.Go(func() {
+			// A Node that exists is announced by its informer's add; one
+			// that does not is known missing only once the informer has
+			// synced, and the pods waiting for it then fall back to the
+			// machine's figures (allocatableMemory): resolve them again.
+			for _, ok := range vm.nodeFactory.WaitForCacheSync(ctx.Done()) {
+				if !ok {
+					return
+				}
+			}
+			vm.in.nodeChanged()
+		})
+	}
 	wg.Go(func() { vm.objects.Run(ctx) })
 	wg.Go(func() { vm.certs.Run(ctx) })
 	wg.Go(func() { vm.runPluginManager(ctx) })

@@ -124,14 +124,17 @@ func TestSELinuxContainersDisagree(t *testing.T) {
 
 	claimPod := disagree(seLinuxPod("claim", "a", levelA))
 	vm.AddPod(claimPod)
-	eventually(t, "the PV's pod counted", func() bool {
-		return strings.Contains(samples(t, reg, seLinuxMetricNames...), "pod_context_mismatch_errors_total")
-	})
 	// The error may resolve (a pod update), so the wait would go on: a
-	// wait that has already ended reports the pod's errors as they are.
+	// wait that has already ended reports the pod's errors as they are,
+	// once the resolution that counted the metric has stored them.
 	done, cancelDone := context.WithCancel(ctx)
 	cancelDone()
-	err := vm.WaitForAttachAndMount(done, claimPod)
+	var err error
+	eventually(t, "the PV's pod counted and its error reported", func() bool {
+		err = vm.WaitForAttachAndMount(done, claimPod)
+		return strings.Contains(samples(t, reg, seLinuxMetricNames...), "pod_context_mismatch_errors_total") &&
+			err != nil && strings.Contains(err.Error(), "different SELinux labels")
+	})
 	if err == nil || errors.Is(err, ErrFinal) || !strings.Contains(err.Error(), "the containers that mount it have different SELinux labels") {
 		t.Fatalf("pod on a PV: wait error %v, want the containers' labels, not final", err)
 	}
