@@ -99,15 +99,7 @@ func TestObjectChangeRepublishes(t *testing.T) {
 func TestConfigMapVolumeKeptCurrent(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	ctx := context.Background()
-	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "settings"}, Data: map[string]string{"mode": "one"}}
-	if _, err := e.client.CoreV1().ConfigMaps("ns").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pod := csitest.Pod("ns", "web", csitest.WithVolume(v1.Volume{Name: "conf", VolumeSource: v1.VolumeSource{
-		ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "settings"}}}}, false))
-	if err := e.mount(pod, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	cm, pod := mountSettings(t, e)
 	mvs := e.vm.GetMountedVolumesForPod(pod.UID)
 	want := filepath.Join(e.root, "pods", string(pod.UID), "volumes", "kubernetes.io~configmap", "conf")
 	if len(mvs) != 1 || mvs[0].Path != want || mvs[0].Plugin != "kubernetes.io/configmap" || !mvs[0].ReadOnly {
@@ -247,15 +239,7 @@ func backoffUntil(vm *VolumeManager, name cache.UniqueVolumeName) (until time.Ti
 func TestObjectDeletedWhileMounted(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	ctx := context.Background()
-	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "settings"}, Data: map[string]string{"mode": "one"}}
-	if _, err := e.client.CoreV1().ConfigMaps("ns").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pod := csitest.Pod("ns", "web", csitest.WithVolume(v1.Volume{Name: "conf", VolumeSource: v1.VolumeSource{
-		ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "settings"}}}}, false))
-	if err := e.mount(pod, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	cm, pod := mountSettings(t, e)
 	file := filepath.Join(e.root, "pods", string(pod.UID), "volumes", "kubernetes.io~configmap", "conf", "mode")
 	read := func() string { data, _ := os.ReadFile(file); return string(data) }
 	if err := e.client.CoreV1().ConfigMaps("ns").Delete(ctx, "settings", metav1.DeleteOptions{}); err != nil {
@@ -276,4 +260,20 @@ func TestObjectDeletedWhileMounted(t *testing.T) {
 	}
 	eventually(t, "the configMap created again in the file", func() bool { return read() == "two" })
 	e.unmount(pod)
+}
+
+// mountSettings creates configMap ns/settings (mode: one) and mounts pod
+// ns/web with it as volume "conf".
+func mountSettings(t *testing.T, e *env) (*v1.ConfigMap, *v1.Pod) {
+	t.Helper()
+	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "settings"}, Data: map[string]string{"mode": "one"}}
+	if _, err := e.client.CoreV1().ConfigMaps("ns").Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := csitest.Pod("ns", "web", csitest.WithVolume(v1.Volume{Name: "conf", VolumeSource: v1.VolumeSource{
+		ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "settings"}}}}, false))
+	if err := e.mount(pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return cm, pod
 }

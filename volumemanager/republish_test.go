@@ -142,18 +142,10 @@ func TestFailedRepublishKeepsVolume(t *testing.T) {
 	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false, csitest.DriverRequiresRepublish()), pvc, pv)
 	clk := testclock.NewFakeClock(time.Now())
 	root := t.TempDir()
-	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: mount.NewFakeMounter(nil), Clock: clk, ResyncPeriod: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: mount.NewFakeMounter(nil), Clock: clk, ResyncPeriod: time.Minute}, drv)
+	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- vm.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
-		t.Fatal(err)
-	}
 	pod := csitest.Pod("ns", "p", csitest.WithPVC("a", "a", false))
 	vm.AddPod(pod)
 	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
