@@ -120,8 +120,8 @@ const kubeletSocket = "pod-resources/kubelet.sock"
 
 // checkKubeletRoot refuses a root directory that a running kubelet uses:
 // the two would register the same drivers, mount the same pods' volumes
-// and tear down each other's as orphans (docs/OPERATIONS.md, "Never both
-// on one root"). A socket left by a kubelet that has stopped refuses the
+// and tear down each other's as orphans (docs/OPERATIONS.md, "Never two
+// volume managers on one node"). A socket left by a kubelet that has stopped refuses the
 // connection and is no conflict: that is a hand-over.
 func checkKubeletRoot(ctx context.Context, rootDir string) error {
 	path := filepath.Join(rootDir, kubeletSocket)

@@ -99,7 +99,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.node, "node", "", "this node's name (default: $NODE_NAME, set from the downward API spec.nodeName in a DaemonSet; then the host name)")
 	fs.StringVar(&o.rootDir, "root-dir", "/var/lib/kubelet", "kubelet-style root directory: pods/, plugins/ and plugins_registry/ under it")
 	fs.Var(&o.drivers, "driver", "a CSI driver as name=/path/to/csi.sock (repeatable)")
-	fs.BoolVar(&o.registration, "plugin-registration", true, "register the CSI drivers whose registrars announce them in {root-dir}/plugins_registry (a kubelet watching the same directory must not run on this node: see docs/OPERATIONS.md)")
+	fs.BoolVar(&o.registration, "plugin-registration", true, "register the CSI drivers whose registrars announce them in {root-dir}/plugins_registry (a kubelet must not use the same root directory: the agent refuses to start beside a running one; see docs/OPERATIONS.md)")
 	fs.BoolVar(&o.reportInUse, "report-volumes-in-use", true, "keep the Node's status.volumesInUse up to date, as the kubelet does (turn off when something else reports it: a kubelet on the same node overwrites it)")
 	fs.BoolVar(&o.nodeRestricted, "node-restricted", false, "read PVCs, PVs and VolumeAttachments one at a time with GET instead of informers: needed with the node's own credentials (Node authorizer), which may not list them")
 	fs.BoolVar(&o.selfAttach, "self-attach", false, "attach volumes from the node (create and delete their VolumeAttachments), as the kubelet with --enable-controller-attach-detach=false; the Node's controller-managed-attach-detach annotation is removed")

@@ -225,7 +225,6 @@ func TestIntegrationAgentCleanLog(t *testing.T) {
 	if bad := infoWarning.FindAllString(log, -1); len(bad) > 0 {
 		t.Errorf("lines at info level that are warnings:\n%s", strings.Join(bad, "\n"))
 	}
-	t.Logf("agent log:\n%s", log)
 	first, _, _ := strings.Cut(log, "\n")
 	if !strings.Contains(first, `"Node agent starting"`) || !strings.Contains(first, `goVersion="`+runtime.Version()+`"`) ||
 		!strings.Contains(first, `version="`) || !strings.Contains(first, `revision="`) {
