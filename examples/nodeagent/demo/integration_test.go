@@ -160,6 +160,11 @@ func TestIntegrationNodeAgent(t *testing.T) {
 	if agent.logContains(t, 0, "forbidden") {
 		t.Errorf("the agent was refused something with deploy/rbac.yaml's rights:\n%s", agent.grep(t, 0, "forbidden"))
 	}
+	// Up to here the set-up is correct and nothing failed: the agent's
+	// log has no line at warning or error level.
+	if bad := agent.warningsAndErrors(t); bad != "" {
+		t.Errorf("the agent logged warnings or errors on a correct set-up:\n%s", bad)
+	}
 	api.StopAPIServer()
 	if _, err := admin.CoreV1().Nodes().Get(ctx, e.node, metav1.GetOptions{}); err == nil {
 		t.Fatal("the API answered while stopped")
@@ -562,6 +567,19 @@ func (a *realAgent) grep(t *testing.T, from int64, s string) string {
 	var out []string
 	for line := range strings.Lines(a.readLog(t, from)) {
 		if strings.Contains(line, s) && len(out) < 10 {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "")
+}
+
+// warningsAndErrors returns the agent's log lines at warning or error level
+// (klog's W and E headers), at most 10.
+func (a *realAgent) warningsAndErrors(t *testing.T) string {
+	t.Helper()
+	var out []string
+	for line := range strings.Lines(a.readLog(t, 0)) {
+		if (strings.HasPrefix(line, "W") || strings.HasPrefix(line, "E")) && len(line) > 5 && strings.Trim(line[1:5], "0123456789") == "" && len(out) < 10 {
 			out = append(out, line)
 		}
 	}

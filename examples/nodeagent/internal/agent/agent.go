@@ -3,9 +3,11 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,7 +37,9 @@ func runAgent(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
-	warnKubeletConflicts(ctx, o)
+	if err := checkKubeletRoot(ctx, o.rootDir); err != nil {
+		return err
+	}
 	reg := newRegistry()
 	events := record.NewBroadcaster(record.WithContext(ctx))
 	defer events.Shutdown()
@@ -109,21 +113,28 @@ func runAgent(ctx context.Context, o options) error {
 	return err
 }
 
-// warnKubeletConflicts warns about the settings that fight a kubelet
-// running on the same node (docs/OPERATIONS.md, "Coexisting with a
-// kubelet").
-func warnKubeletConflicts(ctx context.Context, o options) {
-	logger := klog.FromContext(ctx)
-	if o.reportInUse {
-		logger.Info("Warning: --report-volumes-in-use is on: this agent writes the Node's status.volumesInUse. "+
-			"A kubelet on the same node writes it too, with only its own volumes, and the two overwrite each other: "+
-			"the attach/detach controller may then detach a volume in use. With a kubelet on this node, turn this off.", "node", o.node)
+// kubeletSocket is where a running kubelet serves its pod-resources API,
+// under its root directory (the kubelet's getPodResourcesDir): it always
+// does, so a socket there that accepts a connection is a live kubelet.
+const kubeletSocket = "pod-resources/kubelet.sock"
+
+// checkKubeletRoot refuses a root directory that a running kubelet uses:
+// the two would register the same drivers, mount the same pods' volumes
+// and tear down each other's as orphans (docs/OPERATIONS.md, "Never two
+// volume managers on one node"). A socket left by a kubelet that has stopped refuses the
+// connection and is no conflict: that is a hand-over.
+func checkKubeletRoot(ctx context.Context, rootDir string) error {
+	path := filepath.Join(rootDir, kubeletSocket)
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil
 	}
-	if o.registration {
-		logger.Info("Warning: --plugin-registration is on: this agent registers the CSI drivers announced in its plugins_registry. "+
-			"A kubelet watching the same directory registers them too (NodeGetInfo, the Node's nodeid annotation, CSINode) and mounts with them: "+
-			"with a kubelet on this node, give this agent another --root-dir or turn this off.", "node", o.node, "dir", filepath.Join(o.rootDir, "plugins_registry"))
-	}
+	_ = conn.Close()
+	return fmt.Errorf("a kubelet is running on root directory %s (it answers on %s): "+
+		"stop it, or give this agent a root directory of its own (--root-dir)", rootDir, path)
 }
 
 // podChanged adds a running pod; a pod whose containers are all done gives

@@ -19,6 +19,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -239,5 +240,44 @@ func TestDeployManifests(t *testing.T) {
 				t.Error("the kubelet's client certificates (/var/lib/kubelet/pki) are not mounted read-only")
 			}
 		})
+	}
+}
+
+// measuredPeakRSS is the highest peak RSS docs/PERFORMANCE.md measured
+// for nodevol on a node-sized load (1,000 pods' volumes mounted: 84-100
+// MiB): the DaemonSets' memory request must not be below it.
+var measuredPeakRSS = resource.MustParse("100Mi")
+
+// TestDeployPodSettings: the namespace admits privileged pods under Pod
+// Security admission; each DaemonSet's pod asks for the memory nodevol was
+// measured to use, with a limit above the request, runs on Linux nodes
+// only, and sets the API client's rate limit explicitly.
+func TestDeployPodSettings(t *testing.T) {
+	manifests := readManifests(t)
+	ns := manifests["serviceaccount.yaml"][0].(*v1.Namespace)
+	for _, mode := range []string{"enforce", "warn", "audit"} {
+		if got := ns.Labels["pod-security.kubernetes.io/"+mode]; got != "privileged" {
+			t.Errorf("namespace %s: label pod-security.kubernetes.io/%s = %q, want privileged", ns.Name, mode, got)
+		}
+	}
+	for _, file := range []string{"daemonset.yaml", "node-restricted/daemonset.yaml"} {
+		ds := manifests[file][0].(*appsv1.DaemonSet)
+		spec := ds.Spec.Template.Spec
+		c := spec.Containers[0]
+		req, lim := c.Resources.Requests[v1.ResourceMemory], c.Resources.Limits[v1.ResourceMemory]
+		if req.Cmp(measuredPeakRSS) < 0 {
+			t.Errorf("deploy/%s: memory request %s, below the measured %s", file, req.String(), measuredPeakRSS.String())
+		}
+		if lim.Cmp(req) <= 0 {
+			t.Errorf("deploy/%s: memory limit %s, want one above the request %s", file, lim.String(), req.String())
+		}
+		if spec.NodeSelector[v1.LabelOSStable] != "linux" {
+			t.Errorf("deploy/%s: nodeSelector %v has no %s=linux", file, spec.NodeSelector, v1.LabelOSStable)
+		}
+		for _, flag := range []string{"--kube-api-qps=", "--kube-api-burst="} {
+			if !slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, flag) }) {
+				t.Errorf("deploy/%s: no %s in %q", file, flag, c.Args)
+			}
+		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -40,6 +42,8 @@ type options struct {
 	// kubeAPIQPS and kubeAPIBurst, whose defaults they take).
 	qps   float64
 	burst int
+	// version prints the build's version and exits.
+	version bool
 }
 
 type stringList []string
@@ -58,6 +62,11 @@ func Main(args []string) int {
 		}
 		return 2
 	}
+	build := readBuildVersion()
+	if o.version {
+		fmt.Println(build)
+		return 0
+	}
 	defer klog.Flush()
 	if o.node == "" {
 		o.node = defaultNodeName(os.Getenv, os.Hostname)
@@ -70,6 +79,12 @@ func Main(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
+	// One line that says which agent runs, with what, before anything can
+	// fail: the first thing to read in a node's log.
+	klog.FromContext(ctx).Info("Node agent starting", "version", build.Version, "revision", build.revision(),
+		"goVersion", build.GoVersion, "node", o.node, "rootDir", o.rootDir, "pluginRegistration", o.registration,
+		"reportVolumesInUse", o.reportInUse, "nodeRestricted", o.nodeRestricted, "selfAttach", o.selfAttach,
+		"kubeAPIQPS", o.qps, "kubeAPIBurst", o.burst)
 	if err := runAgent(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "nodeagent:", err)
 		return 1
@@ -84,7 +99,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.node, "node", "", "this node's name (default: $NODE_NAME, set from the downward API spec.nodeName in a DaemonSet; then the host name)")
 	fs.StringVar(&o.rootDir, "root-dir", "/var/lib/kubelet", "kubelet-style root directory: pods/, plugins/ and plugins_registry/ under it")
 	fs.Var(&o.drivers, "driver", "a CSI driver as name=/path/to/csi.sock (repeatable)")
-	fs.BoolVar(&o.registration, "plugin-registration", true, "register the CSI drivers whose registrars announce them in {root-dir}/plugins_registry (a kubelet watching the same directory must not run on this node: see docs/OPERATIONS.md)")
+	fs.BoolVar(&o.registration, "plugin-registration", true, "register the CSI drivers whose registrars announce them in {root-dir}/plugins_registry (a kubelet must not use the same root directory: the agent refuses to start beside a running one; see docs/OPERATIONS.md)")
 	fs.BoolVar(&o.reportInUse, "report-volumes-in-use", true, "keep the Node's status.volumesInUse up to date, as the kubelet does (turn off when something else reports it: a kubelet on the same node overwrites it)")
 	fs.BoolVar(&o.nodeRestricted, "node-restricted", false, "read PVCs, PVs and VolumeAttachments one at a time with GET instead of informers: needed with the node's own credentials (Node authorizer), which may not list them")
 	fs.BoolVar(&o.selfAttach, "self-attach", false, "attach volumes from the node (create and delete their VolumeAttachments), as the kubelet with --enable-controller-attach-detach=false; the Node's controller-managed-attach-detach annotation is removed")
@@ -92,6 +107,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", 20*time.Second, "on SIGTERM, how long CSI operations in flight may go on before they are cancelled (no new one starts); keep it below the pod's terminationGracePeriodSeconds")
 	fs.Float64Var(&o.qps, "kube-api-qps", 50, "requests per second to the API server, as the kubelet's --kube-api-qps (client-go's own default, 5, makes 50 pods' service account tokens take 8 s)")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "requests allowed at once above --kube-api-qps, as the kubelet's --kube-api-burst")
+	fs.BoolVar(&o.version, "version", false, "print the agent's version (module version, VCS revision, Go release) and exit")
 	klog.InitFlags(fs)
 	return fs
 }
@@ -108,4 +124,17 @@ func defaultNodeName(getenv func(string) string, hostname func() (string, error)
 		return ""
 	}
 	return n
+}
+
+// logWarning logs msg and its key/value pairs at warning level (klog's W
+// header), in the form of klog's structured lines. The contextual logger
+// (logr) has info and error only; a condition that needs an operator's
+// look but is no error goes here, never to info with "Warning" in its text.
+func logWarning(msg string, keysAndValues ...any) {
+	var b strings.Builder
+	b.WriteString(strconv.Quote(msg))
+	for i := 0; i+1 < len(keysAndValues); i += 2 {
+		fmt.Fprintf(&b, " %v=%s", keysAndValues[i], strconv.Quote(fmt.Sprint(keysAndValues[i+1])))
+	}
+	klog.WarningDepth(1, b.String())
 }

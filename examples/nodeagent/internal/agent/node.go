@@ -8,7 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/volumemanager"
 )
@@ -35,7 +34,8 @@ func updateNodeAttachMode(ctx context.Context, client kubernetes.Interface, vm *
 		return err
 	})
 	if apierrors.IsNotFound(err) {
-		klog.FromContext(ctx).Info("Node not found: its attach mode annotation is not set", "node", name)
+		logWarning("Node not found: its attach mode annotation is not set, and the attach/detach controller "+
+			"attaches no volume to it until the agent restarts after the Node is registered", "node", name)
 		return nil
 	}
 	if err != nil {
