@@ -240,8 +240,13 @@ func TestMountAndUnmountPods(t *testing.T) {
 		t.Fatal("p1 still has volumes")
 	}
 	e.unmount(p2)
-	eventually(t, "both volumes unstaged", func() bool { return len(e.drv.StagedVolumes()) == 0 })
-	eventually(t, "volumes no longer in use", func() bool { return len(e.vm.GetVolumesInUse()) == 0 })
+	waitUnstaged(t, e.vm)
+	if got := e.drv.StagedVolumes(); len(got) != 0 {
+		t.Errorf("still staged after WaitForUnstaged: %v", got)
+	}
+	if got := e.vm.GetVolumesInUse(); len(got) != 0 {
+		t.Errorf("still in use after WaitForUnstaged: %v", got)
+	}
 	if got := e.drv.Calls("NodeUnpublishVolume"); got != 3 {
 		t.Errorf("NodeUnpublishVolume calls = %d, want 3", got)
 	}
