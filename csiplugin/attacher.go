@@ -54,8 +54,8 @@ func (p *plugin) WaitForAttach(ctx context.Context, spec *cache.VolumeSpec) (map
 	va, err := p.attachments.Get(name)
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("waiting for VolumeAttachment %s of driver %s for volume %s to be attached: not found: %w",
-			name, spec.Driver, volumeDesc(spec), volume.ErrNotReady)
+		return nil, fmt.Errorf("waiting for VolumeAttachment %s of driver %s for volume %s to be attached: it does not exist yet%s: %w",
+			name, spec.Driver, volumeDesc(spec), attachRequiredBy(driver, spec.Driver), volume.ErrNotReady)
 	case err != nil:
 		return nil, fmt.Errorf("reading VolumeAttachment %s for volume %s: %w (%w)", name, volumeDesc(spec), err, volume.ErrNotReady)
 	}
@@ -88,8 +88,27 @@ func (p *plugin) attachStatus(ctx context.Context, spec *cache.VolumeSpec, drive
 		return nil, fmt.Errorf("attaching volume %s to node %s failed (VolumeAttachment %s): %s",
 			volumeDesc(spec), p.node, name, va.Status.AttachError.Message)
 	}
-	return nil, fmt.Errorf("waiting for VolumeAttachment %s of driver %s for volume %s to be attached: %w",
-		name, spec.Driver, volumeDesc(spec), volume.ErrNotReady)
+	return nil, fmt.Errorf("waiting for VolumeAttachment %s of driver %s for volume %s to be attached%s: %w",
+		name, spec.Driver, volumeDesc(spec), attachRequiredBy(driver, spec.Driver), volume.ErrNotReady)
+}
+
+// attachRequiredBy says, for a volume waiting for its attachment, why it
+// needs one when the driver has no CSIDriver object (driver nil): the
+// kubelet attaches such a volume, and so does nodevol, but a user who
+// forgot the CSIDriver of a driver that needs no attach should learn that
+// from the wait. "" when the CSIDriver exists (it says attachRequired).
+func attachRequiredBy(driver *storagev1.CSIDriver, name string) string {
+	if driver != nil {
+		return ""
+	}
+	return fmt.Sprintf(" (%s: without one a volume needs attaching, as with the kubelet; "+
+		"a driver that attaches nothing says attachRequired: false in its CSIDriver)", missingCSIDriver(name))
+}
+
+// missingCSIDriver is how every message says that a driver has no
+// CSIDriver object.
+func missingCSIDriver(name string) string {
+	return fmt.Sprintf("CSIDriver %s not found in the API", name)
 }
 
 // attachLimitReached reports whether the attacher failed to attach va

@@ -45,9 +45,14 @@ func (p *plugin) CanSupport(v *v1.Volume) bool {
 // SetUpDevice and TearDownDevice). The fsGroup walk is
 // nodevol's when the driver lacks VOLUME_MOUNT_GROUP and the CSIDriver's
 // fsGroupPolicy asks for it for this volume (see needsOwnership). The
-// lifecycle modes are the CSIDriver's volumeLifecycleModes; without a
-// CSIDriver, or with none listed, only Persistent, as in the kubelet. An
-// unregistered driver is an error wrapping volume.ErrNotReady.
+// lifecycle modes are the CSIDriver's volumeLifecycleModes, or with none
+// listed only Persistent. Without a CSIDriver, the kubelet's defaults hold
+// (attachRequired true, podInfoOnMount, requiresRepublish and seLinuxMount
+// false, fsGroupPolicy ReadWriteOnceWithFSType, no tokenRequests) and only
+// Persistent is supported: a PV's modes are Persistent, and an inline
+// volume's none, for its publish refuses it with an error that names the
+// missing CSIDriver (ephemeralRefusal). An unregistered driver is an error
+// wrapping volume.ErrNotReady.
 func (p *plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, error) {
 	driver, client, err := p.driverAndClient(spec.Driver)
 	if err != nil {
@@ -58,8 +63,14 @@ func (p *plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, erro
 	// is the volume's and the driver's part of the decision.
 	anyGroup := cache.PodVolume{FSGroup: new(int64)}
 	modes := []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}
-	if driver != nil && len(driver.Spec.VolumeLifecycleModes) > 0 {
+	switch {
+	case driver != nil && len(driver.Spec.VolumeLifecycleModes) > 0:
 		modes = driver.Spec.VolumeLifecycleModes
+	case driver == nil && spec.Ephemeral:
+		// Not the planner's refusal, whose words are about the CSIDriver's
+		// list: the publish refuses it, naming the missing object
+		// (ephemeralRefusal), as the kubelet's SetUp does.
+		modes = nil
 	}
 	return volume.Capabilities{
 		Attachable:      !spec.Ephemeral && attach,
@@ -69,4 +80,18 @@ func (p *plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, erro
 		OwnershipChange: needsOwnership(spec, anyGroup, client.Capabilities(), driver),
 		LifecycleModes:  modes,
 	}, nil
+}
+
+// ephemeralRefusal is why an inline volume of a driver without a CSIDriver
+// object cannot be published: the kubelet supports only Persistent volumes
+// of such a driver. nil when the volume is not inline or the CSIDriver
+// exists (the planner checks its volumeLifecycleModes).
+func ephemeralRefusal(spec *cache.VolumeSpec, driver *storagev1.CSIDriver) error {
+	if !spec.Ephemeral || driver != nil {
+		return nil
+	}
+	return fmt.Errorf("volume lifecycle mode %s not supported by driver %s: %s "+
+		"(an inline CSI volume needs one whose volumeLifecycleModes lists %s; without one only %s volumes are supported, as with the kubelet)",
+		storagev1.VolumeLifecycleEphemeral, spec.Driver, missingCSIDriver(spec.Driver),
+		storagev1.VolumeLifecycleEphemeral, storagev1.VolumeLifecyclePersistent)
 }

@@ -39,8 +39,9 @@ const (
 // ErrInProgress it leaves them. Idempotent, as NodePublishVolume is. It gives the pod's
 // fsGroup ownership of the published files when req.ChangeOwnership says
 // so (the planner decides, from Capabilities.OwnershipChange); whether the
-// driver supports the volume's lifecycle mode is the planner's check too
-// (Capabilities.LifecycleModes).
+// driver supports the volume's lifecycle mode is the planner's check
+// (Capabilities.LifecycleModes), but for an inline volume of a driver
+// without a CSIDriver, which SetUp refuses (ephemeralRefusal).
 func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, error) {
 	spec, vol := req.Spec, req.Volume
 	fail := func(err error) (string, error) {
@@ -58,6 +59,9 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 	}
 	driver, client, err := p.driverAndClient(spec.Driver)
 	if err != nil {
+		return fail(err)
+	}
+	if err := ephemeralRefusal(spec, driver); err != nil {
 		return fail(err)
 	}
 	csiReq, secretRef, err := p.publishCall(ctx, req, client.Capabilities(), driver)

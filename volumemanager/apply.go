@@ -69,6 +69,9 @@ func (l *loop) apply(o oe.Outcome) {
 		return
 	}
 	l.metrics.observe(o)
+	if a.Pod.Pod.UID == "" {
+		l.notes.setErr(a.Volume, o.Err) // once its pods are gone, no pod's error holds it
+	}
 	if o.Err != nil {
 		l.failed(o)
 		if rec.olderWorld && rec.inflight == nil {

@@ -123,7 +123,10 @@ func TestBlockVolumeSharedByPods(t *testing.T) {
 	if err := vm.WaitForUnmount(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "device unstaged", func() bool { return drv.Calls("NodeUnstageVolume") == 1 && len(vm.GetVolumesInUse()) == 0 })
+	waitUnstaged(t, vm)
+	if drv.Calls("NodeUnstageVolume") != 1 || len(vm.GetVolumesInUse()) != 0 {
+		t.Errorf("after WaitForUnstaged: %d NodeUnstageVolume calls, in use %v; want 1 and none", drv.Calls("NodeUnstageVolume"), vm.GetVolumesInUse())
+	}
 	if got := bm.calls; len(got) != 4 || got[2] != "unmap "+string(a.UID) || got[3] != "unmap "+string(b.UID) {
 		t.Errorf("mapper calls %v: want both maps, then a's unmap, then b's", got)
 	}
@@ -205,7 +208,7 @@ func TestBlockRestartReconstructs(t *testing.T) {
 	if err := vm.WaitForUnmount(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "block volume unstaged", func() bool { return len(vm.GetVolumesInUse()) == 0 })
+	waitUnstaged(t, vm)
 	if drv.Calls("NodeUnpublishVolume") != 1 || drv.Calls("NodeUnstageVolume") != 1 || len(loops.dev) != 0 {
 		t.Errorf("unpublish %d, unstage %d, loop devices %v; want one each and none left",
 			drv.Calls("NodeUnpublishVolume"), drv.Calls("NodeUnstageVolume"), loops.dev)

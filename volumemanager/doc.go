@@ -13,7 +13,13 @@
 // then feed it pods: AddPod, UpdatePod, DeletePod and, once every pod
 // running on the node has been added, MarkPodsSynced. WaitForAttachAndMount
 // and WaitForUnmount block until a pod's volumes are mounted or gone; their
-// *WaitError names each volume not ready and why.
+// *WaitError names each volume not ready and why. WaitForUnmount returns
+// once the pod's volumes are unpublished, before NodeUnstageVolume, as the
+// kubelet's does; WaitForUnstaged waits for the whole node to be torn down
+// to the end (nothing wanted, published, staged, attached by the node or
+// running), for an agent about to exit after its pods went or a test that
+// checks the node is clean, and its *UnstageWaitError names each volume
+// left and why (its unstage's last error, the call still running).
 //
 // One goroutine, the reconcile loop, owns the actual state: it takes the
 // changes posted by AddPod, the informers and driver registration, plans

@@ -1,6 +1,7 @@
 package volumemanager
 
 import (
+	"sort"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // inbox is how the rest of the world talks to the loop: the node agent's
@@ -111,6 +113,21 @@ func (in *inbox) knows(uid types.UID) bool {
 	defer in.mu.Unlock()
 	_, ok := in.pods[uid]
 	return ok
+}
+
+// podsWithVolumes returns, sorted, the pods added and not deleted that
+// have a volume one of plugins handles ("namespace/name").
+func (in *inbox) podsWithVolumes(plugins *volume.Registry) []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	var out []string
+	for _, k := range in.pods {
+		if len(podVolumes(k.pod(), plugins)) > 0 {
+			out = append(out, k.namespace+"/"+k.name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (in *inbox) markPodsSynced()      { in.post(func() { in.podsSynced = true }) }

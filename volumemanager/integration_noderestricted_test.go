@@ -267,7 +267,10 @@ func TestIntegrationNodeRestricted(t *testing.T) {
 		t.Errorf("still published: %v", got)
 	}
 	// Unstaged after the last pod's unmount, which WaitForUnmount does not wait for.
-	eventually(t, "every volume unstaged", func() bool { return len(drv.StagedVolumes()) == 0 })
+	waitUnstaged(t, vm)
+	if got := drv.StagedVolumes(); len(got) != 0 {
+		t.Errorf("still staged after WaitForUnstaged: %v", got)
+	}
 	eventually(t, "volumesInUse emptied", func() bool {
 		n, err := admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		return err == nil && len(n.Status.VolumesInUse) == 0

@@ -231,9 +231,10 @@ func TestIntegrationMountThroughAPI(t *testing.T) {
 		t.Fatal("the shared volume was unstaged while p2 still uses it")
 	}
 	e.deletePod(vm, p2)
-	eventually(t, "every volume unstaged", func() bool {
-		return len(e.drv.StagedVolumes()) == 0 && len(e.drv.PublishedVolumes()) == 0 && len(vm.GetVolumesInUse()) == 0
-	})
+	waitUnstaged(t, vm)
+	if s, p, u := e.drv.StagedVolumes(), e.drv.PublishedVolumes(), vm.GetVolumesInUse(); len(s)+len(p)+len(u) != 0 {
+		t.Errorf("after WaitForUnstaged: staged %v, published %v, in use %v; want none", s, p, u)
+	}
 	if got := e.drv.Calls("NodeUnpublishVolume"); got != 3 {
 		t.Errorf("NodeUnpublishVolume calls = %d, want 3", got)
 	}
@@ -395,7 +396,10 @@ func TestIntegrationAPIServerDown(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "every volume unstaged", func() bool { return len(e.drv.StagedVolumes()) == 0 })
+	waitUnstaged(t, vm)
+	if got := e.drv.StagedVolumes(); len(got) != 0 {
+		t.Errorf("still staged after WaitForUnstaged: %v", got)
+	}
 }
 
 // TestIntegrationEventsAndVolumesInUse: with an EventRecorder built from a

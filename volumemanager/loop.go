@@ -51,6 +51,9 @@ type loop struct {
 	// running mirrors the operations in flight, with start times, for the
 	// wait errors.
 	running *runningOps
+	// notes keep why each volume waits and its last volume-level error,
+	// for WaitForUnstaged's error.
+	notes *volumeNotes
 	// failLog rate-limits the failure lines (faillog.go).
 	failLog *failureLog
 	logger  klog.Logger
@@ -150,6 +153,7 @@ func newLoop(cfg loopConfig, in *inbox, pods *podTable) *loop {
 		backoff:    oe.NewBackoff(oe.BackoffOptions{}),
 		errs:       &podErrors{},
 		running:    &runningOps{},
+		notes:      &volumeNotes{},
 		failLog:    newFailureLog(failureLogBurst, failureLogInterval),
 		logger:     klog.Background(),
 	}
@@ -378,6 +382,7 @@ func (l *loop) planVolume(_ context.Context, name cache.UniqueVolumeName) {
 	l.noteRefusals(name, &v.Spec, rec, d.Refused)
 	l.queue.retryAt(name, d.Retry)
 	rec.waiting = d.Waiting
+	l.notes.setWaiting(name, d.Waiting)
 	l.noteNotReady(name, rec, v.Desired, d.NotReady)
 	if d.Done {
 		if v.Known {
@@ -398,6 +403,7 @@ func (l *loop) planVolume(_ context.Context, name cache.UniqueVolumeName) {
 func (l *loop) forget(name cache.UniqueVolumeName) {
 	l.backoff.ForgetVolume(name)
 	l.failLog.forgetVolume(name)
+	l.notes.forget(name)
 	l.queue.retryAt(name, time.Time{})
 	if rec := l.vols[name]; rec != nil {
 		l.setAttachment(name, rec, "")

@@ -105,6 +105,8 @@ type VolumeManager struct {
 	// statesSynced is set once the loop has installed what Run found on
 	// disk and made its first pass (ReconcilerStatesHasBeenSynced).
 	statesSynced atomic.Bool
+	// unstaged wakes the callers of WaitForUnstaged.
+	unstaged unstageWaiters
 }
 
 // New checks cfg, fills in defaults and returns a VolumeManager. Nothing

@@ -55,9 +55,10 @@ type envOptions struct {
 	// the fake clientset made from objects (reactors added first).
 	nodeRestricted bool
 	client         *fake.Clientset
-	// attachRequired is the driver's CSIDriver attachRequired.
-	attachRequired bool
-	resyncPeriod   time.Duration
+	// attachRequired is the driver's CSIDriver attachRequired;
+	// noCSIDriver leaves the driver without a CSIDriver object.
+	attachRequired, noCSIDriver bool
+	resyncPeriod                time.Duration
 	// selfAttach sets Config.SelfAttach.
 	selfAttach bool
 	// clock and claimGrace set Config.Clock and
@@ -83,7 +84,10 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if e.events == nil {
 		e.events = record.NewFakeRecorder(100)
 	}
-	objs := append([]runtime.Object{csitest.CSIDriver(e.drv.DriverName(), o.attachRequired)}, o.objects...)
+	objs := o.objects
+	if !o.noCSIDriver {
+		objs = append([]runtime.Object{csitest.CSIDriver(e.drv.DriverName(), o.attachRequired)}, objs...)
+	}
 	e.client = o.client
 	if e.client == nil {
 		e.client = fake.NewClientset()
@@ -240,8 +244,13 @@ func TestMountAndUnmountPods(t *testing.T) {
 		t.Fatal("p1 still has volumes")
 	}
 	e.unmount(p2)
-	eventually(t, "both volumes unstaged", func() bool { return len(e.drv.StagedVolumes()) == 0 })
-	eventually(t, "volumes no longer in use", func() bool { return len(e.vm.GetVolumesInUse()) == 0 })
+	waitUnstaged(t, e.vm)
+	if got := e.drv.StagedVolumes(); len(got) != 0 {
+		t.Errorf("still staged after WaitForUnstaged: %v", got)
+	}
+	if got := e.vm.GetVolumesInUse(); len(got) != 0 {
+		t.Errorf("still in use after WaitForUnstaged: %v", got)
+	}
 	if got := e.drv.Calls("NodeUnpublishVolume"); got != 3 {
 		t.Errorf("NodeUnpublishVolume calls = %d, want 3", got)
 	}

@@ -84,6 +84,7 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	if vm.nodeFactory != nil {
 		vm.nodeFactory.Shutdown()
 	}
+	vm.unstaged.stop()
 	logger.V(2).Info("Volume manager stopped")
 	return nil
 }
@@ -117,6 +118,7 @@ func (vm *VolumeManager) run(ctx context.Context) {
 	for {
 		l.process(ctx)
 		vm.statesSynced.Store(true) // the disk's state was installed before the first pass
+		vm.unstaged.wake()          // every change of the states is made in a step
 		// The backoff timer: armed for the earliest retry.
 		next := l.due()
 		if l.queue.len() > 0 {
@@ -149,11 +151,13 @@ func (vm *VolumeManager) drain(ctx context.Context) {
 		select {
 		case o := <-vm.results:
 			vm.loop.apply(o)
+			vm.unstaged.wake()
 		case <-done:
 			for {
 				select {
 				case o := <-vm.results:
 					vm.loop.apply(o)
+					vm.unstaged.wake()
 				default:
 					return
 				}

@@ -398,6 +398,26 @@ func (r *runningOps) done(a oe.Action) {
 	}
 }
 
+// all returns one operation in flight of each volume that has one: the
+// one on the whole volume, else the one that started first.
+func (r *runningOps) all() map[vcache.UniqueVolumeName]runningOp {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[vcache.UniqueVolumeName]runningOp, len(r.ops))
+	for name, ops := range r.ops {
+		if op, ok := ops[oe.Key{Volume: name}]; ok {
+			out[name] = op
+			continue
+		}
+		for _, op := range ops {
+			if cur, ok := out[name]; !ok || op.Since.Before(cur.Since) || (op.Since.Equal(cur.Since) && op.Name < cur.Name) {
+				out[name] = op
+			}
+		}
+	}
+	return out
+}
+
 // of returns the operation that a pod's use of a volume waits for: one on
 // the pod's mount of it, else one on the whole volume.
 func (r *runningOps) of(name vcache.UniqueVolumeName, uid types.UID) (runningOp, bool) {
