@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,7 +30,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -37,6 +37,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/internal/roottest"
 	"github.com/nodevol/nodevol/testenv"
@@ -350,9 +351,8 @@ func writeAgentKubeconfig(t *testing.T, ctx context.Context, api *testenv.Env, p
 	return path
 }
 
-// createVolumeObjects creates e's CSIDriver, PVCs (bound, as the PV
-// controller leaves them) and PVs through the API: the PVs' claimRefs
-// carry the UIDs the server gave the claims.
+// createVolumeObjects creates e's CSIDriver, and each of its PVCs with the
+// PV it names, bound as the PV controller leaves them, through the API.
 func createVolumeObjects(t *testing.T, ctx context.Context, client kubernetes.Interface, e *holdEnv) {
 	t.Helper()
 	for _, d := range e.objs.CSIDrivers {
@@ -361,26 +361,23 @@ func createVolumeObjects(t *testing.T, ctx context.Context, client kubernetes.In
 			t.Fatal(err)
 		}
 	}
-	uids := map[string]string{}
-	for _, pvc := range e.objs.PersistentVolumeClaims {
-		pvc.ResourceVersion, pvc.UID = "", ""
-		created, err := client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Create(ctx, &pvc, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		created.Status = pvc.Status
-		if _, err := client.CoreV1().PersistentVolumeClaims(pvc.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		uids[pvc.Namespace+"/"+pvc.Name] = string(created.UID)
+	pvs := map[string]*v1.PersistentVolume{}
+	for i := range e.objs.PersistentVolumes {
+		pvs[e.objs.PersistentVolumes[i].Name] = &e.objs.PersistentVolumes[i]
 	}
-	for _, pv := range e.objs.PersistentVolumes {
-		pv.ResourceVersion, pv.UID = "", ""
-		ref := pv.Spec.ClaimRef
-		ref.UID = types.UID(uids[ref.Namespace+"/"+ref.Name])
-		if _, err := client.CoreV1().PersistentVolumes().Create(ctx, &pv, metav1.CreateOptions{}); err != nil {
+	for i := range e.objs.PersistentVolumeClaims {
+		pvc := &e.objs.PersistentVolumeClaims[i]
+		pv, ok := pvs[pvc.Spec.VolumeName]
+		if !ok {
+			t.Fatalf("claim %s/%s names PV %q, which the objects lack", pvc.Namespace, pvc.Name, pvc.Spec.VolumeName)
+		}
+		if _, _, err := csitest.CreateBound(ctx, client, pvc, pv); err != nil {
 			t.Fatal(err)
 		}
+		delete(pvs, pv.Name)
+	}
+	if len(pvs) > 0 {
+		t.Fatalf("PVs of no claim: %v", slices.Sorted(maps.Keys(pvs)))
 	}
 }
 
