@@ -27,10 +27,11 @@
 // Clients authenticate with static bearer tokens (an admin in the group
 // system:masters, plus Options.Users) or with client certificates that
 // Env.CertConfig issues at any time from the environment's client CA (for
-// example a node's identity, CN=system:node:NAME and O=system:nodes). The
-// authorization modes and the admission plugins are the test's choice
-// (Options.AuthorizationModes, Options.EnableAdmissionPlugins); the default
-// is RBAC.
+// example a node's identity, CN=system:node:NAME and O=system:nodes).
+// Env.WriteKubeconfig writes any of these configs as a kubeconfig file, for
+// a client run as a process (--kubeconfig). The authorization modes and the
+// admission plugins are the test's choice (Options.AuthorizationModes,
+// Options.EnableAdmissionPlugins); the default is RBAC.
 //
 // # A bare apiserver
 //

@@ -34,7 +34,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
@@ -331,12 +330,7 @@ func writeAgentKubeconfig(t *testing.T, ctx context.Context, api *testenv.Env, p
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["testenv"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos[agentUser] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
-	kc.Contexts["agent"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: agentUser}
-	kc.CurrentContext = "agent"
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+	if err := api.WriteKubeconfig(path, cfg); err != nil {
 		t.Fatal(err)
 	}
 	loaded, err := clientcmd.BuildConfigFromFlags("", path)
