@@ -57,9 +57,10 @@
 //   - No signer issues PodCertificateRequests (or CertificateSigningRequests)
 //     and nothing deletes old requests: a test plays the signer with the
 //     admin's client, setting the status an issued request needs.
-//   - The kubernetes Service in the default namespace has no endpoints: the
-//     apiserver runs with --endpoint-reconciler-type=none, since from 1.37
-//     the other reconcilers refuse its loopback advertise address.
+//   - The kubernetes Service in the default namespace has endpoints, but
+//     they name the advertise address 192.0.2.1 (TEST-NET-1, never routed),
+//     not 127.0.0.1, which the endpoint reconciler refuses: clients use
+//     Env.Host.
 //
 // The apiserver can be stopped and started again alone (Env.StopAPIServer,
 // Env.StartAPIServer, Env.RestartAPIServer) on the same address, with its
