@@ -27,10 +27,11 @@
 // Clients authenticate with static bearer tokens (an admin in the group
 // system:masters, plus Options.Users) or with client certificates that
 // Env.CertConfig issues at any time from the environment's client CA (for
-// example a node's identity, CN=system:node:NAME and O=system:nodes). The
-// authorization modes and the admission plugins are the test's choice
-// (Options.AuthorizationModes, Options.EnableAdmissionPlugins); the default
-// is RBAC.
+// example a node's identity, CN=system:node:NAME and O=system:nodes).
+// Env.WriteKubeconfig writes any of these configs as a kubeconfig file, for
+// a client run as a process (--kubeconfig). The authorization modes and the
+// admission plugins are the test's choice (Options.AuthorizationModes,
+// Options.EnableAdmissionPlugins); the default is RBAC.
 //
 // # A bare apiserver
 //
@@ -56,9 +57,10 @@
 //   - No signer issues PodCertificateRequests (or CertificateSigningRequests)
 //     and nothing deletes old requests: a test plays the signer with the
 //     admin's client, setting the status an issued request needs.
-//   - The kubernetes Service in the default namespace has no endpoints: the
-//     apiserver runs with --endpoint-reconciler-type=none, since from 1.37
-//     the other reconcilers refuse its loopback advertise address.
+//   - The kubernetes Service in the default namespace has endpoints, but
+//     they name the advertise address 192.0.2.1 (TEST-NET-1, never routed),
+//     not 127.0.0.1, which the endpoint reconciler refuses: clients use
+//     Env.Host.
 //
 // The apiserver can be stopped and started again alone (Env.StopAPIServer,
 // Env.StartAPIServer, Env.RestartAPIServer) on the same address, with its

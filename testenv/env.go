@@ -21,6 +21,11 @@ import (
 	"k8s.io/client-go/rest"
 )
 
+// advertiseAddress is the apiserver's --advertise-address: the IP the
+// kubernetes Service's endpoints name, from TEST-NET-1 (RFC 5737), which is
+// never routed. No client connects to it.
+const advertiseAddress = "192.0.2.1"
+
 // startAttempts is how often Start tries fresh ports when one it picked was
 // taken by another process before the binary could bind it.
 const startAttempts = 3
@@ -178,7 +183,11 @@ func (e *Env) apiserverArgs() []string {
 	args := []string{
 		"--etcd-servers=" + e.etcdURL,
 		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		// Not 127.0.0.1: the kubernetes Service's endpoint reconciler
+		// refuses a loopback address (at start since 1.37, with an error
+		// every 10 s before), and turned off (none) it logs a "stale
+		// endpoints" error at every start.
+		"--advertise-address=" + advertiseAddress,
 		fmt.Sprintf("--secure-port=%d", e.apiPort),
 		"--tls-cert-file=" + e.path("apiserver.crt"),
 		"--tls-private-key-file=" + e.path("apiserver.key"),
@@ -190,10 +199,6 @@ func (e *Env) apiserverArgs() []string {
 		"--service-account-signing-key-file=" + e.path("sa.key"),
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--allow-privileged=true",
-		// Since 1.37 the endpoint reconcilers refuse a loopback
-		// advertise address; nothing here reads the kubernetes
-		// Service's endpoints.
-		"--endpoint-reconciler-type=none",
 	}
 	if len(e.opts.EnableAdmissionPlugins) > 0 {
 		args = append(args, "--enable-admission-plugins="+strings.Join(e.opts.EnableAdmissionPlugins, ","))

@@ -102,21 +102,8 @@ func resourceOf(path string) string {
 // it (with a nodePublishSecretRef), as the control plane leaves them.
 func nrCreateClaim(t *testing.T, admin kubernetes.Interface, ns, name, driver string) *v1.PersistentVolume {
 	t.Helper()
-	ctx := t.Context()
-	pvc, pv := csitest.BoundClaim(ns, name, driver, "handle-"+name)
-	pvc.UID, pv.UID = "", ""
-	created, err := admin.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
+	_, pv, err := csitest.CreateBoundClaim(t.Context(), admin, ns, name, driver, "handle-"+name, csitest.PVNodePublishSecret(ns, "publish"))
 	if err != nil {
-		t.Fatal(err)
-	}
-	created.Status = pvc.Status
-	created.Status.Phase = v1.ClaimBound
-	if _, err := admin.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pv.Spec.ClaimRef.UID = created.UID
-	pv.Spec.CSI.NodePublishSecretRef = &v1.SecretReference{Namespace: ns, Name: "publish"}
-	if pv, err = admin.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return pv

@@ -97,27 +97,15 @@ func (e *integEnv) startVM(cfg Config) *VolumeManager {
 }
 
 // claim creates, through the API, a PVC and the CSI PV bound to it (volume
-// handle "handle-"+name), with the claim's status set to Bound as the PV
-// controller would, and returns the PV as stored.
+// handle "handle-"+name), both Bound as the PV controller leaves them, and
+// returns the PV as stored.
 func (e *integEnv) claim(name string, opts ...csitest.PVOption) *v1.PersistentVolume {
 	e.t.Helper()
-	ctx := e.t.Context()
-	pvc, pv := csitest.BoundClaim(integNS, name, e.drv.DriverName(), "handle-"+name, opts...)
-	created, err := e.admin.CoreV1().PersistentVolumeClaims(integNS).Create(ctx, pvc, metav1.CreateOptions{})
+	_, pv, err := csitest.CreateBoundClaim(e.t.Context(), e.admin, integNS, name, e.drv.DriverName(), "handle-"+name, opts...)
 	if err != nil {
-		e.t.Fatalf("create PVC %s: %v", name, err)
+		e.t.Fatal(err)
 	}
-	created.Status = pvc.Status // the API ignores the status on create
-	if _, err := e.admin.CoreV1().PersistentVolumeClaims(integNS).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t := e.t
-		t.Fatalf("bind PVC %s: %v", name, err)
-	}
-	pv.Spec.ClaimRef.UID = created.UID // the server's UID, not the kit's
-	storedPV, err := e.admin.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
-	if err != nil {
-		e.t.Fatalf("create PV of %s: %v", name, err)
-	}
-	return storedPV
+	return pv
 }
 
 // pod creates a pod on node through the API and returns it as stored

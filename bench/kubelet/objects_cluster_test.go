@@ -16,8 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/nodevol/nodevol/testenv"
 )
@@ -79,7 +77,8 @@ func startObjCluster(b *testing.B) *objCluster {
 		b.Fatal(err)
 	}
 	c.nodeCfg = nodeCfg
-	if c.kubeconfig, err = writeKubeconfig(scratch, nodeCfg); err != nil {
+	c.kubeconfig = filepath.Join(scratch, "node.kubeconfig")
+	if err := c.env.WriteKubeconfig(c.kubeconfig, nodeCfg); err != nil {
 		b.Fatal(err)
 	}
 	ctx := b.Context()
@@ -114,21 +113,6 @@ func startObjCluster(b *testing.B) *objCluster {
 		}
 	}
 	return c
-}
-
-// writeKubeconfig writes cfg (the node's client certificate) as a
-// kubeconfig file under dir.
-func writeKubeconfig(dir string, cfg *rest.Config) (string, error) {
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["testenv"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos[objUser] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
-	kc.Contexts["node"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: objUser}
-	kc.CurrentContext = "node"
-	path := filepath.Join(dir, "node.kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		return "", fmt.Errorf("writing the node's kubeconfig: %w", err)
-	}
-	return path, nil
 }
 
 // objPod is a pod as the API server admits it: what the ServiceAccount

@@ -12,7 +12,9 @@
 //     uncertain-state paths. It needs no testing.TB, so demos can use it.
 //   - PV, PVC, BoundClaim, Pod, CSIDriver, Secret and VolumeAttachment
 //     build typed objects with the API server's defaults and deterministic
-//     UIDs, ready for a fake clientset.
+//     UIDs, ready for a fake clientset. CreateBoundClaim (CreateBound for
+//     a pair built apart) creates a bound claim and its volume through any
+//     client, a real API server's too, which gives the claim its own UID.
 //   - RunFakeAttacher (NewFakeAttacher in tests) stands in for the
 //     external-attacher, marking VolumeAttachments attached or failed;
 //     AttachVolume and DetachVolume stand in for the attach-detach

@@ -221,6 +221,9 @@ func PVCOwnedBy(pod *v1.Pod) PVCOption {
 // external-provisioner names them), its claimRef carries the claim's UID,
 // and the claim's volumeName, access modes, volume mode and capacity are the
 // volume's. opts change the volume before the claim is made from it.
+// They suit a fake clientset as they are; through a real API server,
+// which gives the claim a UID of its own, create them with CreateBound
+// (or use CreateBoundClaim).
 func BoundClaim(namespace, name, driver, handle string, opts ...PVOption) (*v1.PersistentVolumeClaim, *v1.PersistentVolume) {
 	uid := uidFor("PersistentVolumeClaim", namespace, name)
 	pv := PV("pvc-"+string(uid), driver, handle, append([]PVOption{pvClaimRef(namespace, name, uid)}, opts...)...)

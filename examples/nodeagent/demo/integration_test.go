@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,14 +30,13 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/internal/roottest"
 	"github.com/nodevol/nodevol/testenv"
@@ -335,12 +335,7 @@ func writeAgentKubeconfig(t *testing.T, ctx context.Context, api *testenv.Env, p
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["testenv"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos[agentUser] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
-	kc.Contexts["agent"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: agentUser}
-	kc.CurrentContext = "agent"
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+	if err := api.WriteKubeconfig(path, cfg); err != nil {
 		t.Fatal(err)
 	}
 	loaded, err := clientcmd.BuildConfigFromFlags("", path)
@@ -355,9 +350,8 @@ func writeAgentKubeconfig(t *testing.T, ctx context.Context, api *testenv.Env, p
 	return path
 }
 
-// createVolumeObjects creates e's CSIDriver, PVCs (bound, as the PV
-// controller leaves them) and PVs through the API: the PVs' claimRefs
-// carry the UIDs the server gave the claims.
+// createVolumeObjects creates e's CSIDriver, and each of its PVCs with the
+// PV it names, bound as the PV controller leaves them, through the API.
 func createVolumeObjects(t *testing.T, ctx context.Context, client kubernetes.Interface, e *holdEnv) {
 	t.Helper()
 	for _, d := range e.objs.CSIDrivers {
@@ -366,26 +360,23 @@ func createVolumeObjects(t *testing.T, ctx context.Context, client kubernetes.In
 			t.Fatal(err)
 		}
 	}
-	uids := map[string]string{}
-	for _, pvc := range e.objs.PersistentVolumeClaims {
-		pvc.ResourceVersion, pvc.UID = "", ""
-		created, err := client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Create(ctx, &pvc, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		created.Status = pvc.Status
-		if _, err := client.CoreV1().PersistentVolumeClaims(pvc.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		uids[pvc.Namespace+"/"+pvc.Name] = string(created.UID)
+	pvs := map[string]*v1.PersistentVolume{}
+	for i := range e.objs.PersistentVolumes {
+		pvs[e.objs.PersistentVolumes[i].Name] = &e.objs.PersistentVolumes[i]
 	}
-	for _, pv := range e.objs.PersistentVolumes {
-		pv.ResourceVersion, pv.UID = "", ""
-		ref := pv.Spec.ClaimRef
-		ref.UID = types.UID(uids[ref.Namespace+"/"+ref.Name])
-		if _, err := client.CoreV1().PersistentVolumes().Create(ctx, &pv, metav1.CreateOptions{}); err != nil {
+	for i := range e.objs.PersistentVolumeClaims {
+		pvc := &e.objs.PersistentVolumeClaims[i]
+		pv, ok := pvs[pvc.Spec.VolumeName]
+		if !ok {
+			t.Fatalf("claim %s/%s names PV %q, which the objects lack", pvc.Namespace, pvc.Name, pvc.Spec.VolumeName)
+		}
+		if _, _, err := csitest.CreateBound(ctx, client, pvc, pv); err != nil {
 			t.Fatal(err)
 		}
+		delete(pvs, pv.Name)
+	}
+	if len(pvs) > 0 {
+		t.Fatalf("PVs of no claim: %v", slices.Sorted(maps.Keys(pvs)))
 	}
 }
 

@@ -18,8 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/nodevol/nodevol/testenv"
 )
@@ -59,14 +57,8 @@ func startAgentProcess(t *testing.T, api *testenv.Env, node string, args ...stri
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	cfg := api.Config()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["testenv"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
-	kc.Contexts["admin"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: "admin"}
-	kc.CurrentContext = "admin"
 	kubeconfig := filepath.Join(root, "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+	if err := api.WriteKubeconfig(kubeconfig, api.Config()); err != nil {
 		t.Fatal(err)
 	}
 	self, err := os.Executable()
