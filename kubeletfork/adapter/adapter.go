@@ -28,14 +28,14 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
-	kubecontainer "k8s.io/kubernetes/pkg/kubelet/container"
 	"k8s.io/kubernetes/pkg/kubelet/config"
+	kubecontainer "k8s.io/kubernetes/pkg/kubelet/container"
 	"k8s.io/kubernetes/pkg/kubelet/volumemanager"
 	"k8s.io/kubernetes/pkg/kubelet/volumemanager/volumehealth"
 	"k8s.io/kubernetes/pkg/volume"
 	"k8s.io/kubernetes/pkg/volume/util/hostutil"
-	"k8s.io/kubernetes/pkg/volume/util/volumepathhandler"
 	volumetypes "k8s.io/kubernetes/pkg/volume/util/types"
+	"k8s.io/kubernetes/pkg/volume/util/volumepathhandler"
 	"k8s.io/mount-utils"
 
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -193,7 +193,7 @@ func (m *Manager) WaitForAllPodsUnmount(ctx context.Context, pods []*v1.Pod) err
 // in pod.spec.volumes, each with a mounter (or, for a raw block volume, a
 // block mapper) whose path is where nodevol put it.
 func (m *Manager) GetMountedVolumesForPod(podName volumetypes.UniquePodName) kubecontainer.VolumeMap {
-	return m.volumeMap(types.UID(podName), m.vm.GetMountedVolumesForPod(types.UID(podName)))
+	return volumeMap(m.vm, types.UID(podName), m.vm.GetMountedVolumesForPod(types.UID(podName)))
 }
 
 // HasPossiblyMountedVolumesForPod reports whether a volume of the pod is

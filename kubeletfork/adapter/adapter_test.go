@@ -8,11 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/kubernetes/pkg/kubelet/config"
 	"k8s.io/kubernetes/pkg/kubelet/volumemanager"
 	volumetypes "k8s.io/kubernetes/pkg/volume/util/types"
@@ -92,14 +90,14 @@ func TestKubeletInterface(t *testing.T) {
 	pvc, pv := csitest.BoundClaim("ns", "data", drv.DriverName(), "vol-1")
 	pod := csitest.Pod("ns", "web", csitest.PodNode(node), csitest.WithPVC("data", "data", false),
 		csitest.WithVolume(v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}, false))
-	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1ObjectMeta(node)}, pvc, pv, csitest.CSIDriver(drv.DriverName(), false))
+	client := fakeClient(pvc, pv, csitest.CSIDriver(drv.DriverName(), false))
 	root := t.TempDir()
 	pods := newKubeletPods(pod)
 	var vm volumemanager.VolumeManager
 	m, err := newManager(options{
 		selfAttach: false, nodeName: node, podManager: pods, podState: pods, client: client,
 		mounter: mount.NewFakeMounter(nil), rootDir: root, statsPeriod: time.Minute,
-		mutate: func(c *nvm.Config) { c.Registerer = prometheus.NewRegistry() },
+		mutate: privateRegistry,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +105,10 @@ func TestKubeletInterface(t *testing.T) {
 	vm = m
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); vm.Run(ctx, config.NewSourcesReady(func(sets.Set[string]) bool { return true })) }()
+	go func() {
+		defer close(done)
+		vm.Run(ctx, config.NewSourcesReady(func(sets.Set[string]) bool { return true }))
+	}()
 	t.Cleanup(func() { cancel(); <-done })
 
 	if err := m.ValidatePlugin(ctx, drv.DriverName(), drv.Endpoint(), []string{"1.0.0"}); err != nil {

@@ -44,14 +44,14 @@ type populator struct {
 	// known holds each pod given to nodevol, as last given: a pod manager
 	// replaces a changed pod's object, so another pointer is an update.
 	known map[types.UID]*v1.Pod
-	// refused holds the pods nodevol refused (bound to another node), so
-	// that each is logged once.
-	refused map[types.UID]bool
+	// refused holds the pods nodevol refused (bound to another node), as
+	// last given: each is logged once and given again only when it changes.
+	refused map[types.UID]*v1.Pod
 	synced  bool
 }
 
 func newPopulator(vm podIntake, pods volumemanager.PodManager, state volumemanager.PodStateProvider) *populator {
-	return &populator{vm: vm, pods: pods, state: state, known: map[types.UID]*v1.Pod{}, refused: map[types.UID]bool{}}
+	return &populator{vm: vm, pods: pods, state: state, known: map[types.UID]*v1.Pod{}, refused: map[types.UID]*v1.Pod{}}
 }
 
 // run reads the pod manager every populatePeriod until ctx ends. The
@@ -89,8 +89,11 @@ func (p *populator) pass(logger klog.Logger) {
 		}
 	}
 	p.mu.Lock()
-	uids := make([]types.UID, 0, len(p.known))
+	uids := make([]types.UID, 0, len(p.known)+len(p.refused))
 	for uid := range p.known {
+		uids = append(uids, uid)
+	}
+	for uid := range p.refused {
 		uids = append(uids, uid)
 	}
 	p.mu.Unlock()
@@ -107,7 +110,7 @@ func (p *populator) add(logger klog.Logger, pod *v1.Pod) {
 	defer p.mu.Unlock()
 	last, found := p.known[pod.UID]
 	switch {
-	case found && last == pod:
+	case found && last == pod, p.refused[pod.UID] == pod:
 		return
 	case !found && !p.synced && p.state.ShouldPodRuntimeBeRemoved(pod.UID):
 		return
@@ -119,12 +122,11 @@ func (p *populator) add(logger klog.Logger, pod *v1.Pod) {
 		err = p.vm.AddPod(pod)
 	}
 	if err != nil {
-		if !p.refused[pod.UID] {
-			logger.Error(err, "nodevol refused the pod's volumes", "pod", klog.KObj(pod), "podUID", pod.UID)
-			p.refused[pod.UID] = true
-		}
+		logger.Error(err, "nodevol refused the pod's volumes", "pod", klog.KObj(pod), "podUID", pod.UID)
+		p.refused[pod.UID] = pod
 		return
 	}
+	delete(p.refused, pod.UID)
 	p.known[pod.UID] = pod
 }
 
@@ -133,11 +135,14 @@ func (p *populator) add(logger klog.Logger, pod *v1.Pod) {
 func (p *populator) removeIfGone(uid types.UID) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.state.ShouldPodRuntimeBeRemoved(uid) {
+		return
+	}
+	delete(p.refused, uid)
 	pod, found := p.known[uid]
-	if !found || !p.state.ShouldPodRuntimeBeRemoved(uid) {
+	if !found {
 		return
 	}
 	p.vm.DeletePod(pod)
 	delete(p.known, uid)
-	delete(p.refused, uid)
 }

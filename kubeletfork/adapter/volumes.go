@@ -35,10 +35,10 @@ type statsSource interface {
 
 // volumeMap turns nodevol's mounted volumes of a pod into the kubelet's
 // VolumeMap, keyed by the volume's name in pod.spec.volumes.
-func (m *Manager) volumeMap(uid types.UID, vols []vcache.MountedVolume) kubecontainer.VolumeMap {
+func volumeMap(stats statsSource, uid types.UID, vols []vcache.MountedVolume) kubecontainer.VolumeMap {
 	out := make(kubecontainer.VolumeMap, len(vols))
 	for _, mv := range vols {
-		v := &mounted{stats: m.vm, uid: uid, mv: mv}
+		v := &mounted{stats: stats, uid: uid, mv: mv}
 		info := kubecontainer.VolumeInfo{
 			ReadOnly:            mv.ReadOnly,
 			SELinuxLabeled:      mv.SELinuxContext != "",
