@@ -11,7 +11,7 @@ GOTESTFLAGS     ?= -race -count=1 -timeout 30m
 export PATH     := $(BIN):$(PATH)
 export CSI_SANITY := $(BIN)/csi-sanity
 
-.PHONY: kubelet-fork kubelet-fork-src test-fork all build test unit fuzz bench bench-compare bench-objects demo nodeagent-static lint deps tools clean testenv-bins integration test-kubelet
+.PHONY: kubelet-fork kubelet-fork-src lint-fork test-fork all build test unit fuzz bench bench-compare bench-objects demo nodeagent-static lint deps tools clean testenv-bins integration test-kubelet
 
 all: build
 
@@ -44,7 +44,7 @@ $(BIN)/staticcheck:
 $(BIN)/csi-sanity:
 	GOBIN=$(BIN) $(GO) install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$(CSI_SANITY_VER)
 
-test: deps tools testenv-bins lint
+test: deps tools testenv-bins lint lint-fork
 	$(GO) test $(GOTESTFLAGS) ./...
 	cd bench/kubelet && $(GO) vet .
 	cd bench/kubelet && $(GO) test $(GOTESTFLAGS) .
@@ -184,6 +184,13 @@ $(FORK_SRC)/.patched: $(FORK_PATCHES) kubeletfork/go.mod
 	mv $(FORK_SRC).tmp $(FORK_SRC)
 
 kubelet-fork: $(BIN)/kubelet
+
+# go mod tidy, go vet and staticcheck over the fork's module (make lint's
+# gofmt covers its files already).
+lint-fork: kubelet-fork-src $(BIN)/staticcheck
+	cd kubeletfork && $(GO) mod tidy -diff
+	cd kubeletfork && $(GO) vet ./...
+	cd kubeletfork && $(BIN)/staticcheck ./...
 
 $(BIN)/kubelet: kubelet-fork-src $(shell git ls-files kubeletfork ':!kubeletfork/*_test.go')
 	cd kubeletfork && $(GO) build -trimpath -ldflags='$(FORK_LDFLAGS)' -o $(BIN)/kubelet ./cmd/kubelet
