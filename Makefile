@@ -11,7 +11,7 @@ GOTESTFLAGS     ?= -race -count=1 -timeout 30m
 export PATH     := $(BIN):$(PATH)
 export CSI_SANITY := $(BIN)/csi-sanity
 
-.PHONY: all build test unit fuzz bench bench-compare bench-objects demo nodeagent-static lint deps tools clean testenv-bins integration test-kubelet
+.PHONY: kubelet-fork kubelet-fork-src lint-fork test-fork all build test unit fuzz bench bench-compare bench-objects demo nodeagent-static lint deps tools clean testenv-bins integration test-kubelet
 
 all: build
 
@@ -44,7 +44,7 @@ $(BIN)/staticcheck:
 $(BIN)/csi-sanity:
 	GOBIN=$(BIN) $(GO) install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$(CSI_SANITY_VER)
 
-test: deps tools testenv-bins lint
+test: deps tools testenv-bins lint lint-fork
 	$(GO) test $(GOTESTFLAGS) ./...
 	cd bench/kubelet && $(GO) vet .
 	cd bench/kubelet && $(GO) test $(GOTESTFLAGS) .
@@ -158,3 +158,39 @@ lint: $(BIN)/staticcheck
 
 clean:
 	rm -rf $(BIN)
+
+# The kubelet fork (kubeletfork/, its own module): the kubelet v1.37.2's
+# source from the module proxy, with kubeletfork/patches applied, in
+# kubeletfork/_kubernetes (not in git; remade when a patch changes), and
+# the kubelet binary built from it with nodevol as its volume manager.
+FORK_VERSION := $(shell awk '$$1 == "k8s.io/kubernetes" && $$2 ~ /^v/ { print $$2 }' kubeletfork/go.mod)
+FORK_SRC     := kubeletfork/_kubernetes
+FORK_PATCHES := $(sort $(wildcard kubeletfork/patches/*.patch))
+FORK_VERSION_PARTS := $(subst ., ,$(patsubst v%,%,$(FORK_VERSION)))
+FORK_LDFLAGS := -s -w -X $(TESTENV_VERSION_PKG).gitVersion=$(FORK_VERSION)-nodevol \
+	-X $(TESTENV_VERSION_PKG).gitMajor=$(word 1,$(FORK_VERSION_PARTS)) \
+	-X $(TESTENV_VERSION_PKG).gitMinor=$(word 2,$(FORK_VERSION_PARTS)) \
+	-X $(TESTENV_VERSION_PKG).gitTreeState=clean
+
+kubelet-fork-src: $(FORK_SRC)/.patched
+
+$(FORK_SRC)/.patched: $(FORK_PATCHES) kubeletfork/go.mod
+	rm -rf $(FORK_SRC) $(FORK_SRC).tmp
+	dir=$$(cd / && GOFLAGS=-mod=mod $(GO) mod download -json k8s.io/kubernetes@$(FORK_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+		test -n "$$dir" && cp -R "$$dir" $(FORK_SRC).tmp
+	chmod -R u+w $(FORK_SRC).tmp
+	for p in $(FORK_PATCHES); do patch -d $(FORK_SRC).tmp -p1 --forward --no-backup-if-mismatch < $$p || exit 1; done
+	touch $(FORK_SRC).tmp/.patched
+	mv $(FORK_SRC).tmp $(FORK_SRC)
+
+kubelet-fork: $(BIN)/kubelet
+
+# go mod tidy, go vet and staticcheck over the fork's module (make lint's
+# gofmt covers its files already).
+lint-fork: kubelet-fork-src $(BIN)/staticcheck
+	cd kubeletfork && $(GO) mod tidy -diff
+	cd kubeletfork && $(GO) vet ./...
+	cd kubeletfork && $(BIN)/staticcheck ./...
+
+$(BIN)/kubelet: kubelet-fork-src $(shell git ls-files kubeletfork ':!kubeletfork/*_test.go')
+	cd kubeletfork && $(GO) build -trimpath -ldflags='$(FORK_LDFLAGS)' -o $(BIN)/kubelet ./cmd/kubelet

@@ -176,6 +176,13 @@ type Config struct {
 	// ReportVolumesInUse. The two are exclusive: New refuses both. Default
 	// false: MarkVolumesAsReportedInUse has no effect.
 	VolumesInUseReportedByCaller bool
+	// VolumeStatsCollectedByCaller, when true, leaves the
+	// kubelet_volume_stats_* gauges out of Registerer: the caller exports
+	// them itself (a kubelet fork's own collector, which reads each
+	// volume's usage through GetVolumeStatsFor and registers the same
+	// names; two collectors of one name make registration fail). Default
+	// false: with a Registerer, the manager exports them.
+	VolumeStatsCollectedByCaller bool
 	// VolumeHealth, when set, makes Run probe the health of the pods' CSI
 	// volumes (NodeGetVolumeHealth, given to VolumeHealth.Updater) and of
 	// the drivers' storage (NodeGetStorageHealth, written into the

@@ -82,7 +82,10 @@ func (vm *VolumeManager) ReconcilerStatesHasBeenSynced() bool { return vm.states
 // attach) and it has not been torn down since.
 func (vm *VolumeManager) VolumeIsAttached(name vcache.UniqueVolumeName) bool {
 	v, ok := vm.asw.Volume(name)
-	return ok && v.Attached
+	// A volume that needs no attach (a CSIDriver with attachRequired
+	// false) is attached once it is known, as the kubelet's actual state
+	// holds it from then on.
+	return ok && (v.Attached || !vm.attachable(&v.Spec))
 }
 
 // MarkVolumesAsReportedInUse tells the manager which volumes the Node's

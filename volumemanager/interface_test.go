@@ -150,3 +150,31 @@ func TestReconcilerStatesHasBeenSynced(t *testing.T) {
 		t.Error("an Uncertain reconstructed volume counted as mounted")
 	}
 }
+
+// TestVolumeIsAttachedWithoutAttach: a mounted volume of a driver that
+// needs no attach is attached, as the kubelet's VolumeIsAttached says of
+// every volume its actual state holds.
+func TestVolumeIsAttachedWithoutAttach(t *testing.T) {
+	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
+	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(),
+		Mounter: mount.NewFakeMounter(nil), VolumesInUseReportedByCaller: true}, drv)
+	defer stop()
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	name := cache.CSIVolumeName(drv.DriverName(), "handle-a")
+	if vm.VolumeIsAttached(name) {
+		t.Error("VolumeIsAttached before any pod wants the volume")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := vm.AddPod(pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if !vm.VolumeIsAttached(name) {
+		t.Error("VolumeIsAttached = false for a mounted volume that needs no attach")
+	}
+}

@@ -367,8 +367,10 @@ func (vm *VolumeManager) registerCollectors() error {
 	}
 	// Several managers may share the registerer: each one's stats are
 	// collected, its counts summed with the others'.
-	if err := promreg.Fan(reg, newVolumeStatsCollector(vm, vm.cfg.VolumeStatsPeriod)); err != nil {
-		return fmt.Errorf("volumemanager: registering volume stats: %w", err)
+	if !vm.cfg.VolumeStatsCollectedByCaller {
+		if err := promreg.Fan(reg, newVolumeStatsCollector(vm, vm.cfg.VolumeStatsPeriod)); err != nil {
+			return fmt.Errorf("volumemanager: registering volume stats: %w", err)
+		}
 	}
 	if err := registerTotalVolumes(reg, vm.dsw, vm.asw); err != nil {
 		return fmt.Errorf("volumemanager: registering volume counts: %w", err)

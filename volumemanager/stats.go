@@ -3,6 +3,7 @@ package volumemanager
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 // GetVolumeStats returns the usage of each mounted volume of the pod whose
@@ -25,38 +27,66 @@ func (vm *VolumeManager) GetVolumeStats(ctx context.Context, uid types.UID) (map
 	out := map[string]volume.Stats{}
 	var errs []error
 	for _, mv := range vm.asw.PodVolumes(uid) {
-		if mv.State != cache.Mounted {
-			continue
-		}
-		v, ok := vm.asw.Volume(mv.Name)
-		if !ok {
-			continue
-		}
-		p, err := vm.volumes.ForVolume(mv.Name)
-		sp, ok := p.(volume.StatsProvider)
-		if err != nil || !ok {
-			continue // a plugin without usage to report
-		}
-		s, ok, err := sp.VolumeStats(ctx, &v.Spec, mv.Path, v.DeviceMountPath)
+		names, s, ok, err := vm.podVolumeStats(ctx, uid, mv)
 		switch {
 		case err != nil:
 			errs = append(errs, err)
 		case ok:
-			// Asked once per volume, given under each name the pod has
-			// for it (the name it was mounted under when it has none).
-			names := vm.dsw.SpecNames(uid, mv.Name)
-			if len(names) == 0 {
-				out[mv.SpecName] = s
-			}
 			for _, n := range names {
-				out[n.Name] = s
-			}
-			if pm, found := v.Pods[uid]; found {
-				vm.conditions.observe(mv.Name, pm.Volume, s.Condition)
+				out[n] = s
 			}
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// GetVolumeStatsFor is GetVolumeStats for one volume of the pod, named as
+// in pod.spec.volumes: a kubelet fork's mounter answers its GetMetrics
+// with it, one volume at a time. ok is false when the volume is not
+// mounted or its plugin reports no usage.
+func (vm *VolumeManager) GetVolumeStatsFor(ctx context.Context, uid types.UID, specName string) (s volume.Stats, ok bool, err error) {
+	for _, mv := range vm.asw.PodVolumes(uid) {
+		if mv.SpecName != specName && !slices.ContainsFunc(vm.dsw.SpecNames(uid, mv.Name), func(n state.SpecName) bool { return n.Name == specName }) {
+			continue
+		}
+		_, s, ok, err = vm.podVolumeStats(ctx, uid, mv)
+		return s, ok, err
+	}
+	return volume.Stats{}, false, nil
+}
+
+// podVolumeStats asks the plugin of one mounted volume of the pod for its
+// usage, and returns it with the names the pod has for the volume (asked
+// once per volume, given under each name; the name it was mounted under
+// when it has none). ok is false for a volume not mounted or a plugin
+// without usage to report.
+func (vm *VolumeManager) podVolumeStats(ctx context.Context, uid types.UID, mv cache.MountedVolume) (names []string, s volume.Stats, ok bool, err error) {
+	if mv.State != cache.Mounted {
+		return nil, s, false, nil
+	}
+	v, found := vm.asw.Volume(mv.Name)
+	if !found {
+		return nil, s, false, nil
+	}
+	p, err := vm.volumes.ForVolume(mv.Name)
+	sp, isStats := p.(volume.StatsProvider)
+	if err != nil || !isStats {
+		return nil, s, false, nil // a plugin without usage to report
+	}
+	s, ok, err = sp.VolumeStats(ctx, &v.Spec, mv.Path, v.DeviceMountPath)
+	if err != nil || !ok {
+		return nil, s, false, err
+	}
+	for _, n := range vm.dsw.SpecNames(uid, mv.Name) {
+		names = append(names, n.Name)
+	}
+	if len(names) == 0 {
+		names = []string{mv.SpecName}
+	}
+	if pm, found := v.Pods[uid]; found {
+		vm.conditions.observe(mv.Name, pm.Volume, s.Condition)
+	}
+	return names, s, true, nil
 }
 
 // volumeStatsCollector exports the kubelet's kubelet_volume_stats_* gauges
