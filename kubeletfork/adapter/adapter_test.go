@@ -107,7 +107,10 @@ func TestKubeletInterface(t *testing.T) {
 	vm = m
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); vm.Run(ctx, config.NewSourcesReady(func(sets.Set[string]) bool { return true })) }()
+	go func() {
+		defer close(done)
+		vm.Run(ctx, config.NewSourcesReady(func(sets.Set[string]) bool { return true }))
+	}()
 	t.Cleanup(func() { cancel(); <-done })
 
 	if err := m.ValidatePlugin(ctx, drv.DriverName(), drv.Endpoint(), []string{"1.0.0"}); err != nil {
