@@ -98,6 +98,7 @@ func TestForkRunsPodsOnNodevol(t *testing.T) {
 	e.waitFor(p, "the restarted fork's node lease", func() bool { return e.leaseRenewedAfter(stopped) })
 	e.waitSourcesReady(p, 2)
 	t.Logf("the restarted fork renewed its lease and had its pod sources ready %v after the stop", time.Since(stopped).Round(time.Millisecond))
+	r.checkRunning()
 	r.check(p)
 	if after := r.mountIDs(); !slices.Equal(before, after) {
 		t.Errorf("the restart changed the pods' mounts:\nbefore %v\nafter  %v", before, after)
@@ -206,6 +207,20 @@ func (r *round) check(p *kubelettest.Process) {
 			if st, err := os.Stat(filepath.Join(dir, "kubernetes.io~empty-dir", "cache")); err != nil || !st.IsDir() {
 				e.t.Errorf("pod %s: the emptyDir: %v", pod.Name, err)
 			}
+		}
+	}
+}
+
+// checkRunning checks that every pod of the round is Running.
+func (r *round) checkRunning() {
+	r.e.t.Helper()
+	for _, pod := range r.pods {
+		got, err := r.e.admin.CoreV1().Pods(e2eNS).Get(r.e.t.Context(), pod.Name, metav1.GetOptions{})
+		switch {
+		case err != nil:
+			r.e.t.Errorf("pod %s after the fork's restart: %v", pod.Name, err)
+		case got.Status.Phase != v1.PodRunning:
+			r.e.t.Errorf("pod %s after the fork's restart: phase %s, want Running", pod.Name, got.Status.Phase)
 		}
 	}
 }
