@@ -48,6 +48,7 @@ test: deps tools testenv-bins lint lint-fork
 	$(GO) test $(GOTESTFLAGS) ./...
 	cd bench/kubelet && $(GO) vet .
 	cd bench/kubelet && $(GO) test $(GOTESTFLAGS) .
+	$(MAKE) test-fork
 
 # The hand-over of a node between the kubelet and nodevol, both ways, on
 # real mounts with the loop driver (bench/kubelet, its own module: the
@@ -194,3 +195,15 @@ lint-fork: kubelet-fork-src $(BIN)/staticcheck
 
 $(BIN)/kubelet: kubelet-fork-src $(shell git ls-files kubeletfork ':!kubeletfork/*_test.go')
 	cd kubeletfork && $(GO) build -trimpath -ldflags='$(FORK_LDFLAGS)' -o $(BIN)/kubelet ./cmd/kubelet
+
+# The kubelet fork's tests: the adapter's unit tests, and the end-to-end
+# test (root only; it skips otherwise and under -short): the fork built
+# from this tree as a node's kubelet against testenv's kube-apiserver, with
+# the node's own certificate, on the fake container runtime, the loop
+# driver and the registrar registering through its plugins_registry; pods
+# with a CSI claim, an inline CSI volume, configMap, secret, emptyDir and
+# kube-api-access volumes run, are deleted, and survive a restart of the
+# fork with their mounts. About 25 s warm.
+test-fork: deps testenv-bins kubelet-fork
+	cd kubeletfork && $(GO) vet ./...
+	cd kubeletfork && $(GO) test $(GOTESTFLAGS) ./...

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodevol/nodevol/internal/roottest"
+	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
 
 // BenchmarkPodObjects measures, side by side, the stock kubelet v1.37.2
@@ -68,7 +69,8 @@ const (
 
 func runPodObjects(b *testing.B, side string, n int) {
 	c := startObjCluster(b)
-	var p *nodeProc
+	var p *kubelettest.Process
+	root := filepath.Join(c.scratch, "root")
 	if side == "kubelet" {
 		p = startKubelet(b, c)
 	} else {
@@ -76,13 +78,13 @@ func runPodObjects(b *testing.B, side string, n int) {
 	}
 	ctx := b.Context()
 	time.Sleep(objSettle)
-	rss0, err := p.rss()
+	rss0, err := p.RSS()
 	if err != nil {
 		b.Fatal(err)
 	}
 
 	startFrom := time.Now()
-	dirs, err := c.createPods(ctx, p.root, n)
+	dirs, err := c.createPods(ctx, root, n)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -114,7 +116,7 @@ func runPodObjects(b *testing.B, side string, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rssN, err := p.rss()
+	rssN, err := p.RSS()
 	if err != nil {
 		b.Fatal(err)
 	}

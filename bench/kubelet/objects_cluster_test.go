@@ -3,12 +3,8 @@ package kubeletbench
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodevol/nodevol/testenv"
+	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
 
 // objCluster is one side's API server (testenv's kube-apiserver with the
@@ -72,7 +69,7 @@ func startObjCluster(b *testing.B) *objCluster {
 	adminCfg := c.env.Config()
 	adminCfg.QPS, adminCfg.Burst = 200, 400
 	c.admin = kubernetes.NewForConfigOrDie(adminCfg)
-	nodeCfg, err := c.env.CertConfig(testenv.User{Name: objUser, Groups: []string{"system:nodes"}})
+	nodeCfg, err := kubelettest.NodeConfig(c.env, objNode)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -198,41 +195,13 @@ func waitPodFiles(dirs []string, timeout time.Duration) []string {
 	return pending
 }
 
-// freePort returns a TCP port that was free on 127.0.0.1 a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // cleanup unmounts whatever the node's process left mounted under the
 // scratch directory (the kubelet bind-mounts its root onto itself; the
-// secret and projected volumes are tmpfs), deepest first, and removes it.
+// secret and projected volumes are tmpfs) and removes it.
 func (c *objCluster) cleanup(b *testing.B) func() {
 	return func() {
-		for range 3 {
-			ids := mountIDs(c.scratch)
-			if len(ids) == 0 {
-				break
-			}
-			mps := make([]string, 0, len(ids))
-			for p := range ids {
-				mps = append(mps, p)
-			}
-			sort.Slice(mps, func(i, j int) bool { return len(mps[i]) > len(mps[j]) })
-			for _, mp := range mps {
-				for range strings.Count(ids[mp], ",") + 1 { // stacked mounts
-					if err := syscall.Unmount(mp, 0); err != nil {
-						_ = syscall.Unmount(mp, syscall.MNT_DETACH)
-					}
-				}
-			}
-		}
-		if ids := mountIDs(c.scratch); len(ids) > 0 {
-			b.Errorf("mounts still under %s, not removing it: %v", c.scratch, ids)
+		if err := kubelettest.Unmount(c.scratch); err != nil {
+			b.Errorf("not removing %s: %v", c.scratch, err)
 			return
 		}
 		if err := os.RemoveAll(c.scratch); err != nil {

@@ -1,0 +1,58 @@
+package kubelettest
+
+import (
+	"fmt"
+	"os"
+)
+
+// Config is what varies in the KubeletConfiguration WriteConfig writes.
+// Every field is required.
+type Config struct {
+	// RuntimeSocket is the fake runtime's unix socket, the container
+	// runtime and image service endpoint.
+	RuntimeSocket string
+	// Port and HealthzPort are the kubelet's server and healthz ports
+	// (FreePort): never the defaults, which a kubelet of the machine may
+	// hold.
+	Port, HealthzPort int
+	// PodLogsDir is the containers' log directory.
+	PodLogsDir string
+}
+
+// configTemplate is the configuration of a kubelet on this kind of
+// machine: cgroup v1 allowed (the kubelet refuses it since 1.35 unless
+// told), no cgroup hierarchy of its own (as the hollow node), no swap
+// check, no resolv.conf, anonymous access to its own server; every period
+// (sync, node status, lease, configMap and secret watches) is the default.
+const configTemplate = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+cgroupDriver: cgroupfs
+failSwapOn: false
+resolvConf: ""
+containerRuntimeEndpoint: unix://%[1]s
+imageServiceEndpoint: unix://%[1]s
+port: %[2]d
+healthzPort: %[3]d
+readOnlyPort: 0
+podLogsDir: %[4]s
+authentication:
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+`
+
+// WriteConfig writes c as a KubeletConfiguration file at path.
+func WriteConfig(path string, c Config) error {
+	if c.RuntimeSocket == "" || c.Port == 0 || c.HealthzPort == 0 || c.PodLogsDir == "" {
+		return fmt.Errorf("kubelet config %s: RuntimeSocket, Port, HealthzPort and PodLogsDir are required", path)
+	}
+	data := fmt.Sprintf(configTemplate, c.RuntimeSocket, c.Port, c.HealthzPort, c.PodLogsDir)
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		return fmt.Errorf("writing the kubelet config: %w", err)
+	}
+	return nil
+}

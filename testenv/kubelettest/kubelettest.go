@@ -1,0 +1,167 @@
+// Package kubelettest runs a kubelet (the stock one or a fork) as a process
+// against testenv's API server, as a node runs it: the fake container
+// runtime of the kubelet's hollow node (k8s.io/cri-client/pkg/fake: no
+// containers, every volume call real), a KubeletConfiguration for this
+// kind of machine, a kubeconfig with the node's own client certificate,
+// and the process started in an empty working directory of its own.
+//
+// The working directory matters: a fake runtime's containers have an empty
+// log path, and when the kubelet removes one its log manager removes every
+// file matching "{logPath}*", that is everything in its working directory.
+package kubelettest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/cri-client/pkg/fake"
+
+	"github.com/nodevol/nodevol/testenv"
+)
+
+// Image is the image the fake runtime has already, for the pods' containers
+// (with imagePullPolicy IfNotPresent or Never).
+const Image = "busybox:latest"
+
+// NodeUser is node's user name under the Node authorizer.
+func NodeUser(node string) string { return "system:node:" + node }
+
+// NodeConfig is a client config for env with node's own client
+// certificate (user system:node:{node} in group system:nodes), as the
+// Node authorizer and NodeRestriction know a kubelet.
+func NodeConfig(env *testenv.Env, node string) (*rest.Config, error) {
+	cfg, err := env.CertConfig(testenv.User{Name: NodeUser(node), Groups: []string{"system:nodes"}})
+	if err != nil {
+		return nil, fmt.Errorf("issuing node %s's client certificate: %w", node, err)
+	}
+	return cfg, nil
+}
+
+// StartRuntime serves the fake container runtime on unix socket sock,
+// with Image present, until t ends.
+func StartRuntime(t testing.TB, sock string) *fake.RemoteRuntime {
+	t.Helper()
+	rt := fake.NewFakeRemoteRuntime()
+	// The kubelet refuses an image whose size is 0, as the fake's pulls
+	// make them.
+	rt.ImageService.SetFakeImageSize(4 << 20)
+	rt.ImageService.SetFakeImages([]string{Image})
+	if err := rt.Start("unix://" + sock); err != nil {
+		t.Fatalf("starting the fake container runtime on %s: %v", sock, err)
+	}
+	t.Cleanup(rt.Stop)
+	return rt
+}
+
+// FreePort returns a TCP port that was free on 127.0.0.1 a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// NodeReady tells whether node's Ready condition is True.
+func NodeReady(ctx context.Context, client kubernetes.Interface, node string) (bool, error) {
+	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return false, err
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status == v1.ConditionTrue, nil
+		}
+	}
+	return false, nil
+}
+
+// Options configures New. Bin, Dir, Node and NodeConfig are required.
+type Options struct {
+	// Bin is the kubelet binary.
+	Bin string
+	// Dir is the scratch directory: the kubelet's root directory
+	// ({Dir}/root), its config, kubeconfig, certificates, logs, the fake
+	// runtime's socket and the working directory. The caller removes it
+	// (Unmount first: the kubelet bind-mounts its root onto itself).
+	Dir string
+	// Env is the API server the kubelet talks to.
+	Env *testenv.Env
+	// Node is the node's name (--hostname-override).
+	Node string
+	// NodeConfig is the node's credentials (NodeConfig).
+	NodeConfig *rest.Config
+	// Args are appended to the kubelet's command line. Unset: none.
+	Args []string
+}
+
+// Kubelet is a kubelet's files and fake runtime, started as a process
+// (again, on the same root, after a Stop) by Start.
+type Kubelet struct {
+	opts Options
+	// Root is the kubelet's --root-dir.
+	Root string
+	// ConfigFile and Kubeconfig are the files its flags name.
+	ConfigFile, Kubeconfig string
+	// Runtime is the fake container runtime it runs pods on.
+	Runtime *fake.RemoteRuntime
+}
+
+// New starts the fake runtime (until t ends) and writes the kubelet's
+// config and kubeconfig under opts.Dir; Start starts the process.
+func New(t testing.TB, opts Options) (*Kubelet, error) {
+	t.Helper()
+	if opts.Bin == "" || opts.Dir == "" || opts.Env == nil || opts.Node == "" || opts.NodeConfig == nil {
+		return nil, fmt.Errorf("kubelettest: Bin, Dir, Env, Node and NodeConfig are required")
+	}
+	k := &Kubelet{opts: opts, Root: filepath.Join(opts.Dir, "root"),
+		ConfigFile: filepath.Join(opts.Dir, "kubelet.yaml"), Kubeconfig: filepath.Join(opts.Dir, "node.kubeconfig")}
+	sock := filepath.Join(opts.Dir, "cri.sock")
+	k.Runtime = StartRuntime(t, sock)
+	if err := opts.Env.WriteKubeconfig(k.Kubeconfig, opts.NodeConfig); err != nil {
+		return nil, fmt.Errorf("writing node %s's kubeconfig: %w", opts.Node, err)
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	healthz, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	cfg := Config{RuntimeSocket: sock, Port: port, HealthzPort: healthz, PodLogsDir: filepath.Join(opts.Dir, "pod-logs")}
+	if err := WriteConfig(k.ConfigFile, cfg); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// Start starts the kubelet (its log is {Dir}/{name}.log, appended to
+// across restarts); the process is stopped when t ends, if still running.
+func (k *Kubelet) Start(t testing.TB, name string) *Process {
+	t.Helper()
+	args := append([]string{k.opts.Bin, "--config", k.ConfigFile, "--kubeconfig", k.Kubeconfig,
+		"--root-dir", k.Root, "--cert-dir", filepath.Join(k.opts.Dir, "pki"),
+		"--hostname-override", k.opts.Node}, k.opts.Args...)
+	return StartProcess(t, k.opts.Dir, name, args)
+}
+
+// WaitNodeReady waits until the Node is Ready, p exits or ctx ends.
+func (k *Kubelet) WaitNodeReady(ctx context.Context, p *Process, client kubernetes.Interface) error {
+	return p.WaitFor(ctx, "node "+k.opts.Node+" Ready", func() bool {
+		ok, _ := NodeReady(ctx, client, k.opts.Node)
+		return ok
+	})
+}
+
+// ensureDir makes dir.
+func ensureDir(dir string) error { return os.MkdirAll(dir, 0o750) }

@@ -1,0 +1,93 @@
+package kubelettest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Mount is one line of /proc/self/mountinfo.
+type Mount struct {
+	// ID is the mount ID, Point the mount point, FSType the file system
+	// type and Source the mount source (for example /dev/loop3).
+	ID, Point, FSType, Source string
+}
+
+// MountsUnder returns the mounts at dir or below it, in mountinfo's order
+// (a stacked mount after the one it covers).
+func MountsUnder(dir string) ([]Mount, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	dir = filepath.Clean(dir)
+	var out []Mount
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		sep := -1
+		for i, s := range f {
+			if s == "-" {
+				sep = i
+				break
+			}
+		}
+		if len(f) < 5 || sep < 0 || sep+2 >= len(f) {
+			continue
+		}
+		point := unescape(f[4])
+		if point == dir || strings.HasPrefix(point, dir+"/") {
+			out = append(out, Mount{ID: f[0], Point: point, FSType: f[sep+1], Source: f[sep+2]})
+		}
+	}
+	return out, nil
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for a space).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if c, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(c))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// Unmount unmounts everything mounted at dir or below it, deepest first,
+// in up to three rounds for stacked mounts (a kubelet bind-mounts its root directory onto itself;
+// secret and projected volumes are tmpfs), lazily where a plain unmount
+// fails, and says what is still mounted after that.
+func Unmount(dir string) error {
+	for range 3 {
+		ms, err := MountsUnder(dir)
+		if err != nil || len(ms) == 0 {
+			return err
+		}
+		sort.SliceStable(ms, func(i, j int) bool { return len(ms[i].Point) > len(ms[j].Point) })
+		for _, m := range ms {
+			if err := syscall.Unmount(m.Point, 0); err != nil {
+				_ = syscall.Unmount(m.Point, syscall.MNT_DETACH)
+			}
+		}
+	}
+	ms, err := MountsUnder(dir)
+	if err != nil {
+		return err
+	}
+	if len(ms) > 0 {
+		return fmt.Errorf("mounts still under %s: %v", dir, ms)
+	}
+	return nil
+}
