@@ -1,12 +1,7 @@
 package agent
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -178,39 +173,14 @@ func apply(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, o
 func readUnstructured(t *testing.T) map[string][]*unstructured.Unstructured {
 	t.Helper()
 	out := map[string][]*unstructured.Unstructured{}
-	err := filepath.WalkDir(deployDir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") {
-			return err
+	forEachManifest(t, func(rel string, doc []byte) {
+		o := &unstructured.Unstructured{}
+		if err := utilyaml.Unmarshal(doc, &o.Object); err != nil {
+			t.Fatalf("%s: %v", rel, err)
 		}
-		rel, _ := filepath.Rel(deployDir, path)
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
+		if len(o.Object) > 0 {
+			out[rel] = append(out[rel], o)
 		}
-		reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-		for {
-			doc, err := reader.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			if len(bytes.TrimSpace(doc)) == 0 {
-				continue
-			}
-			o := &unstructured.Unstructured{}
-			if err := utilyaml.Unmarshal(doc, &o.Object); err != nil {
-				return err
-			}
-			if len(o.Object) > 0 {
-				out[rel] = append(out[rel], o)
-			}
-		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return out
 }

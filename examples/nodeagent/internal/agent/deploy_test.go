@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net"
@@ -36,6 +37,23 @@ func readManifests(t *testing.T) map[string][]runtime.Object {
 	t.Helper()
 	strict := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
 	out := map[string][]runtime.Object{}
+	forEachManifest(t, func(rel string, doc []byte) {
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", rel, err)
+		}
+		if _, _, err := strict.Decode(doc, nil, nil); err != nil {
+			t.Errorf("%s: strict decoding: %v", rel, err)
+		}
+		out[rel] = append(out[rel], obj)
+	})
+	return out
+}
+
+// forEachManifest calls fn with every non-empty YAML document of every
+// file under deployDir, and the file's path relative to deployDir.
+func forEachManifest(t *testing.T, fn func(rel string, doc []byte)) {
+	t.Helper()
 	err := filepath.WalkDir(deployDir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") {
 			return err
@@ -49,29 +67,19 @@ func readManifests(t *testing.T) map[string][]runtime.Object {
 		for {
 			doc, err := reader.Read()
 			if errors.Is(err, io.EOF) {
-				break
+				return nil
 			}
 			if err != nil {
-				t.Fatalf("%s: %v", rel, err)
+				return fmt.Errorf("%s: %w", rel, err)
 			}
-			if len(bytes.TrimSpace(doc)) == 0 {
-				continue
+			if len(bytes.TrimSpace(doc)) > 0 {
+				fn(rel, doc)
 			}
-			obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
-			if err != nil {
-				t.Fatalf("%s: %v", rel, err)
-			}
-			if _, _, err := strict.Decode(doc, nil, nil); err != nil {
-				t.Errorf("%s: strict decoding: %v", rel, err)
-			}
-			out[rel] = append(out[rel], obj)
 		}
-		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out
 }
 
 // TestDeployManifests: every manifest of deploy/ is the Kubernetes types it
