@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/nodevol/nodevol/internal/apiaudit"
 	"github.com/nodevol/nodevol/testenv"
 )
 
@@ -61,7 +62,7 @@ func startObjCluster(b *testing.B) *objCluster {
 	}
 	c := &objCluster{scratch: scratch}
 	b.Cleanup(c.cleanup(b))
-	args, auditLog, err := auditArgs(scratch)
+	args, auditLog, err := apiaudit.Args(scratch)
 	if err != nil {
 		b.Fatal(err)
 	}
