@@ -14,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodevol/nodevol/internal/apiaudit"
 	"github.com/nodevol/nodevol/internal/roottest"
 	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
@@ -28,7 +29,7 @@ import (
 // reports:
 //
 //   - req/pod-start, vol-req/pod-start: the node's requests, as the API
-//     server's audit log has them, from the pods' creation until every
+//     server's audit log has them (internal/apiaudit), from the pods' creation until every
 //     pod's files exist, per pod; all of them, and those of
 //     volumeResources only (configmaps, secrets, serviceaccounts/token).
 //   - req/h-idle, vol-req/h-idle: the same at rest, over -objects.idle,
@@ -52,6 +53,11 @@ func BenchmarkPodObjects(b *testing.B) {
 		})
 	}
 }
+
+// volumeResources are the resources a node reads or asks for because of
+// its pods' configMap, secret and projected volumes: the objects (watched
+// or read one by one) and the service-account tokens (TokenRequest).
+var volumeResources = []string{"configmaps", "secrets", "serviceaccounts/token"}
 
 var (
 	objPods = flag.Int("objects.pods", 50, "BenchmarkPodObjects: pods on the node")
@@ -93,7 +99,7 @@ func runPodObjects(b *testing.B, side string, n int) {
 			missing[0], filepath.Join(c.scratch, side))
 	}
 	startTo := time.Now()
-	start, err := countRequests(c.auditLog, objUser, startFrom, startTo)
+	start, err := apiaudit.Count(c.auditLog, objUser, startFrom, startTo)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -112,7 +118,7 @@ func runPodObjects(b *testing.B, side string, n int) {
 	idleFrom := time.Now()
 	time.Sleep(*objIdle)
 	idleTo := time.Now()
-	idle, err := countRequests(c.auditLog, objUser, idleFrom, idleTo)
+	idle, err := apiaudit.Count(c.auditLog, objUser, idleFrom, idleTo)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -123,13 +129,11 @@ func runPodObjects(b *testing.B, side string, n int) {
 	b.Logf("%s: the node's requests in %v at rest:\n%s", side, idleTo.Sub(idleFrom).Round(time.Second), idle)
 	b.Logf("%s: VmRSS %d KiB with no pod, %d KiB with %d pods", side, rss0>>10, rssN>>10, n)
 
-	all, vol := start.total()
-	b.ReportMetric(float64(all)/float64(n), "req/pod-start")
-	b.ReportMetric(float64(vol)/float64(n), "vol-req/pod-start")
+	b.ReportMetric(float64(start.Total())/float64(n), "req/pod-start")
+	b.ReportMetric(float64(start.Of(volumeResources...))/float64(n), "vol-req/pod-start")
 	perHour := float64(time.Hour) / float64(idleTo.Sub(idleFrom))
-	all, vol = idle.total()
-	b.ReportMetric(float64(all)*perHour, "req/h-idle")
-	b.ReportMetric(float64(vol)*perHour, "vol-req/h-idle")
+	b.ReportMetric(float64(idle.Total())*perHour, "req/h-idle")
+	b.ReportMetric(float64(idle.Of(volumeResources...))*perHour, "vol-req/h-idle")
 	b.ReportMetric(percentileMs(lat, 0.50), "update-p50-ms")
 	b.ReportMetric(percentileMs(lat, 0.99), "update-p99-ms")
 	b.ReportMetric(float64(missed), "update-missed-pods")

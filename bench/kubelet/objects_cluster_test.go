@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/nodevol/nodevol/internal/apiaudit"
 	"github.com/nodevol/nodevol/testenv"
 	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
@@ -56,7 +57,7 @@ func startObjCluster(b *testing.B) *objCluster {
 	}
 	c := &objCluster{scratch: scratch}
 	b.Cleanup(c.cleanup(b))
-	args, auditLog, err := auditArgs(scratch)
+	args, auditLog, err := apiaudit.Args(scratch)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,0 +1,253 @@
+package scale
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodevol/nodevol/testenv/kubelettest"
+)
+
+var (
+	agentBuild    sync.Once
+	agentBinDir   string
+	agentBinPath  string
+	agentBuildErr error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if agentBinDir != "" {
+		_ = os.RemoveAll(agentBinDir)
+	}
+	os.Exit(code)
+}
+
+// agentBin builds the example node agent (examples/nodeagent, the
+// production command) once, into a directory TestMain removes.
+func agentBin(b *testing.B) string {
+	b.Helper()
+	agentBuild.Do(func() {
+		if agentBinDir, agentBuildErr = os.MkdirTemp("", "scalebench-bin-"); agentBuildErr != nil {
+			return
+		}
+		agentBinPath = filepath.Join(agentBinDir, "nodeagent")
+		cmd := exec.Command("go", "build", "-o", agentBinPath, "./examples/nodeagent")
+		cmd.Dir = filepath.Join("..", "..")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			agentBuildErr = fmt.Errorf("building the example node agent: %w\n%s", err, out)
+		}
+	})
+	if agentBuildErr != nil {
+		b.Fatal(agentBuildErr)
+	}
+	return agentBinPath
+}
+
+// agent is a running node agent process.
+type agent struct {
+	node    string
+	root    string
+	logPath string
+	base    string // http://addr of /metrics and /healthz
+	cmd     *exec.Cmd
+	exited  chan struct{}
+}
+
+// startAgent creates node's Node as the node (what the kubelet does when
+// it registers) and starts the example node agent with the node's
+// client certificate, node-restricted, with the cluster's CSI driver; it
+// sets started to when the Node had been created (the node's requests
+// from then on are the agent's) and returns once /healthz says ok (the
+// informer of the node's pods has synced).
+func startAgent(b *testing.B, c *cluster, node string, started *time.Time) *agent {
+	b.Helper()
+	ctx := b.Context()
+	dir := filepath.Join(c.scratch, node)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := kubelettest.NodeConfig(c.env, node)
+	if err != nil {
+		b.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dir, "node.kubeconfig")
+	if err := c.env.WriteKubeconfig(kubeconfig, cfg); err != nil {
+		b.Fatal(err)
+	}
+	nodes := kubernetes.NewForConfigOrDie(cfg).CoreV1().Nodes()
+	if _, err := nodes.Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
+		b.Fatalf("creating node %s as the node: %v", node, err)
+	}
+	*started = time.Now() // the agent's requests from here on
+	addr, err := freeAddr()
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := &agent{node: node, root: filepath.Join(dir, "root"), logPath: filepath.Join(dir, "nodeagent.log"),
+		base: "http://" + addr, exited: make(chan struct{})}
+	log, err := os.Create(a.logPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer log.Close()
+	a.cmd = exec.Command(agentBin(b), "--kubeconfig", kubeconfig, "--node", node, "--root-dir", a.root,
+		"--node-restricted", "--plugin-registration=false", "--http-endpoint", addr,
+		"--driver", c.driver.DriverName()+"="+c.driver.Endpoint())
+	a.cmd.Stdout, a.cmd.Stderr = log, log
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := a.cmd.Start(); err != nil {
+		b.Fatalf("starting the node agent of %s: %v", node, err)
+	}
+	go func() { _ = a.cmd.Wait(); close(a.exited) }()
+	b.Cleanup(a.stop)
+	err = a.wait(ctx, "its /healthz ok", 2*time.Minute, func() bool {
+		resp, err := http.Get(a.base + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return a
+}
+
+// stop sends SIGTERM and waits for the process to exit, killing it after
+// 30 s; it may be called more than once.
+func (a *agent) stop() {
+	select {
+	case <-a.exited:
+		return
+	default:
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.exited:
+	case <-time.After(30 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-a.exited
+	}
+}
+
+// wait polls ready every 100 ms until it holds; it fails when the agent
+// exits, ctx ends or timeout passes, naming the agent's log.
+func (a *agent) wait(ctx context.Context, what string, timeout time.Duration, ready func() bool) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(timeout)
+	for !ready() {
+		select {
+		case <-a.exited:
+			return fmt.Errorf("node agent of %s: waiting for %s: the process exited; its log: %s", a.node, what, a.logPath)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline:
+			return fmt.Errorf("node agent of %s: %s not within %v; its log: %s", a.node, what, timeout, a.logPath)
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// metrics reads the named metrics (unlabelled samples) from the agent's
+// /metrics.
+func (a *agent) metrics(names ...string) (map[string]float64, error) {
+	resp, err := http.Get(a.base + "/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("node agent of %s: /metrics: %w", a.node, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("node agent of %s: /metrics: %s", a.node, resp.Status)
+	}
+	return parseMetrics(resp.Body, names...)
+}
+
+// parseMetrics reads the unlabelled samples of names from a Prometheus
+// text exposition; a name without one is an error.
+func parseMetrics(r io.Reader, names ...string) (map[string]float64, error) {
+	out := make(map[string]float64, len(names))
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") {
+			continue
+		}
+		for _, want := range names {
+			if name == want {
+				v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+				if err != nil {
+					return nil, fmt.Errorf("metric %s: %w", name, err)
+				}
+				out[name] = v
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading metrics: %w", err)
+	}
+	for _, n := range names {
+		if _, ok := out[n]; !ok {
+			return nil, fmt.Errorf("no metric %s", n)
+		}
+	}
+	return out, nil
+}
+
+// rss is the process's resident set size (VmRSS of /proc/{pid}/status) in bytes.
+func (a *agent) rss() (uint64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("node agent of %s: %w", a.node, err)
+	}
+	defer f.Close()
+	return parseVmRSS(f)
+}
+
+// parseVmRSS reads VmRSS from a /proc/{pid}/status file, in bytes.
+func parseVmRSS(r io.Reader) (uint64, error) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("VmRSS %q: %w", rest, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no VmRSS")
+}
+
+// freeAddr returns a 127.0.0.1 TCP address that was free a moment ago.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}

@@ -1,0 +1,164 @@
+// Package apiaudit counts a client's requests to kube-apiserver from the
+// server's own audit log, the neutral counter of nodevol's benchmarks: it
+// sees every request whatever client library made it (the stock
+// kubelet's, nodevol's). Args gives kube-apiserver the flags that write
+// the log; Count reads it back.
+package apiaudit
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// policy logs requests at the Metadata level without the RequestReceived
+// stage, so that a request has one event when it completes, and a watch
+// one when it is opened (ResponseStarted) and one when it ends
+// (ResponseComplete). %s is the rule's users line: empty, every user.
+const policy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+%s- level: None
+`
+
+// Args writes the audit policy into dir and returns kube-apiserver's
+// flags that log to dir/audit.log (json, one event a line, written as
+// requests are served, never rotated during a run), and that path. With
+// users, only their requests are logged (a benchmark that creates
+// thousands of objects as admin keeps its log small); without, every
+// request is.
+func Args(dir string, users ...string) (args []string, logPath string, err error) {
+	usersLine := ""
+	if len(users) > 0 {
+		quoted, err := json.Marshal(users)
+		if err != nil {
+			return nil, "", fmt.Errorf("audit policy users %v: %w", users, err)
+		}
+		usersLine = "  users: " + string(quoted) + "\n"
+	}
+	policyPath := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(policyPath, fmt.Appendf(nil, policy, usersLine), 0o600); err != nil {
+		return nil, "", fmt.Errorf("writing the audit policy: %w", err)
+	}
+	logPath = filepath.Join(dir, "audit.log")
+	return []string{
+		"--audit-policy-file=" + policyPath,
+		"--audit-log-path=" + logPath,
+		"--audit-log-format=json",
+		"--audit-log-mode=blocking",
+		"--audit-log-maxsize=10000",
+	}, logPath, nil
+}
+
+// event is the part of an audit.k8s.io/v1 Event that Count reads.
+type event struct {
+	AuditID string `json:"auditID"`
+	Stage   string `json:"stage"`
+	Verb    string `json:"verb"`
+	User    struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef *struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+	} `json:"objectRef"`
+	RequestURI               string           `json:"requestURI"`
+	RequestReceivedTimestamp metav1.MicroTime `json:"requestReceivedTimestamp"`
+}
+
+// resource names the event's resource as "resource" or
+// "resource/subresource"; a request that is not about a resource (a
+// discovery GET) is named by its path.
+func (ev *event) resource() string {
+	if ev.ObjectRef == nil || ev.ObjectRef.Resource == "" {
+		path, _, _ := strings.Cut(ev.RequestURI, "?")
+		return path
+	}
+	if ev.ObjectRef.Subresource != "" {
+		return ev.ObjectRef.Resource + "/" + ev.ObjectRef.Subresource
+	}
+	return ev.ObjectRef.Resource
+}
+
+// Counts are the requests of one user in a time window, by "verb
+// resource" (e.g. "get persistentvolumeclaims", "create
+// serviceaccounts/token", "get /api").
+type Counts map[string]int
+
+// Total is the number of requests.
+func (c Counts) Total() int {
+	n := 0
+	for _, v := range c {
+		n += v
+	}
+	return n
+}
+
+// Of is the number of requests about any of resources, whatever the verb.
+func (c Counts) Of(resources ...string) int {
+	n := 0
+	for key, v := range c {
+		if _, res, _ := strings.Cut(key, " "); slices.Contains(resources, res) {
+			n += v
+		}
+	}
+	return n
+}
+
+// String lists the counts by "verb resource", sorted, one a line, for a log.
+func (c Counts) String() string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var sb strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&sb, "  %5d  %s\n", c[k], k)
+	}
+	return sb.String()
+}
+
+// Count reads the audit log at logPath and counts the requests of user
+// that the API server received in [from, to), each once (by auditID, at
+// stage ResponseStarted or ResponseComplete, whichever comes first: a
+// watch is one request when it is opened).
+func Count(logPath, user string, from, to time.Time) (Counts, error) {
+	f, err := os.Open(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("reading the audit log: %w", err)
+	}
+	defer f.Close()
+	seen := map[string]bool{}
+	out := Counts{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
+	for sc.Scan() {
+		var ev event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, fmt.Errorf("audit log %s: %w", logPath, err)
+		}
+		if ev.User.Username != user || seen[ev.AuditID] || (ev.Stage != "ResponseStarted" && ev.Stage != "ResponseComplete") {
+			continue
+		}
+		at := ev.RequestReceivedTimestamp.Time
+		if at.Before(from) || !at.Before(to) {
+			continue
+		}
+		seen[ev.AuditID] = true
+		out[ev.Verb+" "+ev.resource()]++
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("audit log %s: %w", logPath, err)
+	}
+	return out, nil
+}
