@@ -89,16 +89,19 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 	if err == nil {
 		err = client.Bound(p.timeout, p.steps).NodePublishVolume(ctx, csiReq)
 	}
-	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "driver", spec.Driver)
+	// Built only when a line is written: WithValues allocates.
+	logger := func() klog.Logger {
+		return klog.FromContext(ctx).WithValues("pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "driver", spec.Driver)
+	}
 	if err != nil {
 		// A republish that fails leaves all as it is: the pod may use what
 		// the earlier publish left, and its record (now Publishing) makes
 		// a restart find the volume Uncertain, to be published again.
 		if !volume.IsUncertain(err) && !req.Republish {
 			if cerr := p.removeVolumeDir(dir, ondisk.PublishLeaf); cerr != nil {
-				logger.Error(cerr, "Cleaning up after a failed NodePublishVolume")
+				logger().Error(cerr, "Cleaning up after a failed NodePublishVolume")
 			} else if cerr := p.records.Remove(dir); cerr != nil {
-				logger.Error(cerr, "Cleaning up after a failed NodePublishVolume")
+				logger().Error(cerr, "Cleaning up after a failed NodePublishVolume")
 			}
 		}
 		return "", fmt.Errorf("publishing volume %s for pod %s at %s: %w", volumeDesc(spec), vol.Pod, csiReq.TargetPath, err)
@@ -117,7 +120,9 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 		}
 	}
 	p.records.Update(ctx, rec, ondisk.PhasePublished)
-	logger.V(4).Info("Volume published", "targetPath", csiReq.TargetPath)
+	if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
+		logger.Info("Volume published", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "driver", spec.Driver, "targetPath", csiReq.TargetPath)
+	}
 	return csiReq.TargetPath, nil
 }
 
@@ -240,6 +245,8 @@ func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 	if err := p.records.Remove(dir); err != nil {
 		return fail(err)
 	}
-	klog.FromContext(ctx).V(4).Info("Volume unpublished", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "targetPath", target)
+	if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
+		logger.Info("Volume unpublished", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "targetPath", target)
+	}
 	return nil
 }

@@ -47,7 +47,6 @@ func (p *plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (str
 	if err != nil {
 		return fail(err)
 	}
-	logger := klog.FromContext(ctx).WithValues("volume", spec.Name, "driver", spec.Driver)
 	driver, err := p.csiDriver(spec.Driver) // its fsGroupPolicy
 	if err != nil {
 		return fail(err)
@@ -88,11 +87,13 @@ func (p *plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (str
 		})
 	}
 	if err != nil {
-		p.undoStage(logger, dir, legacy, err)
+		p.undoStage(klog.FromContext(ctx).WithValues("volume", spec.Name, "driver", spec.Driver), dir, legacy, err)
 		return "", fmt.Errorf("staging volume %s at %s: %w", volumeDesc(spec), stagingPath, err)
 	}
 	p.records.Update(ctx, rec, ondisk.PhaseStaged)
-	logger.V(4).Info("Volume staged", "stagingPath", stagingPath)
+	if logger := klog.FromContext(ctx).V(4); logger.Enabled() { // its arguments cost allocations even when the line is dropped
+		logger.Info("Volume staged", "volume", spec.Name, "driver", spec.Driver, "stagingPath", stagingPath)
+	}
 	return stagingPath, nil
 }
 
@@ -174,7 +175,9 @@ func (p *plugin) UnmountDevice(ctx context.Context, req volume.DeviceRequest) er
 	if err := p.records.Remove(dir); err != nil {
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
-	klog.FromContext(ctx).V(4).Info("Volume unstaged", "volume", spec.Name, "driver", spec.Driver, "stagingPath", stagingPath)
+	if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
+		logger.Info("Volume unstaged", "volume", spec.Name, "driver", spec.Driver, "stagingPath", stagingPath)
+	}
 	return nil
 }
 

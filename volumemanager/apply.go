@@ -45,7 +45,9 @@ func (l *loop) begin(a oe.Action, v planner.View) {
 	if l.hooks.attempt != nil && (a.Kind == oe.OpStage || a.Kind == oe.OpPublish) {
 		l.hooks.attempt(a)
 	}
-	l.logger.V(4).Info("Starting operation", "operation", a.Kind.NameFor(in.Spec.Mode), "volume", a.Volume, "pod", a.Pod.Pod.String())
+	if logger := l.logger.V(4); logger.Enabled() { // its arguments cost allocations even when the line is dropped
+		logger.Info("Starting operation", "operation", a.Kind.NameFor(in.Spec.Mode), "volume", a.Volume, "pod", a.Pod.Pod.String())
+	}
 	l.hooks.start(a, in)
 }
 

@@ -9,6 +9,8 @@ package volumemanager
 //	W4      BenchmarkSharedVolume    100 pods sharing one RWX PVC
 //	W5      BenchmarkAttachRequired  attach required, VolumeAttachments attached after 5 ms
 //	floor   BenchmarkDriverOnly      NodeStage + NodePublish straight to the same driver
+//
+// NODEVOL_BENCH_CPUPROFILE=name profiles each phase apart (phaseProfile).
 
 import (
 	"context"
@@ -165,6 +167,7 @@ func runWorkload(b *testing.B, w workload) result {
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 
+	stopProfile := phaseProfile(b, "mount")
 	b.StartTimer()
 	start, cpu := time.Now(), cpuTime()
 	if w.attach > 0 {
@@ -188,6 +191,7 @@ func runWorkload(b *testing.B, w workload) result {
 	}
 	r.mount, r.mountCPU = time.Since(start), cpuTime()-cpu
 	b.StopTimer()
+	stopProfile()
 	runtime.ReadMemStats(&ms1)
 	r.mountAllocs = ms1.Mallocs - ms0.Mallocs
 	r.rpcs = drv.Calls("") - rpcsBefore
@@ -201,6 +205,7 @@ func runWorkload(b *testing.B, w workload) result {
 		r.idle, r.idleCPU = time.Since(start), cpuTime()-cpu
 	}
 
+	stopProfile = phaseProfile(b, "unmount")
 	b.StartTimer()
 	start, cpu = time.Now(), cpuTime()
 	for _, p := range pods {
@@ -227,6 +232,7 @@ func runWorkload(b *testing.B, w workload) result {
 	}
 	r.unmount, r.unmountCPU = time.Since(start), cpuTime()-cpu
 	b.StopTimer()
+	stopProfile()
 	r.peakHeap = heap.peak()
 	if r.peakRSS, err = peakRSS(); err != nil {
 		b.Fatal(err)
@@ -394,6 +400,7 @@ func driverOnly(b *testing.B, n, concurrency int) (mountT, unmountT, mountCPU, u
 		id := "vol-" + strconv.Itoa(i)
 		return id, fmt.Sprintf("%s/stage/%d", dir, i), fmt.Sprintf("%s/pods/%d/mount", dir, i)
 	}
+	stopProfile := phaseProfile(b, "floor-mount")
 	b.StartTimer()
 	start, cpu := time.Now(), cpuTime()
 	each(func(i int) error {
@@ -405,6 +412,8 @@ func driverOnly(b *testing.B, n, concurrency int) (mountT, unmountT, mountCPU, u
 		return err
 	})
 	mountT, mountCPU = time.Since(start), cpuTime()-cpu
+	stopProfile()
+	stopProfile = phaseProfile(b, "floor-unmount")
 	start, cpu = time.Now(), cpuTime()
 	each(func(i int) error {
 		id, staging, target := paths(i)
@@ -416,6 +425,7 @@ func driverOnly(b *testing.B, n, concurrency int) (mountT, unmountT, mountCPU, u
 	})
 	unmountT, unmountCPU = time.Since(start), cpuTime()-cpu
 	b.StopTimer()
+	stopProfile()
 	return mountT, unmountT, mountCPU, unmountCPU
 }
 

@@ -79,3 +79,36 @@ func heapInuseAfterGC(b *testing.B, tag string) uint64 {
 	}
 	return ms.HeapInuse
 }
+
+// phaseProfile starts a CPU profile of one phase of a workload ("mount",
+// "unmount") when NODEVOL_BENCH_CPUPROFILE names a file: written to
+// name.<phase>.<n>, n counting the runs, so that a profile holds the phase
+// alone, without the setup and the other phase that -cpuprofile mixes in
+// (merge the runs with `go tool pprof -proto name.mount.* > mount.prof`).
+// It returns the function that stops the profile. Not to be combined with
+// -cpuprofile: one CPU profile runs at a time.
+func phaseProfile(b *testing.B, phase string) (stop func()) {
+	path := os.Getenv("NODEVOL_BENCH_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	phaseRuns[phase]++
+	f, err := os.Create(fmt.Sprintf("%s.%s.%d", path, phase, phaseRuns[phase]))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// phaseRuns counts phaseProfile's profiles by phase (benchmarks run one at
+// a time).
+var phaseRuns = map[string]int{}

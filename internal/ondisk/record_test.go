@@ -1,11 +1,14 @@
 package ondisk
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/nodevol/nodevol/internal/fsutil"
@@ -122,5 +125,31 @@ func write(t *testing.T, name, content string) {
 	}
 	if err := os.WriteFile(name, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRecordFile pins the records' names (a restart finds the records an
+// earlier version wrote by them) and that naming one allocates only the
+// name: it is done at every record written and removed.
+func TestRecordFile(t *testing.T) {
+	for _, dir := range []string{
+		"plugins/kubernetes.io/csi/drv/abc/globalmount",
+		"pods/uid/volumes/kubernetes.io~csi/pv-1",
+		strings.Repeat("x", 300), // past the stack buffer
+		"",
+	} {
+		sum := sha256.Sum256([]byte(dir))
+		h := hex.EncodeToString(sum[:])
+		want := path.Join(RecordsDir, h[:2], h+".json")
+		if got := RecordFile(dir); got != want {
+			t.Errorf("RecordFile(%q) = %q, want %q", dir, got, want)
+		}
+	}
+	if got := RecordFile("a"); got != "nodevol/records/ca/ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb.json" {
+		t.Errorf("RecordFile(%q) = %q: the name of the records changed", "a", got)
+	}
+	dir := "pods/0f7c2c7e-5b7e-4b59-9d3e-6f0e0c9b2a11/volumes/kubernetes.io~csi/pvc-0f7c2c7e-5b7e-4b59-9d3e-6f0e0c9b2a11"
+	if n := testing.AllocsPerRun(100, func() { _ = RecordFile(dir) }); n > 1 {
+		t.Errorf("RecordFile allocates %v times, want 1 (the name)", n)
 	}
 }

@@ -1,9 +1,9 @@
 package state
 
 import (
+	"cmp"
 	"maps"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -262,7 +262,7 @@ func (d *DesiredStateOfWorld) Volume(name cache.UniqueVolumeName) (spec cache.Vo
 	for _, p := range v.pods {
 		pods = append(pods, p.PodVolume)
 	}
-	sort.Slice(pods, func(i, j int) bool { return pods[i].Pod.UID < pods[j].Pod.UID })
+	slices.SortFunc(pods, func(a, b cache.PodVolume) int { return cmp.Compare(a.Pod.UID, b.Pod.UID) }) // sort.Slice allocates; this is per plan
 	return v.spec, pods, true
 }
 
