@@ -98,11 +98,14 @@ func TestWaitForUnstagedNamesUnstageError(t *testing.T) {
 	e.drv.Inject(csitest.Fault{Method: "NodeUnstageVolume", Err: status.Error(codes.Internal, "device busy in the array")})
 	e.unmount(pod)
 	var last error
-	eventually(t, "the unstage error in WaitForUnstaged's error", func() bool {
-		last = unstagedNow(e.vm)
-		return last != nil && strings.Contains(last.Error(), "device busy in the array")
-	})
 	name := cache.CSIVolumeName(e.drv.DriverName(), "handle-data")
+	// Polled from outside the loop, the error may show before the loop
+	// has applied the outcome to the volume's state: wait for both.
+	eventually(t, "the unstage error and the uncertain device in WaitForUnstaged's error", func() bool {
+		last = unstagedNow(e.vm)
+		return last != nil && strings.Contains(last.Error(), "device busy in the array") &&
+			strings.Contains(last.Error(), `volume "`+string(name)+`": possibly staged`)
+	})
 	var uerr *UnstageWaitError
 	if !errors.As(last, &uerr) || uerr.Causes[name] == nil || !strings.Contains(last.Error(), `volume "`+string(name)+`": possibly staged`) {
 		t.Fatalf("error %v: want volume %s named as possibly staged (a failed unstage leaves it uncertain), with its cause", last, name)
