@@ -8,6 +8,7 @@ package volumemanager
 //	W3      BenchmarkIdle            10,000 mounted volumes left alone for a minute
 //	W4      BenchmarkSharedVolume    100 pods sharing one RWX PVC
 //	W5      BenchmarkAttachRequired  attach required, VolumeAttachments attached after 5 ms
+//	W6      BenchmarkRealPods        W1 and W2 with real pods (bench_realpods_test.go)
 //	floor   BenchmarkDriverOnly      NodeStage + NodePublish straight to the same driver
 //
 // NODEVOL_BENCH_CPUPROFILE=name profiles each phase apart (phaseProfile).
@@ -41,6 +42,7 @@ type workload struct {
 	shared bool          // every pod uses one RWX claim (W4)
 	attach time.Duration // attach required; the fake attacher's delay (W5)
 	idle   time.Duration // time to stay mounted before unmounting (W3)
+	real   bool          // W6: each pod's volumes as a real pod has them (realPodObjects)
 	maxOps int           // Config.MaxConcurrentOperations; 0: the default
 }
 
@@ -57,6 +59,9 @@ type result struct {
 	// binary, which is file-backed or, built on a tmpfs, shmem) before the
 	// first pod, where peakRSS starts from.
 	baseRSS, baseAnonRSS uint64
+	// apiByKind counts every request to the API server during the mount,
+	// the informers' lists and watches included, by "verb resource".
+	apiByKind map[string]int
 }
 
 // cpuTime is the process's user+system CPU time.
@@ -111,10 +116,13 @@ func apiRequests(client *fake.Clientset) int {
 	return n
 }
 
-func runWorkload(b *testing.B, w workload) result {
-	b.StopTimer()
-	drv := csitest.New(b, csitest.Options{NoRecord: true, CreateTargetDirs: true})
-	objs := []kruntime.Object{csitest.CSIDriver(drv.DriverName(), w.attach > 0)}
+// workloadObjects makes the API objects and the pods of w, with the PVs
+// its pods' claims are bound to.
+func workloadObjects(w workload, driver string) ([]kruntime.Object, []*v1.Pod, []*v1.PersistentVolume) {
+	if w.real {
+		return realPodObjects(w.pods, driver)
+	}
+	objs := []kruntime.Object{csitest.CSIDriver(driver, w.attach > 0)}
 	pods := make([]*v1.Pod, w.pods)
 	var pvs []*v1.PersistentVolume
 	for i := range pods {
@@ -123,16 +131,29 @@ func runWorkload(b *testing.B, w workload) result {
 			name = "shared"
 		}
 		if i == 0 || !w.shared {
-			pvc, pv := csitest.BoundClaim("ns", name, drv.DriverName(), "handle-"+name, csitest.PVAccessModes(v1.ReadWriteMany))
+			pvc, pv := csitest.BoundClaim("ns", name, driver, "handle-"+name, csitest.PVAccessModes(v1.ReadWriteMany))
 			objs = append(objs, pvc, pv)
 			pvs = append(pvs, pv)
 		}
 		pods[i] = csitest.Pod("ns", fmt.Sprintf("pod-%d", i), csitest.WithPVC("data", name, false))
 	}
+	return objs, pods, pvs
+}
+
+func runWorkload(b *testing.B, w workload) result {
+	b.StopTimer()
+	drv := csitest.New(b, csitest.Options{NoRecord: true, CreateTargetDirs: true})
+	objs, pods, pvs := workloadObjects(w, drv.DriverName())
 	// The simple tracker, as on the kubelet's side of bench-compare: the
 	// field-managed one of NewClientset builds a REST mapper per write,
 	// which would be most of W5's CPU and none of nodevol's.
 	client := fake.NewSimpleClientset(objs...) //nolint:staticcheck // see above
+	if w.real {
+		// Before the informers use the client: its reactor chain is not
+		// safe to change while in use.
+		client.PrependReactor("create", "serviceaccounts", issueBenchToken)
+		serveByName(client)
+	}
 	if w.attach > 0 {
 		csitest.NewFakeAttacher(b, client, csitest.AttacherOptions{Delay: w.attach})
 	}
@@ -163,6 +184,7 @@ func runWorkload(b *testing.B, w workload) result {
 		b.Fatal(err)
 	}
 	apiBefore, rpcsBefore, dialsBefore := apiRequests(client), drv.Calls(""), drv.Connections()
+	actionsBefore := len(client.Actions())
 	heap := sampleHeap()
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
@@ -197,6 +219,7 @@ func runWorkload(b *testing.B, w workload) result {
 	r.rpcs = drv.Calls("") - rpcsBefore
 	r.dials = int64(drv.Connections() - dialsBefore)
 	r.apiRequests = apiRequests(client) - apiBefore
+	r.apiByKind = countActions(client.Actions()[actionsBefore:])
 	r.heapInuse = heapInuseAfterGC(b, fmt.Sprintf("pods=%d", w.pods))
 
 	if w.idle > 0 {
@@ -264,6 +287,7 @@ func report(b *testing.B, w workload) {
 		sum.peakRSS = max(sum.peakRSS, r.peakRSS)
 		sum.baseRSS = max(sum.baseRSS, r.baseRSS)
 		sum.baseAnonRSS = max(sum.baseAnonRSS, r.baseAnonRSS)
+		sum.apiByKind = addCounts(sum.apiByKind, r.apiByKind)
 	}
 	n := float64(b.N)
 	b.ReportMetric(sum.mount.Seconds()/n, "mount-s")
@@ -284,13 +308,20 @@ func report(b *testing.B, w workload) {
 	b.ReportMetric(float64(sum.peakRSS)/(1<<20), "peak-rss-MiB")
 	b.ReportMetric(float64(sum.baseRSS)/(1<<20), "base-rss-MiB")
 	b.ReportMetric(float64(sum.baseAnonRSS)/(1<<20), "base-rss-anon-MiB")
+	if w.real {
+		reportAPIByKind(b, sum.apiByKind, n*float64(w.pods))
+	}
 	b.ReportMetric(0, "ns/op")
 }
 
 // benchSizes returns the pod counts to run, NODEVOL_BENCH_PODS (comma
 // separated) overriding the default.
-func benchSizes(def ...int) []int {
-	env := os.Getenv("NODEVOL_BENCH_PODS")
+func benchSizes(def ...int) []int { return benchSizesFrom("NODEVOL_BENCH_PODS", def...) }
+
+// benchSizesFrom returns the pod counts in environment variable name
+// (comma separated), or def when it is unset.
+func benchSizesFrom(name string, def ...int) []int {
+	env := os.Getenv(name)
 	if env == "" {
 		return def
 	}

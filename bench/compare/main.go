@@ -4,7 +4,7 @@
 // invocation, and prints one table with the ratios nodevol/kubelet and
 // nodevol/driver-only. Run it from the repository root (make bench-compare).
 //
-//	compare [-pods 10,100,1000,5000,10000] [-bench regexp]
+//	compare [-pods 10,100,1000,5000,10000] [-w6-pods 100,1000,5000] [-bench regexp]
 package main
 
 import (
@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -81,11 +82,12 @@ func addTotals(r results) {
 	}
 }
 
-// bench runs the benchmarks matching re in dir/pkg and returns them.
-func bench(dir, pkg, re, pods string) (results, error) {
+// bench runs the benchmarks matching re in dir/pkg and returns them, with
+// pods pods (w6Pods for W6, BenchmarkRealPods).
+func bench(dir, pkg, re, pods, w6Pods string) (results, error) {
 	cmd := exec.Command("go", "test", "-run", "^$", "-bench", re, "-benchtime", "1x", "-timeout", "90m", pkg)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "NODEVOL_BENCH_PODS="+pods)
+	cmd.Env = append(os.Environ(), "NODEVOL_BENCH_PODS="+pods, "NODEVOL_BENCH_W6_PODS="+w6Pods)
 	cmd.Stderr = os.Stderr
 	fmt.Fprintf(os.Stderr, "running %s in %s ...\n", strings.Join(cmd.Args, " "), dir)
 	out, err := cmd.Output()
@@ -111,10 +113,30 @@ var rows = []struct{ unit, label string }{
 	{"dials/vol", "gRPC dials per volume (mount)"},
 	{"rpcs/vol", "CSI RPCs per volume (mount)"},
 	{"api/vol", "API requests per volume (mount)"},
+	{"api/pod", "API requests per pod (mount; lists and watches too)"},
 	{"allocs/pod", "allocations per pod (mount)"},
 	{"peak-heap-MiB", "peak heap MiB"},
 	{"heap-inuse-MiB", "heap in use after mount MiB"},
 	{"peak-rss-MiB", "peak RSS MiB"},
+}
+
+// apiKindRows are the rows of W6's requests by kind, its api-{verb}-{resource}/pod
+// metrics on either side, in order.
+func apiKindRows(a, b map[string]float64) []struct{ unit, label string } {
+	kinds := map[string]bool{}
+	for _, m := range []map[string]float64{a, b} {
+		for unit := range m {
+			if strings.HasPrefix(unit, "api-") && strings.HasSuffix(unit, "/pod") {
+				kinds[unit] = true
+			}
+		}
+	}
+	var out []struct{ unit, label string }
+	for _, unit := range slices.Sorted(maps.Keys(kinds)) {
+		kind := strings.Replace(strings.TrimSuffix(strings.TrimPrefix(unit, "api-"), "/pod"), "-", " ", 1)
+		out = append(out, struct{ unit, label string }{unit, "  of which " + kind + " per pod"})
+	}
+	return out
 }
 
 func ratio(a, b float64) string {
@@ -152,7 +174,8 @@ func main() {
 	pods := flag.String("pods", "10,100,1000,5000,10000", "pod counts for W1/W2, W5 and the floor")
 	idle := flag.Int("idle-volumes", 10000, "volumes for W3 (the idle minute)")
 	tmp := flag.String("tmpdir", "/dev/shm", "directory (a tmpfs) for the benchmarks' files; empty: TMPDIR as it is")
-	re := flag.String("bench", "MountPods|Idle|SharedVolume|AttachRequired|DriverOnly|Reconstruct", "benchmarks to run, names separated by |")
+	w6 := flag.String("w6-pods", "100,1000,5000", "pod counts for W6 (real pods: BenchmarkRealPods)")
+	re := flag.String("bench", "MountPods|Idle|SharedVolume|AttachRequired|DriverOnly|Reconstruct|RealPods", "benchmarks to run, names separated by |")
 	flag.Parse()
 
 	os.Setenv("NODEVOL_BENCH_IDLE_VOLUMES", strconv.Itoa(*idle))
@@ -168,7 +191,7 @@ func main() {
 	nv, kl := results{}, results{}
 	for _, name := range strings.Split(*re, "|") {
 		one := "^Benchmark" + name + "$"
-		r, err := bench(".", "./volumemanager", one, *pods)
+		r, err := bench(".", "./volumemanager", one, *pods, *w6)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -177,7 +200,7 @@ func main() {
 		if name == "DriverOnly" || name == "Reconstruct" {
 			continue // nodevol's floor, nodevol's restart: the kubelet's side has neither
 		}
-		if r, err = bench("bench/kubelet", ".", one, *pods); err != nil {
+		if r, err = bench("bench/kubelet", ".", one, *pods, *w6); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -206,7 +229,7 @@ func main() {
 			floor = nv[strings.Replace(name, "MountPods/pods=", "DriverOnly/volumes=", 1)]
 		}
 		short := strings.TrimPrefix(name, "Benchmark")
-		for _, r := range rows {
+		for _, r := range append(slices.Clone(rows), apiKindRows(nv[name], kl[name])...) {
 			a, aok := nv[name][r.unit]
 			b, bok := kl[name][r.unit]
 			if !aok && !bok {

@@ -25,3 +25,24 @@ func TestParse(t *testing.T) {
 		t.Errorf("parse = %v, want %v", got, want)
 	}
 }
+
+// TestAPIKindRows: W6's requests by kind become one row each, in order,
+// whichever side reported them; other metrics make none.
+func TestAPIKindRows(t *testing.T) {
+	nv := map[string]float64{"api/pod": 5, "api-list-configmaps/pod": 1, "api-create-serviceaccounts.token/pod": 1, "mount-s": 1}
+	kl := map[string]float64{"api-get-persistentvolumeclaims/pod": 3, "api-list-configmaps/pod": 1}
+	got := apiKindRows(nv, kl)
+	want := []string{
+		"api-create-serviceaccounts.token/pod:  of which create serviceaccounts.token per pod",
+		"api-get-persistentvolumeclaims/pod:  of which get persistentvolumeclaims per pod",
+		"api-list-configmaps/pod:  of which list configmaps per pod",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("apiKindRows = %v, want %v", got, want)
+	}
+	for i, r := range got {
+		if s := r.unit + ":" + r.label; s != want[i] {
+			t.Errorf("row %d = %q, want %q", i, s, want[i])
+		}
+	}
+}

@@ -26,7 +26,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -46,6 +45,9 @@ var runs int
 type podManager struct {
 	mu   sync.Mutex
 	pods map[types.UID]*v1.Pod
+	// register, when set, is told each pod added (true) and removed, as
+	// the kubelet tells its secret and configMap managers (W6).
+	register func(p *v1.Pod, present bool)
 }
 
 func (m *podManager) GetPodByUID(uid types.UID) (*v1.Pod, bool) {
@@ -66,12 +68,18 @@ func (m *podManager) GetPods() []*v1.Pod {
 }
 
 func (m *podManager) set(p *v1.Pod, present bool) {
+	if m.register != nil && present {
+		m.register(p, true) // before the volume manager sees the pod, as the kubelet's SyncPod
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if present {
 		m.pods[p.UID] = p
 	} else {
 		delete(m.pods, p.UID)
+		if m.register != nil {
+			m.register(p, false)
+		}
 	}
 }
 
@@ -112,6 +120,7 @@ type workload struct {
 	shared bool
 	attach time.Duration
 	idle   time.Duration
+	real   bool // W6 (bench_realpods_test.go)
 }
 
 type result struct {
@@ -119,6 +128,10 @@ type result struct {
 	dials, rpcs, apiRequests, volumes             int
 	peakHeap, mountAllocs                         uint64
 	heapInuse, peakRSS                            uint64 // after mount (HeapInuse after a GC); VmHWM of the run
+	// apiByKind counts every request to the API server during the mount,
+	// the informers' and managers' lists and watches included, by "verb
+	// resource".
+	apiByKind map[string]int
 }
 
 func cpuTime() time.Duration {
@@ -162,6 +175,9 @@ func apiRequests(client *fake.Clientset) int {
 }
 
 func objects(w workload, driverName string) ([]kruntime.Object, []*v1.Pod, []*v1.PersistentVolume) {
+	if w.real {
+		return realPodObjects(w.pods, driverName)
+	}
 	attach := w.attach > 0
 	no := false
 	fsGroupPolicy := storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy
@@ -265,27 +281,27 @@ func runWorkload(b *testing.B, w workload) result {
 	defer drv.stop()
 	objs, pods, pvs := objects(w, driverName)
 	client := fake.NewSimpleClientset(objs...)
+	if w.real {
+		client.PrependReactor("create", "serviceaccounts", (&tokenIssuer{}).react)
+		serveByName(client)
+	}
 	var nodeObj *v1.Node
 	for _, o := range objs {
 		if n, ok := o.(*v1.Node); ok {
 			nodeObj = n
 		}
 	}
-	factory := informers.NewSharedInformerFactory(client, 0)
-	driverLister := factory.Storage().V1().CSIDrivers().Lister()
-	vaLister := factory.Storage().V1().VolumeAttachments().Lister()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	factory.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
-
-	host := volumetest.NewFakeKubeletVolumeHostWithCSINodeName(&testing.T{}, root, client, csi.ProbeVolumePlugins(), node, driverLister, vaLister)
-	host.WithNode(nodeObj)
+	pm := &podManager{pods: map[types.UID]*v1.Pod{}}
+	plugins, err := workloadPlugins(ctx, w, root, client, nodeObj, pm)
+	if err != nil {
+		b.Fatal(err)
+	}
 	if err := csi.PluginHandler.RegisterPlugin(ctx, driverName, filepath.Join(root, "csi.sock"), []string{"1.0.0"}, nil); err != nil {
 		b.Fatal(err)
 	}
-	pm := &podManager{pods: map[types.UID]*v1.Pod{}}
-	vm := volumemanager.NewVolumeManager(true, node, pm, podState{pm}, client, host.GetPluginMgr(),
+	vm := volumemanager.NewVolumeManager(true, node, pm, podState{pm}, client, plugins,
 		mount.NewFakeMounter(nil), hostutil.NewFakeHostUtil(nil), filepath.Join(root, "pods"),
 		&record.FakeRecorder{}, volumetest.NewBlockVolumePathHandler(), volumeHealth{}, volumeHealthPeriod)
 	go vm.Run(ctx, sourcesReady{})
@@ -313,6 +329,7 @@ func runWorkload(b *testing.B, w workload) result {
 	var r result
 	r.volumes = len(pvs)
 	apiBefore, rpcsBefore, dialsBefore := apiRequests(client), drv.calls.Load(), drv.accepted.Load()
+	actionsBefore := len(client.Actions())
 	stopHeap := make(chan struct{})
 	peak := sampleHeap(stopHeap)
 	var ms0, ms1 runtime.MemStats
@@ -338,6 +355,7 @@ func runWorkload(b *testing.B, w workload) result {
 	r.rpcs = int(drv.calls.Load() - rpcsBefore)
 	r.dials = int(drv.accepted.Load() - dialsBefore)
 	r.apiRequests = apiRequests(client) - apiBefore
+	r.apiByKind = countActions(client.Actions()[actionsBefore:])
 	r.heapInuse = heapInuseAfterGC(b, fmt.Sprintf("pods=%d", w.pods))
 
 	if w.idle > 0 {
@@ -390,6 +408,7 @@ func report(b *testing.B, w workload) {
 		sum.mountAllocs += r.mountAllocs
 		sum.heapInuse = max(sum.heapInuse, r.heapInuse)
 		sum.peakRSS = max(sum.peakRSS, r.peakRSS)
+		sum.apiByKind = addCounts(sum.apiByKind, r.apiByKind)
 	}
 	n := float64(b.N)
 	b.ReportMetric(sum.mount.Seconds()/n, "mount-s")
@@ -408,11 +427,18 @@ func report(b *testing.B, w workload) {
 	b.ReportMetric(float64(sum.peakHeap)/(1<<20), "peak-heap-MiB")
 	b.ReportMetric(float64(sum.heapInuse)/(1<<20), "heap-inuse-MiB")
 	b.ReportMetric(float64(sum.peakRSS)/(1<<20), "peak-rss-MiB")
+	if w.real {
+		reportAPIByKind(b, sum.apiByKind, n*float64(w.pods))
+	}
 	b.ReportMetric(0, "ns/op")
 }
 
-func benchSizes(def ...int) []int {
-	env := os.Getenv("NODEVOL_BENCH_PODS")
+func benchSizes(def ...int) []int { return benchSizesFrom("NODEVOL_BENCH_PODS", def...) }
+
+// benchSizesFrom returns the pod counts in environment variable name
+// (comma separated), or def when it is unset.
+func benchSizesFrom(name string, def ...int) []int {
+	env := os.Getenv(name)
 	if env == "" {
 		return def
 	}
