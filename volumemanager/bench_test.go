@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
+	"github.com/nodevol/nodevol/bench/realpods"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
 
@@ -120,7 +121,7 @@ func apiRequests(client *fake.Clientset) int {
 // its pods' claims are bound to.
 func workloadObjects(w workload, driver string) ([]kruntime.Object, []*v1.Pod, []*v1.PersistentVolume) {
 	if w.real {
-		return realPodObjects(w.pods, driver)
+		return realpods.Objects(w.pods, node, driver)
 	}
 	objs := []kruntime.Object{csitest.CSIDriver(driver, w.attach > 0)}
 	pods := make([]*v1.Pod, w.pods)
@@ -152,7 +153,7 @@ func runWorkload(b *testing.B, w workload) result {
 		// Before the informers use the client: its reactor chain is not
 		// safe to change while in use.
 		client.PrependReactor("create", "serviceaccounts", issueBenchToken)
-		serveByName(client)
+		realpods.ServeByName(client)
 	}
 	if w.attach > 0 {
 		csitest.NewFakeAttacher(b, client, csitest.AttacherOptions{Delay: w.attach})
@@ -219,7 +220,7 @@ func runWorkload(b *testing.B, w workload) result {
 	r.rpcs = drv.Calls("") - rpcsBefore
 	r.dials = int64(drv.Connections() - dialsBefore)
 	r.apiRequests = apiRequests(client) - apiBefore
-	r.apiByKind = countActions(client.Actions()[actionsBefore:])
+	r.apiByKind = realpods.CountActions(client.Actions()[actionsBefore:])
 	r.heapInuse = heapInuseAfterGC(b, fmt.Sprintf("pods=%d", w.pods))
 
 	if w.idle > 0 {
@@ -287,7 +288,7 @@ func report(b *testing.B, w workload) {
 		sum.peakRSS = max(sum.peakRSS, r.peakRSS)
 		sum.baseRSS = max(sum.baseRSS, r.baseRSS)
 		sum.baseAnonRSS = max(sum.baseAnonRSS, r.baseAnonRSS)
-		sum.apiByKind = addCounts(sum.apiByKind, r.apiByKind)
+		sum.apiByKind = realpods.AddCounts(sum.apiByKind, r.apiByKind)
 	}
 	n := float64(b.N)
 	b.ReportMetric(sum.mount.Seconds()/n, "mount-s")
@@ -309,7 +310,7 @@ func report(b *testing.B, w workload) {
 	b.ReportMetric(float64(sum.baseRSS)/(1<<20), "base-rss-MiB")
 	b.ReportMetric(float64(sum.baseAnonRSS)/(1<<20), "base-rss-anon-MiB")
 	if w.real {
-		reportAPIByKind(b, sum.apiByKind, n*float64(w.pods))
+		realpods.ReportByKind(b, sum.apiByKind, n*float64(w.pods))
 	}
 	b.ReportMetric(0, "ns/op")
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/nodevol/nodevol/bench/realpods"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
 
@@ -61,22 +62,6 @@ func withKubeAPIAccess(vol string) csitest.PodOption {
 	return csitest.WithVolume(kubeAPIAccess(vol), true)
 }
 
-// kubeAPIAccess is the kube-api-access volume the API server adds to
-// every pod, named vol: a token of the pod's service account, the cluster's
-// CA from kube-root-ca.crt and the namespace, files of mode 0644.
-func kubeAPIAccess(vol string) v1.Volume {
-	exp := int64(3607)
-	return v1.Volume{Name: vol, VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
-		DefaultMode: &apiDefaultMode,
-		Sources: []v1.VolumeProjection{
-			{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: &exp}},
-			{ConfigMap: &v1.ConfigMapProjection{LocalObjectReference: v1.LocalObjectReference{Name: "kube-root-ca.crt"},
-				Items: []v1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
-			{DownwardAPI: &v1.DownwardAPIProjection{Items: []v1.DownwardAPIVolumeFile{
-				{Path: "namespace", FieldRef: &v1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
-		}}}}
-}
-
 // issueTokens makes the node's API server issue accessToken for every
 // TokenRequest, valid for an hour (no refresh within a run), and tells the
 // readers what a kube-api-access volume shows of each kube-root-ca.crt.
@@ -125,3 +110,7 @@ func (n *crashNode) projectedNames(ctx context.Context, p *v1.Pod, src *v1.Proje
 	}
 	return names, nil
 }
+
+// kubeAPIAccess is the projected volume the ServiceAccount admission
+// plugin adds to a pod.
+var kubeAPIAccess = realpods.KubeAPIAccess

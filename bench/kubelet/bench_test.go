@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodevol/nodevol/bench/realpods"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -176,7 +177,7 @@ func apiRequests(client *fake.Clientset) int {
 
 func objects(w workload, driverName string) ([]kruntime.Object, []*v1.Pod, []*v1.PersistentVolume) {
 	if w.real {
-		return realPodObjects(w.pods, driverName)
+		return realpods.Objects(w.pods, node, driverName)
 	}
 	attach := w.attach > 0
 	no := false
@@ -283,7 +284,7 @@ func runWorkload(b *testing.B, w workload) result {
 	client := fake.NewSimpleClientset(objs...)
 	if w.real {
 		client.PrependReactor("create", "serviceaccounts", (&tokenIssuer{}).react)
-		serveByName(client)
+		realpods.ServeByName(client)
 	}
 	var nodeObj *v1.Node
 	for _, o := range objs {
@@ -355,7 +356,7 @@ func runWorkload(b *testing.B, w workload) result {
 	r.rpcs = int(drv.calls.Load() - rpcsBefore)
 	r.dials = int(drv.accepted.Load() - dialsBefore)
 	r.apiRequests = apiRequests(client) - apiBefore
-	r.apiByKind = countActions(client.Actions()[actionsBefore:])
+	r.apiByKind = realpods.CountActions(client.Actions()[actionsBefore:])
 	r.heapInuse = heapInuseAfterGC(b, fmt.Sprintf("pods=%d", w.pods))
 
 	if w.idle > 0 {
@@ -408,7 +409,7 @@ func report(b *testing.B, w workload) {
 		sum.mountAllocs += r.mountAllocs
 		sum.heapInuse = max(sum.heapInuse, r.heapInuse)
 		sum.peakRSS = max(sum.peakRSS, r.peakRSS)
-		sum.apiByKind = addCounts(sum.apiByKind, r.apiByKind)
+		sum.apiByKind = realpods.AddCounts(sum.apiByKind, r.apiByKind)
 	}
 	n := float64(b.N)
 	b.ReportMetric(sum.mount.Seconds()/n, "mount-s")
@@ -428,7 +429,7 @@ func report(b *testing.B, w workload) {
 	b.ReportMetric(float64(sum.heapInuse)/(1<<20), "heap-inuse-MiB")
 	b.ReportMetric(float64(sum.peakRSS)/(1<<20), "peak-rss-MiB")
 	if w.real {
-		reportAPIByKind(b, sum.apiByKind, n*float64(w.pods))
+		realpods.ReportByKind(b, sum.apiByKind, n*float64(w.pods))
 	}
 	b.ReportMetric(0, "ns/op")
 }
