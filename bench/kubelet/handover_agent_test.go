@@ -37,7 +37,7 @@ func (e *hvEnv) startAgent(wanted []*hvPod) *agentProc {
 	for _, d := range e.drivers {
 		args = append(args, "--driver", d.name+"="+d.sock)
 	}
-	cmd := exec.Command(nodeagentBin(e.t), args...)
+	cmd := exec.Command(nodeagentDemo.Path(e.t), args...)
 	log, err := os.OpenFile(filepath.Join(e.root, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 	if err != nil {
 		e.t.Fatal(err)

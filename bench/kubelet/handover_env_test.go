@@ -30,6 +30,7 @@ import (
 	"k8s.io/kubernetes/pkg/volume"
 
 	"github.com/nodevol/nodevol/internal/roottest"
+	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
 
 // The hand-over tests run nodevol as the example node agent demo's agent-fake
@@ -38,16 +39,6 @@ import (
 // runs as it would on a node: the kubelet's volume manager in this process,
 // nodevol and the driver in their own, and a hand-over is a process stopped
 // and another started on the same root.
-
-// nodeagent is the example node agent's demo command (examples/nodeagent/demo:
-// the production agent has no agent-fake or loopdriver), built once, by the first test
-// that needs it, into binDir (removed by TestMain).
-var (
-	buildOnce  sync.Once
-	binDir     string
-	nodeagent  string
-	buildError error
-)
 
 func TestMain(m *testing.M) {
 	// The kubelet's volume manager registers its metrics in Run, in a
@@ -58,34 +49,19 @@ func TestMain(m *testing.M) {
 	plugins := &volume.VolumePluginMgr{}
 	kubeletmetrics.Register(kubeletcache.NewActualStateOfWorld("", plugins), kubeletcache.NewDesiredStateOfWorld(plugins, nil), plugins)
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	if agentBinPath != "" {
-		os.RemoveAll(filepath.Dir(agentBinPath))
-	}
+	nodeagentDemo.Remove()
+	nodeagent.Remove()
 	os.Exit(code)
 }
 
-// nodeagentBin builds the example node agent's demo command from nodevol's module.
-func nodeagentBin(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		if binDir, buildError = os.MkdirTemp("", "hv-bin-"); buildError != nil {
-			return
-		}
-		nodeagent = filepath.Join(binDir, "nodeagent")
-		cmd := exec.Command("go", "build", "-o", nodeagent, "./examples/nodeagent/demo")
-		cmd.Dir = filepath.Join("..", "..")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildError = fmt.Errorf("building the example node agent: %w\n%s", err, out)
-		}
-	})
-	if buildError != nil {
-		t.Fatal(buildError)
-	}
-	return nodeagent
-}
+// nodeagentDemo is the example node agent's demo command
+// (examples/nodeagent/demo: the production agent has no agent-fake or
+// loopdriver), and nodeagent the production command, both from nodevol's
+// module, each built once by the first test that needs it.
+var (
+	nodeagentDemo = kubelettest.Command{Dir: filepath.Join("..", ".."), Pkg: "./examples/nodeagent/demo"}
+	nodeagent     = kubelettest.Command{Dir: filepath.Join("..", ".."), Pkg: "./examples/nodeagent"}
+)
 
 const (
 	hvNode   = "node-1"
@@ -199,7 +175,7 @@ func (e *hvEnv) startDriver(name string, attach bool) *hvDriver {
 		e.t.Fatal(err)
 	}
 	defer log.Close()
-	cmd := exec.Command(nodeagentBin(e.t), "loopdriver", "--endpoint", "unix://"+sock, "--nodeid", hvNode,
+	cmd := exec.Command(nodeagentDemo.Path(e.t), "loopdriver", "--endpoint", "unix://"+sock, "--nodeid", hvNode,
 		"--statedir", filepath.Join(e.root, "state-"+name), "--drivername", name, "--call-log", filepath.Join(e.root, name+".calls"))
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

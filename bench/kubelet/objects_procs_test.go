@@ -30,9 +30,6 @@ var (
 	kubeletBuild    sync.Once
 	kubeletBinPath  string
 	kubeletBuildErr error
-	agentBuild      sync.Once
-	agentBinPath    string
-	agentBuildErr   error
 )
 
 // kubeletBin builds the stock kubelet (go.mod's tool k8s.io/kubernetes/cmd/kubelet,
@@ -73,30 +70,6 @@ func kubeletBin(b *testing.B) string {
 	return kubeletBinPath
 }
 
-// agentBin builds the example node agent (examples/nodeagent, the
-// production command) from nodevol's module into a directory of its own
-// (removed by TestMain).
-func agentBin(b *testing.B) string {
-	b.Helper()
-	agentBuild.Do(func() {
-		dir, err := os.MkdirTemp("", "objbench-bin-")
-		if err != nil {
-			agentBuildErr = err
-			return
-		}
-		agentBinPath = filepath.Join(dir, "nodeagent")
-		cmd := exec.Command("go", "build", "-o", agentBinPath, "./examples/nodeagent")
-		cmd.Dir = filepath.Join("..", "..")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentBuildErr = fmt.Errorf("building the example node agent: %w\n%s", err, out)
-		}
-	})
-	if agentBuildErr != nil {
-		b.Fatal(agentBuildErr)
-	}
-	return agentBinPath
-}
-
 // startKubelet starts the kubelet on the fake runtime with the node's
 // credentials; it returns once the Node is Ready.
 func startKubelet(b *testing.B, c *objCluster) *kubelettest.Process {
@@ -121,7 +94,7 @@ func startKubelet(b *testing.B, c *objCluster) *kubelettest.Process {
 // informer of the node's pods has synced).
 func startAgent(b *testing.B, c *objCluster) *kubelettest.Process {
 	b.Helper()
-	bin := agentBin(b)
+	bin := nodeagent.Path(b)
 	ctx := b.Context()
 	if err := createNodeAsNode(ctx, c); err != nil {
 		b.Fatal(err)

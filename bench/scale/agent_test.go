@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,40 +23,14 @@ import (
 	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
 
-var (
-	agentBuild    sync.Once
-	agentBinDir   string
-	agentBinPath  string
-	agentBuildErr error
-)
+// nodeagent is the example node agent (examples/nodeagent, the
+// production command).
+var nodeagent = kubelettest.Command{Dir: filepath.Join("..", ".."), Pkg: "./examples/nodeagent"}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if agentBinDir != "" {
-		_ = os.RemoveAll(agentBinDir)
-	}
+	nodeagent.Remove()
 	os.Exit(code)
-}
-
-// agentBin builds the example node agent (examples/nodeagent, the
-// production command) once, into a directory TestMain removes.
-func agentBin(b *testing.B) string {
-	b.Helper()
-	agentBuild.Do(func() {
-		if agentBinDir, agentBuildErr = os.MkdirTemp("", "scalebench-bin-"); agentBuildErr != nil {
-			return
-		}
-		agentBinPath = filepath.Join(agentBinDir, "nodeagent")
-		cmd := exec.Command("go", "build", "-o", agentBinPath, "./examples/nodeagent")
-		cmd.Dir = filepath.Join("..", "..")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentBuildErr = fmt.Errorf("building the example node agent: %w\n%s", err, out)
-		}
-	})
-	if agentBuildErr != nil {
-		b.Fatal(agentBuildErr)
-	}
-	return agentBinPath
 }
 
 // agent is a running node agent process.
@@ -107,7 +80,7 @@ func startAgent(b *testing.B, c *cluster, node string, started *time.Time) *agen
 		b.Fatal(err)
 	}
 	defer log.Close()
-	a.cmd = exec.Command(agentBin(b), "--kubeconfig", kubeconfig, "--node", node, "--root-dir", a.root,
+	a.cmd = exec.Command(nodeagent.Path(b), "--kubeconfig", kubeconfig, "--node", node, "--root-dir", a.root,
 		"--node-restricted", "--plugin-registration=false", "--http-endpoint", addr,
 		"--driver", c.driver.DriverName()+"="+c.driver.Endpoint())
 	a.cmd.Stdout, a.cmd.Stderr = log, log
