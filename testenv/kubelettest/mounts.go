@@ -2,12 +2,13 @@ package kubelettest
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"k8s.io/mount-utils"
 )
 
 // Mount is one line of /proc/self/mountinfo.
@@ -20,27 +21,17 @@ type Mount struct {
 // MountsUnder returns the mounts at dir or below it, in mountinfo's order
 // (a stacked mount after the one it covers).
 func MountsUnder(dir string) ([]Mount, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
 	dir = filepath.Clean(dir)
 	var out []Mount
-	for line := range strings.Lines(string(data)) {
-		f := strings.Fields(line)
-		sep := -1
-		for i, s := range f {
-			if s == "-" {
-				sep = i
-				break
-			}
-		}
-		if len(f) < 5 || sep < 0 || sep+2 >= len(f) {
-			continue
-		}
-		point := unescape(f[4])
+	for _, mi := range infos {
+		// ParseMountInfo leaves mountinfo's escapes in the mount point.
+		point := unescape(mi.MountPoint)
 		if point == dir || strings.HasPrefix(point, dir+"/") {
-			out = append(out, Mount{ID: f[0], Point: point, FSType: f[sep+1], Source: f[sep+2]})
+			out = append(out, Mount{ID: strconv.Itoa(mi.ID), Point: point, FSType: mi.FsType, Source: mi.Source})
 		}
 	}
 	return out, nil
