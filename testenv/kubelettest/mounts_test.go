@@ -23,7 +23,10 @@ func TestMountsUnder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { _ = syscall.Unmount(beside, syscall.MNT_DETACH); _ = syscall.Unmount(inside, syscall.MNT_DETACH) })
+	t.Cleanup(func() {
+		_ = syscall.Unmount(beside, syscall.MNT_DETACH)
+		_ = syscall.Unmount(inside, syscall.MNT_DETACH)
+	})
 	ms, err := MountsUnder(dir)
 	if err != nil {
 		t.Fatal(err)
