@@ -88,13 +88,15 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m $$($(GO) list ./... | grep -v '/bench/scale$$')
 
 # nodevol and the kubelet's volume manager (bench/kubelet, its own module
-# requiring k8s.io/kubernetes) on the same workloads, one table with ratios.
-# Takes about 11 minutes (W6, real pods, about 3); PODS, W6_PODS and IDLE_VOLUMES shrink it.
+# requiring k8s.io/kubernetes) on the same workloads, one table with ratios:
+# each figure's range over RUNS runs per side. Takes about 11 minutes a run
+# (W6, real pods, about 3); PODS, W6_PODS, IDLE_VOLUMES and RUNS shrink it.
 PODS         ?= 10,100,1000,5000,10000
 IDLE_VOLUMES ?= 10000
 W6_PODS      ?= 100,1000,5000
+RUNS         ?= 3
 bench-compare:
-	$(GO) run ./bench/compare -pods $(PODS) -w6-pods $(W6_PODS) -idle-volumes $(IDLE_VOLUMES)
+	$(GO) run ./bench/compare -pods $(PODS) -w6-pods $(W6_PODS) -idle-volumes $(IDLE_VOLUMES) -runs $(RUNS)
 
 # configMap, secret and projected volumes (issue 26): the stock kubelet
 # v1.37.2 (on a fake container runtime) and the example node agent, each a

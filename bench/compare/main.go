@@ -4,7 +4,11 @@
 // invocation, and prints one table with the ratios nodevol/kubelet and
 // nodevol/driver-only. Run it from the repository root (make bench-compare).
 //
-//	compare [-pods 10,100,1000,5000,10000] [-w6-pods 100,1000,5000] [-bench regexp]
+//	compare [-pods 10,100,1000,5000,10000] [-w6-pods 100,1000,5000] [-bench regexp] [-runs 3]
+//
+// Each figure is given as its range over the runs, and each ratio as the
+// range of the ratios of the runs paired in order (nodevol's first run with
+// the kubelet's first, ...).
 package main
 
 import (
@@ -12,12 +16,12 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -139,21 +143,68 @@ func apiKindRows(a, b map[string]float64) []struct{ unit, label string } {
 	return out
 }
 
-func ratio(a, b float64) string {
-	if b == 0 {
-		if a == 0 {
-			return "="
-		}
+// span prints the values of one cell over the runs: the one value when
+// every run gave the same (to 4 significant digits), else "min-max"; "-"
+// when no run gave one.
+func span(vs []float64) string {
+	if len(vs) == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.3g", a/b)
+	lo, hi := slices.Min(vs), slices.Max(vs)
+	a, b := strconv.FormatFloat(lo, 'g', 4, 64), strconv.FormatFloat(hi, 'g', 4, 64)
+	if a == b {
+		return a
+	}
+	return a + "-" + b
 }
 
-func num(v float64, ok bool) string {
-	if !ok {
-		return "-"
+// ratios are a/b for each run that measured both; a run where both are 0
+// counts as 1 (no difference), one where only b is 0 is left out.
+func ratios(a, b []float64, aok, bok []bool) []float64 {
+	var out []float64
+	for i := range a {
+		if !aok[i] || !bok[i] {
+			continue
+		}
+		switch {
+		case b[i] != 0:
+			out = append(out, a[i]/b[i])
+		case a[i] == 0:
+			out = append(out, 1)
+		}
 	}
-	return strconv.FormatFloat(v, 'g', 4, 64)
+	return out
+}
+
+// runValues returns the value of name's unit in each run, and which runs
+// measured it.
+func runValues(runs []results, name, unit string) ([]float64, []bool) {
+	vs, ok := make([]float64, len(runs)), make([]bool, len(runs))
+	for i, r := range runs {
+		vs[i], ok[i] = r[name][unit]
+	}
+	return vs, ok
+}
+
+// union is name's metrics of every run in one map (a later run's value
+// over an earlier's): which units any run measured.
+func union(runs []results, name string) map[string]float64 {
+	u := map[string]float64{}
+	for _, r := range runs {
+		maps.Copy(u, r[name])
+	}
+	return u
+}
+
+// present keeps the values of the runs that measured them.
+func present(vs []float64, ok []bool) []float64 {
+	var out []float64
+	for i, v := range vs {
+		if ok[i] {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // benchTmp makes a directory under dir for the benchmarks, or returns ""
@@ -176,7 +227,12 @@ func main() {
 	tmp := flag.String("tmpdir", "/dev/shm", "directory (a tmpfs) for the benchmarks' files; empty: TMPDIR as it is")
 	w6 := flag.String("w6-pods", "100,1000,5000", "pod counts for W6 (real pods: BenchmarkRealPods)")
 	re := flag.String("bench", "MountPods|Idle|SharedVolume|AttachRequired|DriverOnly|Reconstruct|RealPods", "benchmarks to run, names separated by |")
+	runs := flag.Int("runs", 3, "runs of each benchmark on each side; the table gives each figure's range over them and the range of the ratios of the runs paired in order")
 	flag.Parse()
+	if *runs < 1 {
+		fmt.Fprintln(os.Stderr, "-runs must be at least 1")
+		os.Exit(2)
+	}
 
 	os.Setenv("NODEVOL_BENCH_IDLE_VOLUMES", strconv.Itoa(*idle))
 	if dir := benchTmp(*tmp); dir != "" {
@@ -186,63 +242,71 @@ func main() {
 		os.Setenv("TMPDIR", dir)
 		fmt.Fprintf(os.Stderr, "benchmark directories in %s\n", dir)
 	}
-	// One process per benchmark and side: what one leaves on the heap must
-	// not count against the next.
-	nv, kl := results{}, results{}
+	// One process per benchmark, side and run: what one leaves on the heap
+	// must not count against the next. A benchmark's runs alternate between
+	// the sides, so that a change in the machine's load falls on both.
+	nv, kl := make([]results, *runs), make([]results, *runs)
+	for i := range *runs {
+		nv[i], kl[i] = results{}, results{}
+	}
 	for _, name := range strings.Split(*re, "|") {
 		one := "^Benchmark" + name + "$"
-		r, err := bench(".", "./volumemanager", one, *pods, *w6)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+		for i := range *runs {
+			r, err := bench(".", "./volumemanager", one, *pods, *w6)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			maps.Copy(nv[i], r)
+			if name == "DriverOnly" || name == "Reconstruct" {
+				continue // nodevol's floor, nodevol's restart: the kubelet's side has neither
+			}
+			if r, err = bench("bench/kubelet", ".", one, *pods, *w6); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			maps.Copy(kl[i], r)
 		}
-		maps.Copy(nv, r)
-		if name == "DriverOnly" || name == "Reconstruct" {
-			continue // nodevol's floor, nodevol's restart: the kubelet's side has neither
-		}
-		if r, err = bench("bench/kubelet", ".", one, *pods, *w6); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		maps.Copy(kl, r)
 	}
+	table(os.Stdout, nv, kl)
+}
+
+// table prints one row per benchmark and metric: nodevol's and the
+// kubelet's figures over the runs, the ratios of the paired runs, and for
+// W1/W2 the driver-only floor of the same size with nodevol's ratio to it.
+func table(out io.Writer, nv, kl []results) {
 	names := map[string]bool{}
-	for n := range nv {
-		if !strings.HasPrefix(n, "BenchmarkDriverOnly") {
+	for _, r := range nv {
+		for n := range r {
+			if !strings.HasPrefix(n, "BenchmarkDriverOnly") {
+				names[n] = true
+			}
+		}
+	}
+	for _, r := range kl {
+		for n := range r {
 			names[n] = true
 		}
 	}
-	for n := range kl {
-		names[n] = true
-	}
-	sorted := make([]string, 0, len(names))
-	for n := range names {
-		sorted = append(sorted, n)
-	}
-	sort.Strings(sorted)
 
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "workload\tmetric\tnodevol\tkubelet\tnodevol/kubelet\tdriver-only\tnodevol/driver-only\t")
-	for _, name := range sorted {
-		var floor map[string]float64
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		floorName := ""
 		if strings.Contains(name, "MountPods/pods=") {
-			floor = nv[strings.Replace(name, "MountPods/pods=", "DriverOnly/volumes=", 1)]
+			floorName = strings.Replace(name, "MountPods/pods=", "DriverOnly/volumes=", 1)
 		}
+		units := union(append(slices.Clone(nv), kl...), name)
 		short := strings.TrimPrefix(name, "Benchmark")
-		for _, r := range append(slices.Clone(rows), apiKindRows(nv[name], kl[name])...) {
-			a, aok := nv[name][r.unit]
-			b, bok := kl[name][r.unit]
-			if !aok && !bok {
+		for _, r := range append(slices.Clone(rows), apiKindRows(union(nv, name), union(kl, name))...) {
+			if _, ok := units[r.unit]; !ok {
 				continue
 			}
-			f, fok := floor[r.unit]
-			cols := []string{short, r.label, num(a, aok), num(b, bok), "-", num(f, fok), "-"}
-			if aok && bok {
-				cols[4] = ratio(a, b)
-			}
-			if aok && fok {
-				cols[6] = ratio(a, f)
-			}
+			a, aok := runValues(nv, name, r.unit)
+			b, bok := runValues(kl, name, r.unit)
+			f, fok := runValues(nv, floorName, r.unit)
+			cols := []string{short, r.label, span(present(a, aok)), span(present(b, bok)),
+				span(ratios(a, b, aok, bok)), span(present(f, fok)), span(ratios(a, f, aok, fok))}
 			fmt.Fprintln(w, strings.Join(cols, "\t")+"\t")
 		}
 	}

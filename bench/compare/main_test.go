@@ -2,6 +2,8 @@ package main
 
 import (
 	"maps"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -44,5 +46,35 @@ func TestAPIKindRows(t *testing.T) {
 		if s := r.unit + ":" + r.label; s != want[i] {
 			t.Errorf("row %d = %q, want %q", i, s, want[i])
 		}
+	}
+}
+
+// TestTable: each cell is the range over the runs, each ratio the range of
+// the paired runs' ratios, a figure every run gave alike is printed once,
+// W1's floor comes from DriverOnly of the same size, and a metric no run
+// measured makes no row.
+func TestTable(t *testing.T) {
+	nv := []results{
+		{"BenchmarkMountPods/pods=10": {"mount-s": 1, "dials/vol": 0}, "BenchmarkDriverOnly/volumes=10": {"mount-s": 0.5}},
+		{"BenchmarkMountPods/pods=10": {"mount-s": 2, "dials/vol": 0}, "BenchmarkDriverOnly/volumes=10": {"mount-s": 0.5}},
+		{"BenchmarkMountPods/pods=10": {"mount-s": 3, "dials/vol": 0}, "BenchmarkDriverOnly/volumes=10": {"mount-s": 1}},
+	}
+	kl := []results{
+		{"BenchmarkMountPods/pods=10": {"mount-s": 10, "dials/vol": 8}},
+		{"BenchmarkMountPods/pods=10": {"mount-s": 40, "dials/vol": 8}},
+		{"BenchmarkMountPods/pods=10": {"mount-s": 10, "dials/vol": 8}},
+	}
+	var b strings.Builder
+	table(&b, nv, kl)
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n")[1:] {
+		got = append(got, strings.Join(strings.Fields(l), " "))
+	}
+	want := []string{
+		"MountPods/pods=10 mount wall s 1-3 10-40 0.05-0.3 0.5-1 2-4",
+		"MountPods/pods=10 gRPC dials per volume (mount) 0 8 0 - -",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("table =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
