@@ -118,8 +118,9 @@ func (r *Root) WithSteps(h step.Hook) *Root {
 // mounted on the root after Hold is not seen through the held Root, only
 // through a later Hold (or r itself): hold the root for the length of one
 // operation, never for the life of the process. Nothing else changes: no
-// symlink below the root is followed. Calling Hold on a held Root opens
-// the root afresh.
+// symlink below the root is followed. While held, the handle keeps the
+// file system the root is on busy, as any open file on it does. Calling
+// Hold on a held Root opens the root afresh.
 func (r *Root) Hold() (*Root, error) {
 	fd, err := unix.Open(r.path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {

@@ -162,6 +162,21 @@ func writeRegular(fd int, full string, data []byte) error {
 	return nil
 }
 
+// writeAll writes data to fd, from its current offset.
+func writeAll(fd int, data []byte) error {
+	for len(data) > 0 {
+		n, err := unix.Write(fd, data)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
 // WriteFileAtomic writes data to name so that a reader sees the old
 // content or the whole new content: it writes a temporary file in the same
 // directory and renames it over name (replacing a symlink there, never
@@ -196,29 +211,34 @@ func (r *Root) writeFileAtomic(name string, data []byte, perm fs.FileMode, sync 
 	if err != nil {
 		return &PathError{Op: "write", Path: full, Err: err}
 	}
-	f := os.NewFile(uintptr(fd), filepath.Join(filepath.Dir(full), tmp))
+	// The raw descriptor, not an os.File, whose creation costs a system
+	// call (fcntl) on every vol_data.json written.
+	fdOpen := true
 	defer func() {
 		if err != nil {
-			_ = f.Close()
+			if fdOpen {
+				_ = unix.Close(fd)
+			}
 			// The clean-up is a change too: after a refused step (a
 			// crash, to the crash-point suite) the temporary file stays.
-			if r.take(step.Remove, f.Name()) == nil {
+			if r.take(step.Remove, filepath.Join(filepath.Dir(full), tmp)) == nil {
 				_ = unix.Unlinkat(dirFd, tmp, 0)
 			}
 		}
 	}()
-	if _, err = f.Write(data); err != nil {
+	if err = writeAll(fd, data); err != nil {
 		return &PathError{Op: "write", Path: full, Err: err}
 	}
-	if err = f.Chmod(perm); err != nil {
+	if err = unix.Fchmod(fd, uint32(perm.Perm())); err != nil {
 		return &PathError{Op: "write", Path: full, Err: err}
 	}
 	if sync {
-		if err = f.Sync(); err != nil {
+		if err = unix.Fsync(fd); err != nil {
 			return &PathError{Op: "write", Path: full, Err: err}
 		}
 	}
-	if err = f.Close(); err != nil {
+	fdOpen = false
+	if err = unix.Close(fd); err != nil {
 		return &PathError{Op: "write", Path: full, Err: err}
 	}
 	if err = r.take(step.Rename, full); err != nil {
