@@ -50,6 +50,11 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 	if spec.Mode == cache.Block {
 		return p.mapPodDevice(ctx, req)
 	}
+	p, release, err := p.held()
+	if err != nil {
+		return fail(err)
+	}
+	defer release()
 	dir, err := ondisk.PodVolumeDir(p.root, vol.Pod.UID, ondisk.VolumeDirName(spec, vol))
 	if err != nil {
 		return fail(err)
@@ -211,6 +216,11 @@ func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 	fail := func(err error) error {
 		return fmt.Errorf("unpublishing volume %s from pod %s: %w", volumeDesc(spec), vol.Pod, err)
 	}
+	p, release, err := p.held()
+	if err != nil {
+		return fail(err)
+	}
+	defer release()
 	dir, err := ondisk.PodVolumeDir(p.root, vol.Pod.UID, ondisk.VolumeDirName(spec, vol))
 	if err == nil {
 		err = fsutil.ValidateName("driver name", spec.Driver)

@@ -3,6 +3,7 @@ package csiplugin
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"time"
 
@@ -120,6 +121,27 @@ type plugin struct {
 }
 
 var _ volume.Plugin = (*plugin)(nil)
+
+// held returns a copy of p whose root (and records) resolve every name
+// from one handle on the root directory, opened now, and the function
+// that closes it: for the file-system work of one operation (a stage, a
+// publish, an unpublish, an unstage), which thus opens the root once
+// instead of once a call. A file system mounted on the root later is seen
+// by the next operation (rootfs.Root.Hold). A root that does not exist
+// yet is not held: p itself is returned, whose calls make the root as
+// needed.
+func (p *plugin) held() (*plugin, func(), error) {
+	h, err := p.rfs.Hold()
+	if errors.Is(err, fs.ErrNotExist) {
+		return p, func() {}, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	q := *p
+	q.rfs, q.records = h, p.records.In(h)
+	return &q, func() { _ = h.Close() }, nil
+}
 
 // New checks cfg, fills in defaults and returns the CSI plugin. What it
 // can do beyond volume.Plugin (volume.Attacher, volume.SelfAttacher,

@@ -217,7 +217,12 @@ func ReadBootID(path string) (string, error) {
 // Records writes and removes the records under one root. It is safe for
 // concurrent use, on different directories.
 type Records struct {
-	rfs    *rootfs.Root
+	rfs *rootfs.Root
+	*recordsState
+}
+
+// recordsState is what the Records of one root and their In views share.
+type recordsState struct {
 	bootID string
 	made   sync.Map // the directories of RecordsDir known to exist
 	pubs   blockPublishes
@@ -226,7 +231,14 @@ type Records struct {
 // NewRecords returns the writer of the records under r, stamped with
 // bootID (see ReadBootID; "" when unknown).
 func NewRecords(r *rootfs.Root, bootID string) *Records {
-	return &Records{rfs: r, bootID: bootID}
+	return &Records{rfs: r, recordsState: &recordsState{bootID: bootID}}
+}
+
+// In returns rs writing through r, a Root on the same directory (one
+// from Hold, for one operation's records), and sharing everything else
+// with rs. It is valid as long as r is.
+func (rs *Records) In(r *rootfs.Root) *Records {
+	return &Records{rfs: r, recordsState: rs.recordsState}
 }
 
 // BootID is the boot ID the records are written with.

@@ -153,3 +153,43 @@ func TestRecordFile(t *testing.T) {
 		t.Errorf("RecordFile allocates %v times, want 1 (the name)", n)
 	}
 }
+
+// TestRecordsIn: records written and removed through a held root are
+// those of the root, and a view shares the block publishes it learns of.
+func TestRecordsIn(t *testing.T) {
+	r, err := rootfs.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.MkdirAll(".", 0o750); err != nil {
+		t.Fatal(err)
+	}
+	rs := NewRecords(r, "boot")
+	h, err := r.Hold()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	in := rs.In(h)
+	const dir = "plugins/kubernetes.io/csi/volumeDevices/publish/pv/uid"
+	rec := &Record{Dir: dir, Driver: "d", VolumeHandle: "h", Phase: PhasePublishing, Mode: "Block", PodUID: "uid"}
+	if err := in.Write(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadRecord(r, dir)
+	if err != nil || got.Phase != PhasePublishing || got.BootID != "boot" {
+		t.Fatalf("ReadRecord = %+v, %v; want the record written through the view", got, err)
+	}
+	if pubs, err := rs.PublishedIn(path.Dir(dir)); err != nil || len(pubs) != 1 || pubs[0] != dir {
+		t.Errorf("PublishedIn = %q, %v; want the publish written through the view", pubs, err)
+	}
+	if err := in.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadRecord(r, dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after Remove through the view: %v, want no record", err)
+	}
+	if pubs, _ := rs.PublishedIn(path.Dir(dir)); len(pubs) != 0 {
+		t.Errorf("PublishedIn after Remove = %q, want none", pubs)
+	}
+}

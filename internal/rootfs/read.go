@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -23,9 +25,20 @@ func (r *Root) Verify(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var st unix.Stat_t
-	err = r.openBriefly("verify", full, comps, unix.O_PATH|unix.O_NOFOLLOW, func(f *os.File) error {
-		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+	// With openat2 a symlink as the last component fails the open itself
+	// (RESOLVE_NO_SYMLINKS without O_NOFOLLOW), so nothing needs to be
+	// asked of the file; the walk opens such a symlink itself (O_PATH with
+	// O_NOFOLLOW), and it is told by its type.
+	flags, check := unix.O_PATH|unix.O_NOFOLLOW, true
+	if HaveOpenat2() {
+		flags, check = unix.O_PATH, false
+	}
+	var st syscall.Stat_t
+	err = r.openBriefly("verify", full, comps, flags, func(fd int) error {
+		if !check {
+			return nil
+		}
+		if err := syscall.Fstat(fd, &st); err != nil {
 			return &PathError{Op: "verify", Path: full, Err: err}
 		}
 		return nil
@@ -35,7 +48,7 @@ func (r *Root) Verify(name string) (string, error) {
 		return full, nil
 	case err != nil:
 		return "", err
-	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+	case check && st.Mode&unix.S_IFMT == unix.S_IFLNK:
 		return "", &PathError{Op: "verify", Path: full, Component: full, Err: ErrSymlink}
 	}
 	return full, nil
@@ -59,10 +72,9 @@ func (r *Root) stat(op, name string, linkOK bool) (fs.FileInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	var fi fs.FileInfo
-	err = r.openBriefly(op, full, comps, unix.O_PATH|unix.O_NOFOLLOW, func(f *os.File) error {
-		var err error
-		if fi, err = f.Stat(); err != nil {
+	fi := &fileInfo{name: filepath.Base(full)}
+	err = r.openBriefly(op, full, comps, unix.O_PATH|unix.O_NOFOLLOW, func(fd int) error {
+		if err := syscall.Fstat(fd, &fi.st); err != nil {
 			return &PathError{Op: op, Path: full, Err: err}
 		}
 		return nil
@@ -136,24 +148,65 @@ func (r *Root) Open(name string) (*os.File, error) {
 	return f, nil
 }
 
-// openBriefly opens full (comps below the root) with flags, hands the file
-// to fn and closes it, holding syscall.ForkLock for reading throughout, so
+// openBriefly opens full (comps below the root) with flags, hands the
+// descriptor to fn and closes it, holding syscall.ForkLock for reading throughout, so
 // that no process forked meanwhile by another goroutine (a mount or umount
 // command) starts with a copy of the descriptor. Such a copy, kept until
 // the child calls exec, would pin the mount the file is on: an unmount of
 // it at that moment, as one right after a Verify, fails with "target is
 // busy". Only for a file open a short time: forks wait for it.
-func (r *Root) openBriefly(op, full string, comps []string, flags int, fn func(*os.File) error) error {
+func (r *Root) openBriefly(op, full string, comps []string, flags int, fn func(fd int) error) error {
 	syscall.ForkLock.RLock()
 	defer syscall.ForkLock.RUnlock()
 	fd, err := r.open(op, full, comps, flags)
 	if err != nil {
 		return err
 	}
-	f := os.NewFile(uintptr(fd), full)
-	defer f.Close()
+	defer unix.Close(fd)
 	whileOpen()
-	return fn(f)
+	return fn(fd)
+}
+
+// fileInfo is the fs.FileInfo of Lstat and Stat, made from the file's
+// stat_t as os.File.Stat makes it, without an os.File (whose creation
+// costs a system call).
+type fileInfo struct {
+	name string
+	st   syscall.Stat_t
+}
+
+func (fi *fileInfo) Name() string       { return fi.name }
+func (fi *fileInfo) Size() int64        { return fi.st.Size }
+func (fi *fileInfo) ModTime() time.Time { return time.Unix(fi.st.Mtim.Unix()) }
+func (fi *fileInfo) IsDir() bool        { return fi.Mode().IsDir() }
+func (fi *fileInfo) Sys() any           { return &fi.st }
+
+func (fi *fileInfo) Mode() fs.FileMode {
+	m := fs.FileMode(fi.st.Mode & 0o777)
+	switch fi.st.Mode & syscall.S_IFMT {
+	case syscall.S_IFBLK:
+		m |= fs.ModeDevice
+	case syscall.S_IFCHR:
+		m |= fs.ModeDevice | fs.ModeCharDevice
+	case syscall.S_IFDIR:
+		m |= fs.ModeDir
+	case syscall.S_IFIFO:
+		m |= fs.ModeNamedPipe
+	case syscall.S_IFLNK:
+		m |= fs.ModeSymlink
+	case syscall.S_IFSOCK:
+		m |= fs.ModeSocket
+	}
+	if fi.st.Mode&syscall.S_ISGID != 0 {
+		m |= fs.ModeSetgid
+	}
+	if fi.st.Mode&syscall.S_ISUID != 0 {
+		m |= fs.ModeSetuid
+	}
+	if fi.st.Mode&syscall.S_ISVTX != 0 {
+		m |= fs.ModeSticky
+	}
+	return m
 }
 
 // whileOpen is called by openBriefly while its file is open; tests set it.

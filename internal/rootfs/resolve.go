@@ -38,13 +38,26 @@ func HaveOpenat2() bool {
 	return openat2OK
 }
 
-// openRoot opens the root directory.
+// openRoot opens the root directory, or returns a held Root's handle:
+// release what it returns with releaseRoot.
 func (r *Root) openRoot(op, full string) (int, error) {
+	if r.held {
+		return r.fd, nil
+	}
 	fd, err := unix.Open(r.path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, &PathError{Op: op, Path: full, Component: r.path, Err: err}
 	}
 	return fd, nil
+}
+
+// releaseRoot closes fd unless it is a held Root's handle, which stays
+// open until Close.
+func (r *Root) releaseRoot(fd int) {
+	if r.held && fd == r.fd {
+		return
+	}
+	_ = unix.Close(fd)
 }
 
 // open opens comps below the root with flags for the last component (the
@@ -56,7 +69,7 @@ func (r *Root) open(op, full string, comps []string, flags int) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	defer unix.Close(rootFd)
+	defer r.releaseRoot(rootFd)
 	return r.openFrom(rootFd, op, full, comps, flags)
 }
 

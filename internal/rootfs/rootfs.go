@@ -73,14 +73,18 @@ func (e *PathError) Error() string {
 
 func (e *PathError) Unwrap() error { return e.Err }
 
-// Root is a directory tree that paths are confined to. It holds no open
-// file: each operation opens the root directory by its path (following
-// symlinks above it, so a root that is itself a symlink works) and resolves
-// the rest from there. Safe for concurrent use.
+// Root is a directory tree that paths are confined to. A Root from New
+// holds no open file: each operation opens the root directory by its path
+// (following symlinks above it, so a root that is itself a symlink works)
+// and resolves the rest from there. A Root from Hold resolves from the one
+// handle Hold opened instead. Safe for concurrent use.
 type Root struct {
 	path string
 	// steps sees each change before it is made (WithSteps).
 	steps step.Hook
+	// fd is the root directory Hold opened (O_PATH), when held is set.
+	fd   int
+	held bool
 }
 
 // New returns the Root at path, made absolute. The directory need not exist
@@ -101,8 +105,39 @@ func New(path string) (*Root, error) {
 // entry removed, a symlink made) are each first shown to h (package step):
 // an error from h is returned in place of the change, which is not made.
 // Reads are not shown. A nil h shows nothing.
+// On a held Root (Hold) it returns a Root on the same handle, valid until
+// that Root is closed.
 func (r *Root) WithSteps(h step.Hook) *Root {
-	return &Root{path: r.path, steps: h}
+	return &Root{path: r.path, steps: h, fd: r.fd, held: r.held}
+}
+
+// Hold opens the root directory once, by its path, and returns a Root
+// that resolves every name of its operations from that handle, until
+// Close: one open and one close of the root for a whole operation (a
+// stage, a publish, a teardown) instead of one per call. A file system
+// mounted on the root after Hold is not seen through the held Root, only
+// through a later Hold (or r itself): hold the root for the length of one
+// operation, never for the life of the process. Nothing else changes: no
+// symlink below the root is followed. While held, the handle keeps the
+// file system the root is on busy, as any open file on it does. Calling
+// Hold on a held Root opens the root afresh.
+func (r *Root) Hold() (*Root, error) {
+	fd, err := unix.Open(r.path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &PathError{Op: "open", Path: r.path, Component: r.path, Err: err}
+	}
+	return &Root{path: r.path, steps: r.steps, fd: fd, held: true}, nil
+}
+
+// Close releases the handle of a Root from Hold, which must not be used
+// afterwards (nor any Root WithSteps made from it). It does nothing on a
+// Root from New. It is not safe to call while the Root is in use.
+func (r *Root) Close() error {
+	if !r.held {
+		return nil
+	}
+	r.held = false
+	return unix.Close(r.fd)
 }
 
 // take asks the root's hook whether the change op of full may be made.

@@ -24,36 +24,81 @@ func (r *Root) MkdirAll(name string, perm fs.FileMode) error {
 	if err != nil {
 		return err
 	}
-	// The common case: it is all there.
-	if fd, err := r.open("mkdir", full, comps, unix.O_PATH|unix.O_DIRECTORY); err == nil {
-		_ = unix.Close(fd)
-		return nil
-	}
-	if err := os.MkdirAll(r.path, perm); err != nil {
-		return &PathError{Op: "mkdir", Path: full, Component: r.path, Err: err}
-	}
 	fd, err := r.openRoot("mkdir", full)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(r.path, perm); err != nil {
+			return &PathError{Op: "mkdir", Path: full, Component: r.path, Err: err}
+		}
+		fd, err = r.openRoot("mkdir", full)
+	}
 	if err != nil {
 		return err
 	}
-	defer func() { _ = unix.Close(fd) }()
-	for i, c := range comps {
-		const dirFlags = unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
-		next, err := unix.Openat(fd, c, dirFlags, 0)
+	defer func() { r.releaseRoot(fd) }()
+	// Find the deepest directory that exists, from the whole path up (the
+	// common case: all of it, or all but the last few components), one
+	// openat2 each; then create the rest below it. Without openat2, or on
+	// anything but a missing component, walk from the root, which names
+	// the component at fault.
+	start, missing := 0, false
+	if HaveOpenat2() {
+		for i := len(comps); i > 0; i-- {
+			next, err := r.openFrom(fd, "mkdir", full, comps[:i], unix.O_PATH|unix.O_DIRECTORY)
+			if err == nil {
+				if i == len(comps) {
+					_ = unix.Close(next)
+					return nil
+				}
+				r.releaseRoot(fd)
+				fd, start = next, i
+				break
+			}
+			if !errors.Is(err, fs.ErrNotExist) {
+				missing = false
+				break
+			}
+			// comps[:i-1] may exist; comps[i-1] is missing if it does.
+			missing = true
+		}
+	}
+	return r.mkdirFrom(&fd, comps, start, missing, full, perm)
+}
+
+// mkdirFrom makes comps[start:] below *fd, the directory comps[:start]
+// (the root when start is 0), one component at a time, each opened with
+// O_NOFOLLOW from the one before: an existing component is checked, a
+// missing one made. missing says comps[start] is known to be missing: it is
+// made without looking first, and so is every component below one just
+// made. *fd ends as the last directory opened; the caller releases it.
+func (r *Root) mkdirFrom(fd *int, comps []string, start int, missing bool, full string, perm fs.FileMode) error {
+	const dirFlags = unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	for i := start; i < len(comps); i++ {
+		c, last := comps[i], i == len(comps)-1
+		compPath := filepath.Join(r.path, strings.Join(comps[:i+1], "/"))
+		next, err := -1, error(unix.ENOENT)
+		if !missing {
+			next, err = unix.Openat(*fd, c, dirFlags, 0)
+		}
+		missing = false
 		if err == unix.ENOENT {
-			if err := r.take(step.Mkdir, filepath.Join(r.path, strings.Join(comps[:i+1], "/"))); err != nil {
+			if err := r.take(step.Mkdir, compPath); err != nil {
 				return err
 			}
-			if err := unix.Mkdirat(fd, c, uint32(perm.Perm())); err != nil && err != unix.EEXIST {
-				return &PathError{Op: "mkdir", Path: full, Component: filepath.Join(r.path, strings.Join(comps[:i+1], "/")), Err: err}
+			err = unix.Mkdirat(*fd, c, uint32(perm.Perm()))
+			if err == nil && last {
+				return nil // just made: a directory, nothing below it to reach
 			}
-			next, err = unix.Openat(fd, c, dirFlags, 0)
+			missing = err == nil // so is what goes below it
+			if err != nil && err != unix.EEXIST {
+				return &PathError{Op: "mkdir", Path: full, Component: compPath, Err: err}
+			}
+			next, err = unix.Openat(*fd, c, dirFlags, 0)
 		}
 		if err != nil {
-			return r.classify(fd, "mkdir", full, comps[:i+1], false, 0, err)
+			return r.classify(*fd, "mkdir", full, comps[:i+1], false, 0, err)
 		}
-		_ = unix.Close(fd)
-		fd = next
+		r.releaseRoot(*fd)
+		*fd = next
 	}
 	return nil
 }
@@ -117,6 +162,21 @@ func writeRegular(fd int, full string, data []byte) error {
 	return nil
 }
 
+// writeAll writes data to fd, from its current offset.
+func writeAll(fd int, data []byte) error {
+	for len(data) > 0 {
+		n, err := unix.Write(fd, data)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
 // WriteFileAtomic writes data to name so that a reader sees the old
 // content or the whole new content: it writes a temporary file in the same
 // directory and renames it over name (replacing a symlink there, never
@@ -151,29 +211,34 @@ func (r *Root) writeFileAtomic(name string, data []byte, perm fs.FileMode, sync 
 	if err != nil {
 		return &PathError{Op: "write", Path: full, Err: err}
 	}
-	f := os.NewFile(uintptr(fd), filepath.Join(filepath.Dir(full), tmp))
+	// The raw descriptor, not an os.File, whose creation costs a system
+	// call (fcntl) on every vol_data.json written.
+	fdOpen := true
 	defer func() {
 		if err != nil {
-			_ = f.Close()
+			if fdOpen {
+				_ = unix.Close(fd)
+			}
 			// The clean-up is a change too: after a refused step (a
 			// crash, to the crash-point suite) the temporary file stays.
-			if r.take(step.Remove, f.Name()) == nil {
+			if r.take(step.Remove, filepath.Join(filepath.Dir(full), tmp)) == nil {
 				_ = unix.Unlinkat(dirFd, tmp, 0)
 			}
 		}
 	}()
-	if _, err = f.Write(data); err != nil {
+	if err = writeAll(fd, data); err != nil {
 		return &PathError{Op: "write", Path: full, Err: err}
 	}
-	if err = f.Chmod(perm); err != nil {
+	if err = unix.Fchmod(fd, uint32(perm.Perm())); err != nil {
 		return &PathError{Op: "write", Path: full, Err: err}
 	}
 	if sync {
-		if err = f.Sync(); err != nil {
+		if err = unix.Fsync(fd); err != nil {
 			return &PathError{Op: "write", Path: full, Err: err}
 		}
 	}
-	if err = f.Close(); err != nil {
+	fdOpen = false
+	if err = unix.Close(fd); err != nil {
 		return &PathError{Op: "write", Path: full, Err: err}
 	}
 	if err = r.take(step.Rename, full); err != nil {

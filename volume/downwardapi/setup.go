@@ -6,7 +6,6 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/internal/atomicwriter"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -31,10 +30,11 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 	}
 	// From here on the tmpfs is mounted: an error leaves the volume
 	// Uncertain, to be set up again or torn down.
-	w, err := atomicwriter.New(p.Root, dir, atomicwriter.Options{Steps: p.Steps, FSGroup: vol.FSGroup})
+	w, release, err := p.Writer(dir, vol.FSGroup)
 	if err != nil {
 		return "", fmt.Errorf("writing downwardAPI volume %q of pod %s: %w: %w", vol.SpecName, vol.Pod, err, volume.ErrInProgress)
 	}
+	defer release()
 	changed, err := w.Write(ctx, payload)
 	if err != nil {
 		return "", fmt.Errorf("writing downwardAPI volume %q of pod %s: %w: %w", vol.SpecName, vol.Pod, err, volume.ErrInProgress)

@@ -57,6 +57,7 @@ package emptydir
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path"
 	"path/filepath"
 
@@ -161,6 +162,26 @@ func newPlugin(cfg Config) (*plugin, error) {
 		alloc:   cfg.AllocatableMemory,
 		noswap:  tmpfsNoswapSupported,
 	}, nil
+}
+
+// held returns a copy of p whose root resolves every name from one handle
+// on the root directory, opened now, and the function that closes it: for
+// the file-system work of one set-up or teardown, which thus opens the
+// root once instead of once a call. A file system mounted on the root
+// later is seen by the next one (rootfs.Root.Hold). A root that does not
+// exist yet is not held: p itself is returned, whose calls make it as
+// needed.
+func (p *plugin) held() (*plugin, func(), error) {
+	h, err := p.rfs.Hold()
+	if errors.Is(err, fs.ErrNotExist) {
+		return p, func() {}, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	q := *p
+	q.rfs = h
+	return &q, func() { _ = h.Close() }, nil
 }
 
 // Name implements volume.Plugin.

@@ -59,6 +59,11 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 // setUpAt sets the volume up at at (see SetUp); an error once the
 // directory exists wraps volume.ErrInProgress.
 func (p *plugin) setUpAt(ctx context.Context, at paths, m medium, vol cache.PodVolume, changeOwnership bool) error {
+	p, release, err := p.held()
+	if err != nil {
+		return err
+	}
+	defer release()
 	done, err := p.readyAndWhole(at, m)
 	if err != nil || done {
 		if err == nil {

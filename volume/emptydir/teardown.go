@@ -50,6 +50,11 @@ func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 
 // tearDownAt takes the volume at at down (see TearDown).
 func (p *plugin) tearDownAt(ctx context.Context, at paths) error {
+	p, release, err := p.held()
+	if err != nil {
+		return err
+	}
+	defer release()
 	table, err := p.mounter.List()
 	if err != nil {
 		return fmt.Errorf("listing mount points: %w", err)

@@ -37,6 +37,11 @@ func (m *Manager) CleanVolume(ctx context.Context, pod types.UID, volume string)
 		return fmt.Errorf("cleaning the subPath bind mounts of pod %s volume %q: %w", pod, volume, err)
 	}
 	defer m.locks.lock(pod)()
+	m, release, err := m.held()
+	if err != nil {
+		return fmt.Errorf("cleaning the subPath bind mounts of pod %s volume %q: %w", pod, volume, err)
+	}
+	defer release()
 	if err := m.cleanVolume(ctx, pod, volume); err != nil {
 		return err
 	}
@@ -50,6 +55,11 @@ func (m *Manager) CleanPod(ctx context.Context, pod types.UID) error {
 		return fmt.Errorf("cleaning the subPath bind mounts of pod %s: %w", pod, err)
 	}
 	defer m.locks.lock(pod)()
+	m, release, err := m.held()
+	if err != nil {
+		return fmt.Errorf("cleaning the subPath bind mounts of pod %s: %w", pod, err)
+	}
+	defer release()
 	dir := podSubPathsDir(pod)
 	entries, err := m.root.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -36,6 +36,7 @@ package subpath
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -107,7 +108,8 @@ type Manager struct {
 	// components below the root are no symlinks); replaced in tests on
 	// the fake mounter.
 	detach func(target string) error
-	locks  podLocks
+	// locks is shared with the copies held makes.
+	locks *podLocks
 }
 
 // New returns a Manager for cfg.
@@ -126,10 +128,29 @@ func New(cfg Config) (*Manager, error) {
 		root:    root.WithSteps(cfg.Steps),
 		mounter: step.Mounter(cfg.Mounter, cfg.Steps),
 		steps:   cfg.Steps,
+		locks:   &podLocks{},
 	}
 	m.sameFile = m.sameFileStat
 	m.detach = detachMount
 	return m, nil
+}
+
+// held returns a copy of m whose root resolves every name from one handle
+// on the root directory, opened now, and the function that closes it: for
+// one clean-up, which thus opens the root once instead of once a call (a
+// file system mounted on the root later is seen by the next one). A root
+// that does not exist is not held: m itself is returned.
+func (m *Manager) held() (*Manager, func(), error) {
+	h, err := m.root.Hold()
+	if errors.Is(err, fs.ErrNotExist) {
+		return m, func() {}, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	q := *m
+	q.root = h
+	return &q, func() { _ = h.Close() }, nil
 }
 
 // Mount is one volumeMount of a container that has a subPath.

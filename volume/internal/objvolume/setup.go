@@ -54,10 +54,11 @@ func (p *Plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 	if err != nil {
 		return "", err
 	}
-	w, err := atomicwriter.New(p.Root, dir, atomicwriter.Options{Steps: p.Steps, FSGroup: vol.FSGroup})
+	w, release, err := p.Writer(dir, vol.FSGroup)
 	if err != nil {
 		return fail(fmt.Errorf("%w: %w", err, volume.ErrInProgress))
 	}
+	defer release()
 	changed, err := w.Write(ctx, files)
 	if err != nil {
 		return fail(fmt.Errorf("%s %s/%s: %w: %w", p.kind.Resource, vol.Pod.Namespace, src.Name, err, volume.ErrInProgress))

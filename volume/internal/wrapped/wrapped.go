@@ -18,6 +18,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/internal/atomicwriter"
 	"github.com/nodevol/nodevol/internal/downward"
 	"github.com/nodevol/nodevol/internal/rootfs"
 	"github.com/nodevol/nodevol/util/step"
@@ -61,6 +62,24 @@ func New(title, pluginName string, cfg emptydir.Config, node func() (v1.Resource
 		return Base{}, fmt.Errorf("%s plugin: %w", title, err)
 	}
 	return Base{Wrapper: w, Root: r, Steps: cfg.Steps, alloc: node}, nil
+}
+
+// Writer returns the atomic writer of a volume's directory dir (made by
+// Wrapper.SetUp) for the pod's fsGroup, with the plugin's steps hook, and
+// the function to call once its Write is done. The writer resolves every
+// name from one handle on the root, opened now (rootfs.Root.Hold): one
+// open of the root for the whole payload instead of one per file.
+func (b *Base) Writer(dir string, fsGroup *int64) (*atomicwriter.Writer, func(), error) {
+	h, err := b.Root.Hold()
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := atomicwriter.New(h, dir, atomicwriter.Options{Steps: b.Steps, FSGroup: fsGroup})
+	if err != nil {
+		_ = h.Close()
+		return nil, nil, err
+	}
+	return w, func() { _ = h.Close() }, nil
 }
 
 // Capabilities implements volume.Plugin: neither attached nor staged,
