@@ -64,6 +64,13 @@ func runAgent(ctx context.Context, o options) error {
 		}
 		defer stop()
 	}
+	if o.profilingAddress != "" {
+		stop, err := serveProfiling(ctx, o.profilingAddress)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	if err := updateNodeAttachMode(ctx, client, vm, o.node); err != nil {
 		return err
 	}
