@@ -134,7 +134,8 @@ func New(cfg Config) (*VolumeManager, error) {
 		vm.factory = informers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0, informers.WithTransform(trimInformerObject))
 	}
 	vm.objects = objectcache.New(objectcache.Config{Client: cfg.KubeClient, Clock: cfg.Clock, OnChange: vm.in.objectChanged,
-		TTL: cfg.ResyncPeriod}) // the refresh of what may only be GET (node-restricted mode)
+		TTL:       cfg.ResyncPeriod, // the refresh of what may only be GET (node-restricted mode)
+		Transform: trimCachedObject})
 	vm.tokens = tokens.New(cfg.KubeClient, cfg.Clock)
 	if vm.certs, err = podcert.New(podcert.Config{Client: cfg.KubeClient, Clock: cfg.Clock, NodeName: cfg.NodeName,
 		OnChange: vm.in.credentialsChanged, Recorder: cfg.EventRecorder}); err != nil {

@@ -309,3 +309,41 @@ func TestHoldObjectsAnnouncesFirstClaim(t *testing.T) {
 		t.Errorf("volume held by %v, want the pod", got)
 	}
 }
+
+// TestNodeRestrictedCacheTrims: the claims and volumes node-restricted
+// mode GETs are kept trimmed as the informers keep theirs, for as long as
+// the pods hold them: without managedFields, and equal capacities shared
+// by the claims and volumes of one size.
+func TestNodeRestrictedCacheTrims(t *testing.T) {
+	e := newEnv(t, envOptions{nodeRestricted: true, client: restrictedClient()})
+	managed := []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate}}
+	var pvs []string
+	for _, name := range []string{"vol-a", "vol-b"} {
+		pvc, pv := csitest.BoundClaim("ns", name, e.drv.DriverName(), "handle-"+name)
+		pvc.ManagedFields, pv.ManagedFields = managed, managed
+		e.create(pvc, pv)
+		pvs = append(pvs, pv.Name)
+		if err := e.mount(csitest.Pod("ns", "p-"+name, csitest.WithPVC("data", name, false)), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var claims []*v1.PersistentVolumeClaim
+	var volumes []*v1.PersistentVolume
+	for i, name := range []string{"vol-a", "vol-b"} {
+		pvc, err := peek[*v1.PersistentVolumeClaim](e.vm.objects, objectcache.Ref{Kind: objectcache.PersistentVolumeClaim, Namespace: "ns", Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pv, err := peek[*v1.PersistentVolume](e.vm.objects, objectcache.Ref{Kind: objectcache.PersistentVolume, Name: pvs[i]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pvc.ManagedFields) > 0 || len(pv.ManagedFields) > 0 {
+			t.Errorf("claim %s and its volume kept with %d and %d managedFields entries, want none", name, len(pvc.ManagedFields), len(pv.ManagedFields))
+		}
+		claims, volumes = append(claims, pvc), append(volumes, pv)
+	}
+	if !sameMap(claims[0].Status.Capacity, claims[1].Status.Capacity) || !sameMap(volumes[0].Spec.Capacity, volumes[1].Spec.Capacity) {
+		t.Error("the capacities of two claims and volumes of one size are not shared")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // trimInformerObject is the transform of the informers nodevol makes itself
@@ -61,6 +62,19 @@ func trimInformerObject(obj any) (any, error) {
 		return &o, nil
 	}
 	return obj, nil
+}
+
+// trimCachedObject is the object cache's transform (objectcache.Config):
+// the claims, volumes and attachments node-restricted mode reads one at a
+// time are trimmed as the informers' are, for as long as the node's pods
+// hold them. ConfigMaps, secrets and ClusterTrustBundles are kept as read.
+func trimCachedObject(obj runtime.Object) runtime.Object {
+	switch obj.(type) {
+	case *v1.PersistentVolumeClaim, *v1.PersistentVolume, *storagev1.VolumeAttachment:
+		trimmed, _ := trimInformerObject(obj)
+		return trimmed.(runtime.Object)
+	}
+	return obj
 }
 
 // trimMeta trims m, a shallow copy: its fields are set, never written

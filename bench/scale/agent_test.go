@@ -39,13 +39,15 @@ type agent struct {
 	root    string
 	logPath string
 	base    string // http://addr of /metrics and /healthz
+	pprof   string // addr of /debug/pprof/, with -scale.heapprofile
 	cmd     *exec.Cmd
 	exited  chan struct{}
 }
 
 // startAgent creates node's Node as the node (what the kubelet does when
 // it registers) and starts the example node agent with the node's
-// client certificate, node-restricted, with the cluster's CSI driver; it
+// client certificate, node-restricted unless -scale.informers, with the
+// cluster's CSI driver; it
 // sets started to when the Node had been created (the node's requests
 // from then on are the agent's) and returns once /healthz says ok (the
 // informer of the node's pods has synced).
@@ -80,9 +82,23 @@ func startAgent(b *testing.B, c *cluster, node string, started *time.Time) *agen
 		b.Fatal(err)
 	}
 	defer log.Close()
-	a.cmd = exec.Command(nodeagent.Path(b), "--kubeconfig", kubeconfig, "--node", node, "--root-dir", a.root,
-		"--node-restricted", "--plugin-registration=false", "--http-endpoint", addr,
-		"--driver", c.driver.DriverName()+"="+c.driver.Endpoint())
+	args := []string{"--kubeconfig", kubeconfig, "--node", node, "--root-dir", a.root,
+		"--plugin-registration=false", "--http-endpoint", addr,
+		"--driver", c.driver.DriverName() + "=" + c.driver.Endpoint()}
+	if !*scaleInf {
+		args = append(args, "--node-restricted")
+	}
+	if *scaleHeap != "" {
+		if a.pprof, err = freeAddr(); err != nil {
+			b.Fatal(err)
+		}
+		args = append(args, "--profiling-address", a.pprof)
+	}
+	a.cmd = exec.Command(nodeagent.Path(b), args...)
+	if *scaleHeap != "" {
+		// Finer sampling than the default one in 512 KiB.
+		a.cmd.Env = append(os.Environ(), "GODEBUG=memprofilerate=4096")
+	}
 	a.cmd.Stdout, a.cmd.Stderr = log, log
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := a.cmd.Start(); err != nil {
@@ -187,32 +203,77 @@ func parseMetrics(r io.Reader, names ...string) (map[string]float64, error) {
 	return out, nil
 }
 
-// rss is the process's resident set size (VmRSS of /proc/{pid}/status) in bytes.
-func (a *agent) rss() (uint64, error) {
+// status reads the memory lines of the process's /proc/{pid}/status.
+func (a *agent) status() (procStatus, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid))
 	if err != nil {
-		return 0, fmt.Errorf("node agent of %s: %w", a.node, err)
+		return procStatus{}, fmt.Errorf("node agent of %s: %w", a.node, err)
 	}
 	defer f.Close()
-	return parseVmRSS(f)
+	st, err := parseStatus(f)
+	if err != nil {
+		return procStatus{}, fmt.Errorf("node agent of %s: /proc/%d/status: %w", a.node, a.cmd.Process.Pid, err)
+	}
+	return st, nil
 }
 
-// parseVmRSS reads VmRSS from a /proc/{pid}/status file, in bytes.
-func parseVmRSS(r io.Reader) (uint64, error) {
+// procStatus is a process's memory as /proc/{pid}/status gives it, in
+// bytes: VmRSS is RssAnon (heap, stacks, the runtime's own) plus RssFile
+// (the pages of the binary and other files it touched) plus RssShmem
+// (shared memory; a binary on a tmpfs is counted there).
+type procStatus struct {
+	VmRSS, VmHWM, RssAnon, RssFile, RssShmem uint64
+}
+
+// parseStatus reads VmRSS, VmHWM, RssAnon, RssFile and RssShmem from a
+// /proc/{pid}/status file; a missing one is an error.
+func parseStatus(r io.Reader) (procStatus, error) {
+	var st procStatus
+	fields := map[string]*uint64{"VmRSS": &st.VmRSS, "VmHWM": &st.VmHWM, "RssAnon": &st.RssAnon,
+		"RssFile": &st.RssFile, "RssShmem": &st.RssShmem}
+	seen := 0
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("VmRSS %q: %w", rest, err)
-			}
-			return kb << 10, nil
+		name, rest, ok := strings.Cut(sc.Text(), ":")
+		dst := fields[name]
+		if !ok || dst == nil {
+			continue
 		}
+		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		if err != nil {
+			return procStatus{}, fmt.Errorf("%s %q: %w", name, rest, err)
+		}
+		*dst = kb << 10
+		seen++
 	}
 	if err := sc.Err(); err != nil {
-		return 0, err
+		return procStatus{}, err
 	}
-	return 0, fmt.Errorf("no VmRSS")
+	if seen != len(fields) {
+		return procStatus{}, fmt.Errorf("%d of the %d lines VmRSS, VmHWM, RssAnon, RssFile and RssShmem", seen, len(fields))
+	}
+	return st, nil
+}
+
+// heapProfile writes the agent's heap profile, after a GC, to path.
+func (a *agent) heapProfile(path string) error {
+	resp, err := http.Get("http://" + a.pprof + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return fmt.Errorf("node agent of %s: heap profile: %w", a.node, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("node agent of %s: heap profile: %s", a.node, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("node agent of %s: heap profile: %w", a.node, err)
+	}
+	return f.Close()
 }
 
 // freeAddr returns a 127.0.0.1 TCP address that was free a moment ago.

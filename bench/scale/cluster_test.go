@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/mount-utils"
@@ -84,6 +85,11 @@ func startCluster(b *testing.B, nodes []string) *cluster {
 	if err := c.createShared(b.Context()); err != nil {
 		b.Fatal(err)
 	}
+	if *scaleInf {
+		if err := c.grantInformers(b.Context(), users); err != nil {
+			b.Fatal(err)
+		}
+	}
 	return c
 }
 
@@ -104,6 +110,33 @@ func (c *cluster) createShared(ctx context.Context) error {
 	sec := csitest.Secret(appsNS, secName, map[string]string{secKey: "s3cret"})
 	if _, err := core.Secrets(appsNS).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf(createErr, "secret "+secName, err)
+	}
+	return nil
+}
+
+// informerReader is the ClusterRole -scale.informers grants the nodes:
+// what the volume manager's informers of claims, volumes and attachments
+// list and watch, which the Node authorizer does not allow a node.
+const informerReader = "nodevol-informer-reader"
+
+// grantInformers lets users get, list and watch every claim, volume and
+// attachment of the cluster (RBAC, after the Node authorizer).
+func (c *cluster) grantInformers(ctx context.Context, users []string) error {
+	read := []string{"get", "list", "watch"}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: informerReader}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "persistentvolumes"}, Verbs: read},
+		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: read},
+	}}
+	if _, err := c.admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf(createErr, "ClusterRole "+informerReader, err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: informerReader},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: informerReader}}
+	for _, u := range users {
+		binding.Subjects = append(binding.Subjects, rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: u})
+	}
+	if _, err := c.admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf(createErr, "ClusterRoleBinding "+informerReader, err)
 	}
 	return nil
 }

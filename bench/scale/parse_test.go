@@ -48,22 +48,25 @@ go_memstats_heap_inuse_bytes_total 3
 	}
 }
 
-func TestParseVmRSS(t *testing.T) {
+func TestParseStatus(t *testing.T) {
+	const full = "Name:\tnodeagent\nVmPeak:\t  900 kB\nVmHWM:\t   61440 kB\nVmRSS:\t   51200 kB\n" +
+		"RssAnon:\t   30720 kB\nRssFile:\t   20480 kB\nRssShmem:\t       0 kB\nThreads:\t9\n"
 	tests := []struct {
 		name    string
 		status  string
-		want    uint64
+		want    procStatus
 		wantErr bool
 	}{
-		{"kB to bytes", "Name:\tnodeagent\nVmPeak:\t  900 kB\nVmRSS:\t   51200 kB\nThreads:\t9\n", 50 << 20, false},
-		{"none", "Name:\tnodeagent\n", 0, true},
-		{"not a number", "VmRSS:\t lots kB\n", 0, true},
+		{"kB to bytes", full, procStatus{VmRSS: 50 << 20, VmHWM: 60 << 20, RssAnon: 30 << 20, RssFile: 20 << 20}, false},
+		{"none", "Name:\tnodeagent\n", procStatus{}, true},
+		{"one missing", strings.Replace(full, "RssShmem", "Shmem", 1), procStatus{}, true},
+		{"not a number", strings.Replace(full, "51200", "lots", 1), procStatus{}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseVmRSS(strings.NewReader(tt.status))
+			got, err := parseStatus(strings.NewReader(tt.status))
 			if (err != nil) != tt.wantErr || got != tt.want {
-				t.Errorf("parseVmRSS = %d, %v; want %d, error %v", got, err, tt.want, tt.wantErr)
+				t.Errorf("parseStatus = %+v, %v; want %+v, error %v", got, err, tt.want, tt.wantErr)
 			}
 		})
 	}

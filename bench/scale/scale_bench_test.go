@@ -22,9 +22,12 @@ import (
 
 var (
 	scaleOthers  = flag.String("scale.others", "0,1000", "BenchmarkClusterSize: the numbers of other PersistentVolumes and bound claims in the cluster, one run each, comma-separated")
-	scalePods    = flag.Int("scale.pods", 50, "BenchmarkClusterSize: the node's own pods, each with one CSI claim, a configMap and a secret")
+	scalePods    = flag.Int("scale.pods", 50, "BenchmarkClusterSize: the node's own pods, each with one CSI claim, a configMap and a secret (only the claim with -scale.w1)")
+	scaleW1      = flag.Bool("scale.w1", false, "BenchmarkClusterSize: the pods carry one CSI claim each and nothing else (workload W1)")
+	scaleInf     = flag.Bool("scale.informers", false, "BenchmarkClusterSize: run the agent without --node-restricted, reading claims, volumes and attachments with informers; its node's user is granted list and watch of them by RBAC")
 	scaleSamples = flag.Int("scale.samples", 3, "BenchmarkClusterSize: agents measured one after another per run, each on a node of its own")
 	scaleRest    = flag.Duration("scale.rest", 130*time.Second, "BenchmarkClusterSize: the window at rest in which the agent's heap and VmRSS are sampled (longer than the Go runtime's 2-minute forced GC)")
+	scaleHeap    = flag.String("scale.heapprofile", "", "BenchmarkClusterSize: a directory where each agent's heap profile is written at the end of its window at rest (others=K-node-N.heap; the agent runs with --profiling-address)")
 	scaleWorkers = flag.Int("scale.workers", 64, "BenchmarkClusterSize: concurrent creates of the other claims")
 )
 
@@ -36,6 +39,8 @@ const (
 	mountWait   = 5 * time.Minute
 	heapMetric  = "go_memstats_heap_inuse_bytes"
 	gcMetric    = "go_gc_duration_seconds_count"
+	goMetric    = "go_goroutines"
+	stackMetric = "go_memstats_stack_inuse_bytes"
 	mib         = 1 << 20
 )
 
@@ -70,10 +75,9 @@ func BenchmarkClusterSize(b *testing.B) {
 
 // sample is what one agent measured.
 type sample struct {
-	heap, rss uint64 // lowest at rest
-	gcs       int    // GCs in the window at rest
-	requests  apiaudit.Counts
-	mount     time.Duration
+	rest     rest
+	requests apiaudit.Counts // from the agent's start to the window's end
+	mount    time.Duration
 }
 
 func runClusterSize(b *testing.B, k int) {
@@ -90,19 +94,35 @@ func runClusterSize(b *testing.B, k int) {
 	b.Logf("others=%d: the other volumes and bound claims created in %v", k, created.Round(time.Millisecond))
 	var samples []sample
 	for _, node := range nodes {
-		s := runSample(b, c, node, *scalePods)
-		b.Logf("others=%d %s: mounted in %v; at rest heap in use %.1f MiB, VmRSS %.1f MiB (lowest, %d GCs); %d requests:\n%s",
-			k, node, s.mount.Round(time.Millisecond), float64(s.heap)/mib, float64(s.rss)/mib, s.gcs, s.requests.Total(), s.requests)
+		s := runSample(b, c, node, *scalePods, k)
+		r := s.rest
+		b.Logf("others=%d %s: mounted in %v; at rest heap in use %.1f MiB (lowest), VmRSS %.1f-%.1f MiB "+
+			"(lowest: RssAnon %.1f, RssFile %.1f, RssShmem %.1f), VmHWM %.1f MiB, %d GCs, %d goroutines, %.1f MiB of stacks; %d requests from the start:\n%s"+
+			"requests in the %v at rest:\n%s",
+			k, node, s.mount.Round(time.Millisecond), mb(r.heap), mb(r.low.VmRSS), mb(r.rssMax),
+			mb(r.low.RssAnon), mb(r.low.RssFile), mb(r.low.RssShmem), mb(r.hwm), r.gcs, r.goroutines, mb(r.stack),
+			s.requests.Total(), s.requests, r.window.Round(time.Second), r.requests)
 		samples = append(samples, s)
 	}
-	report(b, "heap-MiB", samples, func(s sample) float64 { return float64(s.heap) / mib })
-	report(b, "rss-MiB", samples, func(s sample) float64 { return float64(s.rss) / mib })
+	report(b, "heap-MiB", samples, func(s sample) float64 { return mb(s.rest.heap) })
+	report(b, "rss-MiB", samples, func(s sample) float64 { return mb(s.rest.low.VmRSS) })
+	report(b, "rss-high-MiB", samples, func(s sample) float64 { return mb(s.rest.rssMax) })
+	report(b, "hwm-MiB", samples, func(s sample) float64 { return mb(s.rest.hwm) })
+	report(b, "rss-anon-MiB", samples, func(s sample) float64 { return mb(s.rest.low.RssAnon) })
+	report(b, "rss-file-MiB", samples, func(s sample) float64 { return mb(s.rest.low.RssFile + s.rest.low.RssShmem) })
 	report(b, "req", samples, func(s sample) float64 { return float64(s.requests.Total()) })
 	report(b, "claim-req", samples, func(s sample) float64 { return float64(s.requests.Of(claimResources...)) })
+	report(b, "rest-req/h", samples, func(s sample) float64 { return s.rest.perHour(false) })
+	report(b, "rest-watch/h", samples, func(s sample) float64 { return s.rest.perHour(true) })
 	report(b, "mount-s", samples, func(s sample) float64 { return s.mount.Seconds() })
 	b.ReportMetric(created.Seconds(), "create-s")
+	if fi, err := os.Stat(nodeagent.Path(b)); err == nil {
+		b.ReportMetric(mb(uint64(fi.Size())), "binary-MiB")
+	}
 	b.ReportMetric(0, "ns/op")
 }
+
+func mb(n uint64) float64 { return float64(n) / mib }
 
 // report reports the lowest and the highest of the samples' f as
 // unit-min and unit-max.
@@ -118,7 +138,7 @@ func report(b *testing.B, unit string, samples []sample, f func(sample) float64)
 // runSample creates node's claims, starts its agent, creates its pods,
 // waits for their volumes, measures the agent at rest, then deletes the
 // pods, waits for their volumes to be given back and stops the agent.
-func runSample(b *testing.B, c *cluster, node string, pods int) sample {
+func runSample(b *testing.B, c *cluster, node string, pods, others int) sample {
 	ctx := b.Context()
 	for i := range pods {
 		if err := c.createClaim(ctx, appsNS, claimName(node, i)); err != nil {
@@ -136,8 +156,13 @@ func runSample(b *testing.B, c *cluster, node string, pods int) sample {
 		b.Fatal(err)
 	}
 	s := sample{mount: time.Since(created)}
-	if s.heap, s.rss, s.gcs, err = atRest(ctx, a); err != nil {
+	if s.rest, err = atRest(ctx, c, a); err != nil {
 		b.Fatal(err)
+	}
+	if *scaleHeap != "" {
+		if err := a.heapProfile(filepath.Join(*scaleHeap, fmt.Sprintf("others=%d-%s.heap", others, node))); err != nil {
+			b.Fatal(err)
+		}
 	}
 	if s.requests, err = apiaudit.Count(c.auditLog, nodeUser(node), from, time.Now()); err != nil {
 		b.Fatal(err)
@@ -151,18 +176,22 @@ func runSample(b *testing.B, c *cluster, node string, pods int) sample {
 
 func claimName(node string, i int) string { return fmt.Sprintf("%s-claim-%03d", node, i) }
 
-// createPods creates n pods on node, each with its claim, the configMap
-// and the secret, and returns their UIDs and their claims' volume handles.
+// createPods creates n pods on node, each with its claim, and unless
+// -scale.w1 the configMap and the secret, and returns their UIDs and
+// their claims' volume handles.
 func (c *cluster) createPods(ctx context.Context, node string, n int) (map[string]string, error) {
 	uids := make(map[string]string, n)
 	for i := range n {
 		claim := claimName(node, i)
-		pod := csitest.Pod(appsNS, fmt.Sprintf("%s-pod-%03d", node, i), csitest.PodNode(node),
-			csitest.WithPVC("data", claim, false),
-			csitest.WithVolume(v1.Volume{Name: "config", VolumeSource: v1.VolumeSource{
-				ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: cmName}}}}, true),
-			csitest.WithVolume(v1.Volume{Name: "creds", VolumeSource: v1.VolumeSource{
-				Secret: &v1.SecretVolumeSource{SecretName: secName}}}, true))
+		opts := []csitest.PodOption{csitest.PodNode(node), csitest.WithPVC("data", claim, false)}
+		if !*scaleW1 {
+			opts = append(opts,
+				csitest.WithVolume(v1.Volume{Name: "config", VolumeSource: v1.VolumeSource{
+					ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: cmName}}}}, true),
+				csitest.WithVolume(v1.Volume{Name: "creds", VolumeSource: v1.VolumeSource{
+					Secret: &v1.SecretVolumeSource{SecretName: secName}}}, true))
+		}
+		pod := csitest.Pod(appsNS, fmt.Sprintf("%s-pod-%03d", node, i), opts...)
 		created, err := c.admin.CoreV1().Pods(appsNS).Create(ctx, pod, metav1.CreateOptions{})
 		if err != nil {
 			return nil, fmt.Errorf(createErr, "pod "+pod.Name, err)
@@ -172,12 +201,15 @@ func (c *cluster) createPods(ctx context.Context, node string, n int) (map[strin
 	return uids, nil
 }
 
-// mounted tells whether every pod's claim is published by the driver and
-// its configMap's and secret's files are written.
+// mounted tells whether every pod's claim is published by the driver and,
+// unless -scale.w1, its configMap's and secret's files are written.
 func (c *cluster) mounted(a *agent, uids map[string]string) bool {
 	for uid, handle := range uids {
 		if len(c.driver.Published(handle)) == 0 {
 			return false
+		}
+		if *scaleW1 {
+			continue
 		}
 		vols := filepath.Join(a.root, "pods", uid, "volumes")
 		for _, f := range []string{filepath.Join("kubernetes.io~configmap", "config", cmKey), filepath.Join("kubernetes.io~secret", "creds", secKey)} {
@@ -189,38 +221,74 @@ func (c *cluster) mounted(a *agent, uids map[string]string) bool {
 	return true
 }
 
-// atRest waits settle, then reads the agent's heap in use and VmRSS every
-// sampleEvery for -scale.rest and returns the lowest of each, and the
-// GCs the runtime ran meanwhile.
-func atRest(ctx context.Context, a *agent) (heap, rss uint64, gcs int, err error) {
+// rest is what the agent did in the window at rest.
+type rest struct {
+	heap       uint64          // lowest heap in use
+	low        procStatus      // the status read when VmRSS was lowest
+	rssMax     uint64          // highest VmRSS
+	hwm        uint64          // VmHWM at the window's end: the peak since the start
+	gcs        int             // GCs the runtime ran
+	goroutines int             // the most goroutines
+	stack      uint64          // the most stack in use
+	requests   apiaudit.Counts // the agent's requests in the window
+	window     time.Duration
+}
+
+// perHour is the number of the window's requests, watches or all but
+// watches, scaled to an hour.
+func (r rest) perHour(watches bool) float64 {
+	n := 0
+	for key, v := range r.requests {
+		if strings.HasPrefix(key, "watch ") == watches {
+			n += v
+		}
+	}
+	return float64(n) * float64(time.Hour) / float64(r.window)
+}
+
+// atRest waits settle, then reads the agent's heap in use and
+// /proc/{pid}/status every sampleEvery for -scale.rest, and counts the
+// agent's requests in that window.
+func atRest(ctx context.Context, c *cluster, a *agent) (rest, error) {
 	select {
 	case <-time.After(settle):
 	case <-ctx.Done():
-		return 0, 0, 0, ctx.Err()
+		return rest{}, ctx.Err()
 	}
-	heap, rss = math.MaxUint64, math.MaxUint64
+	r := rest{heap: math.MaxUint64, low: procStatus{VmRSS: math.MaxUint64}}
 	gcFirst := -1.0
 	var gcLast float64
-	for end := time.Now().Add(*scaleRest); time.Now().Before(end); {
-		m, err := a.metrics(heapMetric, gcMetric)
+	from := time.Now()
+	for end := from.Add(*scaleRest); time.Now().Before(end); {
+		m, err := a.metrics(heapMetric, gcMetric, goMetric, stackMetric)
 		if err != nil {
-			return 0, 0, 0, err
+			return rest{}, err
 		}
-		r, err := a.rss()
+		st, err := a.status()
 		if err != nil {
-			return 0, 0, 0, err
+			return rest{}, err
 		}
-		heap, rss, gcLast = min(heap, uint64(m[heapMetric])), min(rss, r), m[gcMetric]
+		r.heap, r.rssMax, r.hwm, gcLast = min(r.heap, uint64(m[heapMetric])), max(r.rssMax, st.VmRSS), st.VmHWM, m[gcMetric]
+		r.goroutines, r.stack = max(r.goroutines, int(m[goMetric])), max(r.stack, uint64(m[stackMetric]))
+		if st.VmRSS < r.low.VmRSS {
+			r.low = st
+		}
 		if gcFirst < 0 {
 			gcFirst = gcLast
 		}
 		select {
 		case <-time.After(sampleEvery):
 		case <-ctx.Done():
-			return 0, 0, 0, ctx.Err()
+			return rest{}, ctx.Err()
 		}
 	}
-	return heap, rss, int(gcLast - gcFirst), nil
+	to := time.Now()
+	r.gcs, r.window = int(gcLast-gcFirst), to.Sub(from)
+	var err error
+	if r.requests, err = apiaudit.Count(c.auditLog, nodeUser(a.node), from, to); err != nil {
+		return rest{}, err
+	}
+	return r, nil
 }
 
 // givePodsBack deletes the pods and waits until the driver publishes none

@@ -70,6 +70,13 @@ type Config struct {
 	Mode Mode
 	// TTL is the refresh period of ModeGet. Default DefaultTTL.
 	TTL time.Duration
+	// Transform is applied to every object a read gives (a GET, a list's
+	// items, a watch's events) before the cache keeps it, to drop what no
+	// reader needs: a node's claims and volumes are kept as long as its
+	// pods run. It must keep the name, namespace, resourceVersion and
+	// what Get's readers read, must not write its argument, and must be
+	// idempotent. Default: objects are kept as read.
+	Transform func(runtime.Object) runtime.Object
 }
 
 // Cache is the node's cache of the API objects its pods read: one entry
@@ -81,6 +88,8 @@ type Cache struct {
 	mode     Mode
 	ttl      time.Duration
 	onChange func(Ref)
+	// transform is Config.Transform; nil: none.
+	transform func(runtime.Object) runtime.Object
 	// retry is the package's retry policy; tests fix its jitter.
 	retry backoff.Policy
 	queue workqueue.TypedInterface[Ref]
@@ -102,16 +111,17 @@ type Cache struct {
 // New returns a cache; Run starts reading.
 func New(cfg Config) *Cache {
 	c := &Cache{
-		client:   cfg.Client,
-		clock:    cfg.Clock,
-		mode:     cfg.Mode,
-		ttl:      cfg.TTL,
-		onChange: cfg.OnChange,
-		retry:    retry,
-		queue:    workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[Ref]{}),
-		stopped:  make(chan struct{}),
-		entries:  map[Ref]*entry{},
-		held:     map[string][]Ref{},
+		client:    cfg.Client,
+		clock:     cfg.Clock,
+		mode:      cfg.Mode,
+		ttl:       cfg.TTL,
+		onChange:  cfg.OnChange,
+		transform: cfg.Transform,
+		retry:     retry,
+		queue:     workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[Ref]{}),
+		stopped:   make(chan struct{}),
+		entries:   map[Ref]*entry{},
+		held:      map[string][]Ref{},
 	}
 	c.noStream.Store(!streamsWith(cfg.Client))
 	if c.clock == nil {

@@ -150,6 +150,7 @@ func (c *Cache) watchOnce(ctx context.Context, e *entry, rv string, stream bool)
 				return resumeFrom(rv, err), events > 0 && initial == nil, false, err
 			}
 			events++
+			ev.Object = c.keep(ev.Object)
 			if initial != nil {
 				ended, err := initial.add(ev)
 				if err != nil {
@@ -274,7 +275,7 @@ func (c *Cache) list(ctx context.Context, e *entry, cached bool) ([]runtime.Obje
 		if err != nil {
 			return nil, "", err
 		}
-		return []runtime.Object{obj}, "", nil
+		return []runtime.Object{c.keep(obj)}, "", nil
 	}
 	opts := e.m.listOptions(e.ref)
 	if cached {
@@ -284,7 +285,20 @@ func (c *Cache) list(ctx context.Context, e *entry, cached bool) ([]runtime.Obje
 	if err != nil {
 		return nil, "", e.kind.served(e.ref.Kind, err)
 	}
-	return items(l)
+	objs, rv, err := items(l)
+	for i := range objs {
+		objs[i] = c.keep(objs[i])
+	}
+	return objs, rv, err
+}
+
+// keep is what the cache keeps of an object a read gave: Config.Transform
+// of it, or the object itself.
+func (c *Cache) keep(obj runtime.Object) runtime.Object {
+	if c.transform == nil || obj == nil {
+		return obj
+	}
+	return c.transform(obj)
 }
 
 // answeredOK reports an entry that has had a good read.

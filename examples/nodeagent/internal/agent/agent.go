@@ -64,6 +64,13 @@ func runAgent(ctx context.Context, o options) error {
 		}
 		defer stop()
 	}
+	if o.profilingAddress != "" {
+		stop, err := serveProfiling(ctx, o.profilingAddress)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	if err := updateNodeAttachMode(ctx, client, vm, o.node); err != nil {
 		return err
 	}
@@ -76,10 +83,7 @@ func runAgent(ctx context.Context, o options) error {
 			return fmt.Errorf("registering driver %s: %w", name, err)
 		}
 	}
-	pods := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", o.node).String()
-		}))
+	pods := nodePods(client, o.node)
 	handler, err := pods.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { podChanged(ctx, vm, obj) },
 		UpdateFunc: func(_, obj any) { podChanged(ctx, vm, obj) },
@@ -111,6 +115,32 @@ func runAgent(ctx context.Context, o options) error {
 	err = vm.Run(ctx)
 	klog.FromContext(ctx).Info("Node agent stopped", "node", o.node)
 	return err
+}
+
+// nodePods is the informer factory of the pods bound to node. Its pods
+// are kept without managedFields (trimPod).
+func nodePods(client kubernetes.Interface, node string) informers.SharedInformerFactory {
+	return informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
+		}),
+		informers.WithTransform(trimPod))
+}
+
+// trimPod drops a pod's managedFields before the informer keeps it: the
+// record of which client set which field, often as large as the rest of
+// the pod, that neither the agent nor nodevol reads (AddPod keeps a
+// compact record of what it reads). It returns a shallow copy and writes
+// nothing it was given; it is idempotent, as client-go's TransformFunc
+// must be.
+func trimPod(obj any) (any, error) {
+	pod, ok := obj.(*v1.Pod)
+	if !ok || len(pod.ManagedFields) == 0 {
+		return obj, nil
+	}
+	out := *pod
+	out.ManagedFields = nil
+	return &out, nil
 }
 
 // kubeletSocket is where a running kubelet serves its pod-resources API,

@@ -36,6 +36,9 @@ type options struct {
 	selfAttach bool
 	// httpEndpoint is where /metrics and /healthz are served; empty: nowhere.
 	httpEndpoint string
+	// profilingAddress is the loopback address of /debug/pprof/; empty:
+	// no profiling endpoint.
+	profilingAddress string
 	// shutdownGrace bounds how long operations in flight at SIGTERM may go on.
 	shutdownGrace time.Duration
 	// qps and burst are the API client's rate limit (the kubelet's
@@ -104,6 +107,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.BoolVar(&o.nodeRestricted, "node-restricted", false, "read PVCs, PVs and VolumeAttachments one at a time with GET instead of informers: needed with the node's own credentials (Node authorizer), which may not list them")
 	fs.BoolVar(&o.selfAttach, "self-attach", false, "attach volumes from the node (create and delete their VolumeAttachments), as the kubelet with --enable-controller-attach-detach=false; the Node's controller-managed-attach-detach annotation is removed")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address of the HTTP server for /metrics (Prometheus) and /healthz (liveness), e.g. :8080 (default: no server)")
+	fs.StringVar(&o.profilingAddress, "profiling-address", "", "loopback TCP address of the Go runtime's profiles (/debug/pprof/: heap, CPU, goroutines), e.g. 127.0.0.1:6060; for debugging on the node (default: none)")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", 20*time.Second, "on SIGTERM, how long CSI operations in flight may go on before they are cancelled (no new one starts); keep it below the pod's terminationGracePeriodSeconds")
 	fs.Float64Var(&o.qps, "kube-api-qps", 50, "requests per second to the API server, as the kubelet's --kube-api-qps (client-go's own default, 5, makes 50 pods' service account tokens take 8 s)")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "requests allowed at once above --kube-api-qps, as the kubelet's --kube-api-burst")
