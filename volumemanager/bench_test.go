@@ -2,7 +2,8 @@ package volumemanager
 
 // The workloads of docs/PERFORMANCE.md, over the public API, with the test
 // kit's in-process driver (which does nothing but keep state) on a real
-// unix socket, the fake clientset and the fake mounter:
+// unix socket, the fake clientset and the benchmarks' fake mounter
+// (bench/mapmount, the kubelet's side's too):
 //
 //	W1, W2  BenchmarkMountPods       mount N pods with a PVC each, then unmount until unstaged
 //	W3      BenchmarkIdle            10,000 mounted volumes left alone for a minute
@@ -33,6 +34,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
+	"github.com/nodevol/nodevol/bench/mapmount"
 	"github.com/nodevol/nodevol/bench/realpods"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
@@ -158,7 +160,7 @@ func runWorkload(b *testing.B, w workload) result {
 	if w.attach > 0 {
 		csitest.NewFakeAttacher(b, client, csitest.AttacherOptions{Delay: w.attach})
 	}
-	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: b.TempDir(), Mounter: mount.NewFakeMounter(nil), MaxConcurrentOperations: w.maxOps})
+	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: b.TempDir(), Mounter: mapmount.New(), MaxConcurrentOperations: w.maxOps})
 	if err != nil {
 		b.Fatal(err)
 	}

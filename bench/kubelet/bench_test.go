@@ -1,8 +1,9 @@
 // Package kubeletbench runs nodevol's benchmark workloads on the kubelet's
 // volume manager (k8s.io/kubernetes v1.37.2), with its real CSI plugin,
-// the fake clientset, the fake mounter and an in-process CSI driver that
-// does nothing, and reports the same metrics under the same names, so that
-// make bench-compare can set the two side by side.
+// the fake clientset, the benchmarks' fake mounter (bench/mapmount,
+// nodevol's side's too) and an in-process CSI driver that does nothing,
+// and reports the same metrics under the same names, so that make
+// bench-compare can set the two side by side.
 package kubeletbench
 
 import (
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodevol/nodevol/bench/mapmount"
 	"github.com/nodevol/nodevol/bench/realpods"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -34,7 +36,6 @@ import (
 	"k8s.io/kubernetes/pkg/volume/csi"
 	volumetest "k8s.io/kubernetes/pkg/volume/testing"
 	"k8s.io/kubernetes/pkg/volume/util/hostutil"
-	"k8s.io/mount-utils"
 )
 
 const node = "node-1"
@@ -295,7 +296,8 @@ func runWorkload(b *testing.B, w workload) result {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pm := &podManager{pods: map[types.UID]*v1.Pod{}}
-	plugins, err := workloadPlugins(ctx, w, root, client, nodeObj, pm)
+	mounter := mapmount.New()
+	plugins, err := workloadPlugins(ctx, w, root, client, nodeObj, pm, mounter)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -303,7 +305,7 @@ func runWorkload(b *testing.B, w workload) result {
 		b.Fatal(err)
 	}
 	vm := volumemanager.NewVolumeManager(true, node, pm, podState{pm}, client, plugins,
-		mount.NewFakeMounter(nil), hostutil.NewFakeHostUtil(nil), filepath.Join(root, "pods"),
+		mounter, hostutil.NewFakeHostUtil(nil), filepath.Join(root, "pods"),
 		&record.FakeRecorder{}, volumetest.NewBlockVolumePathHandler(), volumeHealth{}, volumeHealthPeriod)
 	go vm.Run(ctx, sourcesReady{})
 	if w.attach > 0 {
