@@ -3,6 +3,9 @@
 // module requiring k8s.io/kubernetes) and the driver-only floor, in one
 // invocation, and prints one table with the ratios nodevol/kubelet and
 // nodevol/driver-only. Run it from the repository root (make bench-compare).
+// A benchmark of a mode of nodevol's alone (MountPodsNodeRestricted) is set
+// beside the kubelet's run of the same workload (MountPods), run once for
+// both.
 //
 //	compare [-pods 10,100,1000,5000,10000] [-w6-pods 100,1000,5000] [-bench regexp]
 package main
@@ -12,12 +15,12 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -116,6 +119,8 @@ var rows = []struct{ unit, label string }{
 	{"api/pod", "API requests per pod (mount; lists and watches too)"},
 	{"allocs/pod", "allocations per pod (mount)"},
 	{"peak-heap-MiB", "peak heap MiB"},
+	{"heap-inuse-harness-MiB", "heap in use, the harness alone (before the volume manager) MiB"},
+	{"heap-inuse-start-MiB", "heap in use before the first pod MiB"},
 	{"heap-inuse-MiB", "heap in use after mount MiB"},
 	{"peak-rss-MiB", "peak RSS MiB"},
 }
@@ -135,6 +140,29 @@ func apiKindRows(a, b map[string]float64) []struct{ unit, label string } {
 	for _, unit := range slices.Sorted(maps.Keys(kinds)) {
 		kind := strings.Replace(strings.TrimSuffix(strings.TrimPrefix(unit, "api-"), "/pod"), "-", " ", 1)
 		out = append(out, struct{ unit, label string }{unit, "  of which " + kind + " per pod"})
+	}
+	return out
+}
+
+// kubeletTwins names, for a benchmark of nodevol's alone (a mode the
+// kubelet does not have), the kubelet's benchmark of the same workload that
+// its rows are set beside: BenchmarkMountPodsNodeRestricted/pods=N beside
+// the kubelet's BenchmarkMountPods/pods=N.
+var kubeletTwins = map[string]string{"MountPodsNodeRestricted": "MountPods"}
+
+// twin returns the kubelet's results for nodevol's benchmarks named in
+// kubeletTwins, under nodevol's names, from kl (the kubelet's results by
+// its names).
+func twin(name string, kl results) results {
+	of, ok := kubeletTwins[name]
+	if !ok {
+		return nil
+	}
+	out := results{}
+	for n, m := range kl {
+		if rest, ok := strings.CutPrefix(n, "Benchmark"+of+"/"); ok {
+			out["Benchmark"+name+"/"+rest] = m
+		}
 	}
 	return out
 }
@@ -175,7 +203,8 @@ func main() {
 	idle := flag.Int("idle-volumes", 10000, "volumes for W3 (the idle minute)")
 	tmp := flag.String("tmpdir", "/dev/shm", "directory (a tmpfs) for the benchmarks' files; empty: TMPDIR as it is")
 	w6 := flag.String("w6-pods", "100,1000,5000", "pod counts for W6 (real pods: BenchmarkRealPods)")
-	re := flag.String("bench", "MountPods|Idle|SharedVolume|AttachRequired|DriverOnly|Reconstruct|RealPods", "benchmarks to run, names separated by |")
+	re := flag.String("bench", "MountPods|MountPodsNodeRestricted|Idle|SharedVolume|AttachRequired|DriverOnly|Reconstruct|RealPods",
+		"benchmarks to run, names separated by |")
 	flag.Parse()
 
 	os.Setenv("NODEVOL_BENCH_IDLE_VOLUMES", strconv.Itoa(*idle))
@@ -186,26 +215,48 @@ func main() {
 		os.Setenv("TMPDIR", dir)
 		fmt.Fprintf(os.Stderr, "benchmark directories in %s\n", dir)
 	}
-	// One process per benchmark and side: what one leaves on the heap must
-	// not count against the next.
-	nv, kl := results{}, results{}
-	for _, name := range strings.Split(*re, "|") {
-		one := "^Benchmark" + name + "$"
-		r, err := bench(".", "./volumemanager", one, *pods, *w6)
+	nv, kl, err := runAll(strings.Split(*re, "|"), *pods, *w6)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	printTable(os.Stdout, nv, kl)
+}
+
+// runAll runs each benchmark named on both sides and returns nodevol's
+// results and the kubelet's. One process per benchmark and side: what one
+// leaves on the heap must not count against the next.
+func runAll(names []string, pods, w6 string) (nv, kl results, err error) {
+	nv, kl = results{}, results{}
+	ran := map[string]bool{} // the kubelet's benchmarks run
+	for _, name := range names {
+		r, err := bench(".", "./volumemanager", "^Benchmark"+name+"$", pods, w6)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+			return nil, nil, err
 		}
 		maps.Copy(nv, r)
 		if name == "DriverOnly" || name == "Reconstruct" {
 			continue // nodevol's floor, nodevol's restart: the kubelet's side has neither
 		}
-		if r, err = bench("bench/kubelet", ".", one, *pods, *w6); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+		of := name
+		if t, ok := kubeletTwins[name]; ok {
+			of = t
 		}
-		maps.Copy(kl, r)
+		if !ran[of] {
+			if r, err = bench("bench/kubelet", ".", "^Benchmark"+of+"$", pods, w6); err != nil {
+				return nil, nil, err
+			}
+			ran[of] = true
+			maps.Copy(kl, r)
+		}
+		maps.Copy(kl, twin(name, kl))
 	}
+	return nv, kl, nil
+}
+
+// printTable writes the table of nv's and kl's results to out: a row per
+// benchmark and metric either side reported, nodevol's floor beside W1.
+func printTable(out io.Writer, nv, kl results) {
 	names := map[string]bool{}
 	for n := range nv {
 		if !strings.HasPrefix(n, "BenchmarkDriverOnly") {
@@ -215,15 +266,9 @@ func main() {
 	for n := range kl {
 		names[n] = true
 	}
-	sorted := make([]string, 0, len(names))
-	for n := range names {
-		sorted = append(sorted, n)
-	}
-	sort.Strings(sorted)
-
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "workload\tmetric\tnodevol\tkubelet\tnodevol/kubelet\tdriver-only\tnodevol/driver-only\t")
-	for _, name := range sorted {
+	for _, name := range slices.Sorted(maps.Keys(names)) {
 		var floor map[string]float64
 		if strings.Contains(name, "MountPods/pods=") {
 			floor = nv[strings.Replace(name, "MountPods/pods=", "DriverOnly/volumes=", 1)]

@@ -130,6 +130,11 @@ type result struct {
 	dials, rpcs, apiRequests, volumes             int
 	peakHeap, mountAllocs                         uint64
 	heapInuse, peakRSS                            uint64 // after mount (HeapInuse after a GC); VmHWM of the run
+	// heapHarness: HeapInuse after a GC once the harness is made (the fake
+	// API server and its objects, the pods, the driver), before the volume
+	// plugins and the volume manager; heapStart: before the first pod, the
+	// volume manager running.
+	heapHarness, heapStart uint64
 	// apiByKind counts every request to the API server during the mount,
 	// the informers' and managers' lists and watches included, by "verb
 	// resource".
@@ -293,6 +298,8 @@ func runWorkload(b *testing.B, w workload) result {
 			nodeObj = n
 		}
 	}
+	var r result
+	r.heapHarness = heapInuseNow()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pm := &podManager{pods: map[types.UID]*v1.Pod{}}
@@ -325,11 +332,10 @@ func runWorkload(b *testing.B, w workload) result {
 	}
 	waitCtx, waitCancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer waitCancel()
-	runtime.GC()
+	r.heapStart = heapInuseNow()
 	if err := resetPeakRSS(); err != nil {
 		b.Fatal(err)
 	}
-	var r result
 	r.volumes = len(pvs)
 	apiBefore, rpcsBefore, dialsBefore := apiRequests(client), drv.calls.Load(), drv.accepted.Load()
 	actionsBefore := len(client.Actions())
@@ -410,6 +416,8 @@ func report(b *testing.B, w workload) {
 		sum.peakHeap = max(sum.peakHeap, r.peakHeap)
 		sum.mountAllocs += r.mountAllocs
 		sum.heapInuse = max(sum.heapInuse, r.heapInuse)
+		sum.heapHarness = max(sum.heapHarness, r.heapHarness)
+		sum.heapStart = max(sum.heapStart, r.heapStart)
 		sum.peakRSS = max(sum.peakRSS, r.peakRSS)
 		sum.apiByKind = realpods.AddCounts(sum.apiByKind, r.apiByKind)
 	}
@@ -429,6 +437,8 @@ func report(b *testing.B, w workload) {
 	b.ReportMetric(float64(sum.mountAllocs)/(n*float64(w.pods)), "allocs/pod")
 	b.ReportMetric(float64(sum.peakHeap)/(1<<20), "peak-heap-MiB")
 	b.ReportMetric(float64(sum.heapInuse)/(1<<20), "heap-inuse-MiB")
+	b.ReportMetric(float64(sum.heapHarness)/(1<<20), "heap-inuse-harness-MiB")
+	b.ReportMetric(float64(sum.heapStart)/(1<<20), "heap-inuse-start-MiB")
 	b.ReportMetric(float64(sum.peakRSS)/(1<<20), "peak-rss-MiB")
 	if w.real {
 		realpods.ReportByKind(b, sum.apiByKind, n*float64(w.pods))
