@@ -110,7 +110,9 @@ func apply(m mount.Interface, o op, abs func(string) string) error {
 
 // byPath returns m's mounts as "path device type", sorted by path and in
 // List's order at one path.
-func byPath(m mount.Interface) []string {
+func byPath(m interface {
+	List() ([]mount.MountPoint, error)
+}) []string {
 	mps, err := m.List()
 	if err != nil {
 		return []string{err.Error()}
@@ -159,27 +161,10 @@ func TestListIsASnapshot(t *testing.T) {
 	}
 }
 
-// mountsOf is a mount.Interface whose List is mps.
+// mountsOf is a lister whose List is itself.
 type mountsOf []mount.MountPoint
 
 func (l mountsOf) List() ([]mount.MountPoint, error) { return l, nil }
-func (l mountsOf) IsLikelyNotMountPoint(string) (bool, error) {
-	return false, errors.New("not implemented")
-}
-func (l mountsOf) Mount(string, string, string, []string) error { return errors.New("not implemented") }
-func (l mountsOf) MountSensitive(string, string, string, []string, []string) error {
-	return errors.New("not implemented")
-}
-func (l mountsOf) MountSensitiveWithoutSystemd(string, string, string, []string, []string) error {
-	return errors.New("not implemented")
-}
-func (l mountsOf) MountSensitiveWithoutSystemdWithMountFlags(string, string, string, []string, []string, []string) error {
-	return errors.New("not implemented")
-}
-func (l mountsOf) Unmount(string) error                  { return errors.New("not implemented") }
-func (l mountsOf) CanSafelySkipMountPointCheck() bool    { return false }
-func (l mountsOf) IsMountPoint(string) (bool, error)     { return false, errors.New("not implemented") }
-func (l mountsOf) GetMountRefs(string) ([]string, error) { return nil, errors.New("not implemented") }
 
 // TestConcurrent: goroutines mounting, listing and unmounting their own
 // paths each find their own mount in every List while it is mounted (run
