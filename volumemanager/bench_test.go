@@ -2,9 +2,11 @@ package volumemanager
 
 // The workloads of docs/PERFORMANCE.md, over the public API, with the test
 // kit's in-process driver (which does nothing but keep state) on a real
-// unix socket, the fake clientset and the fake mounter:
+// unix socket, the fake clientset and the benchmarks' fake mounter
+// (bench/mapmount, the kubelet's side's too):
 //
 //	W1, W2  BenchmarkMountPods       mount N pods with a PVC each, then unmount until unstaged
+//	        BenchmarkMountPodsNodeRestricted  the same with Config.NodeRestricted (GETs, no informers)
 //	W3      BenchmarkIdle            10,000 mounted volumes left alone for a minute
 //	W4      BenchmarkSharedVolume    100 pods sharing one RWX PVC
 //	W5      BenchmarkAttachRequired  attach required, VolumeAttachments attached after 5 ms
@@ -33,6 +35,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
+	"github.com/nodevol/nodevol/bench/mapmount"
 	"github.com/nodevol/nodevol/bench/realpods"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
@@ -45,6 +48,9 @@ type workload struct {
 	idle   time.Duration // time to stay mounted before unmounting (W3)
 	real   bool          // W6: each pod's volumes as a real pod has them (realPodObjects)
 	maxOps int           // Config.MaxConcurrentOperations; 0: the default
+	// restricted: Config.NodeRestricted, claims and volumes read by name
+	// as a node under the Node authorizer does, no informers of them.
+	restricted bool
 }
 
 // result is what one run of a workload measured.
@@ -56,6 +62,11 @@ type result struct {
 	rpcs, apiRequests, volumes int
 	peakHeap, mountAllocs      uint64
 	heapInuse, peakRSS         uint64 // after mount (HeapInuse after a GC); VmHWM of the run
+	// heapHarness: HeapInuse after a GC once the harness is made (the fake
+	// API server and its objects, the pods, the driver), before the volume
+	// manager; heapStart: before the first pod, the volume manager running
+	// (its informers synced).
+	heapHarness, heapStart uint64
 	// baseRSS, baseAnonRSS: VmRSS and its anonymous part (all but the
 	// binary, which is file-backed or, built on a tmpfs, shmem) before the
 	// first pod, where peakRSS starts from.
@@ -158,7 +169,10 @@ func runWorkload(b *testing.B, w workload) result {
 	if w.attach > 0 {
 		csitest.NewFakeAttacher(b, client, csitest.AttacherOptions{Delay: w.attach})
 	}
-	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: b.TempDir(), Mounter: mount.NewFakeMounter(nil), MaxConcurrentOperations: w.maxOps})
+	var r result
+	r.heapHarness = heapInuseNow()
+	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: b.TempDir(), Mounter: mapmount.New(),
+		MaxConcurrentOperations: w.maxOps, NodeRestricted: w.restricted})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -172,11 +186,10 @@ func runWorkload(b *testing.B, w workload) result {
 	<-vm.ready
 	waitCtx, waitCancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer waitCancel()
-	runtime.GC()
+	r.heapStart = heapInuseNow()
 	if err := resetPeakRSS(); err != nil {
 		b.Fatal(err)
 	}
-	var r result
 	r.volumes = len(pvs)
 	if r.baseRSS, err = procStatus("VmRSS"); err != nil {
 		b.Fatal(err)
@@ -285,6 +298,8 @@ func report(b *testing.B, w workload) {
 		sum.peakHeap = max(sum.peakHeap, r.peakHeap)
 		sum.mountAllocs += r.mountAllocs
 		sum.heapInuse = max(sum.heapInuse, r.heapInuse)
+		sum.heapHarness = max(sum.heapHarness, r.heapHarness)
+		sum.heapStart = max(sum.heapStart, r.heapStart)
 		sum.peakRSS = max(sum.peakRSS, r.peakRSS)
 		sum.baseRSS = max(sum.baseRSS, r.baseRSS)
 		sum.baseAnonRSS = max(sum.baseAnonRSS, r.baseAnonRSS)
@@ -306,6 +321,8 @@ func report(b *testing.B, w workload) {
 	b.ReportMetric(float64(sum.mountAllocs)/(n*float64(w.pods)), "allocs/pod")
 	b.ReportMetric(float64(sum.peakHeap)/(1<<20), "peak-heap-MiB")
 	b.ReportMetric(float64(sum.heapInuse)/(1<<20), "heap-inuse-MiB")
+	b.ReportMetric(float64(sum.heapHarness)/(1<<20), "heap-inuse-harness-MiB")
+	b.ReportMetric(float64(sum.heapStart)/(1<<20), "heap-inuse-start-MiB")
 	b.ReportMetric(float64(sum.peakRSS)/(1<<20), "peak-rss-MiB")
 	b.ReportMetric(float64(sum.baseRSS)/(1<<20), "base-rss-MiB")
 	b.ReportMetric(float64(sum.baseAnonRSS)/(1<<20), "base-rss-anon-MiB")
@@ -340,6 +357,17 @@ func benchSizesFrom(name string, def ...int) []int {
 func BenchmarkMountPods(b *testing.B) {
 	for _, n := range benchSizes(10, 100, 1000, 5000) {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) { report(b, workload{pods: n}) })
+	}
+}
+
+// BenchmarkMountPodsNodeRestricted is W1 and W2 with Config.NodeRestricted:
+// nodevol reads each pod's claim and volume by name (GET) and caches what
+// its pods use, as the kubelet does, instead of every claim and volume of
+// the cluster through informers. make bench-compare sets it beside the
+// kubelet's BenchmarkMountPods.
+func BenchmarkMountPodsNodeRestricted(b *testing.B) {
+	for _, n := range benchSizes(10, 100, 1000, 5000) {
+		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) { report(b, workload{pods: n, restricted: true}) })
 	}
 }
 

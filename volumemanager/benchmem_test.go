@@ -57,6 +57,15 @@ func procStatus(field string) (uint64, error) {
 	return 0, fmt.Errorf("no %s in /proc/self/status", field)
 }
 
+// heapInuseNow collects garbage and returns HeapInuse (heapInuseAfterGC
+// without a profile).
+func heapInuseNow() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
 // heapInuseAfterGC collects garbage and returns HeapInuse: the bytes in heap
 // spans holding at least one live object (the live objects and the unused
 // room of their spans), what the heap keeps while nothing is being freed.

@@ -120,6 +120,8 @@ var rows = []struct{ unit, label string }{
 	{"api/pod", "API requests per pod (mount; lists and watches too)"},
 	{"allocs/pod", "allocations per pod (mount)"},
 	{"peak-heap-MiB", "peak heap MiB"},
+	{"heap-inuse-harness-MiB", "heap in use, the harness alone (before the volume manager) MiB"},
+	{"heap-inuse-start-MiB", "heap in use before the first pod MiB"},
 	{"heap-inuse-MiB", "heap in use after mount MiB"},
 	{"peak-rss-MiB", "peak RSS MiB"},
 }
@@ -139,6 +141,29 @@ func apiKindRows(a, b map[string]float64) []struct{ unit, label string } {
 	for _, unit := range slices.Sorted(maps.Keys(kinds)) {
 		kind := strings.Replace(strings.TrimSuffix(strings.TrimPrefix(unit, "api-"), "/pod"), "-", " ", 1)
 		out = append(out, struct{ unit, label string }{unit, "  of which " + kind + " per pod"})
+	}
+	return out
+}
+
+// kubeletTwins names, for a benchmark of nodevol's alone (a mode the
+// kubelet does not have), the kubelet's benchmark of the same workload that
+// its rows are set beside: BenchmarkMountPodsNodeRestricted/pods=N beside
+// the kubelet's BenchmarkMountPods/pods=N.
+var kubeletTwins = map[string]string{"MountPodsNodeRestricted": "MountPods"}
+
+// twin returns the kubelet's results for nodevol's benchmarks named in
+// kubeletTwins, under nodevol's names, from kl (the kubelet's results by
+// its names).
+func twin(name string, kl results) results {
+	of, ok := kubeletTwins[name]
+	if !ok {
+		return nil
+	}
+	out := results{}
+	for n, m := range kl {
+		if rest, ok := strings.CutPrefix(n, "Benchmark"+of+"/"); ok {
+			out["Benchmark"+name+"/"+rest] = m
+		}
 	}
 	return out
 }
@@ -226,7 +251,8 @@ func main() {
 	idle := flag.Int("idle-volumes", 10000, "volumes for W3 (the idle minute)")
 	tmp := flag.String("tmpdir", "/dev/shm", "directory (a tmpfs) for the benchmarks' files; empty: TMPDIR as it is")
 	w6 := flag.String("w6-pods", "100,1000,5000", "pod counts for W6 (real pods: BenchmarkRealPods)")
-	re := flag.String("bench", "MountPods|Idle|SharedVolume|AttachRequired|DriverOnly|Reconstruct|RealPods", "benchmarks to run, names separated by |")
+	re := flag.String("bench", "MountPods|MountPodsNodeRestricted|Idle|SharedVolume|AttachRequired|DriverOnly|Reconstruct|RealPods",
+		"benchmarks to run, names separated by |")
 	runs := flag.Int("runs", 3, "runs of each benchmark on each side; the table gives each figure's range over them and the range of the ratios of the runs paired in order")
 	flag.Parse()
 	if *runs < 1 {
@@ -242,33 +268,50 @@ func main() {
 		os.Setenv("TMPDIR", dir)
 		fmt.Fprintf(os.Stderr, "benchmark directories in %s\n", dir)
 	}
-	// One process per benchmark, side and run: what one leaves on the heap
-	// must not count against the next. A benchmark's runs alternate between
-	// the sides, so that a change in the machine's load falls on both.
-	nv, kl := make([]results, *runs), make([]results, *runs)
-	for i := range *runs {
+	nv, kl, err := runAll(strings.Split(*re, "|"), *runs, *pods, *w6)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	table(os.Stdout, nv, kl)
+}
+
+// runAll runs each benchmark named runs times on both sides and returns
+// nodevol's results and the kubelet's, run by run. One process per
+// benchmark, side and run: what one leaves on the heap must not count
+// against the next. A benchmark's runs alternate between the sides, so that
+// a change in the machine's load falls on both.
+func runAll(names []string, runs int, pods, w6 string) (nv, kl []results, err error) {
+	nv, kl = make([]results, runs), make([]results, runs)
+	for i := range runs {
 		nv[i], kl[i] = results{}, results{}
 	}
-	for _, name := range strings.Split(*re, "|") {
-		one := "^Benchmark" + name + "$"
-		for i := range *runs {
-			r, err := bench(".", "./volumemanager", one, *pods, *w6)
+	ran := map[string]bool{} // the kubelet's benchmarks run
+	for _, name := range names {
+		of := name
+		if t, ok := kubeletTwins[name]; ok {
+			of = t
+		}
+		for i := range runs {
+			r, err := bench(".", "./volumemanager", "^Benchmark"+name+"$", pods, w6)
 			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				os.Exit(1)
+				return nil, nil, err
 			}
 			maps.Copy(nv[i], r)
 			if name == "DriverOnly" || name == "Reconstruct" {
 				continue // nodevol's floor, nodevol's restart: the kubelet's side has neither
 			}
-			if r, err = bench("bench/kubelet", ".", one, *pods, *w6); err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				os.Exit(1)
+			if !ran[of] {
+				if r, err = bench("bench/kubelet", ".", "^Benchmark"+of+"$", pods, w6); err != nil {
+					return nil, nil, err
+				}
+				maps.Copy(kl[i], r)
 			}
-			maps.Copy(kl[i], r)
+			maps.Copy(kl[i], twin(name, kl[i]))
 		}
+		ran[of] = true
 	}
-	table(os.Stdout, nv, kl)
+	return nv, kl, nil
 }
 
 // table prints one row per benchmark and metric: nodevol's and the

@@ -78,3 +78,57 @@ func TestTable(t *testing.T) {
 		t.Errorf("table =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestTwin: nodevol's node-restricted W1 gets the kubelet's W1 results, pod
+// count by pod count, under its own names; other benchmarks get none.
+func TestTwin(t *testing.T) {
+	kl := results{
+		"BenchmarkMountPods/pods=5000":  {"heap-inuse-MiB": 152},
+		"BenchmarkMountPods/pods=10000": {"heap-inuse-MiB": 300},
+		"BenchmarkRealPods/pods=5000":   {"heap-inuse-MiB": 485},
+	}
+	cases := []struct {
+		name string
+		want results
+	}{
+		{"MountPodsNodeRestricted", results{
+			"BenchmarkMountPodsNodeRestricted/pods=5000":  {"heap-inuse-MiB": 152},
+			"BenchmarkMountPodsNodeRestricted/pods=10000": {"heap-inuse-MiB": 300},
+		}},
+		{"MountPods", nil},
+		{"RealPods", nil},
+	}
+	for _, c := range cases {
+		got := twin(c.name, kl)
+		if !maps.EqualFunc(got, c.want, func(a, b map[string]float64) bool { return maps.Equal(a, b) }) {
+			t.Errorf("twin(%s) = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestTableTwin: the node-restricted rows carry the kubelet's W1 beside
+// nodevol's, the heap rows in order, with their ratios.
+func TestTableTwin(t *testing.T) {
+	nv := []results{{"BenchmarkMountPodsNodeRestricted/pods=5000": {
+		"heap-inuse-harness-MiB": 20, "heap-inuse-start-MiB": 25, "heap-inuse-MiB": 50, "api/vol": 2}}}
+	kl := []results{{"BenchmarkMountPods/pods=5000": {
+		"heap-inuse-harness-MiB": 20, "heap-inuse-start-MiB": 30, "heap-inuse-MiB": 100, "api/vol": 4}}}
+	maps.Copy(kl[0], twin("MountPodsNodeRestricted", kl[0]))
+	var out strings.Builder
+	table(&out, nv, kl)
+	var got []string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.Contains(l, "MountPodsNodeRestricted/") {
+			got = append(got, strings.Join(strings.Fields(l), " "))
+		}
+	}
+	want := []string{
+		"MountPodsNodeRestricted/pods=5000 API requests per volume (mount) 2 4 0.5 - -",
+		"MountPodsNodeRestricted/pods=5000 heap in use, the harness alone (before the volume manager) MiB 20 20 1 - -",
+		"MountPodsNodeRestricted/pods=5000 heap in use before the first pod MiB 25 30 0.8333 - -",
+		"MountPodsNodeRestricted/pods=5000 heap in use after mount MiB 50 100 0.5 - -",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

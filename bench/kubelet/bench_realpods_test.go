@@ -8,13 +8,11 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/kubernetes/pkg/kubelet/configmap"
 	"k8s.io/kubernetes/pkg/kubelet/secret"
 	"k8s.io/kubernetes/pkg/volume"
 	"k8s.io/kubernetes/pkg/volume/csi"
-	volumetest "k8s.io/kubernetes/pkg/volume/testing"
 	"k8s.io/kubernetes/pkg/volume/util/hostutil"
 	"k8s.io/kubernetes/pkg/volume/util/subpath"
 	"k8s.io/mount-utils"
@@ -25,45 +23,40 @@ import (
 // has a kube-api-access projected volume (a token, kube-root-ca.crt's
 // ca.crt, the namespace), a configMap and a secret of its own, an emptyDir
 // and a CSI claim. The kubelet's volume host is the hand-over tests'
-// (newVolumeHost) on the fake mounter, with the kubelet's default
-// secret and configMap managers (the Watch change detection strategy:
-// a watch per object a registered pod references) and its token manager.
+// (newVolumeHost) on the benchmarks' fake mounter (bench/mapmount), with
+// the kubelet's default secret and configMap managers (the Watch change
+// detection strategy: a watch per object a registered pod references) and
+// its token manager.
 
 // syncFrequency is the kubelet's default syncFrequency, the resync period
 // of its secret and configMap managers.
 const syncFrequency = time.Minute
 
-// workloadPlugins returns the kubelet's volume plugins for w. W1 to W5: the
-// CSI plugin alone on the test kit's host. W6: every plugin on
-// newVolumeHost with fakes for the mounter and host utilities, its
-// secrets and configMaps from the kubelet's watching managers, which pm
-// tells of its pods.
-func workloadPlugins(ctx context.Context, w workload, root string, client *fake.Clientset, nodeObj *v1.Node, pm *podManager) (*volume.VolumePluginMgr, error) {
+// workloadPlugins returns the kubelet's volume plugins for w on a
+// newVolumeHost whose mounter is mounter (the volume manager's too, as in
+// the kubelet) and whose host utilities are fakes. W1 to W5: the CSI plugin
+// alone. W6: every plugin, with its secrets and configMaps from the
+// kubelet's watching managers, which pm tells of its pods.
+func workloadPlugins(ctx context.Context, w workload, root string, client *fake.Clientset, nodeObj *v1.Node, pm *podManager, mounter mount.Interface) (*volume.VolumePluginMgr, error) {
+	c := hostConfig{root: root, client: client, node: nodeObj,
+		mounter: mounter, hostUtil: hostutil.NewFakeHostUtil(nil), subpather: subpath.New(mounter)}
 	if !w.real {
-		factory := informers.NewSharedInformerFactory(client, 0)
-		driverLister := factory.Storage().V1().CSIDrivers().Lister()
-		vaLister := factory.Storage().V1().VolumeAttachments().Lister()
-		factory.Start(ctx.Done())
-		factory.WaitForCacheSync(ctx.Done())
-		host := volumetest.NewFakeKubeletVolumeHostWithCSINodeName(&testing.T{}, root, client, csi.ProbeVolumePlugins(), node, driverLister, vaLister)
-		host.WithNode(nodeObj)
-		return host.GetPluginMgr(), nil
-	}
-	secrets := secret.NewWatchingSecretManager(client, syncFrequency)
-	configMaps := configmap.NewWatchingConfigMapManager(client, syncFrequency)
-	pm.register = func(p *v1.Pod, present bool) {
-		if present {
-			secrets.RegisterPod(p)
-			configMaps.RegisterPod(p)
-		} else {
-			secrets.UnregisterPod(p)
-			configMaps.UnregisterPod(p)
+		c.plugins = csi.ProbeVolumePlugins()
+	} else {
+		secrets := secret.NewWatchingSecretManager(client, syncFrequency)
+		configMaps := configmap.NewWatchingConfigMapManager(client, syncFrequency)
+		pm.register = func(p *v1.Pod, present bool) {
+			if present {
+				secrets.RegisterPod(p)
+				configMaps.RegisterPod(p)
+			} else {
+				secrets.UnregisterPod(p)
+				configMaps.UnregisterPod(p)
+			}
 		}
+		c.objects = &objectGetters{secret: secrets.GetSecret, configMap: configMaps.GetConfigMap}
 	}
-	mounter := mount.NewFakeMounter(nil)
-	host, err := newVolumeHost(ctx, &testing.T{}, hostConfig{root: root, client: client, node: nodeObj,
-		mounter: mounter, hostUtil: hostutil.NewFakeHostUtil(nil), subpather: subpath.New(mounter),
-		objects: &objectGetters{secret: secrets.GetSecret, configMap: configMaps.GetConfigMap}})
+	host, err := newVolumeHost(ctx, &testing.T{}, c)
 	if err != nil {
 		return nil, fmt.Errorf("the kubelet's volume host in %s: %w", filepath.Base(root), err)
 	}

@@ -1,8 +1,9 @@
 // Package kubeletbench runs nodevol's benchmark workloads on the kubelet's
 // volume manager (k8s.io/kubernetes v1.37.2), with its real CSI plugin,
-// the fake clientset, the fake mounter and an in-process CSI driver that
-// does nothing, and reports the same metrics under the same names, so that
-// make bench-compare can set the two side by side.
+// the fake clientset, the benchmarks' fake mounter (bench/mapmount,
+// nodevol's side's too) and an in-process CSI driver that does nothing,
+// and reports the same metrics under the same names, so that make
+// bench-compare can set the two side by side.
 package kubeletbench
 
 import (
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodevol/nodevol/bench/mapmount"
 	"github.com/nodevol/nodevol/bench/realpods"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -34,7 +36,6 @@ import (
 	"k8s.io/kubernetes/pkg/volume/csi"
 	volumetest "k8s.io/kubernetes/pkg/volume/testing"
 	"k8s.io/kubernetes/pkg/volume/util/hostutil"
-	"k8s.io/mount-utils"
 )
 
 const node = "node-1"
@@ -129,6 +130,11 @@ type result struct {
 	dials, rpcs, apiRequests, volumes             int
 	peakHeap, mountAllocs                         uint64
 	heapInuse, peakRSS                            uint64 // after mount (HeapInuse after a GC); VmHWM of the run
+	// heapHarness: HeapInuse after a GC once the harness is made (the fake
+	// API server and its objects, the pods, the driver), before the volume
+	// plugins and the volume manager; heapStart: before the first pod, the
+	// volume manager running.
+	heapHarness, heapStart uint64
 	// apiByKind counts every request to the API server during the mount,
 	// the informers' and managers' lists and watches included, by "verb
 	// resource".
@@ -292,10 +298,13 @@ func runWorkload(b *testing.B, w workload) result {
 			nodeObj = n
 		}
 	}
+	var r result
+	r.heapHarness = heapInuseNow()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pm := &podManager{pods: map[types.UID]*v1.Pod{}}
-	plugins, err := workloadPlugins(ctx, w, root, client, nodeObj, pm)
+	mounter := mapmount.New()
+	plugins, err := workloadPlugins(ctx, w, root, client, nodeObj, pm, mounter)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -303,7 +312,7 @@ func runWorkload(b *testing.B, w workload) result {
 		b.Fatal(err)
 	}
 	vm := volumemanager.NewVolumeManager(true, node, pm, podState{pm}, client, plugins,
-		mount.NewFakeMounter(nil), hostutil.NewFakeHostUtil(nil), filepath.Join(root, "pods"),
+		mounter, hostutil.NewFakeHostUtil(nil), filepath.Join(root, "pods"),
 		&record.FakeRecorder{}, volumetest.NewBlockVolumePathHandler(), volumeHealth{}, volumeHealthPeriod)
 	go vm.Run(ctx, sourcesReady{})
 	if w.attach > 0 {
@@ -323,11 +332,10 @@ func runWorkload(b *testing.B, w workload) result {
 	}
 	waitCtx, waitCancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer waitCancel()
-	runtime.GC()
+	r.heapStart = heapInuseNow()
 	if err := resetPeakRSS(); err != nil {
 		b.Fatal(err)
 	}
-	var r result
 	r.volumes = len(pvs)
 	apiBefore, rpcsBefore, dialsBefore := apiRequests(client), drv.calls.Load(), drv.accepted.Load()
 	actionsBefore := len(client.Actions())
@@ -408,6 +416,8 @@ func report(b *testing.B, w workload) {
 		sum.peakHeap = max(sum.peakHeap, r.peakHeap)
 		sum.mountAllocs += r.mountAllocs
 		sum.heapInuse = max(sum.heapInuse, r.heapInuse)
+		sum.heapHarness = max(sum.heapHarness, r.heapHarness)
+		sum.heapStart = max(sum.heapStart, r.heapStart)
 		sum.peakRSS = max(sum.peakRSS, r.peakRSS)
 		sum.apiByKind = realpods.AddCounts(sum.apiByKind, r.apiByKind)
 	}
@@ -427,6 +437,8 @@ func report(b *testing.B, w workload) {
 	b.ReportMetric(float64(sum.mountAllocs)/(n*float64(w.pods)), "allocs/pod")
 	b.ReportMetric(float64(sum.peakHeap)/(1<<20), "peak-heap-MiB")
 	b.ReportMetric(float64(sum.heapInuse)/(1<<20), "heap-inuse-MiB")
+	b.ReportMetric(float64(sum.heapHarness)/(1<<20), "heap-inuse-harness-MiB")
+	b.ReportMetric(float64(sum.heapStart)/(1<<20), "heap-inuse-start-MiB")
 	b.ReportMetric(float64(sum.peakRSS)/(1<<20), "peak-rss-MiB")
 	if w.real {
 		realpods.ReportByKind(b, sum.apiByKind, n*float64(w.pods))

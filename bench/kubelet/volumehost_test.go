@@ -137,6 +137,8 @@ type hostConfig struct {
 	// objects, when set, are the getters of secrets and configMaps (the
 	// kubelet's managers); unset, the test kit's, a GET on the client each.
 	objects *objectGetters
+	// plugins are the host's volume plugins; unset, kubeletPlugins().
+	plugins []volume.VolumePlugin
 }
 
 // objectGetters are the secret and configMap getters the kubelet hands
@@ -150,7 +152,8 @@ type objectGetters struct {
 // newVolumeHost builds the kubelet's volume host on the client: the CSI
 // plugin's CSIDriver and VolumeAttachment listers (informers started on
 // ctx and synced), the node, the kubelet's service account token manager,
-// and a plugin manager of kubeletPlugins initialised with the host.
+// and a plugin manager of c.plugins (kubeletPlugins unset) initialised with
+// the host.
 func newVolumeHost(ctx context.Context, t *testing.T, c hostConfig) (*realHost, error) {
 	factory := informers.NewSharedInformerFactory(c.client, 0)
 	driverLister := factory.Storage().V1().CSIDrivers().Lister()
@@ -161,7 +164,11 @@ func newVolumeHost(ctx context.Context, t *testing.T, c hostConfig) (*realHost, 
 	fakeHost.WithNode(c.node)
 	host := &realHost{fakeKubeletHost: fakeHost, pluginMgr: &volume.VolumePluginMgr{}, mounter: c.mounter, hostUtil: c.hostUtil,
 		subpather: c.subpather, tokens: token.NewManager(c.client), node: c.node, objects: c.objects}
-	if err := host.pluginMgr.InitPlugins(kubeletPlugins(), nil, host); err != nil {
+	plugins := c.plugins
+	if plugins == nil {
+		plugins = kubeletPlugins()
+	}
+	if err := host.pluginMgr.InitPlugins(plugins, nil, host); err != nil {
 		return nil, fmt.Errorf("initialising the kubelet's volume plugins: %w", err)
 	}
 	return host, nil
