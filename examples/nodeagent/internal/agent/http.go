@@ -50,19 +50,27 @@ func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, healt
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
+	return serveMux(ctx, ln, mux, "/metrics and /healthz"), nil
+}
+
+// serveMux serves mux on ln until stop is called, logging the address
+// (what it serves, in the log); stop shuts the server down and
+// waits for the requests being served.
+func serveMux(ctx context.Context, ln net.Listener, mux *http.ServeMux, what string) (stop func()) {
+	logger := klog.FromContext(ctx)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error(err, "HTTP endpoint stopped", "address", ln.Addr().String())
+			logger.Error(err, "HTTP server stopped", "serving", what, "address", ln.Addr().String())
 		}
 	}()
-	logger.Info("Serving /metrics and /healthz", "address", ln.Addr().String())
+	logger.Info("Serving "+what, "address", ln.Addr().String())
 	return func() {
 		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 		<-served
-	}, nil
+	}
 }

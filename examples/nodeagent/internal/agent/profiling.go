@@ -2,14 +2,10 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"time"
-
-	"k8s.io/klog/v2"
 )
 
 // serveProfiling serves the Go runtime's profiles (net/http/pprof's
@@ -31,22 +27,7 @@ func serveProfiling(ctx context.Context, addr string) (stop func(), err error) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	logger := klog.FromContext(ctx)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error(err, "Profiling endpoint stopped", "address", ln.Addr().String())
-		}
-	}()
-	logger.Info("Serving /debug/pprof/", "address", ln.Addr().String())
-	return func() {
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-		<-served
-	}, nil
+	return serveMux(ctx, ln, mux, "/debug/pprof/"), nil
 }
 
 // checkLoopback refuses an address whose host is not a loopback IP or
