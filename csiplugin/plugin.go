@@ -3,7 +3,6 @@ package csiplugin
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"time"
 
@@ -131,16 +130,13 @@ var _ volume.Plugin = (*plugin)(nil)
 // yet is not held: p itself is returned, whose calls make the root as
 // needed.
 func (p *plugin) held() (*plugin, func(), error) {
-	h, err := p.rfs.Hold()
-	if errors.Is(err, fs.ErrNotExist) {
-		return p, func() {}, nil
-	}
+	h, release, err := p.rfs.HoldIfPresent()
 	if err != nil {
 		return nil, nil, err
 	}
 	q := *p
 	q.rfs, q.records = h, p.records.In(h)
-	return &q, func() { _ = h.Close() }, nil
+	return &q, release, nil
 }
 
 // New checks cfg, fills in defaults and returns the CSI plugin. What it

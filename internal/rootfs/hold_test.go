@@ -142,6 +142,44 @@ func TestHoldClose(t *testing.T) {
 	}
 }
 
+// TestHoldIfPresent: a root that exists is held until the release; one
+// that does not is given back itself, unheld, and its calls make it.
+func TestHoldIfPresent(t *testing.T) {
+	r, _ := setup(t)
+	mkdir(t, r.Path())
+	h, release, err := r.HoldIfPresent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.held || h == r {
+		t.Fatalf("HoldIfPresent of an existing root: held=%v, same Root=%v; want a held copy", h.held, h == r)
+	}
+	fd := h.fd
+	release()
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); !errors.Is(err, unix.EBADF) {
+		t.Errorf("the held descriptor is still open after the release (%v)", err)
+	}
+
+	missing, err := New(filepath.Join(r.Path(), "later"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, release, err := missing.HoldIfPresent()
+	if err != nil {
+		t.Fatalf("HoldIfPresent of a missing root: %v", err)
+	}
+	defer release()
+	if m != missing {
+		t.Fatal("HoldIfPresent of a missing root did not give the root back itself")
+	}
+	if err := m.MkdirAll("a/b", 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(missing.Path(), "a", "b")); err != nil {
+		t.Errorf("MkdirAll through the unheld root: %v", err)
+	}
+}
+
 // TestMkdirAllMakesWhatIsMissing: from a held root and not, MkdirAll
 // makes the missing components under the deepest existing one, accepts a
 // path that is all there, and refuses a file on the way.

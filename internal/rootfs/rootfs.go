@@ -27,6 +27,7 @@ package rootfs
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"strings"
 
@@ -127,6 +128,21 @@ func (r *Root) Hold() (*Root, error) {
 		return nil, &PathError{Op: "open", Path: r.path, Component: r.path, Err: err}
 	}
 	return &Root{path: r.path, steps: r.steps, fd: fd, held: true}, nil
+}
+
+// HoldIfPresent is Hold for one operation's work, with the function that
+// ends the hold; a root that does not exist yet is not held: r itself is
+// returned, whose calls make the root as they need it, with a release that
+// does nothing.
+func (r *Root) HoldIfPresent() (*Root, func(), error) {
+	h, err := r.Hold()
+	if errors.Is(err, fs.ErrNotExist) {
+		return r, func() {}, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return h, func() { _ = h.Close() }, nil
 }
 
 // Close releases the handle of a Root from Hold, which must not be used

@@ -57,7 +57,6 @@ package emptydir
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"path"
 	"path/filepath"
 
@@ -172,16 +171,13 @@ func newPlugin(cfg Config) (*plugin, error) {
 // exist yet is not held: p itself is returned, whose calls make it as
 // needed.
 func (p *plugin) held() (*plugin, func(), error) {
-	h, err := p.rfs.Hold()
-	if errors.Is(err, fs.ErrNotExist) {
-		return p, func() {}, nil
-	}
+	h, release, err := p.rfs.HoldIfPresent()
 	if err != nil {
 		return nil, nil, err
 	}
 	q := *p
 	q.rfs = h
-	return &q, func() { _ = h.Close() }, nil
+	return &q, release, nil
 }
 
 // Name implements volume.Plugin.

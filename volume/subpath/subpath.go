@@ -36,7 +36,6 @@ package subpath
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -141,16 +140,13 @@ func New(cfg Config) (*Manager, error) {
 // file system mounted on the root later is seen by the next one). A root
 // that does not exist is not held: m itself is returned.
 func (m *Manager) held() (*Manager, func(), error) {
-	h, err := m.root.Hold()
-	if errors.Is(err, fs.ErrNotExist) {
-		return m, func() {}, nil
-	}
+	h, release, err := m.root.HoldIfPresent()
 	if err != nil {
 		return nil, nil, err
 	}
 	q := *m
 	q.root = h
-	return &q, func() { _ = h.Close() }, nil
+	return &q, release, nil
 }
 
 // Mount is one volumeMount of a container that has a subPath.
