@@ -28,8 +28,7 @@ func TestServeHTTP(t *testing.T) {
 			wantBody: "volume manager reconcile loop did not answer\n"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var logged strings.Builder
-			ctx := klog.NewContext(context.Background(), funcr.New(func(prefix, args string) { logged.WriteString(args + "\n") }, funcr.Options{}))
+			ctx, logged := loggingContext()
 			reg := newRegistry()
 			c := prometheus.NewCounter(prometheus.CounterOpts{Name: "nodevol_test_total", Help: "A counter of the test."})
 			reg.MustRegister(c)
@@ -39,15 +38,12 @@ func TestServeHTTP(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer stop()
-			m := regexp.MustCompile(`"address"="([^"]+)"`).FindStringSubmatch(logged.String())
-			if m == nil {
-				t.Fatalf("no address logged: %s", logged.String())
-			}
-			code, body := get(t, "http://"+m[1]+"/healthz")
+			addr := loggedAddress(t, logged.String())
+			code, body := get(t, "http://"+addr+"/healthz")
 			if code != tt.wantCode || body != tt.wantBody {
 				t.Errorf("/healthz = %d %q, want %d %q", code, body, tt.wantCode, tt.wantBody)
 			}
-			code, body = get(t, "http://"+m[1]+"/metrics")
+			code, body = get(t, "http://"+addr+"/metrics")
 			for _, want := range []string{"nodevol_test_total 3\n", "process_start_time_seconds ", "go_goroutines "} {
 				if code != http.StatusOK || !strings.Contains(body, want) {
 					t.Errorf("/metrics = %d, want 200 and %q in:\n%s", code, want, body)
@@ -97,4 +93,22 @@ func TestDefaultNodeName(t *testing.T) {
 			}
 		})
 	}
+}
+
+// loggingContext returns a context whose logger writes each line's
+// key-value pairs to the returned builder.
+func loggingContext() (context.Context, *strings.Builder) {
+	logged := &strings.Builder{}
+	log := funcr.New(func(_, args string) { logged.WriteString(args + "\n") }, funcr.Options{})
+	return klog.NewContext(context.Background(), log), logged
+}
+
+// loggedAddress is the address a server logged it listens on.
+func loggedAddress(t *testing.T, logged string) string {
+	t.Helper()
+	m := regexp.MustCompile(`"address"="([^"]+)"`).FindStringSubmatch(logged)
+	if m == nil {
+		t.Fatalf("no address logged: %s", logged)
+	}
+	return m[1]
 }

@@ -1,14 +1,9 @@
 package agent
 
 import (
-	"context"
 	"net/http"
-	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/go-logr/logr/funcr"
-	"k8s.io/klog/v2"
 )
 
 // TestServeProfiling: --profiling-address serves the runtime's profiles
@@ -26,8 +21,7 @@ func TestServeProfiling(t *testing.T) {
 		{addr: "127.0.0.1", wantErr: "missing port"},
 	} {
 		t.Run(tt.addr, func(t *testing.T) {
-			var logged strings.Builder
-			ctx := klog.NewContext(context.Background(), funcr.New(func(_, args string) { logged.WriteString(args + "\n") }, funcr.Options{}))
+			ctx, logged := loggingContext()
 			stop, err := serveProfiling(ctx, tt.addr)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
@@ -39,11 +33,7 @@ func TestServeProfiling(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer stop()
-			m := regexp.MustCompile(`"address"="([^"]+)"`).FindStringSubmatch(logged.String())
-			if m == nil {
-				t.Fatalf("no address logged: %s", logged.String())
-			}
-			code, body := get(t, "http://"+m[1]+"/debug/pprof/heap?debug=1")
+			code, body := get(t, "http://"+loggedAddress(t, logged.String())+"/debug/pprof/heap?debug=1")
 			if code != http.StatusOK || !strings.Contains(body, "heap profile:") {
 				t.Errorf("/debug/pprof/heap = %d, want 200 and a heap profile:\n%.300s", code, body)
 			}
