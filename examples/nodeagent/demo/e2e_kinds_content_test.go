@@ -45,8 +45,12 @@ type reader struct {
 	reads int
 }
 
+// startReader reads once before it returns, so the value before a change
+// the caller makes next is seen however late the goroutine is scheduled,
+// then goes on reading in a goroutine until finish.
 func startReader(read func() (string, error)) *reader {
 	r := &reader{read: read, stop: make(chan struct{}), done: make(chan struct{})}
+	r.once()
 	go func() {
 		defer close(r.done)
 		for {
