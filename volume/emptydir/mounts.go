@@ -2,7 +2,9 @@ package emptydir
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -17,19 +19,29 @@ const (
 	hugetlbfsType = "hugetlbfs"
 )
 
-// mountsAt returns the mounts of table at dir, the lowest first (the last
-// is the one a lookup of dir reaches), and the mount points below dir.
-func mountsAt(table []mount.MountPoint, dir string) (at []mount.MountPoint, below []string) {
-	prefix := dir + "/"
+// mountsAt returns the mounts at the volume directory at, the lowest first
+// (the last is the one a lookup of it reaches). It reads the mount table
+// only when the mounter says something is mounted there: a volume on disk,
+// or one not mounted yet, costs a statx, where the table is every mount of
+// the node and grows with its pods (a tmpfs or two and a CSI mount each).
+// A missing directory has nothing mounted at it; any other error of the
+// check (a corrupted mount, say) reads the table.
+func (p *plugin) mountsAt(at paths) ([]mount.MountPoint, error) {
+	notMnt, err := p.mounter.IsLikelyNotMountPoint(at.abs)
+	if err == nil && notMnt || errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	table, err := p.mounter.List()
+	if err != nil {
+		return nil, fmt.Errorf("listing mount points: %w", err)
+	}
+	var mounts []mount.MountPoint
 	for _, mp := range table {
-		switch {
-		case mp.Path == dir:
-			at = append(at, mp)
-		case strings.HasPrefix(mp.Path, prefix):
-			below = append(below, mp.Path)
+		if mp.Path == at.abs {
+			mounts = append(mounts, mp)
 		}
 	}
-	return at, below
+	return mounts, nil
 }
 
 // ownMount reports whether mp is a mount a volume of this plugin gets.

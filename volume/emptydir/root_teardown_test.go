@@ -48,9 +48,11 @@ func TestRootSymlinkOutside(t *testing.T) {
 	}
 }
 
-// TestRootMountInside: a mount inside the volume makes TearDown refuse,
-// and a mount the mount table it is given misses stops the deletion at
-// it; the mounted data stays either way.
+// TestRootMountInside: a mount inside the volume makes TearDown refuse
+// before it changes anything, whether or not the mounter's table knows it
+// (the walk finds its root), and the remover, should a mount be made
+// after that check, stops at the mount's root; the mounted data stays
+// either way.
 func TestRootMountInside(t *testing.T) {
 	p := rootPlugin(t, "")
 	spec := resolved(t, p, testPod(ctr(nil, nil)), "v", v1.EmptyDirVolumeSource{})
@@ -67,22 +69,28 @@ func TestRootMountInside(t *testing.T) {
 	if err := syscall.Mount(src, sub, "", syscall.MS_BIND, ""); err != nil {
 		t.Fatal(err)
 	}
-	err = p.TearDown(context.Background(), request(spec, "v"))
-	if !errors.Is(err, errOtherMount) || !strings.Contains(err.Error(), sub) || volume.IsUncertain(err) {
-		t.Errorf("TearDown over a mount inside: %v, want a refusal naming %s", err, sub)
-	}
-	if !exists(t, filepath.Join(p.root, "pods", string(testUID), "plugins", escapedName, "v", readyFile)) {
-		t.Error("the refusal removed the ready file")
-	}
-	// A plugin whose mount table misses the mount: the deletion stops at
-	// the mount's root.
+	ready := filepath.Join(p.root, "pods", string(testUID), "plugins", escapedName, "v", readyFile)
 	blind, err := newPlugin(Config{RootDir: p.root, Mounter: mount.NewFakeMounter(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = blind.TearDown(context.Background(), request(spec, "v"))
-	if !errors.Is(err, errOtherMount) || !strings.Contains(err.Error(), sub) || !volume.IsUncertain(err) {
-		t.Errorf("TearDown with the mount missing from its table: %v, want an Uncertain refusal naming %s", err, sub)
+	for name, q := range map[string]*plugin{"the mounter's table": p, "a fake mounter's empty table": blind} {
+		err = q.TearDown(context.Background(), request(spec, "v"))
+		if !errors.Is(err, errOtherMount) || !strings.Contains(err.Error(), sub) || volume.IsUncertain(err) {
+			t.Errorf("TearDown over a mount inside, with %s: %v, want a refusal naming %s", name, err, sub)
+		}
+		if !exists(t, ready) {
+			t.Errorf("the refusal, with %s, removed the ready file", name)
+		}
+	}
+	// The remover's own check: a mount made after mountsBelow looked.
+	at, err := p.volumePaths(testUID, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.removeVolumeDir(context.Background(), at)
+	if !errors.Is(err, errOtherMount) || !strings.Contains(err.Error(), sub) {
+		t.Errorf("removeVolumeDir over a mount inside: %v, want a refusal naming %s", err, sub)
 	}
 	if b, err := os.ReadFile(filepath.Join(src, "data")); err != nil || string(b) != "precious" {
 		t.Fatalf("the mounted data: %q, %v", b, err)

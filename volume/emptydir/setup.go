@@ -118,11 +118,10 @@ func (p *plugin) readyAndWhole(at paths, m medium) (bool, error) {
 		}
 		return false, nil
 	}
-	table, err := p.mounter.List()
+	mounts, err := p.mountsAt(at)
 	if err != nil {
-		return false, fmt.Errorf("listing mount points: %w", err)
+		return false, err
 	}
-	mounts, _ := mountsAt(table, at.abs)
 	if m.kind == inMemory || len(mounts) == 0 {
 		return len(mounts) > 0, nil
 	}
@@ -192,12 +191,12 @@ func (p *plugin) mountMedium(ctx context.Context, at paths, m medium, vol cache.
 	if m.kind == onDisk {
 		return nil
 	}
-	table, err := p.mounter.List()
+	mounts, err := p.mountsAt(at)
 	if err != nil {
-		return fmt.Errorf("listing mount points: %w", err)
+		return err
 	}
 	var top *mount.MountPoint
-	if mounts, _ := mountsAt(table, at.abs); len(mounts) > 0 {
+	if len(mounts) > 0 {
 		top = &mounts[len(mounts)-1]
 	}
 	source, fstype, opts := "tmpfs", tmpfsType, m.tmpfsOptions(p.noswap)

@@ -28,7 +28,8 @@ var errOtherMount = errors.New("another file system is mounted there: its data i
 // no symlink (a link the pod planted goes, its target stays). Idempotent:
 // a volume that is gone is not an error.
 //
-// A mount below the directory, or one at it that is not a tmpfs or a
+// A mount below the directory (found by walking its directories, not in
+// the node's mount table), or one at it that is not a tmpfs or a
 // hugetlbfs, makes it refuse before it changes anything, with an error
 // naming the mount: it never deletes another file system's data. A failure
 // once it has changed something wraps volume.ErrInProgress (Uncertain).
@@ -55,18 +56,21 @@ func (p *plugin) tearDownAt(ctx context.Context, at paths) error {
 		return err
 	}
 	defer release()
-	table, err := p.mounter.List()
+	mounts, err := p.mountsAt(at)
 	if err != nil {
-		return fmt.Errorf("listing mount points: %w", err)
-	}
-	mounts, below := mountsAt(table, at.abs)
-	if len(below) > 0 {
-		return fmt.Errorf("%s: %w", strings.Join(below, ", "), errOtherMount)
+		return err
 	}
 	for _, mp := range mounts {
 		if !ownMount(mp) {
 			return fmt.Errorf("%s (%s): %w", at.abs, mp.Type, errOtherMount)
 		}
+	}
+	below, err := p.mountsBelow(ctx, at)
+	if err != nil {
+		return err
+	}
+	if len(below) > 0 {
+		return fmt.Errorf("%s: %w", strings.Join(below, ", "), errOtherMount)
 	}
 	if err := p.rfs.RemoveIn(at.readyDir, readyFile); err != nil {
 		return err
@@ -85,6 +89,82 @@ func (p *plugin) tearDownAt(ctx context.Context, at paths) error {
 		return uncertain(err)
 	}
 	return nil
+}
+
+// mountsBelow returns the mount points inside the volume directory, found
+// before anything is removed by walking its directories from descriptors
+// (no symlink followed): a directory that is a mount's root or on another
+// device than the volume (isMountRoot), or one the mounter says is a mount
+// point (a fake mounter knows only its table). It does not descend into
+// them. The walk costs a read of each of the volume's directories, where
+// the mount table is every mount of the node; the remover checks each
+// directory again, for a mount made since.
+func (p *plugin) mountsBelow(ctx context.Context, at paths) ([]string, error) {
+	fi, err := p.rfs.Lstat(at.dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case !fi.IsDir():
+		return nil, nil
+	}
+	d, err := p.rfs.OpenDir(at.dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(d.Fd()), &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: at.abs, Err: err}
+	}
+	var below []string
+	err = p.findMounts(ctx, d, at.abs, st.Dev, &below)
+	return below, err
+}
+
+// findMounts adds to below the mount points among the directories in d,
+// at dir, and those below the others (see mountsBelow).
+func (p *plugin) findMounts(ctx context.Context, d *os.File, dir string, dev uint64, below *[]string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	entries, err := d.ReadDir(-1)
+	if err != nil {
+		return &fs.PathError{Op: "readdir", Path: dir, Err: err}
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		full := filepath.Join(dir, e.Name())
+		cfd, err := unix.Openat(int(d.Fd()), e.Name(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		switch err {
+		case nil:
+		case unix.ENOENT, unix.ELOOP, unix.ENOTDIR:
+			continue // gone, or swapped for a link or a file: no directory to look into
+		default:
+			return &fs.PathError{Op: "open", Path: full, Err: err}
+		}
+		c := os.NewFile(uintptr(cfd), full)
+		if isMountRoot(cfd, dev) || p.mountedAt(full) {
+			*below = append(*below, full)
+			c.Close()
+			continue
+		}
+		err = p.findMounts(ctx, c, full, dev, below)
+		c.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mountedAt reports whether the mounter says something is mounted at dir.
+func (p *plugin) mountedAt(dir string) bool {
+	notMnt, err := p.mounter.IsLikelyNotMountPoint(dir)
+	return err == nil && !notMnt
 }
 
 // removeVolumeDir deletes the volume directory and everything in it; a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -170,5 +171,58 @@ func TestTearDownNotADirectory(t *testing.T) {
 	}
 	if exists(t, dir) || !exists(t, filepath.Join(outside, "keep")) {
 		t.Error("the symlink in the volume's place is left, or its target's content is gone")
+	}
+}
+
+// listCounter counts the mount table reads of the mounter it wraps.
+type listCounter struct {
+	mount.Interface
+	lists int
+}
+
+func (c *listCounter) List() ([]mount.MountPoint, error) {
+	c.lists++
+	return c.Interface.List()
+}
+
+// TestMountTableReads: the node's mount table, which grows with its pods,
+// is read only where a volume's directory is a mount point and its type
+// matters: never for a volume on disk, nor to set a memory volume up; once
+// to tear one down, and once for each SetUp of it that finds it set up.
+func TestMountTableReads(t *testing.T) {
+	tests := []struct {
+		medium                 v1.StorageMedium
+		setUp, again, tearDown int
+	}{
+		{medium: ""},
+		{medium: "Memory", again: 1, tearDown: 1},
+	}
+	for _, tt := range tests {
+		t.Run("medium "+string(tt.medium), func(t *testing.T) {
+			tp := newTestPlugin(t, nil)
+			c := &listCounter{Interface: tp.fake}
+			tp.mounter = c
+			spec := tp.spec(t, testPod(ctr(nil, nil)), "v", v1.EmptyDirVolumeSource{Medium: tt.medium})
+			dir, err := tp.SetUp(context.Background(), request(spec, "v"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			write(t, filepath.Join(dir, "a/b/data"), "data")
+			got := []int{c.lists}
+			if _, err := tp.SetUp(context.Background(), request(spec, "v")); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, c.lists-got[0])
+			if err := tp.TearDown(context.Background(), request(spec, "v")); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, c.lists-got[0]-got[1])
+			if want := []int{tt.setUp, tt.again, tt.tearDown}; !slices.Equal(got, want) {
+				t.Errorf("mount table reads by SetUp, SetUp again, TearDown: %v, want %v", got, want)
+			}
+			if exists(t, dir) || len(tp.fake.MountPoints) != 0 {
+				t.Errorf("TearDown left %s or mounts %v", dir, tp.fake.MountPoints)
+			}
+		})
 	}
 }
