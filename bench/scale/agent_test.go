@@ -8,11 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -35,19 +33,17 @@ func TestMain(m *testing.M) {
 
 // agent is a running node agent process.
 type agent struct {
-	node    string
-	root    string
-	logPath string
-	base    string // http://addr of /metrics and /healthz
-	pprof   string // addr of /debug/pprof/, with -scale.heapprofile
-	cmd     *exec.Cmd
-	exited  chan struct{}
+	node  string
+	root  string
+	base  string // http://addr of /metrics and /healthz
+	pprof string // addr of /debug/pprof/, with -scale.heapprofile
+	proc  *kubelettest.Process
 }
 
 // startAgent creates node's Node as the node (what the kubelet does when
 // it registers) and starts the example node agent with the node's
 // client certificate, node-restricted unless -scale.informers, with the
-// cluster's CSI driver; it
+// cluster's CSI driver, its log in {scratch}/{node}/nodeagent.log; it
 // sets started to when the Node had been created (the node's requests
 // from then on are the agent's) and returns once /healthz says ok (the
 // informer of the node's pods has synced).
@@ -75,37 +71,23 @@ func startAgent(b *testing.B, c *cluster, node string, started *time.Time) *agen
 	if err != nil {
 		b.Fatal(err)
 	}
-	a := &agent{node: node, root: filepath.Join(dir, "root"), logPath: filepath.Join(dir, "nodeagent.log"),
-		base: "http://" + addr, exited: make(chan struct{})}
-	log, err := os.Create(a.logPath)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer log.Close()
-	args := []string{"--kubeconfig", kubeconfig, "--node", node, "--root-dir", a.root,
+	a := &agent{node: node, root: filepath.Join(dir, "root"), base: "http://" + addr}
+	args := []string{nodeagent.Path(b), "--kubeconfig", kubeconfig, "--node", node, "--root-dir", a.root,
 		"--plugin-registration=false", "--http-endpoint", addr,
 		"--driver", c.driver.DriverName() + "=" + c.driver.Endpoint()}
 	if !*scaleInf {
 		args = append(args, "--node-restricted")
 	}
+	var env []string
 	if *scaleHeap != "" {
 		if a.pprof, err = freeAddr(); err != nil {
 			b.Fatal(err)
 		}
 		args = append(args, "--profiling-address", a.pprof)
-	}
-	a.cmd = exec.Command(nodeagent.Path(b), args...)
-	if *scaleHeap != "" {
 		// Finer sampling than the default one in 512 KiB.
-		a.cmd.Env = append(os.Environ(), "GODEBUG=memprofilerate=4096")
+		env = []string{"GODEBUG=memprofilerate=4096"}
 	}
-	a.cmd.Stdout, a.cmd.Stderr = log, log
-	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := a.cmd.Start(); err != nil {
-		b.Fatalf("starting the node agent of %s: %v", node, err)
-	}
-	go func() { _ = a.cmd.Wait(); close(a.exited) }()
-	b.Cleanup(a.stop)
+	a.proc = kubelettest.StartProcessEnv(b, dir, "nodeagent", env, args)
 	err = a.wait(ctx, "its /healthz ok", 2*time.Minute, func() bool {
 		resp, err := http.Get(a.base + "/healthz")
 		if err != nil {
@@ -120,39 +102,17 @@ func startAgent(b *testing.B, c *cluster, node string, started *time.Time) *agen
 	return a
 }
 
-// stop sends SIGTERM and waits for the process to exit, killing it after
-// 30 s; it may be called more than once.
-func (a *agent) stop() {
-	select {
-	case <-a.exited:
-		return
-	default:
-	}
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-a.exited:
-	case <-time.After(30 * time.Second):
-		_ = a.cmd.Process.Kill()
-		<-a.exited
-	}
-}
+// stop stops the agent (SIGTERM, killed after 30 s); it may be called
+// more than once.
+func (a *agent) stop() { _ = a.proc.Stop() }
 
-// wait polls ready every 100 ms until it holds; it fails when the agent
-// exits, ctx ends or timeout passes, naming the agent's log.
+// wait polls ready until it holds; it fails when the agent exits, ctx
+// ends or timeout passes, naming the agent's log.
 func (a *agent) wait(ctx context.Context, what string, timeout time.Duration, ready func() bool) error {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(timeout)
-	for !ready() {
-		select {
-		case <-a.exited:
-			return fmt.Errorf("node agent of %s: waiting for %s: the process exited; its log: %s", a.node, what, a.logPath)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-deadline:
-			return fmt.Errorf("node agent of %s: %s not within %v; its log: %s", a.node, what, timeout, a.logPath)
-		case <-tick.C:
-		}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := a.proc.WaitFor(ctx, what, ready); err != nil {
+		return fmt.Errorf("node agent of %s: %w", a.node, err)
 	}
 	return nil
 }
@@ -205,14 +165,14 @@ func parseMetrics(r io.Reader, names ...string) (map[string]float64, error) {
 
 // status reads the memory lines of the process's /proc/{pid}/status.
 func (a *agent) status() (procStatus, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid))
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", a.proc.Pid()))
 	if err != nil {
 		return procStatus{}, fmt.Errorf("node agent of %s: %w", a.node, err)
 	}
 	defer f.Close()
 	st, err := parseStatus(f)
 	if err != nil {
-		return procStatus{}, fmt.Errorf("node agent of %s: /proc/%d/status: %w", a.node, a.cmd.Process.Pid, err)
+		return procStatus{}, fmt.Errorf("node agent of %s: /proc/%d/status: %w", a.node, a.proc.Pid(), err)
 	}
 	return st, nil
 }

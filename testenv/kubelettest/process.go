@@ -31,6 +31,13 @@ type Process struct {
 // and is stopped (Stop) when t ends.
 func StartProcess(t testing.TB, dir, name string, args []string) *Process {
 	t.Helper()
+	return StartProcessEnv(t, dir, name, nil, args)
+}
+
+// StartProcessEnv is StartProcess with env ("NAME=value") added to the
+// test process's environment.
+func StartProcessEnv(t testing.TB, dir, name string, env, args []string) *Process {
+	t.Helper()
 	wd := filepath.Join(dir, "wd")
 	if err := ensureDir(wd); err != nil {
 		t.Fatal(err)
@@ -43,6 +50,9 @@ func StartProcess(t testing.TB, dir, name string, args []string) *Process {
 	defer log.Close()
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir, cmd.Stdout, cmd.Stderr = wd, log, log
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting the %s: %v", name, err)
