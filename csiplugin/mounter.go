@@ -47,14 +47,14 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("publishing volume %s for pod %s: %w", volumeDesc(spec), vol.Pod, err)
 	}
-	if spec.Mode == cache.Block {
-		return p.mapPodDevice(ctx, req)
-	}
 	p, release, err := p.held()
 	if err != nil {
 		return fail(err)
 	}
 	defer release()
+	if spec.Mode == cache.Block {
+		return p.mapPodDevice(ctx, req)
+	}
 	dir, err := ondisk.PodVolumeDir(p.root, vol.Pod.UID, ondisk.VolumeDirName(spec, vol))
 	if err != nil {
 		return fail(err)
@@ -210,9 +210,6 @@ func (p *plugin) podVolumeData(spec *cache.VolumeSpec, vol cache.PodVolume) *ond
 // volume whose directory does not exist is not published: nothing to do.
 func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 	spec, vol := req.Spec, req.Volume
-	if spec.Mode == cache.Block {
-		return p.unmapPodDevice(ctx, req)
-	}
 	fail := func(err error) error {
 		return fmt.Errorf("unpublishing volume %s from pod %s: %w", volumeDesc(spec), vol.Pod, err)
 	}
@@ -221,6 +218,9 @@ func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 		return fail(err)
 	}
 	defer release()
+	if spec.Mode == cache.Block {
+		return p.unmapPodDevice(ctx, req)
+	}
 	dir, err := ondisk.PodVolumeDir(p.root, vol.Pod.UID, ondisk.VolumeDirName(spec, vol))
 	if err == nil {
 		err = fsutil.ValidateName("driver name", spec.Driver)

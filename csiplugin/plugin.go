@@ -117,14 +117,19 @@ type plugin struct {
 	records     *ondisk.Records
 	ownership   fsgroup.Reporter
 	steps       step.Hook
+	// ownMapper is blockMapper when that is the default mapper, confined to
+	// the root: held gives it the held root. A BlockMapper the caller
+	// supplies is left as it is.
+	ownMapper *blockdev.Mapper
 }
 
 var _ volume.Plugin = (*plugin)(nil)
 
-// held returns a copy of p whose root (and records) resolve every name
-// from one handle on the root directory, opened now, and the function
-// that closes it: for the file-system work of one operation (a stage, a
-// publish, an unpublish, an unstage), which thus opens the root once
+// held returns a copy of p whose root (and records, and the default block
+// mapper) resolve every name from one handle on the root directory, opened
+// now, and the function that closes it: for the file-system work of one
+// operation (a stage, a publish, an unpublish, an unstage, of a file-system
+// or a raw block volume; a reconstruction), which thus opens the root once
 // instead of once a call. A file system mounted on the root later is seen
 // by the next operation (rootfs.Root.Hold). A root that does not exist
 // yet is not held: p itself is returned, whose calls make the root as
@@ -136,6 +141,10 @@ func (p *plugin) held() (*plugin, func(), error) {
 	}
 	q := *p
 	q.rfs, q.records = h, p.records.In(h)
+	if m, ok := p.blockMapper.(*blockdev.Mapper); ok && m == p.ownMapper {
+		q.ownMapper = m.In(h)
+		q.blockMapper = q.ownMapper
+	}
 	return &q, release, nil
 }
 
@@ -181,10 +190,11 @@ func newPlugin(cfg Config) (*plugin, error) {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = csi.DefaultCallTimeout
 	}
+	var ownMapper *blockdev.Mapper
 	if cfg.BlockMapper == nil {
-		m := blockdev.NewMapper(cfg.Mounter)
-		m.Root, m.Steps = rfs, cfg.Steps
-		cfg.BlockMapper = m
+		ownMapper = blockdev.NewMapper(cfg.Mounter)
+		ownMapper.Root, ownMapper.Steps = rfs, cfg.Steps
+		cfg.BlockMapper = ownMapper
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
@@ -208,6 +218,7 @@ func newPlugin(cfg Config) (*plugin, error) {
 		secrets:     newSecretGetter(cfg.KubeClient),
 		tokens:      newTokenGetter(cfg.KubeClient, cfg.Tokens, cfg.Clock),
 		blockMapper: cfg.BlockMapper,
+		ownMapper:   ownMapper,
 		mounter:     cfg.Mounter,
 		timeout:     cfg.CallTimeout,
 		ownership:   fsgroup.Reporter{Clock: cfg.Clock, WarnAfter: cfg.PermissionChangeWarnAfter, Events: cfg.EventRecorder},

@@ -55,8 +55,21 @@ func inlineVolumeName(uid types.UID, specName string) cache.UniqueVolumeName {
 // kubernetes.io~csi directory, a volume directory, a driver's or a staging
 // directory) is logged and skipped, so that nothing it points to is ever
 // reconstructed, and so never torn down.
+//
+// The whole scan is one operation on the root, held once (held): every
+// directory it lists, file it reads and leftover it removes is resolved
+// from the one handle, so that it sees one directory throughout, as a
+// stage or a publish does, and opens the root once instead of a few times
+// a volume. It runs once, at start, and ends with the hold.
 func (p *plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Found {
 	logger := klog.FromContext(ctx)
+	if h, release, err := p.held(); err != nil {
+		// Each call opens the root by itself and fails or not as it would.
+		logger.Error(err, "Cannot hold the root for the scan; scanning without a hold", "root", p.root)
+	} else {
+		defer release()
+		p = h
+	}
 	w := &rebuild{
 		walker: walker{logger: logger, r: p.rfs, root: p.root, rc: rc, scan: ondisk.NewScanner(logger, p.rfs, p.root)},
 		found:  map[cache.UniqueVolumeName]bool{},
@@ -270,6 +283,11 @@ func (p *plugin) Retake(ctx context.Context, dir string, mounted map[string]bool
 	if err != nil {
 		return false
 	}
+	p, release, err := p.held()
+	if err != nil {
+		return false
+	}
+	defer release()
 	w := walker{r: p.rfs, root: p.root, rc: volume.Recovery{MountPoints: mounted}}
 	if err := w.removeUnused(rel, "mount"); err != nil {
 		return false

@@ -34,14 +34,14 @@ func (p *plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (str
 	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("staging volume %s: %w", volumeDesc(spec), err)
 	}
-	if spec.Mode == cache.Block {
-		return p.setUpDevice(ctx, req)
-	}
 	p, release, err := p.held()
 	if err != nil {
 		return fail(err)
 	}
 	defer release()
+	if spec.Mode == cache.Block {
+		return p.setUpDevice(ctx, req)
+	}
 	// A volume an older kubelet staged in its legacy directory is staged
 	// there again (idempotently), not a second time elsewhere.
 	dir, legacy, err := p.stagingDir(spec)
@@ -139,14 +139,14 @@ func (p *plugin) UnmountDevice(ctx context.Context, req volume.DeviceRequest) er
 	if spec.Ephemeral {
 		return nil
 	}
-	if spec.Mode == cache.Block {
-		return p.tearDownDevice(ctx, req)
-	}
 	p, release, err := p.held()
 	if err != nil {
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
 	defer release()
+	if spec.Mode == cache.Block {
+		return p.tearDownDevice(ctx, req)
+	}
 	// A volume staged by an older kubelet is unstaged from its legacy
 	// directory, which is then removed as nodevol's own would be.
 	dir, _, err := p.stagingDir(spec)

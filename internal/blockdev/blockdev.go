@@ -103,6 +103,15 @@ func (f rootFiles) removeLink(path string) error           { return f.r.RemoveLi
 func (f rootFiles) removeEmpty(path string) error          { return f.r.Remove(path) }
 func (f rootFiles) verify(path string) error               { _, err := f.r.Verify(path); return err }
 
+// In returns a copy of mp confined to r instead of mp.Root: the Mapper of
+// one operation whose root is held for it (rootfs.Root.Hold), whose paths
+// are then all resolved from that one handle.
+func (mp *Mapper) In(r *rootfs.Root) *Mapper {
+	c := *mp
+	c.Root = r
+	return &c
+}
+
 // NewMapper returns a Mapper that uses m for bind mounts and losetup for
 // loop devices.
 func NewMapper(m mount.Interface) *Mapper {
