@@ -57,7 +57,10 @@ type Config struct {
 	// Client reads the objects. Required.
 	Client kubernetes.Interface
 	// Clock times the refresh of ModeGet and the retries. Default: the
-	// real clock.
+	// real clock. One with AfterFunc (clock.WithTickerAndDelayedExecution,
+	// as the real and fake clocks are) lets a ModeGet entry hold no
+	// goroutine while it waits; with any other, each waiting entry holds
+	// one.
 	Clock clock.WithTicker
 	// OnChange is called, from one goroutine of Run and never under a
 	// lock of the cache, when what Get or List answers for a held Ref
@@ -94,7 +97,8 @@ type Cache struct {
 	retry backoff.Policy
 	queue workqueue.TypedInterface[Ref]
 	loops sync.WaitGroup
-	// running counts the loops running, for tests.
+	// running counts the entries being read (a watch entry's loop runs,
+	// a ModeGet entry's next read is set or its read runs), for tests.
 	running atomic.Int32
 	// noStream: the client or the API server does not support watch-list
 	// requests; fresh entries are listed, then watched.
@@ -151,6 +155,11 @@ func (c *Cache) Run(ctx context.Context) {
 	<-ctx.Done()
 	c.mu.Lock()
 	close(c.stopped)
+	for _, e := range c.entries {
+		if e.stop != nil {
+			e.stop() // a ModeGet entry's timer is no child of ctx
+		}
+	}
 	c.mu.Unlock()
 	c.loops.Wait()
 	c.queue.ShutDown()
@@ -326,23 +335,24 @@ func (c *Cache) dropLocked(r Ref) {
 	}
 }
 
-// startLocked starts an entry's loop once Run has started and until it
-// has ended.
+// startLocked starts an entry's reads once Run has started and until it
+// has ended: a watch entry's loop, or a ModeGet entry's first read (see
+// getloop.go: it holds no goroutine between reads).
 func (c *Cache) startLocked(e *entry) {
 	if c.ctx == nil || e.invalid || e.stop != nil || isClosed(c.stopped) {
 		return
 	}
+	if c.modeOf(e) == ModeGet {
+		c.startGetLocked(e)
+		return
+	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	e.stop = cancel
-	loop := c.watchLoop
-	if c.modeOf(e) == ModeGet {
-		loop = c.getLoop
-	}
 	c.running.Add(1)
 	c.loops.Go(func() {
 		defer c.running.Add(-1)
 		defer cancel()
-		loop(ctx, e)
+		c.watchLoop(ctx, e)
 	})
 }
 

@@ -32,6 +32,16 @@
 //     the Mode, by name only; a VolumeAttachment missing or not attached
 //     yet is read again after 1 s, then half as long again each time up
 //     to 10 s, as the kubelet polls it while waiting for the attach.
+//   - A watched entry keeps its watch on a goroutine of its own for as
+//     long as it is held. A ModeGet entry holds no goroutine between its
+//     reads: its next read is a timer on Config.Clock (AfterFunc; a clock
+//     without it costs a goroutine per waiting entry), whose callback
+//     starts the read on a goroutine that ends with it, so that thousands
+//     of held claims, volumes and attachments cost a timer each, not a
+//     parked stack. An entry's reads never overlap; dropping the entry, or
+//     the end of Run's context, stops its timer and cancels a read in
+//     flight (whose answer is then not kept), and Run returns once every
+//     read it started has ended.
 //   - An immutable configMap or secret (immutable: true) is kept once read
 //     and no longer watched or read, as the kubelet does.
 //   - Get waits, bounded by its context, for the first answer of the

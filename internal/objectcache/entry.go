@@ -1,7 +1,6 @@
 package objectcache
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"sync"
@@ -12,8 +11,9 @@ import (
 )
 
 // entry is the cache's one entry for a Ref: what its read last answered,
-// and the loop that keeps it current. Its fields before mu are set when it
-// is made and changed only under the Cache's lock.
+// and how it is kept current (a watch loop, or ModeGet reads). Its fields
+// before mu are set when it is made and changed only under the Cache's
+// lock.
 type entry struct {
 	ref  Ref
 	kind kindInfo
@@ -22,8 +22,11 @@ type entry struct {
 	invalid bool
 	// holders counts the holders that hold the ref.
 	holders int
-	// stop ends the loop (nil while it has not started).
-	stop context.CancelFunc
+	// stop ends the entry's reads (nil while they have not started).
+	stop func()
+	// get is the schedule of a ModeGet entry's reads (nil for a watch
+	// entry); it has its own lock.
+	get *getState
 	// dropped is closed when the last holder lets go: a Get waiting for
 	// the first answer returns.
 	dropped chan struct{}

@@ -193,70 +193,6 @@ func resumeFrom(rv string, err error) string {
 	return rv
 }
 
-// getLoop keeps an entry current by reading it every TTL (a GET of the
-// object, or a list for a selecting ref) until ctx ends or the object is
-// immutable, sooner while its kind wants it read quickly (quick); a
-// failed read is retried with backoff.
-func (c *Cache) getLoop(ctx context.Context, e *entry) {
-	failures := 0
-	var poll time.Duration // the next quick read; 0: none
-	for {
-		// After a good read, the next may be served from the API
-		// server's cache (resourceVersion 0), as the kubelet's TTL
-		// manager refreshes.
-		var objs []runtime.Object
-		var err error
-		cached := e.answeredOK() && failures == 0
-		shallow(func() { objs, _, err = c.list(ctx, e, cached) })
-		if ctx.Err() != nil {
-			return
-		}
-		wait := c.ttl
-		if err != nil {
-			logger(ctx, e).Info("Reading failed", "err", err)
-			c.changed(e, e.fail(err))
-			failures++
-			wait = c.retry.Delay(failures)
-		} else {
-			failures = 0
-			changed := e.replace(objs)
-			c.changed(e, changed)
-			if e.immutableNow() {
-				logger(ctx, e).Info("Object is immutable, no longer read")
-				return
-			}
-			poll = nextPoll(e, objs, changed, poll)
-			if poll > 0 {
-				wait = min(wait, poll)
-			}
-		}
-		if !c.sleep(ctx, wait) {
-			return
-		}
-	}
-}
-
-// nextPoll is the next quick read of an entry whose kind reads some
-// objects quickly (kindInfo.quick): pollFirst after a change or the first
-// read, then half as long again each time up to pollMax; 0 when the
-// object read is not one to read quickly.
-func nextPoll(e *entry, objs []runtime.Object, changed bool, last time.Duration) time.Duration {
-	if e.kind.quick == nil || e.m.name == "" {
-		return 0
-	}
-	var obj runtime.Object
-	if len(objs) > 0 {
-		obj = objs[0]
-	}
-	switch {
-	case !e.kind.quick(obj):
-		return 0
-	case changed || last == 0:
-		return pollFirst
-	}
-	return min(last*3/2, pollMax)
-}
-
 // list reads what an entry holds: in Get mode a named ref is a GET (a
 // NotFound is no object, unless the API is not served: see served), else
 // a list with the ref's selectors. cached lets the API server answer from
@@ -301,13 +237,6 @@ func (c *Cache) keep(obj runtime.Object) runtime.Object {
 	return c.transform(obj)
 }
 
-// answeredOK reports an entry that has had a good read.
-func (e *entry) answeredOK() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.have
-}
-
 // sleep waits d on the cache's clock; false when ctx ended first.
 func (c *Cache) sleep(ctx context.Context, d time.Duration) bool {
 	t := c.clock.NewTimer(d)
@@ -322,9 +251,10 @@ func (c *Cache) sleep(ctx context.Context, d time.Duration) bool {
 
 // shallow runs f, an API call, on a goroutine of its own and waits for
 // it: the deep stack of the call grows that goroutine's stack, not the
-// entry loop's, which lives as long as the entry (Go shrinks a parked
+// watch loop's, which lives as long as the entry (Go shrinks a parked
 // goroutine's stack only when three quarters of it are unused). This
-// halves the stack an entry keeps (TestEntryBytes).
+// halves the stack a watched entry keeps (TestEntryBytes). A ModeGet
+// entry's read needs none: its goroutine ends with the read.
 func shallow(f func()) {
 	done := make(chan struct{})
 	go func() {

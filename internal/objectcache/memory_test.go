@@ -94,3 +94,72 @@ func liveBytes() uint64 {
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc + ms.StackInuse
 }
+
+// TestGetEntryBytes: a ModeGet entry that has answered holds no goroutine
+// while it waits for its next read (only a timer on the clock), so
+// holding many adds no goroutines, and little memory beside the objects:
+// the entry, its schedule, its timer and its holder's bookkeeping.
+func TestGetEntryBytes(t *testing.T) {
+	const n = 2000
+	limit := 2000.0
+	if raceEnabled {
+		limit *= 3
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm"}, Data: map[string]string{"k": "v"}}
+	client := fake.NewClientset()
+	client.PrependReactor("get", "configmaps", func(action k8stesting.Action) (bool, apiruntime.Object, error) {
+		o := cm.DeepCopy()
+		o.Name = action.(k8stesting.GetActionImpl).Name
+		return true, o, nil
+	})
+	fc := newFakeClock()
+	c := New(Config{Client: client, Clock: fc, Mode: ModeGet})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	refs := make([]Ref, n)
+	for i := range refs {
+		refs[i] = Ref{Kind: ConfigMap, Namespace: "ns", Name: fmt.Sprintf("cm-%05d", i)}
+	}
+	objBytes := singleObjectBytes(cm)
+	goroutines := runtime.NumGoroutine()
+	before := liveBytes()
+	for i, r := range refs {
+		c.Hold(fmt.Sprintf("pod-%05d", i), r)
+	}
+	for _, r := range refs {
+		get(t, c, r)
+	}
+	eventually(t, "every entry waiting for its next read", func() bool { return fc.Waiters() == n })
+	client.ClearActions() // the fake's record of calls is not the cache's
+	after := liveBytes()
+	grown := runtime.NumGoroutine() - goroutines
+	per := float64(after-before)/n - float64(objBytes)
+	t.Logf("%.0f bytes per get entry beside its object (a small configMap: %d bytes); %d goroutines more for %d entries", per, objBytes, grown, n)
+	if grown > 10 {
+		t.Errorf("%d goroutines more with %d get entries held and answered, want none (a few at most)", grown, n)
+	}
+	if per > limit {
+		t.Errorf("%.0f bytes per get entry, want at most %.0f", per, limit)
+	}
+}
+
+// singleObjectBytes is what the cache keeps of one object a GET gave.
+func singleObjectBytes(cm *corev1.ConfigMap) uint64 {
+	const n = 200
+	objs := make([]*corev1.ConfigMap, n)
+	before := liveBytes()
+	for i := range objs {
+		objs[i] = cm.DeepCopy()
+	}
+	after := liveBytes()
+	runtime.KeepAlive(objs)
+	return (after - before) / n
+}
