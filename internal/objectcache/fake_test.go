@@ -102,19 +102,28 @@ func startOn(t *testing.T, cfg Config) (*Cache, <-chan Ref) {
 	t.Helper()
 	changes := make(chan Ref, 100)
 	cfg.OnChange = func(r Ref) { changes <- r }
-	c := New(cfg)
+	c, _, _ := runOn(t, cfg)
+	return c, changes
+}
+
+// runOn runs a cache made of cfg, its retries without jitter, until
+// cancel is called or the test ends; done is closed when Run has
+// returned.
+func runOn(t *testing.T, cfg Config) (c *Cache, cancel context.CancelFunc, done <-chan struct{}) {
+	t.Helper()
+	c = New(cfg)
 	c.retry.Jitter = 0
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
+	returned := make(chan struct{})
 	go func() {
-		defer close(done)
+		defer close(returned)
 		c.Run(ctx)
 	}()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		<-returned
 	})
-	return c, changes
+	return c, cancel, returned
 }
 
 // guard bounds a wait on a condition, so that a broken test fails instead

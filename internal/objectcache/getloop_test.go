@@ -206,19 +206,8 @@ func runCache(t *testing.T, a *api, cfg Config) (c *Cache, changes <-chan Ref, c
 	ch := make(chan Ref, 100)
 	cfg.Client = a
 	cfg.OnChange = func(r Ref) { ch <- r }
-	c = New(cfg)
-	c.retry.Jitter = 0
-	ctx, cancel := context.WithCancel(context.Background())
-	returned := make(chan struct{})
-	go func() {
-		defer close(returned)
-		c.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-returned
-	})
-	return c, ch, cancel, returned
+	c, cancel, done = runOn(t, cfg)
+	return c, ch, cancel, done
 }
 
 // TestGetTimerFiresLate: a timer that fires after its entry was dropped,

@@ -1,7 +1,6 @@
 package objectcache
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -38,29 +37,10 @@ func TestEntryBytes(t *testing.T) {
 		watches.Add(1)
 		return true, watch.NewFake(), nil
 	})
-	c := New(Config{Client: client})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c.Run(ctx)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	refs := make([]Ref, n)
-	for i := range refs {
-		refs[i] = Ref{Kind: ConfigMap, Namespace: "ns", Name: fmt.Sprintf("cm-%05d", i)}
-	}
+	c, _, _ := runOn(t, Config{Client: client})
 	objBytes := objectBytes(cm)
 	before := liveBytes()
-	for i, r := range refs {
-		c.Hold(fmt.Sprintf("pod-%05d", i), r)
-	}
-	for _, r := range refs {
-		get(t, c, r)
-	}
+	holdAndGet(t, c, n)
 	eventually(t, "every watch", func() bool { return watches.Load() == n })
 	client.ClearActions() // the fake's record of calls is not the cache's
 	after := liveBytes()
@@ -113,30 +93,11 @@ func TestGetEntryBytes(t *testing.T) {
 		return true, o, nil
 	})
 	fc := newFakeClock()
-	c := New(Config{Client: client, Clock: fc, Mode: ModeGet})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c.Run(ctx)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	refs := make([]Ref, n)
-	for i := range refs {
-		refs[i] = Ref{Kind: ConfigMap, Namespace: "ns", Name: fmt.Sprintf("cm-%05d", i)}
-	}
+	c, _, _ := runOn(t, Config{Client: client, Clock: fc, Mode: ModeGet})
 	objBytes := singleObjectBytes(cm)
 	goroutines := runtime.NumGoroutine()
 	before := liveBytes()
-	for i, r := range refs {
-		c.Hold(fmt.Sprintf("pod-%05d", i), r)
-	}
-	for _, r := range refs {
-		get(t, c, r)
-	}
+	holdAndGet(t, c, n)
 	eventually(t, "every entry waiting for its next read", func() bool { return fc.Waiters() == n })
 	client.ClearActions() // the fake's record of calls is not the cache's
 	after := liveBytes()
@@ -162,4 +123,18 @@ func singleObjectBytes(cm *corev1.ConfigMap) uint64 {
 	after := liveBytes()
 	runtime.KeepAlive(objs)
 	return (after - before) / n
+}
+
+// holdAndGet has n holders hold a configMap each (cm-00000 on, in
+// namespace ns) and waits for each one's first answer.
+func holdAndGet(t *testing.T, c *Cache, n int) {
+	t.Helper()
+	refs := make([]Ref, n)
+	for i := range refs {
+		refs[i] = Ref{Kind: ConfigMap, Namespace: "ns", Name: fmt.Sprintf("cm-%05d", i)}
+		c.Hold(fmt.Sprintf("pod-%05d", i), refs[i])
+	}
+	for _, r := range refs {
+		get(t, c, r)
+	}
 }
