@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/mount-utils"
 )
 
@@ -20,29 +21,43 @@ const (
 )
 
 // mountsAt returns the mounts at the volume directory at, the lowest first
-// (the last is the one a lookup of it reaches). It reads the mount table
-// only when the mounter says something is mounted there: a volume on disk,
-// or one not mounted yet, costs a statx, where the table is every mount of
-// the node and grows with its pods (a tmpfs or two and a CSI mount each).
-// A missing directory has nothing mounted at it; any other error of the
-// check (a corrupted mount, say) reads the table.
-func (p *plugin) mountsAt(at paths) ([]mount.MountPoint, error) {
+// (the last is the one a lookup of it reaches), and the node's mount table
+// when it read it (nil when it did not). It reads the table only when the
+// mounter says something is mounted there: a volume on disk, or one not
+// mounted yet, costs a statx, where the table is every mount of the node
+// and grows with its pods (a tmpfs or two and a CSI mount each). A missing
+// directory has nothing mounted at it; any other error of the check (a
+// corrupted mount, say) reads the table, and so does a kernel that does
+// not say which directories are mount roots, where a statx cannot tell a
+// bind mount of the same file system from a directory.
+func (p *plugin) mountsAt(at paths) (mounts, table []mount.MountPoint, err error) {
 	notMnt, err := p.mounter.IsLikelyNotMountPoint(at.abs)
-	if err == nil && notMnt || errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+	if errors.Is(err, fs.ErrNotExist) || err == nil && notMnt && p.mountRootsKnown() {
+		return nil, nil, nil
 	}
-	table, err := p.mounter.List()
-	if err != nil {
-		return nil, fmt.Errorf("listing mount points: %w", err)
+	if table, err = p.mounter.List(); err != nil {
+		return nil, nil, fmt.Errorf("listing mount points: %w", err)
 	}
-	var mounts []mount.MountPoint
+	if table == nil {
+		table = []mount.MountPoint{} // read, and empty: not nil, so not read again
+	}
 	for _, mp := range table {
 		if mp.Path == at.abs {
 			mounts = append(mounts, mp)
 		}
 	}
-	return mounts, nil
+	return mounts, table, nil
 }
+
+// mountRootsKnown reports, once, whether the kernel says which directories
+// are the roots of mounts (statx's STATX_ATTR_MOUNT_ROOT, Linux 5.8 on).
+var mountRootsKnown = sync.OnceValue(func() bool {
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, "/", 0, unix.STATX_BASIC_STATS, &stx); err != nil {
+		return false
+	}
+	return stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0
+})
 
 // ownMount reports whether mp is a mount a volume of this plugin gets.
 func ownMount(mp mount.MountPoint) bool {

@@ -124,6 +124,9 @@ type plugin struct {
 	alloc         func() (int64, error)
 	// noswap reports whether a tmpfs is mounted with noswap.
 	noswap func() bool
+	// mountRootsKnown reports whether the kernel says which directories
+	// are mount roots (see mountRootsKnown in mounts.go).
+	mountRootsKnown func() bool
 	// ownership changes a volume's group to the pod's fsGroup.
 	ownership fsgroup.Reporter
 }
@@ -160,6 +163,8 @@ func newPlugin(cfg Config) (*plugin, error) {
 		steps:   cfg.Steps,
 		alloc:   cfg.AllocatableMemory,
 		noswap:  tmpfsNoswapSupported,
+
+		mountRootsKnown: mountRootsKnown,
 	}, nil
 }
 

@@ -118,7 +118,7 @@ func (p *plugin) readyAndWhole(at paths, m medium) (bool, error) {
 		}
 		return false, nil
 	}
-	mounts, err := p.mountsAt(at)
+	mounts, _, err := p.mountsAt(at)
 	if err != nil {
 		return false, err
 	}
@@ -191,7 +191,7 @@ func (p *plugin) mountMedium(ctx context.Context, at paths, m medium, vol cache.
 	if m.kind == onDisk {
 		return nil
 	}
-	mounts, err := p.mountsAt(at)
+	mounts, _, err := p.mountsAt(at)
 	if err != nil {
 		return err
 	}

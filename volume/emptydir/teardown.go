@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/volume"
@@ -56,7 +57,7 @@ func (p *plugin) tearDownAt(ctx context.Context, at paths) error {
 		return err
 	}
 	defer release()
-	mounts, err := p.mountsAt(at)
+	mounts, table, err := p.mountsAt(at)
 	if err != nil {
 		return err
 	}
@@ -65,7 +66,7 @@ func (p *plugin) tearDownAt(ctx context.Context, at paths) error {
 			return fmt.Errorf("%s (%s): %w", at.abs, mp.Type, errOtherMount)
 		}
 	}
-	below, err := p.mountsBelow(ctx, at)
+	below, err := p.mountsBelow(ctx, at, table)
 	if err != nil {
 		return err
 	}
@@ -92,14 +93,31 @@ func (p *plugin) tearDownAt(ctx context.Context, at paths) error {
 }
 
 // mountsBelow returns the mount points inside the volume directory, found
-// before anything is removed by walking its directories from descriptors
-// (no symlink followed): a directory that is a mount's root or on another
-// device than the volume (isMountRoot), or one the mounter says is a mount
-// point (a fake mounter knows only its table). It does not descend into
-// them. The walk costs a read of each of the volume's directories, where
-// the mount table is every mount of the node; the remover checks each
+// before anything is removed: those of the mount table, when mountsAt read
+// it (or the kernel does not say which directories are mount roots: then
+// it is read here), else by walking the volume's directories from
+// descriptors (no symlink followed): a directory that is a mount's root or
+// on another device than the volume (isMountRoot), or one the mounter says
+// is a mount point (a fake mounter knows only its table). The walk does not
+// descend into them. It costs a read of each of the volume's directories,
+// where the table is every mount of the node; the remover checks each
 // directory again, for a mount made since.
-func (p *plugin) mountsBelow(ctx context.Context, at paths) ([]string, error) {
+func (p *plugin) mountsBelow(ctx context.Context, at paths, table []mount.MountPoint) ([]string, error) {
+	if table == nil && !p.mountRootsKnown() {
+		var err error
+		if table, err = p.mounter.List(); err != nil {
+			return nil, fmt.Errorf("listing mount points: %w", err)
+		}
+	}
+	var below []string
+	for _, mp := range table {
+		if strings.HasPrefix(mp.Path, at.abs+"/") {
+			below = append(below, mp.Path)
+		}
+	}
+	if len(below) > 0 {
+		return below, nil
+	}
 	fi, err := p.rfs.Lstat(at.dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -118,7 +136,6 @@ func (p *plugin) mountsBelow(ctx context.Context, at paths) ([]string, error) {
 	if err := unix.Fstat(int(d.Fd()), &st); err != nil {
 		return nil, &fs.PathError{Op: "stat", Path: at.abs, Err: err}
 	}
-	var below []string
 	err = p.findMounts(ctx, d, at.abs, st.Dev, &below)
 	return below, err
 }

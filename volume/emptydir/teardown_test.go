@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/mount-utils"
 
@@ -188,20 +189,28 @@ func (c *listCounter) List() ([]mount.MountPoint, error) {
 // TestMountTableReads: the node's mount table, which grows with its pods,
 // is read only where a volume's directory is a mount point and its type
 // matters: never for a volume on disk, nor to set a memory volume up; once
-// to tear one down, and once for each SetUp of it that finds it set up.
+// to tear one down, and once for each SetUp of it that finds it set up. On
+// a kernel that does not say which directories are mount roots, it is read
+// as before the statx: at each check of a memory volume and once per tear
+// down.
 func TestMountTableReads(t *testing.T) {
 	tests := []struct {
+		name                   string
 		medium                 v1.StorageMedium
+		rootsUnknown           bool
 		setUp, again, tearDown int
 	}{
-		{medium: ""},
-		{medium: "Memory", again: 1, tearDown: 1},
+		{name: "disk"},
+		{name: "memory", medium: "Memory", again: 1, tearDown: 1},
+		{name: "disk, mount roots unknown", rootsUnknown: true, tearDown: 1},
+		{name: "memory, mount roots unknown", medium: "Memory", rootsUnknown: true, setUp: 1, again: 1, tearDown: 1},
 	}
 	for _, tt := range tests {
-		t.Run("medium "+string(tt.medium), func(t *testing.T) {
+		t.Run(tt.name, func(t *testing.T) {
 			tp := newTestPlugin(t, nil)
 			c := &listCounter{Interface: tp.fake}
 			tp.mounter = c
+			tp.mountRootsKnown = func() bool { return !tt.rootsUnknown }
 			spec := tp.spec(t, testPod(ctr(nil, nil)), "v", v1.EmptyDirVolumeSource{Medium: tt.medium})
 			dir, err := tp.SetUp(context.Background(), request(spec, "v"))
 			if err != nil {
@@ -224,5 +233,18 @@ func TestMountTableReads(t *testing.T) {
 				t.Errorf("TearDown left %s or mounts %v", dir, tp.fake.MountPoints)
 			}
 		})
+	}
+}
+
+// TestMountRootsKnown: the kernel says which directories are mount roots
+// from Linux 5.8 on.
+func TestMountRootsKnown(t *testing.T) {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	release := unix.ByteSliceToString(u.Release[:])
+	if want := kernelAtLeast(release, 5, 8); mountRootsKnown() != want {
+		t.Errorf("mountRootsKnown() = %v on Linux %s, want %v", !want, release, want)
 	}
 }
