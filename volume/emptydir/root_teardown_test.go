@@ -103,3 +103,37 @@ func TestRootMountInside(t *testing.T) {
 	}
 	checkNothingLeft(t, p, "v")
 }
+
+// TestRootBindMountAt: a bind mount of a directory of the same file system
+// at the volume's directory, which a comparison of devices would miss, is
+// seen at it (the statx of its mount root), so the mount table is read for
+// its type.
+func TestRootBindMountAt(t *testing.T) {
+	p := rootPlugin(t, "")
+	spec := resolved(t, p, testPod(ctr(nil, nil)), "v", v1.EmptyDirVolumeSource{})
+	dir, err := p.SetUp(context.Background(), request(spec, "v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(p.root, "elsewhere")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount(src, dir, "", syscall.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	at, err := p.volumePaths(testUID, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts, table, err := p.mountsAt(at)
+	if err != nil || len(mounts) != 1 || table == nil {
+		t.Errorf("mountsAt over a bind mount of the same file system: %d mounts, table read %v, %v; want 1, true", len(mounts), table != nil, err)
+	}
+	if err := syscall.Unmount(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	if mounts, table, err := p.mountsAt(at); err != nil || len(mounts) != 0 || table != nil {
+		t.Errorf("mountsAt once unmounted: %d mounts, table read %v, %v; want 0, false", len(mounts), table != nil, err)
+	}
+}
