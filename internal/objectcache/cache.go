@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -197,12 +196,12 @@ func (c *Cache) Hold(holder string, refs ...Ref) {
 	old := c.held[holder]
 	for _, r := range refs {
 		if _, had := slices.BinarySearchFunc(old, r, compareRefs); !had {
-			c.addLocked(r)
+			c.addLocked(r, holder)
 		}
 	}
 	for _, r := range old {
 		if _, keeps := slices.BinarySearchFunc(refs, r, compareRefs); !keeps {
-			c.dropLocked(r)
+			c.dropLocked(r, holder)
 		}
 	}
 	if len(refs) == 0 {
@@ -216,18 +215,15 @@ func (c *Cache) Hold(holder string, refs ...Ref) {
 func (c *Cache) Release(holder string) { c.Hold(holder) }
 
 // Holders returns the holders that hold r, sorted (for OnChange: the pods
-// whose volumes read it).
+// whose volumes read it). It costs the number of r's holders, not of all
+// holders: node-restricted mode asks it for each volume read.
 func (c *Cache) Holders(r Ref) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var hs []string
-	for h, refs := range c.held {
-		if _, ok := slices.BinarySearchFunc(refs, r, compareRefs); ok {
-			hs = append(hs, h)
-		}
+	if e := c.entries[r]; e != nil {
+		return slices.Clone(e.holders)
 	}
-	sort.Strings(hs)
-	return hs
+	return nil
 }
 
 // Get returns the object a named Ref holds, from the cache, waiting
@@ -310,22 +306,31 @@ func (c *Cache) wait(ctx context.Context, r Ref) ([]runtime.Object, *entry, erro
 	return objs, e, nil
 }
 
-func (c *Cache) addLocked(r Ref) {
+// addLocked adds holder to r's holders, making r's entry, and starting
+// its reads, if it had none.
+func (c *Cache) addLocked(r Ref, holder string) {
 	e := c.entries[r]
 	if e == nil {
 		e = newEntry(r)
 		c.entries[r] = e
 		c.startLocked(e)
 	}
-	e.holders++
+	if i, ok := slices.BinarySearch(e.holders, holder); !ok {
+		e.holders = slices.Insert(e.holders, i, holder)
+	}
 }
 
-func (c *Cache) dropLocked(r Ref) {
+// dropLocked removes holder from r's holders, and drops r's entry,
+// stopping its reads, when it was the last.
+func (c *Cache) dropLocked(r Ref, holder string) {
 	e := c.entries[r]
 	if e == nil {
 		return
 	}
-	if e.holders--; e.holders > 0 {
+	if i, ok := slices.BinarySearch(e.holders, holder); ok {
+		e.holders = slices.Delete(e.holders, i, i+1)
+	}
+	if len(e.holders) > 0 {
 		return
 	}
 	delete(c.entries, r)

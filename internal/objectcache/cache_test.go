@@ -3,6 +3,7 @@ package objectcache
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -327,5 +328,55 @@ func TestFailedReadsRetryWithBackoff(t *testing.T) {
 	// reactors: one list and one watch reached the fake tracker.
 	if lists, watches, _ := a.counts(); lists != 1 || watches != 1 {
 		t.Errorf("%d lists, %d watches opened, want 1 and 1", lists, watches)
+	}
+}
+
+// TestHoldersFollowHold: Holders answers, sorted, the holders that hold a
+// ref as Hold, a replacing Hold and Release change them, one ref's
+// holders apart from another's.
+func TestHoldersFollowHold(t *testing.T) {
+	c := New(Config{Client: newAPI()}) // not run: holding reads nothing
+	other := Ref{Kind: ConfigMap, Namespace: "ns", Name: "other"}
+	steps := []struct {
+		name        string
+		do          func()
+		cm, another []string
+	}{
+		{"three hold cm, in reverse order", func() { c.Hold("c", cmRef); c.Hold("b", cmRef, other); c.Hold("a", cmRef) },
+			[]string{"a", "b", "c"}, []string{"b"}},
+		{"b holds the other ref alone", func() { c.Hold("b", other) }, []string{"a", "c"}, []string{"b"}},
+		{"b holds cm again, twice over", func() { c.Hold("b", cmRef, cmRef, other) }, []string{"a", "b", "c"}, []string{"b"}},
+		{"a and c let go", func() { c.Release("a"); c.Release("c") }, []string{"b"}, []string{"b"}},
+		{"b lets go", func() { c.Release("b") }, nil, nil},
+	}
+	for _, s := range steps {
+		s.do()
+		if got := c.Holders(cmRef); !slices.Equal(got, s.cm) {
+			t.Errorf("%s: Holders(cm) = %v, want %v", s.name, got, s.cm)
+		}
+		if got := c.Holders(other); !slices.Equal(got, s.another) {
+			t.Errorf("%s: Holders(other) = %v, want %v", s.name, got, s.another)
+		}
+	}
+	if len(c.entries) != 0 {
+		t.Errorf("%d entries left with no holder", len(c.entries))
+	}
+}
+
+// BenchmarkHolders: the holders of one ref among 5,000 holders of a ref
+// each (a node-restricted node's pods and their volumes), as the volume
+// manager asks at each volume's read.
+func BenchmarkHolders(b *testing.B) {
+	c := New(Config{Client: newAPI()})
+	refs := make([]Ref, 5000)
+	for i := range refs {
+		refs[i] = Ref{Kind: PersistentVolume, Name: fmt.Sprintf("pv-%05d", i)}
+		c.Hold(fmt.Sprintf("pod-%05d", i), refs[i])
+	}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if len(c.Holders(refs[i%len(refs)])) != 1 {
+			b.Fatal("not one holder")
+		}
 	}
 }

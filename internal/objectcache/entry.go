@@ -20,8 +20,8 @@ type entry struct {
 	m    matcher
 	// invalid: the ref cannot be read (err says why); it has no loop.
 	invalid bool
-	// holders counts the holders that hold the ref.
-	holders int
+	// holders are the holders that hold the ref, sorted.
+	holders []string
 	// stop ends the entry's reads (nil while they have not started).
 	stop func()
 	// get is the schedule of a ModeGet entry's reads (nil for a watch
