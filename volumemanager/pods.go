@@ -28,8 +28,11 @@ type podTable struct {
 	known map[types.UID]cache.PodRef
 	// unresolved says why a known pod is not (fully) in the desired state.
 	unresolved map[types.UID]string
-	// pending maps "namespace/claim" to the pods waiting for it.
+	// pending maps "namespace/claim" to the pods waiting for it, and
+	// waiting a pod to the claims it waits for (pending's inverse: a
+	// pod's resolution changes its own entries, however many others wait).
 	pending map[string]map[types.UID]struct{}
+	waiting map[types.UID][]string
 	// pendingSince is when each pod volume's claim was first seen missing
 	// or not bound (planner.Finality).
 	pendingSince map[types.UID]map[string]time.Time
@@ -41,6 +44,7 @@ func newPodTable(r *resolver, clk clock.Clock) *podTable {
 		known:      map[types.UID]cache.PodRef{},
 		unresolved: map[types.UID]string{},
 		pending:    map[string]map[types.UID]struct{}{},
+		waiting:    map[types.UID][]string{},
 	}
 }
 
@@ -130,12 +134,18 @@ func (t *podTable) claimVolume(claim string) string {
 
 // setPending records the claims a pod waits for.
 func (t *podTable) setPending(uid types.UID, claims []string) {
-	for key, pods := range t.pending {
+	for _, key := range t.waiting[uid] {
+		pods := t.pending[key]
 		delete(pods, uid)
 		if len(pods) == 0 {
 			delete(t.pending, key)
 		}
 	}
+	if len(claims) == 0 {
+		delete(t.waiting, uid)
+		return
+	}
+	t.waiting[uid] = claims
 	for _, key := range claims {
 		if t.pending[key] == nil {
 			t.pending[key] = map[types.UID]struct{}{}
