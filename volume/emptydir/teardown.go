@@ -110,8 +110,9 @@ func (p *plugin) mountsBelow(ctx context.Context, at paths, table []mount.MountP
 		}
 	}
 	var below []string
+	prefix := at.abs + "/"
 	for _, mp := range table {
-		if strings.HasPrefix(mp.Path, at.abs+"/") {
+		if strings.HasPrefix(mp.Path, prefix) {
 			below = append(below, mp.Path)
 		}
 	}
