@@ -100,8 +100,9 @@ func (p *plugin) tearDownAt(ctx context.Context, at paths) error {
 // on another device than the volume (isMountRoot), or one the mounter says
 // is a mount point (a fake mounter knows only its table). The walk does not
 // descend into them. It costs a read of each of the volume's directories,
-// where the table is every mount of the node; the remover checks each
-// directory again, for a mount made since.
+// where the table is every mount of the node (but once read, the table is
+// the kernel's own list: no walk then); the remover checks each directory
+// again, for a mount made since.
 func (p *plugin) mountsBelow(ctx context.Context, at paths, table []mount.MountPoint) ([]string, error) {
 	if table == nil && !p.mountRootsKnown() {
 		var err error
@@ -109,14 +110,14 @@ func (p *plugin) mountsBelow(ctx context.Context, at paths, table []mount.MountP
 			return nil, fmt.Errorf("listing mount points: %w", err)
 		}
 	}
-	var below []string
-	prefix := at.abs + "/"
-	for _, mp := range table {
-		if strings.HasPrefix(mp.Path, prefix) {
-			below = append(below, mp.Path)
+	if table != nil {
+		var below []string
+		prefix := at.abs + "/"
+		for _, mp := range table {
+			if strings.HasPrefix(mp.Path, prefix) {
+				below = append(below, mp.Path)
+			}
 		}
-	}
-	if len(below) > 0 {
 		return below, nil
 	}
 	fi, err := p.rfs.Lstat(at.dir)
@@ -137,6 +138,7 @@ func (p *plugin) mountsBelow(ctx context.Context, at paths, table []mount.MountP
 	if err := unix.Fstat(int(d.Fd()), &st); err != nil {
 		return nil, &fs.PathError{Op: "stat", Path: at.abs, Err: err}
 	}
+	var below []string
 	err = p.findMounts(ctx, d, at.abs, st.Dev, &below)
 	return below, err
 }
