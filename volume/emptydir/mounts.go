@@ -39,7 +39,7 @@ func (p *plugin) mountsAt(at paths) (mounts, table []mount.MountPoint, err error
 		return nil, nil, fmt.Errorf("listing mount points: %w", err)
 	}
 	if table == nil {
-		table = []mount.MountPoint{} // read, and empty: not nil, so not read again
+		table = []mount.MountPoint{} // read and empty: non-nil says it was read
 	}
 	for _, mp := range table {
 		if mp.Path == at.abs {

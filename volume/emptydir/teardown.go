@@ -29,9 +29,9 @@ var errOtherMount = errors.New("another file system is mounted there: its data i
 // no symlink (a link the pod planted goes, its target stays). Idempotent:
 // a volume that is gone is not an error.
 //
-// A mount below the directory (found by walking its directories, not in
-// the node's mount table), or one at it that is not a tmpfs or a
-// hugetlbfs, makes it refuse before it changes anything, with an error
+// A mount below the directory (found in the node's mount table where the
+// directory is a mount point, else by walking its directories), or one at
+// it that is not a tmpfs or a hugetlbfs, makes it refuse before it changes anything, with an error
 // naming the mount: it never deletes another file system's data. A failure
 // once it has changed something wraps volume.ErrInProgress (Uncertain).
 func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
