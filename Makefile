@@ -18,14 +18,20 @@ all: build
 build:
 	$(GO) build ./...
 
-# System packages the real-mount tests and the loop driver use. Only root can
-# install them; as non-root the root tests skip and say so.
+# System packages the real-mount tests and the loop driver use, and the
+# real node's (package testenv/realnode: containerd, runc, the CNI plugins,
+# a static busybox for the images, nsenter and ip for a node's network
+# namespace). Only root can install them; as non-root the root tests skip
+# and say so.
 deps:
 	@if [ "$$(id -u)" = 0 ]; then \
 		missing=""; \
-		for c in mkfs.ext4:e2fsprogs resize2fs:e2fsprogs mkfs.xfs:xfsprogs xfs_growfs:xfsprogs losetup:util-linux mount:mount blkid:util-linux; do \
+		for c in mkfs.ext4:e2fsprogs resize2fs:e2fsprogs mkfs.xfs:xfsprogs xfs_growfs:xfsprogs losetup:util-linux mount:mount blkid:util-linux \
+			nsenter:util-linux ip:iproute2 /usr/bin/containerd:containerd /usr/sbin/runc:runc \
+			/usr/lib/cni/loopback:containernetworking-plugins /usr/lib/cni/bridge:containernetworking-plugins; do \
 			command -v $${c%%:*} >/dev/null 2>&1 || missing="$$missing $${c##*:}"; \
 		done; \
+		busybox --list 2>/dev/null | grep -qx sh && ! ldd /bin/busybox >/dev/null 2>&1 || missing="$$missing busybox-static"; \
 		if [ -n "$$missing" ]; then \
 			echo "installing:$$missing"; \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \

@@ -24,6 +24,7 @@ import (
 
 	"github.com/nodevol/nodevol/testenv"
 	"github.com/nodevol/nodevol/testenv/kubelettest"
+	"github.com/nodevol/nodevol/testenv/realnode"
 )
 
 // The cluster of the end-to-end test: one node, the loop driver, the
@@ -76,8 +77,9 @@ func buildBinaries(t *testing.T, dir string) (fork, driver, registrar string) {
 // startForkEnv starts the API server (Node authorizer, NodeRestriction,
 // the ServiceAccount admission plugin on), creates the objects, and
 // starts the loop driver; startFork starts the fork, startRegistrar the
-// registrar.
-func startForkEnv(t *testing.T) (*forkEnv, string, string) {
+// registrar. The fork runs on the container runtime at runtime (a CRI
+// endpoint), or on the fake runtime if runtime is "".
+func startForkEnv(t *testing.T, runtime string) (*forkEnv, string, string) {
 	t.Helper()
 	scratch, err := os.MkdirTemp("", "fork-e2e-")
 	if err != nil {
@@ -97,7 +99,7 @@ func startForkEnv(t *testing.T) (*forkEnv, string, string) {
 	}
 	e.createObjects(t.Context())
 	e.kubelet, err = kubelettest.New(t, kubelettest.Options{Bin: fork, Dir: scratch, Env: env, Node: e2eNode, NodeConfig: e.nodeCfg,
-		Args: []string{"--v", "2"}})
+		Args: []string{"--v", "2"}, RuntimeEndpoint: runtime})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +238,7 @@ var globalName = regexp.MustCompile(`/[0-9a-f]{64}/globalmount$`)
 // random suffix by "*" and the staging hash by "*"; sorted.
 func (e *forkEnv) mountTable(uids map[string]string) []string {
 	e.t.Helper()
-	ms, err := kubelettest.MountsUnder(e.kubelet.Root)
+	ms, err := realnode.MountsUnder(e.kubelet.Root)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -273,7 +275,7 @@ func (e *forkEnv) loopDevices() []string {
 // cleanup unmounts what is left under scratch, detaches the loop devices
 // left, and removes scratch.
 func (e *forkEnv) cleanup() {
-	if err := kubelettest.Unmount(e.scratch); err != nil {
+	if err := realnode.Unmount(e.scratch); err != nil {
 		e.t.Errorf("not removing %s: %v", e.scratch, err)
 		return
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodevol/nodevol/internal/roottest"
 	"github.com/nodevol/nodevol/testenv/kubelettest"
+	"github.com/nodevol/nodevol/testenv/realnode"
 )
 
 // e2ePods are the test's pods: a CSI claim, an inline ephemeral CSI
@@ -73,7 +74,7 @@ func wantMounts(suffix, pv string) []string {
 func TestForkRunsPodsOnNodevol(t *testing.T) {
 	roottest.Require(t)
 	begin := time.Now()
-	e, registrar, sock := startForkEnv(t)
+	e, registrar, sock := startForkEnv(t, "")
 	t.Logf("binaries built and the API server started in %v", time.Since(begin).Round(time.Millisecond))
 	p, ready := e.startFork()
 	t.Logf("the fork: Node Ready %v after its start", ready.Round(time.Millisecond))
@@ -233,7 +234,7 @@ func (r *round) volumesDir(pod *v1.Pod) string {
 // mountIDs are the IDs and points of the mounts under the fork's root,
 // in mountinfo's order.
 func (r *round) mountIDs() []string {
-	ms, err := kubelettest.MountsUnder(r.e.kubelet.Root)
+	ms, err := realnode.MountsUnder(r.e.kubelet.Root)
 	if err != nil {
 		r.e.t.Fatal(err)
 	}

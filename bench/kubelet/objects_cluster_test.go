@@ -16,6 +16,7 @@ import (
 	"github.com/nodevol/nodevol/internal/apiaudit"
 	"github.com/nodevol/nodevol/testenv"
 	"github.com/nodevol/nodevol/testenv/kubelettest"
+	"github.com/nodevol/nodevol/testenv/realnode"
 )
 
 // objCluster is one side's API server (testenv's kube-apiserver with the
@@ -201,7 +202,7 @@ func waitPodFiles(dirs []string, timeout time.Duration) []string {
 // secret and projected volumes are tmpfs) and removes it.
 func (c *objCluster) cleanup(b *testing.B) func() {
 	return func() {
-		if err := kubelettest.Unmount(c.scratch); err != nil {
+		if err := realnode.Unmount(c.scratch); err != nil {
 			b.Errorf("not removing %s: %v", c.scratch, err)
 			return
 		}

@@ -8,9 +8,9 @@ import (
 // Config is what varies in the KubeletConfiguration WriteConfig writes.
 // Every field is required.
 type Config struct {
-	// RuntimeSocket is the fake runtime's unix socket, the container
-	// runtime and image service endpoint.
-	RuntimeSocket string
+	// RuntimeEndpoint is the container runtime's CRI endpoint
+	// ("unix:///..."), for its runtime and image services.
+	RuntimeEndpoint string
 	// Port and HealthzPort are the kubelet's server and healthz ports
 	// (FreePort): never the defaults, which a kubelet of the machine may
 	// hold.
@@ -32,8 +32,8 @@ enforceNodeAllocatable: []
 cgroupDriver: cgroupfs
 failSwapOn: false
 resolvConf: ""
-containerRuntimeEndpoint: unix://%[1]s
-imageServiceEndpoint: unix://%[1]s
+containerRuntimeEndpoint: %[1]s
+imageServiceEndpoint: %[1]s
 port: %[2]d
 healthzPort: %[3]d
 readOnlyPort: 0
@@ -47,10 +47,10 @@ authorization:
 
 // WriteConfig writes c as a KubeletConfiguration file at path.
 func WriteConfig(path string, c Config) error {
-	if c.RuntimeSocket == "" || c.Port == 0 || c.HealthzPort == 0 || c.PodLogsDir == "" {
-		return fmt.Errorf("kubelet config %s: RuntimeSocket, Port, HealthzPort and PodLogsDir are required", path)
+	if c.RuntimeEndpoint == "" || c.Port == 0 || c.HealthzPort == 0 || c.PodLogsDir == "" {
+		return fmt.Errorf("kubelet config %s: RuntimeEndpoint, Port, HealthzPort and PodLogsDir are required", path)
 	}
-	data := fmt.Sprintf(configTemplate, c.RuntimeSocket, c.Port, c.HealthzPort, c.PodLogsDir)
+	data := fmt.Sprintf(configTemplate, c.RuntimeEndpoint, c.Port, c.HealthzPort, c.PodLogsDir)
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		return fmt.Errorf("writing the kubelet config: %w", err)
 	}

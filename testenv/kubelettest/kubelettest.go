@@ -1,9 +1,10 @@
 // Package kubelettest runs a kubelet (the stock one or a fork) as a process
-// against testenv's API server, as a node runs it: the fake container
+// against testenv's API server, as a node runs it: on the fake container
 // runtime of the kubelet's hollow node (k8s.io/cri-client/pkg/fake: no
-// containers, every volume call real), a KubeletConfiguration for this
-// kind of machine, a kubeconfig with the node's own client certificate,
-// and the process started in an empty working directory of its own.
+// containers, every volume call real) or on a real one (package realnode:
+// containerd and runc), with a KubeletConfiguration for this kind of
+// machine, a kubeconfig with the node's own client certificate, and the
+// process started in an empty working directory of its own.
 //
 // The working directory matters: a fake runtime's containers have an empty
 // log path, and when the kubelet removes one its log manager removes every
@@ -102,6 +103,9 @@ type Options struct {
 	NodeConfig *rest.Config
 	// Args are appended to the kubelet's command line. Unset: none.
 	Args []string
+	// RuntimeEndpoint is the CRI endpoint of a real container runtime
+	// (realnode.Runtime.Endpoint). Unset: the fake runtime, started by New.
+	RuntimeEndpoint string
 }
 
 // Kubelet is a kubelet's files and fake runtime, started as a process
@@ -112,12 +116,14 @@ type Kubelet struct {
 	Root string
 	// ConfigFile and Kubeconfig are the files its flags name.
 	ConfigFile, Kubeconfig string
-	// Runtime is the fake container runtime it runs pods on.
+	// Runtime is the fake container runtime it runs pods on; nil on a real
+	// runtime (Options.RuntimeEndpoint).
 	Runtime *fake.RemoteRuntime
 }
 
-// New starts the fake runtime (until t ends) and writes the kubelet's
-// config and kubeconfig under opts.Dir; Start starts the process.
+// New starts the fake runtime (until t ends) unless opts names a real one,
+// and writes the kubelet's config and kubeconfig under opts.Dir; Start
+// starts the process.
 func New(t testing.TB, opts Options) (*Kubelet, error) {
 	t.Helper()
 	if opts.Bin == "" || opts.Dir == "" || opts.Env == nil || opts.Node == "" || opts.NodeConfig == nil {
@@ -125,8 +131,12 @@ func New(t testing.TB, opts Options) (*Kubelet, error) {
 	}
 	k := &Kubelet{opts: opts, Root: filepath.Join(opts.Dir, "root"),
 		ConfigFile: filepath.Join(opts.Dir, "kubelet.yaml"), Kubeconfig: filepath.Join(opts.Dir, "node.kubeconfig")}
-	sock := filepath.Join(opts.Dir, "cri.sock")
-	k.Runtime = StartRuntime(t, sock)
+	endpoint := opts.RuntimeEndpoint
+	if endpoint == "" {
+		sock := filepath.Join(opts.Dir, "cri.sock")
+		k.Runtime = StartRuntime(t, sock)
+		endpoint = "unix://" + sock
+	}
 	if err := opts.Env.WriteKubeconfig(k.Kubeconfig, opts.NodeConfig); err != nil {
 		return nil, fmt.Errorf("writing node %s's kubeconfig: %w", opts.Node, err)
 	}
@@ -138,7 +148,7 @@ func New(t testing.TB, opts Options) (*Kubelet, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := Config{RuntimeSocket: sock, Port: port, HealthzPort: healthz, PodLogsDir: filepath.Join(opts.Dir, "pod-logs")}
+	cfg := Config{RuntimeEndpoint: endpoint, Port: port, HealthzPort: healthz, PodLogsDir: filepath.Join(opts.Dir, "pod-logs")}
 	if err := WriteConfig(k.ConfigFile, cfg); err != nil {
 		return nil, err
 	}

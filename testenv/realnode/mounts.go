@@ -1,4 +1,4 @@
-package kubelettest
+package realnode
 
 import (
 	"fmt"

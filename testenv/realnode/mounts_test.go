@@ -1,4 +1,4 @@
-package kubelettest
+package realnode
 
 import (
 	"os"
@@ -39,5 +39,19 @@ func TestMountsUnder(t *testing.T) {
 	}
 	if ms, err := MountsUnder(dir); err != nil || len(ms) != 0 {
 		t.Errorf("after Unmount: %+v, %v", ms, err)
+	}
+}
+
+func TestUnescape(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"/var/lib/kubelet", "/var/lib/kubelet"},
+		{`/mnt/a\040b`, "/mnt/a b"},
+		{`/mnt/tab\011x\134y`, "/mnt/tab\tx\\y"},
+		{`/mnt/short\04`, `/mnt/short\04`},
+		{`/mnt/not\9xx`, `/mnt/not\9xx`},
+	} {
+		if got := unescape(tc.in); got != tc.want {
+			t.Errorf("unescape(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }
