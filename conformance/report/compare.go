@@ -79,8 +79,8 @@ type Comparison struct {
 }
 
 // Compare compares the stock kubelet's run with the fork's. Specs are
-// matched by full text (the n-th spec of a text with the n-th of the same
-// text). It does no I/O.
+// matched by full text; specs sharing a text, by the order of their It's
+// location. It does no I/O.
 func Compare(stock, fork []types.Report, reasons Reasons) Comparison {
 	stockSpecs, stockSuite := specs(stock)
 	forkSpecs, forkSuite := specs(fork)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -155,7 +156,7 @@ func TestCompare(t *testing.T) {
 		"[sig-storage] Volumes is pending [NodeConformance]":                    {{"pending", "pending", ""}},
 		"[sig-storage] Subpath should see a configMap update [NodeConformance]": {{"failed: Timed out after 300.001s.", "passed", ""}},
 		"[sig-storage] Volumes has a twin [NodeConformance]": {
-			{"passed", "failed: the second twin fails", ""}, {"passed", "passed", ""}}, // the regression first
+			{"passed", "failed: the second twin fails", ""}, {"failed: the first twin fails on stock", "passed", ""}}, // the regression first
 		"[sig-storage] Volumes is outside the focus [Slow]": nil,
 	} {
 		rows := rowsWithText(c, text)
@@ -186,6 +187,19 @@ func TestCompare(t *testing.T) {
 	}
 	if !slices.Equal(unused, []string{"EmptyDir volumes", "NodeSwap"}) {
 		t.Errorf("unused reasons %q", unused)
+	}
+}
+
+// TestCompareIgnoresReportOrder checks that the comparison does not depend
+// on the order of the reports' specs, which is completion order in a
+// parallel run: the twins (two specs of one text, one failing on each
+// side) are matched by location, not by the order they finished in.
+func TestCompareIgnoresReportOrder(t *testing.T) {
+	stock, fork := loadFile(t, "stock.json"), loadFile(t, "fork.json")
+	want := Compare(stock, fork, loadReasons(t))
+	slices.Reverse(fork[0].SpecReports)
+	if got := Compare(stock, fork, loadReasons(t)); !reflect.DeepEqual(got, want) {
+		t.Errorf("reversed reports give\n%+v\nwant\n%+v", got.Rows, want.Rows)
 	}
 }
 

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 	"slices"
@@ -134,19 +135,22 @@ func tags(sr types.SpecReport, text string) []string {
 
 // spec is one spec of a run: its text, tags and result.
 type spec struct {
-	key    string // text, with a suffix when the run has the text twice
+	key    string // text, with a suffix for the second spec of a text and on
 	text   string
+	loc    types.CodeLocation // the It's
 	tags   []string
 	result Result
 }
 
-// specs returns the It specs of the runs, in report order, and the run's
-// suite-level failures (ginkgo's special failure reasons, such as an
-// interrupt, and failed BeforeSuite, AfterSuite and report nodes).
+// specs returns the It specs of the runs and the runs' suite-level failures
+// (ginkgo's special failure reasons, such as an interrupt, and failed
+// BeforeSuite, AfterSuite and report nodes). Specs sharing a text are
+// numbered in the order of their It's location, which is the same in both
+// runs of one test binary (report order is completion order in a parallel
+// run).
 func specs(reports []types.Report) ([]spec, []string) {
 	var out []spec
 	var suite []string
-	seen := map[string]int{}
 	for _, rep := range reports {
 		suite = append(suite, rep.SpecialSuiteFailureReasons...)
 		for _, sr := range rep.SpecReports {
@@ -160,13 +164,28 @@ func specs(reports []types.Report) ([]spec, []string) {
 				continue
 			}
 			text := sr.FullText()
-			key := text
-			if n := seen[text]; n > 0 {
-				key = fmt.Sprintf("%s\x00%d", text, n)
-			}
-			seen[text]++
-			out = append(out, spec{key: key, text: text, tags: tags(sr, text), result: result(sr)})
+			out = append(out, spec{text: text, loc: sr.LeafNodeLocation, tags: tags(sr, text), result: result(sr)})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b spec) int {
+		return cmp.Or(strings.Compare(a.text, b.text), strings.Compare(a.loc.FileName, b.loc.FileName),
+			cmp.Compare(a.loc.LineNumber, b.loc.LineNumber))
+	})
+	for i := range out {
+		out[i].key = out[i].text
+		if n := twins(out, i); n > 0 {
+			out[i].key = fmt.Sprintf("%s\x00%d", out[i].text, n)
 		}
 	}
 	return out, suite
+}
+
+// twins returns how many specs before the i-th of sorted specs share its
+// text.
+func twins(sorted []spec, i int) int {
+	n := 0
+	for j := i - 1; j >= 0 && sorted[j].text == sorted[i].text; j-- {
+		n++
+	}
+	return n
 }
