@@ -74,3 +74,16 @@ func TestRun(t *testing.T) {
 		})
 	}
 }
+
+// TestCommittedReasons checks that the reasons file make
+// test-node-conformance passes to the command parses.
+func TestCommittedReasons(t *testing.T) {
+	f, err := os.Open("../../e2e_node.reasons")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := report.ParseReasons(f); err != nil {
+		t.Error(err)
+	}
+}
