@@ -26,12 +26,14 @@ func WriteMarkdown(w io.Writer, c Comparison) error {
 	p("| suite | %s | %s |\n\n", verdict(c.Stock), verdict(c.Fork))
 	p("%d specs ran on at least one side; %d more ran on neither (outside the runs' focus, or never started) and are not listed.\n",
 		len(c.Rows), c.NotRunEither)
+	if len(c.Stock.SuiteFailures)+len(c.Fork.SuiteFailures) > 0 {
+		p("\n")
+	}
 	for _, s := range []Side{c.Stock, c.Fork} {
 		for _, f := range s.SuiteFailures {
-			p("\n- %s suite failure: %s", s.Name, cell(f))
+			p("- %s suite failure: %s\n", s.Name, cell(f))
 		}
 	}
-	p("\n")
 
 	regressions := c.Regressions()
 	p("\n## Regressions: pass on %s, not on the %s (%d)\n\n", StockSide, ForkSide, len(regressions))
