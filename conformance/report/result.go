@@ -171,21 +171,15 @@ func specs(reports []types.Report) ([]spec, []string) {
 		return cmp.Or(strings.Compare(a.text, b.text), strings.Compare(a.loc.FileName, b.loc.FileName),
 			cmp.Compare(a.loc.LineNumber, b.loc.LineNumber))
 	})
-	for i := range out {
+	for i, n := 0, 0; i < len(out); i++ {
+		n++
+		if i == 0 || out[i-1].text != out[i].text {
+			n = 0
+		}
 		out[i].key = out[i].text
-		if n := twins(out, i); n > 0 {
+		if n > 0 {
 			out[i].key = fmt.Sprintf("%s\x00%d", out[i].text, n)
 		}
 	}
 	return out, suite
-}
-
-// twins returns how many specs before the i-th of sorted specs share its
-// text.
-func twins(sorted []spec, i int) int {
-	n := 0
-	for j := i - 1; j >= 0 && sorted[j].text == sorted[i].text; j-- {
-		n++
-	}
-	return n
 }
