@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nodevol/nodevol/conformance/report"
+)
+
+const testdata = "../../report/testdata"
+
+func TestRun(t *testing.T) {
+	stock := filepath.Join(testdata, "stock.json")
+	fork := filepath.Join(testdata, "fork.json")
+	reasons := filepath.Join(testdata, "reasons.txt")
+	dir := t.TempDir()
+	md, summary := filepath.Join(dir, "table.md"), filepath.Join(dir, "summary.json")
+
+	t.Run("regressions", func(t *testing.T) {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"-stock", stock, "-fork", fork, "-reasons", reasons, "-markdown", md, "-summary", summary}, &stdout, &stderr)
+		if code != 1 {
+			t.Fatalf("exit %d, want 1 (regressions); stderr: %s", code, stderr.String())
+		}
+		if stdout.Len() != 0 || !strings.Contains(stderr.String(), "6 specs pass on stock and not on the fork") {
+			t.Errorf("stdout %q, stderr %q", stdout.String(), stderr.String())
+		}
+		data, err := os.ReadFile(summary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s report.Summary
+		if err := json.Unmarshal(data, &s); err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Regressions) != 6 || s.Stock.Passed != 7 {
+			t.Errorf("summary: %d regressions, %d passed on stock; want 6 and 7", len(s.Regressions), s.Stock.Passed)
+		}
+		table, err := os.ReadFile(md)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(table, []byte("## Regressions: pass on stock, not on the fork (6)")) {
+			t.Errorf("table:\n%s", table)
+		}
+	})
+	t.Run("none", func(t *testing.T) {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"-stock", stock, "-fork", stock}, &stdout, &stderr); code != 0 {
+			t.Fatalf("exit %d, want 0 for a run compared with itself; stderr: %s", code, stderr.String())
+		}
+		if !strings.HasPrefix(stdout.String(), "# E2eNode Suite: stock and fork kubelets\n") {
+			t.Errorf("stdout does not start with the table:\n%s", stdout.String())
+		}
+	})
+	for name, args := range map[string][]string{
+		"no flags":       nil,
+		"no fork":        {"-stock", stock},
+		"an argument":    {"-stock", stock, "-fork", fork, "extra"},
+		"missing report": {"-stock", stock, "-fork", filepath.Join(dir, "absent.json")},
+		"not a report":   {"-stock", stock, "-fork", reasons},
+		"bad reasons":    {"-stock", stock, "-fork", fork, "-reasons", stock},
+		"unwritable":     {"-stock", stock, "-fork", fork, "-markdown", filepath.Join(dir, "no", "such", "dir")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := run(args, &stdout, &stderr); code != 2 {
+				t.Errorf("exit %d, want 2; stderr: %s", code, stderr.String())
+			}
+		})
+	}
+}
+
+// TestCommittedReasons checks that the reasons file make
+// test-node-conformance passes to the command parses.
+func TestCommittedReasons(t *testing.T) {
+	f, err := os.Open("../../e2e_node.reasons")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := report.ParseReasons(f); err != nil {
+		t.Error(err)
+	}
+}
