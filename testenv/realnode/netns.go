@@ -14,8 +14,13 @@ import (
 // a node whose processes run in it has an address of its own that is not
 // loopback (the API server refuses to proxy to a loopback node address,
 // which pod logs and some specs need), and nothing is added to the host's
-// own interfaces. No route leads out of it: the node's traffic stays on
-// its loopback, its pods' bridge and the pair.
+// own interfaces. No route leads out of it: its default route names the
+// node's end of the pair with no gateway (a program that looks for the
+// default route's interface, as the API server does for its advertised
+// address, finds the node's address), so a packet for any other address
+// is sent to the pair as if on its link, where the host answers for none
+// of them (no proxy ARP). The node's traffic stays on its loopback, its
+// pods' bridge and the pair.
 type NetNS struct {
 	// Name is its name (ip netns), Path the file that holds it
 	// (/run/netns/{Name}), for InNetNS and Options.NetNS.
@@ -37,7 +42,8 @@ type NetNSOptions struct {
 }
 
 // NewNetNS makes the namespace and its veth pair, both ends up with their
-// addresses, and the namespace's loopback up. On error nothing is left.
+// addresses, the namespace's loopback up and its default route on the
+// pair. On error nothing is left.
 func NewNetNS(ctx context.Context, opts NetNSOptions) (*NetNS, error) {
 	if opts.Name == "" || len(opts.Name) > 13 {
 		return nil, fmt.Errorf("realnode: network namespace name %q: 1 to 13 characters", opts.Name)
@@ -60,6 +66,7 @@ func NewNetNS(ctx context.Context, opts NetNSOptions) (*NetNS, error) {
 		{"-n", n.Name, "addr", "add", n.NodeAddr.String(), "dev", n.NodeIf},
 		{"-n", n.Name, "link", "set", n.NodeIf, "up"},
 		{"-n", n.Name, "link", "set", "lo", "up"},
+		{"-n", n.Name, "route", "add", "default", "dev", n.NodeIf},
 	}
 	for _, s := range steps {
 		if err := ip(ctx, s...); err != nil {

@@ -54,7 +54,7 @@ func TestRuntimeRunsContainers(t *testing.T) {
 	if err := r.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if pids := processesNaming(dir); len(pids) > 0 {
+	if pids := ProcessesNaming(dir); len(pids) > 0 {
 		t.Errorf("processes left naming %s: %v", dir, pids)
 	}
 	if ms, err := MountsUnder(dir); err != nil || len(ms) > 0 {
@@ -296,7 +296,7 @@ func TestStopCleansAfterACrash(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "runc containers left") {
 		t.Errorf("Stop after containerd died: %v, want it to name the runc containers it killed", err)
 	}
-	if pids := processesNaming(dir); len(pids) > 0 {
+	if pids := ProcessesNaming(dir); len(pids) > 0 {
 		t.Errorf("processes left naming %s: %v", dir, pids)
 	}
 	if ms, err := MountsUnder(dir); err != nil || len(ms) > 0 {

@@ -101,7 +101,7 @@ func (r *Runtime) Stop(ctx context.Context) error {
 	// removal failed) and the shims themselves: found by the paths they
 	// were started with.
 	errs = append(errs, r.killRunc(ctx))
-	if pids := processesNaming(r.dir); len(pids) > 0 {
+	if pids := ProcessesNaming(r.dir); len(pids) > 0 {
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
@@ -154,10 +154,10 @@ func (r *Runtime) killRunc(ctx context.Context) error {
 	return nil
 }
 
-// processesNaming lists the processes whose command line has an argument
+// ProcessesNaming lists the processes whose command line has an argument
 // that is dir or below it (containerd's shims name its socket, the
 // containers' processes nothing of it), other than this process.
-func processesNaming(dir string) []int {
+func ProcessesNaming(dir string) []int {
 	entries, _ := os.ReadDir("/proc")
 	var pids []int
 	for _, e := range entries {
