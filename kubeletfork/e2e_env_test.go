@@ -55,23 +55,22 @@ type forkEnv struct {
 	sock, state, calls string
 }
 
-// buildBinaries builds the fork from this module and the loop driver and
-// the registrar from nodevol's, into dir.
-func buildBinaries(t *testing.T, dir string) (fork, driver, registrar string) {
-	t.Helper()
-	fork, driver, registrar = filepath.Join(dir, "kubelet"), filepath.Join(dir, "loopdriver"), filepath.Join(dir, "registrar")
-	for _, b := range []struct{ dir, out, pkg string }{
-		{".", fork, "./cmd/kubelet"},
-		{"..", driver, "./examples/loopdriver"},
-		{"..", registrar, "./examples/registrar"},
-	} {
-		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
-		cmd.Dir = b.dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("building %s (run make kubelet-fork-src first): %v\n%s", b.pkg, err, out)
-		}
+// The test's commands, each built once per test binary: the fork from
+// this module, the loop driver and the registrar from nodevol's; with
+// -trimpath, as make kubelet-fork builds the fork, so that the two share
+// the compiled packages.
+var (
+	forkCmd      = kubelettest.Command{Dir: ".", Pkg: "./cmd/kubelet", Flags: []string{"-trimpath"}}
+	driverCmd    = kubelettest.Command{Dir: "..", Pkg: "./examples/loopdriver", Flags: []string{"-trimpath"}}
+	registrarCmd = kubelettest.Command{Dir: "..", Pkg: "./examples/registrar", Flags: []string{"-trimpath"}}
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, c := range []*kubelettest.Command{&forkCmd, &driverCmd, &registrarCmd} {
+		c.Remove()
 	}
-	return fork, driver, registrar
+	os.Exit(code)
 }
 
 // startForkEnv starts the API server (Node authorizer, NodeRestriction,
@@ -87,7 +86,7 @@ func startForkEnv(t *testing.T, runtime string) (*forkEnv, string, string) {
 	}
 	e := &forkEnv{t: t, scratch: scratch, state: filepath.Join(scratch, "state"), calls: filepath.Join(scratch, "driver.calls")}
 	t.Cleanup(e.cleanup)
-	fork, driver, registrar := buildBinaries(t, filepath.Join(scratch, "bin"))
+	fork, driver, registrar := forkCmd.Path(t), driverCmd.Path(t), registrarCmd.Path(t)
 	env := testenv.StartT(t, testenv.Options{
 		AuthorizationModes:      []string{"Node", "RBAC"},
 		EnableAdmissionPlugins:  []string{"NodeRestriction"},

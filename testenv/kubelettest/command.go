@@ -19,6 +19,10 @@ type Command struct {
 	// Pkg is the package to build, as go build names it
 	// ("./examples/nodeagent").
 	Pkg string
+	// Flags are go build's flags. Unset: none. -trimpath shares the
+	// compiled packages with a make target that builds the same command
+	// with it.
+	Flags []string
 
 	once sync.Once
 	tmp  string
@@ -35,7 +39,7 @@ func (c *Command) Path(tb testing.TB) string {
 			return
 		}
 		c.path = filepath.Join(c.tmp, filepath.Base(c.Pkg))
-		cmd := exec.Command("go", "build", "-o", c.path, c.Pkg)
+		cmd := exec.Command("go", append(append([]string{"build"}, c.Flags...), "-o", c.path, c.Pkg)...)
 		cmd.Dir = c.Dir
 		if out, err := cmd.CombinedOutput(); err != nil {
 			c.err = fmt.Errorf("building %s: %w\n%s", c.Pkg, err, out)

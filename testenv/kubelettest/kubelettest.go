@@ -131,6 +131,7 @@ func New(t testing.TB, opts Options) (*Kubelet, error) {
 	}
 	k := &Kubelet{opts: opts, Root: filepath.Join(opts.Dir, "root"),
 		ConfigFile: filepath.Join(opts.Dir, "kubelet.yaml"), Kubeconfig: filepath.Join(opts.Dir, "node.kubeconfig")}
+	forgetDevicePluginSocket(t)
 	endpoint := opts.RuntimeEndpoint
 	if endpoint == "" {
 		sock := filepath.Join(opts.Dir, "cri.sock")
@@ -170,6 +171,27 @@ func (k *Kubelet) WaitNodeReady(ctx context.Context, p *Process, client kubernet
 	return p.WaitFor(ctx, "node "+k.opts.Node+" Ready", func() bool {
 		ok, _ := NodeReady(ctx, client, k.opts.Node)
 		return ok
+	})
+}
+
+// devicePluginDir is where every kubelet serves its device plugin
+// registration socket (kubelet.sock), whatever its root directory.
+const devicePluginDir = "/var/lib/kubelet/device-plugins"
+
+// forgetDevicePluginSocket removes, when t ends (after the kubelets it
+// started have stopped), the device plugin socket a kubelet leaves in
+// devicePluginDir, and that directory and /var/lib/kubelet if they are
+// empty then, unless /var/lib/kubelet was there before: the machine's
+// own kubelet's directory is not the test's to clean.
+func forgetDevicePluginSocket(t testing.TB) {
+	root := filepath.Dir(devicePluginDir)
+	if _, err := os.Lstat(root); err == nil {
+		return
+	}
+	t.Cleanup(func() {
+		_ = os.Remove(filepath.Join(devicePluginDir, "kubelet.sock"))
+		_ = os.Remove(devicePluginDir)
+		_ = os.Remove(root)
 	})
 }
 
