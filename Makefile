@@ -11,7 +11,7 @@ GOTESTFLAGS     ?= -race -count=1 -timeout 30m
 export PATH     := $(BIN):$(PATH)
 export CSI_SANITY := $(BIN)/csi-sanity
 
-.PHONY: kubelet-fork kubelet-fork-src lint-fork test-fork all build test unit fuzz bench bench-compare bench-objects bench-scale demo nodeagent-static lint deps tools clean testenv-bins integration test-kubelet conformance-bins conformance-e2e-node conformance-ginkgo conformance-kubelet conformance-agnhost lint-conformance test-conformance
+.PHONY: kubelet-fork kubelet-fork-src lint-fork test-fork all build test unit fuzz bench bench-compare bench-objects bench-scale demo nodeagent-static lint deps tools clean testenv-bins integration test-kubelet conformance-bins conformance-e2e-node conformance-ginkgo conformance-kubelet conformance-agnhost lint-conformance test-conformance test-node-conformance
 
 all: build
 
@@ -190,7 +190,7 @@ CONF_LDFLAGS := -s -w -X $(TESTENV_VERSION_PKG).gitVersion=$(CONF_VERSION) \
 	-X $(TESTENV_VERSION_PKG).gitTreeState=clean
 CONF_AGNHOST := k8s.io/kubernetes/test/images/agnhost
 
-conformance-bins: $(CONF_CACHE)/e2e_node.test $(CONF_CACHE)/ginkgo $(CONF_CACHE)/kubelet $(CONF_CACHE)/agnhost
+conformance-bins: $(CONF_CACHE)/e2e_node.test $(CONF_CACHE)/ginkgo $(CONF_CACHE)/kubelet $(CONF_CACHE)/agnhost $(CONF_CACHE)/agnhost-porter/localhost.crt
 conformance-e2e-node: $(CONF_CACHE)/e2e_node.test
 conformance-ginkgo: $(CONF_CACHE)/ginkgo
 conformance-kubelet: $(CONF_CACHE)/kubelet
@@ -216,6 +216,36 @@ $(CONF_CACHE)/agnhost:
 	cd conformance && v=$$(cat "$$($(GO) list -f '{{.Dir}}' $(CONF_AGNHOST))/VERSION") && test -n "$$v" && \
 		CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w -X main.Version=$$v" -o $@.tmp $(CONF_AGNHOST)
 	mv $@.tmp $@
+
+# Kubernetes' node conformance suite (e2e_node.test v1.37.2) judging the
+# stock kubelet v1.37.2 and the fork, one after the other, on the same real
+# node (testenv/cmd/node-conformance: containerd and runc in a network
+# namespace of its own, images built here, the kubelet's root
+# /var/lib/kubelet, which it refuses to take while in use); then the two
+# runs compared spec for spec into docs/conformance/node-$(NODE_SUITE).md
+# (conformance-report, which fails when a spec passes on stock and not on
+# the fork). NODE_SUITE names the specs: storage (default: every
+# [sig-storage] spec and the volume specs of [sig-node]) or conformance
+# (every [NodeConformance] spec); NODE_PROCS the parallel ginkgo
+# processes. Root only. Not part of make test; times in
+# docs/NODE-CONFORMANCE.md.
+NODE_SUITE ?= storage
+NODE_PROCS ?= 4
+NODE_OUT   ?= $(CURDIR)/_output/node-conformance/$(NODE_SUITE)
+test-node-conformance: deps conformance-bins kubelet-fork
+	$(GO) build -o $(BIN)/node-conformance ./testenv/cmd/node-conformance
+	$(BIN)/node-conformance -suite $(NODE_SUITE) -procs $(NODE_PROCS) -bin-dir $(CONF_CACHE) -out $(NODE_OUT) \
+		-name stock -kubelet $(CONF_CACHE)/kubelet
+	$(BIN)/node-conformance -suite $(NODE_SUITE) -procs $(NODE_PROCS) -bin-dir $(CONF_CACHE) -out $(NODE_OUT) \
+		-name fork -kubelet $(BIN)/kubelet
+	cd conformance && $(GO) run ./cmd/conformance-report -stock $(NODE_OUT)/stock.json -fork $(NODE_OUT)/fork.json \
+		-reasons e2e_node.reasons -markdown ../docs/conformance/node-$(NODE_SUITE).md -summary $(NODE_OUT)/summary.json
+
+# The porter's certificate and key, which the agnhost image holds beside
+# the binary (test/images/agnhost/Dockerfile).
+$(CONF_CACHE)/agnhost-porter/localhost.crt:
+	@mkdir -p $(@D)
+	cd conformance && d=$$($(GO) list -f '{{.Dir}}' $(CONF_AGNHOST)/porter) && cp "$$d/localhost.crt" "$$d/localhost.key" $(@D)/
 
 # go mod tidy, go vet and staticcheck over the conformance module (make
 # lint's gofmt covers its files already), and its tests: the report tool's
@@ -279,17 +309,24 @@ lint-fork: kubelet-fork-src $(BIN)/staticcheck
 	cd kubeletfork && $(GO) vet ./...
 	cd kubeletfork && $(BIN)/staticcheck ./...
 
-$(BIN)/kubelet: kubelet-fork-src $(shell git ls-files kubeletfork ':!kubeletfork/*_test.go')
+# The fork links nodevol (kubeletfork/go.mod replaces it with this tree):
+# a change to the library rebuilds it too.
+$(BIN)/kubelet: kubelet-fork-src $(shell git ls-files go.mod go.sum '*.go' ':!:*_test.go' ':!:bench/*' ':!:conformance/*' ':!:examples/*' ':!:testenv/*') kubeletfork/go.mod kubeletfork/go.sum
 	cd kubeletfork && $(GO) build -trimpath -ldflags='$(FORK_LDFLAGS)' -o $(BIN)/kubelet ./cmd/kubelet
 
-# The kubelet fork's tests: the adapter's unit tests, and the end-to-end
-# test (root only; it skips otherwise and under -short): the fork built
+# The kubelet fork's tests: the adapter's unit tests, and two end-to-end
+# tests (root only; they skip otherwise and under -short): the fork built
 # from this tree as a node's kubelet against testenv's kube-apiserver, with
-# the node's own certificate, on the fake container runtime, the loop
-# driver and the registrar registering through its plugins_registry; pods
-# with a CSI claim, an inline CSI volume, configMap, secret, emptyDir and
-# kube-api-access volumes run, are deleted, and survive a restart of the
-# fork with their mounts. About 25 s warm.
+# the node's own certificate, the loop driver and the registrar
+# registering through its plugins_registry. On the fake container runtime,
+# pods with a CSI claim, an inline CSI volume, configMap, secret, emptyDir
+# and kube-api-access volumes run, are deleted, and survive a restart of
+# the fork with their mounts (about 25 s warm). On real containers
+# (containerd and runc, testenv/realnode), containers read every kind of
+# volume and a subPath of each, write, see a configMap update and their
+# token rotated, run on through a SIGKILL of the fork, and leave nothing
+# (about 10 minutes, most of it waiting for the token's rotation at 80% of
+# the 10 minutes the API server allows at least).
 test-fork: deps testenv-bins kubelet-fork
 	cd kubeletfork && $(GO) vet ./...
 	cd kubeletfork && $(GO) test $(GOTESTFLAGS) ./...

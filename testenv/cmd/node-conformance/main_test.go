@@ -1,0 +1,70 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+)
+
+// TestSuites checks each suite's expressions against spec texts of the
+// node e2e suite v1.37.2: what each runs and what it leaves out.
+func TestSuites(t *testing.T) {
+	for _, tc := range []struct {
+		suite, spec string
+		run         bool
+	}{
+		{"storage", "[sig-storage] ConfigMap should be consumable from pods in volume with mappings [Conformance] [NodeConformance]", true},
+		{"storage", "[sig-storage] Downward API [Feature:EphemeralStorage] Downward API tests for local ephemeral storage should provide default limits.ephemeral-storage from node allocatable [Disruptive] [Serial]", true},
+		{"storage", "[sig-node] Kubelet Volume Manager Volume Manager On termination of pod with memory backed volume should remove the volume from the node [NodeConformance]", true},
+		{"storage", "[sig-node] Pod conditions managed by Kubelet [NodeConformance] a pod failing to mount volumes (Secret) and with init containers should report just the scheduled condition set", true},
+		{"storage", "[sig-node] ImageVolume [Feature:ImageVolume] subPath should succeed when using a valid subPath", true},
+		{"storage", "[sig-node] Variable Expansion should allow substituting values in a volume subpath [Conformance]", true},
+		{"storage", "[sig-storage] EmptyDir volumes EmptyDirVolumeMode [LinuxOnly] [Feature:EmptyDirVolumeMode] [FeatureGate:EmptyDirVolumeMode] should set mode 0750 on emptyDir directory [Alpha] [Feature:OffByDefault]", false},
+		{"storage", "[sig-node] Pods should be submitted and removed [NodeConformance] [Conformance]", false},
+		{"conformance", "[sig-node] Pods should be submitted and removed [NodeConformance] [Conformance]", true},
+		{"conformance", "[sig-node] ImageVolume [Feature:ImageVolume] subPath should succeed when using a valid subPath", false},
+	} {
+		s, err := lookupSuite(tc.suite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run := regexp.MustCompile(s.focus).MatchString(tc.spec) && !regexp.MustCompile(s.skip).MatchString(tc.spec)
+		if run != tc.run {
+			t.Errorf("suite %s runs %q: %v, want %v", tc.suite, tc.spec, run, tc.run)
+		}
+	}
+	if _, err := lookupSuite("nope"); err == nil {
+		t.Error("lookupSuite(nope): no error")
+	}
+}
+
+// TestPathWithout makes a PATH directory with every command of the
+// given PATH but the ones named, the first of a name winning.
+func TestPathWithout(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	for _, f := range []string{filepath.Join(a, "tool"), filepath.Join(a, "systemd-run"), filepath.Join(b, "tool"), filepath.Join(b, "other")} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", a+string(filepath.ListSeparator)+b)
+	out, err := pathWithout(filepath.Join(dir, "path"), "systemd-run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"tool": filepath.Join(a, "tool"), "other": filepath.Join(b, "other")}
+	entries, _ := os.ReadDir(out)
+	if len(entries) != len(want) {
+		t.Errorf("the PATH directory holds %v, want %v", entries, want)
+	}
+	for name, target := range want {
+		if got, err := os.Readlink(filepath.Join(out, name)); err != nil || got != target {
+			t.Errorf("%s -> %q (%v), want %q", name, got, err, target)
+		}
+	}
+}

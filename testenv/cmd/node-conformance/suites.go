@@ -1,0 +1,62 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// suite is a set of the node e2e suite's specs a run focuses on.
+type suite struct {
+	// focus and skip are ginkgo's regular expressions over the spec text.
+	focus, skip string
+}
+
+// skipAlways are specs no run here takes: alpha features and those off by
+// default in v1.37.2 (upstream runs them only in jobs that turn their gate
+// on), and specs upstream itself marks flaky.
+const skipAlways = `\[Alpha\]|\[Feature:OffByDefault\]|\[Flaky\]`
+
+// storageSpecs are the specs of the node e2e suite that go through the
+// kubelet's volume path outside [sig-storage]: the volume manager's own,
+// pods that fail to mount, image volumes, subPath expansion, the stats
+// summary (volume usage), a static pod whose volume fails to unmount,
+// hugepages emptyDirs and the env files read from an emptyDir.
+var storageSpecs = []string{
+	`Kubelet Volume Manager`,
+	`a pod failing to mount volumes`,
+	`ImageVolume`,
+	`Variable Expansion .*subpath`,
+	`Summary API when querying /stats/summary should report resource usage`,
+	`MirrorPod when recreating a static pod`,
+	`HugePages \[Feature:HugePages\]`,
+	`FileKeyRef`,
+}
+
+// suites are the runs make test-node-conformance knows (NODE_SUITE).
+var suites = map[string]suite{
+	// storage: every [sig-storage] spec (the node conformance ones and the
+	// features that apply here), and storageSpecs.
+	"storage": {focus: `\[sig-storage\]|` + strings.Join(storageSpecs, "|"), skip: skipAlways},
+	// conformance: every [NodeConformance] spec.
+	"conformance": {focus: `\[NodeConformance\]`, skip: skipAlways},
+}
+
+// suiteNames lists the suites' names, sorted.
+func suiteNames() []string {
+	var names []string
+	for n := range suites {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// lookupSuite is the suite named name, or an error naming the known ones.
+func lookupSuite(name string) (suite, error) {
+	s, ok := suites[name]
+	if !ok {
+		return suite{}, fmt.Errorf("no suite %q: want one of %v", name, suiteNames())
+	}
+	return s, nil
+}
