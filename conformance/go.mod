@@ -6,7 +6,10 @@
 // conformance-report). It will also hold the runner of the cluster storage
 // suites (k8s.io/kubernetes/test/e2e). A separate module, so that nodevol
 // never requires k8s.io/kubernetes; make conformance-bins builds its
-// binaries into the cache directory.
+// binaries into the cache directory. It requires nothing of nodevol's, so
+// that the stock kubelet and the suites are built with the dependencies
+// k8s.io/kubernetes v1.37.2 itself selects (the runs' runner, which needs
+// no Kubernetes code, is nodevol's testenv/cmd/node-conformance).
 module github.com/nodevol/nodevol/conformance
 
 go 1.26.0
@@ -214,8 +217,6 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 	tags.cncf.io/container-device-interface/specs-go v1.1.0 // indirect
 )
-
-replace github.com/nodevol/nodevol => ../
 
 replace (
 	k8s.io/api => k8s.io/api v0.37.2
