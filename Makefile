@@ -190,7 +190,7 @@ CONF_LDFLAGS := -s -w -X $(TESTENV_VERSION_PKG).gitVersion=$(CONF_VERSION) \
 	-X $(TESTENV_VERSION_PKG).gitTreeState=clean
 CONF_AGNHOST := k8s.io/kubernetes/test/images/agnhost
 
-conformance-bins: $(CONF_CACHE)/e2e_node.test $(CONF_CACHE)/ginkgo $(CONF_CACHE)/kubelet $(CONF_CACHE)/agnhost $(CONF_CACHE)/agnhost-porter/localhost.crt
+conformance-bins: $(CONF_CACHE)/e2e_node.test $(CONF_CACHE)/ginkgo $(CONF_CACHE)/kubelet $(CONF_CACHE)/agnhost $(CONF_CACHE)/image-files/.done
 conformance-e2e-node: $(CONF_CACHE)/e2e_node.test
 conformance-ginkgo: $(CONF_CACHE)/ginkgo
 conformance-kubelet: $(CONF_CACHE)/kubelet
@@ -225,8 +225,9 @@ $(CONF_CACHE)/agnhost:
 # runs compared spec for spec into docs/conformance/node-$(NODE_SUITE).md
 # (conformance-report, which fails when a spec passes on stock and not on
 # the fork). NODE_SUITE names the specs: storage (default: every
-# [sig-storage] spec and the volume specs of [sig-node]) or conformance
-# (every [NodeConformance] spec); NODE_PROCS the parallel ginkgo
+# [sig-storage] spec and the volume specs of [sig-node]), conformance
+# (every [NodeConformance] spec) or disruptive (the kubelet restarted,
+# local storage eviction: serial); NODE_PROCS the parallel ginkgo
 # processes. Root only. Not part of make test; times in
 # docs/NODE-CONFORMANCE.md.
 NODE_SUITE ?= storage
@@ -241,11 +242,18 @@ test-node-conformance: deps conformance-bins kubelet-fork
 	cd conformance && $(GO) run ./cmd/conformance-report -stock $(NODE_OUT)/stock.json -fork $(NODE_OUT)/fork.json \
 		-reasons e2e_node.reasons -markdown ../docs/conformance/node-$(NODE_SUITE).md -summary $(NODE_OUT)/summary.json
 
-# The porter's certificate and key, which the agnhost image holds beside
-# the binary (test/images/agnhost/Dockerfile).
-$(CONF_CACHE)/agnhost-porter/localhost.crt:
-	@mkdir -p $(@D)
+# What the suite's other images hold beside a binary, from their source
+# (test/images): the porter's certificate and key in agnhost, kitten's and
+# nautilus's pictures and data, and nonewprivs' nnp (static).
+CONF_IMAGES := k8s.io/kubernetes/test/images
+$(CONF_CACHE)/image-files/.done:
+	@mkdir -p $(@D)/kitten $(@D)/nautilus
 	cd conformance && d=$$($(GO) list -f '{{.Dir}}' $(CONF_AGNHOST)/porter) && cp "$$d/localhost.crt" "$$d/localhost.key" $(@D)/
+	cd conformance && d=$$($(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images && \
+		cp "$$d/kitten/html/kitten.jpg" "$$d/kitten/html/data.json" $(@D)/kitten/ && \
+		cp "$$d/nautilus/html/nautilus.jpg" "$$d/nautilus/html/data.json" $(@D)/nautilus/
+	cd conformance && CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(@D)/nnp $(CONF_IMAGES)/nonewprivs
+	touch $@
 
 # go mod tidy, go vet and staticcheck over the conformance module (make
 # lint's gofmt covers its files already), and its tests: the report tool's

@@ -7,12 +7,22 @@ import (
 	"github.com/nodevol/nodevol/testenv/realnode"
 )
 
-// agnhostImage is the suite's agnhost (k8s.io/kubernetes
-// test/utils/image/manifest.go, v1.37.2), the binary's version.
-const agnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+// The suite's images built here (k8s.io/kubernetes
+// test/utils/image/manifest.go, v1.37.2).
+const (
+	agnhostImage     = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+	agnhostPrevImage = "registry.k8s.io/e2e-test-images/agnhost:2.55"
+	nonRootImage     = "registry.k8s.io/e2e-test-images/nonroot:1.5"
+	nonewprivsImage  = "registry.k8s.io/e2e-test-images/nonewprivs:1.4"
+	kittenImage      = "registry.k8s.io/e2e-test-images/kitten:1.8"
+	nautilusImage    = "registry.k8s.io/e2e-test-images/nautilus:1.8"
+)
 
-// suiteImages are the images the suite's specs run, built here: busybox
-// and the sandbox's pause (package realnode) and agnhost.
+// suiteImages are the images the suite's specs run, built here from what
+// make conformance-bins put in binDir: busybox and the sandbox's pause
+// (package realnode), agnhost and the images made from it or from busybox
+// as upstream's Dockerfiles make them (test/images/*/Dockerfile), on
+// busybox instead of alpine or Debian.
 func suiteImages(ctx context.Context, binDir, work string) ([]realnode.Image, error) {
 	busybox, err := realnode.Busybox(ctx)
 	if err != nil {
@@ -22,43 +32,64 @@ func suiteImages(ctx context.Context, binDir, work string) ([]realnode.Image, er
 	if err != nil {
 		return nil, err
 	}
-	agnhost, err := agnhost(ctx, binDir)
+	base, err := realnode.BusyboxFiles(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return []realnode.Image{busybox, pause, agnhost}, nil
+	files := filepath.Join(binDir, "image-files")
+	agnhost := agnhostFiles(base, binDir)
+	with := func(img realnode.Image, name string, more ...realnode.File) realnode.Image {
+		img.Name = name
+		img.Files = append(append([]realnode.File(nil), img.Files...), more...)
+		return img
+	}
+	return []realnode.Image{
+		busybox, pause, agnhost,
+		// The previous agnhost, which specs use as a second image (an image
+		// update): the same binary, told apart by a file of its own.
+		with(agnhost, agnhostPrevImage, realnode.File{Path: "/VERSION", Content: []byte("2.55 (built here: the 2.66.1 binary)\n")}),
+		{Name: nonRootImage, Files: base, Cmd: []string{"sh"}, User: "1234"},
+		{Name: nonewprivsImage, Files: append(append([]realnode.File(nil), base...),
+			realnode.File{Path: "/usr/local/bin/nnp", Source: filepath.Join(files, "nnp"), Mode: 0o4755}), Cmd: []string{"nnp"}},
+		withCmd(with(agnhost, kittenImage,
+			realnode.File{Path: "/kitten.jpg", Source: filepath.Join(files, "kitten", "kitten.jpg")},
+			realnode.File{Path: "/data.json", Source: filepath.Join(files, "kitten", "data.json")}), "test-webserver"),
+		withCmd(with(agnhost, nautilusImage,
+			realnode.File{Path: "/nautilus.jpg", Source: filepath.Join(files, "nautilus", "nautilus.jpg")},
+			realnode.File{Path: "/data.json", Source: filepath.Join(files, "nautilus", "data.json")}), "test-webserver"),
+	}, nil
 }
 
-// agnhost is the agnhost image as upstream's Dockerfile
-// (test/images/agnhost/Dockerfile) lays it out, on busybox instead of
-// alpine: /agnhost (the binary built by make conformance-bins) and its
-// agnhost-2 link, the porter's certificate and key (make conformance-bins
-// copies them from the source beside the binary), /uploads, and the user
-// and group some specs expect in the image (user-defined-in-image, uid
-// 1000, in group-defined-in-image, gid 50000); it runs agnhost pause.
-// Alpine's packages (curl, dig, iperf, ...) are not in it: no spec run
-// here uses them.
-func agnhost(ctx context.Context, binDir string) (realnode.Image, error) {
-	files, err := realnode.BusyboxFiles(ctx)
-	if err != nil {
-		return realnode.Image{}, err
-	}
-	porter := filepath.Join(binDir, "agnhost-porter")
+func withCmd(img realnode.Image, cmd ...string) realnode.Image {
+	img.Cmd = cmd
+	return img
+}
+
+// agnhostFiles is the agnhost image as upstream's Dockerfile lays it out
+// (test/images/agnhost/Dockerfile), on busybox instead of alpine: /agnhost
+// (built by make conformance-bins) and its agnhost-2 link, the porter's
+// certificate and key, /uploads, and the user and group some specs expect
+// in the image (user-defined-in-image, uid 1000, in
+// group-defined-in-image, gid 50000); it runs agnhost pause. Alpine's
+// packages (curl, dig, iperf, ...) are not in it.
+func agnhostFiles(base []realnode.File, binDir string) realnode.Image {
+	files := append([]realnode.File(nil), base...)
 	for i, f := range files {
 		switch f.Path {
 		case "/etc/passwd":
-			files[i].Content = append(f.Content, "user-defined-in-image:x:1000:1000:Linux User,,,:/home/user-defined-in-image:/bin/sh\n"...)
+			files[i].Content = append(append([]byte(nil), f.Content...), "user-defined-in-image:x:1000:1000:Linux User,,,:/home/user-defined-in-image:/bin/sh\n"...)
 		case "/etc/group":
-			files[i].Content = append(f.Content, "user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n"...)
+			files[i].Content = append(append([]byte(nil), f.Content...), "user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n"...)
 		}
 	}
+	extra := filepath.Join(binDir, "image-files")
 	files = append(files,
 		realnode.File{Path: "/agnhost", Source: filepath.Join(binDir, "agnhost"), Mode: 0o755},
 		realnode.File{Path: "/agnhost-2", Link: "agnhost"},
-		realnode.File{Path: "/localhost.crt", Source: filepath.Join(porter, "localhost.crt")},
-		realnode.File{Path: "/localhost.key", Source: filepath.Join(porter, "localhost.key")},
+		realnode.File{Path: "/localhost.crt", Source: filepath.Join(extra, "localhost.crt")},
+		realnode.File{Path: "/localhost.key", Source: filepath.Join(extra, "localhost.key")},
 		realnode.File{Path: "/uploads", Dir: true},
 		realnode.File{Path: "/home/user-defined-in-image", Dir: true},
 	)
-	return realnode.Image{Name: agnhostImage, Files: files, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}, nil
+	return realnode.Image{Name: agnhostImage, Files: files, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}
 }

@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/nodevol/nodevol/testenv/realnode"
+	"golang.org/x/sys/unix"
 )
 
 // baseKubeletConfig is the base KubeletConfiguration the suite starts
@@ -167,7 +168,10 @@ func run(ctx context.Context, o options) (err error) {
 		_ = copyFile(rt.Log(), filepath.Join(logs, "containerd.log"))
 		return rt.Stop(context.WithoutCancel(ctx))
 	})
-	undo = append(undo, func() error { return cleanKubelet(filepath.Join(work, "bin")) })
+	undo = append(undo, func() error { return cleanKubelet(filepath.Join(work, "bin"), filepath.Join(work, "units")) })
+	if err := shareRoot(); err != nil {
+		return err
+	}
 
 	cmd, err := suiteCommand(ctx, o, work, logs, ns, rt.Endpoint)
 	if err != nil {
@@ -210,10 +214,12 @@ func checkRootFree() error {
 }
 
 // suiteCommand is ginkgo running e2e_node.test in the node's network
-// namespace, in {work}/run (where the suite writes its kubeconfig, kubelet
-// configuration and the kubelet's log), with a PATH that has no
-// systemd-run: this machine has the command but no systemd, and the suite
-// would start the kubelet through it.
+// namespace, in {work}/run, with a PATH whose systemd-run, systemctl and
+// sudo are fakesystemd's (testenv/cmd/fakesystemd), over {work}/units:
+// this machine has systemd's commands but no systemd, and no sudo, and
+// the suite starts, stops and restarts the kubelet only through them.
+// journalctl is left out too: with no journal, the suite copies the log
+// files instead.
 func suiteCommand(ctx context.Context, o options, work, logs string, ns *realnode.NetNS, endpoint string) (*exec.Cmd, error) {
 	runDir, binDir := filepath.Join(work, "run"), filepath.Join(work, "bin")
 	for _, d := range []string{runDir, binDir} {
@@ -228,9 +234,19 @@ func suiteCommand(ctx context.Context, o options, work, logs string, ns *realnod
 			return nil, err
 		}
 	}
-	path, err := pathWithout(filepath.Join(work, "path"), "systemd-run")
+	pathDir := filepath.Join(work, "path")
+	path, err := pathWithout(pathDir, "systemd-run", "systemctl", "sudo", "journalctl")
 	if err != nil {
 		return nil, err
+	}
+	fake := filepath.Join(work, "fakesystemd")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", fake, "github.com/nodevol/nodevol/testenv/cmd/fakesystemd").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building fakesystemd: %w\n%s", err, out)
+	}
+	for _, name := range []string{"systemd-run", "systemctl", "sudo"} {
+		if err := os.Symlink(fake, filepath.Join(pathDir, name)); err != nil {
+			return nil, err
+		}
 	}
 	config := filepath.Join(work, "kubelet-base.yaml")
 	if err := os.WriteFile(config, baseKubeletConfig, 0o644); err != nil {
@@ -268,7 +284,7 @@ func suiteCommand(ctx context.Context, o options, work, logs string, ns *realnod
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Dir = runDir
-	cmd.Env = append(os.Environ(), "PATH="+path)
+	cmd.Env = append(os.Environ(), "PATH="+path, "NODEVOL_UNITS_DIR="+filepath.Join(work, "units"))
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(out, os.Stdout), io.MultiWriter(out, os.Stderr)
 	// Interrupted, ginkgo gets SIGINT (it reports and stops its
 	// processes, which stop the kubelet) and SIGKILL a minute later.
@@ -305,14 +321,35 @@ func pathWithout(dir string, names ...string) (string, error) {
 	return dir, nil
 }
 
-// cleanKubelet kills the suite's processes and the kubelet it started if
-// they are still running (an interrupted run: found by their binaries'
-// paths, in binDir), then unmounts what is left below the kubelet's
+// shareRoot makes the kubelet's root directory a shared mount of itself,
+// as the kubelet does at its first start on a node (hostutil's
+// MakeRShared) and as it stays on a node the kubelet has run on. A kubelet
+// that makes that mount itself races its own pod resources server, which
+// creates its socket in the root meanwhile: the socket's rename then
+// crosses the new mount, fails with EXDEV, and the kubelet exits (seen
+// here with the stock kubelet v1.37.2, at random).
+func shareRoot() error {
+	if err := os.MkdirAll(kubeletRoot, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(kubeletRoot, kubeletRoot, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind-mounting %s onto itself: %w", kubeletRoot, err)
+	}
+	if err := unix.Mount("", kubeletRoot, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("making %s a shared mount: %w", kubeletRoot, err)
+	}
+	return nil
+}
+
+// cleanKubelet kills the suite's processes, the kubelet it started and
+// fakesystemd's supervisor if they are still running (an interrupted run:
+// found by their binaries' paths, in binDir, and the supervisor's units
+// directory), then unmounts what is left below the kubelet's
 // root directory and removes it: a kubelet leaves its root bind-mounted
 // onto itself, and a spec that failed may leave a pod's volumes.
-func cleanKubelet(binDir string) error {
+func cleanKubelet(binDir, unitsDir string) error {
 	var errs []error
-	if pids := realnode.ProcessesNaming(binDir); len(pids) > 0 {
+	if pids := append(realnode.ProcessesNaming(binDir), realnode.ProcessesNaming(unitsDir)...); len(pids) > 0 {
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}

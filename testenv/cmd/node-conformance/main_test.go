@@ -4,7 +4,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"testing"
+
+	"github.com/nodevol/nodevol/testenv/realnode"
 )
 
 // TestSuites checks each suite's expressions against spec texts of the
@@ -24,6 +27,10 @@ func TestSuites(t *testing.T) {
 		{"storage", "[sig-node] Pods should be submitted and removed [NodeConformance] [Conformance]", false},
 		{"conformance", "[sig-node] Pods should be submitted and removed [NodeConformance] [Conformance]", true},
 		{"conformance", "[sig-node] ImageVolume [Feature:ImageVolume] subPath should succeed when using a valid subPath", false},
+		{"disruptive", "[sig-node] LocalStorageCapacityIsolationEviction [Feature:LocalStorageCapacityIsolationQuota] [Feature:Eviction] when we run containers that should cause evictions due to pod local storage violations  should eventually evict all of the correct pods [Disruptive] [Serial] [Slow]", true},
+		{"disruptive", "[sig-node] Restart Kubelet should correctly account for terminated pods after restart [Disruptive] [Serial] [Slow]", true},
+		{"disruptive", "[sig-node] LocalStorageCapacityIsolationFSQuotaMonitoring [Feature:LocalStorageCapacityIsolationQuota] [Feature:LSCIQuotaMonitoring] [Feature:UserNamespacesSupport] when we run containers that should cause use quotas for LSCI monitoring (quotas enabled: true, userNamespacesEnabled: false)  should eventually evict all of the correct pods [Disruptive] [Serial] [Slow]", false},
+		{"disruptive", "[sig-node] PriorityMemoryEvictionOrdering [Feature:Eviction] when we run containers that should cause MemoryPressure  should eventually evict all of the correct pods [Disruptive] [Serial] [Slow]", false},
 	} {
 		s, err := lookupSuite(tc.suite)
 		if err != nil {
@@ -66,5 +73,41 @@ func TestPathWithout(t *testing.T) {
 		if got, err := os.Readlink(filepath.Join(out, name)); err != nil || got != target {
 			t.Errorf("%s -> %q (%v), want %q", name, got, err, target)
 		}
+	}
+}
+
+// TestSuiteImages builds every image from a bin directory laid out as
+// make conformance-bins lays it out: each has the suite's name, once, and
+// writes as an archive.
+func TestSuiteImages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the pause command: not under -short")
+	}
+	bin := t.TempDir()
+	for _, f := range []string{"agnhost", "image-files/nnp", "image-files/localhost.crt", "image-files/localhost.key",
+		"image-files/kitten/kitten.jpg", "image-files/kitten/data.json", "image-files/nautilus/nautilus.jpg", "image-files/nautilus/data.json"} {
+		p := filepath.Join(bin, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	images, err := suiteImages(t.Context(), bin, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"registry.k8s.io/e2e-test-images/busybox:1.37.0-2", "registry.k8s.io/pause:3.10.2", agnhostImage,
+		agnhostPrevImage, nonRootImage, nonewprivsImage, kittenImage, nautilusImage}
+	var got []string
+	for _, img := range images {
+		got = append(got, img.Name)
+		if err := realnode.WriteArchive(img, filepath.Join(t.TempDir(), "img.tar")); err != nil {
+			t.Errorf("image %s: %v", img.Name, err)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("images %q, want %q", got, want)
 	}
 }

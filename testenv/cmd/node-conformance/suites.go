@@ -40,6 +40,25 @@ var suites = map[string]suite{
 	"storage": {focus: `\[sig-storage\]|` + strings.Join(storageSpecs, "|"), skip: skipAlways},
 	// conformance: every [NodeConformance] spec.
 	"conformance": {focus: `\[NodeConformance\]`, skip: skipAlways},
+	// disruptive: the serial and disruptive specs about the volume path
+	// that apply on one node: the kubelet restarted with pods running, a
+	// static pod force-deleted while the kubelet is down, and eviction
+	// under disk pressure and for emptyDir sizeLimits (local ephemeral
+	// storage). Those that need user namespaces (containerd 1.6 has none)
+	// are left out.
+	"disruptive": {focus: strings.Join(disruptiveSpecs, "|"), skip: skipAlways + `|UserNamespacesSupport`},
+}
+
+// disruptiveSpecs are the disruptive suite's specs.
+var disruptiveSpecs = []string{
+	`Restart Kubelet`,
+	`Unknown Pods`,
+	`LocalStorageCapacityIsolationEviction`,
+	`LocalStorageEviction`,
+	`LocalStorageSoftEviction`,
+	`PriorityLocalStorageEvictionOrdering`,
+	`InodeEviction`,
+	`Downward API \[Feature:EphemeralStorage\]`,
 }
 
 // suiteNames lists the suites' names, sorted.
