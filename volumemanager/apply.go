@@ -135,6 +135,9 @@ func (l *loop) applyAttach(o oe.Outcome, rec *volumeRecord) {
 		if o.Err == nil {
 			l.asw.MarkAttached(spec, o.PublishContext)
 			l.setAttachment(o.Action.Volume, rec, "")
+			if o.PublishContext != nil {
+				l.attachedEvents(o)
+			}
 		}
 	case oe.OpSelfDetach:
 		if o.Err == nil {
@@ -266,6 +269,23 @@ func (l *loop) failed(o oe.Outcome) {
 		}
 		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Pod.Namespace, Name: p.Pod.Name, UID: p.Pod.UID}
 		l.events.Event(ref, v1.EventTypeWarning, reason, msg)
+	}
+}
+
+// attachedEvents records a self-attach that attached the volume on its
+// desired pods, as the kubelet records its own attach: Normal
+// SuccessfulAttachVolume (attachedEvent).
+func (l *loop) attachedEvents(o oe.Outcome) {
+	if l.events == nil {
+		return
+	}
+	_, pods, _ := l.dsw.Volume(o.Action.Volume)
+	for _, p := range pods {
+		if p.Pod.Name == "" {
+			continue
+		}
+		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Pod.Namespace, Name: p.Pod.Name, UID: p.Pod.UID}
+		l.events.Event(ref, v1.EventTypeNormal, reasonAttached, attachedEvent(o, p))
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 // The events of failed operations, in the kubelet v1.37.2's words
 // (operation_generator.go): its reason, then "<step> for volume "<name>" :
 // <cause>", the step as the kubelet's operation names the part that
-// failed, the volume as the kubelet names it (failedVolumeName) and the
+// failed, the volume as the kubelet names it (eventVolumeName) and the
 // cause as the kubelet words it (volume.EventCause: what the plugin
 // marked, else the plugin's own text). Users, dashboards and upstream's
 // conformance tests read these; nodevol's own wording, which names the
@@ -37,7 +37,15 @@ const (
 	reasonFailedDetach      = "FailedDetachVolume" // nodevol's, as older kubelets named it
 	reasonFSResizeFailed    = "FileSystemResizeFailed"
 	reasonFSResizeSucceeded = "FileSystemResizeSuccessful"
+	reasonAttached          = "SuccessfulAttachVolume" // kubelet's, Normal (self-attach)
 )
+
+// attachedEvent is the kubelet's message of a volume it attached itself
+// (GenerateMsg with no detail: a space after the name, as the kubelet's
+// text has it).
+func attachedEvent(o oe.Outcome, p cache.PodVolume) string {
+	return fmt.Sprintf("AttachVolume.Attach succeeded for volume %q ", eventVolumeName(o, p))
+}
 
 // failedStep returns the reason of the event of failed operation o and
 // the kubelet's words for the step that failed, as its event begins. A
@@ -94,12 +102,12 @@ func failedStep(o oe.Outcome, step string) (reason, words string) {
 	return "", ""
 }
 
-// failedVolumeName is the volume's name in the event of failed operation
-// o on pod volume p, as the kubelet names it: its volume spec's name, the
+// eventVolumeName is the volume's name in the event of operation o on pod
+// volume p, as the kubelet names it: its volume spec's name, the
 // PV's name for a PV (a migrated inline volume's translated PV too),
 // else the pod's name of the volume; for an unpublish the unique volume
 // name, as the kubelet's MountedVolume names it.
-func failedVolumeName(o oe.Outcome, p cache.PodVolume) string {
+func eventVolumeName(o oe.Outcome, p cache.PodVolume) string {
 	switch {
 	case o.Action.Kind == oe.OpUnpublish:
 		return string(o.Spec.Name)
@@ -134,7 +142,7 @@ func failureEvent(o oe.Outcome, p cache.PodVolume) (reason, message string) {
 	if reason == "" {
 		return "", ""
 	}
-	return reason, fmt.Sprintf("%s for volume %q : %s", words, failedVolumeName(o, p), cause)
+	return reason, fmt.Sprintf("%s for volume %q : %s", words, eventVolumeName(o, p), cause)
 }
 
 // inUseCause is the kubelet's words for an unstage refused because mounts

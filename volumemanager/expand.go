@@ -288,7 +288,7 @@ func (vm *VolumeManager) refusedEvents(op oe.Outcome, class csiplugin.ExpandFail
 		switch {
 		case class == csiplugin.ExpandInUse:
 			_, cause := volume.EventCause(err)
-			reason, msg = reasonFSResizeFailed, fmt.Sprintf("MountVolume.NodeExpandVolume failed for volume %q : %s", failedVolumeName(op, p), cause)
+			reason, msg = reasonFSResizeFailed, fmt.Sprintf("MountVolume.NodeExpandVolume failed for volume %q : %s", eventVolumeName(op, p), cause)
 		case op.Action.Kind == oe.OpExpand:
 			op.Err = err
 			reason, msg = failureEvent(op, p)
