@@ -165,8 +165,8 @@ func (e *subPathError) Unwrap() error { return e.err }
 // r.Pod, refused volume spec by the planner, in the kubelet's words:
 //
 //   - a ReadWriteOncePod volume another pod uses: the kubelet's check at
-//     mount (IsVolumeMountedElsewhere), "MountVolume.SetUp failed" ("MapVolume.SetUpDevice
-//     failed" for raw block);
+//     mount (IsVolumeMountedElsewhere), "MountVolume.SetUp failed"
+//     ("MapVolume.SetUpDevice failed" for raw block);
 //   - a lifecycle mode the driver does not list: the kubelet's CSI
 //     mounter's check at SetUp;
 //   - an SELinux context conflict: the kubelet's error when it adds the
