@@ -35,6 +35,11 @@ func (e *CallError) Error() string {
 	return fmt.Sprintf("CSI %s of driver %s failed: %v", e.Method, e.Driver, e.Err)
 }
 
+// KubeletCause is the kubelet's words for the failed call: the gRPC
+// error's text, as the kubelet's CSI client returns it
+// (volume.KubeletCauser).
+func (e *CallError) KubeletCause() string { return e.Err.Error() }
+
 // Unwrap returns the gRPC error, ErrInProgress when InProgress, and the
 // caller's context error when it ended.
 func (e *CallError) Unwrap() []error {

@@ -70,7 +70,7 @@ func (p *plugin) attachStatus(ctx context.Context, spec *cache.VolumeSpec, drive
 	name := va.Name
 	switch {
 	case va.DeletionTimestamp != nil:
-		return nil, fmt.Errorf("VolumeAttachment %s for volume %s is being deleted", name, volumeDesc(spec))
+		return nil, volume.WithCause(fmt.Errorf("VolumeAttachment %s for volume %s is being deleted", name, volumeDesc(spec)), "volume attachment is being deleted")
 	case va.Status.Attached:
 		klog.FromContext(ctx).V(4).Info("Volume attached", "volume", spec.Name, "volumeAttachment", name)
 		pc := maps.Clone(va.Status.AttachmentMetadata)
@@ -82,11 +82,12 @@ func (p *plugin) attachStatus(ctx context.Context, spec *cache.VolumeSpec, drive
 		return nil, &volume.AttachLimitError{Volume: volumeDesc(spec), Node: p.node, Driver: spec.Driver,
 			VolumeAttachment: name, Message: va.Status.AttachError.Message}
 	case va.Status.AttachError != nil && va.Status.AttachError.ErrorCode != nil:
-		return nil, fmt.Errorf("attaching volume %s to node %s failed (VolumeAttachment %s, code %s): %s",
-			volumeDesc(spec), p.node, name, codes.Code(*va.Status.AttachError.ErrorCode), va.Status.AttachError.Message)
+		// The kubelet's words: the attacher's message alone.
+		return nil, volume.WithCause(fmt.Errorf("attaching volume %s to node %s failed (VolumeAttachment %s, code %s): %s",
+			volumeDesc(spec), p.node, name, codes.Code(*va.Status.AttachError.ErrorCode), va.Status.AttachError.Message), va.Status.AttachError.Message)
 	case va.Status.AttachError != nil && va.Status.AttachError.Message != "":
-		return nil, fmt.Errorf("attaching volume %s to node %s failed (VolumeAttachment %s): %s",
-			volumeDesc(spec), p.node, name, va.Status.AttachError.Message)
+		return nil, volume.WithCause(fmt.Errorf("attaching volume %s to node %s failed (VolumeAttachment %s): %s",
+			volumeDesc(spec), p.node, name, va.Status.AttachError.Message), va.Status.AttachError.Message)
 	}
 	return nil, fmt.Errorf("waiting for VolumeAttachment %s of driver %s for volume %s to be attached%s: %w",
 		name, spec.Driver, volumeDesc(spec), attachRequiredBy(driver, spec.Driver), volume.ErrNotReady)

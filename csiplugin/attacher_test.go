@@ -117,6 +117,7 @@ func TestWaitForAttach(t *testing.T) {
 		notReady bool
 		limit    bool // a *volume.AttachLimitError
 		errText  string
+		kubelet  string // the kubelet's words for the error (volume.EventCause), if any
 	}{
 		{name: "attachRequired false: no VolumeAttachment needed",
 			objs: []any{csiDriverObj(drv, func(d *storagev1.CSIDriver) { d.Spec.AttachRequired = &no })}},
@@ -134,27 +135,28 @@ func TestWaitForAttach(t *testing.T) {
 			objs: []any{vaObj(spec, func(va *storagev1.VolumeAttachment) {
 				va.Status.AttachError = &storagev1.VolumeError{Message: "disk quota exceeded"}
 			})},
-			errText: "disk quota exceeded"},
+			errText: "disk quota exceeded", kubelet: "disk quota exceeded"},
 		{name: "ResourceExhausted, driver with an allocatable update period: the attach limit",
 			objs:  []any{csiDriverObj(drv, withPeriod(60)), vaObj(spec, exhausted("too many disks", codes.ResourceExhausted))},
 			limit: true, errText: `attaching volume "kubernetes.io/csi/csi.example.com^vol-1" (PV pv-1, driver csi.example.com) to node node-1 failed (VolumeAttachment ` +
-				AttachmentName("vol-1", drv, testNode) + "): the node has reached the attach limit of driver csi.example.com (ResourceExhausted): too many disks"},
+				AttachmentName("vol-1", drv, testNode) + "): the node has reached the attach limit of driver csi.example.com (ResourceExhausted): too many disks",
+			kubelet: "too many disks"},
 		{name: "ResourceExhausted, driver without an allocatable update period: a plain attach error",
 			objs:    []any{csiDriverObj(drv, nil), vaObj(spec, exhausted("too many disks", codes.ResourceExhausted))},
-			errText: "(VolumeAttachment " + AttachmentName("vol-1", drv, testNode) + ", code ResourceExhausted): too many disks"},
+			errText: "(VolumeAttachment " + AttachmentName("vol-1", drv, testNode) + ", code ResourceExhausted): too many disks", kubelet: "too many disks"},
 		{name: "ResourceExhausted, no CSIDriver: a plain attach error",
 			objs:    []any{vaObj(spec, exhausted("too many disks", codes.ResourceExhausted))},
 			errText: "code ResourceExhausted): too many disks"},
 		{name: "another code, driver with a period: a plain attach error",
 			objs:    []any{csiDriverObj(drv, withPeriod(60)), vaObj(spec, exhausted("no such disk", codes.NotFound))},
-			errText: "code NotFound): no such disk"},
+			errText: "code NotFound): no such disk", kubelet: "no such disk"},
 		{name: "being deleted",
 			objs: []any{vaObj(spec, func(va *storagev1.VolumeAttachment) {
 				va.DeletionTimestamp = &now
 				va.Finalizers = []string{"x"}
 				va.Status.Attached = true
 			})},
-			errText: "being deleted"},
+			errText: "being deleted", kubelet: "volume attachment is being deleted"},
 		{name: "attached with metadata",
 			objs: []any{vaObj(spec, func(va *storagev1.VolumeAttachment) {
 				va.Status.Attached = true
@@ -190,6 +192,9 @@ func TestWaitForAttach(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tt.errText) {
 				t.Errorf("error %q does not contain %q", err, tt.errText)
+			}
+			if _, cause := volume.EventCause(err); tt.kubelet != "" && cause != tt.kubelet {
+				t.Errorf("the kubelet's words %q, want %q", cause, tt.kubelet)
 			}
 			if errors.Is(err, volume.ErrNotReady) != tt.notReady {
 				t.Errorf("errors.Is(err, ErrNotReady) = %v, want %v (%v)", !tt.notReady, tt.notReady, err)

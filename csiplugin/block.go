@@ -67,7 +67,7 @@ func (p *plugin) setUpDevice(ctx context.Context, req volume.DeviceRequest) (str
 	if !client.Capabilities().StageUnstage {
 		return "", nil
 	}
-	secrets, err := p.secretData(ctx, spec.NodeStageSecret, "NodeStage")
+	secrets, err := p.secretData(ctx, spec.NodeStageSecret, "NodeStage", blockStageSecretWords)
 	if err != nil {
 		return fail(err)
 	}
@@ -151,13 +151,14 @@ func (p *plugin) tearDownDevice(ctx context.Context, req volume.DeviceRequest) e
 				StagingTargetPath: paths.StagingPath,
 			})
 			if err != nil {
-				return fmt.Errorf("unstaging block volume %s from %s: %w", volumeDesc(spec), paths.StagingPath, err)
+				return fmt.Errorf("unstaging block volume %s from %s: %w", volumeDesc(spec), paths.StagingPath,
+					kubeletWords("kubernetes.io/csi: blockMapper.unstageVolumeForBlock failed: ", err))
 			}
 		}
 	}
 	for _, dir := range []string{paths.StagingPath, paths.PublishDir, paths.GlobalMapPath} {
 		if err := p.removeEmptyDir(dir); err != nil {
-			return fail(err)
+			return fail(volume.AtStep(volume.StepRemoveMapPath, err))
 		}
 	}
 	for _, f := range []string{filepath.Join(paths.DataDir, ondisk.VolumeDataFile), paths.DataDir, paths.Dir} {
@@ -299,7 +300,8 @@ func (p *plugin) mapPodDevice(ctx context.Context, req volume.MountRequest) (str
 	if err != nil {
 		// Published but not mapped: Uncertain, so that it is mapped again or
 		// unpublished, never forgotten.
-		return "", fmt.Errorf("mapping block volume %s of driver %s into pod %s: %w: %w", volumeDesc(spec), spec.Driver, vol.Pod, err, volume.ErrInProgress)
+		return "", volume.AtStep(volume.StepMapBlockVolume,
+			fmt.Errorf("mapping block volume %s of driver %s into pod %s: %w: %w", volumeDesc(spec), spec.Driver, vol.Pod, volume.Cause(err), volume.ErrInProgress))
 	}
 	p.records.Update(ctx, rec, ondisk.PhasePublished)
 	klog.FromContext(ctx).V(4).Info("Block volume mapped", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "devicePath", paths.PodDevicePath)
@@ -328,7 +330,7 @@ func (p *plugin) unmapPodDevice(ctx context.Context, req volume.MountRequest) er
 		return fail(err)
 	}
 	if err := p.blockMapper.Unmap(ctx, m); err != nil {
-		return fail(err)
+		return fail(volume.AtStep(volume.StepUnmapBlockVolume, volume.Cause(err)))
 	}
 	if left, err := p.publishLeft(paths.PublishPath); err != nil {
 		return fail(err)
@@ -347,7 +349,8 @@ func (p *plugin) unmapPodDevice(ctx context.Context, req volume.MountRequest) er
 		VolumeId:   spec.VolumeHandle,
 		TargetPath: paths.PublishPath,
 	}); err != nil {
-		return fmt.Errorf("unpublishing block volume %s from pod %s at %s: %w", volumeDesc(spec), vol.Pod, paths.PublishPath, err)
+		return fmt.Errorf("unpublishing block volume %s from pod %s at %s: %w", volumeDesc(spec), vol.Pod, paths.PublishPath,
+			kubeletWords("kubernetes.io/csi: blockMapper.unpublishVolumeForBlock failed: ", err))
 	}
 	// The driver removes the publish path (CSI spec); a driver that did not
 	// leaves a file nodevol can remove once nothing is mounted on it.

@@ -90,8 +90,10 @@ func ephemeralRefusal(spec *cache.VolumeSpec, driver *storagev1.CSIDriver) error
 	if !spec.Ephemeral || driver != nil {
 		return nil
 	}
-	return fmt.Errorf("volume lifecycle mode %s not supported by driver %s: %s "+
+	err := fmt.Errorf("volume lifecycle mode %s not supported by driver %s: %s "+
 		"(an inline CSI volume needs one whose volumeLifecycleModes lists %s; without one only %s volumes are supported, as with the kubelet)",
 		storagev1.VolumeLifecycleEphemeral, spec.Driver, missingCSIDriver(spec.Driver),
 		storagev1.VolumeLifecycleEphemeral, storagev1.VolumeLifecyclePersistent)
+	return volume.WithCause(err, fmt.Sprintf("kubernetes.io/csi: mounter.SetupAt failed to check volume lifecycle mode: volume mode %q not supported by driver %s (no CSIDriver object)",
+		storagev1.VolumeLifecycleEphemeral, spec.Driver))
 }

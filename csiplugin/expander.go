@@ -51,7 +51,7 @@ func (p *plugin) NodeExpand(ctx context.Context, req volume.ExpandRequest) (expa
 			stagingPath = paths.StagingPath
 		}
 	}
-	secrets, err := p.secretData(ctx, spec.NodeExpandSecret, "NodeExpand")
+	secrets, err := p.secretData(ctx, spec.NodeExpandSecret, "NodeExpand", expandSecretWords)
 	if err != nil {
 		return fail(err)
 	}
@@ -64,7 +64,12 @@ func (p *plugin) NodeExpand(ctx context.Context, req volume.ExpandRequest) (expa
 		Secrets:           secrets,
 	})
 	if err != nil {
-		return fail(err)
+		// The kubelet's words: an infeasible request's with no colon.
+		words := "Expander.NodeExpand failed to expand the volume : "
+		if ClassifyExpandError(err) == ExpandInfeasible {
+			words = "Expander.NodeExpand failed to expand the volume "
+		}
+		return fail(kubeletWords(words, err))
 	}
 	return true, nil
 }

@@ -2,7 +2,6 @@ package csiplugin
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -21,9 +20,10 @@ import (
 
 // TestPermissionChangeInProgressEvent: an fsGroup ownership change that
 // runs past 30 seconds (a fake clock; the walk is held on its first file)
-// records one VolumePermissionChangeInProgress event on the pod, not
-// before, and no second one however long it goes on; a quick change
-// records none and leaves no timer behind.
+// records a VolumePermissionChangeInProgress event on the pod, not before,
+// then one a minute with the files done so far, in the kubelet's words
+// (the volume's directory from the pod's UID on); a quick change records
+// none and leaves no timer behind.
 func TestPermissionChangeInProgressEvent(t *testing.T) {
 	file := storagev1.FileFSGroupPolicy
 	driver := csitest.CSIDriver(drv, false, func(d *storagev1.CSIDriver) { d.Spec.FSGroupPolicy = &file })
@@ -76,16 +76,24 @@ func TestPermissionChangeInProgressEvent(t *testing.T) {
 			t.Fatal("the timer fired before 30s")
 		}
 		clk.Step(time.Nanosecond)
-		want := fmt.Sprintf("Warning VolumePermissionChangeInProgress Setting volume ownership of volume %q to fsGroup %d has taken more than 30s (1 files so far); consider fsGroupChangePolicy: OnRootMismatch", "data", gid)
-		select {
-		case ev := <-rec.Events:
-			if ev != want {
-				t.Errorf("event = %q\nwant    %q", ev, want)
+		next := func(want string) {
+			t.Helper()
+			select {
+			case ev := <-rec.Events:
+				if ev != want {
+					t.Errorf("event = %q\nwant    %q", ev, want)
+				}
+			case err := <-errc:
+				t.Fatalf("SetUp returned %v while its walk was held", err)
 			}
-		case err := <-errc:
-			t.Fatalf("SetUp returned %v while its walk was held", err)
 		}
-		clk.Step(10 * time.Minute) // once only
+		next("Warning VolumePermissionChangeInProgress Setting volume ownership for uid-a/volumes/kubernetes.io~csi/pv-1/mount is taking longer than expected, " +
+			"consider using OnRootMismatch - https://kubernetes.io/docs/tasks/configure-pod-container/security-context/#configure-volume-permission-and-ownership-change-policy-for-pods")
+		for range 2 {
+			waitWaiters(t, clk)
+			clk.Step(fsgroup.DefaultReportEvery)
+			next("Warning VolumePermissionChangeInProgress Setting volume ownership for uid-a/volumes/kubernetes.io~csi/pv-1/mount, processed 1 files.")
+		}
 		close(release)
 		if err := <-errc; err != nil {
 			t.Fatal(err)
@@ -103,4 +111,17 @@ func TestPermissionChangeInProgressEvent(t *testing.T) {
 			t.Error("the timer of a finished ownership change is still armed")
 		}
 	})
+}
+
+// waitWaiters waits until something waits on clk: the reporter's next
+// timer, armed after its event.
+func waitWaiters(t *testing.T, clk *clocktesting.FakeClock) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !clk.HasWaiters() {
+		if time.Now().After(deadline) {
+			t.Fatal("no timer armed for the next report")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -174,7 +174,11 @@ func (p *plugin) publishCall(ctx context.Context, req volume.MountRequest, caps 
 	if secretRef != nil && secretRef.Namespace == "" {
 		secretRef = &cache.SecretRef{Namespace: vol.Pod.Namespace, Name: secretRef.Name}
 	}
-	secrets, err := p.secretData(ctx, secretRef, "NodePublish")
+	words := publishSecretWords
+	if spec.Mode == cache.Block {
+		words = blockPublishSecretWords
+	}
+	secrets, err := p.secretData(ctx, secretRef, "NodePublish", words)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -247,7 +251,7 @@ func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 		TargetPath: target,
 	})
 	if err != nil {
-		return fmt.Errorf("unpublishing volume %s from pod %s at %s: %w", volumeDesc(spec), vol.Pod, target, err)
+		return fmt.Errorf("unpublishing volume %s from pod %s at %s: %w", volumeDesc(spec), vol.Pod, target, kubeletWords("kubernetes.io/csi: Unmounter.TearDownAt failed: ", err))
 	}
 	if err := p.removeVolumeDir(dir, ondisk.PublishLeaf); err != nil {
 		return fail(err)

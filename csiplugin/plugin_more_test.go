@@ -352,3 +352,59 @@ func TestAccessModes(t *testing.T) {
 		t.Errorf("Block mode capability = %v", block)
 	}
 }
+
+// TestMissingSecretWords: a Secret a CSI call needs that does not exist is
+// a final error whose kubelet's words (what a pod's event says) are the
+// kubelet's CSI plugin's for that call and mode, with the API's error.
+func TestMissingSecretWords(t *testing.T) {
+	e := newEnv(t, envOptions{driver: csitest.Options{Expand: true}})
+	gone := &cache.SecretRef{Namespace: "ns", Name: "gone"}
+	const find = `kubernetes.io/csi: failed to find the secret gone in the namespace ns with error: secrets "gone" not found`
+	ctx := context.Background()
+	spec := func(mode cache.VolumeMode, set func(*cache.VolumeSpec)) *cache.VolumeSpec {
+		s := testSpec(drv)
+		s.Mode = mode
+		set(s)
+		return s
+	}
+	publish := func(s *cache.VolumeSpec) *cache.VolumeSpec { s.NodePublishSecret = gone; return s }
+	stage := func(s *cache.VolumeSpec) *cache.VolumeSpec { s.NodeStageSecret = gone; return s }
+	tests := []struct {
+		name string
+		call func() error
+		want string
+	}{
+		{"publish", func() error {
+			_, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec(cache.Filesystem, func(s *cache.VolumeSpec) { publish(s) }), Volume: podVolume("a", "data"), DeviceMountPath: "/s"})
+			return err
+		}, "fetching NodePublishSecretRef ns/gone failed: " + find},
+		{"stage", func() error {
+			_, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec(cache.Filesystem, func(s *cache.VolumeSpec) { stage(s) })})
+			return err
+		}, "fetching NodeStageSecretRef ns/gone failed: " + find},
+		{"block publish", func() error {
+			_, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec(cache.Block, func(s *cache.VolumeSpec) { publish(s) }), Volume: podVolume("a", "data")})
+			return err
+		}, "kubernetes.io/csi: blockMapper.publishVolumeForBlock failed to get NodePublishSecretRef ns/gone: " + find},
+		{"block stage", func() error {
+			_, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec(cache.Block, func(s *cache.VolumeSpec) { stage(s) })})
+			return err
+		}, "kubernetes.io/csi: failed to get NodeStageSecretRef ns/gone: " + find},
+		{"expand", func() error {
+			_, err := e.p.NodeExpand(ctx, volume.ExpandRequest{Spec: spec(cache.Filesystem, func(s *cache.VolumeSpec) { s.NodeExpandSecret = gone }),
+				Pod: "uid-a", VolumePath: "/v", Size: 2 << 30})
+			return err
+		}, "expander.NodeExpand failed to get NodeExpandSecretRef ns/gone: " + find},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			if err == nil || errors.Is(err, volume.ErrNotReady) || !strings.Contains(err.Error(), "secret ns/gone not found") {
+				t.Fatalf("error %v, want a final error naming the Secret", err)
+			}
+			if _, cause := volume.EventCause(err); cause != tt.want {
+				t.Errorf("the kubelet's words\n%q\nwant\n%q", cause, tt.want)
+			}
+		})
+	}
+}

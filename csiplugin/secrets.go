@@ -46,16 +46,18 @@ func (noSecrets) GetSecret(context.Context, string, string) (*v1.Secret, error) 
 
 // secretData reads the Secret ref points to and returns its data as CSI
 // secrets. No ref gives nil. A missing Secret is a final error (it is not
-// watched: the operation is retried on the next resync); other failures to
-// read it wrap ErrNotReady. Secret values never appear in errors or logs.
-func (p *plugin) secretData(ctx context.Context, ref *cache.SecretRef, what string) (map[string]string, error) {
+// watched: the operation is retried on the next resync), with the
+// kubelet's words for it (words: one of the *SecretWords, secretCause);
+// other failures to read it wrap ErrNotReady. Secret values never appear
+// in errors or logs.
+func (p *plugin) secretData(ctx context.Context, ref *cache.SecretRef, what, words string) (map[string]string, error) {
 	if ref == nil {
 		return nil, nil
 	}
 	s, err := p.secrets.GetSecret(ctx, ref.Namespace, ref.Name)
 	switch {
 	case apierrors.IsNotFound(err), errors.Is(err, errNoSecretGetter):
-		return nil, fmt.Errorf("%s secret %s/%s not found: %w", what, ref.Namespace, ref.Name, err)
+		return nil, volume.WithCause(fmt.Errorf("%s secret %s/%s not found: %w", what, ref.Namespace, ref.Name, err), secretCause(words, ref, err))
 	case err != nil:
 		return nil, fmt.Errorf("reading %s secret %s/%s: %w (%w)", what, ref.Namespace, ref.Name, err, volume.ErrNotReady)
 	}

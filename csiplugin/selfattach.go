@@ -71,7 +71,8 @@ func (p *plugin) Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string
 			return nil, fmt.Errorf("reading VolumeAttachment %s for volume %s: %w", want.Name, volumeDesc(spec), err)
 		}
 	case err != nil:
-		return nil, fmt.Errorf("creating VolumeAttachment %s for volume %s: %w", want.Name, volumeDesc(spec), err)
+		return nil, volume.WithCause(fmt.Errorf("creating VolumeAttachment %s for volume %s: %w", want.Name, volumeDesc(spec), err),
+			"kubernetes.io/csi: attacher.Attach failed: "+err.Error())
 	default:
 		klog.FromContext(ctx).V(2).Info("Created VolumeAttachment", "volume", spec.Name, "volumeAttachment", want.Name)
 	}
@@ -139,7 +140,7 @@ func (p *plugin) Detach(ctx context.Context, spec *cache.VolumeSpec) error {
 		}
 	}
 	if e := va.Status.DetachError; e != nil && e.Message != "" {
-		return fmt.Errorf("detaching volume %s from node %s failed (VolumeAttachment %s): %s", volumeDesc(spec), p.node, name, e.Message)
+		return volume.WithCause(fmt.Errorf("detaching volume %s from node %s failed (VolumeAttachment %s): %s", volumeDesc(spec), p.node, name, e.Message), e.Message)
 	}
 	return fmt.Errorf("waiting for VolumeAttachment %s of driver %s for volume %s to be detached and deleted: %w",
 		name, spec.Driver, volumeDesc(spec), volume.ErrNotReady)

@@ -254,6 +254,9 @@ func TestSelfDetachWaits(t *testing.T) {
 	if err == nil || errors.Is(err, volume.ErrNotReady) || !strings.Contains(err.Error(), "disk busy") || !strings.Contains(err.Error(), va.Name) {
 		t.Fatalf("Detach with a detach error = %v", err)
 	}
+	if _, cause := volume.EventCause(err); cause != "rpc error: code = Internal desc = disk busy" {
+		t.Errorf("the kubelet's words %q, want the attacher's message alone", cause)
+	}
 	if diff := cmp.Diff([]string{"delete " + va.Name, "update " + va.Name}, writes(client)); diff != "" {
 		t.Errorf("writes (-want +got):\n%s (one delete only)", diff)
 	}
@@ -287,5 +290,23 @@ func TestSelfAttachConflictNotInLister(t *testing.T) {
 	got, _ := client.StorageV1().VolumeAttachments().Get(context.Background(), other.Name, metav1.GetOptions{})
 	if diff := cmp.Diff(other.Spec, got.Spec); diff != "" {
 		t.Errorf("the other VolumeAttachment changed (-want +got):\n%s", diff)
+	}
+}
+
+// TestSelfAttachCreateFails: a VolumeAttachment the API server does not
+// create is an error naming it, in the kubelet's words
+// ("kubernetes.io/csi: attacher.Attach failed: " and the API's error).
+func TestSelfAttachCreateFails(t *testing.T) {
+	spec := testSpec("csi.example.com")
+	p, client := selfAttachPlugin(t)
+	client.PrependReactor("create", "volumeattachments", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("volumeattachments is forbidden")
+	})
+	_, err := p.Attach(context.Background(), spec)
+	if err == nil || !strings.Contains(err.Error(), "creating VolumeAttachment "+AttachmentName("vol-1", "csi.example.com", testNode)) {
+		t.Fatalf("Attach = %v, want the create's error", err)
+	}
+	if _, cause := volume.EventCause(err); cause != "kubernetes.io/csi: attacher.Attach failed: volumeattachments is forbidden" {
+		t.Errorf("the kubelet's words %q", cause)
 	}
 }

@@ -56,7 +56,7 @@ func (p *plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (str
 	if err != nil {
 		return fail(err)
 	}
-	secrets, err := p.secretData(ctx, spec.NodeStageSecret, "NodeStage")
+	secrets, err := p.secretData(ctx, spec.NodeStageSecret, "NodeStage", stageSecretWords)
 	if err != nil {
 		return fail(err)
 	}
@@ -176,7 +176,7 @@ func (p *plugin) UnmountDevice(ctx context.Context, req volume.DeviceRequest) er
 			StagingTargetPath: stagingPath,
 		})
 		if err != nil {
-			return fmt.Errorf("unstaging volume %s from %s: %w", volumeDesc(spec), stagingPath, err)
+			return fmt.Errorf("unstaging volume %s from %s: %w", volumeDesc(spec), stagingPath, kubeletWords("kubernetes.io/csi: attacher.UnmountDevice failed: ", err))
 		}
 	}
 	if err := p.removeVolumeDir(dir, ondisk.StagingLeaf); err != nil {

@@ -65,3 +65,7 @@ func (e *AttachLimitError) Error() string {
 	return fmt.Sprintf("attaching volume %s to node %s failed (VolumeAttachment %s): the node has reached the attach limit of driver %s (ResourceExhausted): %s",
 		e.Volume, e.Node, e.VolumeAttachment, e.Driver, e.Message)
 }
+
+// KubeletCause is the kubelet's words for the failure: the attacher's
+// message, as the kubelet's WaitForAttach returns it.
+func (e *AttachLimitError) KubeletCause() string { return e.Message }

@@ -135,6 +135,9 @@ func (l *loop) applyAttach(o oe.Outcome, rec *volumeRecord) {
 		if o.Err == nil {
 			l.asw.MarkAttached(spec, o.PublishContext)
 			l.setAttachment(o.Action.Volume, rec, "")
+			if o.PublishContext != nil {
+				l.attachedEvents(o)
+			}
 		}
 	case oe.OpSelfDetach:
 		if o.Err == nil {
@@ -200,7 +203,7 @@ func (l *loop) applyPod(o oe.Outcome, rec *volumeRecord) {
 
 // failed backs the operation's key off, remembers the error for the pods it
 // concerns, logs it once with the next retry time (rate-limited: faillog.go)
-// and records an event.
+// and records an event in the kubelet's words (events.go).
 func (l *loop) failed(o oe.Outcome) {
 	a := o.Action
 	now := l.clock.Now()
@@ -245,27 +248,44 @@ func (l *loop) failed(o oe.Outcome) {
 	if l.events == nil {
 		return
 	}
-	reason := failureReason(a.Kind, o.Spec.Mode)
-	if reason == "" {
-		return
-	}
-	var ee *expandError
-	if errors.As(o.Err, &ee) {
-		reason = "FileSystemResizeFailed" // published, not grown
-	}
 	if nodeLevel(a.Kind) {
 		// No pod is left to tell: the Node is the object, as for the
 		// kubelet's node-level volume problems.
+		reason, msg := failureEvent(o, cache.PodVolume{})
+		if reason == "" {
+			return
+		}
 		ref := &v1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: l.node, UID: types.UID(l.node)}
-		l.events.Event(ref, v1.EventTypeWarning, reason, o.Err.Error())
+		l.events.Event(ref, v1.EventTypeWarning, reason, msg)
 		return
 	}
 	for _, p := range pods {
 		if p.Pod.Name == "" {
 			continue // a mount found on disk whose pod was not added again: no object to name
 		}
+		reason, msg := failureEvent(o, p)
+		if reason == "" {
+			return
+		}
 		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Pod.Namespace, Name: p.Pod.Name, UID: p.Pod.UID}
-		l.events.Event(ref, v1.EventTypeWarning, reason, o.Err.Error())
+		l.events.Event(ref, v1.EventTypeWarning, reason, msg)
+	}
+}
+
+// attachedEvents records a self-attach that attached the volume on its
+// desired pods, as the kubelet records its own attach: Normal
+// SuccessfulAttachVolume (attachedEvent).
+func (l *loop) attachedEvents(o oe.Outcome) {
+	if l.events == nil {
+		return
+	}
+	_, pods, _ := l.dsw.Volume(o.Action.Volume)
+	for _, p := range pods {
+		if p.Pod.Name == "" {
+			continue
+		}
+		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Pod.Namespace, Name: p.Pod.Name, UID: p.Pod.UID}
+		l.events.Event(ref, v1.EventTypeNormal, reasonAttached, attachedEvent(o, p))
 	}
 }
 

@@ -127,7 +127,9 @@ func (r *resolver) pendingExpansion(pvName string, nodeSize int64) (expansion, b
 }
 
 // expandError is the error of a node expansion that follows a publish, so
-// that the pod's event says FileSystemResizeFailed, not FailedMount.
+// that the pod's event says the expansion failed ("MountVolume.Setup
+// failed while expanding volume", as the kubelet words it), not the
+// publish.
 type expandError struct{ err error }
 
 func (e *expandError) Error() string { return e.err.Error() }
@@ -142,8 +144,8 @@ func (vm *VolumeManager) expand(ctx context.Context, a oe.Action, in opInput) oe
 	err := vm.nodeExpand(ctx, a, in, pods)
 	out.Duration = time.Since(start)
 	if err != nil {
-		// The loop logs it, backs off and records FileSystemResizeFailed.
-		out.Err = oe.OpError(a, in.Spec, fmt.Errorf("pod %s: %w", a.Pod.Pod, err))
+		// The loop logs it, backs off and records VolumeResizeFailed.
+		out.Err = oe.OpError(a, in.Spec, err)
 	}
 	return out
 }
@@ -177,7 +179,7 @@ func (vm *VolumeManager) expandAfterPublish(ctx context.Context, a oe.Action, in
 //  3. NodeExpandVolume;
 //  4. on success: the status capacity becomes the new size, the storage
 //     resize status and the resize conditions are removed, and the pods
-//     get FileSystemResizeSuccessful;
+//     and the claim get FileSystemResizeSuccessful (expandedEvents);
 //  5. on failure, see expandFailed.
 //
 // A claim whose status already reports the new size (a ReadWriteMany
@@ -213,13 +215,13 @@ func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput
 		Spec: &spec, Pod: a.Pod.Pod.UID, VolumePath: in.VolumePath, StagingPath: in.DeviceMountPath, Size: e.Size,
 	})
 	if err != nil {
-		return vm.expandFailed(ctx, logger, claims, pvc, e, spec.Driver, pods, err)
+		return vm.expandFailed(ctx, logger, claims, pvc, e, oe.Outcome{Action: a, Spec: spec}, pods, err)
 	}
 	if claimDone {
 		// The claim already says so: this node only grew its own view.
 		logger.V(2).Info("Volume expanded on the node; the claim already reported the size", "expanded", expanded)
 		if expanded {
-			vm.podEvents(pods, v1.EventTypeNormal, "FileSystemResizeSuccessful", fmt.Sprintf("NodeExpandVolume succeeded for volume %q to %s", e.PV, size.String()))
+			vm.expandedEvents(pods, pvc, e.PV)
 		}
 		return nil
 	}
@@ -227,7 +229,7 @@ func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput
 		return fmt.Errorf("volume expanded on the node, but updating PVC %s/%s failed: %w", e.Namespace, e.Claim, err)
 	}
 	logger.V(2).Info("Volume expanded on the node", "expanded", expanded)
-	vm.podEvents(pods, v1.EventTypeNormal, "FileSystemResizeSuccessful", fmt.Sprintf("NodeExpandVolume succeeded for volume %q to %s", e.PV, size.String()))
+	vm.expandedEvents(pods, pvc, e.PV)
 	return nil
 }
 
@@ -237,10 +239,11 @@ func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput
 // NodeResizeInfeasible (and NodeResizeError) for a refused request, which
 // is not retried until the claim changes. A refusal, or FailedPrecondition
 // (the driver cannot expand the volume in use), ends the expansion here:
-// the volume stays published and usable, and the pods get
-// FileSystemResizeFailed with the cause.
+// the volume stays published and usable, and the pods get an event with
+// the cause (refusedEvents). op is the expansion's operation (its Action
+// and Spec): an online expansion, or the publish it follows.
 func (vm *VolumeManager) expandFailed(ctx context.Context, logger klog.Logger, claims typedcorev1.PersistentVolumeClaimInterface,
-	pvc *v1.PersistentVolumeClaim, e expansion, driver string, pods []cache.PodVolume, err error) error {
+	pvc *v1.PersistentVolumeClaim, e expansion, op oe.Outcome, pods []cache.PodVolume, err error) error {
 	class := csiplugin.ClassifyExpandError(err)
 	if class == csiplugin.ExpandTransient {
 		return err
@@ -264,12 +267,50 @@ func (vm *VolumeManager) expandFailed(ctx context.Context, logger klog.Logger, c
 	if class == csiplugin.ExpandInUse {
 		why = "cannot expand the volume while it is in use; not retried on this node at this size"
 	}
-	logger.Error(err, "Node expansion refused by the driver; the volume stays published at its old size")
-	for _, p := range pods {
-		vm.podEvents([]cache.PodVolume{p}, v1.EventTypeWarning, "FileSystemResizeFailed",
-			fmt.Sprintf("NodeExpandVolume of volume %q (PVC %s/%s) for pod %s: driver %s %s: %v", e.PV, e.Namespace, e.Claim, p.Pod, driver, why, err))
-	}
+	logger.Error(err, "Node expansion refused by the driver; the volume stays published at its old size", "why", why)
+	vm.refusedEvents(op, class, pods, err)
 	return nil
+}
+
+// refusedEvents records on each pod the event of a node expansion the
+// driver refused (class ExpandInfeasible or ExpandInUse), for good at this
+// size, in the kubelet's words. An infeasible expansion is an error to the
+// kubelet, which records it as it records a failed expansion: a
+// VolumeResizeFailed event for an online one, the publish's event for one
+// while mounting (failureEvent). FailedPrecondition, "cannot expand the
+// volume in use", the kubelet only logs; nodevol records
+// FileSystemResizeFailed with the kubelet's words for an expansion it
+// refuses (those of a read-only volume's), so that the pod shows why its
+// volume keeps its size.
+func (vm *VolumeManager) refusedEvents(op oe.Outcome, class csiplugin.ExpandFailure, pods []cache.PodVolume, err error) {
+	for _, p := range pods {
+		var reason, msg string
+		switch {
+		case class == csiplugin.ExpandInUse:
+			_, cause := volume.EventCause(err)
+			reason, msg = reasonFSResizeFailed, fmt.Sprintf("MountVolume.NodeExpandVolume failed for volume %q : %s", eventVolumeName(op, p), cause)
+		case op.Action.Kind == oe.OpExpand:
+			op.Err = err
+			reason, msg = failureEvent(op, p)
+		default:
+			op.Err = &expandError{err}
+			reason, msg = failureEvent(op, p)
+		}
+		vm.podEvents([]cache.PodVolume{p}, v1.EventTypeWarning, reason, msg)
+	}
+}
+
+// expandedEvents records a node expansion that succeeded as the kubelet
+// does, on the pods and on the claim: FileSystemResizeSuccessful,
+// "MountVolume.NodeExpandVolume succeeded for volume "<pv>" <node>".
+func (vm *VolumeManager) expandedEvents(pods []cache.PodVolume, pvc *v1.PersistentVolumeClaim, pv string) {
+	if vm.cfg.EventRecorder == nil {
+		return
+	}
+	msg := fmt.Sprintf("MountVolume.NodeExpandVolume succeeded for volume %q %s", pv, vm.cfg.NodeName)
+	vm.podEvents(pods, v1.EventTypeNormal, reasonFSResizeSucceeded, msg)
+	ref := &v1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID}
+	vm.cfg.EventRecorder.Event(ref, v1.EventTypeNormal, reasonFSResizeSucceeded, msg)
 }
 
 // markExpanded records a finished node expansion on the claim, as the

@@ -3,6 +3,7 @@ package volumemanager
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -55,7 +56,7 @@ func newExpandEnv(t *testing.T, block bool, faults ...csitest.Fault) *expandEnv 
 	pvc.ResourceVersion = "7"
 	pvc.Status.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}
 	pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.PersistentVolumeClaimNodeResizePending}
-	e := &expandEnv{t: t, drv: drv, pv: pv.Name, client: fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv), events: record.NewFakeRecorder(100)}
+	e := &expandEnv{t: t, drv: drv, pv: pv.Name, client: fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv), events: newObjectRecorder(100)}
 	vm, err := New(Config{NodeName: node, KubeClient: e.client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil),
 		BlockMapper: &recordingBlockMapper{}, EventRecorder: e.events})
 	if err != nil {
@@ -134,7 +135,7 @@ func (e *expandEnv) eventsWith(reason string) []string {
 	for {
 		select {
 		case ev := <-e.events.Events:
-			if strings.Contains(ev, " "+reason+" ") {
+			if strings.HasPrefix(ev, reason+" ") || strings.Contains(ev, " "+reason+" ") { // a type or a reason
 				out = append(out, ev)
 			}
 		default:
@@ -193,8 +194,12 @@ func TestExpandWhileMounting(t *testing.T) {
 	if st, _ := patches[1]["status"].(map[string]any); st == nil || st["allocatedResourceStatuses"] != nil || st["capacity"] == nil {
 		t.Errorf("second patch %v: want the capacity set and allocatedResourceStatuses removed", patches[1])
 	}
-	if evs := e.eventsWith("FileSystemResizeSuccessful"); len(evs) != 1 {
-		t.Errorf("FileSystemResizeSuccessful events %v, want 1", evs)
+	// The kubelet's: on the pod and on the claim, the node's name after
+	// the volume.
+	msg := fmt.Sprintf(`Normal FileSystemResizeSuccessful MountVolume.NodeExpandVolume succeeded for volume %q node-1`, e.pv)
+	wantEvents := []string{msg + " involvedObject{kind=Pod,apiVersion=v1}", msg + " involvedObject{kind=PersistentVolumeClaim,apiVersion=v1}"}
+	if evs := e.eventsWith("FileSystemResizeSuccessful"); !slices.Equal(evs, wantEvents) {
+		t.Errorf("FileSystemResizeSuccessful events\n%q\nwant\n%q", evs, wantEvents)
 	}
 
 	// A second pod: nothing left to expand.
@@ -247,9 +252,9 @@ func TestExpandWhileMappingBlock(t *testing.T) {
 // TestExpandRefused: the driver refuses the expansion (OutOfRange, which
 // the kubelet treats as infeasible): the pod's volume is mounted and usable
 // at its old size; the claim says NodeResizeInfeasible with a
-// NodeResizeError condition giving the cause; the pod gets
-// FileSystemResizeFailed naming pod, volume, driver and cause; nothing
-// retries, not even for a new pod, until the claim changes.
+// NodeResizeError condition giving the cause; the pod gets the kubelet's
+// event of an expansion while mounting that failed, with the cause in its
+// words; nothing retries, not even for a new pod, until the claim changes.
 func TestExpandRefused(t *testing.T) {
 	e := newExpandEnv(t, false, csitest.Fault{Method: "NodeExpandVolume", Err: status.Error(codes.OutOfRange, "volume handle-grow has only 1073741824 bytes")})
 	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "grow", false))
@@ -270,14 +275,10 @@ func TestExpandRefused(t *testing.T) {
 		!strings.HasPrefix(st.Conditions[0].Message, "failed to expand pvc with ") || !strings.Contains(st.Conditions[0].Message, "OutOfRange") {
 		t.Errorf("claim conditions %+v, want NodeResizeError with the cause", st.Conditions)
 	}
-	evs := e.eventsWith("FileSystemResizeFailed")
-	if len(evs) != 1 {
-		t.Fatalf("FileSystemResizeFailed events %v, want 1", evs)
-	}
-	for _, s := range []string{"Warning", "ns/p", `"` + e.pv + `"`, e.drv.DriverName(), "OutOfRange", "has only 1073741824 bytes", "not retried until the claim changes"} {
-		if !strings.Contains(evs[0], s) {
-			t.Errorf("event %q does not name %q", evs[0], s)
-		}
+	want := []string{fmt.Sprintf("Warning FailedMount MountVolume.Setup failed while expanding volume for volume %q : "+
+		"Expander.NodeExpand failed to expand the volume rpc error: code = OutOfRange desc = volume handle-grow has only 1073741824 bytes involvedObject{kind=Pod,apiVersion=v1}", e.pv)}
+	if evs := e.eventsWith("FailedMount"); !slices.Equal(evs, want) {
+		t.Fatalf("FailedMount events\n%q\nwant\n%q", evs, want)
 	}
 	// A new pod mounts at once, without another try.
 	if err := e.mount(csitest.Pod("ns", "q", csitest.WithPVC("data", "grow", false))); err != nil {
@@ -291,8 +292,9 @@ func TestExpandRefused(t *testing.T) {
 // TestExpandFailureRetried: a final error that is not a refusal (Internal)
 // gives the claim the NodeResizeError condition (its resize status stays
 // NodeResizeInProgress), keeps the pod from starting on the old size (its
-// mount is uncertain; FileSystemResizeFailed), and the expansion is
-// retried with backoff: the second try succeeds and clears the claim.
+// mount is uncertain; the kubelet's FailedMount of an expansion while
+// mounting), and the expansion is retried with backoff: the second try
+// succeeds and clears the claim.
 func TestExpandFailureRetried(t *testing.T) {
 	e := newExpandEnv(t, false, csitest.Fault{Method: "NodeExpandVolume", Times: 1, Err: status.Error(codes.Internal, "resize2fs crashed")})
 	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "grow", false))
@@ -323,7 +325,9 @@ func TestExpandFailureRetried(t *testing.T) {
 	if diff := cmp.Diff(wantStatus, e.claimStatus()); diff != "" {
 		t.Errorf("claim status (-want +got):\n%s", diff)
 	}
-	if evs := e.eventsWith("FileSystemResizeFailed"); len(evs) != 1 || !strings.Contains(evs[0], "resize2fs crashed") || !strings.Contains(evs[0], "ns/p") {
-		t.Errorf("FileSystemResizeFailed events %v, want 1 naming the pod and the cause", evs)
+	want := []string{fmt.Sprintf("Warning FailedMount MountVolume.Setup failed while expanding volume for volume %q : "+
+		"Expander.NodeExpand failed to expand the volume : rpc error: code = Internal desc = resize2fs crashed involvedObject{kind=Pod,apiVersion=v1}", e.pv)}
+	if evs := e.eventsWith("FailedMount"); !slices.Equal(evs, want) {
+		t.Errorf("FailedMount events\n%q\nwant\n%q", evs, want)
 	}
 }

@@ -2,10 +2,14 @@ package volumemanager
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -117,5 +121,82 @@ func TestOnlineExpansion(t *testing.T) {
 	}
 	if n := e.drv.Calls("NodeExpandVolume"); n != 1 {
 		t.Errorf("NodeExpandVolume called %d times, want 1", n)
+	}
+}
+
+// TestOnlineExpansionEvents: the events of an online expansion, in the
+// kubelet's words: FileSystemResizeSuccessful on the pod and on the claim
+// when it is grown ("MountVolume.NodeExpandVolume succeeded for volume
+// <pv> <node>"); VolumeResizeFailed on the pod when NodeExpandVolume fails
+// (the kubelet's online expansion's event), retried, or infeasible, which
+// is not; FileSystemResizeFailed when the driver cannot expand the volume
+// in use (FailedPrecondition, which the kubelet only logs), in the words
+// of its refusal of a read-only volume.
+func TestOnlineExpansionEvents(t *testing.T) {
+	const pod, claim = " involvedObject{kind=Pod,apiVersion=v1}", " involvedObject{kind=PersistentVolumeClaim,apiVersion=v1}"
+	grown := `Normal FileSystemResizeSuccessful MountVolume.NodeExpandVolume succeeded for volume "{pv}" node-1`
+	tests := []struct {
+		name  string
+		fault *csitest.Fault
+		want  []string
+	}{
+		{"grown", nil, []string{grown + pod, grown + claim}},
+		{"failed, then grown", &csitest.Fault{Method: "NodeExpandVolume", Times: 1, Err: status.Error(codes.Internal, "resize2fs crashed")}, []string{
+			`Warning VolumeResizeFailed NodeExpandVolume.NodeExpandVolume failed for volume "{pv}" : Expander.NodeExpand failed to expand the volume : ` +
+				`rpc error: code = Internal desc = resize2fs crashed` + pod,
+			grown + pod, grown + claim}},
+		{"infeasible", &csitest.Fault{Method: "NodeExpandVolume", Err: status.Error(codes.OutOfRange, "too big")}, []string{
+			`Warning VolumeResizeFailed NodeExpandVolume.NodeExpandVolume failed for volume "{pv}" : Expander.NodeExpand failed to expand the volume ` +
+				`rpc error: code = OutOfRange desc = too big` + pod}},
+		{"in use", &csitest.Fault{Method: "NodeExpandVolume", Err: status.Error(codes.FailedPrecondition, "not while mounted")}, []string{
+			`Warning FileSystemResizeFailed MountVolume.NodeExpandVolume failed for volume "{pv}" : Expander.NodeExpand failed to expand the volume : ` +
+				`rpc error: code = FailedPrecondition desc = not while mounted` + pod}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{driver: csitest.Options{Expand: true}, events: newObjectRecorder(100)})
+			pvName := e.claim("a", csitest.PVCapacity("1Gi"))
+			ctx := context.Background()
+			pvc, err := e.client.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "a", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pvc.Status.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}
+			if pvc, err = e.client.CoreV1().PersistentVolumeClaims("ns").UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.mount(csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false)), 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if tt.fault != nil {
+				e.drv.Inject(*tt.fault)
+			}
+			pv, err := e.client.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pv.Spec.Capacity[v1.ResourceStorage] = resource.MustParse("2Gi")
+			if _, err := e.client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			pvc.Status.Conditions = []v1.PersistentVolumeClaimCondition{{Type: v1.PersistentVolumeClaimFileSystemResizePending, Status: v1.ConditionTrue}}
+			if _, err := e.client.CoreV1().PersistentVolumeClaims("ns").UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			eventually(t, "the expansion's events", func() bool {
+				for len(e.events.Events) > 0 {
+					got = append(got, <-e.events.Events)
+				}
+				return len(got) >= len(tt.want)
+			})
+			want := make([]string, len(tt.want))
+			for i, w := range tt.want {
+				want[i] = strings.ReplaceAll(w, "{pv}", pvName)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("events\n%q\nwant\n%q", got, want)
+			}
+		})
 	}
 }

@@ -15,8 +15,12 @@ import (
 
 // conditions remembers which pod mounts were last seen with an abnormal
 // volume condition, so that the VolumeConditionAbnormal event is recorded
-// once when a volume turns abnormal, not at every stats call (the kubelet
-// records it at each stats period while the volume stays abnormal).
+// once when a volume turns abnormal, not at every stats call (older
+// kubelets recorded it at each stats period while the volume stayed
+// abnormal). The kubelet v1.37 records no such event any more (its
+// CSIVolumeHealth reports conditions in the pod's status instead); nodevol
+// keeps it for embedders without that status, in the words the kubelet
+// used ("Volume <pod's volume name>: <the driver's message>").
 type conditions struct {
 	events record.EventRecorder // nil: no events
 

@@ -10,6 +10,7 @@ package volumemanager
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -407,7 +408,7 @@ func TestIntegrationEventsAndVolumesInUse(t *testing.T) {
 	t.Cleanup(broadcaster.Shutdown)
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "nodevol-test", Host: node})
 	e.claim("ok")
-	e.claim("broken")
+	brokenPV := e.claim("broken").Name
 	e.drv.Inject(csitest.Fault{Method: "NodePublishVolume", VolumeID: "handle-broken", Err: status.Error(codes.InvalidArgument, "mount option nosuchoption is not supported")})
 	vm := e.startVM(Config{EventRecorder: recorder, ReportVolumesInUse: true})
 
@@ -449,10 +450,11 @@ func TestIntegrationEventsAndVolumesInUse(t *testing.T) {
 		return len(events) > 0, nil
 	})
 	ev := events[0]
+	want := fmt.Sprintf(`MountVolume.SetUp failed for volume %q : rpc error: code = InvalidArgument desc = mount option nosuchoption is not supported`, brokenPV)
 	if ev.Type != v1.EventTypeWarning || ev.InvolvedObject.Name != "bad" || ev.InvolvedObject.Kind != "Pod" ||
-		!strings.Contains(ev.Message, "nosuchoption is not supported") || ev.Source.Component != "nodevol-test" {
-		t.Errorf("event %s/%s: type %s, object %s %s, source %v, message %q; want a Warning on pod bad with the driver's message",
-			ev.Namespace, ev.Name, ev.Type, ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Source, ev.Message)
+		ev.Message != want || ev.Source.Component != "nodevol-test" {
+		t.Errorf("event %s/%s: type %s, object %s %s, source %v, message %q; want a Warning on pod bad with the kubelet's words: %q",
+			ev.Namespace, ev.Name, ev.Type, ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Source, ev.Message, want)
 	}
 	// The broken volume was staged (only its publish fails): in use too.
 	waitUntil(t, "both volumes in the Node's volumesInUse", 30*time.Second, func(ctx context.Context) (bool, error) {

@@ -6,7 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/internal/promreg"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
@@ -122,35 +121,4 @@ func (m *metrics) reconstructed(d volume.Found) {
 	}
 	m.reconstruct.total.Add(float64(d.Attempted))
 	m.reconstruct.errors.Add(float64(len(d.Unreadable)))
-}
-
-// failureReason is the reason of the warning event on the pods of a failed
-// operation (on the Node for the node-level ones, nodeLevel), as the
-// kubelet's events name them; "" for none. A raw block volume's stage or
-// publish is the kubelet's map_volume (FailedMapVolume), its unpublish or
-// unstage the kubelet's unmap (FailedUnmapDevice). An unpublish or a
-// filesystem unstage gets FailedUnMount: the kubelet defines the reasons,
-// though its own teardown records no event, and a pod stuck terminating,
-// or a device left staged, on a volume that will not unmount is what
-// users look for in the events. A self-detach gets FailedDetachVolume.
-func failureReason(kind oe.OpKind, mode cache.VolumeMode) string {
-	switch kind {
-	case oe.OpAttach, oe.OpSelfAttach:
-		return "FailedAttachVolume"
-	case oe.OpSelfDetach:
-		return "FailedDetachVolume"
-	case oe.OpStage, oe.OpPublish:
-		if mode == cache.Block {
-			return "FailedMapVolume"
-		}
-		return "FailedMount"
-	case oe.OpUnpublish, oe.OpUnstage:
-		if mode == cache.Block {
-			return "FailedUnmapDevice"
-		}
-		return "FailedUnMount"
-	case oe.OpExpand:
-		return "FileSystemResizeFailed"
-	}
-	return ""
 }

@@ -138,7 +138,8 @@ func TestReconstructMetrics(t *testing.T) {
 
 // TestFailureEvents: a raw block volume whose publish fails gets
 // FailedMapVolume on its pod, a volume whose unpublish fails
-// FailedUnMount, each with the driver's error.
+// FailedUnMount, each in the kubelet's words with the driver's error
+// (for the unpublish, as the kubelet's CSI plugin wraps it).
 func TestFailureEvents(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
 	pvcRaw, pvRaw := csitest.BoundClaim("ns", "raw", drv.DriverName(), "handle-raw", csitest.PVBlock())
@@ -156,8 +157,8 @@ func TestFailureEvents(t *testing.T) {
 	raw := csitest.Pod("ns", "raw", csitest.WithBlockPVC("dev", "raw", false))
 	vm.AddPod(raw)
 	ev := nextEvent(t, events)
-	if !strings.HasPrefix(ev, "Warning FailedMapVolume ") || !strings.Contains(ev, "no such device") {
-		t.Errorf("event %q, want Warning FailedMapVolume with the driver's error", ev)
+	if want := `Warning FailedMapVolume MapVolume.MapPodDevice failed for volume "` + pvRaw.Name + `" : rpc error: code = Internal desc = no such device`; ev != want {
+		t.Errorf("event %q\nwant  %q", ev, want)
 	}
 	if err := vm.WaitForAttachAndMount(ctx, raw); err != nil { // retried after the backoff
 		t.Fatal(err)
@@ -171,8 +172,9 @@ func TestFailureEvents(t *testing.T) {
 	drv.Inject(csitest.Fault{Method: "NodeUnpublishVolume", VolumeID: "handle-fs", Err: status.Error(codes.Internal, "device busy"), Times: 1})
 	vm.DeletePod(fs)
 	ev = nextEvent(t, events)
-	if !strings.HasPrefix(ev, "Warning FailedUnMount ") || !strings.Contains(ev, "device busy") {
-		t.Errorf("event %q, want Warning FailedUnMount with the driver's error", ev)
+	if want := `Warning FailedUnMount UnmountVolume.TearDown failed for volume "kubernetes.io/csi/` + drv.DriverName() +
+		`^handle-fs" : kubernetes.io/csi: Unmounter.TearDownAt failed: rpc error: code = Internal desc = device busy`; ev != want {
+		t.Errorf("event %q\nwant  %q", ev, want)
 	}
 	if err := vm.WaitForUnmount(ctx, fs); err != nil {
 		t.Fatal(err)

@@ -269,7 +269,7 @@ func TestAttachRequired(t *testing.T) {
 	// Required from the start: an update could reach the informer after
 	// the pod is planned, and the volume would mount unattached.
 	e := newEnv(t, envOptions{attachRequired: true})
-	e.claim("vol")
+	pvName := e.claim("vol")
 	vaName := csitest.AttachmentName("handle-vol", e.drv.DriverName(), node)
 	va := csitest.VolumeAttachment(vaName, e.drv.DriverName(), "pv-vol", node, false)
 	va.Status.AttachError = &storagev1.VolumeError{Message: "disk is on fire"}
@@ -300,8 +300,10 @@ func TestAttachRequired(t *testing.T) {
 	}
 	select {
 	case ev := <-e.events.Events:
-		if !strings.Contains(ev, "FailedAttachVolume") {
-			t.Errorf("event %q", ev)
+		// The kubelet waits for the attachment in its mount operation:
+		// FailedMount, with the attacher's message alone.
+		if want := `Warning FailedMount MountVolume.WaitForAttach failed for volume "` + pvName + `" : disk is on fire`; ev != want {
+			t.Errorf("event %q\nwant  %q", ev, want)
 		}
 	default:
 		t.Error("no event recorded for the attach error")

@@ -14,8 +14,9 @@ import (
 
 // noteRefusals takes in the planner's refusals of one volume: a new one
 // is the refused pod's error (shown by WaitForAttachAndMount's WaitError)
-// and is logged and recorded as a FailedMount event on the pod, once; one
-// that ended clears the pod's error, and its publish starts.
+// and is logged, and recorded as an event on the pod in the kubelet's
+// words (refusalEvent), once; one that ended clears the pod's error, and
+// its publish starts.
 func (l *loop) noteRefusals(name cache.UniqueVolumeName, spec *cache.VolumeSpec, rec *volumeRecord, refused []planner.Refusal) {
 	old := rec.refused
 	if len(refused) == 0 && len(old) == 0 {
@@ -32,7 +33,8 @@ func (l *loop) noteRefusals(name cache.UniqueVolumeName, spec *cache.VolumeSpec,
 			l.logger.Info("Volume refused to a pod", "pod", klog.KRef(r.Pod.Pod.Namespace, r.Pod.Pod.Name), "volume", name, "err", r.Err)
 			if l.events != nil {
 				ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.Pod.Pod.Namespace, Name: r.Pod.Pod.Name, UID: uid}
-				l.events.Event(ref, v1.EventTypeWarning, "FailedMount", r.Err.Error())
+				reason, msg := refusalEvent(spec, r)
+				l.events.Event(ref, v1.EventTypeWarning, reason, msg)
 			}
 		}
 		// Set at every plan: a failed stage meanwhile sets every desired

@@ -2,7 +2,6 @@ package volumemanager
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
 	"k8s.io/client-go/tools/cache"
@@ -199,7 +198,7 @@ func (vm *VolumeManager) cleanSubPaths(ctx context.Context, a oe.Action, in opIn
 	if err == nil {
 		return oe.Outcome{}, true
 	}
-	return oe.Outcome{Action: a, Spec: spec, Err: oe.OpError(a, spec, fmt.Errorf("cleaning its subPath mounts: %w", err))}, false
+	return oe.Outcome{Action: a, Spec: spec, Err: oe.OpError(a, spec, &subPathError{err})}, false
 }
 
 // reconstruct asks each plugin that leaves something on disk what earlier

@@ -32,8 +32,9 @@ import (
 // TestSelfAttach: with Config.SelfAttach the node creates the
 // VolumeAttachment (name, spec and source as the attach/detach controller
 // writes them), the test kit's fake attacher attaches it, the volume is
-// staged with its publish context, and after the pod goes the
-// VolumeAttachment is deleted only once the volume is unstaged.
+// staged with its publish context, the pod gets the kubelet's
+// SuccessfulAttachVolume, and after the pod goes the VolumeAttachment is
+// deleted only once the volume is unstaged.
 func TestSelfAttach(t *testing.T) {
 	client := fake.NewClientset()
 	var unstagesAtDelete atomic.Int64
@@ -69,6 +70,16 @@ func TestSelfAttach(t *testing.T) {
 	}
 	if !va.Status.Attached {
 		t.Errorf("VolumeAttachment status %+v", va.Status)
+	}
+	// The kubelet's event of an attach it made, the space after the name
+	// included.
+	select {
+	case ev := <-e.events.Events:
+		if want := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "` + pvName + `" `; ev != want {
+			t.Errorf("event %q\nwant  %q", ev, want)
+		}
+	default:
+		t.Error("no SuccessfulAttachVolume event")
 	}
 	stage := e.drv.Requests()
 	for _, r := range stage {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,10 @@ import (
 // DefaultWarnAfter is how long an ownership change runs before it is
 // reported: the kubelet's 30 seconds.
 const DefaultWarnAfter = 30 * time.Second
+
+// DefaultReportEvery is how often an ownership change that runs long is
+// reported again, with the files done so far: the kubelet's minute.
+const DefaultReportEvery = time.Minute
 
 // reasonChangeInProgress is the reason of the event recorded on a pod
 // whose volume's ownership change runs long, the kubelet's.
@@ -41,9 +46,12 @@ type Request struct {
 type Reporter struct {
 	// Clock times the change. Default the real clock.
 	Clock clock.Clock
-	// WarnAfter is how long a change runs before it is reported, once.
+	// WarnAfter is how long a change runs before it is reported.
 	// Default DefaultWarnAfter.
 	WarnAfter time.Duration
+	// ReportEvery is how often it is reported again after that, with the
+	// files done so far. Default DefaultReportEvery.
+	ReportEvery time.Duration
 	// Events, if set, gets a reasonChangeInProgress event on the pod.
 	// Default: none (the warning is only logged).
 	Events record.EventRecorder
@@ -54,18 +62,23 @@ type Reporter struct {
 
 // Change gives req.GID ownership of req.Dir (setIn). When that runs longer
 // than WarnAfter, it logs a warning and records a
-// VolumePermissionChangeInProgress event on the pod, once, as the kubelet
-// does: a volume with many files can keep a pod from starting for a long
-// time, and the event tells its owner why and what avoids it. It returns
-// only once the reporting goroutine has ended.
+// VolumePermissionChangeInProgress event on the pod, then again every
+// ReportEvery with the files done so far, in the kubelet's words: a volume
+// with many files can keep a pod from starting for a long time, and the
+// event tells its owner why and what avoids it. It returns only once the
+// reporting goroutine has ended.
 func (r Reporter) Change(ctx context.Context, req Request) error {
-	c, after := r.Clock, r.WarnAfter
+	c, after, every := r.Clock, r.WarnAfter, r.ReportEvery
 	if c == nil {
 		c = clock.RealClock{}
 	}
 	if after <= 0 {
 		after = DefaultWarnAfter
 	}
+	if every <= 0 {
+		every = DefaultReportEvery
+	}
+	dir := dirToReport(req.Dir.Name(), string(req.Pod.UID))
 	var files atomic.Int64
 	timer := c.NewTimer(after)
 	done := make(chan struct{})
@@ -76,15 +89,24 @@ func (r Reporter) Change(ctx context.Context, req Request) error {
 			return
 		case <-timer.C():
 		}
-		n := files.Load()
-		klog.FromContext(ctx).Info("Changing the ownership of a volume to the pod's fsGroup is taking long; fsGroupChangePolicy OnRootMismatch would skip it when the volume's root already has the group",
-			"pod", klog.KRef(req.Pod.Namespace, req.Pod.Name), "volume", req.Volume, "path", req.Dir.Name(), "fsGroup", req.GID, "after", after, "files", n)
-		if r.Events == nil {
-			return
+		logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(req.Pod.Namespace, req.Pod.Name), "volume", req.Volume, "path", req.Dir.Name(), "fsGroup", req.GID)
+		logger.Info("Changing the ownership of a volume to the pod's fsGroup is taking long; fsGroupChangePolicy OnRootMismatch would skip it when the volume's root already has the group",
+			"after", after, "files", files.Load())
+		r.event(&req.Pod, fmt.Sprintf("Setting volume ownership for %s is taking longer than expected, consider using OnRootMismatch - "+
+			"https://kubernetes.io/docs/tasks/configure-pod-container/security-context/#configure-volume-permission-and-ownership-change-policy-for-pods", dir))
+		again := c.NewTimer(every)
+		defer again.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-again.C():
+			}
+			n := files.Load()
+			logger.Info("Still changing the ownership of a volume to the pod's fsGroup", "files", n)
+			r.event(&req.Pod, fmt.Sprintf("Setting volume ownership for %s, processed %d files.", dir, n))
+			again.Reset(every)
 		}
-		r.Events.Event(&req.Pod, v1.EventTypeWarning, reasonChangeInProgress, fmt.Sprintf(
-			"Setting volume ownership of volume %q to fsGroup %d has taken more than %s (%d files so far); consider fsGroupChangePolicy: OnRootMismatch",
-			req.Volume, req.GID, after, n))
 	})
 	err := setIn(ctx, req.Dir, req.GID, req.OnRootMismatch, func(path string) {
 		files.Add(1)
@@ -96,4 +118,22 @@ func (r Reporter) Change(ctx context.Context, req Request) error {
 	close(done)
 	wg.Wait()
 	return err
+}
+
+// event records a reasonChangeInProgress event with msg on pod, if
+// there is a recorder.
+func (r Reporter) event(pod *v1.ObjectReference, msg string) {
+	if r.Events != nil {
+		r.Events.Event(pod, v1.EventTypeWarning, reasonChangeInProgress, msg)
+	}
+}
+
+// dirToReport is how the kubelet names the volume's directory path in its
+// events: from the pod's UID on ("{uid}/volumes/kubernetes.io~csi/pv/mount"),
+// or the whole path when it does not hold the UID.
+func dirToReport(path, podUID string) string {
+	if i := strings.Index(path, podUID); podUID != "" && i >= 0 {
+		return path[i:]
+	}
+	return path
 }

@@ -233,14 +233,46 @@ func run(ctx context.Context, p volume.Plugin, a Action, in Input, spec *cache.V
 }
 
 // OpError wraps err with what failed: the operation, volume, driver and,
-// for operations on one pod's use, the pod.
+// for operations on one pod's use and expansions, the pod. The result is
+// an *Error.
 func OpError(a Action, spec cache.VolumeSpec, err error) error {
-	return fmt.Errorf("%s failed for volume %q (driver %s%s): %w", a.Kind.NameFor(spec.Mode), spec.Name, spec.Driver, podSuffix(a), err)
+	return &Error{Op: a.Kind.NameFor(spec.Mode), Volume: spec.Name, Driver: spec.Driver, Pod: podOf(a), Err: err}
 }
 
-func podSuffix(a Action) string {
-	if a.Kind == OpPublish || a.Kind == OpUnpublish {
-		return ", pod " + a.Pod.Pod.String()
+// Error is the error of an operation (OpError): it names the operation,
+// the volume, the driver and, for an operation on one pod's use, the pod,
+// for logs and wait errors; Err is what failed, from which the volume
+// manager's events take the kubelet's words (volume.EventCause).
+type Error struct {
+	// Op is the operation's name (OpKind.NameFor), Volume the volume's
+	// unique name, Driver its CSI driver ("" for another plugin).
+	Op     string
+	Volume cache.UniqueVolumeName
+	Driver string
+	// Pod is "namespace/name" for OpPublish, OpUnpublish and OpExpand,
+	// else "".
+	Pod string
+	// Err is the failure: the plugin's error, or the volume manager's.
+	Err error
+}
+
+func (e *Error) Error() string {
+	pod := ""
+	if e.Pod != "" {
+		pod = ", pod " + e.Pod
+	}
+	return fmt.Sprintf("%s failed for volume %q (driver %s%s): %v", e.Op, e.Volume, e.Driver, pod, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *Error) Unwrap() error { return e.Err }
+
+// podOf is the pod an operation is for, "namespace/name", for operations
+// on one pod's use and for an expansion (the pod whose published path the
+// driver is given).
+func podOf(a Action) string {
+	if a.Kind == OpPublish || a.Kind == OpUnpublish || a.Kind == OpExpand {
+		return a.Pod.Pod.String()
 	}
 	return ""
 }

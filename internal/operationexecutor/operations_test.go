@@ -189,3 +189,36 @@ func TestDoImageVolume(t *testing.T) {
 		t.Errorf("attach of an image volume: %+v", out)
 	}
 }
+
+// TestOpError: an operation's error names the operation (the block name
+// for a raw block volume), the volume, the driver and, for a pod's publish,
+// unpublish or expansion, the pod; it is an *Error whose Err is what
+// failed, so that the volume manager's event can word that alone.
+func TestOpError(t *testing.T) {
+	pod := cache.PodVolume{Pod: cache.PodRef{UID: "u", Namespace: "ns", Name: "web"}, SpecName: "data"}
+	boom := errors.New("boom")
+	fs := cache.VolumeSpec{Name: "kubernetes.io/csi/drv^h", Driver: "drv", Mode: cache.Filesystem}
+	blk := fs
+	blk.Mode = cache.Block
+	tests := []struct {
+		a    Action
+		spec cache.VolumeSpec
+		want string
+	}{
+		{Action{Kind: OpStage, Pod: pod}, fs, `mount_device failed for volume "kubernetes.io/csi/drv^h" (driver drv): boom`},
+		{Action{Kind: OpPublish, Pod: pod}, fs, `volume_mount failed for volume "kubernetes.io/csi/drv^h" (driver drv, pod ns/web): boom`},
+		{Action{Kind: OpPublish, Pod: pod}, blk, `map_volume failed for volume "kubernetes.io/csi/drv^h" (driver drv, pod ns/web): boom`},
+		{Action{Kind: OpExpand, Pod: pod}, fs, `volume_fs_resize failed for volume "kubernetes.io/csi/drv^h" (driver drv, pod ns/web): boom`},
+		{Action{Kind: OpUnstage}, blk, `unmap_device failed for volume "kubernetes.io/csi/drv^h" (driver drv): boom`},
+	}
+	for _, tt := range tests {
+		err := OpError(tt.a, tt.spec, boom)
+		if err.Error() != tt.want {
+			t.Errorf("%s: %q, want %q", tt.a.Kind, err, tt.want)
+		}
+		var e *Error
+		if !errors.As(err, &e) || e.Err != boom || !errors.Is(err, boom) {
+			t.Errorf("%s: %#v does not carry what failed", tt.a.Kind, err)
+		}
+	}
+}

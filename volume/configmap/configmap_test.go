@@ -29,6 +29,7 @@ type setUpCase struct {
 	fsGroup  *int64
 	want     map[string]string // path: "mode:gid:content" (gid -1: unchecked)
 	wantErr  []string
+	kubelet  string // the kubelet's words for the error (volume.EventCause)
 	notFound bool
 }
 
@@ -67,12 +68,14 @@ func TestSetUp(t *testing.T) {
 		name:     "missing: the kubelet's error",
 		src:      v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}},
 		wantErr:  []string{`setting up configMap volume "cfg" of pod ns/pod: configmap "c" not found`},
+		kubelet:  `configmap "c" not found`,
 		notFound: true,
 	}, {
 		name:    "a missing key: the kubelet's error, naming the object",
 		cm:      objtest.ConfigMap("c", map[string]string{"a": "A"}, nil),
 		src:     v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}, Items: []v1.KeyToPath{{Key: "gone", Path: "g"}}},
 		wantErr: []string{`configMap volume "cfg" of pod ns/pod: configmap ns/c: configmap references non-existent config key: gone`},
+		kubelet: `configmap references non-existent config key: gone`,
 	}, {
 		name:    "a binary key of ..",
 		cm:      objtest.ConfigMap("c", map[string]string{"a": "A"}, map[string][]byte{"..": []byte("B")}),
@@ -104,6 +107,9 @@ func checkSetUp(t *testing.T, tc setUpCase) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("error %q does not say %q", err, w)
 			}
+		}
+		if _, cause := volume.EventCause(err); tc.kubelet != "" && cause != tc.kubelet {
+			t.Errorf("the kubelet's words %q, want %q", cause, tc.kubelet)
 		}
 		if apierrors.IsNotFound(err) != tc.notFound || volume.IsUncertain(err) {
 			t.Errorf("error %v: not found %v (want %v), uncertain %v (want false)", err, apierrors.IsNotFound(err), tc.notFound, volume.IsUncertain(err))

@@ -203,7 +203,11 @@ func (p *plugin) mountMedium(ctx context.Context, at paths, m medium, vol cache.
 	if m.kind == hugePages {
 		source, fstype, opts = "nodev", hugetlbfsType, []string{"pagesize=" + m.pageSize}
 		if top != nil && top.Type == hugetlbfsType {
-			return checkPageSize(*top, m)
+			if err := checkPageSize(*top, m); err != nil {
+				// The kubelet's words start with the pod.
+				return volume.WithCause(err, fmt.Sprintf("pod %v: %v", vol.Pod.UID, err))
+			}
+			return nil
 		}
 	} else if top != nil && top.Type == tmpfsType {
 		return nil
@@ -213,7 +217,8 @@ func (p *plugin) mountMedium(ctx context.Context, at paths, m medium, vol cache.
 	}
 	klog.FromContext(ctx).V(3).Info("Mounting the emptyDir volume's file system", "pod", vol.Pod, "volume", vol.SpecName, "type", fstype, "options", opts)
 	if err := p.mounter.MountSensitiveWithoutSystemd(source, at.abs, fstype, opts, nil); err != nil {
-		return fmt.Errorf("mounting %s at %s: %w", fstype, at.abs, err)
+		// The mounter's error is the kubelet's words: it returns it as it is.
+		return fmt.Errorf("mounting %s at %s: %w", fstype, at.abs, volume.Cause(err))
 	}
 	return nil
 }

@@ -155,14 +155,16 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 		return "", fmt.Errorf("setting up %s: no hostPath source", describeReq(req))
 	}
 	if err := noBacksteps(src.Path); err != nil {
-		return "", fmt.Errorf("setting up %s: invalid HostPath %q: %w", describeReq(req), src.Path, err)
+		return "", fmt.Errorf("setting up %s: %w", describeReq(req), volume.Causef("invalid HostPath `%s`: %w", src.Path, err))
 	}
 	t := typeOf(src)
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("setting up %s: %w", describeReq(req), err)
 	}
 	if err := p.check(src.Path, t); err != nil {
-		return "", fmt.Errorf("setting up %s (type %s): %w", describeReq(req), t, err)
+		// check's errors are the kubelet's words (type checks, the
+		// system's errors of a create).
+		return "", fmt.Errorf("setting up %s (type %s): %w", describeReq(req), t, volume.Cause(err))
 	}
 	return src.Path, nil
 }

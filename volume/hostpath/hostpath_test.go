@@ -201,7 +201,9 @@ func TestResolveSpec(t *testing.T) {
 // TestSetUp: SetUp checks the pod volume's or the PV's source and returns
 // the host path itself, whatever the pod's read-only flag; a mismatch is
 // retryable (never Uncertain) and names the pod, the volume, the type and
-// what was found; TearDown has nothing to do, even with no source.
+// what was found, and its cause in the kubelet's words (what a pod's
+// event says: volume.EventCause) is the kubelet's error alone; TearDown
+// has nothing to do, even with no source.
 func TestSetUp(t *testing.T) {
 	dir := hostTree(t)
 	ctx := context.Background()
@@ -211,22 +213,27 @@ func TestSetUp(t *testing.T) {
 		spec     *cache.VolumeSpec
 		readOnly bool
 		want     string // the error, "" for none; %s is the tree
+		cause    string // its kubelet's words, where they are not want's
 	}{
-		{"pod volume", podSpec("logs", hostPathSource(dir+"/d", v1.HostPathDirectory)), false, ""},
-		{"read-only", podSpec("logs", hostPathSource(dir+"/d", v1.HostPathDirectory)), true, ""},
-		{"unset type on nothing", podSpec("logs", hostPathSource(dir+"/missing", "")), false, ""},
-		{"PV", pvSpec("pv-1", hostPathSource(dir+"/f", v1.HostPathFile), cache.Filesystem), false, ""},
-		{"PV creates its directory", pvSpec("pv-1", hostPathSource(dir+"/new", v1.HostPathDirectoryOrCreate), cache.Filesystem), false, ""},
+		{"pod volume", podSpec("logs", hostPathSource(dir+"/d", v1.HostPathDirectory)), false, "", ""},
+		{"read-only", podSpec("logs", hostPathSource(dir+"/d", v1.HostPathDirectory)), true, "", ""},
+		{"unset type on nothing", podSpec("logs", hostPathSource(dir+"/missing", "")), false, "", ""},
+		{"PV", pvSpec("pv-1", hostPathSource(dir+"/f", v1.HostPathFile), cache.Filesystem), false, "", ""},
+		{"PV creates its directory", pvSpec("pv-1", hostPathSource(dir+"/new", v1.HostPathDirectoryOrCreate), cache.Filesystem), false, "", ""},
 		{"mismatch", podSpec("logs", hostPathSource(dir+"/f", v1.HostPathDirectory)), false,
-			`setting up hostPath volume "logs" of pod ns/web (type Directory): hostPath type check failed: %[1]s/f is not a directory, it's a File`},
+			`setting up hostPath volume "logs" of pod ns/web (type Directory): hostPath type check failed: %[1]s/f is not a directory, it's a File`,
+			`hostPath type check failed: %[1]s/f is not a directory, it's a File`},
 		{"PV mismatch", pvSpec("pv-1", hostPathSource(dir+"/d", v1.HostPathSocket), cache.Filesystem), false,
-			`setting up hostPath volume "logs" (PV pv-1) of pod ns/web (type Socket): hostPath type check failed: %[1]s/d is not a socket file, it's a Directory`},
+			`setting up hostPath volume "logs" (PV pv-1) of pod ns/web (type Socket): hostPath type check failed: %[1]s/d is not a socket file, it's a Directory`,
+			`hostPath type check failed: %[1]s/d is not a socket file, it's a Directory`},
 		{"missing", podSpec("logs", hostPathSource(dir+"/gone", v1.HostPathFile)), false,
-			`setting up hostPath volume "logs" of pod ns/web (type File): hostPath type check failed, %[1]s/gone is not a file, unable to determine its type: path "%[1]s/gone" does not exist`},
+			`setting up hostPath volume "logs" of pod ns/web (type File): hostPath type check failed, %[1]s/gone is not a file, unable to determine its type: path "%[1]s/gone" does not exist`,
+			`hostPath type check failed, %[1]s/gone is not a file, unable to determine its type: path "%[1]s/gone" does not exist`},
 		{"backstep", podSpec("logs", hostPathSource(dir+"/../d", v1.HostPathDirectory)), false,
-			`setting up hostPath volume "logs" of pod ns/web: invalid HostPath "%[1]s/../d": must not contain '..'`},
+			"setting up hostPath volume \"logs\" of pod ns/web: invalid HostPath `%[1]s/../d`: must not contain '..'",
+			"invalid HostPath `%[1]s/../d`: must not contain '..'"},
 		{"no source", &cache.VolumeSpec{Name: PluginName + "/uid-1-logs"}, false,
-			`setting up hostPath volume "logs" of pod ns/web: no hostPath source`},
+			`setting up hostPath volume "logs" of pod ns/web: no hostPath source`, ""},
 	}
 	p := newPlugin(t, nil)
 	for _, tt := range tests {
@@ -240,6 +247,13 @@ func TestSetUp(t *testing.T) {
 				}
 				if volume.IsUncertain(err) || path != "" {
 					t.Errorf("SetUp = %q, %v: a failed type check is neither Uncertain nor a path", path, err)
+				}
+				cause := want // no kubelet's words: the error's own
+				if tt.cause != "" {
+					cause = strings.ReplaceAll(tt.cause, "%[1]s", dir)
+				}
+				if _, got := volume.EventCause(err); got != cause {
+					t.Errorf("EventCause = %q, want %q", got, cause)
 				}
 				return
 			}

@@ -52,7 +52,9 @@ func (p *plugin) verifyMap(m BlockMap) error {
 func (p *plugin) mapDevice(ctx context.Context, req volume.MountRequest) (string, error) {
 	spec, vol := req.Spec, req.Volume
 	fail := func(err error) (string, error) {
-		return "", fmt.Errorf("mapping block volume %s into pod %s: %w", desc(spec), vol.Pod, err)
+		// The kubelet's local plugin maps nothing of its own: its events
+		// name the common map.
+		return "", volume.AtStep(volume.StepMapBlockVolume, fmt.Errorf("mapping block volume %s into pod %s: %w", desc(spec), vol.Pod, err))
 	}
 	pv, err := pvName(spec)
 	if err != nil {
@@ -86,12 +88,11 @@ func (p *plugin) mapDevice(ctx context.Context, req volume.MountRequest) (string
 	if err := p.rfs.Create(filepath.Join(m.GlobalMapPath, m.PodUID), 0o640); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fail(err)
 	}
-	err = p.verifyMap(m)
-	if err == nil {
-		err = p.blockMapper.Map(ctx, m)
-	}
-	if err != nil {
+	if err := p.verifyMap(m); err != nil {
 		return fail(fmt.Errorf("%w: %w", err, volume.ErrInProgress))
+	}
+	if err := p.blockMapper.Map(ctx, m); err != nil {
+		return fail(fmt.Errorf("%w: %w", volume.Cause(err), volume.ErrInProgress))
 	}
 	link := filepath.Join(m.PodDeviceDir, m.Name)
 	klog.FromContext(ctx).V(4).Info("Local block volume mapped", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "device", dev, "path", link)
@@ -106,7 +107,7 @@ func (p *plugin) mapDevice(ctx context.Context, req volume.MountRequest) (string
 func (p *plugin) unmapDevice(ctx context.Context, req volume.MountRequest) error {
 	spec, vol := req.Spec, req.Volume
 	fail := func(err error) error {
-		return fmt.Errorf("unmapping block volume %s from pod %s: %w", desc(spec), vol.Pod, err)
+		return volume.AtStep(volume.StepUnmapBlockVolume, fmt.Errorf("unmapping block volume %s from pod %s: %w", desc(spec), vol.Pod, err))
 	}
 	pv, err := pvName(spec)
 	if err != nil {
@@ -135,7 +136,7 @@ func (p *plugin) unmapDevice(ctx context.Context, req volume.MountRequest) error
 		return fail(fmt.Errorf("%s is not a symlink (%w): left as it is", link, err))
 	}
 	if err := p.blockMapper.Unmap(ctx, m); err != nil {
-		return fail(fmt.Errorf("%w: %w", err, volume.ErrInProgress))
+		return fail(fmt.Errorf("%w: %w", volume.Cause(err), volume.ErrInProgress))
 	}
 	klog.FromContext(ctx).V(4).Info("Local block volume unmapped", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "path", link)
 	return nil

@@ -65,7 +65,8 @@ func (p *plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (str
 		return fail(err)
 	}
 	if err := p.formatter.FormatAndMount(dev, path, fstype, opts); err != nil {
-		err = fmt.Errorf("mounting block device %s at %s (fsType %s): %w", dev, path, fstype, err)
+		err = volume.WithCause(fmt.Errorf("mounting block device %s at %s (fsType %s): %w", dev, path, fstype, err),
+			fmt.Sprintf("local: failed to mount device %s at %s (fstype: %s), error %v", dev, path, fstype, err))
 		if cerr := p.unmountAndRemove(path); cerr != nil {
 			return fail(fmt.Errorf("%w; cleaning up: %w: %w", err, cerr, volume.ErrInProgress))
 		}

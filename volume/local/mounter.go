@@ -139,7 +139,8 @@ func (p *plugin) bindMount(src, dir string, spec *cache.VolumeSpec, readOnly boo
 	if err == nil {
 		return nil
 	}
-	err = fmt.Errorf("bind-mounting %s at %s (options %v): %w", src, dir, opts, err)
+	// The mounter's error is the kubelet's words: it returns it as it is.
+	err = fmt.Errorf("bind-mounting %s at %s (options %v): %w", src, dir, opts, volume.Cause(err))
 	if cerr := p.unmountAndRemove(dir); cerr != nil {
 		return fmt.Errorf("%w; cleaning up: %w: %w", err, cerr, volume.ErrInProgress)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/atomicwriter"
 	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // collector gathers the files of one volume's sources, as the kubelet's
@@ -47,13 +48,20 @@ func (c *collector) collect(ctx context.Context) (map[string]atomicwriter.File, 
 			payload[path.Clean(p)] = f
 		}
 	}
-	switch len(errs) {
-	case 0:
+	if len(errs) == 0 {
 		return payload, nil
-	case 1:
-		return nil, errs[0] // as the kubelet's aggregate prints it, and errors.As still sees it
 	}
-	return nil, utilerrors.NewAggregate(errs)
+	// The kubelet's words: its aggregate of each source's.
+	words := make([]error, len(errs))
+	for i, err := range errs {
+		_, cause := volume.EventCause(err)
+		words[i] = errors.New(cause)
+	}
+	kubelet := utilerrors.NewAggregate(words).Error()
+	if len(errs) == 1 {
+		return nil, volume.WithCause(errs[0], kubelet) // as the kubelet's aggregate prints it, and errors.As still sees it
+	}
+	return nil, volume.WithCause(utilerrors.NewAggregate(errs), kubelet)
 }
 
 // source returns the files of source i.
@@ -102,10 +110,11 @@ func (c *collector) object(ctx context.Context, kind objectcache.Kind, resource,
 	}
 	it := atomicwriter.Items{Items: items, DefaultMode: c.src.DefaultMode, DefaultUser: c.src.DefaultUser, Optional: optional, UserFields: c.p.userFields}
 	files, err := payloadOf(obj, it)
-	if err == nil {
-		err = checkKeys(files, items)
-	}
 	if err != nil {
+		// The kubelet's MakePayload's words.
+		return nil, fmt.Errorf("%s %s/%s: %w", resource, ns, name, volume.Cause(err))
+	}
+	if err := checkKeys(files, items); err != nil {
 		return nil, fmt.Errorf("%s %s/%s: %w", resource, ns, name, err)
 	}
 	return files, nil
@@ -168,8 +177,8 @@ func (c *collector) token(ctx context.Context, src *v1.ServiceAccountTokenProjec
 		},
 	})
 	if err != nil {
-		// The kubelet's token manager's text.
-		return nil, fmt.Errorf("failed to fetch token: service account %s/%s: %w", pod.Namespace, sa, err)
+		// The kubelet's token manager's words, without the account.
+		return nil, volume.WithCause(fmt.Errorf("failed to fetch token: service account %s/%s: %w", pod.Namespace, sa, err), "failed to fetch token: "+err.Error())
 	}
 	return map[string]atomicwriter.File{src.Path: c.file([]byte(tr.Status.Token), src.User)}, nil
 }

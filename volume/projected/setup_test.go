@@ -34,6 +34,9 @@ type setUpCase struct {
 	noToken bool   // the token cache refuses the token
 	want    map[string]string
 	wantErr []string
+	// kubelet is the kubelet's words for the error (volume.EventCause),
+	// what a pod's event says of it.
+	kubelet string
 	// notFound: the error is apierrors.IsNotFound (one missing object).
 	notFound bool
 }
@@ -77,16 +80,19 @@ func objectCases() []setUpCase {
 		name:     "a missing configMap: the kubelet's error",
 		sources:  []v1.VolumeProjection{cmSource("c", false)},
 		wantErr:  []string{`setting up projected volume "vol" of pod ns/pod: configmap "c" not found`},
+		kubelet:  `configmap "c" not found`,
 		notFound: true,
 	}, {
 		name:    "a missing key: the kubelet's error, naming the object",
 		objs:    []runtime.Object{objtest.Secret("s", map[string]string{"x": "X"})},
 		sources: []v1.VolumeProjection{secretSource("s", false, v1.KeyToPath{Key: "nope", Path: "n"})},
 		wantErr: []string{`secret ns/s: references non-existent secret key: nope`},
+		kubelet: `references non-existent secret key: nope`,
 	}, {
 		name:    "every source's error, aggregated",
 		sources: []v1.VolumeProjection{cmSource("c", false), secretSource("s", false), tokenSource("token")},
 		wantErr: []string{`[configmap "c" not found, secret "s" not found]`},
+		kubelet: `[configmap "c" not found, secret "s" not found]`,
 	}, {
 		name:    "a key that is not a file name is refused",
 		objs:    []runtime.Object{objtest.ConfigMap("c", map[string]string{"..": "X"}, nil)},
@@ -125,6 +131,7 @@ func tokenCases() []setUpCase {
 		sources: []v1.VolumeProjection{tokenSource("token")},
 		noToken: true,
 		wantErr: []string{`failed to fetch token: service account ns/app: refused`},
+		kubelet: `failed to fetch token: refused`,
 	}, {
 		name:    "podCertificate: bundle, key and chain, with the token's mode rule",
 		sources: []v1.VolumeProjection{{PodCertificate: &v1.PodCertificateProjection{SignerName: "example.com/s", CredentialBundlePath: "creds.pem", KeyPath: "tls.key", CertificateChainPath: "tls.crt"}}},
@@ -166,6 +173,7 @@ func bundleCases() []setUpCase {
 		bundles: bundles,
 		sources: ctb(&v1.ClusterTrustBundleProjection{SignerName: &signer, LabelSelector: selector("tier", "z"), Path: "ca.pem"}),
 		wantErr: []string{"combination of signerName and labelSelector matched zero ClusterTrustBundles"},
+		kubelet: "combination of signerName and labelSelector matched zero ClusterTrustBundles",
 	}, {
 		name:    "a signer without a label selector selects none: optional, an empty file",
 		bundles: bundles,
@@ -178,7 +186,8 @@ func bundleCases() []setUpCase {
 	}, {
 		name:     "a missing bundle: the kubelet's error",
 		sources:  ctb(&v1.ClusterTrustBundleProjection{Name: ptr("gone"), Path: "ca.pem"}),
-		wantErr:  []string{`while getting ClusterTrustBundle: clustertrustbundles.certificates.k8s.io "gone" not found`},
+		wantErr:  []string{`while getting ClusterTrustBundle: clustertrustbundle.certificates.k8s.io "gone" not found`},
+		kubelet:  `while getting ClusterTrustBundle: clustertrustbundle.certificates.k8s.io "gone" not found`,
 		notFound: true,
 	}}
 }
@@ -224,6 +233,9 @@ func runSetUp(t *testing.T, tc setUpCase) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("error %q does not say %q", err, w)
 			}
+		}
+		if _, cause := volume.EventCause(err); tc.kubelet != "" && cause != tc.kubelet {
+			t.Errorf("the kubelet's words %q, want %q", cause, tc.kubelet)
 		}
 		if apierrors.IsNotFound(err) != tc.notFound || volume.IsUncertain(err) {
 			t.Errorf("error %v: not found %v (want %v), uncertain %v (want false)", err, apierrors.IsNotFound(err), tc.notFound, volume.IsUncertain(err))

@@ -45,7 +45,7 @@ func (c *collector) trustAnchors(ctx context.Context, src *v1.ClusterTrustBundle
 			return []byte{}, nil
 		case apierrors.IsNotFound(err):
 			return nil, fmt.Errorf("while getting ClusterTrustBundle: %w",
-				apierrors.NewNotFound(certificatesv1.Resource("clustertrustbundles"), *src.Name))
+				apierrors.NewNotFound(certificatesv1.Resource("clustertrustbundle"), *src.Name)) // as the kubelet's lister names it
 		case err != nil:
 			return nil, fmt.Errorf("while getting ClusterTrustBundle %s: %w", *src.Name, err)
 		}

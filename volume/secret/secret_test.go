@@ -33,6 +33,7 @@ type setUpCase struct {
 	want map[string]string
 	// wantErr are substrings of the error; nothing is then made.
 	wantErr  []string
+	kubelet  string // the kubelet's words for the error (volume.EventCause)
 	notFound bool
 }
 
@@ -75,12 +76,14 @@ func TestSetUp(t *testing.T) {
 		name:     "missing: the kubelet's error",
 		src:      v1.SecretVolumeSource{SecretName: "s"},
 		wantErr:  []string{`setting up secret volume "creds" of pod ns/pod: secret "s" not found`},
+		kubelet:  `secret "s" not found`,
 		notFound: true,
 	}, {
 		name:    "a missing key: the kubelet's error, naming the object",
 		secret:  objtest.Secret("s", map[string]string{"a": "A"}),
 		src:     v1.SecretVolumeSource{SecretName: "s", Items: []v1.KeyToPath{{Key: "a", Path: "a"}, {Key: "gone", Path: "g"}}},
 		wantErr: []string{`secret volume "creds" of pod ns/pod: secret ns/s: references non-existent secret key: gone`},
+		kubelet: `references non-existent secret key: gone`,
 	}, {
 		name:    "a key of ..",
 		secret:  objtest.Secret("s", map[string]string{"ok": "A", "..": "B"}),
@@ -123,6 +126,9 @@ func checkSetUp(t *testing.T, tc setUpCase) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("error %q does not say %q", err, w)
 			}
+		}
+		if _, cause := volume.EventCause(err); tc.kubelet != "" && cause != tc.kubelet {
+			t.Errorf("the kubelet's words %q, want %q", cause, tc.kubelet)
 		}
 		if apierrors.IsNotFound(err) != tc.notFound || volume.IsUncertain(err) {
 			t.Errorf("error %v: not found %v (want %v), uncertain %v (want false)", err, apierrors.IsNotFound(err), tc.notFound, volume.IsUncertain(err))

@@ -80,14 +80,16 @@ func (p *Plugin) payload(ctx context.Context, ns string, src Source) (map[string
 		obj = nil // an empty volume, as the kubelet writes one
 	case apierrors.IsNotFound(err):
 		// The kubelet's text: its managers name the kind in the singular.
-		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: p.kind.Resource}, src.Name)
+		return nil, volume.Cause(apierrors.NewNotFound(schema.GroupResource{Resource: p.kind.Resource}, src.Name))
 	case err != nil:
 		return nil, fmt.Errorf("reading %s %s/%s: %w", p.kind.Resource, ns, src.Name, err)
 	}
 	object := fmt.Sprintf("%s %s/%s", p.kind.Resource, ns, src.Name)
 	files, err := p.kind.Payload(obj, atomicwriter.Items{Items: src.Items, DefaultMode: src.DefaultMode, Optional: optional})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", object, err)
+		// The kubelet's MakePayload's words ("configmap references
+		// non-existent config key: k").
+		return nil, fmt.Errorf("%s: %w", object, volume.Cause(err))
 	}
 	if err := checkPaths(files, src); err != nil {
 		return nil, fmt.Errorf("%s: %w", object, err)
