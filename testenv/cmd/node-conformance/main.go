@@ -13,10 +13,11 @@
 // built here (busybox, pause, agnhost) under the names the suite uses, so
 // nothing is pulled, in a network namespace made for the run, with a veth
 // pair whose node end is the node's address (the suite's API server will
-// not proxy to a loopback node address). The suite runs in that namespace
-// with its in-process API server and starts the kubelet itself, with the
-// root directory it assumes (/var/lib/kubelet: the run refuses to start if
-// it is in use, and removes it afterwards).
+// not proxy to a loopback node address), and a mount namespace of its own
+// (the run runs itself again in one), where a directory of the run's is
+// the kubelet's root at the path the suite assumes, /var/lib/kubelet. The
+// suite runs there with its in-process API server and starts the kubelet
+// itself.
 //
 // It writes {out}/{name}.json (the report), {out}/{name}.log (ginkgo's
 // output) and {out}/{name}-logs/ (the kubelet's and containerd's logs and
@@ -107,6 +108,9 @@ func main() {
 	if o.skip == "" {
 		o.skip = s.skip
 	}
+	if os.Getenv(mountNSEnv) == "" {
+		os.Exit(inMountNS())
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o); err != nil {
@@ -122,9 +126,6 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	if m := realnode.Missing(); m != "" {
 		return fmt.Errorf("this machine lacks the packages %s (make deps installs them as root)", m)
-	}
-	if err := checkRootFree(); err != nil {
-		return err
 	}
 	for _, p := range []*string{&o.kubelet, &o.binDir, &o.out} {
 		if *p, err = filepath.Abs(*p); err != nil {
@@ -146,7 +147,15 @@ func run(ctx context.Context, o options) (err error) {
 			err = errors.Join(err, undo[i]())
 		}
 	}()
-	undo = append(undo, func() error { return os.RemoveAll(work) })
+	undo = append(undo, func() error { return removeWork(work) })
+	if err := shareMounts(); err != nil {
+		return err
+	}
+	root, err := kubeletRootIn(work)
+	if err != nil {
+		return err
+	}
+	undo = append(undo, root)
 
 	ns, err := realnode.NewNetNS(ctx, realnode.NetNSOptions{Name: netnsName, HostAddr: hostAddr, NodeAddr: nodeAddr})
 	if err != nil {
@@ -168,10 +177,7 @@ func run(ctx context.Context, o options) (err error) {
 		_ = copyFile(rt.Log(), filepath.Join(logs, "containerd.log"))
 		return rt.Stop(context.WithoutCancel(ctx))
 	})
-	undo = append(undo, func() error { return cleanKubelet(filepath.Join(work, "bin"), filepath.Join(work, "units")) })
-	if err := shareRoot(); err != nil {
-		return err
-	}
+	undo = append(undo, func() error { return killSuite(filepath.Join(work, "bin"), filepath.Join(work, "units")) })
 
 	cmd, err := suiteCommand(ctx, o, work, logs, ns, rt.Endpoint)
 	if err != nil {
@@ -185,32 +191,6 @@ func run(ctx context.Context, o options) (err error) {
 		return fmt.Errorf("the suite wrote no report (%v): %w", runErr, err)
 	}
 	return nil
-}
-
-// checkRootFree refuses a run while the kubelet's default root directory
-// holds anything: it belongs to a kubelet of this machine, which the run
-// would take over and then remove.
-// A kubelet's device plugin socket is {kubeletRoot}/device-plugins/kubelet.sock
-// whatever its root directory, so a kubelet run elsewhere (a test's) leaves
-// that directory alone here: it is not taken as a sign of use.
-func checkRootFree() error {
-	entries, err := os.ReadDir(kubeletRoot)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var names []string
-	for _, e := range entries {
-		if e.Name() != "device-plugins" {
-			names = append(names, e.Name())
-		}
-	}
-	if len(names) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%s is in use (%v): a node conformance run gives the kubelet that root and removes it afterwards; stop the machine's kubelet and move it away first", kubeletRoot, names)
 }
 
 // suiteCommand is ginkgo running e2e_node.test in the node's network
@@ -321,55 +301,119 @@ func pathWithout(dir string, names ...string) (string, error) {
 	return dir, nil
 }
 
-// shareRoot makes the kubelet's root directory a shared mount of itself,
-// as the kubelet does at its first start on a node (hostutil's
-// MakeRShared) and as it stays on a node the kubelet has run on. A kubelet
-// that makes that mount itself races its own pod resources server, which
-// creates its socket in the root meanwhile: the socket's rename then
-// crosses the new mount, fails with EXDEV, and the kubelet exits (seen
-// here with the stock kubelet v1.37.2, at random).
-func shareRoot() error {
-	if err := os.MkdirAll(kubeletRoot, 0o755); err != nil {
-		return err
+// mountNSEnv is set in the run's own mount namespace (inMountNS).
+const mountNSEnv = "NODEVOL_CONFORMANCE_MOUNT_NS"
+
+// inMountNS runs this command again, with the same arguments, in a mount
+// namespace of its own (unshare, every mount private to it at first), and
+// returns its exit code. The node's mounts (the kubelet's root and the
+// pods' volumes, the containers' root file systems) are then the run's
+// alone: a kubelet of the machine, or a test's, shares nothing with the
+// run's, not even /var/lib/kubelet/device-plugins, which every kubelet
+// uses whatever its root; and whatever the run leaves mounted goes with
+// the namespace when its last process exits.
+func inMountNS() int {
+	self, err := os.Executable()
+	if err != nil {
+		log.Print(err)
+		return 1
 	}
-	if err := unix.Mount(kubeletRoot, kubeletRoot, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind-mounting %s onto itself: %w", kubeletRoot, err)
+	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--", self}, os.Args[1:]...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), mountNSEnv+"=1")
+	// unshare execs this command in its place: signals reach the run.
+	signal.Ignore(os.Interrupt, syscall.SIGTERM)
+	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return exit.ExitCode()
+		}
+		log.Printf("running in a mount namespace of its own: %v", err)
+		return 1
 	}
-	if err := unix.Mount("", kubeletRoot, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
-		return fmt.Errorf("making %s a shared mount: %w", kubeletRoot, err)
+	return 0
+}
+
+// shareMounts makes every mount of the run's namespace shared again, in
+// peer groups of the namespace's own (unshare made them private): a node
+// shares its mounts as a systemd host does, which the suite's mount
+// propagation specs and the kubelet expect.
+func shareMounts() error {
+	if err := unix.Mount("", "/", "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("making the run's mounts shared: %w", err)
 	}
 	return nil
 }
 
-// cleanKubelet kills the suite's processes, the kubelet it started and
-// fakesystemd's supervisor if they are still running (an interrupted run:
-// found by their binaries' paths, in binDir, and the supervisor's units
-// directory), then unmounts what is left below the kubelet's
-// root directory and removes it: a kubelet leaves its root bind-mounted
-// onto itself, and a spec that failed may leave a pod's volumes.
-func cleanKubelet(binDir, unitsDir string) error {
-	var errs []error
-	if pids := append(realnode.ProcessesNaming(binDir), realnode.ProcessesNaming(unitsDir)...); len(pids) > 0 {
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		errs = append(errs, fmt.Errorf("processes left by the suite, killed: %v", pids))
+// kubeletRootIn gives the kubelet the root directory the suite assumes,
+// /var/lib/kubelet, as a directory below work bind-mounted there in the
+// run's mount namespace: whatever the machine has at that path stays
+// untouched and unseen. The mount is a peer group of its own (a kubelet
+// makes its root a shared mount of itself at its first start), so that
+// what the kubelet mounts below it is not also mounted below work. It
+// returns the undo: what is still mounted below the root when the suite
+// has stopped is logged and unmounted (the suite stops the kubelet as soon
+// as its last spec ends, while the last specs' namespaces are still being
+// deleted, on either kubelet), and the mount point is removed if the run
+// made it.
+func kubeletRootIn(work string) (func() error, error) {
+	dir := filepath.Join(work, "kubelet-root")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
 	}
-	// The suite stops the kubelet as soon as its last spec ends, while the
-	// namespaces of the last specs are still being deleted: their pods'
-	// volumes may still be mounted then, on either kubelet. Logged, not an
-	// error; Unmount fails if any cannot be unmounted.
-	if ms, err := realnode.MountsUnder(kubeletRoot); err == nil {
-		for _, m := range ms {
-			if m.Point != kubeletRoot {
-				log.Printf("left mounted when the suite stopped the kubelet, unmounting: %s (%s)", m.Point, m.FSType)
+	_, statErr := os.Lstat(kubeletRoot)
+	made := os.IsNotExist(statErr)
+	if err := os.MkdirAll(kubeletRoot, 0o755); err != nil {
+		return nil, err
+	}
+	for _, m := range []struct {
+		src   string
+		flags uintptr
+	}{{dir, unix.MS_BIND}, {"", unix.MS_PRIVATE}, {"", unix.MS_SHARED}} {
+		if err := unix.Mount(m.src, kubeletRoot, "", m.flags, ""); err != nil {
+			return nil, fmt.Errorf("mounting the kubelet's root %s from %s: %w", kubeletRoot, dir, err)
+		}
+	}
+	return func() error {
+		if ms, err := realnode.MountsUnder(kubeletRoot); err == nil {
+			for _, m := range ms {
+				if m.Point != kubeletRoot {
+					log.Printf("left mounted when the suite stopped the kubelet, unmounting: %s (%s)", m.Point, m.FSType)
+				}
 			}
 		}
+		if err := realnode.Unmount(kubeletRoot); err != nil {
+			return err
+		}
+		if made {
+			return os.Remove(kubeletRoot)
+		}
+		return nil
+	}, nil
+}
+
+// killSuite kills the suite's processes, the kubelet it started and
+// fakesystemd's supervisor if they are still running (an interrupted run:
+// found by their binaries' paths, in binDir, and the supervisor's units
+// directory), and says which it killed.
+func killSuite(binDir, unitsDir string) error {
+	pids := append(realnode.ProcessesNaming(binDir), realnode.ProcessesNaming(unitsDir)...)
+	if len(pids) == 0 {
+		return nil
 	}
-	if err := realnode.Unmount(kubeletRoot); err != nil {
-		return errors.Join(append(errs, err)...)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	return errors.Join(append(errs, os.RemoveAll(kubeletRoot))...)
+	return fmt.Errorf("processes left by the suite, killed: %v", pids)
+}
+
+// removeWork removes the run's directory, unless something is still
+// mounted below it: a removal would go through the mount.
+func removeWork(work string) error {
+	if ms, err := realnode.MountsUnder(work); err != nil || len(ms) > 0 {
+		return fmt.Errorf("not removing %s: %v still mounted below it (%v)", work, ms, err)
+	}
+	return os.RemoveAll(work)
 }
 
 func copyFile(from, to string) error {
