@@ -13,6 +13,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -275,5 +276,26 @@ func mountSettings(t *testing.T, e *env) (*v1.ConfigMap, *v1.Pod) {
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	// The fake clientset's watch sees only the changes made after it is
+	// registered: a change between the object cache's list and its watch
+	// would be lost (a real API server resumes from the list's resource
+	// version), and found only by the resync a minute away.
+	eventually(t, "the object cache watching configMap ns/settings", func() bool { return watching(e.client, "configmaps", "ns", "settings") })
 	return cm, pod
+}
+
+// watching reports whether client has been asked to watch the object
+// name of resource in namespace ns (by the field selector the object
+// cache watches one object with). The fake clientset records the action
+// under the lock it registers the watch under: once it is listed, the
+// watch sees every later change.
+func watching(client *fake.Clientset, resource, ns, name string) bool {
+	want := fields.OneTermEqualSelector("metadata.name", name).String()
+	for _, a := range client.Actions() {
+		w, ok := a.(k8stesting.WatchAction)
+		if ok && w.GetResource().Resource == resource && w.GetNamespace() == ns && w.GetWatchRestrictions().Fields.String() == want {
+			return true
+		}
+	}
+	return false
 }
