@@ -81,6 +81,7 @@ func TestObjectChangeRepublishes(t *testing.T) {
 	if h := e.vm.objects.Holders(ref); !slices.Equal(h, []string{string(pod.UID)}) {
 		t.Fatalf("holders of the configMap = %v, want the pod", h)
 	}
+	eventually(t, "the object cache watching configMap ns/settings", func() bool { return watching(e.client, "configmaps", "ns", "settings") })
 	cm.Data["k"] = "two"
 	if _, err := e.client.CoreV1().ConfigMaps("ns").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -178,6 +179,9 @@ func TestKubeAPIAccessVolume(t *testing.T) {
 	}
 	mu.Unlock()
 	// A new CA republishes the volume: the token is handed out again.
+	eventually(t, "the object cache watching configMap ns/kube-root-ca.crt", func() bool {
+		return watching(e.client, "configmaps", "ns", "kube-root-ca.crt")
+	})
 	ca.Data["ca.crt"] = "-----CA2-----\n"
 	if _, err := e.client.CoreV1().ConfigMaps("ns").Update(ctx, ca, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
