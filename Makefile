@@ -50,7 +50,7 @@ $(BIN)/staticcheck:
 $(BIN)/csi-sanity:
 	GOBIN=$(BIN) $(GO) install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$(CSI_SANITY_VER)
 
-test: deps tools testenv-bins lint lint-fork
+test: deps tools testenv-bins lint lint-fork test-conformance
 	$(GO) test $(GOTESTFLAGS) ./...
 	cd bench/kubelet && $(GO) vet .
 	cd bench/kubelet && $(GO) test $(GOTESTFLAGS) .
@@ -258,7 +258,7 @@ $(CONF_CACHE)/image-files/.done:
 # go mod tidy, go vet and staticcheck over the conformance module (make
 # lint's gofmt covers its files already), and its tests: the report tool's
 # and the check that the module keeps what e2e_node.test needs. Neither
-# builds the binaries above; neither is part of make test.
+# builds the binaries above; make test runs both.
 lint-conformance: $(BIN)/staticcheck
 	cd conformance && $(GO) mod tidy -diff
 	cd conformance && $(GO) vet ./...
