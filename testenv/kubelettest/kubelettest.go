@@ -179,19 +179,22 @@ func (k *Kubelet) WaitNodeReady(ctx context.Context, p *Process, client kubernet
 const devicePluginDir = "/var/lib/kubelet/device-plugins"
 
 // forgetDevicePluginSocket removes, when t ends (after the kubelets it
-// started have stopped), the device plugin socket a kubelet leaves in
-// devicePluginDir, and that directory and /var/lib/kubelet if they are
-// empty then, unless /var/lib/kubelet was there before: the machine's
-// own kubelet's directory is not the test's to clean.
+// started have stopped), what a kubelet made in devicePluginDir that was
+// not there before: its socket, then that directory and /var/lib/kubelet
+// if they are empty then. What was there before (the machine's own
+// kubelet's) is not the test's to clean.
 func forgetDevicePluginSocket(t testing.TB) {
-	root := filepath.Dir(devicePluginDir)
-	if _, err := os.Lstat(root); err == nil {
-		return
+	paths := []string{filepath.Join(devicePluginDir, "kubelet.sock"), devicePluginDir, filepath.Dir(devicePluginDir)}
+	var made []string
+	for _, p := range paths {
+		if _, err := os.Lstat(p); os.IsNotExist(err) {
+			made = append(made, p)
+		}
 	}
 	t.Cleanup(func() {
-		_ = os.Remove(filepath.Join(devicePluginDir, "kubelet.sock"))
-		_ = os.Remove(devicePluginDir)
-		_ = os.Remove(root)
+		for _, p := range made {
+			_ = os.Remove(p) // a directory only if empty
+		}
 	})
 }
 
