@@ -28,7 +28,8 @@ import (
 // the volumes podVolumes selects (those a container mounts or maps and a
 // registered plugin handles, or that fail to resolve); and of each
 // container (init, regular, ephemeral) that mounts or maps one of those
-// volumes, the names of those mounts and devices and its seLinuxOptions.
+// volumes, the names of those mounts and devices and its seLinuxOptions;
+// and what the volumes show or are sized by (kept, whatToKeep).
 // Every function that reads a pod in this package gives the same answer
 // for keepPod(pod).pod() as for the pod (TestTrimPod).
 type keptPod struct {
@@ -37,9 +38,11 @@ type keptPod struct {
 	securityContext                 *v1.PodSecurityContext
 	volumes                         []v1.Volume
 	containers                      []keptContainer
-	// resources and overhead are the pod's, when it keeps limits.
+	// resources, overhead and qos (its status's QoS class) are the
+	// pod's, when it keeps limits.
 	resources *v1.ResourceRequirements
 	overhead  v1.ResourceList
+	qos       v1.PodQOSClass
 	// labels and annotations are the pod's, when a downward API file
 	// shows them.
 	labels, annotations map[string]string
@@ -51,10 +54,10 @@ type keptContainer struct {
 	name            string
 	mounts, devices []string
 	seLinux         *v1.SELinuxOptions
-	// limits are the container's memory and hugepage limits, and
-	// restartPolicy an init container's (a sidecar's Always), when the
-	// pod keeps limits; all its limits and requests when a downward API
-	// file shows a container's resources.
+	// limits and requests are the container's cpu, memory and hugepage
+	// ones (sizing), and restartPolicy an init container's (a sidecar's
+	// Always), when the pod keeps limits; all its limits and requests
+	// when a downward API file shows a container's resources.
 	limits, requests v1.ResourceList
 	restartPolicy    *v1.ContainerRestartPolicy
 }
@@ -85,7 +88,7 @@ func keepPod(pod *v1.Pod, plugins *volume.Registry) *keptPod {
 	more := whatToKeep(vols)
 	limits := more.limits || more.resources
 	if limits {
-		k.resources, k.overhead = pod.Spec.Resources.DeepCopy(), pod.Spec.Overhead.DeepCopy()
+		k.resources, k.overhead, k.qos = pod.Spec.Resources.DeepCopy(), pod.Spec.Overhead.DeepCopy(), pod.Status.QOSClass
 	}
 	if more.meta {
 		k.labels, k.annotations = maps.Clone(pod.Labels), maps.Clone(pod.Annotations)
@@ -111,7 +114,7 @@ func keepPod(pod *v1.Pod, plugins *volume.Registry) *keptPod {
 		case more.resources:
 			c.limits, c.requests, c.restartPolicy = r.Limits.DeepCopy(), r.Requests.DeepCopy(), rp
 		case limits:
-			c.limits, c.restartPolicy = memoryLimits(r.Limits), rp
+			c.limits, c.requests, c.restartPolicy = sizing(r.Limits), sizing(r.Requests), rp
 		}
 		for _, m := range ms {
 			if keep[m.Name] {
@@ -150,8 +153,9 @@ func keepPod(pod *v1.Pod, plugins *volume.Registry) *keptPod {
 
 // kept says what more than the volumes a pod keeps.
 type kept struct {
-	// limits: the memory and hugepage limits, which bound a tmpfs (an
-	// emptyDir in memory or hugepages, a secret or projected volume);
+	// limits: the cpu, memory and hugepage limits and requests, which
+	// size a tmpfs (an emptyDir in memory or hugepages, a secret or
+	// projected volume);
 	// resources: every container's limits and requests, which a
 	// downward API file shows (resourceFieldRef); meta: the labels and
 	// annotations a downward API file shows (fieldRef); user: the user
@@ -188,11 +192,15 @@ func whatToKeep(vols []podVolume) kept {
 	return k
 }
 
-// memoryLimits is the memory and hugepage limits of l, nil when none.
-func memoryLimits(l v1.ResourceList) v1.ResourceList {
+// sizing is what of a container's limits or requests sizes a tmpfs,
+// nil when none: memory and hugepages (a memory volume's size, a hugepages
+// volume's page size, read from the requests the API server defaults from
+// limits) and cpu, which with memory makes the pod's QoS class, on which
+// the memory bound depends.
+func sizing(l v1.ResourceList) v1.ResourceList {
 	var out v1.ResourceList
 	for name, q := range l {
-		if name == v1.ResourceMemory || strings.HasPrefix(string(name), v1.ResourceHugePagesPrefix) {
+		if name == v1.ResourceMemory || name == v1.ResourceCPU || strings.HasPrefix(string(name), v1.ResourceHugePagesPrefix) {
 			if out == nil {
 				out = v1.ResourceList{}
 			}
@@ -212,6 +220,7 @@ func (k *keptPod) pod() *v1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: k.name, Namespace: k.namespace, UID: k.uid, Labels: k.labels, Annotations: k.annotations},
 		Spec: v1.PodSpec{ServiceAccountName: k.serviceAccount, SecurityContext: k.securityContext, Volumes: k.volumes,
 			Resources: k.resources, Overhead: k.overhead},
+		Status: v1.PodStatus{QOSClass: k.qos},
 	}
 	for _, c := range k.containers {
 		var ms []v1.VolumeMount

@@ -2,6 +2,7 @@ package volumemanager
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -12,9 +13,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/mount-utils"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/internal/tokens"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // trimPod is the pod the loop resolves for pod.
@@ -325,14 +331,14 @@ func liveBytes() uint64 {
 
 // TestTrimPodKeepsWhatVolumesShow: a pod keeps its labels and annotations
 // when a downward API file shows them, every container's limits and
-// requests when one shows a container's resources, and the memory limits
-// (the containers', the pod-level ones and the overhead) that size a
-// secret's or projected volume's tmpfs; a pod with none of these keeps
-// none of it.
+// requests when one shows a container's resources, and the cpu, memory
+// and hugepage limits and requests (the containers', the pod-level ones
+// and the overhead) that size a secret's or projected volume's tmpfs; a
+// pod with none of these keeps none of it.
 func TestTrimPodKeepsWhatVolumesShow(t *testing.T) {
 	res := v1.ResourceRequirements{
-		Limits:   v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi"), v1.ResourceCPU: resource.MustParse("2")},
-		Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse("512Mi"), v1.ResourceCPU: resource.MustParse("1")},
+		Limits:   v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi"), v1.ResourceCPU: resource.MustParse("2"), v1.ResourceEphemeralStorage: resource.MustParse("1Gi")},
+		Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse("512Mi"), v1.ResourceCPU: resource.MustParse("1"), v1.ResourceEphemeralStorage: resource.MustParse("1Gi")},
 	}
 	podRes := &v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("2Gi")}}
 	pod := func(src v1.VolumeSource) *v1.Pod {
@@ -368,8 +374,11 @@ func TestTrimPodKeepsWhatVolumesShow(t *testing.T) {
 			case tt.all:
 				want = []v1.ResourceRequirements{res, res}
 			case tt.memOnly:
-				lim := v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi")}}
-				want = []v1.ResourceRequirements{lim, lim}
+				sized := v1.ResourceRequirements{
+					Limits:   v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi"), v1.ResourceCPU: resource.MustParse("2")},
+					Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse("512Mi"), v1.ResourceCPU: resource.MustParse("1")},
+				}
+				want = []v1.ResourceRequirements{sized, sized}
 			}
 			var have []v1.ResourceRequirements
 			for _, c := range got.Spec.Containers {
@@ -387,6 +396,97 @@ func TestTrimPodKeepsWhatVolumesShow(t *testing.T) {
 				t.Errorf("pod-level resources %v, overhead %v; want them kept: %v", got.Spec.Resources, got.Spec.Overhead, keepPod)
 			} else if keepPod && !equality.Semantic.DeepEqual(got.Spec.Resources, podRes) {
 				t.Errorf("pod-level resources %v, want %v", got.Spec.Resources, podRes)
+			}
+		})
+	}
+}
+
+// TestTrimPodResolvesAlike: every volume of a pod resolves to the same
+// spec from what the inbox keeps of it as from the pod itself, with the
+// plugins' own ResolveSpec reading it (an emptyDir's tmpfs size from
+// memory limits, a hugepages emptyDir's page size from hugepage
+// requests, which the API server defaults from limits). Node e2e's
+// HugePages specs found the kept pod had lost the requests: its
+// hugepages volume failed with "there is no resource request for huge
+// pages" on the fork and mounted on the stock kubelet.
+func TestTrimPodResolvesAlike(t *testing.T) {
+	node := &v1.Node{Status: v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourceMemory: resource.MustParse("8Gi")}}}
+	defaults, err := defaultPlugins(Config{RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil)}, func() (*v1.Node, error) { return node, nil },
+		objectcache.New(objectcache.Config{Client: fake.NewClientset()}), tokens.New(fake.NewClientset(), nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugins, err := volume.NewRegistry(append([]volume.Plugin{newCSIPlugin(t.TempDir())}, defaults...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := testResolver(t)
+	r.plugins = plugins
+	hp2Mi, hp1Gi := v1.ResourceName(v1.ResourceHugePagesPrefix+"2Mi"), v1.ResourceName(v1.ResourceHugePagesPrefix+"1Gi")
+	// res is a container's resources as the API server gives them back:
+	// requests defaulted from limits.
+	res := func(l v1.ResourceList) v1.ResourceRequirements {
+		return v1.ResourceRequirements{Limits: l, Requests: l.DeepCopy()}
+	}
+	emptyDir := func(name string, m v1.StorageMedium) v1.Volume {
+		return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: m}}}
+	}
+	pod := func(vols []v1.Volume, containers ...v1.ResourceRequirements) *v1.Pod {
+		p := csitest.Pod("ns", "p")
+		p.Spec.Volumes = vols
+		c := p.Spec.Containers[0]
+		p.Spec.Containers = nil
+		for i, r := range containers {
+			c := *c.DeepCopy()
+			c.Name, c.Resources = fmt.Sprintf("c%d", i), r
+			for _, v := range vols {
+				c.VolumeMounts = append(c.VolumeMounts, v1.VolumeMount{Name: v.Name, MountPath: "/" + v.Name})
+			}
+			p.Spec.Containers = append(p.Spec.Containers, c)
+		}
+		return p
+	}
+	mem := v1.ResourceList{v1.ResourceMemory: resource.MustParse("100Mi"), v1.ResourceCPU: resource.MustParse("10m")}
+	tests := []struct {
+		name string
+		pod  *v1.Pod
+	}{
+		{"hugepages-2Mi medium, container limits (node e2e HugePages, new API)",
+			pod([]v1.Volume{emptyDir("hp", "HugePages-2Mi")}, res(v1.ResourceList{v1.ResourceMemory: resource.MustParse("100Mi"), hp2Mi: resource.MustParse("6Mi")}))},
+		{"HugePages medium, one size", pod([]v1.Volume{emptyDir("hp", v1.StorageMediumHugePages)}, res(v1.ResourceList{hp2Mi: resource.MustParse("4Mi")}))},
+		{"HugePages medium, two sizes", pod([]v1.Volume{emptyDir("hp", v1.StorageMediumHugePages)},
+			res(v1.ResourceList{hp2Mi: resource.MustParse("4Mi")}), res(v1.ResourceList{hp1Gi: resource.MustParse("1Gi")}))},
+		{"hugepages in an init container", func() *v1.Pod {
+			p := pod([]v1.Volume{emptyDir("hp1g", "HugePages-1Gi")}, res(mem))
+			p.Spec.InitContainers = []v1.Container{{Name: "init", Resources: res(v1.ResourceList{hp1Gi: resource.MustParse("1Gi")})}}
+			return p
+		}()},
+		{"hugepages at pod level", func() *v1.Pod {
+			p := pod([]v1.Volume{emptyDir("hp", "HugePages-2Mi")}, v1.ResourceRequirements{})
+			r := res(v1.ResourceList{hp2Mi: resource.MustParse("2Mi")})
+			p.Spec.Resources = &r
+			return p
+		}()},
+		{"no hugepage request", pod([]v1.Volume{emptyDir("hp", "HugePages-2Mi")}, res(mem))},
+		{"memory medium", pod([]v1.Volume{emptyDir("m", v1.StorageMediumMemory)}, res(mem), res(mem))},
+		{"busy pod", busyPod()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, want, wantErrs := r.resolvePod(tt.pod)
+			_, _, got, gotErrs := r.resolvePod(trimPod(tt.pod))
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("resolved volumes (-pod +kept):\n%s", diff)
+			}
+			errText := func(errs map[string]error) map[string]string {
+				out := map[string]string{}
+				for k, err := range errs {
+					out[k] = err.Error()
+				}
+				return out
+			}
+			if diff := cmp.Diff(errText(wantErrs), errText(gotErrs)); diff != "" {
+				t.Errorf("errors (-pod +kept):\n%s", diff)
 			}
 		})
 	}
