@@ -267,7 +267,7 @@ func (l *loop) failed(o oe.Outcome) {
 		if reason == "" {
 			return
 		}
-		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Pod.Namespace, Name: p.Pod.Name, UID: p.Pod.UID}
+		ref := podObjectRef(p.Pod)
 		l.events.Event(ref, v1.EventTypeWarning, reason, msg)
 	}
 }
@@ -284,7 +284,7 @@ func (l *loop) attachedEvents(o oe.Outcome) {
 		if p.Pod.Name == "" {
 			continue
 		}
-		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Pod.Namespace, Name: p.Pod.Name, UID: p.Pod.UID}
+		ref := podObjectRef(p.Pod)
 		l.events.Event(ref, v1.EventTypeNormal, reasonAttached, attachedEvent(o, p))
 	}
 }

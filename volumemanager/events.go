@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/nodevol/nodevol/cache"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
@@ -39,6 +41,11 @@ const (
 	reasonFSResizeSucceeded = "FileSystemResizeSuccessful"
 	reasonAttached          = "SuccessfulAttachVolume" // kubelet's, Normal (self-attach)
 )
+
+// podObjectRef is the object a pod's events are recorded on.
+func podObjectRef(p cache.PodRef) *v1.ObjectReference {
+	return &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID}
+}
 
 // attachedEvent is the kubelet's message of a volume it attached itself
 // (GenerateMsg with no detail: a space after the name, as the kubelet's

@@ -3,8 +3,10 @@ package volumemanager
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,11 +17,15 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
+	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/blockdev"
+	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )
 
 // failingMounter is the fake mounter, but for the mounts at a target
@@ -119,6 +125,10 @@ func TestKindEvents(t *testing.T) {
 		{name: "emptyDir in memory", objects: objects(crashNodeObject()), mountFail: "/kubernetes.io~empty-dir/cache",
 			pod:  podWith(withEmptyDir("cache", v1.StorageMediumMemory)),
 			want: `Warning FailedMount MountVolume.SetUp failed for volume "cache" : ` + mountErr + ` involvedObject{kind=Pod,apiVersion=v1}`},
+		{name: "emptyDir in hugepages, no hugepage request", pod: podWith(withEmptyDir("hp", "HugePages-2Mi")),
+			want: `Warning FailedMount MountVolume.SetUp failed for volume "hp" : medium HugePages-2Mi: hugePages storage requested, but there is no resource request for huge pages involvedObject{kind=Pod,apiVersion=v1}`},
+		{name: "emptyDir, unknown medium", pod: podWith(withEmptyDir("odd", "Tape")),
+			want: `Warning FailedMount MountVolume.SetUp failed for volume "odd" : unknown storage medium "Tape" involvedObject{kind=Pod,apiVersion=v1}`},
 		{name: "hostPath of another type",
 			pod: func(_, host string) *v1.Pod {
 				if err := os.WriteFile(filepath.Join(host, "f"), nil, 0o644); err != nil {
@@ -240,4 +250,45 @@ func TestKindEvents(t *testing.T) {
 // podWith is a pod ns/p with opts, whatever the driver and host.
 func podWith(opts ...csitest.PodOption) func(string, string) *v1.Pod {
 	return func(string, string) *v1.Pod { return csitest.Pod("ns", "p", opts...) }
+}
+
+// TestResolutionEventsOnce: a pod volume's resolution event is recorded
+// once per cause: not again when the pod resolves again with the same
+// error (every pod update, every claim change), again when the cause
+// changes or the pod comes back after it was forgotten; errors the
+// kubelet records no event for (no kubelet words, or not a plugin's
+// refusal) give none.
+func TestResolutionEventsOnce(t *testing.T) {
+	tbl := newPodTable(nil, clock.RealClock{})
+	refused := func(text string) error {
+		return fmt.Errorf("pod ns/p volume \"hp\": %w", marked{volume.Causef("%s", text), planner.ErrUnknownSource})
+	}
+	const uid = types.UID("u1")
+	steps := []struct {
+		name   string
+		errs   map[string]error
+		forget bool
+		want   []string
+	}{
+		{name: "first", errs: map[string]error{"hp": refused("a")}, want: []string{`MountVolume.SetUp failed for volume "hp" : a`}},
+		{name: "same again", errs: map[string]error{"hp": refused("a")}},
+		{name: "cause changed", errs: map[string]error{"hp": refused("b")}, want: []string{`MountVolume.SetUp failed for volume "hp" : b`}},
+		{name: "no kubelet words", errs: map[string]error{"hp": refused("b"), "x": marked{errors.New("no plugin"), planner.ErrUnknownSource}}},
+		{name: "not a refusal", errs: map[string]error{"hp": refused("b"), "c": volume.Causef("claim")}},
+		{name: "resolved, then the same error", errs: map[string]error{}},
+		{name: "back", errs: map[string]error{"hp": refused("b")}, want: []string{`MountVolume.SetUp failed for volume "hp" : b`}},
+		{name: "forgotten, then back", forget: true, errs: map[string]error{"hp": refused("b")}, want: []string{`MountVolume.SetUp failed for volume "hp" : b`}},
+	}
+	for _, s := range steps {
+		if s.forget {
+			tbl.forget(uid)
+		}
+		var got []string
+		for _, e := range tbl.resolutionEvents(uid, s.errs) {
+			got = append(got, e[1])
+		}
+		if !slices.Equal(got, s.want) {
+			t.Errorf("%s: events %q, want %q", s.name, got, s.want)
+		}
+	}
 }

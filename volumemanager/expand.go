@@ -435,7 +435,7 @@ func (vm *VolumeManager) podEvents(pods []cache.PodVolume, kind, reason, msg str
 		return
 	}
 	for _, p := range pods {
-		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Pod.Namespace, Name: p.Pod.Name, UID: p.Pod.UID}
+		ref := podObjectRef(p.Pod)
 		vm.cfg.EventRecorder.Event(ref, kind, reason, msg)
 	}
 }

@@ -49,7 +49,7 @@ func (c *conditions) observe(name cache.UniqueVolumeName, vol cache.PodVolume, c
 	}
 	c.mu.Unlock()
 	if cond.Abnormal && !was && c.events != nil && vol.Pod.Name != "" {
-		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: vol.Pod.Namespace, Name: vol.Pod.Name, UID: vol.Pod.UID}
+		ref := podObjectRef(vol.Pod)
 		c.events.Event(ref, v1.EventTypeWarning, "VolumeConditionAbnormal", fmt.Sprintf("Volume %s: %s", vol.SpecName, cond.Message))
 	}
 }

@@ -322,6 +322,11 @@ func (l *loop) syncPod(uid types.UID, pod *v1.Pod) {
 			l.hooks.hold(uid, pod)
 		}
 		ref, wanted, resolved, errs := l.pods.resolve(pod, l.logger)
+		if events := l.pods.resolutionEvents(uid, errs); l.events != nil {
+			for _, e := range events {
+				l.events.Event(podObjectRef(ref), v1.EventTypeWarning, reasonFailedMount, e[1])
+			}
+		}
 		now := l.clock.Now()
 		for i := range resolved {
 			resolved[i].Now = now // the pod volumes new to the desired state are wanted since now

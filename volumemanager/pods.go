@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
@@ -36,6 +37,10 @@ type podTable struct {
 	// pendingSince is when each pod volume's claim was first seen missing
 	// or not bound (planner.Finality).
 	pendingSince map[types.UID]map[string]time.Time
+	// told is the event last recorded for each pod volume that failed to
+	// resolve in a way the kubelet reports (resolutionEvents): recorded
+	// once, again only when it changes.
+	told map[types.UID]map[string]string
 }
 
 func newPodTable(r *resolver, clk clock.Clock) *podTable {
@@ -54,6 +59,7 @@ func (t *podTable) forget(uid types.UID) {
 	delete(t.unresolved, uid)
 	t.setPending(uid, nil)
 	t.stampPending(uid, nil)
+	delete(t.told, uid)
 }
 
 // waitForListers records a pod added before the informers have listed
@@ -152,6 +158,44 @@ func (t *podTable) setPending(uid types.UID, claims []string) {
 		}
 		t.pending[key][uid] = struct{}{}
 	}
+}
+
+// resolutionEvents returns the events to record for a pod's resolution
+// errors, as (volume, message) pairs: a volume whose plugin refused it
+// with the kubelet's words for the failure (volume.Cause), which the
+// kubelet meets in its SetUp (an emptyDir's hugepages medium that the
+// pod's requests give no page size for, an unknown medium), gets the
+// kubelet's event, "MountVolume.SetUp failed for volume <name> : <cause>";
+// once per cause. Other resolution errors (a claim not bound, a source
+// nodevol has no plugin for) the kubelet meets before any operation, and
+// records no event for.
+func (t *podTable) resolutionEvents(uid types.UID, errs map[string]error) (out [][2]string) {
+	old := t.told[uid]
+	var now map[string]string
+	for name, err := range errs {
+		var kc volume.KubeletCauser
+		if !errors.Is(err, planner.ErrUnknownSource) || !errors.As(err, &kc) {
+			continue
+		}
+		msg := fmt.Sprintf("MountVolume.SetUp failed for volume %q : %s", name, kc.KubeletCause())
+		if now == nil {
+			now = map[string]string{}
+		}
+		now[name] = msg
+		if old[name] != msg {
+			out = append(out, [2]string{name, msg})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
+	if now == nil {
+		delete(t.told, uid)
+		return out
+	}
+	if t.told == nil {
+		t.told = map[types.UID]map[string]string{}
+	}
+	t.told[uid] = now
+	return out
 }
 
 // stampPending wraps the pod's claim-pending errors with the time each was

@@ -32,7 +32,7 @@ func (l *loop) noteRefusals(name cache.UniqueVolumeName, spec *cache.VolumeSpec,
 			}
 			l.logger.Info("Volume refused to a pod", "pod", klog.KRef(r.Pod.Pod.Namespace, r.Pod.Pod.Name), "volume", name, "err", r.Err)
 			if l.events != nil {
-				ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.Pod.Pod.Namespace, Name: r.Pod.Pod.Name, UID: uid}
+				ref := podObjectRef(r.Pod.Pod)
 				reason, msg := refusalEvent(spec, r)
 				l.events.Event(ref, v1.EventTypeWarning, reason, msg)
 			}

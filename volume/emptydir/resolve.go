@@ -76,11 +76,11 @@ func (p *plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
 	case isHugePageMedium(m):
 		ps, err := hugePageSize(m, pod)
 		if err != nil {
-			return fail(err)
+			return fail(volume.Cause(err)) // the kubelet's SetUp says so in these words
 		}
 		attrs[attrPageSize] = ps
 	default:
-		return fail(fmt.Errorf("unknown storage medium %q", m))
+		return fail(volume.Causef("unknown storage medium %q", m))
 	}
 	spec.Attributes = attrs
 	return nil
