@@ -41,24 +41,31 @@ var suites = map[string]suite{
 	// conformance: every [NodeConformance] spec.
 	"conformance": {focus: `\[NodeConformance\]`, skip: skipAlways},
 	// disruptive: the serial and disruptive specs about the volume path
-	// that apply on one node: the kubelet restarted with pods running, a
-	// static pod force-deleted while the kubelet is down, and eviction
-	// under disk pressure and for emptyDir sizeLimits (local ephemeral
-	// storage). Those that need user namespaces (containerd 1.6 has none)
-	// are left out.
+	// that apply on one node, but eviction: the kubelet restarted with
+	// pods running, a static pod force-deleted while the kubelet is down,
+	// and the downward API's ephemeral storage. Those that need user
+	// namespaces (containerd 1.6 has none) are left out.
 	"disruptive": {focus: strings.Join(disruptiveSpecs, "|"), skip: skipAlways + `|UserNamespacesSupport`},
+	// eviction: local ephemeral storage eviction, under disk and inode
+	// pressure, by priority, and for emptyDir sizeLimits; each spec takes
+	// about a quarter of an hour.
+	"eviction": {focus: strings.Join(evictionSpecs, "|"), skip: skipAlways + `|UserNamespacesSupport`},
 }
 
 // disruptiveSpecs are the disruptive suite's specs.
 var disruptiveSpecs = []string{
 	`Restart Kubelet`,
 	`Unknown Pods`,
+	`Downward API \[Feature:EphemeralStorage\]`,
+}
+
+// evictionSpecs are the eviction suite's specs.
+var evictionSpecs = []string{
 	`LocalStorageCapacityIsolationEviction`,
 	`LocalStorageEviction`,
 	`LocalStorageSoftEviction`,
 	`PriorityLocalStorageEvictionOrdering`,
 	`InodeEviction`,
-	`Downward API \[Feature:EphemeralStorage\]`,
 }
 
 // suiteNames lists the suites' names, sorted.
