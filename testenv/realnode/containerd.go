@@ -37,6 +37,10 @@ type Options struct {
 	NetNS string
 	// Images are imported before Start returns (ImportImages).
 	Images []Image
+	// Mirror, when set, is the URL of a Registry ("http://10.230.0.1:5000")
+	// that containerd pulls RegistryHost's images from instead of
+	// RegistryHost itself: a pull reaches nothing outside the machine.
+	Mirror string
 }
 
 // Runtime is containerd and runc started by Start, serving the CRI on
@@ -131,6 +135,13 @@ state = %[2]q
         SystemdCgroup = false
 `
 
+// mirrorTemplate makes a registry's only endpoint a mirror (containerd
+// 1.6's CRI registry configuration): plain HTTP for an http:// URL.
+const mirrorTemplate = `
+[plugins."io.containerd.grpc.v1.cri".registry.mirrors.%q]
+  endpoint = [%q]
+`
+
 // loopbackConf is the CNI network of a node whose pods are all hostNetwork:
 // containerd reports NetworkReady once a network is configured.
 const loopbackConf = `{"cniVersion": "1.0.0", "name": "nodevol-lo", "plugins": [{"type": "loopback"}]}`
@@ -179,6 +190,9 @@ func Start(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	config := fmt.Sprintf(configTemplate, filepath.Join(dir, "root"), filepath.Join(dir, "state"), r.sock,
 		filepath.Join(dir, "ttrpc.sock"), filepath.Join(dir, "opt"), PauseImage, cniBinDir, cniDir, runcBin, r.runcRoot)
+	if opts.Mirror != "" {
+		config += fmt.Sprintf(mirrorTemplate, RegistryHost, opts.Mirror)
+	}
 	configPath := filepath.Join(dir, "containerd.toml")
 	if err := os.WriteFile(configPath, []byte(config), 0o600); err != nil {
 		return nil, err
@@ -256,6 +270,9 @@ func (r *Runtime) Log() string { return filepath.Join(r.dir, "containerd.log") }
 
 // CRI is a client of the runtime's CRI runtime service.
 func (r *Runtime) CRI() runtimeapi.RuntimeServiceClient { return r.cri }
+
+// Images is the CRI's image service on the same connection.
+func (r *Runtime) Images() runtimeapi.ImageServiceClient { return runtimeapi.NewImageServiceClient(r.conn) }
 
 // Ctr runs containerd's ctr against this runtime in the CRI's namespace
 // (k8s.io) and returns its output.

@@ -168,17 +168,21 @@ type platform struct {
 	OS           string `json:"os"`
 }
 
-// WriteArchive writes img as an OCI image layout in a tar archive at
-// path, the form `ctr images import` takes; the index names it with
-// img.Name (containerd's io.containerd.image.name annotation). The same
-// image gives the same bytes.
-func WriteArchive(img Image, path string) error {
+// built is an image's blobs as WriteArchive and the Registry serve them.
+type built struct {
+	manifest, config, layer             []byte
+	manifestDesc, configDesc, layerDesc descriptor
+}
+
+// build makes img's layer, config and manifest. The same image gives the
+// same bytes, so the same digests wherever it is served from.
+func build(img Image) (built, error) {
 	layer, err := layerTar(img.Files)
 	if err != nil {
-		return fmt.Errorf("image %s: %w", img.Name, err)
+		return built{}, fmt.Errorf("image %s: %w", img.Name, err)
 	}
-	layerDesc := blobDesc(mediaLayer, layer)
-	config, err := json.Marshal(map[string]any{
+	b := built{layer: layer, layerDesc: blobDesc(mediaLayer, layer)}
+	b.config, err = json.Marshal(map[string]any{
 		"architecture": runtime.GOARCH,
 		"os":           "linux",
 		"config": map[string]any{
@@ -188,22 +192,35 @@ func WriteArchive(img Image, path string) error {
 			"User":       img.User,
 			"WorkingDir": "/",
 		},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{layerDesc.Digest}},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{b.layerDesc.Digest}},
 	})
 	if err != nil {
-		return err
+		return built{}, err
 	}
-	configDesc := blobDesc(mediaConfig, config)
-	manifest, err := json.Marshal(map[string]any{
+	b.configDesc = blobDesc(mediaConfig, b.config)
+	b.manifest, err = json.Marshal(map[string]any{
 		"schemaVersion": 2,
 		"mediaType":     mediaManifest,
-		"config":        configDesc,
-		"layers":        []descriptor{layerDesc},
+		"config":        b.configDesc,
+		"layers":        []descriptor{b.layerDesc},
 	})
+	if err != nil {
+		return built{}, err
+	}
+	b.manifestDesc = blobDesc(mediaManifest, b.manifest)
+	return b, nil
+}
+
+// WriteArchive writes img as an OCI image layout in a tar archive at
+// path, the form `ctr images import` takes; the index names it with
+// img.Name (containerd's io.containerd.image.name annotation). The same
+// image gives the same bytes.
+func WriteArchive(img Image, path string) error {
+	b, err := build(img)
 	if err != nil {
 		return err
 	}
-	manifestDesc := blobDesc(mediaManifest, manifest)
+	manifestDesc := b.manifestDesc
 	manifestDesc.Platform = &platform{Architecture: runtime.GOARCH, OS: "linux"}
 	tag := img.Name[strings.LastIndex(img.Name, ":")+1:]
 	manifestDesc.Annotations = map[string]string{
@@ -222,9 +239,9 @@ func WriteArchive(img Image, path string) error {
 	}{
 		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
 		{"index.json", index},
-		{blobPath(manifestDesc), manifest},
-		{blobPath(configDesc), config},
-		{blobPath(layerDesc), layer},
+		{blobPath(b.manifestDesc), b.manifest},
+		{blobPath(b.configDesc), b.config},
+		{blobPath(b.layerDesc), b.layer},
 	}
 	for _, e := range entries {
 		if err := tw.WriteHeader(&tar.Header{Name: e.name, Mode: 0o644, Size: int64(len(e.data)), ModTime: epoch}); err != nil {

@@ -35,6 +35,8 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -177,7 +179,12 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	rt, err := realnode.Start(ctx, realnode.Options{Dir: filepath.Join(work, "rt"), NetNS: ns.Path, PodSubnet: podSubnet, Images: images})
+	mirror, stopRegistry, err := serveRegistry(images)
+	if err != nil {
+		return err
+	}
+	undo = append(undo, stopRegistry)
+	rt, err := realnode.Start(ctx, realnode.Options{Dir: filepath.Join(work, "rt"), NetNS: ns.Path, PodSubnet: podSubnet, Images: images, Mirror: mirror})
 	if err != nil {
 		return err
 	}
@@ -201,6 +208,26 @@ func run(ctx context.Context, o options) (err error) {
 		return fmt.Errorf("the suite wrote no report (%v): %w", runErr, err)
 	}
 	return nil
+}
+
+// serveRegistry serves images on the host's end of the node's veth pair,
+// the node's only registry (containerd's mirror of registry.k8s.io): the
+// specs that pull (pull policy Always on the pause image after each
+// eviction spec) or run after the kubelet's image garbage collector
+// removed the images under disk pressure pull them from here, where
+// upstream's jobs pull them again from registry.k8s.io.
+func serveRegistry(images []realnode.Image) (url string, stop func() error, err error) {
+	reg, err := realnode.NewRegistry(images...)
+	if err != nil {
+		return "", nil, err
+	}
+	l, err := net.Listen("tcp", netip.AddrPortFrom(hostAddr.Addr(), 0).String())
+	if err != nil {
+		return "", nil, fmt.Errorf("serving the node's registry: %w", err)
+	}
+	srv := &http.Server{Handler: reg, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return "http://" + l.Addr().String(), srv.Close, nil
 }
 
 // suiteCommand is ginkgo running e2e_node.test in the node's network
