@@ -272,7 +272,9 @@ func (r *Runtime) Log() string { return filepath.Join(r.dir, "containerd.log") }
 func (r *Runtime) CRI() runtimeapi.RuntimeServiceClient { return r.cri }
 
 // Images is the CRI's image service on the same connection.
-func (r *Runtime) Images() runtimeapi.ImageServiceClient { return runtimeapi.NewImageServiceClient(r.conn) }
+func (r *Runtime) Images() runtimeapi.ImageServiceClient {
+	return runtimeapi.NewImageServiceClient(r.conn)
+}
 
 // Ctr runs containerd's ctr against this runtime in the CRI's namespace
 // (k8s.io) and returns its output.
