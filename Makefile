@@ -226,9 +226,9 @@ $(CONF_CACHE)/agnhost:
 # (conformance-report, which fails when a spec passes on stock and not on
 # the fork). NODE_SUITE names the specs: storage (default: every
 # [sig-storage] spec and the volume specs of [sig-node]), conformance
-# (every [NodeConformance] spec) or disruptive (the kubelet restarted,
-# local storage eviction: serial); NODE_PROCS the parallel ginkgo
-# processes. Root only. Not part of make test; times in
+# (every [NodeConformance] spec), disruptive (the kubelet restarted with
+# pods running: serial) or eviction (local storage eviction: serial);
+# NODE_PROCS the parallel ginkgo processes. Root only. Not part of make test; times in
 # docs/NODE-CONFORMANCE.md.
 NODE_SUITE ?= storage
 NODE_PROCS ?= 4

@@ -5,6 +5,10 @@
 // names upstream's suites use, so that nothing is ever pulled. A kubelet
 // (the stock one or the fork) runs real containers on it, through its CRI
 // endpoint (Runtime.Endpoint); Kubernetes' node e2e suite does too.
+// Where a node must pull (a pod with pull policy Always, an image the
+// kubelet's garbage collector removed), a Registry serving the same images
+// is containerd's only endpoint for registry.k8s.io (Options.Mirror):
+// nothing is pulled from outside the machine.
 //
 // What this kind of machine needs, and Start sets (see configTemplate):
 // cgroup v1 hybrid, so runc with cgroupfs (crun refuses the layout); the
