@@ -158,7 +158,10 @@ func TestWriteArchiveRefusesBadFiles(t *testing.T) {
 func TestPodNetworkInNetNS(t *testing.T) {
 	roottest.Require(t)
 	ctx := t.Context()
-	ns, err := NewNetNS(ctx, NetNSOptions{Name: "rntest"})
+	// Addresses of its own: not the defaults, which a node conformance
+	// run on this machine may hold meanwhile.
+	ns, err := NewNetNS(ctx, NetNSOptions{Name: "rntest",
+		HostAddr: netip.MustParsePrefix("10.230.1.1/30"), NodeAddr: netip.MustParsePrefix("10.230.1.2/30")})
 	if err != nil {
 		t.Fatal(err)
 	}
