@@ -230,16 +230,22 @@ $(CONF_CACHE)/agnhost:
 # pods running: serial) or eviction (local storage eviction: serial);
 # NODE_PROCS the parallel ginkgo processes. Root only. Not part of make test; times in
 # docs/NODE-CONFORMANCE.md.
+# NODE_SHARD=K/N runs part K of N of the suite (split by the specs' place
+# in its source, every spec in one part) into $(NODE_OUT)/part-K-of-N, and
+# the table covers every part run so far: a suite longer than a sitting
+# (conformance: about 4 hours a side) runs in parts.
 NODE_SUITE ?= storage
 NODE_PROCS ?= 4
 NODE_OUT   ?= $(CURDIR)/_output/node-conformance/$(NODE_SUITE)
+NODE_SHARD ?=
+NODE_RUN    = $(BIN)/node-conformance -suite $(NODE_SUITE) -procs $(NODE_PROCS) -bin-dir $(CONF_CACHE) \
+	$(if $(NODE_SHARD),-shard $(NODE_SHARD) -out $(NODE_OUT)/part-$(subst /,-of-,$(NODE_SHARD)),-out $(NODE_OUT))
+NODE_JSON   = $$(ls $(if $(NODE_SHARD),$(NODE_OUT)/part-*/$(1).json,$(NODE_OUT)/$(1).json) | paste -sd, -)
 test-node-conformance: deps conformance-bins kubelet-fork
 	$(GO) build -o $(BIN)/node-conformance ./testenv/cmd/node-conformance
-	$(BIN)/node-conformance -suite $(NODE_SUITE) -procs $(NODE_PROCS) -bin-dir $(CONF_CACHE) -out $(NODE_OUT) \
-		-name stock -kubelet $(CONF_CACHE)/kubelet
-	$(BIN)/node-conformance -suite $(NODE_SUITE) -procs $(NODE_PROCS) -bin-dir $(CONF_CACHE) -out $(NODE_OUT) \
-		-name fork -kubelet $(BIN)/kubelet
-	cd conformance && $(GO) run ./cmd/conformance-report -stock $(NODE_OUT)/stock.json -fork $(NODE_OUT)/fork.json \
+	$(NODE_RUN) -name stock -kubelet $(CONF_CACHE)/kubelet
+	$(NODE_RUN) -name fork -kubelet $(BIN)/kubelet
+	cd conformance && $(GO) run ./cmd/conformance-report -stock $(call NODE_JSON,stock) -fork $(call NODE_JSON,fork) \
 		-reasons e2e_node.reasons -markdown ../docs/conformance/node-$(NODE_SUITE).md -summary $(NODE_OUT)/summary.json
 
 # What the suite's other images hold beside a binary, from their source

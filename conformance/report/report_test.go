@@ -312,3 +312,30 @@ func TestParseReasons(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareShards: the reports of a suite run in parts (each listing
+// the other parts' specs as not run) compare as the whole run does.
+func TestCompareShards(t *testing.T) {
+	stock, fork := loadFile(t, "stock.json"), loadFile(t, "fork.json")
+	want := Compare(stock, fork, loadReasons(t))
+	split := func(reports []types.Report) []types.Report {
+		var parts []types.Report
+		for part := range 2 {
+			for _, r := range reports {
+				r.SpecReports = slices.Clone(r.SpecReports)
+				for i := range r.SpecReports {
+					if r.SpecReports[i].LeafNodeType == types.NodeTypeIt && i%2 != part {
+						r.SpecReports[i] = types.SpecReport{LeafNodeType: types.NodeTypeIt, State: types.SpecStateSkipped,
+							ContainerHierarchyTexts: r.SpecReports[i].ContainerHierarchyTexts, LeafNodeText: r.SpecReports[i].LeafNodeText,
+							LeafNodeLocation: r.SpecReports[i].LeafNodeLocation, LeafNodeLabels: r.SpecReports[i].LeafNodeLabels}
+					}
+				}
+				parts = append(parts, r)
+			}
+		}
+		return parts
+	}
+	if got := Compare(split(stock), split(fork), loadReasons(t)); !reflect.DeepEqual(got.Rows, want.Rows) || !reflect.DeepEqual(got.Stock.Counts, want.Stock.Counts) {
+		t.Errorf("the parts give\n%+v\nwant\n%+v", got.Rows, want.Rows)
+	}
+}

@@ -147,12 +147,16 @@ type spec struct {
 // BeforeSuite, AfterSuite and report nodes). Specs sharing a text are
 // numbered in the order of their It's location, which is the same in both
 // runs of one test binary (report order is completion order in a parallel
-// run).
+// run). Reports of parts of one suite (node-conformance -shard) each list
+// every spec, those of the other parts as not run: a spec is the one
+// report's that ran it.
 func specs(reports []types.Report) ([]spec, []string) {
 	var out []spec
 	var suite []string
+	at := map[string]int{} // key -> index in out
 	for _, rep := range reports {
 		suite = append(suite, rep.SpecialSuiteFailureReasons...)
+		var mine []spec
 		for _, sr := range rep.SpecReports {
 			if sr.LeafNodeType.Is(types.NodeTypesForSuiteLevelNodes) {
 				if sr.State.Is(types.SpecStateFailureStates) {
@@ -164,21 +168,29 @@ func specs(reports []types.Report) ([]spec, []string) {
 				continue
 			}
 			text := sr.FullText()
-			out = append(out, spec{text: text, loc: sr.LeafNodeLocation, tags: tags(sr, text), result: result(sr)})
+			mine = append(mine, spec{text: text, loc: sr.LeafNodeLocation, tags: tags(sr, text), result: result(sr)})
 		}
-	}
-	slices.SortStableFunc(out, func(a, b spec) int {
-		return cmp.Or(strings.Compare(a.text, b.text), strings.Compare(a.loc.FileName, b.loc.FileName),
-			cmp.Compare(a.loc.LineNumber, b.loc.LineNumber))
-	})
-	for i, n := 0, 0; i < len(out); i++ {
-		n++
-		if i == 0 || out[i-1].text != out[i].text {
-			n = 0
-		}
-		out[i].key = out[i].text
-		if n > 0 {
-			out[i].key = fmt.Sprintf("%s\x00%d", out[i].text, n)
+		slices.SortStableFunc(mine, func(a, b spec) int {
+			return cmp.Or(strings.Compare(a.text, b.text), strings.Compare(a.loc.FileName, b.loc.FileName),
+				cmp.Compare(a.loc.LineNumber, b.loc.LineNumber))
+		})
+		for i, n := 0, 0; i < len(mine); i++ {
+			n++
+			if i == 0 || mine[i-1].text != mine[i].text {
+				n = 0
+			}
+			mine[i].key = mine[i].text
+			if n > 0 {
+				mine[i].key = fmt.Sprintf("%s\x00%d", mine[i].text, n)
+			}
+			if j, ok := at[mine[i].key]; ok {
+				if out[j].result.Outcome == NotRun {
+					out[j] = mine[i]
+				}
+				continue
+			}
+			at[mine[i].key] = len(out)
+			out = append(out, mine[i])
 		}
 	}
 	return out, suite

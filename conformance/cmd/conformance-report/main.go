@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/onsi/ginkgo/v2/types"
 
@@ -32,8 +33,8 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("conformance-report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	stockPath := fs.String("stock", "", "ginkgo JSON report of the stock kubelet's run (required)")
-	forkPath := fs.String("fork", "", "ginkgo JSON report of the fork's run (required)")
+	stockPath := fs.String("stock", "", "ginkgo JSON report of the stock kubelet's run, or the reports of its parts separated by commas (required)")
+	forkPath := fs.String("fork", "", "ginkgo JSON report of the fork's run, or the reports of its parts separated by commas (required)")
 	reasonsPath := fs.String("reasons", "", `file of "spec text substring => reason" lines for specs that pass on neither side`)
 	markdownPath := fs.String("markdown", "", "write the Markdown table here (default: standard output)")
 	summaryPath := fs.String("summary", "", "write the JSON summary here")
@@ -83,17 +84,23 @@ func compare(stockPath, forkPath, reasonsPath string) (report.Comparison, error)
 	return report.Compare(stock, fork, reasons), nil
 }
 
-func load(path string) ([]types.Report, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+// load reads the reports at paths, separated by commas: a run's, or its
+// parts' (node-conformance -shard).
+func load(paths string) ([]types.Report, error) {
+	var all []types.Report
+	for _, path := range strings.Split(paths, ",") {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		reports, err := report.Load(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		all = append(all, reports...)
 	}
-	defer f.Close()
-	reports, err := report.Load(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return reports, nil
+	return all, nil
 }
 
 func write(c report.Comparison, stdout io.Writer, markdownPath, summaryPath string) error {

@@ -57,7 +57,27 @@ func TestRun(t *testing.T) {
 			t.Errorf("stdout does not start with the table:\n%s", stdout.String())
 		}
 	})
+	t.Run("parts", func(t *testing.T) {
+		// A run's parts, given as a list: here one report twice, whose
+		// specs each count once.
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"-stock", stock + "," + stock, "-fork", stock, "-summary", summary}, &stdout, &stderr); code != 0 {
+			t.Fatalf("exit %d, want 0; stderr: %s", code, stderr.String())
+		}
+		data, err := os.ReadFile(summary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s report.Summary
+		if err := json.Unmarshal(data, &s); err != nil {
+			t.Fatal(err)
+		}
+		if s.Stock.Passed != 7 || s.Fork.Passed != 7 {
+			t.Errorf("summary: %d passed on stock and %d on the fork, want 7 each", s.Stock.Passed, s.Fork.Passed)
+		}
+	})
 	for name, args := range map[string][]string{
+		"a part missing": {"-stock", stock + "," + filepath.Join(dir, "absent.json"), "-fork", fork},
 		"no flags":       nil,
 		"no fork":        {"-stock", stock},
 		"an argument":    {"-stock", stock, "-fork", fork, "extra"},

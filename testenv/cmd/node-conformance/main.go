@@ -79,6 +79,7 @@ type options struct {
 	procs                      int
 	timeout                    time.Duration
 	kubeletFlags               string
+	shard                      shard
 }
 
 func main() {
@@ -94,6 +95,7 @@ func main() {
 	flag.IntVar(&o.procs, "procs", 4, "ginkgo processes (parallel specs; serial specs run alone)")
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Hour, "the suite's time limit")
 	flag.StringVar(&o.kubeletFlags, "kubelet-flags", "", "more kubelet flags, after the run's own")
+	shardFlag := flag.String("shard", "", "run part K/N of the suite's specs (split by their place in the suite's source); conformance-report takes the parts' reports together")
 	flag.Parse()
 	if o.kubelet == "" || o.name == "" || o.binDir == "" || o.out == "" || flag.NArg() > 0 {
 		flag.Usage()
@@ -101,6 +103,10 @@ func main() {
 	}
 	s, err := lookupSuite(*suiteName)
 	if err != nil {
+		log.Print(err)
+		os.Exit(2)
+	}
+	if o.shard, err = parseShard(*shardFlag); err != nil {
 		log.Print(err)
 		os.Exit(2)
 	}
@@ -284,6 +290,17 @@ func suiteCommand(ctx context.Context, o options, work, logs string, ns *realnod
 	}
 	if o.labelFilter != "" {
 		ginkgo = append(ginkgo, "--label-filter", o.labelFilter)
+	}
+	if o.shard.n > 0 {
+		places, err := specPlaces(ctx, filepath.Join(o.binDir, "e2e_node.test"), o.focus, o.skip)
+		if err != nil {
+			return nil, err
+		}
+		mine := shardPlaces(places, o.shard)
+		if len(mine) == 0 {
+			return nil, fmt.Errorf("shard %d/%d holds no spec of the %d places", o.shard.k, o.shard.n, len(places))
+		}
+		ginkgo = append(ginkgo, focusFiles(mine)...)
 	}
 	ginkgo = append(ginkgo, filepath.Join(binDir, "e2e_node.test"), "--",
 		"--prepull-images=false",
