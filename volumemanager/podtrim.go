@@ -114,7 +114,11 @@ func keepPod(pod *v1.Pod, plugins *volume.Registry) *keptPod {
 		case more.resources:
 			c.limits, c.requests, c.restartPolicy = r.Limits.DeepCopy(), r.Requests.DeepCopy(), rp
 		case limits:
-			c.limits, c.requests, c.restartPolicy = sizing(r.Limits), sizing(r.Requests), rp
+			c.limits, c.restartPolicy = sizing(r.Limits), rp
+			c.requests = c.limits // the usual case (requests defaulted from limits): one copy, shared
+			if !sizesEqual(c.limits, r.Requests) {
+				c.requests = sizing(r.Requests)
+			}
 		}
 		for _, m := range ms {
 			if keep[m.Name] {
@@ -208,6 +212,22 @@ func sizing(l v1.ResourceList) v1.ResourceList {
 		}
 	}
 	return out
+}
+
+// sizesEqual reports whether l, a sizing list, is what sizing(r) would
+// make, without making it.
+func sizesEqual(l, r v1.ResourceList) bool {
+	n := 0
+	for name, q := range r {
+		if name != v1.ResourceMemory && name != v1.ResourceCPU && !strings.HasPrefix(string(name), v1.ResourceHugePagesPrefix) {
+			continue
+		}
+		n++
+		if o, ok := l[name]; !ok || q.Cmp(o) != 0 {
+			return false
+		}
+	}
+	return n == len(l)
 }
 
 // pod returns the kept pod as a v1.Pod; nil for nil (a deleted pod). It

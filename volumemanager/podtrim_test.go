@@ -491,3 +491,20 @@ func TestTrimPodResolvesAlike(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkKeepPod is what AddPod copies of a usual pod: one claim, the
+// kube-api-access projected volume every pod has (which keeps the sizing
+// resources) and a container with cpu and memory requests and limits.
+func BenchmarkKeepPod(b *testing.B) {
+	p := csitest.Pod("ns", "web", csitest.WithPVC("data", "claim", false))
+	p.Spec.Volumes = append(p.Spec.Volumes, v1.Volume{Name: "kube-api-access", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
+		Sources: []v1.VolumeProjection{{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To(int64(3607))}}}}}})
+	p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, v1.VolumeMount{Name: "kube-api-access", MountPath: "/var/run/secrets"})
+	l := v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m"), v1.ResourceMemory: resource.MustParse("128Mi")}
+	p.Spec.Containers[0].Resources = v1.ResourceRequirements{Limits: l, Requests: l.DeepCopy()}
+	p.Status.QOSClass = v1.PodQOSGuaranteed
+	b.ReportAllocs()
+	for b.Loop() {
+		keptOf(p)
+	}
+}
