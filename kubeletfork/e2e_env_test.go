@@ -192,21 +192,28 @@ func (e *forkEnv) boundClaim(ctx context.Context, name string) *v1.PersistentVol
 	if err != nil {
 		e.t.Fatalf("creating volume %s on the loop driver: %v", name, err)
 	}
-	size := resource.NewQuantity(volBytes, resource.BinarySI)
+	return e.bindClaim(ctx, name, *resource.NewQuantity(volBytes, resource.BinarySI), v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
+		Driver: e2eDriver, VolumeHandle: resp.GetVolume().GetVolumeId(), FSType: "ext4"}}, nil)
+}
+
+// bindClaim creates a claim name and a PV pv-{name} of src bound to it, as
+// the PV controller would bind them.
+func (e *forkEnv) bindClaim(ctx context.Context, name string, size resource.Quantity, src v1.PersistentVolumeSource, affinity *v1.VolumeNodeAffinity) *v1.PersistentVolume {
+	e.t.Helper()
 	rwo, fs, empty := []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, v1.PersistentVolumeFilesystem, ""
 	pvc, err := e.admin.CoreV1().PersistentVolumeClaims(e2eNS).Create(ctx, &v1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1.PersistentVolumeClaimSpec{VolumeName: "pv-" + name, AccessModes: rwo, VolumeMode: &fs, StorageClassName: &empty,
-			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: *size}}},
+			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: size}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	pv, err := e.admin.CoreV1().PersistentVolumes().Create(ctx, &v1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + name},
-		Spec: v1.PersistentVolumeSpec{Capacity: v1.ResourceList{v1.ResourceStorage: *size}, AccessModes: rwo, VolumeMode: &fs,
-			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
-				Driver: e2eDriver, VolumeHandle: resp.GetVolume().GetVolumeId(), FSType: "ext4"}},
+		Spec: v1.PersistentVolumeSpec{Capacity: v1.ResourceList{v1.ResourceStorage: size}, AccessModes: rwo, VolumeMode: &fs,
+			PersistentVolumeSource:        src,
+			NodeAffinity:                  affinity,
 			ClaimRef:                      &v1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: e2eNS, Name: name, UID: pvc.UID},
 			PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimRetain},
 	}, metav1.CreateOptions{})
@@ -217,7 +224,7 @@ func (e *forkEnv) boundClaim(ctx context.Context, name string) *v1.PersistentVol
 	if pv, err = e.admin.CoreV1().PersistentVolumes().UpdateStatus(ctx, pv, metav1.UpdateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
-	pvc.Status = v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound, AccessModes: rwo, Capacity: v1.ResourceList{v1.ResourceStorage: *size}}
+	pvc.Status = v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound, AccessModes: rwo, Capacity: v1.ResourceList{v1.ResourceStorage: size}}
 	if _, err := e.admin.CoreV1().PersistentVolumeClaims(e2eNS).UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}

@@ -530,37 +530,9 @@ func (e *realEnv) localClaim(ctx context.Context, name string) *v1.PersistentVol
 	if err := os.MkdirAll(e.localDir, 0o755); err != nil {
 		e.t.Fatal(err)
 	}
-	size := resource.MustParse("1Gi")
-	rwo, fs, empty := []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, v1.PersistentVolumeFilesystem, ""
-	pvc, err := e.admin.CoreV1().PersistentVolumeClaims(e2eNS).Create(ctx, &v1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: v1.PersistentVolumeClaimSpec{VolumeName: "pv-" + name, AccessModes: rwo, VolumeMode: &fs, StorageClassName: &empty,
-			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: size}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	pv, err := e.admin.CoreV1().PersistentVolumes().Create(ctx, &v1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + name},
-		Spec: v1.PersistentVolumeSpec{Capacity: v1.ResourceList{v1.ResourceStorage: size}, AccessModes: rwo, VolumeMode: &fs,
-			PersistentVolumeSource: v1.PersistentVolumeSource{Local: &v1.LocalVolumeSource{Path: e.localDir}},
-			NodeAffinity: &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
-				MatchExpressions: []v1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: v1.NodeSelectorOpIn, Values: []string{e2eNode}}}}}}},
-			ClaimRef:                      &v1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: e2eNS, Name: name, UID: pvc.UID},
-			PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimRetain},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	pv.Status.Phase = v1.VolumeBound
-	if pv, err = e.admin.CoreV1().PersistentVolumes().UpdateStatus(ctx, pv, metav1.UpdateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	pvc.Status = v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound, AccessModes: rwo, Capacity: v1.ResourceList{v1.ResourceStorage: size}}
-	if _, err := e.admin.CoreV1().PersistentVolumeClaims(e2eNS).UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	return pv
+	return e.bindClaim(ctx, name, resource.MustParse("1Gi"), v1.PersistentVolumeSource{Local: &v1.LocalVolumeSource{Path: e.localDir}},
+		&v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+			MatchExpressions: []v1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: v1.NodeSelectorOpIn, Values: []string{e2eNode}}}}}}})
 }
 
 // updateConfigMap sets the test's configMap's value.
