@@ -29,14 +29,7 @@ func TestRun(t *testing.T) {
 		if stdout.Len() != 0 || !strings.Contains(stderr.String(), "6 specs pass on stock and not on the fork") {
 			t.Errorf("stdout %q, stderr %q", stdout.String(), stderr.String())
 		}
-		data, err := os.ReadFile(summary)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var s report.Summary
-		if err := json.Unmarshal(data, &s); err != nil {
-			t.Fatal(err)
-		}
+		s := readSummary(t, summary)
 		if len(s.Regressions) != 6 || s.Stock.Passed != 7 {
 			t.Errorf("summary: %d regressions, %d passed on stock; want 6 and 7", len(s.Regressions), s.Stock.Passed)
 		}
@@ -64,14 +57,7 @@ func TestRun(t *testing.T) {
 		if code := run([]string{"-stock", stock + "," + stock, "-fork", stock, "-summary", summary}, &stdout, &stderr); code != 0 {
 			t.Fatalf("exit %d, want 0; stderr: %s", code, stderr.String())
 		}
-		data, err := os.ReadFile(summary)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var s report.Summary
-		if err := json.Unmarshal(data, &s); err != nil {
-			t.Fatal(err)
-		}
+		s := readSummary(t, summary)
 		if s.Stock.Passed != 7 || s.Fork.Passed != 7 {
 			t.Errorf("summary: %d passed on stock and %d on the fork, want 7 each", s.Stock.Passed, s.Fork.Passed)
 		}
@@ -93,6 +79,20 @@ func TestRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readSummary reads the JSON summary at path.
+func readSummary(t *testing.T, path string) report.Summary {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s report.Summary
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // TestCommittedReasons checks that the reasons file make
