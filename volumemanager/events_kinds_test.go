@@ -283,11 +283,7 @@ func TestResolutionEventsOnce(t *testing.T) {
 		if s.forget {
 			tbl.forget(uid)
 		}
-		var got []string
-		for _, e := range tbl.resolutionEvents(uid, s.errs) {
-			got = append(got, e[1])
-		}
-		if !slices.Equal(got, s.want) {
+		if got := tbl.resolutionEvents(uid, s.errs); !slices.Equal(got, s.want) {
 			t.Errorf("%s: events %q, want %q", s.name, got, s.want)
 		}
 	}

@@ -323,8 +323,8 @@ func (l *loop) syncPod(uid types.UID, pod *v1.Pod) {
 		}
 		ref, wanted, resolved, errs := l.pods.resolve(pod, l.logger)
 		if events := l.pods.resolutionEvents(uid, errs); l.events != nil {
-			for _, e := range events {
-				l.events.Event(podObjectRef(ref), v1.EventTypeWarning, reasonFailedMount, e[1])
+			for _, msg := range events {
+				l.events.Event(podObjectRef(ref), v1.EventTypeWarning, reasonFailedMount, msg)
 			}
 		}
 		now := l.clock.Now()

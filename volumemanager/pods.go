@@ -160,8 +160,8 @@ func (t *podTable) setPending(uid types.UID, claims []string) {
 	}
 }
 
-// resolutionEvents returns the events to record for a pod's resolution
-// errors, as (volume, message) pairs: a volume whose plugin refused it
+// resolutionEvents returns the messages of the events to record for a
+// pod's resolution errors, sorted: a volume whose plugin refused it
 // with the kubelet's words for the failure (volume.Cause), which the
 // kubelet meets in its SetUp (an emptyDir's hugepages medium that the
 // pod's requests give no page size for, an unknown medium), gets the
@@ -169,7 +169,7 @@ func (t *podTable) setPending(uid types.UID, claims []string) {
 // once per cause. Other resolution errors (a claim not bound, a source
 // nodevol has no plugin for) the kubelet meets before any operation, and
 // records no event for.
-func (t *podTable) resolutionEvents(uid types.UID, errs map[string]error) (out [][2]string) {
+func (t *podTable) resolutionEvents(uid types.UID, errs map[string]error) (out []string) {
 	old := t.told[uid]
 	var now map[string]string
 	for name, err := range errs {
@@ -183,10 +183,10 @@ func (t *podTable) resolutionEvents(uid types.UID, errs map[string]error) (out [
 		}
 		now[name] = msg
 		if old[name] != msg {
-			out = append(out, [2]string{name, msg})
+			out = append(out, msg)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
+	sort.Strings(out)
 	if now == nil {
 		delete(t.told, uid)
 		return out

@@ -204,7 +204,7 @@ func whatToKeep(vols []podVolume) kept {
 func sizing(l v1.ResourceList) v1.ResourceList {
 	var out v1.ResourceList
 	for name, q := range l {
-		if name == v1.ResourceMemory || name == v1.ResourceCPU || strings.HasPrefix(string(name), v1.ResourceHugePagesPrefix) {
+		if sizes(name) {
 			if out == nil {
 				out = v1.ResourceList{}
 			}
@@ -214,12 +214,17 @@ func sizing(l v1.ResourceList) v1.ResourceList {
 	return out
 }
 
+// sizes reports whether a resource is one sizing keeps.
+func sizes(name v1.ResourceName) bool {
+	return name == v1.ResourceMemory || name == v1.ResourceCPU || strings.HasPrefix(string(name), v1.ResourceHugePagesPrefix)
+}
+
 // sizesEqual reports whether l, a sizing list, is what sizing(r) would
 // make, without making it.
 func sizesEqual(l, r v1.ResourceList) bool {
 	n := 0
 	for name, q := range r {
-		if name != v1.ResourceMemory && name != v1.ResourceCPU && !strings.HasPrefix(string(name), v1.ResourceHugePagesPrefix) {
+		if !sizes(name) {
 			continue
 		}
 		n++
