@@ -54,8 +54,8 @@ func NewNetNS(ctx context.Context, opts NetNSOptions) (*NetNS, error) {
 	if !opts.NodeAddr.IsValid() {
 		opts.NodeAddr = netip.MustParsePrefix("10.230.0.2/30")
 	}
-	n := &NetNS{Name: opts.Name, Path: "/run/netns/" + opts.Name, HostAddr: opts.HostAddr, NodeAddr: opts.NodeAddr,
-		HostIf: opts.Name + "-h", NodeIf: opts.Name + "-n"}
+	n := named(opts.Name)
+	n.HostAddr, n.NodeAddr = opts.HostAddr, opts.NodeAddr
 	if err := ip(ctx, "netns", "add", n.Name); err != nil {
 		return nil, err
 	}
@@ -74,6 +74,21 @@ func NewNetNS(ctx context.Context, opts NetNSOptions) (*NetNS, error) {
 		}
 	}
 	return n, nil
+}
+
+// named is the namespace called name: its path and the pair's ends.
+func named(name string) *NetNS {
+	return &NetNS{Name: name, Path: "/run/netns/" + name, HostIf: name + "-h", NodeIf: name + "-n"}
+}
+
+// DeleteNetNS removes the namespace called name and its pair, if there (a
+// namespace a killed process left behind), and says whether it was.
+func DeleteNetNS(ctx context.Context, name string) (found bool, err error) {
+	n := named(name)
+	if _, err := os.Stat(n.Path); err == nil {
+		found = true
+	}
+	return found, n.Delete(ctx)
 }
 
 // Delete removes the namespace, and with it the pair and any bridge in it.

@@ -312,3 +312,27 @@ func TestStopCleansAfterACrash(t *testing.T) {
 		t.Errorf("the container's process is still running: %s", out)
 	}
 }
+
+// TestDeleteNetNS removes a namespace left behind by its name alone, pair
+// and all, and says so; a name with no namespace is no error.
+func TestDeleteNetNS(t *testing.T) {
+	roottest.Require(t)
+	ctx := t.Context()
+	ns, err := NewNetNS(ctx, NetNSOptions{Name: "rnstale",
+		HostAddr: netip.MustParsePrefix("10.230.2.1/30"), NodeAddr: netip.MustParsePrefix("10.230.2.2/30")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ns.Delete(context.Background()) })
+	if found, err := DeleteNetNS(ctx, ns.Name); !found || err != nil {
+		t.Fatalf("DeleteNetNS of a namespace there: %v, %v; want true, nil", found, err)
+	}
+	for _, p := range []string{ns.Path, "/sys/class/net/" + ns.HostIf} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s is still there: %v", p, err)
+		}
+	}
+	if found, err := DeleteNetNS(ctx, ns.Name); found || err != nil {
+		t.Errorf("DeleteNetNS of a namespace gone: %v, %v; want false, nil", found, err)
+	}
+}

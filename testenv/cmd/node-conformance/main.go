@@ -168,12 +168,10 @@ func run(ctx context.Context, o options) (err error) {
 	// A run killed before its clean-up, or a machine restarted under one,
 	// leaves the namespace's name behind: the name is the runner's own and
 	// a network namespace holds no data.
-	if _, err := os.Stat("/run/netns/" + netnsName); err == nil {
-		log.Printf("node-conformance %s: removing the network namespace %s an earlier run left", o.name, netnsName)
-		stale := &realnode.NetNS{Name: netnsName, Path: "/run/netns/" + netnsName, HostIf: netnsName + "-h"}
-		if err := stale.Delete(ctx); err != nil {
-			return fmt.Errorf("removing the network namespace %s an earlier run left: %w", netnsName, err)
-		}
+	if found, err := realnode.DeleteNetNS(ctx, netnsName); err != nil {
+		return fmt.Errorf("removing the network namespace %s an earlier run left: %w", netnsName, err)
+	} else if found {
+		log.Printf("node-conformance %s: removed the network namespace %s an earlier run left", o.name, netnsName)
 	}
 	ns, err := realnode.NewNetNS(ctx, realnode.NetNSOptions{Name: netnsName, HostAddr: hostAddr, NodeAddr: nodeAddr})
 	if err != nil {
