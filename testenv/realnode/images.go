@@ -68,15 +68,20 @@ type Image struct {
 // have it.
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// BusyboxFiles are a root file system from this machine's static busybox
-// (Debian's busybox-static): /bin/busybox, every applet as a relative link
-// to it (an absolute one would name the host's path), the directories a
-// program expects (/tmp sticky and world-writable) and /etc/passwd and
-// /etc/group with root and nobody.
-func BusyboxFiles(ctx context.Context) ([]File, error) {
-	bin, err := exec.LookPath("busybox")
-	if err != nil {
-		return nil, fmt.Errorf("busybox for the images (Debian's busybox-static): %w", err)
+// BusyboxFiles are a root file system from the static busybox bin, or
+// this machine's (Debian's busybox-static) when bin is empty: /bin/busybox,
+// every applet as a relative link to it (an absolute one would name the
+// host's path), the directories a program expects (/tmp sticky and
+// world-writable) and /etc/passwd and /etc/group with root and nobody.
+// Debian's busybox has fewer applets than upstream's image (no nmeter,
+// pgrep, flock, nohup, ...); the conformance runs use one built with
+// busybox's default configuration instead.
+func BusyboxFiles(ctx context.Context, bin string) ([]File, error) {
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("busybox"); err != nil {
+			return nil, fmt.Errorf("busybox for the images (Debian's busybox-static): %w", err)
+		}
 	}
 	if err := checkStatic(bin); err != nil {
 		return nil, err
@@ -118,15 +123,16 @@ func checkStatic(bin string) error {
 	defer f.Close()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			return fmt.Errorf("%s is dynamically linked: the images need Debian's busybox-static", bin)
+			return fmt.Errorf("%s is dynamically linked: the images need a static busybox (Debian's busybox-static)", bin)
 		}
 	}
 	return nil
 }
 
-// Busybox is the suites' busybox image from BusyboxFiles, starting sh.
-func Busybox(ctx context.Context) (Image, error) {
-	files, err := BusyboxFiles(ctx)
+// Busybox is the suites' busybox image from BusyboxFiles(ctx, bin),
+// starting sh.
+func Busybox(ctx context.Context, bin string) (Image, error) {
+	files, err := BusyboxFiles(ctx, bin)
 	if err != nil {
 		return Image{}, err
 	}

@@ -263,7 +263,7 @@ func TestStopCleansAfterACrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	busybox, err := Busybox(ctx)
+	busybox, err := Busybox(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}

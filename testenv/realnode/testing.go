@@ -27,7 +27,7 @@ func StartT(t testing.TB, opts Options) *Runtime {
 		}
 		opts.Dir = dir
 	}
-	busybox, err := Busybox(ctx)
+	busybox, err := Busybox(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,12 +19,13 @@ const (
 )
 
 // suiteImages are the images the suite's specs run, built here from what
-// make conformance-bins put in binDir: busybox and the sandbox's pause
+// make conformance-bins put in binDir: busybox (built with busybox's
+// default configuration, as upstream's image has it), the sandbox's pause
 // (package realnode), agnhost and the images made from it or from busybox
 // as upstream's Dockerfiles make them (test/images/*/Dockerfile), on
 // busybox instead of alpine or Debian.
 func suiteImages(ctx context.Context, binDir, work string) ([]realnode.Image, error) {
-	busybox, err := realnode.Busybox(ctx)
+	busybox, err := realnode.Busybox(ctx, filepath.Join(binDir, "busybox"))
 	if err != nil {
 		return nil, err
 	}
@@ -32,7 +33,7 @@ func suiteImages(ctx context.Context, binDir, work string) ([]realnode.Image, er
 	if err != nil {
 		return nil, err
 	}
-	base, err := realnode.BusyboxFiles(ctx)
+	base, err := realnode.BusyboxFiles(ctx, filepath.Join(binDir, "busybox"))
 	if err != nil {
 		return nil, err
 	}

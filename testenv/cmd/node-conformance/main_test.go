@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -27,6 +28,14 @@ func TestSuites(t *testing.T) {
 		{"storage", "[sig-node] Pods should be submitted and removed [NodeConformance] [Conformance]", false},
 		{"conformance", "[sig-node] Pods should be submitted and removed [NodeConformance] [Conformance]", true},
 		{"conformance", "[sig-node] ImageVolume [Feature:ImageVolume] subPath should succeed when using a valid subPath", false},
+		{"conformance", "[sig-node] Pods should have their auto-restart back-off timer reset on image update [NodeConformance] [Slow]", false},
+		{"conformance", "[sig-node] MirrorPod when create a mirror pod without changes should successfully recreate when file is removed and recreated [NodeConformance] [Serial]", false},
+		{"conformance-slow", "[sig-node] Pods should have their auto-restart back-off timer reset on image update [NodeConformance] [Slow]", true},
+		{"conformance-slow", "[sig-node] PLR Pod InPlace Resize [FeatureGate:InPlacePodLevelResourcesVerticalScaling] PLR guaranteed qos - 1 container with resize policy [Environment:NotInUserNS] mem restart resizing [It] only pod-level mem [Beta] [NodeConformance] [Slow]", true},
+		{"conformance-slow", "[sig-node] MirrorPod when create a mirror pod without changes should successfully recreate when file is removed and recreated [NodeConformance] [Serial]", true},
+		{"conformance-slow", "[sig-node] Pods should be submitted and removed [NodeConformance] [Conformance]", false},
+		{"conformance-slow", "[sig-node] LocalStorageEviction [Slow] [Serial] [Disruptive] [NodeFeature:Eviction] when we run containers that should cause DiskPressure  should eventually evict all of the correct pods", false},
+		{"conformance-slow", "[sig-node] Some [Slow] [NodeConformance] spec [Flaky]", false},
 		{"disruptive", "[sig-node] LocalStorageCapacityIsolationEviction [Feature:LocalStorageCapacityIsolationQuota] [Feature:Eviction] when we run containers that should cause evictions due to pod local storage violations  should eventually evict all of the correct pods [Disruptive] [Serial] [Slow]", false},
 		{"eviction", "[sig-node] LocalStorageCapacityIsolationEviction [Feature:LocalStorageCapacityIsolationQuota] [Feature:Eviction] when we run containers that should cause evictions due to pod local storage violations  should eventually evict all of the correct pods [Disruptive] [Serial] [Slow]", true},
 		{"eviction", "[sig-node] LocalStorageSoftEviction [Feature:Eviction] when we run containers that should cause DiskPressure  should eventually evict all of the correct pods [Disruptive] [Serial] [Slow]", true},
@@ -89,6 +98,14 @@ func TestSuiteImages(t *testing.T) {
 		t.Skip("builds the pause command: not under -short")
 	}
 	bin := t.TempDir()
+	// A static busybox, as the one make conformance-bins builds is.
+	busybox, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Fatalf("the images need a static busybox (Debian's busybox-static): %v", err)
+	}
+	if err := os.Symlink(busybox, filepath.Join(bin, "busybox")); err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range []string{"agnhost", "image-files/nnp", "image-files/localhost.crt", "image-files/localhost.key",
 		"image-files/kitten/kitten.jpg", "image-files/kitten/data.json", "image-files/nautilus/nautilus.jpg", "image-files/nautilus/data.json"} {
 		p := filepath.Join(bin, f)

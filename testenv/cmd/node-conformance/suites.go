@@ -17,6 +17,10 @@ type suite struct {
 // on), and specs upstream itself marks flaky.
 const skipAlways = `\[Alpha\]|\[Feature:OffByDefault\]|\[Flaky\]`
 
+// slowOrSerial are the tags of the specs upstream's node conformance job
+// leaves to jobs of their own: the slow ones and those that must run alone.
+const slowOrSerial = `\[Slow\]|\[Serial\]`
+
 // storageSpecs are the specs of the node e2e suite that go through the
 // kubelet's volume path outside [sig-storage]: the volume manager's own,
 // pods that fail to mount, image volumes, subPath expansion, the stats
@@ -38,8 +42,13 @@ var suites = map[string]suite{
 	// storage: every [sig-storage] spec (the node conformance ones and the
 	// features that apply here), and storageSpecs.
 	"storage": {focus: `\[sig-storage\]|` + strings.Join(storageSpecs, "|"), skip: skipAlways},
-	// conformance: every [NodeConformance] spec.
-	"conformance": {focus: `\[NodeConformance\]`, skip: skipAlways},
+	// conformance: upstream's node conformance job, every
+	// [NodeConformance] spec but the slow and serial ones.
+	"conformance": {focus: `\[NodeConformance\]`, skip: skipAlways + `|` + slowOrSerial},
+	// conformance-slow: the rest of [NodeConformance], the slow and serial
+	// specs upstream runs in jobs of their own (most are in-place resizes
+	// of pod-level resources).
+	"conformance-slow": {focus: `\[NodeConformance\].*(` + slowOrSerial + `)|(` + slowOrSerial + `).*\[NodeConformance\]`, skip: skipAlways},
 	// disruptive: the serial and disruptive specs about the volume path
 	// that apply on one node, but eviction: the kubelet restarted with
 	// pods running, a static pod force-deleted while the kubelet is down,
