@@ -28,7 +28,7 @@ deps:
 		missing=""; \
 		for c in mkfs.ext4:e2fsprogs resize2fs:e2fsprogs mkfs.xfs:xfsprogs xfs_growfs:xfsprogs losetup:util-linux mount:mount blkid:util-linux \
 			nsenter:util-linux ip:iproute2 /usr/bin/containerd:containerd /usr/sbin/runc:runc \
-			/usr/lib/cni/loopback:containernetworking-plugins /usr/lib/cni/bridge:containernetworking-plugins; do \
+			/usr/lib/cni/loopback:containernetworking-plugins /usr/lib/cni/bridge:containernetworking-plugins curl:curl; do \
 			command -v $${c%%:*} >/dev/null 2>&1 || missing="$$missing $${c##*:}"; \
 		done; \
 		busybox --list 2>/dev/null | grep -qx sh && ! ldd /bin/busybox >/dev/null 2>&1 || missing="$$missing busybox-static"; \

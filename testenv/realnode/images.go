@@ -129,6 +129,39 @@ func checkStatic(bin string) error {
 	return nil
 }
 
+// HostProgram is this machine's dynamically linked program bin as files of
+// an image: bin at path, and each shared library and the loader it loads,
+// at the paths ldd names (the loader finds them there, in its built-in
+// directories). It puts the Debian program where an image of upstream's has
+// Alpine's package (curl, bash) on busybox, which has none.
+func HostProgram(ctx context.Context, bin, path string) ([]File, error) {
+	out, err := exec.CommandContext(ctx, "ldd", bin).Output()
+	if err != nil {
+		return nil, fmt.Errorf("the libraries of %s (ldd): %w", bin, err)
+	}
+	files := []File{{Path: path, Source: bin}}
+	for line := range strings.Lines(string(out)) {
+		// "libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x...)",
+		// "/lib64/ld-linux-x86-64.so.2 (0x...)" or the kernel's
+		// "linux-vdso.so.1 (0x...)", which no file holds.
+		f := strings.Fields(line)
+		lib := ""
+		switch {
+		case len(f) >= 3 && f[1] == "=>":
+			lib = f[2]
+		case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+			lib = f[0]
+		}
+		if len(f) >= 3 && f[1] == "=>" && !filepath.IsAbs(lib) {
+			return nil, fmt.Errorf("%s needs %s, which this machine lacks (ldd: %s)", bin, f[0], strings.TrimSpace(line))
+		}
+		if lib != "" {
+			files = append(files, File{Path: lib, Source: lib})
+		}
+	}
+	return files, nil
+}
+
 // Busybox is the suites' busybox image from BusyboxFiles(ctx, bin),
 // starting sh.
 func Busybox(ctx context.Context, bin string) (Image, error) {

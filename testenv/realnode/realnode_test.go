@@ -336,3 +336,45 @@ func TestDeleteNetNS(t *testing.T) {
 		t.Errorf("DeleteNetNS of a namespace gone: %v, %v; want false, nil", found, err)
 	}
 }
+
+// TestHostProgram lays out curl's and bash's files from HostProgram in an
+// empty directory and runs each there, chrooted: nothing of the machine's
+// but what the files name is needed.
+func TestHostProgram(t *testing.T) {
+	roottest.Require(t)
+	for _, tc := range []struct {
+		bin, path string
+		args      []string
+		want      string
+	}{
+		{"curl", "/usr/bin/curl", []string{"--version"}, "curl "},
+		{"bash", "/bin/bash", []string{"-c", "echo from bash"}, "from bash"},
+	} {
+		bin, err := exec.LookPath(tc.bin)
+		if err != nil {
+			t.Fatalf("%s (Debian's %s): %v", tc.bin, tc.bin, err)
+		}
+		files, err := HostProgram(t.Context(), bin, tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		root := t.TempDir()
+		for _, f := range files {
+			data, err := os.ReadFile(f.Source)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(root, f.Path)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, data, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, err := exec.CommandContext(t.Context(), "chroot", append([]string{root, tc.path}, tc.args...)...).CombinedOutput()
+		if err != nil || !strings.HasPrefix(string(out), tc.want) {
+			t.Errorf("%s in a root of its files: %q, %v; want %q", tc.bin, out, err, tc.want)
+		}
+	}
+}

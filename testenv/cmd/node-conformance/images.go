@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os/exec"
 	"path/filepath"
 
 	"github.com/nodevol/nodevol/testenv/realnode"
@@ -38,7 +40,10 @@ func suiteImages(ctx context.Context, binDir, work string) ([]realnode.Image, er
 		return nil, err
 	}
 	files := filepath.Join(binDir, "image-files")
-	agnhost := agnhostFiles(base, binDir)
+	agnhost, err := agnhostFiles(ctx, base, binDir)
+	if err != nil {
+		return nil, err
+	}
 	with := func(img realnode.Image, name string, more ...realnode.File) realnode.Image {
 		img.Name = name
 		img.Files = append(append([]realnode.File(nil), img.Files...), more...)
@@ -71,9 +76,11 @@ func withCmd(img realnode.Image, cmd ...string) realnode.Image {
 // (built by make conformance-bins) and its agnhost-2 link, the porter's
 // certificate and key, /uploads, and the user and group some specs expect
 // in the image (user-defined-in-image, uid 1000, in
-// group-defined-in-image, gid 50000); it runs agnhost pause. Alpine's
-// packages (curl, dig, iperf, ...) are not in it.
-func agnhostFiles(base []realnode.File, binDir string) realnode.Image {
+// group-defined-in-image, gid 50000); it runs agnhost pause. Of Alpine's
+// packages it has curl and bash, Debian's, with their libraries (the
+// lifecycle hook and networking specs run curl in it), and not the others
+// (dig, iperf, socat, ...).
+func agnhostFiles(ctx context.Context, base []realnode.File, binDir string) (realnode.Image, error) {
 	files := append([]realnode.File(nil), base...)
 	for i, f := range files {
 		switch f.Path {
@@ -92,5 +99,25 @@ func agnhostFiles(base []realnode.File, binDir string) realnode.Image {
 		realnode.File{Path: "/uploads", Dir: true},
 		realnode.File{Path: "/home/user-defined-in-image", Dir: true},
 	)
-	return realnode.Image{Name: agnhostImage, Files: files, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}
+	have := make(map[string]bool, len(files))
+	for _, f := range files {
+		have[f.Path] = true
+	}
+	for _, p := range []struct{ name, path string }{{"curl", "/usr/bin/curl"}, {"bash", "/bin/bash"}} {
+		bin, err := exec.LookPath(p.name)
+		if err != nil {
+			return realnode.Image{}, fmt.Errorf("%s for the agnhost image (Debian's %s): %w", p.name, p.name, err)
+		}
+		more, err := realnode.HostProgram(ctx, bin, p.path)
+		if err != nil {
+			return realnode.Image{}, err
+		}
+		for _, f := range more {
+			if !have[f.Path] {
+				have[f.Path] = true
+				files = append(files, f)
+			}
+		}
+	}
+	return realnode.Image{Name: agnhostImage, Files: files, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}, nil
 }
