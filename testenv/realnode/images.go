@@ -71,7 +71,7 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 // BusyboxFiles are a root file system from the static busybox bin, or
 // this machine's (Debian's busybox-static) when bin is empty: /bin/busybox,
 // every applet as a relative link to it (an absolute one would name the
-// host's path), the directories a program expects (/tmp sticky and
+// host's path) at its own place and in /bin, the directories a program expects (/tmp sticky and
 // world-writable) and /etc/passwd and /etc/group with root and nobody.
 // Debian's busybox has fewer applets than upstream's image (no nmeter,
 // pgrep, flock, nohup, ...); the conformance runs use one built with
@@ -99,16 +99,26 @@ func BusyboxFiles(ctx context.Context, bin string) ([]File, error) {
 		{Path: "/etc/passwd", Content: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n")},
 		{Path: "/etc/group", Content: []byte("root:x:0:\nnobody:x:65534:\n")},
 	}
+	// Every applet at the place busybox names, and in /bin as well, as
+	// upstream's image has them (busybox --install /bin): specs run
+	// /bin/sysctl, which busybox puts in /sbin.
+	have := map[string]bool{"/bin/busybox": true}
 	for applet := range strings.Lines(string(out)) {
 		applet = "/" + strings.TrimSpace(applet)
-		if applet == "/" || applet == "/bin/busybox" {
+		if applet == "/" {
 			continue
 		}
-		rel, err := filepath.Rel(path.Dir(applet), "/bin/busybox")
-		if err != nil {
-			return nil, err
+		for _, p := range []string{applet, "/bin/" + path.Base(applet)} {
+			if have[p] {
+				continue
+			}
+			have[p] = true
+			rel, err := filepath.Rel(path.Dir(p), "/bin/busybox")
+			if err != nil {
+				return nil, err
+			}
+			files = append(files, File{Path: p, Link: rel})
 		}
-		files = append(files, File{Path: applet, Link: rel})
 	}
 	return files, nil
 }

@@ -378,3 +378,24 @@ func TestHostProgram(t *testing.T) {
 		}
 	}
 }
+
+// TestBusyboxFilesLinksInBin checks that every applet is in /bin as well as
+// at busybox's own place, as in upstream's image: specs run /bin/sysctl.
+func TestBusyboxFilesLinksInBin(t *testing.T) {
+	files, err := BusyboxFiles(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := map[string]string{}
+	for _, f := range files {
+		if _, dup := links[f.Path]; dup {
+			t.Errorf("%s twice", f.Path)
+		}
+		links[f.Path] = f.Link
+	}
+	for p, want := range map[string]string{"/bin/sysctl": "busybox", "/sbin/sysctl": "../bin/busybox", "/bin/env": "busybox", "/usr/bin/env": "../../bin/busybox", "/bin/sh": "busybox"} {
+		if links[p] != want {
+			t.Errorf("%s links to %q, want %q", p, links[p], want)
+		}
+	}
+}
