@@ -339,3 +339,57 @@ func TestCompareShards(t *testing.T) {
 		t.Errorf("the parts give\n%+v\nwant\n%+v", got.Rows, want.Rows)
 	}
 }
+
+// TestCompareRerun: a later report that ran a spec again (a rerun, listing
+// every other spec as not run) gives that spec its result; an earlier
+// result stands where the later report did not run the spec.
+func TestCompareRerun(t *testing.T) {
+	stock, fork := loadFile(t, "stock.json"), loadFile(t, "fork.json")
+	before := Compare(stock, fork, loadReasons(t))
+	// A failed spec whose text no other spec shares (twins, numbered,
+	// would rerun together).
+	n := map[string]int{}
+	for _, r := range before.Rows {
+		n[r.Text]++
+	}
+	failed := slices.IndexFunc(before.Rows, func(r Row) bool { return r.Stock.Outcome == Failed && n[r.Text] == 1 })
+	if failed < 0 {
+		t.Fatal("testdata/stock.json has no failed spec of a text of its own")
+	}
+	rerun := func(reports []types.Report, text string) []types.Report {
+		var out []types.Report
+		for _, r := range reports {
+			r.SpecReports = slices.Clone(r.SpecReports)
+			for i, sr := range r.SpecReports {
+				if sr.LeafNodeType != types.NodeTypeIt {
+					continue
+				}
+				if sr.FullText() == text {
+					r.SpecReports[i].State, r.SpecReports[i].Failure = types.SpecStatePassed, types.Failure{}
+				} else {
+					r.SpecReports[i] = types.SpecReport{LeafNodeType: types.NodeTypeIt, State: types.SpecStateSkipped,
+						ContainerHierarchyTexts: sr.ContainerHierarchyTexts, LeafNodeText: sr.LeafNodeText,
+						LeafNodeLocation: sr.LeafNodeLocation, LeafNodeLabels: sr.LeafNodeLabels}
+				}
+			}
+			out = append(out, r)
+		}
+		return out
+	}
+	text := before.Rows[failed].Text
+	got := Compare(append(slices.Clone(stock), rerun(stock, text)...), fork, loadReasons(t))
+	was := map[string][]Result{}
+	for _, r := range before.Rows {
+		was[r.Text] = append(was[r.Text], r.Stock)
+	}
+	for _, r := range got.Rows {
+		want := was[r.Text][0]
+		was[r.Text] = was[r.Text][1:]
+		if r.Text == text {
+			want = Result{Outcome: Passed}
+		}
+		if !reflect.DeepEqual(r.Stock, want) {
+			t.Errorf("%s: stock %+v after the rerun, want %+v", r.Text, r.Stock, want)
+		}
+	}
+}

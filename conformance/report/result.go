@@ -149,7 +149,8 @@ type spec struct {
 // runs of one test binary (report order is completion order in a parallel
 // run). Reports of parts of one suite (node-conformance -shard) each list
 // every spec, those of the other parts as not run: a spec is the one
-// report's that ran it.
+// report's that ran it. A spec that several reports ran is the last one's:
+// a later report is a rerun (of specs whose image was wrong, say).
 func specs(reports []types.Report) ([]spec, []string) {
 	var out []spec
 	var suite []string
@@ -184,7 +185,7 @@ func specs(reports []types.Report) ([]spec, []string) {
 				mine[i].key = fmt.Sprintf("%s\x00%d", mine[i].text, n)
 			}
 			if j, ok := at[mine[i].key]; ok {
-				if out[j].result.Outcome == NotRun {
+				if out[j].result.Outcome == NotRun || mine[i].result.Outcome != NotRun {
 					out[j] = mine[i]
 				}
 				continue
