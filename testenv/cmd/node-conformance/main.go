@@ -188,6 +188,11 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	undo = append(undo, stopRegistry)
+	runContainerd, unmountRun, err := runContainerdIn(work)
+	if err != nil {
+		return err
+	}
+	undo = append(undo, unmountRun)
 	rt, err := realnode.Start(ctx, realnode.Options{Dir: filepath.Join(work, "rt"), NetNS: ns.Path, PodSubnet: podSubnet, Images: images, Mirror: mirror})
 	if err != nil {
 		return err
@@ -199,6 +204,9 @@ func run(ctx context.Context, o options) (err error) {
 		return rt.Stop(context.WithoutCancel(ctx))
 	})
 	undo = append(undo, func() error { return killSuite(filepath.Join(work, "bin"), filepath.Join(work, "units")) })
+	if err := os.Symlink(strings.TrimPrefix(rt.Endpoint, "unix://"), filepath.Join(runContainerd, filepath.Base(cadvisorContainerd))); err != nil {
+		return err
+	}
 
 	cmd, err := suiteCommand(ctx, o, work, logs, ns, rt.Endpoint)
 	if err != nil {
@@ -439,6 +447,42 @@ func kubeletRootIn(work string) (func() error, error) {
 		}
 		if made {
 			return os.Remove(kubeletRoot)
+		}
+		return nil
+	}, nil
+}
+
+// cadvisorContainerd is where the kubelet's cAdvisor finds containerd:
+// its own flag's default, which the kubelet neither exposes nor sets from
+// its runtime endpoint. Without it cAdvisor sees no container: the
+// /metrics/cadvisor endpoint and the summary's container stats have none.
+const cadvisorContainerd = "/run/containerd/containerd.sock"
+
+// runContainerdIn bind-mounts a directory below work on /run/containerd in
+// the run's mount namespace and returns it, for a link to the node's
+// containerd socket at cadvisorContainerd; containerd 1.6's shims put
+// their sockets there too (s/), wherever containerd's state is. The
+// machine's /run/containerd stays untouched and unseen. The undo unmounts
+// it and removes the mount point if the run made it.
+func runContainerdIn(work string) (string, func() error, error) {
+	dir, point := filepath.Join(work, "run-containerd"), filepath.Dir(cadvisorContainerd)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, err
+	}
+	_, statErr := os.Lstat(point)
+	made := os.IsNotExist(statErr)
+	if err := os.MkdirAll(point, 0o700); err != nil {
+		return "", nil, err
+	}
+	if err := unix.Mount(dir, point, "", unix.MS_BIND, ""); err != nil {
+		return "", nil, fmt.Errorf("mounting %s on %s: %w", dir, point, err)
+	}
+	return dir, func() error {
+		if err := realnode.Unmount(point); err != nil {
+			return err
+		}
+		if made {
+			return os.Remove(point)
 		}
 		return nil
 	}, nil

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/roottest"
 	"github.com/nodevol/nodevol/testenv/realnode"
 )
 
@@ -131,5 +136,50 @@ func TestSuiteImages(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("images %q, want %q", got, want)
+	}
+}
+
+// TestRunContainerdIn: in a mount namespace of its own (as the run has),
+// /run/containerd shows the run's directory until the undo, and the
+// machine's /run/containerd is not touched.
+func TestRunContainerdIn(t *testing.T) {
+	roottest.Require(t)
+	work := t.TempDir()
+	done := make(chan error, 1)
+	go func() {
+		// The thread keeps the namespace and dies with the goroutine
+		// (never unlocked), so no other goroutine runs in it.
+		runtime.LockOSThread()
+		done <- func() error {
+			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+				return err
+			}
+			if err := unix.Mount("", "/", "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
+				return err
+			}
+			dir, undo, err := runContainerdIn(work)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(dir, "probe"), nil, 0o600); err != nil {
+				return err
+			}
+			if _, err := os.Stat("/run/containerd/probe"); err != nil {
+				return fmt.Errorf("the run's directory is not at /run/containerd: %w", err)
+			}
+			if err := undo(); err != nil {
+				return err
+			}
+			if _, err := os.Stat("/run/containerd/probe"); !os.IsNotExist(err) {
+				return fmt.Errorf("/run/containerd/probe after the undo: %v", err)
+			}
+			return nil
+		}()
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/run/containerd/probe"); !os.IsNotExist(err) {
+		t.Errorf("the machine's /run/containerd shows the run's directory: %v", err)
 	}
 }
