@@ -197,7 +197,7 @@ CONF_AGNHOST := k8s.io/kubernetes/test/images/agnhost
 CONF_BUSYBOX_SRC    := http://deb.debian.org/debian/pool/main/b/busybox/busybox_1.35.0.orig.tar.bz2
 CONF_BUSYBOX_SHA256 := faeeb244c35a348a334f4a59e44626ee870fb07b6884d68c10ae8bc19f83a694
 
-conformance-bins: $(CONF_CACHE)/e2e_node.test $(CONF_CACHE)/ginkgo $(CONF_CACHE)/kubelet $(CONF_CACHE)/agnhost $(CONF_CACHE)/busybox $(CONF_CACHE)/image-files/.done
+conformance-bins: $(CONF_CACHE)/e2e_node.test $(CONF_CACHE)/ginkgo $(CONF_CACHE)/kubelet $(CONF_CACHE)/agnhost $(CONF_CACHE)/busybox $(CONF_CACHE)/nginx $(CONF_CACHE)/image-files/.done
 conformance-e2e-node: $(CONF_CACHE)/e2e_node.test
 conformance-ginkgo: $(CONF_CACHE)/ginkgo
 conformance-kubelet: $(CONF_CACHE)/kubelet
@@ -269,6 +269,15 @@ $(CONF_CACHE)/busybox:
 	sed -i 's/^# CONFIG_STATIC is not set$$/CONFIG_STATIC=y/' $@.src/.config && grep -qx CONFIG_STATIC=y $@.src/.config
 	$(MAKE) -C $@.src -s -j$$(nproc) busybox >$@.src/build.log 2>&1 || { tail -50 $@.src/build.log; exit 1; }
 	mv $@.src/busybox $@ && rm -rf $@.src
+
+# The nginx image's nginx: Debian's, from its package, not installed (no
+# service started); its libraries are this machine's.
+$(CONF_CACHE)/nginx:
+	@mkdir -p $(@D)
+	rm -rf $@.deb && mkdir $@.deb
+	cd $@.deb && apt-get download -qq nginx 2>&1 | grep -v 'unsandboxed as root' || true
+	dpkg -x $@.deb/nginx_*.deb $@.deb/x
+	mv $@.deb/x/usr/sbin/nginx $@ && rm -rf $@.deb
 
 $(CONF_CACHE)/image-files/.done:
 	@mkdir -p $(@D)/kitten $(@D)/nautilus

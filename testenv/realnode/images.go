@@ -139,12 +139,15 @@ func checkStatic(bin string) error {
 	return nil
 }
 
-// HostProgram is this machine's dynamically linked program bin as files of
-// an image: bin at path, and each shared library and the loader it loads,
-// at the paths ldd names (the loader finds them there, in its built-in
-// directories). It puts the Debian program where an image of upstream's has
-// Alpine's package (curl, bash) on busybox, which has none.
+// HostProgram is this machine's program bin as files of an image: bin at
+// path and, when it is dynamically linked, each shared library and the
+// loader it loads, at the paths ldd names (the loader finds them there, in
+// its built-in directories). It puts a Debian program where an image of
+// upstream's has an Alpine package (curl, bash) or its own build (nginx).
 func HostProgram(ctx context.Context, bin, path string) ([]File, error) {
+	if checkStatic(bin) == nil {
+		return []File{{Path: path, Source: bin}}, nil
+	}
 	out, err := exec.CommandContext(ctx, "ldd", bin).Output()
 	if err != nil {
 		return nil, fmt.Errorf("the libraries of %s (ldd): %w", bin, err)

@@ -18,6 +18,7 @@ const (
 	nonewprivsImage  = "registry.k8s.io/e2e-test-images/nonewprivs:1.4"
 	kittenImage      = "registry.k8s.io/e2e-test-images/kitten:1.8"
 	nautilusImage    = "registry.k8s.io/e2e-test-images/nautilus:1.8"
+	nginxImage       = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
 )
 
 // suiteImages are the images the suite's specs run, built here from what
@@ -49,8 +50,12 @@ func suiteImages(ctx context.Context, binDir, work string) ([]realnode.Image, er
 		img.Files = append(append([]realnode.File(nil), img.Files...), more...)
 		return img
 	}
+	nginx, err := nginxFiles(ctx, base, binDir)
+	if err != nil {
+		return nil, err
+	}
 	return []realnode.Image{
-		busybox, pause, agnhost,
+		busybox, pause, agnhost, nginx,
 		// The previous agnhost, which specs use as a second image (an image
 		// update): the same binary, told apart by a file of its own.
 		with(agnhost, agnhostPrevImage, realnode.File{Path: "/VERSION", Content: []byte("2.55 (built here: the 2.66.1 binary)\n")}),
@@ -99,10 +104,6 @@ func agnhostFiles(ctx context.Context, base []realnode.File, binDir string) (rea
 		realnode.File{Path: "/uploads", Dir: true},
 		realnode.File{Path: "/home/user-defined-in-image", Dir: true},
 	)
-	have := make(map[string]bool, len(files))
-	for _, f := range files {
-		have[f.Path] = true
-	}
 	for _, p := range []struct{ name, path string }{{"curl", "/usr/bin/curl"}, {"bash", "/bin/bash"}} {
 		bin, err := exec.LookPath(p.name)
 		if err != nil {
@@ -112,12 +113,60 @@ func agnhostFiles(ctx context.Context, base []realnode.File, binDir string) (rea
 		if err != nil {
 			return realnode.Image{}, err
 		}
-		for _, f := range more {
-			if !have[f.Path] {
-				have[f.Path] = true
-				files = append(files, f)
-			}
+		files = append(files, more...)
+	}
+	return realnode.Image{Name: agnhostImage, Files: dedupe(files), Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}, nil
+}
+
+// nginxConf serves /usr/share/nginx/html on port 80, as upstream's nginx
+// image does, with its logs on the container's output and every path the
+// Debian build names by default below directories the image has.
+const nginxConf = `user nobody nobody;
+worker_processes 1;
+error_log stderr;
+pid /run/nginx.pid;
+events {}
+http {
+  access_log /dev/stdout;
+  client_body_temp_path /var/lib/nginx/body;
+  server {
+    listen 80;
+    root /usr/share/nginx/html;
+  }
+}
+`
+
+// nginxFiles is the nginx image: Debian's nginx (make conformance-bins
+// takes it from the package, uninstalled) with its libraries, on busybox,
+// serving a page on port 80 in the foreground as upstream's image does.
+// The suite's specs run it as a long-running container (static and mirror
+// pods, an image update) and read nothing of nginx's own.
+func nginxFiles(ctx context.Context, base []realnode.File, binDir string) (realnode.Image, error) {
+	bin, err := realnode.HostProgram(ctx, filepath.Join(binDir, "nginx"), "/usr/sbin/nginx")
+	if err != nil {
+		return realnode.Image{}, err
+	}
+	files := append(append([]realnode.File(nil), base...), bin...)
+	files = append(files,
+		realnode.File{Path: "/etc/nginx/nginx.conf", Content: []byte(nginxConf)},
+		realnode.File{Path: "/usr/share/nginx/html/index.html", Content: []byte("<html><body>nginx, built for node-conformance</body></html>\n")},
+		realnode.File{Path: "/var/log/nginx", Dir: true},
+		realnode.File{Path: "/var/lib/nginx", Dir: true},
+		realnode.File{Path: "/run", Dir: true},
+	)
+	return realnode.Image{Name: nginxImage, Files: dedupe(files), Cmd: []string{"nginx", "-g", "daemon off;"}}, nil
+}
+
+// dedupe keeps the first file of each path: libraries two host programs
+// share are in an image once.
+func dedupe(files []realnode.File) []realnode.File {
+	have := make(map[string]bool, len(files))
+	out := files[:0:0]
+	for _, f := range files {
+		if !have[f.Path] {
+			have[f.Path] = true
+			out = append(out, f)
 		}
 	}
-	return realnode.Image{Name: agnhostImage, Files: files, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}, nil
+	return out
 }

@@ -108,8 +108,11 @@ func TestSuiteImages(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the images need a static busybox (Debian's busybox-static): %v", err)
 	}
-	if err := os.Symlink(busybox, filepath.Join(bin, "busybox")); err != nil {
-		t.Fatal(err)
+	// nginx is Debian's, dynamically linked; any program will do here.
+	for name, target := range map[string]string{"busybox": busybox, "nginx": "/bin/bash"} {
+		if err := os.Symlink(target, filepath.Join(bin, name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, f := range []string{"agnhost", "image-files/nnp", "image-files/localhost.crt", "image-files/localhost.key",
 		"image-files/kitten/kitten.jpg", "image-files/kitten/data.json", "image-files/nautilus/nautilus.jpg", "image-files/nautilus/data.json"} {
@@ -125,7 +128,7 @@ func TestSuiteImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"registry.k8s.io/e2e-test-images/busybox:1.37.0-2", "registry.k8s.io/pause:3.10.2", agnhostImage,
+	want := []string{"registry.k8s.io/e2e-test-images/busybox:1.37.0-2", "registry.k8s.io/pause:3.10.2", agnhostImage, nginxImage,
 		agnhostPrevImage, nonRootImage, nonewprivsImage, kittenImage, nautilusImage}
 	var got []string
 	for _, img := range images {
