@@ -19,6 +19,7 @@ const (
 	kittenImage      = "registry.k8s.io/e2e-test-images/kitten:1.8"
 	nautilusImage    = "registry.k8s.io/e2e-test-images/nautilus:1.8"
 	nginxImage       = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
+	glibcDNSImage    = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
 )
 
 // suiteImages are the images the suite's specs run, built here from what
@@ -54,8 +55,12 @@ func suiteImages(ctx context.Context, binDir, work string) ([]realnode.Image, er
 	if err != nil {
 		return nil, err
 	}
+	glibcDNS, err := glibcDNSFiles(ctx, base)
+	if err != nil {
+		return nil, err
+	}
 	return []realnode.Image{
-		busybox, pause, agnhost, nginx,
+		busybox, pause, agnhost, nginx, glibcDNS,
 		// The previous agnhost, which specs use as a second image (an image
 		// update): the same binary, told apart by a file of its own.
 		with(agnhost, agnhostPrevImage, realnode.File{Path: "/VERSION", Content: []byte("2.55 (built here: the 2.66.1 binary)\n")}),
@@ -155,6 +160,24 @@ func nginxFiles(ctx context.Context, base []realnode.File, binDir string) (realn
 		realnode.File{Path: "/run", Dir: true},
 	)
 	return realnode.Image{Name: nginxImage, Files: dedupe(files), Cmd: []string{"nginx", "-g", "daemon off;"}}, nil
+}
+
+// glibcDNSFiles is the glibc-dns-testing image, in which specs run
+// hostname and hostname -f to read a pod's FQDN through glibc's resolver:
+// upstream's is Debian with dnsutils; this one is busybox with Debian's
+// hostname (glibc's, in busybox's place) and the name service switch
+// Debian's images have (hosts from /etc/hosts first). dig is not in it.
+func glibcDNSFiles(ctx context.Context, base []realnode.File) (realnode.Image, error) {
+	bin, err := exec.LookPath("hostname")
+	if err != nil {
+		return realnode.Image{}, fmt.Errorf("hostname for the glibc-dns-testing image (Debian's hostname): %w", err)
+	}
+	files, err := realnode.HostProgram(ctx, bin, "/bin/hostname")
+	if err != nil {
+		return realnode.Image{}, err
+	}
+	files = append(files, realnode.File{Path: "/etc/nsswitch.conf", Content: []byte("passwd: files\ngroup: files\nhosts: files dns\n")})
+	return realnode.Image{Name: glibcDNSImage, Files: dedupe(append(files, base...)), Cmd: []string{"sh"}}, nil
 }
 
 // dedupe keeps the first file of each path: libraries two host programs

@@ -129,7 +129,7 @@ func TestSuiteImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"registry.k8s.io/e2e-test-images/busybox:1.37.0-2", "registry.k8s.io/pause:3.10.2", agnhostImage, nginxImage,
-		agnhostPrevImage, nonRootImage, nonewprivsImage, kittenImage, nautilusImage}
+		glibcDNSImage, agnhostPrevImage, nonRootImage, nonewprivsImage, kittenImage, nautilusImage}
 	var got []string
 	for _, img := range images {
 		got = append(got, img.Name)
