@@ -233,25 +233,35 @@ $(CONF_CACHE)/agnhost:
 # (conformance-report, which fails when a spec passes on stock and not on
 # the fork). NODE_SUITE names the specs: storage (default: every
 # [sig-storage] spec and the volume specs of [sig-node]), conformance
-# (every [NodeConformance] spec), disruptive (the kubelet restarted with
-# pods running: serial) or eviction (local storage eviction: serial);
-# NODE_PROCS the parallel ginkgo processes. Root only. Not part of make test; times in
-# docs/NODE-CONFORMANCE.md.
+# (upstream's node conformance job: every [NodeConformance] spec but the
+# slow and serial ones; NODE_PROCS=8 as upstream runs it), conformance-slow
+# (the slow and serial rest), disruptive (the kubelet restarted with pods
+# running: serial) or eviction (local storage eviction: serial);
+# NODE_PROCS the parallel ginkgo processes. Root only. Not part of make
+# test; times in docs/NODE-CONFORMANCE.md.
 # NODE_SHARD=K/N runs part K of N of the suite (split by the specs' place
 # in its source, every spec in one part) into $(NODE_OUT)/part-K-of-N, and
 # the table covers every part run so far: a suite longer than a sitting
-# (conformance: about 4 hours a side) runs in parts.
+# runs in parts.
 NODE_SUITE ?= storage
 NODE_PROCS ?= 4
 NODE_OUT   ?= $(CURDIR)/_output/node-conformance/$(NODE_SUITE)
+# NODE_RERUN=1 runs again, on each side, only the specs that failed in its
+# runs so far (into $(NODE_OUT)/rerun), and the table takes the rerun's
+# result for them: after a fix to the node (an image), or for a flake.
 NODE_SHARD ?=
-NODE_RUN    = $(BIN)/node-conformance -suite $(NODE_SUITE) -procs $(NODE_PROCS) -bin-dir $(CONF_CACHE) \
-	$(if $(NODE_SHARD),-shard $(NODE_SHARD) -out $(NODE_OUT)/part-$(subst /,-of-,$(NODE_SHARD)),-out $(NODE_OUT))
-NODE_JSON   = $$(ls $(if $(NODE_SHARD),$(NODE_OUT)/part-*/$(1).json,$(NODE_OUT)/$(1).json) | paste -sd, -)
+NODE_RERUN ?=
+# NODE_RUNS(side): a side's reports of the whole suite or its parts.
+NODE_RUNS   = $$(ls -d $(NODE_OUT)/$(1).json $(NODE_OUT)/part-*/$(1).json 2>/dev/null | paste -sd, -)
+NODE_RUN    = $(BIN)/node-conformance -suite $(NODE_SUITE) -procs $(NODE_PROCS) -bin-dir $(CONF_CACHE) -name $(1) \
+	$(if $(NODE_RERUN),-rerun-failed $(call NODE_RUNS,$(1)) -out $(NODE_OUT)/rerun, \
+	$(if $(NODE_SHARD),-shard $(NODE_SHARD) -out $(NODE_OUT)/part-$(subst /,-of-,$(NODE_SHARD)),-out $(NODE_OUT)))
+# NODE_JSON(side): its runs' reports, and the rerun's last.
+NODE_JSON   = $(call NODE_RUNS,$(1))$$(test -e $(NODE_OUT)/rerun/$(1).json && echo ,$(NODE_OUT)/rerun/$(1).json)
 test-node-conformance: deps conformance-bins kubelet-fork
 	$(GO) build -o $(BIN)/node-conformance ./testenv/cmd/node-conformance
-	$(NODE_RUN) -name stock -kubelet $(CONF_CACHE)/kubelet
-	$(NODE_RUN) -name fork -kubelet $(BIN)/kubelet
+	$(call NODE_RUN,stock) -kubelet $(CONF_CACHE)/kubelet
+	$(call NODE_RUN,fork) -kubelet $(BIN)/kubelet
 	cd conformance && $(GO) run ./cmd/conformance-report -stock $(call NODE_JSON,stock) -fork $(call NODE_JSON,fork) \
 		-reasons e2e_node.reasons -markdown ../docs/conformance/node-$(NODE_SUITE).md -summary $(NODE_OUT)/summary.json
 

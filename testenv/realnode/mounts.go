@@ -19,9 +19,11 @@ type Mount struct {
 }
 
 // MountsUnder returns the mounts at dir or below it, in mountinfo's order
-// (a stacked mount after the one it covers).
+// (a stacked mount after the one it covers), as the calling thread sees
+// them: a thread locked in a mount namespace of its own sees that one's
+// (/proc/self names the process's first thread).
 func MountsUnder(dir string) ([]Mount, error) {
-	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
+	infos, err := mount.ParseMountInfo("/proc/thread-self/mountinfo")
 	if err != nil {
 		return nil, err
 	}

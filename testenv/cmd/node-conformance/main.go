@@ -4,14 +4,17 @@
 // ships, and writes the suite's ginkgo JSON report:
 //
 //	node-conformance -kubelet bin/kubelet -name fork -bin-dir ~/.cache/nodevol-conformance/v1.37.2 \
-//		-out /tmp/node-conformance -suite storage [-focus re] [-skip re] [-procs 4]
+//		-out /tmp/node-conformance -suite storage [-focus re] [-skip re] [-procs 4] \
+//		[-shard K/N | -rerun-failed earlier.json,...]
 //
 // A suite (suites.go) names the specs; -focus and -skip, when given,
-// replace its regular expressions.
+// replace its regular expressions. -shard runs a part of them (shard.go);
+// -rerun-failed only those that failed in earlier reports of the side.
 //
 // The node is real (package realnode): containerd and runc with images
-// built here (busybox, pause, agnhost) under the names the suite uses, so
-// nothing is pulled, in a network namespace made for the run, with a veth
+// built here (busybox, pause, agnhost, nginx, ...) under the names the
+// suite uses, served as the node's only registry, so nothing is pulled
+// from outside, in a network namespace made for the run, with a veth
 // pair whose node end is the node's address (the suite's API server will
 // not proxy to a loopback node address), and a mount namespace of its own
 // (the run runs itself again in one), where a directory of the run's is
@@ -80,6 +83,9 @@ type options struct {
 	timeout                    time.Duration
 	kubeletFlags               string
 	shard                      shard
+	// rerun are the places of the specs that failed in earlier reports of
+	// this side (-rerun-failed): only those run.
+	rerun []place
 }
 
 func main() {
@@ -96,6 +102,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Hour, "the suite's time limit")
 	flag.StringVar(&o.kubeletFlags, "kubelet-flags", "", "more kubelet flags, after the run's own")
 	shardFlag := flag.String("shard", "", "run part K/N of the suite's specs (split by their place in the suite's source); conformance-report takes the parts' reports together")
+	rerunFlag := flag.String("rerun-failed", "", "comma-separated ginkgo JSON reports of earlier runs of this side: run only the suite's specs that failed in them (conformance-report takes a rerun's report after theirs)")
 	flag.Parse()
 	if o.kubelet == "" || o.name == "" || o.binDir == "" || o.out == "" || flag.NArg() > 0 {
 		flag.Usage()
@@ -109,6 +116,26 @@ func main() {
 	if o.shard, err = parseShard(*shardFlag); err != nil {
 		log.Print(err)
 		os.Exit(2)
+	}
+	if *rerunFlag != "" {
+		if o.shard.n > 0 {
+			log.Print("-rerun-failed and -shard: give one")
+			os.Exit(2)
+		}
+		if o.rerun, err = failedPlaces(strings.Split(*rerunFlag, ",")); err != nil {
+			log.Print(err)
+			os.Exit(2)
+		}
+		if len(o.rerun) == 0 {
+			// Nothing to rerun: no report, and none of an earlier rerun.
+			log.Printf("node-conformance %s: no spec failed in %s: nothing to rerun", o.name, *rerunFlag)
+			if err := os.Remove(filepath.Join(o.out, o.name+".json")); err != nil && !os.IsNotExist(err) {
+				log.Print(err)
+				os.Exit(1)
+			}
+			os.Exit(0)
+		}
+		log.Printf("node-conformance %s: rerunning the specs of the %d places that failed in %s", o.name, len(o.rerun), *rerunFlag)
 	}
 	if o.focus == "" {
 		o.focus = s.focus
@@ -308,6 +335,7 @@ func suiteCommand(ctx context.Context, o options, work, logs string, ns *realnod
 		}
 		ginkgo = append(ginkgo, focusFiles(mine)...)
 	}
+	ginkgo = append(ginkgo, focusFiles(o.rerun)...)
 	ginkgo = append(ginkgo, filepath.Join(binDir, "e2e_node.test"), "--",
 		"--prepull-images=false",
 		"--container-runtime-endpoint="+endpoint,

@@ -74,6 +74,45 @@ func specPlaces(ctx context.Context, suiteBin, focus, skip string) (map[place]in
 // placesOf reads a dry run's ginkgo JSON report: the places of the Its it
 // would run.
 func placesOf(data []byte) (map[place]int, error) {
+	// A dry run "passes" what it would run.
+	places, err := placesIn(data, func(state string) bool { return state == "passed" })
+	if err == nil && len(places) == 0 {
+		err = fmt.Errorf("the dry run would run no spec")
+	}
+	return places, err
+}
+
+// failedPlaces are the places of the Its that failed (timed out, panicked,
+// were interrupted or aborted) in the ginkgo JSON reports, sorted: a rerun
+// takes every spec made at such a place (a table's other entries too).
+func failedPlaces(reports []string) ([]place, error) {
+	all := map[place]int{}
+	for _, r := range reports {
+		data, err := os.ReadFile(r)
+		if err != nil {
+			return nil, err
+		}
+		places, err := placesIn(data, func(state string) bool {
+			return slices.Contains([]string{"failed", "timedout", "panicked", "interrupted", "aborted"}, state)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", r, err)
+		}
+		for p, n := range places {
+			all[p] += n
+		}
+	}
+	out := make([]place, 0, len(all))
+	for p := range all {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b place) int { return cmp.Or(cmp.Compare(a.file, b.file), cmp.Compare(a.line, b.line)) })
+	return out, nil
+}
+
+// placesIn reads a ginkgo JSON report: the places of the Its whose state
+// keep accepts, and how many specs each made.
+func placesIn(data []byte, keep func(state string) bool) (map[place]int, error) {
 	var reports []struct {
 		SpecReports []struct {
 			LeafNodeType     string
@@ -85,18 +124,15 @@ func placesOf(data []byte) (map[place]int, error) {
 		}
 	}
 	if err := json.Unmarshal(data, &reports); err != nil {
-		return nil, fmt.Errorf("the dry run's report: %w", err)
+		return nil, fmt.Errorf("a ginkgo JSON report: %w", err)
 	}
 	places := map[place]int{}
 	for _, r := range reports {
 		for _, s := range r.SpecReports {
-			if s.LeafNodeType == "It" && s.State == "passed" { // a dry run "passes" what it would run
+			if s.LeafNodeType == "It" && keep(s.State) {
 				places[place{s.LeafNodeLocation.FileName, s.LeafNodeLocation.LineNumber}]++
 			}
 		}
-	}
-	if len(places) == 0 {
-		return nil, fmt.Errorf("the dry run would run no spec")
 	}
 	return places, nil
 }

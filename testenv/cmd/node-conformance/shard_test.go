@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 )
@@ -94,5 +96,37 @@ func TestPlacesOf(t *testing.T) {
 	if got := focusFiles([]place{{"k8s.io/kubernetes@v1.37.2/test/e2e_node/restart_test.go", 218}}); !slices.Equal(got,
 		[]string{`--focus-file=^k8s\.io/kubernetes@v1\.37\.2/test/e2e_node/restart_test\.go:218`}) {
 		t.Errorf("focusFiles = %q", got)
+	}
+}
+
+// TestFailedPlaces: a rerun takes the places of the specs that failed in
+// any of the reports (every failing state), each once, sorted; not the
+// passed, skipped or suite-level ones.
+func TestFailedPlaces(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.json"), filepath.Join(dir, "b.json")
+	for f, report := range map[string]string{a: `[{"SpecReports": [
+	  {"LeafNodeType": "SynchronizedBeforeSuite", "State": "failed", "LeafNodeLocation": {"FileName": "suite_test.go", "LineNumber": 275}},
+	  {"LeafNodeType": "It", "State": "failed", "LeafNodeLocation": {"FileName": "b.go", "LineNumber": 10}},
+	  {"LeafNodeType": "It", "State": "timedout", "LeafNodeLocation": {"FileName": "a.go", "LineNumber": 7}},
+	  {"LeafNodeType": "It", "State": "passed", "LeafNodeLocation": {"FileName": "a.go", "LineNumber": 3}},
+	  {"LeafNodeType": "It", "State": "skipped", "LeafNodeLocation": {"FileName": "c.go", "LineNumber": 5}}
+	]}]`, b: `[{"SpecReports": [
+	  {"LeafNodeType": "It", "State": "panicked", "LeafNodeLocation": {"FileName": "d.go", "LineNumber": 1}},
+	  {"LeafNodeType": "It", "State": "interrupted", "LeafNodeLocation": {"FileName": "b.go", "LineNumber": 10}}
+	]}]`} {
+		if err := os.WriteFile(f, []byte(report), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := failedPlaces([]string{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []place{{"a.go", 7}, {"b.go", 10}, {"d.go", 1}}; !slices.Equal(got, want) {
+		t.Errorf("failedPlaces = %v, want %v", got, want)
+	}
+	if _, err := failedPlaces([]string{filepath.Join(dir, "none.json")}); err == nil {
+		t.Error("a missing report: no error")
 	}
 }
