@@ -133,6 +133,17 @@ state = %[2]q
         BinaryName = %[9]q
         Root = %[10]q
         SystemdCgroup = false
+
+    # The handler the suites' RuntimeClass specs name (their
+    # PreconfiguredRuntimeClassHandler), runc again, as upstream's node e2e
+    # configures containerd.
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.test-handler]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.test-handler.options]
+        BinaryName = %[9]q
+        Root = %[10]q
+        SystemdCgroup = false
 `
 
 // mirrorTemplate makes a registry's only endpoint a mirror (containerd

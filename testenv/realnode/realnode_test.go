@@ -20,7 +20,7 @@ import (
 )
 
 // TestRuntimeRunsContainers starts containerd, runs a hostNetwork pod
-// sandbox with a busybox container that writes into a directory of the
+// sandbox (with the runtime handler test-handler) with a busybox container that writes into a directory of the
 // host bind-mounted into it, and checks on Stop that nothing is left: no
 // process naming the runtime's directory, no mount below it, the
 // directory gone.
@@ -37,7 +37,8 @@ func TestRuntimeRunsContainers(t *testing.T) {
 	sbCfg := &runtimeapi.PodSandboxConfig{Metadata: meta, LogDirectory: t.TempDir(),
 		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
 			NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}}}}
-	sb, err := cri.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: sbCfg})
+	// The RuntimeClass specs' handler, which is runc as the default is.
+	sb, err := cri.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: sbCfg, RuntimeHandler: "test-handler"})
 	if err != nil {
 		t.Fatalf("RunPodSandbox: %v (containerd's log: %s)", err, r.Log())
 	}
