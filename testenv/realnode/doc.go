@@ -1,7 +1,8 @@
 // Package realnode is a real node's container runtime for tests: Debian's
 // containerd 1.6 and runc started by hand, with a directory of their own,
 // and images built here from source (busybox from this machine's static
-// busybox, the pod sandbox's pause from this module) imported under the
+// busybox or another, the pod sandbox's pause from this module, and this
+// machine's programs with their libraries, HostProgram) imported under the
 // names upstream's suites use, so that nothing is ever pulled. A kubelet
 // (the stock one or the fork) runs real containers on it, through its CRI
 // endpoint (Runtime.Endpoint); Kubernetes' node e2e suite does too.
@@ -13,7 +14,8 @@
 // What this kind of machine needs, and Start sets (see configTemplate):
 // cgroup v1 hybrid, so runc with cgroupfs (crun refuses the layout); the
 // native snapshotter; oom_score_adj never lowered (the machine refuses
-// it); a CNI network, loopback only for hostNetwork pods, or a bridge
+// it); runc also under the runtime handler test-handler, which the suites'
+// RuntimeClass specs name; a CNI network, loopback only for hostNetwork pods, or a bridge
 // (Options.PodSubnet) inside a network namespace made for the node
 // (NewNetNS), never on the host's own interfaces.
 //
