@@ -285,7 +285,7 @@ $(CONF_CACHE)/busybox:
 $(CONF_CACHE)/nginx:
 	@mkdir -p $(@D)
 	rm -rf $@.deb && mkdir $@.deb
-	cd $@.deb && apt-get download -qq nginx 2>&1 | grep -v 'unsandboxed as root' || true
+	cd $@.deb && apt-get download -qq nginx
 	dpkg -x $@.deb/nginx_*.deb $@.deb/x
 	mv $@.deb/x/usr/sbin/nginx $@ && rm -rf $@.deb
 

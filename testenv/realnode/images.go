@@ -71,8 +71,9 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 // BusyboxFiles are a root file system from the static busybox bin, or
 // this machine's (Debian's busybox-static) when bin is empty: /bin/busybox,
 // every applet as a relative link to it (an absolute one would name the
-// host's path) at its own place and in /bin, the directories a program expects (/tmp sticky and
-// world-writable) and /etc/passwd and /etc/group with root and nobody.
+// host's path) at its own place and in /bin, the directories a program
+// expects (/tmp sticky and world-writable) and /etc/passwd and /etc/group
+// with root and nobody.
 // Debian's busybox has fewer applets than upstream's image (no nmeter,
 // pgrep, flock, nohup, ...); the conformance runs use one built with
 // busybox's default configuration instead.
@@ -157,19 +158,14 @@ func HostProgram(ctx context.Context, bin, path string) ([]File, error) {
 		// "libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x...)",
 		// "/lib64/ld-linux-x86-64.so.2 (0x...)" or the kernel's
 		// "linux-vdso.so.1 (0x...)", which no file holds.
-		f := strings.Fields(line)
-		lib := ""
-		switch {
+		switch f := strings.Fields(line); {
 		case len(f) >= 3 && f[1] == "=>":
-			lib = f[2]
-		case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
-			lib = f[0]
-		}
-		if len(f) >= 3 && f[1] == "=>" && !filepath.IsAbs(lib) {
-			return nil, fmt.Errorf("%s needs %s, which this machine lacks (ldd: %s)", bin, f[0], strings.TrimSpace(line))
-		}
-		if lib != "" {
-			files = append(files, File{Path: lib, Source: lib})
+			if !filepath.IsAbs(f[2]) { // "libx.so.1 => not found"
+				return nil, fmt.Errorf("%s needs %s, which this machine lacks (ldd: %s)", bin, f[0], strings.TrimSpace(line))
+			}
+			files = append(files, File{Path: f[2], Source: f[2]})
+		case len(f) >= 1 && filepath.IsAbs(f[0]):
+			files = append(files, File{Path: f[0], Source: f[0]})
 		}
 	}
 	return files, nil

@@ -37,10 +37,7 @@ func suiteImages(ctx context.Context, binDir, work string) ([]realnode.Image, er
 	if err != nil {
 		return nil, err
 	}
-	base, err := realnode.BusyboxFiles(ctx, filepath.Join(binDir, "busybox"))
-	if err != nil {
-		return nil, err
-	}
+	base := busybox.Files
 	files := filepath.Join(binDir, "image-files")
 	agnhost, err := agnhostFiles(ctx, base, binDir)
 	if err != nil {
@@ -110,11 +107,7 @@ func agnhostFiles(ctx context.Context, base []realnode.File, binDir string) (rea
 		realnode.File{Path: "/home/user-defined-in-image", Dir: true},
 	)
 	for _, p := range []struct{ name, path string }{{"curl", "/usr/bin/curl"}, {"bash", "/bin/bash"}} {
-		bin, err := exec.LookPath(p.name)
-		if err != nil {
-			return realnode.Image{}, fmt.Errorf("%s for the agnhost image (Debian's %s): %w", p.name, p.name, err)
-		}
-		more, err := realnode.HostProgram(ctx, bin, p.path)
+		more, err := hostProgram(ctx, p.name, p.path)
 		if err != nil {
 			return realnode.Image{}, err
 		}
@@ -168,16 +161,22 @@ func nginxFiles(ctx context.Context, base []realnode.File, binDir string) (realn
 // hostname (glibc's, in busybox's place) and the name service switch
 // Debian's images have (hosts from /etc/hosts first). dig is not in it.
 func glibcDNSFiles(ctx context.Context, base []realnode.File) (realnode.Image, error) {
-	bin, err := exec.LookPath("hostname")
-	if err != nil {
-		return realnode.Image{}, fmt.Errorf("hostname for the glibc-dns-testing image (Debian's hostname): %w", err)
-	}
-	files, err := realnode.HostProgram(ctx, bin, "/bin/hostname")
+	files, err := hostProgram(ctx, "hostname", "/bin/hostname")
 	if err != nil {
 		return realnode.Image{}, err
 	}
 	files = append(files, realnode.File{Path: "/etc/nsswitch.conf", Content: []byte("passwd: files\ngroup: files\nhosts: files dns\n")})
 	return realnode.Image{Name: glibcDNSImage, Files: dedupe(append(files, base...)), Cmd: []string{"sh"}}, nil
+}
+
+// hostProgram is the files of this machine's program name (Debian's
+// package of that name) at path in an image (realnode.HostProgram).
+func hostProgram(ctx context.Context, name, path string) ([]realnode.File, error) {
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		return nil, fmt.Errorf("%s for the images (Debian's %s): %w", name, name, err)
+	}
+	return realnode.HostProgram(ctx, bin, path)
 }
 
 // dedupe keeps the first file of each path: libraries two host programs

@@ -117,11 +117,21 @@ func main() {
 		log.Print(err)
 		os.Exit(2)
 	}
+	if *rerunFlag != "" && o.shard.n > 0 {
+		log.Print("-rerun-failed and -shard: give one")
+		os.Exit(2)
+	}
+	if o.focus == "" {
+		o.focus = s.focus
+	}
+	if o.skip == "" {
+		o.skip = s.skip
+	}
+	if os.Getenv(mountNSEnv) == "" {
+		os.Exit(inMountNS())
+	}
+	// Read once, in the mount namespace's run.
 	if *rerunFlag != "" {
-		if o.shard.n > 0 {
-			log.Print("-rerun-failed and -shard: give one")
-			os.Exit(2)
-		}
 		if o.rerun, err = failedPlaces(strings.Split(*rerunFlag, ",")); err != nil {
 			log.Print(err)
 			os.Exit(2)
@@ -136,15 +146,6 @@ func main() {
 			os.Exit(0)
 		}
 		log.Printf("node-conformance %s: rerunning the specs of the %d places that failed in %s", o.name, len(o.rerun), *rerunFlag)
-	}
-	if o.focus == "" {
-		o.focus = s.focus
-	}
-	if o.skip == "" {
-		o.skip = s.skip
-	}
-	if os.Getenv(mountNSEnv) == "" {
-		os.Exit(inMountNS())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
