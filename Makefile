@@ -197,7 +197,7 @@ CONF_AGNHOST := k8s.io/kubernetes/test/images/agnhost
 CONF_BUSYBOX_SRC    := http://deb.debian.org/debian/pool/main/b/busybox/busybox_1.35.0.orig.tar.bz2
 CONF_BUSYBOX_SHA256 := faeeb244c35a348a334f4a59e44626ee870fb07b6884d68c10ae8bc19f83a694
 
-conformance-bins: $(CONF_CACHE)/e2e_node.test $(CONF_CACHE)/ginkgo $(CONF_CACHE)/kubelet $(CONF_CACHE)/agnhost $(CONF_CACHE)/busybox $(CONF_CACHE)/nginx $(CONF_CACHE)/image-files/.done
+conformance-bins: $(CONF_CACHE)/e2e_node.test $(CONF_CACHE)/ginkgo $(CONF_CACHE)/kubelet $(CONF_CACHE)/agnhost $(CONF_CACHE)/busybox $(CONF_CACHE)/nginx $(CONF_CACHE)/image-files/.done $(CONF_CACHE)/sample-device-plugin
 conformance-e2e-node: $(CONF_CACHE)/e2e_node.test
 conformance-ginkgo: $(CONF_CACHE)/ginkgo
 conformance-kubelet: $(CONF_CACHE)/kubelet
@@ -288,6 +288,12 @@ $(CONF_CACHE)/nginx:
 	cd $@.deb && apt-get download -qq nginx
 	dpkg -x $@.deb/nginx_*.deb $@.deb/x
 	mv $@.deb/x/usr/sbin/nginx $@ && rm -rf $@.deb
+
+# The device plugin specs' sample plugin (static; about 30 s warm).
+$(CONF_CACHE)/sample-device-plugin:
+	@mkdir -p $(@D)
+	cd conformance && CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $@.tmp $(CONF_IMAGES)/sample-device-plugin
+	mv $@.tmp $@
 
 $(CONF_CACHE)/image-files/.done:
 	@mkdir -p $(@D)/kitten $(@D)/nautilus

@@ -194,6 +194,30 @@ func Pause(ctx context.Context, dir string) (Image, error) {
 	return Image{Name: PauseImage, Files: []File{{Path: "/pause", Source: bin, Mode: 0o755}}, Entrypoint: []string{"/pause"}}, nil
 }
 
+// RegistryDirFiles are img as repository repo, tag tag, laid out below
+// dir as agnhost's fake-registry-server serves a registry from a directory
+// (test/images/agnhost/fakeregistryserver): the file {repo}/manifests/{tag}
+// holds the manifest's digest, and the manifest, config and layer are each
+// at {repo}/{manifests or blobs}/sha256/{2 hex digits}/{digest's hex}/data.
+// Upstream's agnhost image holds pause:testing so in /var/registry, which
+// the image pull specs pull from a registry pod of agnhost.
+func RegistryDirFiles(dir, repo, tag string, img Image) ([]File, error) {
+	b, err := build(img)
+	if err != nil {
+		return nil, err
+	}
+	at := func(kind string, d descriptor) string {
+		hex := strings.TrimPrefix(d.Digest, "sha256:")
+		return path.Join(dir, repo, kind, "sha256", hex[:2], hex, "data")
+	}
+	return []File{
+		{Path: path.Join(dir, repo, "manifests", tag), Content: []byte(b.manifestDesc.Digest + "\n")},
+		{Path: at("manifests", b.manifestDesc), Content: b.manifest},
+		{Path: at("blobs", b.configDesc), Content: b.config},
+		{Path: at("blobs", b.layerDesc), Content: b.layer},
+	}, nil
+}
+
 // The media types of an OCI image.
 const (
 	mediaIndex    = "application/vnd.oci.image.index.v1+json"

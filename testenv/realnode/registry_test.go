@@ -3,11 +3,13 @@ package realnode
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -124,5 +126,55 @@ func TestRuntimePullsFromMirror(t *testing.T) {
 	}
 	if _, err := images.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: RegistryHost + "/e2e-test-images/tiny:9.9"}}); err == nil {
 		t.Error("PullImage of a tag the registry does not hold: no error")
+	}
+}
+
+// TestRegistryDirFiles: the files hold the image as agnhost's
+// fake-registry-server reads a registry directory: the tag's file names
+// the manifest's digest, and the manifest and every blob it names are at
+// their digest's path, with that digest.
+func TestRegistryDirFiles(t *testing.T) {
+	files, err := RegistryDirFiles("/var/registry", "pause", "testing", registryImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPath := map[string][]byte{}
+	for _, f := range files {
+		byPath[f.Path] = f.Content
+	}
+	digestOf := func(b []byte) string { s := sha256.Sum256(b); return "sha256:" + hex.EncodeToString(s[:]) }
+	at := func(kind, digest string) []byte {
+		t.Helper()
+		h := strings.TrimPrefix(digest, "sha256:")
+		data, ok := byPath["/var/registry/pause/"+kind+"/sha256/"+h[:2]+"/"+h+"/data"]
+		if !ok || digestOf(data) != digest {
+			t.Fatalf("%s %s: not at its path, or another digest", kind, digest)
+		}
+		return data
+	}
+	tagged, ok := byPath["/var/registry/pause/manifests/testing"]
+	if !ok {
+		t.Fatalf("no tag file in %d files", len(files))
+	}
+	var manifest struct {
+		MediaType string
+		Config    descriptor
+		Layers    []descriptor
+	}
+	if err := json.Unmarshal(at("manifests", strings.TrimSpace(string(tagged))), &manifest); err != nil {
+		t.Fatal(err)
+	}
+	if manifest.MediaType != mediaManifest || len(manifest.Layers) != 1 {
+		t.Fatalf("manifest %+v", manifest)
+	}
+	b, err := build(registryImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(at("blobs", manifest.Config.Digest)) != string(b.config) || string(at("blobs", manifest.Layers[0].Digest)) != string(b.layer) {
+		t.Error("the blobs are not the image's")
+	}
+	if len(files) != 4 {
+		t.Errorf("%d files, want the tag, the manifest and two blobs", len(files))
 	}
 }

@@ -12,14 +12,15 @@ import (
 // The suite's images built here (k8s.io/kubernetes
 // test/utils/image/manifest.go, v1.37.2).
 const (
-	agnhostImage     = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
-	agnhostPrevImage = "registry.k8s.io/e2e-test-images/agnhost:2.55"
-	nonRootImage     = "registry.k8s.io/e2e-test-images/nonroot:1.5"
-	nonewprivsImage  = "registry.k8s.io/e2e-test-images/nonewprivs:1.4"
-	kittenImage      = "registry.k8s.io/e2e-test-images/kitten:1.8"
-	nautilusImage    = "registry.k8s.io/e2e-test-images/nautilus:1.8"
-	nginxImage       = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
-	glibcDNSImage    = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
+	agnhostImage      = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+	agnhostPrevImage  = "registry.k8s.io/e2e-test-images/agnhost:2.55"
+	nonRootImage      = "registry.k8s.io/e2e-test-images/nonroot:1.5"
+	nonewprivsImage   = "registry.k8s.io/e2e-test-images/nonewprivs:1.4"
+	kittenImage       = "registry.k8s.io/e2e-test-images/kitten:1.8"
+	nautilusImage     = "registry.k8s.io/e2e-test-images/nautilus:1.8"
+	nginxImage        = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
+	glibcDNSImage     = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
+	devicePluginImage = "registry.k8s.io/e2e-test-images/sample-device-plugin:1.8.0"
 )
 
 // suiteImages are the images the suite's specs run, built here from what
@@ -39,7 +40,7 @@ func suiteImages(ctx context.Context, binDir, work string) ([]realnode.Image, er
 	}
 	base := busybox.Files
 	files := filepath.Join(binDir, "image-files")
-	agnhost, err := agnhostFiles(ctx, base, binDir)
+	agnhost, err := agnhostFiles(ctx, base, binDir, pause)
 	if err != nil {
 		return nil, err
 	}
@@ -70,6 +71,11 @@ func suiteImages(ctx context.Context, binDir, work string) ([]realnode.Image, er
 		withCmd(with(agnhost, nautilusImage,
 			realnode.File{Path: "/nautilus.jpg", Source: filepath.Join(files, "nautilus", "nautilus.jpg")},
 			realnode.File{Path: "/data.json", Source: filepath.Join(files, "nautilus", "data.json")}), "test-webserver"),
+		// The device plugin specs' plugin (test/images/sample-device-plugin,
+		// on busybox instead of alpine).
+		{Name: devicePluginImage, Files: append(append([]realnode.File(nil), base...),
+			realnode.File{Path: "/sampledeviceplugin", Source: filepath.Join(binDir, "sample-device-plugin"), Mode: 0o755}),
+			Entrypoint: []string{"/sampledeviceplugin", "-alsologtostderr"}},
 	}, nil
 }
 
@@ -83,11 +89,14 @@ func withCmd(img realnode.Image, cmd ...string) realnode.Image {
 // (built by make conformance-bins) and its agnhost-2 link, the porter's
 // certificate and key, /uploads, and the user and group some specs expect
 // in the image (user-defined-in-image, uid 1000, in
-// group-defined-in-image, gid 50000); it runs agnhost pause. Of Alpine's
+// group-defined-in-image, gid 50000), and the pause image as pause:testing
+// in /var/registry, the directory agnhost's fake-registry-server serves
+// (upstream's image has it there; the image pull specs run a registry pod
+// of agnhost and pull that image from it); it runs agnhost pause. Of Alpine's
 // packages it has curl and bash, Debian's, with their libraries (the
 // lifecycle hook and networking specs run curl in it), and not the others
 // (dig, iperf, socat, ...).
-func agnhostFiles(ctx context.Context, base []realnode.File, binDir string) (realnode.Image, error) {
+func agnhostFiles(ctx context.Context, base []realnode.File, binDir string, pause realnode.Image) (realnode.Image, error) {
 	files := append([]realnode.File(nil), base...)
 	for i, f := range files {
 		switch f.Path {
@@ -106,6 +115,11 @@ func agnhostFiles(ctx context.Context, base []realnode.File, binDir string) (rea
 		realnode.File{Path: "/uploads", Dir: true},
 		realnode.File{Path: "/home/user-defined-in-image", Dir: true},
 	)
+	registry, err := realnode.RegistryDirFiles("/var/registry", "pause", "testing", pause)
+	if err != nil {
+		return realnode.Image{}, err
+	}
+	files = append(files, registry...)
 	for _, p := range []struct{ name, path string }{{"curl", "/usr/bin/curl"}, {"bash", "/bin/bash"}} {
 		more, err := hostProgram(ctx, p.name, p.path)
 		if err != nil {

@@ -114,7 +114,7 @@ func TestSuiteImages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, f := range []string{"agnhost", "image-files/nnp", "image-files/localhost.crt", "image-files/localhost.key",
+	for _, f := range []string{"agnhost", "sample-device-plugin", "image-files/nnp", "image-files/localhost.crt", "image-files/localhost.key",
 		"image-files/kitten/kitten.jpg", "image-files/kitten/data.json", "image-files/nautilus/nautilus.jpg", "image-files/nautilus/data.json"} {
 		p := filepath.Join(bin, f)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -129,10 +129,15 @@ func TestSuiteImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"registry.k8s.io/e2e-test-images/busybox:1.37.0-2", "registry.k8s.io/pause:3.10.2", agnhostImage, nginxImage,
-		glibcDNSImage, agnhostPrevImage, nonRootImage, nonewprivsImage, kittenImage, nautilusImage}
+		glibcDNSImage, agnhostPrevImage, nonRootImage, nonewprivsImage, kittenImage, nautilusImage, devicePluginImage}
 	var got []string
 	for _, img := range images {
 		got = append(got, img.Name)
+		// agnhost's fake-registry-server serves pause:testing from the
+		// image (the image pull specs pull it from a registry pod).
+		if img.Name == agnhostImage && !slices.ContainsFunc(img.Files, func(f realnode.File) bool { return f.Path == "/var/registry/pause/manifests/testing" }) {
+			t.Errorf("image %s has no /var/registry/pause/manifests/testing", img.Name)
+		}
 		if err := realnode.WriteArchive(img, filepath.Join(t.TempDir(), "img.tar")); err != nil {
 			t.Errorf("image %s: %v", img.Name, err)
 		}
