@@ -207,8 +207,8 @@ func RegistryDirFiles(dir, repo, tag string, img Image) ([]File, error) {
 		return nil, err
 	}
 	at := func(kind string, d descriptor) string {
-		hex := strings.TrimPrefix(d.Digest, "sha256:")
-		return path.Join(dir, repo, kind, "sha256", hex[:2], hex, "data")
+		h := strings.TrimPrefix(d.Digest, "sha256:")
+		return path.Join(dir, repo, kind, "sha256", h[:2], h, "data")
 	}
 	return []File{
 		{Path: path.Join(dir, repo, "manifests", tag), Content: []byte(b.manifestDesc.Digest + "\n")},

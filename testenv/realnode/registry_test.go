@@ -15,6 +15,13 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
+// digestOf is data's digest, computed here rather than by the code under
+// test.
+func digestOf(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
 var registryImage = Image{Name: RegistryHost + "/e2e-test-images/tiny:1.0",
 	Files: []File{{Path: "/hello", Content: []byte("hello\n")}}, Cmd: []string{"/hello"}}
 
@@ -45,7 +52,6 @@ func TestRegistryServes(t *testing.T) {
 		}
 		return resp.StatusCode, resp.Header, body
 	}
-	digestOf := func(b []byte) string { s := sha256.Sum256(b); return "sha256:" + hex.EncodeToString(s[:]) }
 	if code, h, _ := get(http.MethodGet, "/v2/"); code != http.StatusOK || h.Get("Docker-Distribution-API-Version") != "registry/2.0" {
 		t.Errorf("GET /v2/: %d %v", code, h)
 	}
@@ -142,7 +148,6 @@ func TestRegistryDirFiles(t *testing.T) {
 	for _, f := range files {
 		byPath[f.Path] = f.Content
 	}
-	digestOf := func(b []byte) string { s := sha256.Sum256(b); return "sha256:" + hex.EncodeToString(s[:]) }
 	at := func(kind, digest string) []byte {
 		t.Helper()
 		h := strings.TrimPrefix(digest, "sha256:")
