@@ -313,6 +313,20 @@ func (e *Env) CertConfig(u User) (*rest.Config, error) {
 // Host is the apiserver's URL, https://127.0.0.1:PORT.
 func (e *Env) Host() string { return e.host() }
 
+// Port is the apiserver's secure port, on every address it binds.
+func (e *Env) Port() int { return e.apiPort }
+
+// CAFile is the environment's CA certificate (PEM), which signed the
+// apiserver's serving certificate and every client certificate: a
+// controller manager's --root-ca-file, which it publishes to every
+// namespace as kube-root-ca.crt.
+func (e *Env) CAFile() string { return e.path("ca.crt") }
+
+// ServiceAccountKeyFile is the private key (PEM) the apiserver signs
+// service account tokens with and whose public half verifies them: a
+// controller manager's --service-account-private-key-file.
+func (e *Env) ServiceAccountKeyFile() string { return e.path("sa.key") }
+
 func (e *Env) host() string { return "https://" + hostPort(e.apiPort) }
 
 func (e *Env) tokenConfig(token string) *rest.Config {

@@ -38,8 +38,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -49,8 +47,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nodevol/nodevol/testenv/internal/noderun"
 	"github.com/nodevol/nodevol/testenv/realnode"
-	"golang.org/x/sys/unix"
 )
 
 // baseKubeletConfig is the base KubeletConfiguration the suite starts
@@ -70,10 +68,6 @@ var (
 	hostAddr = netip.MustParsePrefix("10.230.0.1/30")
 	nodeAddr = netip.MustParsePrefix("10.230.0.2/30")
 )
-
-// kubeletRoot is the root directory the suite gives the kubelet and reads
-// in some specs, whatever the kubelet's flags say.
-const kubeletRoot = "/var/lib/kubelet"
 
 // options are the command's flags.
 type options struct {
@@ -127,8 +121,8 @@ func main() {
 	if o.skip == "" {
 		o.skip = s.skip
 	}
-	if os.Getenv(mountNSEnv) == "" {
-		os.Exit(inMountNS())
+	if !noderun.InNamespaces() {
+		os.Exit(noderun.Reexec("", false))
 	}
 	// Read once, in the mount namespace's run.
 	if *rerunFlag != "" {
@@ -183,11 +177,11 @@ func run(ctx context.Context, o options) (err error) {
 			err = errors.Join(err, undo[i]())
 		}
 	}()
-	undo = append(undo, func() error { return removeWork(work) })
-	if err := shareMounts(); err != nil {
+	undo = append(undo, func() error { return noderun.RemoveWork(work) })
+	if err := noderun.ShareMounts(); err != nil {
 		return err
 	}
-	root, err := kubeletRootIn(work)
+	root, err := noderun.KubeletRootIn(work)
 	if err != nil {
 		return err
 	}
@@ -207,16 +201,16 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	undo = append(undo, func() error { return ns.Delete(context.WithoutCancel(ctx)) })
 
-	images, err := suiteImages(ctx, o.binDir, work)
+	images, err := noderun.SuiteImages(ctx, o.binDir, work)
 	if err != nil {
 		return err
 	}
-	mirror, stopRegistry, err := serveRegistry(images)
+	mirror, stopRegistry, err := noderun.ServeRegistry(hostAddr.Addr(), images)
 	if err != nil {
 		return err
 	}
 	undo = append(undo, stopRegistry)
-	runContainerd, unmountRun, err := runContainerdIn(work)
+	runContainerd, unmountRun, err := noderun.RunContainerdIn(work)
 	if err != nil {
 		return err
 	}
@@ -228,11 +222,11 @@ func run(ctx context.Context, o options) (err error) {
 	logs := filepath.Join(o.out, o.name+"-logs")
 	undo = append(undo, func() error {
 		_ = os.MkdirAll(logs, 0o755)
-		_ = copyFile(rt.Log(), filepath.Join(logs, "containerd.log"))
+		_ = noderun.CopyFile(rt.Log(), filepath.Join(logs, "containerd.log"))
 		return rt.Stop(context.WithoutCancel(ctx))
 	})
-	undo = append(undo, func() error { return killSuite(filepath.Join(work, "bin"), filepath.Join(work, "units")) })
-	if err := os.Symlink(strings.TrimPrefix(rt.Endpoint, "unix://"), filepath.Join(runContainerd, filepath.Base(cadvisorContainerd))); err != nil {
+	undo = append(undo, func() error { return noderun.KillProcesses(filepath.Join(work, "bin"), filepath.Join(work, "units")) })
+	if err := os.Symlink(strings.TrimPrefix(rt.Endpoint, "unix://"), filepath.Join(runContainerd, filepath.Base(noderun.CadvisorContainerd))); err != nil {
 		return err
 	}
 
@@ -248,26 +242,6 @@ func run(ctx context.Context, o options) (err error) {
 		return fmt.Errorf("the suite wrote no report (%v): %w", runErr, err)
 	}
 	return nil
-}
-
-// serveRegistry serves images on the host's end of the node's veth pair,
-// the node's only registry (containerd's mirror of registry.k8s.io): the
-// specs that pull (pull policy Always on the pause image after each
-// eviction spec) or run after the kubelet's image garbage collector
-// removed the images under disk pressure pull them from here, where
-// upstream's jobs pull them again from registry.k8s.io.
-func serveRegistry(images []realnode.Image) (url string, stop func() error, err error) {
-	reg, err := realnode.NewRegistry(images...)
-	if err != nil {
-		return "", nil, err
-	}
-	l, err := net.Listen("tcp", netip.AddrPortFrom(hostAddr.Addr(), 0).String())
-	if err != nil {
-		return "", nil, fmt.Errorf("serving the node's registry: %w", err)
-	}
-	srv := &http.Server{Handler: reg, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	return "http://" + l.Addr().String(), srv.Close, nil
 }
 
 // suiteCommand is ginkgo running e2e_node.test in the node's network
@@ -292,7 +266,7 @@ func suiteCommand(ctx context.Context, o options, work, logs string, ns *realnod
 		}
 	}
 	pathDir := filepath.Join(work, "path")
-	path, err := pathWithout(pathDir, "systemd-run", "systemctl", "sudo", "journalctl")
+	path, err := noderun.PathWithout(pathDir, "systemd-run", "systemctl", "sudo", "journalctl")
 	if err != nil {
 		return nil, err
 	}
@@ -362,194 +336,3 @@ func suiteCommand(ctx context.Context, o options, work, logs string, ns *realnod
 	return cmd, nil
 }
 
-// pathWithout makes dir a directory of links to every command of this
-// machine's PATH but the ones named, and returns it as a PATH.
-func pathWithout(dir string, names ...string) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	seen := map[string]bool{}
-	for _, n := range names {
-		seen[n] = true
-	}
-	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
-		entries, err := os.ReadDir(d)
-		if err != nil {
-			continue
-		}
-		for _, e := range entries {
-			if seen[e.Name()] {
-				continue
-			}
-			seen[e.Name()] = true
-			if err := os.Symlink(filepath.Join(d, e.Name()), filepath.Join(dir, e.Name())); err != nil {
-				return "", err
-			}
-		}
-	}
-	return dir, nil
-}
-
-// mountNSEnv is set in the run's own mount namespace (inMountNS).
-const mountNSEnv = "NODEVOL_CONFORMANCE_MOUNT_NS"
-
-// inMountNS runs this command again, with the same arguments, in a mount
-// namespace of its own (unshare, every mount private to it at first), and
-// returns its exit code. The node's mounts (the kubelet's root and the
-// pods' volumes, the containers' root file systems) are then the run's
-// alone: a kubelet of the machine, or a test's, shares nothing with the
-// run's, not even /var/lib/kubelet/device-plugins, which every kubelet
-// uses whatever its root; and whatever the run leaves mounted goes with
-// the namespace when its last process exits.
-func inMountNS() int {
-	self, err := os.Executable()
-	if err != nil {
-		log.Print(err)
-		return 1
-	}
-	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--", self}, os.Args[1:]...)...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), mountNSEnv+"=1")
-	// unshare execs this command in its place: signals reach the run.
-	signal.Ignore(os.Interrupt, syscall.SIGTERM)
-	if err := cmd.Run(); err != nil {
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			return exit.ExitCode()
-		}
-		log.Printf("running in a mount namespace of its own: %v", err)
-		return 1
-	}
-	return 0
-}
-
-// shareMounts makes every mount of the run's namespace shared again, in
-// peer groups of the namespace's own (unshare made them private): a node
-// shares its mounts as a systemd host does, which the suite's mount
-// propagation specs and the kubelet expect.
-func shareMounts() error {
-	if err := unix.Mount("", "/", "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
-		return fmt.Errorf("making the run's mounts shared: %w", err)
-	}
-	return nil
-}
-
-// kubeletRootIn gives the kubelet the root directory the suite assumes,
-// /var/lib/kubelet, as a directory below work bind-mounted there in the
-// run's mount namespace: whatever the machine has at that path stays
-// untouched and unseen. The mount is a peer group of its own (a kubelet
-// makes its root a shared mount of itself at its first start), so that
-// what the kubelet mounts below it is not also mounted below work. It
-// returns the undo: what is still mounted below the root when the suite
-// has stopped is logged and unmounted (the suite stops the kubelet as soon
-// as its last spec ends, while the last specs' namespaces are still being
-// deleted, on either kubelet), and the mount point is removed if the run
-// made it.
-func kubeletRootIn(work string) (func() error, error) {
-	dir := filepath.Join(work, "kubelet-root")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	_, statErr := os.Lstat(kubeletRoot)
-	made := os.IsNotExist(statErr)
-	if err := os.MkdirAll(kubeletRoot, 0o755); err != nil {
-		return nil, err
-	}
-	for _, m := range []struct {
-		src   string
-		flags uintptr
-	}{{dir, unix.MS_BIND}, {"", unix.MS_PRIVATE}, {"", unix.MS_SHARED}} {
-		if err := unix.Mount(m.src, kubeletRoot, "", m.flags, ""); err != nil {
-			return nil, fmt.Errorf("mounting the kubelet's root %s from %s: %w", kubeletRoot, dir, err)
-		}
-	}
-	return func() error {
-		if ms, err := realnode.MountsUnder(kubeletRoot); err == nil {
-			for _, m := range ms {
-				if m.Point != kubeletRoot {
-					log.Printf("left mounted when the suite stopped the kubelet, unmounting: %s (%s)", m.Point, m.FSType)
-				}
-			}
-		}
-		if err := realnode.Unmount(kubeletRoot); err != nil {
-			return err
-		}
-		if made {
-			return os.Remove(kubeletRoot)
-		}
-		return nil
-	}, nil
-}
-
-// cadvisorContainerd is where the kubelet's cAdvisor finds containerd:
-// its own flag's default, which the kubelet neither exposes nor sets from
-// its runtime endpoint. Without it cAdvisor sees no container: the
-// /metrics/cadvisor endpoint and the summary's container stats have none.
-const cadvisorContainerd = "/run/containerd/containerd.sock"
-
-// runContainerdIn bind-mounts a directory below work on /run/containerd in
-// the run's mount namespace and returns it, for a link to the node's
-// containerd socket at cadvisorContainerd; containerd 1.6's shims put
-// their sockets there too (s/), wherever containerd's state is. The
-// machine's /run/containerd stays untouched and unseen. The undo unmounts
-// it and removes the mount point if the run made it.
-func runContainerdIn(work string) (string, func() error, error) {
-	dir, point := filepath.Join(work, "run-containerd"), filepath.Dir(cadvisorContainerd)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", nil, err
-	}
-	_, statErr := os.Lstat(point)
-	made := os.IsNotExist(statErr)
-	if err := os.MkdirAll(point, 0o700); err != nil {
-		return "", nil, err
-	}
-	if err := unix.Mount(dir, point, "", unix.MS_BIND, ""); err != nil {
-		return "", nil, fmt.Errorf("mounting %s on %s: %w", dir, point, err)
-	}
-	return dir, func() error {
-		if err := realnode.Unmount(point); err != nil {
-			return err
-		}
-		// The machine's containerd, or a test's, may have put its shims'
-		// sockets there since: then it is theirs.
-		if !made {
-			return nil
-		}
-		if err := os.Remove(point); err != nil && !os.IsNotExist(err) && !errors.Is(err, syscall.ENOTEMPTY) {
-			return err
-		}
-		return nil
-	}, nil
-}
-
-// killSuite kills the suite's processes, the kubelet it started and
-// fakesystemd's supervisor if they are still running (an interrupted run:
-// found by their binaries' paths, in binDir, and the supervisor's units
-// directory), and says which it killed.
-func killSuite(binDir, unitsDir string) error {
-	pids := append(realnode.ProcessesNaming(binDir), realnode.ProcessesNaming(unitsDir)...)
-	if len(pids) == 0 {
-		return nil
-	}
-	for _, pid := range pids {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	return fmt.Errorf("processes left by the suite, killed: %v", pids)
-}
-
-// removeWork removes the run's directory, unless something is still
-// mounted below it: a removal would go through the mount.
-func removeWork(work string) error {
-	if ms, err := realnode.MountsUnder(work); err != nil || len(ms) > 0 {
-		return fmt.Errorf("not removing %s: %v still mounted below it (%v)", work, ms, err)
-	}
-	return os.RemoveAll(work)
-}
-
-func copyFile(from, to string) error {
-	data, err := os.ReadFile(from)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(to, data, 0o644)
-}

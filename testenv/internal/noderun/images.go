@@ -1,4 +1,4 @@
-package main
+package noderun
 
 import (
 	"context"
@@ -9,27 +9,27 @@ import (
 	"github.com/nodevol/nodevol/testenv/realnode"
 )
 
-// The suite's images built here (k8s.io/kubernetes
+// Upstream's test images built here (k8s.io/kubernetes
 // test/utils/image/manifest.go, v1.37.2).
 const (
-	agnhostImage      = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
-	agnhostPrevImage  = "registry.k8s.io/e2e-test-images/agnhost:2.55"
-	nonRootImage      = "registry.k8s.io/e2e-test-images/nonroot:1.5"
-	nonewprivsImage   = "registry.k8s.io/e2e-test-images/nonewprivs:1.4"
-	kittenImage       = "registry.k8s.io/e2e-test-images/kitten:1.8"
-	nautilusImage     = "registry.k8s.io/e2e-test-images/nautilus:1.8"
-	nginxImage        = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
-	glibcDNSImage     = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
-	devicePluginImage = "registry.k8s.io/e2e-test-images/sample-device-plugin:1.8.0"
+	AgnhostImage      = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+	AgnhostPrevImage  = "registry.k8s.io/e2e-test-images/agnhost:2.55"
+	NonRootImage      = "registry.k8s.io/e2e-test-images/nonroot:1.5"
+	NonewprivsImage   = "registry.k8s.io/e2e-test-images/nonewprivs:1.4"
+	KittenImage       = "registry.k8s.io/e2e-test-images/kitten:1.8"
+	NautilusImage     = "registry.k8s.io/e2e-test-images/nautilus:1.8"
+	NginxImage        = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
+	GlibcDNSImage     = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
+	DevicePluginImage = "registry.k8s.io/e2e-test-images/sample-device-plugin:1.8.0"
 )
 
-// suiteImages are the images the suite's specs run, built here from what
+// SuiteImages are the images the suites' specs run, built here from what
 // make conformance-bins put in binDir: busybox (built with busybox's
 // default configuration, as upstream's image has it), the sandbox's pause
 // (package realnode), agnhost and the images made from it or from busybox
 // as upstream's Dockerfiles make them (test/images/*/Dockerfile), on
 // busybox instead of alpine or Debian.
-func suiteImages(ctx context.Context, binDir, work string) ([]realnode.Image, error) {
+func SuiteImages(ctx context.Context, binDir, work string) ([]realnode.Image, error) {
 	busybox, err := realnode.Busybox(ctx, filepath.Join(binDir, "busybox"))
 	if err != nil {
 		return nil, err
@@ -61,19 +61,19 @@ func suiteImages(ctx context.Context, binDir, work string) ([]realnode.Image, er
 		busybox, pause, agnhost, nginx, glibcDNS,
 		// The previous agnhost, which specs use as a second image (an image
 		// update): the same binary, told apart by a file of its own.
-		with(agnhost, agnhostPrevImage, realnode.File{Path: "/VERSION", Content: []byte("2.55 (built here: the 2.66.1 binary)\n")}),
-		{Name: nonRootImage, Files: base, Cmd: []string{"sh"}, User: "1234"},
-		{Name: nonewprivsImage, Files: append(append([]realnode.File(nil), base...),
+		with(agnhost, AgnhostPrevImage, realnode.File{Path: "/VERSION", Content: []byte("2.55 (built here: the 2.66.1 binary)\n")}),
+		{Name: NonRootImage, Files: base, Cmd: []string{"sh"}, User: "1234"},
+		{Name: NonewprivsImage, Files: append(append([]realnode.File(nil), base...),
 			realnode.File{Path: "/usr/local/bin/nnp", Source: filepath.Join(files, "nnp"), Mode: 0o4755}), Cmd: []string{"nnp"}},
-		withCmd(with(agnhost, kittenImage,
+		withCmd(with(agnhost, KittenImage,
 			realnode.File{Path: "/kitten.jpg", Source: filepath.Join(files, "kitten", "kitten.jpg")},
 			realnode.File{Path: "/data.json", Source: filepath.Join(files, "kitten", "data.json")}), "test-webserver"),
-		withCmd(with(agnhost, nautilusImage,
+		withCmd(with(agnhost, NautilusImage,
 			realnode.File{Path: "/nautilus.jpg", Source: filepath.Join(files, "nautilus", "nautilus.jpg")},
 			realnode.File{Path: "/data.json", Source: filepath.Join(files, "nautilus", "data.json")}), "test-webserver"),
 		// The device plugin specs' plugin (test/images/sample-device-plugin,
 		// on busybox instead of alpine).
-		{Name: devicePluginImage, Files: append(append([]realnode.File(nil), base...),
+		{Name: DevicePluginImage, Files: append(append([]realnode.File(nil), base...),
 			realnode.File{Path: "/sampledeviceplugin", Source: filepath.Join(binDir, "sample-device-plugin"), Mode: 0o755}),
 			Entrypoint: []string{"/sampledeviceplugin", "-alsologtostderr"}},
 	}, nil
@@ -127,7 +127,7 @@ func agnhostFiles(ctx context.Context, base []realnode.File, binDir string, paus
 		}
 		files = append(files, more...)
 	}
-	return realnode.Image{Name: agnhostImage, Files: dedupe(files), Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}, nil
+	return realnode.Image{Name: AgnhostImage, Files: dedupe(files), Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}, nil
 }
 
 // nginxConf serves /usr/share/nginx/html on port 80, as upstream's nginx
@@ -166,7 +166,7 @@ func nginxFiles(ctx context.Context, base []realnode.File, binDir string) (realn
 		realnode.File{Path: "/var/lib/nginx", Dir: true},
 		realnode.File{Path: "/run", Dir: true},
 	)
-	return realnode.Image{Name: nginxImage, Files: dedupe(files), Cmd: []string{"nginx", "-g", "daemon off;"}}, nil
+	return realnode.Image{Name: NginxImage, Files: dedupe(files), Cmd: []string{"nginx", "-g", "daemon off;"}}, nil
 }
 
 // glibcDNSFiles is the glibc-dns-testing image, in which specs run
@@ -180,7 +180,7 @@ func glibcDNSFiles(ctx context.Context, base []realnode.File) (realnode.Image, e
 		return realnode.Image{}, err
 	}
 	files = append(files, realnode.File{Path: "/etc/nsswitch.conf", Content: []byte("passwd: files\ngroup: files\nhosts: files dns\n")})
-	return realnode.Image{Name: glibcDNSImage, Files: dedupe(append(files, base...)), Cmd: []string{"sh"}}, nil
+	return realnode.Image{Name: GlibcDNSImage, Files: dedupe(append(files, base...)), Cmd: []string{"sh"}}, nil
 }
 
 // hostProgram is the files of this machine's program name (Debian's
