@@ -11,7 +11,7 @@ GOTESTFLAGS     ?= -race -count=1 -timeout 30m
 export PATH     := $(BIN):$(PATH)
 export CSI_SANITY := $(BIN)/csi-sanity
 
-.PHONY: kubelet-fork kubelet-fork-src lint-fork test-fork all build test unit fuzz bench bench-compare bench-objects bench-scale demo nodeagent-static lint deps tools clean testenv-bins integration test-kubelet conformance-bins conformance-e2e-node conformance-ginkgo conformance-kubelet conformance-agnhost lint-conformance test-conformance test-node-conformance
+.PHONY: kubelet-fork kubelet-fork-src lint-fork test-fork all build test unit fuzz bench bench-compare bench-objects bench-scale demo nodeagent-static lint deps tools clean testenv-bins integration test-kubelet conformance-bins storage-suites-bins conformance-e2e-node conformance-ginkgo conformance-kubelet conformance-agnhost lint-conformance test-conformance test-node-conformance test-storage-suites
 
 all: build
 
@@ -28,7 +28,7 @@ deps:
 		missing=""; \
 		for c in mkfs.ext4:e2fsprogs resize2fs:e2fsprogs mkfs.xfs:xfsprogs xfs_growfs:xfsprogs losetup:util-linux mount:mount blkid:util-linux \
 			nsenter:util-linux ip:iproute2 /usr/bin/containerd:containerd /usr/sbin/runc:runc \
-			/usr/lib/cni/loopback:containernetworking-plugins /usr/lib/cni/bridge:containernetworking-plugins curl:curl; do \
+			/usr/lib/cni/loopback:containernetworking-plugins /usr/lib/cni/bridge:containernetworking-plugins curl:curl iptables:iptables; do \
 			command -v $${c%%:*} >/dev/null 2>&1 || missing="$$missing $${c##*:}"; \
 		done; \
 		busybox --list 2>/dev/null | grep -qx sh && ! ldd /bin/busybox >/dev/null 2>&1 || missing="$$missing busybox-static"; \
@@ -224,6 +224,25 @@ $(CONF_CACHE)/agnhost:
 		CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w -X main.Version=$$v" -o $@.tmp $(CONF_AGNHOST)
 	mv $@.tmp $@
 
+# What a run of Kubernetes' cluster storage suites needs beside
+# conformance-bins, built the same way from the conformance module into
+# the same cache: e2e.test (test/e2e: the [sig-storage] testsuites; go
+# test -c, -vet=off), kube-controller-manager and kube-scheduler (the
+# one-node cluster's control plane beside testenv's API server) and
+# kubectl (the suites write and read volumes through it). Not part of make
+# test; cold times in docs/STORAGE-SUITES.md.
+storage-suites-bins: conformance-bins $(CONF_CACHE)/e2e.test $(CONF_CACHE)/kube-controller-manager $(CONF_CACHE)/kube-scheduler $(CONF_CACHE)/kubectl
+
+$(CONF_CACHE)/e2e.test:
+	@mkdir -p $(@D)
+	cd conformance && $(GO) test -c -vet=off -trimpath -ldflags='$(CONF_LDFLAGS)' -o $@.tmp k8s.io/kubernetes/test/e2e
+	mv $@.tmp $@
+
+$(CONF_CACHE)/kube-controller-manager $(CONF_CACHE)/kube-scheduler $(CONF_CACHE)/kubectl:
+	@mkdir -p $(@D)
+	cd conformance && CGO_ENABLED=0 $(GO) build -trimpath -ldflags='$(CONF_LDFLAGS)' -o $@.tmp k8s.io/kubernetes/cmd/$(@F)
+	mv $@.tmp $@
+
 # Kubernetes' node conformance suite (e2e_node.test v1.37.2) judging the
 # stock kubelet v1.37.2 and the fork, one after the other, on the same real
 # node (testenv/cmd/node-conformance: containerd and runc in a network
@@ -264,6 +283,29 @@ test-node-conformance: deps conformance-bins kubelet-fork
 	$(call NODE_RUN,fork) -kubelet $(BIN)/kubelet
 	cd conformance && $(GO) run ./cmd/conformance-report -stock $(call NODE_JSON,stock) -fork $(call NODE_JSON,fork) \
 		-reasons e2e_node.reasons -markdown ../docs/conformance/node-$(NODE_SUITE).md -summary $(NODE_OUT)/summary.json
+
+# Kubernetes' cluster storage suites (e2e.test v1.37.2, its [sig-storage]
+# testsuites) judging the stock kubelet v1.37.2 and the fork, one after the
+# other, each the node of a one-node cluster made on this machine
+# (testenv/cmd/storage-suites: testenv's API server, the controller
+# manager and scheduler, containerd and runc, in network, mount and PID
+# namespaces of its own); then the two runs compared spec for spec into
+# docs/conformance/storage-$(STORAGE_SET).md (conformance-report, which
+# fails when a spec passes on stock and not on the fork). STORAGE_SET
+# names the specs: default (the in-tree drivers that apply to one node, as
+# upstream's presubmit storage jobs run them) or all (with the slow and
+# serial specs); STORAGE_PROCS the parallel ginkgo processes. Root only.
+# Not part of make test; times in docs/STORAGE-SUITES.md.
+STORAGE_SET   ?= default
+STORAGE_PROCS ?= 4
+STORAGE_OUT   ?= $(CURDIR)/_output/storage-suites/$(STORAGE_SET)
+STORAGE_RUN    = $(BIN)/storage-suites -set $(STORAGE_SET) -procs $(STORAGE_PROCS) -bin-dir $(CONF_CACHE) -testenv-dir $(TESTENV_CACHE) -out $(STORAGE_OUT) -name $(1)
+test-storage-suites: deps storage-suites-bins testenv-bins kubelet-fork
+	$(GO) build -o $(BIN)/storage-suites ./testenv/cmd/storage-suites
+	$(call STORAGE_RUN,stock) -kubelet $(CONF_CACHE)/kubelet
+	$(call STORAGE_RUN,fork) -kubelet $(BIN)/kubelet
+	cd conformance && $(GO) run ./cmd/conformance-report -stock $(STORAGE_OUT)/stock.json -fork $(STORAGE_OUT)/fork.json \
+		-reasons e2e.reasons -markdown ../docs/conformance/storage-$(STORAGE_SET).md -summary $(STORAGE_OUT)/summary.json
 
 # What the suite's other images hold beside a binary, from their source
 # (test/images): the porter's certificate and key in agnhost, kitten's and

@@ -1,22 +1,28 @@
 // Module conformance judges kubelets against Kubernetes' own test suites:
 // it builds the node conformance suite (k8s.io/kubernetes/test/e2e_node,
-// run by the ginkgo CLI) and the binaries a run needs (the stock kubelet,
-// agnhost), and compares the runs of the stock kubelet and of nodevol's
+// run by the ginkgo CLI), the cluster storage suites
+// (k8s.io/kubernetes/test/e2e) and the binaries their runs need (the stock
+// kubelet, agnhost, a cluster's controller manager, scheduler and
+// kubectl), and compares the runs of the stock kubelet and of nodevol's
 // fork (kubeletfork/) spec for spec (package report, command
-// conformance-report). It will also hold the runner of the cluster storage
-// suites (k8s.io/kubernetes/test/e2e). A separate module, so that nodevol
-// never requires k8s.io/kubernetes; make conformance-bins builds its
-// binaries into the cache directory. It requires nothing of nodevol's, so
-// that the stock kubelet and the suites are built with the dependencies
-// k8s.io/kubernetes v1.37.2 itself selects (the runs' runner, which needs
-// no Kubernetes code, is nodevol's testenv/cmd/node-conformance).
+// conformance-report). A separate module, so that nodevol never requires
+// k8s.io/kubernetes; make conformance-bins and storage-suites-bins build
+// its binaries into the cache directory. It requires nothing of nodevol's,
+// so that the stock kubelet and the suites are built with the dependencies
+// k8s.io/kubernetes v1.37.2 itself selects (the runs' runners, which need
+// no Kubernetes code, are nodevol's testenv/cmd/node-conformance and
+// storage-suites).
 module github.com/nodevol/nodevol/conformance
 
 go 1.26.0
 
-// The binaries make conformance-bins builds from this module's graph.
+// The binaries make conformance-bins and storage-suites-bins build from
+// this module's graph.
 tool (
 	github.com/onsi/ginkgo/v2/ginkgo
+	k8s.io/kubernetes/cmd/kube-controller-manager
+	k8s.io/kubernetes/cmd/kube-scheduler
+	k8s.io/kubernetes/cmd/kubectl
 	k8s.io/kubernetes/cmd/kubelet
 	k8s.io/kubernetes/test/images/agnhost
 )
@@ -31,6 +37,7 @@ require (
 	github.com/opencontainers/cgroups v0.0.7
 	github.com/opencontainers/selinux v1.15.1
 	github.com/spf13/pflag v1.0.10
+	go.yaml.in/yaml/v2 v2.4.4
 	golang.org/x/sys v0.47.0
 	google.golang.org/grpc v1.82.1
 	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af
@@ -124,6 +131,7 @@ require (
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/liggitt/tabwriter v0.0.0-20181228230101-89fcab3d43de // indirect
+	github.com/lithammer/dedent v1.1.0 // indirect
 	github.com/mitchellh/go-wordwrap v1.0.1 // indirect
 	github.com/moby/spdystream v0.5.1 // indirect
 	github.com/moby/sys/mountinfo v0.7.2 // indirect
@@ -149,6 +157,7 @@ require (
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/soheilhy/cmux v0.1.5 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
+	github.com/stretchr/objx v0.5.3 // indirect
 	github.com/stretchr/testify v1.11.1 // indirect
 	github.com/tmc/grpc-websocket-proxy v0.0.0-20220101234140-673ab2c3ae75 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
@@ -172,9 +181,9 @@ require (
 	go.opentelemetry.io/otel/sdk v1.44.0 // indirect
 	go.opentelemetry.io/otel/trace v1.44.0 // indirect
 	go.opentelemetry.io/proto/otlp v1.10.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.27.1 // indirect
-	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.4 // indirect
 	golang.org/x/crypto v0.54.0 // indirect
 	golang.org/x/exp v0.0.0-20260410095643-746e56fc9e2f // indirect
@@ -208,10 +217,12 @@ require (
 	k8s.io/kube-proxy v0.0.0 // indirect
 	k8s.io/kube-scheduler v0.0.0 // indirect
 	k8s.io/metrics v0.37.2 // indirect
+	k8s.io/sample-apiserver v0.0.0 // indirect
 	k8s.io/streaming v0.37.2 // indirect
 	sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.36.0 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/kustomize/api v0.21.1 // indirect
+	sigs.k8s.io/kustomize/kustomize/v5 v5.8.1 // indirect
 	sigs.k8s.io/kustomize/kyaml v0.21.1 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect

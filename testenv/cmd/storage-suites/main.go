@@ -1,0 +1,349 @@
+// Command storage-suites runs the [sig-storage] testsuites of Kubernetes'
+// cluster e2e suite (e2e.test, built from k8s.io/kubernetes v1.37.2 by make
+// storage-suites-bins) against a one-node cluster made on this machine
+// around one kubelet, as upstream certifies a volume plugin, and writes
+// the suite's ginkgo JSON report:
+//
+//	storage-suites -kubelet bin/kubelet -name fork -bin-dir ~/.cache/nodevol-conformance/v1.37.2 \
+//		-out /tmp/storage-suites [-set default] [-focus re] [-skip re] [-procs 4]
+//
+// The cluster: testenv's etcd and kube-apiserver (Node and RBAC
+// authorization, the ServiceAccount and NodeRestriction admission plugins),
+// kube-controller-manager with every default controller, kube-scheduler,
+// all v1.37.2, and the kubelet judged, on a real node (package realnode:
+// containerd and runc, the images upstream's suites run built here under
+// their names, nothing ever pulled from outside). The kubernetes Service's
+// address reaches the API server from the pods through one DNAT rule, in
+// place of kube-proxy: the suites' pods use no other Service.
+//
+// Everything runs in namespaces of the run's own: a network namespace with
+// a veth pair (the node's address is the pair's node end: the API server
+// will not proxy to a loopback node address, and exec and logs go through
+// it), nothing added to the host's interfaces, no route out; a mount
+// namespace, where a directory of the run's is the kubelet's root at
+// /var/lib/kubelet, the path the suites assume; and a PID namespace, so
+// that the suites' host-exec pods, which enter "the host's" mount
+// namespace through /proc/1/ns/mnt to make local volumes' directories,
+// mounts and loop devices, enter the run's.
+//
+// It writes {out}/{name}.json (the report), {out}/{name}.log (ginkgo's
+// output) and {out}/{name}-logs/ (the components' and containerd's logs),
+// and exits 0 once the report is written, whatever the specs' outcomes:
+// conformance-report compares two runs. It exits 1 when the run could not
+// be made or left something behind.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodevol/nodevol/testenv"
+	"github.com/nodevol/nodevol/testenv/internal/noderun"
+	"github.com/nodevol/nodevol/testenv/kubelettest"
+	"github.com/nodevol/nodevol/testenv/realnode"
+)
+
+// The node's network: the pair's addresses, and the pods' subnet on a
+// bridge inside the node's namespace; the node's name.
+const (
+	netnsName = "nodevol-sto"
+	podSubnet = "10.101.0.0/24"
+	nodeName  = "storage-node"
+)
+
+var (
+	hostAddr = netip.MustParsePrefix("10.231.0.1/30")
+	nodeAddr = netip.MustParsePrefix("10.231.0.2/30")
+)
+
+// kubernetesService is the kubernetes Service's address and port in
+// testenv's service range (10.0.0.0/24): in-cluster clients connect there.
+const kubernetesService = "10.0.0.1:443"
+
+// options are the command's flags.
+type options struct {
+	kubelet, name, binDir, testenvDir, out string
+	focus, skip                            string
+	procs                                  int
+	timeout                                time.Duration
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.kubelet, "kubelet", "", "the kubelet binary to judge (required)")
+	flag.StringVar(&o.name, "name", "", "the run's name, for its files: stock or fork (required)")
+	flag.StringVar(&o.binDir, "bin-dir", "", "directory of e2e.test, ginkgo, kube-controller-manager, kube-scheduler, kubectl and the images' binaries (make storage-suites-bins; required)")
+	flag.StringVar(&o.testenvDir, "testenv-dir", "", "directory of kube-apiserver and etcd (make testenv-bins; default testenv's)")
+	flag.StringVar(&o.out, "out", "", "directory for the report and logs (required)")
+	setName := flag.String("set", "default", "the specs to run: default or all")
+	flag.StringVar(&o.focus, "focus", "", "ginkgo --focus (default: the set's)")
+	flag.StringVar(&o.skip, "skip", "", "ginkgo --skip (default: the set's)")
+	flag.IntVar(&o.procs, "procs", 4, "ginkgo processes (parallel specs; serial specs run alone)")
+	flag.DurationVar(&o.timeout, "timeout", 3*time.Hour, "the suite's time limit")
+	flag.Parse()
+	if o.kubelet == "" || o.name == "" || o.binDir == "" || o.out == "" || flag.NArg() > 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	set, err := lookupSet(*setName)
+	if err != nil {
+		log.Print(err)
+		os.Exit(2)
+	}
+	if o.focus == "" {
+		o.focus = set.focus
+	}
+	if o.skip == "" {
+		o.skip = set.skip
+	}
+	if !noderun.InNamespaces() {
+		os.Exit(outside())
+	}
+	if code, ok := noderun.RunAsInit(); ok {
+		os.Exit(code)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		log.Printf("storage-suites %s: %v", o.name, err)
+		os.Exit(1)
+	}
+}
+
+// outside makes the node's network namespace, runs this command again in
+// it and in mount and PID namespaces of its own, removes the namespace
+// and returns the run's exit code.
+func outside() int {
+	if os.Geteuid() != 0 {
+		log.Print("a storage suites run needs root")
+		return 1
+	}
+	if m := realnode.Missing(); m != "" {
+		log.Printf("this machine lacks the packages %s (make deps installs them as root)", m)
+		return 1
+	}
+	ctx := context.Background()
+	// A run killed before its clean-up leaves the namespace's name
+	// behind: the name is the runner's own and a network namespace holds
+	// no data.
+	if found, err := realnode.DeleteNetNS(ctx, netnsName); err != nil {
+		log.Printf("removing the network namespace %s an earlier run left: %v", netnsName, err)
+		return 1
+	} else if found {
+		log.Printf("removed the network namespace %s an earlier run left", netnsName)
+	}
+	ns, err := realnode.NewNetNS(ctx, realnode.NetNSOptions{Name: netnsName, HostAddr: hostAddr, NodeAddr: nodeAddr})
+	if err != nil {
+		log.Print(err)
+		return 1
+	}
+	code := noderun.Reexec(ns.Path, true)
+	if err := ns.Delete(ctx); err != nil {
+		log.Print(err)
+		return 1
+	}
+	return code
+}
+
+// run makes the cluster, runs the suite on it and takes it down.
+func run(ctx context.Context, o options) (err error) {
+	for _, p := range []*string{&o.kubelet, &o.binDir, &o.out} {
+		if *p, err = filepath.Abs(*p); err != nil {
+			return err
+		}
+	}
+	logs := filepath.Join(o.out, o.name+"-logs")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "ss-")
+	if err != nil {
+		return err
+	}
+	// Everything made below is taken down in reverse, whatever happened;
+	// what could not be is the run's error.
+	var undo []func() error
+	defer func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			err = errors.Join(err, undo[i]())
+		}
+	}()
+	undo = append(undo, func() error { return noderun.RemoveWork(work) })
+	if err := noderun.ShareMounts(); err != nil {
+		return err
+	}
+	root, err := noderun.KubeletRootIn(work)
+	if err != nil {
+		return err
+	}
+	undo = append(undo, root)
+
+	images, err := noderun.SuiteImages(ctx, o.binDir, work)
+	if err != nil {
+		return err
+	}
+	mirror, stopRegistry, err := noderun.ServeRegistry(nodeAddr.Addr(), images)
+	if err != nil {
+		return err
+	}
+	undo = append(undo, stopRegistry)
+	runContainerd, unmountRun, err := noderun.RunContainerdIn(work)
+	if err != nil {
+		return err
+	}
+	undo = append(undo, unmountRun)
+	rt, err := realnode.Start(ctx, realnode.Options{Dir: filepath.Join(work, "rt"), PodSubnet: podSubnet, Images: images, Mirror: mirror})
+	if err != nil {
+		return err
+	}
+	undo = append(undo, func() error {
+		_ = noderun.CopyFile(rt.Log(), filepath.Join(logs, "containerd.log"))
+		return rt.Stop(context.WithoutCancel(ctx))
+	})
+	if err := os.Symlink(strings.TrimPrefix(rt.Endpoint, "unix://"), filepath.Join(runContainerd, filepath.Base(noderun.CadvisorContainerd))); err != nil {
+		return err
+	}
+
+	env, err := testenv.Start(ctx, testenv.Options{
+		BinDir:                  o.testenvDir,
+		AuthorizationModes:      []string{"Node", "RBAC"},
+		EnableAdmissionPlugins:  []string{"NodeRestriction"},
+		DisableAdmissionPlugins: []string{},
+		// The API server reaches the node (exec, logs, the node proxy) at
+		// its address, never its name, which no DNS here knows.
+		APIServerArgs: []string{"--bind-address=0.0.0.0", "--advertise-address=" + nodeAddr.Addr().String(),
+			"--kubelet-preferred-address-types=InternalIP"},
+	})
+	if err != nil {
+		return err
+	}
+	undo = append(undo, env.Stop)
+	if err := serviceRoute(ctx, env.Port()); err != nil {
+		return err
+	}
+	admin := filepath.Join(work, "admin.kubeconfig")
+	if err := env.WriteKubeconfig(admin, env.Config()); err != nil {
+		return err
+	}
+	nodeCfg, err := kubelettest.NodeConfig(env, nodeName)
+	if err != nil {
+		return err
+	}
+	nodeKubeconfig := filepath.Join(work, "node.kubeconfig")
+	if err := env.WriteKubeconfig(nodeKubeconfig, nodeCfg); err != nil {
+		return err
+	}
+	var components []*process
+	stopAll := func() error {
+		var errs []error
+		for i := len(components) - 1; i >= 0; i-- {
+			errs = append(errs, components[i].stop())
+		}
+		return errors.Join(errs...)
+	}
+	undo = append(undo, stopAll)
+	for _, c := range []struct {
+		name string
+		argv []string
+	}{
+		{"kube-controller-manager", append([]string{filepath.Join(o.binDir, "kube-controller-manager")}, controllerManagerArgs(env, admin)...)},
+		{"kube-scheduler", append([]string{filepath.Join(o.binDir, "kube-scheduler")}, schedulerArgs(admin)...)},
+	} {
+		p, err := start(c.name, logs, c.argv)
+		if err != nil {
+			return err
+		}
+		components = append(components, p)
+	}
+	config := filepath.Join(work, "kubelet.yaml")
+	if err := os.WriteFile(config, fmt.Appendf(nil, kubeletConfig, rt.Endpoint, podSubnet), 0o644); err != nil {
+		return err
+	}
+	kubelet, err := start("kubelet", logs, []string{o.kubelet,
+		"--config=" + config, "--kubeconfig=" + nodeKubeconfig, "--hostname-override=" + nodeName,
+		"--node-ip=" + nodeAddr.Addr().String(), "--root-dir=" + noderun.KubeletRoot, "--v=2"})
+	if err != nil {
+		return err
+	}
+	components = append(components, kubelet)
+	client, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		return err
+	}
+	if err := waitReady(ctx, client, nodeName, components...); err != nil {
+		return err
+	}
+	// After the suite, and before the kubelet stops, every pod goes.
+	undo = append(undo, func() error { return drain(context.WithoutCancel(ctx), client) })
+
+	cmd, err := suiteCommand(ctx, o, admin, logs)
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	log.Printf("storage-suites %s: running %s", o.name, strings.Join(cmd.Args, " "))
+	runErr := cmd.Run()
+	log.Printf("storage-suites %s: the suite ran for %v (%v)", o.name, time.Since(started).Round(time.Second), runErr)
+	if _, err := os.Stat(filepath.Join(o.out, o.name+".json")); err != nil {
+		return fmt.Errorf("the suite wrote no report (%v): %w", runErr, err)
+	}
+	return nil
+}
+
+// serviceRoute sends what the node and its pods send to the kubernetes
+// Service to the API server, on the node's address: kube-proxy's one rule
+// the suites need, in the node's network namespace alone.
+func serviceRoute(ctx context.Context, apiPort int) error {
+	to := netip.AddrPortFrom(nodeAddr.Addr(), uint16(apiPort)).String()
+	svc := netip.MustParseAddrPort(kubernetesService)
+	for _, chain := range []string{"PREROUTING", "OUTPUT"} {
+		args := []string{"-w", "-t", "nat", "-A", chain, "-d", svc.Addr().String() + "/32", "-p", "tcp",
+			"--dport", fmt.Sprint(svc.Port()), "-j", "DNAT", "--to-destination", to}
+		if out, err := exec.CommandContext(ctx, "iptables", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("iptables %s: %w: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
+}
+
+// suiteCommand is ginkgo running e2e.test against the cluster.
+func suiteCommand(ctx context.Context, o options, kubeconfig, logs string) (*exec.Cmd, error) {
+	ginkgo := []string{filepath.Join(o.binDir, "ginkgo"), "--procs", fmt.Sprint(o.procs), "--timeout", o.timeout.String(),
+		"--no-color", "--output-dir", o.out, "--json-report", o.name + ".json", "--focus", o.focus}
+	if o.skip != "" {
+		ginkgo = append(ginkgo, "--skip", o.skip)
+	}
+	ginkgo = append(ginkgo, filepath.Join(o.binDir, "e2e.test"), "--",
+		"--kubeconfig="+kubeconfig,
+		"--provider=skeleton",
+		"--kubectl-path="+filepath.Join(o.binDir, "kubectl"),
+		"--report-dir="+logs,
+		"--disable-log-dump",
+	)
+	out, err := os.Create(filepath.Join(o.out, o.name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, ginkgo[0], ginkgo[1:]...)
+	cmd.Dir = logs
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(out, os.Stdout), io.MultiWriter(out, os.Stderr)
+	// Interrupted, ginkgo gets SIGINT (it reports and stops its
+	// processes) and SIGKILL a minute later.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = time.Minute
+	return cmd, nil
+}
