@@ -230,7 +230,7 @@ $(CONF_CACHE)/agnhost:
 # test -c, -vet=off), kube-controller-manager and kube-scheduler (the
 # one-node cluster's control plane beside testenv's API server) and
 # kubectl (the suites write and read volumes through it). Not part of make
-# test; cold times in docs/STORAGE-SUITES.md.
+# test; build times in docs/STORAGE-SUITES.md.
 storage-suites-bins: conformance-bins $(CONF_CACHE)/e2e.test $(CONF_CACHE)/kube-controller-manager $(CONF_CACHE)/kube-scheduler $(CONF_CACHE)/kubectl
 
 $(CONF_CACHE)/e2e.test:
