@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/nodevol/nodevol/csiplugin/csitest"
+)
+
+// TestFlagsIgnoreOthers: a part takes its own flags and skips the ones
+// upstream's program has that it does not.
+func TestFlagsIgnoreOthers(t *testing.T) {
+	f := newFlags("x")
+	addr := f.String("csi-address", "", "")
+	if err := f.parse([]string{"--v=5", "--csi-address=/csi/csi.sock", "-timeout=1m", "--leader-election"}); err != nil {
+		t.Fatal(err)
+	}
+	if *addr != "/csi/csi.sock" {
+		t.Errorf("csi-address %q, want /csi/csi.sock", *addr)
+	}
+}
+
+// TestSplice: each client connection on the unix socket is paired with
+// the next connection on the driver's port, in order, both ways, as the
+// e2e suite's proxy expects (it connects to the port ahead of any client).
+func TestSplice(t *testing.T) {
+	dir := csitest.SocketDir(t)
+	clients, err := net.Listen("unix", filepath.Join(dir, "csi.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	driver, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- splice(ctx, clients, driver) }()
+
+	// The suite's side: two connections made before any client.
+	var remotes []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", driver.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		remotes = append(remotes, c)
+	}
+	for i, remote := range remotes {
+		client, err := net.Dial("unix", filepath.Join(dir, "csi.sock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		fmt.Fprintf(client, "ping %d\n", i)
+		got, err := bufio.NewReader(remote).ReadString('\n')
+		if err != nil || got != fmt.Sprintf("ping %d\n", i) {
+			t.Fatalf("pair %d: the driver's side read %q (%v)", i, got, err)
+		}
+		fmt.Fprintf(remote, "pong %d\n", i)
+		got, err = bufio.NewReader(client).ReadString('\n')
+		if err != nil || got != fmt.Sprintf("pong %d\n", i) {
+			t.Fatalf("pair %d: the client read %q (%v)", i, got, err)
+		}
+	}
+	// A client that closes closes its pair.
+	remotes[0].Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("splice after ctx ended: %v", err)
+	}
+	if _, err := io.ReadAll(remotes[1]); err != nil {
+		t.Errorf("the second pair after ctx ended: %v, want it closed", err)
+	}
+}
+
+// TestRegistrar plays the kubelet against the registrar part: it finds
+// the registration socket named after the driver's own name, gets the
+// driver's node socket in GetInfo, and /healthz turns ok once the kubelet
+// says it registered the driver.
+func TestRegistrar(t *testing.T) {
+	drv := csitest.New(t, csitest.Options{DriverName: "csi-mock-e2e"})
+	regDir := csitest.SocketDir(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	health := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- registrar(ctx, []string{"--v=5", "--csi-address=" + drv.Endpoint(),
+			"--kubelet-registration-path=/var/lib/kubelet/plugins/csi-mock/csi.sock",
+			"--plugin-registration-path=" + regDir, "--http-endpoint=" + health, "--timeout=1m"})
+	}()
+	sock := filepath.Join(regDir, "csi-mock-e2e-reg.sock")
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	reg := registerapi.NewRegistrationClient(conn)
+	var info *registerapi.PluginInfo
+	waitFor(t, "GetInfo on "+sock, func() bool {
+		info, err = reg.GetInfo(ctx, &registerapi.InfoRequest{})
+		return err == nil
+	})
+	if info.Name != "csi-mock-e2e" || info.Endpoint != "/var/lib/kubelet/plugins/csi-mock/csi.sock" || info.Type != registerapi.CSIPlugin {
+		t.Errorf("GetInfo %+v, want the driver's name, its node socket and type CSIPlugin", info)
+	}
+	if code := healthz(t, health); code != http.StatusInternalServerError {
+		t.Errorf("/healthz before the kubelet registered the driver: %d, want 500", code)
+	}
+	if _, err := reg.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "/healthz ok", func() bool { return healthz(t, health) == http.StatusOK })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("the registrar after ctx ended: %v", err)
+	}
+}
+
+// TestLivenessProbe: /healthz is ok while the driver answers Probe.
+func TestLivenessProbe(t *testing.T) {
+	drv := csitest.New(t, csitest.Options{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	health := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- livenessProbe(ctx, []string{"--csi-address=" + drv.Endpoint(), "--http-endpoint=" + health}) }()
+	waitFor(t, "/healthz ok", func() bool { return healthz(t, health) == http.StatusOK })
+	drv.Stop()
+	waitFor(t, "/healthz failing with the driver gone", func() bool { return healthz(t, health) == http.StatusInternalServerError })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHostpathRefusesDriverMode: without --proxy-endpoint the part
+// refuses, rather than pretend to be the CSI hostpath driver.
+func TestHostpathRefusesDriverMode(t *testing.T) {
+	if err := hostpathProxy(t.Context(), []string{"--drivername=hostpath.csi.k8s.io", "--endpoint=unix:///csi/csi.sock"}); err == nil {
+		t.Fatal("hostpathplugin without --proxy-endpoint ran")
+	}
+}
+
+// healthz is the status of GET /healthz on addr, 0 when it does not answer.
+func healthz(t *testing.T, addr string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// waitFor polls cond every 10 ms for up to 30 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
