@@ -287,6 +287,19 @@ func run(ctx context.Context, o options) (err error) {
 	if err := waitReady(ctx, client, nodeName, components...); err != nil {
 		return err
 	}
+	localBefore, err := localDriverDirs(localDriverGlob)
+	if err != nil {
+		return err
+	}
+	// Once the pods have gone (below), what the local volume specs left.
+	undo = append(undo, func() error {
+		cleaned, err := cleanLocalDriverLeftovers(localDriverGlob, localBefore)
+		if len(cleaned) > 0 {
+			log.Printf("storage-suites %s: left by the local volume specs, taken down: %v", o.name, cleaned)
+		}
+		return err
+	})
+
 	// After the suite, and before the kubelet stops, every pod goes.
 	undo = append(undo, func() error { return drain(context.WithoutCancel(ctx), client) })
 

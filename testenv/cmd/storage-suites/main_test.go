@@ -1,8 +1,15 @@
 package main
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/nodevol/nodevol/internal/roottest"
 )
 
 // TestSpecSets checks each set's expressions against spec texts of the
@@ -36,5 +43,56 @@ func TestSpecSets(t *testing.T) {
 	}
 	if _, err := lookupSet("nope"); err == nil {
 		t.Error("lookupSet(nope): no error")
+	}
+}
+
+// TestCleanLocalDriverLeftovers: what the local volume specs made during a
+// run and left (an interrupted spec) is taken down: the loop device on a
+// backing file in a new directory detached, empty new directories
+// removed; a directory that holds a file stays and is the error; one that
+// was there before the run is not touched.
+func TestCleanLocalDriverLeftovers(t *testing.T) {
+	roottest.Require(t)
+	base := t.TempDir()
+	glob := filepath.Join(base, "local-driver-*")
+	old := filepath.Join(base, "local-driver-old")
+	if err := os.Mkdir(old, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before, err := localDriverDirs(glob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty, withFile := filepath.Join(base, "local-driver-a"), filepath.Join(base, "local-driver-b")
+	for _, d := range []string{empty, withFile} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	backing := filepath.Join(withFile, "file")
+	if err := os.WriteFile(backing, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("losetup", "-f", "--show", backing).Output()
+	if err != nil {
+		t.Fatalf("losetup: %v", err)
+	}
+	dev := strings.TrimSpace(string(out))
+	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
+
+	cleaned, err := cleanLocalDriverLeftovers(glob, before)
+	if err == nil || !strings.Contains(err.Error(), withFile) {
+		t.Errorf("error %v, want one naming %s, which holds a file", err, withFile)
+	}
+	if want := []string{dev + " (" + backing + ")", empty}; !slices.Equal(cleaned, want) {
+		t.Errorf("cleaned %q, want %q", cleaned, want)
+	}
+	if data, err := os.ReadFile("/sys/block/" + filepath.Base(dev) + "/loop/backing_file"); err == nil {
+		t.Errorf("%s still backed by %s", dev, data)
+	}
+	for d, want := range map[string]bool{old: true, empty: false, withFile: true} {
+		if _, err := os.Stat(d); (err == nil) != want {
+			t.Errorf("%s there: %v, want %v", d, err == nil, want)
+		}
 	}
 }
