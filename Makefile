@@ -231,7 +231,44 @@ $(CONF_CACHE)/agnhost:
 # one-node cluster's control plane beside testenv's API server) and
 # kubectl (the suites write and read volumes through it). Not part of make
 # test; build times in docs/STORAGE-SUITES.md.
-storage-suites-bins: conformance-bins $(CONF_CACHE)/e2e.test $(CONF_CACHE)/kube-controller-manager $(CONF_CACHE)/kube-scheduler $(CONF_CACHE)/kubectl
+storage-suites-bins: conformance-bins $(CONF_CACHE)/e2e.test $(CONF_CACHE)/kube-controller-manager $(CONF_CACHE)/kube-scheduler $(CONF_CACHE)/kubectl \
+	$(foreach s,$(CSI_SIDECARS),$(CONF_CACHE)/csi/$(word 3,$(subst :, ,$(s)))) $(CONF_CACHE)/csi/hostpathplugin $(CONF_CACHE)/csi/crd/.done
+
+# The kubernetes-csi sidecars the suites' CSI drivers deploy (the versions
+# test/e2e/testing-manifests/storage-csi names in v1.37.2), each built from
+# its module as the module proxy serves it, in its own directory with its
+# own go.mod (their replace directives rule out go install), static:
+# module@version:package:binary. node-driver-registrar and livenessprobe,
+# which no module proxy serves, are played by testenv/cmd/csi-standins
+# (the runner builds it), csi-driver-host-path's hostpathplugin by
+# conformance/cmd/hostpathplugin.
+CSI_SIDECARS := \
+	github.com/kubernetes-csi/external-provisioner/v6@v6.3.0:./cmd/csi-provisioner:csi-provisioner \
+	github.com/kubernetes-csi/external-attacher/v4@v4.12.0:./cmd/csi-attacher:csi-attacher \
+	github.com/kubernetes-csi/external-resizer/v2@v2.2.0:./cmd/csi-resizer:csi-resizer \
+	github.com/kubernetes-csi/external-snapshotter/v8@v8.6.0:./cmd/csi-snapshotter:csi-snapshotter
+define CSI_SIDECAR_RULE
+$(CONF_CACHE)/csi/$(word 3,$(subst :, ,$(1))):
+	@mkdir -p $$(@D)
+	d=$$$$($(GO) mod download -json $(word 1,$(subst :, ,$(1))) | sed -n 's/^\t"Dir": "\(.*\)",$$$$/\1/p') && test -n "$$$$d" && \
+		cd "$$$$d" && CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $$@.tmp $(word 2,$(subst :, ,$(1)))
+	mv $$@.tmp $$@
+endef
+$(foreach s,$(CSI_SIDECARS),$(eval $(call CSI_SIDECAR_RULE,$(s))))
+
+# The volume snapshot CRDs (cluster/addons/volumesnapshots/crd, as
+# local-up-cluster installs them): csi-snapshotter watches them.
+$(CONF_CACHE)/csi/crd/.done:
+	@mkdir -p $(@D)
+	cd conformance && cp "$$($(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)"/cluster/addons/volumesnapshots/crd/*.yaml $(@D)/
+	touch $@
+
+# The hostpathplugin image's program: Kubernetes' own mock CSI driver (and
+# the CSI mock specs' proxy), conformance/cmd/hostpathplugin, static.
+$(CONF_CACHE)/csi/hostpathplugin: $(wildcard conformance/cmd/hostpathplugin/*.go)
+	@mkdir -p $(@D)
+	cd conformance && CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $@.tmp ./cmd/hostpathplugin
+	mv $@.tmp $@
 
 $(CONF_CACHE)/e2e.test:
 	@mkdir -p $(@D)

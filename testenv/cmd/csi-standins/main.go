@@ -1,10 +1,9 @@
-// Command csi-standins plays the parts of three kubernetes-csi programs
+// Command csi-standins plays the parts of two kubernetes-csi sidecars
 // whose images the cluster storage suites (e2e.test v1.37.2) deploy and
-// that no module proxy serves: node-driver-registrar, livenessprobe, and
-// csi-driver-host-path's hostpathplugin in its proxy mode, which the CSI
-// mock specs use. It is nodevol's own code, built into images under
-// upstream's names by testenv/cmd/storage-suites; which part it plays is
-// the name it runs under (os.Args[0], as the images' entrypoints name it):
+// that no module proxy serves: node-driver-registrar and livenessprobe. It
+// is nodevol's own code, built into images under upstream's names by
+// testenv/cmd/storage-suites; which part it plays is the name it runs
+// under (os.Args[0], as the images' entrypoints name it):
 //
 //   - csi-node-driver-registrar: asks the driver at --csi-address its name
 //     (GetPluginInfo), announces it to the kubelet on
@@ -13,18 +12,12 @@
 //     and serves /healthz on --http-endpoint (ok once the kubelet has
 //     registered the driver);
 //   - livenessprobe: serves /healthz on --http-endpoint (or :--health-port),
-//     ok when the driver at --csi-address answers Probe as ready;
-//   - hostpathplugin with --proxy-endpoint=tcp://:PORT: for each
-//     connection a client makes to the unix socket at --endpoint, takes one
-//     connection on PORT and copies both ways, so that the e2e suite, which
-//     runs the mock driver in its own process and connects through a port
-//     forward, serves the sidecars' and the kubelet's calls (socat's
-//     "UNIX-LISTEN:...,fork TCP-LISTEN:PORT,reuseport", which the suite's
-//     proxy package expects). Without --proxy-endpoint it refuses to run:
-//     the CSI hostpath driver itself is not played.
+//     ok when the driver at --csi-address answers Probe as ready.
 //
-// Flags the upstream programs have and these parts do not need (-v,
-// --timeout, --nodeid, --drivername, ...) are accepted and ignored.
+// The third, hostpathplugin (the mock CSI driver and the embedded specs'
+// proxy), is built from Kubernetes' own mock in the conformance module
+// (conformance/cmd/hostpathplugin). Flags the upstream programs have and
+// these parts do not need (-v, --timeout, ...) are accepted and ignored.
 package main
 
 import (
@@ -40,7 +33,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -62,10 +54,8 @@ func main() {
 		err = registrar(ctx, os.Args[1:])
 	case "livenessprobe":
 		err = livenessProbe(ctx, os.Args[1:])
-	case "hostpathplugin":
-		err = hostpathProxy(ctx, os.Args[1:])
 	default:
-		err = fmt.Errorf("run as csi-node-driver-registrar, livenessprobe or hostpathplugin, not %q", part)
+		err = fmt.Errorf("run as csi-node-driver-registrar or livenessprobe, not %q", part)
 	}
 	if err != nil {
 		log.Printf("%s: %v", part, err)
@@ -239,107 +229,4 @@ func serveHealth(addr string, check func(context.Context) error) (stop func(), e
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	return func() { _ = srv.Close() }, nil
-}
-
-// hostpathProxy plays hostpathplugin's proxy mode.
-func hostpathProxy(ctx context.Context, args []string) error {
-	f := newFlags("hostpathplugin")
-	endpoint := f.String("endpoint", "unix:///csi/csi.sock", "the unix socket clients connect to")
-	proxyEndpoint := f.String("proxy-endpoint", "", "tcp://:PORT the driver's connections come in on (required)")
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	tcpAddr, ok := strings.CutPrefix(*proxyEndpoint, "tcp://")
-	if !ok {
-		return fmt.Errorf("--proxy-endpoint %q: only the proxy mode (tcp://:PORT) is played here, not the CSI hostpath driver", *proxyEndpoint)
-	}
-	sock := strings.TrimPrefix(*endpoint, "unix://")
-	if err := os.Remove(sock); err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	clients, err := net.Listen("unix", sock)
-	if err != nil {
-		return err
-	}
-	driver, err := net.Listen("tcp", tcpAddr)
-	if err != nil {
-		clients.Close()
-		return err
-	}
-	log.Printf("proxying %s to the connections on %s", sock, driver.Addr())
-	return splice(ctx, clients, driver)
-}
-
-// splice pairs each connection accepted on clients with the next one
-// accepted on driver, in order, and copies both ways until either side
-// closes; it returns when ctx ends, closing both listeners and every
-// pair.
-func splice(ctx context.Context, clients, driver net.Listener) error {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	open := map[net.Conn]bool{}
-	// track keeps the open connections for the close at ctx's end; one
-	// accepted as ctx ends is closed at once.
-	track := func(c net.Conn, add bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case add && ctx.Err() != nil:
-			c.Close()
-		case add:
-			open[c] = true
-		default:
-			delete(open, c)
-		}
-	}
-	go func() {
-		<-ctx.Done()
-		clients.Close()
-		driver.Close()
-		mu.Lock()
-		for c := range open {
-			c.Close()
-		}
-		mu.Unlock()
-	}()
-	for {
-		client, err := clients.Accept()
-		if err != nil {
-			break
-		}
-		track(client, true)
-		remote, err := driver.Accept()
-		if err != nil {
-			client.Close()
-			break
-		}
-		track(remote, true)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pipe(client, remote)
-			track(client, false)
-			track(remote, false)
-		}()
-	}
-	wg.Wait()
-	if ctx.Err() != nil {
-		return nil
-	}
-	return errors.New("a listener closed")
-}
-
-// pipe copies a to b and b to a until one side ends, then closes both.
-func pipe(a, b net.Conn) {
-	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		done <- struct{}{}
-	}
-	go cp(a, b)
-	go cp(b, a)
-	<-done
-	a.Close()
-	b.Close()
-	<-done
 }

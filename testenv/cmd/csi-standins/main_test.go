@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -28,61 +25,6 @@ func TestFlagsIgnoreOthers(t *testing.T) {
 	}
 	if *addr != "/csi/csi.sock" {
 		t.Errorf("csi-address %q, want /csi/csi.sock", *addr)
-	}
-}
-
-// TestSplice: each client connection on the unix socket is paired with
-// the next connection on the driver's port, in order, both ways, as the
-// e2e suite's proxy expects (it connects to the port ahead of any client).
-func TestSplice(t *testing.T) {
-	dir := csitest.SocketDir(t)
-	clients, err := net.Listen("unix", filepath.Join(dir, "csi.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	driver, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- splice(ctx, clients, driver) }()
-
-	// The suite's side: two connections made before any client.
-	var remotes []net.Conn
-	for range 2 {
-		c, err := net.Dial("tcp", driver.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		remotes = append(remotes, c)
-	}
-	for i, remote := range remotes {
-		client, err := net.Dial("unix", filepath.Join(dir, "csi.sock"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer client.Close()
-		fmt.Fprintf(client, "ping %d\n", i)
-		got, err := bufio.NewReader(remote).ReadString('\n')
-		if err != nil || got != fmt.Sprintf("ping %d\n", i) {
-			t.Fatalf("pair %d: the driver's side read %q (%v)", i, got, err)
-		}
-		fmt.Fprintf(remote, "pong %d\n", i)
-		got, err = bufio.NewReader(client).ReadString('\n')
-		if err != nil || got != fmt.Sprintf("pong %d\n", i) {
-			t.Fatalf("pair %d: the client read %q (%v)", i, got, err)
-		}
-	}
-	// A client that closes closes its pair.
-	remotes[0].Close()
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("splice after ctx ended: %v", err)
-	}
-	if _, err := io.ReadAll(remotes[1]); err != nil {
-		t.Errorf("the second pair after ctx ended: %v, want it closed", err)
 	}
 }
 
@@ -152,14 +94,6 @@ func TestLivenessProbe(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
-	}
-}
-
-// TestHostpathRefusesDriverMode: without --proxy-endpoint the part
-// refuses, rather than pretend to be the CSI hostpath driver.
-func TestHostpathRefusesDriverMode(t *testing.T) {
-	if err := hostpathProxy(t.Context(), []string{"--drivername=hostpath.csi.k8s.io", "--endpoint=unix:///csi/csi.sock"}); err == nil {
-		t.Fatal("hostpathplugin without --proxy-endpoint ran")
 	}
 }
 

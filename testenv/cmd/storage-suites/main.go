@@ -45,6 +45,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -89,7 +90,7 @@ func main() {
 	flag.StringVar(&o.binDir, "bin-dir", "", "directory of e2e.test, ginkgo, kube-controller-manager, kube-scheduler, kubectl and the images' binaries (make storage-suites-bins; required)")
 	flag.StringVar(&o.testenvDir, "testenv-dir", "", "directory of kube-apiserver and etcd (make testenv-bins; default testenv's)")
 	flag.StringVar(&o.out, "out", "", "directory for the report and logs (required)")
-	setName := flag.String("set", "default", "the specs to run: default or all")
+	setName := flag.String("set", "default", "the specs to run: default, csi-mock or all")
 	flag.StringVar(&o.focus, "focus", "", "ginkgo --focus (default: the set's)")
 	flag.StringVar(&o.skip, "skip", "", "ginkgo --skip (default: the set's)")
 	flag.IntVar(&o.procs, "procs", 4, "ginkgo processes (parallel specs; serial specs run alone)")
@@ -196,6 +197,15 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
+	i := slices.IndexFunc(images, func(img realnode.Image) bool { return img.Name == realnode.BusyboxImage })
+	if i < 0 {
+		return errors.New("the suite images have no busybox")
+	}
+	csi, err := csiDriverImages(ctx, o.binDir, work, images[i])
+	if err != nil {
+		return err
+	}
+	images = append(images, csi...)
 	mirror, stopRegistry, err := noderun.ServeRegistry(nodeAddr.Addr(), images)
 	if err != nil {
 		return err
@@ -286,6 +296,12 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	if err := waitReady(ctx, client, nodeName, components...); err != nil {
 		return err
+	}
+	// The volume snapshot CRDs, which a cluster's add-ons install and the
+	// CSI drivers' snapshotter sidecar watches.
+	apply := exec.CommandContext(ctx, filepath.Join(o.binDir, "kubectl"), "--kubeconfig="+admin, "apply", "-f", filepath.Join(o.binDir, "csi", "crd"))
+	if out, err := apply.CombinedOutput(); err != nil {
+		return fmt.Errorf("installing the volume snapshot CRDs: %w\n%s", err, out)
 	}
 	localBefore, err := localDriverDirs(localDriverGlob)
 	if err != nil {

@@ -28,6 +28,12 @@ var specSets = []specSet{
 		about: "the in-tree drivers' testsuites, as upstream's presubmit storage jobs run them",
 	},
 	{
+		name:  "csi-mock",
+		focus: `\[sig-storage\] CSI Mock`,
+		skip:  `\[Feature:|\[Disruptive\]|\[Flaky\]|\[Serial\]|\[Slow\]`,
+		about: "the CSI mock specs: the kubelet's calls to a CSI driver checked one by one, against Kubernetes' own mock driver",
+	},
+	{
 		name:  "all",
 		focus: inTreeDrivers,
 		skip:  `\[Feature:|\[Disruptive\]|\[Flaky\]`,
