@@ -236,9 +236,12 @@ storage-suites-bins: conformance-bins $(CONF_CACHE)/e2e.test $(CONF_CACHE)/kube-
 
 # The kubernetes-csi sidecars the suites' CSI drivers deploy (the versions
 # test/e2e/testing-manifests/storage-csi names in v1.37.2), each built from
-# its module as the module proxy serves it, in its own directory with its
-# own go.mod (their replace directives rule out go install), static:
-# module@version:package:binary. node-driver-registrar and livenessprobe,
+# its module as the module proxy serves it, in a copy of its directory with
+# its own go.mod (their replace directives rule out go install), static:
+# module@version:package:binary. A replace that points into the
+# repository itself (external-snapshotter's ./client, a module of its own
+# not in the sidecar's zip) takes that module at the sidecar's version
+# from the proxy. node-driver-registrar and livenessprobe,
 # which no module proxy serves, are played by testenv/cmd/csi-standins
 # (the runner builds it), csi-driver-host-path's hostpathplugin by
 # conformance/cmd/hostpathplugin.
@@ -250,9 +253,13 @@ CSI_SIDECARS := \
 define CSI_SIDECAR_RULE
 $(CONF_CACHE)/csi/$(word 3,$(subst :, ,$(1))):
 	@mkdir -p $$(@D)
+	rm -rf $$@.src
 	d=$$$$($(GO) mod download -json $(word 1,$(subst :, ,$(1))) | sed -n 's/^\t"Dir": "\(.*\)",$$$$/\1/p') && test -n "$$$$d" && \
-		cd "$$$$d" && CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $$@.tmp $(word 2,$(subst :, ,$(1)))
-	mv $$@.tmp $$@
+		cp -r "$$$$d" $$@.src && chmod -R u+w $$@.src
+	cd $$@.src && for m in $$$$(sed -n 's|^replace \([^ ]*\) => \./.*|\1|p' go.mod); do \
+		$(GO) mod edit -replace=$$$$m=$$$$m@$(lastword $(subst @, ,$(word 1,$(subst :, ,$(1))))) || exit 1; done
+	cd $$@.src && CGO_ENABLED=0 GOFLAGS=-mod=mod $(GO) build -trimpath -ldflags='-s -w' -o $$@.tmp $(word 2,$(subst :, ,$(1)))
+	mv $$@.tmp $$@ && rm -rf $$@.src
 endef
 $(foreach s,$(CSI_SIDECARS),$(eval $(call CSI_SIDECAR_RULE,$(s))))
 
