@@ -337,8 +337,11 @@ test-node-conformance: deps conformance-bins kubelet-fork
 # docs/conformance/storage-$(STORAGE_SET).md (conformance-report, which
 # fails when a spec passes on stock and not on the fork). STORAGE_SET
 # names the specs: default (the in-tree drivers that apply to one node, as
-# upstream's presubmit storage jobs run them) or all (with the slow and
-# serial specs); STORAGE_PROCS the parallel ginkgo processes. Root only.
+# upstream's presubmit storage jobs run them), csi-mock (the CSI mock
+# specs: the kubelet's calls to a CSI driver, against Kubernetes' own mock
+# driver and the real kubernetes-csi sidecars) or all (the in-tree drivers
+# with the slow and serial specs); STORAGE_PROCS the parallel ginkgo
+# processes. Root only.
 # Not part of make test; times in docs/STORAGE-SUITES.md.
 STORAGE_SET   ?= default
 STORAGE_PROCS ?= 4

@@ -108,7 +108,6 @@ func shortDir(t *testing.T) string {
 	return dir
 }
 
-
 // TestMockDriver: as the mock driver it answers on the endpoint with its
 // name and logs the call in the form the specs read from its log.
 func TestMockDriver(t *testing.T) {

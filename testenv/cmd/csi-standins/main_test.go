@@ -87,7 +87,9 @@ func TestLivenessProbe(t *testing.T) {
 	l.Close()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- livenessProbe(ctx, []string{"--csi-address=" + drv.Endpoint(), "--http-endpoint=" + health}) }()
+	go func() {
+		done <- livenessProbe(ctx, []string{"--csi-address=" + drv.Endpoint(), "--http-endpoint=" + health})
+	}()
 	waitFor(t, "/healthz ok", func() bool { return healthz(t, health) == http.StatusOK })
 	drv.Stop()
 	waitFor(t, "/healthz failing with the driver gone", func() bool { return healthz(t, health) == http.StatusInternalServerError })

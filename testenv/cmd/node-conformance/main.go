@@ -335,4 +335,3 @@ func suiteCommand(ctx context.Context, o options, work, logs string, ns *realnod
 	cmd.WaitDelay = time.Minute
 	return cmd, nil
 }
-
