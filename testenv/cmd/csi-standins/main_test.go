@@ -63,9 +63,11 @@ func TestRegistrar(t *testing.T) {
 	if info.Name != "csi-mock-e2e" || info.Endpoint != "/var/lib/kubelet/plugins/csi-mock/csi.sock" || info.Type != registerapi.CSIPlugin {
 		t.Errorf("GetInfo %+v, want the driver's name, its node socket and type CSIPlugin", info)
 	}
-	if code := healthz(t, health); code != http.StatusInternalServerError {
-		t.Errorf("/healthz before the kubelet registered the driver: %d, want 500", code)
-	}
+	// The health server starts right after the registration socket:
+	// until the kubelet registers the driver, it answers 500.
+	waitFor(t, "/healthz answering 500 before the kubelet registered the driver", func() bool {
+		return healthz(t, health) == http.StatusInternalServerError
+	})
 	if _, err := reg.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 		t.Fatal(err)
 	}
