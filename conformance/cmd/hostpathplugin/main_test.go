@@ -34,9 +34,8 @@ func TestKnownFlags(t *testing.T) {
 	}
 }
 
-// TestRefusesHostpathDriver: started as the CSI hostpath driver (no
-// --proxy-endpoint, no mock switches but a driver name of its own), it
-// is the mock, and with no name at all it refuses rather than pretend.
+// TestRefusesHostpathDriver: with neither --proxy-endpoint nor a driver
+// name it refuses, rather than pretend to be the CSI hostpath driver.
 func TestRefusesHostpathDriver(t *testing.T) {
 	dir := shortDir(t)
 	if err := run(t.Context(), []string{"--endpoint=unix://" + filepath.Join(dir, "csi.sock")}); err == nil {

@@ -35,12 +35,7 @@ func TestFlagsIgnoreOthers(t *testing.T) {
 func TestRegistrar(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{DriverName: "csi-mock-e2e"})
 	regDir := csitest.SocketDir(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	health := l.Addr().String()
-	l.Close()
+	health := freeAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
@@ -81,12 +76,7 @@ func TestRegistrar(t *testing.T) {
 // TestLivenessProbe: /healthz is ok while the driver answers Probe.
 func TestLivenessProbe(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	health := l.Addr().String()
-	l.Close()
+	health := freeAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
@@ -99,6 +89,18 @@ func TestLivenessProbe(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// freeAddr is a loopback address with a port free now, for a server the
+// code under test starts itself.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
 
 // healthz is the status of GET /healthz on addr, 0 when it does not answer.

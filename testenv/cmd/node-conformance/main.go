@@ -171,21 +171,9 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	// Everything made below is taken down in reverse, whatever happened;
 	// what could not be is the run's error.
-	var undo []func() error
-	defer func() {
-		for i := len(undo) - 1; i >= 0; i-- {
-			err = errors.Join(err, undo[i]())
-		}
-	}()
-	undo = append(undo, func() error { return noderun.RemoveWork(work) })
-	if err := noderun.ShareMounts(); err != nil {
-		return err
-	}
-	root, err := noderun.KubeletRootIn(work)
-	if err != nil {
-		return err
-	}
-	undo = append(undo, root)
+	var undo noderun.Undo
+	defer func() { err = errors.Join(err, undo.Run()) }()
+	undo.Add(func() error { return noderun.RemoveWork(work) })
 
 	// A run killed before its clean-up, or a machine restarted under one,
 	// leaves the namespace's name behind: the name is the runner's own and
@@ -199,36 +187,19 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	undo = append(undo, func() error { return ns.Delete(context.WithoutCancel(ctx)) })
+	undo.Add(func() error { return ns.Delete(context.WithoutCancel(ctx)) })
 
 	images, err := noderun.SuiteImages(ctx, o.binDir, work)
 	if err != nil {
 		return err
 	}
-	mirror, stopRegistry, err := noderun.ServeRegistry(hostAddr.Addr(), images)
-	if err != nil {
-		return err
-	}
-	undo = append(undo, stopRegistry)
-	runContainerd, unmountRun, err := noderun.RunContainerdIn(work)
-	if err != nil {
-		return err
-	}
-	undo = append(undo, unmountRun)
-	rt, err := realnode.Start(ctx, realnode.Options{Dir: filepath.Join(work, "rt"), NetNS: ns.Path, PodSubnet: podSubnet, Images: images, Mirror: mirror})
-	if err != nil {
-		return err
-	}
 	logs := filepath.Join(o.out, o.name+"-logs")
-	undo = append(undo, func() error {
-		_ = os.MkdirAll(logs, 0o755)
-		_ = noderun.CopyFile(rt.Log(), filepath.Join(logs, "containerd.log"))
-		return rt.Stop(context.WithoutCancel(ctx))
-	})
-	undo = append(undo, func() error { return noderun.KillProcesses(filepath.Join(work, "bin"), filepath.Join(work, "units")) })
-	if err := os.Symlink(strings.TrimPrefix(rt.Endpoint, "unix://"), filepath.Join(runContainerd, filepath.Base(noderun.CadvisorContainerd))); err != nil {
+	rt, err := noderun.StartNode(ctx, noderun.NodeOptions{Work: work, Logs: logs, Images: images,
+		RegistryAddr: hostAddr.Addr(), NetNS: ns.Path, PodSubnet: podSubnet}, &undo)
+	if err != nil {
 		return err
 	}
+	undo.Add(func() error { return noderun.KillProcesses(filepath.Join(work, "bin"), filepath.Join(work, "units")) })
 
 	cmd, err := suiteCommand(ctx, o, work, logs, ns, rt.Endpoint)
 	if err != nil {

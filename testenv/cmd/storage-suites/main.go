@@ -177,21 +177,9 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	// Everything made below is taken down in reverse, whatever happened;
 	// what could not be is the run's error.
-	var undo []func() error
-	defer func() {
-		for i := len(undo) - 1; i >= 0; i-- {
-			err = errors.Join(err, undo[i]())
-		}
-	}()
-	undo = append(undo, func() error { return noderun.RemoveWork(work) })
-	if err := noderun.ShareMounts(); err != nil {
-		return err
-	}
-	root, err := noderun.KubeletRootIn(work)
-	if err != nil {
-		return err
-	}
-	undo = append(undo, root)
+	var undo noderun.Undo
+	defer func() { err = errors.Join(err, undo.Run()) }()
+	undo.Add(func() error { return noderun.RemoveWork(work) })
 
 	images, err := noderun.SuiteImages(ctx, o.binDir, work)
 	if err != nil {
@@ -206,25 +194,10 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	images = append(images, csi...)
-	mirror, stopRegistry, err := noderun.ServeRegistry(nodeAddr.Addr(), images)
+	// The run is in the node's network namespace already.
+	rt, err := noderun.StartNode(ctx, noderun.NodeOptions{Work: work, Logs: logs, Images: images,
+		RegistryAddr: nodeAddr.Addr(), PodSubnet: podSubnet}, &undo)
 	if err != nil {
-		return err
-	}
-	undo = append(undo, stopRegistry)
-	runContainerd, unmountRun, err := noderun.RunContainerdIn(work)
-	if err != nil {
-		return err
-	}
-	undo = append(undo, unmountRun)
-	rt, err := realnode.Start(ctx, realnode.Options{Dir: filepath.Join(work, "rt"), PodSubnet: podSubnet, Images: images, Mirror: mirror})
-	if err != nil {
-		return err
-	}
-	undo = append(undo, func() error {
-		_ = noderun.CopyFile(rt.Log(), filepath.Join(logs, "containerd.log"))
-		return rt.Stop(context.WithoutCancel(ctx))
-	})
-	if err := os.Symlink(strings.TrimPrefix(rt.Endpoint, "unix://"), filepath.Join(runContainerd, filepath.Base(noderun.CadvisorContainerd))); err != nil {
 		return err
 	}
 
@@ -241,7 +214,7 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	undo = append(undo, env.Stop)
+	undo.Add(env.Stop)
 	if err := serviceRoute(ctx, env.Port()); err != nil {
 		return err
 	}
@@ -265,7 +238,7 @@ func run(ctx context.Context, o options) (err error) {
 		}
 		return errors.Join(errs...)
 	}
-	undo = append(undo, stopAll)
+	undo.Add(stopAll)
 	for _, c := range []struct {
 		name string
 		argv []string
@@ -308,7 +281,7 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	// Once the pods have gone (below), what the local volume specs left.
-	undo = append(undo, func() error {
+	undo.Add(func() error {
 		cleaned, err := cleanLocalDriverLeftovers(localDriverGlob, localBefore)
 		if len(cleaned) > 0 {
 			log.Printf("storage-suites %s: left by the local volume specs, taken down: %v", o.name, cleaned)
@@ -321,7 +294,7 @@ func run(ctx context.Context, o options) (err error) {
 	// can leave a pod the kubelet cannot finish (an inline volume whose
 	// driver went with the spec), on either kubelet; the report judges
 	// the specs, and what is left mounted is taken down below.
-	undo = append(undo, func() error {
+	undo.Add(func() error {
 		if err := drain(context.WithoutCancel(ctx), client); err != nil {
 			log.Printf("storage-suites %s: %v", o.name, err)
 		}

@@ -141,3 +141,26 @@ func TestRunContainerdIn(t *testing.T) {
 		t.Errorf("the machine's /run/containerd shows the run's directory: %v", err)
 	}
 }
+
+// TestUndo takes things down last made first, every one of them even when
+// one fails, and returns what failed.
+func TestUndo(t *testing.T) {
+	var undo Undo
+	var order []int
+	for i := range 3 {
+		undo.Add(func() error {
+			order = append(order, i)
+			if i == 1 {
+				return fmt.Errorf("undo %d", i)
+			}
+			return nil
+		})
+	}
+	err := undo.Run()
+	if !slices.Equal(order, []int{2, 1, 0}) {
+		t.Errorf("order %v, want [2 1 0]", order)
+	}
+	if err == nil || err.Error() != "undo 1" {
+		t.Errorf("error %v, want undo 1", err)
+	}
+}
