@@ -30,6 +30,11 @@ var errNoNode = errors.New("this node's Node object is not known yet")
 // the machine's memory the same way (allocatableMemory).
 var errNodeMissing = errors.New("no Node object of this name exists")
 
+// errNodeNotListed is wrapped, with errNoNode, while the Node informer has
+// not made its first list: a wait of the start, like the other informers'
+// (waitForListers), which the resolver logs without an error.
+var errNodeNotListed = errors.New("the Node informer has not listed yet")
+
 // nodeInformer is the default Config.Node: an informer on this node's own
 // Node object alone (a field selector on its name, as the kubelet's), which
 // a node's own credentials may list and watch. A change of its labels or
@@ -64,8 +69,10 @@ func (vm *VolumeManager) nodeInformer() (informers.SharedInformerFactory, func()
 			return n, nil
 		case apierrors.IsNotFound(err) && informer.HasSynced():
 			return nil, fmt.Errorf("%w: %w: %w", errNoNode, errNodeMissing, err)
+		case informer.HasSynced():
+			return nil, fmt.Errorf("%w: %w", errNoNode, err)
 		}
-		return nil, fmt.Errorf("%w: %w", errNoNode, err)
+		return nil, fmt.Errorf("%w: %w: %w", errNoNode, errNodeNotListed, err)
 	}, nil
 }
 

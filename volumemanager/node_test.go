@@ -3,15 +3,19 @@ package volumemanager
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
@@ -188,5 +192,45 @@ func TestNodeFallsBackToMachine(t *testing.T) {
 	}
 	if l, err := alloc(); err != nil || l.Memory().Value() != want || l.Cpu().Value() != int64(runtime.NumCPU()) {
 		t.Errorf("no Node: allocatable %v, %v; want the machine's", l, err)
+	}
+}
+
+// TestNodeNotListedIsAWait: a volume that needs this node's Node object
+// while the Node informer has not made its first list waits as the pods
+// wait for the other informers' lists: the pod is held, and the wait is
+// logged without an error (a start that logged errors for it failed the
+// hand-over tests now and then); once the informer has listed, a Node
+// still unknown is logged with its error.
+func TestNodeNotListedIsAWait(t *testing.T) {
+	here := affinity(v1.NodeSelectorTerm{MatchExpressions: []v1.NodeSelectorRequirement{expr("kubernetes.io/hostname", v1.NodeSelectorOpIn, "node-1")}})
+	claim := boundClaim("ns", "c", "pv-1")
+	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-1"}, Spec: v1.PersistentVolumeSpec{
+		PersistentVolumeSource: v1.PersistentVolumeSource{Local: &v1.LocalVolumeSource{Path: "/mnt/disks/d1"}}, NodeAffinity: here,
+		AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+		ClaimRef:    &v1.ObjectReference{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}}}
+	pod := podWithVolumes("uid-1", "ns", v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}})
+	for _, tt := range []struct {
+		name    string
+		err     error
+		wantErr bool
+	}{
+		{"not listed yet", fmt.Errorf("%w: %w: not found", errNoNode, errNodeNotListed), false},
+		{"listed, not readable", fmt.Errorf("%w: forbidden", errNoNode), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := testResolver(t, claim, pv)
+			r.node = func() (*v1.Node, error) { return nil, tt.err }
+			var logged []string
+			logger := funcr.New(func(_, args string) { logged = append(logged, args) }, funcr.Options{Verbosity: 10})
+			tbl := newPodTable(r, clock.RealClock{})
+			_, _, resolved, errs := tbl.resolve(pod, logger)
+			if len(resolved) != 0 || !errors.Is(errs["data"], errNoNode) || tbl.hold(pod.UID) == "" {
+				t.Fatalf("resolved %v, errors %v, hold %q: want the pod held on the Node", resolved, errs, tbl.hold(pod.UID))
+			}
+			withErr := slices.ContainsFunc(logged, func(l string) bool { return strings.Contains(l, `"err"=`) })
+			if withErr != tt.wantErr {
+				t.Errorf("logged %q: an error logged = %v, want %v", logged, withErr, tt.wantErr)
+			}
+		})
 	}
 }

@@ -84,6 +84,12 @@ func (t *podTable) resolve(pod *v1.Pod, logger klog.Logger) (ref cache.PodRef, w
 	names := make([]string, 0, len(errs))
 	for name, err := range errs {
 		names = append(names, name)
+		if errors.Is(err, errNodeNotListed) {
+			// A wait of the start, not a failure: resolved again once
+			// the Node informer has listed (Run's nodeChanged).
+			logger.V(4).Info("Volume waits for the Node informer's first list", "pod", klog.KObj(pod), "volume", name)
+			continue
+		}
 		logger.V(2).Info("Cannot resolve volume yet", "pod", klog.KObj(pod), "volume", name, "err", err)
 	}
 	sort.Strings(names)
