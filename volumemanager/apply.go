@@ -28,7 +28,6 @@ func (l *loop) begin(a oe.Action, v planner.View) {
 		l.asw.SetPodBusy(v.Spec, a.Pod, true) // possibly mounted from now on
 		if a.Expand > 0 {
 			in.Expansion, _ = l.hooks.expansion(v.Spec.PVName, v.Actual.Size)
-			rec.expanding = in.Expansion.Size
 		}
 	case oe.OpAttach, oe.OpSelfAttach:
 		l.setAttachment(a.Volume, rec, csiplugin.AttachmentName(v.Spec.VolumeHandle, v.Spec.Driver, l.node))
@@ -40,7 +39,6 @@ func (l *loop) begin(a oe.Action, v planner.View) {
 	case oe.OpExpand:
 		in.VolumePath = v.Actual.Pods[a.Pod.Pod.UID].Path
 		in.Expansion, _ = l.hooks.expansion(v.Spec.PVName, v.Actual.Size)
-		rec.expanding = in.Expansion.Size
 	}
 	if l.hooks.attempt != nil && (a.Kind == oe.OpStage || a.Kind == oe.OpPublish) {
 		l.hooks.attempt(a)
@@ -90,14 +88,15 @@ func (l *loop) apply(o oe.Outcome) {
 	case oe.OpPublish, oe.OpUnpublish:
 		l.applyPod(o, rec)
 	}
-	if a.Kind == oe.OpExpand || a.Expand > 0 {
-		// Done or refused for good: the node has the volume at that size
-		// and is not asked again (the claim's status says so too, once
-		// the informer has it, unless another node did it first).
-		if o.Err == nil {
-			l.asw.SetSize(a.Volume, rec.expanding)
+	if (a.Kind == oe.OpExpand || a.Expand > 0) && o.Err == nil {
+		// Grown: the node has the volume at that size. Not grown and
+		// not to be asked again as it was: held (the claim's next
+		// version, or the volume's next set-up, says what is due).
+		if e := o.Expansion; e.Size > 0 {
+			l.asw.SetSize(a.Volume, e.Size)
+		} else if e.Held > 0 {
+			rec.expandHeld = expandHold{size: e.Held, claimRV: e.HeldClaim}
 		}
-		rec.expanding = 0
 	}
 }
 

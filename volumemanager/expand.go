@@ -35,16 +35,6 @@ type nodeExpander interface {
 // NodeExpansionNotRequired).
 const nodeExpansionNotRequired = "volume.kubernetes.io/node-expansion-not-required"
 
-// needsNodeExpansion reports whether the controller has grown pv and left
-// the rest to the node: see claimNodeResizePending.
-func needsNodeExpansion(pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume) bool {
-	want, ok := pv.Spec.Capacity[v1.ResourceStorage]
-	if !ok || want.IsZero() {
-		return false
-	}
-	return claimNodeResizePending(pvc, want)
-}
-
 // nodeExpansionDue reports whether this node, which has the claim's volume
 // at nodeSize bytes, is to grow it to size, as the kubelet's node expander
 // decides it before NodeExpandVolume (runPreCheck); claimDone says that
@@ -98,13 +88,28 @@ func claimNodeResizePending(pvc *v1.PersistentVolumeClaim, size resource.Quantit
 	return false
 }
 
+// expansionTarget is the size a node expansion of pvc's volume grows it
+// to, as the kubelet's node expander takes it: the claim's allocated size
+// when the claim carries one (the external-resizer of
+// RecoverVolumeExpansionFailure sets it, and lowers it when the user
+// recovers from a failed expansion by asking for less), else pvSize, the
+// PV's capacity (an older resizer).
+func expansionTarget(pvc *v1.PersistentVolumeClaim, pvSize resource.Quantity) resource.Quantity {
+	if alloc, ok := pvc.Status.AllocatedResources[v1.ResourceStorage]; ok && !alloc.IsZero() {
+		return alloc
+	}
+	return pvSize
+}
+
 // pendingExpansion returns the node expansion due for PV pvName's claim
 // (read through the listers), for the planner, on a node that has the
 // volume at nodeSize bytes; 0 says not known yet (first set up here, or
 // found again after a restart), and the claim's status capacity is taken
 // for it, as the kubelet does. The expansion's From is that size, returned
-// even when nothing is due, for the loop to record. A migrated in-tree PV
-// is expanded through its CSI driver too, as the kubelet does.
+// even when nothing is due, for the loop to record. As in the kubelet, an
+// expansion is looked for once the PV has grown beyond the node's size,
+// and grows the volume to expansionTarget. A migrated in-tree PV is
+// expanded through its CSI driver too, as the kubelet does.
 func (r *resolver) pendingExpansion(pvName string, nodeSize int64) (expansion, bool) {
 	pv, err := r.pvs.Get(pvName)
 	if err != nil || (pv.Spec.CSI == nil && migratedPVPlugin(pv) == "") || pv.Spec.ClaimRef == nil {
@@ -118,12 +123,13 @@ func (r *resolver) pendingExpansion(pvName string, nodeSize int64) (expansion, b
 		have := pvc.Status.Capacity[v1.ResourceStorage]
 		nodeSize = have.Value()
 	}
-	size, ok := pv.Spec.Capacity[v1.ResourceStorage]
-	if !ok || size.IsZero() {
+	pvSize, ok := pv.Spec.Capacity[v1.ResourceStorage]
+	if !ok || pvSize.Value() <= nodeSize {
 		return expansion{From: nodeSize}, false
 	}
+	size := expansionTarget(pvc, pvSize)
 	due, claimDone := nodeExpansionDue(pvc, size, nodeSize)
-	return expansion{Size: size.Value(), From: nodeSize, ClaimDone: claimDone, Namespace: pvc.Namespace, Claim: pvc.Name, PV: pv.Name}, due
+	return expansion{Size: size.Value(), From: nodeSize, ClaimDone: claimDone, ClaimRV: pvc.ResourceVersion, Namespace: pvc.Namespace, Claim: pvc.Name, PV: pv.Name}, due
 }
 
 // expandError is the error of a node expansion that follows a publish, so
@@ -141,8 +147,8 @@ func (vm *VolumeManager) expand(ctx context.Context, a oe.Action, in opInput) oe
 	out := oe.Outcome{Action: a, Spec: in.Spec}
 	start := time.Now()
 	_, pods, _ := vm.dsw.Volume(in.Spec.Name)
-	err := vm.nodeExpand(ctx, a, in, pods)
-	out.Duration = time.Since(start)
+	res, err := vm.nodeExpand(ctx, a, in, pods)
+	out.Duration, out.Expansion = time.Since(start), res
 	if err != nil {
 		// The loop logs it, backs off and records VolumeResizeFailed.
 		out.Err = oe.OpError(a, in.Spec, err)
@@ -160,8 +166,9 @@ func (vm *VolumeManager) expand(ctx context.Context, a oe.Action, in opInput) oe
 func (vm *VolumeManager) expandAfterPublish(ctx context.Context, a oe.Action, in opInput, out *oe.Outcome) {
 	in.VolumePath = out.Path
 	start := time.Now()
-	err := vm.nodeExpand(ctx, a, in, []cache.PodVolume{a.Pod})
+	res, err := vm.nodeExpand(ctx, a, in, []cache.PodVolume{a.Pod})
 	out.Duration += time.Since(start)
+	out.Expansion = res
 	if err != nil {
 		out.Err = oe.OpError(a, in.Spec, &expandError{err})
 		out.Uncertain = true
@@ -172,8 +179,10 @@ func (vm *VolumeManager) expandAfterPublish(ctx context.Context, a oe.Action, in
 // pending expansion in.Expansion, with pod a.Pod's publish:
 //
 //  1. read the claim; nothing to do if the expansion is no longer due on
-//     this node (nodeExpansionDue: done elsewhere, or marked infeasible
-//     meanwhile);
+//     this node at that size (nodeExpansionDue: done elsewhere, marked
+//     infeasible meanwhile, or its allocated size changed: see
+//     expansionTarget), and it is held until the claim's informer has a
+//     newer version than it was planned with;
 //  2. NodeResizePending becomes NodeResizeInProgress (a strategic merge
 //     patch of the status, checked against the claim's resourceVersion);
 //  3. NodeExpandVolume;
@@ -187,35 +196,44 @@ func (vm *VolumeManager) expandAfterPublish(ctx context.Context, a oe.Action, in
 // skipped, and a driver that cannot expand on the node has nothing to do
 // here (the kubelet's fix of kubernetes#131381: no NodeResizeError).
 //
-// It returns nil when the expansion is over (done, or refused for good);
+// It returns no error when the expansion is over (done, or refused for
+// good), with the size the volume was grown to or the expansion to hold;
 // an error when it is to be retried.
-func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput, pods []cache.PodVolume) error {
+func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput, pods []cache.PodVolume) (oe.ExpandResult, error) {
 	spec, e := in.Spec, in.Expansion
 	size := *resource.NewQuantity(e.Size, resource.BinarySI)
 	logger := klog.FromContext(ctx).WithValues("pvc", klog.KRef(e.Namespace, e.Claim), "volume", spec.Name, "driver", spec.Driver, "pod", a.Pod.Pod.String(), "size", size.String())
 	claims := vm.cfg.KubeClient.CoreV1().PersistentVolumeClaims(e.Namespace)
 	pvc, err := claims.Get(ctx, e.Claim, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("reading PVC %s/%s before expanding volume %q: %w", e.Namespace, e.Claim, e.PV, err)
+		return oe.ExpandResult{}, fmt.Errorf("reading PVC %s/%s before expanding volume %q: %w", e.Namespace, e.Claim, e.PV, err)
 	}
+	held := oe.ExpandResult{Held: e.Size, HeldClaim: e.ClaimRV}
 	due, claimDone := nodeExpansionDue(pvc, size, e.From)
-	if pvc.Spec.VolumeName != e.PV || !due {
-		logger.V(2).Info("Node expansion no longer due on this node")
-		return nil
+	if target := expansionTarget(pvc, size); pvc.Spec.VolumeName != e.PV || !due || target.Cmp(size) != 0 {
+		logger.V(2).Info("Node expansion no longer due on this node at this size", "target", target.String())
+		return held, nil
 	}
 	if pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage] == v1.PersistentVolumeClaimNodeResizePending {
 		pvc, err = vm.patchClaimStatus(ctx, claims, pvc, true, func(st *v1.PersistentVolumeClaimStatus) {
 			st.AllocatedResourceStatuses[v1.ResourceStorage] = v1.PersistentVolumeClaimNodeResizeInProgress
 		})
 		if err != nil {
-			return fmt.Errorf("marking the node expansion of PVC %s/%s in progress: %w", e.Namespace, e.Claim, err)
+			return oe.ExpandResult{}, fmt.Errorf("marking the node expansion of PVC %s/%s in progress: %w", e.Namespace, e.Claim, err)
 		}
 	}
 	expanded, err := vm.expander.NodeExpand(ctx, volume.ExpandRequest{
 		Spec: &spec, Pod: a.Pod.Pod.UID, VolumePath: in.VolumePath, StagingPath: in.DeviceMountPath, Size: e.Size,
 	})
 	if err != nil {
-		return vm.expandFailed(ctx, logger, claims, pvc, e, oe.Outcome{Action: a, Spec: spec}, pods, err)
+		class, err := vm.expandFailed(ctx, logger, claims, pvc, e, oe.Outcome{Action: a, Spec: spec}, pods, err)
+		if err != nil {
+			return oe.ExpandResult{}, err
+		}
+		if class == csiplugin.ExpandInUse {
+			held.HeldClaim = "" // this node does not try again at that size
+		}
+		return held, nil
 	}
 	if claimDone {
 		// The claim already says so: this node only grew its own view.
@@ -223,14 +241,14 @@ func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput
 		if expanded {
 			vm.expandedEvents(pods, pvc, e.PV)
 		}
-		return nil
+		return oe.ExpandResult{Size: e.Size}, nil
 	}
 	if err := vm.markExpanded(ctx, claims, pvc, e.PV, size); err != nil {
-		return fmt.Errorf("volume expanded on the node, but updating PVC %s/%s failed: %w", e.Namespace, e.Claim, err)
+		return oe.ExpandResult{}, fmt.Errorf("volume expanded on the node, but updating PVC %s/%s failed: %w", e.Namespace, e.Claim, err)
 	}
 	logger.V(2).Info("Volume expanded on the node", "expanded", expanded)
 	vm.expandedEvents(pods, pvc, e.PV)
-	return nil
+	return oe.ExpandResult{Size: e.Size}, nil
 }
 
 // expandFailed records a failed NodeExpandVolume on the claim as the
@@ -241,12 +259,13 @@ func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput
 // (the driver cannot expand the volume in use), ends the expansion here:
 // the volume stays published and usable, and the pods get an event with
 // the cause (refusedEvents). op is the expansion's operation (its Action
-// and Spec): an online expansion, or the publish it follows.
+// and Spec): an online expansion, or the publish it follows. It returns
+// err's class, and err when the expansion is to be retried.
 func (vm *VolumeManager) expandFailed(ctx context.Context, logger klog.Logger, claims typedcorev1.PersistentVolumeClaimInterface,
-	pvc *v1.PersistentVolumeClaim, e expansion, op oe.Outcome, pods []cache.PodVolume, err error) error {
+	pvc *v1.PersistentVolumeClaim, e expansion, op oe.Outcome, pods []cache.PodVolume, err error) (csiplugin.ExpandFailure, error) {
 	class := csiplugin.ClassifyExpandError(err)
 	if class == csiplugin.ExpandTransient {
-		return err
+		return class, err
 	}
 	_, perr := vm.patchClaimStatus(ctx, claims, pvc, false, func(st *v1.PersistentVolumeClaimStatus) {
 		if class == csiplugin.ExpandInfeasible {
@@ -258,10 +277,10 @@ func (vm *VolumeManager) expandFailed(ctx context.Context, logger klog.Logger, c
 		})
 	})
 	if perr != nil {
-		return fmt.Errorf("%w (and recording the failure on PVC %s/%s failed: %v)", err, e.Namespace, e.Claim, perr)
+		return class, fmt.Errorf("%w (and recording the failure on PVC %s/%s failed: %v)", err, e.Namespace, e.Claim, perr)
 	}
 	if class == csiplugin.ExpandFailed {
-		return err
+		return class, err
 	}
 	why := "refused the expansion; not retried until the claim changes"
 	if class == csiplugin.ExpandInUse {
@@ -269,7 +288,7 @@ func (vm *VolumeManager) expandFailed(ctx context.Context, logger klog.Logger, c
 	}
 	logger.Error(err, "Node expansion refused by the driver; the volume stays published at its old size", "why", why)
 	vm.refusedEvents(op, class, pods, err)
-	return nil
+	return class, nil
 }
 
 // refusedEvents records on each pod the event of a node expansion the

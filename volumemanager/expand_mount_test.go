@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
@@ -329,5 +330,62 @@ func TestExpandFailureRetried(t *testing.T) {
 		"Expander.NodeExpand failed to expand the volume : rpc error: code = Internal desc = resize2fs crashed involvedObject{kind=Pod,apiVersion=v1}", e.pv)}
 	if evs := e.eventsWith("FailedMount"); !slices.Equal(evs, want) {
 		t.Errorf("FailedMount events\n%q\nwant\n%q", evs, want)
+	}
+}
+
+// TestExpandRecovery: recovery from a refused node expansion, as
+// upstream's CSI mock specs "recovery should be possible for node-only
+// expanded volumes" run it. The claim asks for 2Gi (allocated 2Gi, the PV
+// at 2Gi); the driver refuses; the claim says NodeResizeInfeasible. The
+// user asks for 1.5Gi instead: the resizer lowers the allocated size and
+// marks the claim NodeResizePending again, the PV staying at 2Gi. The node
+// grows the volume to the allocated 1.5Gi, never the PV's 2Gi, and the
+// claim reports 1.5Gi with its resize status cleared.
+func TestExpandRecovery(t *testing.T) {
+	e := newExpandEnv(t, false, csitest.Fault{Method: "NodeExpandVolume", Times: 1, Err: status.Error(codes.OutOfRange, "no room for 2Gi")})
+	ctx := context.Background()
+	claims := e.client.CoreV1().PersistentVolumeClaims("ns")
+	setStatus := func(allocated string, st v1.ClaimResourceStatus) {
+		t.Helper()
+		pvc, err := claims.Get(ctx, "grow", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pvc.Status.AllocatedResources = v1.ResourceList{v1.ResourceStorage: resource.MustParse(allocated)}
+		pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: st}
+		if _, err := claims.UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setStatus("2Gi", v1.PersistentVolumeClaimNodeResizePending)
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "grow", false))
+	if err := e.mount(pod); err != nil {
+		t.Fatalf("mount with a refused expansion: %v", err)
+	}
+	if got := e.claimStatus().AllocatedResourceStatuses[v1.ResourceStorage]; got != v1.PersistentVolumeClaimNodeResizeInfeasible {
+		t.Fatalf("claim resize status %q after the refusal, want NodeResizeInfeasible", got)
+	}
+
+	setStatus("1536Mi", v1.PersistentVolumeClaimNodeResizePending)
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	var st v1.PersistentVolumeClaimStatus
+	err := wait.PollUntilContextCancel(wctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
+		st = e.claimStatus()
+		_, resizing := st.AllocatedResourceStatuses[v1.ResourceStorage]
+		return !resizing, nil
+	})
+	if err != nil {
+		t.Fatalf("claim status %+v: the recovered expansion did not finish: %v", st, err)
+	}
+	if got := st.Capacity[v1.ResourceStorage]; got.Cmp(resource.MustParse("1536Mi")) != 0 {
+		t.Errorf("claim capacity %s, want the allocated 1536Mi", got.String())
+	}
+	var sizes []int64
+	for _, r := range requests[*csi.NodeExpandVolumeRequest](e.drv, "NodeExpandVolume") {
+		sizes = append(sizes, r.GetCapacityRange().GetRequiredBytes())
+	}
+	if want := []int64{2 << 30, 1536 << 20}; !slices.Equal(sizes, want) {
+		t.Errorf("NodeExpandVolume sizes %v, want %v (the allocated size each time)", sizes, want)
 	}
 }

@@ -131,9 +131,12 @@ type opInput struct {
 
 // expansion is a claim's node expansion due on this node.
 type expansion struct {
-	// Size is the size to grow the volume to (the PV's capacity); From
-	// the size this node has it at.
+	// Size is the size to grow the volume to (expansionTarget: the
+	// claim's allocated size, or the PV's capacity); From the size this
+	// node has it at.
 	Size, From int64
+	// ClaimRV is the resourceVersion of the claim it was planned with.
+	ClaimRV string
 	// ClaimDone: the claim's status already reports Size (another node
 	// or the controller finished); the node grows its own view only.
 	ClaimDone bool
@@ -472,7 +475,10 @@ func (l *loop) view(name cache.UniqueVolumeName) planner.View {
 			l.asw.SetSize(name, e.From)
 			v.Actual.Size = e.From
 		}
-		if ok {
+		if h := rec.expandHeld; h.claimRV != "" && h.claimRV != e.ClaimRV {
+			rec.expandHeld = expandHold{} // the claim has moved on: it says what is due
+		}
+		if ok && !rec.expandHeld.holds(e) {
 			v.ExpandTo = e.Size
 		}
 	}

@@ -53,8 +53,9 @@ import (
 //	mark-synced                            MarkPodsSynced
 //	informers-synced                       the informers have listed once
 //	step                                   the loop takes its inbox and plans
-//	finish [id=N] [result=ok|uncertain|fail|notready|inuse]
-//	                                       an operation in flight returns (default: all, ok)
+//	finish [id=N] [result=ok|uncertain|fail|notready|inuse|refused]
+//	                                       an operation in flight returns (default: all, ok;
+//	                                       refused: the driver refused its node expansion)
 //	settle                                 finish every operation ok until none runs
 //	advance d=1s                           the clock moves; backoffs that end are planned
 //	resync                                 the periodic resync
@@ -68,8 +69,10 @@ import (
 //	attach-held names=(a)                  attachments wait to be reported in use
 //	reported name=a                        volume a is reported in use
 //	requires-republish driver=drv          the driver's CSIDriver sets requiresRepublish
-//	expand name=a size=2Gi [status=S]      the PV grows to size and the claim's storage resize
-//	                                       status becomes S (default NodeResizePending); with
+//	expand name=a size=2Gi [status=S] [allocated=Q]
+//	                                       the PV grows to size and the claim's storage resize
+//	                                       status becomes S (default NodeResizePending), its
+//	                                       allocated size Q (default none: an older resizer); with
 //	                                       status=done another node (or the controller alone)
 //	                                       finished: the claim's capacity is size, no resize status
 //	size name=a                            the size this node has volume a at (0: not known)
@@ -184,7 +187,11 @@ func (p scenarioPlugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilitie
 func (s *scenario) start(a oe.Action, in opInput) {
 	s.nextID++
 	s.ops[s.nextID] = startedOp{a: a, in: in}
-	s.out = append(s.out, fmt.Sprintf("start #%d %s", s.nextID, s.action(a, in.Spec.Mode)))
+	line := fmt.Sprintf("start #%d %s", s.nextID, s.action(a, in.Spec.Mode))
+	if a.Kind == oe.OpExpand {
+		line += fmt.Sprintf(" to=%d", in.Expansion.Size)
+	}
+	s.out = append(s.out, line)
 }
 
 func short(n cache.UniqueVolumeName) string {
@@ -328,7 +335,7 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 			t.Fatal(err)
 		}
 	case "expand":
-		s.expand(t, arg("name"), arg("size"), arg("status"))
+		s.expand(t, arg("name"), arg("size"), arg("status"), arg("allocated"))
 		s.l.process(ctx)
 	case "self-attach":
 		s.selfAttach, s.l.selfAttach = true, true
@@ -378,6 +385,11 @@ func (s *scenario) finish(t *testing.T, id int, result string) {
 		case oe.OpSelfAttach:
 			o.PublishContext = map[string]string{} // attached through a VolumeAttachment
 		}
+		if op.a.Kind == oe.OpExpand || op.a.Expand > 0 {
+			o.Expansion.Size = op.in.Expansion.Size
+		}
+	case "refused": // a node expansion the driver refused as infeasible
+		o.Expansion = oe.ExpandResult{Held: op.in.Expansion.Size, HeldClaim: op.in.Expansion.ClaimRV}
 	case "uncertain":
 		o.Err, o.Uncertain = fmt.Errorf("rpc error: code = DeadlineExceeded: %w", volume.ErrInProgress), true
 	case "fail":
@@ -435,7 +447,7 @@ func (s *scenario) claim(name string, block bool, access v1.PersistentVolumeAcce
 	s.in.claim("ns/" + name)
 }
 
-func (s *scenario) expand(t *testing.T, name, size, status string) {
+func (s *scenario) expand(t *testing.T, name, size, status, allocated string) {
 	obj, ok, _ := s.pvs.GetByKey("pv-" + name)
 	if !ok {
 		t.Fatalf("no PV pv-%s", name)
@@ -448,6 +460,11 @@ func (s *scenario) expand(t *testing.T, name, size, status string) {
 		status = string(v1.PersistentVolumeClaimNodeResizePending)
 	}
 	pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.ClaimResourceStatus(status)}
+	pvc.Status.AllocatedResources = nil
+	if allocated != "" {
+		pvc.Status.AllocatedResources = v1.ResourceList{v1.ResourceStorage: resource.MustParse(allocated)}
+	}
+	pvc.ResourceVersion = fmt.Sprint(s.nextID) + "-" + size + "-" + status + "-" + allocated // a new version of the claim
 	if status == "done" {
 		pvc.Status.AllocatedResourceStatuses = nil
 		pvc.Status.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse(size)}

@@ -161,6 +161,26 @@ type Outcome struct {
 	PublishContext map[string]string
 	// Duration is how long the plugin call took.
 	Duration time.Duration
+	// Expansion is what a node expansion (OpExpand, or an OpPublish with
+	// Expand) that returned no error did.
+	Expansion ExpandResult
+}
+
+// ExpandResult is what a node expansion that returned no error did: it
+// grew the volume (Size), or it left it as it was and is not to be asked
+// again for the same size (Held).
+type ExpandResult struct {
+	// Size is the size in bytes the node has grown the volume to; 0 when
+	// the volume kept its size.
+	Size int64
+	// Held, when > 0, is the size the node is not to be asked to grow the
+	// volume to again: while the claim the expansion was planned with is
+	// still at resourceVersion HeldClaim (the claim has moved on meanwhile,
+	// or the driver refused; the claim's next version says what is due),
+	// or, with HeldClaim "", until the volume is set up again (the driver
+	// cannot grow it in use).
+	Held      int64
+	HeldClaim string
 }
 
 // Input is what an operation needs from the actual state.
