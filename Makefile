@@ -339,14 +339,19 @@ test-node-conformance: deps conformance-bins kubelet-fork
 # names the specs: default (the in-tree drivers that apply to one node, as
 # upstream's presubmit storage jobs run them), csi-mock (the CSI mock
 # specs: the kubelet's calls to a CSI driver, against Kubernetes' own mock
-# driver and the real kubernetes-csi sidecars) or all (the in-tree drivers
-# with the slow and serial specs); STORAGE_PROCS the parallel ginkgo
-# processes. Root only.
+# driver and the real kubernetes-csi sidecars), csi-hostpath (the
+# testsuites against csi-driver-host-path deployed as pods with its
+# sidecars) or all (the in-tree drivers with the slow and serial specs);
+# STORAGE_PROCS the parallel ginkgo processes. HOSTPATHPLUGIN names
+# csi-driver-host-path's hostpathplugin v1.17.1, which csi-hostpath needs:
+# no module proxy serves its source, and the project builds none of its
+# code (docs/STORAGE-SUITES.md). Root only.
 # Not part of make test; times in docs/STORAGE-SUITES.md.
 STORAGE_SET   ?= default
 STORAGE_PROCS ?= 4
 STORAGE_OUT   ?= $(CURDIR)/_output/storage-suites/$(STORAGE_SET)
-STORAGE_RUN    = $(BIN)/storage-suites -set $(STORAGE_SET) -procs $(STORAGE_PROCS) -bin-dir $(CONF_CACHE) -testenv-dir $(TESTENV_CACHE) -out $(STORAGE_OUT) -name $(1)
+HOSTPATHPLUGIN ?=
+STORAGE_RUN    = $(BIN)/storage-suites -set $(STORAGE_SET) -procs $(STORAGE_PROCS) -bin-dir $(CONF_CACHE) -testenv-dir $(TESTENV_CACHE) -out $(STORAGE_OUT) -name $(1) $(if $(HOSTPATHPLUGIN),-hostpathplugin $(HOSTPATHPLUGIN))
 test-storage-suites: deps storage-suites-bins testenv-bins kubelet-fork
 	$(GO) build -o $(BIN)/storage-suites ./testenv/cmd/storage-suites
 	$(call STORAGE_RUN,stock) -kubelet $(CONF_CACHE)/kubelet

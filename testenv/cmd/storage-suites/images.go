@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"github.com/nodevol/nodevol/testenv/internal/noderun"
 	"github.com/nodevol/nodevol/testenv/realnode"
 )
 
@@ -21,10 +22,20 @@ var csiImages = []struct{ name, program, source string }{
 	{"registry.k8s.io/sig-storage/csi-attacher:v4.12.0", "csi-attacher", "csi/csi-attacher"},
 	{"registry.k8s.io/sig-storage/csi-resizer:v2.2.0", "csi-resizer", "csi/csi-resizer"},
 	{"registry.k8s.io/sig-storage/csi-snapshotter:v8.6.0", "csi-snapshotter", "csi/csi-snapshotter"},
-	{"registry.k8s.io/sig-storage/hostpathplugin:v1.17.1", "hostpathplugin", "csi/hostpathplugin"},
+	{hostpathImage, "hostpathplugin", "csi/hostpathplugin"},
 	{"registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.17.0", "csi-node-driver-registrar", ""},
 	{"registry.k8s.io/sig-storage/livenessprobe:v2.19.0", "livenessprobe", ""},
 }
+
+// hostpathImage is the image of csi-driver-host-path's driver, which the
+// csi-hostpath driver's manifests and the CSI mock's (as its proxy) run.
+const hostpathImage = "registry.k8s.io/sig-storage/hostpathplugin:v1.17.1"
+
+// hostpathTools are the programs csi-driver-host-path's driver runs beside
+// busybox's (its image installs util-linux): losetup for its block
+// volumes (busybox's has no -j), fallocate for their files, mount and
+// umount, findmnt for its volume health checks.
+var hostpathTools = []string{"losetup", "fallocate", "mount", "umount", "findmnt"}
 
 // mockBusyboxImage is the busybox the CSI mock driver's pod runs beside
 // the driver (its embedded specs' file I/O goes through it).
@@ -33,7 +44,11 @@ const mockBusyboxImage = "registry.k8s.io/e2e-test-images/busybox:1.36.1-1"
 // csiDriverImages builds the CSI drivers' images on busybox's files, each
 // program at /{program}, its entrypoint; the stand-ins' program is
 // csi-standins (built into work), which plays the part it is named after.
-func csiDriverImages(ctx context.Context, binDir, work string, busybox realnode.Image) ([]realnode.Image, error) {
+// hostpathPlugin, when set, is csi-driver-host-path's hostpathplugin
+// v1.17.1, which the hostpath image then runs, with its tools
+// (hostpathTools), in place of conformance/cmd/hostpathplugin (which plays
+// the mock driver's part alone).
+func csiDriverImages(ctx context.Context, binDir, work string, busybox realnode.Image, hostpathPlugin string) ([]realnode.Image, error) {
 	standins := filepath.Join(work, "csi-standins")
 	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", standins, "github.com/nodevol/nodevol/testenv/cmd/csi-standins")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -49,7 +64,16 @@ func csiDriverImages(ctx context.Context, binDir, work string, busybox realnode.
 		if _, err := os.Stat(src); err != nil {
 			return nil, fmt.Errorf("image %s: %w (make storage-suites-bins builds it)", c.name, err)
 		}
-		files := append(append([]realnode.File(nil), busybox.Files...), realnode.File{Path: "/" + c.program, Source: src, Mode: 0o755})
+		var files []realnode.File
+		if c.name == hostpathImage && hostpathPlugin != "" {
+			tools, err := noderun.HostPrograms(ctx, hostpathTools...)
+			if err != nil {
+				return nil, fmt.Errorf("image %s: %w", c.name, err)
+			}
+			src, files = hostpathPlugin, tools
+		}
+		// The tools first: a busybox applet at the same path gives way.
+		files = noderun.Dedupe(append(append(files, busybox.Files...), realnode.File{Path: "/" + c.program, Source: src, Mode: 0o755}))
 		images = append(images, realnode.Image{Name: c.name, Files: files, Entrypoint: []string{"/" + c.program}})
 	}
 	return images, nil

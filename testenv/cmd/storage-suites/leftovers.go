@@ -3,11 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // localDriverGlob is where the suites' local volume specs make their
@@ -53,28 +54,9 @@ func cleanLocalDriverLeftovers(glob string, before map[string]bool) (cleaned []s
 		return nil, nil
 	}
 	slices.Sort(made)
-	loops, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	if err != nil {
-		return nil, err
-	}
-	var errs []error
-	for _, f := range loops {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			continue // detached meanwhile
-		}
-		backing := strings.TrimSpace(string(data))
-		for _, d := range made {
-			if strings.HasPrefix(backing, d+"/") {
-				dev := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
-				if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
-					errs = append(errs, fmt.Errorf("detaching %s (%s): %w: %s", dev, backing, err, out))
-				} else {
-					cleaned = append(cleaned, dev+" ("+backing+")")
-				}
-			}
-		}
-	}
+	detached, err := detachLoopsUnder(made...)
+	cleaned = append(cleaned, detached...)
+	errs := []error{err}
 	for _, d := range made {
 		if err := os.Remove(d); err != nil {
 			errs = append(errs, fmt.Errorf("left by the local volume specs, not removed: %w", err))
@@ -83,4 +65,60 @@ func cleanLocalDriverLeftovers(glob string, before map[string]bool) (cleaned []s
 		}
 	}
 	return cleaned, errors.Join(errs...)
+}
+
+// detachLoopsUnder detaches the loop devices whose backing file is below
+// one of dirs and says which, "/dev/loopN (file)". A file is known by its
+// device and inode, as the loop device has them (LOOP_GET_STATUS64): the
+// path it shows is the one its maker saw, which for a CSI driver's pod is
+// the container's.
+func detachLoopsUnder(dirs ...string) ([]string, error) {
+	type fileID struct{ dev, ino uint64 }
+	files := map[fileID]string{}
+	for _, d := range dirs {
+		err := filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+			if err != nil || !e.Type().IsRegular() {
+				return err
+			}
+			var st unix.Stat_t
+			if err := unix.Lstat(p, &st); err != nil {
+				return err
+			}
+			files[fileID{st.Dev, st.Ino}] = p
+			return nil
+		})
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+	}
+	if len(files) == 0 {
+		return nil, nil
+	}
+	devs, err := filepath.Glob("/sys/block/loop*")
+	if err != nil {
+		return nil, err
+	}
+	var detached []string
+	var errs []error
+	for _, sys := range devs {
+		dev := "/dev/" + filepath.Base(sys)
+		f, err := os.Open(dev)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		info, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
+		if err != nil { // ENXIO: not bound
+			f.Close()
+			continue
+		}
+		if p, ok := files[fileID{info.Device, info.Inode}]; ok {
+			if err := unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0); err != nil {
+				errs = append(errs, fmt.Errorf("detaching %s (%s): %w", dev, p, err))
+			} else {
+				detached = append(detached, dev+" ("+p+")")
+			}
+		}
+		f.Close()
+	}
+	return detached, errors.Join(errs...)
 }

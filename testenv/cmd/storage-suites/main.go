@@ -71,6 +71,10 @@ var (
 	nodeAddr = netip.MustParsePrefix("10.231.0.2/30")
 )
 
+// hostpathDataDir is where csi-driver-host-path's manifests keep its
+// volumes on the node.
+const hostpathDataDir = "/var/lib/csi-hostpath-data"
+
 // kubernetesService is the kubernetes Service's address and port in
 // testenv's service range (10.0.0.0/24): in-cluster clients connect there.
 const kubernetesService = "10.0.0.1:443"
@@ -79,6 +83,7 @@ const kubernetesService = "10.0.0.1:443"
 type options struct {
 	kubelet, name, binDir, testenvDir, out string
 	focus, skip                            string
+	hostpathPlugin                         string
 	procs                                  int
 	timeout                                time.Duration
 }
@@ -90,7 +95,8 @@ func main() {
 	flag.StringVar(&o.binDir, "bin-dir", "", "directory of e2e.test, ginkgo, kube-controller-manager, kube-scheduler, kubectl and the images' binaries (make storage-suites-bins; required)")
 	flag.StringVar(&o.testenvDir, "testenv-dir", "", "directory of kube-apiserver and etcd (make testenv-bins; default testenv's)")
 	flag.StringVar(&o.out, "out", "", "directory for the report and logs (required)")
-	setName := flag.String("set", "default", "the specs to run: default, csi-mock or all")
+	setName := flag.String("set", "default", "the specs to run: default, csi-mock, csi-hostpath or all")
+	flag.StringVar(&o.hostpathPlugin, "hostpathplugin", "", "csi-driver-host-path's hostpathplugin v1.17.1, which the hostpath image runs (the csi-hostpath set needs it; without it the image plays the CSI mock driver alone)")
 	flag.StringVar(&o.focus, "focus", "", "ginkgo --focus (default: the set's)")
 	flag.StringVar(&o.skip, "skip", "", "ginkgo --skip (default: the set's)")
 	flag.IntVar(&o.procs, "procs", 4, "ginkgo processes (parallel specs; serial specs run alone)")
@@ -103,6 +109,10 @@ func main() {
 	set, err := lookupSet(*setName)
 	if err != nil {
 		log.Print(err)
+		os.Exit(2)
+	}
+	if set.needsHostpath && o.hostpathPlugin == "" {
+		log.Printf("the %s set runs csi-driver-host-path's driver: -hostpathplugin names its hostpathplugin v1.17.1 (no module proxy serves it, and the project builds none of its code)", set.name)
 		os.Exit(2)
 	}
 	if o.focus == "" {
@@ -162,7 +172,11 @@ func outside() int {
 
 // run makes the cluster, runs the suite on it and takes it down.
 func run(ctx context.Context, o options) (err error) {
-	for _, p := range []*string{&o.kubelet, &o.binDir, &o.out} {
+	paths := []*string{&o.kubelet, &o.binDir, &o.out}
+	if o.hostpathPlugin != "" {
+		paths = append(paths, &o.hostpathPlugin)
+	}
+	for _, p := range paths {
 		if *p, err = filepath.Abs(*p); err != nil {
 			return err
 		}
@@ -189,7 +203,7 @@ func run(ctx context.Context, o options) (err error) {
 	if i < 0 {
 		return errors.New("the suite images have no busybox")
 	}
-	csi, err := csiDriverImages(ctx, o.binDir, work, images[i])
+	csi, err := csiDriverImages(ctx, o.binDir, work, images[i], o.hostpathPlugin)
 	if err != nil {
 		return err
 	}
@@ -200,6 +214,21 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
+	// Where csi-driver-host-path's pods keep their volumes (a hostPath of
+	// its manifests) is the run's; once its pods have gone (below), the
+	// loop devices of block volumes a spec left are detached.
+	hostpathData, undoData, err := noderun.DirIn(work, "csi-hostpath-data", hostpathDataDir)
+	if err != nil {
+		return err
+	}
+	undo.Add(undoData)
+	undo.Add(func() error {
+		detached, err := detachLoopsUnder(hostpathData)
+		if len(detached) > 0 {
+			log.Printf("storage-suites %s: left by csi-driver-host-path's block volumes, detached: %v", o.name, detached)
+		}
+		return err
+	})
 
 	env, err := testenv.Start(ctx, testenv.Options{
 		BinDir:                  o.testenvDir,

@@ -31,6 +31,9 @@ func TestSpecSets(t *testing.T) {
 		{"csi-mock", "[sig-storage] CSI Mock workload info CSI workload information using mock driver should be passed when podInfoOnMount=true", true},
 		{"csi-mock", "[sig-storage] CSI Mock volume fsgroup policies CSI FSGroupPolicy [LinuxOnly] should modify fsGroup if fsGroupPolicy=File", true},
 		{"csi-mock", "[sig-storage] In-tree Volumes [Driver: hostPathSymlink] [Testpattern: Inline-volume (default fs)] volumes should store data", false},
+		{"csi-hostpath", "[sig-storage] CSI Volumes [Driver: csi-hostpath] [Testpattern: Dynamic PV (default fs)] provisioning should provision storage with pvc data source", true},
+		{"csi-hostpath", "[sig-storage] CSI Volumes [Driver: csi-hostpath] [Testpattern: Dynamic PV (block volmode)] volumeMode should fail to use a volume in a pod with mismatched mode [Slow]", false},
+		{"csi-hostpath", "[sig-storage] CSI Mock volume expansion CSI Volume expansion should expand volume by restarting pod if attach=on, nodeExpansion=on", false},
 		{"all", "[sig-storage] In-tree Volumes [Driver: local] [LocalVolumeType: block] [Testpattern: Pre-provisioned PV (block volmode)] multiVolume [Slow] should access to two volumes with the same volume mode and retain data across pod recreation on the same node", true},
 		{"all", "[sig-storage] In-tree Volumes [Driver: hostPath] [Testpattern: Inline-volume (default fs)] subPath should unmount if pod is gracefully deleted while kubelet is down [Disruptive] [Slow] [LinuxOnly]", false},
 		{"all", "[sig-storage] In-tree Volumes [Driver: nfs] [Testpattern: Inline-volume (default fs)] volumes should store data", false},
@@ -96,6 +99,54 @@ func TestCleanLocalDriverLeftovers(t *testing.T) {
 	for d, want := range map[string]bool{old: true, empty: false, withFile: true} {
 		if _, err := os.Stat(d); (err == nil) != want {
 			t.Errorf("%s there: %v, want %v", d, err == nil, want)
+		}
+	}
+}
+
+// TestDetachLoopsUnder: a loop device is known by its backing file's
+// device and inode, not by the path it shows (a CSI driver's pod sets it
+// up through the container's path): one set up through a hard link
+// outside the directory is detached; one on a file elsewhere is not.
+func TestDetachLoopsUnder(t *testing.T) {
+	roottest.Require(t)
+	base := t.TempDir()
+	data, elsewhere := filepath.Join(base, "data"), filepath.Join(base, "elsewhere")
+	for _, d := range []string{data, elsewhere} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inside, other := filepath.Join(data, "vol"), filepath.Join(elsewhere, "other")
+	for _, f := range []string{inside, other} {
+		if err := os.WriteFile(f, make([]byte, 1<<20), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(elsewhere, "as-the-pod-saw-it")
+	if err := os.Link(inside, link); err != nil {
+		t.Fatal(err)
+	}
+	attach := func(path string) string {
+		out, err := exec.Command("losetup", "-f", "--show", path).Output()
+		if err != nil {
+			t.Fatalf("losetup %s: %v", path, err)
+		}
+		dev := strings.TrimSpace(string(out))
+		t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
+		return dev
+	}
+	devIn, devOther := attach(link), attach(other)
+	detached, err := detachLoopsUnder(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{devIn + " (" + inside + ")"}; !slices.Equal(detached, want) {
+		t.Errorf("detached %q, want %q", detached, want)
+	}
+	for dev, bound := range map[string]bool{devIn: false, devOther: true} {
+		_, err := os.Stat("/sys/block/" + filepath.Base(dev) + "/loop/backing_file")
+		if (err == nil) != bound {
+			t.Errorf("%s bound: %v, want %v", dev, err == nil, bound)
 		}
 	}
 }

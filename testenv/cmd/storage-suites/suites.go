@@ -9,6 +9,9 @@ import (
 // A specSet names specs of e2e.test by ginkgo's --focus and --skip.
 type specSet struct {
 	name, focus, skip, about string
+	// needsHostpath: the specs run csi-driver-host-path's driver (the
+	// runner's -hostpathplugin).
+	needsHostpath bool
 }
 
 // inTreeDrivers are the in-tree drivers of the storage testsuites that
@@ -32,6 +35,13 @@ var specSets = []specSet{
 		focus: `\[sig-storage\] CSI Mock`,
 		skip:  `\[Feature:|\[Disruptive\]|\[Flaky\]|\[Serial\]|\[Slow\]`,
 		about: "the CSI mock specs: the kubelet's calls to a CSI driver checked one by one, against Kubernetes' own mock driver",
+	},
+	{
+		name:          "csi-hostpath",
+		focus:         `\[sig-storage\] CSI Volumes \[Driver: csi-hostpath\]`,
+		skip:          `\[Feature:|\[Disruptive\]|\[Flaky\]|\[Serial\]|\[Slow\]`,
+		about:         "the testsuites against csi-driver-host-path deployed as pods with its sidecars, as kubernetes-csi certifies a driver",
+		needsHostpath: true,
 	},
 	{
 		name:  "all",

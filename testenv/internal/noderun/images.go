@@ -127,7 +127,7 @@ func agnhostFiles(ctx context.Context, base []realnode.File, binDir string, paus
 		}
 		files = append(files, more...)
 	}
-	return realnode.Image{Name: AgnhostImage, Files: dedupe(files), Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}, nil
+	return realnode.Image{Name: AgnhostImage, Files: Dedupe(files), Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}, nil
 }
 
 // nginxConf serves /usr/share/nginx/html on port 80, as upstream's nginx
@@ -166,7 +166,7 @@ func nginxFiles(ctx context.Context, base []realnode.File, binDir string) (realn
 		realnode.File{Path: "/var/lib/nginx", Dir: true},
 		realnode.File{Path: "/run", Dir: true},
 	)
-	return realnode.Image{Name: NginxImage, Files: dedupe(files), Cmd: []string{"nginx", "-g", "daemon off;"}}, nil
+	return realnode.Image{Name: NginxImage, Files: Dedupe(files), Cmd: []string{"nginx", "-g", "daemon off;"}}, nil
 }
 
 // glibcDNSFiles is the glibc-dns-testing image, in which specs run
@@ -180,7 +180,7 @@ func glibcDNSFiles(ctx context.Context, base []realnode.File) (realnode.Image, e
 		return realnode.Image{}, err
 	}
 	files = append(files, realnode.File{Path: "/etc/nsswitch.conf", Content: []byte("passwd: files\ngroup: files\nhosts: files dns\n")})
-	return realnode.Image{Name: GlibcDNSImage, Files: dedupe(append(files, base...)), Cmd: []string{"sh"}}, nil
+	return realnode.Image{Name: GlibcDNSImage, Files: Dedupe(append(files, base...)), Cmd: []string{"sh"}}, nil
 }
 
 // hostProgram is the files of this machine's program name (Debian's
@@ -193,9 +193,29 @@ func hostProgram(ctx context.Context, name, path string) ([]realnode.File, error
 	return realnode.HostProgram(ctx, bin, path)
 }
 
-// dedupe keeps the first file of each path: libraries two host programs
+// HostPrograms is the files of this machine's programs names (found in
+// its PATH), each at its path here, with the libraries they load, each
+// once: the tools a program in an image runs (upstream's image installs
+// them from its distribution's packages).
+func HostPrograms(ctx context.Context, names ...string) ([]realnode.File, error) {
+	var files []realnode.File
+	for _, name := range names {
+		bin, err := exec.LookPath(name)
+		if err != nil {
+			return nil, fmt.Errorf("%s for the images: %w", name, err)
+		}
+		f, err := realnode.HostProgram(ctx, bin, bin)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f...)
+	}
+	return Dedupe(files), nil
+}
+
+// Dedupe keeps the first file of each path: libraries two host programs
 // share are in an image once.
-func dedupe(files []realnode.File) []realnode.File {
+func Dedupe(files []realnode.File) []realnode.File {
 	have := make(map[string]bool, len(files))
 	out := files[:0:0]
 	for _, f := range files {

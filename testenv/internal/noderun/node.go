@@ -253,13 +253,23 @@ func KubeletRootIn(work string) (func() error, error) {
 const CadvisorContainerd = "/run/containerd/containerd.sock"
 
 // RunContainerdIn bind-mounts a directory below work on /run/containerd in
-// the run's mount namespace and returns it, for a link to the node's
-// containerd socket at CadvisorContainerd; containerd 1.6's shims put
-// their sockets there too (s/), wherever containerd's state is. The
-// machine's /run/containerd stays untouched and unseen. The undo unmounts
-// it and removes the mount point if the run made it.
+// the run's mount namespace (DirIn) and returns it, for a link to the
+// node's containerd socket at CadvisorContainerd; containerd 1.6's shims
+// put their sockets there too (s/), wherever containerd's state is. The
+// machine's /run/containerd stays untouched and unseen.
 func RunContainerdIn(work string) (string, func() error, error) {
-	dir, point := filepath.Join(work, "run-containerd"), filepath.Dir(CadvisorContainerd)
+	return DirIn(work, "run-containerd", filepath.Dir(CadvisorContainerd))
+}
+
+// DirIn bind-mounts work/name on point in the run's mount namespace and
+// returns it: a directory the node's programs use at a fixed path of the
+// machine's (/run/containerd; /var/lib/csi-hostpath-data, where
+// csi-driver-host-path's pods keep their volumes) is the run's, and the
+// machine's stays untouched and unseen. The undo unmounts it and removes
+// the mount point if the run made it and nothing else put a file there
+// since.
+func DirIn(work, name, point string) (string, func() error, error) {
+	dir := filepath.Join(work, name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", nil, err
 	}
@@ -275,8 +285,8 @@ func RunContainerdIn(work string) (string, func() error, error) {
 		if err := realnode.Unmount(point); err != nil {
 			return err
 		}
-		// The machine's containerd, or a test's, may have put its shims'
-		// sockets there since: then it is theirs.
+		// The machine's programs (its containerd, or a test's) may have
+		// put files there since: then it is theirs.
 		if !made {
 			return nil
 		}
