@@ -267,6 +267,10 @@ func (vm *VolumeManager) expandFailed(ctx context.Context, logger klog.Logger, c
 	if class == csiplugin.ExpandTransient {
 		return class, err
 	}
+	byClaim := class == csiplugin.ExpandFailed && finalFailureInfeasible(pvc, e.Size)
+	if byClaim {
+		class = csiplugin.ExpandInfeasible
+	}
 	_, perr := vm.patchClaimStatus(ctx, claims, pvc, false, func(st *v1.PersistentVolumeClaimStatus) {
 		if class == csiplugin.ExpandInfeasible {
 			st.AllocatedResourceStatuses[v1.ResourceStorage] = v1.PersistentVolumeClaimNodeResizeInfeasible
@@ -283,12 +287,33 @@ func (vm *VolumeManager) expandFailed(ctx context.Context, logger klog.Logger, c
 		return class, err
 	}
 	why := "refused the expansion; not retried until the claim changes"
+	if byClaim {
+		why = "failed again after the claim asked for another size; recorded infeasible for the resizer to recover, not retried until the claim changes"
+	}
 	if class == csiplugin.ExpandInUse {
 		why = "cannot expand the volume while it is in use; not retried on this node at this size"
 	}
 	logger.Error(err, "Node expansion refused by the driver; the volume stays published at its old size", "why", why)
 	vm.refusedEvents(op, class, pods, err)
 	return class, nil
+}
+
+// finalFailureInfeasible reports whether a final failure (not a refusal)
+// of the node expansion of pvc's volume to size is to be recorded as
+// infeasible, as the kubelet decides it: the claim asks for another size
+// than the one being expanded to (the user recovers from a failed
+// expansion by asking for less) and an earlier try already failed for good
+// (the claim has the NodeResizeError condition). NodeResizeInfeasible lets
+// the resizer lower the allocated size (RecoverVolumeExpansionFailure);
+// NodeResizeError would have the node retry the old size for ever.
+func finalFailureInfeasible(pvc *v1.PersistentVolumeClaim, size int64) bool {
+	req, ok := pvc.Spec.Resources.Requests[v1.ResourceStorage]
+	if !ok || req.Value() == size {
+		return false
+	}
+	return slices.ContainsFunc(pvc.Status.Conditions, func(c v1.PersistentVolumeClaimCondition) bool {
+		return c.Type == v1.PersistentVolumeClaimNodeResizeError && c.Status == v1.ConditionTrue
+	})
 }
 
 // refusedEvents records on each pod the event of a node expansion the

@@ -343,21 +343,7 @@ func TestExpandFailureRetried(t *testing.T) {
 // claim reports 1.5Gi with its resize status cleared.
 func TestExpandRecovery(t *testing.T) {
 	e := newExpandEnv(t, false, csitest.Fault{Method: "NodeExpandVolume", Times: 1, Err: status.Error(codes.OutOfRange, "no room for 2Gi")})
-	ctx := context.Background()
-	claims := e.client.CoreV1().PersistentVolumeClaims("ns")
-	setStatus := func(allocated string, st v1.ClaimResourceStatus) {
-		t.Helper()
-		pvc, err := claims.Get(ctx, "grow", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pvc.Status.AllocatedResources = v1.ResourceList{v1.ResourceStorage: resource.MustParse(allocated)}
-		pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: st}
-		if _, err := claims.UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	setStatus("2Gi", v1.PersistentVolumeClaimNodeResizePending)
+	e.setAllocated("2Gi", v1.PersistentVolumeClaimNodeResizePending)
 	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "grow", false))
 	if err := e.mount(pod); err != nil {
 		t.Fatalf("mount with a refused expansion: %v", err)
@@ -366,26 +352,113 @@ func TestExpandRecovery(t *testing.T) {
 		t.Fatalf("claim resize status %q after the refusal, want NodeResizeInfeasible", got)
 	}
 
-	setStatus("1536Mi", v1.PersistentVolumeClaimNodeResizePending)
-	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	var st v1.PersistentVolumeClaimStatus
-	err := wait.PollUntilContextCancel(wctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
-		st = e.claimStatus()
-		_, resizing := st.AllocatedResourceStatuses[v1.ResourceStorage]
-		return !resizing, nil
-	})
-	if err != nil {
-		t.Fatalf("claim status %+v: the recovered expansion did not finish: %v", st, err)
-	}
-	if got := st.Capacity[v1.ResourceStorage]; got.Cmp(resource.MustParse("1536Mi")) != 0 {
+	e.setAllocated("1536Mi", v1.PersistentVolumeClaimNodeResizePending)
+	e.waitResizeStatus(t, "")
+	if got := e.claimStatus().Capacity[v1.ResourceStorage]; got.Cmp(resource.MustParse("1536Mi")) != 0 {
 		t.Errorf("claim capacity %s, want the allocated 1536Mi", got.String())
 	}
+	if sizes := e.expandSizes(); !slices.Equal(sizes, []int64{2 << 30, 1536 << 20}) {
+		t.Errorf("NodeExpandVolume sizes %v, want [2Gi 1536Mi] (the allocated size each time)", sizes)
+	}
+}
+
+// TestExpandRecoveryAfterFinalError: an online expansion that fails for
+// good but is not refused (PermissionDenied) is retried with the
+// NodeResizeError condition on the claim; once the user asks for less,
+// the next failure is recorded NodeResizeInfeasible, as the kubelet
+// records it, so that the resizer can lower the allocated size; the node
+// then grows the volume to it (upstream's "recovery should be possible for
+// node-only expanded volumes with final error").
+func TestExpandRecoveryAfterFinalError(t *testing.T) {
+	e := newExpandEnv(t, false)
+	e.setAllocated("1Gi", "") // nothing pending: the pod mounts at 1Gi
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "grow", false))
+	if err := e.mount(pod); err != nil {
+		t.Fatal(err)
+	}
+	e.drv.Inject(csitest.Fault{Method: "NodeExpandVolume", Err: status.Error(codes.PermissionDenied, "permission denied for expansion")})
+	e.setAllocated("2Gi", v1.PersistentVolumeClaimNodeResizePending)
+	e.waitCondition(t, v1.PersistentVolumeClaimNodeResizeError)
+	if got := e.claimStatus().AllocatedResourceStatuses[v1.ResourceStorage]; got != v1.PersistentVolumeClaimNodeResizeInProgress {
+		t.Fatalf("claim resize status %q after a final error, want NodeResizeInProgress (retried)", got)
+	}
+
+	claims := e.client.CoreV1().PersistentVolumeClaims("ns")
+	pvc, err := claims.Get(context.Background(), "grow", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvc.Spec.Resources.Requests = v1.ResourceList{v1.ResourceStorage: resource.MustParse("1536Mi")}
+	if _, err := claims.Update(context.Background(), pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitResizeStatus(t, v1.PersistentVolumeClaimNodeResizeInfeasible)
+
+	e.drv.ClearFaults()
+	e.setAllocated("1536Mi", v1.PersistentVolumeClaimNodeResizePending)
+	e.waitResizeStatus(t, "")
+	if got := e.claimStatus().Capacity[v1.ResourceStorage]; got.Cmp(resource.MustParse("1536Mi")) != 0 {
+		t.Errorf("claim capacity %s, want the allocated 1536Mi", got.String())
+	}
+	if sizes := e.expandSizes(); len(sizes) < 2 || sizes[len(sizes)-1] != 1536<<20 || slices.ContainsFunc(sizes[:len(sizes)-1], func(n int64) bool { return n != 2<<30 }) {
+		t.Errorf("NodeExpandVolume sizes %v, want 2Gi until the recovery, then 1536Mi", sizes)
+	}
+}
+
+// setAllocated sets the claim's allocated size and storage resize status
+// ("" for none), as the external-resizer does.
+func (e *expandEnv) setAllocated(allocated string, st v1.ClaimResourceStatus) {
+	e.t.Helper()
+	claims := e.client.CoreV1().PersistentVolumeClaims("ns")
+	pvc, err := claims.Get(context.Background(), "grow", metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	pvc.Status.AllocatedResources = v1.ResourceList{v1.ResourceStorage: resource.MustParse(allocated)}
+	pvc.Status.AllocatedResourceStatuses = nil
+	if st != "" {
+		pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: st}
+	}
+	if _, err := claims.UpdateStatus(context.Background(), pvc, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// waitClaim waits until the claim's status satisfies done.
+func (e *expandEnv) waitClaim(t *testing.T, what string, done func(v1.PersistentVolumeClaimStatus) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var st v1.PersistentVolumeClaimStatus
+	if err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
+		st = e.claimStatus()
+		return done(st), nil
+	}); err != nil {
+		t.Fatalf("claim status %+v: waiting for %s: %v", st, what, err)
+	}
+}
+
+// waitResizeStatus waits for the claim's storage resize status ("": none).
+func (e *expandEnv) waitResizeStatus(t *testing.T, want v1.ClaimResourceStatus) {
+	t.Helper()
+	e.waitClaim(t, fmt.Sprintf("resize status %q", want), func(st v1.PersistentVolumeClaimStatus) bool {
+		return st.AllocatedResourceStatuses[v1.ResourceStorage] == want
+	})
+}
+
+// waitCondition waits for the claim's condition c.
+func (e *expandEnv) waitCondition(t *testing.T, c v1.PersistentVolumeClaimConditionType) {
+	t.Helper()
+	e.waitClaim(t, "condition "+string(c), func(st v1.PersistentVolumeClaimStatus) bool {
+		return slices.ContainsFunc(st.Conditions, func(x v1.PersistentVolumeClaimCondition) bool { return x.Type == c && x.Status == v1.ConditionTrue })
+	})
+}
+
+// expandSizes are the sizes NodeExpandVolume was asked for, in order.
+func (e *expandEnv) expandSizes() []int64 {
 	var sizes []int64
 	for _, r := range requests[*csi.NodeExpandVolumeRequest](e.drv, "NodeExpandVolume") {
 		sizes = append(sizes, r.GetCapacityRange().GetRequiredBytes())
 	}
-	if want := []int64{2 << 30, 1536 << 20}; !slices.Equal(sizes, want) {
-		t.Errorf("NodeExpandVolume sizes %v, want %v (the allocated size each time)", sizes, want)
-	}
+	return sizes
 }
