@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/nodevol/nodevol/testenv/internal/noderun"
 	"github.com/nodevol/nodevol/testenv/realnode"
@@ -29,7 +30,7 @@ var csiImages = []struct{ name, program, source string }{
 
 // hostpathImage is the image of csi-driver-host-path's driver, which the
 // csi-hostpath driver's manifests and the CSI mock's (as its proxy) run.
-const hostpathImage = "registry.k8s.io/sig-storage/hostpathplugin:v1.17.1"
+const hostpathImage = "registry.k8s.io/sig-storage/hostpathplugin:" + hostpathVersion
 
 // hostpathTools are the programs csi-driver-host-path's driver runs beside
 // busybox's (its image installs util-linux): losetup for its block
@@ -66,6 +67,9 @@ func csiDriverImages(ctx context.Context, binDir, work string, busybox realnode.
 		}
 		var files []realnode.File
 		if c.name == hostpathImage && hostpathPlugin != "" {
+			if err := checkHostpathVersion(ctx, hostpathPlugin); err != nil {
+				return nil, err
+			}
 			tools, err := noderun.HostPrograms(ctx, hostpathTools...)
 			if err != nil {
 				return nil, fmt.Errorf("image %s: %w", c.name, err)
@@ -77,4 +81,22 @@ func csiDriverImages(ctx context.Context, binDir, work string, busybox realnode.
 		images = append(images, realnode.Image{Name: c.name, Files: files, Entrypoint: []string{"/" + c.program}})
 	}
 	return images, nil
+}
+
+// hostpathVersion is the version of csi-driver-host-path the suite's
+// manifests name.
+const hostpathVersion = "v1.17.1"
+
+// checkHostpathVersion refuses a hostpathplugin that does not say it is
+// hostpathVersion: one built without its version (-X main.version)
+// answers GetPluginInfo without one, and every sidecar exits on it.
+func checkHostpathVersion(ctx context.Context, bin string) error {
+	out, err := exec.CommandContext(ctx, bin, "-version").Output()
+	if err != nil {
+		return fmt.Errorf("%s -version: %w", bin, err)
+	}
+	if f := strings.Fields(string(out)); len(f) != 2 || f[1] != hostpathVersion {
+		return fmt.Errorf("%s says %q: want csi-driver-host-path's hostpathplugin %s, built with its version", bin, strings.TrimSpace(string(out)), hostpathVersion)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -147,6 +148,28 @@ func TestDetachLoopsUnder(t *testing.T) {
 		_, err := os.Stat("/sys/block/" + filepath.Base(dev) + "/loop/backing_file")
 		if (err == nil) != bound {
 			t.Errorf("%s bound: %v, want %v", dev, err == nil, bound)
+		}
+	}
+}
+
+// TestCheckHostpathVersion: a hostpathplugin is taken only when it says
+// it is the version the manifests name.
+func TestCheckHostpathVersion(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		says string
+		ok   bool
+	}{
+		{"hostpathplugin v1.17.1", true},
+		{"hostpathplugin ", false}, // built without -X main.version
+		{"hostpathplugin v1.16.0", false},
+	} {
+		bin := filepath.Join(dir, "hostpathplugin")
+		if err := os.WriteFile(bin, []byte("#!/bin/sh\necho '"+tc.says+"'\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := checkHostpathVersion(context.Background(), bin); (err == nil) != tc.ok {
+			t.Errorf("says %q: error %v, want ok %v", tc.says, err, tc.ok)
 		}
 	}
 }
