@@ -163,8 +163,13 @@ func (p PodRef) String() string {
 type PodVolume struct {
 	Pod PodRef
 	// SpecName is the name of the volume in pod.spec.volumes; it names the
-	// pod's volume directory.
+	// pod's volume directory of an inline volume.
 	SpecName string
+	// PVName is the PV through which the pod has the volume, "" for an
+	// inline volume; it names the pod's volume directory, as the kubelet
+	// names it. Several PVs may name one volume (the same driver and
+	// handle): each pod's directory is named after its own.
+	PVName string
 	// ReadOnly is true when the pod's claim or the PV asks for read-only.
 	ReadOnly bool
 	// FSGroup is the pod's securityContext.fsGroup: the group that gets

@@ -158,7 +158,7 @@ func (w *rebuild) blockLink(l ondisk.BlockLink) {
 	}
 	spec, paths := reconstructedBlockSpec(l.SpecName, l.Volume.Data), l.Volume.Paths
 	w.logInFlight(paths.PublishPath)
-	vol := cache.PodVolume{Pod: cache.PodRef{UID: l.PodUID}, SpecName: spec.PVName}
+	vol := cache.PodVolume{Pod: cache.PodRef{UID: l.PodUID}, SpecName: spec.PVName, PVName: spec.PVName}
 	w.out.Mounts = append(w.out.Mounts, volume.FoundMount{Spec: spec, Volume: vol, Path: paths.PodDevicePath, State: cache.Uncertain})
 	if !w.found[spec.Name] {
 		w.out.Devices = append(w.out.Devices, volume.FoundDevice{Spec: spec, Path: paths.StagingPath, State: cache.Uncertain})
@@ -427,6 +427,7 @@ func reconstructedSpec(d *ondisk.VolumeData, uid types.UID, dirName string) (cac
 	} else {
 		spec.Name = cache.CSIVolumeName(d.DriverName, d.VolumeHandle)
 		spec.PVName = dirName // the kubelet names a PV's pod directory after the PV
+		vol.PVName = dirName
 	}
 	return spec, vol
 }

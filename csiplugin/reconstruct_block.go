@@ -74,7 +74,7 @@ func (w *rebuild) blockPublish(p blockPublish, rec *ondisk.Record) {
 		w.logger.Info("A call was in flight when nodevol stopped; it is repeated if the volume is wanted and undone if not",
 			"path", v.Paths.PublishPath, "call", rec.Phase.Call(), "driver", rec.Driver, "volumeHandle", rec.VolumeHandle)
 	}
-	vol := cache.PodVolume{Pod: cache.PodRef{UID: uid}, SpecName: spec.PVName}
+	vol := cache.PodVolume{Pod: cache.PodRef{UID: uid}, SpecName: spec.PVName, PVName: spec.PVName}
 	w.out.Mounts = append(w.out.Mounts, volume.FoundMount{Spec: spec, Volume: vol, Path: v.Paths.PodDevicePath, State: cache.Uncertain})
 	if !w.found[spec.Name] {
 		w.out.Devices = append(w.out.Devices, volume.FoundDevice{Spec: spec, Path: v.Paths.StagingPath, State: cache.Uncertain})

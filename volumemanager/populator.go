@@ -173,6 +173,7 @@ func (r *resolver) resolveVolume(pod *v1.Pod, v *podVolume) (state.DesiredVolume
 		return state.DesiredVolume{}, err
 	}
 	pv.ReadOnly = pv.ReadOnly || spec.ReadOnly
+	pv.PVName = spec.PVName // this pod's PV, which may not be the one the volume's spec names
 	return state.DesiredVolume{Spec: spec, Volume: pv}, checkMode(spec, v.block)
 }
 

@@ -279,3 +279,62 @@ func TestSameClaimSELinux(t *testing.T) {
 		})
 	}
 }
+
+// TestTwoPVsOneVolume: two PVs name one volume (the same driver and
+// handle, as upstream's "should mount multiple PV pointing to the same
+// storage on the same node" makes them), each a pod's: the volume is
+// staged once and published into each pod's directory named after that
+// pod's own PV, and each pod's unpublish is of its own directory, the
+// second pod's first, so that the volume is unstaged only once neither is
+// published (a driver that checks the volume's lifecycle refuses an
+// unstage while a publish is left).
+func TestTwoPVsOneVolume(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	pv1 := e.claim("one")
+	pvc2, pv2 := csitest.BoundClaim("ns", "two", e.drv.DriverName(), "handle-one")
+	e.create(pvc2, pv2)
+	p1 := csitest.Pod("ns", "p1", csitest.WithPVC("data", "one", false))
+	p2 := csitest.Pod("ns", "p2", csitest.WithPVC("data", "two", false))
+	for _, p := range []*v1.Pod{p1, p2} {
+		if err := e.mount(p, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := func(p *v1.Pod, pv string) string {
+		return filepath.Join(e.root, "pods", string(p.UID), "volumes", "kubernetes.io~csi", pv, "mount")
+	}
+	targets := func(method string) []string {
+		var out []string
+		for _, r := range e.drv.Requests() {
+			switch req := r.Req.(type) {
+			case *csi.NodePublishVolumeRequest:
+				if r.Method == method {
+					out = append(out, req.GetTargetPath())
+				}
+			case *csi.NodeUnpublishVolumeRequest:
+				if r.Method == method {
+					out = append(out, req.GetTargetPath())
+				}
+			}
+		}
+		return out
+	}
+	if got, want := targets("NodePublishVolume"), []string{path(p1, pv1), path(p2, pv2.Name)}; !slices.Equal(got, want) {
+		t.Fatalf("NodePublishVolume target paths %q, want %q", got, want)
+	}
+	if n := e.drv.Calls("NodeStageVolume"); n != 1 {
+		t.Errorf("NodeStageVolume calls = %d, want 1", n)
+	}
+	if got := e.vm.GetMountedVolumesForPod(p2.UID); len(got) != 1 || got[0].DirName != pv2.Name || got[0].Path != path(p2, pv2.Name) {
+		t.Errorf("GetMountedVolumesForPod(p2) = %+v, want its own PV's directory %s", got, path(p2, pv2.Name))
+	}
+	e.unmount(p2)
+	if got, want := targets("NodeUnpublishVolume"), []string{path(p2, pv2.Name)}; !slices.Equal(got, want) {
+		t.Fatalf("NodeUnpublishVolume target paths %q after p2 went, want %q", got, want)
+	}
+	e.unmount(p1)
+	if got, want := targets("NodeUnpublishVolume"), []string{path(p2, pv2.Name), path(p1, pv1)}; !slices.Equal(got, want) {
+		t.Errorf("NodeUnpublishVolume target paths %q, want %q", got, want)
+	}
+	eventually(t, "the unstage", func() bool { return e.drv.Calls("NodeUnstageVolume") == 1 })
+}

@@ -88,9 +88,14 @@ func PodVolumePath(root string, podUID types.UID, specName string) (string, erro
 }
 
 // VolumeDirName returns the name of a pod's volume directory, the
-// kubelet's spec name: the PV's name for a volume from a PV, the pod's
-// volume name (PodVolume.SpecName) for an inline volume.
+// kubelet's spec name: the name of the PV through which the pod has the
+// volume (PodVolume.PVName; one volume may have several PVs, each pod's
+// directory named after its own, else the spec's), the pod's volume name
+// (PodVolume.SpecName) for an inline volume.
 func VolumeDirName(spec *cache.VolumeSpec, vol cache.PodVolume) string {
+	if vol.PVName != "" {
+		return vol.PVName
+	}
 	if spec.PVName != "" {
 		return spec.PVName
 	}
