@@ -338,3 +338,51 @@ func TestTwoPVsOneVolume(t *testing.T) {
 	}
 	eventually(t, "the unstage", func() bool { return e.drv.Calls("NodeUnstageVolume") == 1 })
 }
+
+// TestTwoPVsOneVolumeRestart: after a restart, each pod's mount of one
+// volume under two PVs is found in its own PV's directory, and a pod no
+// longer wanted is unpublished there, before the unstage.
+func TestTwoPVsOneVolumeRestart(t *testing.T) {
+	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
+	pvc1, pv1 := csitest.BoundClaim("ns", "one", drv.DriverName(), "handle-one")
+	pvc2, pv2 := csitest.BoundClaim("ns", "two", drv.DriverName(), "handle-one")
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc1, pv1, pvc2, pv2)
+	root := t.TempDir()
+	p1 := csitest.Pod("ns", "p1", csitest.WithPVC("data", "one", false))
+	p2 := csitest.Pod("ns", "p2", csitest.WithPVC("data", "two", false))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	vm1, stop1 := startVM(t, client, root, drv)
+	for _, p := range []*v1.Pod{p1, p2} {
+		vm1.AddPod(p)
+		if err := vm1.WaitForAttachAndMount(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop1()
+
+	vm2, stop2 := startVM(t, client, root, drv)
+	defer stop2()
+	for p, pv := range map[*v1.Pod]string{p1: pv1.Name, p2: pv2.Name} {
+		if got := vm2.GetPossiblyMountedVolumesForPod(p.UID); len(got) != 1 || got[0].DirName != pv {
+			t.Fatalf("found on disk for pod %s: %+v, want its mount in %s", p.Name, got, pv)
+		}
+	}
+	vm2.AddPod(p1)
+	vm2.MarkPodsSynced()
+	waitIdle(t, vm2)
+	var unpublished []string
+	for _, r := range drv.Requests() {
+		if req, ok := r.Req.(*csi.NodeUnpublishVolumeRequest); ok {
+			unpublished = append(unpublished, req.GetTargetPath())
+		}
+	}
+	want := filepath.Join(root, "pods", string(p2.UID), "volumes", "kubernetes.io~csi", pv2.Name, "mount")
+	if !slices.Equal(unpublished, []string{want}) {
+		t.Errorf("NodeUnpublishVolume target paths %q, want p2's own %q", unpublished, want)
+	}
+	if n := drv.Calls("NodeUnstageVolume"); n != 0 {
+		t.Errorf("NodeUnstageVolume calls = %d while p1 has the volume, want 0", n)
+	}
+}
