@@ -95,7 +95,7 @@ func main() {
 	flag.StringVar(&o.binDir, "bin-dir", "", "directory of e2e.test, ginkgo, kube-controller-manager, kube-scheduler, kubectl and the images' binaries (make storage-suites-bins; required)")
 	flag.StringVar(&o.testenvDir, "testenv-dir", "", "directory of kube-apiserver and etcd (make testenv-bins; default testenv's)")
 	flag.StringVar(&o.out, "out", "", "directory for the report and logs (required)")
-	setName := flag.String("set", "default", "the specs to run: default, csi-mock, csi-hostpath or all")
+	setName := flag.String("set", "default", "the specs to run: default, csi-mock, csi-hostpath, csi-hostpath-slow or all")
 	flag.StringVar(&o.hostpathPlugin, "hostpathplugin", "", "csi-driver-host-path's hostpathplugin v1.17.1, which the hostpath image runs (the csi-hostpath set needs it; without it the image plays the CSI mock driver alone)")
 	flag.StringVar(&o.focus, "focus", "", "ginkgo --focus (default: the set's)")
 	flag.StringVar(&o.skip, "skip", "", "ginkgo --skip (default: the set's)")

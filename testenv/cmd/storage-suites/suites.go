@@ -44,6 +44,13 @@ var specSets = []specSet{
 		needsHostpath: true,
 	},
 	{
+		name:          "csi-hostpath-slow",
+		focus:         `\[sig-storage\] CSI Volumes \[Driver: csi-hostpath\].*\[(Slow|Serial)\]`,
+		skip:          `\[Feature:|\[Disruptive\]|\[Flaky\]`,
+		about:         "csi-hostpath's slow and serial specs (multiVolume, volume stress, volume limits, snapshots), which the csi-hostpath set leaves out",
+		needsHostpath: true,
+	},
+	{
 		name:  "all",
 		focus: inTreeDrivers,
 		skip:  `\[Feature:|\[Disruptive\]|\[Flaky\]`,
