@@ -341,11 +341,12 @@ test-node-conformance: deps conformance-bins kubelet-fork
 # specs: the kubelet's calls to a CSI driver, against Kubernetes' own mock
 # driver and the real kubernetes-csi sidecars), csi-hostpath (the
 # testsuites against csi-driver-host-path deployed as pods with its
-# sidecars) or all (the in-tree drivers with the slow and serial specs);
-# STORAGE_PROCS the parallel ginkgo processes. HOSTPATHPLUGIN names
-# csi-driver-host-path's hostpathplugin v1.17.1, which csi-hostpath needs:
-# no module proxy serves its source, and the project builds none of its
-# code (docs/STORAGE-SUITES.md). Root only.
+# sidecars), csi-hostpath-slow (its slow and serial specs) or all (the
+# in-tree drivers with the slow and serial specs); STORAGE_PROCS the
+# parallel ginkgo processes. HOSTPATHPLUGIN names csi-driver-host-path's
+# hostpathplugin v1.17.1, which the csi-hostpath sets need: no module
+# proxy serves its source, and the project builds none of its code
+# (docs/STORAGE-SUITES.md). Root only.
 # Not part of make test; times in docs/STORAGE-SUITES.md.
 STORAGE_SET   ?= default
 STORAGE_PROCS ?= 4
