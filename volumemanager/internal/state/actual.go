@@ -38,8 +38,8 @@ type ActualVolume struct {
 	// node expansion goes (the kubelet's persistentVolumeSize): the
 	// claim's status capacity when the volume was first set up here (or
 	// found again after a restart), then the size of each node expansion
-	// that ended here (done, or refused for good: not tried again at that
-	// size). 0 while not known. A volume that another node (or the
+	// that grew it here (one that ended without growing it is held by the
+	// loop instead: the node has not that size). 0 while not known. A volume that another node (or the
 	// controller alone) grew is below its claim's size here until this
 	// node has expanded its own view of it (ReadWriteMany).
 	Size int64
