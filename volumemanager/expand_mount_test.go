@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
@@ -424,18 +423,20 @@ func (e *expandEnv) setAllocated(allocated string, st v1.ClaimResourceStatus) {
 	}
 }
 
-// waitClaim waits until the claim's status satisfies done.
+// waitClaim waits until the claim's status satisfies done, and shows the
+// last status read when it does not.
 func (e *expandEnv) waitClaim(t *testing.T, what string, done func(v1.PersistentVolumeClaimStatus) bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	var st v1.PersistentVolumeClaimStatus
-	if err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
+	defer func() {
+		if t.Failed() {
+			t.Logf("last claim status read: %+v", st)
+		}
+	}()
+	eventually(t, "claim "+what, func() bool {
 		st = e.claimStatus()
-		return done(st), nil
-	}); err != nil {
-		t.Fatalf("claim status %+v: waiting for %s: %v", st, what, err)
-	}
+		return done(st)
+	})
 }
 
 // waitResizeStatus waits for the claim's storage resize status ("": none).

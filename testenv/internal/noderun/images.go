@@ -183,12 +183,15 @@ func glibcDNSFiles(ctx context.Context, base []realnode.File) (realnode.Image, e
 	return realnode.Image{Name: GlibcDNSImage, Files: Dedupe(append(files, base...)), Cmd: []string{"sh"}}, nil
 }
 
-// hostProgram is the files of this machine's program name (Debian's
-// package of that name) at path in an image (realnode.HostProgram).
+// hostProgram is the files of this machine's program name at path in an
+// image ("": where it is here), with its libraries (realnode.HostProgram).
 func hostProgram(ctx context.Context, name, path string) ([]realnode.File, error) {
 	bin, err := exec.LookPath(name)
 	if err != nil {
-		return nil, fmt.Errorf("%s for the images (Debian's %s): %w", name, name, err)
+		return nil, fmt.Errorf("%s for the images (make deps installs it): %w", name, err)
+	}
+	if path == "" {
+		path = bin
 	}
 	return realnode.HostProgram(ctx, bin, path)
 }
@@ -200,11 +203,7 @@ func hostProgram(ctx context.Context, name, path string) ([]realnode.File, error
 func HostPrograms(ctx context.Context, names ...string) ([]realnode.File, error) {
 	var files []realnode.File
 	for _, name := range names {
-		bin, err := exec.LookPath(name)
-		if err != nil {
-			return nil, fmt.Errorf("%s for the images: %w", name, err)
-		}
-		f, err := realnode.HostProgram(ctx, bin, bin)
+		f, err := hostProgram(ctx, name, "")
 		if err != nil {
 			return nil, err
 		}
