@@ -9,73 +9,24 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
-	"k8s.io/mount-utils"
-
 	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/volume/subpath/subpathtest"
 )
 
-// fdMounter is the fake mounter made to bind what a /proc/{pid}/fd/{n}
-// source is open on, as mount(2) does: it records the file behind the
-// descriptor at mount time, and the mount flags the fake drops.
-type fdMounter struct {
-	*mount.FakeMounter
-	mu      sync.Mutex
-	sources map[string]string // target -> the file bound there
-	flags   [][]string
-	// unmounts are the unmounts made, "lazy" ones by detach.
-	unmounts []string
-}
-
-func (f *fdMounter) MountSensitiveWithoutSystemdWithMountFlags(source, target, fstype string, options, sensitive, flags []string) error {
-	file, err := os.Readlink(source)
-	if err != nil {
-		return err
-	}
-	f.mu.Lock()
-	f.sources[target] = file
-	f.flags = append(f.flags, flags)
-	f.mu.Unlock()
-	return f.FakeMounter.MountSensitiveWithoutSystemdWithMountFlags(source, target, fstype, options, sensitive, flags)
-}
-
-func (f *fdMounter) Unmount(target string) error {
-	return f.unmount(target, "plain")
-}
-
-// detach stands for umount2 with MNT_DETACH.
-func (f *fdMounter) detach(target string) error {
-	return f.unmount(target, "lazy")
-}
-
-func (f *fdMounter) unmount(target, how string) error {
-	f.mu.Lock()
-	delete(f.sources, target)
-	f.unmounts = append(f.unmounts, how)
-	f.mu.Unlock()
-	return f.FakeMounter.Unmount(target)
-}
-
-// sameFile stands for the device and inode check: the mount at target is
-// of the file open as fd.
-func (f *fdMounter) sameFile(fd int, target string) (bool, error) {
-	file, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
-	if err != nil {
-		return false, err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.sources[target] == file, nil
-}
+var _ BindRecorder = (*subpathtest.Mounter)(nil)
 
 type fakeEnv struct {
-	m     *Manager
-	fake  *fdMounter
-	root  string
-	vol   string
-	steps []step.Step
+	m    *Manager
+	fake *subpathtest.Mounter
+	// unmounts are the unmounts made: "plain", or "lazy" by detach.
+	unmounts []string
+	// detaching is set while the manager detaches a stale mount.
+	detaching bool
+	root      string
+	vol       string
+	steps     []step.Step
 	// refuse, when set, refuses the steps it returns true for.
 	refuse func(step.Step) bool
 }
@@ -83,7 +34,15 @@ type fakeEnv struct {
 func newFakeEnv(t *testing.T) *fakeEnv {
 	t.Helper()
 	e := &fakeEnv{root: t.TempDir(), vol: t.TempDir()}
-	e.fake = &fdMounter{FakeMounter: mount.NewFakeMounter(nil), sources: map[string]string{}}
+	e.fake = subpathtest.NewMounter(nil)
+	e.fake.UnmountFunc = func(string) error {
+		how := "plain"
+		if e.detaching {
+			how = "lazy"
+		}
+		e.unmounts = append(e.unmounts, how)
+		return nil
+	}
 	m, err := New(Config{RootDir: e.root, Mounter: e.fake, Steps: func(s step.Step) error {
 		e.steps = append(e.steps, s)
 		if e.refuse != nil && e.refuse(s) {
@@ -94,7 +53,12 @@ func newFakeEnv(t *testing.T) *fakeEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.sameFile, m.detach = e.fake.sameFile, e.fake.detach
+	detach := m.detach
+	m.detach = func(target string) error {
+		e.detaching = true
+		defer func() { e.detaching = false }()
+		return detach(target)
+	}
 	e.m = m
 	return e
 }
@@ -162,13 +126,12 @@ func TestPrepareFake(t *testing.T) {
 		} else if fi.Mode() != wantMode || fi.Size() != 0 {
 			t.Errorf("%s: mode %v size %d, want an empty file of mode 0640", got, fi.Mode(), fi.Size())
 		}
-		if bound := e.fake.sources[got]; bound != filepath.Join(e.vol, tc.subPath) {
-			t.Errorf("%s is a bind mount of %q, want %q", got, bound, filepath.Join(e.vol, tc.subPath))
+		bound, _ := e.fake.Bound(got)
+		if bound.File != filepath.Join(e.vol, tc.subPath) {
+			t.Errorf("%s is a bind mount of %q, want %q", got, bound.File, filepath.Join(e.vol, tc.subPath))
 		}
-	}
-	for _, f := range e.fake.flags {
-		if !slices.Equal(f, []string{"--no-canonicalize"}) {
-			t.Errorf("mount flags %q, want --no-canonicalize", f)
+		if !slices.Equal(bound.Flags, []string{"--no-canonicalize"}) {
+			t.Errorf("mount flags %q, want --no-canonicalize", bound.Flags)
 		}
 	}
 	for _, mp := range e.fake.MountPoints {
@@ -210,65 +173,6 @@ func TestPrepareCreatesMissingSubPath(t *testing.T) {
 	}
 }
 
-func TestPrepareRefusesFake(t *testing.T) {
-	e := newFakeEnv(t)
-	outside := t.TempDir()
-	mkdirs(t, filepath.Join(e.vol, "a"), filepath.Join(outside, "secret"))
-	for _, l := range []struct{ name, to string }{
-		{"a/up", outside}, {"a/rel", ".."}, {"a/inside", "."}, {"last", "a"},
-	} {
-		if err := os.Symlink(l.to, filepath.Join(e.vol, l.name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(e.vol, "file"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		subPath string
-		is      error
-		names   string // the component at fault
-	}{
-		{"a/up/secret", ErrSymlink, "a/up"},
-		{"a/rel/a", ErrSymlink, "a/rel"},
-		{"a/inside", ErrSymlink, "a/inside"},
-		{"last", ErrSymlink, "last"},
-		{"a/up/missing/x", ErrSymlink, "a/up"},
-		{"file/x", errors.ErrUnsupported, "file"},
-		{"../x", ErrInvalid, ""},
-		{"/etc", ErrInvalid, ""},
-	} {
-		t.Run(tc.subPath, func(t *testing.T) {
-			e.steps = nil
-			_, err := e.m.Prepare(context.Background(), e.mount("app", 2, tc.subPath))
-			if err == nil {
-				t.Fatal("Prepare succeeded")
-			}
-			if tc.is != errors.ErrUnsupported && !errors.Is(err, tc.is) {
-				t.Errorf("error %v, want %v", err, tc.is)
-			}
-			parts := []string{"pod-1", `volume "data"`, `container "app"`, fmt.Sprintf("subPath %q", tc.subPath)}
-			if tc.names != "" {
-				parts = append(parts, filepath.Join(e.vol, tc.names))
-			}
-			for _, part := range parts {
-				if !strings.Contains(err.Error(), part) {
-					t.Errorf("error %q does not name %s", err, part)
-				}
-			}
-			if len(e.steps) != 0 || len(e.fake.MountPoints) != 0 {
-				t.Errorf("steps %v and mounts %v, want none", e.steps, e.fake.MountPoints)
-			}
-			if _, err := os.Lstat(filepath.Join(e.root, "pods")); !errors.Is(err, fs.ErrNotExist) {
-				t.Errorf("pods/ was created: %v", err)
-			}
-		})
-	}
-	if entries, _ := os.ReadDir(filepath.Join(outside, "secret")); len(entries) != 0 {
-		t.Errorf("something was created outside the volume: %v", entries)
-	}
-}
-
 func TestPrepareReplacesStaleMount(t *testing.T) {
 	e := newFakeEnv(t)
 	mkdirs(t, filepath.Join(e.vol, "a"), filepath.Join(e.vol, "b"))
@@ -282,12 +186,12 @@ func TestPrepareReplacesStaleMount(t *testing.T) {
 	if _, err := e.m.Prepare(context.Background(), e.mount("app", 0, "b")); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.mounts(); !slices.Equal(got, []string{target}) || e.fake.sources[target] != filepath.Join(e.vol, "b") {
-		t.Errorf("mounts %v, %s bound to %q; want one mount of b", got, target, e.fake.sources[target])
+	if b, _ := e.fake.Bound(target); !slices.Equal(e.mounts(), []string{target}) || b.File != filepath.Join(e.vol, "b") {
+		t.Errorf("mounts %v, %s bound to %q; want one mount of b", e.mounts(), target, b.File)
 	}
 	// Detached, as the kubelet does it, and announced as an unmount.
-	if !slices.Equal(e.fake.unmounts, []string{"lazy"}) {
-		t.Errorf("unmounts %q, want one lazy unmount", e.fake.unmounts)
+	if !slices.Equal(e.unmounts, []string{"lazy"}) {
+		t.Errorf("unmounts %q, want one lazy unmount", e.unmounts)
 	}
 	if len(e.steps) == 0 || e.steps[0] != (step.Step{Op: step.Unmount, Path: target}) {
 		t.Errorf("steps %v, want the unmount of %s first", e.steps, target)
@@ -297,7 +201,12 @@ func TestPrepareReplacesStaleMount(t *testing.T) {
 func TestPrepareMismatchUndone(t *testing.T) {
 	e := newFakeEnv(t)
 	mkdirs(t, filepath.Join(e.vol, "a"))
-	e.m.sameFile = func(int, string) (bool, error) { return false, nil }
+	// Another file at the target after the mount than before it.
+	n := uint64(0)
+	e.m.fileAt = func(string) (fileID, error) {
+		n++
+		return fileID{dev: 1, ino: n}, nil
+	}
 	_, err := e.m.Prepare(context.Background(), e.mount("app", 0, "a"))
 	if !errors.Is(err, ErrMismatch) {
 		t.Fatalf("Prepare = %v, want ErrMismatch", err)

@@ -13,122 +13,82 @@ import (
 	"github.com/nodevol/nodevol/util/step"
 )
 
-// componentError is the error for comps[:n] (a prefix of a subPath) below
-// the volume's directory volumePath.
-func componentError(volumePath string, comps []string, n int, err error) error {
-	return fmt.Errorf("%s: %w", filepath.Join(volumePath, strings.Join(comps[:n], "/")), err)
-}
-
-// openBeneath opens comps below the directory dirFd (volumePath, for
-// errors) with O_PATH, following no symlink and not leaving dirFd's
-// tree. It returns the descriptor and the file's type (S_IFMT bits). A
-// missing component is an error wrapping ENOENT, with missing its index;
-// a symlink wraps ErrSymlink; a component that is not a directory where
-// one is needed wraps ENOTDIR.
-func openBeneath(dirFd int, volumePath string, comps []string) (fd int, mode uint32, missing int, err error) {
-	if len(comps) == 0 {
-		fd, err = unix.Openat(dirFd, ".", unix.O_PATH|unix.O_CLOEXEC, 0)
-	} else if rootfs.HaveOpenat2() {
+// openBeneath opens comps (a validated subPath's components) below the
+// directory dirFd (volumePath, for errors) with O_PATH, resolving the
+// symlinks that stay in the volume and never leaving it (walker). When
+// the subPath's own last components are missing, the walked it returns
+// is the deepest directory that exists, with missing set. A symlink that
+// leads out of the volume wraps ErrEscape, a loop unix.ELOOP, a symlink
+// whose target is missing fs.ErrNotExist, each with ErrSymlink; a
+// component that is not a directory where one is needed wraps ENOTDIR.
+func openBeneath(dirFd int, volumePath string, comps []string, afterLink func(string)) (walked, error) {
+	if len(comps) > 0 && rootfs.HaveOpenat2() {
+		// The common case, a subPath with no symlink, in one call; the
+		// walk resolves symlinks and finds where a path is missing.
 		how := &unix.OpenHow{
 			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 		}
+		name := strings.Join(comps, "/")
 		for range 8 {
-			fd, err = unix.Openat2(dirFd, strings.Join(comps, "/"), how)
-			if err != unix.EAGAIN && err != unix.EINTR {
+			fd, err := unix.Openat2(dirFd, name, how)
+			if err == unix.EAGAIN || err == unix.EINTR {
+				continue
+			}
+			if err != nil {
 				break
 			}
-		}
-		if err != nil {
-			// The walk names the component at fault (and finds where a
-			// path is missing); it is as safe, only slower.
-			return walkBeneath(dirFd, volumePath, comps)
-		}
-	} else {
-		return walkBeneath(dirFd, volumePath, comps)
-	}
-	if err != nil {
-		return -1, 0, -1, fmt.Errorf("%s: %w", volumePath, err)
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		_ = unix.Close(fd)
-		return -1, 0, -1, componentError(volumePath, comps, len(comps), err)
-	}
-	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-		// O_PATH|O_NOFOLLOW opens a symlink as the last component itself.
-		_ = unix.Close(fd)
-		return -1, 0, -1, componentError(volumePath, comps, len(comps), ErrSymlink)
-	}
-	return fd, st.Mode & unix.S_IFMT, -1, nil
-}
-
-// walkBeneath is openBeneath one component at a time, each opened with
-// O_PATH|O_NOFOLLOW from the directory opened before and checked with
-// fstat before it is used, as the kubelet does.
-func walkBeneath(dirFd int, volumePath string, comps []string) (int, uint32, int, error) {
-	fd, err := unix.Dup(dirFd)
-	if err != nil {
-		return -1, 0, -1, fmt.Errorf("%s: %w", volumePath, err)
-	}
-	for i, c := range comps {
-		next, err := unix.Openat(fd, c, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		_ = unix.Close(fd)
-		if err != nil {
-			missing := -1
-			if err == unix.ENOENT {
-				missing = i
+			var st unix.Stat_t
+			if err := unix.Fstat(fd, &st); err != nil {
+				_ = unix.Close(fd)
+				return walked{}, fmt.Errorf("%s: %w", filepath.Join(volumePath, name), err)
 			}
-			return -1, 0, missing, componentError(volumePath, comps, i+1, err)
-		}
-		fd = next
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
+			if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+				return walked{fd: fd, mode: st.Mode & unix.S_IFMT, path: filepath.Join(volumePath, name)}, nil
+			}
+			// O_PATH|O_NOFOLLOW opens a symlink as the last component
+			// itself: the walk follows it.
 			_ = unix.Close(fd)
-			return -1, 0, -1, componentError(volumePath, comps, i+1, err)
-		}
-		switch t := st.Mode & unix.S_IFMT; {
-		case t == unix.S_IFLNK:
-			_ = unix.Close(fd)
-			return -1, 0, -1, componentError(volumePath, comps, i+1, ErrSymlink)
-		case i < len(comps)-1 && t != unix.S_IFDIR:
-			_ = unix.Close(fd)
-			return -1, 0, -1, componentError(volumePath, comps, i+1, unix.ENOTDIR)
-		case i == len(comps)-1:
-			return fd, t, -1, nil
+			break
 		}
 	}
-	return -1, 0, -1, fmt.Errorf("%s: no component", volumePath)
+	w, err := newWalker(dirFd, volumePath, afterLink)
+	if err != nil {
+		return walked{}, err
+	}
+	defer w.close()
+	return w.walk(comps)
 }
 
-// mkdirBeneath creates comps[missing:] below the directory dirFd, whose
-// comps[:missing] exist, as directories of mode perm (permission, setgid,
-// setuid and sticky bits; set with fchmod, so the umask does not cut
-// them), as the kubelet creates a missing subPath. Each directory is
-// opened right after it is made, without following a symlink, and the
-// next made in it. A component that appears meanwhile ends the creation
-// without error: the open that follows checks what is there.
-func (m *Manager) mkdirBeneath(ctx context.Context, dirFd int, volumePath string, comps []string, missing int, perm uint32) error {
-	fd, _, _, err := openBeneath(dirFd, volumePath, comps[:missing])
+// mkdirBeneath creates names below the directory at (which openBeneath
+// walked to) as directories of mode perm (permission, setgid, setuid and
+// sticky bits; set with fchmod, so the umask does not cut them), as the
+// kubelet creates a missing subPath. Each directory is opened right after
+// it is made, without following a symlink, and the next made in it. A
+// component that appears meanwhile ends the creation without error: the
+// open that follows checks what is there.
+func (m *Manager) mkdirBeneath(ctx context.Context, at walked, perm uint32) error {
+	fd, err := unix.Dup(at.fd)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", at.path, err)
 	}
 	defer func() { _ = unix.Close(fd) }()
-	for i := missing; i < len(comps); i++ {
+	full := at.path
+	for _, name := range at.missing {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		full := filepath.Join(volumePath, strings.Join(comps[:i+1], "/"))
+		full = filepath.Join(full, name)
 		if err := m.steps.Take(step.Mkdir, full); err != nil {
 			return fmt.Errorf("%s: %w", full, err)
 		}
-		if err := unix.Mkdirat(fd, comps[i], perm&0o777); err != nil {
+		if err := unix.Mkdirat(fd, name, perm&0o777); err != nil {
 			if errors.Is(err, unix.EEXIST) {
 				return nil
 			}
 			return fmt.Errorf("creating %s: %w", full, err)
 		}
-		next, err := unix.Openat(fd, comps[i], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("opening %s: %w", full, err)
 		}

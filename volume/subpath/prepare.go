@@ -29,23 +29,27 @@ const (
 // host path to give the runtime for the volumeMount:
 // {root}/pods/{uid}/volume-subpaths/{volume}/{container}/{index}.
 //
-// It opens the subPath below s.VolumePath following no symlink (a missing
-// subPath is first created there as a directory with the mode of the
-// volume's root), creates the target (a directory for a directory, an
-// empty file for anything else), bind-mounts the opened file through its
-// descriptor and checks that the mount is of that file (same device and
-// inode); if it is not, the mount is taken down again and the error wraps
-// ErrMismatch. The bind mount is read-write, as the kubelet's: a read-only
-// volumeMount is made read-only by the runtime.
+// It opens the subPath below s.VolumePath, following the symlinks that
+// stay in the volume and opening every component without following one
+// (the subPath's own missing last components are first created as
+// directories with the mode of the volume's root; nothing is created
+// through a symlink whose target is missing), creates the target (a
+// directory for a directory, an empty file for anything else),
+// bind-mounts the opened file through its descriptor and checks that the
+// mount is of that file (same device and inode); if it is not, the mount
+// is taken down again and the error wraps ErrMismatch (ErrNotMounted when
+// the mounter mounted nothing). The bind mount is read-write, as the
+// kubelet's: a read-only volumeMount is made read-only by the runtime.
 //
-// An invalid s (ErrInvalid), a symlink in the subPath (ErrSymlink) or a
-// subPath that is not below the volume's directory is an error naming the
-// pod, volume, container and subPath, and nothing is created or mounted.
+// An invalid s (ErrInvalid), a symlink that leaves the volume (ErrEscape),
+// a symlink loop (unix.ELOOP) or one whose target is missing (each also
+// ErrSymlink) is an error naming the pod, volume, container, subPath and
+// the symlink, and nothing is created or mounted.
 // Idempotent: an existing bind mount of the same file is reused; one of
 // another file (a stale mount, left after the volume was mounted anew) is
-// detached (a lazy unmount) and made again, as the kubelet 1.37 does. On an error after the
-// target was made, the target and the directories it emptied are removed
-// again (the step hook permitting).
+// detached (a lazy unmount) and made again, as the kubelet 1.37 does. On
+// an error after the target was made, the target and the directories it
+// emptied are removed again (the step hook permitting).
 func (m *Manager) Prepare(ctx context.Context, s Mount) (string, error) {
 	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("preparing the subPath bind mount of %v: %w", s, err)
@@ -88,28 +92,38 @@ func (m *Manager) Prepare(ctx context.Context, s Mount) (string, error) {
 	return target, nil
 }
 
-// openSubPath opens s's subPath (comps) below s.VolumePath, creating it
-// as a directory when it is missing. It returns an O_PATH descriptor and
-// the file's type.
+// openSubPath opens s's subPath (comps) below s.VolumePath, creating its
+// missing last components as directories. It returns an O_PATH
+// descriptor and the file's type.
 func (m *Manager) openSubPath(ctx context.Context, s Mount, comps []string) (int, uint32, error) {
 	volFd, err := unix.Open(s.VolumePath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, 0, fmt.Errorf("opening the volume's directory %s: %w", s.VolumePath, err)
 	}
 	defer func() { _ = unix.Close(volFd) }()
-	fd, mode, missing, err := openBeneath(volFd, s.VolumePath, comps)
-	if err == nil || missing < 0 {
-		return fd, mode, err
+	for created := false; ; created = true {
+		w, err := openBeneath(volFd, s.VolumePath, comps, m.afterLink)
+		if err != nil {
+			return -1, 0, err
+		}
+		if len(w.missing) == 0 {
+			return w.fd, w.mode, nil
+		}
+		if created {
+			// Made and gone again before the open: let the caller retry.
+			_ = unix.Close(w.fd)
+			return -1, 0, fmt.Errorf("%s: removed while it was created: %w", filepath.Join(w.path, w.missing[0]), fs.ErrNotExist)
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(volFd, &st)
+		if err == nil {
+			err = m.mkdirBeneath(ctx, w, st.Mode&0o7777)
+		}
+		_ = unix.Close(w.fd)
+		if err != nil {
+			return -1, 0, fmt.Errorf("creating the subPath: %w", err)
+		}
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(volFd, &st); err != nil {
-		return -1, 0, fmt.Errorf("%s: %w", s.VolumePath, err)
-	}
-	if err := m.mkdirBeneath(ctx, volFd, s.VolumePath, comps, missing, st.Mode&0o7777); err != nil {
-		return -1, 0, fmt.Errorf("creating the subPath: %w", err)
-	}
-	fd, mode, _, err = openBeneath(volFd, s.VolumePath, comps)
-	return fd, mode, err
 }
 
 // checkTarget looks at what is mounted at name (relative to the root):
@@ -137,7 +151,7 @@ func (m *Manager) checkTarget(ctx context.Context, fd int, name string) (bool, e
 		case !isMnt:
 			return false, nil
 		default:
-			same, err := m.sameFile(fd, target)
+			same, err := m.isFile(fd, target)
 			if err != nil || same {
 				return same, err
 			}
@@ -174,7 +188,7 @@ func (m *Manager) mountPath(name string) (string, error) {
 	base := filepath.Base(name)
 	i, found := slices.BinarySearchFunc(entries, base, func(e fs.DirEntry, b string) int { return strings.Compare(e.Name(), b) })
 	if found && entries[i].Type()&fs.ModeSymlink != 0 {
-		return "", &rootfs.PathError{Op: "verify", Path: full, Component: full, Err: ErrSymlink}
+		return "", &rootfs.PathError{Op: "verify", Path: full, Component: full, Err: rootfs.ErrSymlink}
 	}
 	return full, nil
 }
@@ -234,14 +248,27 @@ func (m *Manager) bind(ctx context.Context, s Mount, fd int, dir bool, target st
 	if _, err := m.mountPath(s.target()); err != nil {
 		return err
 	}
+	before, err := m.fileAt(target)
+	if err != nil {
+		return err
+	}
 	if err := m.mounter.MountSensitiveWithoutSystemdWithMountFlags(source, target, "", []string{"bind"}, nil, []string{"--no-canonicalize"}); err != nil {
 		return fmt.Errorf("bind-mounting %s at %s: %w", source, target, err)
 	}
-	same, err := m.sameFile(fd, target)
-	if err == nil && !same {
-		err = fmt.Errorf("%s: %w", target, ErrMismatch)
+	want, err := fdFile(fd)
+	if err != nil {
+		return err
 	}
-	return err
+	switch got, err := m.fileAt(target); {
+	case err != nil:
+		return err
+	case got == want:
+		return nil
+	case got == before:
+		return fmt.Errorf("%s: %w (a mounter that makes no mounts, a fake, must implement subpath.BindRecorder)", target, ErrNotMounted)
+	default:
+		return fmt.Errorf("%s: %w", target, ErrMismatch)
+	}
 }
 
 // makeTarget creates the bind mount's target name (relative to the root)
@@ -310,21 +337,38 @@ func (m *Manager) removeEmptyDirs(dirs ...string) error {
 	return nil
 }
 
-// sameFileStat reports whether target (reached without following a
-// symlink) is the file open as fd: the same device and inode. Across a
-// bind mount, target is the mounted file.
-func (m *Manager) sameFileStat(fd int, target string) (bool, error) {
-	var src unix.Stat_t
-	if err := unix.Fstat(fd, &src); err != nil {
-		return false, fmt.Errorf("fstat of the opened subPath: %w", err)
+// fileID is a file's device and inode.
+type fileID struct{ dev, ino uint64 }
+
+// fdFile returns the file open as fd.
+func fdFile(fd int) (fileID, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fileID{}, fmt.Errorf("fstat of the opened subPath: %w", err)
 	}
-	fi, err := m.root.Lstat(target)
+	return fileID{dev: st.Dev, ino: st.Ino}, nil
+}
+
+// isFile reports whether the file at target is the one open as fd.
+func (m *Manager) isFile(fd int, target string) (bool, error) {
+	want, err := fdFile(fd)
 	if err != nil {
 		return false, err
 	}
+	got, err := m.fileAt(target)
+	return got == want, err
+}
+
+// statFile returns the file at target, reached without following a
+// symlink: across a bind mount, the mounted file.
+func (m *Manager) statFile(target string) (fileID, error) {
+	fi, err := m.root.Lstat(target)
+	if err != nil {
+		return fileID{}, err
+	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return false, fmt.Errorf("%s: no stat_t", target)
+		return fileID{}, fmt.Errorf("%s: no stat_t", target)
 	}
-	return st.Dev == src.Dev && st.Ino == src.Ino, nil
+	return fileID{dev: st.Dev, ino: st.Ino}, nil
 }

@@ -2,9 +2,7 @@ package subpath
 
 import (
 	"context"
-	"errors"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -154,38 +152,6 @@ func (e *rootEnv) checkClean(t *testing.T) {
 	}
 	if got := tree(t, filepath.Join(e.root, "pods")); len(got) > 1 {
 		t.Errorf("left under pods/: %q", got)
-	}
-}
-
-func TestRootRefusesSymlinks(t *testing.T) {
-	e := newRootEnv(t)
-	mkdirs(t, filepath.Join(e.vol, "a"))
-	for _, l := range []struct{ name, to string }{
-		{"a/abs", e.outside}, {"a/rel", "../../outside"}, {"a/inside", "."}, {"last", filepath.Join(e.outside, "d")},
-	} {
-		if err := os.Symlink(l.to, filepath.Join(e.vol, l.name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	volBefore, outsideBefore := tree(t, e.vol), tree(t, e.outside)
-	m := e.manager(t)
-	for _, subPath := range []string{"a/abs/d", "a/rel/d", "a/inside/a", "a/abs/d/missing", "last"} {
-		_, err := m.Prepare(context.Background(), e.mount("app", 0, subPath))
-		if !errors.Is(err, ErrSymlink) {
-			t.Errorf("Prepare %s = %v, want ErrSymlink", subPath, err)
-		}
-	}
-	if got := e.subPathMounts(t); len(got) != 0 {
-		t.Errorf("mounts: %q", got)
-	}
-	if _, err := os.Lstat(filepath.Join(e.root, "pods")); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("pods/ was created: %v", err)
-	}
-	if got := tree(t, e.vol); !slices.Equal(got, volBefore) {
-		t.Errorf("the volume changed: %q, was %q", got, volBefore)
-	}
-	if got := tree(t, e.outside); !slices.Equal(got, outsideBefore) {
-		t.Errorf("outside changed: %q, was %q", got, outsideBefore)
 	}
 }
 

@@ -8,12 +8,24 @@
 // can write to. A pod that plants a symlink there must not get a host path
 // mounted into its container (CVE-2017-1002101), nor win a race that swaps
 // a checked directory for a symlink before the mount (CVE-2021-25741).
-// Prepare therefore opens every component of the subPath below the
-// volume's directory without following a symlink (openat2 with
-// RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, or one component at a time with
-// O_NOFOLLOW), bind-mounts the opened file through its descriptor
-// (/proc/{pid}/fd/{n}, which mount(8) does not resolve to a path), and
-// checks afterwards that the mount is the file it opened.
+// Like the kubelet, Prepare follows the symlinks of a subPath that stay
+// inside the volume (a layout such as current -> v2), relative or
+// absolute (an absolute target must name a path in the volume's directory,
+// as the kubelet resolves it on the host), and refuses the others: a
+// target out of the volume, ".." steps above it, a loop, a target that
+// does not exist. Unlike the kubelet, which resolves the host path with
+// filepath.EvalSymlinks and then opens the result, it resolves inside the
+// volume only: it opens one component at a time with O_PATH|O_NOFOLLOW
+// from the directory opened before (the volume's to start with), reads a
+// symlink from the descriptor it opened, and steps back for ".." to a
+// directory it holds open. So nothing outside the volume is opened or even
+// looked up by name, and there is no moment between resolving and opening
+// for a swap to use: what the walk ends on is the file it opened. (With no
+// symlink in the subPath, one openat2 with
+// RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS does the same.) It bind-mounts the
+// opened file through its descriptor (/proc/{pid}/fd/{n}, which mount(8)
+// does not resolve to a path), and checks afterwards that the mount is the
+// file it opened.
 //
 // On disk it is the kubelet's layout, so that a node can move between the
 // kubelet and nodevol: the bind mount of a container's volumeMount number
@@ -23,14 +35,20 @@
 // is created in the volume as a directory with the mode of the volume's
 // root, as the kubelet creates it.
 //
-// What it does not do, that the kubelet does: it follows no symlink in a
-// subPath at all (the kubelet resolves symlinks that stay inside the
-// volume, once, and opens the result without following any); it does not
-// expand subPathExpr (the caller passes the expanded subPath); it does not
-// trigger automounts inside the volume; and its errors carry the paths,
-// which the kubelet logs but does not put in the pod's events. A stale
-// mount (of another file) is detached lazily, a corrupted one unmounted,
-// as the kubelet 1.37 does.
+// What it does not do, that the kubelet does: it does not follow a
+// symlink whose target leaves the volume's directory even to come back
+// into it (../vol/x, or an absolute path that reaches the volume through
+// another symlink on the host); it does not expand subPathExpr (the
+// caller passes the expanded subPath, which then takes the same path); it
+// does not trigger automounts inside the volume; and its errors carry the
+// paths, which the kubelet logs but does not put in the pod's events. A
+// stale mount (of another file) is detached lazily, a corrupted one
+// unmounted, as the kubelet 1.37 does.
+//
+// In unit tests, mount-utils' FakeMounter makes no mounts, so the check
+// after mounting fails (ErrNotMounted); subpathtest.Mounter is a
+// FakeMounter that records what it binds (BindRecorder), on which
+// subPaths work.
 package subpath
 
 import (
@@ -66,14 +84,45 @@ var (
 	// "..", or exceeds the limits; a name that is not a path element. The
 	// error is final: retrying cannot help until the pod changes.
 	ErrInvalid = errors.New("invalid")
-	// ErrSymlink is wrapped by the errors for a subPath with a symlink in
-	// it: a pod's symlink is never followed. Final until the volume's
-	// content changes.
-	ErrSymlink = rootfs.ErrSymlink
-	// ErrMismatch is wrapped by the error for a bind mount that is not of
-	// the file Prepare opened: it was unmounted again.
+	// ErrSymlink is wrapped by the errors for a symlink in a subPath
+	// that Prepare does not follow: one that leads outside the volume
+	// (also ErrEscape), a loop (also unix.ELOOP), one whose target does
+	// not exist (also fs.ErrNotExist). Final until the volume's content
+	// changes.
+	ErrSymlink = errors.New("a symlink in the subPath is not followed")
+	// ErrEscape is wrapped by the error for a symlink in a subPath whose
+	// target is outside the volume: an absolute path that does not name
+	// a path in the volume, or ".." steps above the volume's directory.
+	ErrEscape = errors.New("it leads outside the volume")
+	// ErrMismatch is wrapped by the error for a bind mount that is of
+	// another file than the one Prepare opened: it was unmounted again.
+	// On a real mount that means something mounted over the target, or a
+	// mounter that resolved the /proc/{pid}/fd/{n} source as a path (it
+	// must pass --no-canonicalize to mount(8)).
 	ErrMismatch = errors.New("the bind mount is not of the opened subPath")
+	// ErrNotMounted is wrapped by the error for a bind mount that the
+	// mounter reported made, but that left the target as it was: a
+	// mounter that makes no mounts (a fake), which must implement
+	// BindRecorder for subPaths to work on it.
+	ErrNotMounted = errors.New("the mounter reported the bind mount made, but nothing is mounted there")
 )
+
+// BindRecorder is implemented by a mounter that makes no mounts (a fake,
+// for unit tests; package subpathtest has one) so that Prepare can check
+// its bind mounts: Prepare asks it what it bound at a target instead of
+// looking at the target, where such a mounter leaves the empty directory
+// or file Prepare made. A mounter that mounts must not implement it: on
+// a real mount the check looks at what the kernel mounted. On a
+// BindRecorder, a stale mount is unmounted with Unmount (a fake holds no
+// busy mount to detach).
+type BindRecorder interface {
+	// BoundFile returns the device and inode of the file bound at target
+	// by the bind mount made there last and not unmounted: for a source
+	// /proc/{pid}/fd/{n}, the file open as that descriptor when it was
+	// mounted, as mount(2) binds it. ok is false when nothing is bound
+	// at target.
+	BoundFile(target string) (dev, ino uint64, ok bool)
+}
 
 // Config configures a Manager.
 type Config struct {
@@ -98,14 +147,18 @@ type Manager struct {
 	root    *rootfs.Root
 	mounter mount.Interface
 	steps   step.Hook
-	// sameFile reports whether the mount at target is of the file open as
-	// fd; replaced in tests on the fake mounter, which mounts nothing.
-	sameFile func(fd int, target string) (bool, error)
+	// fileAt returns the file at target (an absolute path whose
+	// components below the root are no symlinks): across a bind mount,
+	// the mounted file; on a BindRecorder, the file it bound there.
+	fileAt func(target string) (fileID, error)
 	// afterOpen, when set (tests), runs after the subPath is opened.
 	afterOpen func(fd int)
+	// afterLink, when set (tests), runs after a symlink in the subPath
+	// was read, before the walk goes on.
+	afterLink func(link string)
 	// detach lazily unmounts the mount at target (an absolute path whose
-	// components below the root are no symlinks); replaced in tests on
-	// the fake mounter.
+	// components below the root are no symlinks): umount2 with
+	// MNT_DETACH, or a BindRecorder's Unmount.
 	detach func(target string) error
 	// locks is shared with the copies held makes.
 	locks *podLocks
@@ -129,8 +182,16 @@ func New(cfg Config) (*Manager, error) {
 		steps:   cfg.Steps,
 		locks:   &podLocks{},
 	}
-	m.sameFile = m.sameFileStat
-	m.detach = detachMount
+	m.fileAt, m.detach = m.statFile, detachMount
+	if rec, ok := cfg.Mounter.(BindRecorder); ok {
+		m.fileAt = func(target string) (fileID, error) {
+			if dev, ino, ok := rec.BoundFile(target); ok {
+				return fileID{dev: dev, ino: ino}, nil
+			}
+			return m.statFile(target)
+		}
+		m.detach = cfg.Mounter.Unmount
+	}
 	return m, nil
 }
 
@@ -172,7 +233,9 @@ type Mount struct {
 	// SubPath is the volumeMount's subPath (subPathExpr already
 	// expanded): relative, without "..", components of at most
 	// MaxComponentLength bytes. "." and a trailing "/" are accepted and
-	// cleaned, as the kubelet does.
+	// cleaned, as the kubelet does. Symlinks in it are followed while
+	// they stay in the volume; ".." in their targets is allowed as long
+	// as it does not climb above the volume's directory.
 	SubPath string
 }
 
