@@ -6,7 +6,9 @@
 //     fake attacher playing the attach/detach controller and the
 //     external-attacher (it creates and attaches the VolumeAttachments of
 //     attach-required volumes), a temporary root directory and the fake
-//     mounter; everything stops when the test ends.
+//     mounter, which records what its bind mounts bind so that the
+//     manager's subPath bind mounts (SubPaths().Prepare) work on it;
+//     everything stops when the test ends.
 //   - Fake implements volumemanager.Interface without doing anything, as
 //     the kubelet's FakeVolumeManager does: it records the calls and
 //     returns what the test sets, for tests of a kubelet fork's code that

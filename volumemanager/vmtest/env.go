@@ -11,6 +11,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/volume/subpath/subpathtest"
 	"github.com/nodevol/nodevol/volumemanager"
 )
 
@@ -55,8 +56,14 @@ type Env struct {
 	// records every request (Calls, Requests, Published) and injects
 	// faults (Inject).
 	Driver *csitest.Server
-	// Mounter is the fake mounter the Manager checks mount points with.
+	// Mounter is the fake mounter the Manager mounts and checks mount
+	// points with, through Binds.
 	Mounter *mount.FakeMounter
+	// Binds is the Manager's Config.Mounter: Mounter, recording what each
+	// bind mount binds, so that the subPath bind mounts of
+	// Manager.SubPaths().Prepare work on it (their check asks it) and a
+	// test can see what a subPath's target is bound to (Bound).
+	Binds *subpathtest.Mounter
 	// RootDir is the Manager's root directory, in t.TempDir().
 	RootDir string
 	// Node is the node's name, csitest.DefaultNodeID (the name
@@ -68,7 +75,8 @@ type Env struct {
 // the Node and the driver's CSIDriver, the in-process CSI driver on a unix
 // socket registered with the manager, the fake attacher playing the
 // attach/detach controller and the external-attacher for the node, a
-// temporary root directory and the fake mounter. When the test ends, the
+// temporary root directory and the fake mounter (on which subPath bind
+// mounts work: Binds). When the test ends, the
 // manager is stopped and waited for (its Run error fails the test), then
 // the attacher and the driver. It fails the test if anything cannot start.
 func NewEnv(tb testing.TB, opts EnvOptions) *Env {
@@ -76,6 +84,7 @@ func NewEnv(tb testing.TB, opts EnvOptions) *Env {
 	opts.Driver.CreateTargetDirs = true
 	drv := csitest.New(tb, opts.Driver)
 	e := &Env{Driver: drv, RootDir: tb.TempDir(), Node: csitest.DefaultNodeID, Mounter: mount.NewFakeMounter(nil)}
+	e.Binds = subpathtest.NewMounter(e.Mounter)
 	objs := append([]runtime.Object{
 		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.Node}},
 		csitest.CSIDriver(drv.DriverName(), opts.AttachRequired),
@@ -85,7 +94,7 @@ func NewEnv(tb testing.TB, opts EnvOptions) *Env {
 	attacher.Node, attacher.Driver = e.Node, drv.DriverName()
 	csitest.NewFakeAttacher(tb, e.Client, attacher)
 
-	e.Config = volumemanager.Config{NodeName: e.Node, KubeClient: e.Client, RootDir: e.RootDir, Mounter: e.Mounter}
+	e.Config = volumemanager.Config{NodeName: e.Node, KubeClient: e.Client, RootDir: e.RootDir, Mounter: e.Binds}
 	if opts.Configure != nil {
 		opts.Configure(&e.Config)
 	}
