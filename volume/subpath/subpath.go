@@ -130,9 +130,10 @@ type Config struct {
 	// (/var/lib/kubelet): pods/ is under it. Required.
 	RootDir string
 	// Mounter makes and removes the bind mounts. Required: mount.New("")
-	// on a node, mount.NewFakeMounter in unit tests. Its bind mounts must
-	// pass mount flags on (mount(8)'s --no-canonicalize): mount-utils'
-	// Mounter does.
+	// on a node; in unit tests subpathtest.NewMounter, a FakeMounter that
+	// records what it binds (a plain FakeMounter mounts nothing, and
+	// Prepare fails with ErrNotMounted). Its bind mounts must pass mount
+	// flags on (mount(8)'s --no-canonicalize): mount-utils' Mounter does.
 	Mounter mount.Interface
 	// Steps sees every directory or file made or removed, and every mount
 	// and unmount, before it is taken (package step). Nil: none is shown.

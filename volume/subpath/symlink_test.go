@@ -30,6 +30,7 @@ func symlinkVolume(t *testing.T, vol string) string {
 		{"current", "v2"},                                 // relative, inside
 		{"abs", "{VOL}/v2"},                               // absolute, inside
 		{"absdots", "{VOL}/a/../v2"},                      // absolute, ".." that stays inside
+		{"a/abs2", "{VOL}/v2"},                            // absolute, inside, from below the root
 		{"a/inside", "."},                                 // the directory it is in
 		{"a/parent", "../v2"},                             // ".." that stays inside
 		{"chain1", "chain2"},                              // a chain of symlinks
@@ -64,6 +65,7 @@ var followedLinks = []struct {
 	{"current/x", "v2/x"},
 	{"abs", "v2"},
 	{"abs/x", "v2/x"},
+	{"a/abs2/x", "v2/x"},
 	{"absdots", "v2"},
 	{"a/inside/f", "a/f"},
 	{"a/inside/inside/inside", "a"},
