@@ -1,17 +1,12 @@
 package vmtest
 
 import (
-	"context"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-
-	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/volume/subpath"
 )
 
@@ -21,15 +16,7 @@ import (
 // to the directory the symlink leads to; after DeletePod the manager has
 // taken it down before it unpublished the volume.
 func TestEnvSubPath(t *testing.T) {
-	pvc, pv := csitest.BoundClaim("ns", "data", csitest.DefaultDriverName, "handle-1")
-	env := NewEnv(t, EnvOptions{Objects: []runtime.Object{pvc, pv}})
-	pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "data", false))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	env.Manager.AddPod(pod)
-	if err := env.Manager.WaitForAttachAndMount(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
+	env, _, pod, ctx := mountClaimPod(t, EnvOptions{})
 	vols := env.Manager.GetMountedVolumesForPod(pod.UID)
 	if len(vols) != 1 {
 		t.Fatalf("mounted volumes %v, want the claim's", vols)

@@ -10,7 +10,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	vcache "github.com/nodevol/nodevol/cache"
@@ -25,19 +24,10 @@ import (
 // context. After the test's DeletePod the volume is unpublished and
 // unstaged.
 func TestEnvAttachRequired(t *testing.T) {
-	pvc, pv := csitest.BoundClaim("ns", "data", csitest.DefaultDriverName, "handle-1")
-	env := NewEnv(t, EnvOptions{
-		Objects:        append([]runtime.Object{}, pvc, pv),
+	env, pv, pod, ctx := mountClaimPod(t, EnvOptions{
 		AttachRequired: true,
 		Attacher:       csitest.AttacherOptions{Metadata: map[string]string{"devicePath": "/dev/fake"}},
 	})
-	pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "data", false))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	env.Manager.AddPod(pod)
-	if err := env.Manager.WaitForAttachAndMount(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
 	want, err := csitest.VolumeAttachmentFor(pv, env.Node)
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +63,24 @@ func TestEnvAttachRequired(t *testing.T) {
 	if got := env.Driver.PublishedVolumes(); len(got) != 0 {
 		t.Errorf("published volumes after DeletePod: %v", got)
 	}
+}
+
+// mountClaimPod starts an env with opts and the bound claim ns/data of
+// the volume handle-1 (pv), and mounts the pod ns/web that uses it. ctx
+// ends with the test, or after 10 s.
+func mountClaimPod(t *testing.T, opts EnvOptions) (*Env, *v1.PersistentVolume, *v1.Pod, context.Context) {
+	t.Helper()
+	pvc, pv := csitest.BoundClaim("ns", "data", csitest.DefaultDriverName, "handle-1")
+	opts.Objects = append(opts.Objects, pvc, pv)
+	env := NewEnv(t, opts)
+	pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "data", false))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	t.Cleanup(cancel)
+	env.Manager.AddPod(pod)
+	if err := env.Manager.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	return env, pv, pod, ctx
 }
 
 // TestEnvConfigure: EnvOptions.Configure changes the Config before New,
