@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -90,7 +91,7 @@ func newWalker(volFd int, volumePath string, afterLink func(string)) (*walker, e
 		return nil, fmt.Errorf("%s: %w", volumePath, err)
 	}
 	w := &walker{volumePath: volumePath, dirs: []int{fd}, afterLink: afterLink}
-	w.roots = append(w.roots, pathComponents(volumePath))
+	w.roots = append(w.roots, pathComponents(filepath.Clean(volumePath)))
 	// The kernel's name of the directory opened: volumePath with its
 	// symlinks resolved, as the kubelet's EvalSymlinks of it.
 	buf := make([]byte, unix.PathMax)
@@ -281,20 +282,11 @@ func (w *walker) follow(fd int, c string, pending []part) ([]part, error) {
 func (w *walker) belowVolume(p string) ([]string, bool) {
 	comps := pathComponents(p)
 	for _, root := range w.roots {
-		if len(comps) >= len(root) && equalComponents(comps[:len(root)], root) {
+		if len(comps) >= len(root) && slices.Equal(comps[:len(root)], root) {
 			return comps[len(root):], true
 		}
 	}
 	return nil, false
-}
-
-func equalComponents(a, b []string) bool {
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return len(a) == len(b)
 }
 
 // errDangling is wrapped by the error for a symlink whose target, or a
