@@ -289,3 +289,31 @@ func TestPrepareSymlinkVolumePathAlias(t *testing.T) {
 		t.Errorf("Prepare beside = %v, want ErrEscape", err)
 	}
 }
+
+// BenchmarkOpenBeneath: what resolving a subPath costs, with no symlink
+// (one openat2) and through one (the walk).
+func BenchmarkOpenBeneath(b *testing.B) {
+	vol := b.TempDir()
+	if err := os.MkdirAll(filepath.Join(vol, "a/v2/d"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Symlink("v2", filepath.Join(vol, "a/current")); err != nil {
+		b.Fatal(err)
+	}
+	volFd, err := unix.Open(vol, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unix.Close(volFd)
+	for _, subPath := range []string{"a/v2/d", "a/current/d"} {
+		b.Run(subPath, func(b *testing.B) {
+			for b.Loop() {
+				w, err := openBeneath(volFd, vol, strings.Split(subPath, "/"), nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				unix.Close(w.fd)
+			}
+		})
+	}
+}
