@@ -231,7 +231,7 @@ func TestMountAndUnmountPods(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(filepath.Dir(want), "vol_data.json")); err != nil {
 		t.Errorf("vol_data.json: %v", err)
 	}
-	if got := e.vm.GetVolumesInUse(); len(got) != 2 || got[0] != cache.CSIVolumeName(e.drv.DriverName(), "handle-own") {
+	if got := knownVolumes(e.vm); len(got) != 2 || got[0] != cache.CSIVolumeName(e.drv.DriverName(), "handle-own") {
 		t.Errorf("volumes in use = %v", got)
 	}
 
@@ -248,7 +248,7 @@ func TestMountAndUnmountPods(t *testing.T) {
 	if got := e.drv.StagedVolumes(); len(got) != 0 {
 		t.Errorf("still staged after WaitForUnstaged: %v", got)
 	}
-	if got := e.vm.GetVolumesInUse(); len(got) != 0 {
+	if got := knownVolumes(e.vm); len(got) != 0 {
 		t.Errorf("still in use after WaitForUnstaged: %v", got)
 	}
 	if got := e.drv.Calls("NodeUnpublishVolume"); got != 3 {
