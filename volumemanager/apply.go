@@ -18,7 +18,6 @@ import (
 func (l *loop) begin(a oe.Action, v planner.View) {
 	rec := l.vol(a.Volume)
 	rec.started(a)
-	l.running.start(a, v.Spec.Mode, l.clock.Now())
 	in := opInput{Input: oe.Input{Spec: v.Spec, PublishContext: v.Actual.PublishContext, DeviceMountPath: v.Actual.DeviceMountPath}}
 	switch a.Kind {
 	case oe.OpUnpublish, oe.OpUnstage:
@@ -40,6 +39,7 @@ func (l *loop) begin(a oe.Action, v planner.View) {
 		in.VolumePath = v.Actual.Pods[a.Pod.Pod.UID].Path
 		in.Expansion, _ = l.hooks.expansion(v.Spec.PVName, v.Actual.Size)
 	}
+	l.running.start(a, callName(l.volumes, a, &in.Spec), l.clock.Now())
 	if l.hooks.attempt != nil && (a.Kind == oe.OpStage || a.Kind == oe.OpPublish) {
 		l.hooks.attempt(a)
 	}

@@ -78,24 +78,62 @@ func (k OpKind) NameFor(mode cache.VolumeMode) string {
 	return k.String()
 }
 
-// CSICall is the CSI RPC the operation makes (with a driver that stages,
-// for OpStage and OpUnstage), for messages that name what a driver is
-// doing; "" for OpAttach, OpSelfAttach and OpSelfDetach, which call no
-// driver (they write or wait for the VolumeAttachment).
-func (k OpKind) CSICall() string {
+// Method is the method of the plugin contract the operation calls.
+func (k OpKind) Method() volume.Method {
 	switch k {
+	case OpAttach:
+		return volume.MethodWaitForAttach
+	case OpSelfAttach:
+		return volume.MethodAttach
+	case OpSelfDetach:
+		return volume.MethodDetach
 	case OpStage:
-		return "NodeStageVolume"
-	case OpPublish:
-		return "NodePublishVolume"
-	case OpUnpublish:
-		return "NodeUnpublishVolume"
+		return volume.MethodMountDevice
 	case OpUnstage:
-		return "NodeUnstageVolume"
+		return volume.MethodUnmountDevice
+	case OpPublish:
+		return volume.MethodSetUp
+	case OpUnpublish:
+		return volume.MethodTearDown
 	case OpExpand:
-		return "NodeExpandVolume"
+		return volume.MethodNodeExpand
 	}
-	return ""
+	return volume.Method(k.String())
+}
+
+// Step is the kubelet's name of the operation's step for a volume of mode,
+// the words of its events and logs ("MountVolume.SetUp";
+// "MapVolume.MapPodDevice" for raw block): what a wait error says runs
+// when the plugin names no call of its own (volume.CallNamer).
+func (k OpKind) Step(mode cache.VolumeMode) string {
+	block := mode == cache.Block
+	pick := func(fs, blk string) string {
+		if block {
+			return blk
+		}
+		return fs
+	}
+	switch k {
+	case OpAttach:
+		// The kubelet waits for the attachment inside its mount (and map)
+		// operation.
+		return pick("MountVolume.WaitForAttach", "MapVolume.WaitForAttach")
+	case OpSelfAttach:
+		return "AttachVolume.Attach"
+	case OpStage:
+		return pick("MountVolume.MountDevice", "MapVolume.SetUpDevice")
+	case OpPublish:
+		return pick("MountVolume.SetUp", "MapVolume.MapPodDevice")
+	case OpExpand:
+		return "NodeExpandVolume.NodeExpandVolume"
+	case OpUnpublish:
+		return pick("UnmountVolume.TearDown", "UnmapVolume.UnmapPodDevice")
+	case OpUnstage:
+		return pick("UnmountDevice", "UnmapDevice.TearDownDevice")
+	case OpSelfDetach:
+		return "DetachVolume.Detach"
+	}
+	return k.NameFor(mode)
 }
 
 // Action is one operation the reconciler wants done.
