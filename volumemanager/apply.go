@@ -40,6 +40,9 @@ func (l *loop) begin(a oe.Action, v planner.View) {
 		in.Expansion, _ = l.hooks.expansion(v.Spec.PVName, v.Actual.Size)
 	}
 	l.running.start(a, callName(l.volumes, a, &in.Spec), l.clock.Now())
+	if (a.Kind == oe.OpStage || a.Kind == oe.OpPublish) && !v.Known && v.CapsErr == nil && !v.Caps.Attachable {
+		l.metrics.attachmentNotNeeded(&in.Spec)
+	}
 	if l.hooks.attempt != nil && (a.Kind == oe.OpStage || a.Kind == oe.OpPublish) {
 		l.hooks.attempt(a)
 	}
