@@ -101,6 +101,20 @@ func (m *metrics) record(spec *cache.VolumeSpec, operation, status string, took 
 	h.Observe(took.Seconds())
 }
 
+// accessControl records the kubelet's volume_apply_access_control: an
+// ownership change of a volume to its pod's fsGroup that ran (a walk, or
+// the atomic writer's write that gives the group), as the kubelet records
+// each walk (never one of migrated volume: its hook has no such label).
+func (m *metrics) accessControl(spec *cache.VolumeSpec, took time.Duration, err error) {
+	status := "success"
+	if err != nil {
+		status = "fail-unknown"
+	}
+	if h, err := m.opDuration.GetMetricWithLabelValues(pluginLabel(spec), "volume_apply_access_control", status, "false"); err == nil {
+		h.Observe(took.Seconds())
+	}
+}
+
 // attachmentNotNeeded records the kubelet's verify_controller_attached_volume
 // of a volume that needs no attachment as it enters the actual state: the
 // kubelet runs that operation for every volume, and for one that is not

@@ -85,13 +85,22 @@ func TestMetrics(t *testing.T) {
 
 // TestOperationSeriesOfEachKind: after a pod with a volume of each kind is
 // mounted, storage_operation_duration_seconds has the kubelet v1.37.2's
-// series for the same pod (its operation_generator.go): for every volume
-// verify_controller_attached_volume (which only marks a volume that needs
-// no attaching attached) and volume_mount (which stages a CSI PV inside
-// it: no mount_device series); nothing else.
+// series for the same pod (its operation_generator.go and the plugins'
+// ownership hooks): for every volume verify_controller_attached_volume
+// (which only marks a volume that needs no attaching attached) and
+// volume_mount (which stages a CSI PV inside it: no mount_device series);
+// with an fsGroup, volume_apply_access_control for each volume whose
+// files get the group (every kind here; the CSI PV, of fsType ext4 and
+// ReadWriteOnce, under the ReadWriteOnceWithFSType policy); nothing else.
 func TestOperationSeriesOfEachKind(t *testing.T) {
+	for _, fsGroup := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fsGroup=%v", fsGroup), func(t *testing.T) { testOperationSeries(t, fsGroup) })
+	}
+}
+
+func testOperationSeries(t *testing.T, fsGroup bool) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
+	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a", csitest.PVFSType("ext4"))
 	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv,
 		&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm"}, Data: map[string]string{"k": "v"}},
 		&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "sec"}, Data: map[string][]byte{"k": []byte("v")}})
@@ -110,7 +119,7 @@ func TestOperationSeriesOfEachKind(t *testing.T) {
 	}
 	mode := int32(0o644)
 	name := &v1.ObjectFieldSelector{FieldPath: "metadata.name"}
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false),
+	opts := []csitest.PodOption{csitest.WithPVC("data", "a", false),
 		csitest.WithVolume(v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}, false),
 		csitest.WithVolume(v1.Volume{Name: "conf", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
 			LocalObjectReference: v1.LocalObjectReference{Name: "cm"}, DefaultMode: &mode}}}, false),
@@ -118,7 +127,11 @@ func TestOperationSeriesOfEachKind(t *testing.T) {
 		csitest.WithVolume(v1.Volume{Name: "meta", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{
 			DefaultMode: &mode, Items: []v1.DownwardAPIVolumeFile{{Path: "name", FieldRef: name}}}}}, false),
 		csitest.WithVolume(v1.Volume{Name: "all", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{DefaultMode: &mode,
-			Sources: []v1.VolumeProjection{{DownwardAPI: &v1.DownwardAPIProjection{Items: []v1.DownwardAPIVolumeFile{{Path: "name", FieldRef: name}}}}}}}}, false))
+			Sources: []v1.VolumeProjection{{DownwardAPI: &v1.DownwardAPIProjection{Items: []v1.DownwardAPIVolumeFile{{Path: "name", FieldRef: name}}}}}}}}, false)}
+	if fsGroup {
+		opts = append(opts, csitest.PodFSGroup(2000))
+	}
+	pod := csitest.Pod("ns", "p", opts...)
 	vm.AddPod(pod)
 	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
 		t.Fatal(err)
@@ -126,7 +139,11 @@ func TestOperationSeriesOfEachKind(t *testing.T) {
 	want := map[string]uint64{}
 	for _, plugin := range []string{"kubernetes.io/csi:" + drv.DriverName(), "kubernetes.io/empty-dir", "kubernetes.io/configmap",
 		"kubernetes.io/secret", "kubernetes.io/downward-api", "kubernetes.io/projected"} {
-		for _, op := range []string{"verify_controller_attached_volume", "volume_mount"} {
+		ops := []string{"verify_controller_attached_volume", "volume_mount"}
+		if fsGroup {
+			ops = append(ops, "volume_apply_access_control")
+		}
+		for _, op := range ops {
 			want[fmt.Sprintf("migrated=\"false\",operation_name=%q,status=\"success\",volume_plugin=%q", op, plugin)] = 1
 		}
 	}
