@@ -26,18 +26,10 @@ func TestMetrics(t *testing.T) {
 	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
 	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv)
 	prom := prometheus.NewRegistry()
-	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), Registerer: prom})
-	if err != nil {
-		t.Fatal(err)
-	}
+	vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), Registerer: prom}, drv)
+	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- vm.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
-		t.Fatal(err)
-	}
 	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
 	vm.AddPod(pod)
 	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
@@ -105,18 +97,10 @@ func testOperationSeries(t *testing.T, fsGroup bool) {
 		&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm"}, Data: map[string]string{"k": "v"}},
 		&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "sec"}, Data: map[string][]byte{"k": []byte("v")}})
 	prom := prometheus.NewRegistry()
-	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), Registerer: prom})
-	if err != nil {
-		t.Fatal(err)
-	}
+	vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), Registerer: prom}, drv)
+	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- vm.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
-		t.Fatal(err)
-	}
 	mode := int32(0o644)
 	name := &v1.ObjectFieldSelector{FieldPath: "metadata.name"}
 	opts := []csitest.PodOption{csitest.WithPVC("data", "a", false),

@@ -101,39 +101,33 @@ func (k OpKind) Method() volume.Method {
 	return volume.Method(k.String())
 }
 
+// steps are the kubelet's words for each operation's step, on a file
+// system volume and on a raw block one. (The kubelet waits for the
+// attachment inside its mount and map operations.)
+var steps = map[OpKind][2]string{
+	OpAttach:     {"MountVolume.WaitForAttach", "MapVolume.WaitForAttach"},
+	OpSelfAttach: {"AttachVolume.Attach", "AttachVolume.Attach"},
+	OpStage:      {"MountVolume.MountDevice", "MapVolume.SetUpDevice"},
+	OpPublish:    {"MountVolume.SetUp", "MapVolume.MapPodDevice"},
+	OpExpand:     {"NodeExpandVolume.NodeExpandVolume", "NodeExpandVolume.NodeExpandVolume"},
+	OpUnpublish:  {"UnmountVolume.TearDown", "UnmapVolume.UnmapPodDevice"},
+	OpUnstage:    {"UnmountDevice", "UnmapDevice.TearDownDevice"},
+	OpSelfDetach: {"DetachVolume.Detach", "DetachVolume.Detach"},
+}
+
 // Step is the kubelet's name of the operation's step for a volume of mode,
 // the words of its events and logs ("MountVolume.SetUp";
 // "MapVolume.MapPodDevice" for raw block): what a wait error says runs
 // when the plugin names no call of its own (volume.CallNamer).
 func (k OpKind) Step(mode cache.VolumeMode) string {
-	block := mode == cache.Block
-	pick := func(fs, blk string) string {
-		if block {
-			return blk
-		}
-		return fs
+	words, ok := steps[k]
+	if !ok {
+		return k.NameFor(mode)
 	}
-	switch k {
-	case OpAttach:
-		// The kubelet waits for the attachment inside its mount (and map)
-		// operation.
-		return pick("MountVolume.WaitForAttach", "MapVolume.WaitForAttach")
-	case OpSelfAttach:
-		return "AttachVolume.Attach"
-	case OpStage:
-		return pick("MountVolume.MountDevice", "MapVolume.SetUpDevice")
-	case OpPublish:
-		return pick("MountVolume.SetUp", "MapVolume.MapPodDevice")
-	case OpExpand:
-		return "NodeExpandVolume.NodeExpandVolume"
-	case OpUnpublish:
-		return pick("UnmountVolume.TearDown", "UnmapVolume.UnmapPodDevice")
-	case OpUnstage:
-		return pick("UnmountDevice", "UnmapDevice.TearDownDevice")
-	case OpSelfDetach:
-		return "DetachVolume.Detach"
+	if mode == cache.Block {
+		return words[1]
 	}
-	return k.NameFor(mode)
+	return words[0]
 }
 
 // Action is one operation the reconciler wants done.

@@ -135,17 +135,7 @@ func TestRunWaitsForTheNode(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset()
-	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	dl := storagelisters.NewCSIDriverLister(toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{}))
-	h, err := New(Config{Registry: csi.NewRegistry(csi.RegistryOptions{}), KubeClient: client, NodeName: "node-1", CSIDrivers: dl, Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error)
-	go func() { done <- h.Run(ctx) }()
-	for !clk.HasWaiters() { // the first attempt failed: it waits 100 ms and up to a fifth more
-		time.Sleep(time.Millisecond)
-	}
+	clk, done := runUntilRetry(t, ctx, client) // the first attempt failed: it waits 100 ms and up to a fifth more
 	if _, err := client.StorageV1().CSINodes().Get(ctx, "node-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("CSINode without a Node: %v", err)
 	}
@@ -163,6 +153,25 @@ func TestRunWaitsForTheNode(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// runUntilRetry starts the Run of a handler of node-1 on client, with a
+// fake clock, and returns once its first attempt at the CSINode has failed
+// and it waits on that clock to retry.
+func runUntilRetry(t *testing.T, ctx context.Context, client *fake.Clientset) (*clocktesting.FakeClock, <-chan error) {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	dl := storagelisters.NewCSIDriverLister(toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{}))
+	h, err := New(Config{Registry: csi.NewRegistry(csi.RegistryOptions{}), KubeClient: client, NodeName: "node-1", CSIDrivers: dl, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	for !clk.HasWaiters() { // a condition on the fake clock: Run waits on it to retry
+		time.Sleep(time.Millisecond)
+	}
+	return clk, done
 }
 
 // TestRunQuietWhileTheNodeIsMissing: at a first start the Node is
@@ -195,17 +204,7 @@ func TestRunQuietWhileTheNodeIsMissing(t *testing.T) {
 					return true, nil, tc.fail
 				})
 			}
-			clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			dl := storagelisters.NewCSIDriverLister(toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{}))
-			h, err := New(Config{Registry: csi.NewRegistry(csi.RegistryOptions{}), KubeClient: client, NodeName: "node-1", CSIDrivers: dl, Clock: clk})
-			if err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error)
-			go func() { done <- h.Run(ctx) }()
-			for !clk.HasWaiters() { // the first attempt failed: Run waits on its clock
-				time.Sleep(time.Millisecond)
-			}
+			clk, done := runUntilRetry(t, ctx, client)
 			if tc.fail == nil {
 				if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: "u2"}}, metav1.CreateOptions{}); err != nil {
 					t.Fatal(err)
