@@ -360,10 +360,10 @@ func TestMigratedOperationMetric(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := cache.VolumeSpec{Driver: gcePD, Mode: cache.Filesystem}
-	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpStage}, Spec: spec})
+	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpPublish}, Spec: spec})
 	spec.MigratedFrom = "kubernetes.io/gce-pd"
-	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpStage}, Spec: spec})
-	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpStage}, Spec: spec})
+	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpPublish}, Spec: spec})
+	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpPublish}, Spec: spec})
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
