@@ -97,3 +97,24 @@ func ephemeralRefusal(spec *cache.VolumeSpec, driver *storagev1.CSIDriver) error
 	return volume.WithCause(err, fmt.Sprintf("kubernetes.io/csi: mounter.SetupAt failed to check volume lifecycle mode: volume mode %q not supported by driver %s (no CSIDriver object)",
 		storagev1.VolumeLifecycleEphemeral, spec.Driver))
 }
+
+// CallName implements volume.CallNamer: the CSI RPC each method makes,
+// which is what a user of a CSI driver reads in a wait error
+// ("NodePublishVolume still running after 3s"); "" for the attachment's
+// methods, which call no driver (they write or wait for the
+// VolumeAttachment) and keep the kubelet's words.
+func (p *plugin) CallName(m volume.Method, _ *cache.VolumeSpec) string {
+	switch m {
+	case volume.MethodMountDevice:
+		return "NodeStageVolume"
+	case volume.MethodUnmountDevice:
+		return "NodeUnstageVolume"
+	case volume.MethodSetUp:
+		return "NodePublishVolume"
+	case volume.MethodTearDown:
+		return "NodeUnpublishVolume"
+	case volume.MethodNodeExpand:
+		return "NodeExpandVolume"
+	}
+	return ""
+}

@@ -123,7 +123,10 @@ type plugin struct {
 	ownMapper *blockdev.Mapper
 }
 
-var _ volume.Plugin = (*plugin)(nil)
+var (
+	_ volume.Plugin    = (*plugin)(nil)
+	_ volume.CallNamer = (*plugin)(nil)
+)
 
 // held returns a copy of p whose root (and records, and the default block
 // mapper) resolve every name from one handle on the root directory, opened

@@ -7,7 +7,8 @@
 // and SetUp/TearDown, which every kind of volume has) and implements the
 // other interfaces for what its volumes need: Attacher (and SelfAttacher)
 // for volumes attached to the node, DeviceMounter for volumes staged once
-// per node, Expander for node expansion, StatsProvider for usage. What a
+// per node, Expander for node expansion, StatsProvider for usage, and
+// CallNamer when its calls have names of their own for messages. What a
 // plugin does with a volume is data (Capabilities) the planner reads, never
 // a decision hidden inside an operation.
 //

@@ -18,7 +18,6 @@ import (
 func (l *loop) begin(a oe.Action, v planner.View) {
 	rec := l.vol(a.Volume)
 	rec.started(a)
-	l.running.start(a, v.Spec.Mode, l.clock.Now())
 	in := opInput{Input: oe.Input{Spec: v.Spec, PublishContext: v.Actual.PublishContext, DeviceMountPath: v.Actual.DeviceMountPath}}
 	switch a.Kind {
 	case oe.OpUnpublish, oe.OpUnstage:
@@ -39,6 +38,10 @@ func (l *loop) begin(a oe.Action, v planner.View) {
 	case oe.OpExpand:
 		in.VolumePath = v.Actual.Pods[a.Pod.Pod.UID].Path
 		in.Expansion, _ = l.hooks.expansion(v.Spec.PVName, v.Actual.Size)
+	}
+	l.running.start(a, callName(l.volumes, a, &in.Spec), l.clock.Now())
+	if (a.Kind == oe.OpStage || a.Kind == oe.OpPublish) && !v.Known && v.CapsErr == nil && !v.Caps.Attachable {
+		l.metrics.attachmentNotNeeded(&in.Spec)
 	}
 	if l.hooks.attempt != nil && (a.Kind == oe.OpStage || a.Kind == oe.OpPublish) {
 		l.hooks.attempt(a)

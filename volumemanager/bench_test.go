@@ -260,7 +260,7 @@ func runWorkload(b *testing.B, w workload) result {
 	if err := drv.WaitForCalls(waitCtx, "NodeUnstageVolume", len(pvs)); err != nil {
 		b.Fatal(err)
 	}
-	for len(drv.StagedVolumes()) > 0 || len(vm.GetVolumesInUse()) > 0 {
+	for len(drv.StagedVolumes()) > 0 || len(knownVolumes(vm)) > 0 {
 		select {
 		case <-waitCtx.Done():
 			b.Fatal("volumes not unstaged")

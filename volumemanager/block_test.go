@@ -124,8 +124,8 @@ func TestBlockVolumeSharedByPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUnstaged(t, vm)
-	if drv.Calls("NodeUnstageVolume") != 1 || len(vm.GetVolumesInUse()) != 0 {
-		t.Errorf("after WaitForUnstaged: %d NodeUnstageVolume calls, in use %v; want 1 and none", drv.Calls("NodeUnstageVolume"), vm.GetVolumesInUse())
+	if drv.Calls("NodeUnstageVolume") != 1 || len(knownVolumes(vm)) != 0 {
+		t.Errorf("after WaitForUnstaged: %d NodeUnstageVolume calls, in use %v; want 1 and none", drv.Calls("NodeUnstageVolume"), knownVolumes(vm))
 	}
 	if got := bm.calls; len(got) != 4 || got[2] != "unmap "+string(a.UID) || got[3] != "unmap "+string(b.UID) {
 		t.Errorf("mapper calls %v: want both maps, then a's unmap, then b's", got)
@@ -341,13 +341,13 @@ func TestBlockRestartBetweenUnmapAndUnpublish(t *testing.T) {
 	vm.MarkPodsSynced() // the pod is gone
 	settled := func() bool {
 		_, staged := drv.Staged("handle-raw")
-		return !staged && len(drv.Published("handle-raw")) == 0 && len(vm.GetVolumesInUse()) == 0 && vm.idle()
+		return !staged && len(drv.Published("handle-raw")) == 0 && len(knownVolumes(vm)) == 0 && vm.idle()
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true,
 		func(context.Context) (bool, error) { return settled(), nil }); err != nil {
 		_, staged := drv.Staged("handle-raw")
 		t.Fatalf("after the restart: driver staged %v, published at %v, volumes in use %v; want nothing (%v)",
-			staged, drv.Published("handle-raw"), vm.GetVolumesInUse(), err)
+			staged, drv.Published("handle-raw"), knownVolumes(vm), err)
 	}
 	if want, calls := []string{"NodeUnpublishVolume", "NodeUnstageVolume"}, blockCallsSince(drv, before); !slices.Equal(calls, want) {
 		t.Errorf("CSI calls after the restart %v, want %v", calls, want)

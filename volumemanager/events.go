@@ -76,35 +76,32 @@ func failedStep(o oe.Outcome, step string) (reason, words string) {
 	var expand *expandError
 	var inUse *volume.InUseError
 	var sub *subPathError
+	failed := o.Action.Kind.Step(o.Spec.Mode) + " failed"
 	switch o.Action.Kind {
-	case oe.OpAttach:
-		// The kubelet waits for the attachment inside its mount (and map)
-		// operation.
-		return mount, pick("MountVolume.WaitForAttach failed", "MapVolume.WaitForAttach failed")
+	case oe.OpAttach, oe.OpStage:
+		return mount, pick(failed, failed)
 	case oe.OpSelfAttach:
-		return reasonFailedAttach, pick("AttachVolume.Attach failed", "AttachVolume.Attach failed")
-	case oe.OpStage:
-		return mount, pick("MountVolume.MountDevice failed", "MapVolume.SetUpDevice failed")
+		return reasonFailedAttach, pick(failed, failed)
 	case oe.OpPublish:
 		if errors.As(o.Err, &expand) {
 			// Published, then the expansion while mounting failed.
 			return mount, pick("MountVolume.Setup failed while expanding volume", "MapVolume.MarkVolumeAsMounted failed while expanding volume")
 		}
-		return mount, pick("MountVolume.SetUp failed", "MapVolume.MapPodDevice failed")
+		return mount, pick(failed, failed)
 	case oe.OpExpand:
-		return reasonVolumeResize, pick("NodeExpandVolume.NodeExpandVolume failed", "NodeExpandVolume.NodeExpandVolume failed")
+		return reasonVolumeResize, pick(failed, failed)
 	case oe.OpUnpublish:
 		if errors.As(o.Err, &sub) {
 			return unmount, "error cleaning subPath mounts"
 		}
-		return unmount, pick("UnmountVolume.TearDown failed", "UnmapVolume.UnmapPodDevice failed")
+		return unmount, pick(failed, failed)
 	case oe.OpUnstage:
 		if errors.As(o.Err, &inUse) {
 			return unmount, pick("GetDeviceMountRefs check failed", "UnmapDevice failed")
 		}
-		return unmount, pick("UnmountDevice failed", "UnmapDevice.TearDownDevice failed")
+		return unmount, pick(failed, failed)
 	case oe.OpSelfDetach:
-		return reasonFailedDetach, pick("DetachVolume.Detach failed", "DetachVolume.Detach failed")
+		return reasonFailedDetach, pick(failed, failed)
 	}
 	return "", ""
 }

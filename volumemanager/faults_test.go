@@ -290,7 +290,7 @@ func TestConcurrentPodChurn(t *testing.T) {
 				diffs = append(diffs, fmt.Sprintf("%s not staged", h))
 			}
 		}
-		if got := e.vm.GetVolumesInUse(); !slices.Equal(got, wantInUse) {
+		if got := knownVolumes(e.vm); !slices.Equal(got, wantInUse) {
 			diffs = append(diffs, fmt.Sprintf("volumes in use %v, want %v", got, wantInUse))
 		}
 		slices.Sort(diffs)

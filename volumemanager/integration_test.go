@@ -221,7 +221,7 @@ func TestIntegrationMountThroughAPI(t *testing.T) {
 	}
 	e.deletePod(vm, p2)
 	waitUnstaged(t, vm)
-	if s, p, u := e.drv.StagedVolumes(), e.drv.PublishedVolumes(), vm.GetVolumesInUse(); len(s)+len(p)+len(u) != 0 {
+	if s, p, u := e.drv.StagedVolumes(), e.drv.PublishedVolumes(), knownVolumes(vm); len(s)+len(p)+len(u) != 0 {
 		t.Errorf("after WaitForUnstaged: staged %v, published %v, in use %v; want none", s, p, u)
 	}
 	if got := e.drv.Calls("NodeUnpublishVolume"); got != 3 {
@@ -396,10 +396,15 @@ func TestIntegrationAPIServerDown(t *testing.T) {
 // NodePublishVolume gets a FailedMount event, readable through the API,
 // that carries the driver's message; with ReportVolumesInUse and a Node
 // created through the API, the Node's status.volumesInUse lists the
-// mounted volume, and no longer once its pod is gone.
+// mounted volume (its driver needs attaching: only such volumes are
+// listed), and no longer once its pod is gone.
 func TestIntegrationEventsAndVolumesInUse(t *testing.T) {
-	e := startInteg(t, testenv.Options{}, false)
+	e := startInteg(t, testenv.Options{}, true)
 	ctx := t.Context()
+	attacherCtx, stopAttacher := context.WithCancel(ctx)
+	attacherDone := make(chan error, 1)
+	go func() { attacherDone <- csitest.RunFakeAttacher(attacherCtx, e.admin, csitest.AttacherOptions{}) }()
+	t.Cleanup(func() { stopAttacher(); <-attacherDone })
 	if _, err := e.admin.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -407,8 +412,13 @@ func TestIntegrationEventsAndVolumesInUse(t *testing.T) {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: e.admin.CoreV1().Events("")})
 	t.Cleanup(broadcaster.Shutdown)
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "nodevol-test", Host: node})
-	e.claim("ok")
-	brokenPV := e.claim("broken").Name
+	okPV, broken := e.claim("ok"), e.claim("broken")
+	brokenPV := broken.Name
+	for _, pv := range []*v1.PersistentVolume{okPV, broken} { // the attach/detach controller's part
+		if _, err := csitest.AttachVolume(ctx, e.admin, pv, node); err != nil {
+			t.Fatal(err)
+		}
+	}
 	e.drv.Inject(csitest.Fault{Method: "NodePublishVolume", VolumeID: "handle-broken", Err: status.Error(codes.InvalidArgument, "mount option nosuchoption is not supported")})
 	vm := e.startVM(Config{EventRecorder: recorder, ReportVolumesInUse: true})
 

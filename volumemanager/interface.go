@@ -44,8 +44,9 @@ type Interface interface {
 	// GetExtraSupplementalGroupsForPod returns the groups the pod needs
 	// beyond its own to use its volumes.
 	GetExtraSupplementalGroupsForPod(pod *v1.Pod) []int64
-	// GetVolumesInUse returns, sorted, the volumes that pods want or that
-	// may still be set up: what Node.Status.VolumesInUse should list.
+	// GetVolumesInUse returns, sorted, the attachable volumes that pods
+	// want or that may still be set up: what Node.Status.VolumesInUse
+	// should list (as the kubelet's, only volumes that are attached).
 	GetVolumesInUse() []vcache.UniqueVolumeName
 	// ReconcilerStatesHasBeenSynced reports whether the state found on disk
 	// at start has been taken in and reconciled once: before that, a pod

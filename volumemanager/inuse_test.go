@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -95,4 +96,74 @@ func volumesInUse(t *testing.T, client *fake.Clientset) []v1.UniqueVolumeName {
 		t.Fatal(err)
 	}
 	return n.Status.VolumesInUse
+}
+
+// knownVolumes returns, sorted, every volume vm's desired or actual state
+// knows of, whatever its plugin: what a test waits on to see a volume
+// forgotten, where GetVolumesInUse lists only attachable volumes.
+func knownVolumes(vm *VolumeManager) []cache.UniqueVolumeName {
+	names := append(vm.dsw.VolumeNames(), vm.asw.VolumeNames()...)
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// TestVolumesInUseOnlyAttachable: GetVolumesInUse lists what the kubelet's
+// lists, the volumes whose plugin attaches them (Capabilities.Attachable),
+// in the desired state and, after a restart with no pod added yet, in the
+// actual state: a PV of a driver that needs attaching is listed; a PV of a
+// driver whose CSIDriver says attachRequired: false, an inline CSI volume
+// and an emptyDir are not.
+func TestVolumesInUseOnlyAttachable(t *testing.T) {
+	attached := csitest.New(t, csitest.Options{DriverName: "attached.example.com", CreateTargetDirs: true})
+	plain := csitest.New(t, csitest.Options{DriverName: "plain.example.com", CreateTargetDirs: true})
+	pvcA, pvA := csitest.BoundClaim("ns", "a", attached.DriverName(), "handle-a")
+	pvcB, pvB := csitest.BoundClaim("ns", "b", plain.DriverName(), "handle-b")
+	client := fake.NewClientset(pvcA, pvA, pvcB, pvB, csitest.CSIDriver(attached.DriverName(), true),
+		csitest.CSIDriver(plain.DriverName(), false, csitest.DriverLifecycleModes(storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral)))
+	csitest.NewFakeAttacher(t, client, csitest.AttacherOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := csitest.AttachVolume(ctx, client, pvA, node); err != nil { // the attach/detach controller's part
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	mounter := mount.NewFakeMounter(nil)
+	start := func() (*VolumeManager, func()) {
+		vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: mounter}, attached)
+		if err := vm.Drivers().Register(ctx, plain.DriverName(), plain.Endpoint()); err != nil {
+			stop()
+			t.Fatal(err)
+		}
+		return vm, stop
+	}
+	pod := csitest.Pod("ns", "p", csitest.WithPVC("a", "a", false), csitest.WithPVC("b", "b", false),
+		csitest.WithInlineCSI("inline", plain.DriverName(), false, nil),
+		csitest.WithVolume(v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}, false))
+	nameA := cache.CSIVolumeName(attached.DriverName(), "handle-a")
+
+	vm, stop := start()
+	vm.AddPod(pod)
+	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	if known := knownVolumes(vm); len(known) != 4 {
+		t.Errorf("known volumes = %v, want the pod's 4", known)
+	}
+	if got := vm.GetVolumesInUse(); !slices.Equal(got, []cache.UniqueVolumeName{nameA}) {
+		t.Errorf("GetVolumesInUse with the pod mounted = %v, want [%s]", got, nameA)
+	}
+	stop()
+
+	// Restarted, the pod not added yet: the volumes are only in the actual
+	// state, found on disk.
+	vm, stop = start()
+	defer stop()
+	eventually(t, "both PVs reconstructed", func() bool {
+		known := knownVolumes(vm)
+		return slices.Contains(known, nameA) && slices.Contains(known, cache.CSIVolumeName(plain.DriverName(), "handle-b"))
+	})
+	if got := vm.GetVolumesInUse(); !slices.Equal(got, []cache.UniqueVolumeName{nameA}) {
+		t.Errorf("GetVolumesInUse after a restart = %v, want [%s]", got, nameA)
+	}
 }

@@ -146,7 +146,7 @@ func TestRestartUnstagesDeviceOfEmptyPodVolumeDir(t *testing.T) {
 	defer stop()
 	vm.MarkPodsSynced()
 	eventually(t, "the device unstaged and no longer in use", func() bool {
-		return len(vm.GetVolumesInUse()) == 0 && drv.Calls("NodeUnstageVolume") == 1
+		return len(knownVolumes(vm)) == 0 && drv.Calls("NodeUnstageVolume") == 1
 	})
 	for _, dir := range []string{podDir, staging} {
 		if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
@@ -237,14 +237,14 @@ func TestUnreadableDirTakenBackOnceEmptied(t *testing.T) {
 	defer stop()
 	vm.MarkPodsSynced()
 	waitIdle(t, vm)
-	if n := drv.Calls("NodeUnstageVolume"); n != 0 || len(vm.GetVolumesInUse()) != 1 {
-		t.Fatalf("with a stranger's file in %s: %d unstages, in use %v; want the device held", podDir, n, vm.GetVolumesInUse())
+	if n := drv.Calls("NodeUnstageVolume"); n != 0 || len(knownVolumes(vm)) != 1 {
+		t.Fatalf("with a stranger's file in %s: %d unstages, in use %v; want the device held", podDir, n, knownVolumes(vm))
 	}
 	if err := os.Remove(filepath.Join(podDir, "notes")); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the device unstaged once the file is gone", func() bool {
-		return len(vm.GetVolumesInUse()) == 0 && drv.Calls("NodeUnstageVolume") == 1
+		return len(knownVolumes(vm)) == 0 && drv.Calls("NodeUnstageVolume") == 1
 	})
 	if _, err := os.Lstat(podDir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("%s: %v, want removed", podDir, err)

@@ -66,12 +66,12 @@ func TestLegacyStagingReconstructed(t *testing.T) {
 		t.Fatal(err)
 	}
 	vm.MarkPodsSynced()
-	eventually(t, "volume b unstaged", func() bool { return slices.Equal(vm.GetVolumesInUse(), []cache.UniqueVolumeName{nameA}) })
+	eventually(t, "volume b unstaged", func() bool { return slices.Equal(knownVolumes(vm), []cache.UniqueVolumeName{nameA}) })
 	vm.DeletePod(podA)
 	if err := vm.WaitForUnmount(ctx, podA); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "volume a unstaged", func() bool { return len(vm.GetVolumesInUse()) == 0 })
+	eventually(t, "volume a unstaged", func() bool { return len(knownVolumes(vm)) == 0 })
 
 	type call struct{ method, volume, staging string }
 	var calls []call

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -496,30 +494,38 @@ func (vm *VolumeManager) HasPossiblyMountedVolumesForPod(uid types.UID) bool {
 	return len(vm.asw.PodVolumes(uid)) > 0
 }
 
-// GetVolumesInUse returns, sorted, every CSI volume that pods want or that
-// may still be set up on the node: what Node.Status.VolumesInUse should
-// report so that no volume in use is detached. The volumes of other
-// plugins (image, an embedder's) are pod-scoped and never attached: the
-// kubelet reports only the volumes of attachable or device-mountable
-// plugins.
+// GetVolumesInUse returns, sorted, the attachable volumes that pods want
+// or that may still be set up on the node: what Node.Status.VolumesInUse
+// should report so that the attach/detach controller detaches none in use.
+// As the kubelet's, it lists only the volumes whose plugin attaches them
+// (Capabilities.Attachable: a CSI PV whose CSIDriver does not say
+// attachRequired: false); a volume that is never attached (a CSI volume
+// inline in the pod, a CSI driver that needs no attach, emptyDir, local,
+// configMap, ...) is not listed. A volume whose plugin cannot tell yet
+// (its CSI driver is not registered) is listed: reporting one too many
+// keeps a volume attached, one too few could see it detached in use.
 func (vm *VolumeManager) GetVolumesInUse() []vcache.UniqueVolumeName {
 	seen := map[vcache.UniqueVolumeName]bool{}
 	for _, n := range vm.dsw.VolumeNames() {
-		seen[n] = true
+		if spec, ok := vm.dsw.Spec(n); ok {
+			seen[n] = vm.attachable(&spec)
+		}
 	}
 	for _, n := range vm.asw.VolumeNames() {
-		seen[n] = true
-	}
-	for n := range seen {
-		if !strings.HasPrefix(string(n), vcache.CSIPluginName+"/") {
-			delete(seen, n)
+		if _, known := seen[n]; known {
+			continue
+		}
+		if spec, ok := vm.asw.Spec(n); ok {
+			seen[n] = vm.attachable(&spec)
 		}
 	}
 	out := make([]vcache.UniqueVolumeName, 0, len(seen))
-	for n := range seen {
-		out = append(out, n)
+	for n, attachable := range seen {
+		if attachable {
+			out = append(out, n)
+		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	slices.Sort(out)
 	return out
 }
 

@@ -231,7 +231,7 @@ func TestMountAndUnmountPods(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(filepath.Dir(want), "vol_data.json")); err != nil {
 		t.Errorf("vol_data.json: %v", err)
 	}
-	if got := e.vm.GetVolumesInUse(); len(got) != 2 || got[0] != cache.CSIVolumeName(e.drv.DriverName(), "handle-own") {
+	if got := knownVolumes(e.vm); len(got) != 2 || got[0] != cache.CSIVolumeName(e.drv.DriverName(), "handle-own") {
 		t.Errorf("volumes in use = %v", got)
 	}
 
@@ -248,7 +248,7 @@ func TestMountAndUnmountPods(t *testing.T) {
 	if got := e.drv.StagedVolumes(); len(got) != 0 {
 		t.Errorf("still staged after WaitForUnstaged: %v", got)
 	}
-	if got := e.vm.GetVolumesInUse(); len(got) != 0 {
+	if got := knownVolumes(e.vm); len(got) != 0 {
 		t.Errorf("still in use after WaitForUnstaged: %v", got)
 	}
 	if got := e.drv.Calls("NodeUnpublishVolume"); got != 3 {
@@ -600,9 +600,9 @@ func TestRunningOps(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	pod := func(uid types.UID) cache.PodVolume { return cache.PodVolume{Pod: cache.PodRef{UID: uid}} }
 	var r runningOps
-	r.start(oe.Action{Kind: oe.OpPublish, Volume: "v1", Pod: pod("a")}, cache.Filesystem, t0)
-	r.start(oe.Action{Kind: oe.OpStage, Volume: "v2"}, cache.Filesystem, t0.Add(time.Second))
-	r.start(oe.Action{Kind: oe.OpAttach, Volume: "v3"}, cache.Filesystem, t0)
+	r.start(oe.Action{Kind: oe.OpPublish, Volume: "v1", Pod: pod("a")}, "NodePublishVolume", t0)
+	r.start(oe.Action{Kind: oe.OpStage, Volume: "v2"}, "NodeStageVolume", t0.Add(time.Second))
+	r.start(oe.Action{Kind: oe.OpAttach, Volume: "v3"}, "MountVolume.WaitForAttach", t0)
 	now := t0.Add(3*time.Second + 1234*time.Microsecond)
 	tests := []struct {
 		volume cache.UniqueVolumeName
@@ -612,7 +612,7 @@ func TestRunningOps(t *testing.T) {
 		{"v1", "a", "NodePublishVolume still running after 3.001s"},
 		{"v1", "b", ""},
 		{"v2", "a", "NodeStageVolume still running after 2.001s"},
-		{"v3", "a", "verify_controller_attached_volume still running after 3.001s"},
+		{"v3", "a", "MountVolume.WaitForAttach still running after 3.001s"},
 		{"v4", "a", ""},
 	}
 	for _, tc := range tests {

@@ -78,11 +78,53 @@ func (m *metrics) observe(o oe.Outcome) {
 	if o.Err != nil {
 		status = "fail-unknown"
 	}
-	h, err := m.opDuration.GetMetricWithLabelValues(pluginLabel(&o.Spec), o.Action.Kind.NameFor(o.Spec.Mode), status, strconv.FormatBool(o.Spec.MigratedFrom != ""))
+	name := o.Action.Kind.NameFor(o.Spec.Mode)
+	if o.Action.Kind == oe.OpStage {
+		// The kubelet stages inside its volume_mount (map_volume)
+		// operation and records no series of its own for it: a failed
+		// stage is a failed mount; a stage that succeeded is part of
+		// the mount the publish records.
+		if o.Err == nil {
+			return
+		}
+		name = oe.OpPublish.NameFor(o.Spec.Mode)
+	}
+	m.record(&o.Spec, name, status, o.Duration)
+}
+
+// record adds one sample to storage_operation_duration_seconds.
+func (m *metrics) record(spec *cache.VolumeSpec, operation, status string, took time.Duration) {
+	h, err := m.opDuration.GetMetricWithLabelValues(pluginLabel(spec), operation, status, strconv.FormatBool(spec.MigratedFrom != ""))
 	if err != nil {
 		return // four label values, always: cannot happen
 	}
-	h.Observe(o.Duration.Seconds())
+	h.Observe(took.Seconds())
+}
+
+// accessControl records the kubelet's volume_apply_access_control: an
+// ownership change of a volume to its pod's fsGroup that ran (a walk, or
+// the atomic writer's write that gives the group), as the kubelet records
+// each walk (never one of migrated volume: its hook has no such label).
+func (m *metrics) accessControl(spec *cache.VolumeSpec, took time.Duration, err error) {
+	status := "success"
+	if err != nil {
+		status = "fail-unknown"
+	}
+	if h, err := m.opDuration.GetMetricWithLabelValues(pluginLabel(spec), "volume_apply_access_control", status, "false"); err == nil {
+		h.Observe(took.Seconds())
+	}
+}
+
+// attachmentNotNeeded records the kubelet's verify_controller_attached_volume
+// of a volume that needs no attachment as it enters the actual state: the
+// kubelet runs that operation for every volume, and for one that is not
+// attachable it only marks it attached, at once. (An attachable volume's
+// is nodevol's OpAttach, recorded by observe.)
+func (m *metrics) attachmentNotNeeded(spec *cache.VolumeSpec) {
+	if m == nil {
+		return
+	}
+	m.record(spec, oe.OpAttach.String(), "success", 0)
 }
 
 // mounted records a pod volume's end to end mount time, as the kubelet's

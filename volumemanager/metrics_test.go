@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
@@ -23,18 +26,10 @@ func TestMetrics(t *testing.T) {
 	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
 	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv)
 	prom := prometheus.NewRegistry()
-	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), Registerer: prom})
-	if err != nil {
-		t.Fatal(err)
-	}
+	vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), Registerer: prom}, drv)
+	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- vm.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
-		t.Fatal(err)
-	}
 	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
 	vm.AddPod(pod)
 	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
@@ -57,12 +52,14 @@ func TestMetrics(t *testing.T) {
 			}
 		}
 	}
-	// attachRequired: false: the planner confirms no attachment.
-	if n := samples["storage_operation_duration_seconds"]["verify_controller_attached_volume"]; n != 0 {
-		t.Errorf("verify_controller_attached_volume: %d samples for a volume that needs no attaching, want 0", n)
+	// attachRequired: false: the planner confirms no attachment, but the
+	// kubelet records its verify_controller_attached_volume all the same;
+	// its stage is part of its volume_mount, with no series of its own.
+	if n := samples["storage_operation_duration_seconds"]["mount_device"]; n != 0 {
+		t.Errorf("mount_device: %d samples, want none (the kubelet has no such series)", n)
 	}
 	for fam, keys := range map[string][]string{
-		"storage_operation_duration_seconds": {"mount_device", "volume_mount"},
+		"storage_operation_duration_seconds": {"verify_controller_attached_volume", "volume_mount"},
 		"csi_operations_seconds":             {"/csi.v1.Node/NodeStageVolume", "/csi.v1.Node/NodePublishVolume"},
 		"volume_operation_total_seconds":     {"overall_volume_mount"},
 	} {
@@ -75,5 +72,67 @@ func TestMetrics(t *testing.T) {
 	k := fmt.Sprintf("operation_name=\"overall_volume_mount\",plugin_name=%q", "kubernetes.io/csi:"+drv.DriverName())
 	if n := histogramCounts(t, prom, "volume_operation_total_seconds")[k]; n != 1 {
 		t.Errorf("volume_operation_total_seconds{%s}: %d samples, want 1", k, n)
+	}
+}
+
+// TestOperationSeriesOfEachKind: after a pod with a volume of each kind is
+// mounted, storage_operation_duration_seconds has the kubelet v1.37.2's
+// series for the same pod (its operation_generator.go and the plugins'
+// ownership hooks): for every volume verify_controller_attached_volume
+// (which only marks a volume that needs no attaching attached) and
+// volume_mount (which stages a CSI PV inside it: no mount_device series);
+// with an fsGroup, volume_apply_access_control for each volume whose
+// files get the group (every kind here; the CSI PV, of fsType ext4 and
+// ReadWriteOnce, under the ReadWriteOnceWithFSType policy); nothing else.
+func TestOperationSeriesOfEachKind(t *testing.T) {
+	for _, fsGroup := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fsGroup=%v", fsGroup), func(t *testing.T) { testOperationSeries(t, fsGroup) })
+	}
+}
+
+func testOperationSeries(t *testing.T, fsGroup bool) {
+	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
+	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a", csitest.PVFSType("ext4"))
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv,
+		&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm"}, Data: map[string]string{"k": "v"}},
+		&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "sec"}, Data: map[string][]byte{"k": []byte("v")}})
+	prom := prometheus.NewRegistry()
+	vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), Registerer: prom}, drv)
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mode := int32(0o644)
+	name := &v1.ObjectFieldSelector{FieldPath: "metadata.name"}
+	opts := []csitest.PodOption{csitest.WithPVC("data", "a", false),
+		csitest.WithVolume(v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}, false),
+		csitest.WithVolume(v1.Volume{Name: "conf", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
+			LocalObjectReference: v1.LocalObjectReference{Name: "cm"}, DefaultMode: &mode}}}, false),
+		csitest.WithVolume(v1.Volume{Name: "creds", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "sec", DefaultMode: &mode}}}, false),
+		csitest.WithVolume(v1.Volume{Name: "meta", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{
+			DefaultMode: &mode, Items: []v1.DownwardAPIVolumeFile{{Path: "name", FieldRef: name}}}}}, false),
+		csitest.WithVolume(v1.Volume{Name: "all", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{DefaultMode: &mode,
+			Sources: []v1.VolumeProjection{{DownwardAPI: &v1.DownwardAPIProjection{Items: []v1.DownwardAPIVolumeFile{{Path: "name", FieldRef: name}}}}}}}}, false)}
+	if fsGroup {
+		opts = append(opts, csitest.PodFSGroup(2000))
+	}
+	pod := csitest.Pod("ns", "p", opts...)
+	vm.AddPod(pod)
+	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]uint64{}
+	for _, plugin := range []string{"kubernetes.io/csi:" + drv.DriverName(), "kubernetes.io/empty-dir", "kubernetes.io/configmap",
+		"kubernetes.io/secret", "kubernetes.io/downward-api", "kubernetes.io/projected"} {
+		ops := []string{"verify_controller_attached_volume", "volume_mount"}
+		if fsGroup {
+			ops = append(ops, "volume_apply_access_control")
+		}
+		for _, op := range ops {
+			want[fmt.Sprintf("migrated=\"false\",operation_name=%q,status=\"success\",volume_plugin=%q", op, plugin)] = 1
+		}
+	}
+	got := histogramCounts(t, prom, "storage_operation_duration_seconds")
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("storage_operation_duration_seconds series (-the kubelet's +nodevol's):\n%s", diff)
 	}
 }

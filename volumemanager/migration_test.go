@@ -360,10 +360,10 @@ func TestMigratedOperationMetric(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := cache.VolumeSpec{Driver: gcePD, Mode: cache.Filesystem}
-	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpStage}, Spec: spec})
+	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpPublish}, Spec: spec})
 	spec.MigratedFrom = "kubernetes.io/gce-pd"
-	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpStage}, Spec: spec})
-	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpStage}, Spec: spec})
+	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpPublish}, Spec: spec})
+	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpPublish}, Spec: spec})
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -416,14 +416,14 @@ func TestMigratedRestartReconstructs(t *testing.T) {
 		cache.CSIVolumeName(gcePD, "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-1"),
 		cache.CSIVolumeName(gcePD, "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-2"),
 	}
-	if got := vm2.GetVolumesInUse(); !slices.Equal(got, want) {
+	if got := knownVolumes(vm2); !slices.Equal(got, want) {
 		t.Fatalf("volumes in use after the restart = %v, want %v", got, want)
 	}
 	mountPod(vm2)
 	if got := drv.Calls("NodePublishVolume") - publishes; got != 2 {
 		t.Errorf("NodePublishVolume calls after the restart = %d, want 2 (the uncertain mounts published again)", got)
 	}
-	if got := vm2.GetVolumesInUse(); !slices.Equal(got, want) {
+	if got := knownVolumes(vm2); !slices.Equal(got, want) {
 		t.Errorf("volumes in use = %v, want %v (no second volume of another name)", got, want)
 	}
 	vm2.MarkPodsSynced()
@@ -433,7 +433,7 @@ func TestMigratedRestartReconstructs(t *testing.T) {
 	if err := vm2.WaitForUnmount(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "volumes unstaged", func() bool { return len(vm2.GetVolumesInUse()) == 0 })
+	eventually(t, "volumes unstaged", func() bool { return len(knownVolumes(vm2)) == 0 })
 	eventually(t, "staging directories removed", func() bool {
 		m, _ := filepath.Glob(filepath.Join(root, "plugins", "kubernetes.io", "csi", gcePD, "*"))
 		return len(m) == 0

@@ -109,7 +109,7 @@ func TestRestartReconstructs(t *testing.T) {
 	vm2, stop2 := startVM(t, client, root, drv)
 	defer stop2()
 	nameA, nameB := cache.CSIVolumeName(drv.DriverName(), "handle-a"), cache.CSIVolumeName(drv.DriverName(), "handle-b")
-	if got := vm2.GetVolumesInUse(); !slices.Equal(got, []cache.UniqueVolumeName{nameA, nameB}) {
+	if got := knownVolumes(vm2); !slices.Equal(got, []cache.UniqueVolumeName{nameA, nameB}) {
 		t.Fatalf("volumes in use after the restart = %v, want both", got)
 	}
 	vm2.AddPod(podA)
@@ -138,7 +138,7 @@ func TestRestartReconstructs(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "pod b's volume unstaged", func() bool {
-		return slices.Equal(vm2.GetVolumesInUse(), []cache.UniqueVolumeName{nameA})
+		return slices.Equal(knownVolumes(vm2), []cache.UniqueVolumeName{nameA})
 	})
 	if got := drv.StagedVolumes(); !slices.Equal(got, []string{"handle-a"}) {
 		t.Errorf("staged volumes = %v, want only handle-a", got)

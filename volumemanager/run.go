@@ -3,12 +3,14 @@ package volumemanager
 import (
 	"context"
 	"sync"
+	"time"
 
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	vcache "github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/backoff"
+	"github.com/nodevol/nodevol/internal/fsgroup"
 	"github.com/nodevol/nodevol/internal/ondisk"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
@@ -167,6 +169,10 @@ func (vm *VolumeManager) drain(ctx context.Context) {
 
 // execute runs one operation the loop started and returns its outcome.
 func (vm *VolumeManager) execute(ctx context.Context, a oe.Action, in opInput) oe.Outcome {
+	if m := vm.loop.metrics; m != nil {
+		spec := in.Spec
+		ctx = fsgroup.WithObserver(ctx, func(took time.Duration, err error) { m.accessControl(&spec, took, err) })
+	}
 	if a.Kind == oe.OpExpand {
 		return vm.expand(ctx, a, in)
 	}

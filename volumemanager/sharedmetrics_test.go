@@ -67,7 +67,7 @@ func TestTwoManagersShareRegisterer(t *testing.T) {
 		t.Errorf("two managers with a pod each:\n%s\nwant\n%s", got, want)
 	}
 	ops := histogramCounts(t, reg, "storage_operation_duration_seconds")
-	for _, op := range []string{"mount_device", "volume_mount"} {
+	for _, op := range []string{"verify_controller_attached_volume", "volume_mount"} {
 		k := fmt.Sprintf("migrated=\"false\",operation_name=%q,status=\"success\",volume_plugin=%q", op, plugin)
 		if ops[k] != 2 {
 			t.Errorf("storage_operation_duration_seconds{%s} count = %d, want 2 (one per manager); all: %v", k, ops[k], ops)

@@ -71,8 +71,9 @@ type UnstageWaitError struct {
 	// Left says what is left of each volume: "staged", "published for
 	// pod ns/name", "wanted by pod ns/name", ...
 	Left map[vcache.UniqueVolumeName][]string
-	// Running says which operation runs on each volume where one does
-	// (e.g. "NodeUnstageVolume still running after 3s").
+	// Running says which operation runs on each volume where one does, in
+	// its plugin's words (e.g. "NodeUnstageVolume still running after 3s"
+	// for a CSI volume, "UnmountVolume.TearDown ..." for an emptyDir).
 	Running map[vcache.UniqueVolumeName]string
 	// Waiting says why a volume's due teardown does not start, as the
 	// reconcile loop last planned it (a staging path still referenced, a

@@ -234,8 +234,10 @@ type WaitError struct {
 	Volumes []string
 	// Causes are the last error of each volume, where one is known.
 	Causes map[string]error
-	// Running says which operation runs on each volume where one does
-	// (e.g. "NodePublishVolume still running after 3s"): it explains the
+	// Running says which operation runs on each volume where one does, in
+	// its plugin's words ("NodePublishVolume still running after 3s" for a
+	// CSI volume, the kubelet's "MountVolume.SetUp still running after 3s"
+	// for an emptyDir): it explains the
 	// volume before its last error, which came from an earlier attempt.
 	Running map[string]string
 	// Waiting, where nothing runs or failed, says what the volume waits for.
@@ -358,12 +360,31 @@ type runningOps struct {
 
 // runningOp is one operation in flight.
 type runningOp struct {
-	// Name is the CSI call it makes ("NodePublishVolume"), or the
-	// kubelet's operation name where it makes none.
+	// Name is the call it makes, in its plugin's words (the CSI plugin's
+	// "NodePublishVolume"), or the kubelet's words for the step
+	// ("MountVolume.SetUp"): see callName.
 	Name string
 	// Since is when the loop started it (it may have waited for one of
 	// Config.MaxConcurrentOperations' slots before calling the driver).
 	Since time.Time
+}
+
+// callName says what operation a on spec calls, for the wait errors: the
+// call's own name when its plugin gives one (volume.CallNamer: the CSI
+// plugin's RPCs), else the kubelet's words for the step
+// ("MountVolume.SetUp" of an emptyDir). The volume manager names no kind.
+func callName(plugins *volume.Registry, a oe.Action, spec *vcache.VolumeSpec) string {
+	if plugins == nil {
+		return a.Kind.Step(spec.Mode)
+	}
+	if p, err := plugins.ForVolume(a.Volume); err == nil {
+		if n, ok := p.(volume.CallNamer); ok {
+			if name := n.CallName(a.Kind.Method(), spec); name != "" {
+				return name
+			}
+		}
+	}
+	return a.Kind.Step(spec.Mode)
 }
 
 // describe says how long the operation has been running at now.
@@ -371,11 +392,9 @@ func (o runningOp) describe(now time.Time) string {
 	return fmt.Sprintf("%s still running after %s", o.Name, now.Sub(o.Since).Round(time.Millisecond))
 }
 
-func (r *runningOps) start(a oe.Action, mode vcache.VolumeMode, now time.Time) {
-	name := a.Kind.CSICall()
-	if name == "" {
-		name = a.Kind.NameFor(mode)
-	}
+// start records that operation a, described as name (callName), started
+// at now.
+func (r *runningOps) start(a oe.Action, name string, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ops == nil {

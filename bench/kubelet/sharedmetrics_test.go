@@ -65,7 +65,7 @@ func TestSharesKubeletMetrics(t *testing.T) {
 	plugin := "kubernetes.io/csi:" + drv.DriverName()
 	// The kubelet's own collector holds the manager's samples.
 	if n := samplesOf(t, volumeutil.StorageOperationMetric, plugin); n != 2 {
-		t.Errorf("the kubelet's storage_operation_duration_seconds holds %d samples of the manager's mount_device and volume_mount, want 2", n)
+		t.Errorf("the kubelet's storage_operation_duration_seconds holds %d samples of the manager's verify_controller_attached_volume and volume_mount, want 2", n)
 	}
 
 	got := gatherSeries(t)

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodevol/nodevol/internal/fsgroup"
 	"github.com/nodevol/nodevol/internal/rootfs"
 	"github.com/nodevol/nodevol/util/step"
 )
@@ -105,7 +106,14 @@ func (w *Writer) Write(ctx context.Context, payload map[string]File) (changed bo
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	start := w.now()
 	changed, err = w.write(ctx, clean, paths)
+	if w.fsGroup != nil && (changed || err != nil) {
+		// The kubelet walks the volume to give it the pod's fsGroup after
+		// each write, measured as volume_apply_access_control; the writer
+		// gives it while it writes: the write stands for the walk.
+		fsgroup.Observe(ctx, w.now().Sub(start), err)
+	}
 	if err != nil {
 		return changed, fmt.Errorf("write %d files to volume directory %s: %w", len(paths), w.full, err)
 	}

@@ -58,7 +58,8 @@ type Source struct {
 	// Items are the files to write.
 	Items []v1.DownwardAPIVolumeFile
 	// DefaultMode is the mode of a file whose item has none. Required (the
-	// API server defaults it to 0644): nil is the kubelet's error.
+	// API server defaults it to 0644, and the plugins default a pod built
+	// in Go alike): nil is the kubelet's error.
 	DefaultMode *int32
 	// DefaultUser is the owner of a file whose item has none, with
 	// UserFields.

@@ -65,7 +65,8 @@ type Reporter struct {
 // VolumePermissionChangeInProgress event on the pod, then again every
 // ReportEvery with the files done so far, in the kubelet's words: a volume
 // with many files can keep a pod from starting for a long time, and the
-// event tells its owner why and what avoids it. It returns only once the
+// event tells its owner why and what avoids it. A change that ran is told
+// to ctx's Observer (WithObserver). It returns only once the
 // reporting goroutine has ended.
 func (r Reporter) Change(ctx context.Context, req Request) error {
 	c, after, every := r.Clock, r.WarnAfter, r.ReportEvery
@@ -108,6 +109,8 @@ func (r Reporter) Change(ctx context.Context, req Request) error {
 			again.Reset(every)
 		}
 	})
+	skipped := req.OnRootMismatch && rootHasOwnership(req.Dir, req.GID) // setIn skips it too
+	start := c.Now()
 	err := setIn(ctx, req.Dir, req.GID, req.OnRootMismatch, func(path string) {
 		files.Add(1)
 		if r.EachFile != nil {
@@ -117,6 +120,9 @@ func (r Reporter) Change(ctx context.Context, req Request) error {
 	timer.Stop()
 	close(done)
 	wg.Wait()
+	if !skipped {
+		Observe(ctx, c.Since(start), err)
+	}
 	return err
 }
 

@@ -78,24 +78,56 @@ func (k OpKind) NameFor(mode cache.VolumeMode) string {
 	return k.String()
 }
 
-// CSICall is the CSI RPC the operation makes (with a driver that stages,
-// for OpStage and OpUnstage), for messages that name what a driver is
-// doing; "" for OpAttach, OpSelfAttach and OpSelfDetach, which call no
-// driver (they write or wait for the VolumeAttachment).
-func (k OpKind) CSICall() string {
+// Method is the method of the plugin contract the operation calls.
+func (k OpKind) Method() volume.Method {
 	switch k {
+	case OpAttach:
+		return volume.MethodWaitForAttach
+	case OpSelfAttach:
+		return volume.MethodAttach
+	case OpSelfDetach:
+		return volume.MethodDetach
 	case OpStage:
-		return "NodeStageVolume"
-	case OpPublish:
-		return "NodePublishVolume"
-	case OpUnpublish:
-		return "NodeUnpublishVolume"
+		return volume.MethodMountDevice
 	case OpUnstage:
-		return "NodeUnstageVolume"
+		return volume.MethodUnmountDevice
+	case OpPublish:
+		return volume.MethodSetUp
+	case OpUnpublish:
+		return volume.MethodTearDown
 	case OpExpand:
-		return "NodeExpandVolume"
+		return volume.MethodNodeExpand
 	}
-	return ""
+	return volume.Method(k.String())
+}
+
+// steps are the kubelet's words for each operation's step, on a file
+// system volume and on a raw block one. (The kubelet waits for the
+// attachment inside its mount and map operations.)
+var steps = map[OpKind][2]string{
+	OpAttach:     {"MountVolume.WaitForAttach", "MapVolume.WaitForAttach"},
+	OpSelfAttach: {"AttachVolume.Attach", "AttachVolume.Attach"},
+	OpStage:      {"MountVolume.MountDevice", "MapVolume.SetUpDevice"},
+	OpPublish:    {"MountVolume.SetUp", "MapVolume.MapPodDevice"},
+	OpExpand:     {"NodeExpandVolume.NodeExpandVolume", "NodeExpandVolume.NodeExpandVolume"},
+	OpUnpublish:  {"UnmountVolume.TearDown", "UnmapVolume.UnmapPodDevice"},
+	OpUnstage:    {"UnmountDevice", "UnmapDevice.TearDownDevice"},
+	OpSelfDetach: {"DetachVolume.Detach", "DetachVolume.Detach"},
+}
+
+// Step is the kubelet's name of the operation's step for a volume of mode,
+// the words of its events and logs ("MountVolume.SetUp";
+// "MapVolume.MapPodDevice" for raw block): what a wait error says runs
+// when the plugin names no call of its own (volume.CallNamer).
+func (k OpKind) Step(mode cache.VolumeMode) string {
+	words, ok := steps[k]
+	if !ok {
+		return k.NameFor(mode)
+	}
+	if mode == cache.Block {
+		return words[1]
+	}
+	return words[0]
 }
 
 // Action is one operation the reconciler wants done.

@@ -110,21 +110,30 @@ func TestDoOutcomes(t *testing.T) {
 	}
 }
 
-func TestCSICall(t *testing.T) {
+func TestStepAndMethod(t *testing.T) {
 	tests := []struct {
-		kind OpKind
-		want string
+		kind          OpKind
+		method        volume.Method
+		step, onBlock string
 	}{
-		{OpAttach, ""},
-		{OpStage, "NodeStageVolume"},
-		{OpPublish, "NodePublishVolume"},
-		{OpUnpublish, "NodeUnpublishVolume"},
-		{OpUnstage, "NodeUnstageVolume"},
-		{OpExpand, "NodeExpandVolume"},
+		{OpAttach, volume.MethodWaitForAttach, "MountVolume.WaitForAttach", "MapVolume.WaitForAttach"},
+		{OpSelfAttach, volume.MethodAttach, "AttachVolume.Attach", "AttachVolume.Attach"},
+		{OpStage, volume.MethodMountDevice, "MountVolume.MountDevice", "MapVolume.SetUpDevice"},
+		{OpPublish, volume.MethodSetUp, "MountVolume.SetUp", "MapVolume.MapPodDevice"},
+		{OpUnpublish, volume.MethodTearDown, "UnmountVolume.TearDown", "UnmapVolume.UnmapPodDevice"},
+		{OpUnstage, volume.MethodUnmountDevice, "UnmountDevice", "UnmapDevice.TearDownDevice"},
+		{OpExpand, volume.MethodNodeExpand, "NodeExpandVolume.NodeExpandVolume", "NodeExpandVolume.NodeExpandVolume"},
+		{OpSelfDetach, volume.MethodDetach, "DetachVolume.Detach", "DetachVolume.Detach"},
 	}
 	for _, tc := range tests {
-		if got := tc.kind.CSICall(); got != tc.want {
-			t.Errorf("%s.CSICall() = %q, want %q", tc.kind, got, tc.want)
+		if got := tc.kind.Method(); got != tc.method {
+			t.Errorf("%s.Method() = %q, want %q", tc.kind, got, tc.method)
+		}
+		if got := tc.kind.Step(cache.Filesystem); got != tc.step {
+			t.Errorf("%s.Step(Filesystem) = %q, want %q", tc.kind, got, tc.step)
+		}
+		if got := tc.kind.Step(cache.Block); got != tc.onBlock {
+			t.Errorf("%s.Step(Block) = %q, want %q", tc.kind, got, tc.onBlock)
 		}
 	}
 }

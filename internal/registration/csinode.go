@@ -2,12 +2,14 @@ package registration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
@@ -67,6 +69,11 @@ func allocatableUpdatePeriod(d *storagev1.CSIDriver) (time.Duration, error) {
 	return time.Duration(s) * time.Second, nil
 }
 
+// errNodeNotRegistered is wrapped by initCSINode while the node's Node
+// object does not exist: at a node's first start the kubelet registers it
+// beside the volume manager, so this is a wait, not a failure.
+var errNodeNotRegistered = errors.New("its Node is not registered yet")
+
 // initCSINode creates the node's CSINode, owned by the Node, with no
 // driver and the migrated-plugins annotation, unless it exists, as the kubelet does at start before any driver
 // registers (the scheduler and the attach/detach controller read it).
@@ -74,6 +81,9 @@ func (n *nodeInfo) initCSINode(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	node, err := n.client.CoreV1().Nodes().Get(ctx, n.nodeName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("initializing CSINode %s: %w: %w", n.nodeName, errNodeNotRegistered, err)
+	}
 	if err != nil {
 		return fmt.Errorf("initializing CSINode %s: reading its Node: %w", n.nodeName, err)
 	}

@@ -2,7 +2,9 @@ package registration
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,10 +14,13 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
+	k8stesting "k8s.io/client-go/testing"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -130,17 +135,7 @@ func TestRunWaitsForTheNode(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset()
-	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	dl := storagelisters.NewCSIDriverLister(toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{}))
-	h, err := New(Config{Registry: csi.NewRegistry(csi.RegistryOptions{}), KubeClient: client, NodeName: "node-1", CSIDrivers: dl, Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error)
-	go func() { done <- h.Run(ctx) }()
-	for !clk.HasWaiters() { // the first attempt failed: it waits 100 ms and up to a fifth more
-		time.Sleep(time.Millisecond)
-	}
+	clk, done := runUntilRetry(t, ctx, client) // the first attempt failed: it waits 100 ms and up to a fifth more
 	if _, err := client.StorageV1().CSINodes().Get(ctx, "node-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("CSINode without a Node: %v", err)
 	}
@@ -158,6 +153,81 @@ func TestRunWaitsForTheNode(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// runUntilRetry starts the Run of a handler of node-1 on client, with a
+// fake clock, and returns once its first attempt at the CSINode has failed
+// and it waits on that clock to retry.
+func runUntilRetry(t *testing.T, ctx context.Context, client *fake.Clientset) (*clocktesting.FakeClock, <-chan error) {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	dl := storagelisters.NewCSIDriverLister(toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{}))
+	h, err := New(Config{Registry: csi.NewRegistry(csi.RegistryOptions{}), KubeClient: client, NodeName: "node-1", CSIDrivers: dl, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	for !clk.HasWaiters() { // a condition on the fake clock: Run waits on it to retry
+		time.Sleep(time.Millisecond)
+	}
+	return clk, done
+}
+
+// TestRunQuietWhileTheNodeIsMissing: at a first start the Node is
+// registered after Run begins; the wait for it logs nothing at the default
+// verbosity (as the kubelet's CSINode initialization), while a real API
+// failure is still logged as an error.
+func TestRunQuietWhileTheNodeIsMissing(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		fail      error // of every CSINode create, until the Node exists
+		wantError string
+	}{
+		{name: "node registered late"},
+		{name: "API failure", fail: apierrors.NewForbidden(storagev1.Resource("csinodes"), "node-1", errors.New("no RBAC")), wantError: "no RBAC"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(0), ktesting.BufferLogs(true)))
+			ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+			defer cancel()
+			client := fake.NewClientset()
+			if tc.fail != nil {
+				if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: "u2"}}, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				var failed atomic.Bool
+				client.PrependReactor("create", "csinodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+					if failed.Swap(true) {
+						return false, nil, nil
+					}
+					return true, nil, tc.fail
+				})
+			}
+			clk, done := runUntilRetry(t, ctx, client)
+			if tc.fail == nil {
+				if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: "u2"}}, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w, err := client.StorageV1().CSINodes().Watch(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			clk.Step(time.Second)
+			<-w.ResultChan() // the CSINode, created at the second attempt
+			cancel()
+			<-done
+			logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+			errorLine := strings.Contains(logs, "ERROR")
+			switch {
+			case tc.wantError == "" && errorLine:
+				t.Errorf("logs at the default verbosity while the Node was missing:\n%s\nwant no error", logs)
+			case tc.wantError != "" && (!errorLine || !strings.Contains(logs, tc.wantError)):
+				t.Errorf("logs after an API failure:\n%s\nwant an error saying %q", logs, tc.wantError)
+			}
+		})
+	}
 }
 
 // refreshSetup registers driver "a.example.com" (NodeGetInfo answering

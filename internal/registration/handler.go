@@ -250,7 +250,8 @@ var csinodeRetry = backoff.Policy{Initial: 100 * time.Millisecond, Max: 30 * tim
 // Run keeps the node's CSINode as the kubelet does, until ctx ends: it
 // creates it at once, owned by the Node and before any driver registers
 // (retried with backoff, up to 36 s apart, while the Node is missing or the
-// API fails), then refreshes the registered drivers' allocatable counts
+// API fails: a missing Node is logged at V(2) only, as a wait, an API
+// failure as an error), then refreshes the registered drivers' allocatable counts
 // (see Config.CSIDrivers). Without a KubeClient it returns at
 // once. It returns ctx.Err().
 func (h *Handler) Run(ctx context.Context) error {
@@ -268,10 +269,16 @@ func (h *Handler) Run(ctx context.Context) error {
 			return ctx.Err()
 		}
 		delay := csinodeRetry.Delay(failures)
-		if err.Error() != lastErr {
-			lastErr = err.Error()
+		switch {
+		case err.Error() == lastErr:
+		case errors.Is(err, errNodeNotRegistered):
+			// A first start: the kubelet (or the agent) registers the
+			// Node meanwhile. The kubelet logs such an attempt at V(2).
+			logger.V(2).Info("Waiting for the Node to be registered before creating the CSINode", "node", h.nodeInfo.nodeName, "retryAfter", delay)
+		default:
 			logger.Error(err, "Cannot initialize the CSINode yet: retrying", "node", h.nodeInfo.nodeName, "retryAfter", delay)
 		}
+		lastErr = err.Error()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -16,6 +16,7 @@ import (
 	volumetypes "k8s.io/kubernetes/pkg/volume/util/types"
 	"k8s.io/mount-utils"
 
+	vcache "github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	nvm "github.com/nodevol/nodevol/volumemanager"
 )
@@ -155,9 +156,13 @@ func TestKubeletInterface(t *testing.T) {
 	if got := drv.Calls("NodeGetVolumeStats"); got != 1 {
 		t.Errorf("NodeGetVolumeStats called %d times for one volume's metrics, want 1", got)
 	}
-	inUse := vm.GetVolumesInUse()
-	if len(inUse) != 1 || !vm.VolumeIsAttached(inUse[0]) {
-		t.Errorf("volumes in use %v: want the claim's volume, attached", inUse)
+	// The driver needs no attach: as the kubelet's, the node status lists
+	// none of the pod's volumes, and the claim's counts as attached.
+	if inUse := vm.GetVolumesInUse(); len(inUse) != 0 {
+		t.Errorf("volumes in use %v: want none (only attachable volumes are listed)", inUse)
+	}
+	if name := v1.UniqueVolumeName(vcache.CSIVolumeName(drv.DriverName(), "vol-1")); !vm.VolumeIsAttached(name) {
+		t.Errorf("VolumeIsAttached(%s) = false, want true (it needs no attach)", name)
 	}
 
 	pods.terminate(pod.UID, true)

@@ -15,7 +15,9 @@
 //   - the files are those of the kubelet's CollectData (internal/downward:
 //     field paths, label and annotation formats, resources with divisor
 //     and the node's allocatable for a limit a container does not declare,
-//     modes, its error texts), written by the kubelet's atomic writer
+//     modes, its error texts; a source without defaultMode, from a pod
+//     built in Go, gets the API server's 0644 where the kubelet would
+//     fail), written by the kubelet's atomic writer
 //     (internal/atomicwriter: ..data and the timestamped directories, the
 //     pod's fsGroup given to every file, whatever the planner's
 //     ChangeOwnership, as the kubelet always applies it here);

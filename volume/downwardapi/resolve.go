@@ -49,7 +49,7 @@ func (p *plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
 		return fail(err)
 	}
 	payload, err := downward.Payload(pod, downward.Source{
-		Items: src.Items, DefaultMode: src.DefaultMode, DefaultUser: src.DefaultUser, UserFields: p.userFields,
+		Items: src.Items, DefaultMode: defaultMode(src), DefaultUser: src.DefaultUser, UserFields: p.userFields,
 	}, alloc)
 	if err != nil {
 		return fail(err)
@@ -63,6 +63,19 @@ func (p *plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
 	}
 	spec.Attributes = encode(payload, size)
 	return nil
+}
+
+// defaultMode returns src's defaultMode, or 0644 when it has none: the API
+// server's default, which a pod built in Go (a library's user, a fake
+// clientset) never went through. The kubelet fails such a volume (it
+// never sees one); nodevol defaults it, as its configMap, secret and
+// projected volumes do.
+func defaultMode(src *v1.DownwardAPIVolumeSource) *int32 {
+	if src.DefaultMode != nil {
+		return src.DefaultMode
+	}
+	mode := v1.DownwardAPIVolumeSourceDefaultMode
+	return &mode
 }
 
 // checkPaths refuses what the atomic writer would refuse at every SetUp:

@@ -116,12 +116,15 @@ type plugin struct {
 	// pod's volumes/; wrapped: the volumes are another plugin's, whose
 	// ready files are those of an emptyDir named wrapped_{name} (Wrapper).
 	name, escaped string
-	wrapped       bool
-	root          string
-	rfs           *rootfs.Root
-	mounter       mount.Interface
-	steps         step.Hook
-	alloc         func() (int64, error)
+	// title names the volumes' kind in logs ("emptyDir", or the wrapping
+	// plugin's: "configMap").
+	title   string
+	wrapped bool
+	root    string
+	rfs     *rootfs.Root
+	mounter mount.Interface
+	steps   step.Hook
+	alloc   func() (int64, error)
 	// noswap reports whether a tmpfs is mounted with noswap.
 	noswap func() bool
 	// mountRootsKnown reports whether the kernel says which directories
@@ -157,6 +160,7 @@ func newPlugin(cfg Config) (*plugin, error) {
 	return &plugin{
 		name:    PluginName,
 		escaped: escapedName,
+		title:   "emptyDir",
 		root:    r.Path(),
 		rfs:     r.WithSteps(cfg.Steps),
 		mounter: step.Mounter(cfg.Mounter, cfg.Steps),

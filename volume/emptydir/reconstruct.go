@@ -36,7 +36,7 @@ func (p *plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Fou
 	pods, err := p.rfs.ReadDir("pods")
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			logger.Error(err, "Cannot list the pod directories: no emptyDir volume is reconstructed")
+			logger.Error(err, "Cannot list the pod directories: no volume of this kind is reconstructed", "kind", p.title)
 		}
 		return out
 	}
@@ -51,7 +51,7 @@ func (p *plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Fou
 		case errors.Is(err, fs.ErrNotExist):
 			continue
 		case err != nil:
-			logger.Error(err, "Cannot list the pod's emptyDir volumes, leaving them alone", "podUID", uid)
+			logger.Error(err, "Cannot list the pod's volumes of this kind, leaving them alone", "kind", p.title, "podUID", uid)
 			out.Attempted++
 			out.Unreadable = append(out.Unreadable, filepath.Join(p.root, rel))
 			continue
@@ -73,11 +73,11 @@ func (p *plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Fou
 func (p *plugin) found(logger klog.Logger, rc volume.Recovery, uid types.UID, e fs.DirEntry) (volume.FoundMount, bool) {
 	at, err := p.volumePaths(uid, e.Name())
 	if err != nil {
-		logger.Error(err, "Cannot reconstruct an emptyDir volume, leaving it alone", "podUID", uid)
+		logger.Error(err, "Cannot reconstruct a volume, leaving it alone", "kind", p.title, "podUID", uid)
 		return volume.FoundMount{}, false
 	}
 	if !e.IsDir() {
-		logger.Info("Found no directory where an emptyDir volume is expected, leaving it alone", "path", at.abs, "type", e.Type().String())
+		logger.Info("Found no directory where a volume is expected, leaving it alone", "kind", p.title, "path", at.abs, "type", e.Type().String())
 		return volume.FoundMount{}, false
 	}
 	state := cache.Uncertain
@@ -92,7 +92,7 @@ func (p *plugin) found(logger klog.Logger, rc volume.Recovery, uid types.UID, e 
 	}
 	spec := cache.VolumeSpec{Name: p.volumeName(uid, e.Name()), Plugin: p.name, Mode: cache.Filesystem, Ephemeral: true}
 	vol := cache.PodVolume{Pod: cache.PodRef{UID: uid}, SpecName: e.Name()}
-	logger.V(2).Info("Reconstructed emptyDir volume", "podUID", uid, "volume", spec.Name, "path", at.abs, "state", state)
+	logger.V(2).Info("Reconstructed volume", "kind", p.title, "podUID", uid, "volume", spec.Name, "path", at.abs, "state", state)
 	return volume.FoundMount{Spec: spec, Volume: vol, Path: at.abs, State: state}, true
 }
 
@@ -127,6 +127,6 @@ func (p *plugin) Retake(ctx context.Context, dir string, mounted map[string]bool
 	if err := p.rfs.Remove(at.dir); err != nil {
 		return false
 	}
-	klog.FromContext(ctx).Info("Removed an empty emptyDir volume directory found unreadable at start", "path", at.abs)
+	klog.FromContext(ctx).Info("Removed an empty volume directory found unreadable at start", "kind", p.title, "path", at.abs)
 	return true
 }

@@ -215,7 +215,7 @@ func (p *plugin) mountMedium(ctx context.Context, at paths, m medium, vol cache.
 	if _, err := p.rfs.Verify(at.dir); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).V(3).Info("Mounting the emptyDir volume's file system", "pod", vol.Pod, "volume", vol.SpecName, "type", fstype, "options", opts)
+	klog.FromContext(ctx).V(3).Info("Mounting the volume's file system", "kind", p.title, "pod", vol.Pod, "volume", vol.SpecName, "type", fstype, "options", opts)
 	if err := p.mounter.MountSensitiveWithoutSystemd(source, at.abs, fstype, opts, nil); err != nil {
 		// The mounter's error is the kubelet's words: it returns it as it is.
 		return fmt.Errorf("mounting %s at %s: %w", fstype, at.abs, volume.Cause(err))

@@ -28,13 +28,14 @@ const wrappedPrefix = "wrapped_"
 type Wrapper struct{ p *plugin }
 
 // NewWrapper returns the wrapper of plugin pluginName's volumes (e.g.
-// "kubernetes.io/secret"); cfg is an emptyDir plugin's.
-func NewWrapper(cfg Config, pluginName string) (*Wrapper, error) {
+// "kubernetes.io/secret"), whose kind title names them in logs
+// ("secret"); cfg is an emptyDir plugin's.
+func NewWrapper(cfg Config, title, pluginName string) (*Wrapper, error) {
 	p, err := newPlugin(cfg)
 	if err != nil {
 		return nil, err
 	}
-	p.name, p.escaped, p.wrapped = pluginName, strings.ReplaceAll(pluginName, "/", "~"), true
+	p.name, p.escaped, p.title, p.wrapped = pluginName, strings.ReplaceAll(pluginName, "/", "~"), title, true
 	return &Wrapper{p}, nil
 }
 

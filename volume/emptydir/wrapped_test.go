@@ -20,7 +20,7 @@ func TestWrapper(t *testing.T) {
 	for _, memory := range []bool{false, true} {
 		fake := mount.NewFakeMounter(nil)
 		root := t.TempDir()
-		w, err := NewWrapper(Config{RootDir: root, Mounter: fake, AllocatableMemory: func() (int64, error) { return 8 << 30, nil }}, "kubernetes.io/secret")
+		w, err := NewWrapper(Config{RootDir: root, Mounter: fake, AllocatableMemory: func() (int64, error) { return 8 << 30, nil }}, "secret", "kubernetes.io/secret")
 		if err != nil {
 			t.Fatal(err)
 		}

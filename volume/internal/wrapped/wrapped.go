@@ -53,7 +53,7 @@ func New(title, pluginName string, cfg emptydir.Config, node func() (v1.Resource
 	if cfg.AllocatableMemory == nil && node != nil {
 		cfg.AllocatableMemory = memoryOf(node)
 	}
-	w, err := emptydir.NewWrapper(cfg, pluginName)
+	w, err := emptydir.NewWrapper(cfg, title, pluginName)
 	if err != nil {
 		return Base{}, fmt.Errorf("%s plugin: %w", title, err)
 	}

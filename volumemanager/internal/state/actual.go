@@ -104,6 +104,17 @@ func (a *ActualStateOfWorld) Volume(name cache.UniqueVolumeName) (ActualVolume, 
 	return out, true
 }
 
+// Spec returns the spec of a volume the actual state knows of, without
+// its pods; ok is false when nothing is known of it.
+func (a *ActualStateOfWorld) Spec(name cache.UniqueVolumeName) (cache.VolumeSpec, bool) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if v := a.volumes[name]; v != nil {
+		return v.Spec, true
+	}
+	return cache.VolumeSpec{}, false
+}
+
 func (a *ActualStateOfWorld) volume(spec cache.VolumeSpec) *ActualVolume {
 	v := a.volumes[spec.Name]
 	if v == nil {
