@@ -11,8 +11,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/internal/roottest"
 	"github.com/nodevol/nodevol/internal/rootfs"
+	"github.com/nodevol/nodevol/internal/roottest"
 )
 
 const uid = types.UID("0d3b5a8e-pod")
