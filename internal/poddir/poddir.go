@@ -22,6 +22,14 @@
 // know outside volumes/; nodevol keeps them, so a directory the kubelet
 // would remove may stay here, but only with a file in it that the error
 // names.
+//
+// Every path is resolved afresh from the root by package rootfs, which
+// follows no symlink below the root. A mount made inside the pod directory
+// while Remove runs is not entered by a removal of a directory (rmdir of a
+// mount point fails with EBUSY, and so does unlink of a file bind-mounted
+// on), but a file of one of the names above could be removed from inside a
+// mount made after its directory was checked: the caller ensures that
+// nothing of the pod is mounted any more, nor will be.
 package poddir
 
 import (
