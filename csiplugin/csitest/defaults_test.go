@@ -3,11 +3,10 @@ package csitest
 import (
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/util/dump"
-
-	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/dump"
 )
 
 // TestSetVolumeDefaults: each kind gets what the API server v1.37's
