@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
@@ -300,9 +301,10 @@ func gceDevice(volName, pdName string) csitest.PodOption {
 // plugins are the CSI plugin's; other in-tree kinds are not.
 func TestPodVolumesMigrated(t *testing.T) {
 	sources := map[string]v1.VolumeSource{
-		"ebs":      {AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "vol-1"}},
-		"gce":      {GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "d"}},
-		"azdisk":   {AzureDisk: &v1.AzureDiskVolumeSource{DiskName: "d", DataDiskURI: "/subscriptions/s/disks/d"}},
+		"ebs": {AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "vol-1"}},
+		"gce": {GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "d"}},
+		// Managed: the API server's default kind, Shared, has no CSI translation.
+		"azdisk":   {AzureDisk: &v1.AzureDiskVolumeSource{DiskName: "d", DataDiskURI: "/subscriptions/s/disks/d", Kind: ptr.To(v1.AzureManagedDisk)}},
 		"azfile":   {AzureFile: &v1.AzureFileVolumeSource{SecretName: "s", ShareName: "sh"}},
 		"cinder":   {Cinder: &v1.CinderVolumeSource{VolumeID: "v"}},
 		"vsphere":  {VsphereVolume: &v1.VsphereVirtualDiskVolumeSource{VolumePath: "[ds] vol.vmdk"}},

@@ -15,7 +15,9 @@ type PodOption func(*v1.Pod)
 // Pod returns a pending pod on node DefaultNodeID with one container,
 // "app", and a UID derived from its namespace and name. Volume options add the
 // volume and mount it (or map it, for block) into the container at
-// /mnt/{volName} (or /dev/{volName}).
+// /mnt/{volName} (or /dev/{volName}). Its volumes get the API server's
+// defaults (SetVolumeDefaults), as a pod read from the API has them: a
+// volume added to the pod afterwards is left raw.
 func Pod(namespace, name string, opts ...PodOption) *v1.Pod {
 	pod := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uidFor("Pod", namespace, name)},
@@ -27,6 +29,12 @@ func Pod(namespace, name string, opts ...PodOption) *v1.Pod {
 	}
 	for _, o := range opts {
 		o(pod)
+	}
+	for i := range pod.Spec.Volumes {
+		// A copy: the options' volumes may share sources with the caller's.
+		v := pod.Spec.Volumes[i].DeepCopy()
+		SetVolumeDefaults(v)
+		pod.Spec.Volumes[i] = *v
 	}
 	return pod
 }

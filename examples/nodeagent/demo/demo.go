@@ -17,10 +17,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
+	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/examples/loopdriver/driver"
 	"github.com/nodevol/nodevol/volumemanager"
@@ -43,9 +45,11 @@ type demoDriver struct {
 }
 
 // runDemo runs the whole job on an embedded default: an in-memory API
-// server, a CSI driver, pods created, mounted, written to, read back,
-// deleted and unmounted.
-func runDemo(ctx context.Context, o options) error {
+// server, a CSI driver, pods with a volume of every kind created,
+// mounted, written to, read back, deleted and unmounted, their
+// directories removed, and then a check that nothing is left: no mount,
+// loop device or pod directory.
+func runDemo(ctx context.Context, o options) (err error) {
 	start := time.Now()
 	root := o.rootDir
 	if root == "" {
@@ -53,16 +57,25 @@ func runDemo(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
+		defer removeRoot(dir)
 		root = dir
 	}
+	hostDir, err := os.MkdirTemp("", "nodevol-demo-host-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(hostDir)
 	drv, err := startDemoDriver(ctx, root, o.node)
 	if err != nil {
 		return err
 	}
 	defer drv.stop()
 
-	client := fake.NewClientset(csitest.CSIDriver(drv.name, false), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: o.node}})
+	client := fake.NewClientset(csitest.CSIDriver(drv.name, false, csitest.DriverPodInfoOnMount(),
+		csitest.DriverLifecycleModes(storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral)), demoNode(o.node))
+	if err := demoObjects(ctx, client); err != nil {
+		return err
+	}
 	vm, err := volumemanager.New(volumemanager.Config{NodeName: o.node, KubeClient: client, RootDir: root, Mounter: drv.mounter, PluginRegistration: true})
 	if err != nil {
 		return err
@@ -91,16 +104,32 @@ func runDemo(ctx context.Context, o options) error {
 	}
 	step("driver %s (%s) registered through %s", drv.name, drv.endpoint, registrationDir(root))
 
-	pods, err := provision(ctx, client, drv, o.pods, o.node)
+	claims, err := provision(ctx, client, drv, o.pods, o.node)
 	if err != nil {
 		return err
 	}
-	for i, pod := range pods {
-		path, err := mountAndUse(ctx, vm, pod)
+	var pods []*v1.Pod
+	defer func() {
+		if err != nil {
+			// Whatever failed, the pods added go again, before the manager and
+			// the driver stop: nothing is left mounted.
+			drain(ctx, vm, pods)
+		}
+	}()
+	for i, c := range claims {
+		claim := c.Spec.Volumes[0].PersistentVolumeClaim.ClaimName
+		pod := demoPod(c.Name, o.node, claim, drv.name, filepath.Join(hostDir, c.Name))
+		pods = append(pods, pod)
+		lines, err := mountAllKinds(ctx, vm, pod, func(v cache.MountedVolume) string { return describe(drv.mounter, v) })
 		if err != nil {
 			return err
 		}
-		step("[%d/%d] pod %s/%s: %s mounted at %s, file written and read back", i+1, len(pods), pod.Namespace, pod.Name, source(drv.mounter, path), path)
+		step("[%d/%d] pod %s/%s: %d volumes mounted, files written and read back", i+1, len(claims), pod.Namespace, pod.Name, len(lines))
+		if i == 0 {
+			for _, l := range lines {
+				step("      %s", l)
+			}
+		}
 	}
 	for i, pod := range pods {
 		vm.DeletePod(pod)
@@ -110,11 +139,61 @@ func runDemo(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
-		step("[%d/%d] pod %s/%s deleted: volume unmounted", i+1, len(pods), pod.Namespace, pod.Name)
+		// The pod is gone: its directory goes too, never across a mount.
+		if err := vm.CleanupPodDir(ctx, pod.UID); err != nil {
+			return err
+		}
+		step("[%d/%d] pod %s/%s deleted: volumes unmounted, pod directory removed", i+1, len(pods), pod.Namespace, pod.Name)
 	}
 	if err := waitUnstaged(ctx, vm); err != nil {
 		return err
 	}
+	if err := nothingLeft(drv, root); err != nil {
+		return err
+	}
+	kind := "real mounts (ext4 on loop devices, tmpfs)"
+	if !drv.real {
+		kind = "the in-process test driver and a fake mounter"
+	}
+	fmt.Printf("nodevol demo: %d pods with %d kinds of volume mounted, written, read back and unmounted with %s in %.1fs; "+
+		"0 mounts, 0 loop devices, 0 pod directories left\n",
+		len(pods), len(pods[0].Spec.Volumes)-1, kind, time.Since(start).Seconds())
+	return nil
+}
+
+// drain deletes the pods and waits, a minute at most, until their volumes
+// are unmounted and unstaged, after a failure; what is left is printed.
+func drain(ctx context.Context, vm *volumemanager.VolumeManager, pods []*v1.Pod) {
+	ctx, done := context.WithTimeout(ctx, time.Minute)
+	defer done()
+	for _, pod := range pods {
+		vm.DeletePod(pod)
+	}
+	for _, pod := range pods {
+		if err := vm.WaitForUnmount(ctx, pod); err != nil {
+			fmt.Fprintln(os.Stderr, "nodevol demo: after the failure:", err)
+		}
+	}
+	if err := vm.WaitForUnstaged(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "nodevol demo: after the failure:", err)
+	}
+}
+
+// removeRoot removes the demo's temporary root, unless something is
+// still mounted under it: then it is left, and said so, for its data may
+// not be removed through a mount.
+func removeRoot(root string) {
+	left, err := mountsUnder(mount.New(""), root)
+	if err == nil && len(left) == 0 {
+		_ = os.RemoveAll(root)
+		return
+	}
+	fmt.Fprintf(os.Stderr, "nodevol demo: %s left in place: mounts under it %v (%v)\n", root, left, err)
+}
+
+// nothingLeft checks that the demo left no mount under root, no loop
+// device on a file under it, and no pod directory.
+func nothingLeft(drv *demoDriver, root string) error {
 	left, err := mountsUnder(drv.mounter, root)
 	if err != nil {
 		return err
@@ -122,13 +201,54 @@ func runDemo(ctx context.Context, o options) error {
 	if len(left) > 0 {
 		return fmt.Errorf("mounts left behind under %s: %v", root, left)
 	}
-	kind := "real ext4 volumes on loop devices"
-	if !drv.real {
-		kind = "the in-process test driver and a fake mounter"
+	if drv.real {
+		loops, err := loopDevicesOn(root)
+		if err != nil {
+			return err
+		}
+		if len(loops) > 0 {
+			return fmt.Errorf("loop devices left on files under %s: %v", root, loops)
+		}
 	}
-	fmt.Printf("nodevol demo: %d pods mounted, written, read back and unmounted with %s in %.1fs; 0 mounts left\n",
-		len(pods), kind, time.Since(start).Seconds())
+	pods, err := os.ReadDir(filepath.Join(root, "pods"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if len(pods) > 0 {
+		return fmt.Errorf("pod directories left under %s: %d", filepath.Join(root, "pods"), len(pods))
+	}
 	return nil
+}
+
+// loopDevicesOn lists the loop devices whose backing file is under root.
+func loopDevicesOn(root string) ([]string, error) {
+	files, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, f := range files {
+		back, err := os.ReadFile(f)
+		if err != nil {
+			continue // detached meanwhile
+		}
+		if b := strings.TrimSpace(string(back)); strings.HasPrefix(b, root+"/") {
+			out = append(out, filepath.Base(filepath.Dir(filepath.Dir(f)))+" on "+b)
+		}
+	}
+	return out, nil
+}
+
+// describe says what a pod volume is: what is mounted at its path, as the
+// mount table has it, or where it lives.
+func describe(m mount.Interface, v cache.MountedVolume) string {
+	if v.Path == "" {
+		return v.Plugin
+	}
+	if s := source(m, v.Path); s != "" {
+		return v.Plugin + ": " + s + " at " + v.Path
+	}
+	return v.Plugin + ": directory " + v.Path
 }
 
 func step(format string, args ...any) {
@@ -303,32 +423,27 @@ func mountAndUse(ctx context.Context, vm *volumemanager.VolumeManager, pod *v1.P
 	return vols[0].Path, nil
 }
 
-// source says what is mounted at path, as the mount table has it.
+// source says what is mounted at path, as the mount table has it ("" if nothing).
 func source(m mount.Interface, path string) string {
 	mps, err := m.List()
 	if err != nil {
-		return "volume"
+		return ""
 	}
 	for _, mp := range mps {
 		if mp.Path == path {
 			return mp.Type + " on " + mp.Device
 		}
 	}
-	return "volume"
+	return ""
 }
 
-// waitUnstaged waits until no volume is in use any more: every device unstaged.
+// waitUnstaged waits, a minute at most, until the node holds no volume
+// any more: every device unstaged (WaitForUnstaged).
 func waitUnstaged(ctx context.Context, vm *volumemanager.VolumeManager) error {
-	deadline := time.Now().Add(time.Minute)
-	for len(vm.GetVolumesInUse()) > 0 {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("volumes still staged: %v", vm.GetVolumesInUse())
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
+	ctx, done := context.WithTimeout(ctx, time.Minute)
+	defer done()
+	if err := vm.WaitForUnstaged(ctx); err != nil {
+		return err
 	}
 	step("all volumes unstaged")
 	return nil

@@ -134,23 +134,6 @@ func (e *kindsEnv) localClaim(name, dir, node string) {
 
 // Pod volumes, by kind.
 
-func emptyDirVolume(name string, medium v1.StorageMedium, sizeLimit string) v1.Volume {
-	src := &v1.EmptyDirVolumeSource{Medium: medium}
-	if sizeLimit != "" {
-		q := resource.MustParse(sizeLimit)
-		src.SizeLimit = &q
-	}
-	return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{EmptyDir: src}}
-}
-
-func hostPathVolume(name, path string, t v1.HostPathType) v1.Volume {
-	return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: path, Type: &t}}}
-}
-
-func claimVolume(name, claim string) v1.Volume {
-	return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
-}
-
 func imageVolume(name string) v1.Volume {
 	return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{
 		Reference: "registry.k8s.io/pause:3.10", PullPolicy: v1.PullIfNotPresent}}}

@@ -92,7 +92,8 @@ func runAgent(ctx context.Context, o options) error {
 				obj = t.Obj
 			}
 			if pod, ok := obj.(*v1.Pod); ok {
-				vm.DeletePod(pod)
+				// Its volumes go, then its directory under the root.
+				go podGone(ctx, vm, pod, defaultPodDirRetry)
 			}
 		},
 	})
