@@ -407,7 +407,8 @@ func (a *fakePods) remove(key string) {
 }
 
 // deleteAll deletes every pod, waits until their volumes are unmounted and
-// then until no volume is in use any more (every device unstaged).
+// then until every device is unstaged (WaitForUnstaged: volumesInUse lists
+// only attachable volumes, so it cannot tell).
 func deleteAll(ctx context.Context, vm *volumemanager.VolumeManager, pods []*v1.Pod, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -419,14 +420,7 @@ func deleteAll(ctx context.Context, vm *volumemanager.VolumeManager, pods []*v1.
 			return err
 		}
 	}
-	for len(vm.GetVolumesInUse()) > 0 {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("volumes still in use: %v: %w", vm.GetVolumesInUse(), ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	return nil
+	return vm.WaitForUnstaged(ctx)
 }
 
 // stringList is a flag that may be given more than once (--driver).
