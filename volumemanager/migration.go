@@ -46,12 +46,8 @@ func migratedPVPlugin(pv *v1.PersistentVolume) string {
 func migratedPVSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 	plugin := migratedPVPlugin(pv)
 	if plugin == "" {
-		err := fmt.Errorf("PV %s has no CSI source and no in-tree source that CSI migration translates (%s): not a CSI volume",
-			pv.Name, strings.Join(registration.MigratedPlugins(), ", "))
-		if s := volume.ReplacedBy(volume.PVSourceKind(&pv.Spec.PersistentVolumeSource)); s != "" {
-			err = fmt.Errorf("%w; %s", err, s)
-		}
-		return cache.VolumeSpec{}, marked{err, planner.ErrUnknownSource}
+		return cache.VolumeSpec{}, marked{fmt.Errorf("PV %s has no CSI source and no in-tree source that CSI migration translates (%s): not a CSI volume",
+			pv.Name, strings.Join(registration.MigratedPlugins(), ", ")), planner.ErrUnknownSource}
 	}
 	csiPV, err := translator.TranslateInTreePVToCSI(klog.Background(), pv)
 	if err != nil {

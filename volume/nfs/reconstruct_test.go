@@ -41,7 +41,7 @@ func TestReconstruct(t *testing.T) {
 		Attempted:  3,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("Reconstruct (-want +got):\n%s", diff)
+		t.Fatalf("Reconstruct (-want +got):\n%s", diff)
 	}
 	// Without a mount table nothing is trusted as Mounted.
 	for _, m := range f.p.Reconstruct(context.Background(), volume.Recovery{}).Mounts {
