@@ -81,11 +81,11 @@ func newFixture(t *testing.T, force bool) (*fixture, *forceMounter) {
 		fm = &forceMounter{flakyMounter: f.flaky}
 		m = fm
 	}
-	p, err := newPlugin(Config{RootDir: f.root, Mounter: m, Steps: hook})
+	p, err := New(Config{RootDir: f.root, Mounter: m, Steps: hook})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.p = p
+	f.p = p.(*plugin)
 	return f, fm
 }
 

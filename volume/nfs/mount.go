@@ -32,11 +32,7 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("mounting %s for pod %s: %w", desc(spec, vol, &src), vol.Pod, err)
 	}
-	name, err := dirName(spec, vol)
-	if err != nil {
-		return fail(err)
-	}
-	dir, err := p.podVolumePath(vol.Pod.UID, name)
+	dir, err := p.podDir(spec, vol)
 	if err != nil {
 		return fail(err)
 	}
@@ -88,11 +84,7 @@ func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 	fail := func(err error) error {
 		return fmt.Errorf("unmounting %s from pod %s: %w", desc(spec, vol, nil), vol.Pod, err)
 	}
-	name, err := dirName(spec, vol)
-	if err != nil {
-		return fail(err)
-	}
-	dir, err := p.podVolumePath(vol.Pod.UID, name)
+	dir, err := p.podDir(spec, vol)
 	if err != nil {
 		return fail(err)
 	}

@@ -125,14 +125,6 @@ var (
 // implements volume.PVPlugin, volume.Reconstructor and
 // volume.StatsProvider, found by type assertion.
 func New(cfg Config) (volume.Plugin, error) {
-	p, err := newPlugin(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-func newPlugin(cfg Config) (*plugin, error) {
 	if cfg.RootDir == "" {
 		cfg.RootDir = "/var/lib/kubelet"
 	}
@@ -228,10 +220,12 @@ func joinOptions(user, system []string) []string {
 	return slices.Compact(out)
 }
 
-// dirName names the pod's directory of the volume: the PV's name for a
-// claim, else the pod's volume name (also that of a volume found on disk,
-// named after its directory).
-func dirName(spec *cache.VolumeSpec, vol cache.PodVolume) (string, error) {
+// podDir is the pod's mount of the volume,
+// {root}/pods/{uid}/volumes/kubernetes.io~nfs/{name}: {name} is the PV's
+// name for a claim, else the pod's volume name (also that of a volume
+// found on disk, named after its directory); both it and the UID are
+// checked as path elements.
+func (p *plugin) podDir(spec *cache.VolumeSpec, vol cache.PodVolume) (string, error) {
 	name := vol.SpecName
 	if spec.PVName != "" {
 		name = spec.PVName
@@ -239,16 +233,10 @@ func dirName(spec *cache.VolumeSpec, vol cache.PodVolume) (string, error) {
 	if err := fsutil.ValidateName("volume name", name); err != nil {
 		return "", err
 	}
-	return name, nil
-}
-
-// podVolumePath is the pod's mount of the volume:
-// {root}/pods/{uid}/volumes/kubernetes.io~nfs/{name}.
-func (p *plugin) podVolumePath(uid types.UID, name string) (string, error) {
-	if err := fsutil.ValidateName("pod UID", string(uid)); err != nil {
+	if err := fsutil.ValidateName("pod UID", string(vol.Pod.UID)); err != nil {
 		return "", err
 	}
-	return filepath.Join(p.root, "pods", string(uid), "volumes", escapedName, name), nil
+	return filepath.Join(p.root, "pods", string(vol.Pod.UID), "volumes", escapedName, name), nil
 }
 
 // volumeName is the unique name the volume manager gives pod uid's nfs
