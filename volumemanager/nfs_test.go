@@ -82,6 +82,11 @@ func TestNFSVolumes(t *testing.T) {
 			t.Errorf("mounted %s = %+v; want %s at %s, read-only %v", w.spec, v, wantName, filepath.Join(e.root, dir, w.dir), w.ro)
 		}
 	}
+	for _, n := range e.vm.GetVolumesInUse() {
+		if strings.HasPrefix(string(n), "kubernetes.io/nfs/") {
+			t.Errorf("GetVolumesInUse lists %s: an nfs volume is not attached, the kubelet does not report it", n)
+		}
+	}
 	e.unmount(pod)
 	if left := nfsMounts(m, e.root); len(left) != 0 {
 		t.Errorf("nfs mounts after the pod went: %v", left)
