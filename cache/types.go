@@ -129,7 +129,7 @@ type VolumeSpec struct {
 	// volume's source as the pod spec gives it (what the plugin sets up);
 	// nil for CSI volumes and PVs.
 	Source *v1.VolumeSource
-	// PVSource is, for a PV of another plugin than CSI (hostPath, local),
+	// PVSource is, for a PV of another plugin than CSI (hostPath, local, nfs),
 	// the PV's source; nil otherwise.
 	PVSource *v1.PersistentVolumeSource
 	// GID is the PV's pv.beta.kubernetes.io/gid annotation: a group the

@@ -72,7 +72,7 @@ type Capabilities struct {
 	// mount it with another context than the pods using it wait. The
 	// CSI plugin reads it from the CSIDriver's seLinuxMount; none of the
 	// kubelet's other plugins that nodevol has (emptyDir, hostPath,
-	// local, image, configMap, secret, downwardAPI, projected) sets it in
+	// local, nfs, image, configMap, secret, downwardAPI, projected) sets it in
 	// Kubernetes 1.37, only its fc and iscsi plugins do.
 	SELinuxMount bool
 }

@@ -62,7 +62,8 @@ func (r *Registry) Register(p Plugin) error {
 
 // ForSource returns the plugin that handles the pod volume v. It is an
 // error, naming the volume and its kind, when no plugin handles it
-// (wrapping ErrNoPlugin) or when more than one claims it.
+// (wrapping ErrNoPlugin, and naming what replaces the kind when it is one
+// nodevol leaves out: ReplacedBy) or when more than one claims it.
 func (r *Registry) ForSource(v *v1.Volume) (Plugin, error) {
 	if v == nil {
 		return nil, errors.New("looking up the plugin of a pod volume: nil volume")
@@ -77,7 +78,8 @@ func (r *Registry) ForSource(v *v1.Volume) (Plugin, error) {
 	}
 	switch len(match) {
 	case 0:
-		return nil, fmt.Errorf("volume %q of kind %s: %w (registered: %s)", v.Name, SourceKind(&v.VolumeSource), ErrNoPlugin, r.list())
+		kind := SourceKind(&v.VolumeSource)
+		return nil, fmt.Errorf("volume %q of kind %s: %w (registered: %s)%s", v.Name, kind, ErrNoPlugin, r.list(), hint(kind))
 	case 1:
 		return r.plugins[match[0]], nil
 	}

@@ -25,7 +25,7 @@ type SpecResolver interface {
 }
 
 // PVPlugin is implemented by a plugin that handles PersistentVolumes of a
-// kind of its own (hostPath, local): a claim bound to such a PV is
+// kind of its own (hostPath, local, nfs): a claim bound to such a PV is
 // resolved to a volume of the plugin, with the PV's source in
 // spec.PVSource. The CSI plugin, which handles CSI PVs and the in-tree
 // PVs that CSI migration translates, is asked first and does not
@@ -36,7 +36,8 @@ type PVPlugin interface {
 
 // ForPV returns the plugin that handles pv among the registered
 // PVPlugins. It is an error, naming the PV and its kind, when none does
-// (wrapping ErrNoPlugin) or when more than one claims it.
+// (wrapping ErrNoPlugin, and naming what replaces the kind when it is one
+// nodevol leaves out: ReplacedBy) or when more than one claims it.
 func (r *Registry) ForPV(pv *v1.PersistentVolume) (Plugin, error) {
 	if pv == nil {
 		return nil, errors.New("looking up the plugin of a PersistentVolume: nil PV")
@@ -51,7 +52,8 @@ func (r *Registry) ForPV(pv *v1.PersistentVolume) (Plugin, error) {
 	}
 	switch len(match) {
 	case 0:
-		return nil, fmt.Errorf("PV %s of kind %s: %w (registered: %s)", pv.Name, PVSourceKind(&pv.Spec.PersistentVolumeSource), ErrNoPlugin, r.list())
+		kind := PVSourceKind(&pv.Spec.PersistentVolumeSource)
+		return nil, fmt.Errorf("PV %s of kind %s: %w (registered: %s)%s", pv.Name, kind, ErrNoPlugin, r.list(), hint(kind))
 	case 1:
 		return r.plugins[match[0]], nil
 	}

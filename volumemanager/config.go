@@ -29,7 +29,12 @@ type Config struct {
 	// RootDir holds pods/, plugins/ and plugins_registry/, as the kubelet's
 	// root directory does. Default "/var/lib/kubelet".
 	RootDir string
-	// Mounter checks and removes mount points. Default mount.New("").
+	// Mounter checks and removes mount points, and makes the mounts of
+	// the plugins that mount themselves (emptyDir's tmpfs, local PVs, nfs
+	// exports with type "nfs", which needs the host's mount.nfs; a
+	// mount.MounterForceUnmounter, as mount.New's is, also forces the
+	// unmount of an nfs export whose server is gone). Default
+	// mount.New("").
 	Mounter mount.Interface
 	// Clock drives backoff and the resync. Default the real clock.
 	Clock clock.WithTicker

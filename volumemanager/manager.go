@@ -31,6 +31,7 @@ import (
 	"github.com/nodevol/nodevol/volume/hostpath"
 	"github.com/nodevol/nodevol/volume/image"
 	"github.com/nodevol/nodevol/volume/local"
+	"github.com/nodevol/nodevol/volume/nfs"
 	"github.com/nodevol/nodevol/volume/projected"
 	"github.com/nodevol/nodevol/volume/secret"
 	"github.com/nodevol/nodevol/volume/subpath"
@@ -306,8 +307,12 @@ func defaultPlugins(cfg Config, node func() (*v1.Node, error), objects *objectca
 	if err != nil {
 		return nil, err
 	}
+	nf, err := nfs.New(nfs.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps})
+	if err != nil {
+		return nil, err
+	}
 	var out []volume.Plugin
-	for _, p := range []volume.Plugin{image.Plugin{}, host, empty, loc, cm, sec, down, proj} {
+	for _, p := range []volume.Plugin{image.Plugin{}, host, empty, loc, nf, cm, sec, down, proj} {
 		if !slices.ContainsFunc(cfg.Plugins, func(own volume.Plugin) bool { return own != nil && volume.SharesKind(p, own) }) {
 			out = append(out, p)
 		}

@@ -72,6 +72,8 @@ type envOptions struct {
 	// (a restart on what an earlier env left).
 	plugins []volume.Plugin
 	root    string
+	// mounter, if set, replaces the fake mounter.
+	mounter mount.Interface
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -97,11 +99,14 @@ func newEnv(t *testing.T, o envOptions) *env {
 			t.Fatal(err)
 		}
 	}
+	if o.mounter == nil {
+		o.mounter = mount.NewFakeMounter(nil)
+	}
 	vm, err := New(Config{
 		NodeName:       node,
 		KubeClient:     e.client,
 		RootDir:        e.root,
-		Mounter:        mount.NewFakeMounter(nil),
+		Mounter:        o.mounter,
 		EventRecorder:  e.events,
 		CSICallTimeout: o.callTimeout,
 		NodeRestricted: o.nodeRestricted,
@@ -386,12 +391,12 @@ func TestUncertainStageRetried(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	pending := csitest.PVC("ns", "pending", "", csitest.PVCPending())
-	noCSI := csitest.PV("pv-nfs", e.drv.DriverName(), "h")
+	noCSI := csitest.PV("pv-iscsi", e.drv.DriverName(), "h")
 	noCSI.Spec.CSI = nil
-	noCSI.Spec.NFS = &v1.NFSVolumeSource{Server: "x", Path: "/"}
-	nfsClaim := csitest.PVC("ns", "nfs", "pv-nfs")
-	noCSI.Spec.ClaimRef = &v1.ObjectReference{Namespace: "ns", Name: "nfs", UID: nfsClaim.UID}
-	e.create(pending, noCSI, nfsClaim)
+	noCSI.Spec.ISCSI = &v1.ISCSIPersistentVolumeSource{TargetPortal: "10.0.0.1:3260", IQN: "iqn.2001-04.com.example:t"}
+	iscsiClaim := csitest.PVC("ns", "iscsi", "pv-iscsi")
+	noCSI.Spec.ClaimRef = &v1.ObjectReference{Namespace: "ns", Name: "iscsi", UID: iscsiClaim.UID}
+	e.create(pending, noCSI, iscsiClaim)
 	e.claim("secret", csitest.PVNodePublishSecret("ns", "missing"))
 
 	tests := []struct {
@@ -401,7 +406,7 @@ func TestBadInput(t *testing.T) {
 	}{
 		{"pending PVC", csitest.Pod("ns", "a", csitest.WithPVC("data", "pending", false)), "PVC ns/pending is not bound"},
 		{"missing PVC", csitest.Pod("ns", "b", csitest.WithPVC("data", "nope", false)), "PVC ns/nope not found"},
-		{"PV without CSI", csitest.Pod("ns", "c", csitest.WithPVC("data", "nfs", false)), "of kind nfs: no volume plugin handles it"},
+		{"PV without CSI", csitest.Pod("ns", "c", csitest.WithPVC("data", "iscsi", false)), "of kind iscsi: no volume plugin handles it"},
 		{"missing secret", csitest.Pod("ns", "d", csitest.WithPVC("data", "secret", false)), "missing"},
 		{"unknown driver", csitest.Pod("ns", "e", csitest.WithPVC("data", "nobody", false)), "nobody.example.com not found"},
 		{"hostile pod UID", csitest.Pod("ns", "f", csitest.PodUID("../../../escape"), csitest.WithPVC("data", "secret", false)), "pod UID"},

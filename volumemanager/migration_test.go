@@ -243,7 +243,7 @@ func TestMigratedDriverNotRegistered(t *testing.T) {
 // pod's other volumes are not held up by them.
 func TestMigrationBadInput(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	nfs := e.inTreeClaim("nfs", v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "nfs.example", Path: "/srv"}})
+	iscsi := e.inTreeClaim("iscsi", v1.PersistentVolumeSource{ISCSI: &v1.ISCSIPersistentVolumeSource{TargetPortal: "10.0.0.1:3260", IQN: "iqn.2001-04.com.example:t"}})
 	badEBS := e.inTreeClaim("badebs", v1.PersistentVolumeSource{AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "aws://us-east-1a/"}})
 	e.inTreeClaim("gceblock", v1.PersistentVolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "d"}}, csitest.PVBlock())
 	ebsInline := v1.Volume{Name: "ebs", VolumeSource: v1.VolumeSource{AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "aws:///"}}}
@@ -252,8 +252,8 @@ func TestMigrationBadInput(t *testing.T) {
 		pod  *v1.Pod
 		want []string
 	}{
-		{"NFS PV", csitest.Pod("ns", "a", csitest.WithPVC("data", "nfs", false)),
-			[]string{`pod ns/a: unmounted volumes=[data]; volume "data": `, "PV " + nfs.Name + " of kind nfs: no volume plugin handles it"}},
+		{"iSCSI PV", csitest.Pod("ns", "a", csitest.WithPVC("data", "iscsi", false)),
+			[]string{`pod ns/a: unmounted volumes=[data]; volume "data": `, "PV " + iscsi.Name + " of kind iscsi: no volume plugin handles it", `use the CSI driver "iscsi.csi.k8s.io"`}},
 		{"EBS PV with a bad volume ID", csitest.Pod("ns", "b", csitest.WithPVC("data", "badebs", false)),
 			[]string{`pod ns/b: unmounted volumes=[data]; volume "data": `, "PV " + badEBS.Name + ": translating its kubernetes.io/aws-ebs source to CSI", "Invalid format for AWS volume"}},
 		{"inline EBS with a bad volume ID", csitest.Pod("ns", "c", csitest.WithVolume(ebsInline, false)),
@@ -269,7 +269,7 @@ func TestMigrationBadInput(t *testing.T) {
 			// A PV with no source nodevol can mount is final (ErrFinal)
 			// at once; the others run out of time.
 			ended := context.DeadlineExceeded
-			if tc.name == "NFS PV" {
+			if tc.name == "iSCSI PV" {
 				ended = ErrFinal
 			}
 			if err == nil || !errors.Is(err, ended) {

@@ -107,8 +107,8 @@ func TestResolvePVOfEachKind(t *testing.T) {
 		{name: "local of another node", src: local, aff: there, node: testNode("node-1", map[string]string{"kubernetes.io/hostname": "node-1"}),
 			err: "PV pv-1: node affinity: no matching NodeSelectorTerms for node node-1"},
 		{name: "node not known", src: local, aff: here, err: "PV pv-1: node affinity: this node's Node object is not known yet"},
-		{name: "nfs", src: v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "s", Path: "/"}},
-			err: "PV pv-1 of kind nfs: no volume plugin handles it", final: true},
+		{name: "iscsi", src: v1.PersistentVolumeSource{ISCSI: &v1.ISCSIPersistentVolumeSource{TargetPortal: "t", IQN: "i"}},
+			err: "PV pv-1 of kind iscsi: no volume plugin handles it", final: true},
 		{name: "hostPath with ..", src: v1.PersistentVolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/srv/../etc"}},
 			err: "..", final: true},
 	}

@@ -282,7 +282,8 @@ func (r *resolver) claimSpec(pod *v1.Pod, claim string, owner *v1.Pod) (cache.Vo
 // migration translates, is the CSI plugin's; another is the PVPlugin's
 // that claims it, named as the kubelet names it: {plugin}/{pvName} when
 // the plugin attaches or stages it (node-scoped), else
-// {plugin}/{podUID}-{pvName}.
+// {plugin}/{podUID}-{pvName}, with the mount options the kubelet's in-tree
+// plugins read (inTreeMountOptions).
 func (r *resolver) volumeSpec(pod *v1.Pod, pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 	if pv.Spec.NodeAffinity != nil && pv.Spec.NodeAffinity.Required != nil {
 		if r.node == nil {
@@ -306,6 +307,7 @@ func (r *resolver) volumeSpec(pod *v1.Pod, pv *v1.PersistentVolume) (cache.Volum
 		return cache.VolumeSpec{}, marked{err, planner.ErrUnknownSource}
 	}
 	spec := pvCommon(pv)
+	spec.MountOptions = inTreeMountOptions(pv)
 	spec.Plugin, spec.PVSource, spec.Ephemeral = p.Name(), pv.Spec.PersistentVolumeSource.DeepCopy(), true
 	spec.Name = cache.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", spec.Plugin, pod.UID, pv.Name))
 	if caps, err := p.Capabilities(&spec); err == nil && (caps.Attachable || caps.Stages) {
@@ -370,6 +372,26 @@ func pvCommon(pv *v1.PersistentVolume) cache.VolumeSpec {
 		spec.ReadWriteOnce = slices.Contains(pv.Spec.AccessModes, v1.ReadWriteOnce)
 	}
 	return spec
+}
+
+// inTreeMountOptions are the mount options of a PV of another plugin than
+// CSI (local, nfs), as the kubelet's in-tree plugins read them
+// (MountOptionFromSpec): the beta annotation
+// volume.beta.kubernetes.io/mount-options, split at commas, when the PV
+// has it, else spec.mountOptions. Empty options are dropped, as the
+// kubelet joins them. The CSI plugin reads only spec.mountOptions.
+func inTreeMountOptions(pv *v1.PersistentVolume) []string {
+	mo, ok := pv.Annotations[v1.MountOptionAnnotation]
+	if !ok {
+		return pv.Spec.MountOptions
+	}
+	var out []string
+	for _, o := range strings.Split(mo, ",") {
+		if o != "" {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // volumeGIDAnnotation names a group that pods using the PV get as a

@@ -26,7 +26,7 @@ import (
 //   - the volume's plugin mounts with a context: for CSI, the CSIDriver
 //     sets seLinuxMount: true; another plugin says so in its
 //     Capabilities.SELinuxMount (none of nodevol's own does, as none of the
-//     kubelet's emptyDir, hostPath, local, image, configMap, secret,
+//     kubelet's emptyDir, hostPath, local, nfs, image, configMap, secret,
 //     downwardAPI and projected plugins does),
 //   - the volume is a PersistentVolume of any access mode (ReadWriteOnce,
 //     ReadOnlyMany, ReadWriteMany or ReadWriteOncePod), or an inline

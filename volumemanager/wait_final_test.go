@@ -36,7 +36,7 @@ func TestWaitFinal(t *testing.T) {
 	const grace = 10 * time.Second
 	pvcHost, pvHost := csitest.BoundClaim("ns", "host", "unused", "h")
 	pvHost.Spec.CSI = nil
-	pvHost.Spec.NFS = &v1.NFSVolumeSource{Server: "nfs.example", Path: "/srv"}
+	pvHost.Spec.ISCSI = &v1.ISCSIPersistentVolumeSource{TargetPortal: "10.0.0.1:3260", IQN: "iqn.2001-04.com.example:t"}
 	tests := []struct {
 		name       string
 		claim      string
@@ -61,7 +61,7 @@ func TestWaitFinal(t *testing.T) {
 			name:    "PV of a kind no plugin handles",
 			claim:   "host",
 			objects: func(*env) []runtime.Object { return []runtime.Object{pvcHost, pvHost} },
-			want:    `volume "data": PV ` + pvHost.Name + ` of kind nfs: no volume plugin handles it`,
+			want:    `volume "data": PV ` + pvHost.Name + ` of kind iscsi: no volume plugin handles it`,
 			final:   true,
 		},
 		{

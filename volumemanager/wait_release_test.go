@@ -16,7 +16,7 @@ import (
 func TestWaitKeepsNoChannel(t *testing.T) {
 	pvcHost, pvHost := csitest.BoundClaim("ns", "host", "unused", "h")
 	pvHost.Spec.CSI = nil
-	pvHost.Spec.NFS = &v1.NFSVolumeSource{Server: "nfs.example", Path: "/srv"}
+	pvHost.Spec.ISCSI = &v1.ISCSIPersistentVolumeSource{TargetPortal: "10.0.0.1:3260", IQN: "iqn.2001-04.com.example:t"}
 	for _, tt := range []struct {
 		name string
 		run  func(t *testing.T, e *env)

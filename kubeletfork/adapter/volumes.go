@@ -16,9 +16,14 @@ import (
 	nvolume "github.com/nodevol/nodevol/volume"
 )
 
-// hostPathPlugin is the one plugin whose volume the kubelet does not
-// manage: its files are the host's.
-const hostPathPlugin = "kubernetes.io/host-path"
+// The plugins whose volumes the kubelet does not manage, and never asks
+// the runtime to relabel: a hostPath's files are the host's, an nfs
+// export's the server's (the kubelet's nfs mounter says Managed and
+// SELinuxRelabel false).
+const (
+	hostPathPlugin = "kubernetes.io/host-path"
+	nfsPlugin      = "kubernetes.io/nfs"
+)
 
 // metricsTimeout bounds one GetMetrics (a NodeGetVolumeStats call for a CSI
 // volume), as the kubelet's CSI plugin bounds its calls.
@@ -75,11 +80,12 @@ var (
 func (v *mounted) GetPath() string { return v.mv.Path }
 
 // GetAttributes says what the kubelet tells the runtime about the
-// volume: read-only, managed (every kind but hostPath), and whether the
-// runtime must relabel it for SELinux (not when nodevol mounted it with
-// the pod's context, nor a hostPath or an image volume).
+// volume: read-only, managed (every kind but hostPath and nfs), and
+// whether the runtime must relabel it for SELinux (not when nodevol
+// mounted it with the pod's context, nor a hostPath, an nfs or an image
+// volume).
 func (v *mounted) GetAttributes() volume.Attributes {
-	managed := v.mv.Plugin != hostPathPlugin
+	managed := v.mv.Plugin != hostPathPlugin && v.mv.Plugin != nfsPlugin
 	return volume.Attributes{
 		ReadOnly:       v.mv.ReadOnly,
 		Managed:        managed,

@@ -35,6 +35,7 @@ func TestVolumeMap(t *testing.T) {
 		{SpecName: "cfg", DirName: "cfg", Plugin: "kubernetes.io/configmap", ReadOnly: true, Path: podDir + "/volumes/kubernetes.io~configmap/cfg"},
 		{SpecName: "host", DirName: "host", Plugin: hostPathPlugin, Path: "/srv/data"},
 		{SpecName: "img", DirName: "img", Plugin: "kubernetes.io/image", ProvidedByRuntime: true, ReadOnly: true},
+		{SpecName: "share", DirName: "pv-3", Plugin: nfsPlugin, ReadOnly: true, Path: podDir + "/volumes/kubernetes.io~nfs/pv-3"},
 	}
 	got := volumeMap(&stubStats{}, "uid-1", vols)
 	for _, tc := range []struct {
@@ -47,6 +48,8 @@ func TestVolumeMap(t *testing.T) {
 		{name: "cfg", path: vols[2].Path, inner: "cfg", attrs: volume.Attributes{ReadOnly: true, Managed: true, SELinuxRelabel: true}},
 		{name: "host", path: "/srv/data", inner: "host", attrs: volume.Attributes{}},
 		{name: "img", path: "", inner: "img", attrs: volume.Attributes{ReadOnly: true, Managed: true}},
+		// As the kubelet's nfs mounter: neither managed nor relabelled.
+		{name: "share", path: vols[5].Path, inner: "pv-3", attrs: volume.Attributes{ReadOnly: true}},
 	} {
 		info, ok := got[tc.name]
 		if !ok {

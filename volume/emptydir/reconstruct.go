@@ -2,10 +2,7 @@ package emptydir
 
 import (
 	"context"
-	"errors"
 	"io/fs"
-	"path"
-	"path/filepath"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -13,6 +10,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/internal/podscan"
 )
 
 // Reconstruct implements volume.Reconstructor: it returns the emptyDir
@@ -32,40 +30,9 @@ import (
 // are logged and listed as unreadable.
 func (p *plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Found {
 	logger := klog.FromContext(ctx)
-	var out volume.Found
-	pods, err := p.rfs.ReadDir("pods")
-	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			logger.Error(err, "Cannot list the pod directories: no volume of this kind is reconstructed", "kind", p.title)
-		}
-		return out
-	}
-	for _, pe := range pods {
-		if !pe.IsDir() {
-			continue // not a pod directory; a symlink is not followed
-		}
-		uid := types.UID(pe.Name())
-		rel := path.Join("pods", pe.Name(), "volumes", p.escaped)
-		entries, err := p.rfs.ReadDir(rel)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			continue
-		case err != nil:
-			logger.Error(err, "Cannot list the pod's volumes of this kind, leaving them alone", "kind", p.title, "podUID", uid)
-			out.Attempted++
-			out.Unreadable = append(out.Unreadable, filepath.Join(p.root, rel))
-			continue
-		}
-		for _, e := range entries {
-			out.Attempted++
-			if m, ok := p.found(logger, rc, uid, e); ok {
-				out.Mounts = append(out.Mounts, m)
-			} else {
-				out.Unreadable = append(out.Unreadable, filepath.Join(p.root, rel, e.Name()))
-			}
-		}
-	}
-	return out
+	return podscan.Scan(logger, p.rfs, p.root, p.escaped, p.title, func(uid types.UID, e fs.DirEntry, _ string) (volume.FoundMount, bool) {
+		return p.found(logger, rc, uid, e)
+	})
 }
 
 // found reconstructs pod uid's volume directory entry e; ok is false

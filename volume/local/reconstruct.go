@@ -12,6 +12,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/internal/podscan"
 )
 
 // Reconstruct implements volume.Reconstructor: it returns the local
@@ -170,17 +171,8 @@ func (s *scan) globalMapDir(pv string) {
 
 // Retake implements volume.Reconstructor. Reconstruct lists nothing as
 // unreadable (a local volume directory holds no metadata to read); dir, a
-// pod volume directory, is removed if it is not a mount point and empty.
+// pod volume directory, is removed if it is an empty directory and not a
+// mount point.
 func (p *plugin) Retake(ctx context.Context, dir string, mounted map[string]bool) bool {
-	if mounted == nil || mounted[dir] {
-		return false
-	}
-	if _, err := p.rfs.Rel(dir); err != nil {
-		return false
-	}
-	if err := p.rfs.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return false
-	}
-	klog.FromContext(ctx).Info("Removed a local volume directory found unreadable at start", "path", dir)
-	return true
+	return podscan.RemoveEmptyDir(ctx, p.rfs, dir, mounted, "local")
 }

@@ -6,9 +6,8 @@ import (
 	"io"
 	"os"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -41,17 +40,9 @@ func (p *plugin) VolumeStats(_ context.Context, spec *cache.VolumeSpec, volumePa
 		return none, false, fmt.Errorf("stats of volume %s: %w", desc(spec), err)
 	}
 	defer d.Close()
-	var st unix.Statfs_t
-	if err := unix.Fstatfs(int(d.Fd()), &st); err != nil {
-		return none, false, fmt.Errorf("stats of volume %s: statfs %s: %w", desc(spec), volumePath, err)
+	u, err := fsutil.Statfs(d)
+	if err != nil {
+		return none, false, fmt.Errorf("stats of volume %s: %w", desc(spec), err)
 	}
-	bs := st.Bsize
-	return volume.Stats{
-		CapacityBytes:  int64(st.Blocks) * bs,
-		AvailableBytes: int64(st.Bavail) * bs,
-		UsedBytes:      int64(st.Blocks-st.Bfree) * bs,
-		Inodes:         int64(st.Files),
-		InodesFree:     int64(st.Ffree),
-		InodesUsed:     int64(st.Files - st.Ffree),
-	}, true, nil
+	return u, true, nil
 }
