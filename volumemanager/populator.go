@@ -161,6 +161,11 @@ func (r *resolver) resolveVolume(pod *v1.Pod, v *podVolume) (state.DesiredVolume
 		claim, owner = pod.Name+"-"+v.Name, pod
 	case v.plugin.Name() != cache.CSIPluginName:
 		spec := pluginSpec(pod, &v.Volume, v.plugin.Name())
+		if caps, err := v.plugin.Capabilities(&spec); err == nil && (caps.Attachable || caps.Stages) {
+			// Node-scoped, as the kubelet names an attachable or
+			// device-mountable inline volume: {plugin}/{specName}.
+			spec.Name, spec.Ephemeral = cache.UniqueVolumeName(spec.Plugin+"/"+v.Name), false
+		}
 		if err := resolveSpec(v.plugin, pod, &spec); err != nil {
 			return state.DesiredVolume{}, err
 		}
@@ -195,7 +200,8 @@ func resolveSpec(p volume.Plugin, pod *v1.Pod, spec *cache.VolumeSpec) error {
 // pluginSpec is the spec of a pod volume of another plugin than CSI:
 // pod-scoped, named as the kubelet names a volume that is neither attached
 // nor staged ({plugin}/{podUID}-{specName}), never attached or staged
-// (Ephemeral), with the pod volume's source for the plugin.
+// (Ephemeral), with the pod volume's source for the plugin. resolveVolume
+// makes it node-scoped for a plugin that attaches or stages it.
 func pluginSpec(pod *v1.Pod, v *v1.Volume, plugin string) cache.VolumeSpec {
 	return cache.VolumeSpec{
 		Name:      cache.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", plugin, pod.UID, v.Name)),

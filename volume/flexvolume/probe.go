@@ -250,12 +250,10 @@ func (ds *Drivers) watchTree(ctx context.Context, w *fsnotify.Watcher, dir strin
 // (the directory itself appeared or went).
 func (ds *Drivers) event(ctx context.Context, w *fsnotify.Watcher, ev fsnotify.Event, pending map[string]bool, watching *bool) bool {
 	if !*watching {
-		// Waiting for the directory: any change of a parent may be it.
-		if _, err := os.Stat(ds.dir); err == nil {
-			*watching = ds.watch(ctx, w)
-			return true
-		}
-		return false
+		// Waiting for the directory: any change of a parent may be it,
+		// or a step down to it (a parent watched now instead).
+		*watching = ds.watch(ctx, w)
+		return *watching
 	}
 	if ev.Name == ds.dir {
 		if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
