@@ -55,7 +55,8 @@ type podVolume struct {
 // mounts or maps (only those count, as in the kubelet), each with the
 // plugin plugins finds for its source (Registry.ForSource). A volume no
 // plugin handles carries its error (ErrUnknownSource, final): a kind
-// nodevol does not handle is never a silent success.
+// nodevol does not handle is never a silent success. A flexVolume whose
+// driver is not found is an error that is not final: its driver may come.
 func podVolumes(pod *v1.Pod, plugins *volume.Registry) []podVolume {
 	mounts, devices := map[string]bool{}, map[string]bool{}
 	visit := func(cs []v1.Container) {
@@ -81,7 +82,14 @@ func podVolumes(pod *v1.Pod, plugins *volume.Registry) []podVolume {
 			continue
 		}
 		p, err := plugins.ForSource(&v)
-		if err != nil {
+		switch {
+		case err == nil:
+		case v.FlexVolume != nil && errors.Is(err, volume.ErrNoPlugin):
+			// Not final, as in the kubelet: the driver may be installed
+			// in the plugin directory yet, and the pod is resolved again
+			// when it is (pluginsChanged).
+			err = fmt.Errorf("%w: flexVolume driver %q not found (yet) in the volume plugin directory", err, v.FlexVolume.Driver)
+		default:
 			err = marked{err, planner.ErrUnknownSource}
 		}
 		vols = append(vols, podVolume{Volume: v, plugin: p, block: devices[v.Name], err: err})
