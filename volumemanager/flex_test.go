@@ -3,6 +3,7 @@ package volumemanager
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"errors"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/cache"
@@ -142,6 +145,13 @@ func TestFlexVolumeRealDriver(t *testing.T) {
 	eventually(t, "the pod's volume unresolved while its driver is missing", func() bool {
 		return slices.ContainsFunc(e.vm.dsw.PodsWithErrors(), func(p cache.PodRef) bool { return p.UID == late.UID })
 	})
+	// Not final, as in the kubelet: its driver may come (a wait whose
+	// context has ended still returns at once for a final error).
+	done, stop := context.WithCancel(context.Background())
+	stop()
+	if err := e.vm.WaitForAttachAndMount(done, late); err == nil || errors.Is(err, ErrFinal) || !strings.Contains(err.Error(), `flexVolume driver "nodevol.io/late" not found`) {
+		t.Errorf("waiting for a volume of a driver not installed = %v, want an error, not final, naming the driver", err)
+	}
 	installDriver(t, plugins, "nodevol.io/late", bindDriver(filepath.Join(logDir, "late"), ""))
 	if err := e.vm.WaitForAttachAndMount(ctx, late); err != nil {
 		t.Fatalf("after the driver was installed: %v", err)
@@ -168,5 +178,61 @@ func TestFlexVolumeDriverFailure(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("wait error = %v, want it to say %q", err, want)
 		}
+	}
+}
+
+// TestFlexVolumeAttachWithController: a driver whose init says attach
+// (the kubelet's default) has its inline volume named node-scoped, as the
+// kubelet names it; the node waits for the attach/detach controller to
+// list it in the Node's status.volumesAttached, then calls waitforattach
+// with the listed device, mountdevice and mount, the secret of the
+// volume's secretRef among mount's options (read through the object
+// cache); the way back is unmount and unmountdevice.
+func TestFlexVolumeAttachWithController(t *testing.T) {
+	plugins, logDir := t.TempDir(), t.TempDir()
+	log := filepath.Join(logDir, "calls")
+	secretOpt := `"kubernetes.io/secret/key":"` + base64.StdEncoding.EncodeToString([]byte("value")) + `"`
+	installDriver(t, plugins, "nodevol.io/disk", `#!/bin/sh
+case "$3$4" in *'`+secretOpt+`'*) s=secret;; *) s=-;; esac
+echo "$1 $2 $s" >> `+log+`
+case "$1" in
+init) echo '{"status":"Success"}';;
+waitforattach) echo '{"status":"Success","device":"/dev/flex-disk"}';;
+mountdevice|mount|unmount|unmountdevice) echo '{"status":"Success"}';;
+*) echo '{"status":"Not supported"}';;
+esac
+`)
+	nodeObj := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	sec := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "disk-creds"}, Type: "nodevol.io/disk", Data: map[string][]byte{"key": []byte("value")}}
+	e := newEnv(t, envOptions{volumePluginDir: plugins, objects: []runtime.Object{nodeObj, sec}})
+	pod := csitest.Pod("ns", "p", csitest.WithVolume(v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{FlexVolume: &v1.FlexVolumeSource{
+		Driver: "nodevol.io/disk", SecretRef: &v1.LocalObjectReference{Name: "disk-creds"}}}}, false))
+	e.vm.AddPod(pod)
+	eventually(t, "the volume waiting for the attach/detach controller", func() bool {
+		_, ok := e.vm.dsw.Spec("nodevol.io/disk/data")
+		return ok
+	})
+	if calls, _ := os.ReadFile(log); strings.Contains(string(calls), "waitforattach") {
+		t.Fatalf("waitforattach before the Node listed the volume:\n%s", calls)
+	}
+	nodeObj.Status.VolumesAttached = []v1.AttachedVolume{{Name: "nodevol.io/disk/data", DevicePath: "/dev/listed"}}
+	if _, err := e.client.CoreV1().Nodes().UpdateStatus(context.Background(), nodeObj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := e.vm.WaitForAttachAndMount(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	dmp := filepath.Join(e.root, "plugins/kubernetes.io/flexvolume/nodevol.io/disk/mounts/data")
+	dir := filepath.Join(e.root, "pods", string(pod.UID), "volumes/nodevol.io~disk/data")
+	if n := e.vm.GetVolumesInUse(); !slices.Contains(n, "nodevol.io/disk/data") {
+		t.Errorf("volumes in use = %v, want the attached flexVolume by the kubelet's name", n)
+	}
+	e.unmount(pod)
+	want := "init  -\nwaitforattach /dev/listed -\ngetvolumename {\"kubernetes.io/fsType\":\"\",\"kubernetes.io/pvOrVolumeName\":\"data\",\"kubernetes.io/readwrite\":\"rw\"} -\n" +
+		"mountdevice " + dmp + " -\nmount " + dir + " secret\nunmount " + dir + " -\n"
+	if calls, _ := os.ReadFile(log); string(calls) != want {
+		t.Errorf("driver calls:\n%s\nwant:\n%s", calls, want)
 	}
 }

@@ -505,10 +505,11 @@ func (vm *VolumeManager) HasPossiblyMountedVolumesForPod(uid types.UID) bool {
 
 // GetVolumesInUse returns, sorted, every CSI volume that pods want or that
 // may still be set up on the node: what Node.Status.VolumesInUse should
-// report so that no volume in use is detached. The volumes of other
-// plugins (image, an embedder's) are pod-scoped and never attached: the
-// kubelet reports only the volumes of attachable or device-mountable
-// plugins.
+// report so that no volume in use is detached; and so every volume of
+// another plugin that attaches it (a flexVolume driver whose init says
+// attach). The volumes of other plugins (image, an embedder's) are
+// pod-scoped and never attached: the kubelet reports only the volumes of
+// attachable or device-mountable plugins.
 func (vm *VolumeManager) GetVolumesInUse() []vcache.UniqueVolumeName {
 	seen := map[vcache.UniqueVolumeName]bool{}
 	for _, n := range vm.dsw.VolumeNames() {
@@ -518,7 +519,7 @@ func (vm *VolumeManager) GetVolumesInUse() []vcache.UniqueVolumeName {
 		seen[n] = true
 	}
 	for n := range seen {
-		if !strings.HasPrefix(string(n), vcache.CSIPluginName+"/") {
+		if !strings.HasPrefix(string(n), vcache.CSIPluginName+"/") && !vm.attachedByPlugin(n) {
 			delete(seen, n)
 		}
 	}
@@ -528,6 +529,21 @@ func (vm *VolumeManager) GetVolumesInUse() []vcache.UniqueVolumeName {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
+}
+
+// attachedByPlugin reports whether volume n, not a CSI volume, is
+// attached by its plugin (Capabilities.Attachable).
+func (vm *VolumeManager) attachedByPlugin(n vcache.UniqueVolumeName) bool {
+	spec, ok := vm.dsw.Spec(n)
+	if !ok {
+		v, found := vm.asw.Volume(n)
+		if !found {
+			return false
+		}
+		spec = v.Spec
+	}
+	caps, err := capabilitiesOf(vm.volumes, &spec)
+	return err == nil && caps.Attachable
 }
 
 // idle reports whether the loop has nothing queued, to plan or running

@@ -20,6 +20,12 @@ import (
 // and waitforattach returned.
 const publishDevicePath = "devicePath"
 
+// errNotAttached is the kubelet's words for a volume the Node's
+// status.volumesAttached does not list yet.
+//
+//lint:ignore ST1005 the kubelet's text, which events carry
+var errNotAttached = errors.New("Volume not attached according to node status")
+
 // WaitForAttach implements volume.Attacher for a driver that attaches,
 // with the attach/detach controller: once the Node's
 // status.volumesAttached lists the volume (as the kubelet's
@@ -44,7 +50,7 @@ func (d *driver) WaitForAttach(ctx context.Context, spec *cache.VolumeSpec) (map
 			return d.waitForAttach(ctx, spec, av.DevicePath)
 		}
 	}
-	return nil, fmt.Errorf("volume %s: %w: %w", d.desc(name), volume.Cause(errors.New("Volume not attached according to node status")), volume.ErrNotReady)
+	return nil, fmt.Errorf("volume %s: %w: %w", d.desc(name), volume.Cause(errNotAttached), volume.ErrNotReady)
 }
 
 // Attach implements volume.SelfAttacher: `attach {json} {node}`, then

@@ -34,6 +34,8 @@ const (
 // ErrNotSupported is the error of a call whose command the driver does not
 // support (its reply's status is "Not supported", now or at an earlier
 // call since its init). Its text is the kubelet's.
+//
+//lint:ignore ST1005 the kubelet's text: the driver's status
 var ErrNotSupported = errors.New(StatusNotSupported)
 
 // Capabilities are what a driver's init reply says it does; a field the

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -110,13 +109,4 @@ func testDriver(t *testing.T, name string, caps Capabilities, rec *recorder, sec
 	last := name[strings.LastIndex(name, "/")+1:]
 	return &driver{host: h, name: name, dirName: escape(name), exe: fmt.Sprintf("/plugins/%s/%s", escape(name), last),
 		caps: caps, unsupported: map[string]bool{}}, fm
-}
-
-func sortedKeys(m map[string]string) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
