@@ -138,3 +138,17 @@ func TestUnmountDeviceRefusedWhileReferenced(t *testing.T) {
 		t.Error("unmountdevice called while a pod mounts the device")
 	}
 }
+
+func TestWaitForAttachFailure(t *testing.T) {
+	rec := &recorder{replies: map[string]string{cmdWaitForAttach: `{"status":"Failure","message":"device never showed up"}`}}
+	d, _ := testDriver(t, "example.com/ebs", defaultCapabilities(), rec, nil)
+	d.node = func() (*v1.Node, error) {
+		return &v1.Node{Status: v1.NodeStatus{VolumesAttached: []v1.AttachedVolume{{Name: "example.com/ebs/pv-1", DevicePath: "/dev/sdf"}}}}, nil
+	}
+	_, err := d.WaitForAttach(context.Background(), pvSpec())
+	for _, want := range []string{`volume "pv-1" (flexVolume driver example.com/ebs)`, "waitforattach command failed, status: Failure, reason: device never showed up"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("WaitForAttach = %v, want it to say %q", err, want)
+		}
+	}
+}

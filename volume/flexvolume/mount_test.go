@@ -181,3 +181,24 @@ func TestTearDownCall(t *testing.T) {
 		t.Errorf("TearDown = %v, want the driver's failure, uncertain", err)
 	}
 }
+
+// TestSetUpKeepsAMount: a pod directory that is a mount point already
+// (a volume found on disk, set up again) is kept without a driver call.
+func TestSetUpKeepsAMount(t *testing.T) {
+	rec := &recorder{}
+	d, fm := testDriver(t, "example.com/cifs", Capabilities{}, rec, nil)
+	dir := filepath.Join(d.root, "pods/uid-1/volumes/example.com~cifs/data")
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := fm.Mount("//srv/data", dir, "cifs", nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.SetUp(context.Background(), volume.MountRequest{Spec: inlineSpec("example.com/cifs", v1.FlexVolumeSource{}), Volume: podVol("data")})
+	if err != nil || got != dir {
+		t.Fatalf("SetUp = %q, %v; want %s", got, err, dir)
+	}
+	if calls := rec.commands(); len(calls) != 0 {
+		t.Errorf("driver called %v on a mounted volume, want no call", calls)
+	}
+}
