@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/internal/blockdev"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -61,11 +62,7 @@ func (d *driver) Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string
 		return nil, nil
 	}
 	name := d.volumeName(spec, "")
-	s, err := sourceOf(spec, name, false)
-	if err != nil {
-		return nil, err
-	}
-	opts, err := s.json(nil)
+	opts, err := d.specOptions(spec, name)
 	if err != nil {
 		return nil, err
 	}
@@ -85,11 +82,7 @@ func (d *driver) Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string
 // kubelet's timeout.
 func (d *driver) waitForAttach(ctx context.Context, spec *cache.VolumeSpec, devicePath string) (map[string]string, error) {
 	name := d.volumeName(spec, "")
-	s, err := sourceOf(spec, name, false)
-	if err != nil {
-		return nil, err
-	}
-	opts, err := s.json(nil)
+	opts, err := d.specOptions(spec, name)
 	if err != nil {
 		return nil, err
 	}
@@ -104,6 +97,16 @@ func (d *driver) waitForAttach(ctx context.Context, spec *cache.VolumeSpec, devi
 		devicePath = r.DevicePath
 	}
 	return map[string]string{publishDevicePath: devicePath}, nil
+}
+
+// specOptions are the JSON options of a call about the volume of spec
+// (named name) with no pod: attach and waitforattach.
+func (d *driver) specOptions(spec *cache.VolumeSpec, name string) (string, error) {
+	s, err := sourceOf(spec, name, false)
+	if err != nil {
+		return "", err
+	}
+	return s.json(nil)
 }
 
 // Detach implements volume.SelfAttacher: `detach {volume} {node}`; a
@@ -142,19 +145,10 @@ func (d *driver) MountDevice(ctx context.Context, req volume.DeviceRequest) (str
 	if err != nil {
 		return fail(err)
 	}
-	if _, err := d.rfs.Verify(dmp); err != nil {
+	if mounted, err := d.prepareForMount(dmp); err != nil {
 		return fail(err)
-	}
-	mounted, err := d.mounter.IsMountPoint(dmp)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return fail(fmt.Errorf("checking whether %s is a mount point: %w", dmp, err))
-	case mounted:
+	} else if mounted {
 		return dmp, nil
-	}
-	if err := d.rfs.MkdirAll(dmp, 0o750); err != nil {
-		return fail(err)
 	}
 	devicePath := req.PublishContext[publishDevicePath]
 	opts, err := s.json(nil)
@@ -216,7 +210,7 @@ func (d *driver) UnmountDevice(ctx context.Context, req volume.DeviceRequest) er
 		}
 		_, err = d.run(ctx, call{cmdUnmountDevice, []string{dmp}})
 		if errors.Is(err, ErrNotSupported) {
-			err = d.cleanupMountPoint(dmp)
+			err = blockdev.CleanupMountPoint(d.rfs, d.mounter, dmp)
 		} else if err != nil {
 			err = volume.Cause(err)
 		}

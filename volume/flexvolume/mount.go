@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/nodevol/nodevol/internal/blockdev"
 	"github.com/nodevol/nodevol/internal/fsgroup"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -39,19 +40,10 @@ func (d *driver) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 	if err != nil {
 		return fail(err)
 	}
-	if _, err := d.rfs.Verify(dir); err != nil {
+	if mounted, err := d.prepareForMount(dir); err != nil {
 		return fail(err)
-	}
-	mounted, err := d.mounter.IsMountPoint(dir)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return fail(fmt.Errorf("checking whether %s is a mount point: %w", dir, err))
-	case mounted:
+	} else if mounted {
 		return dir, nil
-	}
-	if err := d.rfs.MkdirAll(dir, 0o750); err != nil {
-		return fail(err)
 	}
 	extra, err := d.mountOptions(ctx, s, vol)
 	if err == nil {
@@ -151,7 +143,7 @@ func (d *driver) TearDown(ctx context.Context, req volume.MountRequest) error {
 	}
 	_, err = d.run(ctx, call{cmdUnmount, []string{dir}})
 	if errors.Is(err, ErrNotSupported) {
-		err = d.cleanupMountPoint(dir)
+		err = blockdev.CleanupMountPoint(d.rfs, d.mounter, dir)
 	} else if err != nil {
 		err = volume.Cause(err)
 	}
@@ -165,29 +157,23 @@ func (d *driver) TearDown(ctx context.Context, req volume.MountRequest) error {
 	return nil
 }
 
-// cleanupMountPoint unmounts path while it is a mount point and removes it,
-// the kubelet's default unmount (mount.CleanupMountPoint), confined to the
-// root.
-func (d *driver) cleanupMountPoint(path string) error {
-	for unmounted := false; ; unmounted = true {
-		if _, err := d.rfs.Verify(path); err != nil {
-			return err
-		}
-		mounted, err := d.mounter.IsMountPoint(path)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			return nil
-		case err != nil:
-			return fmt.Errorf("checking whether %s is a mount point: %w", path, err)
-		case !mounted:
-			return d.removeDir(path)
-		case unmounted:
-			return fmt.Errorf("%s is still a mount point after it was unmounted", path)
-		}
-		if err := d.mounter.Unmount(path); err != nil {
-			return volume.Cause(err)
-		}
+// prepareForMount reports whether path is a mount point already, and
+// makes it (0750) when it is missing, as the kubelet's prepareForMount;
+// no symlink below the root is followed. Unlike the kubelet's, its check
+// sees a bind mount of a directory of the same file system.
+func (d *driver) prepareForMount(path string) (mounted bool, err error) {
+	if _, err := d.rfs.Verify(path); err != nil {
+		return false, err
 	}
+	mounted, err = d.mounter.IsMountPoint(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return false, fmt.Errorf("checking whether %s is a mount point: %w", path, err)
+	case mounted:
+		return true, nil
+	}
+	return false, d.rfs.MkdirAll(path, 0o750)
 }
 
 // removeDir removes path when it is there: it must be an empty directory
