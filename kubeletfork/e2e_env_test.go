@@ -2,6 +2,7 @@ package kubeletfork_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"os"
 	"os/exec"
@@ -53,6 +54,10 @@ type forkEnv struct {
 	// sock is the loop driver's socket, state its state directory, calls
 	// its call log (one line per Node service RPC).
 	sock, state, calls string
+	// flexSrc is the directory the flexVolume driver bind-mounts into
+	// the flex pods, flexFSType its file system's type; flexCalls is the
+	// driver's call log.
+	flexSrc, flexFSType, flexCalls string
 }
 
 // The test's commands, each built once per test binary: the fork from
@@ -97,8 +102,9 @@ func startForkEnv(t *testing.T, runtime string) (*forkEnv, string, string) {
 		t.Fatal(err)
 	}
 	e.createObjects(t.Context())
+	flexDir := e.installFlexDriver()
 	e.kubelet, err = kubelettest.New(t, kubelettest.Options{Bin: fork, Dir: scratch, Env: env, Node: e2eNode, NodeConfig: e.nodeCfg,
-		Args: []string{"--v", "2"}, RuntimeEndpoint: runtime})
+		Args: []string{"--v", "2", "--volume-plugin-dir", flexDir}, RuntimeEndpoint: runtime})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +134,7 @@ func (e *forkEnv) startFork() (*kubelettest.Process, time.Duration) {
 // createObjects creates what the pods need that a cluster's controllers
 // would have made (testenv runs no controller manager): the namespace,
 // its default service account and kube-root-ca.crt; and a configMap, a
-// secret and the loop driver's CSIDriver (no attach: no attach/detach
+// secret, the flexVolume's secret and the loop driver's CSIDriver (no attach: no attach/detach
 // controller runs; persistent and ephemeral; pod info on mount).
 func (e *forkEnv) createObjects(ctx context.Context) {
 	yes, no := true, false
@@ -153,6 +159,11 @@ func (e *forkEnv) createObjects(ctx context.Context) {
 				return err
 			}
 			s := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Name: e2eSecret}, StringData: map[string]string{e2eSecKey: e2eSecVal}}
+			if _, err := core.Secrets(e2eNS).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+			// The flexVolume's: of its driver's type, as the kubelet requires.
+			s = &v1.Secret{ObjectMeta: metav1.ObjectMeta{Name: e2eFlexSecret}, Type: e2eFlexDriver, StringData: map[string]string{e2eSecKey: e2eSecVal}}
 			_, err = core.Secrets(e2eNS).Create(ctx, s, metav1.CreateOptions{})
 			return err
 		},
@@ -306,5 +317,76 @@ func (e *forkEnv) waitFor(p *kubelettest.Process, what string, cond func() bool)
 	defer cancel()
 	if err := p.WaitFor(ctx, what, cond); err != nil {
 		e.t.Fatal(fmt.Errorf("%w; mounts: %v", err, e.mountTable(nil)))
+	}
+}
+
+// The flexVolume driver of the end-to-end test, and the type of secret it
+// reads (a flexVolume's secret must be of its driver's type).
+const (
+	e2eFlexDriver = "nodevol.io/bind"
+	e2eFlexSecret = "flex-secret"
+	e2eFlexFile   = "hello"
+	e2eFlexText   = "from the flexVolume's source"
+)
+
+// installFlexDriver writes the flexVolume driver, an sh script that
+// bind-mounts its "source" option at the pod's directory with the real
+// mount command, into a volume plugin directory of scratch, and the
+// source with e2eFlexFile; it returns the directory. The driver logs each
+// call's command and directory, and whether the JSON options carried the
+// secret's key as the kubelet passes it (base64), never the value.
+func (e *forkEnv) installFlexDriver() string {
+	e.t.Helper()
+	dir := filepath.Join(e.scratch, "volume-plugins")
+	drvDir := filepath.Join(dir, strings.ReplaceAll(e2eFlexDriver, "/", "~"))
+	e.flexSrc, e.flexCalls = filepath.Join(e.scratch, "flex-source"), filepath.Join(e.scratch, "flex.calls")
+	for _, d := range []string{drvDir, e.flexSrc} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(e.flexSrc, e2eFlexFile), []byte(e2eFlexText), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	secret := `"kubernetes.io/secret/` + e2eSecKey + `":"` + base64.StdEncoding.EncodeToString([]byte(e2eSecVal)) + `"`
+	script := `#!/bin/sh
+case "$3" in *'` + secret + `'*) s=secret;; *) s=nosecret;; esac
+echo "$1 $2 $s" >> ` + e.flexCalls + `
+case "$1" in
+init) echo '{"status":"Success","capabilities":{"attach":false}}';;
+mount) src=$(printf '%s' "$3" | sed -n 's/.*"source":"\([^"]*\)".*/\1/p')
+  if mount --bind "$src" "$2"; then echo '{"status":"Success"}'; else echo '{"status":"Failure","message":"bind mount failed"}'; fi;;
+unmount) if umount "$2"; then echo '{"status":"Success"}'; else echo '{"status":"Failure","message":"umount failed"}'; fi;;
+*) echo '{"status":"Not supported"}';;
+esac
+`
+	if err := os.WriteFile(filepath.Join(drvDir, "bind"), []byte(script), 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	e.flexFSType = fsTypeOf(e.t, e.flexSrc)
+	return dir
+}
+
+// fsTypeOf is the type of the file system path is on: that of the
+// innermost mount at path or above it.
+func fsTypeOf(t *testing.T, path string) string {
+	t.Helper()
+	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
+		ms, err := realnode.MountsUnder(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fsType := ""
+		for _, m := range ms {
+			if m.Point == p {
+				fsType = m.FSType // the last one stacked there
+			}
+		}
+		if fsType != "" {
+			return fsType
+		}
+		if p == "/" {
+			t.Fatalf("no mount above %s", path)
+		}
 	}
 }

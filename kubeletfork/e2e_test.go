@@ -20,10 +20,11 @@ import (
 )
 
 // e2ePods are the test's pods: a CSI claim, an inline ephemeral CSI
-// volume of the loop driver, and the object volumes (a configMap, a
-// secret, an emptyDir); every one gets kube-api-access-* from the
+// volume of the loop driver, the object volumes (a configMap, a secret,
+// an emptyDir) and a flexVolume of the script driver (bind-mounting
+// flexSrc, with a secretRef); every one gets kube-api-access-* from the
 // ServiceAccount admission plugin. suffix names a round.
-func e2ePods(suffix, claim string) []*v1.Pod {
+func e2ePods(suffix, claim, flexSrc string) []*v1.Pod {
 	pod := func(name string, vols ...v1.Volume) *v1.Pod {
 		c := v1.Container{Name: "c", Image: kubelettest.Image, ImagePullPolicy: v1.PullIfNotPresent}
 		for _, v := range vols {
@@ -42,22 +43,26 @@ func e2ePods(suffix, claim string) []*v1.Pod {
 				LocalObjectReference: v1.LocalObjectReference{Name: e2eCM}}}},
 			v1.Volume{Name: "creds", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: e2eSecret}}},
 			v1.Volume{Name: "cache", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}),
+		pod("flex", v1.Volume{Name: "share", VolumeSource: v1.VolumeSource{FlexVolume: &v1.FlexVolumeSource{
+			Driver: e2eFlexDriver, SecretRef: &v1.LocalObjectReference{Name: e2eFlexSecret}, Options: map[string]string{"source": flexSrc}}}}),
 	}
 }
 
 // wantMounts is the mount table under the fork's root with e2ePods
 // running (see mountTable): ext4 on a loop device for the CSI volumes
 // (the claim's staged and published, the inline one published), tmpfs for
-// the secret and the projected volumes; the configMap and the emptyDir
-// are directories on the root's disk, as the kubelet makes them.
-func wantMounts(suffix, pv string) []string {
+// the secret and the projected volumes, the flexVolume's bind mount of its
+// source (of flexFSType); the configMap and the emptyDir are directories
+// on the root's disk, as the kubelet makes them.
+func wantMounts(suffix, pv, flexFSType string) []string {
 	want := []string{
+		"pods/flex" + suffix + "/volumes/" + strings.ReplaceAll(e2eFlexDriver, "/", "~") + "/share " + flexFSType,
 		"plugins/kubernetes.io/csi/" + e2eDriver + "/*/globalmount ext4",
 		"pods/claim" + suffix + "/volumes/kubernetes.io~csi/" + pv + "/mount ext4",
 		"pods/inline" + suffix + "/volumes/kubernetes.io~csi/scratch/mount ext4",
 		"pods/objects" + suffix + "/volumes/kubernetes.io~secret/creds tmpfs",
 	}
-	for _, p := range []string{"claim", "inline", "objects"} {
+	for _, p := range []string{"claim", "inline", "objects", "flex"} {
 		want = append(want, "pods/"+p+suffix+"/volumes/kubernetes.io~projected/kube-api-access-* tmpfs")
 	}
 	slices.Sort(want)
@@ -146,7 +151,7 @@ func (e *forkEnv) createRound(p *kubelettest.Process, suffix string) *round {
 	r := &round{e: e, suffix: suffix, uids: map[string]string{}}
 	r.pv = e.boundClaim(ctx, "data"+suffix)
 	created := map[string]time.Time{}
-	for _, pod := range e2ePods(suffix, "data"+suffix) {
+	for _, pod := range e2ePods(suffix, "data"+suffix, e.flexSrc) {
 		got, err := e.admin.CoreV1().Pods(e2eNS).Create(ctx, pod, metav1.CreateOptions{})
 		if err != nil {
 			e.t.Fatalf("creating pod %s: %v", pod.Name, err)
@@ -170,7 +175,7 @@ func (e *forkEnv) createRound(p *kubelettest.Process, suffix string) *round {
 func (r *round) check(p *kubelettest.Process) {
 	e := r.e
 	e.t.Helper()
-	if got, want := e.mountTable(r.uids), wantMounts(r.suffix, r.pv.Name); !slices.Equal(got, want) {
+	if got, want := e.mountTable(r.uids), wantMounts(r.suffix, r.pv.Name, e.flexFSType); !slices.Equal(got, want) {
 		e.t.Errorf("mounts under the fork's root:\ngot  %q\nwant %q", got, want)
 	}
 	for _, pod := range r.pods {
@@ -191,6 +196,9 @@ func (r *round) check(p *kubelettest.Process) {
 		if strings.HasPrefix(pod.Name, "objects") {
 			want["kubernetes.io~configmap/config/"+e2eCMKey] = e2eCMVal
 			want["kubernetes.io~secret/creds/"+e2eSecKey] = e2eSecVal
+		}
+		if strings.HasPrefix(pod.Name, "flex") { // the source's file, through the bind mount
+			want[strings.ReplaceAll(e2eFlexDriver, "/", "~")+"/share/"+e2eFlexFile] = e2eFlexText
 		}
 		dir := r.volumesDir(pod)
 		for f, content := range want {
@@ -308,6 +316,29 @@ func (r *round) checkCalls() {
 	for _, call := range want {
 		if !seen[call] {
 			e.t.Errorf("the driver got no %s", call)
+		}
+	}
+	r.checkFlexCalls()
+}
+
+// checkFlexCalls checks the flexVolume driver's call log: the flex pod's
+// volume was mounted at its directory with the secret among the options,
+// and unmounted.
+func (r *round) checkFlexCalls() {
+	e := r.e
+	data, err := os.ReadFile(e.flexCalls)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, pod := range r.pods {
+		if !strings.HasPrefix(pod.Name, "flex") {
+			continue
+		}
+		dir := filepath.Join(r.volumesDir(pod), strings.ReplaceAll(e2eFlexDriver, "/", "~"), "share")
+		for _, call := range []string{"mount " + dir + " secret", "unmount " + dir + " nosecret"} {
+			if !strings.Contains(string(data), call+"\n") {
+				e.t.Errorf("the flexVolume driver got no %q; its log:\n%s", call, data)
+			}
 		}
 	}
 }

@@ -60,6 +60,38 @@ func (r *Registry) Register(p Plugin) error {
 	return nil
 }
 
+// Replace registers p in place of the plugin of the same name, or as
+// Register does when there is none: a plugin found at run time (a
+// flexVolume driver initialised again) takes over that name's volumes at
+// once, with no moment when none handles them. Its name must not clash
+// with another's (see Register).
+func (r *Registry) Replace(p Plugin) error {
+	if p == nil {
+		return errors.New("registering a volume plugin: nil plugin")
+	}
+	r.mu.Lock()
+	if _, ok := r.plugins[p.Name()]; ok {
+		r.plugins[p.Name()] = p
+		r.mu.Unlock()
+		return nil
+	}
+	r.mu.Unlock()
+	return r.Register(p)
+}
+
+// Unregister removes the plugin named name, if registered (a flexVolume
+// driver removed at run time); its volumes then have no plugin
+// (ErrNoPlugin) until one of that name is registered again.
+func (r *Registry) Unregister(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.plugins[name]; !ok {
+		return
+	}
+	delete(r.plugins, name)
+	r.names = slices.DeleteFunc(r.names, func(n string) bool { return n == name })
+}
+
 // ForSource returns the plugin that handles the pod volume v. It is an
 // error, naming the volume and its kind, when no plugin handles it
 // (wrapping ErrNoPlugin, and naming what replaces the kind when it is one

@@ -157,3 +157,33 @@ func TestCheckSources(t *testing.T) {
 		})
 	}
 }
+
+func TestReplaceAndUnregister(t *testing.T) {
+	first := fakePlugin{"example.com/a", emptyDirs}
+	r, err := NewRegistry(first, fakePlugin{"example.com/b", hostPaths})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := cache.UniqueVolumeName("example.com/a/vol")
+	second := fakePlugin{"example.com/a", hostPaths}
+	if err := r.Replace(second); err != nil {
+		t.Fatalf("Replace of a registered name: %v", err)
+	}
+	if p, err := r.ForVolume(name); err != nil || !p.CanSupport(&v1.Volume{VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{}}}) {
+		t.Errorf("ForVolume after Replace = %v, %v; want the new plugin", p, err)
+	}
+	if err := r.Replace(fakePlugin{"example.com/a/c", hostPaths}); err == nil {
+		t.Error("Replace of a clashing new name succeeded")
+	}
+	if err := r.Replace(fakePlugin{"example.com/c", emptyDirs}); err != nil {
+		t.Errorf("Replace of a new name: %v", err)
+	}
+	r.Unregister("example.com/a")
+	r.Unregister("example.com/none")
+	if _, err := r.ForVolume(name); !errors.Is(err, ErrNoPlugin) {
+		t.Errorf("ForVolume after Unregister = %v, want ErrNoPlugin", err)
+	}
+	if err := r.Register(first); err != nil {
+		t.Errorf("Register after Unregister: %v", err)
+	}
+}

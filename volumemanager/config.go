@@ -17,6 +17,7 @@ import (
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/flexvolume"
 )
 
 // Config configures a VolumeManager. NodeName and KubeClient are required;
@@ -58,7 +59,9 @@ type Config struct {
 	// the CSI plugin and the image plugin (kubernetes.io/image): a pod
 	// volume whose source one of them claims (CanSupport) is resolved to
 	// a pod-scoped volume of that plugin (cache.VolumeSpec.Plugin and
-	// Source set, never attached or staged) and set up and torn down
+	// Source set, never attached or staged; node-scoped,
+	// {plugin}/{volume name} as the kubelet names it, when its
+	// Capabilities say Attachable or Stages) and set up and torn down
 	// with its SetUp and TearDown. Each name must be unique and no
 	// prefix of another, up to a slash; New refuses a kind of pod volume
 	// source that two plugins claim. Default: none.
@@ -112,6 +115,15 @@ type Config struct {
 	// Node and CSINode, as with the kubelet. Default false: drivers are
 	// registered through Drivers().Register.
 	PluginRegistration bool
+	// VolumePluginDir is the directory of flexVolume drivers, the
+	// kubelet's --volume-plugin-dir: each {vendor~driver}/{driver}
+	// executable there is the driver "vendor/driver", initialised when Run
+	// starts and again whenever its directory changes (watched with
+	// fsnotify); a removed driver goes (package volume/flexvolume).
+	// nodevol never creates the directory: while it is missing there are
+	// no drivers, and it is picked up once it appears. Default
+	// /usr/libexec/kubernetes/kubelet-plugins/volume/exec/, the kubelet's.
+	VolumePluginDir string
 	// RegistrationDir is the plugin registration directory. Default
 	// {RootDir}/plugins_registry.
 	RegistrationDir string
@@ -228,6 +240,9 @@ func setDefaults(cfg *Config) {
 	}
 	if cfg.RegistrationDir == "" {
 		cfg.RegistrationDir = filepath.Join(cfg.RootDir, "plugins_registry")
+	}
+	if cfg.VolumePluginDir == "" {
+		cfg.VolumePluginDir = flexvolume.DefaultPluginDir
 	}
 	if cfg.MountTimeout <= 0 {
 		cfg.MountTimeout = 2*time.Minute + 3*time.Second

@@ -54,6 +54,10 @@ type posted struct {
 	// node: this node's labels or allocatable resources changed (or its
 	// Node arrived): the pods are resolved again.
 	node bool
+	// plugins are volume plugins registered, replaced or removed at run
+	// time (flexVolume drivers): the pods are resolved again and the
+	// plugins' volumes tried again at once.
+	plugins map[string]struct{}
 }
 
 func newInbox() *inbox {
@@ -68,6 +72,7 @@ func newInbox() *inbox {
 			attachments: map[string]struct{}{},
 			objects:     map[objectcache.Ref]struct{}{},
 			credentials: map[types.UID]struct{}{},
+			plugins:     map[string]struct{}{},
 		},
 	}
 }
@@ -135,6 +140,13 @@ func (in *inbox) markInformersSynced() { in.post(func() { in.informersSynced = t
 func (in *inbox) claim(key string)     { in.post(func() { in.claims[key] = struct{}{} }) }
 func (in *inbox) driver(name string)   { in.post(func() { in.drivers[name] = struct{}{} }) }
 func (in *inbox) nodeChanged()         { in.post(func() { in.node = true }) }
+func (in *inbox) pluginsChanged(names ...string) {
+	in.post(func() {
+		for _, n := range names {
+			in.plugins[n] = struct{}{}
+		}
+	})
+}
 func (in *inbox) credentialsChanged(uid types.UID) {
 	in.post(func() { in.credentials[uid] = struct{}{} })
 }
@@ -187,6 +199,7 @@ func (in *inbox) take() batch {
 	b.attachments, in.attachments = swap(in.attachments)
 	b.objects, in.objects = swap(in.objects)
 	b.credentials, in.credentials = swap(in.credentials)
+	b.plugins, in.plugins = swap(in.plugins)
 	b.node, in.node = in.node, false
 	return b
 }

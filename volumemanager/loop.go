@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -220,10 +221,12 @@ func (l *loop) process(ctx context.Context) {
 		}
 		l.claimChanged(key)
 	}
-	if b.node {
+	if b.node || len(b.plugins) > 0 {
 		// Every known pod: a pod that could not be resolved may match
 		// the Node now, and a resolved pod's downward API files may show
-		// its allocatable resources (a limit a container does not set).
+		// its allocatable resources (a limit a container does not set);
+		// a pod volume of a plugin that came (a flexVolume driver) is
+		// resolved now.
 		for _, uid := range l.pods.knownUIDs() {
 			if _, ok := b.pods[uid]; !ok {
 				b.pods = addPod(b.pods, uid, l.in)
@@ -269,6 +272,15 @@ func (l *loop) worldChanged(b batch) {
 	for n := range b.volumes {
 		l.retry(n)
 	}
+	if len(b.plugins) > 0 {
+		for _, names := range [][]cache.UniqueVolumeName{l.dsw.VolumeNames(), l.asw.VolumeNames()} {
+			for _, n := range names {
+				if pluginOf(n, b.plugins) {
+					l.retry(n)
+				}
+			}
+		}
+	}
 	if len(b.attachments) == 0 {
 		return
 	}
@@ -283,6 +295,17 @@ func (l *loop) worldChanged(b batch) {
 			l.retry(n)
 		}
 	}
+}
+
+// pluginOf reports whether volume n belongs to one of plugins: its name
+// starts with the plugin's and a slash.
+func pluginOf(n cache.UniqueVolumeName, plugins map[string]struct{}) bool {
+	for p := range plugins {
+		if strings.HasPrefix(string(n), p+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 func addPod(pods map[types.UID]*v1.Pod, uid types.UID, in *inbox) map[types.UID]*v1.Pod {
@@ -568,7 +591,7 @@ func (l *loop) due() time.Time { return l.queue.due(l.clock.Now()) }
 // nothing in the inbox, nothing to plan, nothing running. For tests.
 func (l *loop) idle() bool {
 	l.in.mu.Lock()
-	empty := len(l.in.dirtyPods) == 0 && len(l.in.attachments) == 0 && len(l.in.claims) == 0 && len(l.in.volumes) == 0 && len(l.in.drivers) == 0 &&
+	empty := len(l.in.dirtyPods) == 0 && len(l.in.attachments) == 0 && len(l.in.claims) == 0 && len(l.in.volumes) == 0 && len(l.in.drivers) == 0 && len(l.in.plugins) == 0 &&
 		l.in.podsSynced == l.podsSynced && l.in.informersSynced == l.informersSynced
 	l.in.mu.Unlock()
 	if !empty || l.queue.len() > 0 {

@@ -83,6 +83,9 @@ type VolumeManager struct {
 	// certs issues and renews the pods' certificates (podCertificate
 	// sources of projected volumes).
 	certs *podcert.Manager
+	// flex finds the flexVolume drivers of Config.VolumePluginDir, each a
+	// plugin registered in volumes while its driver is there (flex.go).
+	flex *flexDrivers
 	// subpaths are the pods' subPath bind mounts (SubPaths).
 	subpaths *subpath.Manager
 	// expander grows mounted volumes; nil when the plugin cannot.
@@ -259,6 +262,10 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 			vm.reconstructors = append(vm.reconstructors, r)
 		}
 	}
+	if vm.flex, err = vm.newFlexDrivers(); err != nil {
+		return fmt.Errorf("volumemanager: %w", err)
+	}
+	vm.reconstructors = append(vm.reconstructors, vm.flex.drivers)
 	volumes, err := volume.NewRegistry(all...)
 	if err == nil {
 		err = volumes.CheckSources()
@@ -468,7 +475,7 @@ func (vm *VolumeManager) podGone(uid types.UID) {
 // resolution of the pod, before it, so that a claim found bound adds its
 // volume.
 func (vm *VolumeManager) holdObjects(uid types.UID, pod *v1.Pod) {
-	refs := podObjects(pod)
+	refs := append(podObjects(pod), vm.resolver.pvObjects(pod)...)
 	if !vm.cfg.NodeRestricted {
 		vm.objects.Hold(objectHolder(uid), refs...) // none: Release
 		return

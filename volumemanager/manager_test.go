@@ -72,8 +72,11 @@ type envOptions struct {
 	// (a restart on what an earlier env left).
 	plugins []volume.Plugin
 	root    string
-	// mounter, if set, replaces the fake mounter.
-	mounter mount.Interface
+	// mounter, if set, replaces the fake mounter; volumePluginDir, if
+	// set, is the flexVolume driver directory (default: an empty one of
+	// the test's own).
+	mounter         mount.Interface
+	volumePluginDir string
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -102,18 +105,22 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if o.mounter == nil {
 		o.mounter = mount.NewFakeMounter(nil)
 	}
+	if o.volumePluginDir == "" {
+		o.volumePluginDir = t.TempDir()
+	}
 	vm, err := New(Config{
-		NodeName:       node,
-		KubeClient:     e.client,
-		RootDir:        e.root,
-		Mounter:        o.mounter,
-		EventRecorder:  e.events,
-		CSICallTimeout: o.callTimeout,
-		NodeRestricted: o.nodeRestricted,
-		ResyncPeriod:   o.resyncPeriod,
-		SelfAttach:     o.selfAttach,
-		Clock:          o.clock,
-		Plugins:        o.plugins,
+		NodeName:        node,
+		KubeClient:      e.client,
+		RootDir:         e.root,
+		Mounter:         o.mounter,
+		VolumePluginDir: o.volumePluginDir,
+		EventRecorder:   e.events,
+		CSICallTimeout:  o.callTimeout,
+		NodeRestricted:  o.nodeRestricted,
+		ResyncPeriod:    o.resyncPeriod,
+		SelfAttach:      o.selfAttach,
+		Clock:           o.clock,
+		Plugins:         o.plugins,
 
 		ClaimPendingGracePeriod: o.claimGrace,
 	})

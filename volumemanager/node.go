@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+
+	vcache "github.com/nodevol/nodevol/cache"
 )
 
 // errNoNode says the node's own Node object is not known (yet): a PV's
@@ -50,12 +52,16 @@ func (vm *VolumeManager) nodeInformer() (informers.SharedInformerFactory, func()
 	// Node only for a PV with node affinity or a Memory emptyDir, and
 	// those wait for it alone (errNoNode), resolved again when it comes.
 	_, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { vm.in.nodeChanged() },
+		AddFunc: func(obj any) {
+			vm.in.nodeChanged()
+			vm.in.retry(newlyAttached(nil, obj.(*v1.Node))...)
+		},
 		UpdateFunc: func(old, obj any) {
 			o, n := old.(*v1.Node), obj.(*v1.Node)
 			if !equality.Semantic.DeepEqual(o.Labels, n.Labels) || !equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable) {
 				vm.in.nodeChanged()
 			}
+			vm.in.retry(newlyAttached(o, n)...)
 		},
 	})
 	if err != nil {
@@ -76,9 +82,31 @@ func (vm *VolumeManager) nodeInformer() (informers.SharedInformerFactory, func()
 	}, nil
 }
 
+// newlyAttached returns the volumes n's status.volumesAttached lists and
+// old's (nil: none) did not: a volume of a plugin that waits for the
+// attach/detach controller's word there (a flexVolume driver that
+// attaches) is tried again at once, not when its backoff ends.
+func newlyAttached(old, n *v1.Node) []vcache.UniqueVolumeName {
+	had := map[v1.UniqueVolumeName]bool{}
+	if old != nil {
+		for _, av := range old.Status.VolumesAttached {
+			had[av.Name] = true
+		}
+	}
+	var out []vcache.UniqueVolumeName
+	for _, av := range n.Status.VolumesAttached {
+		if !had[av.Name] {
+			out = append(out, vcache.UniqueVolumeName(av.Name))
+		}
+	}
+	return out
+}
+
 // trimNode keeps of a Node what pod resolution reads (its name, labels and
-// allocatable resources): the rest (images, conditions, managed fields)
-// changes all the time and would only be kept in memory.
+// allocatable resources) and the volumes the attach/detach controller
+// lists as attached (what a flexVolume's attach waits for): the rest
+// (images, conditions, managed fields) changes all the time and would
+// only be kept in memory.
 func trimNode(obj any) (any, error) {
 	n, ok := obj.(*v1.Node)
 	if !ok {
@@ -86,7 +114,7 @@ func trimNode(obj any) (any, error) {
 	}
 	out := &v1.Node{}
 	out.Name, out.UID, out.ResourceVersion, out.Labels = n.Name, n.UID, n.ResourceVersion, n.Labels
-	out.Status.Allocatable = n.Status.Allocatable
+	out.Status.Allocatable, out.Status.VolumesAttached = n.Status.Allocatable, n.Status.VolumesAttached
 	return out, nil
 }
 

@@ -3,6 +3,7 @@ package volumemanager
 import (
 	"context"
 	"maps"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,9 +19,10 @@ import (
 
 // podObjects returns the API objects a pod's volumes read and keep
 // current (configMaps, secrets, ClusterTrustBundles of configMap, secret
-// and projected volumes): the volume manager holds them in the node's one
-// object cache for as long as the pod is known, as the kubelet registers a
-// pod with its secret and configMap managers.
+// and projected volumes; the secret of a flexVolume's secretRef): the
+// volume manager holds them in the node's one object cache for as long as
+// the pod is known, as the kubelet registers a pod with its secret and
+// configMap managers.
 func podObjects(pod *v1.Pod) []objectcache.Ref {
 	var out []objectcache.Ref
 	ns := pod.Namespace
@@ -32,7 +34,42 @@ func podObjects(pod *v1.Pod) []objectcache.Ref {
 			out = append(out, secret.Refs(ns, v.Secret)...)
 		case v.Projected != nil:
 			out = append(out, projected.Refs(ns, v.Projected)...)
+		case v.FlexVolume != nil && v.FlexVolume.SecretRef != nil && v.FlexVolume.SecretRef.Name != "":
+			out = append(out, objectcache.Ref{Kind: objectcache.Secret, Namespace: ns, Name: v.FlexVolume.SecretRef.Name})
 		}
+	}
+	return out
+}
+
+// pvObjects returns the API objects the pod's PVs read that the pod
+// holds: the secret of a flexVolume PV's secretRef (in the PV's namespace
+// for it, else the pod's), for the PVs of the pod's claims known now.
+func (r *resolver) pvObjects(pod *v1.Pod) []objectcache.Ref {
+	var out []objectcache.Ref
+	for _, v := range pod.Spec.Volumes {
+		claim := ""
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			claim = v.PersistentVolumeClaim.ClaimName
+		case v.Ephemeral != nil:
+			claim = pod.Name + "-" + v.Name
+		}
+		if claim == "" || strings.Contains(claim, "/") || strings.Contains(pod.Namespace, "/") {
+			continue
+		}
+		pvc, err := r.pvcs.PersistentVolumeClaims(pod.Namespace).Get(claim)
+		if err != nil || pvc.Spec.VolumeName == "" {
+			continue
+		}
+		pv, err := r.pvs.Get(pvc.Spec.VolumeName)
+		if err != nil || pv.Spec.FlexVolume == nil || pv.Spec.FlexVolume.SecretRef == nil || pv.Spec.FlexVolume.SecretRef.Name == "" {
+			continue
+		}
+		ns := pv.Spec.FlexVolume.SecretRef.Namespace
+		if ns == "" {
+			ns = pod.Namespace
+		}
+		out = append(out, objectcache.Ref{Kind: objectcache.Secret, Namespace: ns, Name: pv.Spec.FlexVolume.SecretRef.Name})
 	}
 	return out
 }

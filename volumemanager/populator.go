@@ -55,7 +55,8 @@ type podVolume struct {
 // mounts or maps (only those count, as in the kubelet), each with the
 // plugin plugins finds for its source (Registry.ForSource). A volume no
 // plugin handles carries its error (ErrUnknownSource, final): a kind
-// nodevol does not handle is never a silent success.
+// nodevol does not handle is never a silent success. A flexVolume whose
+// driver is not found is an error that is not final: its driver may come.
 func podVolumes(pod *v1.Pod, plugins *volume.Registry) []podVolume {
 	mounts, devices := map[string]bool{}, map[string]bool{}
 	visit := func(cs []v1.Container) {
@@ -81,7 +82,14 @@ func podVolumes(pod *v1.Pod, plugins *volume.Registry) []podVolume {
 			continue
 		}
 		p, err := plugins.ForSource(&v)
-		if err != nil {
+		switch {
+		case err == nil:
+		case v.FlexVolume != nil && errors.Is(err, volume.ErrNoPlugin):
+			// Not final, as in the kubelet: the driver may be installed
+			// in the plugin directory yet, and the pod is resolved again
+			// when it is (pluginsChanged).
+			err = fmt.Errorf("%w: flexVolume driver %q not found (yet) in the volume plugin directory", err, v.FlexVolume.Driver)
+		default:
 			err = marked{err, planner.ErrUnknownSource}
 		}
 		vols = append(vols, podVolume{Volume: v, plugin: p, block: devices[v.Name], err: err})
@@ -161,6 +169,11 @@ func (r *resolver) resolveVolume(pod *v1.Pod, v *podVolume) (state.DesiredVolume
 		claim, owner = pod.Name+"-"+v.Name, pod
 	case v.plugin.Name() != cache.CSIPluginName:
 		spec := pluginSpec(pod, &v.Volume, v.plugin.Name())
+		if caps, err := v.plugin.Capabilities(&spec); err == nil && (caps.Attachable || caps.Stages) {
+			// Node-scoped, as the kubelet names an attachable or
+			// device-mountable inline volume: {plugin}/{specName}.
+			spec.Name, spec.Ephemeral = cache.UniqueVolumeName(spec.Plugin+"/"+v.Name), false
+		}
 		if err := resolveSpec(v.plugin, pod, &spec); err != nil {
 			return state.DesiredVolume{}, err
 		}
@@ -195,7 +208,8 @@ func resolveSpec(p volume.Plugin, pod *v1.Pod, spec *cache.VolumeSpec) error {
 // pluginSpec is the spec of a pod volume of another plugin than CSI:
 // pod-scoped, named as the kubelet names a volume that is neither attached
 // nor staged ({plugin}/{podUID}-{specName}), never attached or staged
-// (Ephemeral), with the pod volume's source for the plugin.
+// (Ephemeral), with the pod volume's source for the plugin. resolveVolume
+// makes it node-scoped for a plugin that attaches or stages it.
 func pluginSpec(pod *v1.Pod, v *v1.Volume, plugin string) cache.VolumeSpec {
 	return cache.VolumeSpec{
 		Name:      cache.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", plugin, pod.UID, v.Name)),

@@ -42,11 +42,18 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	if vm.nodeFactory != nil {
 		vm.nodeFactory.Start(ctx.Done())
 	}
+	var wg sync.WaitGroup
+	// The flexVolume drivers present now are initialised before what
+	// they left on disk is looked for.
+	wg.Go(func() { vm.runFlex(ctx) })
+	select {
+	case <-vm.flex.drivers.Started():
+	case <-ctx.Done():
+	}
 	// What an earlier run left on disk, before any pod is planned: the
 	// disk needs no API server.
 	vm.loop.install(vm.reconstruct(ctx))
 
-	var wg sync.WaitGroup
 	wg.Go(func() {
 		// Event-driven: each checker's channel closes when its informer
 		// handler has seen the initial list (no polling).

@@ -66,25 +66,27 @@ var (
 // attachments are read one at a time, as the Node authorizer allows a
 // kubelet; the kubelet's node status reports volumesInUse and its metrics
 // endpoint the volume stats (through each volume's GetMetrics); volume
-// health is probed when the kubelet's CSIVolumeHealth feature is on. The
-// plugin manager, host utilities and block path handler are unused:
-// nodevol has its own.
+// health is probed when the kubelet's CSIVolumeHealth feature is on;
+// flexVolume drivers are found in volumePluginDir, the kubelet's
+// --volume-plugin-dir. The plugin manager, host utilities and block path
+// handler are unused: nodevol has its own.
 func New(controllerAttachDetachEnabled bool, nodeName types.NodeName, podManager volumemanager.PodManager,
 	podStateProvider volumemanager.PodStateProvider, kubeClient clientset.Interface, _ *volume.VolumePluginMgr,
 	mounter mount.Interface, _ hostutil.HostUtils, podsDir string, recorder record.EventRecorder,
 	_ volumepathhandler.BlockVolumePathHandler, healthUpdater volumehealth.StatusUpdater,
-	healthProbeInterval time.Duration) (volumemanager.VolumeManager, error) {
+	healthProbeInterval time.Duration, volumePluginDir string) (volumemanager.VolumeManager, error) {
 	m, err := newManager(options{
-		selfAttach:  !controllerAttachDetachEnabled,
-		nodeName:    string(nodeName),
-		podManager:  podManager,
-		podState:    podStateProvider,
-		client:      kubeClient,
-		mounter:     mounter,
-		rootDir:     filepath.Dir(podsDir),
-		recorder:    recorder,
-		health:      healthUpdater,
-		statsPeriod: healthProbeInterval,
+		volumePluginDir: volumePluginDir,
+		selfAttach:      !controllerAttachDetachEnabled,
+		nodeName:        string(nodeName),
+		podManager:      podManager,
+		podState:        podStateProvider,
+		client:          kubeClient,
+		mounter:         mounter,
+		rootDir:         filepath.Dir(podsDir),
+		recorder:        recorder,
+		health:          healthUpdater,
+		statsPeriod:     healthProbeInterval,
 	})
 	if err != nil {
 		return nil, err
@@ -104,6 +106,9 @@ type options struct {
 	recorder    record.EventRecorder
 	health      volumehealth.StatusUpdater
 	statsPeriod time.Duration
+	// volumePluginDir is the directory of flexVolume drivers ("": nodevol's
+	// default, the kubelet's).
+	volumePluginDir string
 	// mutate, if set, changes nodevol's configuration last (tests: a
 	// registerer of their own, a fake mounter, a shorter resync).
 	mutate func(*nvm.Config)
@@ -124,6 +129,7 @@ func newManager(c options) (*Manager, error) {
 		VolumesInUseReportedByCaller: true,
 		VolumeStatsCollectedByCaller: true,
 		VolumeStatsPeriod:            c.statsPeriod,
+		VolumePluginDir:              c.volumePluginDir,
 	}
 	if c.health != nil && utilfeature.DefaultFeatureGate.Enabled(features.CSIVolumeHealth) {
 		cfg.VolumeHealth = &nvm.VolumeHealthConfig{ProbeInterval: c.statsPeriod, Updater: healthUpdater{c.health}}

@@ -198,3 +198,20 @@ func TestKubeletError(t *testing.T) {
 		t.Errorf("nil: %v", err)
 	}
 }
+
+// TestVolumePluginDir: the kubelet's --volume-plugin-dir is nodevol's
+// directory of flexVolume drivers.
+func TestVolumePluginDir(t *testing.T) {
+	dir := t.TempDir()
+	pods := newKubeletPods()
+	var got string
+	_, err := newManager(options{nodeName: node, podManager: pods, podState: pods, client: fakeClient(),
+		mounter: mount.NewFakeMounter(nil), rootDir: t.TempDir(), volumePluginDir: dir,
+		mutate: func(c *nvm.Config) { privateRegistry(c); got = c.VolumePluginDir }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != dir {
+		t.Errorf("Config.VolumePluginDir = %q, want the kubelet's %q", got, dir)
+	}
+}
