@@ -88,6 +88,9 @@ func (vm *VolumeManager) podVolumeStats(ctx context.Context, uid types.UID, mv c
 	}
 	if pm, found := v.Pods[uid]; found {
 		vm.conditions.observe(mv.Name, pm.Volume, s.Condition)
+		if caps, err := p.Capabilities(&v.Spec); err == nil {
+			vm.sizeLimits.observe(ctx, mv.Name, pm.Volume, caps.SizeLimit, s.UsedBytes)
+		}
 	}
 	return names, s, true, nil
 }
