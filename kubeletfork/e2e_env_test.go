@@ -104,7 +104,9 @@ func startForkEnv(t *testing.T, runtime string) (*forkEnv, string, string) {
 	e.createObjects(t.Context())
 	flexDir := e.installFlexDriver()
 	e.kubelet, err = kubelettest.New(t, kubelettest.Options{Bin: fork, Dir: scratch, Env: env, Node: e2eNode, NodeConfig: e.nodeCfg,
-		Args: []string{"--v", "2", "--volume-plugin-dir", flexDir}, RuntimeEndpoint: runtime})
+		// Its server open to the test (checkStats reads /stats/summary);
+		// a pod's volume stats calculated every 5 s, not every minute.
+		Args: []string{"--v", "2", "--volume-plugin-dir", flexDir, "--anonymous-auth=true", "--volume-stats-agg-period=5s"}, RuntimeEndpoint: runtime})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,9 +21,10 @@ import (
 
 // e2ePods are the test's pods: a CSI claim, an inline ephemeral CSI
 // volume of the loop driver, the object volumes (a configMap, a secret,
-// an emptyDir) and a flexVolume of the script driver (bind-mounting
-// flexSrc, with a secretRef); every one gets kube-api-access-* from the
-// ServiceAccount admission plugin. suffix names a round.
+// a downwardAPI volume, an emptyDir) and a flexVolume of the script driver
+// (bind-mounting flexSrc, with a secretRef); every one gets
+// kube-api-access-* from the ServiceAccount admission plugin. suffix names
+// a round.
 func e2ePods(suffix, claim, flexSrc string) []*v1.Pod {
 	pod := func(name string, vols ...v1.Volume) *v1.Pod {
 		c := v1.Container{Name: "c", Image: kubelettest.Image, ImagePullPolicy: v1.PullIfNotPresent}
@@ -42,6 +43,8 @@ func e2ePods(suffix, claim, flexSrc string) []*v1.Pod {
 			v1.Volume{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
 				LocalObjectReference: v1.LocalObjectReference{Name: e2eCM}}}},
 			v1.Volume{Name: "creds", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: e2eSecret}}},
+			v1.Volume{Name: "info", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{Items: []v1.DownwardAPIVolumeFile{
+				{Path: "name", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}}},
 			v1.Volume{Name: "cache", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}),
 		pod("flex", v1.Volume{Name: "share", VolumeSource: v1.VolumeSource{FlexVolume: &v1.FlexVolumeSource{
 			Driver: e2eFlexDriver, SecretRef: &v1.LocalObjectReference{Name: e2eFlexSecret}, Options: map[string]string{"source": flexSrc}}}}),
@@ -51,9 +54,9 @@ func e2ePods(suffix, claim, flexSrc string) []*v1.Pod {
 // wantMounts is the mount table under the fork's root with e2ePods
 // running (see mountTable): ext4 on a loop device for the CSI volumes
 // (the claim's staged and published, the inline one published), tmpfs for
-// the secret and the projected volumes, the flexVolume's bind mount of its
-// source (of flexFSType); the configMap and the emptyDir are directories
-// on the root's disk, as the kubelet makes them.
+// the secret, the downwardAPI and the projected volumes, the flexVolume's
+// bind mount of its source (of flexFSType); the configMap and the emptyDir
+// are directories on the root's disk, as the kubelet makes them.
 func wantMounts(suffix, pv, flexFSType string) []string {
 	want := []string{
 		"pods/flex" + suffix + "/volumes/" + strings.ReplaceAll(e2eFlexDriver, "/", "~") + "/share " + flexFSType,
@@ -61,6 +64,7 @@ func wantMounts(suffix, pv, flexFSType string) []string {
 		"pods/claim" + suffix + "/volumes/kubernetes.io~csi/" + pv + "/mount ext4",
 		"pods/inline" + suffix + "/volumes/kubernetes.io~csi/scratch/mount ext4",
 		"pods/objects" + suffix + "/volumes/kubernetes.io~secret/creds tmpfs",
+		"pods/objects" + suffix + "/volumes/kubernetes.io~downward-api/info tmpfs",
 	}
 	for _, p := range []string{"claim", "inline", "objects", "flex"} {
 		want = append(want, "pods/"+p+suffix+"/volumes/kubernetes.io~projected/kube-api-access-* tmpfs")
@@ -75,7 +79,9 @@ func wantMounts(suffix, pv, flexFSType string) []string {
 // with a CSI claim, an inline CSI volume and the object volumes reach
 // Running with their volumes mounted; deleted, everything is taken down
 // and the pods go away; across a restart of the fork, running pods keep
-// their mounts (the same mount IDs) and are then taken down as well.
+// their mounts (the same mount IDs) and are then taken down as well. The
+// fork's stats summary lists every volume of the pods, as the stock
+// kubelet's does, before and after the restart.
 func TestForkRunsPodsOnNodevol(t *testing.T) {
 	roottest.Require(t)
 	begin := time.Now()
@@ -90,6 +96,7 @@ func TestForkRunsPodsOnNodevol(t *testing.T) {
 	// Round 1: created, checked, deleted.
 	r := e.createRound(p, "-1")
 	r.check(p)
+	r.checkStats(p)
 	r.delete(p)
 
 	// Round 2: created, the fork restarted, checked, deleted.
@@ -106,6 +113,7 @@ func TestForkRunsPodsOnNodevol(t *testing.T) {
 	t.Logf("the restarted fork renewed its lease and had its pod sources ready %v after the stop", time.Since(stopped).Round(time.Millisecond))
 	r.checkRunning()
 	r.check(p)
+	r.checkStats(p)
 	if after := r.mountIDs(); !slices.Equal(before, after) {
 		t.Errorf("the restart changed the pods' mounts:\nbefore %v\nafter  %v", before, after)
 	}

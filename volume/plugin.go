@@ -5,6 +5,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
@@ -75,6 +76,13 @@ type Capabilities struct {
 	// local, nfs, image, configMap, secret, downwardAPI, projected) sets it in
 	// Kubernetes 1.37, only its fc and iscsi plugins do.
 	SELinuxMount bool
+	// SizeLimit is the usage the volume's files may not exceed (an
+	// emptyDir's sizeLimit, as the pod gives it); nil: none. Nothing
+	// enforces it on disk (but the tmpfs of a memory emptyDir): the
+	// volume manager measures the usage of a volume that has one
+	// (StatsProvider) and reports it when UsedBytes exceed it, where the
+	// kubelet's eviction manager evicts the pod.
+	SizeLimit *resource.Quantity
 }
 
 // Mounter publishes and unpublishes a volume into a pod (NodePublishVolume).

@@ -208,6 +208,13 @@ type Config struct {
 	// (volumehealth.go). Default nil: off, as the feature is in the
 	// kubelet 1.37.
 	VolumeHealth *VolumeHealthConfig
+	// SizeLimit says how a pod volume over its size limit (an emptyDir
+	// over its sizeLimit) is reported: an event on the pod, a gauge and
+	// a callback (SizeLimitConfig, sizelimit.go), from the measurements
+	// the manager makes and, every VolumeStatsPeriod, one of each such
+	// volume nothing else measured. nodevol evicts nothing. Default: on,
+	// with no callback.
+	SizeLimit SizeLimitConfig
 }
 
 func setDefaults(cfg *Config) {

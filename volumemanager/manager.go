@@ -92,6 +92,9 @@ type VolumeManager struct {
 	expander nodeExpander
 	// conditions are the volume conditions last seen (health.go).
 	conditions *conditions
+	// sizeLimits reports the volumes over their size limit; nil when
+	// Config.SizeLimit is Off.
+	sizeLimits *sizeLimits
 	// health runs the volume and storage health probes; nil unless
 	// Config.VolumeHealth.
 	health *healthProber
@@ -171,6 +174,9 @@ func New(cfg Config) (*VolumeManager, error) {
 		}
 	}
 	if err := vm.registerCollectors(); err != nil {
+		return nil, err
+	}
+	if vm.sizeLimits, err = newSizeLimits(cfg); err != nil {
 		return nil, err
 	}
 	if err := vm.watch(vm.factory.Core().V1(), vm.factory.Storage().V1()); err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
@@ -77,6 +78,9 @@ type envOptions struct {
 	// the test's own).
 	mounter         mount.Interface
 	volumePluginDir string
+	// sizeLimit sets Config.SizeLimit, registerer Config.Registerer.
+	sizeLimit  SizeLimitConfig
+	registerer prometheus.Registerer
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -121,6 +125,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 		SelfAttach:      o.selfAttach,
 		Clock:           o.clock,
 		Plugins:         o.plugins,
+		SizeLimit:       o.sizeLimit,
+		Registerer:      o.registerer,
 
 		ClaimPendingGracePeriod: o.claimGrace,
 	})

@@ -82,6 +82,9 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	if vm.health != nil {
 		wg.Go(func() { vm.health.run(ctx) })
 	}
+	if vm.sizeLimits != nil {
+		wg.Go(func() { vm.runSizeLimits(ctx) })
+	}
 	if vm.inUse != nil && !vm.inUse.byCaller {
 		wg.Go(func() { vm.inUse.run(ctx) })
 	}

@@ -17,12 +17,15 @@ import (
 )
 
 // GetVolumeStats returns the usage of each mounted volume of the pod whose
-// driver reports it (NodeGetVolumeStats), by the pod's volume name, with
-// the volume's condition for drivers with VOLUME_CONDITION. A volume that
-// turns abnormal gets a VolumeConditionAbnormal event on the pod (with an
-// EventRecorder), once. The error joins the failures; volumes of drivers
-// without GET_VOLUME_STATS, and of plugins that report no usage (image),
-// are left out.
+// plugin reports it, by the pod's volume name: the kinds the kubelet
+// measures, each as it does (a CSI volume's NodeGetVolumeStats, with the
+// volume's condition for drivers with VOLUME_CONDITION; a du walk of an
+// emptyDir, and of a configMap, secret, downwardAPI or projected volume,
+// kept until the volume is written again; statfs of a local PV). A volume
+// that turns abnormal gets a VolumeConditionAbnormal event on the pod
+// (with an EventRecorder), once. The error joins the failures; volumes of
+// drivers without GET_VOLUME_STATS, and of plugins that report no usage
+// (hostPath, image, as the kubelet's), are left out.
 func (vm *VolumeManager) GetVolumeStats(ctx context.Context, uid types.UID) (map[string]volume.Stats, error) {
 	out := map[string]volume.Stats{}
 	var errs []error
@@ -85,6 +88,9 @@ func (vm *VolumeManager) podVolumeStats(ctx context.Context, uid types.UID, mv c
 	}
 	if pm, found := v.Pods[uid]; found {
 		vm.conditions.observe(mv.Name, pm.Volume, s.Condition)
+		if caps, err := p.Capabilities(&v.Spec); err == nil {
+			vm.sizeLimits.observe(ctx, mv.Name, pm.Volume, caps.SizeLimit, s.UsedBytes)
+		}
 	}
 	return names, s, true, nil
 }

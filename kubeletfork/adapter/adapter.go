@@ -130,6 +130,11 @@ func newManager(c options) (*Manager, error) {
 		VolumeStatsCollectedByCaller: true,
 		VolumeStatsPeriod:            c.statsPeriod,
 		VolumePluginDir:              c.volumePluginDir,
+		// The kubelet's eviction manager reads each emptyDir's usage
+		// (GetMetrics) and evicts a pod over a sizeLimit with its own
+		// event: nodevol reports nothing of its own, as the stock
+		// kubelet shows nothing more.
+		SizeLimit: nvm.SizeLimitConfig{Off: true},
 	}
 	if c.health != nil && utilfeature.DefaultFeatureGate.Enabled(features.CSIVolumeHealth) {
 		cfg.VolumeHealth = &nvm.VolumeHealthConfig{ProbeInterval: c.statsPeriod, Updater: healthUpdater{c.health}}

@@ -95,13 +95,19 @@ func TestKubeletInterface(t *testing.T) {
 	root := t.TempDir()
 	pods := newKubeletPods(pod)
 	var vm volumemanager.VolumeManager
+	var sizeLimit nvm.SizeLimitConfig
 	m, err := newManager(options{
 		selfAttach: false, nodeName: node, podManager: pods, podState: pods, client: client,
 		mounter: mount.NewFakeMounter(nil), rootDir: root, statsPeriod: time.Minute,
-		mutate: privateRegistry,
+		mutate: func(c *nvm.Config) { privateRegistry(c); sizeLimit = c.SizeLimit },
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The kubelet's eviction manager acts on an emptyDir over its
+	// sizeLimit: nodevol reports nothing of its own.
+	if !sizeLimit.Off {
+		t.Errorf("SizeLimit %+v, want the report off", sizeLimit)
 	}
 	vm = m
 	ctx, cancel := context.WithCancel(context.Background())
@@ -152,6 +158,9 @@ func TestKubeletInterface(t *testing.T) {
 	metrics, err := vols["data"].Mounter.GetMetrics()
 	if err != nil || metrics.Capacity == nil || metrics.Used == nil {
 		t.Errorf("GetMetrics of the claim: %+v, %v", metrics, err)
+	}
+	if m, err := vols["scratch"].Mounter.GetMetrics(); err != nil || m.Used == nil || m.Used.Value() <= 0 || m.InodesUsed.Value() <= 0 {
+		t.Errorf("GetMetrics of the emptyDir: %+v, %v; want its du", m, err)
 	}
 	if got := drv.Calls("NodeGetVolumeStats"); got != 1 {
 		t.Errorf("NodeGetVolumeStats called %d times for one volume's metrics, want 1", got)

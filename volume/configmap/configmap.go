@@ -32,9 +32,11 @@
 //
 // What the kubelet does and this plugin does not: the directories of
 // nested mount points (another volume mounted inside this one's mount
-// path, which the container runtime then creates), the alpha user fields
-// (defaultUser, items[].user of AtomicWriteVolumeUserFields), and its
-// volume metrics (du).
+// path, which the container runtime then creates) and the alpha user
+// fields (defaultUser, items[].user of AtomicWriteVolumeUserFields).
+//
+// Usage (VolumeStats) is the kubelet's: a du walk of the volume, kept until
+// the volume is written again (at each resync or change of the ConfigMap).
 package configmap
 
 import (

@@ -47,6 +47,9 @@
 // (the old content stays here, as for the other kinds); reading the node's
 // allocatable resources afresh at every sync (here at each resolution of
 // the pod: the volume manager resolves the pod again when they change).
+//
+// Usage (VolumeStats) is the kubelet's: a du walk of the volume, kept until
+// the volume is written again (at each resync or change of the pod).
 package downwardapi
 
 import (
@@ -90,7 +93,7 @@ type Config struct {
 }
 
 // plugin is the downwardAPI plugin; the wrapped emptyDir gives it its
-// Capabilities, TearDown, Reconstruct and Retake.
+// Capabilities, TearDown, Reconstruct, Retake and VolumeStats.
 type plugin struct {
 	wrapped.Base
 	userFields bool
@@ -100,6 +103,7 @@ var (
 	_ volume.Plugin        = (*plugin)(nil)
 	_ volume.SpecResolver  = (*plugin)(nil)
 	_ volume.Reconstructor = (*plugin)(nil)
+	_ volume.StatsProvider = (*plugin)(nil)
 )
 
 // New returns the downwardAPI plugin.

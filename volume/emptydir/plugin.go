@@ -197,9 +197,17 @@ func (p *plugin) CanSupport(v *v1.Volume) bool { return v != nil && v.EmptyDir !
 
 // Capabilities implements volume.Plugin: an emptyDir is neither attached
 // nor staged, never a block device, never published again; the kubelet
-// gives the pod's fsGroup ownership of it.
-func (p *plugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
-	return volume.Capabilities{OwnershipChange: true}, nil
+// gives the pod's fsGroup ownership of it. Its sizeLimit, when positive,
+// is its SizeLimit (the kubelet evicts a pod whose emptyDir's usage
+// exceeds it; one of zero is no limit there either).
+func (p *plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, error) {
+	caps := volume.Capabilities{OwnershipChange: true}
+	if spec != nil && spec.Source != nil && spec.Source.EmptyDir != nil {
+		if l := spec.Source.EmptyDir.SizeLimit; l != nil && l.Sign() > 0 {
+			caps.SizeLimit = l
+		}
+	}
+	return caps, nil
 }
 
 // volumeName is the unique name of pod's volume specName, the kubelet's

@@ -70,7 +70,11 @@
 // mount points (MakeNestedMountpoints); handing out a token it still holds
 // when a refresh fails (the token cache's job: here the SetUp fails and the
 // old token stays in the file); forgetting the pod's tokens at TearDown
-// (the volume manager's, when the pod is gone); the volume's metrics (du).
+// (the volume manager's, when the pod is gone).
+//
+// Usage (VolumeStats) is the kubelet's: a du walk of the tmpfs, kept until
+// the volume is written again (at each resync, each change of a source and
+// each token refresh).
 package projected
 
 import (
@@ -159,7 +163,7 @@ type Config struct {
 }
 
 // plugin is the projected plugin; the wrapped emptyDir gives it its
-// Capabilities, TearDown, Reconstruct and Retake.
+// Capabilities, TearDown, Reconstruct, Retake and VolumeStats.
 type plugin struct {
 	wrapped.Base
 	objects    Objects
@@ -172,6 +176,7 @@ var (
 	_ volume.Plugin        = (*plugin)(nil)
 	_ volume.SpecResolver  = (*plugin)(nil)
 	_ volume.Reconstructor = (*plugin)(nil)
+	_ volume.StatsProvider = (*plugin)(nil)
 )
 
 // New returns the projected plugin; it implements volume.SpecResolver and

@@ -37,8 +37,11 @@
 // What the kubelet does and this plugin does not: the directories of
 // nested mount points (another volume mounted inside this one's mount
 // path, which the container runtime then creates), the alpha user fields
-// (defaultUser, items[].user of AtomicWriteVolumeUserFields), resizing the
-// tmpfs when the pod is resized, and its volume metrics (du).
+// (defaultUser, items[].user of AtomicWriteVolumeUserFields) and resizing
+// the tmpfs when the pod is resized.
+//
+// Usage (VolumeStats) is the kubelet's: a du walk of the tmpfs, kept until
+// the volume is written again (at each resync or change of the Secret).
 //
 // ResolveSpec stores the tmpfs size in bytes in spec.Attributes
 // ("sizeBytes", decimal; "0" when nothing bounds it), read by this plugin

@@ -82,7 +82,7 @@ type Config struct {
 }
 
 // Plugin is a plugin of Kind's shape; the wrapped emptyDir gives it its
-// Capabilities, TearDown, Reconstruct and Retake.
+// Capabilities, TearDown, Reconstruct, Retake and VolumeStats.
 type Plugin struct {
 	wrapped.Base
 	kind    Kind
@@ -93,6 +93,7 @@ var (
 	_ volume.Plugin        = (*Plugin)(nil)
 	_ volume.SpecResolver  = (*Plugin)(nil)
 	_ volume.Reconstructor = (*Plugin)(nil)
+	_ volume.StatsProvider = (*Plugin)(nil)
 )
 
 // New returns the plugin of kind k.

@@ -3,7 +3,9 @@
 // objvolume), downwardAPI and projected. The kubelet's four plugins wrap an
 // emptyDir the same way; here Base holds that wrapped emptyDir, the root
 // the writer writes below and the steps hook, and gives the plugin that
-// embeds it its Capabilities, TearDown, Reconstruct and Retake.
+// embeds it its Capabilities, TearDown, Reconstruct, Retake and
+// VolumeStats (the volume's usage, measured with a du walk and kept until
+// the volume is written again, as the kubelet caches these kinds' usage).
 //
 // It also holds the node's allocatable resources, which bound the tmpfs
 // (their memory) and which a downward API item reads for a limit a
@@ -24,6 +26,7 @@ import (
 	"github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/emptydir"
+	"github.com/nodevol/nodevol/volume/internal/du"
 )
 
 // Base is the part of a plugin that the wrapped emptyDir does; a plugin
@@ -37,6 +40,10 @@ type Base struct {
 	// Steps is the plugin's steps hook, for the writer.
 	Steps step.Hook
 	alloc func() (v1.ResourceList, error)
+	// title names the plugin in errors ("downwardAPI").
+	title string
+	// usage keeps each volume's measurement until it is written again.
+	usage *du.Cache
 }
 
 // New returns the Base of plugin pluginName; title names the plugin in
@@ -61,14 +68,17 @@ func New(title, pluginName string, cfg emptydir.Config, node func() (v1.Resource
 	if err != nil {
 		return Base{}, fmt.Errorf("%s plugin: %w", title, err)
 	}
-	return Base{Wrapper: w, Root: r, Steps: cfg.Steps, alloc: node}, nil
+	return Base{Wrapper: w, Root: r, Steps: cfg.Steps, alloc: node, title: title, usage: &du.Cache{}}, nil
 }
 
 // Writer returns the atomic writer of a volume's directory dir (made by
 // Wrapper.SetUp) for the pod's fsGroup, with the plugin's steps hook, and
-// the function to call once its Write is done. The writer resolves every
-// name from one handle on the root, opened now (rootfs.Root.Hold): one
-// open of the root for the whole payload instead of one per file.
+// the function to call once its Write is done, which also drops the
+// volume's kept usage: the next VolumeStats measures it again, as the
+// kubelet's next set-up of the volume comes with a new cache. The writer
+// resolves every name from one handle on the root, opened now
+// (rootfs.Root.Hold): one open of the root for the whole payload instead
+// of one per file.
 func (b *Base) Writer(dir string, fsGroup *int64) (*atomicwriter.Writer, func(), error) {
 	h, err := b.Root.Hold()
 	if err != nil {
@@ -79,7 +89,25 @@ func (b *Base) Writer(dir string, fsGroup *int64) (*atomicwriter.Writer, func(),
 		_ = h.Close()
 		return nil, nil, err
 	}
-	return w, func() { _ = h.Close() }, nil
+	return w, func() {
+		b.usage.Forget(dir)
+		_ = h.Close()
+	}, nil
+}
+
+// VolumeStats implements volume.StatsProvider as the kubelet measures
+// these kinds (du metrics in its cached metrics): the first measurement
+// that succeeds after each write of the volume is kept and answered until
+// the next write (Writer), which comes at every republish (each resync)
+// and at each change of what the volume shows; what is kept includes the
+// statfs figures of that measurement. The measurement is du.Measure: a
+// walk of the volume's files, no symlink followed.
+func (b *Base) VolumeStats(ctx context.Context, _ *cache.VolumeSpec, volumePath, _ string) (volume.Stats, bool, error) {
+	s, err := b.usage.Stats(ctx, b.Root, volumePath)
+	if err != nil {
+		return volume.Stats{}, false, fmt.Errorf("measuring %s volume at %s: %w", b.title, volumePath, err)
+	}
+	return s, true, nil
 }
 
 // Capabilities implements volume.Plugin: neither attached nor staged,
@@ -95,8 +123,11 @@ func (b *Base) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
 // TearDown implements volume.Mounter: the wrapped emptyDir's, from the
 // pod's UID and the volume's name alone (the spec's source may be nil):
 // the tmpfs unmounted, the directory and the ready file removed.
-// Idempotent.
+// Idempotent. The volume's kept usage is dropped.
 func (b *Base) TearDown(ctx context.Context, req volume.MountRequest) error {
+	if _, abs, err := b.Wrapper.Path(req.Volume.Pod.UID, req.Volume.SpecName); err == nil {
+		b.usage.Forget(abs)
+	}
 	return b.Wrapper.TearDown(ctx, req.Volume.Pod.UID, req.Volume.SpecName)
 }
 
