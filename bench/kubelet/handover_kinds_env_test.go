@@ -206,11 +206,10 @@ func (n *nodevolVM) deletePods(t *testing.T, pods ...*hvPod) {
 			t.Fatalf("nodevol: pod %s: %v", p.name, err)
 		}
 	}
-	for len(n.vm.GetVolumesInUse()) > 0 {
-		if ctx.Err() != nil {
-			t.Fatalf("nodevol: volumes still in use: %v", n.vm.GetVolumesInUse())
-		}
-		time.Sleep(20 * time.Millisecond)
+	// Every device unstaged: volumesInUse lists only attachable volumes,
+	// as the kubelet's, so it cannot tell.
+	if err := n.vm.WaitForUnstaged(ctx); err != nil {
+		t.Fatalf("nodevol: %v", err)
 	}
 }
 
