@@ -2,6 +2,7 @@ package volumemanager
 
 import (
 	"sort"
+	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -210,4 +211,15 @@ func swap[K comparable](m map[K]struct{}) (taken, next map[K]struct{}) {
 		return nil, m
 	}
 	return m, map[K]struct{}{}
+}
+
+// pluginOf reports whether volume n belongs to one of plugins: its name
+// starts with the plugin's and a slash.
+func pluginOf(n cache.UniqueVolumeName, plugins map[string]struct{}) bool {
+	for p := range plugins {
+		if strings.HasPrefix(string(n), p+"/") {
+			return true
+		}
+	}
+	return false
 }

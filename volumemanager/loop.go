@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -295,17 +294,6 @@ func (l *loop) worldChanged(b batch) {
 			l.retry(n)
 		}
 	}
-}
-
-// pluginOf reports whether volume n belongs to one of plugins: its name
-// starts with the plugin's and a slash.
-func pluginOf(n cache.UniqueVolumeName, plugins map[string]struct{}) bool {
-	for p := range plugins {
-		if strings.HasPrefix(string(n), p+"/") {
-			return true
-		}
-	}
-	return false
 }
 
 func addPod(pods map[types.UID]*v1.Pod, uid types.UID, in *inbox) map[types.UID]*v1.Pod {
