@@ -289,8 +289,8 @@ func (l *loop) attachedEvents(o oe.Outcome) {
 }
 
 // setAttachment records the VolumeAttachment a volume waits for ("":
-// none) and, in node-restricted mode, makes the volume hold it in the
-// object cache for as long as it waits.
+// none) and, unless Config.ClusterInformers, makes the volume hold it in
+// the object cache for as long as it waits.
 func (l *loop) setAttachment(name cache.UniqueVolumeName, rec *volumeRecord, va string) {
 	if rec.attachment == va {
 		return

@@ -10,7 +10,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -75,9 +74,10 @@ type loopConfig struct {
 	// reads.
 	volumes *volume.Registry
 	// ownAttachments lists the VolumeAttachments, to find at start the
-	// node's own whose volumes left nothing on disk (adoptAttachments);
-	// nil: none are looked for.
-	ownAttachments storagelisters.VolumeAttachmentLister
+	// node's own whose volumes left nothing on disk (adoptAttachments):
+	// the informer's lister, or a one-time list (attachmentsOnce); nil:
+	// none are looked for.
+	ownAttachments attachmentLister
 	// selfAttach: the node creates and deletes VolumeAttachments itself
 	// (Config.SelfAttach).
 	selfAttach bool
@@ -113,7 +113,7 @@ type loopHooks struct {
 	holders func(objectcache.Ref) []string
 	podGone func(uid types.UID)
 	// holdAttachment makes a volume hold the VolumeAttachment it waits
-	// for in the object cache ("": none), in node-restricted mode.
+	// for in the object cache ("": none); nil with Config.ClusterInformers.
 	holdAttachment func(name cache.UniqueVolumeName, va string)
 	// attempt is told of each stage and publish the loop starts (the
 	// volume health probes ask about those volumes even when they fail).

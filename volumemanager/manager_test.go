@@ -51,16 +51,17 @@ type envOptions struct {
 	driver      csitest.Options
 	noRegister  bool
 	callTimeout time.Duration
-	// nodeRestricted sets Config.NodeRestricted; client, if set, replaces
-	// the fake clientset made from objects (reactors added first).
-	nodeRestricted bool
-	client         *fake.Clientset
+	// clusterInformers sets Config.ClusterInformers; client, if set,
+	// replaces the fake clientset made from objects (reactors added first).
+	clusterInformers bool
+	client           *fake.Clientset
 	// attachRequired is the driver's CSIDriver attachRequired;
 	// noCSIDriver leaves the driver without a CSIDriver object.
 	attachRequired, noCSIDriver bool
 	resyncPeriod                time.Duration
-	// selfAttach sets Config.SelfAttach.
-	selfAttach bool
+	// selfAttach sets Config.SelfAttach; envReadByCaller
+	// Config.EnvReadByCaller.
+	selfAttach, envReadByCaller bool
 	// clock and claimGrace set Config.Clock and
 	// Config.ClaimPendingGracePeriod; logger, if set, is Run's logger.
 	clock      clock.WithTicker
@@ -98,17 +99,18 @@ func newEnv(t *testing.T, o envOptions) *env {
 		}
 	}
 	vm, err := New(Config{
-		NodeName:       node,
-		KubeClient:     e.client,
-		RootDir:        e.root,
-		Mounter:        mount.NewFakeMounter(nil),
-		EventRecorder:  e.events,
-		CSICallTimeout: o.callTimeout,
-		NodeRestricted: o.nodeRestricted,
-		ResyncPeriod:   o.resyncPeriod,
-		SelfAttach:     o.selfAttach,
-		Clock:          o.clock,
-		Plugins:        o.plugins,
+		NodeName:         node,
+		KubeClient:       e.client,
+		RootDir:          e.root,
+		Mounter:          mount.NewFakeMounter(nil),
+		EventRecorder:    e.events,
+		CSICallTimeout:   o.callTimeout,
+		ClusterInformers: o.clusterInformers,
+		ResyncPeriod:     o.resyncPeriod,
+		SelfAttach:       o.selfAttach,
+		EnvReadByCaller:  o.envReadByCaller,
+		Clock:            o.clock,
+		Plugins:          o.plugins,
 
 		ClaimPendingGracePeriod: o.claimGrace,
 	})

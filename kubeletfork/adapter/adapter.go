@@ -119,10 +119,10 @@ func newManager(c options) (*Manager, error) {
 		Registerer:                   legacyregistry.Registerer(),
 		EventRecorder:                c.recorder,
 		InformerFactory:              factory,
-		NodeRestricted:               true,
 		SelfAttach:                   c.selfAttach,
 		VolumesInUseReportedByCaller: true,
 		VolumeStatsCollectedByCaller: true,
+		EnvReadByCaller:              true, // the kubelet's configMap and secret managers
 		VolumeStatsPeriod:            c.statsPeriod,
 	}
 	if c.health != nil && utilfeature.DefaultFeatureGate.Enabled(features.CSIVolumeHealth) {
