@@ -314,7 +314,8 @@ type crashScenario struct {
 	// selfAttach: the node attaches its volumes itself, with a fake
 	// external-attacher beside it; informers: with
 	// Config.ClusterInformers (an attachment a crash left is found by the
-	// informer, not by the one-time list).
+	// informer, not by the one-time list; a claim's resize is seen at
+	// once, not at its next read).
 	selfAttach, informers bool
 	// prepare, if set, readies the node before its first manager starts
 	// (the API server's reactors, what the readers expect).
@@ -535,9 +536,9 @@ func crashScenarios() []crashScenario {
 		{name: "self-detach", opts: opts, objects: claim("vol", true), selfAttach: true, before: []*v1.Pod{a}, other: []*v1.Pod{a}, act: del(a)},
 		{name: "self-attach-informers", opts: opts, objects: claim("vol", true), selfAttach: true, informers: true, after: []*v1.Pod{a}, act: add(a)},
 		{name: "self-detach-informers", opts: opts, objects: claim("vol", true), selfAttach: true, informers: true, before: []*v1.Pod{a}, other: []*v1.Pod{a}, act: del(a)},
-		{name: "expand", opts: csitest.Options{CreateTargetDirs: true, Expand: true}, objects: claim("vol", false, csitest.PVCapacity("1Gi")),
+		{name: "expand", opts: csitest.Options{CreateTargetDirs: true, Expand: true}, objects: claim("vol", false, csitest.PVCapacity("1Gi")), informers: true,
 			before: []*v1.Pod{a}, after: []*v1.Pod{a}, other: []*v1.Pod{a}, act: resize("vol", "2Gi", false), settled: resized("vol", "2Gi")},
-		{name: "expand-resize-status", opts: csitest.Options{CreateTargetDirs: true, Expand: true}, objects: claim("vol", false, csitest.PVCapacity("1Gi")),
+		{name: "expand-resize-status", opts: csitest.Options{CreateTargetDirs: true, Expand: true}, objects: claim("vol", false, csitest.PVCapacity("1Gi")), informers: true,
 			before: []*v1.Pod{a}, after: []*v1.Pod{a}, other: []*v1.Pod{a}, act: resize("vol", "2Gi", true), settled: resized("vol", "2Gi")},
 	}, append(append(kindScenarios(claim("vol", false), add, del), objectScenarios(add, del)...), projectedScenarios(add, del)...)...)
 }

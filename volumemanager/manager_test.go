@@ -386,7 +386,7 @@ func TestUncertainStageRetried(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, envOptions{clusterInformers: true}) // the pending claim's binding seen at once (the object cache reads it again after ResyncPeriod)
 	pending := csitest.PVC("ns", "pending", "", csitest.PVCPending())
 	noCSI := csitest.PV("pv-nfs", e.drv.DriverName(), "h")
 	noCSI.Spec.CSI = nil
@@ -512,14 +512,15 @@ func TestPublishInFlightIsPossiblyMounted(t *testing.T) {
 	}
 }
 
-// TestWaitErrorNamesFailedList: with PVCs that cannot be listed, the wait
-// error says so, naming the list that fails, not a bare deadline.
+// TestWaitErrorNamesFailedList: with PVCs that cannot be listed
+// (Config.ClusterInformers), the wait error says so, naming the list that
+// fails, not a bare deadline.
 func TestWaitErrorNamesFailedList(t *testing.T) {
 	client := fake.NewClientset(csitest.CSIDriver("x.example.com", false))
 	client.PrependReactor("list", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("connection refused")
 	})
-	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil)})
+	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), ClusterInformers: true})
 	if err != nil {
 		t.Fatal(err)
 	}
