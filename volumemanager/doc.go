@@ -41,5 +41,6 @@
 // once with their next retry time and, with Config.EventRecorder, recorded
 // as events on the pod. After a restart, Run first reads what an earlier
 // run (or the kubelet) left on disk; nothing found there is torn down
-// before MarkPodsSynced.
+// before MarkPodsSynced, nor while a pod waits for the API server to answer
+// for its claims and volumes.
 package volumemanager

@@ -235,11 +235,15 @@ func (l *loop) process(ctx context.Context) {
 	}
 	l.objectsChanged(b.objects)
 	l.podCredentialsChanged(b.credentials)
-	if b.podsSynced && l.informersSynced && !l.podsSynced {
+	if b.podsSynced && l.informersSynced && !l.podsSynced && !l.pods.readsPending() {
 		// Every pod added before MarkPodsSynced is in this batch or an
-		// earlier one, and has been resolved above (or failed to be, and
-		// holds its own mounts): the hold of what was found on disk
-		// lifts only now.
+		// earlier one, and has been resolved above (or failed to be with
+		// what the API server answered, and holds its own mounts): the
+		// hold of what was found on disk lifts only now. A pod waiting for
+		// a claim or volume the object cache has not read (its GET not
+		// answered, or failing) may want any of those volumes, as a pod
+		// may before the informers' first list: the hold lasts until its
+		// reads answer (a batch then resolves it again) or it is deleted.
 		l.podsSynced = true
 		for name, rec := range l.vols {
 			if rec.foundDevice || len(rec.foundMounts) > 0 {
@@ -565,11 +569,13 @@ func capabilitiesOf(plugins *volume.Registry, spec *cache.VolumeSpec) (volume.Ca
 func (l *loop) due() time.Time { return l.queue.due(l.clock.Now()) }
 
 // idle reports whether the loop has nothing to do until something happens:
-// nothing in the inbox, nothing to plan, nothing running. For tests.
+// nothing in the inbox, nothing to plan, nothing running (MarkPodsSynced
+// not taken in only while pods wait for the API server's answers, which
+// come as objects changed). For tests.
 func (l *loop) idle() bool {
 	l.in.mu.Lock()
 	empty := len(l.in.dirtyPods) == 0 && len(l.in.attachments) == 0 && len(l.in.claims) == 0 && len(l.in.volumes) == 0 && len(l.in.drivers) == 0 &&
-		l.in.podsSynced == l.podsSynced && l.in.informersSynced == l.informersSynced
+		(l.in.podsSynced == l.podsSynced || l.pods.readsPending()) && l.in.informersSynced == l.informersSynced
 	l.in.mu.Unlock()
 	if !empty || l.queue.len() > 0 {
 		return false

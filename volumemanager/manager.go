@@ -400,7 +400,11 @@ func (vm *VolumeManager) Drivers() *csi.Registry { return vm.cfg.Drivers }
 // yet. After it, a volume found on disk is torn down only once every pod
 // added before the call has been resolved into the desired state and none
 // wants it; a pod that cannot be resolved (PVC missing, API error) keeps
-// its volumes mounted until it is deleted or resolves. Called before Run
+// its volumes mounted until it is deleted or resolves. A pod whose claim
+// or volume the API server has not answered for yet (its GET failing or
+// in flight; with Config.ClusterInformers, their first list) keeps every
+// volume found on disk, since it may want any of them, until it resolves
+// or is deleted. Called before Run
 // has read the disk, it takes effect when it has. A node agent calls it
 // once its pod source has delivered its initial list (for an informer:
 // when the event handler's registration HasSynced).

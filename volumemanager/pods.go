@@ -37,6 +37,9 @@ type podTable struct {
 	// pendingSince is when each pod volume's claim was first seen missing
 	// or not bound (planner.Finality).
 	pendingSince map[types.UID]map[string]time.Time
+	// reading are the known pods a volume of which waits for a claim or
+	// volume the object cache has not read yet (errNotRead).
+	reading map[types.UID]struct{}
 	// told is the event last recorded for each pod volume that failed to
 	// resolve in a way the kubelet reports (resolutionEvents): recorded
 	// once, again only when it changes.
@@ -50,6 +53,7 @@ func newPodTable(r *resolver, clk clock.Clock) *podTable {
 		unresolved: map[types.UID]string{},
 		pending:    map[string]map[types.UID]struct{}{},
 		waiting:    map[types.UID][]string{},
+		reading:    map[types.UID]struct{}{},
 	}
 }
 
@@ -57,6 +61,7 @@ func newPodTable(r *resolver, clk clock.Clock) *podTable {
 func (t *podTable) forget(uid types.UID) {
 	delete(t.known, uid)
 	delete(t.unresolved, uid)
+	delete(t.reading, uid)
 	t.setPending(uid, nil)
 	t.stampPending(uid, nil)
 	delete(t.told, uid)
@@ -77,6 +82,13 @@ func (t *podTable) resolve(pod *v1.Pod, logger klog.Logger) (ref cache.PodRef, w
 	ref, wanted, resolved, errs = t.resolver.resolvePod(pod)
 	t.stampPending(uid, errs)
 	t.setPending(uid, waitingClaims(pod, errs))
+	delete(t.reading, uid)
+	for _, err := range errs {
+		if errors.Is(err, errNotRead) {
+			t.reading[uid] = struct{}{}
+			break
+		}
+	}
 	if len(errs) == 0 {
 		delete(t.unresolved, uid)
 		return ref, wanted, resolved, errs
@@ -100,6 +112,12 @@ func (t *podTable) resolve(pod *v1.Pod, logger klog.Logger) (ref cache.PodRef, w
 // hold says why a known pod is not fully resolved, or "": its mounts are
 // held meanwhile.
 func (t *podTable) hold(uid types.UID) string { return t.unresolved[uid] }
+
+// readsPending reports whether a known pod waits for a claim or volume
+// the object cache has not read yet: until none does, the pods are not
+// resolved as far as the API server allows (a pod that waits may want a
+// volume found on disk), as before the informers' first list.
+func (t *podTable) readsPending() bool { return len(t.reading) > 0 }
 
 func (t *podTable) isKnown(uid types.UID) bool {
 	_, ok := t.known[uid]

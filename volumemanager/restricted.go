@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -47,6 +48,14 @@ import (
 // node may not list claims, volumes or attachments, and nodevol reads them
 // one at a time.
 var errNoList = errors.New("the object cache reads claims, volumes and attachments one at a time, never a list")
+
+// errNotRead is wrapped (besides the cache's own error) by the error of a
+// claim, volume or attachment the object cache has no answer for yet: its
+// first GET has not answered, or failed. Not known is not missing (a
+// missing one is NotFound): a pod waiting for one is in the state of a pod
+// before the informers' first list, and the hold of what was found on disk
+// at start lasts while such a pod is known (podTable.reading).
+var errNotRead = errors.New("not read from the API server yet")
 
 // restrictedRefs are the claims of pod's volumes and the volumes those
 // the cache knows bound are bound to: what the pod holds besides
@@ -92,12 +101,16 @@ func (vm *VolumeManager) holdAttachment(name cache.UniqueVolumeName, va string) 
 	vm.objects.Hold(attachmentHolder(name), objectcache.Ref{Kind: objectcache.VolumeAttachment, Name: va})
 }
 
-// peek reads one object of the cache as type T.
+// peek reads one object of the cache as type T. An error other than
+// NotFound (not answered yet, the reads failing, not held) wraps
+// errNotRead.
 func peek[T any](c *objectcache.Cache, r objectcache.Ref) (T, error) {
 	var zero T
 	o, err := c.Peek(r)
-	if err != nil {
+	if apierrors.IsNotFound(err) {
 		return zero, err
+	} else if err != nil {
+		return zero, marked{err, errNotRead}
 	}
 	t, ok := o.(T)
 	if !ok {
