@@ -570,12 +570,13 @@ func (l *loop) due() time.Time { return l.queue.due(l.clock.Now()) }
 
 // idle reports whether the loop has nothing to do until something happens:
 // nothing in the inbox, nothing to plan, nothing running (MarkPodsSynced
-// not taken in only while pods wait for the API server's answers, which
-// come as objects changed). For tests.
+// not taken in only while pods wait for reads of the API server that
+// failed: their retries come as objects changed; a read in flight is not
+// idle). For tests.
 func (l *loop) idle() bool {
 	l.in.mu.Lock()
 	empty := len(l.in.dirtyPods) == 0 && len(l.in.attachments) == 0 && len(l.in.claims) == 0 && len(l.in.volumes) == 0 && len(l.in.drivers) == 0 &&
-		(l.in.podsSynced == l.podsSynced || l.pods.readsPending()) && l.in.informersSynced == l.informersSynced
+		(l.in.podsSynced == l.podsSynced || l.pods.readsPending() && !l.pods.readsInFlight()) && l.in.informersSynced == l.informersSynced
 	l.in.mu.Unlock()
 	if !empty || l.queue.len() > 0 {
 		return false
