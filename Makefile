@@ -118,7 +118,7 @@ bench-objects: deps testenv-bins
 	cd bench/kubelet && $(GO) test -run '^$$' -v -bench '^BenchmarkPodObjects$$' -benchtime 1x -timeout 90m . \
 		-args -objects.pods $(OBJECTS_PODS) -objects.idle $(IDLE)
 
-# The example node agent, node-restricted with its node's certificate
+# The example node agent (its default mode) with its node's certificate
 # against testenv's kube-apiserver, with OTHERS other PersistentVolumes and
 # bound claims in the cluster (a comma-separated list, one run each;
 # default 0,1000): its heap and VmRSS at rest and its API requests

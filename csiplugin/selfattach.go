@@ -61,6 +61,17 @@ func (p *plugin) Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string
 		return p.checkAttachment(ctx, spec, driver, va)
 	}
 	vas := p.client.StorageV1().VolumeAttachments()
+	if !apierrors.IsNotFound(err) {
+		// Not known to the lister (the object cache's first read of it not
+		// answered yet): one GET, so that a retry of an attach this node
+		// started creates nothing a second time.
+		va, err = vas.Get(ctx, want.Name, metav1.GetOptions{})
+		if err == nil {
+			return p.checkAttachment(ctx, spec, driver, va)
+		} else if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("reading VolumeAttachment %s for volume %s: %w", want.Name, volumeDesc(spec), err)
+		}
+	}
 	if err := p.steps.Take(step.Call, "create VolumeAttachment "+want.Name); err != nil {
 		return nil, fmt.Errorf("creating VolumeAttachment %s for volume %s: %w", want.Name, volumeDesc(spec), err)
 	}

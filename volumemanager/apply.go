@@ -28,8 +28,14 @@ func (l *loop) begin(a oe.Action, v planner.View) {
 		if a.Expand > 0 {
 			in.Expansion, _ = l.hooks.expansion(v.Spec.PVName, v.Actual.Size)
 		}
-	case oe.OpAttach, oe.OpSelfAttach:
+	case oe.OpAttach:
 		l.setAttachment(a.Volume, rec, csiplugin.AttachmentName(v.Spec.VolumeHandle, v.Spec.Driver, l.node))
+	case oe.OpSelfAttach:
+		// Waited for from now on, but held in the object cache only once
+		// the attach returns (applyAttach): a read racing the create could
+		// answer NotFound and keep that until its next poll, and a retry
+		// would then create it again.
+		rec.attachment = csiplugin.AttachmentName(v.Spec.VolumeHandle, v.Spec.Driver, l.node)
 	case oe.OpStage:
 		l.asw.SetDeviceSELinuxContext(v.Spec, a.SELinuxContext) // possibly staged with it from now on
 	case oe.OpSelfDetach:
@@ -140,6 +146,8 @@ func (l *loop) applyAttach(o oe.Outcome, rec *volumeRecord) {
 			if o.PublishContext != nil {
 				l.attachedEvents(o)
 			}
+		} else if l.hooks.holdAttachment != nil && rec.attachment != "" {
+			l.hooks.holdAttachment(o.Action.Volume, rec.attachment) // see begin
 		}
 	case oe.OpSelfDetach:
 		if o.Err == nil {
@@ -292,8 +300,8 @@ func (l *loop) attachedEvents(o oe.Outcome) {
 }
 
 // setAttachment records the VolumeAttachment a volume waits for ("":
-// none) and, in node-restricted mode, makes the volume hold it in the
-// object cache for as long as it waits.
+// none) and, unless Config.ClusterInformers, makes the volume hold it in
+// the object cache for as long as it waits.
 func (l *loop) setAttachment(name cache.UniqueVolumeName, rec *volumeRecord, va string) {
 	if rec.attachment == va {
 		return

@@ -140,19 +140,29 @@ type Config struct {
 	// of another boot means the node rebooted and nothing is mounted any
 	// more. Tests replace the file to simulate a reboot.
 	BootIDPath string
-	// NodeRestricted, when true, reads PersistentVolumeClaims,
-	// PersistentVolumes and VolumeAttachments one at a time with GET,
-	// through the node's object cache, instead of listing and watching
-	// every one in the cluster: what a node may do under the Node
-	// authorizer, which forbids a node to list or watch them (a kubelet's
-	// own credentials, CN=system:node:NAME in group system:nodes). A pod
-	// holds its claims and their volumes: each is read when first held and
-	// again every ResyncPeriod while held, and dropped with its last pod;
-	// a VolumeAttachment is read while its volume waits for the attach,
-	// every second at first. CSIDrivers still come through an informer.
-	// Without it, a forbidden list is reported in the wait errors with a
-	// pointer to this field. Default false: informers, which cost no
-	// request per volume.
+	// ClusterInformers, when true, reads PersistentVolumeClaims,
+	// PersistentVolumes and VolumeAttachments through informers that list
+	// and watch every one in the cluster, as nodevol did by default before
+	// it had the object cache. It costs no request per volume, but every
+	// node then keeps a copy of every claim, volume and attachment of the
+	// cluster (memory and the first list grow with the cluster, not with
+	// the node's pods), and the client needs list and watch on them: a
+	// node's own credentials (the Node authorizer) may not, and the wait
+	// errors then say that this field is set. For small clusters and
+	// tests. Default false: the node's object cache reads them one at a
+	// time with GET, as the kubelet does, which a node's own credentials
+	// may (get on the three is all the client needs): a pod holds its
+	// claims and the volumes they are bound to, each read when first held
+	// and again every ResyncPeriod while held, and dropped with its last
+	// pod; a VolumeAttachment is read while its volume waits for the
+	// attach, every second at first. Either way CSIDrivers come through an
+	// informer.
+	ClusterInformers bool
+	// NodeRestricted asked for what is now the default: claims, volumes
+	// and attachments read one at a time through the object cache. Kept
+	// so that existing callers compile.
+	//
+	// Deprecated: has no effect; ClusterInformers asks for informers.
 	NodeRestricted bool
 	// SELinuxEnabled reports whether the host has SELinux enabled; asked
 	// once, by New. Pods' volumes are mounted with an SELinux context only
@@ -193,6 +203,15 @@ type Config struct {
 	// ReportVolumesInUse. The two are exclusive: New refuses both. Default
 	// false: MarkVolumesAsReportedInUse has no effect.
 	VolumesInUseReportedByCaller bool
+	// EnvReadByCaller, when true, says that the caller resolves its
+	// containers' env, envFrom and imagePullSecrets itself (a kubelet
+	// fork's configMap and secret managers): AddPod then holds no object
+	// for them, and Objects answers only what the pods' volumes read.
+	// Default false: each pod added holds, in the node's object cache, the
+	// configMaps and secrets its containers read, watched while it runs
+	// (one watch per object, shared with the volumes that read it), and
+	// Objects reads them.
+	EnvReadByCaller bool
 	// VolumeStatsCollectedByCaller, when true, leaves the
 	// kubelet_volume_stats_* gauges out of Registerer: the caller exports
 	// them itself (a kubelet fork's own collector, which reads each

@@ -64,8 +64,9 @@ type crashNode struct {
 	// violations are the unstages sent while a publish existed.
 	violations []string
 	boots      int
-	// selfAttach runs the managers with Config.SelfAttach.
-	selfAttach bool
+	// selfAttach runs the managers with Config.SelfAttach, informers
+	// with Config.ClusterInformers.
+	selfAttach, informers bool
 	// nodeObj, if set, is Config.Node's answer.
 	nodeObj *v1.Node
 	// binds are the fake mounter's binds of opened files, volatile what a
@@ -145,7 +146,7 @@ func (n *crashNode) start(h *steptest.Crasher) (*VolumeManager, func()) {
 	mapper := &blockdev.Mapper{Mounter: m, Loop: n.loops, Root: r.WithSteps(h.Take), Steps: h.Take,
 		IsBlockDevice: func(string) (bool, error) { return true, nil }}
 	cfg := Config{NodeName: node, KubeClient: n.client, RootDir: n.root, Mounter: mounter,
-		BlockMapper: mapper, BootIDPath: n.boot, Steps: h.Take, SelfAttach: n.selfAttach}
+		BlockMapper: mapper, BootIDPath: n.boot, Steps: h.Take, SelfAttach: n.selfAttach, ClusterInformers: n.informers}
 	if obj := n.nodeObj; obj != nil {
 		cfg.Node = func() (*v1.Node, error) { return obj, nil }
 	}
@@ -311,8 +312,11 @@ type crashScenario struct {
 	act     func(vm *VolumeManager, n *crashNode)
 	settled func(n *crashNode) bool
 	// selfAttach: the node attaches its volumes itself, with a fake
-	// external-attacher beside it.
-	selfAttach bool
+	// external-attacher beside it; informers: with
+	// Config.ClusterInformers (an attachment a crash left is found by the
+	// informer, not by the one-time list; a claim's resize is seen at
+	// once, not at its next read).
+	selfAttach, informers bool
 	// prepare, if set, readies the node before its first manager starts
 	// (the API server's reactors, what the readers expect).
 	prepare func(n *crashNode)
@@ -368,7 +372,7 @@ func (sc crashScenario) newNode(t *testing.T) *crashNode {
 		csitest.NewFakeAttacher(t, client, csitest.AttacherOptions{Driver: drv.DriverName()})
 	}
 	n := newCrashNode(t, drv, client)
-	n.selfAttach, n.nodeObj = sc.selfAttach, sc.node
+	n.selfAttach, n.informers, n.nodeObj = sc.selfAttach, sc.informers, sc.node
 	if sc.prepare != nil {
 		sc.prepare(n)
 	}
@@ -530,9 +534,11 @@ func crashScenarios() []crashScenario {
 		{name: "block-unmap-unstage", opts: opts, objects: blockClaim, before: []*v1.Pod{ra}, other: []*v1.Pod{ra}, act: del(ra)},
 		{name: "self-attach", opts: opts, objects: claim("vol", true), selfAttach: true, after: []*v1.Pod{a}, act: add(a)},
 		{name: "self-detach", opts: opts, objects: claim("vol", true), selfAttach: true, before: []*v1.Pod{a}, other: []*v1.Pod{a}, act: del(a)},
-		{name: "expand", opts: csitest.Options{CreateTargetDirs: true, Expand: true}, objects: claim("vol", false, csitest.PVCapacity("1Gi")),
+		{name: "self-attach-informers", opts: opts, objects: claim("vol", true), selfAttach: true, informers: true, after: []*v1.Pod{a}, act: add(a)},
+		{name: "self-detach-informers", opts: opts, objects: claim("vol", true), selfAttach: true, informers: true, before: []*v1.Pod{a}, other: []*v1.Pod{a}, act: del(a)},
+		{name: "expand", opts: csitest.Options{CreateTargetDirs: true, Expand: true}, objects: claim("vol", false, csitest.PVCapacity("1Gi")), informers: true,
 			before: []*v1.Pod{a}, after: []*v1.Pod{a}, other: []*v1.Pod{a}, act: resize("vol", "2Gi", false), settled: resized("vol", "2Gi")},
-		{name: "expand-resize-status", opts: csitest.Options{CreateTargetDirs: true, Expand: true}, objects: claim("vol", false, csitest.PVCapacity("1Gi")),
+		{name: "expand-resize-status", opts: csitest.Options{CreateTargetDirs: true, Expand: true}, objects: claim("vol", false, csitest.PVCapacity("1Gi")), informers: true,
 			before: []*v1.Pod{a}, after: []*v1.Pod{a}, other: []*v1.Pod{a}, act: resize("vol", "2Gi", true), settled: resized("vol", "2Gi")},
 	}, append(append(kindScenarios(claim("vol", false), add, del), objectScenarios(add, del)...), projectedScenarios(add, del)...)...)
 }

@@ -21,6 +21,18 @@
 // checks the node is clean, and its *UnstageWaitError names each volume
 // left and why (its unstage's last error, the call still running).
 //
+// The API objects the pods read come through one node-scoped object cache
+// (internal/objectcache), one entry per object held by the pods that use
+// it and dropped with the last: their claims and the volumes those are
+// bound to, the VolumeAttachments their volumes wait for, the configMaps,
+// secrets and ClusterTrustBundles of their volumes, and the configMaps and
+// secrets their containers' env reads. A node's memory and API load then
+// follow its own pods, not the cluster, and a node's own credentials (the
+// Node authorizer) suffice. Config.ClusterInformers asks for informers on
+// every claim, volume and attachment of the cluster instead. Objects reads
+// the pods' configMaps and secrets, for an agent that resolves its
+// containers' environment.
+//
 // One goroutine, the reconcile loop, owns the actual state: it takes the
 // changes posted by AddPod, the informers and driver registration, plans
 // each changed volume with a pure function (internal/planner; the scenario scripts
@@ -29,5 +41,6 @@
 // once with their next retry time and, with Config.EventRecorder, recorded
 // as events on the pod. After a restart, Run first reads what an earlier
 // run (or the kubelet) left on disk; nothing found there is torn down
-// before MarkPodsSynced.
+// before MarkPodsSynced, nor while a pod waits for the API server to answer
+// for its claims and volumes.
 package volumemanager

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -357,4 +359,75 @@ func TestREADMETestKit(t *testing.T) {
 	if !strings.Contains(err.Error(), "ns/nope") {
 		t.Errorf("the error does not name the claim: %v", err)
 	}
+}
+
+// An agent that runs containers resolves their environment from the same
+// cache that keeps the pods' configMap and secret volumes current: each
+// configMap and secret a pod's containers read (env valueFrom, envFrom,
+// imagePullSecrets) is held from AddPod to DeletePod, watched meanwhile,
+// and read through Objects, with no cache of the agent's own.
+func ExampleVolumeManager_Objects() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	root, err := os.MkdirTemp("", "nodevol-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(root)
+	client := fake.NewClientset(
+		&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "settings"}, Data: map[string]string{"LOG_LEVEL": "debug"}},
+		&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db"}, Data: map[string][]byte{"password": []byte("s3cret")}})
+	pod := csitest.Pod("ns", "web", func(p *v1.Pod) {
+		p.Spec.Containers[0].EnvFrom = []v1.EnvFromSource{{ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "settings"}}}}
+		p.Spec.Containers[0].Env = []v1.EnvVar{{Name: "DB_PASSWORD", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{
+			LocalObjectReference: v1.LocalObjectReference{Name: "db"}, Key: "password"}}}}
+	})
+	vm, err := volumemanager.New(volumemanager.Config{NodeName: csitest.DefaultNodeID, KubeClient: client, RootDir: root, Mounter: mount.NewFakeMounter(nil)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- vm.Run(runCtx) }()
+
+	if err := vm.AddPod(pod); err != nil {
+		log.Fatal(err)
+	}
+	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
+		log.Fatal(err)
+	}
+	// Before the container starts: its environment, as the kubelet makes it.
+	objs := vm.Objects()
+	c := pod.Spec.Containers[0]
+	env := map[string]string{}
+	for _, from := range c.EnvFrom {
+		cm, err := objs.ConfigMap(ctx, pod.Namespace, from.ConfigMapRef.Name)
+		if err != nil {
+			log.Fatal(err) // a missing configMap: the container waits, as with the kubelet
+		}
+		maps.Copy(env, cm.Data)
+	}
+	for _, e := range c.Env {
+		ref := e.ValueFrom.SecretKeyRef
+		s, err := objs.Secret(ctx, pod.Namespace, ref.Name)
+		if err != nil {
+			log.Fatal(err)
+		}
+		env[e.Name] = string(s.Data[ref.Key])
+	}
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		fmt.Printf("%s=%s\n", k, env[k])
+	}
+
+	vm.DeletePod(pod) // its containers have stopped: its objects are let go
+	if err := vm.WaitForUnmount(ctx, pod); err != nil {
+		log.Fatal(err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// DB_PASSWORD=s3cret
+	// LOG_LEVEL=debug
 }

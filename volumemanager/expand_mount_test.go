@@ -58,7 +58,7 @@ func newExpandEnv(t *testing.T, block bool, faults ...csitest.Fault) *expandEnv 
 	pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.PersistentVolumeClaimNodeResizePending}
 	e := &expandEnv{t: t, drv: drv, pv: pv.Name, client: fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv), events: newObjectRecorder(100)}
 	vm, err := New(Config{NodeName: node, KubeClient: e.client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil),
-		BlockMapper: &recordingBlockMapper{}, EventRecorder: e.events})
+		BlockMapper: &recordingBlockMapper{}, EventRecorder: e.events, ClusterInformers: true}) // the claims' changes at once
 	if err != nil {
 		t.Fatal(err)
 	}

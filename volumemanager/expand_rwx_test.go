@@ -102,7 +102,8 @@ func newRWXEnv(t *testing.T, access v1.PersistentVolumeAccessMode, annotated, dr
 	}
 	e := &expandEnv{t: t, drv: drv, pv: pv.Name, client: fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv), events: record.NewFakeRecorder(100)}
 	log := &podEventLog{FakeRecorder: e.events, byPod: map[string]map[string]int{}}
-	vm, err := New(Config{NodeName: node, KubeClient: e.client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), EventRecorder: log})
+	vm, err := New(Config{NodeName: node, KubeClient: e.client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), EventRecorder: log,
+		ClusterInformers: true}) // the claims' changes at once
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,9 +87,22 @@ func TestPendingExpansion(t *testing.T) {
 // TestOnlineExpansion: the controller grows a mounted volume's PV and marks
 // its claim FileSystemResizePending; nodevol calls NodeExpandVolume with the
 // pod's volume path, the staging path and the new size, then records the
-// new capacity on the claim and clears the condition.
+// new capacity on the claim and clears the condition; with informers
+// (Config.ClusterInformers) at once, with the object cache (the default)
+// at the claim's and volume's next read (a short ResyncPeriod here).
 func TestOnlineExpansion(t *testing.T) {
-	e := newEnv(t, envOptions{driver: csitest.Options{Expand: true}})
+	for name, o := range map[string]envOptions{
+		"informers":    {clusterInformers: true},
+		"object cache": {resyncPeriod: 50 * time.Millisecond},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o.driver = csitest.Options{Expand: true}
+			onlineExpansion(t, newEnv(t, o))
+		})
+	}
+}
+
+func onlineExpansion(t *testing.T, e *env) {
 	pvName := e.claim("a", csitest.PVCapacity("1Gi"))
 	ctx := context.Background()
 	pvc, err := e.client.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "a", metav1.GetOptions{})
@@ -177,7 +190,7 @@ func TestOnlineExpansionEvents(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, envOptions{driver: csitest.Options{Expand: true}, events: newObjectRecorder(100)})
+			e := newEnv(t, envOptions{driver: csitest.Options{Expand: true}, events: newObjectRecorder(100), clusterInformers: true})
 			pvName := e.claim("a", csitest.PVCapacity("1Gi"))
 			ctx := context.Background()
 			pvc, err := e.client.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "a", metav1.GetOptions{})

@@ -100,11 +100,27 @@ func (in *inbox) post(fn func()) {
 	in.wake()
 }
 
-func (in *inbox) addPod(pod *keptPod) {
+// addPod posts pod. hold, if set, runs under the inbox's lock with it:
+// what it holds for the pod is then never let go by a release for an
+// earlier delete of the pod (ifGone).
+func (in *inbox) addPod(pod *keptPod, hold func()) {
 	in.post(func() {
 		in.pods[pod.uid] = pod
 		in.dirtyPods[pod.uid] = struct{}{}
+		if hold != nil {
+			hold()
+		}
 	})
+}
+
+// ifGone runs fn under the inbox's lock if pod uid is not added (deleted,
+// or never added).
+func (in *inbox) ifGone(uid types.UID, fn func()) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if _, ok := in.pods[uid]; !ok {
+		fn()
+	}
 }
 
 func (in *inbox) deletePod(uid types.UID) {
@@ -153,7 +169,8 @@ func (in *inbox) credentialsChanged(uid types.UID) {
 }
 
 // objectChanged is the object cache's OnChange. A claim or an attachment
-// (node-restricted mode) is posted as its informer's event would be; a
+// (read through the cache unless Config.ClusterInformers) is posted as its
+// informer's event would be; a
 // volume and the objects of configMap, secret and projected volumes go
 // to their holders.
 func (in *inbox) objectChanged(r objectcache.Ref) {

@@ -47,7 +47,7 @@ func (vm *VolumeManager) watch(core coreinformers.Interface, storage storageinfo
 		fn   func(any)
 	}
 	hs := []watched{{"CSIDrivers", storage.CSIDrivers().Informer(), onDriver}}
-	if !vm.cfg.NodeRestricted { // read one by one through the object cache instead (restricted.go)
+	if vm.cfg.ClusterInformers { // else read one by one through the object cache (restricted.go)
 		hs = append(hs,
 			watched{"PersistentVolumeClaims", core.PersistentVolumeClaims().Informer(), onClaim},
 			watched{"PersistentVolumes", core.PersistentVolumes().Informer(), onClaim},
@@ -79,8 +79,8 @@ func (vm *VolumeManager) watch(core coreinformers.Interface, storage storageinfo
 // Node authorizer): the error then says which mode works there.
 func listError(what string, err error) error {
 	if apierrors.IsForbidden(err) && what != "CSIDrivers" {
-		return fmt.Errorf("%w (with a node's own credentials, under the Node authorizer, set Config.NodeRestricted: "+
-			"claims, volumes and attachments are then read one at a time)", err)
+		return fmt.Errorf("%w (Config.ClusterInformers lists and watches every claim, volume and attachment; with a node's own credentials, "+
+			"under the Node authorizer, leave it false: they are then read one at a time)", err)
 	}
 	return err
 }

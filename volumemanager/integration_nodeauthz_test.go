@@ -53,8 +53,8 @@ func listed[T any](_ T, err error) error { return err }
 
 // TestIntegrationNodeAuthorizerReads pins down what the Node authorizer
 // (with NodeRestriction) of the API server testenv runs lets a node read,
-// verb by verb, for every kind nodevol reads in node-restricted mode: the
-// object cache and the node-restricted fetcher choose a watch or a GET by
+// verb by verb, for every kind nodevol reads with a node's credentials: the
+// object cache chooses a watch or a GET by
 // it (see the objectcache package). The node reads with its own client
 // certificate; the objects are referenced by a pod bound to the node,
 // besides the ones that are not.

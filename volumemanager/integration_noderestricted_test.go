@@ -112,7 +112,7 @@ func nrCreateClaim(t *testing.T, admin kubernetes.Interface, ns, name, driver st
 // TestIntegrationNodeRestricted runs the volume manager with a node's own
 // credentials (a client certificate for system:node:node-1 in
 // system:nodes) against a real kube-apiserver with the Node authorizer and
-// the NodeRestriction admission plugin, in node-restricted mode: a driver
+// the NodeRestriction admission plugin, in the default mode: a driver
 // registers (Node annotation, CSINode), pods mount and unmount, the
 // volumes in use reach the Node's status, and a pod of another node
 // cannot make nodevol read its claims. It reports the API requests per
@@ -166,7 +166,7 @@ func TestIntegrationNodeRestricted(t *testing.T) {
 	root := csitest.SocketDir(t) // the registrar's socket goes in root/plugins_registry
 	vm, err := New(Config{
 		NodeName: node, KubeClient: nodeClient, RootDir: root, Mounter: mount.NewFakeMounter(nil),
-		NodeRestricted: true, PluginRegistration: true, ReportVolumesInUse: true,
+		PluginRegistration: true, ReportVolumesInUse: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -312,10 +312,10 @@ func nrMountPods(t *testing.T, admin kubernetes.Interface, vm *VolumeManager, co
 	return list, reqs
 }
 
-// TestIntegrationInformerModeRequests: with informers (the default mode,
-// cluster-wide credentials), mounting costs no request for claims and
-// volumes; the count is logged for docs/PERFORMANCE.md beside the
-// node-restricted one.
+// TestIntegrationInformerModeRequests: with Config.ClusterInformers
+// (cluster-wide credentials), mounting costs no request for claims and
+// volumes; the count is logged for docs/PERFORMANCE.md beside the default
+// mode's (the node's own credentials, TestIntegrationNodeRestricted).
 func TestIntegrationInformerModeRequests(t *testing.T) {
 	env := testenv.StartT(t, testenv.Options{})
 	ctx := t.Context()
@@ -337,7 +337,7 @@ func TestIntegrationInformerModeRequests(t *testing.T) {
 	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil)})
+	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), ClusterInformers: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -165,7 +165,7 @@ type objectsEnv struct {
 const objectsNS = "apps"
 
 // startObjectsEnv starts the API server, creates the namespace and this
-// node's Node (as a kubelet does) and runs a node-restricted volume
+// node's Node (as a kubelet does) and runs a volume
 // manager until the test ends.
 func startObjectsEnv(t *testing.T) *objectsEnv {
 	t.Helper()
@@ -195,7 +195,7 @@ func startObjectsEnvWith(t *testing.T, configure func(*Config)) *objectsEnv {
 	if _, err := nodeClient.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{NodeName: node, KubeClient: nodeClient, RootDir: e.root, Mounter: e.mounter, NodeRestricted: true}
+	cfg := Config{NodeName: node, KubeClient: nodeClient, RootDir: e.root, Mounter: e.mounter}
 	if configure != nil {
 		configure(&cfg)
 	}

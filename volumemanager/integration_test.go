@@ -322,7 +322,7 @@ func TestIntegrationAttachRequired(t *testing.T) {
 }
 
 // TestIntegrationAPIServerDown: kube-apiserver stops while a pod is
-// mounted. Pods are added while it is down: one whose claim the informers
+// mounted (Config.ClusterInformers). Pods are added while it is down: one whose claim the informers
 // already hold, one whose claim is created only once the server is back.
 // Nothing mounted is torn down meanwhile (no NodeUnpublishVolume or
 // NodeUnstageVolume); once the server is back the informers recover and
@@ -334,7 +334,7 @@ func TestIntegrationAPIServerDown(t *testing.T) {
 	e.claim("known")
 	// Resyncs during the outage; p3's claim is created only after it,
 	// later than the default ClaimPendingGracePeriod.
-	vm := e.startVM(Config{ResyncPeriod: 500 * time.Millisecond, ClaimPendingGracePeriod: time.Hour})
+	vm := e.startVM(Config{ResyncPeriod: 500 * time.Millisecond, ClaimPendingGracePeriod: time.Hour, ClusterInformers: true})
 	p1 := e.pod("p1", csitest.WithPVC("data", "before", false))
 	if err := mountPod(ctx, vm, p1, 30*time.Second); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -75,9 +74,10 @@ type loopConfig struct {
 	// reads.
 	volumes *volume.Registry
 	// ownAttachments lists the VolumeAttachments, to find at start the
-	// node's own whose volumes left nothing on disk (adoptAttachments);
-	// nil: none are looked for.
-	ownAttachments storagelisters.VolumeAttachmentLister
+	// node's own whose volumes left nothing on disk (adoptAttachments):
+	// the informer's lister, or a one-time list (attachmentsOnce); nil:
+	// none are looked for.
+	ownAttachments attachmentLister
 	// selfAttach: the node creates and deletes VolumeAttachments itself
 	// (Config.SelfAttach).
 	selfAttach bool
@@ -113,7 +113,7 @@ type loopHooks struct {
 	holders func(objectcache.Ref) []string
 	podGone func(uid types.UID)
 	// holdAttachment makes a volume hold the VolumeAttachment it waits
-	// for in the object cache ("": none), in node-restricted mode.
+	// for in the object cache ("": none); nil with Config.ClusterInformers.
 	holdAttachment func(name cache.UniqueVolumeName, va string)
 	// attempt is told of each stage and publish the loop starts (the
 	// volume health probes ask about those volumes even when they fail).
@@ -237,11 +237,15 @@ func (l *loop) process(ctx context.Context) {
 	}
 	l.objectsChanged(b.objects)
 	l.podCredentialsChanged(b.credentials)
-	if b.podsSynced && l.informersSynced && !l.podsSynced {
+	if b.podsSynced && l.informersSynced && !l.podsSynced && !l.pods.readsPending() {
 		// Every pod added before MarkPodsSynced is in this batch or an
-		// earlier one, and has been resolved above (or failed to be, and
-		// holds its own mounts): the hold of what was found on disk
-		// lifts only now.
+		// earlier one, and has been resolved above (or failed to be with
+		// what the API server answered, and holds its own mounts): the
+		// hold of what was found on disk lifts only now. A pod waiting for
+		// a claim or volume the object cache has not read (its GET not
+		// answered, or failing) may want any of those volumes, as a pod
+		// may before the informers' first list: the hold lasts until its
+		// reads answer (a batch then resolves it again) or it is deleted.
 		l.podsSynced = true
 		for name, rec := range l.vols {
 			if rec.foundDevice || len(rec.foundMounts) > 0 {
@@ -576,11 +580,14 @@ func capabilitiesOf(plugins *volume.Registry, spec *cache.VolumeSpec) (volume.Ca
 func (l *loop) due() time.Time { return l.queue.due(l.clock.Now()) }
 
 // idle reports whether the loop has nothing to do until something happens:
-// nothing in the inbox, nothing to plan, nothing running. For tests.
+// nothing in the inbox, nothing to plan, nothing running (MarkPodsSynced
+// not taken in only while pods wait for reads of the API server that
+// failed: their retries come as objects changed; a read in flight is not
+// idle). For tests.
 func (l *loop) idle() bool {
 	l.in.mu.Lock()
 	empty := len(l.in.dirtyPods) == 0 && len(l.in.attachments) == 0 && len(l.in.claims) == 0 && len(l.in.volumes) == 0 && len(l.in.drivers) == 0 && len(l.in.plugins) == 0 &&
-		l.in.podsSynced == l.podsSynced && l.in.informersSynced == l.informersSynced
+		(l.in.podsSynced == l.podsSynced || l.pods.readsPending() && !l.pods.readsInFlight()) && l.in.informersSynced == l.informersSynced
 	l.in.mu.Unlock()
 	if !empty || l.queue.len() > 0 {
 		return false

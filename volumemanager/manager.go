@@ -74,9 +74,9 @@ type VolumeManager struct {
 	// Config.VolumesInUseReportedByCaller.
 	inUse *inUseReporter
 	// objects is the node's one cache of the API objects its pods'
-	// volumes read (configMaps, secrets, trust bundles; claims, volumes
-	// and attachments in node-restricted mode), held by pod (and an
-	// attachment by the volume waiting for it);
+	// volumes and containers read (configMaps, secrets, trust bundles;
+	// claims, volumes and attachments unless Config.ClusterInformers),
+	// held by pod (and an attachment by the volume waiting for it);
 	// tokens the service account tokens of the CSI and projected plugins.
 	objects *objectcache.Cache
 	tokens  *tokens.Cache
@@ -98,6 +98,9 @@ type VolumeManager struct {
 	// health runs the volume and storage health probes; nil unless
 	// Config.VolumeHealth.
 	health *healthProber
+	// attachmentsOnce lists the VolumeAttachments once at start, for a
+	// self-attaching node without informers of them; nil otherwise.
+	attachmentsOnce *attachmentsOnce
 	// runCtx holds Run's context, for scrapes (context.Background before Run).
 	runCtx atomic.Pointer[context.Context]
 	// ops are Run's contexts for the operations the loop starts; set by
@@ -139,7 +142,7 @@ func New(cfg Config) (*VolumeManager, error) {
 		vm.factory = informers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0, informers.WithTransform(trimInformerObject))
 	}
 	vm.objects = objectcache.New(objectcache.Config{Client: cfg.KubeClient, Clock: cfg.Clock, OnChange: vm.in.objectChanged,
-		TTL:       cfg.ResyncPeriod, // the refresh of what may only be GET (node-restricted mode)
+		TTL:       cfg.ResyncPeriod, // the refresh of what may only be GET (claims, volumes, attachments)
 		Transform: trimCachedObject})
 	vm.tokens = tokens.New(cfg.KubeClient, cfg.Clock)
 	if vm.certs, err = podcert.New(podcert.Config{Client: cfg.KubeClient, Clock: cfg.Clock, NodeName: cfg.NodeName,
@@ -196,26 +199,28 @@ func checkConfig(cfg Config) error {
 		return errors.New("volumemanager: Config.KubeClient is required")
 	case cfg.ReportVolumesInUse && cfg.VolumesInUseReportedByCaller:
 		return errors.New("volumemanager: Config.ReportVolumesInUse and Config.VolumesInUseReportedByCaller are exclusive: the Node's status.volumesInUse has one writer")
+	case cfg.ClusterInformers && cfg.NodeRestricted:
+		return errors.New("volumemanager: Config.ClusterInformers and the deprecated Config.NodeRestricted are exclusive: informers list every claim, volume and attachment, node-restricted reads them one at a time")
 	case cfg.VolumeHealth != nil && cfg.VolumeHealth.Updater == nil && cfg.VolumeHealth.NoStorageHealth:
 		return errors.New("volumemanager: Config.VolumeHealth probes nothing: it needs an Updater, or NoStorageHealth false")
 	}
 	return nil
 }
 
-// newResolver sets up how pods are resolved: through the informers' listers,
-// or (Config.NodeRestricted) through the object cache's GETs. It returns what
-// VolumeAttachments are read through.
+// newResolver sets up how pods are resolved: through the object cache's
+// GETs, or (Config.ClusterInformers) through the informers' listers. It
+// returns what VolumeAttachments are read through.
 func (vm *VolumeManager) newResolver() storagelisters.VolumeAttachmentLister {
 	cfg := vm.cfg
 	core, storage := vm.factory.Core().V1(), vm.factory.Storage().V1()
 	vm.csiDrivers = storage.CSIDrivers().Lister()
 	var attachments storagelisters.VolumeAttachmentLister
-	if cfg.NodeRestricted {
-		vm.resolver = &resolver{pvcs: cachedPVCs{vm.objects}, pvs: cachedPVs{vm.objects}}
-		attachments = cachedVAs{vm.objects}
-	} else {
+	if cfg.ClusterInformers {
 		vm.resolver = &resolver{pvcs: core.PersistentVolumeClaims().Lister(), pvs: core.PersistentVolumes().Lister()}
 		attachments = storage.VolumeAttachments().Lister()
+	} else {
+		vm.resolver = &resolver{pvcs: cachedPVCs{vm.objects}, pvs: cachedPVs{vm.objects}}
+		attachments = cachedVAs{vm.objects}
 	}
 	vm.resolver.csiDrivers, vm.resolver.seLinuxEnabled = vm.csiDrivers, cfg.SELinuxEnabled()
 	return attachments
@@ -352,11 +357,16 @@ func (vm *VolumeManager) newLoop(m *metrics) {
 	if vm.expander != nil {
 		lc.hooks.expansion = vm.resolver.pendingExpansion
 	}
-	if cfg.NodeRestricted {
+	if !cfg.ClusterInformers {
 		lc.hooks.holdAttachment = vm.holdAttachment
 	}
-	if cfg.SelfAttach && !cfg.NodeRestricted {
-		lc.ownAttachments = vm.factory.Storage().V1().VolumeAttachments().Lister()
+	switch {
+	case cfg.SelfAttach && cfg.ClusterInformers:
+		lc.ownAttachments = informerAttachments{vm.factory.Storage().V1().VolumeAttachments().Lister(), vm.resolver.pvs}
+	case cfg.SelfAttach:
+		vm.attachmentsOnce = newAttachmentsOnce(cfg.KubeClient, cfg.NodeName, cfg.Clock, vm.listErrs)
+		vm.syncs = append(vm.syncs, vm.attachmentsOnce)
+		lc.ownAttachments = vm.attachmentsOnce
 	}
 	if vm.inUse != nil {
 		lc.hooks.attachHeld, lc.hooks.forgotten = vm.inUse.hold, vm.inUse.changed
@@ -406,15 +416,21 @@ func (vm *VolumeManager) Drivers() *csi.Registry { return vm.cfg.Drivers }
 // yet. After it, a volume found on disk is torn down only once every pod
 // added before the call has been resolved into the desired state and none
 // wants it; a pod that cannot be resolved (PVC missing, API error) keeps
-// its volumes mounted until it is deleted or resolves. Called before Run
+// its volumes mounted until it is deleted or resolves. A pod whose claim
+// or volume the API server has not answered for yet (its GET failing or
+// in flight; with Config.ClusterInformers, their first list) keeps every
+// volume found on disk, since it may want any of them, until it resolves
+// or is deleted. Called before Run
 // has read the disk, it takes effect when it has. A node agent calls it
 // once its pod source has delivered its initial list (for an informer:
 // when the event handler's registration HasSynced).
 func (vm *VolumeManager) MarkPodsSynced() { vm.in.markPodsSynced() }
 
 // AddPod tells the manager that pod runs on this node and needs its volumes.
-// It returns at once; the pod is processed by the loop. The manager keeps
-// its own copy of what it reads from the pod (keepPod), not the pod. A pod
+// It returns at once; the pod is processed by the loop. Before it returns,
+// the pod holds the configMaps and secrets its containers read (Objects,
+// unless Config.EnvReadByCaller). The manager keeps its own copy of what it
+// reads from the pod (keepPod), not the pod. A pod
 // whose spec.nodeName names another node than Config.NodeName is refused
 // with an error naming the pod and both nodes, and nothing is done for it;
 // a pod with no nodeName is accepted (unit tests, static pods of a kubelet
@@ -426,7 +442,7 @@ func (vm *VolumeManager) AddPod(pod *v1.Pod) error {
 	if err := vm.checkNode(pod); err != nil {
 		return err
 	}
-	vm.in.addPod(keepPod(pod, vm.volumes))
+	vm.in.addPod(keepPod(pod, vm.volumes), func() { vm.holdContainerObjects(pod) })
 	return nil
 }
 
@@ -468,21 +484,23 @@ func (vm *VolumeManager) GetMountedVolumesForPod(uid types.UID) []vcache.Mounted
 }
 
 // podGone drops what the node kept for a pod that is gone: its objects'
-// holds, its service account tokens and its pod certificates.
+// holds (its containers' unless it was added again meanwhile), its
+// service account tokens and its pod certificates.
 func (vm *VolumeManager) podGone(uid types.UID) {
 	vm.objects.Release(objectHolder(uid))
+	vm.in.ifGone(uid, func() { vm.objects.Release(containersHolder(uid)) })
 	vm.tokens.Forget(uid)
 	vm.certs.Forget(uid)
 }
 
 // holdObjects makes pod uid hold in the object cache what its volumes
-// read (podObjects), and in node-restricted mode its claims and the
-// volumes they are known bound to (restrictedRefs): called at each
-// resolution of the pod, before it, so that a claim found bound adds its
-// volume.
+// and containers read (podObjects), and unless Config.ClusterInformers its
+// claims and the volumes they are known bound to (restrictedRefs): called
+// at each resolution of the pod, before it, so that a claim found bound
+// adds its volume.
 func (vm *VolumeManager) holdObjects(uid types.UID, pod *v1.Pod) {
 	refs := append(podObjects(pod), vm.resolver.pvObjects(pod)...)
-	if !vm.cfg.NodeRestricted {
+	if vm.cfg.ClusterInformers {
 		vm.objects.Hold(objectHolder(uid), refs...) // none: Release
 		return
 	}

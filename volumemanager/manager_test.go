@@ -52,16 +52,17 @@ type envOptions struct {
 	driver      csitest.Options
 	noRegister  bool
 	callTimeout time.Duration
-	// nodeRestricted sets Config.NodeRestricted; client, if set, replaces
-	// the fake clientset made from objects (reactors added first).
-	nodeRestricted bool
-	client         *fake.Clientset
+	// clusterInformers sets Config.ClusterInformers; client, if set,
+	// replaces the fake clientset made from objects (reactors added first).
+	clusterInformers bool
+	client           *fake.Clientset
 	// attachRequired is the driver's CSIDriver attachRequired;
 	// noCSIDriver leaves the driver without a CSIDriver object.
 	attachRequired, noCSIDriver bool
 	resyncPeriod                time.Duration
-	// selfAttach sets Config.SelfAttach.
-	selfAttach bool
+	// selfAttach sets Config.SelfAttach; envReadByCaller
+	// Config.EnvReadByCaller.
+	selfAttach, envReadByCaller bool
 	// clock and claimGrace set Config.Clock and
 	// Config.ClaimPendingGracePeriod; logger, if set, is Run's logger.
 	clock      clock.WithTicker
@@ -113,20 +114,21 @@ func newEnv(t *testing.T, o envOptions) *env {
 		o.volumePluginDir = t.TempDir()
 	}
 	vm, err := New(Config{
-		NodeName:        node,
-		KubeClient:      e.client,
-		RootDir:         e.root,
-		Mounter:         o.mounter,
-		VolumePluginDir: o.volumePluginDir,
-		EventRecorder:   e.events,
-		CSICallTimeout:  o.callTimeout,
-		NodeRestricted:  o.nodeRestricted,
-		ResyncPeriod:    o.resyncPeriod,
-		SelfAttach:      o.selfAttach,
-		Clock:           o.clock,
-		Plugins:         o.plugins,
-		SizeLimit:       o.sizeLimit,
-		Registerer:      o.registerer,
+		NodeName:         node,
+		KubeClient:       e.client,
+		RootDir:          e.root,
+		Mounter:          o.mounter,
+		VolumePluginDir:  o.volumePluginDir,
+		EventRecorder:    e.events,
+		CSICallTimeout:   o.callTimeout,
+		ClusterInformers: o.clusterInformers,
+		ResyncPeriod:     o.resyncPeriod,
+		SelfAttach:       o.selfAttach,
+		EnvReadByCaller:  o.envReadByCaller,
+		Clock:            o.clock,
+		Plugins:          o.plugins,
+		SizeLimit:        o.sizeLimit,
+		Registerer:       o.registerer,
 
 		ClaimPendingGracePeriod: o.claimGrace,
 	})
@@ -402,7 +404,7 @@ func TestUncertainStageRetried(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, envOptions{clusterInformers: true}) // the pending claim's binding seen at once (the object cache reads it again after ResyncPeriod)
 	pending := csitest.PVC("ns", "pending", "", csitest.PVCPending())
 	noCSI := csitest.PV("pv-iscsi", e.drv.DriverName(), "h")
 	noCSI.Spec.CSI = nil
@@ -528,14 +530,15 @@ func TestPublishInFlightIsPossiblyMounted(t *testing.T) {
 	}
 }
 
-// TestWaitErrorNamesFailedList: with PVCs that cannot be listed, the wait
-// error says so, naming the list that fails, not a bare deadline.
+// TestWaitErrorNamesFailedList: with PVCs that cannot be listed
+// (Config.ClusterInformers), the wait error says so, naming the list that
+// fails, not a bare deadline.
 func TestWaitErrorNamesFailedList(t *testing.T) {
 	client := fake.NewClientset(csitest.CSIDriver("x.example.com", false))
 	client.PrependReactor("list", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("connection refused")
 	})
-	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil)})
+	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), ClusterInformers: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -452,7 +452,7 @@ func TestMigratedRestartReconstructs(t *testing.T) {
 // controller is expanded on the node through the GCE PD CSI driver, with
 // the translated handle, as a CSI PV is.
 func TestMigratedPVExpansion(t *testing.T) {
-	e := newEnv(t, envOptions{driver: csitest.Options{DriverName: gcePD, Expand: true}})
+	e := newEnv(t, envOptions{driver: csitest.Options{DriverName: gcePD, Expand: true}, clusterInformers: true}) // the resize seen at once
 	pv := e.inTreeClaim("gce", v1.PersistentVolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-1", FSType: "ext4"}},
 		csitest.PVCapacity("1Gi"), func(pv *v1.PersistentVolume) { pv.Labels = map[string]string{v1.LabelTopologyZone: "us-central1-a"} })
 	const handle = "projects/UNSPECIFIED/zones/us-central1-a/disks/disk-1"

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/internal/objectcache"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
@@ -37,6 +38,12 @@ type podTable struct {
 	// pendingSince is when each pod volume's claim was first seen missing
 	// or not bound (planner.Finality).
 	pendingSince map[types.UID]map[string]time.Time
+	// reading are the known pods a volume of which waits for a claim or
+	// volume the object cache has not read yet (errNotRead).
+	reading map[types.UID]struct{}
+	// asking are those of reading whose read is in flight (its first GET
+	// not answered yet, objectcache.ErrNotAnswered), not failing.
+	asking map[types.UID]struct{}
 	// told is the event last recorded for each pod volume that failed to
 	// resolve in a way the kubelet reports (resolutionEvents): recorded
 	// once, again only when it changes.
@@ -50,6 +57,8 @@ func newPodTable(r *resolver, clk clock.Clock) *podTable {
 		unresolved: map[types.UID]string{},
 		pending:    map[string]map[types.UID]struct{}{},
 		waiting:    map[types.UID][]string{},
+		reading:    map[types.UID]struct{}{},
+		asking:     map[types.UID]struct{}{},
 	}
 }
 
@@ -57,6 +66,8 @@ func newPodTable(r *resolver, clk clock.Clock) *podTable {
 func (t *podTable) forget(uid types.UID) {
 	delete(t.known, uid)
 	delete(t.unresolved, uid)
+	delete(t.reading, uid)
+	delete(t.asking, uid)
 	t.setPending(uid, nil)
 	t.stampPending(uid, nil)
 	delete(t.told, uid)
@@ -77,6 +88,16 @@ func (t *podTable) resolve(pod *v1.Pod, logger klog.Logger) (ref cache.PodRef, w
 	ref, wanted, resolved, errs = t.resolver.resolvePod(pod)
 	t.stampPending(uid, errs)
 	t.setPending(uid, waitingClaims(pod, errs))
+	delete(t.reading, uid)
+	delete(t.asking, uid)
+	for _, err := range errs {
+		if errors.Is(err, errNotRead) {
+			t.reading[uid] = struct{}{}
+		}
+		if errors.Is(err, objectcache.ErrNotAnswered) {
+			t.asking[uid] = struct{}{}
+		}
+	}
 	if len(errs) == 0 {
 		delete(t.unresolved, uid)
 		return ref, wanted, resolved, errs
@@ -100,6 +121,17 @@ func (t *podTable) resolve(pod *v1.Pod, logger klog.Logger) (ref cache.PodRef, w
 // hold says why a known pod is not fully resolved, or "": its mounts are
 // held meanwhile.
 func (t *podTable) hold(uid types.UID) string { return t.unresolved[uid] }
+
+// readsPending reports whether a known pod waits for a claim or volume
+// the object cache has not read yet: until none does, the pods are not
+// resolved as far as the API server allows (a pod that waits may want a
+// volume found on disk), as before the informers' first list.
+func (t *podTable) readsPending() bool { return len(t.reading) > 0 }
+
+// readsInFlight reports whether a known pod waits for a read of the
+// object cache that has not answered yet (rather than one that failed):
+// its answer is on its way and changes what the pods want.
+func (t *podTable) readsInFlight() bool { return len(t.asking) > 0 }
 
 func (t *podTable) isKnown(uid types.UID) bool {
 	_, ok := t.known[uid]

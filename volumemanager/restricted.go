@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -16,12 +17,14 @@ import (
 	"github.com/nodevol/nodevol/internal/objectcache"
 )
 
-// In node-restricted mode (Config.NodeRestricted) the node may read
-// PersistentVolumeClaims, PersistentVolumes and VolumeAttachments only one
-// at a time, with GET, and only those of pods bound to it: the Node
-// authorizer forbids listing and watching them. The resolver and the CSI
-// plugin then read them from the node's object cache (internal/objectcache),
-// where they are GET-only kinds, through the listers below:
+// By default (Config.ClusterInformers false) the node reads
+// PersistentVolumeClaims, PersistentVolumes and VolumeAttachments one at a
+// time, with GET, and only those of its own pods: what the Node authorizer
+// allows (it forbids listing and watching them), and what keeps a node's
+// memory bounded by its pods rather than by the cluster. The resolver and
+// the CSI plugin read them from the node's object cache
+// (internal/objectcache), where they are GET-only kinds, through the
+// listers below:
 //
 //   - a pod holds its claims and the volumes they are bound to, as it
 //     holds its configMaps and secrets (holdObjects): each is GET when
@@ -41,14 +44,22 @@ import (
 //   - a failed GET is retried with the cache's backoff, and a known
 //     object is kept meanwhile.
 
-// errNoList is the error of a List in node-restricted mode: the node may
-// not list claims, volumes or attachments, and nodevol reads them one at
-// a time.
-var errNoList = errors.New("node-restricted mode reads claims, volumes and attachments one at a time, never a list")
+// errNoList is the error of a List of the object cache's listers: the
+// node may not list claims, volumes or attachments, and nodevol reads them
+// one at a time.
+var errNoList = errors.New("the object cache reads claims, volumes and attachments one at a time, never a list")
+
+// errNotRead is wrapped (besides the cache's own error) by the error of a
+// claim, volume or attachment the object cache has no answer for yet: its
+// first GET has not answered, or failed. Not known is not missing (a
+// missing one is NotFound): a pod waiting for one is in the state of a pod
+// before the informers' first list, and the hold of what was found on disk
+// at start lasts while such a pod is known (podTable.reading).
+var errNotRead = errors.New("not read from the API server yet")
 
 // restrictedRefs are the claims of pod's volumes and the volumes those
-// the cache knows bound are bound to: what the pod holds in node-restricted
-// mode besides podObjects.
+// the cache knows bound are bound to: what the pod holds besides
+// podObjects unless Config.ClusterInformers.
 func restrictedRefs(objects *objectcache.Cache, pod *v1.Pod) []objectcache.Ref {
 	var out []objectcache.Ref
 	for _, v := range pod.Spec.Volumes {
@@ -90,12 +101,16 @@ func (vm *VolumeManager) holdAttachment(name cache.UniqueVolumeName, va string) 
 	vm.objects.Hold(attachmentHolder(name), objectcache.Ref{Kind: objectcache.VolumeAttachment, Name: va})
 }
 
-// peek reads one object of the cache as type T.
+// peek reads one object of the cache as type T. An error other than
+// NotFound (not answered yet, the reads failing, not held) wraps
+// errNotRead.
 func peek[T any](c *objectcache.Cache, r objectcache.Ref) (T, error) {
 	var zero T
 	o, err := c.Peek(r)
-	if err != nil {
+	if apierrors.IsNotFound(err) {
 		return zero, err
+	} else if err != nil {
+		return zero, marked{err, errNotRead}
 	}
 	t, ok := o.(T)
 	if !ok {

@@ -38,12 +38,12 @@ func restrictedClient() *fake.Clientset {
 	return c
 }
 
-// TestNodeRestrictedMounts: with Config.NodeRestricted, pods mount and
+// TestObjectCacheMounts: by default (no Config.ClusterInformers), pods mount and
 // unmount with one GET of each claim and volume (and polls of a
 // VolumeAttachment until it is attached), and never a LIST or WATCH of
 // them.
-func TestNodeRestrictedMounts(t *testing.T) {
-	e := newEnv(t, envOptions{nodeRestricted: true, client: restrictedClient()})
+func TestObjectCacheMounts(t *testing.T) {
+	e := newEnv(t, envOptions{client: restrictedClient()})
 	var pods []*v1.Pod
 	for i := range 3 {
 		name := fmt.Sprintf("vol-%d", i)
@@ -69,7 +69,7 @@ func TestNodeRestrictedMounts(t *testing.T) {
 			gets[r]++
 		case "create":
 		default:
-			t.Errorf("%s %s in node-restricted mode", a.GetVerb(), r)
+			t.Errorf("%s %s without Config.ClusterInformers", a.GetVerb(), r)
 		}
 	}
 	if want := map[string]int{"persistentvolumeclaims": 3, "persistentvolumes": 3}; fmt.Sprint(gets) != fmt.Sprint(want) {
@@ -77,11 +77,11 @@ func TestNodeRestrictedMounts(t *testing.T) {
 	}
 }
 
-// TestNodeRestrictedAttach: a VolumeAttachment is polled, not watched:
+// TestObjectCacheAttach: a VolumeAttachment is polled, not watched:
 // the volume is staged once the attacher has set status.attached, and an
 // attach error reaches WaitForAttachAndMount.
-func TestNodeRestrictedAttach(t *testing.T) {
-	e := newEnv(t, envOptions{nodeRestricted: true, client: restrictedClient(), attachRequired: true})
+func TestObjectCacheAttach(t *testing.T) {
+	e := newEnv(t, envOptions{client: restrictedClient(), attachRequired: true})
 	e.claim("vol")
 	vaName := csitest.AttachmentName("handle-vol", e.drv.DriverName(), node)
 	va := csitest.VolumeAttachment(vaName, e.drv.DriverName(), "pv-vol", node, false)
@@ -113,10 +113,10 @@ func TestNodeRestrictedAttach(t *testing.T) {
 	e.unmount(pod)
 }
 
-// TestForbiddenListNamesNodeRestricted: without Config.NodeRestricted, a
+// TestForbiddenListNamesClusterInformers: with Config.ClusterInformers, a
 // forbidden list of claims says which mode a node's credentials need.
-func TestForbiddenListNamesNodeRestricted(t *testing.T) {
-	vm, err := New(Config{NodeName: node, KubeClient: restrictedClient(), RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil)})
+func TestForbiddenListNamesClusterInformers(t *testing.T) {
+	vm, err := New(Config{NodeName: node, KubeClient: restrictedClient(), RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), ClusterInformers: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestForbiddenListNamesNodeRestricted(t *testing.T) {
 	waitCtx, waitCancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer waitCancel()
 	err = vm.WaitForAttachAndMount(waitCtx, csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false)))
-	for _, want := range []string{"forbidden", "Config.NodeRestricted"} {
+	for _, want := range []string{"forbidden", "Config.ClusterInformers", "leave it false"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not say %q", err, want)
 		}
@@ -145,13 +145,13 @@ func gets(c *fake.Clientset, resource string) int {
 	return n
 }
 
-// TestNodeRestrictedHoldsWhatPodsUse: the claim and volume of running
+// TestObjectCacheHoldsWhatPodsUse: the claim and volume of running
 // pods are held by those pods in the object cache and refreshed every
 // resync period however long they run; they are dropped with the last
 // pod that holds them, and no longer read.
-func TestNodeRestrictedHoldsWhatPodsUse(t *testing.T) {
+func TestObjectCacheHoldsWhatPodsUse(t *testing.T) {
 	const period = 20 * time.Millisecond
-	e := newEnv(t, envOptions{nodeRestricted: true, client: restrictedClient(), resyncPeriod: period})
+	e := newEnv(t, envOptions{client: restrictedClient(), resyncPeriod: period})
 	pvName := e.claim("vol")
 	claimRef := objectcache.Ref{Kind: objectcache.PersistentVolumeClaim, Namespace: "ns", Name: "vol"}
 	pvRef := objectcache.Ref{Kind: objectcache.PersistentVolume, Name: pvName}
@@ -187,7 +187,7 @@ func TestNodeRestrictedHoldsWhatPodsUse(t *testing.T) {
 	})
 }
 
-// TestCachedListers: in node-restricted mode a pod holds its claims (a
+// TestCachedListers: by default a pod holds its claims (a
 // generic ephemeral volume's too); a read before the first answer does
 // not wait and says so, the answer is announced, and the claim found
 // bound adds its volume to what the pod holds. Lists are refused.
@@ -282,7 +282,7 @@ func TestHoldObjectsAnnouncesFirstClaim(t *testing.T) {
 		<-gate
 		return false, nil, nil
 	})
-	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), NodeRestricted: true})
+	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,12 +310,12 @@ func TestHoldObjectsAnnouncesFirstClaim(t *testing.T) {
 	}
 }
 
-// TestNodeRestrictedCacheTrims: the claims and volumes node-restricted
-// mode GETs are kept trimmed as the informers keep theirs, for as long as
+// TestObjectCacheTrims: the claims and volumes the object cache GETs
+// are kept trimmed as the informers keep theirs, for as long as
 // the pods hold them: without managedFields, and equal capacities shared
 // by the claims and volumes of one size.
-func TestNodeRestrictedCacheTrims(t *testing.T) {
-	e := newEnv(t, envOptions{nodeRestricted: true, client: restrictedClient()})
+func TestObjectCacheTrims(t *testing.T) {
+	e := newEnv(t, envOptions{client: restrictedClient()})
 	managed := []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate}}
 	var pvs []string
 	for _, name := range []string{"vol-a", "vol-b"} {

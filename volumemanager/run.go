@@ -75,6 +75,9 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 			vm.in.nodeChanged()
 		})
 	}
+	if vm.attachmentsOnce != nil {
+		wg.Go(func() { vm.attachmentsOnce.run(ctx) })
+	}
 	wg.Go(func() { vm.objects.Run(ctx) })
 	wg.Go(func() { vm.certs.Run(ctx) })
 	wg.Go(func() { vm.runPluginManager(ctx) })

@@ -269,7 +269,7 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 				pod.Spec.SecurityContext.SELinuxChangePolicy = &recursive
 			}
 		}
-		s.in.addPod(keptOf(pod))
+		s.in.addPod(keptOf(pod), nil)
 	case "selinux-mount":
 		yes := true
 		if err := s.drivers.Add(&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: arg("driver")}, Spec: storagev1.CSIDriverSpec{SELinuxMount: &yes}}); err != nil {

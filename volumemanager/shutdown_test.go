@@ -79,8 +79,8 @@ func TestShutdownGracePeriod(t *testing.T) {
 }
 
 // TestHealthy: Healthy fails before Run, while the informers have not
-// listed, while the loop does not answer and once Run's context is done;
-// it is nil while Run runs normally.
+// listed (Config.ClusterInformers: the volumes'), while the loop does not
+// answer and once Run's context is done; it is nil while Run runs normally.
 func TestHealthy(t *testing.T) {
 	client := fake.NewClientset()
 	listed := make(chan struct{})
@@ -88,7 +88,7 @@ func TestHealthy(t *testing.T) {
 		<-listed
 		return false, nil, nil
 	})
-	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil)})
+	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), ClusterInformers: true})
 	if err != nil {
 		t.Fatal(err)
 	}

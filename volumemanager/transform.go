@@ -65,8 +65,9 @@ func trimInformerObject(obj any) (any, error) {
 }
 
 // trimCachedObject is the object cache's transform (objectcache.Config):
-// the claims, volumes and attachments node-restricted mode reads one at a
-// time are trimmed as the informers' are, for as long as the node's pods
+// the claims, volumes and attachments read one at a time (unless
+// Config.ClusterInformers) are trimmed as the informers' are, for as long
+// as the node's pods
 // hold them. ConfigMaps, secrets and ClusterTrustBundles are kept as read.
 func trimCachedObject(obj runtime.Object) runtime.Object {
 	switch obj.(type) {

@@ -191,7 +191,7 @@ func TestInformerTransformInstalled(t *testing.T) {
 			noise(&pvc.ObjectMeta, nil)
 			client := fake.NewSimpleClientset(pvc, pv) //nolint:staticcheck // as the other tests
 			drv := csitest.New(t, csitest.Options{})
-			cfg := Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil)}
+			cfg := Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), ClusterInformers: true}
 			if !own {
 				cfg.InformerFactory = informers.NewSharedInformerFactory(client, 0)
 			}

@@ -147,9 +147,9 @@ func apiKindRows(a, b map[string]float64) []struct{ unit, label string } {
 
 // kubeletTwins names, for a benchmark of nodevol's alone (a mode the
 // kubelet does not have), the kubelet's benchmark of the same workload that
-// its rows are set beside: BenchmarkMountPodsNodeRestricted/pods=N beside
-// the kubelet's BenchmarkMountPods/pods=N.
-var kubeletTwins = map[string]string{"MountPodsNodeRestricted": "MountPods"}
+// its rows are set beside: BenchmarkMountPodsClusterInformers/pods=N
+// (informers) beside the kubelet's BenchmarkMountPods/pods=N.
+var kubeletTwins = map[string]string{"MountPodsClusterInformers": "MountPods"}
 
 // twin returns the kubelet's results for nodevol's benchmarks named in
 // kubeletTwins, under nodevol's names, from kl (the kubelet's results by
@@ -251,7 +251,7 @@ func main() {
 	idle := flag.Int("idle-volumes", 10000, "volumes for W3 (the idle minute)")
 	tmp := flag.String("tmpdir", "/dev/shm", "directory (a tmpfs) for the benchmarks' files; empty: TMPDIR as it is")
 	w6 := flag.String("w6-pods", "100,1000,5000", "pod counts for W6 (real pods: BenchmarkRealPods)")
-	re := flag.String("bench", "MountPods|MountPodsNodeRestricted|Idle|SharedVolume|AttachRequired|DriverOnly|Reconstruct|RealPods",
+	re := flag.String("bench", "MountPods|MountPodsClusterInformers|Idle|SharedVolume|AttachRequired|DriverOnly|Reconstruct|RealPods",
 		"benchmarks to run, names separated by |")
 	runs := flag.Int("runs", 3, "runs of each benchmark on each side; the table gives each figure's range over them and the range of the ratios of the runs paired in order")
 	flag.Parse()

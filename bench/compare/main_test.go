@@ -79,7 +79,7 @@ func TestTable(t *testing.T) {
 	}
 }
 
-// TestTwin: nodevol's node-restricted W1 gets the kubelet's W1 results, pod
+// TestTwin: nodevol's W1 with informers gets the kubelet's W1 results, pod
 // count by pod count, under its own names; other benchmarks get none.
 func TestTwin(t *testing.T) {
 	kl := results{
@@ -91,9 +91,9 @@ func TestTwin(t *testing.T) {
 		name string
 		want results
 	}{
-		{"MountPodsNodeRestricted", results{
-			"BenchmarkMountPodsNodeRestricted/pods=5000":  {"heap-inuse-MiB": 152},
-			"BenchmarkMountPodsNodeRestricted/pods=10000": {"heap-inuse-MiB": 300},
+		{"MountPodsClusterInformers", results{
+			"BenchmarkMountPodsClusterInformers/pods=5000":  {"heap-inuse-MiB": 152},
+			"BenchmarkMountPodsClusterInformers/pods=10000": {"heap-inuse-MiB": 300},
 		}},
 		{"MountPods", nil},
 		{"RealPods", nil},
@@ -106,27 +106,27 @@ func TestTwin(t *testing.T) {
 	}
 }
 
-// TestTableTwin: the node-restricted rows carry the kubelet's W1 beside
+// TestTableTwin: the rows with informers carry the kubelet's W1 beside
 // nodevol's, the heap rows in order, with their ratios.
 func TestTableTwin(t *testing.T) {
-	nv := []results{{"BenchmarkMountPodsNodeRestricted/pods=5000": {
+	nv := []results{{"BenchmarkMountPodsClusterInformers/pods=5000": {
 		"heap-inuse-harness-MiB": 20, "heap-inuse-start-MiB": 25, "heap-inuse-MiB": 50, "api/vol": 2}}}
 	kl := []results{{"BenchmarkMountPods/pods=5000": {
 		"heap-inuse-harness-MiB": 20, "heap-inuse-start-MiB": 30, "heap-inuse-MiB": 100, "api/vol": 4}}}
-	maps.Copy(kl[0], twin("MountPodsNodeRestricted", kl[0]))
+	maps.Copy(kl[0], twin("MountPodsClusterInformers", kl[0]))
 	var out strings.Builder
 	table(&out, nv, kl)
 	var got []string
 	for _, l := range strings.Split(out.String(), "\n") {
-		if strings.Contains(l, "MountPodsNodeRestricted/") {
+		if strings.Contains(l, "MountPodsClusterInformers/") {
 			got = append(got, strings.Join(strings.Fields(l), " "))
 		}
 	}
 	want := []string{
-		"MountPodsNodeRestricted/pods=5000 API requests per volume (mount) 2 4 0.5 - -",
-		"MountPodsNodeRestricted/pods=5000 heap in use, the harness alone (before the volume manager) MiB 20 20 1 - -",
-		"MountPodsNodeRestricted/pods=5000 heap in use before the first pod MiB 25 30 0.8333 - -",
-		"MountPodsNodeRestricted/pods=5000 heap in use after mount MiB 50 100 0.5 - -",
+		"MountPodsClusterInformers/pods=5000 API requests per volume (mount) 2 4 0.5 - -",
+		"MountPodsClusterInformers/pods=5000 heap in use, the harness alone (before the volume manager) MiB 20 20 1 - -",
+		"MountPodsClusterInformers/pods=5000 heap in use before the first pod MiB 25 30 0.8333 - -",
+		"MountPodsClusterInformers/pods=5000 heap in use after mount MiB 50 100 0.5 - -",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

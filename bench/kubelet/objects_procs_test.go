@@ -90,7 +90,8 @@ func startKubelet(b *testing.B, c *objCluster) *kubelettest.Process {
 
 // startAgent creates the Node as the node (what the kubelet does when it
 // registers) and starts the example node agent with the node's
-// credentials, node-restricted; it returns once its /healthz says ok (its
+// credentials (claims, volumes and attachments read one at a time, its
+// default); it returns once its /healthz says ok (its
 // informer of the node's pods has synced).
 func startAgent(b *testing.B, c *objCluster) *kubelettest.Process {
 	b.Helper()
@@ -105,7 +106,7 @@ func startAgent(b *testing.B, c *objCluster) *kubelettest.Process {
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	p := kubelettest.StartProcess(b, c.scratch, "nodeagent", []string{bin, "--kubeconfig", c.kubeconfig, "--node", objNode,
-		"--root-dir", filepath.Join(c.scratch, "root"), "--node-restricted", "--plugin-registration=false",
+		"--root-dir", filepath.Join(c.scratch, "root"), "--plugin-registration=false",
 		"--http-endpoint", addr})
 	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()

@@ -42,7 +42,7 @@ type agent struct {
 
 // startAgent creates node's Node as the node (what the kubelet does when
 // it registers) and starts the example node agent with the node's
-// client certificate, node-restricted unless -scale.informers, with the
+// client certificate, with --cluster-informers if -scale.informers, with the
 // cluster's CSI driver, its log in {scratch}/{node}/nodeagent.log; it
 // sets started to when the Node had been created (the node's requests
 // from then on are the agent's) and returns once /healthz says ok (the
@@ -75,8 +75,8 @@ func startAgent(b *testing.B, c *cluster, node string, started *time.Time) *agen
 	args := []string{nodeagent.Path(b), "--kubeconfig", kubeconfig, "--node", node, "--root-dir", a.root,
 		"--plugin-registration=false", "--http-endpoint", addr,
 		"--driver", c.driver.DriverName() + "=" + c.driver.Endpoint()}
-	if !*scaleInf {
-		args = append(args, "--node-restricted")
+	if *scaleInf {
+		args = append(args, "--cluster-informers")
 	}
 	var env []string
 	if *scaleHeap != "" {

@@ -1,5 +1,5 @@
 // Package scale measures how the example node agent (examples/nodeagent)
-// in node-restricted mode grows with the cluster around its node rather
+// in its default mode grows with the cluster around its node rather
 // than with the node's own pods: BenchmarkClusterSize runs the agent as a
 // process with its node's client certificate against testenv's
 // kube-apiserver (Node authorizer, NodeRestriction), gives it a fixed set

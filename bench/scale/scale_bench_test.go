@@ -24,7 +24,7 @@ var (
 	scaleOthers  = flag.String("scale.others", "0,1000", "BenchmarkClusterSize: the numbers of other PersistentVolumes and bound claims in the cluster, one run each, comma-separated")
 	scalePods    = flag.Int("scale.pods", 50, "BenchmarkClusterSize: the node's own pods, each with one CSI claim, a configMap and a secret (only the claim with -scale.w1)")
 	scaleW1      = flag.Bool("scale.w1", false, "BenchmarkClusterSize: the pods carry one CSI claim each and nothing else (workload W1)")
-	scaleInf     = flag.Bool("scale.informers", false, "BenchmarkClusterSize: run the agent without --node-restricted, reading claims, volumes and attachments with informers; its node's user is granted list and watch of them by RBAC")
+	scaleInf     = flag.Bool("scale.informers", false, "BenchmarkClusterSize: run the agent with --cluster-informers, reading claims, volumes and attachments with informers; its node's user is granted list and watch of them by RBAC")
 	scaleSamples = flag.Int("scale.samples", 3, "BenchmarkClusterSize: agents measured one after another per run, each on a node of its own")
 	scaleRest    = flag.Duration("scale.rest", 130*time.Second, "BenchmarkClusterSize: the window at rest in which the agent's heap and VmRSS are sampled (longer than the Go runtime's 2-minute forced GC)")
 	scaleHeap    = flag.String("scale.heapprofile", "", "BenchmarkClusterSize: a directory where each agent's heap profile is written at the end of its window at rest (others=K-node-N.heap; the agent runs with --profiling-address)")
@@ -44,10 +44,12 @@ const (
 	mib         = 1 << 20
 )
 
-// claimResources are what node-restricted mode reads one at a time.
+// claimResources are what the agent reads one at a time (by default,
+// without --cluster-informers).
 var claimResources = []string{"persistentvolumeclaims", "persistentvolumes", "volumeattachments"}
 
-// BenchmarkClusterSize runs the example node agent, node-restricted, with
+// BenchmarkClusterSize runs the example node agent (in its default mode,
+// unless -scale.informers), with
 // the node's own client certificate against testenv's kube-apiserver, for
 // each -scale.others K: K other PersistentVolumes and bound claims are
 // created first (as admin, -scale.workers at once), then -scale.samples

@@ -216,7 +216,7 @@ func (c *Cache) Release(holder string) { c.Hold(holder) }
 
 // Holders returns the holders that hold r, sorted (for OnChange: the pods
 // whose volumes read it). It costs the number of r's holders, not of all
-// holders: node-restricted mode asks it for each volume read.
+// holders: the volume manager asks it for each claim and volume read.
 func (c *Cache) Holders(r Ref) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()

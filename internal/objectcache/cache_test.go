@@ -364,7 +364,7 @@ func TestHoldersFollowHold(t *testing.T) {
 }
 
 // BenchmarkHolders: the holders of one ref among 5,000 holders of a ref
-// each (a node-restricted node's pods and their volumes), as the volume
+// each (a node's pods and their volumes), as the volume
 // manager asks at each volume's read.
 func BenchmarkHolders(b *testing.B) {
 	c := New(Config{Client: newAPI()})

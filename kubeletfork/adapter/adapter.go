@@ -124,10 +124,10 @@ func newManager(c options) (*Manager, error) {
 		Registerer:                   legacyregistry.Registerer(),
 		EventRecorder:                c.recorder,
 		InformerFactory:              factory,
-		NodeRestricted:               true,
 		SelfAttach:                   c.selfAttach,
 		VolumesInUseReportedByCaller: true,
 		VolumeStatsCollectedByCaller: true,
+		EnvReadByCaller:              true, // the kubelet's configMap and secret managers
 		VolumeStatsPeriod:            c.statsPeriod,
 		VolumePluginDir:              c.volumePluginDir,
 		// The kubelet's eviction manager reads each emptyDir's usage

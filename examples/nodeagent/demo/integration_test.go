@@ -215,7 +215,8 @@ func TestIntegrationNodeAgent(t *testing.T) {
 }
 
 // TestIntegrationNodeAgentMissingRule: with one rule of deploy/rbac.yaml
-// taken away (watch persistentvolumeclaims), the agent says in its log
+// taken away (watch csidrivers, which an informer reads in every mode;
+// claims are read one at a time, with get only), the agent says in its log
 // which verb on which resource it was refused, and as whom. The rule taken
 // is watch, not list: from 1.37 on, client-go's informers list through a
 // watch stream (WatchListClient, served by the 1.37 API server), so an
@@ -233,10 +234,10 @@ func TestIntegrationNodeAgentMissingRule(t *testing.T) {
 	}
 	removed := false
 	for i, r := range role.Rules {
-		if slices.Contains(r.Resources, "persistentvolumeclaims") && slices.Contains(r.Verbs, "watch") {
-			// persistentvolumeclaims loses watch; the rule's other resources keep it.
-			others := slices.DeleteFunc(slices.Clone(r.Resources), func(s string) bool { return s == "persistentvolumeclaims" })
-			role.Rules[i].Resources = []string{"persistentvolumeclaims"}
+		if slices.Contains(r.Resources, "csidrivers") && slices.Contains(r.Verbs, "watch") {
+			// csidrivers loses watch; the rule's other resources keep it.
+			others := slices.DeleteFunc(slices.Clone(r.Resources), func(s string) bool { return s == "csidrivers" })
+			role.Rules[i].Resources = []string{"csidrivers"}
 			role.Rules[i].Verbs = slices.DeleteFunc(slices.Clone(r.Verbs), func(s string) bool { return s == "watch" })
 			if len(others) > 0 {
 				role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: r.APIGroups, Resources: others, Verbs: r.Verbs})
@@ -246,7 +247,7 @@ func TestIntegrationNodeAgentMissingRule(t *testing.T) {
 		}
 	}
 	if !removed {
-		t.Fatalf("%s has no rule that lets the agent watch persistentvolumeclaims", rbacFile)
+		t.Fatalf("%s has no rule that lets the agent watch csidrivers", rbacFile)
 	}
 	if _, err := admin.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -258,13 +259,13 @@ func TestIntegrationNodeAgentMissingRule(t *testing.T) {
 	root := t.TempDir()
 	kubeconfig := writeAgentKubeconfig(t, ctx, api, filepath.Join(root, "kubeconfig"))
 	agent := startRealAgent(t, root, kubeconfig, "node-1")
-	want := `User "` + agentUser + `" cannot watch resource "persistentvolumeclaims"`
-	eventually(t, ctx, "the agent to log that watching PVCs is forbidden", func() (bool, error) {
+	want := `User "` + agentUser + `" cannot watch resource "csidrivers"`
+	eventually(t, ctx, "the agent to log that watching CSIDrivers is forbidden", func() (bool, error) {
 		return agent.logContains(t, 0, want), nil
 	})
 	t.Logf("agent.log: %s", agent.grep(t, 0, want))
-	// Only that: pods, PVs, CSIDrivers and VolumeAttachments are read.
-	for _, ok := range []string{"pods", "persistentvolumes", "csidrivers", "volumeattachments"} {
+	// Only that: pods, claims, PVs and VolumeAttachments are read.
+	for _, ok := range []string{"pods", "persistentvolumeclaims", "persistentvolumes", "volumeattachments"} {
 		for _, verb := range []string{"list", "watch"} {
 			if agent.logContains(t, 0, `cannot `+verb+` resource "`+ok+`"`) {
 				t.Errorf("the agent was refused to %s %s, which the role allows", verb, ok)

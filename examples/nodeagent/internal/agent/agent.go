@@ -45,7 +45,7 @@ func runAgent(ctx context.Context, o options) error {
 	defer events.Shutdown()
 	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	vm, err := volumemanager.New(volumemanager.Config{NodeName: o.node, KubeClient: client, RootDir: o.rootDir,
-		PluginRegistration: o.registration, ReportVolumesInUse: o.reportInUse, NodeRestricted: o.nodeRestricted,
+		PluginRegistration: o.registration, ReportVolumesInUse: o.reportInUse, ClusterInformers: o.clusterInformers,
 		SelfAttach: o.selfAttach, Registerer: reg, ShutdownGracePeriod: o.shutdownGrace,
 		EventRecorder: events.NewRecorder(scheme.Scheme, v1.EventSource{Component: "nodevol", Host: o.node})})
 	if err != nil {

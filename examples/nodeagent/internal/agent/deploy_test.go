@@ -89,7 +89,10 @@ func forEachManifest(t *testing.T, fn func(rel string, doc []byte)) {
 // /healthz at --http-endpoint's port, a termination grace period longer
 // than --shutdown-grace-period, and flags the agent knows. The default
 // variant runs as the ServiceAccount that rbac.yaml binds; the
-// node-restricted one with the node's kubeconfig and no token.
+// node-restricted one with the node's kubeconfig and no token. Neither
+// asks for informers of every claim, volume and attachment
+// (--cluster-informers): rbac.yaml grants only get on them, and the Node
+// authorizer no more.
 func TestDeployManifests(t *testing.T) {
 	manifests := readManifests(t)
 	kinds := map[string][]string{}
@@ -125,13 +128,13 @@ func TestDeployManifests(t *testing.T) {
 		t.Errorf("rbac.yaml: the binding %+v does not bind ClusterRole %s to ServiceAccount %s/%s", binding, role.Name, sa.Namespace, sa.Name)
 	}
 	// The self-attach role binds the same subjects, and only adds writing
-	// VolumeAttachments.
+	// VolumeAttachments and listing them (once, at start).
 	selfBinding := manifests["rbac-self-attach.yaml"][1].(*rbacv1.ClusterRoleBinding)
 	selfRole := manifests["rbac-self-attach.yaml"][0].(*rbacv1.ClusterRole)
 	if selfBinding.RoleRef.Name != selfRole.Name || !slices.Equal(selfBinding.Subjects, binding.Subjects) {
 		t.Errorf("rbac-self-attach.yaml: the binding %+v does not bind ClusterRole %s to rbac.yaml's subjects %+v", selfBinding, selfRole.Name, binding.Subjects)
 	}
-	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: []string{"create", "delete"}}}
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: []string{"create", "delete", "list"}}}
 	if !reflect.DeepEqual(selfRole.Rules, wantRules) {
 		t.Errorf("rbac-self-attach.yaml: rules %+v, want %+v", selfRole.Rules, wantRules)
 	}
@@ -226,15 +229,15 @@ func TestDeployManifests(t *testing.T) {
 				t.Errorf("namespace %s, want %s (serviceaccount.yaml)", ds.Namespace, sa.Namespace)
 			}
 
+			if o.clusterInformers {
+				t.Error("--cluster-informers is on")
+			}
 			if !tt.nodeRestricted {
-				if spec.ServiceAccountName != sa.Name || o.kubeconfig != "" || o.nodeRestricted {
-					t.Errorf("serviceAccountName %q, --kubeconfig %q, --node-restricted %v: want %s, in-cluster config, off",
-						spec.ServiceAccountName, o.kubeconfig, o.nodeRestricted, sa.Name)
+				if spec.ServiceAccountName != sa.Name || o.kubeconfig != "" {
+					t.Errorf("serviceAccountName %q, --kubeconfig %q: want %s, in-cluster config",
+						spec.ServiceAccountName, o.kubeconfig, sa.Name)
 				}
 				return
-			}
-			if !o.nodeRestricted {
-				t.Error("--node-restricted is off")
 			}
 			if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken || spec.ServiceAccountName != "" {
 				t.Errorf("automountServiceAccountToken %v, serviceAccountName %q: want false and none (the node's credentials)",

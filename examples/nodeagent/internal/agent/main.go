@@ -28,9 +28,10 @@ type options struct {
 	registration bool
 	// reportInUse keeps the Node's status.volumesInUse up to date.
 	reportInUse bool
-	// nodeRestricted reads claims, volumes and attachments one at a time
-	// (volumemanager.Config.NodeRestricted), for a node's own credentials.
-	nodeRestricted bool
+	// clusterInformers lists and watches every claim, volume and
+	// attachment of the cluster (volumemanager.Config.ClusterInformers)
+	// instead of reading those of the node's pods one at a time.
+	clusterInformers bool
 	// selfAttach makes the node create and delete VolumeAttachments itself
 	// (volumemanager.Config.SelfAttach).
 	selfAttach bool
@@ -86,7 +87,7 @@ func Main(args []string) int {
 	// fail: the first thing to read in a node's log.
 	klog.FromContext(ctx).Info("Node agent starting", "version", build.Version, "revision", build.revision(),
 		"goVersion", build.GoVersion, "node", o.node, "rootDir", o.rootDir, "pluginRegistration", o.registration,
-		"reportVolumesInUse", o.reportInUse, "nodeRestricted", o.nodeRestricted, "selfAttach", o.selfAttach,
+		"reportVolumesInUse", o.reportInUse, "clusterInformers", o.clusterInformers, "selfAttach", o.selfAttach,
 		"kubeAPIQPS", o.qps, "kubeAPIBurst", o.burst)
 	if err := runAgent(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "nodeagent:", err)
@@ -104,7 +105,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.Var(&o.drivers, "driver", "a CSI driver as name=/path/to/csi.sock (repeatable)")
 	fs.BoolVar(&o.registration, "plugin-registration", true, "register the CSI drivers whose registrars announce them in {root-dir}/plugins_registry (a kubelet must not use the same root directory: the agent refuses to start beside a running one; see docs/OPERATIONS.md)")
 	fs.BoolVar(&o.reportInUse, "report-volumes-in-use", true, "keep the Node's status.volumesInUse up to date, as the kubelet does (turn off when something else reports it: a kubelet on the same node overwrites it)")
-	fs.BoolVar(&o.nodeRestricted, "node-restricted", false, "read PVCs, PVs and VolumeAttachments one at a time with GET instead of informers: needed with the node's own credentials (Node authorizer), which may not list them")
+	fs.BoolVar(&o.clusterInformers, "cluster-informers", false, "list and watch every PVC, PV and VolumeAttachment of the cluster (informers) instead of reading those of the node's pods one at a time with GET: no request per volume, but memory and the first list grow with the cluster, and the credentials need list and watch on them (a node's own, under the Node authorizer, may not)")
 	fs.BoolVar(&o.selfAttach, "self-attach", false, "attach volumes from the node (create and delete their VolumeAttachments), as the kubelet with --enable-controller-attach-detach=false; the Node's controller-managed-attach-detach annotation is removed")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address of the HTTP server for /metrics (Prometheus) and /healthz (liveness), e.g. :8080 (default: no server)")
 	fs.StringVar(&o.profilingAddress, "profiling-address", "", "loopback TCP address of the Go runtime's profiles (/debug/pprof/: heap, CPU, goroutines), e.g. 127.0.0.1:6060; for debugging on the node (default: none)")
