@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -44,10 +45,7 @@ func runAgent(ctx context.Context, o options) error {
 	events := record.NewBroadcaster(record.WithContext(ctx))
 	defer events.Shutdown()
 	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	vm, err := volumemanager.New(volumemanager.Config{NodeName: o.node, KubeClient: client, RootDir: o.rootDir,
-		PluginRegistration: o.registration, ReportVolumesInUse: o.reportInUse, ClusterInformers: o.clusterInformers,
-		SelfAttach: o.selfAttach, Registerer: reg, ShutdownGracePeriod: o.shutdownGrace,
-		EventRecorder: events.NewRecorder(scheme.Scheme, v1.EventSource{Component: "nodevol", Host: o.node})})
+	vm, err := volumemanager.New(managerConfig(o, client, reg, events.NewRecorder(scheme.Scheme, v1.EventSource{Component: "nodevol", Host: o.node})))
 	if err != nil {
 		return err
 	}
@@ -201,4 +199,12 @@ func restConfig(o options) (*rest.Config, error) {
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	return cfg, nil
+}
+
+// managerConfig is the volume manager's configuration the flags in o ask
+// for.
+func managerConfig(o options, client kubernetes.Interface, reg prometheus.Registerer, recorder record.EventRecorder) volumemanager.Config {
+	return volumemanager.Config{NodeName: o.node, KubeClient: client, RootDir: o.rootDir, VolumePluginDir: o.volumePluginDir,
+		PluginRegistration: o.registration, ReportVolumesInUse: o.reportInUse, ClusterInformers: o.clusterInformers,
+		SelfAttach: o.selfAttach, Registerer: reg, ShutdownGracePeriod: o.shutdownGrace, EventRecorder: recorder}
 }

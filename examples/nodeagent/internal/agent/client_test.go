@@ -4,6 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nodevol/nodevol/volumemanager"
 )
 
 // TestClientRateLimit: the agent's API client runs at the kubelet's
@@ -39,6 +44,31 @@ current-context: x
 		}
 		if cfg.QPS != tc.qps || cfg.Burst != tc.burst {
 			t.Errorf("%v: QPS %v, burst %d; want %v, %d", tc.args, cfg.QPS, cfg.Burst, tc.qps, tc.burst)
+		}
+	}
+}
+
+// TestManagerConfigFromFlags: the flags that configure the volume manager
+// reach its Config (a flag parsed and dropped is a silent no-op for the
+// user).
+func TestManagerConfigFromFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want volumemanager.Config
+	}{
+		{nil, volumemanager.Config{RootDir: "/var/lib/kubelet", PluginRegistration: true, ReportVolumesInUse: true, ShutdownGracePeriod: 20 * time.Second}},
+		{
+			[]string{"--volume-plugin-dir=/opt/flex", "--root-dir=/var/lib/nodevol", "--cluster-informers", "--self-attach", "--plugin-registration=false", "--report-volumes-in-use=false", "--shutdown-grace-period=5s"},
+			volumemanager.Config{RootDir: "/var/lib/nodevol", VolumePluginDir: "/opt/flex", ClusterInformers: true, SelfAttach: true, ShutdownGracePeriod: 5 * time.Second},
+		},
+	} {
+		var o options
+		if err := newFlagSet(&o).Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		got := managerConfig(o, nil, nil, nil)
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%v: Config (-want +got):\n%s", tc.args, diff)
 		}
 	}
 }

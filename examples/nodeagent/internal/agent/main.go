@@ -32,6 +32,9 @@ type options struct {
 	// attachment of the cluster (volumemanager.Config.ClusterInformers)
 	// instead of reading those of the node's pods one at a time.
 	clusterInformers bool
+	// volumePluginDir is the directory of flexVolume drivers
+	// (volumemanager.Config.VolumePluginDir); empty: the kubelet's default.
+	volumePluginDir string
 	// selfAttach makes the node create and delete VolumeAttachments itself
 	// (volumemanager.Config.SelfAttach).
 	selfAttach bool
@@ -106,6 +109,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.BoolVar(&o.registration, "plugin-registration", true, "register the CSI drivers whose registrars announce them in {root-dir}/plugins_registry (a kubelet must not use the same root directory: the agent refuses to start beside a running one; see docs/OPERATIONS.md)")
 	fs.BoolVar(&o.reportInUse, "report-volumes-in-use", true, "keep the Node's status.volumesInUse up to date, as the kubelet does (turn off when something else reports it: a kubelet on the same node overwrites it)")
 	fs.BoolVar(&o.clusterInformers, "cluster-informers", false, "list and watch every PVC, PV and VolumeAttachment of the cluster (informers) instead of reading those of the node's pods one at a time with GET: no request per volume, but memory and the first list grow with the cluster, and the credentials need list and watch on them (a node's own, under the Node authorizer, may not)")
+	fs.StringVar(&o.volumePluginDir, "volume-plugin-dir", "", "the directory of flexVolume drivers, as the kubelet's --volume-plugin-dir: each {vendor~driver}/{driver} executable there is a driver (default: the kubelet's, /usr/libexec/kubernetes/kubelet-plugins/volume/exec/)")
 	fs.BoolVar(&o.selfAttach, "self-attach", false, "attach volumes from the node (create and delete their VolumeAttachments), as the kubelet with --enable-controller-attach-detach=false; the Node's controller-managed-attach-detach annotation is removed")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address of the HTTP server for /metrics (Prometheus) and /healthz (liveness), e.g. :8080 (default: no server)")
 	fs.StringVar(&o.profilingAddress, "profiling-address", "", "loopback TCP address of the Go runtime's profiles (/debug/pprof/: heap, CPU, goroutines), e.g. 127.0.0.1:6060; for debugging on the node (default: none)")
