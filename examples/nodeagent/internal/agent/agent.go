@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -105,6 +106,7 @@ func runAgent(ctx context.Context, o options) error {
 		if cache.WaitForCacheSync(ctx.Done(), handler.HasSynced) {
 			vm.MarkPodsSynced()
 			podsSynced.Store(true)
+			_ = sweepOrphans(ctx, vm, o.rootDir, podKnown(pods.Core().V1().Pods().Informer().GetStore()), defaultPodDirRetry)
 		}
 	}()
 	klog.FromContext(ctx).Info("Node agent running", "node", o.node, "rootDir", o.rootDir)
@@ -114,6 +116,19 @@ func runAgent(ctx context.Context, o options) error {
 	err = vm.Run(ctx)
 	klog.FromContext(ctx).Info("Node agent stopped", "node", o.node)
 	return err
+}
+
+// podKnown reports whether store (the pod informer's) has a pod of that
+// UID.
+func podKnown(store cache.Store) func(types.UID) bool {
+	return func(uid types.UID) bool {
+		for _, obj := range store.List() {
+			if pod, ok := obj.(*v1.Pod); ok && pod.UID == uid {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // nodePods is the informer factory of the pods bound to node. Its pods

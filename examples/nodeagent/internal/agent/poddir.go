@@ -3,9 +3,13 @@ package agent
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
@@ -67,4 +71,33 @@ func podGone(ctx context.Context, vm podDirs, pod *v1.Pod, retry podDirRetry) {
 		}
 		delay = min(2*delay, retry.last)
 	}
+}
+
+// sweepOrphans removes the directory of every pod under {rootDir}/pods
+// that known (the pod informer's store, synced) does not have: the pods
+// deleted while the agent was down, whose Delete event it never saw, as
+// the kubelet's housekeeping removes orphaned pod directories. Each goes
+// as podGone, in a goroutine of its own: once the volumes found on disk
+// for it are torn down (after MarkPodsSynced), never across a mount. Call
+// it after MarkPodsSynced; it returns once the goroutines are started,
+// with the pods they remove.
+func sweepOrphans(ctx context.Context, vm podDirs, rootDir string, known func(types.UID) bool, retry podDirRetry) []types.UID {
+	entries, err := os.ReadDir(filepath.Join(rootDir, "pods"))
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			klog.FromContext(ctx).Error(err, "Cannot look for the directories of pods deleted while the agent was down")
+		}
+		return nil
+	}
+	var gone []types.UID
+	for _, e := range entries {
+		uid := types.UID(e.Name())
+		if !e.IsDir() || known(uid) {
+			continue
+		}
+		klog.FromContext(ctx).V(2).Info("Removing the directory of a pod gone while the agent was down", "podUID", uid)
+		go podGone(ctx, vm, &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid}}, retry)
+		gone = append(gone, uid)
+	}
+	return gone
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,5 +99,56 @@ func TestPodGoneRetries(t *testing.T) {
 				t.Errorf("deleted %v, %d calls, delays %v; want %d calls, delays %v", f.deleted, f.calls, delays, tt.wantCalls, tt.wantDelays)
 			}
 		})
+	}
+}
+
+// recordingDirs records the pods whose directories podGone removes.
+type recordingDirs struct {
+	mu      sync.Mutex
+	cleaned map[types.UID]bool
+	done    chan struct{}
+}
+
+func (f *recordingDirs) DeletePod(*v1.Pod)                             {}
+func (f *recordingDirs) WaitForUnmount(context.Context, *v1.Pod) error { return nil }
+func (f *recordingDirs) CleanupPodDir(_ context.Context, uid types.UID) error {
+	f.mu.Lock()
+	f.cleaned[uid] = true
+	f.mu.Unlock()
+	f.done <- struct{}{}
+	return nil
+}
+
+// TestSweepOrphans: at start, the directory of every pod the API does not
+// have (deleted while the agent was down) is removed through podGone, and
+// no known pod's, nor a file's.
+func TestSweepOrphans(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"pods/gone-1", "pods/running", "pods/gone-2"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "pods", "not-a-pod"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := &recordingDirs{cleaned: map[types.UID]bool{}, done: make(chan struct{})}
+	known := func(uid types.UID) bool { return uid == "running" }
+	started := sweepOrphans(t.Context(), f, root, known, defaultPodDirRetry)
+	if want := []types.UID{"gone-1", "gone-2"}; !slices.Equal(started, want) {
+		t.Fatalf("pods removed %v, want %v", started, want)
+	}
+	for range started {
+		<-f.done
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if want := map[types.UID]bool{"gone-1": true, "gone-2": true}; !maps.Equal(f.cleaned, want) {
+		t.Errorf("directories removed %v, want %v", f.cleaned, want)
+	}
+
+	// No pods directory yet (a first start): nothing to do.
+	if started := sweepOrphans(t.Context(), f, t.TempDir(), known, defaultPodDirRetry); len(started) != 0 {
+		t.Errorf("pods removed with no pods directory: %v", started)
 	}
 }
