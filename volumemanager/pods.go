@@ -111,6 +111,12 @@ func (t *podTable) resolve(pod *v1.Pod, logger klog.Logger) (ref cache.PodRef, w
 			logger.V(4).Info("Volume waits for the Node informer's first list", "pod", klog.KObj(pod), "volume", name)
 			continue
 		}
+		if errors.Is(err, objectcache.ErrNotAnswered) {
+			// Also a wait, as a pod added before the informers' first
+			// list: resolved again when the read answers.
+			logger.V(4).Info("Volume waits for the first read of its claim or volume", "pod", klog.KObj(pod), "volume", name)
+			continue
+		}
 		logger.V(2).Info("Cannot resolve volume yet", "pod", klog.KObj(pod), "volume", name, "err", err)
 	}
 	sort.Strings(names)
