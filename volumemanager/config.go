@@ -287,7 +287,8 @@ func setDefaults(cfg *Config) {
 // the CPUs are kept busy only when enough operations are in flight to cover
 // those waits: mounting 5,000 pods on 2 CPUs took 1.5 times as long with
 // 16 in flight as with 64, and 256 gained nothing over 64
-// (BenchmarkMaxConcurrentOperations, docs/PERFORMANCE.md). A fixed 64 would
+// (BenchmarkMaxConcurrentOperations; "Parallelism" in
+// docs/perf/2026-11-23-issue-16-unmount-cpu-scale.md). A fixed 64 would
 // be 4 per CPU on 16 CPUs, below what 2 CPUs already showed to limit.
 func defaultMaxConcurrentOperations() int {
 	return max(64, 32*runtime.GOMAXPROCS(0))
