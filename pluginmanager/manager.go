@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/internal/backoff"
+	"github.com/nodevol/nodevol/internal/duequeue"
 	"github.com/nodevol/nodevol/internal/promreg"
 )
 
@@ -57,8 +58,9 @@ type Manager struct {
 	nextGen uint64
 	results chan outcome
 	wg      sync.WaitGroup
-	// timer wakes the loop at the earliest backoff expiry.
-	timer *backoff.Timer
+	// retries holds when each backoff in backoffs ends (its until), and
+	// wakes the loop at the earliest.
+	retries *duequeue.Queue[string]
 }
 
 // operation is a registration or deregistration in flight.
@@ -95,7 +97,7 @@ func New(opts Options) (*Manager, error) {
 	m := &Manager{
 		opts:       opts,
 		policy:     backoff.Policy{Initial: opts.InitialBackoff, Max: opts.MaxBackoff},
-		timer:      backoff.NewTimer(opts.Clock),
+		retries:    duequeue.New[string](opts.Clock),
 		registered: map[string]PluginInfo{},
 		sockets:    map[string]struct{}{},
 		desired:    map[string]*desiredPlugin{},
@@ -151,7 +153,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	logger.V(2).Info("Watching plugin registration directory")
 	resync := m.opts.Clock.NewTicker(m.opts.ResyncPeriod)
 	defer resync.Stop()
-	defer m.timer.Stop()
+	defer m.retries.Stop()
 	for {
 		m.process(ctx)
 		select {
@@ -165,8 +167,8 @@ func (m *Manager) Run(ctx context.Context) error {
 			m.rescanLogged(ctx)
 		case out := <-m.results:
 			m.apply(ctx, out)
-		case <-m.timer.C():
-			m.timer.Fired() // process marks the backoffs due
+		case <-m.retries.C():
+			m.retries.Fired() // process marks the backoffs due
 		case <-resync.C():
 			m.rescanLogged(ctx)
 		}
@@ -208,7 +210,7 @@ func (m *Manager) process(ctx context.Context) {
 		}
 		b := m.backoffs[path]
 		if b != nil && !b.applies(d, a) {
-			delete(m.backoffs, path) // for a generation that is gone
+			m.forgetBackoff(path) // for a generation that is gone
 			b = nil
 		}
 		s, _ := plan(d, a, b, now)
@@ -222,7 +224,7 @@ func (m *Manager) process(ctx context.Context) {
 			m.start(ctx, path, true, a.gen, func(ctx context.Context) outcome { return m.deregister(ctx, path, a) })
 		}
 	}
-	m.armTimer()
+	m.retries.Arm()
 }
 
 // start runs op in a goroutine; its outcome comes back on m.results. The
@@ -276,6 +278,7 @@ func (m *Manager) apply(ctx context.Context, out outcome) {
 		b.failures++
 		wait := m.policy.Delay(b.failures)
 		b.until = m.opts.Clock.Now().Add(wait)
+		m.retries.Set(out.path, b.until)
 		what := "Plugin registration failed, will retry"
 		if out.dereg {
 			what = "Plugin deregistration failed, will retry"
@@ -285,7 +288,7 @@ func (m *Manager) apply(ctx context.Context, out outcome) {
 		}
 		return
 	}
-	delete(m.backoffs, out.path)
+	m.forgetBackoff(out.path)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if out.dereg {
@@ -299,24 +302,15 @@ func (m *Manager) apply(ctx context.Context, out outcome) {
 
 // markBackoffsDue marks the sockets whose backoff has expired dirty.
 func (m *Manager) markBackoffsDue() {
-	now := m.opts.Clock.Now()
-	for path, b := range m.backoffs {
-		if !now.Before(b.until) && m.running[path] == nil {
+	for _, path := range m.retries.PopDue() {
+		if m.running[path] == nil {
 			m.dirty[path] = struct{}{}
 		}
 	}
 }
 
-// armTimer sets the timer to the earliest backoff expiry still pending.
-func (m *Manager) armTimer() {
-	var next time.Time
-	for path, b := range m.backoffs {
-		if m.running[path] != nil || !b.until.After(m.opts.Clock.Now()) {
-			continue
-		}
-		if next.IsZero() || b.until.Before(next) {
-			next = b.until
-		}
-	}
-	m.timer.Set(next)
+// forgetBackoff drops the backoff of path.
+func (m *Manager) forgetBackoff(path string) {
+	delete(m.backoffs, path)
+	m.retries.Remove(path)
 }

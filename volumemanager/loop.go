@@ -151,7 +151,7 @@ func newLoop(cfg loopConfig, in *inbox, pods *podTable) *loop {
 		in:         in,
 		pods:       pods,
 		vols:       map[cache.UniqueVolumeName]*volumeRecord{},
-		queue:      newVolumeQueue(),
+		queue:      newVolumeQueue(cfg.clock),
 		unreadable: map[string]string{},
 		backoff:    oe.NewBackoff(oe.BackoffOptions{}),
 		errs:       &podErrors{},
@@ -575,9 +575,8 @@ func capabilitiesOf(plugins *volume.Registry, spec *cache.VolumeSpec) (volume.Ca
 	return p.Capabilities(spec)
 }
 
-// due queues the volumes whose backoff has ended and returns when the
-// next one ends (zero: none waits).
-func (l *loop) due() time.Time { return l.queue.due(l.clock.Now()) }
+// due queues the volumes whose backoff has ended.
+func (l *loop) due() { l.queue.due() }
 
 // idle reports whether the loop has nothing to do until something happens:
 // nothing in the inbox, nothing to plan, nothing running (MarkPodsSynced

@@ -5,8 +5,10 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/internal/duequeue"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )
@@ -148,14 +150,15 @@ func (r *volumeRecord) empty() bool {
 }
 
 // volumeQueue is what the loop plans next: the volumes due now (dirty)
-// and when each one backing off is due.
+// and when each one backing off is due (retries, which also wake Run's
+// select at the earliest).
 type volumeQueue struct {
-	dirty map[cache.UniqueVolumeName]struct{}
-	at    map[cache.UniqueVolumeName]time.Time
+	dirty   map[cache.UniqueVolumeName]struct{}
+	retries *duequeue.Queue[cache.UniqueVolumeName]
 }
 
-func newVolumeQueue() volumeQueue {
-	return volumeQueue{dirty: map[cache.UniqueVolumeName]struct{}{}, at: map[cache.UniqueVolumeName]time.Time{}}
+func newVolumeQueue(c clock.Clock) volumeQueue {
+	return volumeQueue{dirty: map[cache.UniqueVolumeName]struct{}{}, retries: duequeue.New[cache.UniqueVolumeName](c)}
 }
 
 // add makes a volume due now.
@@ -178,27 +181,12 @@ func (q *volumeQueue) take() []cache.UniqueVolumeName {
 
 // retryAt makes a volume due at t, when its earliest backoff ends; a zero
 // t: none does.
-func (q *volumeQueue) retryAt(name cache.UniqueVolumeName, t time.Time) {
-	if t.IsZero() {
-		delete(q.at, name)
-		return
-	}
-	q.at[name] = t
-}
+func (q *volumeQueue) retryAt(name cache.UniqueVolumeName, t time.Time) { q.retries.Set(name, t) }
 
-// due makes the volumes whose backoff has ended at now due, and returns
-// when the next one ends (zero: none waits).
-func (q *volumeQueue) due(now time.Time) time.Time {
-	var next time.Time
-	for name, at := range q.at {
-		if !now.Before(at) {
-			delete(q.at, name)
-			q.dirty[name] = struct{}{}
-			continue
-		}
-		if next.IsZero() || at.Before(next) {
-			next = at
-		}
+// due makes the volumes whose backoff has ended due now; the others stay
+// in retries, whose wake-up Run arms for the earliest.
+func (q *volumeQueue) due() {
+	for _, name := range q.retries.PopDue() {
+		q.add(name)
 	}
-	return next
 }

@@ -9,7 +9,6 @@ import (
 	"k8s.io/klog/v2"
 
 	vcache "github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/internal/backoff"
 	"github.com/nodevol/nodevol/internal/fsgroup"
 	"github.com/nodevol/nodevol/internal/ondisk"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
@@ -127,18 +126,17 @@ func (vm *VolumeManager) run(ctx context.Context) {
 	l := vm.loop
 	resync := vm.cfg.Clock.NewTicker(vm.cfg.ResyncPeriod)
 	defer resync.Stop()
-	timer := backoff.NewTimer(vm.cfg.Clock)
-	defer timer.Stop()
+	retries := l.queue.retries
+	defer retries.Stop()
 	for {
 		l.process(ctx)
 		vm.statesSynced.Store(true) // the disk's state was installed before the first pass
 		vm.unstaged.wake()          // every change of the states is made in a step
-		// The backoff timer: armed for the earliest retry.
-		next := l.due()
+		l.due()
 		if l.queue.len() > 0 {
 			continue // due() found retries that are due now
 		}
-		timer.Set(next)
+		retries.Arm() // the wake-up: armed for the earliest retry
 		select {
 		case <-ctx.Done():
 			vm.drain(ctx)
@@ -146,8 +144,8 @@ func (vm *VolumeManager) run(ctx context.Context) {
 		case <-vm.in.kick:
 		case o := <-vm.results:
 			l.apply(o)
-		case <-timer.C():
-			timer.Fired()
+		case <-retries.C():
+			retries.Fired()
 		case <-resync.C():
 			l.resync()
 		case fn := <-vm.inspect:

@@ -22,6 +22,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/backoff"
+	"github.com/nodevol/nodevol/internal/duequeue"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -121,7 +122,9 @@ type Manager struct {
 	mu      sync.Mutex
 	recs    map[key]*source
 	pending map[string]key // "namespace/name" of each pending request
-	due     map[key]time.Time
+	// due is when each source is to be processed; its wake-up belongs
+	// to Run's goroutine (next).
+	due     *duequeue.Queue[key]
 	nodeUID types.UID // read once; "" until then, and after a failed create
 }
 
@@ -153,7 +156,7 @@ func New(cfg Config) (*Manager, error) {
 		needed:   make(chan struct{}),
 		recs:     map[key]*source{},
 		pending:  map[string]key{},
-		due:      map[key]time.Time{},
+		due:      duequeue.New[key](cfg.Clock),
 	}
 	// The Node authorizer lets a node list and watch only the requests
 	// that select it by spec.nodeName.
@@ -269,7 +272,7 @@ func (m *Manager) Forget(pod types.UID) {
 		if k.pod == pod {
 			m.dropPendingLocked(rec)
 			delete(m.recs, k)
-			delete(m.due, k)
+			m.due.Remove(k)
 		}
 	}
 }
@@ -300,10 +303,9 @@ func (m *Manager) observed(obj any, deleted bool) {
 // scheduleLocked asks for k to be processed at at, or earlier if it is
 // already due earlier.
 func (m *Manager) scheduleLocked(k key, at time.Time) {
-	if cur, ok := m.due[k]; ok && !at.Before(cur) {
+	if !m.due.SetEarlier(k, at) {
 		return
 	}
-	m.due[k] = at
 	select {
 	case m.wake <- struct{}{}:
 	default:
@@ -313,6 +315,7 @@ func (m *Manager) scheduleLocked(k key, at time.Time) {
 // next returns the first source that is due, waiting for one; false when
 // ctx is done.
 func (m *Manager) next(ctx context.Context) (key, bool) {
+	defer m.due.Stop()
 	for {
 		m.mu.Lock()
 		// A wake-up sent before this point is for a time now in m.due.
@@ -320,26 +323,13 @@ func (m *Manager) next(ctx context.Context) (key, bool) {
 		case <-m.wake:
 		default:
 		}
-		now := m.clock.Now()
-		var first key
-		var at time.Time
-		found := false
-		for k, t := range m.due {
-			if !found || t.Before(at) {
-				first, at, found = k, t, true
-			}
-		}
-		if found && !at.After(now) {
-			delete(m.due, first)
+		if k, ok := m.due.Pop(); ok {
 			m.mu.Unlock()
-			return first, true
+			return k, true
 		}
-		var timer clock.Timer
-		var fired <-chan time.Time
-		if found {
-			timer = m.clock.NewTimer(at.Sub(now))
-			fired = timer.C()
-		}
+		at := m.due.Next()
+		m.due.Arm()
+		fired := m.due.C()
 		m.mu.Unlock()
 		if m.waiting != nil {
 			m.waiting(at)
@@ -348,9 +338,7 @@ func (m *Manager) next(ctx context.Context) (key, bool) {
 		case <-ctx.Done():
 		case <-m.wake:
 		case <-fired:
-		}
-		if timer != nil {
-			timer.Stop()
+			m.due.Fired() // the wake-up is this goroutine's alone
 		}
 		if ctx.Err() != nil {
 			return key{}, false

@@ -11,7 +11,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/internal/backoff"
+	"github.com/nodevol/nodevol/internal/duequeue"
 )
 
 // refresher keeps the allocatable count of each registered driver's CSINode
@@ -31,9 +31,10 @@ type refresher struct {
 	kickC     chan struct{}
 
 	// Owned by run.
-	next map[string]time.Time
-	// period is each scheduled driver's period; badPeriod the error last
-	// logged for a driver, so that it is logged once.
+	next *duequeue.Queue[string]
+	// period is each scheduled driver's period (the drivers in next);
+	// badPeriod the error last logged for a driver, so that it is logged
+	// once.
 	period    map[string]time.Duration
 	badPeriod map[string]string
 }
@@ -45,7 +46,7 @@ func newRefresher(h *Handler, csiDrivers storagelisters.CSIDriverLister, c clock
 	return &refresher{
 		h: h, csiDrivers: csiDrivers, clock: c,
 		exhausted: map[string]bool{}, kickC: make(chan struct{}, 1),
-		next: map[string]time.Time{}, period: map[string]time.Duration{}, badPeriod: map[string]string{},
+		next: duequeue.New[string](c), period: map[string]time.Duration{}, badPeriod: map[string]string{},
 	}
 }
 
@@ -67,16 +68,16 @@ func (r *refresher) resourceExhausted(driver string) {
 
 // run refreshes until ctx ends.
 func (r *refresher) run(ctx context.Context) {
-	timer := backoff.NewTimer(r.clock)
-	defer timer.Stop()
+	defer r.next.Stop()
 	for {
-		timer.Set(r.sync(ctx))
+		r.sync(ctx)
+		r.next.Arm()
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.kickC:
-		case <-timer.C():
-			timer.Fired()
+		case <-r.next.C():
+			r.next.Fired()
 		}
 	}
 }
@@ -92,36 +93,34 @@ func (r *refresher) sync(ctx context.Context) time.Time {
 	r.exhausted = map[string]bool{}
 	r.mu.Unlock()
 	registered := r.h.registered()
-	for name := range r.next {
+	for name := range r.period {
 		if !slices.Contains(registered, name) {
-			delete(r.next, name)
+			r.next.Remove(name)
 			delete(r.period, name)
 		}
 	}
-	var earliest time.Time
 	for _, name := range registered {
 		period := r.periodOf(logger, name)
 		if period == 0 {
-			delete(r.next, name)
+			r.next.Remove(name)
 			delete(r.period, name)
 			continue
 		}
 		if r.period[name] != period {
 			// Newly registered, or the period changed: the count was read
 			// at registration, so the first refresh is one period away.
-			r.period[name], r.next[name] = period, now.Add(period)
+			r.period[name] = period
+			r.next.Set(name, now.Add(period))
 		}
-		if exhausted[name] || !now.Before(r.next[name]) {
+		next, _ := r.next.At(name)
+		if exhausted[name] || !now.Before(next) {
 			r.refresh(ctx, name)
-			if !now.Before(r.next[name]) {
-				r.next[name] = now.Add(period)
+			if !now.Before(next) {
+				r.next.Set(name, now.Add(period))
 			}
 		}
-		if earliest.IsZero() || r.next[name].Before(earliest) {
-			earliest = r.next[name]
-		}
 	}
-	return earliest
+	return r.next.Next()
 }
 
 // periodOf is the driver's refresh period (0: none); an invalid one is
