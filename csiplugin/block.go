@@ -232,17 +232,9 @@ func (p *plugin) removeEmptyDir(dir string) error {
 	return nil
 }
 
-// verifyBlockPaths checks, right before the driver or the mapper gets
-// them, that none of a pod's block paths goes through a symlink under the
-// root (the pod's device path is a symlink by design: its directory is
-// checked).
-func (p *plugin) verifyBlockPaths(paths ondisk.BlockPaths) error {
-	for _, path := range []string{paths.PublishPath, paths.GlobalMapPath, paths.PodDeviceDir} {
-		if _, err := p.rfs.Verify(path); err != nil {
-			return err
-		}
-	}
-	return nil
+// podBlockMap is the map of a pod's block volume named name at paths.
+func podBlockMap(name string, paths ondisk.BlockPaths, uid types.UID) BlockMap {
+	return BlockMap{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: string(uid), PodDeviceDir: paths.PodDeviceDir, Name: name}
 }
 
 // mapPodDevice publishes a block volume for a pod (NodePublishVolume with
@@ -276,7 +268,10 @@ func (p *plugin) mapPodDevice(ctx context.Context, req volume.MountRequest) (str
 	if err := p.rfs.MkdirAll(paths.PublishDir, 0o750); err != nil {
 		return fail(err)
 	}
-	if err := p.verifyBlockPaths(paths); err != nil {
+	// Checked right before the driver gets the publish path, and again
+	// before the mapper gets the map.
+	m := podBlockMap(name, paths, vol.Pod.UID)
+	if err := m.Verify(p.rfs); err != nil {
 		return fail(err)
 	}
 	rec := p.podRecord(spec, vol, paths.PublishPath, req.PublishContext, client.Capabilities(), secretRef)
@@ -292,8 +287,7 @@ func (p *plugin) mapPodDevice(ctx context.Context, req volume.MountRequest) (str
 		}
 		return "", fmt.Errorf("publishing block volume %s for pod %s at %s: %w", volumeDesc(spec), vol.Pod, paths.PublishPath, err)
 	}
-	m := BlockMap{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: string(vol.Pod.UID), PodDeviceDir: paths.PodDeviceDir, Name: name}
-	err = p.verifyBlockPaths(paths)
+	err = m.Verify(p.rfs)
 	if err == nil {
 		err = p.blockMapper.Map(ctx, m)
 	}
@@ -325,8 +319,8 @@ func (p *plugin) unmapPodDevice(ctx context.Context, req volume.MountRequest) er
 	if err != nil {
 		return fail(err)
 	}
-	m := BlockMap{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: string(vol.Pod.UID), PodDeviceDir: paths.PodDeviceDir, Name: name}
-	if err := p.verifyBlockPaths(paths); err != nil {
+	m := podBlockMap(name, paths, vol.Pod.UID)
+	if err := m.Verify(p.rfs); err != nil {
 		return fail(err)
 	}
 	if err := p.blockMapper.Unmap(ctx, m); err != nil {
