@@ -42,12 +42,13 @@ const (
 // without a CSIDriver, which SetUp refuses (ephemeralRefusal). Every name
 // from outside is checked once, as the request is built (newPublication).
 func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, error) {
+	desc := volumeDesc(req.Spec)
 	p, release, err := p.held()
 	if err != nil {
-		return "", fmt.Errorf("publishing volume %s for pod %s: %w", volumeDesc(req.Spec), req.Volume.Pod, err)
+		return "", fmt.Errorf("publishing volume %s for pod %s: %w", desc, req.Volume.Pod, err)
 	}
 	defer release()
-	pub, err := p.newPublication(ctx, req)
+	pub, err := p.newPublication(ctx, req, desc)
 	if err != nil {
 		return "", err
 	}

@@ -3,9 +3,7 @@ package csiplugin
 import (
 	"context"
 	"fmt"
-	"maps"
 	"path/filepath"
-	"strconv"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	storagev1 "k8s.io/api/storage/v1"
@@ -25,8 +23,8 @@ type publication struct {
 	req   volume.MountRequest
 	desc  string // volumeDesc(req.Spec), for errors
 	block bool   // a raw block volume
-	// dir is a file-system volume's pod volume directory; name and paths
-	// are a block volume's spec name and paths.
+	// name is the spec name; dir a file-system volume's pod volume
+	// directory, paths a block volume's paths.
 	dir    string
 	name   string
 	paths  ondisk.BlockPaths
@@ -46,28 +44,41 @@ func (pub *publication) fail(err error) (string, error) {
 	return "", fmt.Errorf("publishing %s %s for pod %s: %w", what, pub.desc, pub.req.Volume.Pod, err)
 }
 
+// publishTarget checks the names of pub's request that become paths (the
+// pod's UID and the spec name; a file-system volume's driver name too; a
+// block volume's PV) and returns the path the driver publishes at, setting
+// pub's paths.
+func (p *plugin) publishTarget(pub *publication) (string, error) {
+	spec, vol := pub.req.Spec, pub.req.Volume
+	var err error
+	if pub.block {
+		pub.name, pub.paths, err = p.blockPaths(spec, vol.Pod.UID)
+		return pub.paths.PublishPath, err
+	}
+	pub.name = ondisk.VolumeDirName(spec, vol)
+	if pub.dir, err = ondisk.PodVolumeDir(p.root, vol.Pod.UID, pub.name); err != nil {
+		return "", err
+	}
+	if err := fsutil.ValidateName("driver name", spec.Driver); err != nil {
+		return "", err
+	}
+	return filepath.Join(pub.dir, ondisk.PublishLeaf), nil
+}
+
 // newPublication checks the names of req that become paths (the pod's UID
 // and the spec name; a file-system volume's driver name; a block volume's
 // PV), finds the driver's CSIDriver and client, refuses an inline volume
 // of a driver without a CSIDriver (ephemeralRefusal), and builds the
 // request with its secrets and tokens, and its record. Errors are wrapped
-// as SetUp's.
-func (p *plugin) newPublication(ctx context.Context, req volume.MountRequest) (*publication, error) {
+// as SetUp's; desc is volumeDesc(req.Spec).
+func (p *plugin) newPublication(ctx context.Context, req volume.MountRequest, desc string) (*publication, error) {
 	spec, vol := req.Spec, req.Volume
-	pub := &publication{req: req, desc: volumeDesc(spec), block: spec.Mode == cache.Block}
+	pub := &publication{req: req, desc: desc, block: spec.Mode == cache.Block}
 	fail := func(err error) (*publication, error) {
 		_, err = pub.fail(err)
 		return nil, err
 	}
-	var target string
-	var err error
-	if pub.block {
-		pub.name, pub.paths, err = p.blockPaths(spec, vol.Pod.UID)
-		target = pub.paths.PublishPath
-	} else if pub.dir, err = ondisk.PodVolumeDir(p.root, vol.Pod.UID, ondisk.VolumeDirName(spec, vol)); err == nil {
-		err = fsutil.ValidateName("driver name", spec.Driver)
-		target = filepath.Join(pub.dir, ondisk.PublishLeaf)
-	}
+	target, err := p.publishTarget(pub)
 	if err != nil {
 		return fail(err)
 	}
@@ -95,66 +106,6 @@ func (p *plugin) newPublication(ctx context.Context, req volume.MountRequest) (*
 	pub.rec = p.podRecord(spec, vol, recDir, req.PublishContext, client.Capabilities(), secretRef)
 	pub.rec.Phase = ondisk.PhasePublishing
 	return pub, nil
-}
-
-// publishRequest builds a NodePublishVolume request without its secrets
-// and target path.
-func (p *plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req volume.MountRequest,
-	caps csi.Capabilities, driver *storagev1.CSIDriver) *csipb.NodePublishVolumeRequest {
-	stagingPath := req.DeviceMountPath
-	if stagingPath == "" && caps.StageUnstage && !spec.Ephemeral {
-		if dir, _, err := p.stagingDir(spec); err == nil {
-			stagingPath = filepath.Join(dir, ondisk.StagingLeaf)
-		}
-	}
-	fsGroup := mountGroup(caps, driver, vol.FSGroup)
-	volCtx := spec.Attributes
-	if driver != nil && driver.Spec.PodInfoOnMount != nil && *driver.Spec.PodInfoOnMount {
-		volCtx = maps.Clone(spec.Attributes)
-		if volCtx == nil {
-			volCtx = map[string]string{}
-		}
-		volCtx[podNameKey] = vol.Pod.Name
-		volCtx[podNamespaceKey] = vol.Pod.Namespace
-		volCtx[podUIDKey] = string(vol.Pod.UID)
-		volCtx[serviceAccountNameKey] = vol.Pod.ServiceAccount
-		volCtx[ephemeralKey] = strconv.FormatBool(spec.Ephemeral)
-	}
-	return &csipb.NodePublishVolumeRequest{
-		VolumeId:          spec.VolumeHandle,
-		PublishContext:    req.PublishContext,
-		StagingTargetPath: stagingPath,
-		VolumeCapability:  withSELinuxContext(volumeCapability(spec, caps, fsGroup), vol.SELinuxLabel),
-		Readonly:          vol.ReadOnly || spec.ReadOnly,
-		VolumeContext:     volCtx,
-	}
-}
-
-// publishCall builds the NodePublishVolume request of req without its
-// target path: publishRequest with the Secret the PV names (in the pod's
-// namespace when it names none) and the service account tokens the
-// driver asks for. It returns the Secret's reference for the record.
-func (p *plugin) publishCall(ctx context.Context, req volume.MountRequest, caps csi.Capabilities, driver *storagev1.CSIDriver) (*csipb.NodePublishVolumeRequest, *cache.SecretRef, error) {
-	spec, vol := req.Spec, req.Volume
-	secretRef := spec.NodePublishSecret
-	if secretRef != nil && secretRef.Namespace == "" {
-		secretRef = &cache.SecretRef{Namespace: vol.Pod.Namespace, Name: secretRef.Name}
-	}
-	words := publishSecretWords
-	if spec.Mode == cache.Block {
-		words = blockPublishSecretWords
-	}
-	secrets, err := p.secretData(ctx, secretRef, "NodePublish", words)
-	if err != nil {
-		return nil, nil, err
-	}
-	csiReq := p.publishRequest(spec, vol, req, caps, driver)
-	rm := requestMaps{volumeContext: csiReq.VolumeContext, secrets: secrets}
-	if err := p.addServiceAccountTokens(ctx, driver, vol.Pod, &rm); err != nil {
-		return nil, nil, err
-	}
-	csiReq.VolumeContext, csiReq.Secrets = rm.volumeContext, rm.secrets
-	return csiReq, secretRef, nil
 }
 
 // ephemeralRefusal is why an inline volume of a driver without a CSIDriver
