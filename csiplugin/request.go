@@ -77,7 +77,8 @@ func volumeCapability(spec *cache.VolumeSpec, caps csi.Capabilities, fsGroup *in
 // and target path.
 func (p *plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req volume.MountRequest,
 	caps csi.Capabilities, driver *storagev1.CSIDriver) *csipb.NodePublishVolumeRequest {
-	vc := withSELinuxContext(volumeCapability(spec, caps, mountGroup(caps, driver, vol.FSGroup)), vol.SELinuxLabel)
+	fsGroup := mountGroup(caps, driver, vol.FSGroup)
+	vc := withSELinuxContext(volumeCapability(spec, caps, fsGroup), vol.SELinuxLabel)
 	volCtx := spec.Attributes
 	if driver != nil && driver.Spec.PodInfoOnMount != nil && *driver.Spec.PodInfoOnMount {
 		volCtx = maps.Clone(spec.Attributes)
@@ -92,7 +93,7 @@ func (p *plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req
 	}
 	stagingPath := req.DeviceMountPath
 	if stagingPath == "" && caps.StageUnstage && !spec.Ephemeral {
-		if dir, _, err := p.stagingDir(spec); err == nil {
+		if dir, _, err := ondisk.FindStagingDir(p.rfs, p.root, spec.PVName, spec.Driver, spec.VolumeHandle); err == nil {
 			stagingPath = filepath.Join(dir, ondisk.StagingLeaf)
 		}
 	}

@@ -65,3 +65,16 @@ func FindLegacyStaging(r *rootfs.Root, root, pvName, driver, volumeHandle string
 	}
 	return legacyDir(root, pvName), true, nil
 }
+
+// FindStagingDir returns the directory a file-system volume (driver,
+// volume handle, PV pvName) is (to be) staged in: the legacy one when an
+// older kubelet staged it there (FindLegacyStaging), else StagingDir.
+// legacy says which.
+func FindStagingDir(r *rootfs.Root, root, pvName, driver, volumeHandle string) (dir string, legacy bool, err error) {
+	dir, legacy, err = FindLegacyStaging(r, root, pvName, driver, volumeHandle)
+	if err != nil || legacy {
+		return dir, legacy, err
+	}
+	dir, err = StagingDir(root, driver, volumeHandle)
+	return dir, false, err
+}
