@@ -5,7 +5,9 @@
 // symlinked into the pod's device directory. Unmapping runs backwards.
 // Every system interaction goes through an interface, so unit tests need no
 // root. With Mapper.Root set, every path of a Map must be under that root
-// and is reached without following a symlink below it (internal/rootfs).
+// and is reached without following a symlink below it (internal/rootfs);
+// Map.Verify is that check, which the plugins make before they hand a Map
+// to any mapper.
 package blockdev
 
 import (
