@@ -13,7 +13,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -123,32 +122,6 @@ func attachLimitReached(driver *storagev1.CSIDriver, va *storagev1.VolumeAttachm
 		return false
 	}
 	return driver != nil && driver.Spec.NodeAllocatableUpdatePeriodSeconds != nil && *driver.Spec.NodeAllocatableUpdatePeriodSeconds > 0
-}
-
-// csiDriver returns the driver's CSIDriver object, or nil when there is none.
-func (p *plugin) csiDriver(name string) (*storagev1.CSIDriver, error) {
-	d, err := p.csiDrivers.Get(name)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("reading CSIDriver %s: %w (%w)", name, err, volume.ErrNotReady)
-	}
-	return d, nil
-}
-
-// driverAndClient returns the driver's CSIDriver (nil when it has none)
-// and its client: what a publish needs of both.
-func (p *plugin) driverAndClient(name string) (*storagev1.CSIDriver, *csi.Client, error) {
-	driver, err := p.csiDriver(name)
-	if err != nil {
-		return nil, nil, err
-	}
-	client, err := p.drivers.Client(name)
-	if err != nil {
-		return nil, nil, err
-	}
-	return driver, client, nil
 }
 
 // AttachmentName returns the name of the VolumeAttachment that attaches a

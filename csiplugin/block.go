@@ -232,68 +232,42 @@ func (p *plugin) removeEmptyDir(dir string) error {
 	return nil
 }
 
-// verifyBlockPaths checks, right before the driver or the mapper gets
-// them, that none of a pod's block paths goes through a symlink under the
-// root (the pod's device path is a symlink by design: its directory is
-// checked).
-func (p *plugin) verifyBlockPaths(paths ondisk.BlockPaths) error {
-	for _, path := range []string{paths.PublishPath, paths.GlobalMapPath, paths.PodDeviceDir} {
-		if _, err := p.rfs.Verify(path); err != nil {
-			return err
-		}
-	}
-	return nil
+// podBlockMap is the map of a pod's block volume named name at paths.
+func podBlockMap(name string, paths ondisk.BlockPaths, uid types.UID) BlockMap {
+	return BlockMap{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: string(uid), PodDeviceDir: paths.PodDeviceDir, Name: name}
 }
 
 // mapPodDevice publishes a block volume for a pod (NodePublishVolume with
 // block access at the pod's publish path) and maps the published device
-// into the pod (internal/blockdev). It returns the pod's device path. A map
-// that fails after a successful publish leaves the volume Uncertain.
-func (p *plugin) mapPodDevice(ctx context.Context, req volume.MountRequest) (string, error) {
-	spec, vol := req.Spec, req.Volume
-	fail := func(err error) (string, error) {
-		return "", fmt.Errorf("publishing block volume %s for pod %s: %w", volumeDesc(spec), vol.Pod, err)
-	}
-	name, paths, err := p.blockPaths(spec, vol.Pod.UID)
-	if err != nil {
-		return fail(err)
-	}
-	driver, client, err := p.driverAndClient(spec.Driver)
-	if err != nil {
-		return fail(err)
-	}
-	if req.DeviceMountPath == "" && client.Capabilities().StageUnstage {
-		req.DeviceMountPath = paths.StagingPath
-	}
-	csiReq, secretRef, err := p.publishCall(ctx, req, client.Capabilities(), driver)
-	if err != nil {
-		return fail(err)
-	}
-	csiReq.TargetPath = paths.PublishPath
+// into the pod (internal/blockdev): SetUp after the request is built. It
+// returns the pod's device path. A map that fails after a successful
+// publish leaves the volume Uncertain.
+func (p *plugin) mapPodDevice(ctx context.Context, pub *publication) (string, error) {
+	spec, vol, paths := pub.req.Spec, pub.req.Volume, pub.paths
 	if err := p.saveBlockData(paths, spec); err != nil {
-		return fail(err)
+		return pub.fail(err)
 	}
 	if err := p.rfs.MkdirAll(paths.PublishDir, 0o750); err != nil {
-		return fail(err)
+		return pub.fail(err)
 	}
-	if err := p.verifyBlockPaths(paths); err != nil {
-		return fail(err)
+	// Checked right before the driver gets the publish path, and again
+	// before the mapper gets the map.
+	m := podBlockMap(pub.name, paths, vol.Pod.UID)
+	if err := m.Verify(p.rfs); err != nil {
+		return pub.fail(err)
 	}
-	rec := p.podRecord(spec, vol, paths.PublishPath, req.PublishContext, client.Capabilities(), secretRef)
-	rec.Phase = ondisk.PhasePublishing
-	if err := p.records.Write(ctx, rec); err != nil {
-		return fail(err)
+	if err := p.records.Write(ctx, pub.rec); err != nil {
+		return pub.fail(err)
 	}
-	if err := client.Bound(p.timeout, p.steps).NodePublishVolume(ctx, csiReq); err != nil {
+	if err := pub.client.Bound(p.timeout, p.steps).NodePublishVolume(ctx, pub.call); err != nil {
 		if !volume.IsUncertain(err) {
 			if _, serr := p.rfs.Lstat(paths.PublishPath); errors.Is(serr, fs.ErrNotExist) {
 				_ = p.records.Remove(paths.PublishPath) // nothing published
 			}
 		}
-		return "", fmt.Errorf("publishing block volume %s for pod %s at %s: %w", volumeDesc(spec), vol.Pod, paths.PublishPath, err)
+		return "", fmt.Errorf("publishing block volume %s for pod %s at %s: %w", pub.desc, vol.Pod, paths.PublishPath, err)
 	}
-	m := BlockMap{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: string(vol.Pod.UID), PodDeviceDir: paths.PodDeviceDir, Name: name}
-	err = p.verifyBlockPaths(paths)
+	err := m.Verify(p.rfs)
 	if err == nil {
 		err = p.blockMapper.Map(ctx, m)
 	}
@@ -301,9 +275,9 @@ func (p *plugin) mapPodDevice(ctx context.Context, req volume.MountRequest) (str
 		// Published but not mapped: Uncertain, so that it is mapped again or
 		// unpublished, never forgotten.
 		return "", volume.AtStep(volume.StepMapBlockVolume,
-			fmt.Errorf("mapping block volume %s of driver %s into pod %s: %w: %w", volumeDesc(spec), spec.Driver, vol.Pod, volume.Cause(err), volume.ErrInProgress))
+			fmt.Errorf("mapping block volume %s of driver %s into pod %s: %w: %w", pub.desc, spec.Driver, vol.Pod, volume.Cause(err), volume.ErrInProgress))
 	}
-	p.records.Update(ctx, rec, ondisk.PhasePublished)
+	p.records.Update(ctx, pub.rec, ondisk.PhasePublished)
 	klog.FromContext(ctx).V(4).Info("Block volume mapped", "pod", klog.KRef(vol.Pod.Namespace, vol.Pod.Name), "volume", spec.Name, "devicePath", paths.PodDevicePath)
 	return paths.PodDevicePath, nil
 }
@@ -325,8 +299,8 @@ func (p *plugin) unmapPodDevice(ctx context.Context, req volume.MountRequest) er
 	if err != nil {
 		return fail(err)
 	}
-	m := BlockMap{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: string(vol.Pod.UID), PodDeviceDir: paths.PodDeviceDir, Name: name}
-	if err := p.verifyBlockPaths(paths); err != nil {
+	m := podBlockMap(name, paths, vol.Pod.UID)
+	if err := m.Verify(p.rfs); err != nil {
 		return fail(err)
 	}
 	if err := p.blockMapper.Unmap(ctx, m); err != nil {

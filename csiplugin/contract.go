@@ -82,22 +82,6 @@ func (p *plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, erro
 	}, nil
 }
 
-// ephemeralRefusal is why an inline volume of a driver without a CSIDriver
-// object cannot be published: the kubelet supports only Persistent volumes
-// of such a driver. nil when the volume is not inline or the CSIDriver
-// exists (the planner checks its volumeLifecycleModes).
-func ephemeralRefusal(spec *cache.VolumeSpec, driver *storagev1.CSIDriver) error {
-	if !spec.Ephemeral || driver != nil {
-		return nil
-	}
-	err := fmt.Errorf("volume lifecycle mode %s not supported by driver %s: %s "+
-		"(an inline CSI volume needs one whose volumeLifecycleModes lists %s; without one only %s volumes are supported, as with the kubelet)",
-		storagev1.VolumeLifecycleEphemeral, spec.Driver, missingCSIDriver(spec.Driver),
-		storagev1.VolumeLifecycleEphemeral, storagev1.VolumeLifecyclePersistent)
-	return volume.WithCause(err, fmt.Sprintf("kubernetes.io/csi: mounter.SetupAt failed to check volume lifecycle mode: volume mode %q not supported by driver %s (no CSIDriver object)",
-		storagev1.VolumeLifecycleEphemeral, spec.Driver))
-}
-
 // CallName implements volume.CallNamer: the CSI RPC each method makes,
 // which is what a user of a CSI driver reads in a wait error
 // ("NodePublishVolume still running after 3s"); "" for the attachment's

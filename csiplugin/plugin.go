@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"time"
 
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/record"
@@ -241,4 +243,30 @@ func volumeDesc(spec *cache.VolumeSpec) string {
 		return fmt.Sprintf("%q (PV %s, driver %s)", spec.Name, spec.PVName, spec.Driver)
 	}
 	return fmt.Sprintf("%q (driver %s)", spec.Name, spec.Driver)
+}
+
+// csiDriver returns the driver's CSIDriver object, or nil when there is none.
+func (p *plugin) csiDriver(name string) (*storagev1.CSIDriver, error) {
+	d, err := p.csiDrivers.Get(name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading CSIDriver %s: %w (%w)", name, err, volume.ErrNotReady)
+	}
+	return d, nil
+}
+
+// driverAndClient returns the driver's CSIDriver (nil when it has none)
+// and its client: what a publish needs of both.
+func (p *plugin) driverAndClient(name string) (*storagev1.CSIDriver, *csi.Client, error) {
+	driver, err := p.csiDriver(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := p.drivers.Client(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return driver, client, nil
 }

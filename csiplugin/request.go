@@ -1,7 +1,10 @@
 package csiplugin
 
 import (
+	"context"
 	"fmt"
+	"maps"
+	"path/filepath"
 	"slices"
 	"strconv"
 
@@ -11,6 +14,8 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // withSELinuxContext adds the mount option context="<label>" to a mount
@@ -66,4 +71,66 @@ func volumeCapability(spec *cache.VolumeSpec, caps csi.Capabilities, fsGroup *in
 	}
 	vc.AccessType = &csipb.VolumeCapability_Mount{Mount: m}
 	return vc
+}
+
+// publishRequest builds a NodePublishVolume request without its secrets
+// and target path.
+func (p *plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req volume.MountRequest,
+	caps csi.Capabilities, driver *storagev1.CSIDriver) *csipb.NodePublishVolumeRequest {
+	fsGroup := mountGroup(caps, driver, vol.FSGroup)
+	vc := withSELinuxContext(volumeCapability(spec, caps, fsGroup), vol.SELinuxLabel)
+	volCtx := spec.Attributes
+	if driver != nil && driver.Spec.PodInfoOnMount != nil && *driver.Spec.PodInfoOnMount {
+		volCtx = maps.Clone(spec.Attributes)
+		if volCtx == nil {
+			volCtx = map[string]string{}
+		}
+		volCtx[podNameKey] = vol.Pod.Name
+		volCtx[podNamespaceKey] = vol.Pod.Namespace
+		volCtx[podUIDKey] = string(vol.Pod.UID)
+		volCtx[serviceAccountNameKey] = vol.Pod.ServiceAccount
+		volCtx[ephemeralKey] = strconv.FormatBool(spec.Ephemeral)
+	}
+	stagingPath := req.DeviceMountPath
+	if stagingPath == "" && caps.StageUnstage && !spec.Ephemeral {
+		if dir, _, err := ondisk.FindStagingDir(p.rfs, p.root, spec.PVName, spec.Driver, spec.VolumeHandle); err == nil {
+			stagingPath = filepath.Join(dir, ondisk.StagingLeaf)
+		}
+	}
+	return &csipb.NodePublishVolumeRequest{
+		VolumeId:          spec.VolumeHandle,
+		PublishContext:    req.PublishContext,
+		StagingTargetPath: stagingPath,
+		VolumeCapability:  vc,
+		Readonly:          vol.ReadOnly || spec.ReadOnly,
+		VolumeContext:     volCtx,
+	}
+}
+
+// publishCall builds the NodePublishVolume request of req without its
+// target path: publishRequest (built first: it reads nothing that can
+// fail) with the Secret the PV names (in the pod's
+// namespace when it names none) and the service account tokens the
+// driver asks for. It returns the Secret's reference for the record.
+func (p *plugin) publishCall(ctx context.Context, req volume.MountRequest, caps csi.Capabilities, driver *storagev1.CSIDriver) (*csipb.NodePublishVolumeRequest, *cache.SecretRef, error) {
+	spec, vol := req.Spec, req.Volume
+	csiReq := p.publishRequest(spec, vol, req, caps, driver)
+	secretRef := spec.NodePublishSecret
+	if secretRef != nil && secretRef.Namespace == "" {
+		secretRef = &cache.SecretRef{Namespace: vol.Pod.Namespace, Name: secretRef.Name}
+	}
+	words := publishSecretWords
+	if spec.Mode == cache.Block {
+		words = blockPublishSecretWords
+	}
+	secrets, err := p.secretData(ctx, secretRef, "NodePublish", words)
+	if err != nil {
+		return nil, nil, err
+	}
+	rm := requestMaps{volumeContext: csiReq.VolumeContext, secrets: secrets}
+	if err := p.addServiceAccountTokens(ctx, driver, vol.Pod, &rm); err != nil {
+		return nil, nil, err
+	}
+	csiReq.VolumeContext, csiReq.Secrets = rm.volumeContext, rm.secrets
+	return csiReq, secretRef, nil
 }

@@ -44,7 +44,7 @@ func (p *plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (str
 	}
 	// A volume an older kubelet staged in its legacy directory is staged
 	// there again (idempotently), not a second time elsewhere.
-	dir, legacy, err := p.stagingDir(spec)
+	dir, legacy, err := ondisk.FindStagingDir(p.rfs, p.root, spec.PVName, spec.Driver, spec.VolumeHandle)
 	if err != nil {
 		return fail(err)
 	}
@@ -149,7 +149,7 @@ func (p *plugin) UnmountDevice(ctx context.Context, req volume.DeviceRequest) er
 	}
 	// A volume staged by an older kubelet is unstaged from its legacy
 	// directory, which is then removed as nodevol's own would be.
-	dir, _, err := p.stagingDir(spec)
+	dir, _, err := ondisk.FindStagingDir(p.rfs, p.root, spec.PVName, spec.Driver, spec.VolumeHandle)
 	if err != nil {
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
@@ -231,16 +231,4 @@ func (p *plugin) removeVolumeDir(dir, leaf string) error {
 		return fmt.Errorf("%s is still a mount point", path)
 	}
 	return p.rfs.RemoveIn(dir, leaf, ondisk.VolumeDataFile)
-}
-
-// stagingDir returns the directory a filesystem volume is (to be) staged
-// in: the legacy one when an older kubelet staged it there, as found by
-// FindLegacyStaging, else StagingDir. legacy says which.
-func (p *plugin) stagingDir(spec *cache.VolumeSpec) (dir string, legacy bool, err error) {
-	dir, legacy, err = ondisk.FindLegacyStaging(p.rfs, p.root, spec.PVName, spec.Driver, spec.VolumeHandle)
-	if err != nil || legacy {
-		return dir, legacy, err
-	}
-	dir, err = ondisk.StagingDir(p.root, spec.Driver, spec.VolumeHandle)
-	return dir, false, err
 }

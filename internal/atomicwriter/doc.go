@@ -36,5 +36,7 @@
 // only the content, to decide whether to write. The payload helpers
 // (ConfigMapPayload, SecretPayload, FileUser, ProjectedMode) are the
 // kubelet's MakePayload and the projected plugin's mode rule, shared by the
-// plugins that use the writer.
+// plugins that use the writer. So are the rules on payload paths
+// (ValidatePath, ValidateKeys, Nested): the plugins check a volume's paths
+// with them when they resolve it, before anything is written.
 package atomicwriter

@@ -3,6 +3,7 @@ package atomicwriter
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -56,6 +57,44 @@ func ValidatePath(p string) error {
 	return nil
 }
 
+// ValidateKeys checks the keys of files that are their own files' names
+// (a configMap's or a secret's keys when no items map them to paths): each
+// must be one valid file name (ValidatePath, and no "/", which would write
+// below the volume's top level). Keys are checked in sorted order, so the
+// error names the first invalid one.
+func ValidateKeys(files map[string]File) error {
+	for _, key := range slices.Sorted(maps.Keys(files)) {
+		if strings.Contains(key, "/") {
+			return fmt.Errorf("key %q: invalid path: a key is a file name, it must not contain '/'", key)
+		}
+		if err := ValidatePath(key); err != nil {
+			return fmt.Errorf("key %q: %w", key, err)
+		}
+	}
+	return nil
+}
+
+// Nested returns the first of sorted paths that another of them lies
+// below ("a" and "a/b"), and the first such other path: two payload paths
+// that cannot both be files. ok is false when there is none. paths must
+// be sorted (slices.Sort); they are compared as given, not cleaned.
+func Nested(paths []string) (file, below string, ok bool) {
+	// Sorted, a path's descendants follow it among the paths that start
+	// with it ("p-x" and "p.x" sort between "p" and "p/x"): look no further
+	// than the first path that does not.
+	for i, p := range paths {
+		for _, q := range paths[i+1:] {
+			if strings.HasPrefix(q, p+"/") {
+				return p, q, true
+			}
+			if !strings.HasPrefix(q, p) {
+				break
+			}
+		}
+	}
+	return "", "", false
+}
+
 // errPathConflict is wrapped by cleanPayload's error for two paths that
 // cannot both be files.
 var errPathConflict = errors.New("conflicting payload paths")
@@ -82,18 +121,8 @@ func cleanPayload(payload map[string]File) (map[string]File, []string, error) {
 		paths = append(paths, p)
 	}
 	slices.Sort(paths)
-	// Sorted, a path's descendants follow it among the paths that start
-	// with it ("p-x" and "p.x" sort between "p" and "p/x"): look no further
-	// than the first path that does not.
-	for i, p := range paths {
-		for _, q := range paths[i+1:] {
-			if strings.HasPrefix(q, p+"/") {
-				return nil, nil, fmt.Errorf("%w: %s is a file and a directory of %s", errPathConflict, p, q)
-			}
-			if !strings.HasPrefix(q, p) {
-				break
-			}
-		}
+	if p, q, ok := Nested(paths); ok {
+		return nil, nil, fmt.Errorf("%w: %s is a file and a directory of %s", errPathConflict, p, q)
 	}
 	return clean, paths, nil
 }

@@ -102,3 +102,50 @@ func TestNames(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		keys []string
+		err  string
+	}{
+		{name: "file names", keys: []string{"a", ".a", "a..b"}},
+		{name: "none"},
+		{name: "a slash", keys: []string{"a", "b/c"}, err: `key "b/c": invalid path: a key is a file name, it must not contain '/'`},
+		{name: "reserved", keys: []string{"..data"}, err: `key "..data": invalid path: must not start with '..': ..data`},
+		{name: "dot dot", keys: []string{".."}, err: `key "..": invalid path: must not contain '..': ..`},
+		{name: "the first in order", keys: []string{"z/z", "..b", "a/a"}, err: `key "..b": invalid path`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			files := map[string]File{}
+			for _, k := range tc.keys {
+				files[k] = File{}
+			}
+			err := ValidateKeys(files)
+			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.err)) {
+				t.Errorf("ValidateKeys(%q) = %v, want %q", tc.keys, err, tc.err)
+			}
+		})
+	}
+}
+
+func TestNested(t *testing.T) {
+	for _, tc := range []struct {
+		paths       []string
+		file, below string
+	}{
+		{paths: nil},
+		{paths: []string{"a", "b", "c/d"}},
+		{paths: []string{"a", "a-x", "a.x", "ab"}},
+		{paths: []string{"a", "a/b"}, file: "a", below: "a/b"},
+		{paths: []string{"a", "a-x", "a.x", "a/b"}, file: "a", below: "a/b"},
+		{paths: []string{"a", "b", "b/c", "b/c/d"}, file: "b", below: "b/c"},
+		{paths: []string{"a/b", "a/b/c", "x", "x/y"}, file: "a/b", below: "a/b/c"},
+		{paths: []string{"a", "a//b"}, file: "a", below: "a//b"},
+	} {
+		file, below, ok := Nested(tc.paths)
+		if file != tc.file || below != tc.below || ok != (tc.file != "") {
+			t.Errorf("Nested(%q) = %q, %q, %v; want %q, %q", tc.paths, file, below, ok, tc.file, tc.below)
+		}
+	}
+}

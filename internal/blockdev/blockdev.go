@@ -5,7 +5,9 @@
 // symlinked into the pod's device directory. Unmapping runs backwards.
 // Every system interaction goes through an interface, so unit tests need no
 // root. With Mapper.Root set, every path of a Map must be under that root
-// and is reached without following a symlink below it (internal/rootfs).
+// and is reached without following a symlink below it (internal/rootfs);
+// Map.Verify is that check, which the plugins make before they hand a Map
+// to any mapper.
 package blockdev
 
 import (
@@ -151,10 +153,8 @@ func (mp *Mapper) Map(ctx context.Context, m Map) error {
 	fsys := mp.files()
 	// Every path first, so that a symlink anywhere refuses the whole map
 	// before anything is mounted or created.
-	for _, p := range []string{m.DevicePath, m.GlobalMapPath, m.mapFile(), m.PodDeviceDir} {
-		if err := verifyPath(fsys, p, m.DevicePath); err != nil {
-			return fmt.Errorf("mapping %s: %w", m.DevicePath, err)
-		}
+	if err := m.verify(fsys, []string{m.DevicePath, m.GlobalMapPath, m.mapFile(), m.PodDeviceDir}); err != nil {
+		return fmt.Errorf("mapping %s: %w", m.DevicePath, err)
 	}
 	isBlock := mp.IsBlockDevice
 	if isBlock == nil {
@@ -185,6 +185,30 @@ func (mp *Mapper) Map(ctx context.Context, m Map) error {
 	}
 	if err := symlink(fsys, m.DevicePath, m.link()); err != nil {
 		return fmt.Errorf("mapping %s: %w", m.DevicePath, err)
+	}
+	return nil
+}
+
+// Verify checks that none of m's paths under r goes through a symlink:
+// DevicePath (a device outside r, as a local PV's /dev/sdb, is only read
+// and needs no confinement; "" is not checked), GlobalMapPath, the pod's
+// map file in it, and PodDeviceDir (the pod's device path is a symlink by
+// design: its directory is checked). A plugin calls it right before it
+// hands m to a mapper, its own or an embedder's; Map checks the same.
+func (m Map) Verify(r *rootfs.Root) error {
+	paths := []string{m.GlobalMapPath, m.mapFile(), m.PodDeviceDir}
+	if m.DevicePath != "" {
+		paths = append([]string{m.DevicePath}, paths...)
+	}
+	return m.verify(rootFiles{r}, paths)
+}
+
+// verify checks paths, some of m's, through fsys.
+func (m Map) verify(fsys files, paths []string) error {
+	for _, p := range paths {
+		if err := verifyPath(fsys, p, m.DevicePath); err != nil {
+			return err
+		}
 	}
 	return nil
 }

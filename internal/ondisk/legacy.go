@@ -24,7 +24,12 @@ func LegacyStagingDir(root, pvName string) (string, error) {
 	if err := fsutil.ValidateName("PV name", pvName); err != nil {
 		return "", err
 	}
-	return filepath.Join(root, pluginDir, legacyPVDir, pvName), nil
+	return legacyDir(root, pvName), nil
+}
+
+// legacyDir is LegacyStagingDir of a PV name checked already.
+func legacyDir(root, pvName string) string {
+	return filepath.Join(root, pluginDir, legacyPVDir, pvName)
 }
 
 // FindLegacyStaging reports whether an older kubelet staged the volume of
@@ -58,6 +63,18 @@ func FindLegacyStaging(r *rootfs.Root, root, pvName, driver, volumeHandle string
 	case d.DriverName != driver || d.VolumeHandle != volumeHandle:
 		return "", false, nil
 	}
-	dir, _ = LegacyStagingDir(root, pvName)
-	return dir, true, nil
+	return legacyDir(root, pvName), true, nil
+}
+
+// FindStagingDir returns the directory a file-system volume (driver,
+// volume handle, PV pvName) is (to be) staged in: the legacy one when an
+// older kubelet staged it there (FindLegacyStaging), else StagingDir.
+// legacy says which.
+func FindStagingDir(r *rootfs.Root, root, pvName, driver, volumeHandle string) (dir string, legacy bool, err error) {
+	dir, legacy, err = FindLegacyStaging(r, root, pvName, driver, volumeHandle)
+	if err != nil || legacy {
+		return dir, legacy, err
+	}
+	dir, err = StagingDir(root, driver, volumeHandle)
+	return dir, false, err
 }

@@ -90,12 +90,8 @@ func checkPaths(payload map[string]atomicwriter.File) error {
 		paths = append(paths, p)
 	}
 	slices.Sort(paths)
-	for i, p := range paths {
-		for _, q := range paths[i+1:] {
-			if strings.HasPrefix(q, p+"/") {
-				return fmt.Errorf("invalid path: %s is a file, so %s cannot be written below it", p, q)
-			}
-		}
+	if p, q, ok := atomicwriter.Nested(paths); ok {
+		return fmt.Errorf("invalid path: %s is a file, so %s cannot be written below it", p, q)
 	}
 	return nil
 }

@@ -31,18 +31,6 @@ func (p *plugin) blockMap(pv string, uid types.UID, dev string) (BlockMap, error
 	return BlockMap{DevicePath: dev, GlobalMapPath: filepath.Join(p.globalMapBase(), pv), PodUID: string(uid), PodDeviceDir: dir, Name: pv}, nil
 }
 
-// verifyMap checks that none of m's paths under the root goes through a
-// symlink, right before the mapper gets them (the pod's device path is a
-// symlink by design: its directory is checked).
-func (p *plugin) verifyMap(m BlockMap) error {
-	for _, path := range []string{filepath.Join(m.GlobalMapPath, m.PodUID), m.PodDeviceDir} {
-		if _, err := p.rfs.Verify(path); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // mapDevice maps a Block volume's device into the pod and returns the
 // pod's symlink to it. The directories and the map file are made here,
 // through the root (each a step); the bind mount, the loop device and the
@@ -77,7 +65,7 @@ func (p *plugin) mapDevice(ctx context.Context, req volume.MountRequest) (string
 	if err != nil {
 		return fail(err)
 	}
-	if err := p.verifyMap(m); err != nil {
+	if err := m.Verify(p.rfs); err != nil {
 		return fail(err)
 	}
 	for _, dir := range []string{m.GlobalMapPath, m.PodDeviceDir} {
@@ -88,7 +76,7 @@ func (p *plugin) mapDevice(ctx context.Context, req volume.MountRequest) (string
 	if err := p.rfs.Create(filepath.Join(m.GlobalMapPath, m.PodUID), 0o640); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fail(err)
 	}
-	if err := p.verifyMap(m); err != nil {
+	if err := m.Verify(p.rfs); err != nil {
 		return fail(fmt.Errorf("%w: %w", err, volume.ErrInProgress))
 	}
 	if err := p.blockMapper.Map(ctx, m); err != nil {
@@ -117,7 +105,7 @@ func (p *plugin) unmapDevice(ctx context.Context, req volume.MountRequest) error
 	if err != nil {
 		return fail(err)
 	}
-	if err := p.verifyMap(m); err != nil {
+	if err := m.Verify(p.rfs); err != nil {
 		return fail(err)
 	}
 	link := filepath.Join(m.PodDeviceDir, m.Name)

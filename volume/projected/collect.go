@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"path"
-	"slices"
-	"strings"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
@@ -142,15 +139,7 @@ func checkKeys(files map[string]atomicwriter.File, items []v1.KeyToPath) error {
 	if len(items) > 0 {
 		return nil // the paths were checked by ResolveSpec
 	}
-	for _, key := range slices.Sorted(maps.Keys(files)) {
-		if strings.Contains(key, "/") {
-			return fmt.Errorf("key %q: invalid path: a key is a file name, it must not contain '/'", key)
-		}
-		if err := atomicwriter.ValidatePath(key); err != nil {
-			return fmt.Errorf("key %q: %w", key, err)
-		}
-	}
-	return nil
+	return atomicwriter.ValidateKeys(files)
 }
 
 // token returns the file of a serviceAccountToken source: a token of the

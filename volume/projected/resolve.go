@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path"
 	"slices"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -229,12 +228,8 @@ func checkMode(field string, mode *int32) error {
 // would refuse the pair at every SetUp.
 func checkNesting(paths []string) error {
 	slices.Sort(paths)
-	for i, a := range paths {
-		for _, b := range paths[i+1:] {
-			if strings.HasPrefix(b, a+"/") {
-				return fmt.Errorf("path %s is a file and a directory of path %s", a, b)
-			}
-		}
+	if a, b, ok := atomicwriter.Nested(paths); ok {
+		return fmt.Errorf("path %s is a file and a directory of path %s", a, b)
 	}
 	return nil
 }

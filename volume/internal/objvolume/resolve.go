@@ -6,7 +6,6 @@ import (
 	"path"
 	"slices"
 	"strconv"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -86,12 +85,8 @@ func checkItems(items []v1.KeyToPath) error {
 			return fmt.Errorf("two items have the path %s", paths[i])
 		}
 	}
-	for i, a := range paths {
-		for _, b := range paths[i+1:] {
-			if strings.HasPrefix(b, a+"/") {
-				return fmt.Errorf("item path %s is a file and a directory of item path %s", a, b)
-			}
-		}
+	if a, b, ok := atomicwriter.Nested(paths); ok {
+		return fmt.Errorf("item path %s is a file and a directory of item path %s", a, b)
 	}
 	return nil
 }

@@ -3,9 +3,6 @@ package objvolume
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -112,13 +109,5 @@ func checkPaths(files map[string]atomicwriter.File, src Source) error {
 		}
 		return nil
 	}
-	for _, key := range slices.Sorted(maps.Keys(files)) {
-		if strings.Contains(key, "/") {
-			return fmt.Errorf("key %q: invalid path: a key is a file name, it must not contain '/'", key)
-		}
-		if err := atomicwriter.ValidatePath(key); err != nil {
-			return fmt.Errorf("key %q: %w", key, err)
-		}
-	}
-	return nil
+	return atomicwriter.ValidateKeys(files)
 }
