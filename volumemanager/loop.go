@@ -3,7 +3,6 @@ package volumemanager
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -452,23 +451,22 @@ func (l *loop) view(name cache.UniqueVolumeName) planner.View {
 		Name: name, Spec: spec, Desired: desired, Actual: actual, Known: known,
 		InFlight: rec.inflight, Backoff: l.backoff.Volume(name), WorldChanged: rec.worldChanged,
 		Refs: rec.refs, Resync: l.resyncs, Now: l.clock.Now(), SelfAttach: l.selfAttach,
+		PodsSynced: l.podsSynced, FoundDevice: rec.foundDevice,
 	}
 	if wanted {
 		v.Caps, v.CapsErr = l.capabilities(&spec)
 	}
 	for uid := range actual.Pods {
-		if why := l.podHold(rec, uid); why != "" {
-			if v.HeldPods == nil {
-				v.HeldPods = map[types.UID]string{}
+		f := planner.PodFacts{Unresolved: l.pods.hold(uid), Added: l.pods.isKnown(uid), Found: rec.foundMounts[uid]}
+		if f.Unresolved != "" || f.Found {
+			if v.Pods == nil {
+				v.Pods = map[types.UID]planner.PodFacts{}
 			}
-			v.HeldPods[uid] = why
+			v.Pods[uid] = f
 		}
 	}
-	switch {
-	case !l.podsSynced && rec.foundDevice:
-		v.HoldDevice = "found on disk at start; kept until every pod added before MarkPodsSynced has been resolved"
-	case spec.PVName != "" && l.unreadable[spec.PVName] != "":
-		v.HoldDevice = fmt.Sprintf("pod volume directory %s could not be read and may use it", l.unreadable[spec.PVName])
+	if spec.PVName != "" {
+		v.Unreadable = l.unreadable[spec.PVName]
 	}
 	if wanted && l.hooks.attachHeld != nil && !actual.Attached && v.Caps.Attachable {
 		v.AttachHeld = l.hooks.attachHeld(name)
@@ -498,17 +496,6 @@ func (l *loop) view(name cache.UniqueVolumeName) planner.View {
 		}
 	}
 	return v
-}
-
-// podHold says why a pod's mount of a volume must not be torn down, or "".
-func (l *loop) podHold(rec *volumeRecord, uid types.UID) string {
-	if why := l.pods.hold(uid); why != "" {
-		return why
-	}
-	if !l.pods.isKnown(uid) && !l.podsSynced && rec.foundMounts[uid] {
-		return "found on disk at start; kept until every pod added before MarkPodsSynced has been resolved"
-	}
-	return ""
 }
 
 // resync plans every volume again, resolves again the pods that could not

@@ -85,35 +85,33 @@ func Plan(v View) Decision {
 		published = true
 		switch {
 		case want[uid], podBusy(uid):
-		case v.HeldPods[uid] != "":
-			d.wait("unpublish from pod %s held: %s", uid, v.HeldPods[uid])
 		default:
-			add(oe.Action{Kind: oe.OpUnpublish, Volume: v.Name, Pod: pm.Volume})
+			if why := podHold(v, uid); why != "" {
+				d.wait("unpublish from pod %s held: %s", uid, why)
+			} else {
+				add(oe.Action{Kind: oe.OpUnpublish, Volume: v.Name, Pod: pm.Volume})
+			}
 		}
 	}
 
 	if len(v.Desired) == 0 {
-		switch {
+		switch held := deviceHold(v); {
 		case published || busy:
 			// Unstage waits for every unpublish.
 		case !v.Known:
 			d.Done = true
-		case !v.Actual.DeviceState.MayBeMounted() && v.Actual.SelfAttached && v.HoldDevice != "":
+		case !v.Actual.DeviceState.MayBeMounted() && v.Actual.SelfAttached && held != "":
 			// An attachment found at start waits for the pods, as a device
 			// found on disk does.
-			d.wait("detach held: %s", v.HoldDevice)
+			d.wait("detach held: %s", held)
 		case !v.Actual.DeviceState.MayBeMounted() && v.Actual.SelfAttached:
 			// Detach last: the VolumeAttachment the node created goes
 			// only once the device is unstaged.
 			add(oe.Action{Kind: oe.OpSelfDetach, Volume: v.Name})
 		case !v.Actual.DeviceState.MayBeMounted():
 			d.Done = true
-		case v.HoldDevice != "":
-			d.wait("unstage held: %s", v.HoldDevice)
-		case len(stagingReferences(v)) > 0:
-			d.wait("unstage waits: staging path still referenced by %v", stagingReferences(v))
-		case len(d.Actions) == 0:
-			add(oe.Action{Kind: oe.OpUnstage, Volume: v.Name})
+		default:
+			unstage(v, &d, add)
 		}
 		return d
 	}
@@ -153,15 +151,10 @@ func Plan(v View) Decision {
 		if v.Actual.DeviceState.MayBeMounted() && !sel.Mounted && v.Actual.SELinuxContext != sel.Context {
 			// Staged with an SELinux context that no pod wanting it has
 			// (its pods are gone): unstage, then stage with the new one.
-			switch {
-			case published || busy:
+			if published || busy {
 				d.wait("unstage (to stage again with SELinux context %q) waits for the unpublishes", sel.Context)
-			case v.HoldDevice != "":
-				d.wait("unstage held: %s", v.HoldDevice)
-			case len(stagingReferences(v)) > 0:
-				d.wait("unstage waits: staging path still referenced by %v", stagingReferences(v))
-			default:
-				return volumeOp(oe.Action{Kind: oe.OpUnstage, Volume: v.Name})
+			} else {
+				unstage(v, &d, add)
 			}
 			return d
 		}
@@ -285,6 +278,21 @@ func expandFirst(v View, d *Decision, add func(oe.Action), busy bool, mounted *c
 	}
 	for _, p := range publish {
 		d.wait("publish into pod %s waits for the node expansion to %d bytes", p.Pod.UID, v.ExpandTo)
+	}
+}
+
+// unstage is the gate of every unstage, planned once no pod may have the
+// device published and nothing runs on the volume: it waits while
+// something holds the device (deviceHold) or a mount still references its
+// staging path (stagingReferences), else it unstages.
+func unstage(v View, d *Decision, add func(oe.Action)) {
+	switch held, refs := deviceHold(v), stagingReferences(v); {
+	case held != "":
+		d.wait("unstage held: %s", held)
+	case len(refs) > 0:
+		d.wait("unstage waits: staging path still referenced by %v", refs)
+	case len(d.Actions) == 0:
+		add(oe.Action{Kind: oe.OpUnstage, Volume: v.Name})
 	}
 }
 

@@ -33,12 +33,20 @@ type View struct {
 	// Actual is what is done; Known is false when nothing is.
 	Actual state.ActualVolume
 	Known  bool
-	// HeldPods are pods whose mounts must not be torn down although no
-	// desired pod is them: found on disk before the pods were synced, or
-	// of a pod that is added but cannot be resolved (yet).
-	HeldPods map[types.UID]string
-	// HoldDevice, if not empty, says why the device must not be unstaged.
-	HoldDevice string
+	// Pods are what the loop knows of the pods in Actual.Pods that are
+	// not resolved or whose mounts were found on disk at start (podHold);
+	// the others are left out.
+	Pods map[types.UID]PodFacts
+	// PodsSynced: every pod added before MarkPodsSynced has been resolved
+	// (as far as the API server answers); until then what was found on
+	// disk at start is kept.
+	PodsSynced bool
+	// FoundDevice: the device was found on disk at start (deviceHold).
+	FoundDevice bool
+	// Unreadable, if not empty, is a pod volume directory found at start
+	// under the volume's PV name whose record could not be read: it may
+	// use the device (deviceHold).
+	Unreadable string
 	// Refs are the mounts under the pods directory that referenced the
 	// staging path when they were last gathered (by an unstage that
 	// refused), and the resync they were gathered in.
