@@ -89,7 +89,7 @@ func Plan(v View) Decision {
 			if why := podHold(v, uid); why != "" {
 				d.wait("unpublish from pod %s held: %s", uid, why)
 			} else {
-				add(oe.Action{Kind: oe.OpUnpublish, Volume: v.Name, Pod: pm.Volume})
+				add(unpublishAction(v, pm.Volume))
 			}
 		}
 	}
@@ -200,6 +200,16 @@ func publishAction(v View, p cache.PodVolume, expand int64) oe.Action {
 	return oe.Action{Kind: oe.OpPublish, Volume: v.Name, Pod: p, Expand: expand,
 		ChangeOwnership: v.Caps.OwnershipChange && p.FSGroup != nil && !p.ReadOnly,
 		Republish:       ok && (pm.State == cache.Mounted || pm.Found && pm.State == cache.Uncertain)}
+}
+
+// unpublishAction unpublishes the volume from pod p. A filesystem
+// volume's subPath bind mounts in the pod are cleaned first, as the
+// kubelet does: a leftover one (made by a runtime or a kubelet fork, or by
+// an earlier run) would keep a reference to the volume's mount, and the
+// unstage after the unpublish would refuse for ever. A block volume has
+// none.
+func unpublishAction(v View, p cache.PodVolume) oe.Action {
+	return oe.Action{Kind: oe.OpUnpublish, Volume: v.Name, Pod: p, CleanSubPaths: v.Actual.Spec.Mode != cache.Block}
 }
 
 // refusals are the desired pods that may not use the volume now, and why.
