@@ -28,12 +28,18 @@ import (
 // whole volume runs alone on it; operations on different pods' mounts run
 // side by side. A key that is backing off after a failure of the same kind
 // of operation waits until its backoff ends.
+//
+// It decides from the loop's facts too: which mounts and devices are held
+// although no pod wants them (holds.go), whether a node expansion is due
+// and the size the node has the volume at (expand.go), and that an
+// unpublish cleans the pod's subPath mounts first (unpublishAction).
 func Plan(v View) Decision {
 	var d Decision
 	// The world's changes and what was found on disk first: the rest of
 	// the plan reads the view as they leave it.
 	backoff := forgetBackoff(v, &d)
 	v = adopt(v, &d)
+	expandTo := expansion(v, &d)
 	// Refusals first, whatever else waits: the loop reports a refusal that
 	// is missing from a decision as ended.
 	sel := admitSELinux(v)
@@ -177,8 +183,8 @@ func Plan(v View) Decision {
 			mounted = &v.Desired[i]
 		}
 	}
-	if v.ExpandTo > 0 && (mounted != nil || len(publish) > 0) {
-		expandFirst(v, &d, add, busy, mounted, publish)
+	if expandTo > 0 && (mounted != nil || len(publish) > 0) {
+		expandFirst(v, &d, add, busy, expandTo, mounted, publish)
 		return d
 	}
 	for _, p := range publish {
@@ -273,21 +279,21 @@ func stagePod(v View, refused map[types.UID]error) cache.PodVolume {
 // the pod's mount counts as done (the kubelet's expansion while mounting).
 // The other publishes wait until the expansion is over: one expansion at a
 // time per volume.
-func expandFirst(v View, d *Decision, add func(oe.Action), busy bool, mounted *cache.PodVolume, publish []cache.PodVolume) {
+func expandFirst(v View, d *Decision, add func(oe.Action), busy bool, expandTo int64, mounted *cache.PodVolume, publish []cache.PodVolume) {
 	var a oe.Action
 	if mounted != nil {
 		a = oe.Action{Kind: oe.OpExpand, Volume: v.Name, Pod: *mounted}
 	} else {
-		a = publishAction(v, publish[0], v.ExpandTo)
+		a = publishAction(v, publish[0], expandTo)
 		publish = publish[1:]
 	}
 	if busy || len(d.Actions) > 0 {
-		d.wait("node expansion to %d bytes waits for the operations on the volume", v.ExpandTo)
+		d.wait("node expansion to %d bytes waits for the operations on the volume", expandTo)
 	} else {
 		add(a)
 	}
 	for _, p := range publish {
-		d.wait("publish into pod %s waits for the node expansion to %d bytes", p.Pod.UID, v.ExpandTo)
+		d.wait("publish into pod %s waits for the node expansion to %d bytes", p.Pod.UID, expandTo)
 	}
 }
 

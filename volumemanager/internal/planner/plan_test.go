@@ -81,7 +81,7 @@ func TestPlan(t *testing.T) {
 		{name: "republish a mounted pod", desired: []cache.PodVolume{pv("a")}, known: true, actual: state.ActualVolume{Attached: true, DeviceState: cache.Mounted, Pods: mounts("a=Mounted")},
 			view: View{Republish: map[types.UID]bool{"a": true}, Caps: volume.Capabilities{Attachable: true, Stages: true, Republish: true}}, want: "volume_mount v pod=ns/a"},
 		{name: "expansion once mounted", desired: []cache.PodVolume{pv("a")}, known: true, actual: state.ActualVolume{Attached: true, DeviceState: cache.Mounted, Pods: mounts("a=Mounted")},
-			view: View{ExpandTo: 1 << 30}, want: "volume_fs_resize v"},
+			view: View{Expansion: grownTo(1 << 30)}, want: "volume_fs_resize v"},
 		{name: "ephemeral: no attach, no stage", desired: []cache.PodVolume{pv("a")}, spec: cache.VolumeSpec{Ephemeral: true},
 			view: View{Caps: volume.Capabilities{Block: true}}, want: "volume_mount v pod=ns/a"},
 	}

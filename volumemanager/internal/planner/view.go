@@ -73,9 +73,8 @@ type View struct {
 	// Republish are pods whose Mounted volume is due to be published again
 	// (a resync came): they are, when Caps.Republish.
 	Republish map[types.UID]bool
-	// ExpandTo, if > 0, is the size the claim's pending node expansion
-	// grows the volume to.
-	ExpandTo int64
+	// Expansion are the facts a node expansion is decided from (expansion).
+	Expansion ExpansionFacts
 	// Now is the time backoff is compared with.
 	Now time.Time
 }
@@ -100,6 +99,17 @@ type Decision struct {
 	// ForgetBackoff are the keys whose backoff the loop forgets: the world
 	// changed since they failed.
 	ForgetBackoff []oe.Key
+	// NodeSize, if > 0, is the size the loop records the node has the
+	// volume at (Actual.Size was not known): the claim's status capacity,
+	// taken at the first look for a node expansion.
+	NodeSize int64
+	// ForgetExpandHold: the loop forgets the held node expansion
+	// (ExpansionFacts.Held): the claim has moved on.
+	ForgetExpandHold bool
+	// Expansion is the node expansion due, which Actions start (an
+	// expansion, or a publish that expands) when they can; nil when none
+	// is due.
+	Expansion *Expansion
 	// Waiting says why something that is due does not start (empty when
 	// nothing waits): for logs, scripts and wait errors.
 	Waiting []string
