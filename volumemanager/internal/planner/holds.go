@@ -9,18 +9,6 @@ import (
 // foundHeld is why what was found on disk at start is kept.
 const foundHeld = "found on disk at start; kept until every pod added before MarkPodsSynced has been resolved"
 
-// PodFacts are what the loop knows of a pod that has the volume (in
-// View.Actual.Pods) and may hold its mount.
-type PodFacts struct {
-	// Unresolved, if not empty, says why the pod, added, cannot be
-	// resolved (yet): it may still want the volume.
-	Unresolved string
-	// Added: the pod was added and not deleted since.
-	Added bool
-	// Found: its mount of the volume was found on disk at start.
-	Found bool
-}
-
 // podHold says why pod uid's mount of the volume must not be torn down
 // although no desired pod is that pod, or "": the pod is added but cannot
 // be resolved (yet), or its mount was found on disk at start and the pods

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
@@ -138,4 +139,60 @@ type Refusal struct {
 
 func (d *Decision) wait(format string, args ...any) {
 	d.Waiting = append(d.Waiting, fmt.Sprintf(format, args...))
+}
+
+// PodFacts are what the loop knows of a pod that has the volume (in
+// View.Actual.Pods) and may hold its mount.
+type PodFacts struct {
+	// Unresolved, if not empty, says why the pod, added, cannot be
+	// resolved (yet): it may still want the volume.
+	Unresolved string
+	// Added: the pod was added and not deleted since.
+	Added bool
+	// Found: its mount of the volume was found on disk at start.
+	Found bool
+}
+
+// ExpansionFacts are what a node expansion of the volume is decided from.
+type ExpansionFacts struct {
+	// Expands: the volume is a PV and the node can expand volumes; a node
+	// expansion is looked for once the volume is set up. False: none is.
+	Expands bool
+	// PV is the volume's PV and PVC the claim bound to it, as the listers
+	// have them (read only); both nil when either is missing, the claim
+	// is bound to another volume or the PV's source is not expanded on
+	// the node.
+	PV  *v1.PersistentVolume
+	PVC *v1.PersistentVolumeClaim
+	// Held is the node expansion that ended without growing the volume and
+	// is not to be asked again as it was (oe.ExpandResult.Held); zero when
+	// none is.
+	Held ExpandHold
+}
+
+// ExpandHold is a node expansion that ended without growing the volume:
+// not asked again at Size while the claim is at ClaimRV ("": at any
+// version, until the volume is set up again).
+type ExpandHold struct {
+	Size    int64
+	ClaimRV string
+}
+
+// holds reports whether the expansion to size, planned with the claim at
+// claimRV, is the one held.
+func (h ExpandHold) holds(size int64, claimRV string) bool {
+	return h.Size > 0 && h.Size == size && (h.ClaimRV == "" || h.ClaimRV == claimRV)
+}
+
+// Expansion is a claim's node expansion due on this node.
+type Expansion struct {
+	// Size is the size to grow the volume to (ExpansionTarget: the
+	// claim's allocated size, or the PV's capacity); From the size this
+	// node has it at.
+	Size, From int64
+	// ClaimRV is the resourceVersion of the claim it was planned with.
+	ClaimRV   string
+	Namespace string
+	Claim     string
+	PV        string
 }
