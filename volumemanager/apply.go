@@ -14,8 +14,9 @@ import (
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )
 
-// begin records an action as in flight and starts it.
-func (l *loop) begin(a oe.Action, v planner.View) {
+// begin records an action as in flight and starts it; e is the node
+// expansion the plan that started it found due (nil: none).
+func (l *loop) begin(a oe.Action, v planner.View, e *planner.Expansion) {
 	rec := l.vol(a.Volume)
 	rec.started(a)
 	in := opInput{Input: oe.Input{Spec: v.Spec, PublishContext: v.Actual.PublishContext, DeviceMountPath: v.Actual.DeviceMountPath}}
@@ -26,7 +27,7 @@ func (l *loop) begin(a oe.Action, v planner.View) {
 		delete(rec.republish, a.Pod.Pod.UID)
 		l.asw.SetPodBusy(v.Spec, a.Pod, true) // possibly mounted from now on
 		if a.Expand > 0 {
-			in.Expansion, _ = l.hooks.expansion(v.Spec.PVName, v.Actual.Size)
+			in.Expansion = *e
 		}
 	case oe.OpAttach:
 		l.setAttachment(a.Volume, rec, csiplugin.AttachmentName(v.Spec.VolumeHandle, v.Spec.Driver, l.node))
@@ -43,7 +44,7 @@ func (l *loop) begin(a oe.Action, v planner.View) {
 		l.setAttachment(a.Volume, rec, csiplugin.AttachmentName(in.Spec.VolumeHandle, in.Spec.Driver, l.node))
 	case oe.OpExpand:
 		in.VolumePath = v.Actual.Pods[a.Pod.Pod.UID].Path
-		in.Expansion, _ = l.hooks.expansion(v.Spec.PVName, v.Actual.Size)
+		in.Expansion = *e
 	}
 	l.running.start(a, callName(l.volumes, a, &in.Spec), l.clock.Now())
 	if (a.Kind == oe.OpStage || a.Kind == oe.OpPublish) && !v.Known && v.CapsErr == nil && !v.Caps.Attachable {
@@ -104,7 +105,7 @@ func (l *loop) apply(o oe.Outcome) {
 		if e := o.Expansion; e.Size > 0 {
 			l.asw.SetSize(a.Volume, e.Size)
 		} else if e.Held > 0 {
-			rec.expandHeld = expandHold{size: e.Held, claimRV: e.HeldClaim}
+			rec.expandHeld = planner.ExpandHold{Size: e.Held, ClaimRV: e.HeldClaim}
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 
 	"github.com/nodevol/nodevol/util/step"
 	"github.com/nodevol/nodevol/volume"
@@ -29,107 +30,22 @@ type nodeExpander interface {
 	NodeExpand(ctx context.Context, req volume.ExpandRequest) (bool, error)
 }
 
-// nodeExpansionNotRequired is the claim annotation that says a
-// ReadWriteMany volume the claim's status already reports grown needs no
-// expansion on each node that mounts it (the kubelet's
-// NodeExpansionNotRequired).
-const nodeExpansionNotRequired = "volume.kubernetes.io/node-expansion-not-required"
-
-// nodeExpansionDue reports whether this node, which has the claim's volume
-// at nodeSize bytes, is to grow it to size, as the kubelet's node expander
-// decides it before NodeExpandVolume (runPreCheck); claimDone says that
-// the claim's status already reports size with no resize status: another
-// node or the controller alone finished, and the node writes nothing on
-// the claim. The expansion is due when the claim asks for it
-// (claimNodeResizePending), or, for a claim already done, when the volume
-// is ReadWriteMany and the claim does not say
-// volume.kubernetes.io/node-expansion-not-required: every node that
-// mounts a shared volume grows its own view of it (kubernetes#131907). A
-// node that has the volume at size already has nothing to do.
-func nodeExpansionDue(pvc *v1.PersistentVolumeClaim, size resource.Quantity, nodeSize int64) (due, claimDone bool) {
-	have := pvc.Status.Capacity[v1.ResourceStorage]
-	_, resizing := pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage]
-	claimDone = !resizing && have.Cmp(size) >= 0
-	if nodeSize >= size.Value() {
-		return false, claimDone
-	}
-	if claimDone {
-		return slices.Contains(pvc.Spec.AccessModes, v1.ReadWriteMany) && !metav1.HasAnnotation(pvc.ObjectMeta, nodeExpansionNotRequired), true
-	}
-	return claimNodeResizePending(pvc, size), false
-}
-
-// claimNodeResizePending reports whether the claim asks the node to grow
-// its volume to size, as the kubelet's node expander decides it: its status
-// capacity is below size, and its storage resize status says NodeResizePending or
-// NodeResizeInProgress (a node expansion that was cut short or failed and
-// is retried); any other status (NodeResizeInfeasible above all) says no,
-// until the claim changes. A claim without a resize status (an older
-// external-resizer) asks while its status capacity is below size and it
-// has the FileSystemResizePending condition.
-func claimNodeResizePending(pvc *v1.PersistentVolumeClaim, size resource.Quantity) bool {
-	// The claim's capacity must be below the PV's in every case: the claim
-	// and the PV come through two informers, and a claim marked pending may
-	// arrive before the grown PV (the resizer updates the PV first). Read
-	// with the old PV, the node would "expand" to the old size and clear
-	// the claim's status; the PV's event plans the volume again.
-	have := pvc.Status.Capacity[v1.ResourceStorage]
-	if have.Cmp(size) >= 0 {
-		return false
-	}
-	if st, ok := pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage]; ok {
-		return st == v1.PersistentVolumeClaimNodeResizePending || st == v1.PersistentVolumeClaimNodeResizeInProgress
-	}
-	for _, c := range pvc.Status.Conditions {
-		if c.Type == v1.PersistentVolumeClaimFileSystemResizePending && c.Status == v1.ConditionTrue {
-			return true
-		}
-	}
-	return false
-}
-
-// expansionTarget is the size a node expansion of pvc's volume grows it
-// to, as the kubelet's node expander takes it: the claim's allocated size
-// when the claim carries one (the external-resizer of
-// RecoverVolumeExpansionFailure sets it, and lowers it when the user
-// recovers from a failed expansion by asking for less), else pvSize, the
-// PV's capacity (an older resizer).
-func expansionTarget(pvc *v1.PersistentVolumeClaim, pvSize resource.Quantity) resource.Quantity {
-	if alloc, ok := pvc.Status.AllocatedResources[v1.ResourceStorage]; ok && !alloc.IsZero() {
-		return alloc
-	}
-	return pvSize
-}
-
-// pendingExpansion returns the node expansion due for PV pvName's claim
-// (read through the listers), for the planner, on a node that has the
-// volume at nodeSize bytes; 0 says not known yet (first set up here, or
-// found again after a restart), and the claim's status capacity is taken
-// for it, as the kubelet does. The expansion's From is that size, returned
-// even when nothing is due, for the loop to record. As in the kubelet, an
-// expansion is looked for once the PV has grown beyond the node's size,
-// and grows the volume to expansionTarget. A migrated in-tree PV is
-// expanded through its CSI driver too, as the kubelet does.
-func (r *resolver) pendingExpansion(pvName string, nodeSize int64) (expansion, bool) {
+// expansionClaim returns PV pvName and the claim bound to it, read through
+// the listers, for the planner to decide the volume's node expansion on
+// (planner.ExpansionFacts); nil, nil when either is missing, the claim is
+// bound to another volume, or the PV is neither a CSI volume nor a
+// migrated in-tree one (a migrated PV is expanded through its CSI driver,
+// as the kubelet does).
+func (r *resolver) expansionClaim(pvName string) (*v1.PersistentVolume, *v1.PersistentVolumeClaim) {
 	pv, err := r.pvs.Get(pvName)
 	if err != nil || (pv.Spec.CSI == nil && migratedPVPlugin(pv) == "") || pv.Spec.ClaimRef == nil {
-		return expansion{From: nodeSize}, false
+		return nil, nil
 	}
 	pvc, err := r.pvcs.PersistentVolumeClaims(pv.Spec.ClaimRef.Namespace).Get(pv.Spec.ClaimRef.Name)
 	if err != nil || pvc.Spec.VolumeName != pv.Name {
-		return expansion{From: nodeSize}, false
+		return nil, nil
 	}
-	if nodeSize == 0 {
-		have := pvc.Status.Capacity[v1.ResourceStorage]
-		nodeSize = have.Value()
-	}
-	pvSize, ok := pv.Spec.Capacity[v1.ResourceStorage]
-	if !ok || pvSize.Value() <= nodeSize {
-		return expansion{From: nodeSize}, false
-	}
-	size := expansionTarget(pvc, pvSize)
-	due, claimDone := nodeExpansionDue(pvc, size, nodeSize)
-	return expansion{Size: size.Value(), From: nodeSize, ClaimDone: claimDone, ClaimRV: pvc.ResourceVersion, Namespace: pvc.Namespace, Claim: pvc.Name, PV: pv.Name}, due
+	return pv, pvc
 }
 
 // expandError is the error of a node expansion that follows a publish, so
@@ -179,9 +95,9 @@ func (vm *VolumeManager) expandAfterPublish(ctx context.Context, a oe.Action, in
 // pending expansion in.Expansion, with pod a.Pod's publish:
 //
 //  1. read the claim; nothing to do if the expansion is no longer due on
-//     this node at that size (nodeExpansionDue: done elsewhere, marked
-//     infeasible meanwhile, or its allocated size changed: see
-//     expansionTarget), and it is held until the claim's informer has a
+//     this node at that size (planner.NodeExpansionDue: done elsewhere,
+//     marked infeasible meanwhile, or its allocated size changed: see
+//     planner.ExpansionTarget), and it is held until the claim's informer has a
 //     newer version than it was planned with;
 //  2. NodeResizePending becomes NodeResizeInProgress (a strategic merge
 //     patch of the status, checked against the claim's resourceVersion);
@@ -209,8 +125,8 @@ func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput
 		return oe.ExpandResult{}, fmt.Errorf("reading PVC %s/%s before expanding volume %q: %w", e.Namespace, e.Claim, e.PV, err)
 	}
 	held := oe.ExpandResult{Held: e.Size, HeldClaim: e.ClaimRV}
-	due, claimDone := nodeExpansionDue(pvc, size, e.From)
-	if target := expansionTarget(pvc, size); pvc.Spec.VolumeName != e.PV || !due || target.Cmp(size) != 0 {
+	due, claimDone := planner.NodeExpansionDue(pvc, size, e.From)
+	if target := planner.ExpansionTarget(pvc, size); pvc.Spec.VolumeName != e.PV || !due || target.Cmp(size) != 0 {
 		logger.V(2).Info("Node expansion no longer due on this node at this size", "target", target.String())
 		return held, nil
 	}
@@ -262,7 +178,7 @@ func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput
 // and Spec): an online expansion, or the publish it follows. It returns
 // err's class, and err when the expansion is to be retried.
 func (vm *VolumeManager) expandFailed(ctx context.Context, logger klog.Logger, claims typedcorev1.PersistentVolumeClaimInterface,
-	pvc *v1.PersistentVolumeClaim, e expansion, op oe.Outcome, pods []cache.PodVolume, err error) (csiplugin.ExpandFailure, error) {
+	pvc *v1.PersistentVolumeClaim, e planner.Expansion, op oe.Outcome, pods []cache.PodVolume, err error) (csiplugin.ExpandFailure, error) {
 	class := csiplugin.ClassifyExpandError(err)
 	if class == csiplugin.ExpandTransient {
 		return class, err

@@ -16,47 +16,8 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )
-
-func TestNodeExpansionDue(t *testing.T) {
-	const gi = int64(1 << 30)
-	claim := func(access v1.PersistentVolumeAccessMode, capacity string, status v1.ClaimResourceStatus, annotated bool) *v1.PersistentVolumeClaim {
-		c := csitest.PVC("ns", "c", "pv")
-		c.Spec.AccessModes = []v1.PersistentVolumeAccessMode{access}
-		c.Status.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse(capacity)}
-		if status != "" {
-			c.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: status}
-		}
-		if annotated {
-			c.Annotations = map[string]string{nodeExpansionNotRequired: "true"}
-		}
-		return c
-	}
-	tests := []struct {
-		name           string
-		pvc            *v1.PersistentVolumeClaim
-		nodeSize       int64
-		due, claimDone bool
-	}{
-		{"RWX grown elsewhere, node at the old size", claim(v1.ReadWriteMany, "2Gi", "", false), gi, true, true},
-		{"RWX grown elsewhere, node at the new size", claim(v1.ReadWriteMany, "2Gi", "", false), 2 * gi, false, true},
-		{"RWX grown elsewhere, annotated", claim(v1.ReadWriteMany, "2Gi", "", true), gi, false, true},
-		{"RWO grown by the controller alone", claim(v1.ReadWriteOnce, "2Gi", "", false), gi, false, true},
-		{"RWX pending on the claim", claim(v1.ReadWriteMany, "1Gi", v1.PersistentVolumeClaimNodeResizePending, false), gi, true, false},
-		{"RWX pending on the claim, annotated", claim(v1.ReadWriteMany, "1Gi", v1.PersistentVolumeClaimNodeResizePending, true), gi, true, false},
-		{"RWO pending, node already expanded", claim(v1.ReadWriteOnce, "1Gi", v1.PersistentVolumeClaimNodeResizeInProgress, false), 2 * gi, false, false},
-		{"RWX capacity reported with a resize status", claim(v1.ReadWriteMany, "2Gi", v1.PersistentVolumeClaimNodeResizeInProgress, false), gi, false, false},
-		{"RWX infeasible", claim(v1.ReadWriteMany, "1Gi", v1.PersistentVolumeClaimNodeResizeInfeasible, false), gi, false, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			due, done := nodeExpansionDue(tt.pvc, resource.MustParse("2Gi"), tt.nodeSize)
-			if due != tt.due || done != tt.claimDone {
-				t.Errorf("nodeExpansionDue = %v, %v; want %v, %v", due, done, tt.due, tt.claimDone)
-			}
-		})
-	}
-}
 
 // rwxEnv is a manager with pod ns/p running on claim ns/shared (handle
 // handle-shared, 1Gi) before another node grows it.
@@ -98,7 +59,7 @@ func newRWXEnv(t *testing.T, access v1.PersistentVolumeAccessMode, annotated, dr
 	drv := csitest.New(t, csitest.Options{Expand: driverExpands, CreateTargetDirs: true})
 	pvc, pv := csitest.BoundClaim("ns", "shared", drv.DriverName(), "handle-shared", csitest.PVCapacity("1Gi"), csitest.PVAccessModes(access))
 	if annotated {
-		pvc.Annotations = map[string]string{nodeExpansionNotRequired: "true"}
+		pvc.Annotations = map[string]string{planner.NodeExpansionNotRequired: "true"}
 	}
 	e := &expandEnv{t: t, drv: drv, pv: pv.Name, client: fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv), events: record.NewFakeRecorder(100)}
 	log := &podEventLog{FakeRecorder: e.events, byPod: map[string]map[string]int{}}

@@ -17,68 +17,38 @@ import (
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
 
-// TestPendingExpansion: when a node expansion is due on a node that has
-// the volume at the claim's status capacity, and to what size.
-func TestPendingExpansion(t *testing.T) {
-	pv := func(size string) *v1.PersistentVolume {
-		p := csitest.PV("pv", "d.example.com", "h", csitest.PVCapacity(size))
-		p.Spec.ClaimRef = &v1.ObjectReference{Namespace: "ns", Name: "c"}
+// TestExpansionClaim: the facts a node expansion is decided on are a CSI
+// (or migrated in-tree) PV and the claim bound to it; none otherwise. The
+// decision itself is the planner's (its TestPendingExpansion).
+func TestExpansionClaim(t *testing.T) {
+	pv := func(csiSource bool, claimRef bool) *v1.PersistentVolume {
+		p := csitest.PV("pv", "d.example.com", "h", csitest.PVCapacity("2Gi"))
+		if claimRef {
+			p.Spec.ClaimRef = &v1.ObjectReference{Namespace: "ns", Name: "c"}
+		}
+		if !csiSource {
+			p.Spec.CSI = nil
+			p.Spec.NFS = &v1.NFSVolumeSource{Server: "s", Path: "/"}
+		}
 		return p
-	}
-	withAllocated := func(c *v1.PersistentVolumeClaim, size string) *v1.PersistentVolumeClaim {
-		c.Status.AllocatedResources = v1.ResourceList{v1.ResourceStorage: resource.MustParse(size)}
-		return c
-	}
-	pvc := func(size string, pending bool, allocated v1.ClaimResourceStatus) *v1.PersistentVolumeClaim {
-		c := csitest.PVC("ns", "c", "pv")
-		c.Status.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse(size)}
-		if pending {
-			c.Status.Conditions = []v1.PersistentVolumeClaimCondition{{Type: v1.PersistentVolumeClaimFileSystemResizePending, Status: v1.ConditionTrue}}
-		}
-		if allocated != "" {
-			c.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: allocated}
-		}
-		return c
 	}
 	tests := []struct {
 		name string
-		pvc  *v1.PersistentVolumeClaim
-		pv   *v1.PersistentVolume
+		objs []any
 		want bool
-		to   string // the size grown to, when due
 	}{
-		{"grown, FileSystemResizePending", pvc("1Gi", true, ""), pv("2Gi"), true, "2Gi"},
-		{"grown, NodeResizePending", pvc("1Gi", false, v1.PersistentVolumeClaimNodeResizePending), pv("2Gi"), true, "2Gi"},
-		{"grown, controller not done", pvc("1Gi", false, v1.PersistentVolumeClaimControllerResizeInProgress), pv("2Gi"), false, ""},
-		{"grown, NodeResizeInProgress (a retry)", pvc("1Gi", false, v1.PersistentVolumeClaimNodeResizeInProgress), pv("2Gi"), true, "2Gi"},
-		{"grown, NodeResizeInfeasible despite FileSystemResizePending", pvc("1Gi", true, v1.PersistentVolumeClaimNodeResizeInfeasible), pv("2Gi"), false, ""},
-		{"grown, nothing pending", pvc("1Gi", false, ""), pv("2Gi"), false, ""},
-		{"same size", pvc("2Gi", true, ""), pv("2Gi"), false, ""},
-		{"NodeResizePending read before the grown PV", pvc("1Gi", false, v1.PersistentVolumeClaimNodeResizePending), pv("1Gi"), false, ""},
-		{"NodeResizeInProgress, PV not grown in the lister yet", pvc("1Gi", false, v1.PersistentVolumeClaimNodeResizeInProgress), pv("1Gi"), false, ""},
-		{"PV without capacity", pvc("1Gi", true, ""), pv("1Gi"), false, ""},
-		{"allocated: grown to it", withAllocated(pvc("1Gi", false, v1.PersistentVolumeClaimNodeResizePending), "2Gi"), pv("2Gi"), true, "2Gi"},
-		{"allocated lowered after a failure: grown to it, not to the PV's", withAllocated(pvc("1Gi", false, v1.PersistentVolumeClaimNodeResizePending), "5Gi"), pv("9Gi"), true, "5Gi"},
-		{"allocated above the PV's: the PV not grown in the lister yet", withAllocated(pvc("1Gi", false, v1.PersistentVolumeClaimNodeResizePending), "2Gi"), pv("1Gi"), false, ""},
-		{"allocated, NodeResizeInfeasible", withAllocated(pvc("1Gi", false, v1.PersistentVolumeClaimNodeResizeInfeasible), "9Gi"), pv("9Gi"), false, ""},
+		{"CSI PV bound to its claim", []any{pv(true, true), csitest.PVC("ns", "c", "pv")}, true},
+		{"claim bound to another PV", []any{pv(true, true), csitest.PVC("ns", "c", "other")}, false},
+		{"claim missing", []any{pv(true, true)}, false},
+		{"PV without a claim", []any{pv(true, false), csitest.PVC("ns", "c", "pv")}, false},
+		{"PV missing", []any{csitest.PVC("ns", "c", "pv")}, false},
+		{"PV of another kind", []any{pv(false, true), csitest.PVC("ns", "c", "pv")}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.name == "PV without capacity" {
-				delete(tt.pv.Spec.Capacity, v1.ResourceStorage)
-			}
-			e, got := testResolver(t, tt.pvc, tt.pv).pendingExpansion("pv", 0)
-			if got != tt.want {
-				t.Fatalf("pendingExpansion due = %v, want %v", got, tt.want)
-			}
-			if want := tt.pvc.Status.Capacity.Storage().Value(); e.From != want {
-				t.Errorf("From = %d, want the claim's status capacity %d", e.From, want)
-			}
-			if !tt.want {
-				return
-			}
-			if q := resource.MustParse(tt.to); e.Size != q.Value() {
-				t.Errorf("Size = %d, want %s", e.Size, tt.to)
+			gotPV, gotPVC := testResolver(t, tt.objs...).expansionClaim("pv")
+			if got := gotPV != nil && gotPVC != nil; got != tt.want || (gotPV == nil) != (gotPVC == nil) {
+				t.Errorf("expansionClaim = %v, %v; want both found %v", gotPV, gotPVC, tt.want)
 			}
 		})
 	}

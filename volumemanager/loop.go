@@ -3,7 +3,6 @@ package volumemanager
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -92,10 +91,10 @@ type loopHooks struct {
 	// attachHeld reports whether an attachable volume's attachment must
 	// wait to be reported in use.
 	attachHeld func(name cache.UniqueVolumeName) bool
-	// expansion returns the node expansion of a PV's claim due on a node
-	// that has the volume at nodeSize bytes (0: not known yet), and the
-	// size the node has it at (From); nil: the plugin cannot expand.
-	expansion func(pvName string, nodeSize int64) (expansion, bool)
+	// expansionClaim returns a PV and the claim bound to it, which the
+	// planner decides the volume's node expansion on (nil, nil: none);
+	// nil: the node cannot expand volumes.
+	expansionClaim func(pvName string) (*v1.PersistentVolume, *v1.PersistentVolumeClaim)
 	// forgotten is called when a volume is forgotten.
 	forgotten func()
 	// synced is called once the loop has taken in that the informers have
@@ -125,24 +124,8 @@ type opInput struct {
 	oe.Input
 	// VolumePath is where a pod has the volume published (expansion).
 	VolumePath string
-	// Expansion is an expansion's target.
-	Expansion expansion
-}
-
-// expansion is a claim's node expansion due on this node.
-type expansion struct {
-	// Size is the size to grow the volume to (expansionTarget: the
-	// claim's allocated size, or the PV's capacity); From the size this
-	// node has it at.
-	Size, From int64
-	// ClaimRV is the resourceVersion of the claim it was planned with.
-	ClaimRV string
-	// ClaimDone: the claim's status already reports Size (another node
-	// or the controller finished); the node grows its own view only.
-	ClaimDone bool
-	Namespace string
-	Claim     string
-	PV        string
+	// Expansion is an expansion's target (planner.Decision.Expansion).
+	Expansion planner.Expansion
 }
 
 func newLoop(cfg loopConfig, in *inbox, pods *podTable) *loop {
@@ -313,7 +296,7 @@ func addPod(pods map[types.UID]*v1.Pod, uid types.UID, in *inbox) map[types.UID]
 // claimChanged plans the volume of a changed claim again (its node
 // expansion may be due).
 func (l *loop) claimChanged(key string) {
-	if l.hooks.expansion == nil {
+	if l.hooks.expansionClaim == nil {
 		return
 	}
 	if pv := l.pods.claimVolume(key); pv != "" {
@@ -388,13 +371,20 @@ func (l *loop) planDirty(ctx context.Context) {
 	}
 }
 
-// planVolume plans one volume and applies the decision: the adoptions and
-// forgotten backoff first, then the refusals and waits, then the end of
-// the volume or the operations to start.
+// planVolume plans one volume and applies the decision: the node's size
+// of the volume and the expansion hold, the adoptions and forgotten
+// backoff first, then the refusals and waits, then the end of the volume
+// or the operations to start.
 func (l *loop) planVolume(_ context.Context, name cache.UniqueVolumeName) {
 	v := l.view(name)
 	d := planner.Plan(v)
 	rec := l.vol(name)
+	if d.NodeSize > 0 {
+		l.asw.SetSize(name, d.NodeSize)
+	}
+	if d.ForgetExpandHold {
+		rec.expandHeld = planner.ExpandHold{}
+	}
 	for _, p := range d.Adopt {
 		l.asw.SetPodMount(v.Spec, p, cache.Mounted, "")
 	}
@@ -418,7 +408,7 @@ func (l *loop) planVolume(_ context.Context, name cache.UniqueVolumeName) {
 		return
 	}
 	for _, a := range d.Actions {
-		l.begin(a, v)
+		l.begin(a, v, d.Expansion)
 	}
 }
 
@@ -437,7 +427,8 @@ func (l *loop) forget(name cache.UniqueVolumeName) {
 	}
 }
 
-// view gathers what the planner needs of one volume.
+// view gathers what the planner needs of one volume. It writes nothing:
+// what the planner decides from it, the loop applies (planVolume).
 func (l *loop) view(name cache.UniqueVolumeName) planner.View {
 	spec, desired, wanted := l.dsw.Volume(name)
 	actual, known := l.asw.Volume(name)
@@ -452,23 +443,22 @@ func (l *loop) view(name cache.UniqueVolumeName) planner.View {
 		Name: name, Spec: spec, Desired: desired, Actual: actual, Known: known,
 		InFlight: rec.inflight, Backoff: l.backoff.Volume(name), WorldChanged: rec.worldChanged,
 		Refs: rec.refs, Resync: l.resyncs, Now: l.clock.Now(), SelfAttach: l.selfAttach,
+		PodsSynced: l.podsSynced, FoundDevice: rec.foundDevice,
 	}
 	if wanted {
 		v.Caps, v.CapsErr = l.capabilities(&spec)
 	}
 	for uid := range actual.Pods {
-		if why := l.podHold(rec, uid); why != "" {
-			if v.HeldPods == nil {
-				v.HeldPods = map[types.UID]string{}
+		f := planner.PodFacts{Unresolved: l.pods.hold(uid), Added: l.pods.isKnown(uid), Found: rec.foundMounts[uid]}
+		if f.Unresolved != "" || f.Found {
+			if v.Pods == nil {
+				v.Pods = map[types.UID]planner.PodFacts{}
 			}
-			v.HeldPods[uid] = why
+			v.Pods[uid] = f
 		}
 	}
-	switch {
-	case !l.podsSynced && rec.foundDevice:
-		v.HoldDevice = "found on disk at start; kept until every pod added before MarkPodsSynced has been resolved"
-	case spec.PVName != "" && l.unreadable[spec.PVName] != "":
-		v.HoldDevice = fmt.Sprintf("pod volume directory %s could not be read and may use it", l.unreadable[spec.PVName])
+	if spec.PVName != "" {
+		v.Unreadable = l.unreadable[spec.PVName]
 	}
 	if wanted && l.hooks.attachHeld != nil && !actual.Attached && v.Caps.Attachable {
 		v.AttachHeld = l.hooks.attachHeld(name)
@@ -481,34 +471,11 @@ func (l *loop) view(name cache.UniqueVolumeName) planner.View {
 			v.Republish[p.Pod.UID] = true
 		}
 	}
-	if wanted && known && v.CapsErr == nil && l.hooks.expansion != nil && spec.PVName != "" && (actual.DeviceState == cache.Mounted || !v.Caps.Stages) {
-		e, ok := l.hooks.expansion(spec.PVName, actual.Size)
-		if actual.Size == 0 && e.From > 0 {
-			// First look since the volume was set up here (or found
-			// again after a restart): the node has it at the claim's
-			// size, as the kubelet's InitializeClaimSize records it.
-			l.asw.SetSize(name, e.From)
-			v.Actual.Size = e.From
-		}
-		if h := rec.expandHeld; h.claimRV != "" && h.claimRV != e.ClaimRV {
-			rec.expandHeld = expandHold{} // the claim has moved on: it says what is due
-		}
-		if ok && !rec.expandHeld.holds(e) {
-			v.ExpandTo = e.Size
-		}
+	if wanted && spec.PVName != "" && l.hooks.expansionClaim != nil {
+		v.Expansion = planner.ExpansionFacts{Expands: true, Held: rec.expandHeld}
+		v.Expansion.PV, v.Expansion.PVC = l.hooks.expansionClaim(spec.PVName)
 	}
 	return v
-}
-
-// podHold says why a pod's mount of a volume must not be torn down, or "".
-func (l *loop) podHold(rec *volumeRecord, uid types.UID) string {
-	if why := l.pods.hold(uid); why != "" {
-		return why
-	}
-	if !l.pods.isKnown(uid) && !l.podsSynced && rec.foundMounts[uid] {
-		return "found on disk at start; kept until every pod added before MarkPodsSynced has been resolved"
-	}
-	return ""
 }
 
 // resync plans every volume again, resolves again the pods that could not

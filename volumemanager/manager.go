@@ -355,7 +355,7 @@ func (vm *VolumeManager) newLoop(m *metrics) {
 			hold: vm.holdObjects, holders: vm.objects.Holders, podGone: vm.podGone},
 	}
 	if vm.expander != nil {
-		lc.hooks.expansion = vm.resolver.pendingExpansion
+		lc.hooks.expansionClaim = vm.resolver.expansionClaim
 	}
 	if !cfg.ClusterInformers {
 		lc.hooks.holdAttachment = vm.holdAttachment

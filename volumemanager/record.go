@@ -33,7 +33,7 @@ type volumeRecord struct {
 	republish map[types.UID]bool
 	// expandHeld is the node expansion not to be asked again
 	// (oe.ExpandResult.Held).
-	expandHeld expandHold
+	expandHeld planner.ExpandHold
 	// attachment is the VolumeAttachment the volume's attach (or detach)
 	// waits for; "" when none.
 	attachment string
@@ -125,27 +125,13 @@ func (r *volumeRecord) forget() {
 	r.waiting = nil
 	r.olderWorld = false
 	r.attachment = ""
-	r.expandHeld = expandHold{}
-}
-
-// expandHold is a node expansion that ended without growing the volume
-// and is not to be asked again as it was (oe.ExpandResult.Held).
-type expandHold struct {
-	size    int64
-	claimRV string
-}
-
-// holds reports whether e is the expansion held: the same size, planned
-// with the same version of the claim (any version, for a hold until the
-// volume is set up again).
-func (h expandHold) holds(e expansion) bool {
-	return h.size > 0 && h.size == e.Size && (h.claimRV == "" || h.claimRV == e.ClaimRV)
+	r.expandHeld = planner.ExpandHold{}
 }
 
 // empty reports whether the record keeps nothing.
 func (r *volumeRecord) empty() bool {
 	return r.inflight == nil && len(r.foundMounts) == 0 && !r.foundDevice && len(r.refs.Paths) == 0 &&
-		len(r.republish) == 0 && r.expandHeld == (expandHold{}) && r.attachment == "" &&
+		len(r.republish) == 0 && r.expandHeld == (planner.ExpandHold{}) && r.attachment == "" &&
 		!r.worldChanged && !r.olderWorld && len(r.waiting) == 0 && len(r.refused) == 0
 }
 

@@ -183,7 +183,7 @@ func (l *loop) podsOfVolumes(refs map[objectcache.Ref]struct{}) []types.UID {
 		if r.Kind != objectcache.PersistentVolume {
 			continue
 		}
-		if l.hooks.expansion != nil {
+		if l.hooks.expansionClaim != nil {
 			if n, ok := l.dsw.VolumeForPV(r.Name); ok {
 				l.queue.add(n) // its node expansion may be due
 			}

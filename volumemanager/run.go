@@ -8,7 +8,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	vcache "github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/fsgroup"
 	"github.com/nodevol/nodevol/internal/ondisk"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
@@ -187,7 +186,7 @@ func (vm *VolumeManager) execute(ctx context.Context, a oe.Action, in opInput) o
 	if a.Kind == oe.OpExpand {
 		return vm.expand(ctx, a, in)
 	}
-	if a.Kind == oe.OpUnpublish {
+	if a.CleanSubPaths {
 		if out, ok := vm.cleanSubPaths(ctx, a, in); !ok {
 			return out
 		}
@@ -201,16 +200,11 @@ func (vm *VolumeManager) execute(ctx context.Context, a oe.Action, in opInput) o
 }
 
 // cleanSubPaths unmounts and removes the subPath bind mounts of the pod's
-// volume before it is unpublished, as the kubelet does: a leftover one
-// (made by a runtime or a kubelet fork, or by an earlier run) would keep
-// a reference to the volume's mount, and the unstage after the unpublish
-// would refuse for ever. A failure fails the unpublish, which is retried;
+// volume before it is unpublished, when the planner asks for it
+// (Action.CleanSubPaths). A failure fails the unpublish, which is retried;
 // the volume's own mount is untouched, so it stays as it was.
 func (vm *VolumeManager) cleanSubPaths(ctx context.Context, a oe.Action, in opInput) (oe.Outcome, bool) {
 	spec := in.Spec
-	if spec.Mode == vcache.Block {
-		return oe.Outcome{}, true
-	}
 	err := vm.subpaths.CleanVolume(ctx, a.Pod.Pod.UID, ondisk.VolumeDirName(&spec, a.Pod))
 	if err == nil {
 		return oe.Outcome{}, true

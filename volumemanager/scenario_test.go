@@ -29,6 +29,7 @@ import (
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/image"
+	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
@@ -148,9 +149,9 @@ func (s *scenario) newLoop() {
 		node: "node-1", clock: s.clock, volumes: volumes, metrics: m,
 		dsw: s.dsw, asw: s.asw, selfAttach: s.selfAttach,
 		hooks: loopHooks{
-			start:      s.start,
-			expansion:  res.pendingExpansion,
-			attachHeld: func(name cache.UniqueVolumeName) bool { return s.held[name] },
+			start:          s.start,
+			expansionClaim: res.expansionClaim,
+			attachHeld:     func(name cache.UniqueVolumeName) bool { return s.held[name] },
 		},
 	}, s.in, newPodTable(res, s.clock))
 	s.ops = map[int]startedOp{}
@@ -436,7 +437,7 @@ func (s *scenario) claim(name string, block bool, access v1.PersistentVolumeAcce
 		Status:     v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound, Capacity: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}},
 	}
 	if noNodeExpansion {
-		pvc.Annotations = map[string]string{nodeExpansionNotRequired: "true"}
+		pvc.Annotations = map[string]string{planner.NodeExpansionNotRequired: "true"}
 	}
 	if err := s.pvs.Add(pv); err != nil {
 		s.t.Fatal(err)

@@ -154,6 +154,11 @@ type Action struct {
 	// volume already (volume.MountRequest.Republish): it was Mounted, or
 	// found on disk at start and not published since.
 	Republish bool
+	// CleanSubPaths, on an OpUnpublish, makes the caller clean the pod's
+	// subPath bind mounts of the volume before the unpublish (the
+	// planner's decision). Do does not run it: the caller owns the pods'
+	// subPath mounts.
+	CleanSubPaths bool
 }
 
 // Key returns the exclusion key of the action.

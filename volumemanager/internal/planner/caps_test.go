@@ -72,7 +72,7 @@ func TestCapabilities(t *testing.T) {
 		{name: "ownership: not when the plugin does not change it", desired: []cache.PodVolume{pv("a")},
 			want: "volume_mount v pod=ns/a own=false"},
 		{name: "ownership: the publish that expands carries it", caps: own, desired: []cache.PodVolume{pv("a")}, spec: cache.VolumeSpec{PVName: "pv"},
-			view: View{ExpandTo: 1 << 30}, want: fmt.Sprintf("volume_mount v pod=ns/a expand=%d own=true", 1<<30)},
+			actual: state.ActualVolume{Pods: map[types.UID]state.PodMount{}}, view: View{Expansion: grownTo(1 << 30)}, want: fmt.Sprintf("volume_mount v pod=ns/a expand=%d own=true", 1<<30)},
 		{name: "lifecycle: an inline volume of a Persistent-only driver is refused", caps: volume.Capabilities{LifecycleModes: persistent},
 			spec: cache.VolumeSpec{Driver: "drv", Ephemeral: true}, desired: []cache.PodVolume{pv("a")},
 			refused: "pod ns/a cannot use volume v: CSI driver drv does not support volume lifecycle mode Ephemeral (CSIDriver volumeLifecycleModes: [Persistent])"},

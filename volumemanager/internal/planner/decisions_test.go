@@ -86,6 +86,26 @@ func TestAdopt(t *testing.T) {
 	}
 }
 
+// TestUnpublishCleansSubPaths: the unpublish of a filesystem volume cleans
+// the pod's subPath bind mounts first; a block volume has none.
+func TestUnpublishCleansSubPaths(t *testing.T) {
+	a := cache.PodVolume{Pod: cache.PodRef{UID: "a", Namespace: "ns", Name: "a"}, SpecName: "data"}
+	for _, tc := range []struct {
+		mode cache.VolumeMode
+		want bool
+	}{
+		{cache.Filesystem, true},
+		{cache.Block, false},
+	} {
+		v := View{Name: "v", Known: true, Actual: state.ActualVolume{Spec: cache.VolumeSpec{Mode: tc.mode}, DeviceState: cache.Mounted,
+			Pods: map[types.UID]state.PodMount{"a": {Volume: a, State: cache.Mounted}}}}
+		d := Plan(v)
+		if len(d.Actions) != 1 || d.Actions[0].Kind != oe.OpUnpublish || d.Actions[0].CleanSubPaths != tc.want {
+			t.Errorf("%v: plan = %+v, want one unpublish with CleanSubPaths %v", tc.mode, d.Actions, tc.want)
+		}
+	}
+}
+
 func actions(d Decision) string {
 	var out string
 	for i, a := range d.Actions {

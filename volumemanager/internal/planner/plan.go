@@ -28,12 +28,18 @@ import (
 // whole volume runs alone on it; operations on different pods' mounts run
 // side by side. A key that is backing off after a failure of the same kind
 // of operation waits until its backoff ends.
+//
+// It decides from the loop's facts too: which mounts and devices are held
+// although no pod wants them (holds.go), whether a node expansion is due
+// and the size the node has the volume at (expand.go), and that an
+// unpublish cleans the pod's subPath mounts first (unpublishAction).
 func Plan(v View) Decision {
 	var d Decision
 	// The world's changes and what was found on disk first: the rest of
 	// the plan reads the view as they leave it.
 	backoff := forgetBackoff(v, &d)
 	v = adopt(v, &d)
+	expandTo := expansion(v, &d)
 	// Refusals first, whatever else waits: the loop reports a refusal that
 	// is missing from a decision as ended.
 	sel := admitSELinux(v)
@@ -85,35 +91,33 @@ func Plan(v View) Decision {
 		published = true
 		switch {
 		case want[uid], podBusy(uid):
-		case v.HeldPods[uid] != "":
-			d.wait("unpublish from pod %s held: %s", uid, v.HeldPods[uid])
 		default:
-			add(oe.Action{Kind: oe.OpUnpublish, Volume: v.Name, Pod: pm.Volume})
+			if why := podHold(v, uid); why != "" {
+				d.wait("unpublish from pod %s held: %s", uid, why)
+			} else {
+				add(unpublishAction(v, pm.Volume))
+			}
 		}
 	}
 
 	if len(v.Desired) == 0 {
-		switch {
+		switch held := deviceHold(v); {
 		case published || busy:
 			// Unstage waits for every unpublish.
 		case !v.Known:
 			d.Done = true
-		case !v.Actual.DeviceState.MayBeMounted() && v.Actual.SelfAttached && v.HoldDevice != "":
+		case !v.Actual.DeviceState.MayBeMounted() && v.Actual.SelfAttached && held != "":
 			// An attachment found at start waits for the pods, as a device
 			// found on disk does.
-			d.wait("detach held: %s", v.HoldDevice)
+			d.wait("detach held: %s", held)
 		case !v.Actual.DeviceState.MayBeMounted() && v.Actual.SelfAttached:
 			// Detach last: the VolumeAttachment the node created goes
 			// only once the device is unstaged.
 			add(oe.Action{Kind: oe.OpSelfDetach, Volume: v.Name})
 		case !v.Actual.DeviceState.MayBeMounted():
 			d.Done = true
-		case v.HoldDevice != "":
-			d.wait("unstage held: %s", v.HoldDevice)
-		case len(stagingReferences(v)) > 0:
-			d.wait("unstage waits: staging path still referenced by %v", stagingReferences(v))
-		case len(d.Actions) == 0:
-			add(oe.Action{Kind: oe.OpUnstage, Volume: v.Name})
+		default:
+			unstage(v, &d, add)
 		}
 		return d
 	}
@@ -153,15 +157,10 @@ func Plan(v View) Decision {
 		if v.Actual.DeviceState.MayBeMounted() && !sel.Mounted && v.Actual.SELinuxContext != sel.Context {
 			// Staged with an SELinux context that no pod wanting it has
 			// (its pods are gone): unstage, then stage with the new one.
-			switch {
-			case published || busy:
+			if published || busy {
 				d.wait("unstage (to stage again with SELinux context %q) waits for the unpublishes", sel.Context)
-			case v.HoldDevice != "":
-				d.wait("unstage held: %s", v.HoldDevice)
-			case len(stagingReferences(v)) > 0:
-				d.wait("unstage waits: staging path still referenced by %v", stagingReferences(v))
-			default:
-				return volumeOp(oe.Action{Kind: oe.OpUnstage, Volume: v.Name})
+			} else {
+				unstage(v, &d, add)
 			}
 			return d
 		}
@@ -184,8 +183,8 @@ func Plan(v View) Decision {
 			mounted = &v.Desired[i]
 		}
 	}
-	if v.ExpandTo > 0 && (mounted != nil || len(publish) > 0) {
-		expandFirst(v, &d, add, busy, mounted, publish)
+	if expandTo > 0 && (mounted != nil || len(publish) > 0) {
+		expandFirst(v, &d, add, busy, expandTo, mounted, publish)
 		return d
 	}
 	for _, p := range publish {
@@ -207,6 +206,16 @@ func publishAction(v View, p cache.PodVolume, expand int64) oe.Action {
 	return oe.Action{Kind: oe.OpPublish, Volume: v.Name, Pod: p, Expand: expand,
 		ChangeOwnership: v.Caps.OwnershipChange && p.FSGroup != nil && !p.ReadOnly,
 		Republish:       ok && (pm.State == cache.Mounted || pm.Found && pm.State == cache.Uncertain)}
+}
+
+// unpublishAction unpublishes the volume from pod p. A filesystem
+// volume's subPath bind mounts in the pod are cleaned first, as the
+// kubelet does: a leftover one (made by a runtime or a kubelet fork, or by
+// an earlier run) would keep a reference to the volume's mount, and the
+// unstage after the unpublish would refuse for ever. A block volume has
+// none.
+func unpublishAction(v View, p cache.PodVolume) oe.Action {
+	return oe.Action{Kind: oe.OpUnpublish, Volume: v.Name, Pod: p, CleanSubPaths: v.Actual.Spec.Mode != cache.Block}
 }
 
 // refusals are the desired pods that may not use the volume now, and why.
@@ -270,21 +279,36 @@ func stagePod(v View, refused map[types.UID]error) cache.PodVolume {
 // the pod's mount counts as done (the kubelet's expansion while mounting).
 // The other publishes wait until the expansion is over: one expansion at a
 // time per volume.
-func expandFirst(v View, d *Decision, add func(oe.Action), busy bool, mounted *cache.PodVolume, publish []cache.PodVolume) {
+func expandFirst(v View, d *Decision, add func(oe.Action), busy bool, expandTo int64, mounted *cache.PodVolume, publish []cache.PodVolume) {
 	var a oe.Action
 	if mounted != nil {
 		a = oe.Action{Kind: oe.OpExpand, Volume: v.Name, Pod: *mounted}
 	} else {
-		a = publishAction(v, publish[0], v.ExpandTo)
+		a = publishAction(v, publish[0], expandTo)
 		publish = publish[1:]
 	}
 	if busy || len(d.Actions) > 0 {
-		d.wait("node expansion to %d bytes waits for the operations on the volume", v.ExpandTo)
+		d.wait("node expansion to %d bytes waits for the operations on the volume", expandTo)
 	} else {
 		add(a)
 	}
 	for _, p := range publish {
-		d.wait("publish into pod %s waits for the node expansion to %d bytes", p.Pod.UID, v.ExpandTo)
+		d.wait("publish into pod %s waits for the node expansion to %d bytes", p.Pod.UID, expandTo)
+	}
+}
+
+// unstage is the gate of every unstage, planned once no pod may have the
+// device published and nothing runs on the volume: it waits while
+// something holds the device (deviceHold) or a mount still references its
+// staging path (stagingReferences), else it unstages.
+func unstage(v View, d *Decision, add func(oe.Action)) {
+	switch held, refs := deviceHold(v), stagingReferences(v); {
+	case held != "":
+		d.wait("unstage held: %s", held)
+	case len(refs) > 0:
+		d.wait("unstage waits: staging path still referenced by %v", refs)
+	case len(d.Actions) == 0:
+		add(oe.Action{Kind: oe.OpUnstage, Volume: v.Name})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
@@ -33,12 +34,20 @@ type View struct {
 	// Actual is what is done; Known is false when nothing is.
 	Actual state.ActualVolume
 	Known  bool
-	// HeldPods are pods whose mounts must not be torn down although no
-	// desired pod is them: found on disk before the pods were synced, or
-	// of a pod that is added but cannot be resolved (yet).
-	HeldPods map[types.UID]string
-	// HoldDevice, if not empty, says why the device must not be unstaged.
-	HoldDevice string
+	// Pods are what the loop knows of the pods in Actual.Pods that are
+	// not resolved or whose mounts were found on disk at start (podHold);
+	// the others are left out.
+	Pods map[types.UID]PodFacts
+	// PodsSynced: every pod added before MarkPodsSynced has been resolved
+	// (as far as the API server answers); until then what was found on
+	// disk at start is kept.
+	PodsSynced bool
+	// FoundDevice: the device was found on disk at start (deviceHold).
+	FoundDevice bool
+	// Unreadable, if not empty, is a pod volume directory found at start
+	// under the volume's PV name whose record could not be read: it may
+	// use the device (deviceHold).
+	Unreadable string
 	// Refs are the mounts under the pods directory that referenced the
 	// staging path when they were last gathered (by an unstage that
 	// refused), and the resync they were gathered in.
@@ -65,9 +74,8 @@ type View struct {
 	// Republish are pods whose Mounted volume is due to be published again
 	// (a resync came): they are, when Caps.Republish.
 	Republish map[types.UID]bool
-	// ExpandTo, if > 0, is the size the claim's pending node expansion
-	// grows the volume to.
-	ExpandTo int64
+	// Expansion are the facts a node expansion is decided from (expansion).
+	Expansion ExpansionFacts
 	// Now is the time backoff is compared with.
 	Now time.Time
 }
@@ -92,6 +100,17 @@ type Decision struct {
 	// ForgetBackoff are the keys whose backoff the loop forgets: the world
 	// changed since they failed.
 	ForgetBackoff []oe.Key
+	// NodeSize, if > 0, is the size the loop records the node has the
+	// volume at (Actual.Size was not known): the claim's status capacity,
+	// taken at the first look for a node expansion.
+	NodeSize int64
+	// ForgetExpandHold: the loop forgets the held node expansion
+	// (ExpansionFacts.Held): the claim has moved on.
+	ForgetExpandHold bool
+	// Expansion is the node expansion due, which Actions start (an
+	// expansion, or a publish that expands) when they can; nil when none
+	// is due.
+	Expansion *Expansion
 	// Waiting says why something that is due does not start (empty when
 	// nothing waits): for logs, scripts and wait errors.
 	Waiting []string
@@ -120,4 +139,60 @@ type Refusal struct {
 
 func (d *Decision) wait(format string, args ...any) {
 	d.Waiting = append(d.Waiting, fmt.Sprintf(format, args...))
+}
+
+// PodFacts are what the loop knows of a pod that has the volume (in
+// View.Actual.Pods) and may hold its mount.
+type PodFacts struct {
+	// Unresolved, if not empty, says why the pod, added, cannot be
+	// resolved (yet): it may still want the volume.
+	Unresolved string
+	// Added: the pod was added and not deleted since.
+	Added bool
+	// Found: its mount of the volume was found on disk at start.
+	Found bool
+}
+
+// ExpansionFacts are what a node expansion of the volume is decided from.
+type ExpansionFacts struct {
+	// Expands: the volume is a PV and the node can expand volumes; a node
+	// expansion is looked for once the volume is set up. False: none is.
+	Expands bool
+	// PV is the volume's PV and PVC the claim bound to it, as the listers
+	// have them (read only); both nil when either is missing, the claim
+	// is bound to another volume or the PV's source is not expanded on
+	// the node.
+	PV  *v1.PersistentVolume
+	PVC *v1.PersistentVolumeClaim
+	// Held is the node expansion that ended without growing the volume and
+	// is not to be asked again as it was (oe.ExpandResult.Held); zero when
+	// none is.
+	Held ExpandHold
+}
+
+// ExpandHold is a node expansion that ended without growing the volume:
+// not asked again at Size while the claim is at ClaimRV ("": at any
+// version, until the volume is set up again).
+type ExpandHold struct {
+	Size    int64
+	ClaimRV string
+}
+
+// holds reports whether the expansion to size, planned with the claim at
+// claimRV, is the one held.
+func (h ExpandHold) holds(size int64, claimRV string) bool {
+	return h.Size > 0 && h.Size == size && (h.ClaimRV == "" || h.ClaimRV == claimRV)
+}
+
+// Expansion is a claim's node expansion due on this node.
+type Expansion struct {
+	// Size is the size to grow the volume to (ExpansionTarget: the
+	// claim's allocated size, or the PV's capacity); From the size this
+	// node has it at.
+	Size, From int64
+	// ClaimRV is the resourceVersion of the claim it was planned with.
+	ClaimRV   string
+	Namespace string
+	Claim     string
+	PV        string
 }
