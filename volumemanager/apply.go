@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/csiplugin"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
@@ -26,24 +25,24 @@ func (l *loop) begin(a oe.Action, v planner.View) {
 		delete(rec.republish, a.Pod.Pod.UID)
 		l.asw.SetPodBusy(v.Spec, a.Pod, true) // possibly mounted from now on
 		if a.Expand > 0 {
-			in.Expansion, _ = l.hooks.expansion(v.Spec.PVName, v.Actual.Size)
+			in.Expansion, _ = l.hooks.expansion(&v.Spec, v.Actual.Size)
 		}
 	case oe.OpAttach:
-		l.setAttachment(a.Volume, rec, csiplugin.AttachmentName(v.Spec.VolumeHandle, v.Spec.Driver, l.node))
+		l.setAttachment(a.Volume, rec, l.attachmentName(&v.Spec))
 	case oe.OpSelfAttach:
 		// Waited for from now on, but held in the object cache only once
 		// the attach returns (applyAttach): a read racing the create could
 		// answer NotFound and keep that until its next poll, and a retry
 		// would then create it again.
-		rec.attachment = csiplugin.AttachmentName(v.Spec.VolumeHandle, v.Spec.Driver, l.node)
+		rec.attachment = l.attachmentName(&v.Spec)
 	case oe.OpStage:
 		l.asw.SetDeviceSELinuxContext(v.Spec, a.SELinuxContext) // possibly staged with it from now on
 	case oe.OpSelfDetach:
 		in.Spec = v.Actual.Spec
-		l.setAttachment(a.Volume, rec, csiplugin.AttachmentName(in.Spec.VolumeHandle, in.Spec.Driver, l.node))
+		l.setAttachment(a.Volume, rec, l.attachmentName(&in.Spec))
 	case oe.OpExpand:
 		in.VolumePath = v.Actual.Pods[a.Pod.Pod.UID].Path
-		in.Expansion, _ = l.hooks.expansion(v.Spec.PVName, v.Actual.Size)
+		in.Expansion, _ = l.hooks.expansion(&v.Spec, v.Actual.Size)
 	}
 	l.running.start(a, callName(l.volumes, a, &in.Spec), l.clock.Now())
 	if (a.Kind == oe.OpStage || a.Kind == oe.OpPublish) && !v.Known && v.CapsErr == nil && !v.Caps.Attachable {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
 
@@ -67,7 +68,7 @@ func TestPendingExpansion(t *testing.T) {
 			if tt.name == "PV without capacity" {
 				delete(tt.pv.Spec.Capacity, v1.ResourceStorage)
 			}
-			e, got := testResolver(t, tt.pvc, tt.pv).pendingExpansion("pv", 0)
+			e, got := testResolver(t, tt.pvc, tt.pv).pendingExpansion(&cache.VolumeSpec{Name: cache.CSIVolumeName("d.example.com", "h"), PVName: "pv"}, 0)
 			if got != tt.want {
 				t.Fatalf("pendingExpansion due = %v, want %v", got, tt.want)
 			}

@@ -92,10 +92,11 @@ type loopHooks struct {
 	// attachHeld reports whether an attachable volume's attachment must
 	// wait to be reported in use.
 	attachHeld func(name cache.UniqueVolumeName) bool
-	// expansion returns the node expansion of a PV's claim due on a node
-	// that has the volume at nodeSize bytes (0: not known yet), and the
-	// size the node has it at (From); nil: the plugin cannot expand.
-	expansion func(pvName string, nodeSize int64) (expansion, bool)
+	// expansion returns the node expansion of the claim of a volume's PV
+	// due on a node that has the volume at nodeSize bytes (0: not known
+	// yet), and the size the node has it at (From); nil: no plugin can
+	// expand.
+	expansion func(spec *cache.VolumeSpec, nodeSize int64) (expansion, bool)
 	// forgotten is called when a volume is forgotten.
 	forgotten func()
 	// synced is called once the loop has taken in that the informers have
@@ -482,7 +483,7 @@ func (l *loop) view(name cache.UniqueVolumeName) planner.View {
 		}
 	}
 	if wanted && known && v.CapsErr == nil && l.hooks.expansion != nil && spec.PVName != "" && (actual.DeviceState == cache.Mounted || !v.Caps.Stages) {
-		e, ok := l.hooks.expansion(spec.PVName, actual.Size)
+		e, ok := l.hooks.expansion(&spec, actual.Size)
 		if actual.Size == 0 && e.From > 0 {
 			// First look since the volume was set up here (or found
 			// again after a restart): the node has it at the claim's
