@@ -73,6 +73,14 @@ func IsInProgressCode(code codes.Code) bool {
 	return false
 }
 
+// IsResourceExhausted reports whether err is, or wraps, the error of a
+// CSI call that failed with ResourceExhausted: the driver has no room on
+// the node for one more volume (a NodeStageVolume or NodePublishVolume of
+// a driver that counts its volumes there).
+func IsResourceExhausted(err error) bool {
+	return status.Code(err) == codes.ResourceExhausted
+}
+
 // classify turns the error of a CSI call into a *CallError. Errors that
 // carry no gRPC status (transport failures) are in progress too.
 func classify(ctx context.Context, driver, method string, err error) error {

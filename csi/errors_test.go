@@ -58,3 +58,25 @@ func TestClassifyTransportAndContext(t *testing.T) {
 		t.Errorf("caller's context canceled: %v: want errors.Is(context.Canceled) and in progress", err)
 	}
 }
+
+// TestIsResourceExhausted: a call's ResourceExhausted is seen through the
+// wrapping of the operation that made it; other codes and errors without
+// a status are not.
+func TestIsResourceExhausted(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"ResourceExhausted, wrapped", fmt.Errorf("staging volume v: %w", classify(ctx, "d", "NodeStageVolume", status.Error(codes.ResourceExhausted, "full"))), true},
+		{"Unavailable", classify(ctx, "d", "NodeStageVolume", status.Error(codes.Unavailable, "down")), false},
+		{"no status", errors.New("full"), false},
+		{"nil", nil, false},
+	}
+	for _, tt := range tests {
+		if got := IsResourceExhausted(tt.err); got != tt.want {
+			t.Errorf("%s: IsResourceExhausted = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -130,3 +130,10 @@ func AttachmentName(volumeHandle, driver, nodeName string) string {
 	sum := sha256.Sum256([]byte(volumeHandle + driver + nodeName))
 	return "csi-" + hex.EncodeToString(sum[:])
 }
+
+// AttachmentName implements volume.AttachmentNamer: the VolumeAttachment
+// that attaches spec's volume to this node, which the attach/detach
+// controller (or SelfAttach) names so.
+func (p *plugin) AttachmentName(spec *cache.VolumeSpec) string {
+	return AttachmentName(spec.VolumeHandle, spec.Driver, p.node)
+}

@@ -102,6 +102,12 @@ func TestAttachmentName(t *testing.T) {
 	if got := AttachmentName("vol-1", "csi.example.com", testNode); got != want {
 		t.Errorf("AttachmentName = %q, want %q", got, want)
 	}
+	// The plugin names its volumes' attachments so for its node
+	// (volume.AttachmentNamer).
+	e := newEnv(t, envOptions{})
+	if got := e.p.AttachmentName(testSpec("csi.example.com")); got != want {
+		t.Errorf("plugin's AttachmentName = %q, want %q", got, want)
+	}
 }
 
 func TestWaitForAttach(t *testing.T) {

@@ -26,8 +26,9 @@ import (
 // with a block capability, so the driver grows the device and no
 // filesystem. The staging path is set whenever the driver stages.
 //
-// The error unwraps to the gRPC status of a failed call; ExpandFailure
-// says what it means for the claim.
+// The error unwraps to the gRPC status of a failed call, and to the
+// contract's class of a refusal (volume.ErrInfeasible,
+// volume.ErrNotWhileInUse: see expandErrorClass).
 func (p *plugin) NodeExpand(ctx context.Context, req volume.ExpandRequest) (expanded bool, err error) {
 	spec := req.Spec
 	fail := func(err error) (bool, error) {
@@ -65,52 +66,45 @@ func (p *plugin) NodeExpand(ctx context.Context, req volume.ExpandRequest) (expa
 	})
 	if err != nil {
 		// The kubelet's words: an infeasible request's with no colon.
+		class := expandErrorClass(err)
 		words := "Expander.NodeExpand failed to expand the volume : "
-		if ClassifyExpandError(err) == ExpandInfeasible {
+		if class == volume.ErrInfeasible {
 			words = "Expander.NodeExpand failed to expand the volume "
 		}
-		return fail(kubeletWords(words, err))
+		err = kubeletWords(words, err)
+		if class != nil {
+			err = classed{err: err, class: class}
+		}
+		return fail(err)
 	}
 	return true, nil
 }
 
-// ExpandFailure is what a failed node expansion means for the claim, as
-// the kubelet's node expander decides it.
-type ExpandFailure int
-
-const (
-	// ExpandTransient: the call may still be running, or did not reach
-	// the driver (not registered, timed out): the claim is not touched
-	// and the expansion is retried.
-	ExpandTransient ExpandFailure = iota
-	// ExpandFailed: the driver failed for good this time (Internal, ...):
-	// the claim gets the NodeResizeError condition and the expansion is
-	// retried with backoff.
-	ExpandFailed
-	// ExpandInfeasible: the driver refuses the request (InvalidArgument,
-	// OutOfRange, NotFound): the claim's storage resize status becomes
-	// NodeResizeInfeasible, and nothing retries until the claim changes.
-	ExpandInfeasible
-	// ExpandInUse: the driver cannot expand the volume while it is in use
-	// (FailedPrecondition): the claim gets NodeResizeError; the mount goes
-	// on, and this node does not try again at that size.
-	ExpandInUse
-)
-
-// ClassifyExpandError says what err, returned by NodeExpand, means.
-func ClassifyExpandError(err error) ExpandFailure {
+// expandErrorClass is the contract's class of a failed NodeExpandVolume,
+// as the kubelet's node expander reads its gRPC code: volume.ErrInfeasible
+// for a request the driver refuses (InvalidArgument, OutOfRange,
+// NotFound), volume.ErrNotWhileInUse for a volume it cannot expand while
+// published (FailedPrecondition); nil for any other error, whose class it
+// carries already (volume.ErrInProgress) or which is a final failure.
+func expandErrorClass(err error) error {
 	if errors.Is(err, volume.ErrInProgress) || errors.Is(err, volume.ErrNotReady) {
-		return ExpandTransient
+		return nil
 	}
 	var ce *csi.CallError
 	if !errors.As(err, &ce) {
-		return ExpandFailed
+		return nil
 	}
 	switch status.Code(ce) {
 	case codes.InvalidArgument, codes.OutOfRange, codes.NotFound:
-		return ExpandInfeasible
+		return volume.ErrInfeasible
 	case codes.FailedPrecondition:
-		return ExpandInUse
+		return volume.ErrNotWhileInUse
 	}
-	return ExpandFailed
+	return nil
 }
+
+// classed is err, also matching class (errors.Is), with err's text.
+type classed struct{ err, class error }
+
+func (e classed) Error() string   { return e.err.Error() }
+func (e classed) Unwrap() []error { return []error{e.err, e.class} }

@@ -126,8 +126,10 @@ type plugin struct {
 }
 
 var (
-	_ volume.Plugin    = (*plugin)(nil)
-	_ volume.CallNamer = (*plugin)(nil)
+	_ volume.Plugin          = (*plugin)(nil)
+	_ volume.CallNamer       = (*plugin)(nil)
+	_ volume.AttachmentNamer = (*plugin)(nil)
+	_ volume.Expander        = (*plugin)(nil)
 )
 
 // held returns a copy of p whose root (and records, and the default block

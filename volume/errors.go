@@ -20,6 +20,16 @@ var (
 	ErrInUse = errors.New("device is still in use")
 	// ErrNoPlugin: no registered plugin handles the volume (Registry).
 	ErrNoPlugin = errors.New("no volume plugin handles it")
+	// ErrInfeasible: the plugin refuses the request as it stands, and
+	// asking again cannot succeed until the request changes (a node
+	// expansion to a size the driver cannot give: CSI InvalidArgument,
+	// OutOfRange, NotFound). Nothing was changed.
+	ErrInfeasible = errors.New("request refused as infeasible")
+	// ErrNotWhileInUse: the plugin cannot do the operation while the
+	// volume is published or staged (a node expansion that the volume's
+	// filesystem allows only offline: CSI FailedPrecondition). Nothing
+	// was changed.
+	ErrNotWhileInUse = errors.New("cannot be done while the volume is in use")
 )
 
 // InUseError is the error of an unstage refused because other mounts

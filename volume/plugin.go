@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/internal/objectcache"
 )
 
 // Plugin is a kind of volume: every plugin publishes its volumes into pods
@@ -140,6 +141,30 @@ type Expander interface {
 	// NodeExpand grows the volume to req.Size. expanded is false when
 	// the plugin has nothing to do on the node for this volume.
 	NodeExpand(ctx context.Context, req ExpandRequest) (expanded bool, err error)
+}
+
+// ObjectReader is a plugin whose pod volumes read API objects
+// (configMaps, secrets, ClusterTrustBundles) and keep them current: the
+// volume manager holds them in the node's one object cache for as long
+// as a pod that has such a volume is known, as the kubelet registers a
+// pod with its secret and configMap managers, and publishes the volumes
+// again when one of them changes.
+type ObjectReader interface {
+	// Objects returns the objects the pod volume v of a pod in namespace
+	// reads; none for a volume the plugin does not handle. It reads
+	// nothing: the refs follow from v alone.
+	Objects(namespace string, v *v1.Volume) []objectcache.Ref
+}
+
+// AttachmentNamer is an Attacher (or SelfAttacher) whose volumes are
+// attached through a VolumeAttachment object (CSI): the volume manager
+// watches the object an attach or a detach waits for, so that its change
+// ends the wait at once, and in self-attach mode recognises at start the
+// VolumeAttachments this node created.
+type AttachmentNamer interface {
+	// AttachmentName is the name of the VolumeAttachment that attaches
+	// the volume to this node; "" when none does.
+	AttachmentName(spec *cache.VolumeSpec) string
 }
 
 // StatsProvider reports a published volume's usage (NodeGetVolumeStats).

@@ -124,15 +124,24 @@ func (r *Registry) ForSource(v *v1.Volume) (Plugin, error) {
 func (r *Registry) ForVolume(name cache.UniqueVolumeName) (Plugin, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	s := string(name)
 	for _, n := range r.names {
-		// The plugin's name and a slash, without building n+"/": this
-		// runs for every plan and every operation.
-		if len(s) > len(n) && s[len(n)] == '/' && strings.HasPrefix(s, n) {
+		if OfPlugin(name, n) {
 			return r.plugins[n], nil
 		}
 	}
 	return nil, fmt.Errorf("volume %s: %w (registered: %s)", name, ErrNoPlugin, r.list())
+}
+
+// OfPlugin reports whether the volume named name is one of the plugin
+// named plugin's: the plugin's name, followed by a slash, starts it, as
+// ForVolume finds a volume's plugin. It holds whether or not that plugin
+// is registered now (a flexVolume driver that went away still names its
+// volumes).
+func OfPlugin(name cache.UniqueVolumeName, plugin string) bool {
+	// The plugin's name and a slash, without building plugin+"/": this
+	// runs for every plan and every operation.
+	s := string(name)
+	return len(s) > len(plugin) && s[len(plugin)] == '/' && strings.HasPrefix(s, plugin)
 }
 
 // list is the registered names for messages; the caller holds mu.

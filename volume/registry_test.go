@@ -102,6 +102,28 @@ func TestForVolume(t *testing.T) {
 	}
 }
 
+// TestOfPlugin: a volume is a plugin's when the plugin's name and a slash
+// start its name, as ForVolume finds it, registered or not.
+func TestOfPlugin(t *testing.T) {
+	tests := []struct {
+		name   cache.UniqueVolumeName
+		plugin string
+		want   bool
+	}{
+		{"example.com/a/uid-data", "example.com/a", true},
+		{"example.com/ab/uid-data", "example.com/a", false},
+		{"example.com/a", "example.com/a", false},
+		{"example.com/a/", "example.com/a", true},
+		{"kubernetes.io/csi/d^h", "kubernetes.io/csi", true},
+		{"vol", "example.com/a", false},
+	}
+	for _, tt := range tests {
+		if got := OfPlugin(tt.name, tt.plugin); got != tt.want {
+			t.Errorf("OfPlugin(%s, %s) = %v, want %v", tt.name, tt.plugin, got, tt.want)
+		}
+	}
+}
+
 func TestSourceKind(t *testing.T) {
 	for want, src := range map[string]v1.VolumeSource{
 		"persistentVolumeClaim": {PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{}},

@@ -16,8 +16,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/backoff"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // adoptAttachments takes in, once the informers have synced, the
@@ -29,9 +30,9 @@ import (
 // attached with nothing staged, held as what is found on disk is held
 // until the pods are synced; then it is detached if no pod wants it, and
 // used as it is if one does. Only an attachment named as this node names
-// its own (csi-sha256 of handle, driver and node) is taken, and only while
-// its PersistentVolume is there to say which volume it is. The list is
-// let go afterwards (a one-time list's memory).
+// its own (as the volume's plugin names it: volume.AttachmentNamer) is
+// taken, and only while its PersistentVolume is there to say which volume
+// it is. The list is let go afterwards (a one-time list's memory).
 func (l *loop) adoptAttachments() {
 	if l.ownAttachments == nil {
 		return
@@ -54,7 +55,7 @@ func (l *loop) adoptAttachments() {
 			continue
 		}
 		spec, err := pvSpec(pv)
-		if err != nil || spec.Driver != va.Spec.Attacher || csiplugin.AttachmentName(spec.VolumeHandle, spec.Driver, l.node) != va.Name {
+		if err != nil || spec.Driver != va.Spec.Attacher || l.attachmentName(&spec) != va.Name {
 			continue
 		}
 		if _, known := l.asw.Volume(spec.Name); known {
@@ -65,6 +66,20 @@ func (l *loop) adoptAttachments() {
 		l.queue.add(spec.Name)
 		l.logger.V(2).Info("Found a VolumeAttachment of this node from an earlier run with nothing on disk; it is detached unless a pod wants its volume", "volume", spec.Name, "volumeAttachment", va.Name)
 	}
+}
+
+// attachmentName is the VolumeAttachment that spec's volume waits for,
+// as its plugin names it (volume.AttachmentNamer); "" when it waits for
+// none.
+func (l *loop) attachmentName(spec *cache.VolumeSpec) string {
+	p, err := l.volumes.ForVolume(spec.Name)
+	if err != nil {
+		return ""
+	}
+	if n, ok := p.(volume.AttachmentNamer); ok {
+		return n.AttachmentName(spec)
+	}
+	return ""
 }
 
 // attachmentLister lists the VolumeAttachments (at least this node's),

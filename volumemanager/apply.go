@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/csiplugin"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
@@ -30,18 +29,18 @@ func (l *loop) begin(a oe.Action, v planner.View, e *planner.Expansion) {
 			in.Expansion = *e
 		}
 	case oe.OpAttach:
-		l.setAttachment(a.Volume, rec, csiplugin.AttachmentName(v.Spec.VolumeHandle, v.Spec.Driver, l.node))
+		l.setAttachment(a.Volume, rec, l.attachmentName(&v.Spec))
 	case oe.OpSelfAttach:
 		// Waited for from now on, but held in the object cache only once
 		// the attach returns (applyAttach): a read racing the create could
 		// answer NotFound and keep that until its next poll, and a retry
 		// would then create it again.
-		rec.attachment = csiplugin.AttachmentName(v.Spec.VolumeHandle, v.Spec.Driver, l.node)
+		rec.attachment = l.attachmentName(&v.Spec)
 	case oe.OpStage:
 		l.asw.SetDeviceSELinuxContext(v.Spec, a.SELinuxContext) // possibly staged with it from now on
 	case oe.OpSelfDetach:
 		in.Spec = v.Actual.Spec
-		l.setAttachment(a.Volume, rec, csiplugin.AttachmentName(in.Spec.VolumeHandle, in.Spec.Driver, l.node))
+		l.setAttachment(a.Volume, rec, l.attachmentName(&in.Spec))
 	case oe.OpExpand:
 		in.VolumePath = v.Actual.Pods[a.Pod.Pod.UID].Path
 		in.Expansion = *e

@@ -3,6 +3,7 @@ package volumemanager
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -17,7 +18,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/csiplugin"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 
@@ -25,20 +25,19 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-// nodeExpander grows published volumes on the node (csiplugin.Plugin).
-type nodeExpander interface {
-	NodeExpand(ctx context.Context, req volume.ExpandRequest) (bool, error)
-}
-
-// expansionClaim returns PV pvName and the claim bound to it, read through
-// the listers, for the planner to decide the volume's node expansion on
-// (planner.ExpansionFacts); nil, nil when either is missing, the claim is
-// bound to another volume, or the PV is neither a CSI volume nor a
-// migrated in-tree one (a migrated PV is expanded through its CSI driver,
-// as the kubelet does).
-func (r *resolver) expansionClaim(pvName string) (*v1.PersistentVolume, *v1.PersistentVolumeClaim) {
-	pv, err := r.pvs.Get(pvName)
-	if err != nil || (pv.Spec.CSI == nil && migratedPVPlugin(pv) == "") || pv.Spec.ClaimRef == nil {
+// expansionClaim returns the PV of spec and the claim bound to it, read
+// through the listers, for the planner to decide the volume's node
+// expansion on (planner.ExpansionFacts); nil, nil when either is missing,
+// the claim is bound to another volume, or the volume's plugin does not
+// grow volumes on the node (volume.Expander: the kubelet's
+// FindNodeExpandablePluginBySpec; a migrated in-tree PV is the CSI
+// plugin's).
+func (r *resolver) expansionClaim(spec *cache.VolumeSpec) (*v1.PersistentVolume, *v1.PersistentVolumeClaim) {
+	if p, err := r.plugins.ForVolume(spec.Name); err != nil || !isExpander(p) {
+		return nil, nil
+	}
+	pv, err := r.pvs.Get(spec.PVName)
+	if err != nil || pv.Spec.ClaimRef == nil {
 		return nil, nil
 	}
 	pvc, err := r.pvcs.PersistentVolumeClaims(pv.Spec.ClaimRef.Namespace).Get(pv.Spec.ClaimRef.Name)
@@ -138,7 +137,7 @@ func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput
 			return oe.ExpandResult{}, fmt.Errorf("marking the node expansion of PVC %s/%s in progress: %w", e.Namespace, e.Claim, err)
 		}
 	}
-	expanded, err := vm.expander.NodeExpand(ctx, volume.ExpandRequest{
+	expanded, err := nodeExpandVolume(ctx, vm.volumes, volume.ExpandRequest{
 		Spec: &spec, Pod: a.Pod.Pod.UID, VolumePath: in.VolumePath, StagingPath: in.DeviceMountPath, Size: e.Size,
 	})
 	if err != nil {
@@ -146,7 +145,7 @@ func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput
 		if err != nil {
 			return oe.ExpandResult{}, err
 		}
-		if class == csiplugin.ExpandInUse {
+		if class == expandInUse {
 			held.HeldClaim = "" // this node does not try again at that size
 		}
 		return held, nil
@@ -168,7 +167,7 @@ func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput
 }
 
 // expandFailed records a failed NodeExpandVolume on the claim as the
-// kubelet does (csiplugin.ClassifyExpandError): nothing for an error that
+// kubelet does (classifyExpandError): nothing for an error that
 // may be transient; NodeResizeError for a final one, which is retried;
 // NodeResizeInfeasible (and NodeResizeError) for a refused request, which
 // is not retried until the claim changes. A refusal, or FailedPrecondition
@@ -178,17 +177,17 @@ func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput
 // and Spec): an online expansion, or the publish it follows. It returns
 // err's class, and err when the expansion is to be retried.
 func (vm *VolumeManager) expandFailed(ctx context.Context, logger klog.Logger, claims typedcorev1.PersistentVolumeClaimInterface,
-	pvc *v1.PersistentVolumeClaim, e planner.Expansion, op oe.Outcome, pods []cache.PodVolume, err error) (csiplugin.ExpandFailure, error) {
-	class := csiplugin.ClassifyExpandError(err)
-	if class == csiplugin.ExpandTransient {
+	pvc *v1.PersistentVolumeClaim, e planner.Expansion, op oe.Outcome, pods []cache.PodVolume, err error) (expandFailure, error) {
+	class := classifyExpandError(err)
+	if class == expandTransient {
 		return class, err
 	}
-	byClaim := class == csiplugin.ExpandFailed && finalFailureInfeasible(pvc, e.Size)
+	byClaim := class == expandFailed && finalFailureInfeasible(pvc, e.Size)
 	if byClaim {
-		class = csiplugin.ExpandInfeasible
+		class = expandInfeasible
 	}
 	_, perr := vm.patchClaimStatus(ctx, claims, pvc, false, func(st *v1.PersistentVolumeClaimStatus) {
-		if class == csiplugin.ExpandInfeasible {
+		if class == expandInfeasible {
 			st.AllocatedResourceStatuses[v1.ResourceStorage] = v1.PersistentVolumeClaimNodeResizeInfeasible
 		}
 		setCondition(st, v1.PersistentVolumeClaimCondition{
@@ -199,14 +198,14 @@ func (vm *VolumeManager) expandFailed(ctx context.Context, logger klog.Logger, c
 	if perr != nil {
 		return class, fmt.Errorf("%w (and recording the failure on PVC %s/%s failed: %v)", err, e.Namespace, e.Claim, perr)
 	}
-	if class == csiplugin.ExpandFailed {
+	if class == expandFailed {
 		return class, err
 	}
 	why := "refused the expansion; not retried until the claim changes"
 	if byClaim {
 		why = "failed again after the claim asked for another size; recorded infeasible for the resizer to recover, not retried until the claim changes"
 	}
-	if class == csiplugin.ExpandInUse {
+	if class == expandInUse {
 		why = "cannot expand the volume while it is in use; not retried on this node at this size"
 	}
 	logger.Error(err, "Node expansion refused by the driver; the volume stays published at its old size", "why", why)
@@ -233,7 +232,7 @@ func finalFailureInfeasible(pvc *v1.PersistentVolumeClaim, size int64) bool {
 }
 
 // refusedEvents records on each pod the event of a node expansion the
-// driver refused (class ExpandInfeasible or ExpandInUse), for good at this
+// driver refused (class expandInfeasible or expandInUse), for good at this
 // size, in the kubelet's words. An infeasible expansion is an error to the
 // kubelet, which records it as it records a failed expansion: a
 // VolumeResizeFailed event for an online one, the publish's event for one
@@ -242,11 +241,11 @@ func finalFailureInfeasible(pvc *v1.PersistentVolumeClaim, size int64) bool {
 // FileSystemResizeFailed with the kubelet's words for an expansion it
 // refuses (those of a read-only volume's), so that the pod shows why its
 // volume keeps its size.
-func (vm *VolumeManager) refusedEvents(op oe.Outcome, class csiplugin.ExpandFailure, pods []cache.PodVolume, err error) {
+func (vm *VolumeManager) refusedEvents(op oe.Outcome, class expandFailure, pods []cache.PodVolume, err error) {
 	for _, p := range pods {
 		var reason, msg string
 		switch {
-		case class == csiplugin.ExpandInUse:
+		case class == expandInUse:
 			_, cause := volume.EventCause(err)
 			reason, msg = reasonFSResizeFailed, fmt.Sprintf("MountVolume.NodeExpandVolume failed for volume %q : %s", eventVolumeName(op, p), cause)
 		case op.Action.Kind == oe.OpExpand:
@@ -398,4 +397,72 @@ func (vm *VolumeManager) podEvents(pods []cache.PodVolume, kind, reason, msg str
 		ref := podObjectRef(p.Pod)
 		vm.cfg.EventRecorder.Event(ref, kind, reason, msg)
 	}
+}
+
+// nodeExpandVolume asks the plugin of req's volume, found in volumes, to
+// grow it on the node (volume.Expander): whichever kind the volume is, the
+// manager knows it only through the contract. A plugin that is no Expander has nothing to
+// do on the node (expanded false), as a CSI driver without node
+// expansion; a volume whose plugin is gone (a flexVolume driver removed)
+// is not ready, and the expansion is tried again.
+func nodeExpandVolume(ctx context.Context, volumes *volume.Registry, req volume.ExpandRequest) (expanded bool, err error) {
+	p, err := volumes.ForVolume(req.Spec.Name)
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", volume.ErrNotReady, err)
+	}
+	if ex, ok := p.(volume.Expander); ok {
+		return ex.NodeExpand(ctx, req)
+	}
+	return false, nil
+}
+
+// expandsVolumes reports whether one of plugins grows volumes on the node
+// (volume.Expander): only then does the manager look for the node
+// expansions its claims ask for.
+func expandsVolumes(plugins []volume.Plugin) bool {
+	return slices.ContainsFunc(plugins, isExpander)
+}
+
+// isExpander reports whether p grows its volumes on the node.
+func isExpander(p volume.Plugin) bool {
+	_, ok := p.(volume.Expander)
+	return ok
+}
+
+// expandFailure is what a failed node expansion means for the claim, as
+// the kubelet's node expander decides it, read from the contract's class
+// of the plugin's error (classifyExpandError).
+type expandFailure int
+
+const (
+	// expandTransient: the call may still be running, or did not reach
+	// the plugin (a driver not registered, a call timed out): the claim is
+	// not touched and the expansion is retried.
+	expandTransient expandFailure = iota
+	// expandFailed: the plugin failed for good this time (CSI Internal,
+	// ...): the claim gets the NodeResizeError condition and the
+	// expansion is retried with backoff.
+	expandFailed
+	// expandInfeasible: the plugin refuses the request
+	// (volume.ErrInfeasible): the claim's storage resize status becomes
+	// NodeResizeInfeasible, and nothing retries until the claim changes.
+	expandInfeasible
+	// expandInUse: the plugin cannot expand the volume while it is in use
+	// (volume.ErrNotWhileInUse): the claim gets NodeResizeError; the mount
+	// goes on, and this node does not try again at that size.
+	expandInUse
+)
+
+// classifyExpandError says what err, returned by a plugin's NodeExpand,
+// means for the claim.
+func classifyExpandError(err error) expandFailure {
+	switch {
+	case errors.Is(err, volume.ErrInProgress), errors.Is(err, volume.ErrNotReady):
+		return expandTransient
+	case errors.Is(err, volume.ErrInfeasible):
+		return expandInfeasible
+	case errors.Is(err, volume.ErrNotWhileInUse):
+		return expandInUse
+	}
+	return expandFailed
 }

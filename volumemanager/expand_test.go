@@ -14,11 +14,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
 
-// TestExpansionClaim: the facts a node expansion is decided on are a CSI
-// (or migrated in-tree) PV and the claim bound to it; none otherwise. The
+// TestExpansionClaim: the facts a node expansion is decided on are the PV
+// of a volume whose plugin grows volumes on the node (volume.Expander: a
+// CSI or migrated in-tree PV) and the claim bound to it; none otherwise. The
 // decision itself is the planner's (its TestPendingExpansion).
 func TestExpansionClaim(t *testing.T) {
 	pv := func(csiSource bool, claimRef bool) *v1.PersistentVolume {
@@ -46,7 +48,11 @@ func TestExpansionClaim(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			gotPV, gotPVC := testResolver(t, tt.objs...).expansionClaim("pv")
+			spec := &cache.VolumeSpec{Name: cache.CSIVolumeName("d.example.com", "h"), PVName: "pv"}
+			if tt.name == "PV of another kind" {
+				spec.Name = "kubernetes.io/nfs/pv"
+			}
+			gotPV, gotPVC := testResolver(t, tt.objs...).expansionClaim(spec)
 			if got := gotPV != nil && gotPVC != nil; got != tt.want || (gotPV == nil) != (gotPVC == nil) {
 				t.Errorf("expansionClaim = %v, %v; want both found %v", gotPV, gotPVC, tt.want)
 			}

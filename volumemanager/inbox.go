@@ -2,7 +2,6 @@ package volumemanager
 
 import (
 	"sort"
-	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -230,11 +229,11 @@ func swap[K comparable](m map[K]struct{}) (taken, next map[K]struct{}) {
 	return m, map[K]struct{}{}
 }
 
-// pluginOf reports whether volume n belongs to one of plugins: its name
-// starts with the plugin's and a slash.
+// pluginOf reports whether volume n belongs to one of plugins, registered
+// or gone (volume.OfPlugin).
 func pluginOf(n cache.UniqueVolumeName, plugins map[string]struct{}) bool {
 	for p := range plugins {
-		if strings.HasPrefix(string(n), p+"/") {
+		if volume.OfPlugin(n, p) {
 			return true
 		}
 	}

@@ -91,10 +91,10 @@ type loopHooks struct {
 	// attachHeld reports whether an attachable volume's attachment must
 	// wait to be reported in use.
 	attachHeld func(name cache.UniqueVolumeName) bool
-	// expansionClaim returns a PV and the claim bound to it, which the
+	// expansionClaim returns the PV of a volume and the claim bound to it, which the
 	// planner decides the volume's node expansion on (nil, nil: none);
 	// nil: the node cannot expand volumes.
-	expansionClaim func(pvName string) (*v1.PersistentVolume, *v1.PersistentVolumeClaim)
+	expansionClaim func(spec *cache.VolumeSpec) (*v1.PersistentVolume, *v1.PersistentVolumeClaim)
 	// forgotten is called when a volume is forgotten.
 	forgotten func()
 	// synced is called once the loop has taken in that the informers have
@@ -473,7 +473,7 @@ func (l *loop) view(name cache.UniqueVolumeName) planner.View {
 	}
 	if wanted && spec.PVName != "" && l.hooks.expansionClaim != nil {
 		v.Expansion = planner.ExpansionFacts{Expands: true, Held: rec.expandHeld}
-		v.Expansion.PV, v.Expansion.PVC = l.hooks.expansionClaim(spec.PVName)
+		v.Expansion.PV, v.Expansion.PVC = l.hooks.expansionClaim(&spec)
 	}
 	return v
 }

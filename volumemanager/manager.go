@@ -50,14 +50,21 @@ type VolumeManager struct {
 	asw         *state.ActualStateOfWorld
 	in          *inbox
 	loop        *loop
-	plugin      volume.Plugin
-	volumes     *volume.Registry // finds each operation's plugin; holds plugin
+	volumes     *volume.Registry // finds each operation's plugin
 	// reconstructors are the registered plugins that leave on disk what
 	// they set up, asked at start what earlier runs left.
 	reconstructors []volume.Reconstructor
 	runner         *oe.Runner
 	results        chan oe.Outcome
 	resolver       *resolver
+	// objectReaders are asked what each pod volume reads (podObjects,
+	// objectReaders): the plugins that are volume.ObjectReaders and the
+	// flexVolume drivers.
+	objectReaders []volume.ObjectReader
+	// expands reports whether a registered plugin grows volumes on the
+	// node (volume.Expander): only then are claims' node expansions
+	// looked for.
+	expands bool
 	// syncs are the informer handlers' sync checkers.
 	syncs []cache.DoneChecker
 	// listErrs holds the last list/watch error of each informer, for
@@ -88,8 +95,6 @@ type VolumeManager struct {
 	flex *flexDrivers
 	// subpaths are the pods' subPath bind mounts (SubPaths).
 	subpaths *subpath.Manager
-	// expander grows mounted volumes; nil when the plugin cannot.
-	expander nodeExpander
 	// conditions are the volume conditions last seen (health.go).
 	conditions *conditions
 	// sizeLimits reports the volumes over their size limit; nil when
@@ -231,10 +236,10 @@ func (vm *VolumeManager) newResolver() storagelisters.VolumeAttachmentLister {
 // Config.Plugins.
 func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLister) error {
 	cfg := vm.cfg
-	vm.plugin = cfg.Plugin
-	if vm.plugin == nil {
+	plugin := cfg.Plugin
+	if plugin == nil {
 		var err error
-		vm.plugin, err = csiplugin.New(csiplugin.Config{
+		plugin, err = csiplugin.New(csiplugin.Config{
 			RootDir:                cfg.RootDir,
 			NodeName:               cfg.NodeName,
 			Registry:               cfg.Drivers,
@@ -254,29 +259,32 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 			return fmt.Errorf("volumemanager: %w", err)
 		}
 	}
-	if _, ok := vm.plugin.(volume.SelfAttacher); cfg.SelfAttach && !ok {
-		return fmt.Errorf("volumemanager: Config.SelfAttach needs a plugin that attaches volumes itself; %T does not (volume.SelfAttacher)", vm.plugin)
+	if _, ok := plugin.(volume.SelfAttacher); cfg.SelfAttach && !ok {
+		return fmt.Errorf("volumemanager: Config.SelfAttach needs a plugin that attaches volumes itself; %T does not (volume.SelfAttacher)", plugin)
 	}
 	subpaths, err := subpath.New(subpath.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps})
 	if err != nil {
 		return fmt.Errorf("volumemanager: %w", err)
 	}
 	vm.subpaths = subpaths
-	defaults, err := defaultPlugins(cfg, vm.resolver.node, vm.objects, vm.tokens, podCertificates{vm.certs})
+	builtin, err := defaultPlugins(cfg, vm.resolver.node, vm.objects, vm.tokens, podCertificates{vm.certs})
 	if err != nil {
 		return fmt.Errorf("volumemanager: %w", err)
 	}
-	all := append([]volume.Plugin{vm.plugin}, defaults...)
+	all := append([]volume.Plugin{plugin}, notReplaced(builtin, cfg.Plugins)...)
 	all = append(all, cfg.Plugins...)
 	for _, p := range all {
 		if r, ok := p.(volume.Reconstructor); ok {
 			vm.reconstructors = append(vm.reconstructors, r)
 		}
 	}
+	vm.objectReaders = objectReaders(plugin, builtin, cfg.Plugins)
+	vm.expands = expandsVolumes(all)
 	if vm.flex, err = vm.newFlexDrivers(); err != nil {
 		return fmt.Errorf("volumemanager: %w", err)
 	}
 	vm.reconstructors = append(vm.reconstructors, vm.flex.drivers)
+	vm.objectReaders = append(vm.objectReaders, vm.flex.drivers)
 	volumes, err := volume.NewRegistry(all...)
 	if err == nil {
 		err = volumes.CheckSources()
@@ -286,15 +294,13 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 	}
 	vm.volumes = volumes
 	vm.resolver.plugins = volumes
-	vm.expander, _ = vm.plugin.(nodeExpander)
 	vm.conditions = &conditions{events: cfg.EventRecorder}
 	return nil
 }
 
 // defaultPlugins are the plugins of the kinds nodevol handles besides CSI,
-// built from the Config, less those an embedder's plugin (Config.Plugins)
-// replaces: one of the same name or claiming a kind of source in common
-// (volume.SharesKind).
+// built from the Config (notReplaced leaves out those an embedder's plugin
+// replaces).
 func defaultPlugins(cfg Config, node func() (*v1.Node, error), objects *objectcache.Cache, toks *tokens.Cache, certs projected.PodCertificates) ([]volume.Plugin, error) {
 	host, err := hostpath.New(hostpath.Config{Steps: cfg.Steps})
 	if err != nil {
@@ -329,13 +335,20 @@ func defaultPlugins(cfg Config, node func() (*v1.Node, error), objects *objectca
 	if err != nil {
 		return nil, err
 	}
+	return []volume.Plugin{image.Plugin{}, host, empty, loc, nf, cm, sec, down, proj}, nil
+}
+
+// notReplaced returns the plugins of builtin that no plugin of own (an
+// embedder's, Config.Plugins) replaces: one of the same name or claiming a
+// kind of source in common (volume.SharesKind).
+func notReplaced(builtin, own []volume.Plugin) []volume.Plugin {
 	var out []volume.Plugin
-	for _, p := range []volume.Plugin{image.Plugin{}, host, empty, loc, nf, cm, sec, down, proj} {
-		if !slices.ContainsFunc(cfg.Plugins, func(own volume.Plugin) bool { return own != nil && volume.SharesKind(p, own) }) {
+	for _, p := range builtin {
+		if !slices.ContainsFunc(own, func(o volume.Plugin) bool { return o != nil && volume.SharesKind(p, o) }) {
 			out = append(out, p)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // newLoop sets up the caches and the loop, wired once: the loop asks the
@@ -354,7 +367,7 @@ func (vm *VolumeManager) newLoop(m *metrics) {
 		hooks: loopHooks{start: vm.start, synced: func() { close(vm.ready) }, retake: vm.retakeUnreadable,
 			hold: vm.holdObjects, holders: vm.objects.Holders, podGone: vm.podGone},
 	}
-	if vm.expander != nil {
+	if vm.expands {
 		lc.hooks.expansionClaim = vm.resolver.expansionClaim
 	}
 	if !cfg.ClusterInformers {
@@ -499,7 +512,7 @@ func (vm *VolumeManager) podGone(uid types.UID) {
 // at each resolution of the pod, before it, so that a claim found bound
 // adds its volume.
 func (vm *VolumeManager) holdObjects(uid types.UID, pod *v1.Pod) {
-	refs := append(podObjects(pod), vm.resolver.pvObjects(pod)...)
+	refs := append(podObjects(vm.objectReaders, pod), vm.resolver.pvObjects(pod)...)
 	if vm.cfg.ClusterInformers {
 		vm.objects.Hold(objectHolder(uid), refs...) // none: Release
 		return

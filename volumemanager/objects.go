@@ -11,31 +11,38 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
 	"github.com/nodevol/nodevol/internal/podcert"
-	"github.com/nodevol/nodevol/volume/configmap"
-	"github.com/nodevol/nodevol/volume/projected"
-	"github.com/nodevol/nodevol/volume/secret"
+	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 // podObjects returns the API objects a pod's volumes read and keep
-// current (configMaps, secrets, ClusterTrustBundles of configMap, secret
-// and projected volumes; the secret of a flexVolume's secretRef): the
-// volume manager holds them in the node's one object cache for as long as
-// the pod is known, as the kubelet registers a pod with its secret and
-// configMap managers.
-func podObjects(pod *v1.Pod) []objectcache.Ref {
+// current, as the plugins that read objects say them
+// (volume.ObjectReader: the configMaps, secrets and ClusterTrustBundles of
+// configMap, secret and projected volumes; the secret of a flexVolume's
+// secretRef): the volume manager holds them in the node's one object
+// cache for as long as the pod is known, as the kubelet registers a pod
+// with its secret and configMap managers.
+func podObjects(readers []volume.ObjectReader, pod *v1.Pod) []objectcache.Ref {
 	var out []objectcache.Ref
-	ns := pod.Namespace
-	for _, v := range pod.Spec.Volumes {
-		switch {
-		case v.ConfigMap != nil:
-			out = append(out, configmap.Refs(ns, v.ConfigMap)...)
-		case v.Secret != nil:
-			out = append(out, secret.Refs(ns, v.Secret)...)
-		case v.Projected != nil:
-			out = append(out, projected.Refs(ns, v.Projected)...)
-		case v.FlexVolume != nil && v.FlexVolume.SecretRef != nil && v.FlexVolume.SecretRef.Name != "":
-			out = append(out, objectcache.Ref{Kind: objectcache.Secret, Namespace: ns, Name: v.FlexVolume.SecretRef.Name})
+	for i := range pod.Spec.Volumes {
+		for _, r := range readers {
+			out = append(out, r.Objects(pod.Namespace, &pod.Spec.Volumes[i])...)
+		}
+	}
+	return out
+}
+
+// objectReaders returns the plugins that say what a pod volume reads
+// (volume.ObjectReader), for podObjects: plugin (the CSI plugin's place),
+// every built-in kind's plugin, registered or replaced by an embedder's
+// (what a configMap, secret or projected source reads is the source's, and
+// an embedder's plugin of that kind reads it from the same cache), and
+// the embedder's own. A ref two of them give is held once (Hold).
+func objectReaders(plugin volume.Plugin, builtin, own []volume.Plugin) []volume.ObjectReader {
+	var out []volume.ObjectReader
+	for _, p := range append(append([]volume.Plugin{plugin}, builtin...), own...) {
+		if r, ok := p.(volume.ObjectReader); ok {
+			out = append(out, r)
 		}
 	}
 	return out

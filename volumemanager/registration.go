@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
+	"github.com/nodevol/nodevol/csi"
 	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/pluginmanager"
@@ -71,7 +70,7 @@ func (vm *VolumeManager) resourceExhausted(o oe.Outcome) {
 			return
 		}
 	case oe.OpStage, oe.OpPublish:
-		if status.Code(o.Err) != codes.ResourceExhausted {
+		if !csi.IsResourceExhausted(o.Err) {
 			return
 		}
 	default:

@@ -256,10 +256,9 @@ func (vm *VolumeManager) retakeUnreadable(dir string) bool {
 func (vm *VolumeManager) recovery(ctx context.Context) volume.Recovery {
 	logger := klog.FromContext(ctx)
 	var rc volume.Recovery
-	if p, ok := vm.plugin.(interface{ BootID() string }); ok {
-		// The boot ID the plugin writes into its records, read once.
-		rc.BootID = p.BootID()
-	} else if id, err := ondisk.ReadBootID(vm.cfg.BootIDPath); err != nil {
+	// The file the plugins' records take their boot ID from
+	// (Config.BootIDPath), read once.
+	if id, err := ondisk.ReadBootID(vm.cfg.BootIDPath); err != nil {
 		logger.Error(err, "Restart cannot tell a reboot from a crash: volumes found on disk are Uncertain")
 	} else {
 		rc.BootID = id

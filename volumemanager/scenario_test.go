@@ -184,6 +184,12 @@ func (p scenarioPlugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilitie
 	}, nil
 }
 
+// AttachmentName names a volume's VolumeAttachment as the CSI plugin does
+// on node-1 (volume.AttachmentNamer).
+func (scenarioPlugin) AttachmentName(spec *cache.VolumeSpec) string {
+	return csiplugin.AttachmentName(spec.VolumeHandle, spec.Driver, "node-1")
+}
+
 // start records an operation the loop starts instead of running it.
 func (s *scenario) start(a oe.Action, in opInput) {
 	s.nextID++

@@ -63,8 +63,8 @@ type Objects = objvolume.Objects
 // required; Steps and AllocatableMemory are optional.
 type Config = objvolume.Config
 
-// New returns the configmap plugin; it implements volume.SpecResolver and
-// volume.Reconstructor too.
+// New returns the configmap plugin; it implements volume.SpecResolver,
+// volume.Reconstructor and volume.ObjectReader (Refs) too.
 func New(cfg Config) (volume.Plugin, error) { return objvolume.New(kind, cfg) }
 
 // Refs returns the objects a configMap volume of a pod in namespace ns
@@ -72,10 +72,7 @@ func New(cfg Config) (volume.Plugin, error) { return objvolume.New(kind, cfg) }
 // optional ConfigMap that appears later fills the volume). None for a nil
 // source or one that names nothing.
 func Refs(ns string, src *v1.ConfigMapVolumeSource) []objectcache.Ref {
-	if src == nil || src.Name == "" {
-		return nil
-	}
-	return []objectcache.Ref{{Kind: objectcache.ConfigMap, Namespace: ns, Name: src.Name}}
+	return objvolume.Refs(kind, ns, &v1.VolumeSource{ConfigMap: src})
 }
 
 var kind = objvolume.Kind{

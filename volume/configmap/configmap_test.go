@@ -197,6 +197,14 @@ func TestPlugin(t *testing.T) {
 	if got := Refs("ns", src); !slices.Equal(got, want) || Refs("ns", nil) != nil {
 		t.Errorf("Refs = %v, want %v", got, want)
 	}
+	// The volume manager asks the plugin (volume.ObjectReader).
+	r := e.Plugin.(volume.ObjectReader)
+	if got := r.Objects("ns", &v1.Volume{VolumeSource: v1.VolumeSource{ConfigMap: src}}); !slices.Equal(got, want) {
+		t.Errorf("Objects = %v, want %v", got, want)
+	}
+	if got := r.Objects("ns", &v1.Volume{VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "c"}}}); got != nil {
+		t.Errorf("Objects of a secret volume = %v, want none", got)
+	}
 	spec := &cache.VolumeSpec{Name: "kubernetes.io/configmap/uid-cfg", Source: &v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
 		LocalObjectReference: src.LocalObjectReference, Items: []v1.KeyToPath{{Key: "k", Path: "a/../../x"}}}}}
 	if err := e.Plugin.(volume.SpecResolver).ResolveSpec(objtest.Pod(""), spec); err == nil || !strings.Contains(err.Error(), "configMap volume kubernetes.io/configmap/uid-cfg of pod ns/pod") || spec.Attributes != nil {

@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/internal/objectcache"
 )
 
 // The keys of the JSON options, the kubelet's.
@@ -39,6 +40,18 @@ type source struct {
 	secretName, secretNamespace string
 	// name is the PV's name, or the pod volume's.
 	name string
+}
+
+// Objects implements volume.ObjectReader for every flexVolume pod
+// volume, whether or not its driver is there yet: the Secret its
+// secretRef names, in the pod's namespace, which the volume manager holds
+// in its object cache for Secrets to read.
+func (ds *Drivers) Objects(namespace string, v *v1.Volume) []objectcache.Ref {
+	f := v.FlexVolume
+	if f == nil || f.SecretRef == nil || f.SecretRef.Name == "" {
+		return nil
+	}
+	return []objectcache.Ref{{Kind: objectcache.Secret, Namespace: namespace, Name: f.SecretRef.Name}}
 }
 
 // sourceOf returns the flexVolume of spec; name is the pod volume's name

@@ -89,7 +89,8 @@ type Change struct {
 
 // Drivers finds the flexVolume drivers of a directory and keeps them
 // current (Run). It is a volume.Reconstructor for the volumes of the
-// drivers found at start.
+// drivers found at start, and the volume.ObjectReader of every flexVolume
+// pod volume.
 type Drivers struct {
 	host        *host
 	dir         string
@@ -101,7 +102,10 @@ type Drivers struct {
 	known map[string]*driver
 }
 
-var _ volume.Reconstructor = (*Drivers)(nil)
+var (
+	_ volume.Reconstructor = (*Drivers)(nil)
+	_ volume.ObjectReader  = (*Drivers)(nil)
+)
 
 // New fills in cfg's defaults and returns the drivers of cfg.PluginDir;
 // none is probed before Run.

@@ -4,13 +4,16 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/internal/objectcache"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -178,5 +181,37 @@ func TestReconstruct(t *testing.T) {
 	}
 	if len(found.Devices) != 1 || found.Devices[0].Spec.Name != "example.com/ebs/pv-1" || found.Devices[0].State != cache.Uncertain {
 		t.Errorf("devices found = %+v, want the ebs device mount, Uncertain", found.Devices)
+	}
+}
+
+// TestDriversObjects: every flexVolume pod volume with a secretRef holds
+// its Secret, in the pod's namespace, whether or not its driver is there
+// (volume.ObjectReader); others hold nothing.
+func TestDriversObjects(t *testing.T) {
+	ds, err := New(Config{PluginDir: t.TempDir(), RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flex := func(secret string) *v1.Volume {
+		f := &v1.FlexVolumeSource{Driver: "example.com/absent"}
+		if secret != "-" {
+			f.SecretRef = &v1.LocalObjectReference{Name: secret}
+		}
+		return &v1.Volume{Name: "v", VolumeSource: v1.VolumeSource{FlexVolume: f}}
+	}
+	tests := []struct {
+		name string
+		v    *v1.Volume
+		want []objectcache.Ref
+	}{
+		{"secretRef", flex("creds"), []objectcache.Ref{{Kind: objectcache.Secret, Namespace: "ns", Name: "creds"}}},
+		{"no secretRef", flex("-"), nil},
+		{"empty secretRef", flex(""), nil},
+		{"another kind", &v1.Volume{Name: "v", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "creds"}}}, nil},
+	}
+	for _, tt := range tests {
+		if got := ds.Objects("ns", tt.v); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: Objects = %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

@@ -177,6 +177,7 @@ var (
 	_ volume.SpecResolver  = (*plugin)(nil)
 	_ volume.Reconstructor = (*plugin)(nil)
 	_ volume.StatsProvider = (*plugin)(nil)
+	_ volume.ObjectReader  = (*plugin)(nil)
 )
 
 // New returns the projected plugin; it implements volume.SpecResolver and
@@ -204,6 +205,12 @@ func (p *plugin) Name() string { return PluginName }
 
 // CanSupport implements volume.Plugin: pod volumes with a projected source.
 func (p *plugin) CanSupport(v *v1.Volume) bool { return v != nil && v.Projected != nil }
+
+// Objects implements volume.ObjectReader: what a projected pod volume
+// reads (Refs).
+func (p *plugin) Objects(namespace string, v *v1.Volume) []objectcache.Ref {
+	return Refs(namespace, v.Projected)
+}
 
 // Refs returns the objects a projected volume of a pod in namespace ns
 // reads, for the volume manager to hold in the object cache: the

@@ -184,6 +184,14 @@ func TestPlugin(t *testing.T) {
 	if got := Refs("ns", nil); got != nil {
 		t.Errorf("Refs(nil) = %v", got)
 	}
+	// The volume manager asks the plugin (volume.ObjectReader).
+	var r volume.ObjectReader = e.plugin
+	if got := r.Objects("ns", &v1.Volume{VolumeSource: v1.VolumeSource{Projected: src}}); !slices.Equal(got, want) {
+		t.Errorf("Objects = %v, want %v", got, want)
+	}
+	if got := r.Objects("ns", &v1.Volume{VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "s"}}}); got != nil {
+		t.Errorf("Objects of a secret volume = %v, want none", got)
+	}
 	fake := mount.NewFakeMounter(nil)
 	for _, cfg := range []Config{
 		{Mounter: fake, Objects: e.objs, Tokens: e.tokens}, {RootDir: t.TempDir(), Objects: e.objs, Tokens: e.tokens},

@@ -81,10 +81,7 @@ func New(cfg Config) (volume.Plugin, error) { return objvolume.New(kind, cfg) }
 // optional Secret that appears later fills the volume). None for a nil
 // source or one that names nothing.
 func Refs(ns string, src *v1.SecretVolumeSource) []objectcache.Ref {
-	if src == nil || src.SecretName == "" {
-		return nil
-	}
-	return []objectcache.Ref{{Kind: objectcache.Secret, Namespace: ns, Name: src.SecretName}}
+	return objvolume.Refs(kind, ns, &v1.VolumeSource{Secret: src})
 }
 
 var kind = objvolume.Kind{

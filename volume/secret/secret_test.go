@@ -318,6 +318,14 @@ func TestPlugin(t *testing.T) {
 	if got := Refs("ns", nil); got != nil {
 		t.Errorf("Refs(nil) = %v", got)
 	}
+	// The volume manager asks the plugin (volume.ObjectReader).
+	r := e.Plugin.(volume.ObjectReader)
+	if got := r.Objects("ns", &v1.Volume{VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "s"}}}); !slices.Equal(got, want) {
+		t.Errorf("Objects = %v, want %v", got, want)
+	}
+	if got := r.Objects("ns", &v1.Volume{VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "s"}}}}); got != nil {
+		t.Errorf("Objects of a configMap volume = %v, want none", got)
+	}
 	for _, cfg := range []Config{{Mounter: mount.NewFakeMounter(nil), Objects: e.Objs}, {RootDir: t.TempDir(), Objects: e.Objs}, {RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil)}} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("New(%+v) succeeded", cfg)

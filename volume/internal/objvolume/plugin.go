@@ -94,6 +94,7 @@ var (
 	_ volume.SpecResolver  = (*Plugin)(nil)
 	_ volume.Reconstructor = (*Plugin)(nil)
 	_ volume.StatsProvider = (*Plugin)(nil)
+	_ volume.ObjectReader  = (*Plugin)(nil)
 )
 
 // New returns the plugin of kind k.
@@ -121,6 +122,24 @@ func (p *Plugin) CanSupport(v *v1.Volume) bool {
 	}
 	_, ok := p.kind.Source(&v.VolumeSource)
 	return ok
+}
+
+// Objects implements volume.ObjectReader: the object of a pod volume of
+// the plugin's kind (Refs).
+func (p *Plugin) Objects(namespace string, v *v1.Volume) []objectcache.Ref {
+	return Refs(p.kind, namespace, &v.VolumeSource)
+}
+
+// Refs returns the object a volume source of kind k of a pod in namespace
+// ns reads: the one it names, held whether or not the source is optional
+// (an optional object that appears later fills the volume). None for a
+// source of another kind or one that names nothing.
+func Refs(k Kind, ns string, vs *v1.VolumeSource) []objectcache.Ref {
+	src, ok := k.Source(vs)
+	if !ok || src.Name == "" {
+		return nil
+	}
+	return []objectcache.Ref{{Kind: k.Object, Namespace: ns, Name: src.Name}}
 }
 
 // source returns spec's source, with its defaultMode defaulted.
