@@ -22,9 +22,9 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/internal/ondisk"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/internal/promreg"
 	"github.com/nodevol/nodevol/internal/registration"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
