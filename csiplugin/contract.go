@@ -8,7 +8,7 @@ import (
 	csitranslation "k8s.io/csi-translation-lib"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/internal/registration"
+	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/volume"
 )
 

@@ -9,7 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/internal/registration"
+	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )

@@ -10,8 +10,8 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/nodevol/nodevol/csi"
-	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/pluginmanager"
+	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/volume"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )

@@ -23,7 +23,7 @@ import (
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/internal/promreg"
-	"github.com/nodevol/nodevol/internal/registration"
+	"github.com/nodevol/nodevol/registration"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
