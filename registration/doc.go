@@ -8,8 +8,6 @@
 // CSINode object (with the migrated in-tree plugins). Run creates the
 // CSINode at start and keeps the drivers' allocatable counts current.
 // SetNodeAttachMode sets the Node's attach-mode annotation for an agent.
-// UpdateStorageHealth writes a driver's storage health into the CSINode's
-// status (CSIVolumeHealth).
 //
 // volumemanager wires a Handler itself when Config.PluginRegistration is
 // set; an embedder that runs its own plugin manager (the kubelet fork,
