@@ -82,8 +82,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzSaveVolumeData$$' -fuzztime $(FUZZTIME) ./csiplugin
 	$(GO) test -run '^$$' -fuzz '^FuzzReadRecord$$' -fuzztime $(FUZZTIME) ./csiplugin
 	$(GO) test -run '^$$' -fuzz '^FuzzPaths$$' -fuzztime $(FUZZTIME) ./csiplugin
-	$(GO) test -run '^$$' -fuzz '^FuzzValidatePlugin$$' -fuzztime $(FUZZTIME) ./csiplugin
-	$(GO) test -run '^$$' -fuzz '^FuzzHighestSupportedVersion$$' -fuzztime $(FUZZTIME) ./csiplugin
+	$(GO) test -run '^$$' -fuzz '^FuzzValidatePlugin$$' -fuzztime $(FUZZTIME) ./registration
+	$(GO) test -run '^$$' -fuzz '^FuzzHighestSupportedVersion$$' -fuzztime $(FUZZTIME) ./registration
 	$(GO) test -run '^$$' -fuzz '^FuzzRegister$$' -fuzztime $(FUZZTIME) ./pluginmanager
 	$(GO) test -run '^$$' -fuzz '^FuzzResolvePod$$' -fuzztime $(FUZZTIME) ./volumemanager
 

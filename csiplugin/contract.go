@@ -8,7 +8,7 @@ import (
 	csitranslation "k8s.io/csi-translation-lib"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/internal/registration"
+	"github.com/nodevol/nodevol/internal/csimigration"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -32,7 +32,7 @@ func (p *plugin) CanSupport(v *v1.Volume) bool {
 		return true
 	}
 	name, err := translator.GetInTreePluginNameFromSpec(nil, v)
-	return err == nil && registration.IsMigratedPlugin(name)
+	return err == nil && csimigration.IsMigratedPlugin(name)
 }
 
 // Capabilities implements volume.Plugin. An inline volume is neither

@@ -17,7 +17,7 @@
 //
 // The drivers are reached through package csi; the on-disk layout,
 // vol_data.json and the records of work in flight are internal/ondisk's.
-// NewRegistrationHandler forwards to package internal/registration.
+// Drivers are registered by package registration.
 //
 // Errors name the pod, volume and driver involved and wrap their cause with
 // %w. Errors wrapping volume.ErrNotReady mean nothing was changed

@@ -17,8 +17,8 @@ import (
 
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/pluginmanager"
+	"github.com/nodevol/nodevol/registration"
 )
 
 // TestCSIRegistration runs the whole registration flow: a registrar socket

@@ -14,9 +14,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nodevol/nodevol/csi"
-	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/pluginmanager"
+	"github.com/nodevol/nodevol/registration"
 )
 
 // The pieces Config.PluginRegistration wires, for an agent that wires them
@@ -42,7 +42,7 @@ func ExampleNew() {
 	drivers := csi.NewRegistry(csi.RegistryOptions{})
 	defer drivers.Close()
 
-	handler, err := csiplugin.NewRegistrationHandler(csiplugin.RegistrationConfig{
+	handler, err := registration.New(registration.Config{
 		Registry: drivers, KubeClient: client, NodeName: "node-1",
 	})
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	"github.com/nodevol/nodevol/internal/registration"
+	"github.com/nodevol/nodevol/registration"
 )
 
 // fuzzRegistrar serves the registration service on one socket for the

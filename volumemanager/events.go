@@ -7,8 +7,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )
 

@@ -18,7 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 
 	"github.com/nodevol/nodevol/util/step"

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
 
 // Failure lines are rate-limited, never silenced: of the failures of one

@@ -18,7 +18,7 @@ import (
 	fakeclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
 
 // TestFailureLog: the rule of docs/OPERATIONS.md. Of identical failures of

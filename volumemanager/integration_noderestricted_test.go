@@ -20,7 +20,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	"github.com/nodevol/nodevol/internal/registration"
+	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/testenv"
 )
 

@@ -15,8 +15,8 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )

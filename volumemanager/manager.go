@@ -18,12 +18,10 @@ import (
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/internal/objectcache"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
-	"github.com/nodevol/nodevol/internal/podcert"
 	"github.com/nodevol/nodevol/internal/promreg"
-	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/internal/tokens"
 	"github.com/nodevol/nodevol/pluginmanager"
+	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/configmap"
 	"github.com/nodevol/nodevol/volume/downwardapi"
@@ -35,6 +33,8 @@ import (
 	"github.com/nodevol/nodevol/volume/projected"
 	"github.com/nodevol/nodevol/volume/secret"
 	"github.com/nodevol/nodevol/volume/subpath"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volumemanager/internal/podcert"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 

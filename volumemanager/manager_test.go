@@ -28,8 +28,8 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
 
 const node = "node-1"

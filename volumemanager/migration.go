@@ -9,13 +9,13 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/internal/registration"
+	"github.com/nodevol/nodevol/internal/csimigration"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )
 
 // CSI migration: PVs and pod inline volumes of the in-tree plugins that
-// registration.MigratedPlugins lists (awsElasticBlockStore, azureDisk,
+// csimigration.MigratedPlugins lists (awsElasticBlockStore, azureDisk,
 // azureFile, cinder, gcePersistentDisk, portworxVolume, vsphereVolume) are
 // translated with k8s.io/csi-translation-lib into a CSI PV, as the
 // kubelet's populator does (csimigration.TranslateInTreeSpecToCSI), and
@@ -33,7 +33,7 @@ var translator = csitranslation.New()
 // through CSI migration, or "" when it has no migrated in-tree source.
 func migratedPVPlugin(pv *v1.PersistentVolume) string {
 	name, err := translator.GetInTreePluginNameFromSpec(pv, nil)
-	if err != nil || !registration.IsMigratedPlugin(name) {
+	if err != nil || !csimigration.IsMigratedPlugin(name) {
 		return ""
 	}
 	return name
@@ -47,7 +47,7 @@ func migratedPVSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 	plugin := migratedPVPlugin(pv)
 	if plugin == "" {
 		return cache.VolumeSpec{}, marked{fmt.Errorf("PV %s has no CSI source and no in-tree source that CSI migration translates (%s): not a CSI volume",
-			pv.Name, strings.Join(registration.MigratedPlugins(), ", ")), planner.ErrUnknownSource}
+			pv.Name, strings.Join(csimigration.MigratedPlugins(), ", ")), planner.ErrUnknownSource}
 	}
 	csiPV, err := translator.TranslateInTreePVToCSI(klog.Background(), pv)
 	if err != nil {

@@ -27,7 +27,7 @@ import (
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/ondisk"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
 
 const (

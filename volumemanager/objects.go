@@ -10,8 +10,8 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
-	"github.com/nodevol/nodevol/internal/podcert"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volumemanager/internal/podcert"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 

@@ -28,8 +28,8 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	"github.com/nodevol/nodevol/internal/podcert/podcerttest"
 	"github.com/nodevol/nodevol/volume/projected"
+	"github.com/nodevol/nodevol/volumemanager/internal/podcert/podcerttest"
 )
 
 // certSigner plays the signer of the fake API server's

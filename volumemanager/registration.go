@@ -10,10 +10,10 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/nodevol/nodevol/csi"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
-	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/pluginmanager"
+	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/volume"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
 
 // newPluginManager returns the plugin manager that registers the CSI

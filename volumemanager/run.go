@@ -10,8 +10,8 @@ import (
 
 	"github.com/nodevol/nodevol/internal/fsgroup"
 	"github.com/nodevol/nodevol/internal/ondisk"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
 
 // context returns Run's context, or context.Background before Run.

@@ -26,9 +26,9 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/internal/ondisk"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/image"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )

@@ -25,7 +25,7 @@ import (
 
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	"github.com/nodevol/nodevol/internal/registration"
+	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/volume"
 )
 

@@ -16,9 +16,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/internal/promreg"
 	"github.com/nodevol/nodevol/volume"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
 
 // sizeLimitEnv is a manager with a pod whose emptyDir "cache" has a

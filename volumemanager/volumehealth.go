@@ -22,10 +22,10 @@ import (
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/internal/ondisk"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/internal/promreg"
-	"github.com/nodevol/nodevol/internal/registration"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
+	"github.com/nodevol/nodevol/volumemanager/internal/storagehealth"
 )
 
 // VolumeHealthConfig turns on the health probes of CSI 1.13 (the kubelet's
@@ -45,7 +45,7 @@ type VolumeHealthConfig struct {
 	Updater VolumeHealthUpdater
 	// NoStorageHealth, when true, leaves NodeGetStorageHealth uncalled
 	// and the CSINode's status alone: for credentials that may not
-	// update csinodes/status (see registration.UpdateStorageHealth).
+	// update csinodes/status (see storagehealth.Update).
 	// Default false.
 	NoStorageHealth bool
 }
@@ -319,10 +319,10 @@ func (p *healthProber) writeStorage(ctx context.Context, driver string, conds []
 	p.mu.Lock()
 	last, ok := p.storage[driver]
 	p.mu.Unlock()
-	if ok && registration.SameStorageHealth(last, conds) {
+	if ok && storagehealth.Same(last, conds) {
 		return nil
 	}
-	wrote, err := registration.UpdateStorageHealth(ctx, p.client, p.node, driver, conds, metav1.NewTime(p.clock.Now()))
+	wrote, err := storagehealth.Update(ctx, p.client, p.node, driver, conds, metav1.NewTime(p.clock.Now()))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {

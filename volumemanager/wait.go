@@ -15,8 +15,8 @@ import (
 	"k8s.io/utils/clock"
 
 	vcache "github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )
 

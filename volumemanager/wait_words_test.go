@@ -12,9 +12,9 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/emptydir"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
 
 // blockingMounter is a fake mounter whose mounts wait until release is

@@ -14,7 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodevol/nodevol/internal/apiaudit"
+	"github.com/nodevol/nodevol/bench/internal/apiaudit"
 	"github.com/nodevol/nodevol/internal/roottest"
 	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
@@ -29,7 +29,7 @@ import (
 // reports:
 //
 //   - req/pod-start, vol-req/pod-start: the node's requests, as the API
-//     server's audit log has them (internal/apiaudit), from the pods' creation until every
+//     server's audit log has them (bench/internal/apiaudit), from the pods' creation until every
 //     pod's files exist, per pod; all of them, and those of
 //     volumeResources only (configmaps, secrets, serviceaccounts/token).
 //   - req/h-idle, vol-req/h-idle: the same at rest, over -objects.idle,

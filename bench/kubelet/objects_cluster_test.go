@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/nodevol/nodevol/internal/apiaudit"
+	"github.com/nodevol/nodevol/bench/internal/apiaudit"
 	"github.com/nodevol/nodevol/testenv"
 	"github.com/nodevol/nodevol/testenv/kubelettest"
 	"github.com/nodevol/nodevol/testenv/realnode"

@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/mount-utils"
 
+	"github.com/nodevol/nodevol/bench/internal/apiaudit"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	"github.com/nodevol/nodevol/internal/apiaudit"
 	"github.com/nodevol/nodevol/testenv"
 	"github.com/nodevol/nodevol/testenv/kubelettest"
 )

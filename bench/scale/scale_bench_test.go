@@ -15,8 +15,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodevol/nodevol/bench/internal/apiaudit"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	"github.com/nodevol/nodevol/internal/apiaudit"
 	"github.com/nodevol/nodevol/internal/roottest"
 )
 

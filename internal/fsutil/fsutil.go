@@ -1,7 +1,6 @@
 // Package fsutil holds small file-system helpers shared by nodevol's
-// packages: checking names that become path elements, writing and
-// reading the JSON metadata files (vol_data.json) the kubelet also uses, and
-// the statfs of a volume.
+// packages: checking names that become path elements, and writing and
+// reading the JSON metadata files (vol_data.json) the kubelet also uses.
 package fsutil
 
 import (

@@ -42,7 +42,7 @@ import (
 	"k8s.io/kubernetes/pkg/features"
 
 	vcache "github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/registration"
 	nvm "github.com/nodevol/nodevol/volumemanager"
 )
 
@@ -51,7 +51,7 @@ import (
 type Manager struct {
 	vm           *nvm.VolumeManager
 	factory      informers.SharedInformerFactory
-	registration csiplugin.RegistrationHandler
+	registration *registration.Handler
 	pods         *populator
 }
 
@@ -146,7 +146,7 @@ func newManager(c options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nodevol: %w", err)
 	}
-	reg, err := csiplugin.NewRegistrationHandler(csiplugin.RegistrationConfig{
+	reg, err := registration.New(registration.Config{
 		Registry:   vm.Drivers(),
 		KubeClient: c.client,
 		NodeName:   c.nodeName,

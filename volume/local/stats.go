@@ -7,8 +7,8 @@ import (
 	"os"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/internal/du"
 )
 
 // VolumeStats implements volume.StatsProvider. For a Filesystem volume it
@@ -40,7 +40,7 @@ func (p *plugin) VolumeStats(_ context.Context, spec *cache.VolumeSpec, volumePa
 		return none, false, fmt.Errorf("stats of volume %s: %w", desc(spec), err)
 	}
 	defer d.Close()
-	u, err := fsutil.Statfs(d)
+	u, err := du.Statfs(d)
 	if err != nil {
 		return none, false, fmt.Errorf("stats of volume %s: %w", desc(spec), err)
 	}

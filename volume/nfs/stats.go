@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volume/internal/du"
 )
 
 // VolumeStats implements volume.StatsProvider as the kubelet's
@@ -24,7 +24,7 @@ func (p *plugin) VolumeStats(_ context.Context, spec *cache.VolumeSpec, volumePa
 		return fail(err)
 	}
 	defer d.Close()
-	st, err := fsutil.Statfs(d)
+	st, err := du.Statfs(d)
 	if err != nil {
 		return fail(err)
 	}

@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/internal/roottest"
+	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/volumemanager"
 )
 

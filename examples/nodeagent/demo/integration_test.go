@@ -37,8 +37,8 @@ import (
 
 	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	"github.com/nodevol/nodevol/internal/registration"
 	"github.com/nodevol/nodevol/internal/roottest"
+	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/testenv"
 )
 

@@ -4,7 +4,9 @@
 // it is on. The emptyDir plugin measures with it at each call (the kubelet
 // keeps no emptyDir figure), and the plugins whose volumes are a wrapped
 // emptyDir (configMap, secret, downwardAPI, projected) through a Cache, as
-// the kubelet wraps their du metrics in its cached metrics.
+// the kubelet wraps their du metrics in its cached metrics. Statfs is the
+// kubelet's statfs metrics (pkg/volume/metrics_statfs.go), for the plugins
+// whose volume is a whole file system (local, nfs).
 package du
 
 import (

@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volume"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 

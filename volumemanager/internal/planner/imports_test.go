@@ -15,14 +15,14 @@ import (
 func TestNoIO(t *testing.T) {
 	allowed := map[string]bool{
 		"cmp": true, "errors": true, "fmt": true, "maps": true, "slices": true, "sort": true, "strings": true, "time": true,
-		"github.com/nodevol/nodevol/cache":                        true,
-		"github.com/nodevol/nodevol/volumemanager/internal/state": true,
-		"github.com/nodevol/nodevol/internal/operationexecutor":   true,
-		"github.com/nodevol/nodevol/volume":                       true, // its non-test files do no I/O
-		"k8s.io/api/core/v1":                                      true,
-		"k8s.io/api/storage/v1":                                   true,
-		"k8s.io/apimachinery/pkg/api/resource":                    true,
-		"k8s.io/apimachinery/pkg/types":                           true,
+		"github.com/nodevol/nodevol/cache":                                    true,
+		"github.com/nodevol/nodevol/volumemanager/internal/state":             true,
+		"github.com/nodevol/nodevol/volumemanager/internal/operationexecutor": true,
+		"github.com/nodevol/nodevol/volume":                                   true, // its non-test files do no I/O
+		"k8s.io/api/core/v1":                                                  true,
+		"k8s.io/api/storage/v1":                                               true,
+		"k8s.io/apimachinery/pkg/api/resource":                                true,
+		"k8s.io/apimachinery/pkg/types":                                       true,
 	}
 	entries, err := os.ReadDir(".")
 	if err != nil {

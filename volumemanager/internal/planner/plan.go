@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
 
 // Plan decides what to do next for one volume. It does no I/O, reads no

@@ -6,7 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/cache"
-	oe "github.com/nodevol/nodevol/internal/operationexecutor"
+	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
 
 // SELinuxConflictError is the error of a pod that would mount a volume with

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/nodevol/nodevol/internal/registration"
+	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/volumemanager"
 )
 

@@ -20,7 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/internal/podcert/podcerttest"
+	"github.com/nodevol/nodevol/volumemanager/internal/podcert/podcerttest"
 )
 
 const (

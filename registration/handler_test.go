@@ -230,6 +230,8 @@ func TestRegisterPluginUnreachableEndpoint(t *testing.T) {
 	}
 }
 
+// TestNewRegistrationHandler: New checks its configuration, and without a
+// KubeClient Run returns at once and only the registry is updated.
 func TestNewRegistrationHandler(t *testing.T) {
 	if _, err := New(Config{}); err == nil {
 		t.Error("no registry: want an error")
@@ -243,9 +245,15 @@ func TestNewRegistrationHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx := context.Background()
+	if err := h.Run(ctx); err != nil {
+		t.Errorf("Run without a KubeClient = %v", err)
+	}
+	if err := h.ValidatePlugin(ctx, "bad name!", "/nowhere.sock", []string{"1.0.0"}); err == nil {
+		t.Error("ValidatePlugin accepted an invalid driver name")
+	}
 	// Without a KubeClient only the registry is updated.
 	endpoint := startRegTestDriver(t, &regTestDriver{info: &csipb.NodeGetInfoResponse{NodeId: "n1"}})
-	ctx := context.Background()
 	if err := h.RegisterPlugin(ctx, "a.example.com", endpoint, []string{"1.0.0"}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,9 @@
 // CSINode object (with the migrated in-tree plugins). Run creates the
 // CSINode at start and keeps the drivers' allocatable counts current.
 // SetNodeAttachMode sets the Node's attach-mode annotation for an agent.
-// UpdateStorageHealth writes a driver's storage health into the CSINode's
-// status (CSIVolumeHealth).
+//
+// volumemanager wires a Handler itself when Config.PluginRegistration is
+// set; an embedder that runs its own plugin manager (the kubelet fork,
+// whose plugin manager is the kubelet's) makes one with New, hands it to
+// that manager for "CSIPlugin" and runs Run beside it.
 package registration

@@ -1,4 +1,7 @@
-package registration
+// Package storagehealth writes a CSI driver's storage health into the
+// status of the node's CSINode object, as the kubelet does for
+// CSIVolumeHealth: once per change of the conditions' identities.
+package storagehealth
 
 import (
 	"context"
@@ -12,7 +15,7 @@ import (
 	"k8s.io/client-go/util/retry"
 )
 
-// UpdateStorageHealth sets driver's entry in the status.storageHealth of
+// Update sets driver's entry in the status.storageHealth of
 // the CSINode named nodeName to conds (no entry when conds is empty: the
 // storage is healthy), leaving the other drivers' entries alone, and
 // reports whether it wrote. As in the kubelet it writes (through the
@@ -29,7 +32,7 @@ import (
 // the node whose name it has only then, and NodeRestriction refuses the
 // status subresource without it; the API server also drops the field
 // while the feature is off.
-func UpdateStorageHealth(ctx context.Context, client kubernetes.Interface, nodeName, driver string,
+func Update(ctx context.Context, client kubernetes.Interface, nodeName, driver string,
 	conds []storagev1.StorageHealthCondition, now metav1.Time) (bool, error) {
 	csiNodes := client.StorageV1().CSINodes()
 	wrote := false
@@ -44,7 +47,7 @@ func UpdateStorageHealth(ctx context.Context, client kubernetes.Interface, nodeN
 		if i >= 0 {
 			old = cn.Status.StorageHealth[i].HealthConditions
 		}
-		if SameStorageHealth(old, conds) {
+		if Same(old, conds) {
 			return nil
 		}
 		updated := cn.DeepCopy()
@@ -84,10 +87,10 @@ func identityOf(c storagev1.StorageHealthCondition) storageHealthIdentity {
 	return id
 }
 
-// SameStorageHealth reports whether a and b hold the same set of
+// Same reports whether a and b hold the same set of
 // identities (status, reason, access mode, volume mode; duplicates and
-// order aside): whether UpdateStorageHealth would write b over a.
-func SameStorageHealth(a, b []storagev1.StorageHealthCondition) bool {
+// order aside): whether Update would write b over a.
+func Same(a, b []storagev1.StorageHealthCondition) bool {
 	set := func(cs []storagev1.StorageHealthCondition) map[storageHealthIdentity]bool {
 		m := make(map[storageHealthIdentity]bool, len(cs))
 		for _, c := range cs {

@@ -2,13 +2,11 @@ package registration
 
 import (
 	"context"
-	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	csitranslation "k8s.io/csi-translation-lib"
 
 	"github.com/nodevol/nodevol/csi"
 )
@@ -16,31 +14,6 @@ import (
 // The kubelet's value: the seven in-tree plugins, sorted, comma separated.
 const wantMigratedPlugins = "kubernetes.io/aws-ebs,kubernetes.io/azure-disk,kubernetes.io/azure-file," +
 	"kubernetes.io/cinder,kubernetes.io/gce-pd,kubernetes.io/portworx-volume,kubernetes.io/vsphere-volume"
-
-func TestMigratedPlugins(t *testing.T) {
-	got := MigratedPlugins()
-	if !slices.IsSorted(got) || len(got) != 7 {
-		t.Fatalf("MigratedPlugins = %q, want the 7 in-tree plugins sorted", got)
-	}
-	tr := csitranslation.New()
-	for _, name := range got {
-		if !tr.IsMigratableIntreePluginByName(name) {
-			t.Errorf("%s: csi-translation-lib has no translation for it", name)
-		}
-		if !IsMigratedPlugin(name) {
-			t.Errorf("IsMigratedPlugin(%s) = false", name)
-		}
-	}
-	for _, name := range []string{"kubernetes.io/nfs", "kubernetes.io/csi", ""} {
-		if IsMigratedPlugin(name) {
-			t.Errorf("IsMigratedPlugin(%q) = true", name)
-		}
-	}
-	got[0] = "changed"
-	if MigratedPlugins()[0] == "changed" {
-		t.Error("MigratedPlugins returned its own slice")
-	}
-}
 
 func TestMigratedPluginsAnnotation(t *testing.T) {
 	tests := []struct {

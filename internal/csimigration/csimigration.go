@@ -1,11 +1,11 @@
-package registration
+// Package csimigration lists the in-tree volume plugins whose volumes
+// nodevol mounts through their CSI driver (CSI migration), as the kubelet
+// v1.37 migrates them.
+package csimigration
 
 import (
 	"slices"
-	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	csiplugins "k8s.io/csi-translation-lib/plugins"
 )
 
@@ -38,26 +38,4 @@ func MigratedPlugins() []string { return slices.Clone(migratedPlugins) }
 func IsMigratedPlugin(name string) bool {
 	_, found := slices.BinarySearch(migratedPlugins, name)
 	return found
-}
-
-// migratedPluginsAnnotation sets the CSINode annotation
-// storage.alpha.kubernetes.io/migrated-plugins to the migrated in-tree
-// plugins, sorted and comma separated, as the kubelet writes it, and
-// reports whether it changed anything. As in the kubelet, the old value
-// is compared as a set: the same plugins in another order are left alone.
-func migratedPluginsAnnotation(cn *storagev1.CSINode) bool {
-	old := cn.Annotations[corev1.MigratedPluginsAnnotationKey]
-	var have []string
-	if old != "" {
-		have = strings.Split(old, ",")
-	}
-	slices.Sort(have)
-	if slices.Equal(slices.Compact(have), migratedPlugins) {
-		return false
-	}
-	if cn.Annotations == nil {
-		cn.Annotations = map[string]string{}
-	}
-	cn.Annotations[corev1.MigratedPluginsAnnotationKey] = strings.Join(migratedPlugins, ",")
-	return true
 }

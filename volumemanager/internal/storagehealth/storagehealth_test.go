@@ -1,4 +1,4 @@
-package registration
+package storagehealth
 
 import (
 	"context"
@@ -54,7 +54,7 @@ func TestUpdateStorageHealth(t *testing.T) {
 	}
 	for _, s := range steps {
 		client.ClearActions()
-		wrote, err := UpdateStorageHealth(ctx, client, "n", "d", s.conds, s.now)
+		wrote, err := Update(ctx, client, "n", "d", s.conds, s.now)
 		if err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
@@ -82,7 +82,7 @@ func TestUpdateStorageHealth(t *testing.T) {
 			t.Errorf("%s: storageHealth (-want +got):\n%s", s.name, diff)
 		}
 	}
-	if _, err := UpdateStorageHealth(ctx, client, "missing", "d", []storagev1.StorageHealthCondition{down}, t0); !apierrors.IsNotFound(err) {
+	if _, err := Update(ctx, client, "missing", "d", []storagev1.StorageHealthCondition{down}, t0); !apierrors.IsNotFound(err) {
 		t.Errorf("missing CSINode: %v, want NotFound", err)
 	}
 }
