@@ -78,10 +78,10 @@ FUZZTIME ?= 1m
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateName$$' -fuzztime $(FUZZTIME) ./internal/fsutil
 	$(GO) test -run '^$$' -fuzz '^FuzzReadJSON$$' -fuzztime $(FUZZTIME) ./internal/fsutil
-	$(GO) test -run '^$$' -fuzz '^FuzzLoadVolumeData$$' -fuzztime $(FUZZTIME) ./csiplugin
-	$(GO) test -run '^$$' -fuzz '^FuzzSaveVolumeData$$' -fuzztime $(FUZZTIME) ./csiplugin
-	$(GO) test -run '^$$' -fuzz '^FuzzReadRecord$$' -fuzztime $(FUZZTIME) ./csiplugin
-	$(GO) test -run '^$$' -fuzz '^FuzzPaths$$' -fuzztime $(FUZZTIME) ./csiplugin
+	$(GO) test -run '^$$' -fuzz '^FuzzLoadVolumeData$$' -fuzztime $(FUZZTIME) ./internal/ondisk
+	$(GO) test -run '^$$' -fuzz '^FuzzSaveVolumeData$$' -fuzztime $(FUZZTIME) ./internal/ondisk
+	$(GO) test -run '^$$' -fuzz '^FuzzReadRecord$$' -fuzztime $(FUZZTIME) ./internal/ondisk
+	$(GO) test -run '^$$' -fuzz '^FuzzPaths$$' -fuzztime $(FUZZTIME) ./internal/ondisk
 	$(GO) test -run '^$$' -fuzz '^FuzzValidatePlugin$$' -fuzztime $(FUZZTIME) ./registration
 	$(GO) test -run '^$$' -fuzz '^FuzzHighestSupportedVersion$$' -fuzztime $(FUZZTIME) ./registration
 	$(GO) test -run '^$$' -fuzz '^FuzzRegister$$' -fuzztime $(FUZZTIME) ./pluginmanager
