@@ -279,12 +279,18 @@ func TestSELinuxContextRestored(t *testing.T) {
 	events := record.NewFakeRecorder(100)
 	vm2, stop2 := seLinuxVM(t, client, root, drv, true, events)
 	defer stop2()
+	// Pod a first, mounted again before pod b comes: which refusal pod b
+	// gets depends on what it is admitted against: pod a in the desired
+	// state gives the SELinux conflict; pod a's mount found on disk alone
+	// (pod b resolved first, the object cache's answer to their claim
+	// coming between the two) gives ReadWriteOncePod. So does the kubelet,
+	// whose populator adds pods in its own order.
 	vm2.AddPod(podA)
-	vm2.AddPod(podB)
-	vm2.MarkPodsSynced()
 	if err := vm2.WaitForAttachAndMount(ctx, podA); err != nil {
 		t.Fatal(err)
 	}
+	vm2.AddPod(podB)
+	vm2.MarkPodsSynced()
 	select {
 	case e := <-events.Events:
 		if want := `Warning FailedMount conflicting SELinux labels of volume ` + pv.Name + `: "` + contextA + `" and "` + contextB + `"`; e != want {
