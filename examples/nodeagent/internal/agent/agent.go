@@ -82,6 +82,24 @@ func runAgent(ctx context.Context, o options) error {
 			return fmt.Errorf("registering driver %s: %w", name, err)
 		}
 	}
+	if err := watchPods(ctx, vm, client, o, &podsSynced); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Node agent running", "node", o.node, "rootDir", o.rootDir)
+	// SIGTERM ends ctx: the pod informer stops (no new work), Run lets the
+	// operations in flight finish within --shutdown-grace-period and
+	// returns when they have.
+	err = vm.Run(ctx)
+	klog.FromContext(ctx).Info("Node agent stopped", "node", o.node)
+	return err
+}
+
+// watchPods feeds vm the pods bound to node o.node from an informer: added
+// and updated pods (podChanged), deleted ones with their directories
+// (podGone), and, once the informer has listed them all, MarkPodsSynced,
+// synced set, and the directories of pods deleted while the agent was
+// down (sweepOrphans).
+func watchPods(ctx context.Context, vm *volumemanager.VolumeManager, client kubernetes.Interface, o options, synced *atomic.Bool) error {
 	pods := nodePods(client, o.node)
 	handler, err := pods.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { podChanged(ctx, vm, obj) },
@@ -105,17 +123,11 @@ func runAgent(ctx context.Context, o options) error {
 		// pod of the node has been added: they may be a running pod's.
 		if cache.WaitForCacheSync(ctx.Done(), handler.HasSynced) {
 			vm.MarkPodsSynced()
-			podsSynced.Store(true)
+			synced.Store(true)
 			_ = sweepOrphans(ctx, vm, o.rootDir, podKnown(pods.Core().V1().Pods().Informer().GetStore()), defaultPodDirRetry)
 		}
 	}()
-	klog.FromContext(ctx).Info("Node agent running", "node", o.node, "rootDir", o.rootDir)
-	// SIGTERM ends ctx: the pod informer stops (no new work), Run lets the
-	// operations in flight finish within --shutdown-grace-period and
-	// returns when they have.
-	err = vm.Run(ctx)
-	klog.FromContext(ctx).Info("Node agent stopped", "node", o.node)
-	return err
+	return nil
 }
 
 // podKnown reports whether store (the pod informer's) has a pod of that
