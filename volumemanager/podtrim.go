@@ -108,35 +108,11 @@ func keepPod(pod *v1.Pod, plugins *volume.Registry) *keptPod {
 		keep[vols[i].Name] = true
 		vols[i].DeepCopyInto(&k.volumes[i])
 	}
+	ck := containerKeeper{more: more, limits: limits, volumes: keep}
 	add := func(kind containerKind, name string, ms []v1.VolumeMount, ds []v1.VolumeDevice, sc *v1.SecurityContext, r *v1.ResourceRequirements, rp *v1.ContainerRestartPolicy) {
-		c := keptContainer{kind: kind, name: name}
-		switch {
-		case more.resources:
-			c.limits, c.requests, c.restartPolicy = r.Limits.DeepCopy(), r.Requests.DeepCopy(), rp
-		case limits:
-			c.limits, c.restartPolicy = sizing(r.Limits), rp
-			c.requests = c.limits // the usual case (requests defaulted from limits): one copy, shared
-			if !sizesEqual(c.limits, r.Requests) {
-				c.requests = sizing(r.Requests)
-			}
+		if c, ok := ck.keep(kind, name, ms, ds, sc, r, rp); ok {
+			k.containers = append(k.containers, c)
 		}
-		for _, m := range ms {
-			if keep[m.Name] {
-				c.mounts = append(c.mounts, m.Name)
-			}
-		}
-		for _, d := range ds {
-			if keep[d.Name] {
-				c.devices = append(c.devices, d.Name)
-			}
-		}
-		if c.mounts == nil && c.devices == nil && !limits {
-			return // the container uses none of nodevol's volumes
-		}
-		if sc != nil && sc.SELinuxOptions != nil {
-			c.seLinux = sc.SELinuxOptions.DeepCopy()
-		}
-		k.containers = append(k.containers, c)
 	}
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
@@ -165,6 +141,51 @@ type kept struct {
 	// annotations a downward API file shows (fieldRef); user: the user
 	// all containers run as, which owns a projected volume's files.
 	limits, resources, meta, user bool
+}
+
+// containerKeeper keeps what nodevol reads of a pod's containers: their
+// mounts and devices of the kept volumes, their SELinux options, and their
+// resources when the pod's volumes need them (kept).
+type containerKeeper struct {
+	more kept
+	// limits: the containers' limits are kept (their requests too, shared
+	// when equal).
+	limits bool
+	// volumes are the names of the kept volumes.
+	volumes map[string]bool
+}
+
+// keep returns what is kept of a container, false when nothing is: it uses
+// none of the kept volumes and no resources are kept.
+func (ck containerKeeper) keep(kind containerKind, name string, ms []v1.VolumeMount, ds []v1.VolumeDevice, sc *v1.SecurityContext, r *v1.ResourceRequirements, rp *v1.ContainerRestartPolicy) (keptContainer, bool) {
+	c := keptContainer{kind: kind, name: name}
+	switch {
+	case ck.more.resources:
+		c.limits, c.requests, c.restartPolicy = r.Limits.DeepCopy(), r.Requests.DeepCopy(), rp
+	case ck.limits:
+		c.limits, c.restartPolicy = sizing(r.Limits), rp
+		c.requests = c.limits // the usual case (requests defaulted from limits): one copy, shared
+		if !sizesEqual(c.limits, r.Requests) {
+			c.requests = sizing(r.Requests)
+		}
+	}
+	for _, m := range ms {
+		if ck.volumes[m.Name] {
+			c.mounts = append(c.mounts, m.Name)
+		}
+	}
+	for _, d := range ds {
+		if ck.volumes[d.Name] {
+			c.devices = append(c.devices, d.Name)
+		}
+	}
+	if c.mounts == nil && c.devices == nil && !ck.limits {
+		return c, false // the container uses none of nodevol's volumes
+	}
+	if sc != nil && sc.SELinuxOptions != nil {
+		c.seLinux = sc.SELinuxOptions.DeepCopy()
+	}
+	return c, true
 }
 
 // whatToKeep says what a pod with these volumes keeps beside them.
