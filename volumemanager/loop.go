@@ -471,7 +471,7 @@ func (l *loop) view(name cache.UniqueVolumeName) planner.View {
 			v.Republish[p.Pod.UID] = true
 		}
 	}
-	if wanted && spec.PVName != "" && l.hooks.expansionClaim != nil {
+	if spec.PVName != "" && l.hooks.expansionClaim != nil && planner.ExpansionLooked(v) {
 		v.Expansion = planner.ExpansionFacts{Expands: true, Held: rec.expandHeld}
 		v.Expansion.PV, v.Expansion.PVC = l.hooks.expansionClaim(&spec)
 	}

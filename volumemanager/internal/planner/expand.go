@@ -30,7 +30,7 @@ const NodeExpansionNotRequired = "volume.kubernetes.io/node-expansion-not-requir
 // due.
 func expansion(v View, d *Decision) int64 {
 	f := v.Expansion
-	if !f.Expands || len(v.Desired) == 0 || !v.Known || v.CapsErr != nil || v.Actual.DeviceState != cache.Mounted && v.Caps.Stages {
+	if !f.Expands || !ExpansionLooked(v) {
 		return 0
 	}
 	var e Expansion
@@ -60,6 +60,14 @@ func expansion(v View, d *Decision) int64 {
 	}
 	d.Expansion = &e
 	return e.Size
+}
+
+// ExpansionLooked reports whether the planner looks for a node expansion
+// of v's volume: wanted, known here and set up (staged, or published when
+// it does not stage). The loop reads the claim and the PV
+// (View.Expansion) only then, not for every volume it plans.
+func ExpansionLooked(v View) bool {
+	return len(v.Desired) > 0 && v.Known && v.CapsErr == nil && (v.Actual.DeviceState == cache.Mounted || !v.Caps.Stages)
 }
 
 // NodeExpansionDue reports whether this node, which has the claim's volume
