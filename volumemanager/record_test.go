@@ -180,6 +180,26 @@ func newRestartEnv(t *testing.T) *restartEnv {
 	return e
 }
 
+// keepsAOnly waits until pod a is mounted, pod b's volume torn down and
+// vm idle, and checks that the CSI calls since before are b's teardown
+// alone (what: the moment, for the error).
+func (e *restartEnv) keepsAOnly(t *testing.T, vm *VolumeManager, before map[string]int, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := vm.WaitForAttachAndMount(ctx, e.podA); err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.WaitForUnmount(ctx, e.podB); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, vm)
+	want := map[string]int{"NodeUnpublishVolume": 1, "NodeUnstageVolume": 1}
+	if got := e.callsSince(before); !equalCounts(got, want) {
+		t.Errorf("CSI calls %s = %v, want %v (b's teardown, none for pod a)", what, got, want)
+	}
+}
+
 func (e *restartEnv) calls() map[string]int {
 	m := map[string]int{}
 	for _, method := range []string{"NodeStageVolume", "NodePublishVolume", "NodeUnpublishVolume", "NodeUnstageVolume"} {
@@ -218,20 +238,8 @@ func TestRestartTrustsDoneRecords(t *testing.T) {
 	}
 	vm.AddPod(e.podA)
 	vm.MarkPodsSynced()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := vm.WaitForAttachAndMount(ctx, e.podA); err != nil {
-		t.Fatal(err)
-	}
-	if err := vm.WaitForUnmount(ctx, e.podB); err != nil {
-		t.Fatal(err)
-	}
-	waitIdle(t, vm)
 	// b had no mount point left: Uncertain, torn down (its device too).
-	want := map[string]int{"NodeUnpublishVolume": 1, "NodeUnstageVolume": 1}
-	if got := e.callsSince(before); !equalCounts(got, want) {
-		t.Errorf("CSI calls after the restart = %v, want %v (none for pod a)", got, want)
-	}
+	e.keepsAOnly(t, vm, before, "after the restart")
 	if _, err := os.Lstat(filepath.Join(e.root, ondisk.RecordFile(relTo(t, e.root, e.dirB)))); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("pod b's record after teardown: %v, want removed", err)
 	}

@@ -1,12 +1,10 @@
 package volumemanager
 
 import (
-	"context"
 	"errors"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -56,17 +54,5 @@ func TestRestartHoldsWhileClaimsUnread(t *testing.T) {
 	}
 
 	failing.Store(false) // the object cache reads it again after its backoff
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := vm.WaitForAttachAndMount(ctx, e.podA); err != nil {
-		t.Fatal(err)
-	}
-	if err := vm.WaitForUnmount(ctx, e.podB); err != nil {
-		t.Fatal(err)
-	}
-	waitIdle(t, vm)
-	want := map[string]int{"NodeUnpublishVolume": 1, "NodeUnstageVolume": 1}
-	if got := e.callsSince(before); !equalCounts(got, want) {
-		t.Errorf("CSI calls once the claims answer = %v, want %v (b's teardown, none for pod a)", got, want)
-	}
+	e.keepsAOnly(t, vm, before, "once the claims answer")
 }
