@@ -12,8 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/fsutil"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -35,7 +35,7 @@ import (
 //     attached yet: the caller retries when the VolumeAttachment changes.
 //
 // It never blocks and never calls the API server.
-func (p *plugin) WaitForAttach(ctx context.Context, spec *cache.VolumeSpec) (map[string]string, error) {
+func (p *plugin) WaitForAttach(ctx context.Context, spec *podvol.VolumeSpec) (map[string]string, error) {
 	if spec.Ephemeral {
 		return nil, nil
 	}
@@ -65,7 +65,7 @@ func (p *plugin) WaitForAttach(ctx context.Context, spec *cache.VolumeSpec) (map
 // the CSIDriver driver, nil when there is none): the publish context
 // (never nil) once attached, a final error when it is being deleted or
 // the attacher reported an error, else ErrNotReady.
-func (p *plugin) attachStatus(ctx context.Context, spec *cache.VolumeSpec, driver *storagev1.CSIDriver, va *storagev1.VolumeAttachment) (map[string]string, error) {
+func (p *plugin) attachStatus(ctx context.Context, spec *podvol.VolumeSpec, driver *storagev1.CSIDriver, va *storagev1.VolumeAttachment) (map[string]string, error) {
 	name := va.Name
 	switch {
 	case va.DeletionTimestamp != nil:
@@ -134,6 +134,6 @@ func AttachmentName(volumeHandle, driver, nodeName string) string {
 // AttachmentName implements volume.AttachmentNamer: the VolumeAttachment
 // that attaches spec's volume to this node, which the attach/detach
 // controller (or SelfAttach) names so.
-func (p *plugin) AttachmentName(spec *cache.VolumeSpec) string {
+func (p *plugin) AttachmentName(spec *podvol.VolumeSpec) string {
 	return AttachmentName(spec.VolumeHandle, spec.Driver, p.node)
 }

@@ -15,7 +15,7 @@ import (
 	"k8s.io/mount-utils"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -62,7 +62,7 @@ func csiDriverObj(name string, mutate func(*storagev1.CSIDriver)) *storagev1.CSI
 	return d
 }
 
-func vaObj(spec *cache.VolumeSpec, mutate func(*storagev1.VolumeAttachment)) *storagev1.VolumeAttachment {
+func vaObj(spec *podvol.VolumeSpec, mutate func(*storagev1.VolumeAttachment)) *storagev1.VolumeAttachment {
 	pv := spec.PVName
 	va := &storagev1.VolumeAttachment{
 		ObjectMeta: metav1.ObjectMeta{Name: AttachmentName(spec.VolumeHandle, spec.Driver, testNode)},
@@ -89,10 +89,10 @@ func withPeriod(seconds int64) func(*storagev1.CSIDriver) {
 	return func(d *storagev1.CSIDriver) { d.Spec.NodeAllocatableUpdatePeriodSeconds = &seconds }
 }
 
-func testSpec(driver string) *cache.VolumeSpec {
-	return &cache.VolumeSpec{
-		Name: cache.CSIVolumeName(driver, "vol-1"), PVName: "pv-1", Driver: driver, VolumeHandle: "vol-1",
-		Mode: cache.Filesystem, FSType: "ext4", AccessMode: "ReadWriteOnce",
+func testSpec(driver string) *podvol.VolumeSpec {
+	return &podvol.VolumeSpec{
+		Name: podvol.CSIVolumeName(driver, "vol-1"), PVName: "pv-1", Driver: driver, VolumeHandle: "vol-1",
+		Mode: podvol.Filesystem, FSType: "ext4", AccessMode: "ReadWriteOnce",
 	}
 }
 
@@ -117,7 +117,7 @@ func TestWaitForAttach(t *testing.T) {
 	no, yes := false, true
 	tests := []struct {
 		name     string
-		spec     *cache.VolumeSpec
+		spec     *podvol.VolumeSpec
 		objs     []any
 		want     map[string]string
 		notReady bool
@@ -128,7 +128,7 @@ func TestWaitForAttach(t *testing.T) {
 		{name: "attachRequired false: no VolumeAttachment needed",
 			objs: []any{csiDriverObj(drv, func(d *storagev1.CSIDriver) { d.Spec.AttachRequired = &no })}},
 		{name: "ephemeral: never attached",
-			spec: &cache.VolumeSpec{Name: "x", Driver: drv, VolumeHandle: "csi-abc", Ephemeral: true}},
+			spec: &podvol.VolumeSpec{Name: "x", Driver: drv, VolumeHandle: "csi-abc", Ephemeral: true}},
 		{name: "CSIDriver missing: attach required, VolumeAttachment missing",
 			notReady: true, errText: "waiting for VolumeAttachment " + AttachmentName("vol-1", drv, testNode) + " of driver " + drv},
 		{name: "attachRequired true, VolumeAttachment missing",
@@ -173,7 +173,7 @@ func TestWaitForAttach(t *testing.T) {
 			objs: []any{vaObj(spec, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true })},
 			want: map[string]string{}},
 		{name: "hostile driver name",
-			spec:    &cache.VolumeSpec{Name: "x", Driver: "../etc", VolumeHandle: "h"},
+			spec:    &podvol.VolumeSpec{Name: "x", Driver: "../etc", VolumeHandle: "h"},
 			errText: "invalid driver name"},
 	}
 	for _, tt := range tests {

@@ -21,9 +21,9 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/blockdev"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -37,7 +37,7 @@ type BlockMapper interface {
 // blockPaths returns a block volume's spec name, the kubelet's (its PV's
 // name: block volumes always come from a PV), and its paths for pod uid
 // (none for "").
-func (p *plugin) blockPaths(spec *cache.VolumeSpec, uid types.UID) (string, ondisk.BlockPaths, error) {
+func (p *plugin) blockPaths(spec *podvol.VolumeSpec, uid types.UID) (string, ondisk.BlockPaths, error) {
 	if spec.PVName == "" {
 		return "", ondisk.BlockPaths{}, errors.New("a raw block volume needs a PersistentVolume")
 	}
@@ -101,7 +101,7 @@ func (p *plugin) setUpDevice(ctx context.Context, req volume.DeviceRequest) (str
 	return paths.StagingPath, nil
 }
 
-func (p *plugin) saveBlockData(paths ondisk.BlockPaths, spec *cache.VolumeSpec) error {
+func (p *plugin) saveBlockData(paths ondisk.BlockPaths, spec *podvol.VolumeSpec) error {
 	if err := p.rfs.MkdirAll(paths.DataDir, 0o750); err != nil {
 		return err
 	}

@@ -11,9 +11,9 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -35,9 +35,9 @@ func (f *fakeBlockMapper) Unmap(_ context.Context, m BlockMap) error {
 	return nil
 }
 
-func blockSpec() *cache.VolumeSpec {
+func blockSpec() *podvol.VolumeSpec {
 	s := testSpec(drv)
-	s.Mode = cache.Block
+	s.Mode = podvol.Block
 	s.FSType = ""
 	return s
 }
@@ -160,7 +160,7 @@ func TestBlockVolumeBadInput(t *testing.T) {
 }
 
 // publishBlock stages block volume pv-1 and publishes it for pod a.
-func publishBlock(t *testing.T, e *env) (*cache.VolumeSpec, cache.PodVolume, ondisk.BlockPaths) {
+func publishBlock(t *testing.T, e *env) (*podvol.VolumeSpec, podvol.PodVolume, ondisk.BlockPaths) {
 	t.Helper()
 	e.p.blockMapper = &fakeBlockMapper{}
 	ctx := context.Background()

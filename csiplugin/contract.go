@@ -7,14 +7,14 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	csitranslation "k8s.io/csi-translation-lib"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/csimigration"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
 // PluginName is the CSI plugin's name in a volume.Registry, the kubelet's:
-// every CSI volume's unique name starts with it (cache.CSIVolumeName).
-const PluginName = cache.CSIPluginName
+// every CSI volume's unique name starts with it (podvol.CSIVolumeName).
+const PluginName = podvol.CSIPluginName
 
 var translator = csitranslation.New()
 
@@ -53,7 +53,7 @@ func (p *plugin) CanSupport(v *v1.Volume) bool {
 // volume's none, for its publish refuses it with an error that names the
 // missing CSIDriver (ephemeralRefusal). An unregistered driver is an error
 // wrapping volume.ErrNotReady.
-func (p *plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, error) {
+func (p *plugin) Capabilities(spec *podvol.VolumeSpec) (volume.Capabilities, error) {
 	driver, client, err := p.driverAndClient(spec.Driver)
 	if err != nil {
 		return volume.Capabilities{}, fmt.Errorf("capabilities of volume %s: %w", volumeDesc(spec), err)
@@ -61,7 +61,7 @@ func (p *plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, erro
 	attach := driver == nil || driver.Spec.AttachRequired == nil || *driver.Spec.AttachRequired
 	// A writable pod use with some fsGroup: what is left of needsOwnership
 	// is the volume's and the driver's part of the decision.
-	anyGroup := cache.PodVolume{FSGroup: new(int64)}
+	anyGroup := podvol.PodVolume{FSGroup: new(int64)}
 	modes := []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}
 	switch {
 	case driver != nil && len(driver.Spec.VolumeLifecycleModes) > 0:
@@ -74,7 +74,7 @@ func (p *plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, erro
 	}
 	return volume.Capabilities{
 		Attachable:      !spec.Ephemeral && attach,
-		Stages:          !spec.Ephemeral && (client.Capabilities().StageUnstage || spec.Mode == cache.Block),
+		Stages:          !spec.Ephemeral && (client.Capabilities().StageUnstage || spec.Mode == podvol.Block),
 		Block:           true,
 		Republish:       driver != nil && driver.Spec.RequiresRepublish != nil && *driver.Spec.RequiresRepublish,
 		OwnershipChange: needsOwnership(spec, anyGroup, client.Capabilities(), driver),
@@ -87,7 +87,7 @@ func (p *plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, erro
 // ("NodePublishVolume still running after 3s"); "" for the attachment's
 // methods, which call no driver (they write or wait for the
 // VolumeAttachment) and keep the kubelet's words.
-func (p *plugin) CallName(m volume.Method, _ *cache.VolumeSpec) string {
+func (p *plugin) CallName(m volume.Method, _ *podvol.VolumeSpec) string {
 	switch m {
 	case volume.MethodMountDevice:
 		return "NodeStageVolume"

@@ -8,25 +8,25 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
 // TestCapabilities: what the planner will read for a CSI volume, from the
 // driver's node capabilities and its CSIDriver object.
 func TestCapabilities(t *testing.T) {
-	pv := &cache.VolumeSpec{Name: cache.CSIVolumeName(drv, "h"), Driver: drv, VolumeHandle: "h", FSType: "ext4", AccessMode: "ReadWriteOnce"}
+	pv := &podvol.VolumeSpec{Name: podvol.CSIVolumeName(drv, "h"), Driver: drv, VolumeHandle: "h", FSType: "ext4", AccessMode: "ReadWriteOnce"}
 	block := *pv
-	block.Mode = cache.Block
+	block.Mode = podvol.Block
 	persistent := []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}
 	both := []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral}
-	inline := &cache.VolumeSpec{Name: "kubernetes.io/csi/uid-data", Driver: drv, VolumeHandle: "csi-x", Ephemeral: true}
+	inline := &podvol.VolumeSpec{Name: "kubernetes.io/csi/uid-data", Driver: drv, VolumeHandle: "csi-x", Ephemeral: true}
 	tests := []struct {
 		name    string
 		driver  csitest.Options
 		objects []runtime.Object
-		spec    *cache.VolumeSpec
+		spec    *podvol.VolumeSpec
 		want    volume.Capabilities
 	}{
 		{"a PV, no CSIDriver: attached and staged", csitest.Options{}, nil, pv,
@@ -58,7 +58,7 @@ func TestCapabilities(t *testing.T) {
 		})
 	}
 	e := newEnv(t, envOptions{})
-	other := &cache.VolumeSpec{Name: cache.CSIVolumeName("other", "h"), Driver: "other", VolumeHandle: "h"}
+	other := &podvol.VolumeSpec{Name: podvol.CSIVolumeName("other", "h"), Driver: "other", VolumeHandle: "h"}
 	if _, err := e.p.Capabilities(other); !errors.Is(err, volume.ErrNotReady) {
 		t.Errorf("Capabilities of a volume of a driver not registered = %v, want ErrNotReady", err)
 	}

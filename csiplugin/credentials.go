@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/tokens"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -61,7 +61,7 @@ func (noSecrets) GetSecret(context.Context, string, string) (*v1.Secret, error) 
 // kubelet's words for it (words: one of the *SecretWords, secretCause);
 // other failures to read it wrap ErrNotReady. Secret values never appear
 // in errors or logs.
-func (p *plugin) secretData(ctx context.Context, ref *cache.SecretRef, what, words string) (map[string]string, error) {
+func (p *plugin) secretData(ctx context.Context, ref *podvol.SecretRef, what, words string) (map[string]string, error) {
 	if ref == nil {
 		return nil, nil
 	}
@@ -135,7 +135,7 @@ var errNoTokenGetter = errors.New("no tokenGetter configured (csiplugin.Config.T
 // serviceAccountTokensKey: in the secrets when the CSIDriver sets
 // serviceAccountTokenInSecrets, in the volume context otherwise. The maps
 // in req are copied before they change: they may be the spec's.
-func (p *plugin) addServiceAccountTokens(ctx context.Context, driver *storagev1.CSIDriver, pod cache.PodRef, req *requestMaps) error {
+func (p *plugin) addServiceAccountTokens(ctx context.Context, driver *storagev1.CSIDriver, pod podvol.PodRef, req *requestMaps) error {
 	if driver == nil || len(driver.Spec.TokenRequests) == 0 {
 		return nil
 	}

@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -42,7 +42,7 @@ func (p *plugin) NodeExpand(ctx context.Context, req volume.ExpandRequest) (expa
 		return false, nil
 	}
 	volumePath, stagingPath := req.VolumePath, req.StagingPath
-	if spec.Mode == cache.Block {
+	if spec.Mode == podvol.Block {
 		_, paths, err := p.blockPaths(spec, req.Pod)
 		if err != nil {
 			return fail(err)

@@ -7,9 +7,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/internal/fsgroup"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // needsOwnership reports whether nodevol must give the pod's fsGroup
@@ -18,7 +18,7 @@ import (
 // CSIDriver's fsGroupPolicy allows it (File: always; the default
 // ReadWriteOnceWithFSType: only for a volume with an fsType that is
 // ReadWriteOnce, or an inline volume).
-func needsOwnership(spec *cache.VolumeSpec, vol cache.PodVolume, caps csi.Capabilities, driver *storagev1.CSIDriver) bool {
+func needsOwnership(spec *podvol.VolumeSpec, vol podvol.PodVolume, caps csi.Capabilities, driver *storagev1.CSIDriver) bool {
 	if vol.FSGroup == nil || caps.VolumeMountGroup || vol.ReadOnly || spec.ReadOnly {
 		return false
 	}
@@ -40,7 +40,7 @@ func needsOwnership(spec *cache.VolumeSpec, vol cache.PodVolume, caps csi.Capabi
 
 // changeOwnership gives the pod's fsGroup ownership of its published volume
 // d (internal/fsgroup), reporting a change that runs long on the pod.
-func (p *plugin) changeOwnership(ctx context.Context, d *os.File, vol cache.PodVolume) error {
+func (p *plugin) changeOwnership(ctx context.Context, d *os.File, vol podvol.PodVolume) error {
 	return p.ownership.Change(ctx, fsgroup.Request{
 		Dir: d, GID: *vol.FSGroup, OnRootMismatch: vol.FSGroupOnRootMismatch,
 		Pod:    v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: vol.Pod.Namespace, Name: vol.Pod.Name, UID: vol.Pod.UID},

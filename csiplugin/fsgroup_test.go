@@ -10,9 +10,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -21,28 +21,28 @@ func TestNeedsOwnership(t *testing.T) {
 	policy := func(p storagev1.FSGroupPolicy) *storagev1.CSIDriver {
 		return csitest.CSIDriver(drv, false, csitest.DriverFSGroupPolicy(p))
 	}
-	rwo := cache.VolumeSpec{FSType: "ext4", AccessMode: "ReadWriteOnce"}
+	rwo := podvol.VolumeSpec{FSType: "ext4", AccessMode: "ReadWriteOnce"}
 	tests := []struct {
 		name   string
-		spec   cache.VolumeSpec
-		vol    cache.PodVolume
+		spec   podvol.VolumeSpec
+		vol    podvol.PodVolume
 		caps   csi.Capabilities
 		driver *storagev1.CSIDriver
 		want   bool
 	}{
 		{name: "no fsGroup", spec: rwo},
-		{name: "RWO with fsType, no CSIDriver", spec: rwo, vol: cache.PodVolume{FSGroup: &gid}, want: true},
-		{name: "default policy", spec: rwo, vol: cache.PodVolume{FSGroup: &gid}, driver: csitest.CSIDriver(drv, false), want: true},
-		{name: "driver applies it (VOLUME_MOUNT_GROUP)", spec: rwo, vol: cache.PodVolume{FSGroup: &gid}, caps: csi.Capabilities{VolumeMountGroup: true}},
-		{name: "read-only pod volume", spec: rwo, vol: cache.PodVolume{FSGroup: &gid, ReadOnly: true}},
-		{name: "read-only PV", spec: cache.VolumeSpec{FSType: "ext4", AccessMode: "ReadWriteOnce", ReadOnly: true}, vol: cache.PodVolume{FSGroup: &gid}},
-		{name: "no fsType", spec: cache.VolumeSpec{AccessMode: "ReadWriteOnce"}, vol: cache.PodVolume{FSGroup: &gid}},
-		{name: "RWX", spec: cache.VolumeSpec{FSType: "ext4", AccessMode: "ReadWriteMany"}, vol: cache.PodVolume{FSGroup: &gid}},
-		{name: "RWX with File policy", spec: cache.VolumeSpec{AccessMode: "ReadWriteMany"}, vol: cache.PodVolume{FSGroup: &gid}, driver: policy(storagev1.FileFSGroupPolicy), want: true},
-		{name: "None policy", spec: rwo, vol: cache.PodVolume{FSGroup: &gid}, driver: policy(storagev1.NoneFSGroupPolicy)},
-		{name: "RWO second of the PV's modes", spec: cache.VolumeSpec{FSType: "ext4", AccessMode: "ReadOnlyMany", ReadWriteOnce: true}, vol: cache.PodVolume{FSGroup: &gid}, want: true},
-		{name: "PV without access modes", spec: cache.VolumeSpec{FSType: "ext4"}, vol: cache.PodVolume{FSGroup: &gid}},
-		{name: "inline with fsType", spec: cache.VolumeSpec{FSType: "ext4", Ephemeral: true}, vol: cache.PodVolume{FSGroup: &gid}, want: true},
+		{name: "RWO with fsType, no CSIDriver", spec: rwo, vol: podvol.PodVolume{FSGroup: &gid}, want: true},
+		{name: "default policy", spec: rwo, vol: podvol.PodVolume{FSGroup: &gid}, driver: csitest.CSIDriver(drv, false), want: true},
+		{name: "driver applies it (VOLUME_MOUNT_GROUP)", spec: rwo, vol: podvol.PodVolume{FSGroup: &gid}, caps: csi.Capabilities{VolumeMountGroup: true}},
+		{name: "read-only pod volume", spec: rwo, vol: podvol.PodVolume{FSGroup: &gid, ReadOnly: true}},
+		{name: "read-only PV", spec: podvol.VolumeSpec{FSType: "ext4", AccessMode: "ReadWriteOnce", ReadOnly: true}, vol: podvol.PodVolume{FSGroup: &gid}},
+		{name: "no fsType", spec: podvol.VolumeSpec{AccessMode: "ReadWriteOnce"}, vol: podvol.PodVolume{FSGroup: &gid}},
+		{name: "RWX", spec: podvol.VolumeSpec{FSType: "ext4", AccessMode: "ReadWriteMany"}, vol: podvol.PodVolume{FSGroup: &gid}},
+		{name: "RWX with File policy", spec: podvol.VolumeSpec{AccessMode: "ReadWriteMany"}, vol: podvol.PodVolume{FSGroup: &gid}, driver: policy(storagev1.FileFSGroupPolicy), want: true},
+		{name: "None policy", spec: rwo, vol: podvol.PodVolume{FSGroup: &gid}, driver: policy(storagev1.NoneFSGroupPolicy)},
+		{name: "RWO second of the PV's modes", spec: podvol.VolumeSpec{FSType: "ext4", AccessMode: "ReadOnlyMany", ReadWriteOnce: true}, vol: podvol.PodVolume{FSGroup: &gid}, want: true},
+		{name: "PV without access modes", spec: podvol.VolumeSpec{FSType: "ext4"}, vol: podvol.PodVolume{FSGroup: &gid}},
+		{name: "inline with fsType", spec: podvol.VolumeSpec{FSType: "ext4", Ephemeral: true}, vol: podvol.PodVolume{FSGroup: &gid}, want: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

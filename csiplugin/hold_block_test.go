@@ -13,7 +13,7 @@ import (
 
 	"github.com/nodevol/nodevol/internal/blockdev"
 	"github.com/nodevol/nodevol/internal/ondisk"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/nodevol/nodevol/internal/ondisk"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 )
 

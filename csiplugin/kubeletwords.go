@@ -3,7 +3,7 @@ package csiplugin
 import (
 	"fmt"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -31,7 +31,7 @@ const (
 // secretCause is the kubelet's words for Secret ref that a CSI call needs
 // and that could not be read (err): words (one of the *SecretWords) and
 // its getCredentialsFromSecret's.
-func secretCause(words string, ref *cache.SecretRef, err error) string {
+func secretCause(words string, ref *podvol.SecretRef, err error) string {
 	return fmt.Sprintf(words, ref.Namespace, ref.Name) +
 		fmt.Sprintf("kubernetes.io/csi: failed to find the secret %s in the namespace %s with error: %v", ref.Name, ref.Namespace, err)
 }

@@ -11,9 +11,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -116,7 +116,7 @@ func (p *plugin) publish(ctx context.Context, pub *publication) (string, error) 
 }
 
 // podVolumeData is the vol_data.json of a pod's volume.
-func (p *plugin) podVolumeData(spec *cache.VolumeSpec, vol cache.PodVolume) *ondisk.VolumeData {
+func (p *plugin) podVolumeData(spec *podvol.VolumeSpec, vol podvol.PodVolume) *ondisk.VolumeData {
 	d := &ondisk.VolumeData{
 		SpecVolID:           ondisk.VolumeDirName(spec, vol),
 		VolumeHandle:        spec.VolumeHandle,
@@ -146,7 +146,7 @@ func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 		return fail(err)
 	}
 	defer release()
-	if spec.Mode == cache.Block {
+	if spec.Mode == podvol.Block {
 		return p.unmapPodDevice(ctx, req)
 	}
 	dir, err := ondisk.PodVolumeDir(p.root, vol.Pod.UID, ondisk.VolumeDirName(spec, vol))

@@ -13,9 +13,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -27,7 +27,7 @@ import (
 // one.
 func TestNoCSIDriver(t *testing.T) {
 	pv := testSpec(drv)
-	inline := &cache.VolumeSpec{Name: "inline", Driver: drv, VolumeHandle: "csi-inline", Mode: cache.Filesystem, Ephemeral: true}
+	inline := &podvol.VolumeSpec{Name: "inline", Driver: drv, VolumeHandle: "csi-inline", Mode: podvol.Filesystem, Ephemeral: true}
 	missing := "CSIDriver " + drv + " not found in the API"
 	tests := []struct {
 		field string
@@ -90,10 +90,10 @@ func TestNoCSIDriver(t *testing.T) {
 			noFS := *pv
 			noFS.FSType = ""
 			for _, c := range []struct {
-				spec *cache.VolumeSpec
+				spec *podvol.VolumeSpec
 				want bool
 			}{{pv, true}, {&rwx, false}, {&noFS, false}} {
-				if got := needsOwnership(c.spec, cache.PodVolume{FSGroup: &gid}, csiCaps(t, e), nil); got != c.want {
+				if got := needsOwnership(c.spec, podvol.PodVolume{FSGroup: &gid}, csiCaps(t, e), nil); got != c.want {
 					t.Errorf("needsOwnership(access %s, fsType %q) = %v, want %v", c.spec.AccessMode, c.spec.FSType, got, c.want)
 				}
 			}

@@ -15,13 +15,13 @@ import (
 	"k8s.io/mount-utils"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/internal/blockdev"
 	"github.com/nodevol/nodevol/internal/fsgroup"
 	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/internal/rootfs"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -237,7 +237,7 @@ func newPlugin(cfg Config) (*plugin, error) {
 func (p *plugin) BootID() string { return p.records.BootID() }
 
 // volumeDesc names a volume in errors and logs.
-func volumeDesc(spec *cache.VolumeSpec) string {
+func volumeDesc(spec *podvol.VolumeSpec) string {
 	if spec.MigratedFrom != "" {
 		return fmt.Sprintf("%q (PV %s, driver %s, migrated from in-tree %s)", spec.Name, spec.PVName, spec.Driver, spec.MigratedFrom)
 	}

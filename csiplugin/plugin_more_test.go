@@ -19,10 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -170,22 +170,22 @@ func TestHostileNames(t *testing.T) {
 	parent := filepath.Dir(e.root)
 	before, _ := os.ReadDir(parent)
 	for _, bad := range []string{"..", "../../etc", "a/b", "/abs", "x\x00y", "."} {
-		specs := map[string]func() (*cache.VolumeSpec, cache.PodVolume){
-			"driver": func() (*cache.VolumeSpec, cache.PodVolume) {
+		specs := map[string]func() (*podvol.VolumeSpec, podvol.PodVolume){
+			"driver": func() (*podvol.VolumeSpec, podvol.PodVolume) {
 				s := testSpec(bad)
 				return s, podVolume("a", "data")
 			},
-			"pod UID": func() (*cache.VolumeSpec, cache.PodVolume) {
+			"pod UID": func() (*podvol.VolumeSpec, podvol.PodVolume) {
 				v := podVolume("a", "data")
 				v.Pod.UID = types.UID(bad)
 				return testSpec(drv), v
 			},
-			"PV name": func() (*cache.VolumeSpec, cache.PodVolume) {
+			"PV name": func() (*podvol.VolumeSpec, podvol.PodVolume) {
 				s := testSpec(drv)
 				s.PVName = bad
 				return s, podVolume("a", "data")
 			},
-			"inline spec name": func() (*cache.VolumeSpec, cache.PodVolume) {
+			"inline spec name": func() (*podvol.VolumeSpec, podvol.PodVolume) {
 				s := testSpec(drv)
 				s.PVName, s.Ephemeral = "", true
 				return s, podVolume("a", bad)
@@ -217,7 +217,7 @@ func TestHostileNames(t *testing.T) {
 func TestMissingSecret(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	spec := testSpec(drv)
-	spec.NodePublishSecret = &cache.SecretRef{Namespace: "ns", Name: "gone"}
+	spec.NodePublishSecret = &podvol.SecretRef{Namespace: "ns", Name: "gone"}
 	vol := podVolume("a", "data")
 	_, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: spec, Volume: vol, DeviceMountPath: "/s"})
 	if err == nil || errors.Is(err, volume.ErrNotReady) || volume.IsUncertain(err) {
@@ -230,7 +230,7 @@ func TestMissingSecret(t *testing.T) {
 	}
 	assertGone(t, filepath.Join(e.root, "pods"))
 	spec = testSpec(drv)
-	spec.NodeStageSecret = &cache.SecretRef{Namespace: "ns", Name: "gone"}
+	spec.NodeStageSecret = &podvol.SecretRef{Namespace: "ns", Name: "gone"}
 	if _, err := e.p.MountDevice(context.Background(), volume.DeviceRequest{Spec: spec}); err == nil || !strings.Contains(err.Error(), "NodeStage secret ns/gone not found") {
 		t.Errorf("MountDevice = %v", err)
 	}
@@ -248,8 +248,8 @@ func TestInlineWithPodInfo(t *testing.T) {
 			csitest.Secret("ns", "pub", map[string]string{"k": "v"}),
 		},
 	})
-	spec := &cache.VolumeSpec{Name: "inline", Driver: drv, VolumeHandle: "csi-inline", Mode: cache.Filesystem,
-		Ephemeral: true, Attributes: map[string]string{"size": "1Gi"}, NodePublishSecret: &cache.SecretRef{Name: "pub"}}
+	spec := &podvol.VolumeSpec{Name: "inline", Driver: drv, VolumeHandle: "csi-inline", Mode: podvol.Filesystem,
+		Ephemeral: true, Attributes: map[string]string{"size": "1Gi"}, NodePublishSecret: &podvol.SecretRef{Name: "pub"}}
 	vol := podVolume("a", "scratch")
 	ctx := context.Background()
 	if pc, err := e.p.WaitForAttach(ctx, spec); pc != nil || err != nil {
@@ -347,7 +347,7 @@ func TestAccessModes(t *testing.T) {
 	if got := stage.GetVolumeCapability().GetAccessMode().GetMode(); got != csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
 		t.Errorf("staged with %v", got)
 	}
-	block := volumeCapability(&cache.VolumeSpec{Mode: cache.Block, AccessMode: "ReadWriteOnce"}, csi.Capabilities{}, nil)
+	block := volumeCapability(&podvol.VolumeSpec{Mode: podvol.Block, AccessMode: "ReadWriteOnce"}, csi.Capabilities{}, nil)
 	if block.GetBlock() == nil || block.GetMount() != nil {
 		t.Errorf("Block mode capability = %v", block)
 	}
@@ -358,40 +358,40 @@ func TestAccessModes(t *testing.T) {
 // kubelet's CSI plugin's for that call and mode, with the API's error.
 func TestMissingSecretWords(t *testing.T) {
 	e := newEnv(t, envOptions{driver: csitest.Options{Expand: true}})
-	gone := &cache.SecretRef{Namespace: "ns", Name: "gone"}
+	gone := &podvol.SecretRef{Namespace: "ns", Name: "gone"}
 	const find = `kubernetes.io/csi: failed to find the secret gone in the namespace ns with error: secrets "gone" not found`
 	ctx := context.Background()
-	spec := func(mode cache.VolumeMode, set func(*cache.VolumeSpec)) *cache.VolumeSpec {
+	spec := func(mode podvol.VolumeMode, set func(*podvol.VolumeSpec)) *podvol.VolumeSpec {
 		s := testSpec(drv)
 		s.Mode = mode
 		set(s)
 		return s
 	}
-	publish := func(s *cache.VolumeSpec) *cache.VolumeSpec { s.NodePublishSecret = gone; return s }
-	stage := func(s *cache.VolumeSpec) *cache.VolumeSpec { s.NodeStageSecret = gone; return s }
+	publish := func(s *podvol.VolumeSpec) *podvol.VolumeSpec { s.NodePublishSecret = gone; return s }
+	stage := func(s *podvol.VolumeSpec) *podvol.VolumeSpec { s.NodeStageSecret = gone; return s }
 	tests := []struct {
 		name string
 		call func() error
 		want string
 	}{
 		{"publish", func() error {
-			_, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec(cache.Filesystem, func(s *cache.VolumeSpec) { publish(s) }), Volume: podVolume("a", "data"), DeviceMountPath: "/s"})
+			_, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec(podvol.Filesystem, func(s *podvol.VolumeSpec) { publish(s) }), Volume: podVolume("a", "data"), DeviceMountPath: "/s"})
 			return err
 		}, "fetching NodePublishSecretRef ns/gone failed: " + find},
 		{"stage", func() error {
-			_, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec(cache.Filesystem, func(s *cache.VolumeSpec) { stage(s) })})
+			_, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec(podvol.Filesystem, func(s *podvol.VolumeSpec) { stage(s) })})
 			return err
 		}, "fetching NodeStageSecretRef ns/gone failed: " + find},
 		{"block publish", func() error {
-			_, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec(cache.Block, func(s *cache.VolumeSpec) { publish(s) }), Volume: podVolume("a", "data")})
+			_, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec(podvol.Block, func(s *podvol.VolumeSpec) { publish(s) }), Volume: podVolume("a", "data")})
 			return err
 		}, "kubernetes.io/csi: blockMapper.publishVolumeForBlock failed to get NodePublishSecretRef ns/gone: " + find},
 		{"block stage", func() error {
-			_, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec(cache.Block, func(s *cache.VolumeSpec) { stage(s) })})
+			_, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec(podvol.Block, func(s *podvol.VolumeSpec) { stage(s) })})
 			return err
 		}, "kubernetes.io/csi: failed to get NodeStageSecretRef ns/gone: " + find},
 		{"expand", func() error {
-			_, err := e.p.NodeExpand(ctx, volume.ExpandRequest{Spec: spec(cache.Filesystem, func(s *cache.VolumeSpec) { s.NodeExpandSecret = gone }),
+			_, err := e.p.NodeExpand(ctx, volume.ExpandRequest{Spec: spec(podvol.Filesystem, func(s *podvol.VolumeSpec) { s.NodeExpandSecret = gone }),
 				Pod: "uid-a", VolumePath: "/v", Size: 2 << 30})
 			return err
 		}, "expander.NodeExpand failed to get NodeExpandSecretRef ns/gone: " + find},

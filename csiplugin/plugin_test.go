@@ -21,10 +21,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -92,9 +92,9 @@ func (e *env) request(t *testing.T, method string) proto.Message {
 	return nil
 }
 
-func podVolume(uid, specName string) cache.PodVolume {
-	return cache.PodVolume{
-		Pod:      cache.PodRef{UID: types.UID("uid-" + uid), Namespace: "ns", Name: "pod-" + uid, ServiceAccount: "sa"},
+func podVolume(uid, specName string) podvol.PodVolume {
+	return podvol.PodVolume{
+		Pod:      podvol.PodRef{UID: types.UID("uid-" + uid), Namespace: "ns", Name: "pod-" + uid, ServiceAccount: "sa"},
 		SpecName: specName,
 	}
 }
@@ -128,8 +128,8 @@ func TestStageAndPublish(t *testing.T) {
 	spec := testSpec(drv)
 	spec.MountOptions = []string{"noatime", "discard"}
 	spec.Attributes = map[string]string{"pool": "fast"}
-	spec.NodeStageSecret = &cache.SecretRef{Namespace: "secrets", Name: "stage"}
-	spec.NodePublishSecret = &cache.SecretRef{Namespace: "secrets", Name: "publish"}
+	spec.NodeStageSecret = &podvol.SecretRef{Namespace: "secrets", Name: "stage"}
+	spec.NodePublishSecret = &podvol.SecretRef{Namespace: "secrets", Name: "publish"}
 	pc := map[string]string{"devicePath": "/dev/xvdb"}
 	ctx := context.Background()
 

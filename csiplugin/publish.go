@@ -8,10 +8,10 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	storagev1 "k8s.io/api/storage/v1"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -73,7 +73,7 @@ func (p *plugin) publishTarget(pub *publication) (string, error) {
 // as SetUp's; desc is volumeDesc(req.Spec).
 func (p *plugin) newPublication(ctx context.Context, req volume.MountRequest, desc string) (*publication, error) {
 	spec, vol := req.Spec, req.Volume
-	pub := &publication{req: req, desc: desc, block: spec.Mode == cache.Block}
+	pub := &publication{req: req, desc: desc, block: spec.Mode == podvol.Block}
 	fail := func(err error) (*publication, error) {
 		_, err = pub.fail(err)
 		return nil, err
@@ -112,7 +112,7 @@ func (p *plugin) newPublication(ctx context.Context, req volume.MountRequest, de
 // object cannot be published: the kubelet supports only Persistent volumes
 // of such a driver. nil when the volume is not inline or the CSIDriver
 // exists (the planner checks its volumeLifecycleModes).
-func ephemeralRefusal(spec *cache.VolumeSpec, driver *storagev1.CSIDriver) error {
+func ephemeralRefusal(spec *podvol.VolumeSpec, driver *storagev1.CSIDriver) error {
 	if !spec.Ephemeral || driver != nil {
 		return nil
 	}

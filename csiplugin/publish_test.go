@@ -9,8 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -22,31 +22,31 @@ import (
 func TestPublishChecksNamesFirst(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		mk   func() (*cache.VolumeSpec, cache.PodVolume)
+		mk   func() (*podvol.VolumeSpec, podvol.PodVolume)
 		want string
 	}{
-		{"driver", func() (*cache.VolumeSpec, cache.PodVolume) { return testSpec("a/b"), podVolume("a", "data") }, "invalid driver name"},
-		{"pod UID", func() (*cache.VolumeSpec, cache.PodVolume) {
+		{"driver", func() (*podvol.VolumeSpec, podvol.PodVolume) { return testSpec("a/b"), podVolume("a", "data") }, "invalid driver name"},
+		{"pod UID", func() (*podvol.VolumeSpec, podvol.PodVolume) {
 			v := podVolume("a", "data")
 			v.Pod.UID = types.UID("..")
 			return testSpec(drv), v
 		}, "invalid pod UID"},
-		{"PV name", func() (*cache.VolumeSpec, cache.PodVolume) {
+		{"PV name", func() (*podvol.VolumeSpec, podvol.PodVolume) {
 			s := testSpec(drv)
 			s.PVName = "../x"
 			return s, podVolume("a", "data")
 		}, "invalid spec name"},
-		{"block PV name", func() (*cache.VolumeSpec, cache.PodVolume) {
+		{"block PV name", func() (*podvol.VolumeSpec, podvol.PodVolume) {
 			s := blockSpec()
 			s.PVName = "../x"
 			return s, podVolume("a", "data")
 		}, "invalid"},
-		{"block pod UID", func() (*cache.VolumeSpec, cache.PodVolume) {
+		{"block pod UID", func() (*podvol.VolumeSpec, podvol.PodVolume) {
 			v := podVolume("a", "data")
 			v.Pod.UID = types.UID("a/b")
 			return blockSpec(), v
 		}, "invalid"},
-		{"block without a PV", func() (*cache.VolumeSpec, cache.PodVolume) {
+		{"block without a PV", func() (*podvol.VolumeSpec, podvol.PodVolume) {
 			s := blockSpec()
 			s.PVName = ""
 			return s, podVolume("a", "data")

@@ -9,9 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/internal/rootfs"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -22,8 +22,8 @@ const lifecycleEphemeral = "Ephemeral"
 
 // inlineVolumeName is the unique name of a pod's inline CSI volume, the
 // kubelet's: {plugin}/{podUID}-{specName}.
-func inlineVolumeName(uid types.UID, specName string) cache.UniqueVolumeName {
-	return cache.UniqueVolumeName(PluginName + "/" + string(uid) + "-" + specName)
+func inlineVolumeName(uid types.UID, specName string) podvol.UniqueVolumeName {
+	return podvol.UniqueVolumeName(PluginName + "/" + string(uid) + "-" + specName)
 }
 
 // Reconstruct implements volume.Reconstructor: it returns the CSI volumes
@@ -72,7 +72,7 @@ func (p *plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Fou
 	}
 	w := &rebuild{
 		walker: walker{logger: logger, r: p.rfs, root: p.root, rc: rc, scan: ondisk.NewScanner(logger, p.rfs, p.root)},
-		found:  map[cache.UniqueVolumeName]bool{},
+		found:  map[podvol.UniqueVolumeName]bool{},
 		linked: map[blockPublish]bool{},
 	}
 	pods := w.scan.Pods()
@@ -102,7 +102,7 @@ type rebuild struct {
 	walker
 	out volume.Found
 	// found are the volumes found so far: a device is added once.
-	found map[cache.UniqueVolumeName]bool
+	found map[podvol.UniqueVolumeName]bool
 	// linked are the block publishes found so far (blockPublishes).
 	linked map[blockPublish]bool
 }
@@ -112,8 +112,8 @@ type rebuild struct {
 // nothing is removed, any other is left alone and listed as unreadable.
 func (w *rebuild) podVolume(v ondisk.PodVolume) {
 	w.out.Attempted++
-	var spec cache.VolumeSpec
-	var vol cache.PodVolume
+	var spec podvol.VolumeSpec
+	var vol podvol.PodVolume
 	switch rec := v.Record; {
 	case v.DataErr == nil:
 		spec, vol = reconstructedSpec(v.Data, v.PodUID, v.Name)
@@ -158,10 +158,10 @@ func (w *rebuild) blockLink(l ondisk.BlockLink) {
 	}
 	spec, paths := reconstructedBlockSpec(l.SpecName, l.Volume.Data), l.Volume.Paths
 	w.logInFlight(paths.PublishPath)
-	vol := cache.PodVolume{Pod: cache.PodRef{UID: l.PodUID}, SpecName: spec.PVName, PVName: spec.PVName}
-	w.out.Mounts = append(w.out.Mounts, volume.FoundMount{Spec: spec, Volume: vol, Path: paths.PodDevicePath, State: cache.Uncertain})
+	vol := podvol.PodVolume{Pod: podvol.PodRef{UID: l.PodUID}, SpecName: spec.PVName, PVName: spec.PVName}
+	w.out.Mounts = append(w.out.Mounts, volume.FoundMount{Spec: spec, Volume: vol, Path: paths.PodDevicePath, State: podvol.Uncertain})
 	if !w.found[spec.Name] {
-		w.out.Devices = append(w.out.Devices, volume.FoundDevice{Spec: spec, Path: paths.StagingPath, State: cache.Uncertain})
+		w.out.Devices = append(w.out.Devices, volume.FoundDevice{Spec: spec, Path: paths.StagingPath, State: podvol.Uncertain})
 	}
 	w.found[spec.Name] = true
 	w.logger.V(2).Info("Reconstructed block volume", "podUID", l.PodUID, "volume", spec.Name, "driver", spec.Driver, "path", l.Path)
@@ -181,7 +181,7 @@ func (w *rebuild) blockDir(d ondisk.BlockDir) {
 	spec, paths := reconstructedBlockSpec(d.SpecName, d.Volume.Data), d.Volume.Paths
 	w.logInFlight(paths.StagingPath)
 	if !w.found[spec.Name] {
-		w.out.Devices = append(w.out.Devices, volume.FoundDevice{Spec: spec, Path: paths.StagingPath, State: cache.Uncertain})
+		w.out.Devices = append(w.out.Devices, volume.FoundDevice{Spec: spec, Path: paths.StagingPath, State: podvol.Uncertain})
 		w.found[spec.Name] = true
 		w.logger.V(2).Info("Reconstructed staged block volume", "volume", spec.Name, "driver", spec.Driver)
 	}
@@ -205,7 +205,7 @@ func (w *rebuild) stagingDir(e ondisk.StagingDirEntry) {
 		w.logger.Error(e.DataErr, "Cannot read vol_data.json; reconstructing the staged volume from nodevol's record", "path", e.Dir)
 		data = recordVolumeData(rec)
 	}
-	spec := cache.VolumeSpec{Name: cache.CSIVolumeName(data.DriverName, data.VolumeHandle), PVName: data.SpecVolID, Driver: data.DriverName, VolumeHandle: data.VolumeHandle, Mode: cache.Filesystem}
+	spec := podvol.VolumeSpec{Name: podvol.CSIVolumeName(data.DriverName, data.VolumeHandle), PVName: data.SpecVolID, Driver: data.DriverName, VolumeHandle: data.VolumeHandle, Mode: podvol.Filesystem}
 	if w.found[spec.Name] {
 		return
 	}
@@ -238,16 +238,16 @@ type walker struct {
 }
 
 // reconstructedBlockSpec is what a block volume's vol_data.json tells of it.
-func reconstructedBlockSpec(specName string, d *ondisk.VolumeData) cache.VolumeSpec {
-	return cache.VolumeSpec{
-		Name: cache.CSIVolumeName(d.DriverName, d.VolumeHandle), PVName: specName,
-		Driver: d.DriverName, VolumeHandle: d.VolumeHandle, Mode: cache.Block,
+func reconstructedBlockSpec(specName string, d *ondisk.VolumeData) podvol.VolumeSpec {
+	return podvol.VolumeSpec{
+		Name: podvol.CSIVolumeName(d.DriverName, d.VolumeHandle), PVName: specName,
+		Driver: d.DriverName, VolumeHandle: d.VolumeHandle, Mode: podvol.Block,
 	}
 }
 
 // stagedDevice returns spec's device if its staging directory exists (and
 // is a directory, not a symlink) and was not left by a reboot.
-func (w walker) stagedDevice(spec cache.VolumeSpec) (volume.FoundDevice, bool) {
+func (w walker) stagedDevice(spec podvol.VolumeSpec) (volume.FoundDevice, bool) {
 	st, ok := w.scan.Staged(string(spec.Name), spec.Driver, spec.VolumeHandle, spec.PVName)
 	if !ok {
 		return volume.FoundDevice{}, false
@@ -337,9 +337,9 @@ func (w walker) removeBlockLeftover(d ondisk.BlockDir) {
 //     there any more; the directory's leftovers are removed and ok is
 //     false (nothing to tear down; a wanted volume is staged and published
 //     afresh). If anything may hold data there, it is Uncertain instead.
-func (w walker) recover(rel, leaf string, rec *ondisk.Record) (state cache.MountState, ok bool) {
+func (w walker) recover(rel, leaf string, rec *ondisk.Record) (state podvol.MountState, ok bool) {
 	if rec == nil {
-		return cache.Uncertain, true
+		return podvol.Uncertain, true
 	}
 	leafPath := filepath.Join(w.root, rel, leaf)
 	mounted := w.rc.MountPoints[leafPath]
@@ -348,18 +348,18 @@ func (w walker) recover(rel, leaf string, rec *ondisk.Record) (state cache.Mount
 	case w.rc.BootID != "" && rec.BootID != "" && rec.BootID != w.rc.BootID:
 		if w.rc.MountPoints == nil || mounted {
 			logger.Info("Record of an earlier boot, but the mount table is unknown or still shows the mount; recovering it as Uncertain", "recordBootID", rec.BootID, "mounted", mounted)
-			return cache.Uncertain, true
+			return podvol.Uncertain, true
 		}
 		err := ondisk.RemoveUnusedVolumeDir(w.r, func(p string) bool { return w.rc.MountPoints[p] }, rel, leaf)
 		if err != nil {
 			logger.Error(err, "The node rebooted since the record was written, but its directory may hold data; recovering it as Uncertain")
-			return cache.Uncertain, true
+			return podvol.Uncertain, true
 		}
 		logger.Info("The node rebooted since the record was written: nothing is mounted any more; removed the directory's leftovers", "recordBootID", rec.BootID)
-		return cache.NotMounted, false
+		return podvol.NotMounted, false
 	case rec.Phase.Done() && mounted:
 		logger.V(2).Info("Recovered as Mounted from nodevol's record")
-		return cache.Mounted, true
+		return podvol.Mounted, true
 	case !rec.Phase.Done():
 		logger.Info("A call was in flight when nodevol stopped; it is repeated if the volume is wanted and undone if not", "call", rec.Phase.Call())
 	default:
@@ -367,7 +367,7 @@ func (w walker) recover(rel, leaf string, rec *ondisk.Record) (state cache.Mount
 		// repeated, as the kubelet repeats it for every volume it finds.
 		logger.V(2).Info("Recorded as done, but not a mount point; recovering it as Uncertain", "call", rec.Phase.Call())
 	}
-	return cache.Uncertain, true
+	return podvol.Uncertain, true
 }
 
 // logInFlight logs the call a raw block volume's record (of its staging
@@ -418,14 +418,14 @@ func recordVolumeData(rec *ondisk.Record) *ondisk.VolumeData {
 // reconstructedSpec is what vol_data.json tells of a pod's volume: enough
 // to tear it down, and the same unique name the populator gives it, so a
 // pod that still wants it finds it.
-func reconstructedSpec(d *ondisk.VolumeData, uid types.UID, dirName string) (cache.VolumeSpec, cache.PodVolume) {
-	spec := cache.VolumeSpec{Driver: d.DriverName, VolumeHandle: d.VolumeHandle, Mode: cache.Filesystem}
-	vol := cache.PodVolume{Pod: cache.PodRef{UID: uid}, SpecName: dirName, SELinuxLabel: d.SELinuxMountContext}
+func reconstructedSpec(d *ondisk.VolumeData, uid types.UID, dirName string) (podvol.VolumeSpec, podvol.PodVolume) {
+	spec := podvol.VolumeSpec{Driver: d.DriverName, VolumeHandle: d.VolumeHandle, Mode: podvol.Filesystem}
+	vol := podvol.PodVolume{Pod: podvol.PodRef{UID: uid}, SpecName: dirName, SELinuxLabel: d.SELinuxMountContext}
 	if d.VolumeLifecycleMode == lifecycleEphemeral {
 		spec.Ephemeral = true
 		spec.Name = inlineVolumeName(uid, dirName)
 	} else {
-		spec.Name = cache.CSIVolumeName(d.DriverName, d.VolumeHandle)
+		spec.Name = podvol.CSIVolumeName(d.DriverName, d.VolumeHandle)
 		spec.PVName = dirName // the kubelet names a PV's pod directory after the PV
 		vol.PVName = dirName
 	}

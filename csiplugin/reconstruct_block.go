@@ -5,8 +5,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -59,7 +59,7 @@ func (w *rebuild) blockPublish(p blockPublish, rec *ondisk.Record) {
 		return
 	}
 	v := w.scan.ReadBlockVolume(p.specName, uid)
-	var spec cache.VolumeSpec
+	var spec podvol.VolumeSpec
 	switch {
 	case v.Err == nil:
 		spec = reconstructedBlockSpec(p.specName, v.Data)
@@ -74,10 +74,10 @@ func (w *rebuild) blockPublish(p blockPublish, rec *ondisk.Record) {
 		w.logger.Info("A call was in flight when nodevol stopped; it is repeated if the volume is wanted and undone if not",
 			"path", v.Paths.PublishPath, "call", rec.Phase.Call(), "driver", rec.Driver, "volumeHandle", rec.VolumeHandle)
 	}
-	vol := cache.PodVolume{Pod: cache.PodRef{UID: uid}, SpecName: spec.PVName, PVName: spec.PVName}
-	w.out.Mounts = append(w.out.Mounts, volume.FoundMount{Spec: spec, Volume: vol, Path: v.Paths.PodDevicePath, State: cache.Uncertain})
+	vol := podvol.PodVolume{Pod: podvol.PodRef{UID: uid}, SpecName: spec.PVName, PVName: spec.PVName}
+	w.out.Mounts = append(w.out.Mounts, volume.FoundMount{Spec: spec, Volume: vol, Path: v.Paths.PodDevicePath, State: podvol.Uncertain})
 	if !w.found[spec.Name] {
-		w.out.Devices = append(w.out.Devices, volume.FoundDevice{Spec: spec, Path: v.Paths.StagingPath, State: cache.Uncertain})
+		w.out.Devices = append(w.out.Devices, volume.FoundDevice{Spec: spec, Path: v.Paths.StagingPath, State: podvol.Uncertain})
 	}
 	w.found[spec.Name] = true
 	w.logger.V(2).Info("Reconstructed a block volume published for a pod without its symlink", "podUID", uid, "volume", spec.Name, "driver", spec.Driver, "path", v.Paths.PublishPath)

@@ -14,10 +14,10 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/internal/rootfs"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -69,7 +69,7 @@ func TestRecordsFollowCalls(t *testing.T) {
 	})
 	spec := testSpec(drv)
 	spec.MountOptions = []string{"noatime"}
-	spec.NodeStageSecret = &cache.SecretRef{Namespace: "secrets", Name: "stage"}
+	spec.NodeStageSecret = &podvol.SecretRef{Namespace: "secrets", Name: "stage"}
 	pc := map[string]string{"devicePath": "/dev/xvdb"}
 	ctx := context.Background()
 	stagingDir, _ := ondisk.StagingDir(e.root, drv, "vol-1")

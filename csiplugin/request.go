@@ -12,9 +12,9 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -57,11 +57,11 @@ func mountGroup(caps csi.Capabilities, driver *storagev1.CSIDriver, fsGroup *int
 // with: a block volume for Block mode, else a mount volume with the PV's
 // fsType and mountOptions, and the pod's fsGroup as volume_mount_group when
 // fsGroup is given (the caller checks the driver may apply it).
-func volumeCapability(spec *cache.VolumeSpec, caps csi.Capabilities, fsGroup *int64) *csipb.VolumeCapability {
+func volumeCapability(spec *podvol.VolumeSpec, caps csi.Capabilities, fsGroup *int64) *csipb.VolumeCapability {
 	vc := &csipb.VolumeCapability{
 		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: caps.AccessMode(spec.AccessMode)},
 	}
-	if spec.Mode == cache.Block {
+	if spec.Mode == podvol.Block {
 		vc.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
 		return vc
 	}
@@ -75,7 +75,7 @@ func volumeCapability(spec *cache.VolumeSpec, caps csi.Capabilities, fsGroup *in
 
 // publishRequest builds a NodePublishVolume request without its secrets
 // and target path.
-func (p *plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req volume.MountRequest,
+func (p *plugin) publishRequest(spec *podvol.VolumeSpec, vol podvol.PodVolume, req volume.MountRequest,
 	caps csi.Capabilities, driver *storagev1.CSIDriver) *csipb.NodePublishVolumeRequest {
 	fsGroup := mountGroup(caps, driver, vol.FSGroup)
 	vc := withSELinuxContext(volumeCapability(spec, caps, fsGroup), vol.SELinuxLabel)
@@ -112,15 +112,15 @@ func (p *plugin) publishRequest(spec *cache.VolumeSpec, vol cache.PodVolume, req
 // fail) with the Secret the PV names (in the pod's
 // namespace when it names none) and the service account tokens the
 // driver asks for. It returns the Secret's reference for the record.
-func (p *plugin) publishCall(ctx context.Context, req volume.MountRequest, caps csi.Capabilities, driver *storagev1.CSIDriver) (*csipb.NodePublishVolumeRequest, *cache.SecretRef, error) {
+func (p *plugin) publishCall(ctx context.Context, req volume.MountRequest, caps csi.Capabilities, driver *storagev1.CSIDriver) (*csipb.NodePublishVolumeRequest, *podvol.SecretRef, error) {
 	spec, vol := req.Spec, req.Volume
 	csiReq := p.publishRequest(spec, vol, req, caps, driver)
 	secretRef := spec.NodePublishSecret
 	if secretRef != nil && secretRef.Namespace == "" {
-		secretRef = &cache.SecretRef{Namespace: vol.Pod.Namespace, Name: secretRef.Name}
+		secretRef = &podvol.SecretRef{Namespace: vol.Pod.Namespace, Name: secretRef.Name}
 	}
 	words := publishSecretWords
-	if spec.Mode == cache.Block {
+	if spec.Mode == podvol.Block {
 		words = blockPublishSecretWords
 	}
 	secrets, err := p.secretData(ctx, secretRef, "NodePublish", words)

@@ -11,10 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/fsutil"
+	"github.com/nodevol/nodevol/podvol"
 
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -36,7 +36,7 @@ var errAttachmentConflict = errors.New("VolumeAttachment belongs to another node
 // external-attacher has attached it, else ErrNotReady (the caller retries
 // when the VolumeAttachment changes). One that exists for another node or
 // driver is a final error wrapping errAttachmentConflict.
-func (p *plugin) Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string]string, error) {
+func (p *plugin) Attach(ctx context.Context, spec *podvol.VolumeSpec) (map[string]string, error) {
 	if spec.Ephemeral {
 		return nil, nil
 	}
@@ -92,7 +92,7 @@ func (p *plugin) Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string
 
 // checkAttachment refuses a VolumeAttachment of another node or driver and
 // reads the status of the node's own.
-func (p *plugin) checkAttachment(ctx context.Context, spec *cache.VolumeSpec, driver *storagev1.CSIDriver, va *storagev1.VolumeAttachment) (map[string]string, error) {
+func (p *plugin) checkAttachment(ctx context.Context, spec *podvol.VolumeSpec, driver *storagev1.CSIDriver, va *storagev1.VolumeAttachment) (map[string]string, error) {
 	if va.Spec.NodeName != p.node || va.Spec.Attacher != spec.Driver {
 		return nil, fmt.Errorf("attaching volume %s to node %s: VolumeAttachment %s exists for node %q and attacher %q: %w",
 			volumeDesc(spec), p.node, va.Name, va.Spec.NodeName, va.Spec.Attacher, errAttachmentConflict)
@@ -107,7 +107,7 @@ func (p *plugin) checkAttachment(ctx context.Context, spec *cache.VolumeSpec, dr
 // status.detachError's message when the external-attacher reported one.
 // A VolumeAttachment of another node or driver is not touched: it is not
 // the node's to delete, and nil is returned.
-func (p *plugin) Detach(ctx context.Context, spec *cache.VolumeSpec) error {
+func (p *plugin) Detach(ctx context.Context, spec *podvol.VolumeSpec) error {
 	if spec.Ephemeral {
 		return nil
 	}
@@ -160,7 +160,7 @@ func (p *plugin) Detach(ctx context.Context, spec *cache.VolumeSpec) error {
 // volumeAttachment is the VolumeAttachment the attach/detach controller
 // would create for spec on node: for a volume without a PV (an inline
 // volume translated to CSI) its source is the volume's spec inline.
-func volumeAttachment(spec *cache.VolumeSpec, node string) *storagev1.VolumeAttachment {
+func volumeAttachment(spec *podvol.VolumeSpec, node string) *storagev1.VolumeAttachment {
 	va := &storagev1.VolumeAttachment{
 		ObjectMeta: metav1.ObjectMeta{Name: AttachmentName(spec.VolumeHandle, spec.Driver, node)},
 		Spec: storagev1.VolumeAttachmentSpec{
@@ -178,8 +178,8 @@ func volumeAttachment(spec *cache.VolumeSpec, node string) *storagev1.VolumeAtta
 }
 
 // inlineVolumeSpec is the PersistentVolumeSpec of a volume without a PV.
-func inlineVolumeSpec(spec *cache.VolumeSpec) *v1.PersistentVolumeSpec {
-	secret := func(r *cache.SecretRef) *v1.SecretReference {
+func inlineVolumeSpec(spec *podvol.VolumeSpec) *v1.PersistentVolumeSpec {
+	secret := func(r *podvol.SecretRef) *v1.SecretReference {
 		if r == nil {
 			return nil
 		}

@@ -16,7 +16,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -116,7 +116,7 @@ func TestSelfAttachInlineVolumeSpec(t *testing.T) {
 	spec := testSpec(drv)
 	spec.PVName = ""
 	spec.Attributes = map[string]string{"k": "v"}
-	spec.NodeStageSecret = &cache.SecretRef{Namespace: "ns", Name: "s"}
+	spec.NodeStageSecret = &podvol.SecretRef{Namespace: "ns", Name: "s"}
 	spec.MountOptions = []string{"noatime"}
 	p, client := selfAttachPlugin(t)
 	if _, err := p.Attach(ctx, spec); !errors.Is(err, volume.ErrNotReady) {
@@ -149,11 +149,11 @@ func TestSelfAttachNotNeeded(t *testing.T) {
 	no := false
 	tests := []struct {
 		name string
-		spec func(*cache.VolumeSpec)
+		spec func(*podvol.VolumeSpec)
 		objs []runtime.Object
 	}{
 		{name: "attachRequired false", objs: []runtime.Object{csiDriverObj(drv, func(d *storagev1.CSIDriver) { d.Spec.AttachRequired = &no })}},
-		{name: "inline ephemeral", spec: func(s *cache.VolumeSpec) { s.Ephemeral = true }},
+		{name: "inline ephemeral", spec: func(s *podvol.VolumeSpec) { s.Ephemeral = true }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

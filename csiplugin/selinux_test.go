@@ -4,15 +4,15 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // TestWithSELinuxContext: the context comes after the PV's mount options,
 // quoted, without changing the spec's options; none for "" or block.
 func TestWithSELinuxContext(t *testing.T) {
 	const label = "system_u:object_r:container_file_t:s0:c1,c2"
-	spec := &cache.VolumeSpec{Mode: cache.Filesystem, MountOptions: make([]string, 1, 4)}
+	spec := &podvol.VolumeSpec{Mode: podvol.Filesystem, MountOptions: make([]string, 1, 4)}
 	spec.MountOptions[0] = "noatime"
 	vc := withSELinuxContext(volumeCapability(spec, csi.Capabilities{}, nil), label)
 	if got, want := vc.GetMount().GetMountFlags(), []string{"noatime", `context="` + label + `"`}; !reflect.DeepEqual(got, want) {
@@ -24,7 +24,7 @@ func TestWithSELinuxContext(t *testing.T) {
 	if got := withSELinuxContext(volumeCapability(spec, csi.Capabilities{}, nil), "").GetMount().GetMountFlags(); !reflect.DeepEqual(got, []string{"noatime"}) {
 		t.Errorf("no context: mount flags %q", got)
 	}
-	block := &cache.VolumeSpec{Mode: cache.Block}
+	block := &podvol.VolumeSpec{Mode: podvol.Block}
 	if got := withSELinuxContext(volumeCapability(block, csi.Capabilities{}, nil), label); got.GetBlock() == nil || got.GetMount() != nil {
 		t.Errorf("block capability changed: %v", got)
 	}

@@ -11,8 +11,8 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -39,7 +39,7 @@ func (p *plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (str
 		return fail(err)
 	}
 	defer release()
-	if spec.Mode == cache.Block {
+	if spec.Mode == podvol.Block {
 		return p.setUpDevice(ctx, req)
 	}
 	// A volume an older kubelet staged in its legacy directory is staged
@@ -144,7 +144,7 @@ func (p *plugin) UnmountDevice(ctx context.Context, req volume.DeviceRequest) er
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
 	defer release()
-	if spec.Mode == cache.Block {
+	if spec.Mode == podvol.Block {
 		return p.tearDownDevice(ctx, req)
 	}
 	// A volume staged by an older kubelet is unstaged from its legacy

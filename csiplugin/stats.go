@@ -6,15 +6,15 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
 // VolumeStats asks the driver for the usage of a volume published at
 // volumePath (staged at stagingPath, "" if not). ok is false when the
 // driver does not implement NodeGetVolumeStats.
-func (p *plugin) VolumeStats(ctx context.Context, spec *cache.VolumeSpec, volumePath, stagingPath string) (stats volume.Stats, ok bool, err error) {
+func (p *plugin) VolumeStats(ctx context.Context, spec *podvol.VolumeSpec, volumePath, stagingPath string) (stats volume.Stats, ok bool, err error) {
 	client, err := p.drivers.Client(spec.Driver)
 	if err != nil {
 		return volume.Stats{}, false, fmt.Errorf("volume stats of %s: %w", volumeDesc(spec), err)

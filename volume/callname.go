@@ -1,6 +1,6 @@
 package volume
 
-import "github.com/nodevol/nodevol/cache"
+import "github.com/nodevol/nodevol/podvol"
 
 // Method names a method of the plugin contract the volume manager calls,
 // for messages about a call still running.
@@ -27,5 +27,5 @@ const (
 type CallNamer interface {
 	// CallName returns the name of the call method makes for the volume,
 	// or "" when it makes none of its own (the kubelet's words are used).
-	CallName(m Method, spec *cache.VolumeSpec) string
+	CallName(m Method, spec *podvol.VolumeSpec) string
 }

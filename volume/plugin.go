@@ -8,8 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // Plugin is a kind of volume: every plugin publishes its volumes into pods
@@ -26,7 +26,7 @@ type Plugin interface {
 	// Capabilities says what the plugin does with the volume. An error
 	// wrapping ErrNotReady means it cannot tell yet (a driver not
 	// registered).
-	Capabilities(spec *cache.VolumeSpec) (Capabilities, error)
+	Capabilities(spec *podvol.VolumeSpec) (Capabilities, error)
 	Mounter
 }
 
@@ -103,7 +103,7 @@ type Attacher interface {
 	// to this node. It returns (nil, nil) at once when the driver needs no
 	// attach. It does not block for long: "not attached yet" is an error
 	// wrapping ErrNotReady, and the caller retries when something changes.
-	WaitForAttach(ctx context.Context, spec *cache.VolumeSpec) (map[string]string, error)
+	WaitForAttach(ctx context.Context, spec *podvol.VolumeSpec) (map[string]string, error)
 }
 
 // SelfAttacher attaches and detaches volumes from the node itself (the
@@ -116,13 +116,13 @@ type SelfAttacher interface {
 	// attachment). Not attached yet is an error wrapping ErrNotReady. A
 	// VolumeAttachment of the same name that belongs to another node is
 	// a final error: it is not adopted.
-	Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string]string, error)
+	Attach(ctx context.Context, spec *podvol.VolumeSpec) (map[string]string, error)
 	// Detach deletes the volume's VolumeAttachment for this node and
 	// returns nil once it is gone; while it is still there (the
 	// external-attacher detaches first) the error wraps ErrNotReady, and
 	// a detach error reported on it is returned. A VolumeAttachment of
 	// another node is left alone.
-	Detach(ctx context.Context, spec *cache.VolumeSpec) error
+	Detach(ctx context.Context, spec *podvol.VolumeSpec) error
 }
 
 // DeviceMounter stages and unstages a volume's device (NodeStageVolume).
@@ -164,7 +164,7 @@ type ObjectReader interface {
 type AttachmentNamer interface {
 	// AttachmentName is the name of the VolumeAttachment that attaches
 	// the volume to this node; "" when none does.
-	AttachmentName(spec *cache.VolumeSpec) string
+	AttachmentName(spec *podvol.VolumeSpec) string
 }
 
 // StatsProvider reports a published volume's usage (NodeGetVolumeStats).
@@ -172,12 +172,12 @@ type StatsProvider interface {
 	// VolumeStats returns the usage of the volume published at
 	// volumePath (staged at stagingPath, "" if not). ok is false when
 	// the plugin cannot tell for this volume.
-	VolumeStats(ctx context.Context, spec *cache.VolumeSpec, volumePath, stagingPath string) (stats Stats, ok bool, err error)
+	VolumeStats(ctx context.Context, spec *podvol.VolumeSpec, volumePath, stagingPath string) (stats Stats, ok bool, err error)
 }
 
 // DeviceRequest asks for a volume to be staged or unstaged.
 type DeviceRequest struct {
-	Spec *cache.VolumeSpec
+	Spec *podvol.VolumeSpec
 	// PublishContext is what WaitForAttach returned.
 	PublishContext map[string]string
 	// DeviceMountPath is, for an unstage, where the device is staged as
@@ -190,13 +190,13 @@ type DeviceRequest struct {
 	// a driver that applies fsGroup itself (VOLUME_MOUNT_GROUP) gets its
 	// fsGroup, as the kubelet passes the fsGroup of the pod being
 	// mounted. Empty for an unstage.
-	Pod cache.PodVolume
+	Pod podvol.PodVolume
 }
 
 // MountRequest asks for a volume to be published into, or unpublished from, a pod.
 type MountRequest struct {
-	Spec   *cache.VolumeSpec
-	Volume cache.PodVolume
+	Spec   *podvol.VolumeSpec
+	Volume podvol.PodVolume
 	// PublishContext is what WaitForAttach returned.
 	PublishContext map[string]string
 	// DeviceMountPath is what MountDevice returned ("" if not staged).
@@ -220,7 +220,7 @@ type MountRequest struct {
 
 // ExpandRequest is a published volume to grow on the node.
 type ExpandRequest struct {
-	Spec *cache.VolumeSpec
+	Spec *podvol.VolumeSpec
 	// Pod is the pod whose publish of the volume the driver is given.
 	Pod types.UID
 	// VolumePath is where a filesystem volume is published for Pod and

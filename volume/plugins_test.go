@@ -9,8 +9,8 @@ import (
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	k8scache "k8s.io/client-go/tools/cache"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/image"
 )
@@ -53,8 +53,8 @@ func TestRegistryWithTheBuiltInPlugins(t *testing.T) {
 			t.Errorf("ForSource = %v, want %q wrapping ErrNoPlugin", err, tt.want)
 		}
 	}
-	for name, want := range map[cache.UniqueVolumeName]string{
-		cache.CSIVolumeName("drv", "h"):    csiplugin.PluginName,
+	for name, want := range map[podvol.UniqueVolumeName]string{
+		podvol.CSIVolumeName("drv", "h"):   csiplugin.PluginName,
 		"kubernetes.io/csi/uid-1-data":     csiplugin.PluginName, // inline CSI
 		image.VolumeName("uid-1", "tools"): image.PluginName,
 	} {

@@ -3,7 +3,7 @@ package volume
 import (
 	"context"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // Reconstructor is implemented by a plugin that leaves on disk what it
@@ -53,17 +53,17 @@ type Found struct {
 
 // FoundMount is a pod mount found on disk.
 type FoundMount struct {
-	Spec   cache.VolumeSpec
-	Volume cache.PodVolume
+	Spec   podvol.VolumeSpec
+	Volume podvol.PodVolume
 	Path   string
-	State  cache.MountState // Mounted or Uncertain
+	State  podvol.MountState // Mounted or Uncertain
 }
 
 // FoundDevice is a staged device found on disk.
 type FoundDevice struct {
-	Spec  cache.VolumeSpec
+	Spec  podvol.VolumeSpec
 	Path  string
-	State cache.MountState // Mounted or Uncertain
+	State podvol.MountState // Mounted or Uncertain
 	// SELinuxContext is the SELinux context the device was staged with.
 	SELinuxContext string
 }

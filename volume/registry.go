@@ -10,7 +10,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // Registry maps a pod volume's source, and a volume's unique name, to the
@@ -121,7 +121,7 @@ func (r *Registry) ForSource(v *v1.Volume) (Plugin, error) {
 // ForVolume returns the plugin of the volume named name: the one whose
 // name, followed by a slash, starts it. It is an error wrapping
 // ErrNoPlugin when none does.
-func (r *Registry) ForVolume(name cache.UniqueVolumeName) (Plugin, error) {
+func (r *Registry) ForVolume(name podvol.UniqueVolumeName) (Plugin, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	for _, n := range r.names {
@@ -137,7 +137,7 @@ func (r *Registry) ForVolume(name cache.UniqueVolumeName) (Plugin, error) {
 // ForVolume finds a volume's plugin. It holds whether or not that plugin
 // is registered now (a flexVolume driver that went away still names its
 // volumes).
-func OfPlugin(name cache.UniqueVolumeName, plugin string) bool {
+func OfPlugin(name podvol.UniqueVolumeName, plugin string) bool {
 	// The plugin's name and a slash, without building plugin+"/": this
 	// runs for every plan and every operation.
 	s := string(name)

@@ -9,7 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // fakePlugin claims the pod volumes claim says yes to.
@@ -20,7 +20,7 @@ type fakePlugin struct {
 
 func (f fakePlugin) Name() string                 { return f.name }
 func (f fakePlugin) CanSupport(v *v1.Volume) bool { return f.claim(v) }
-func (f fakePlugin) Capabilities(*cache.VolumeSpec) (Capabilities, error) {
+func (f fakePlugin) Capabilities(*podvol.VolumeSpec) (Capabilities, error) {
 	return Capabilities{}, nil
 }
 func (f fakePlugin) SetUp(context.Context, MountRequest) (string, error) { return "", nil }
@@ -87,7 +87,7 @@ func TestForVolume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[cache.UniqueVolumeName]string{
+	for name, want := range map[podvol.UniqueVolumeName]string{
 		"example.com/a/uid-data":  "example.com/a",
 		"example.com/ab/uid-data": "example.com/ab",
 	} {
@@ -95,7 +95,7 @@ func TestForVolume(t *testing.T) {
 			t.Errorf("ForVolume(%s) = %v, %v; want %s", name, p, err, want)
 		}
 	}
-	for _, name := range []cache.UniqueVolumeName{"example.com/abc/x", "example.com/a", "vol"} {
+	for _, name := range []podvol.UniqueVolumeName{"example.com/abc/x", "example.com/a", "vol"} {
 		if _, err := r.ForVolume(name); !errors.Is(err, ErrNoPlugin) || !strings.Contains(err.Error(), "volume "+string(name)+": ") {
 			t.Errorf("ForVolume(%s) = %v, want ErrNoPlugin naming the volume", name, err)
 		}
@@ -106,7 +106,7 @@ func TestForVolume(t *testing.T) {
 // start its name, as ForVolume finds it, registered or not.
 func TestOfPlugin(t *testing.T) {
 	tests := []struct {
-		name   cache.UniqueVolumeName
+		name   podvol.UniqueVolumeName
 		plugin string
 		want   bool
 	}{
@@ -186,7 +186,7 @@ func TestReplaceAndUnregister(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := cache.UniqueVolumeName("example.com/a/vol")
+	name := podvol.UniqueVolumeName("example.com/a/vol")
 	second := fakePlugin{"example.com/a", hostPaths}
 	if err := r.Replace(second); err != nil {
 		t.Fatalf("Replace of a registered name: %v", err)

@@ -7,7 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // SpecResolver is implemented by a plugin whose volumes need more of the
@@ -21,7 +21,7 @@ import (
 // unless it wraps ErrNotReady: what the plugin needs is not known yet (the
 // Node's allocatable resources), and the pod is resolved again.
 type SpecResolver interface {
-	ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error
+	ResolveSpec(pod *v1.Pod, spec *podvol.VolumeSpec) error
 }
 
 // PVPlugin is implemented by a plugin that handles PersistentVolumes of a

@@ -16,8 +16,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/backoff"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -71,7 +71,7 @@ func (l *loop) adoptAttachments() {
 // attachmentName is the VolumeAttachment that spec's volume waits for,
 // as its plugin names it (volume.AttachmentNamer); "" when it waits for
 // none.
-func (l *loop) attachmentName(spec *cache.VolumeSpec) string {
+func (l *loop) attachmentName(spec *podvol.VolumeSpec) string {
 	p, err := l.volumes.ForVolume(spec.Name)
 	if err != nil {
 		return ""

@@ -7,7 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
@@ -163,9 +163,9 @@ func (l *loop) applyDevice(o oe.Outcome, rec *volumeRecord) {
 	if o.Action.Kind == oe.OpStage {
 		switch {
 		case o.Err == nil:
-			l.asw.SetDeviceState(spec, cache.Mounted, o.Path)
+			l.asw.SetDeviceState(spec, podvol.Mounted, o.Path)
 		case o.Uncertain:
-			l.asw.SetDeviceState(spec, cache.Uncertain, o.Path)
+			l.asw.SetDeviceState(spec, podvol.Uncertain, o.Path)
 		}
 		// A final error leaves the state as it was: NotMounted stays
 		// NotMounted, and an Uncertain device is not declared unmounted.
@@ -174,14 +174,14 @@ func (l *loop) applyDevice(o oe.Outcome, rec *volumeRecord) {
 	var inUse *volume.InUseError
 	switch {
 	case o.Err == nil:
-		l.asw.SetDeviceState(spec, cache.NotMounted, "")
+		l.asw.SetDeviceState(spec, podvol.NotMounted, "")
 		rec.refs = planner.StagingRefs{}
 	case errors.As(o.Err, &inUse):
 		// Nothing was done: the references it found are the planner's
 		// until the next resync.
 		rec.refs = planner.StagingRefs{Paths: inUse.Refs, Resync: l.resyncs}
 	default:
-		l.asw.SetDeviceState(spec, cache.Uncertain, "")
+		l.asw.SetDeviceState(spec, podvol.Uncertain, "")
 	}
 }
 
@@ -192,10 +192,10 @@ func (l *loop) applyPod(o oe.Outcome, rec *volumeRecord) {
 		switch {
 		case o.Err == nil:
 			l.mountedMetric(o)
-			l.asw.SetPodMount(spec, a.Pod, cache.Mounted, o.Path)
+			l.asw.SetPodMount(spec, a.Pod, podvol.Mounted, o.Path)
 			l.errs.clear(a.Pod.Pod.UID, a.Pod.SpecName)
 		case o.Uncertain:
-			l.asw.SetPodMount(spec, a.Pod, cache.Uncertain, o.Path)
+			l.asw.SetPodMount(spec, a.Pod, podvol.Uncertain, o.Path)
 		default:
 			l.asw.SetPodBusy(spec, a.Pod, false) // as it was before
 		}
@@ -208,7 +208,7 @@ func (l *loop) applyPod(o oe.Outcome, rec *volumeRecord) {
 	}
 	// The kubelet marks a failed unmount uncertain so it is retried and a
 	// new pod publishes again (kubernetes PR #100183).
-	l.asw.SetPodMount(spec, a.Pod, cache.Uncertain, "")
+	l.asw.SetPodMount(spec, a.Pod, podvol.Uncertain, "")
 }
 
 // failed backs the operation's key off, remembers the error for the pods it
@@ -218,10 +218,10 @@ func (l *loop) failed(o oe.Outcome) {
 	a := o.Action
 	now := l.clock.Now()
 	wait := l.backoff.Failed(a.Key(), a.Kind, o.Err, now)
-	var pods []cache.PodVolume
+	var pods []podvol.PodVolume
 	switch a.Kind {
 	case oe.OpPublish, oe.OpUnpublish:
-		pods = []cache.PodVolume{a.Pod}
+		pods = []podvol.PodVolume{a.Pod}
 	default:
 		_, pods, _ = l.dsw.Volume(a.Volume)
 	}
@@ -261,7 +261,7 @@ func (l *loop) failed(o oe.Outcome) {
 	if nodeLevel(a.Kind) {
 		// No pod is left to tell: the Node is the object, as for the
 		// kubelet's node-level volume problems.
-		reason, msg := failureEvent(o, cache.PodVolume{})
+		reason, msg := failureEvent(o, podvol.PodVolume{})
 		if reason == "" {
 			return
 		}
@@ -302,7 +302,7 @@ func (l *loop) attachedEvents(o oe.Outcome) {
 // setAttachment records the VolumeAttachment a volume waits for ("":
 // none) and, unless Config.ClusterInformers, makes the volume hold it in
 // the object cache for as long as it waits.
-func (l *loop) setAttachment(name cache.UniqueVolumeName, rec *volumeRecord, va string) {
+func (l *loop) setAttachment(name podvol.UniqueVolumeName, rec *volumeRecord, va string) {
 	if rec.attachment == va {
 		return
 	}
@@ -321,7 +321,7 @@ func (l *loop) mountedMetric(o oe.Outcome) {
 	}
 	a := o.Action
 	took := o.Duration
-	if v, ok := l.asw.Volume(a.Volume); !ok || v.Pods[a.Pod.Pod.UID].State != cache.Mounted {
+	if v, ok := l.asw.Volume(a.Volume); !ok || v.Pods[a.Pod.Pod.UID].State != podvol.Mounted {
 		since, wanted := l.dsw.WantedSince(a.Volume, a.Pod.Pod.UID)
 		if !wanted {
 			return // the pod left meanwhile

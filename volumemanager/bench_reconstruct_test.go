@@ -13,9 +13,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // BenchmarkReconstruct is a restart at scale: N volumes (10,000, or
@@ -142,7 +142,7 @@ func reconstructOnce(b *testing.B, n int) (held, total, cpu time.Duration) {
 		b.Fatalf("volumes held after the restart = %d, want %d", got, n)
 	}
 	for _, p := range pods {
-		if vols := vm2.GetMountedVolumesForPod(p.UID); len(vols) != 1 || vols[0].State != cache.Mounted {
+		if vols := vm2.GetMountedVolumesForPod(p.UID); len(vols) != 1 || vols[0].State != podvol.Mounted {
 			b.Fatalf("pod %s's volumes after the restart = %+v, want one Mounted", p.Name, vols)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/flexvolume"
 )

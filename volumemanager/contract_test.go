@@ -13,9 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -40,7 +40,7 @@ func (p *growPlugin) Name() string                                        { retu
 func (p *growPlugin) CanSupport(v *v1.Volume) bool                        { return v.NFS != nil }
 func (p *growPlugin) CanSupportPV(pv *v1.PersistentVolume) bool           { return pv.Spec.NFS != nil }
 func (p *growPlugin) TearDown(context.Context, volume.MountRequest) error { return nil }
-func (p *growPlugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
+func (p *growPlugin) Capabilities(*podvol.VolumeSpec) (volume.Capabilities, error) {
 	return volume.Capabilities{}, nil
 }
 
@@ -133,7 +133,7 @@ type settingsPlugin struct {
 func (p *settingsPlugin) Name() string                                        { return "example.com/settings" }
 func (p *settingsPlugin) CanSupport(v *v1.Volume) bool                        { return v.NFS != nil }
 func (p *settingsPlugin) TearDown(context.Context, volume.MountRequest) error { return nil }
-func (p *settingsPlugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
+func (p *settingsPlugin) Capabilities(*podvol.VolumeSpec) (volume.Capabilities, error) {
 	return volume.Capabilities{Republish: true}, nil
 }
 
@@ -219,7 +219,7 @@ func TestClassifyExpandError(t *testing.T) {
 func TestPluginOfChanged(t *testing.T) {
 	changed := map[string]struct{}{"example.com/flex": {}}
 	for _, tt := range []struct {
-		name cache.UniqueVolumeName
+		name podvol.UniqueVolumeName
 		want bool
 	}{
 		{"example.com/flex/uid-1-data", true},

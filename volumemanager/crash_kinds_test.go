@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/mount-utils"
 
-	vcache "github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume/emptydir"
 	"github.com/nodevol/nodevol/volume/subpath"
 )
@@ -164,13 +164,13 @@ func specVolume(p *v1.Pod, name string) v1.Volume {
 	return v1.Volume{}
 }
 
-func mountedVolume(vm *VolumeManager, p *v1.Pod, specName string) (vcache.MountedVolume, bool) {
+func mountedVolume(vm *VolumeManager, p *v1.Pod, specName string) (podvol.MountedVolume, bool) {
 	for _, mv := range vm.GetMountedVolumesForPod(p.UID) {
 		if mv.SpecName == specName {
 			return mv, true
 		}
 	}
-	return vcache.MountedVolume{}, false
+	return podvol.MountedVolume{}, false
 }
 
 // fdBinder is the crash node's fake mounter, but for a bind mount of a

@@ -6,7 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
@@ -43,14 +43,14 @@ const (
 )
 
 // podObjectRef is the object a pod's events are recorded on.
-func podObjectRef(p cache.PodRef) *v1.ObjectReference {
+func podObjectRef(p podvol.PodRef) *v1.ObjectReference {
 	return &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID}
 }
 
 // attachedEvent is the kubelet's message of a volume it attached itself
 // (GenerateMsg with no detail: a space after the name, as the kubelet's
 // text has it).
-func attachedEvent(o oe.Outcome, p cache.PodVolume) string {
+func attachedEvent(o oe.Outcome, p podvol.PodVolume) string {
 	return fmt.Sprintf("AttachVolume.Attach succeeded for volume %q ", eventVolumeName(o, p))
 }
 
@@ -59,7 +59,7 @@ func attachedEvent(o oe.Outcome, p cache.PodVolume) string {
 // plugin that marked its error with volume.AtStep names another step of
 // the same operation (step, when not "").
 func failedStep(o oe.Outcome, step string) (reason, words string) {
-	block := o.Spec.Mode == cache.Block
+	block := o.Spec.Mode == podvol.Block
 	pick := func(fs, blk string) string {
 		if step != "" {
 			return step
@@ -111,7 +111,7 @@ func failedStep(o oe.Outcome, step string) (reason, words string) {
 // PV's name for a PV (a migrated inline volume's translated PV too),
 // else the pod's name of the volume; for an unpublish the unique volume
 // name, as the kubelet's MountedVolume names it.
-func eventVolumeName(o oe.Outcome, p cache.PodVolume) string {
+func eventVolumeName(o oe.Outcome, p podvol.PodVolume) string {
 	switch {
 	case o.Action.Kind == oe.OpUnpublish:
 		return string(o.Spec.Name)
@@ -127,7 +127,7 @@ func eventVolumeName(o oe.Outcome, p cache.PodVolume) string {
 // failed operation o, for pod volume p (its pod's name of the volume; the
 // zero value for an operation on the Node): "" when no event is recorded
 // for it.
-func failureEvent(o oe.Outcome, p cache.PodVolume) (reason, message string) {
+func failureEvent(o oe.Outcome, p podvol.PodVolume) (reason, message string) {
 	err := o.Err
 	var opErr *oe.Error
 	if errors.As(err, &opErr) {
@@ -151,8 +151,8 @@ func failureEvent(o oe.Outcome, p cache.PodVolume) (reason, message string) {
 
 // inUseCause is the kubelet's words for an unstage refused because mounts
 // still reference the device.
-func inUseCause(e *volume.InUseError, mode cache.VolumeMode) string {
-	if mode == cache.Block {
+func inUseCause(e *volume.InUseError, mode podvol.VolumeMode) string {
+	if mode == podvol.Block {
 		return fmt.Sprintf("the device %q is still referenced from other Pods %v", e.Path, e.Refs)
 	}
 	return fmt.Sprintf("the device mount path %q is still mounted by other references %v", e.Path, e.Refs)
@@ -179,7 +179,7 @@ func (e *subPathError) Unwrap() error { return e.err }
 //     records it after "Unable to attach or mount volumes: " and the
 //     volumes it waited for, which is the embedder's event (the fork's,
 //     from WaitError); nodevol's says the error alone.
-func refusalEvent(spec *cache.VolumeSpec, r planner.Refusal) (reason, message string) {
+func refusalEvent(spec *podvol.VolumeSpec, r planner.Refusal) (reason, message string) {
 	name := r.Pod.SpecName
 	if spec.PVName != "" {
 		name = spec.PVName
@@ -198,7 +198,7 @@ func refusalEvent(spec *cache.VolumeSpec, r planner.Refusal) (reason, message st
 	default:
 		_, cause = volume.EventCause(r.Err)
 	}
-	if spec.Mode == cache.Block {
+	if spec.Mode == podvol.Block {
 		return reasonFailedMap, fmt.Sprintf("MapVolume.SetUpDevice failed for volume %q : %s", name, cause)
 	}
 	return reasonFailedMount, fmt.Sprintf("MountVolume.SetUp failed for volume %q : %s", name, cause)

@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	fakeclock "k8s.io/utils/clock/testing"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
@@ -42,12 +42,12 @@ func newObjectRecorder(n int) *record.FakeRecorder {
 // self-detach (nodevol's, which the kubelet does not record). The errors
 // reach the loop as Do returns them: wrapped by oe.OpError.
 func TestFailureEventWords(t *testing.T) {
-	pod := cache.PodVolume{Pod: cache.PodRef{UID: "uid-web", Namespace: "ns", Name: "web"}, SpecName: "data"}
-	pv := cache.VolumeSpec{Name: "kubernetes.io/csi/drv^h", PVName: "pv-1", Driver: "drv", VolumeHandle: "h", Mode: cache.Filesystem}
+	pod := podvol.PodVolume{Pod: podvol.PodRef{UID: "uid-web", Namespace: "ns", Name: "web"}, SpecName: "data"}
+	pv := podvol.VolumeSpec{Name: "kubernetes.io/csi/drv^h", PVName: "pv-1", Driver: "drv", VolumeHandle: "h", Mode: podvol.Filesystem}
 	block := pv
-	block.Mode = cache.Block
-	cm := cache.VolumeSpec{Name: "kubernetes.io/configmap/uid-web-cm", Plugin: "kubernetes.io/configmap", Ephemeral: true, Mode: cache.Filesystem}
-	inline := cache.VolumeSpec{Name: "kubernetes.io/csi/drv^inline-h", Driver: "drv", VolumeHandle: "inline-h", Ephemeral: true, Mode: cache.Filesystem}
+	block.Mode = podvol.Block
+	cm := podvol.VolumeSpec{Name: "kubernetes.io/configmap/uid-web-cm", Plugin: "kubernetes.io/configmap", Ephemeral: true, Mode: podvol.Filesystem}
+	inline := podvol.VolumeSpec{Name: "kubernetes.io/csi/drv^inline-h", Driver: "drv", VolumeHandle: "inline-h", Ephemeral: true, Mode: podvol.Filesystem}
 	// A driver's error as the CSI client returns it, inside the plugin's
 	// context.
 	grpcErr := func(method string, code codes.Code, msg string) error {
@@ -58,9 +58,9 @@ func TestFailureEventWords(t *testing.T) {
 	tests := []struct {
 		name string
 		kind oe.OpKind
-		spec cache.VolumeSpec
-		vol  cache.PodVolume // the pod's volume; zero: pod
-		err  error           // the plugin's
+		spec podvol.VolumeSpec
+		vol  podvol.PodVolume // the pod's volume; zero: pod
+		err  error            // the plugin's
 		want string
 	}{
 		{"attach confirmed", oe.OpAttach, pv, pod, volume.WithCause(errors.New("attaching volume ... failed (VolumeAttachment csi-x): disk is on fire"), "disk is on fire"),
@@ -79,10 +79,10 @@ func TestFailureEventWords(t *testing.T) {
 			`Warning FailedMount MountVolume.SetUp failed for volume "pv-1" : rpc error: code = NotFound desc = no volume h` + onPod},
 		{"publish of an inline volume: the pod's name", oe.OpPublish, inline, pod, grpcErr("NodePublishVolume", codes.Internal, "boom"),
 			`Warning FailedMount MountVolume.SetUp failed for volume "data" : rpc error: code = Internal desc = boom` + onPod},
-		{"publish of a configMap", oe.OpPublish, cm, cache.PodVolume{Pod: pod.Pod, SpecName: "cm"},
+		{"publish of a configMap", oe.OpPublish, cm, podvol.PodVolume{Pod: pod.Pod, SpecName: "cm"},
 			fmt.Errorf("setting up configMap volume \"cm\" of pod ns/web: %w", volume.Cause(apierrors.NewNotFound(schema.GroupResource{Resource: "configmap"}, "cm-x"))),
 			`Warning FailedMount MountVolume.SetUp failed for volume "cm" : configmap "cm-x" not found` + onPod},
-		{"publish, no kubelet's words: the plugin's own", oe.OpPublish, cm, cache.PodVolume{Pod: pod.Pod, SpecName: "cm"},
+		{"publish, no kubelet's words: the plugin's own", oe.OpPublish, cm, podvol.PodVolume{Pod: pod.Pod, SpecName: "cm"},
 			errors.New(`setting up configMap volume "cm" of pod ns/web: key "a/b": invalid path`),
 			`Warning FailedMount MountVolume.SetUp failed for volume "cm" : setting up configMap volume "cm" of pod ns/web: key "a/b": invalid path` + onPod},
 		{"publish, block", oe.OpPublish, block, pod, grpcErr("NodePublishVolume", codes.Internal, "boom"),
@@ -120,7 +120,7 @@ func TestFailureEventWords(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := newObjectRecorder(10)
 			l := newLoop(loopConfig{node: "node-1", clock: fakeclock.NewFakeClock(time.Unix(0, 0)), events: rec,
-				dsw: state.NewDesiredStateOfWorld(func(cache.UniqueVolumeName) {}), asw: state.NewActualStateOfWorld()}, nil, nil)
+				dsw: state.NewDesiredStateOfWorld(func(podvol.UniqueVolumeName) {}), asw: state.NewActualStateOfWorld()}, nil, nil)
 			l.logger = logr.Discard()
 			vol := tt.vol
 			a := oe.Action{Kind: tt.kind, Volume: tt.spec.Name}
@@ -150,20 +150,20 @@ func TestFailureEventWords(t *testing.T) {
 // cause of its "Unable to attach or mount volumes"); the volume named by
 // its PV, else by the pod.
 func TestRefusalEventWords(t *testing.T) {
-	p := cache.PodVolume{Pod: cache.PodRef{UID: "uid-q", Namespace: "ns", Name: "q"}, SpecName: "data"}
-	pv := cache.VolumeSpec{Name: "kubernetes.io/csi/drv^h", PVName: "pv-1", Driver: "drv", Mode: cache.Filesystem, AccessMode: "ReadWriteOncePod"}
+	p := podvol.PodVolume{Pod: podvol.PodRef{UID: "uid-q", Namespace: "ns", Name: "q"}, SpecName: "data"}
+	pv := podvol.VolumeSpec{Name: "kubernetes.io/csi/drv^h", PVName: "pv-1", Driver: "drv", Mode: podvol.Filesystem, AccessMode: "ReadWriteOncePod"}
 	block := pv
-	block.Mode = cache.Block
-	inline := cache.VolumeSpec{Name: "kubernetes.io/csi/drv^i", Driver: "drv", Ephemeral: true, Mode: cache.Filesystem}
+	block.Mode = podvol.Block
+	inline := podvol.VolumeSpec{Name: "kubernetes.io/csi/drv^i", Driver: "drv", Ephemeral: true, Mode: podvol.Filesystem}
 	rwop := fmt.Errorf("pod ns/q cannot use volume pv-1 (claim ns/c): %w and is in use by pod ns/p on this node", planner.ErrReadWriteOncePod)
 	conflict := &planner.SELinuxConflictError{Volume: pv.Name, Driver: "drv", Pod: p.Pod, Context: "system_u:object_r:container_file_t:s0:c3,c4",
-		Other: cache.PodRef{Namespace: "ns", Name: "p"}, OtherContext: "system_u:object_r:container_file_t:s0:c1,c2"}
+		Other: podvol.PodRef{Namespace: "ns", Name: "p"}, OtherContext: "system_u:object_r:container_file_t:s0:c1,c2"}
 	lifecycle := func(mode storagev1.VolumeLifecycleMode, modes ...storagev1.VolumeLifecycleMode) error {
 		return fmt.Errorf("pod ns/q cannot use volume x: %w", &planner.LifecycleModeError{Driver: "drv", Mode: mode, Modes: modes})
 	}
 	tests := []struct {
 		name       string
-		spec       cache.VolumeSpec
+		spec       podvol.VolumeSpec
 		err        error
 		wantMsg    string
 		wantReason string

@@ -17,11 +17,11 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -32,7 +32,7 @@ import (
 // grow volumes on the node (volume.Expander: the kubelet's
 // FindNodeExpandablePluginBySpec; a migrated in-tree PV is the CSI
 // plugin's).
-func (r *resolver) expansionClaim(spec *cache.VolumeSpec) (*v1.PersistentVolume, *v1.PersistentVolumeClaim) {
+func (r *resolver) expansionClaim(spec *podvol.VolumeSpec) (*v1.PersistentVolume, *v1.PersistentVolumeClaim) {
 	if p, err := r.plugins.ForVolume(spec.Name); err != nil || !isExpander(p) {
 		return nil, nil
 	}
@@ -81,7 +81,7 @@ func (vm *VolumeManager) expand(ctx context.Context, a oe.Action, in opInput) oe
 func (vm *VolumeManager) expandAfterPublish(ctx context.Context, a oe.Action, in opInput, out *oe.Outcome) {
 	in.VolumePath = out.Path
 	start := time.Now()
-	res, err := vm.nodeExpand(ctx, a, in, []cache.PodVolume{a.Pod})
+	res, err := vm.nodeExpand(ctx, a, in, []podvol.PodVolume{a.Pod})
 	out.Duration += time.Since(start)
 	out.Expansion = res
 	if err != nil {
@@ -114,7 +114,7 @@ func (vm *VolumeManager) expandAfterPublish(ctx context.Context, a oe.Action, in
 // It returns no error when the expansion is over (done, or refused for
 // good), with the size the volume was grown to or the expansion to hold;
 // an error when it is to be retried.
-func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput, pods []cache.PodVolume) (oe.ExpandResult, error) {
+func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput, pods []podvol.PodVolume) (oe.ExpandResult, error) {
 	spec, e := in.Spec, in.Expansion
 	size := *resource.NewQuantity(e.Size, resource.BinarySI)
 	logger := klog.FromContext(ctx).WithValues("pvc", klog.KRef(e.Namespace, e.Claim), "volume", spec.Name, "driver", spec.Driver, "pod", a.Pod.Pod.String(), "size", size.String())
@@ -177,7 +177,7 @@ func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput
 // and Spec): an online expansion, or the publish it follows. It returns
 // err's class, and err when the expansion is to be retried.
 func (vm *VolumeManager) expandFailed(ctx context.Context, logger klog.Logger, claims typedcorev1.PersistentVolumeClaimInterface,
-	pvc *v1.PersistentVolumeClaim, e planner.Expansion, op oe.Outcome, pods []cache.PodVolume, err error) (expandFailure, error) {
+	pvc *v1.PersistentVolumeClaim, e planner.Expansion, op oe.Outcome, pods []podvol.PodVolume, err error) (expandFailure, error) {
 	class := classifyExpandError(err)
 	if class == expandTransient {
 		return class, err
@@ -241,7 +241,7 @@ func finalFailureInfeasible(pvc *v1.PersistentVolumeClaim, size int64) bool {
 // FileSystemResizeFailed with the kubelet's words for an expansion it
 // refuses (those of a read-only volume's), so that the pod shows why its
 // volume keeps its size.
-func (vm *VolumeManager) refusedEvents(op oe.Outcome, class expandFailure, pods []cache.PodVolume, err error) {
+func (vm *VolumeManager) refusedEvents(op oe.Outcome, class expandFailure, pods []podvol.PodVolume, err error) {
 	for _, p := range pods {
 		var reason, msg string
 		switch {
@@ -255,14 +255,14 @@ func (vm *VolumeManager) refusedEvents(op oe.Outcome, class expandFailure, pods 
 			op.Err = &expandError{err}
 			reason, msg = failureEvent(op, p)
 		}
-		vm.podEvents([]cache.PodVolume{p}, v1.EventTypeWarning, reason, msg)
+		vm.podEvents([]podvol.PodVolume{p}, v1.EventTypeWarning, reason, msg)
 	}
 }
 
 // expandedEvents records a node expansion that succeeded as the kubelet
 // does, on the pods and on the claim: FileSystemResizeSuccessful,
 // "MountVolume.NodeExpandVolume succeeded for volume "<pv>" <node>".
-func (vm *VolumeManager) expandedEvents(pods []cache.PodVolume, pvc *v1.PersistentVolumeClaim, pv string) {
+func (vm *VolumeManager) expandedEvents(pods []podvol.PodVolume, pvc *v1.PersistentVolumeClaim, pv string) {
 	if vm.cfg.EventRecorder == nil {
 		return
 	}
@@ -389,7 +389,7 @@ func claimStatusPatch(old, updated *v1.PersistentVolumeClaim, checkRV bool) ([]b
 }
 
 // podEvents records an event on each pod.
-func (vm *VolumeManager) podEvents(pods []cache.PodVolume, kind, reason, msg string) {
+func (vm *VolumeManager) podEvents(pods []podvol.PodVolume, kind, reason, msg string) {
 	if vm.cfg.EventRecorder == nil {
 		return
 	}

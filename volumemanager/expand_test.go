@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // TestExpansionClaim: the facts a node expansion is decided on are the PV
@@ -48,7 +48,7 @@ func TestExpansionClaim(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			spec := &cache.VolumeSpec{Name: cache.CSIVolumeName("d.example.com", "h"), PVName: "pv"}
+			spec := &podvol.VolumeSpec{Name: podvol.CSIVolumeName("d.example.com", "h"), PVName: "pv"}
 			if tt.name == "PV of another kind" {
 				spec.Name = "kubernetes.io/nfs/pv"
 			}

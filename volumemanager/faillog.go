@@ -3,7 +3,7 @@ package volumemanager
 import (
 	"time"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
 
@@ -69,7 +69,7 @@ func (f *failureLog) failed(key oe.Key, kind oe.OpKind, errText string, now time
 func (f *failureLog) succeeded(key oe.Key) { delete(f.keys, key) }
 
 // forgetVolume ends the runs of every key of a volume the loop forgets.
-func (f *failureLog) forgetVolume(name cache.UniqueVolumeName) {
+func (f *failureLog) forgetVolume(name podvol.UniqueVolumeName) {
 	for k := range f.keys {
 		if k.Volume == name {
 			delete(f.keys, k)

@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // TestPublishHangs: a driver whose NodePublishVolume hangs. While it hangs
@@ -232,7 +232,7 @@ func TestConcurrentPodChurn(t *testing.T) {
 	// The manager's answers.
 	wantPublished := map[string][]string{} // volume handle -> target paths
 	wantStaged := map[string]bool{}
-	var wantInUse []cache.UniqueVolumeName
+	var wantInUse []podvol.UniqueVolumeName
 	for i, p := range all {
 		if !wanted(i) {
 			if err := e.vm.WaitForUnmount(ctx, p); err != nil {
@@ -257,7 +257,7 @@ func TestConcurrentPodChurn(t *testing.T) {
 			wantPublished[h] = append(wantPublished[h], mounted[j].Path)
 			if !wantStaged[h] {
 				wantStaged[h] = true
-				wantInUse = append(wantInUse, cache.CSIVolumeName(e.drv.DriverName(), h))
+				wantInUse = append(wantInUse, podvol.CSIVolumeName(e.drv.DriverName(), h))
 			}
 		}
 	}

@@ -17,9 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/roottest"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // bindDriver is a flexVolume driver in sh that bind-mounts the directory
@@ -143,7 +143,7 @@ func TestFlexVolumeRealDriver(t *testing.T) {
 	defer cancel()
 	e.vm.AddPod(late)
 	eventually(t, "the pod's volume unresolved while its driver is missing", func() bool {
-		return slices.ContainsFunc(e.vm.dsw.PodsWithErrors(), func(p cache.PodRef) bool { return p.UID == late.UID })
+		return slices.ContainsFunc(e.vm.dsw.PodsWithErrors(), func(p podvol.PodRef) bool { return p.UID == late.UID })
 	})
 	// Not final, as in the kubelet: its driver may come (a wait whose
 	// context has ended still returns at once for a final error).

@@ -15,8 +15,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	k8scache "k8s.io/client-go/tools/cache"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
@@ -326,7 +326,7 @@ func FuzzResolvePod(f *testing.F) {
 		}
 
 		ref, wanted, resolved, errs := r.resolvePod(pod)
-		if want := (cache.PodRef{UID: pod.UID, Namespace: ns, Name: name}); ref != want {
+		if want := (podvol.PodRef{UID: pod.UID, Namespace: ns, Name: name}); ref != want {
 			t.Fatalf("ref = %+v, want %+v", ref, want)
 		}
 		if !slices.Equal(wanted, wantVols) {
@@ -361,7 +361,7 @@ func FuzzResolvePod(f *testing.F) {
 			if err := csi.ValidateDriverName(dv.Spec.Driver); err != nil {
 				t.Fatalf("resolved volume %q (%s) with an invalid driver name: %v", dv.Volume.SpecName, dv.Spec.Name, err)
 			}
-			if devices[dv.Volume.SpecName] != (dv.Spec.Mode == cache.Block) {
+			if devices[dv.Volume.SpecName] != (dv.Spec.Mode == podvol.Block) {
 				t.Fatalf("volume %q (used as a device: %v) resolved with volumeMode %s", dv.Volume.SpecName, devices[dv.Volume.SpecName], dv.Spec.Mode)
 			}
 			// The API refuses two volumes of one name; the resolver
@@ -395,7 +395,7 @@ func checkResolved(pod *v1.Pod, v *v1.Volume, dv state.DesiredVolume, pvcObjs, p
 	spec, pv := dv.Spec, dv.Volume
 	if spec.Ephemeral {
 		sum := sha256.Sum256([]byte(string(pod.UID) + pv.SpecName))
-		if want := cache.UniqueVolumeName(cache.CSIPluginName + "/" + string(pod.UID) + "-" + pv.SpecName); v.CSI == nil || spec.Name != want ||
+		if want := podvol.UniqueVolumeName(podvol.CSIPluginName + "/" + string(pod.UID) + "-" + pv.SpecName); v.CSI == nil || spec.Name != want ||
 			spec.PVName != "" || spec.Driver != v.CSI.Driver || spec.VolumeHandle != "csi-"+hex.EncodeToString(sum[:]) {
 			return fmt.Errorf("inline volume %q resolved as %+v, want unique name %s from %+v", pv.SpecName, spec, want, v.VolumeSource)
 		}
@@ -405,10 +405,10 @@ func checkResolved(pod *v1.Pod, v *v1.Volume, dv state.DesiredVolume, pvcObjs, p
 		return fmt.Errorf("inline volume %q resolved as from a PV: %+v", pv.SpecName, spec)
 	}
 	// From a PV: the name parses back into driver and handle.
-	rest, ok := strings.CutPrefix(string(spec.Name), cache.CSIPluginName+"/")
+	rest, ok := strings.CutPrefix(string(spec.Name), podvol.CSIPluginName+"/")
 	driver, handle, ok2 := strings.Cut(rest, "^")
 	if !ok || !ok2 || driver != spec.Driver || handle != spec.VolumeHandle || handle == "" || spec.PVName == "" {
-		return fmt.Errorf("volume %q resolved with unique name %q, which is not %s/{driver}^{handle} of %+v", pv.SpecName, spec.Name, cache.CSIPluginName, spec)
+		return fmt.Errorf("volume %q resolved with unique name %q, which is not %s/{driver}^{handle} of %+v", pv.SpecName, spec.Name, podvol.CSIPluginName, spec)
 	}
 	claim := pod.Name + "-" + v.Name
 	if v.PersistentVolumeClaim != nil {
@@ -431,7 +431,7 @@ func checkResolved(pod *v1.Pod, v *v1.Volume, dv state.DesiredVolume, pvcObjs, p
 	if spec.Driver != obj.Spec.CSI.Driver || spec.VolumeHandle != obj.Spec.CSI.VolumeHandle {
 		return fmt.Errorf("volume %q: spec %+v does not match PV %+v", pv.SpecName, spec, obj.Spec.CSI)
 	}
-	if block := obj.Spec.VolumeMode != nil && *obj.Spec.VolumeMode == v1.PersistentVolumeBlock; block != (spec.Mode == cache.Block) {
+	if block := obj.Spec.VolumeMode != nil && *obj.Spec.VolumeMode == v1.PersistentVolumeBlock; block != (spec.Mode == podvol.Block) {
 		return fmt.Errorf("volume %q resolved with mode %s from PV %s with volumeMode %v", pv.SpecName, spec.Mode, obj.Name, obj.Spec.VolumeMode)
 	}
 	wantRO := obj.Spec.CSI.ReadOnly || v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ReadOnly

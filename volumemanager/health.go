@@ -7,7 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
@@ -31,7 +31,7 @@ type conditions struct {
 // observe records the condition a pod's volume was found in, and an event
 // on the pod when it has just turned abnormal. A nil condition (the driver
 // reported none) changes nothing.
-func (c *conditions) observe(name cache.UniqueVolumeName, vol cache.PodVolume, cond *volume.Condition) {
+func (c *conditions) observe(name podvol.UniqueVolumeName, vol podvol.PodVolume, cond *volume.Condition) {
 	if cond == nil {
 		return
 	}
@@ -60,7 +60,7 @@ func (c *conditions) forgetGone(asw *state.ActualStateOfWorld) {
 	for _, name := range asw.VolumeNames() {
 		if v, ok := asw.Volume(name); ok {
 			for uid, pm := range v.Pods {
-				if pm.State == cache.Mounted {
+				if pm.State == podvol.Mounted {
 					keep[oe.Key{Volume: name, Pod: uid}] = true
 				}
 			}

@@ -7,8 +7,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -40,7 +40,7 @@ type posted struct {
 	// claims are "namespace/name" of claims whose PVC or PV changed.
 	claims map[string]struct{}
 	// volumes are to be retried at once, their backoff forgotten.
-	volumes map[cache.UniqueVolumeName]struct{}
+	volumes map[podvol.UniqueVolumeName]struct{}
 	// drivers registered, went or had their CSIDriver change.
 	drivers map[string]struct{}
 	// attachments are the names of VolumeAttachments of this node that changed.
@@ -67,7 +67,7 @@ func newInbox() *inbox {
 		dirtyPods: map[types.UID]struct{}{},
 		posted: posted{
 			claims:      map[string]struct{}{},
-			volumes:     map[cache.UniqueVolumeName]struct{}{},
+			volumes:     map[podvol.UniqueVolumeName]struct{}{},
 			drivers:     map[string]struct{}{},
 			attachments: map[string]struct{}{},
 			objects:     map[objectcache.Ref]struct{}{},
@@ -186,7 +186,7 @@ func (in *inbox) attachment(name string) {
 	in.post(func() { in.attachments[name] = struct{}{} })
 }
 
-func (in *inbox) retry(names ...cache.UniqueVolumeName) {
+func (in *inbox) retry(names ...podvol.UniqueVolumeName) {
 	if len(names) == 0 {
 		return
 	}
@@ -231,7 +231,7 @@ func swap[K comparable](m map[K]struct{}) (taken, next map[K]struct{}) {
 
 // pluginOf reports whether volume n belongs to one of plugins, registered
 // or gone (volume.OfPlugin).
-func pluginOf(n cache.UniqueVolumeName, plugins map[string]struct{}) bool {
+func pluginOf(n podvol.UniqueVolumeName, plugins map[string]struct{}) bool {
 	for p := range plugins {
 		if volume.OfPlugin(n, p) {
 			return true

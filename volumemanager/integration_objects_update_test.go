@@ -15,9 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	vcache "github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume/configmap"
 )
 
@@ -148,7 +148,7 @@ func TestIntegrationObjectCreatedLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Failed a few times: the next attempt is seconds away.
-	name := vcache.UniqueVolumeName(configmap.PluginName + "/" + string(pod.UID) + "-conf")
+	name := podvol.UniqueVolumeName(configmap.PluginName + "/" + string(pod.UID) + "-conf")
 	var retryAt time.Time
 	var lastErr error
 	eventually30s(t, "the volume backing off for 3 s", func() bool {

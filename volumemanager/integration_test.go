@@ -31,8 +31,8 @@ import (
 	"k8s.io/mount-utils"
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/testenv"
 )
 
@@ -426,8 +426,8 @@ func TestIntegrationEventsAndVolumesInUse(t *testing.T) {
 	if err := mountPod(ctx, vm, good, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	okName := v1.UniqueVolumeName(cache.CSIVolumeName(e.drv.DriverName(), "handle-ok"))
-	brokenName := v1.UniqueVolumeName(cache.CSIVolumeName(e.drv.DriverName(), "handle-broken"))
+	okName := v1.UniqueVolumeName(podvol.CSIVolumeName(e.drv.DriverName(), "handle-ok"))
+	brokenName := v1.UniqueVolumeName(podvol.CSIVolumeName(e.drv.DriverName(), "handle-broken"))
 	inUse := func(ctx context.Context) ([]v1.UniqueVolumeName, error) {
 		n, err := e.admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {

@@ -6,7 +6,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	vcache "github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // Interface is the kubelet's VolumeManager interface
@@ -37,27 +37,27 @@ type Interface interface {
 	// WaitForAllPodsUnmount is WaitForUnmount for several pods at once.
 	WaitForAllPodsUnmount(ctx context.Context, pods []*v1.Pod) error
 	// GetMountedVolumesForPod returns the pod's volumes that are mounted.
-	GetMountedVolumesForPod(uid types.UID) []vcache.MountedVolume
+	GetMountedVolumesForPod(uid types.UID) []podvol.MountedVolume
 	// GetPossiblyMountedVolumesForPod returns the pod's volumes that are
 	// mounted or may be (Uncertain, or an operation on them is running).
-	GetPossiblyMountedVolumesForPod(uid types.UID) []vcache.MountedVolume
+	GetPossiblyMountedVolumesForPod(uid types.UID) []podvol.MountedVolume
 	// GetExtraSupplementalGroupsForPod returns the groups the pod needs
 	// beyond its own to use its volumes.
 	GetExtraSupplementalGroupsForPod(pod *v1.Pod) []int64
 	// GetVolumesInUse returns, sorted, the attachable volumes that pods
 	// want or that may still be set up: what Node.Status.VolumesInUse
 	// should list (as the kubelet's, only volumes that are attached).
-	GetVolumesInUse() []vcache.UniqueVolumeName
+	GetVolumesInUse() []podvol.UniqueVolumeName
 	// ReconcilerStatesHasBeenSynced reports whether the state found on disk
 	// at start has been taken in and reconciled once: before that, a pod
 	// directory without a known volume may still hold one.
 	ReconcilerStatesHasBeenSynced() bool
 	// VolumeIsAttached reports whether the volume's attachment has been
 	// confirmed (or it needs none).
-	VolumeIsAttached(name vcache.UniqueVolumeName) bool
+	VolumeIsAttached(name podvol.UniqueVolumeName) bool
 	// MarkVolumesAsReportedInUse says which volumes the Node's
 	// status.volumesInUse lists now.
-	MarkVolumesAsReportedInUse(names []vcache.UniqueVolumeName)
+	MarkVolumesAsReportedInUse(names []podvol.UniqueVolumeName)
 }
 
 var _ Interface = (*VolumeManager)(nil)
@@ -66,7 +66,7 @@ var _ Interface = (*VolumeManager)(nil)
 // mounted or may be: Mounted, Uncertain (a publish may have half-happened),
 // or with an operation running. The kubelet removes a pod's directory only
 // once this is empty (HasPossiblyMountedVolumesForPod says the same).
-func (vm *VolumeManager) GetPossiblyMountedVolumesForPod(uid types.UID) []vcache.MountedVolume {
+func (vm *VolumeManager) GetPossiblyMountedVolumesForPod(uid types.UID) []podvol.MountedVolume {
 	return vm.podVolumes(uid)
 }
 
@@ -81,7 +81,7 @@ func (vm *VolumeManager) ReconcilerStatesHasBeenSynced() bool { return vm.states
 // VolumeIsAttached reports whether the volume's attachment has been
 // confirmed (its VolumeAttachment is attached, or the driver needs no
 // attach) and it has not been torn down since.
-func (vm *VolumeManager) VolumeIsAttached(name vcache.UniqueVolumeName) bool {
+func (vm *VolumeManager) VolumeIsAttached(name podvol.UniqueVolumeName) bool {
 	v, ok := vm.asw.Volume(name)
 	// A volume that needs no attach (a CSIDriver with attachRequired
 	// false) is attached once it is known, as the kubelet's actual state
@@ -100,7 +100,7 @@ func (vm *VolumeManager) VolumeIsAttached(name vcache.UniqueVolumeName) bool {
 // Without Config.VolumesInUseReportedByCaller it has no effect: with
 // Config.ReportVolumesInUse the manager reports the volumes itself and
 // knows what it wrote, and with neither nothing holds the attach.
-func (vm *VolumeManager) MarkVolumesAsReportedInUse(names []vcache.UniqueVolumeName) {
+func (vm *VolumeManager) MarkVolumesAsReportedInUse(names []podvol.UniqueVolumeName) {
 	if vm.inUse == nil || !vm.inUse.byCaller {
 		return
 	}

@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // TestMarkVolumesAsReportedInUse: with VolumesInUseReportedByCaller, an
@@ -40,11 +40,11 @@ func TestMarkVolumesAsReportedInUse(t *testing.T) {
 		Mounter: mount.NewFakeMounter(nil), VolumesInUseReportedByCaller: true}, drv)
 	defer stop()
 	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
-	name := cache.CSIVolumeName(drv.DriverName(), "handle-a")
+	name := podvol.CSIVolumeName(drv.DriverName(), "handle-a")
 	vm.AddPod(pod)
 	eventually(t, "the pod's volume desired", func() bool { return slices.Contains(vm.GetVolumesInUse(), name) })
 	waitIdle(t, vm)
-	vm.MarkVolumesAsReportedInUse([]cache.UniqueVolumeName{"kubernetes.io/csi/other^handle"})
+	vm.MarkVolumesAsReportedInUse([]podvol.UniqueVolumeName{"kubernetes.io/csi/other^handle"})
 	waitIdle(t, vm)
 	if vm.VolumeIsAttached(name) {
 		t.Error("VolumeIsAttached before the volume was reported in use")
@@ -59,7 +59,7 @@ func TestMarkVolumesAsReportedInUse(t *testing.T) {
 		t.Errorf("WaitForAttachAndMount = %v; want it to say the volume waits for status.volumesInUse", err)
 	}
 
-	vm.MarkVolumesAsReportedInUse([]cache.UniqueVolumeName{name})
+	vm.MarkVolumesAsReportedInUse([]podvol.UniqueVolumeName{name})
 	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestReconcilerStatesHasBeenSynced(t *testing.T) {
 	defer func() { stop(); <-done }()
 	eventually(t, "states synced", vm2.ReconcilerStatesHasBeenSynced)
 	got := vm2.GetPossiblyMountedVolumesForPod(pod.UID)
-	if name := cache.CSIVolumeName(drv.DriverName(), "handle-a"); len(got) != 1 || got[0].Name != name || got[0].State != cache.Uncertain {
+	if name := podvol.CSIVolumeName(drv.DriverName(), "handle-a"); len(got) != 1 || got[0].Name != name || got[0].State != podvol.Uncertain {
 		t.Errorf("possibly mounted volumes of the earlier run's pod = %+v, want %s, Uncertain", got, name)
 	}
 	if len(vm2.GetMountedVolumesForPod(pod.UID)) != 0 {
@@ -162,7 +162,7 @@ func TestVolumeIsAttachedWithoutAttach(t *testing.T) {
 		Mounter: mount.NewFakeMounter(nil), VolumesInUseReportedByCaller: true}, drv)
 	defer stop()
 	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
-	name := cache.CSIVolumeName(drv.DriverName(), "handle-a")
+	name := podvol.CSIVolumeName(drv.DriverName(), "handle-a")
 	if vm.VolumeIsAttached(name) {
 		t.Error("VolumeIsAttached before any pod wants the volume")
 	}

@@ -16,8 +16,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/backoff"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // inUseRetry is the backoff of a failed Node status patch, with jitter:
@@ -35,11 +35,11 @@ type inUseReporter struct {
 	// attachable reports whether a volume is attached before it is staged
 	// (its plugin's Capabilities.Attachable; true when they are not known
 	// yet): only those wait to be reported.
-	attachable func(spec *cache.VolumeSpec) bool
+	attachable func(spec *podvol.VolumeSpec) bool
 	clock      clock.Clock
 	retry      backoff.Policy
-	inUse      func() []cache.UniqueVolumeName
-	reported   func(names []cache.UniqueVolumeName) // volumes newly reported
+	inUse      func() []podvol.UniqueVolumeName
+	reported   func(names []podvol.UniqueVolumeName) // volumes newly reported
 	// byCaller: the caller patches the Node and tells what it reported
 	// (markReported); run is not started.
 	byCaller bool
@@ -47,14 +47,14 @@ type inUseReporter struct {
 	kick chan struct{}
 
 	mu   sync.Mutex
-	last map[cache.UniqueVolumeName]bool // what the Node says, after our last patch
-	sent bool                            // a patch succeeded at least once
+	last map[podvol.UniqueVolumeName]bool // what the Node says, after our last patch
+	sent bool                             // a patch succeeded at least once
 	// failed is the error of the last report, nil after a success: the
 	// wait errors of held volumes quote it.
 	failed error
 }
 
-func newInUseReporter(client kubernetes.Interface, node string, attachable func(spec *cache.VolumeSpec) bool, clk clock.Clock) *inUseReporter {
+func newInUseReporter(client kubernetes.Interface, node string, attachable func(spec *podvol.VolumeSpec) bool, clk clock.Clock) *inUseReporter {
 	return &inUseReporter{client: client, node: node, attachable: attachable, clock: clk, retry: inUseRetry, kick: make(chan struct{}, 1)}
 }
 
@@ -73,7 +73,7 @@ func (r *inUseReporter) changed() {
 // hold reports whether an attachable volume must wait before its
 // attachment is confirmed: it has not been reported in use yet. The
 // planner asks only for volumes whose Capabilities say Attachable.
-func (r *inUseReporter) hold(name cache.UniqueVolumeName) bool {
+func (r *inUseReporter) hold(name podvol.UniqueVolumeName) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return !r.last[name]
@@ -82,7 +82,7 @@ func (r *inUseReporter) hold(name cache.UniqueVolumeName) bool {
 // waiting says, for a volume that hold keeps waiting, what it waits for
 // and why the report has not happened yet (the last patch's error), for
 // the wait errors; "" when the volume is not held or needs no attaching.
-func (r *inUseReporter) waiting(spec *cache.VolumeSpec) string {
+func (r *inUseReporter) waiting(spec *podvol.VolumeSpec) string {
 	if r == nil || !r.hold(spec.Name) || !r.attachable(spec) {
 		return ""
 	}
@@ -154,8 +154,8 @@ func (r *inUseReporter) report(ctx context.Context) error {
 		}
 		return fmt.Errorf("patching status.volumesInUse of node %s: %w", r.node, err)
 	}
-	now := make(map[cache.UniqueVolumeName]bool, len(names))
-	var added []cache.UniqueVolumeName
+	now := make(map[podvol.UniqueVolumeName]bool, len(names))
+	var added []podvol.UniqueVolumeName
 	r.mu.Lock()
 	for _, n := range names {
 		now[n] = true
@@ -176,9 +176,9 @@ func (r *inUseReporter) report(ctx context.Context) error {
 // (Config.VolumesInUseReportedByCaller): the set replaces the previous one,
 // as the kubelet's MarkVolumesAsReportedInUse does, and the newly listed
 // volumes are retried at once.
-func (r *inUseReporter) markReported(names []cache.UniqueVolumeName) {
-	now := make(map[cache.UniqueVolumeName]bool, len(names))
-	var added []cache.UniqueVolumeName
+func (r *inUseReporter) markReported(names []podvol.UniqueVolumeName) {
+	now := make(map[podvol.UniqueVolumeName]bool, len(names))
+	var added []podvol.UniqueVolumeName
 	r.mu.Lock()
 	for _, n := range names {
 		if !now[n] && !r.last[n] {

@@ -17,8 +17,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // TestReportVolumesInUse: with ReportVolumesInUse, a volume that needs
@@ -77,7 +77,7 @@ func TestReportVolumesInUse(t *testing.T) {
 	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	name := cache.CSIVolumeName(drv.DriverName(), "handle-a")
+	name := podvol.CSIVolumeName(drv.DriverName(), "handle-a")
 	if got := volumesInUse(t, client); !slices.Equal(got, []v1.UniqueVolumeName{v1.UniqueVolumeName(name)}) {
 		t.Errorf("Node volumesInUse = %v, want [%s]", got, name)
 	}
@@ -101,7 +101,7 @@ func volumesInUse(t *testing.T, client *fake.Clientset) []v1.UniqueVolumeName {
 // knownVolumes returns, sorted, every volume vm's desired or actual state
 // knows of, whatever its plugin: what a test waits on to see a volume
 // forgotten, where GetVolumesInUse lists only attachable volumes.
-func knownVolumes(vm *VolumeManager) []cache.UniqueVolumeName {
+func knownVolumes(vm *VolumeManager) []podvol.UniqueVolumeName {
 	names := append(vm.dsw.VolumeNames(), vm.asw.VolumeNames()...)
 	slices.Sort(names)
 	return slices.Compact(names)
@@ -139,7 +139,7 @@ func TestVolumesInUseOnlyAttachable(t *testing.T) {
 	pod := csitest.Pod("ns", "p", csitest.WithPVC("a", "a", false), csitest.WithPVC("b", "b", false),
 		csitest.WithInlineCSI("inline", plain.DriverName(), false, nil),
 		csitest.WithVolume(v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}, false))
-	nameA := cache.CSIVolumeName(attached.DriverName(), "handle-a")
+	nameA := podvol.CSIVolumeName(attached.DriverName(), "handle-a")
 
 	vm, stop := start()
 	vm.AddPod(pod)
@@ -150,7 +150,7 @@ func TestVolumesInUseOnlyAttachable(t *testing.T) {
 	if known := knownVolumes(vm); len(known) != 4 {
 		t.Errorf("known volumes = %v, want the pod's 4", known)
 	}
-	if got := vm.GetVolumesInUse(); !slices.Equal(got, []cache.UniqueVolumeName{nameA}) {
+	if got := vm.GetVolumesInUse(); !slices.Equal(got, []podvol.UniqueVolumeName{nameA}) {
 		t.Errorf("GetVolumesInUse with the pod mounted = %v, want [%s]", got, nameA)
 	}
 	stop()
@@ -161,9 +161,9 @@ func TestVolumesInUseOnlyAttachable(t *testing.T) {
 	defer stop()
 	eventually(t, "both PVs reconstructed", func() bool {
 		known := knownVolumes(vm)
-		return slices.Contains(known, nameA) && slices.Contains(known, cache.CSIVolumeName(plain.DriverName(), "handle-b"))
+		return slices.Contains(known, nameA) && slices.Contains(known, podvol.CSIVolumeName(plain.DriverName(), "handle-b"))
 	})
-	if got := vm.GetVolumesInUse(); !slices.Equal(got, []cache.UniqueVolumeName{nameA}) {
+	if got := vm.GetVolumesInUse(); !slices.Equal(got, []podvol.UniqueVolumeName{nameA}) {
 		t.Errorf("GetVolumesInUse after a restart = %v, want [%s]", got, nameA)
 	}
 }

@@ -5,8 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/promreg"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
@@ -57,7 +57,7 @@ func (c *totalVolumesCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		for _, pm := range v.Pods {
-			if pm.State == cache.Mounted {
+			if pm.State == podvol.Mounted {
 				counts[key{pluginLabel(&v.Spec), stateActual}]++
 			}
 		}
@@ -72,11 +72,11 @@ func (c *totalVolumesCollector) Collect(ch chan<- prometheus.Metric) {
 // pluginLabel is the kubelet's plugin label of a volume
 // (GetFullQualifiedPluginNameForVolume): "kubernetes.io/csi:{driver}" for
 // a CSI volume, the plugin's name for another.
-func pluginLabel(spec *cache.VolumeSpec) string {
+func pluginLabel(spec *podvol.VolumeSpec) string {
 	if spec.Plugin != "" {
 		return spec.Plugin
 	}
-	return cache.CSIPluginName + ":" + spec.Driver
+	return podvol.CSIPluginName + ":" + spec.Driver
 }
 
 // reconstructMetrics are the kubelet's counters of the volumes reconstructed

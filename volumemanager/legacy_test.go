@@ -12,10 +12,10 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // TestLegacyStagingReconstructed: a node an older kubelet ran, with volume
@@ -47,12 +47,12 @@ func TestLegacyStagingReconstructed(t *testing.T) {
 
 	// What the disk gives, before any pod: both devices at their legacy path.
 	got := reconstruct(context.Background(), root, recovery{})
-	devices := map[cache.UniqueVolumeName]string{}
+	devices := map[podvol.UniqueVolumeName]string{}
 	for _, d := range got.Devices {
 		devices[d.Spec.Name] = d.Path
 	}
-	nameA, nameB := cache.CSIVolumeName(drv.DriverName(), "handle-a"), cache.CSIVolumeName(drv.DriverName(), "handle-b")
-	want := map[cache.UniqueVolumeName]string{nameA: filepath.Join(legacyA, "globalmount"), nameB: filepath.Join(legacyB, "globalmount")}
+	nameA, nameB := podvol.CSIVolumeName(drv.DriverName(), "handle-a"), podvol.CSIVolumeName(drv.DriverName(), "handle-b")
+	want := map[podvol.UniqueVolumeName]string{nameA: filepath.Join(legacyA, "globalmount"), nameB: filepath.Join(legacyB, "globalmount")}
 	if len(devices) != 2 || devices[nameA] != want[nameA] || devices[nameB] != want[nameB] {
 		t.Fatalf("reconstructed devices = %v, want %v", devices, want)
 	}
@@ -66,7 +66,7 @@ func TestLegacyStagingReconstructed(t *testing.T) {
 		t.Fatal(err)
 	}
 	vm.MarkPodsSynced()
-	eventually(t, "volume b unstaged", func() bool { return slices.Equal(knownVolumes(vm), []cache.UniqueVolumeName{nameA}) })
+	eventually(t, "volume b unstaged", func() bool { return slices.Equal(knownVolumes(vm), []podvol.UniqueVolumeName{nameA}) })
 	vm.DeletePod(podA)
 	if err := vm.WaitForUnmount(ctx, podA); err != nil {
 		t.Fatal(err)

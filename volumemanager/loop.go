@@ -13,8 +13,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
@@ -38,7 +38,7 @@ type loop struct {
 	// pods are the pods added and how far each is resolved.
 	pods *podTable
 	// vols is what the loop keeps of each volume (volumeRecord).
-	vols map[cache.UniqueVolumeName]*volumeRecord
+	vols map[podvol.UniqueVolumeName]*volumeRecord
 	// queue holds the volumes to plan, now or once their backoff ends.
 	queue volumeQueue
 	// unreadable are pod volume directories whose vol_data.json could not
@@ -90,11 +90,11 @@ type loopHooks struct {
 	start func(a oe.Action, in opInput)
 	// attachHeld reports whether an attachable volume's attachment must
 	// wait to be reported in use.
-	attachHeld func(name cache.UniqueVolumeName) bool
+	attachHeld func(name podvol.UniqueVolumeName) bool
 	// expansionClaim returns the PV of a volume and the claim bound to it, which the
 	// planner decides the volume's node expansion on (nil, nil: none);
 	// nil: the node cannot expand volumes.
-	expansionClaim func(spec *cache.VolumeSpec) (*v1.PersistentVolume, *v1.PersistentVolumeClaim)
+	expansionClaim func(spec *podvol.VolumeSpec) (*v1.PersistentVolume, *v1.PersistentVolumeClaim)
 	// forgotten is called when a volume is forgotten.
 	forgotten func()
 	// synced is called once the loop has taken in that the informers have
@@ -113,7 +113,7 @@ type loopHooks struct {
 	podGone func(uid types.UID)
 	// holdAttachment makes a volume hold the VolumeAttachment it waits
 	// for in the object cache ("": none); nil with Config.ClusterInformers.
-	holdAttachment func(name cache.UniqueVolumeName, va string)
+	holdAttachment func(name podvol.UniqueVolumeName, va string)
 	// attempt is told of each stage and publish the loop starts (the
 	// volume health probes ask about those volumes even when they fail).
 	attempt func(a oe.Action)
@@ -133,7 +133,7 @@ func newLoop(cfg loopConfig, in *inbox, pods *podTable) *loop {
 		loopConfig: cfg,
 		in:         in,
 		pods:       pods,
-		vols:       map[cache.UniqueVolumeName]*volumeRecord{},
+		vols:       map[podvol.UniqueVolumeName]*volumeRecord{},
 		queue:      newVolumeQueue(cfg.clock),
 		unreadable: map[string]string{},
 		backoff:    oe.NewBackoff(oe.BackoffOptions{}),
@@ -259,7 +259,7 @@ func (l *loop) worldChanged(b batch) {
 		l.retry(n)
 	}
 	if len(b.plugins) > 0 {
-		for _, names := range [][]cache.UniqueVolumeName{l.dsw.VolumeNames(), l.asw.VolumeNames()} {
+		for _, names := range [][]podvol.UniqueVolumeName{l.dsw.VolumeNames(), l.asw.VolumeNames()} {
 			for _, n := range names {
 				if pluginOf(n, b.plugins) {
 					l.retry(n)
@@ -270,7 +270,7 @@ func (l *loop) worldChanged(b batch) {
 	if len(b.attachments) == 0 {
 		return
 	}
-	waiting := map[string]cache.UniqueVolumeName{}
+	waiting := map[string]podvol.UniqueVolumeName{}
 	for n, rec := range l.vols {
 		if rec.attachment != "" {
 			waiting[rec.attachment] = n
@@ -350,7 +350,7 @@ func (l *loop) dirtyPodMounts(uid types.UID) {
 
 // retry tells the planner that the world changed for a volume (its
 // backoff may be forgotten) and plans it again.
-func (l *loop) retry(name cache.UniqueVolumeName) {
+func (l *loop) retry(name podvol.UniqueVolumeName) {
 	rec := l.vol(name)
 	rec.worldChanged = true
 	if rec.inflight != nil {
@@ -360,7 +360,7 @@ func (l *loop) retry(name cache.UniqueVolumeName) {
 }
 
 // markDirty is the desired state's notification: a volume's pods changed.
-func (l *loop) markDirty(name cache.UniqueVolumeName) { l.queue.add(name) }
+func (l *loop) markDirty(name podvol.UniqueVolumeName) { l.queue.add(name) }
 
 // planDirty plans every dirty volume and applies what the plans say.
 func (l *loop) planDirty(ctx context.Context) {
@@ -375,7 +375,7 @@ func (l *loop) planDirty(ctx context.Context) {
 // of the volume and the expansion hold, the adoptions and forgotten
 // backoff first, then the refusals and waits, then the end of the volume
 // or the operations to start.
-func (l *loop) planVolume(_ context.Context, name cache.UniqueVolumeName) {
+func (l *loop) planVolume(_ context.Context, name podvol.UniqueVolumeName) {
 	v := l.view(name)
 	d := planner.Plan(v)
 	rec := l.vol(name)
@@ -386,7 +386,7 @@ func (l *loop) planVolume(_ context.Context, name cache.UniqueVolumeName) {
 		rec.expandHeld = planner.ExpandHold{}
 	}
 	for _, p := range d.Adopt {
-		l.asw.SetPodMount(v.Spec, p, cache.Mounted, "")
+		l.asw.SetPodMount(v.Spec, p, podvol.Mounted, "")
 	}
 	for _, k := range d.ForgetBackoff {
 		l.backoff.Succeeded(k) // forgets k's failures
@@ -413,7 +413,7 @@ func (l *loop) planVolume(_ context.Context, name cache.UniqueVolumeName) {
 }
 
 // forget drops everything the loop keeps of a volume.
-func (l *loop) forget(name cache.UniqueVolumeName) {
+func (l *loop) forget(name podvol.UniqueVolumeName) {
 	l.backoff.ForgetVolume(name)
 	l.failLog.forgetVolume(name)
 	l.notes.forget(name)
@@ -429,7 +429,7 @@ func (l *loop) forget(name cache.UniqueVolumeName) {
 
 // view gathers what the planner needs of one volume. It writes nothing:
 // what the planner decides from it, the loop applies (planVolume).
-func (l *loop) view(name cache.UniqueVolumeName) planner.View {
+func (l *loop) view(name podvol.UniqueVolumeName) planner.View {
 	spec, desired, wanted := l.dsw.Volume(name)
 	actual, known := l.asw.Volume(name)
 	if !wanted {
@@ -519,7 +519,7 @@ func (l *loop) markRepublish() {
 		}
 		actual, _ := l.asw.Volume(name)
 		for _, p := range desired {
-			if pm, ok := actual.Pods[p.Pod.UID]; ok && pm.State == cache.Mounted {
+			if pm, ok := actual.Pods[p.Pod.UID]; ok && pm.State == podvol.Mounted {
 				l.vol(name).markRepublish(p.Pod.UID)
 			}
 		}
@@ -528,13 +528,13 @@ func (l *loop) markRepublish() {
 
 // capabilities asks the volume's plugin what it does with the volume: in
 // memory only (the driver registry, the CSIDriver lister).
-func (l *loop) capabilities(spec *cache.VolumeSpec) (volume.Capabilities, error) {
+func (l *loop) capabilities(spec *podvol.VolumeSpec) (volume.Capabilities, error) {
 	return capabilitiesOf(l.volumes, spec)
 }
 
 // capabilitiesOf asks the plugin of spec, found in plugins, what it does
 // with the volume.
-func capabilitiesOf(plugins *volume.Registry, spec *cache.VolumeSpec) (volume.Capabilities, error) {
+func capabilitiesOf(plugins *volume.Registry, spec *podvol.VolumeSpec) (volume.Capabilities, error) {
 	p, err := plugins.ForVolume(spec.Name)
 	if err != nil {
 		return volume.Capabilities{}, err

@@ -14,13 +14,13 @@ import (
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 
-	vcache "github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/internal/objectcache"
 	"github.com/nodevol/nodevol/internal/promreg"
 	"github.com/nodevol/nodevol/internal/tokens"
 	"github.com/nodevol/nodevol/pluginmanager"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/configmap"
@@ -168,7 +168,7 @@ func New(cfg Config) (*VolumeManager, error) {
 		vm.inUse = newInUseReporter(cfg.KubeClient, cfg.NodeName, vm.attachable, cfg.Clock)
 		vm.inUse.byCaller = cfg.VolumesInUseReportedByCaller
 		vm.inUse.inUse = vm.GetVolumesInUse
-		vm.inUse.reported = func(names []vcache.UniqueVolumeName) { vm.in.retry(names...) }
+		vm.inUse.reported = func(names []podvol.UniqueVolumeName) { vm.in.retry(names...) }
 	}
 	vm.newLoop(m)
 	if cfg.VolumeHealth != nil {
@@ -356,7 +356,7 @@ func notReplaced(builtin, own []volume.Plugin) []volume.Plugin {
 func (vm *VolumeManager) newLoop(m *metrics) {
 	cfg := vm.cfg
 	var l *loop
-	vm.dsw = state.NewDesiredStateOfWorld(func(n vcache.UniqueVolumeName) {
+	vm.dsw = state.NewDesiredStateOfWorld(func(n podvol.UniqueVolumeName) {
 		l.markDirty(n)     // the desired state is written by the loop only
 		vm.inUse.changed() // nil-safe
 	})
@@ -393,7 +393,7 @@ func (vm *VolumeManager) newLoop(m *metrics) {
 // its plugin's Capabilities say; true when they are not known yet (its
 // driver is not registered), so that its wait error says what it will wait
 // for.
-func (vm *VolumeManager) attachable(spec *vcache.VolumeSpec) bool {
+func (vm *VolumeManager) attachable(spec *podvol.VolumeSpec) bool {
 	caps, err := capabilitiesOf(vm.volumes, spec)
 	return err != nil || caps.Attachable
 }
@@ -480,10 +480,10 @@ func (vm *VolumeManager) DeletePod(pod *v1.Pod) { vm.in.deletePod(pod.UID) }
 // Uncertain), by spec name: a volume the pod has under several names (one
 // PVC in two of its volumes) is mounted once and listed under each, with
 // the same path.
-func (vm *VolumeManager) GetMountedVolumesForPod(uid types.UID) []vcache.MountedVolume {
-	var out []vcache.MountedVolume
+func (vm *VolumeManager) GetMountedVolumesForPod(uid types.UID) []podvol.MountedVolume {
+	var out []podvol.MountedVolume
 	for _, v := range vm.podVolumes(uid) {
-		if v.State != vcache.Mounted {
+		if v.State != podvol.Mounted {
 			continue
 		}
 		if spec, ok := vm.asw.Volume(v.Name); ok {
@@ -553,8 +553,8 @@ func (vm *VolumeManager) HasPossiblyMountedVolumesForPod(uid types.UID) bool {
 // configMap, ...) is not listed. A volume whose plugin cannot tell yet
 // (its CSI driver is not registered) is listed: reporting one too many
 // keeps a volume attached, one too few could see it detached in use.
-func (vm *VolumeManager) GetVolumesInUse() []vcache.UniqueVolumeName {
-	seen := map[vcache.UniqueVolumeName]bool{}
+func (vm *VolumeManager) GetVolumesInUse() []podvol.UniqueVolumeName {
+	seen := map[podvol.UniqueVolumeName]bool{}
 	for _, n := range vm.dsw.VolumeNames() {
 		if spec, ok := vm.dsw.Spec(n); ok {
 			seen[n] = vm.attachable(&spec)
@@ -568,7 +568,7 @@ func (vm *VolumeManager) GetVolumesInUse() []vcache.UniqueVolumeName {
 			seen[n] = vm.attachable(&spec)
 		}
 	}
-	out := make([]vcache.UniqueVolumeName, 0, len(seen))
+	out := make([]podvol.UniqueVolumeName, 0, len(seen))
 	for n, attachable := range seen {
 		if attachable {
 			out = append(out, n)

@@ -26,8 +26,8 @@ import (
 	"k8s.io/mount-utils"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
@@ -251,7 +251,7 @@ func TestMountAndUnmountPods(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(filepath.Dir(want), "vol_data.json")); err != nil {
 		t.Errorf("vol_data.json: %v", err)
 	}
-	if got := knownVolumes(e.vm); len(got) != 2 || got[0] != cache.CSIVolumeName(e.drv.DriverName(), "handle-own") {
+	if got := knownVolumes(e.vm); len(got) != 2 || got[0] != podvol.CSIVolumeName(e.drv.DriverName(), "handle-own") {
 		t.Errorf("volumes in use = %v", got)
 	}
 
@@ -379,10 +379,10 @@ func TestTimeoutLeavesUncertainAndIsTornDown(t *testing.T) {
 	e.drv.Inject(csitest.Fault{Method: "NodeStageVolume", Block: block})
 	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
 	e.vm.AddPod(pod)
-	name := cache.CSIVolumeName(e.drv.DriverName(), "handle-vol")
+	name := podvol.CSIVolumeName(e.drv.DriverName(), "handle-vol")
 	eventually(t, "device uncertain", func() bool {
 		v, ok := e.vm.asw.Volume(name)
-		return ok && v.DeviceState == cache.Uncertain
+		return ok && v.DeviceState == podvol.Uncertain
 	})
 	// The pod goes before the stage ever finished: the volume must still be unstaged.
 	e.vm.DeletePod(pod)
@@ -619,14 +619,14 @@ func TestWaitErrorText(t *testing.T) {
 // mount, else by one on the whole volume, never by another pod's.
 func TestRunningOps(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	pod := func(uid types.UID) cache.PodVolume { return cache.PodVolume{Pod: cache.PodRef{UID: uid}} }
+	pod := func(uid types.UID) podvol.PodVolume { return podvol.PodVolume{Pod: podvol.PodRef{UID: uid}} }
 	var r runningOps
 	r.start(oe.Action{Kind: oe.OpPublish, Volume: "v1", Pod: pod("a")}, "NodePublishVolume", t0)
 	r.start(oe.Action{Kind: oe.OpStage, Volume: "v2"}, "NodeStageVolume", t0.Add(time.Second))
 	r.start(oe.Action{Kind: oe.OpAttach, Volume: "v3"}, "MountVolume.WaitForAttach", t0)
 	now := t0.Add(3*time.Second + 1234*time.Microsecond)
 	tests := []struct {
-		volume cache.UniqueVolumeName
+		volume podvol.UniqueVolumeName
 		uid    types.UID
 		want   string
 	}{

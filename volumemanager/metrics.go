@@ -7,8 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/promreg"
+	"github.com/nodevol/nodevol/podvol"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
 
@@ -93,7 +93,7 @@ func (m *metrics) observe(o oe.Outcome) {
 }
 
 // record adds one sample to storage_operation_duration_seconds.
-func (m *metrics) record(spec *cache.VolumeSpec, operation, status string, took time.Duration) {
+func (m *metrics) record(spec *podvol.VolumeSpec, operation, status string, took time.Duration) {
 	h, err := m.opDuration.GetMetricWithLabelValues(pluginLabel(spec), operation, status, strconv.FormatBool(spec.MigratedFrom != ""))
 	if err != nil {
 		return // four label values, always: cannot happen
@@ -105,7 +105,7 @@ func (m *metrics) record(spec *cache.VolumeSpec, operation, status string, took 
 // ownership change of a volume to its pod's fsGroup that ran (a walk, or
 // the atomic writer's write that gives the group), as the kubelet records
 // each walk (never one of migrated volume: its hook has no such label).
-func (m *metrics) accessControl(spec *cache.VolumeSpec, took time.Duration, err error) {
+func (m *metrics) accessControl(spec *podvol.VolumeSpec, took time.Duration, err error) {
 	status := "success"
 	if err != nil {
 		status = "fail-unknown"
@@ -120,7 +120,7 @@ func (m *metrics) accessControl(spec *cache.VolumeSpec, took time.Duration, err 
 // kubelet runs that operation for every volume, and for one that is not
 // attachable it only marks it attached, at once. (An attachable volume's
 // is nodevol's OpAttach, recorded by observe.)
-func (m *metrics) attachmentNotNeeded(spec *cache.VolumeSpec) {
+func (m *metrics) attachmentNotNeeded(spec *podvol.VolumeSpec) {
 	if m == nil {
 		return
 	}
@@ -133,7 +133,7 @@ func (m *metrics) attachmentNotNeeded(spec *cache.VolumeSpec) {
 // counts a remount of a Mounted volume too (a republish), timed from its
 // last populator pass, which stamps such volumes anew each time: the
 // publish's own duration stands for that here.
-func (m *metrics) mounted(spec *cache.VolumeSpec, took time.Duration) {
+func (m *metrics) mounted(spec *podvol.VolumeSpec, took time.Duration) {
 	if m == nil {
 		return
 	}

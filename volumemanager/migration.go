@@ -8,8 +8,8 @@ import (
 	csitranslation "k8s.io/csi-translation-lib"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/csimigration"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )
@@ -43,22 +43,22 @@ func migratedPVPlugin(pv *v1.PersistentVolume) string {
 // source translated to CSI, or an error naming the PV and why (pod
 // resolution sends other PVs to their own plugin first, volumeSpec; the
 // self-attach adoption asks of any PV).
-func migratedPVSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
+func migratedPVSpec(pv *v1.PersistentVolume) (podvol.VolumeSpec, error) {
 	plugin := migratedPVPlugin(pv)
 	if plugin == "" {
-		return cache.VolumeSpec{}, marked{fmt.Errorf("PV %s has no CSI source and no in-tree source that CSI migration translates (%s): not a CSI volume",
+		return podvol.VolumeSpec{}, marked{fmt.Errorf("PV %s has no CSI source and no in-tree source that CSI migration translates (%s): not a CSI volume",
 			pv.Name, strings.Join(csimigration.MigratedPlugins(), ", ")), planner.ErrUnknownSource}
 	}
 	csiPV, err := translator.TranslateInTreePVToCSI(klog.Background(), pv)
 	if err != nil {
-		return cache.VolumeSpec{}, fmt.Errorf("PV %s: translating its %s source to CSI: %w", pv.Name, plugin, err)
+		return podvol.VolumeSpec{}, fmt.Errorf("PV %s: translating its %s source to CSI: %w", pv.Name, plugin, err)
 	}
 	if csiPV.Spec.CSI == nil {
-		return cache.VolumeSpec{}, fmt.Errorf("PV %s: translating its %s source to CSI gave no CSI source", pv.Name, plugin)
+		return podvol.VolumeSpec{}, fmt.Errorf("PV %s: translating its %s source to CSI gave no CSI source", pv.Name, plugin)
 	}
 	spec, err := pvSpec(csiPV)
 	if err != nil {
-		return cache.VolumeSpec{}, fmt.Errorf("%w (translated from in-tree %s)", err, plugin)
+		return podvol.VolumeSpec{}, fmt.Errorf("%w (translated from in-tree %s)", err, plugin)
 	}
 	spec.MigratedFrom = plugin
 	return spec, nil
@@ -67,17 +67,17 @@ func migratedPVSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
 // migratedInlineSpec translates an inline volume of a migrated in-tree
 // plugin (the CSI plugin's CanSupport decided it is one) to a persistent
 // CSI volume spec.
-func migratedInlineSpec(pod *v1.Pod, v *v1.Volume) (cache.VolumeSpec, error) {
+func migratedInlineSpec(pod *v1.Pod, v *v1.Volume) (podvol.VolumeSpec, error) {
 	plugin, err := translator.GetInTreePluginNameFromSpec(nil, v)
 	if err != nil {
-		return cache.VolumeSpec{}, marked{fmt.Errorf("inline volume of kind %s: %w", volume.SourceKind(&v.VolumeSource), err), planner.ErrUnknownSource}
+		return podvol.VolumeSpec{}, marked{fmt.Errorf("inline volume of kind %s: %w", volume.SourceKind(&v.VolumeSource), err), planner.ErrUnknownSource}
 	}
 	csiPV, err := translator.TranslateInTreeInlineVolumeToCSI(klog.Background(), v, pod.Namespace)
 	if err != nil {
-		return cache.VolumeSpec{}, fmt.Errorf("translating inline %s volume to CSI: %w", plugin, err)
+		return podvol.VolumeSpec{}, fmt.Errorf("translating inline %s volume to CSI: %w", plugin, err)
 	}
 	if csiPV.Spec.CSI == nil {
-		return cache.VolumeSpec{}, fmt.Errorf("translating inline %s volume to CSI gave no CSI source", plugin)
+		return podvol.VolumeSpec{}, fmt.Errorf("translating inline %s volume to CSI gave no CSI source", plugin)
 	}
 	// The kubelet names the pod's directory after the translated PV,
 	// escaped as a qualified name ("/" -> "~"): an Azure disk URI or a
@@ -85,7 +85,7 @@ func migratedInlineSpec(pod *v1.Pod, v *v1.Volume) (cache.VolumeSpec, error) {
 	csiPV.Name = strings.ReplaceAll(csiPV.Name, "/", "~")
 	spec, err := pvSpec(csiPV)
 	if err != nil {
-		return cache.VolumeSpec{}, fmt.Errorf("inline %s volume translated to CSI: %w", plugin, err)
+		return podvol.VolumeSpec{}, fmt.Errorf("inline %s volume translated to CSI: %w", plugin, err)
 	}
 	spec.MigratedFrom = plugin
 	return spec, nil

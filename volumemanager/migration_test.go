@@ -23,10 +23,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/podvol"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
 
@@ -117,8 +117,8 @@ func TestMigratedPV(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	name := cache.CSIVolumeName(gcePD, handle)
-	if got := e.vm.GetVolumesInUse(); !slices.Equal(got, []cache.UniqueVolumeName{name}) {
+	name := podvol.CSIVolumeName(gcePD, handle)
+	if got := e.vm.GetVolumesInUse(); !slices.Equal(got, []podvol.UniqueVolumeName{name}) {
 		t.Errorf("volumes in use = %v, want [%s]", got, name)
 	}
 	staging, err := ondisk.StagingPath(e.root, gcePD, handle)
@@ -206,7 +206,7 @@ func TestMigratedInlineVolume(t *testing.T) {
 	if len(mounted) != 1 || mounted[0].SpecName != "ebs" || !mounted[0].ReadOnly || mounted[0].Path != target {
 		t.Errorf("mounted = %+v", mounted)
 	}
-	if got, want := e.vm.GetVolumesInUse(), []cache.UniqueVolumeName{cache.CSIVolumeName(awsEBS, handle)}; !slices.Equal(got, want) {
+	if got, want := e.vm.GetVolumesInUse(), []podvol.UniqueVolumeName{podvol.CSIVolumeName(awsEBS, handle)}; !slices.Equal(got, want) {
 		t.Errorf("volumes in use = %v, want %v", got, want)
 	}
 	e.unmount(pod)
@@ -323,7 +323,7 @@ func TestPodVolumesMigrated(t *testing.T) {
 	var vols []podVolume
 	var got []string
 	for _, v := range podVolumes(pod, testPlugins) {
-		if v.err == nil && v.plugin.Name() == cache.CSIPluginName {
+		if v.err == nil && v.plugin.Name() == podvol.CSIPluginName {
 			vols = append(vols, v)
 			got = append(got, v.Name)
 		}
@@ -344,7 +344,7 @@ func TestPodVolumesMigrated(t *testing.T) {
 			continue
 		}
 		s := dv.Spec
-		if s.Driver != wantDriver[v.Name] || s.Ephemeral || s.MigratedFrom == "" || s.Name != cache.CSIVolumeName(s.Driver, s.VolumeHandle) {
+		if s.Driver != wantDriver[v.Name] || s.Ephemeral || s.MigratedFrom == "" || s.Name != podvol.CSIVolumeName(s.Driver, s.VolumeHandle) {
 			t.Errorf("%s: spec = %+v", v.Name, s)
 		}
 		if _, err := ondisk.PodVolumeDir("/root", types.UID("uid"), ondisk.VolumeDirName(&s, dv.Volume)); err != nil {
@@ -361,7 +361,7 @@ func TestMigratedOperationMetric(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := cache.VolumeSpec{Driver: gcePD, Mode: cache.Filesystem}
+	spec := podvol.VolumeSpec{Driver: gcePD, Mode: podvol.Filesystem}
 	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpPublish}, Spec: spec})
 	spec.MigratedFrom = "kubernetes.io/gce-pd"
 	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpPublish}, Spec: spec})
@@ -414,9 +414,9 @@ func TestMigratedRestartReconstructs(t *testing.T) {
 
 	vm2, stop2 := startVM(t, client, root, drv)
 	defer stop2()
-	want := []cache.UniqueVolumeName{
-		cache.CSIVolumeName(gcePD, "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-1"),
-		cache.CSIVolumeName(gcePD, "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-2"),
+	want := []podvol.UniqueVolumeName{
+		podvol.CSIVolumeName(gcePD, "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-1"),
+		podvol.CSIVolumeName(gcePD, "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-2"),
 	}
 	if got := knownVolumes(vm2); !slices.Equal(got, want) {
 		t.Fatalf("volumes in use after the restart = %v, want %v", got, want)

@@ -16,8 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // nfsMounts lists the fake mount table's nfs mounts as "device -> path
@@ -68,7 +68,7 @@ func TestNFSVolumes(t *testing.T) {
 	if diff := cmp.Diff(want, nfsMounts(m, e.root)); diff != "" {
 		t.Errorf("nfs mounts (-want +got):\n%s", diff)
 	}
-	got := map[string]cache.MountedVolume{}
+	got := map[string]podvol.MountedVolume{}
 	for _, v := range e.vm.GetMountedVolumesForPod(pod.UID) {
 		got[v.SpecName] = v
 	}
@@ -77,7 +77,7 @@ func TestNFSVolumes(t *testing.T) {
 		ro        bool
 	}{{"share", "share", true}, {"home", home, false}, {"legacy", legacy, true}} {
 		v := got[w.spec]
-		wantName := cache.UniqueVolumeName("kubernetes.io/nfs/" + string(pod.UID) + "-" + w.dir)
+		wantName := podvol.UniqueVolumeName("kubernetes.io/nfs/" + string(pod.UID) + "-" + w.dir)
 		if v.Name != wantName || v.Plugin != "kubernetes.io/nfs" || v.Path != filepath.Join(e.root, dir, w.dir) || v.ReadOnly != w.ro {
 			t.Errorf("mounted %s = %+v; want %s at %s, read-only %v", w.spec, v, wantName, filepath.Join(e.root, dir, w.dir), w.ro)
 		}
@@ -182,8 +182,8 @@ func TestNFSAfterRestart(t *testing.T) {
 	e2 := newEnv(t, envOptions{root: e.root, mounter: m})
 	eventually(t, "reconstruction", e2.vm.statesSynced.Load)
 	for _, pod := range []*v1.Pod{kept, gone} {
-		name := cache.UniqueVolumeName("kubernetes.io/nfs/" + string(pod.UID) + "-share")
-		if v, ok := e2.vm.asw.Volume(name); !ok || v.Pods[pod.UID].State != cache.Mounted {
+		name := podvol.UniqueVolumeName("kubernetes.io/nfs/" + string(pod.UID) + "-share")
+		if v, ok := e2.vm.asw.Volume(name); !ok || v.Pods[pod.UID].State != podvol.Mounted {
 			t.Errorf("found on disk: %s = %+v, %v; want Mounted", name, v, ok)
 		}
 	}

@@ -9,8 +9,8 @@ import (
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 
-	vcache "github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // TestNoCSIDriverWaitError: a pod whose volume's driver has no CSIDriver
@@ -76,7 +76,7 @@ func TestNoCSIDriverSELinux(t *testing.T) {
 		driver string
 		want   bool
 	}{{csitest.DefaultDriverName, false}, {"other.example.com", true}} {
-		got, err := r.seLinuxSupport(&vcache.VolumeSpec{Driver: tt.driver})
+		got, err := r.seLinuxSupport(&podvol.VolumeSpec{Driver: tt.driver})
 		if err != nil || got != tt.want {
 			t.Errorf("seLinuxSupport(%s) = %v, %v; want %v", tt.driver, got, err, tt.want)
 		}

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
-	vcache "github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // errNoNode says the node's own Node object is not known (yet): a PV's
@@ -86,17 +86,17 @@ func (vm *VolumeManager) nodeInformer() (informers.SharedInformerFactory, func()
 // old's (nil: none) did not: a volume of a plugin that waits for the
 // attach/detach controller's word there (a flexVolume driver that
 // attaches) is tried again at once, not when its backoff ends.
-func newlyAttached(old, n *v1.Node) []vcache.UniqueVolumeName {
+func newlyAttached(old, n *v1.Node) []podvol.UniqueVolumeName {
 	had := map[v1.UniqueVolumeName]bool{}
 	if old != nil {
 		for _, av := range old.Status.VolumesAttached {
 			had[av.Name] = true
 		}
 	}
-	var out []vcache.UniqueVolumeName
+	var out []podvol.UniqueVolumeName
 	for _, av := range n.Status.VolumesAttached {
 		if !had[av.Name] {
-			out = append(out, vcache.UniqueVolumeName(av.Name))
+			out = append(out, podvol.UniqueVolumeName(av.Name))
 		}
 	}
 	return out

@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )
 
@@ -135,7 +135,7 @@ func TestResolvePVOfEachKind(t *testing.T) {
 				t.Fatalf("resolved %+v, errors %v", resolved, errs)
 			}
 			spec := resolved[0].Spec
-			if spec.Name != cache.UniqueVolumeName(tt.wantName) || spec.Ephemeral != tt.ephemeral || spec.PVName != "pv-1" || spec.PVSource == nil || spec.Claim != "ns/c" {
+			if spec.Name != podvol.UniqueVolumeName(tt.wantName) || spec.Ephemeral != tt.ephemeral || spec.PVName != "pv-1" || spec.PVSource == nil || spec.Claim != "ns/c" {
 				t.Errorf("spec = %+v, want name %s, ephemeral %v, with the PV's name, source and claim", spec, tt.wantName, tt.ephemeral)
 			}
 		})

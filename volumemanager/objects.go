@@ -8,8 +8,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/podcert"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
@@ -81,7 +81,7 @@ func (r *resolver) pvObjects(pod *v1.Pod) []objectcache.Ref {
 	return out
 }
 
-// objectHolder is the holder name of a pod in the object cache.
+// objectHolder is the holder name of a pod in the object podvol.
 func objectHolder(uid types.UID) string { return string(uid) }
 
 // republishChanged marks for republishing the pod's Mounted volumes whose
@@ -143,14 +143,14 @@ func (l *loop) podContentChanged(uid types.UID) {
 	}
 	for _, name := range pod.Volumes {
 		spec, ok := l.dsw.Spec(name)
-		if !ok || spec.PluginName() == cache.CSIPluginName {
+		if !ok || spec.PluginName() == podvol.CSIPluginName {
 			continue
 		}
 		if caps, err := l.capabilities(&spec); err != nil || !caps.Republish {
 			continue
 		}
 		if actual, ok := l.asw.Volume(name); ok {
-			if pm, ok := actual.Pods[uid]; ok && pm.State == cache.Mounted {
+			if pm, ok := actual.Pods[uid]; ok && pm.State == podvol.Mounted {
 				l.vol(name).markRepublish(uid)
 			}
 		}
@@ -160,12 +160,12 @@ func (l *loop) podContentChanged(uid types.UID) {
 
 // republishPodVolume marks pod uid's volume name for publishing again if
 // it is Mounted and its plugin republishes it, and plans the volume.
-func (l *loop) republishPodVolume(uid types.UID, name cache.UniqueVolumeName) {
+func (l *loop) republishPodVolume(uid types.UID, name podvol.UniqueVolumeName) {
 	actual, ok := l.asw.Volume(name)
 	if !ok {
 		return
 	}
-	if pm, ok := actual.Pods[uid]; !ok || pm.State != cache.Mounted {
+	if pm, ok := actual.Pods[uid]; !ok || pm.State != podvol.Mounted {
 		return
 	}
 	if caps, err := l.capabilities(&actual.Spec); err != nil || !caps.Republish {
@@ -189,7 +189,7 @@ func (l *loop) podCredentialsChanged(pods map[types.UID]struct{}) {
 // asks it.
 type podCertificates struct{ m *podcert.Manager }
 
-func (p podCertificates) Credentials(ctx context.Context, pod cache.PodRef, volume string, sourceIndex int, src *v1.PodCertificateProjection) (key, chain []byte, err error) {
+func (p podCertificates) Credentials(ctx context.Context, pod podvol.PodRef, volume string, sourceIndex int, src *v1.PodCertificateProjection) (key, chain []byte, err error) {
 	c, err := p.m.Credentials(ctx, podcert.Request{Pod: pod, Volume: volume, SourceIndex: sourceIndex, Source: src})
 	return c.PrivateKey, c.CertificateChain, err
 }

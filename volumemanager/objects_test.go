@@ -19,16 +19,16 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	fakeclock "k8s.io/utils/clock/testing"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/configmap"
 )
 
 // configPlugin claims configMap volumes, republishes them (as the kubelet
 // remounts them) and writes, as its SetUp, the configMap's data it reads
-// from the object cache.
+// from the object podvol.
 type configPlugin struct {
 	objects *objectcache.Cache
 	mu      sync.Mutex
@@ -37,7 +37,7 @@ type configPlugin struct {
 
 func (p *configPlugin) Name() string                 { return "example.com/config" }
 func (p *configPlugin) CanSupport(v *v1.Volume) bool { return v.ConfigMap != nil }
-func (p *configPlugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
+func (p *configPlugin) Capabilities(*podvol.VolumeSpec) (volume.Capabilities, error) {
 	return volume.Capabilities{Republish: true}, nil
 }
 func (p *configPlugin) TearDown(context.Context, volume.MountRequest) error { return nil }
@@ -207,7 +207,7 @@ func TestObjectCreatedLateSetsUpAtOnce(t *testing.T) {
 	pod := csitest.Pod("ns", "web", csitest.WithVolume(v1.Volume{Name: "conf", VolumeSource: v1.VolumeSource{
 		ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "late"}}}}, false))
 	e.vm.AddPod(pod)
-	name := cache.UniqueVolumeName(configmap.PluginName + "/" + string(pod.UID) + "-conf")
+	name := podvol.UniqueVolumeName(configmap.PluginName + "/" + string(pod.UID) + "-conf")
 	eventually(t, "the volume backing off", func() bool { until, _ := backoffUntil(e.vm, name); return !until.IsZero() })
 	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "late"}, Data: map[string]string{"mode": "one"}}
 	if _, err := e.client.CoreV1().ConfigMaps("ns").Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
@@ -223,7 +223,7 @@ func TestObjectCreatedLateSetsUpAtOnce(t *testing.T) {
 // backoffUntil returns when the volume's backoff ends (the zero time when
 // it has none) and the failure it backs off from, read on the loop's
 // goroutine.
-func backoffUntil(vm *VolumeManager, name cache.UniqueVolumeName) (until time.Time, lastErr error) {
+func backoffUntil(vm *VolumeManager, name podvol.UniqueVolumeName) (until time.Time, lastErr error) {
 	done := make(chan struct{})
 	vm.inspect <- func(l *loop) {
 		for _, e := range l.backoff.Volume(name) {
@@ -250,7 +250,7 @@ func TestObjectDeletedWhileMounted(t *testing.T) {
 	if err := e.client.CoreV1().ConfigMaps("ns").Delete(ctx, "settings", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	name := cache.UniqueVolumeName("kubernetes.io/configmap/" + string(pod.UID) + "-conf")
+	name := podvol.UniqueVolumeName("kubernetes.io/configmap/" + string(pod.UID) + "-conf")
 	eventually(t, "the republish of the deleted configMap failing", func() bool { until, _ := backoffUntil(e.vm, name); return !until.IsZero() })
 	if got := read(); got != "one" {
 		t.Errorf("the file after the configMap was deleted = %q, want the old content", got)

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/image"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
@@ -33,7 +33,7 @@ type nfsPlugin struct {
 
 func (p *nfsPlugin) Name() string                 { return p.name }
 func (p *nfsPlugin) CanSupport(v *v1.Volume) bool { return v.NFS != nil }
-func (p *nfsPlugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
+func (p *nfsPlugin) Capabilities(*podvol.VolumeSpec) (volume.Capabilities, error) {
 	return volume.Capabilities{}, nil
 }
 
@@ -150,7 +150,7 @@ type fakeClaimant struct {
 
 func (f fakeClaimant) Name() string                 { return f.name }
 func (f fakeClaimant) CanSupport(v *v1.Volume) bool { return f.claim(v) }
-func (f fakeClaimant) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
+func (f fakeClaimant) Capabilities(*podvol.VolumeSpec) (volume.Capabilities, error) {
 	return volume.Capabilities{}, nil
 }
 func (f fakeClaimant) SetUp(context.Context, volume.MountRequest) (string, error) { return "", nil }
@@ -318,7 +318,7 @@ func TestImageVolumeAfterRestart(t *testing.T) {
 		for _, n := range e2.vm.asw.VolumeNames() {
 			v, _ := e2.vm.asw.Volume(n)
 			for _, pm := range v.Pods {
-				if pm.State != cache.Mounted {
+				if pm.State != podvol.Mounted {
 					return false
 				}
 			}
@@ -343,14 +343,14 @@ func (p leavingNFS) Retake(context.Context, string, map[string]bool) bool      {
 // down through it once the pods are synced and none wants it.
 func TestReconstructPerPlugin(t *testing.T) {
 	nfs := &nfsPlugin{name: "example.com/nfs"}
-	spec := cache.VolumeSpec{Name: "example.com/nfs/uid-gone-share", Plugin: "example.com/nfs", Ephemeral: true, Mode: cache.Filesystem,
+	spec := podvol.VolumeSpec{Name: "example.com/nfs/uid-gone-share", Plugin: "example.com/nfs", Ephemeral: true, Mode: podvol.Filesystem,
 		Source: &v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nfs.example", Path: "/export"}}}
 	found := volume.Found{Attempted: 1, Mounts: []volume.FoundMount{{
-		Spec: spec, Volume: cache.PodVolume{Pod: cache.PodRef{UID: "uid-gone"}, SpecName: "share"}, Path: "/mnt/nfs/share", State: cache.Uncertain,
+		Spec: spec, Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: "uid-gone"}, SpecName: "share"}, Path: "/mnt/nfs/share", State: podvol.Uncertain,
 	}}}
 	e := newEnv(t, envOptions{plugins: []volume.Plugin{leavingNFS{nfsPlugin: nfs, found: found}}})
 	eventually(t, "reconstruction", e.vm.statesSynced.Load)
-	if v, ok := e.vm.asw.Volume(spec.Name); !ok || v.Pods["uid-gone"].State != cache.Uncertain {
+	if v, ok := e.vm.asw.Volume(spec.Name); !ok || v.Pods["uid-gone"].State != podvol.Uncertain {
 		t.Fatalf("actual state of %s = %+v, %v; want the pod mount found, Uncertain", spec.Name, v, ok)
 	}
 	if got := nfs.calls(); len(got) != 0 {

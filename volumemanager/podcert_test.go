@@ -26,8 +26,8 @@ import (
 	fakeclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume/projected"
 	"github.com/nodevol/nodevol/volumemanager/internal/podcert/podcerttest"
 )
@@ -175,7 +175,7 @@ func TestPodCertificateVolume(t *testing.T) {
 func TestPodCertificateDenied(t *testing.T) {
 	e, _, _, pod := certEnv(t, true)
 	e.vm.AddPod(pod)
-	name := cache.UniqueVolumeName(projected.PluginName + "/" + string(pod.UID) + "-certs")
+	name := podvol.UniqueVolumeName(projected.PluginName + "/" + string(pod.UID) + "-certs")
 	var lastErr error
 	eventually(t, "the denial reported", func() bool {
 		_, lastErr = backoffUntil(e.vm, name)

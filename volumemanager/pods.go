@@ -11,8 +11,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
@@ -27,7 +27,7 @@ type podTable struct {
 	resolver *resolver
 	clock    clock.Clock
 	// known are the pods added and not deleted, as last taken from the inbox.
-	known map[types.UID]cache.PodRef
+	known map[types.UID]podvol.PodRef
 	// unresolved says why a known pod is not (fully) in the desired state.
 	unresolved map[types.UID]string
 	// pending maps "namespace/claim" to the pods waiting for it, and
@@ -53,7 +53,7 @@ type podTable struct {
 func newPodTable(r *resolver, clk clock.Clock) *podTable {
 	return &podTable{
 		resolver: r, clock: clk,
-		known:      map[types.UID]cache.PodRef{},
+		known:      map[types.UID]podvol.PodRef{},
 		unresolved: map[types.UID]string{},
 		pending:    map[string]map[types.UID]struct{}{},
 		waiting:    map[types.UID][]string{},
@@ -75,14 +75,14 @@ func (t *podTable) forget(uid types.UID) {
 
 // waitForListers records a pod added before the informers have listed
 // what it refers to: it holds its mounts until it is resolved.
-func (t *podTable) waitForListers(uid types.UID, ref cache.PodRef) {
+func (t *podTable) waitForListers(uid types.UID, ref podvol.PodRef) {
 	t.known[uid] = ref
 	t.unresolved[uid] = "waiting for the informers to list PVCs, PVs and CSIDrivers"
 }
 
 // resolve resolves a pod into what the desired state takes (SetPod) and
 // records how far it got.
-func (t *podTable) resolve(pod *v1.Pod, logger klog.Logger) (ref cache.PodRef, wanted []string, resolved []state.DesiredVolume, errs map[string]error) {
+func (t *podTable) resolve(pod *v1.Pod, logger klog.Logger) (ref podvol.PodRef, wanted []string, resolved []state.DesiredVolume, errs map[string]error) {
 	uid := pod.UID
 	t.known[uid] = podRef(pod)
 	ref, wanted, resolved, errs = t.resolver.resolvePod(pod)

@@ -15,8 +15,8 @@ import (
 
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
@@ -99,7 +99,7 @@ func podVolumes(pod *v1.Pod, plugins *volume.Registry) []podVolume {
 
 // resolvePod resolves every pod volume that a plugin handles. wanted
 // lists them all by spec name; errs says why some could not be resolved.
-func (r *resolver) resolvePod(pod *v1.Pod) (ref cache.PodRef, wanted []string, resolved []state.DesiredVolume, errs map[string]error) {
+func (r *resolver) resolvePod(pod *v1.Pod) (ref podvol.PodRef, wanted []string, resolved []state.DesiredVolume, errs map[string]error) {
 	ref = podRef(pod)
 	errs = map[string]error{}
 	vols := podVolumes(pod, r.plugins)
@@ -145,8 +145,8 @@ func sameVolumeNames(resolved []state.DesiredVolume, dv state.DesiredVolume) []s
 	return names
 }
 
-func podRef(pod *v1.Pod) cache.PodRef {
-	return cache.PodRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, ServiceAccount: pod.Spec.ServiceAccountName}
+func podRef(pod *v1.Pod) podvol.PodRef {
+	return podvol.PodRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, ServiceAccount: pod.Spec.ServiceAccountName}
 }
 
 // resolveVolume resolves a pod volume with its plugin: a claim (to a PV of
@@ -154,7 +154,7 @@ func podRef(pod *v1.Pod) cache.PodRef {
 // CSI plugin's inline and migrated volumes (csiVolume), or a pod-scoped
 // volume of another plugin (pluginSpec).
 func (r *resolver) resolveVolume(pod *v1.Pod, v *podVolume) (state.DesiredVolume, error) {
-	pv := cache.PodVolume{SpecName: v.Name}
+	pv := podvol.PodVolume{SpecName: v.Name}
 	if sc := pod.Spec.SecurityContext; sc != nil {
 		pv.FSGroup = sc.FSGroup
 		pv.FSGroupOnRootMismatch = sc.FSGroupChangePolicy != nil && *sc.FSGroupChangePolicy == v1.FSGroupChangeOnRootMismatch
@@ -167,12 +167,12 @@ func (r *resolver) resolveVolume(pod *v1.Pod, v *podVolume) (state.DesiredVolume
 		pv.ReadOnly = v.PersistentVolumeClaim.ReadOnly
 	case v.Ephemeral != nil: // generic ephemeral volume: a PVC named after the pod and the volume
 		claim, owner = pod.Name+"-"+v.Name, pod
-	case v.plugin.Name() != cache.CSIPluginName:
+	case v.plugin.Name() != podvol.CSIPluginName:
 		spec := pluginSpec(pod, &v.Volume, v.plugin.Name())
 		if caps, err := v.plugin.Capabilities(&spec); err == nil && (caps.Attachable || caps.Stages) {
 			// Node-scoped, as the kubelet names an attachable or
 			// device-mountable inline volume: {plugin}/{specName}.
-			spec.Name, spec.Ephemeral = cache.UniqueVolumeName(spec.Plugin+"/"+v.Name), false
+			spec.Name, spec.Ephemeral = podvol.UniqueVolumeName(spec.Plugin+"/"+v.Name), false
 		}
 		if err := resolveSpec(v.plugin, pod, &spec); err != nil {
 			return state.DesiredVolume{}, err
@@ -193,7 +193,7 @@ func (r *resolver) resolveVolume(pod *v1.Pod, v *podVolume) (state.DesiredVolume
 // resolveSpec lets p complete and check spec for pod, when it is a
 // volume.SpecResolver: its error is final, unless it wraps
 // volume.ErrNotReady (what it needs, the Node, is not known yet).
-func resolveSpec(p volume.Plugin, pod *v1.Pod, spec *cache.VolumeSpec) error {
+func resolveSpec(p volume.Plugin, pod *v1.Pod, spec *podvol.VolumeSpec) error {
 	sr, ok := p.(volume.SpecResolver)
 	if !ok {
 		return nil
@@ -210,11 +210,11 @@ func resolveSpec(p volume.Plugin, pod *v1.Pod, spec *cache.VolumeSpec) error {
 // nor staged ({plugin}/{podUID}-{specName}), never attached or staged
 // (Ephemeral), with the pod volume's source for the plugin. resolveVolume
 // makes it node-scoped for a plugin that attaches or stages it.
-func pluginSpec(pod *v1.Pod, v *v1.Volume, plugin string) cache.VolumeSpec {
-	return cache.VolumeSpec{
-		Name:      cache.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", plugin, pod.UID, v.Name)),
+func pluginSpec(pod *v1.Pod, v *v1.Volume, plugin string) podvol.VolumeSpec {
+	return podvol.VolumeSpec{
+		Name:      podvol.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", plugin, pod.UID, v.Name)),
 		Plugin:    plugin,
-		Mode:      cache.Filesystem,
+		Mode:      podvol.Filesystem,
 		Ephemeral: true,
 		Source:    v.VolumeSource.DeepCopy(),
 	}
@@ -222,7 +222,7 @@ func pluginSpec(pod *v1.Pod, v *v1.Volume, plugin string) cache.VolumeSpec {
 
 // csiVolume resolves an inline CSI volume or an inline volume of a
 // migrated in-tree plugin.
-func (r *resolver) csiVolume(pod *v1.Pod, v *v1.Volume, asBlock bool, pv cache.PodVolume) (state.DesiredVolume, error) {
+func (r *resolver) csiVolume(pod *v1.Pod, v *v1.Volume, asBlock bool, pv podvol.PodVolume) (state.DesiredVolume, error) {
 	if v.CSI == nil { // an inline volume of a migrated in-tree plugin (the plugin's CanSupport)
 		spec, err := migratedInlineSpec(pod, v)
 		if err != nil {
@@ -240,11 +240,11 @@ func (r *resolver) csiVolume(pod *v1.Pod, v *v1.Volume, asBlock bool, pv cache.P
 	return state.DesiredVolume{Spec: inlineSpec(pod, v), Volume: pv}, nil
 }
 
-func checkMode(spec cache.VolumeSpec, asBlock bool) error {
+func checkMode(spec podvol.VolumeSpec, asBlock bool) error {
 	switch {
-	case asBlock && spec.Mode != cache.Block:
+	case asBlock && spec.Mode != podvol.Block:
 		return fmt.Errorf("volume has volumeMode %s, but is specified in volumeDevices", spec.Mode)
-	case !asBlock && spec.Mode == cache.Block:
+	case !asBlock && spec.Mode == podvol.Block:
 		return fmt.Errorf("volume has volumeMode %s, but is specified in volumeMounts", spec.Mode)
 	}
 	return nil
@@ -252,41 +252,41 @@ func checkMode(spec cache.VolumeSpec, asBlock bool) error {
 
 // claimSpec follows pod's PVC claim to its bound PV and resolves that.
 // owner, when set, must own the PVC (generic ephemeral volumes).
-func (r *resolver) claimSpec(pod *v1.Pod, claim string, owner *v1.Pod) (cache.VolumeSpec, error) {
+func (r *resolver) claimSpec(pod *v1.Pod, claim string, owner *v1.Pod) (podvol.VolumeSpec, error) {
 	ns := pod.Namespace
 	// The lister's key is namespace/name: a slash in either would find
 	// another namespace's claim (pod namespace a, claim b/c: claim c of
 	// namespace a/b). The API server allows neither in a PVC; pods added
 	// by the agent are not validated.
 	if strings.Contains(ns, "/") || strings.Contains(claim, "/") {
-		return cache.VolumeSpec{}, fmt.Errorf("PVC %s/%s: invalid namespace or claim name (contains \"/\")", ns, claim)
+		return podvol.VolumeSpec{}, fmt.Errorf("PVC %s/%s: invalid namespace or claim name (contains \"/\")", ns, claim)
 	}
 	pvc, err := r.pvcs.PersistentVolumeClaims(ns).Get(claim)
 	if apierrors.IsNotFound(err) {
-		return cache.VolumeSpec{}, marked{fmt.Errorf("PVC %s/%s not found", ns, claim), planner.ErrClaimPending}
+		return podvol.VolumeSpec{}, marked{fmt.Errorf("PVC %s/%s not found", ns, claim), planner.ErrClaimPending}
 	} else if err != nil {
-		return cache.VolumeSpec{}, fmt.Errorf("PVC %s/%s: %w", ns, claim, err)
+		return podvol.VolumeSpec{}, fmt.Errorf("PVC %s/%s: %w", ns, claim, err)
 	}
 	if owner != nil && !ownedBy(pvc, owner) {
-		return cache.VolumeSpec{}, fmt.Errorf("PVC %s/%s was not created for pod %s/%s (pod is not owner)", ns, claim, owner.Namespace, owner.Name)
+		return podvol.VolumeSpec{}, fmt.Errorf("PVC %s/%s was not created for pod %s/%s (pod is not owner)", ns, claim, owner.Namespace, owner.Name)
 	}
 	if pvc.DeletionTimestamp != nil {
-		return cache.VolumeSpec{}, fmt.Errorf("PVC %s/%s is being deleted", ns, claim)
+		return podvol.VolumeSpec{}, fmt.Errorf("PVC %s/%s is being deleted", ns, claim)
 	}
 	if pvc.Status.Phase != v1.ClaimBound || pvc.Spec.VolumeName == "" {
-		return cache.VolumeSpec{}, marked{fmt.Errorf("PVC %s/%s is not bound (phase %q)", ns, claim, pvc.Status.Phase), planner.ErrClaimPending}
+		return podvol.VolumeSpec{}, marked{fmt.Errorf("PVC %s/%s is not bound (phase %q)", ns, claim, pvc.Status.Phase), planner.ErrClaimPending}
 	}
 	pv, err := r.pvs.Get(pvc.Spec.VolumeName)
 	if apierrors.IsNotFound(err) {
-		return cache.VolumeSpec{}, fmt.Errorf("PV %s of PVC %s/%s not found", pvc.Spec.VolumeName, ns, claim)
+		return podvol.VolumeSpec{}, fmt.Errorf("PV %s of PVC %s/%s not found", pvc.Spec.VolumeName, ns, claim)
 	} else if err != nil {
-		return cache.VolumeSpec{}, fmt.Errorf("PV %s: %w", pvc.Spec.VolumeName, err)
+		return podvol.VolumeSpec{}, fmt.Errorf("PV %s: %w", pvc.Spec.VolumeName, err)
 	}
 	if pv.Spec.ClaimRef == nil {
-		return cache.VolumeSpec{}, fmt.Errorf("PV %s is not yet bound to PVC %s/%s", pv.Name, ns, claim)
+		return podvol.VolumeSpec{}, fmt.Errorf("PV %s is not yet bound to PVC %s/%s", pv.Name, ns, claim)
 	}
 	if pv.Spec.ClaimRef.UID != pvc.UID {
-		return cache.VolumeSpec{}, fmt.Errorf("PV %s is bound to a different claim (uid %q, PVC %s/%s has %q)", pv.Name, pv.Spec.ClaimRef.UID, ns, claim, pvc.UID)
+		return podvol.VolumeSpec{}, fmt.Errorf("PV %s is bound to a different claim (uid %q, PVC %s/%s has %q)", pv.Name, pv.Spec.ClaimRef.UID, ns, claim, pvc.UID)
 	}
 	return r.volumeSpec(pod, pv)
 }
@@ -298,19 +298,19 @@ func (r *resolver) claimSpec(pod *v1.Pod, claim string, owner *v1.Pod) (cache.Vo
 // the plugin attaches or stages it (node-scoped), else
 // {plugin}/{podUID}-{pvName}, with the mount options the kubelet's in-tree
 // plugins read (inTreeMountOptions).
-func (r *resolver) volumeSpec(pod *v1.Pod, pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
+func (r *resolver) volumeSpec(pod *v1.Pod, pv *v1.PersistentVolume) (podvol.VolumeSpec, error) {
 	if pv.Spec.NodeAffinity != nil && pv.Spec.NodeAffinity.Required != nil {
 		if r.node == nil {
-			return cache.VolumeSpec{}, fmt.Errorf("PV %s: node affinity: %w", pv.Name, errNoNode)
+			return podvol.VolumeSpec{}, fmt.Errorf("PV %s: node affinity: %w", pv.Name, errNoNode)
 		}
 		node, err := r.node()
 		if err != nil {
-			return cache.VolumeSpec{}, fmt.Errorf("PV %s: node affinity: %w", pv.Name, err)
+			return podvol.VolumeSpec{}, fmt.Errorf("PV %s: node affinity: %w", pv.Name, err)
 		}
 		// Not final, as in the kubelet, which retries the mount: the
 		// node's labels may change, and the pod is resolved again then.
 		if err := checkNodeAffinity(pv, node); err != nil {
-			return cache.VolumeSpec{}, err
+			return podvol.VolumeSpec{}, err
 		}
 	}
 	if pv.Spec.CSI != nil || migratedPVPlugin(pv) != "" {
@@ -318,14 +318,14 @@ func (r *resolver) volumeSpec(pod *v1.Pod, pv *v1.PersistentVolume) (cache.Volum
 	}
 	p, err := r.plugins.ForPV(pv)
 	if err != nil {
-		return cache.VolumeSpec{}, marked{err, planner.ErrUnknownSource}
+		return podvol.VolumeSpec{}, marked{err, planner.ErrUnknownSource}
 	}
 	spec := pvCommon(pv)
 	spec.MountOptions = inTreeMountOptions(pv)
 	spec.Plugin, spec.PVSource, spec.Ephemeral = p.Name(), pv.Spec.PersistentVolumeSource.DeepCopy(), true
-	spec.Name = cache.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", spec.Plugin, pod.UID, pv.Name))
+	spec.Name = podvol.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", spec.Plugin, pod.UID, pv.Name))
 	if caps, err := p.Capabilities(&spec); err == nil && (caps.Attachable || caps.Stages) {
-		spec.Name, spec.Ephemeral = cache.UniqueVolumeName(spec.Plugin+"/"+pv.Name), false
+		spec.Name, spec.Ephemeral = podvol.UniqueVolumeName(spec.Plugin+"/"+pv.Name), false
 	}
 	return spec, resolveSpec(p, pod, &spec)
 }
@@ -341,44 +341,44 @@ func ownedBy(pvc *v1.PersistentVolumeClaim, pod *v1.Pod) bool {
 
 // pvSpec turns a CSI PV, or an in-tree PV that CSI migration translates,
 // into a VolumeSpec.
-func pvSpec(pv *v1.PersistentVolume) (cache.VolumeSpec, error) {
+func pvSpec(pv *v1.PersistentVolume) (podvol.VolumeSpec, error) {
 	src := pv.Spec.CSI
 	if src == nil {
 		return migratedPVSpec(pv)
 	}
 	if src.Driver == "" || src.VolumeHandle == "" {
-		return cache.VolumeSpec{}, fmt.Errorf("PV %s: csi.driver and csi.volumeHandle must be set", pv.Name)
+		return podvol.VolumeSpec{}, fmt.Errorf("PV %s: csi.driver and csi.volumeHandle must be set", pv.Name)
 	}
 	// The unique name is {driver}^{handle}: a "^" in the driver would let
 	// two volumes share it (driver a^b, handle c and driver a, handle b^c),
 	// and the desired state would give one's pods the other's spec.
 	if err := csi.ValidateDriverName(src.Driver); err != nil {
-		return cache.VolumeSpec{}, fmt.Errorf("PV %s: %w", pv.Name, err)
+		return podvol.VolumeSpec{}, fmt.Errorf("PV %s: %w", pv.Name, err)
 	}
 	spec := pvCommon(pv)
-	spec.Name = cache.CSIVolumeName(src.Driver, src.VolumeHandle)
+	spec.Name = podvol.CSIVolumeName(src.Driver, src.VolumeHandle)
 	spec.Driver, spec.VolumeHandle, spec.FSType, spec.ReadOnly, spec.Attributes = src.Driver, src.VolumeHandle, src.FSType, src.ReadOnly, src.VolumeAttributes
 	if r := src.NodeStageSecretRef; r != nil {
-		spec.NodeStageSecret = &cache.SecretRef{Namespace: r.Namespace, Name: r.Name}
+		spec.NodeStageSecret = &podvol.SecretRef{Namespace: r.Namespace, Name: r.Name}
 	}
 	if r := src.NodePublishSecretRef; r != nil {
-		spec.NodePublishSecret = &cache.SecretRef{Namespace: r.Namespace, Name: r.Name}
+		spec.NodePublishSecret = &podvol.SecretRef{Namespace: r.Namespace, Name: r.Name}
 	}
 	if r := src.NodeExpandSecretRef; r != nil {
-		spec.NodeExpandSecret = &cache.SecretRef{Namespace: r.Namespace, Name: r.Name}
+		spec.NodeExpandSecret = &podvol.SecretRef{Namespace: r.Namespace, Name: r.Name}
 	}
 	return spec, nil
 }
 
 // pvCommon is what a PV's spec holds whatever its plugin: its name,
 // claim, mode, access modes, mount options and GID annotation.
-func pvCommon(pv *v1.PersistentVolume) cache.VolumeSpec {
-	spec := cache.VolumeSpec{PVName: pv.Name, Mode: cache.Filesystem, MountOptions: pv.Spec.MountOptions, GID: pv.Annotations[volumeGIDAnnotation]}
+func pvCommon(pv *v1.PersistentVolume) podvol.VolumeSpec {
+	spec := podvol.VolumeSpec{PVName: pv.Name, Mode: podvol.Filesystem, MountOptions: pv.Spec.MountOptions, GID: pv.Annotations[volumeGIDAnnotation]}
 	if r := pv.Spec.ClaimRef; r != nil {
 		spec.Claim = r.Namespace + "/" + r.Name
 	}
 	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == v1.PersistentVolumeBlock {
-		spec.Mode = cache.Block
+		spec.Mode = podvol.Block
 	}
 	if len(pv.Spec.AccessModes) > 0 {
 		spec.AccessMode = string(pv.Spec.AccessModes[0])
@@ -414,19 +414,19 @@ const volumeGIDAnnotation = "pv.beta.kubernetes.io/gid"
 
 // inlineVolumeName is the unique name of a pod's inline CSI volume, the
 // kubelet's: {plugin}/{podUID}-{specName}.
-func inlineVolumeName(uid types.UID, specName string) cache.UniqueVolumeName {
-	return cache.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", cache.CSIPluginName, uid, specName))
+func inlineVolumeName(uid types.UID, specName string) podvol.UniqueVolumeName {
+	return podvol.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", podvol.CSIPluginName, uid, specName))
 }
 
 // inlineSpec is the spec of an inline (ephemeral) CSI volume: pod-scoped,
 // with the kubelet's handle, csi- + sha256(podUID + specName).
-func inlineSpec(pod *v1.Pod, v *v1.Volume) cache.VolumeSpec {
+func inlineSpec(pod *v1.Pod, v *v1.Volume) podvol.VolumeSpec {
 	sum := sha256.Sum256([]byte(string(pod.UID) + v.Name))
-	spec := cache.VolumeSpec{
+	spec := podvol.VolumeSpec{
 		Name:         inlineVolumeName(pod.UID, v.Name),
 		Driver:       v.CSI.Driver,
 		VolumeHandle: "csi-" + hex.EncodeToString(sum[:]),
-		Mode:         cache.Filesystem,
+		Mode:         podvol.Filesystem,
 		Attributes:   v.CSI.VolumeAttributes,
 		Ephemeral:    true,
 		// The kubelet publishes inline volumes as ReadWriteOnce.
@@ -439,7 +439,7 @@ func inlineSpec(pod *v1.Pod, v *v1.Volume) cache.VolumeSpec {
 		spec.ReadOnly = *v.CSI.ReadOnly
 	}
 	if r := v.CSI.NodePublishSecretRef; r != nil {
-		spec.NodePublishSecret = &cache.SecretRef{Namespace: pod.Namespace, Name: r.Name}
+		spec.NodePublishSecret = &podvol.SecretRef{Namespace: pod.Namespace, Name: r.Name}
 	}
 	return spec
 }

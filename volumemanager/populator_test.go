@@ -14,11 +14,11 @@ import (
 	k8scache "k8s.io/client-go/tools/cache"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/objectcache"
 	"github.com/nodevol/nodevol/internal/tokens"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -113,7 +113,7 @@ func TestResolveRefusesInvalidDriverNames(t *testing.T) {
 		t.Errorf("PV with driver d.example.com^x: resolved %+v, errors %v; want an error naming the PV", resolved, errs)
 	}
 	_, _, resolved, errs = r.resolvePod(podWithVolumes("uid-b", "ns", claimVolume("vol", "claim-b")))
-	if len(errs) != 0 || len(resolved) != 1 || resolved[0].Spec.Name != cache.CSIVolumeName("d.example.com", "x^h") {
+	if len(errs) != 0 || len(resolved) != 1 || resolved[0].Spec.Name != podvol.CSIVolumeName("d.example.com", "x^h") {
 		t.Errorf("PV with driver d.example.com: resolved %+v, errors %v", resolved, errs)
 	}
 

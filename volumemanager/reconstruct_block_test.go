@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // TestReconstructBlockPublishes: a raw block volume published for a pod
@@ -95,7 +95,7 @@ func TestReconstructBlockPublishes(t *testing.T) {
 			got := reconstruct(context.Background(), root, recovery{BootID: "boot-1", MountPoints: map[string]bool{}})
 			var pods []string
 			for _, m := range got.Mounts {
-				if m.State != cache.Uncertain || m.Spec.Mode != cache.Block || m.Spec.VolumeHandle != "h-raw" || m.Spec.PVName != spec {
+				if m.State != podvol.Uncertain || m.Spec.Mode != podvol.Block || m.Spec.VolumeHandle != "h-raw" || m.Spec.PVName != spec {
 					t.Errorf("found %+v, want an Uncertain block mount of %s", m, spec)
 				}
 				pods = append(pods, string(m.Volume.Pod.UID))
@@ -103,7 +103,7 @@ func TestReconstructBlockPublishes(t *testing.T) {
 			if len(pods) != len(tc.wantPods) || len(pods) > 0 && pods[0] != tc.wantPods[0] {
 				t.Errorf("found pod mounts of %v, want %v", pods, tc.wantPods)
 			}
-			if len(tc.wantPods) > 0 && (len(got.Devices) != 1 || got.Devices[0].Spec.Name != cache.CSIVolumeName("d.example.com", "h-raw")) {
+			if len(tc.wantPods) > 0 && (len(got.Devices) != 1 || got.Devices[0].Spec.Name != podvol.CSIVolumeName("d.example.com", "h-raw")) {
 				t.Errorf("found devices %+v, want the volume's", got.Devices)
 			}
 			if tc.wantGone != "" {

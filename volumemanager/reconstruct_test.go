@@ -14,9 +14,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -108,8 +108,8 @@ func TestRestartReconstructs(t *testing.T) {
 
 	vm2, stop2 := startVM(t, client, root, drv)
 	defer stop2()
-	nameA, nameB := cache.CSIVolumeName(drv.DriverName(), "handle-a"), cache.CSIVolumeName(drv.DriverName(), "handle-b")
-	if got := knownVolumes(vm2); !slices.Equal(got, []cache.UniqueVolumeName{nameA, nameB}) {
+	nameA, nameB := podvol.CSIVolumeName(drv.DriverName(), "handle-a"), podvol.CSIVolumeName(drv.DriverName(), "handle-b")
+	if got := knownVolumes(vm2); !slices.Equal(got, []podvol.UniqueVolumeName{nameA, nameB}) {
 		t.Fatalf("volumes in use after the restart = %v, want both", got)
 	}
 	vm2.AddPod(podA)
@@ -138,7 +138,7 @@ func TestRestartReconstructs(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "pod b's volume unstaged", func() bool {
-		return slices.Equal(knownVolumes(vm2), []cache.UniqueVolumeName{nameA})
+		return slices.Equal(knownVolumes(vm2), []podvol.UniqueVolumeName{nameA})
 	})
 	if got := drv.StagedVolumes(); !slices.Equal(got, []string{"handle-a"}) {
 		t.Errorf("staged volumes = %v, want only handle-a", got)
@@ -156,7 +156,7 @@ func TestRestartReconstructs(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(corrupt, ondisk.VolumeDataFile)); err != nil {
 		t.Errorf("the unreadable volume directory was touched: %v", err)
 	}
-	if vols := vm2.GetMountedVolumesForPod(podA.UID); len(vols) != 1 || vols[0].State != cache.Mounted {
+	if vols := vm2.GetMountedVolumesForPod(podA.UID); len(vols) != 1 || vols[0].State != podvol.Mounted {
 		t.Errorf("pod a's volumes = %+v, want one Mounted", vols)
 	}
 }
@@ -170,7 +170,7 @@ func TestReconstructedSpec(t *testing.T) {
 		name     string
 		data     ondisk.VolumeData
 		dir      string
-		wantName cache.UniqueVolumeName
+		wantName podvol.UniqueVolumeName
 		wantPV   string
 		wantEph  bool
 	}{
@@ -178,14 +178,14 @@ func TestReconstructedSpec(t *testing.T) {
 			name:     "persistent",
 			data:     ondisk.VolumeData{SpecVolID: "pv-1", VolumeHandle: "h", DriverName: "d.example.com", VolumeLifecycleMode: "Persistent"},
 			dir:      "pv-1",
-			wantName: cache.CSIVolumeName("d.example.com", "h"),
+			wantName: podvol.CSIVolumeName("d.example.com", "h"),
 			wantPV:   "pv-1",
 		},
 		{
 			name:     "no lifecycle mode (older kubelets): persistent",
 			data:     ondisk.VolumeData{VolumeHandle: "h", DriverName: "d.example.com"},
 			dir:      "pv-1",
-			wantName: cache.CSIVolumeName("d.example.com", "h"),
+			wantName: podvol.CSIVolumeName("d.example.com", "h"),
 			wantPV:   "pv-1",
 		},
 		{

@@ -7,8 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/duequeue"
+	"github.com/nodevol/nodevol/podvol"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )
@@ -55,7 +55,7 @@ type volumeRecord struct {
 // it is every desired pod's error, as the error of an operation that
 // failed "not ready" is, with no event; it is logged when it changes. The
 // pods' errors clear when their publish succeeds.
-func (l *loop) noteNotReady(name cache.UniqueVolumeName, rec *volumeRecord, desired []cache.PodVolume, err error) {
+func (l *loop) noteNotReady(name podvol.UniqueVolumeName, rec *volumeRecord, desired []podvol.PodVolume, err error) {
 	if err == nil {
 		rec.notReady = ""
 		return
@@ -70,7 +70,7 @@ func (l *loop) noteNotReady(name cache.UniqueVolumeName, rec *volumeRecord, desi
 }
 
 // vol returns the volume's record, creating it when missing.
-func (l *loop) vol(name cache.UniqueVolumeName) *volumeRecord {
+func (l *loop) vol(name podvol.UniqueVolumeName) *volumeRecord {
 	rec := l.vols[name]
 	if rec == nil {
 		rec = &volumeRecord{}
@@ -80,7 +80,7 @@ func (l *loop) vol(name cache.UniqueVolumeName) *volumeRecord {
 }
 
 // waitingOf says why the volume's due work waits, as the planner last said.
-func (l *loop) waitingOf(name cache.UniqueVolumeName) []string {
+func (l *loop) waitingOf(name podvol.UniqueVolumeName) []string {
 	if rec := l.vols[name]; rec != nil {
 		return rec.waiting
 	}
@@ -139,35 +139,35 @@ func (r *volumeRecord) empty() bool {
 // and when each one backing off is due (retries, which also wake Run's
 // select at the earliest).
 type volumeQueue struct {
-	dirty   map[cache.UniqueVolumeName]struct{}
-	retries *duequeue.Queue[cache.UniqueVolumeName]
+	dirty   map[podvol.UniqueVolumeName]struct{}
+	retries *duequeue.Queue[podvol.UniqueVolumeName]
 }
 
 func newVolumeQueue(c clock.Clock) volumeQueue {
-	return volumeQueue{dirty: map[cache.UniqueVolumeName]struct{}{}, retries: duequeue.New[cache.UniqueVolumeName](c)}
+	return volumeQueue{dirty: map[podvol.UniqueVolumeName]struct{}{}, retries: duequeue.New[podvol.UniqueVolumeName](c)}
 }
 
 // add makes a volume due now.
-func (q *volumeQueue) add(name cache.UniqueVolumeName) { q.dirty[name] = struct{}{} }
+func (q *volumeQueue) add(name podvol.UniqueVolumeName) { q.dirty[name] = struct{}{} }
 
 func (q *volumeQueue) len() int { return len(q.dirty) }
 
 // take returns the volumes due now in name order, and empties the queue:
 // the same events start the same operations in the same order (logs and
 // scenario scripts read the same).
-func (q *volumeQueue) take() []cache.UniqueVolumeName {
-	names := make([]cache.UniqueVolumeName, 0, len(q.dirty))
+func (q *volumeQueue) take() []podvol.UniqueVolumeName {
+	names := make([]podvol.UniqueVolumeName, 0, len(q.dirty))
 	for name := range q.dirty {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	q.dirty = map[cache.UniqueVolumeName]struct{}{}
+	q.dirty = map[podvol.UniqueVolumeName]struct{}{}
 	return names
 }
 
 // retryAt makes a volume due at t, when its earliest backoff ends; a zero
 // t: none does.
-func (q *volumeQueue) retryAt(name cache.UniqueVolumeName, t time.Time) { q.retries.Set(name, t) }
+func (q *volumeQueue) retryAt(name podvol.UniqueVolumeName, t time.Time) { q.retries.Set(name, t) }
 
 // due makes the volumes whose backoff has ended due now; the others stay
 // in retries, whose wake-up Run arms for the earliest.

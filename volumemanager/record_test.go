@@ -14,10 +14,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/internal/rootfs"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // plantPodVolume writes what a publish leaves in a pod volume directory:
@@ -65,21 +65,21 @@ func TestReconstructFromRecords(t *testing.T) {
 		noTable   bool   // the mount table could not be read
 		plant     string // a file written into mount/
 		wantFound bool
-		wantState cache.MountState
+		wantState podvol.MountState
 		wantDir   bool // the directory is still there
 	}{
-		{"no record (the kubelet's)", nil, true, false, "", true, cache.Uncertain, true},
-		{"published, still mounted", rec(ondisk.PhasePublished, "boot-1", 1), true, false, "", true, cache.Mounted, true},
-		{"published, mount table unknown", rec(ondisk.PhasePublished, "boot-1", 1), true, true, "", true, cache.Uncertain, true},
-		{"published, mount gone", rec(ondisk.PhasePublished, "boot-1", 1), false, false, "", true, cache.Uncertain, true},
-		{"publish in flight", rec(ondisk.PhasePublishing, "boot-1", 1), true, false, "", true, cache.Uncertain, true},
-		{"unpublish in flight", rec(ondisk.PhaseUnpublishing, "boot-1", 1), false, false, "", true, cache.Uncertain, true},
-		{"record of a newer nodevol", rec(ondisk.PhasePublished, "boot-1", 2), true, false, "", true, cache.Uncertain, true},
+		{"no record (the kubelet's)", nil, true, false, "", true, podvol.Uncertain, true},
+		{"published, still mounted", rec(ondisk.PhasePublished, "boot-1", 1), true, false, "", true, podvol.Mounted, true},
+		{"published, mount table unknown", rec(ondisk.PhasePublished, "boot-1", 1), true, true, "", true, podvol.Uncertain, true},
+		{"published, mount gone", rec(ondisk.PhasePublished, "boot-1", 1), false, false, "", true, podvol.Uncertain, true},
+		{"publish in flight", rec(ondisk.PhasePublishing, "boot-1", 1), true, false, "", true, podvol.Uncertain, true},
+		{"unpublish in flight", rec(ondisk.PhaseUnpublishing, "boot-1", 1), false, false, "", true, podvol.Uncertain, true},
+		{"record of a newer nodevol", rec(ondisk.PhasePublished, "boot-1", 2), true, false, "", true, podvol.Uncertain, true},
 		{"rebooted", rec(ondisk.PhasePublished, "boot-0", 1), false, false, "", false, 0, false},
 		{"rebooted mid-publish", rec(ondisk.PhasePublishing, "boot-0", 1), false, false, "", false, 0, false},
-		{"rebooted, yet mounted", rec(ondisk.PhasePublished, "boot-0", 1), true, false, "", true, cache.Uncertain, true},
-		{"rebooted, mount table unknown", rec(ondisk.PhasePublished, "boot-0", 1), false, true, "", true, cache.Uncertain, true},
-		{"rebooted, data in mount/", rec(ondisk.PhasePublished, "boot-0", 1), false, false, "data", true, cache.Uncertain, true},
+		{"rebooted, yet mounted", rec(ondisk.PhasePublished, "boot-0", 1), true, false, "", true, podvol.Uncertain, true},
+		{"rebooted, mount table unknown", rec(ondisk.PhasePublished, "boot-0", 1), false, true, "", true, podvol.Uncertain, true},
+		{"rebooted, data in mount/", rec(ondisk.PhasePublished, "boot-0", 1), false, false, "data", true, podvol.Uncertain, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -233,7 +233,7 @@ func TestRestartTrustsDoneRecords(t *testing.T) {
 	before := e.calls()
 	vm, stop := startVMBoot(t, e.client, e.root, e.drv, m, e.boot)
 	defer stop()
-	if vols := vm.GetMountedVolumesForPod(e.podA.UID); len(vols) != 1 || vols[0].State != cache.Mounted {
+	if vols := vm.GetMountedVolumesForPod(e.podA.UID); len(vols) != 1 || vols[0].State != podvol.Mounted {
 		t.Errorf("pod a's volumes right after the restart = %+v, want one Mounted", vols)
 	}
 	vm.AddPod(e.podA)

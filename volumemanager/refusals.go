@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
@@ -17,7 +17,7 @@ import (
 // and is logged, and recorded as an event on the pod in the kubelet's
 // words (refusalEvent), once; one that ended clears the pod's error, and
 // its publish starts.
-func (l *loop) noteRefusals(name cache.UniqueVolumeName, spec *cache.VolumeSpec, rec *volumeRecord, refused []planner.Refusal) {
+func (l *loop) noteRefusals(name podvol.UniqueVolumeName, spec *podvol.VolumeSpec, rec *volumeRecord, refused []planner.Refusal) {
 	old := rec.refused
 	if len(refused) == 0 && len(old) == 0 {
 		return
@@ -59,7 +59,7 @@ func (l *loop) noteRefusals(name cache.UniqueVolumeName, spec *cache.VolumeSpec,
 // its desired state, each of a pod's resolved volumes that is not in the
 // desired state yet and has a label its plugin would mount it with.
 func (l *loop) countSELinuxAdmitted(resolved []state.DesiredVolume) {
-	var seen map[cache.UniqueVolumeName]bool
+	var seen map[podvol.UniqueVolumeName]bool
 	for i := range resolved {
 		dv := &resolved[i]
 		if !dv.SELinuxAdmitted || seen[dv.Spec.Name] {
@@ -69,7 +69,7 @@ func (l *loop) countSELinuxAdmitted(resolved []state.DesiredVolume) {
 			continue
 		}
 		if seen == nil {
-			seen = map[cache.UniqueVolumeName]bool{}
+			seen = map[podvol.UniqueVolumeName]bool{}
 		}
 		seen[dv.Spec.Name] = true
 		l.metrics.seLinuxAdmitted(&dv.Spec)

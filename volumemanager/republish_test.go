@@ -15,8 +15,8 @@ import (
 	"k8s.io/mount-utils"
 	testclock "k8s.io/utils/clock/testing"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -77,7 +77,7 @@ type adoptPlugin struct {
 
 func (p *adoptPlugin) Name() string                 { return "example.com/secret" }
 func (p *adoptPlugin) CanSupport(v *v1.Volume) bool { return v.Secret != nil }
-func (p *adoptPlugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
+func (p *adoptPlugin) Capabilities(*podvol.VolumeSpec) (volume.Capabilities, error) {
 	return volume.Capabilities{Republish: true}, nil
 }
 func (p *adoptPlugin) TearDown(context.Context, volume.MountRequest) error { return nil }
@@ -89,9 +89,9 @@ func (p *adoptPlugin) SetUp(context.Context, volume.MountRequest) (string, error
 }
 func (p *adoptPlugin) Reconstruct(context.Context, volume.Recovery) volume.Found {
 	return volume.Found{Attempted: 1, Mounts: []volume.FoundMount{{
-		Spec:   cache.VolumeSpec{Name: cache.UniqueVolumeName(p.Name() + "/" + string(p.pod.UID) + "-creds"), Plugin: p.Name(), Mode: cache.Filesystem, Ephemeral: true},
-		Volume: cache.PodVolume{Pod: cache.PodRef{UID: p.pod.UID}, SpecName: "creds"},
-		Path:   "/secret", State: cache.Mounted,
+		Spec:   podvol.VolumeSpec{Name: podvol.UniqueVolumeName(p.Name() + "/" + string(p.pod.UID) + "-creds"), Plugin: p.Name(), Mode: podvol.Filesystem, Ephemeral: true},
+		Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: p.pod.UID}, SpecName: "creds"},
+		Path:   "/secret", State: podvol.Mounted,
 	}}}
 }
 func (p *adoptPlugin) Retake(context.Context, string, map[string]bool) bool { return false }

@@ -13,8 +13,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // By default (Config.ClusterInformers false) the node reads
@@ -89,11 +89,11 @@ func restrictedRefs(objects *objectcache.Cache, pod *v1.Pod) []objectcache.Ref {
 // attachmentHolder is the holder name of a volume waiting for its
 // VolumeAttachment in the object cache (a pod's is its UID, which has no
 // slash; a volume's unique name has one).
-func attachmentHolder(name cache.UniqueVolumeName) string { return "volume " + string(name) }
+func attachmentHolder(name podvol.UniqueVolumeName) string { return "volume " + string(name) }
 
 // holdAttachment makes volume name hold the VolumeAttachment va in the
 // object cache ("": none).
-func (vm *VolumeManager) holdAttachment(name cache.UniqueVolumeName, va string) {
+func (vm *VolumeManager) holdAttachment(name podvol.UniqueVolumeName, va string) {
 	if va == "" {
 		vm.objects.Release(attachmentHolder(name))
 		return

@@ -16,8 +16,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // sameClaimPod is a pod with claim "data" in two volumes, a and b
@@ -71,14 +71,14 @@ func TestSameClaimInTwoVolumes(t *testing.T) {
 			if req.GetTargetPath() != path {
 				t.Errorf("target path = %s, want %s", req.GetTargetPath(), path)
 			}
-			name := cache.CSIVolumeName(e.drv.DriverName(), "handle-data")
-			want := []cache.MountedVolume{
+			name := podvol.CSIVolumeName(e.drv.DriverName(), "handle-data")
+			want := []podvol.MountedVolume{
 				{Name: name, SpecName: "a", DirName: pvName, Path: path, ReadOnly: tt.roA},
 				{Name: name, SpecName: "b", DirName: pvName, Path: path, ReadOnly: tt.roB},
 			}
 			for _, list := range []struct {
 				what string
-				got  []cache.MountedVolume
+				got  []podvol.MountedVolume
 			}{
 				{"GetMountedVolumesForPod", e.vm.GetMountedVolumesForPod(pod.UID)},
 				{"GetPossiblyMountedVolumesForPod", e.vm.GetPossiblyMountedVolumesForPod(pod.UID)},

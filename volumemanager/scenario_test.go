@@ -23,9 +23,9 @@ import (
 	k8scache "k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/image"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
@@ -102,7 +102,7 @@ type scenario struct {
 	ops     map[int]startedOp
 	nextID  int
 	out     []string
-	held    map[cache.UniqueVolumeName]bool
+	held    map[podvol.UniqueVolumeName]bool
 	// selfAttach is Config.SelfAttach.
 	selfAttach bool
 	// reg holds the loops' metrics, across restarts.
@@ -122,7 +122,7 @@ func newScenario(t *testing.T) *scenario {
 		pvcs:    k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{k8scache.NamespaceIndex: k8scache.MetaNamespaceIndexFunc}),
 		pvs:     k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{}),
 		drivers: k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{}),
-		held:    map[cache.UniqueVolumeName]bool{},
+		held:    map[podvol.UniqueVolumeName]bool{},
 		reg:     prometheus.NewRegistry(),
 	}
 	s.in = newInbox()
@@ -133,7 +133,7 @@ func newScenario(t *testing.T) *scenario {
 // newLoop builds a loop as New does, on fresh caches.
 func (s *scenario) newLoop() {
 	var l *loop
-	s.dsw = state.NewDesiredStateOfWorld(func(n cache.UniqueVolumeName) { l.markDirty(n) })
+	s.dsw = state.NewDesiredStateOfWorld(func(n podvol.UniqueVolumeName) { l.markDirty(n) })
 	s.asw = state.NewActualStateOfWorld()
 	m, err := newMetrics(s.reg)
 	if err != nil {
@@ -151,7 +151,7 @@ func (s *scenario) newLoop() {
 		hooks: loopHooks{
 			start:          s.start,
 			expansionClaim: res.expansionClaim,
-			attachHeld:     func(name cache.UniqueVolumeName) bool { return s.held[name] },
+			attachHeld:     func(name podvol.UniqueVolumeName) bool { return s.held[name] },
 		},
 	}, s.in, newPodTable(res, s.clock))
 	s.ops = map[int]startedOp{}
@@ -165,7 +165,7 @@ type scenarioPlugin struct {
 	drivers storagelisters.CSIDriverLister
 }
 
-func (scenarioPlugin) Name() string                 { return cache.CSIPluginName }
+func (scenarioPlugin) Name() string                 { return podvol.CSIPluginName }
 func (scenarioPlugin) CanSupport(v *v1.Volume) bool { return v.PersistentVolumeClaim != nil }
 func (scenarioPlugin) SetUp(context.Context, volume.MountRequest) (string, error) {
 	return "", errors.New("the scripts record operations")
@@ -174,7 +174,7 @@ func (scenarioPlugin) TearDown(context.Context, volume.MountRequest) error {
 	return errors.New("the scripts record operations")
 }
 
-func (p scenarioPlugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, error) {
+func (p scenarioPlugin) Capabilities(spec *podvol.VolumeSpec) (volume.Capabilities, error) {
 	d, _ := p.drivers.Get(spec.Driver)
 	return volume.Capabilities{
 		Attachable: !spec.Ephemeral && (d == nil || d.Spec.AttachRequired == nil || *d.Spec.AttachRequired),
@@ -186,7 +186,7 @@ func (p scenarioPlugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilitie
 
 // AttachmentName names a volume's VolumeAttachment as the CSI plugin does
 // on node-1 (volume.AttachmentNamer).
-func (scenarioPlugin) AttachmentName(spec *cache.VolumeSpec) string {
+func (scenarioPlugin) AttachmentName(spec *podvol.VolumeSpec) string {
 	return csiplugin.AttachmentName(spec.VolumeHandle, spec.Driver, "node-1")
 }
 
@@ -201,11 +201,11 @@ func (s *scenario) start(a oe.Action, in opInput) {
 	s.out = append(s.out, line)
 }
 
-func short(n cache.UniqueVolumeName) string {
-	return strings.TrimPrefix(string(n), cache.CSIPluginName+"/")
+func short(n podvol.UniqueVolumeName) string {
+	return strings.TrimPrefix(string(n), podvol.CSIPluginName+"/")
 }
 
-func (s *scenario) action(a oe.Action, mode cache.VolumeMode) string {
+func (s *scenario) action(a oe.Action, mode podvol.VolumeMode) string {
 	out := a.Kind.NameFor(mode) + " " + short(a.Volume)
 	if a.Kind == oe.OpPublish || a.Kind == oe.OpUnpublish {
 		out += " pod=" + string(a.Pod.Pod.UID)
@@ -226,8 +226,8 @@ func (s *scenario) action(a oe.Action, mode cache.VolumeMode) string {
 	return out
 }
 
-func volName(claim string) cache.UniqueVolumeName {
-	return cache.CSIVolumeName("drv", "h-"+claim)
+func volName(claim string) podvol.UniqueVolumeName {
+	return podvol.CSIVolumeName("drv", "h-"+claim)
 }
 
 func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
@@ -507,7 +507,7 @@ func scenarioPod(name string, claims, block []string) *v1.Pod {
 // restart is a crash of the agent: the disk keeps what the plugin wrote
 // for everything that may be set up; a new loop reads it back.
 func (s *scenario) restart(ctx context.Context, t *testing.T, corrupt, noDevice []string, syncedEarly bool) {
-	skipDevice := map[cache.UniqueVolumeName]bool{}
+	skipDevice := map[podvol.UniqueVolumeName]bool{}
 	for _, n := range noDevice {
 		skipDevice[volName(n)] = true
 	}

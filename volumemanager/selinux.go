@@ -12,7 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // SELinux mount contexts, as the kubelet of Kubernetes 1.37 gives them
@@ -215,8 +215,8 @@ func containerSELinuxOptions(pod *v1.Pod, specNames ...string) []*v1.SELinuxOpti
 // mount any of the names must agree; the kubelet takes the label of the
 // containers of the first name it adds, and mounts the others' with it
 // whatever their label.
-func (r *resolver) seLinuxMount(pod *v1.Pod, specNames []string, spec cache.VolumeSpec) (seLinuxMount, error) {
-	if !r.seLinuxEnabled || spec.Mode == cache.Block {
+func (r *resolver) seLinuxMount(pod *v1.Pod, specNames []string, spec podvol.VolumeSpec) (seLinuxMount, error) {
+	if !r.seLinuxEnabled || spec.Mode == podvol.Block {
 		// A raw block volume has no mount, and the kubelet takes no
 		// label from volumeDevices.
 		return seLinuxMount{}, nil
@@ -241,7 +241,7 @@ func (r *resolver) seLinuxMount(pod *v1.Pod, specNames []string, spec cache.Volu
 // seLinuxSupport reports whether the volume's plugin mounts it with a
 // context: a CSI volume when its CSIDriver sets seLinuxMount (no CSIDriver:
 // no), another when its plugin's Capabilities say so.
-func (r *resolver) seLinuxSupport(spec *cache.VolumeSpec) (bool, error) {
+func (r *resolver) seLinuxSupport(spec *podvol.VolumeSpec) (bool, error) {
 	if spec.Plugin != "" {
 		p, err := r.plugins.ForVolume(spec.Name)
 		if err != nil {

@@ -12,7 +12,7 @@ import (
 
 	corelisters "k8s.io/client-go/listers/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -24,7 +24,7 @@ type fcLikePlugin struct{ seLinuxMount bool }
 func (fcLikePlugin) Name() string                              { return "example.com/fc" }
 func (fcLikePlugin) CanSupport(v *v1.Volume) bool              { return v.PersistentVolumeClaim != nil }
 func (fcLikePlugin) CanSupportPV(pv *v1.PersistentVolume) bool { return pv.Spec.FC != nil }
-func (p fcLikePlugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
+func (p fcLikePlugin) Capabilities(*podvol.VolumeSpec) (volume.Capabilities, error) {
 	return volume.Capabilities{SELinuxMount: p.seLinuxMount}, nil
 }
 func (fcLikePlugin) SetUp(context.Context, volume.MountRequest) (string, error) { return "", nil }

@@ -6,7 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 func TestSELinuxFileLabel(t *testing.T) {
@@ -118,21 +118,21 @@ func TestSELinuxMountContext(t *testing.T) {
 // labels: the CSI plugin with its driver after a slash, and the widest
 // access mode of the PV.
 func TestSELinuxMetricLabels(t *testing.T) {
-	pv := func(modes ...v1.PersistentVolumeAccessMode) cache.VolumeSpec {
-		return cache.VolumeSpec{PVName: "pv", Driver: "drv", AccessModes: modes}
+	pv := func(modes ...v1.PersistentVolumeAccessMode) podvol.VolumeSpec {
+		return podvol.VolumeSpec{PVName: "pv", Driver: "drv", AccessModes: modes}
 	}
 	for _, tc := range []struct {
 		name         string
-		spec         cache.VolumeSpec
+		spec         podvol.VolumeSpec
 		plugin, mode string
 	}{
-		{name: "inline CSI", spec: cache.VolumeSpec{Driver: "drv", AccessMode: "ReadWriteOnce"}, plugin: "kubernetes.io/csi/drv", mode: "inline"},
+		{name: "inline CSI", spec: podvol.VolumeSpec{Driver: "drv", AccessMode: "ReadWriteOnce"}, plugin: "kubernetes.io/csi/drv", mode: "inline"},
 		{name: "RWOP", spec: pv(v1.ReadWriteOncePod), plugin: "kubernetes.io/csi/drv", mode: "RWOP"},
 		{name: "RWO and RWOP", spec: pv(v1.ReadWriteOncePod, v1.ReadWriteOnce), plugin: "kubernetes.io/csi/drv", mode: "RWO"},
 		{name: "ROX over RWO", spec: pv(v1.ReadWriteOnce, v1.ReadOnlyMany), plugin: "kubernetes.io/csi/drv", mode: "ROX"},
 		{name: "RWX first", spec: pv(v1.ReadOnlyMany, v1.ReadWriteMany), plugin: "kubernetes.io/csi/drv", mode: "RWX"},
 		{name: "no access mode", spec: pv(), plugin: "kubernetes.io/csi/drv", mode: ""},
-		{name: "local PV", spec: cache.VolumeSpec{PVName: "pv", Plugin: "kubernetes.io/local-volume", AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}},
+		{name: "local PV", spec: podvol.VolumeSpec{PVName: "pv", Plugin: "kubernetes.io/local-volume", AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}},
 			plugin: "kubernetes.io/local-volume", mode: "RWO"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

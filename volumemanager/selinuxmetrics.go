@@ -7,8 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/promreg"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // seLinuxMetrics are the kubelet's volume_manager_selinux_* metrics, with
@@ -120,7 +120,7 @@ func (m *metrics) seLinuxProblem(p seLinuxProblem, failed bool, accessMode strin
 
 // seLinuxConflict counts a pod refused a volume for its SELinux context:
 // an error, the pod waits (a PV's; an inline volume has one pod).
-func (m *metrics) seLinuxConflict(spec *cache.VolumeSpec) {
+func (m *metrics) seLinuxConflict(spec *podvol.VolumeSpec) {
 	if m == nil || m.seLinux == nil {
 		return
 	}
@@ -129,7 +129,7 @@ func (m *metrics) seLinuxConflict(spec *cache.VolumeSpec) {
 
 // seLinuxAdmitted counts a volume that entered the desired state with a
 // label its plugin would mount it with.
-func (m *metrics) seLinuxAdmitted(spec *cache.VolumeSpec) {
+func (m *metrics) seLinuxAdmitted(spec *podvol.VolumeSpec) {
 	if m == nil || m.seLinux == nil {
 		return
 	}
@@ -139,17 +139,17 @@ func (m *metrics) seLinuxAdmitted(spec *cache.VolumeSpec) {
 // seLinuxPluginLabel is the kubelet's volume_plugin label of its SELinux
 // metrics: "kubernetes.io/csi/{driver}" for a CSI volume (a slash, not
 // volume_manager_total_volumes' colon), the plugin's name for another.
-func seLinuxPluginLabel(spec *cache.VolumeSpec) string {
+func seLinuxPluginLabel(spec *podvol.VolumeSpec) string {
 	if spec.Plugin != "" {
 		return spec.Plugin
 	}
-	return cache.CSIPluginName + "/" + spec.Driver
+	return podvol.CSIPluginName + "/" + spec.Driver
 }
 
 // accessModeLabel is the kubelet's access_mode label of its SELinux
 // metrics: "inline" for a volume that is no PV, else the widest of the
 // PV's access modes (RWX, then ROX, RWO, RWOP), "" for a PV with none.
-func accessModeLabel(spec *cache.VolumeSpec) string {
+func accessModeLabel(spec *podvol.VolumeSpec) string {
 	if spec.PVName == "" {
 		return "inline"
 	}

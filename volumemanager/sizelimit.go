@@ -15,8 +15,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/promreg"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
@@ -56,7 +56,7 @@ type SizeLimitConfig struct {
 // SizeLimitExceeded is one pod volume found over its size limit.
 type SizeLimitExceeded struct {
 	// Pod is the pod, Volume its name for the volume (pod.spec.volumes).
-	Pod    cache.PodRef
+	Pod    podvol.PodRef
 	Volume string
 	// Limit is the volume's size limit, as the pod gives it.
 	Limit resource.Quantity
@@ -110,7 +110,7 @@ func newSizeLimits(cfg Config) (*sizeLimits, error) {
 
 // observe takes one measurement of pod volume vol (volume name) whose
 // limit is limit (nil: none), and reports it if it has just gone over.
-func (s *sizeLimits) observe(ctx context.Context, name cache.UniqueVolumeName, vol cache.PodVolume, limit *resource.Quantity, used int64) {
+func (s *sizeLimits) observe(ctx context.Context, name podvol.UniqueVolumeName, vol podvol.PodVolume, limit *resource.Quantity, used int64) {
 	if s == nil || limit == nil {
 		return
 	}
@@ -154,9 +154,9 @@ func (s *sizeLimits) observe(ctx context.Context, name cache.UniqueVolumeName, v
 // due returns the pods whose volumes with a limit are mounted and were not
 // measured in the last period, and forgets the pod volumes no longer
 // mounted (the gauge counts them no more).
-func (s *sizeLimits) due(asw *state.ActualStateOfWorld, plugins *volume.Registry) map[types.UID][]cache.UniqueVolumeName {
+func (s *sizeLimits) due(asw *state.ActualStateOfWorld, plugins *volume.Registry) map[types.UID][]podvol.UniqueVolumeName {
 	now := s.clock.Now()
-	out := map[types.UID][]cache.UniqueVolumeName{}
+	out := map[types.UID][]podvol.UniqueVolumeName{}
 	mounted := map[oe.Key]bool{}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -170,7 +170,7 @@ func (s *sizeLimits) due(asw *state.ActualStateOfWorld, plugins *volume.Registry
 			continue
 		}
 		for uid, pm := range v.Pods {
-			if pm.State != cache.Mounted {
+			if pm.State != podvol.Mounted {
 				continue
 			}
 			key := oe.Key{Volume: name, Pod: uid}

@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
 
@@ -212,8 +212,8 @@ func TestSizeLimitDue(t *testing.T) {
 	// manager's Run measures on its own).
 	clk := testingclock.NewFakeClock(time.Now())
 	sl := &sizeLimits{clock: clk, period: time.Minute, over: map[oe.Key]bool{}, measured: map[oe.Key]time.Time{}}
-	due := func() []cache.UniqueVolumeName {
-		var out []cache.UniqueVolumeName
+	due := func() []podvol.UniqueVolumeName {
+		var out []podvol.UniqueVolumeName
 		for uid, names := range sl.due(s.vm.asw, s.vm.volumes) {
 			if uid != s.pod.UID {
 				t.Errorf("due: pod %s, want only %s", uid, s.pod.UID)
@@ -227,7 +227,7 @@ func TestSizeLimitDue(t *testing.T) {
 		t.Fatalf("never measured: %v due, want the volume with a limit alone", names)
 	}
 	limit := resource.MustParse("64Ki")
-	sl.observe(context.Background(), names[0], cache.PodVolume{Pod: cache.PodRef{UID: s.pod.UID}, SpecName: "cache"}, &limit, 0)
+	sl.observe(context.Background(), names[0], podvol.PodVolume{Pod: podvol.PodRef{UID: s.pod.UID}, SpecName: "cache"}, &limit, 0)
 	if got := due(); len(got) != 0 {
 		t.Errorf("just measured: %v due, want none", got)
 	}

@@ -5,7 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	vcache "github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // podVolumes returns the volumes pod uid may have mounted, as the actual
@@ -17,7 +17,7 @@ import (
 // for read-only lists it read-only although another name made the mount
 // writable. A volume the pod no longer wants (being unmounted, or the pod
 // is deleted) keeps the name it was mounted under. Sorted by name.
-func (vm *VolumeManager) podVolumes(uid types.UID) []vcache.MountedVolume {
+func (vm *VolumeManager) podVolumes(uid types.UID) []podvol.MountedVolume {
 	vols := vm.asw.PodVolumes(uid)
 	out := vols[:0:0]
 	for _, v := range vols {

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
@@ -63,8 +63,8 @@ func (vm *VolumeManager) GetVolumeStatsFor(ctx context.Context, uid types.UID, s
 // once per volume, given under each name; the name it was mounted under
 // when it has none). ok is false for a volume not mounted or a plugin
 // without usage to report.
-func (vm *VolumeManager) podVolumeStats(ctx context.Context, uid types.UID, mv cache.MountedVolume) (names []string, s volume.Stats, ok bool, err error) {
-	if mv.State != cache.Mounted {
+func (vm *VolumeManager) podVolumeStats(ctx context.Context, uid types.UID, mv podvol.MountedVolume) (names []string, s volume.Stats, ok bool, err error) {
+	if mv.State != podvol.Mounted {
 		return nil, s, false, nil
 	}
 	v, found := vm.asw.Volume(mv.Name)
@@ -108,7 +108,7 @@ type volumeStatsCollector struct {
 	health *prometheus.Desc
 
 	mu    sync.Mutex
-	cache map[cache.UniqueVolumeName]cachedStats
+	cache map[podvol.UniqueVolumeName]cachedStats
 }
 
 type cachedStats struct {
@@ -125,7 +125,7 @@ func newVolumeStatsCollector(vm *VolumeManager, period time.Duration) *volumeSta
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("kubelet_volume_stats_"+name, help, labels, nil)
 	}
-	c := &volumeStatsCollector{vm: vm, period: period, cache: map[cache.UniqueVolumeName]cachedStats{}, descs: [6]*prometheus.Desc{
+	c := &volumeStatsCollector{vm: vm, period: period, cache: map[podvol.UniqueVolumeName]cachedStats{}, descs: [6]*prometheus.Desc{
 		d("capacity_bytes", "[ALPHA] Capacity in bytes of the volume"),
 		d("available_bytes", "[ALPHA] Number of available bytes in the volume"),
 		d("used_bytes", "[ALPHA] Number of used bytes in the volume"),
@@ -151,7 +151,7 @@ func (c *volumeStatsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(vm.context(), 30*time.Second)
 	defer cancel()
 	now := vm.cfg.Clock.Now()
-	seen := map[cache.UniqueVolumeName]bool{}
+	seen := map[podvol.UniqueVolumeName]bool{}
 	for _, name := range vm.asw.VolumeNames() {
 		v, ok := vm.asw.Volume(name)
 		if !ok || v.Spec.PVName == "" {
@@ -162,9 +162,9 @@ func (c *volumeStatsCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		var path string
-		var mounted []cache.PodVolume
+		var mounted []podvol.PodVolume
 		for _, pm := range v.Pods {
-			if pm.State == cache.Mounted {
+			if pm.State == podvol.Mounted {
 				if path == "" {
 					path = pm.Path
 				}
@@ -208,7 +208,7 @@ func (c *volumeStatsCollector) Collect(ch chan<- prometheus.Metric) {
 
 // get returns the cached stats of a volume, asking its plugin when they
 // are older than the period; not ok when the plugin reports no usage.
-func (c *volumeStatsCollector) get(ctx context.Context, now time.Time, name cache.UniqueVolumeName, spec *cache.VolumeSpec, path, staging string) cachedStats {
+func (c *volumeStatsCollector) get(ctx context.Context, now time.Time, name podvol.UniqueVolumeName, spec *podvol.VolumeSpec, path, staging string) cachedStats {
 	c.mu.Lock()
 	s, ok := c.cache[name]
 	c.mu.Unlock()

@@ -11,8 +11,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	vcache "github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/podwait"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // errStopped is the cause of a WaitForUnstaged that returned because Run has
@@ -67,22 +67,22 @@ func (vm *VolumeManager) WaitForUnstaged(ctx context.Context) error {
 type UnstageWaitError struct {
 	// Volumes are the volumes still on the node, wanted by a pod, or with
 	// an operation running, sorted.
-	Volumes []vcache.UniqueVolumeName
+	Volumes []podvol.UniqueVolumeName
 	// Left says what is left of each volume: "staged", "published for
 	// pod ns/name", "wanted by pod ns/name", ...
-	Left map[vcache.UniqueVolumeName][]string
+	Left map[podvol.UniqueVolumeName][]string
 	// Running says which operation runs on each volume where one does, in
 	// its plugin's words (e.g. "NodeUnstageVolume still running after 3s"
 	// for a CSI volume, "UnmountVolume.TearDown ..." for an emptyDir).
-	Running map[vcache.UniqueVolumeName]string
+	Running map[podvol.UniqueVolumeName]string
 	// Waiting says why a volume's due teardown does not start, as the
 	// reconcile loop last planned it (a staging path still referenced, a
 	// backoff, a hold on what was found on disk).
-	Waiting map[vcache.UniqueVolumeName][]string
+	Waiting map[podvol.UniqueVolumeName][]string
 	// Causes are the last error of an operation on the whole volume
 	// (NodeStageVolume, NodeUnstageVolume, an attach or a detach), where
 	// one failed since the last that succeeded.
-	Causes map[vcache.UniqueVolumeName]error
+	Causes map[podvol.UniqueVolumeName]error
 	// Pods are the pods added and not deleted that have volumes,
 	// "namespace/name", sorted.
 	Pods []string
@@ -122,11 +122,11 @@ func (e *UnstageWaitError) Unwrap() error { return e.Err }
 // notUnstaged gathers what the node still holds or wants of its volumes,
 // as an error without its cause.
 func (vm *VolumeManager) notUnstaged() *UnstageWaitError {
-	e := &UnstageWaitError{Left: map[vcache.UniqueVolumeName][]string{}, Running: map[vcache.UniqueVolumeName]string{},
-		Waiting: map[vcache.UniqueVolumeName][]string{}, Causes: map[vcache.UniqueVolumeName]error{}}
+	e := &UnstageWaitError{Left: map[podvol.UniqueVolumeName][]string{}, Running: map[podvol.UniqueVolumeName]string{},
+		Waiting: map[podvol.UniqueVolumeName][]string{}, Causes: map[podvol.UniqueVolumeName]error{}}
 	now := vm.cfg.Clock.Now()
 	running := vm.loop.running.all()
-	names := map[vcache.UniqueVolumeName]bool{}
+	names := map[podvol.UniqueVolumeName]bool{}
 	for _, n := range vm.asw.VolumeNames() {
 		names[n] = true
 	}
@@ -164,19 +164,19 @@ func (vm *VolumeManager) notUnstaged() *UnstageWaitError {
 
 // volumeLeft says what is left of a volume on the node, or wanted of it:
 // empty when nothing is.
-func (vm *VolumeManager) volumeLeft(name vcache.UniqueVolumeName) []string {
+func (vm *VolumeManager) volumeLeft(name podvol.UniqueVolumeName) []string {
 	var left []string
 	if v, ok := vm.asw.Volume(name); ok {
 		switch v.DeviceState {
-		case vcache.Mounted:
+		case podvol.Mounted:
 			left = append(left, "staged")
-		case vcache.Uncertain:
+		case podvol.Uncertain:
 			left = append(left, "possibly staged (uncertain: a NodeStageVolume or NodeUnstageVolume may have half-happened)")
 		}
 		for _, uid := range slices.Sorted(maps.Keys(v.Pods)) {
 			pm := v.Pods[uid]
 			switch {
-			case pm.State == vcache.Mounted:
+			case pm.State == podvol.Mounted:
 				left = append(left, "published for pod "+pm.Volume.Pod.String())
 			case pm.MayBeMounted():
 				left = append(left, "possibly published for pod "+pm.Volume.Pod.String())
@@ -240,11 +240,11 @@ func (w *unstageWaiters) isStopped() bool {
 // carries it). The loop writes them; waiters read them.
 type volumeNotes struct {
 	mu      sync.Mutex
-	waiting map[vcache.UniqueVolumeName][]string
-	errs    map[vcache.UniqueVolumeName]error
+	waiting map[podvol.UniqueVolumeName][]string
+	errs    map[podvol.UniqueVolumeName]error
 }
 
-func (n *volumeNotes) setWaiting(name vcache.UniqueVolumeName, why []string) {
+func (n *volumeNotes) setWaiting(name podvol.UniqueVolumeName, why []string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if len(why) == 0 {
@@ -252,14 +252,14 @@ func (n *volumeNotes) setWaiting(name vcache.UniqueVolumeName, why []string) {
 		return
 	}
 	if n.waiting == nil {
-		n.waiting = map[vcache.UniqueVolumeName][]string{}
+		n.waiting = map[podvol.UniqueVolumeName][]string{}
 	}
 	n.waiting[name] = why
 }
 
 // setErr records the last error of an operation on the whole volume; nil
 // (it succeeded) forgets it.
-func (n *volumeNotes) setErr(name vcache.UniqueVolumeName, err error) {
+func (n *volumeNotes) setErr(name podvol.UniqueVolumeName, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err == nil {
@@ -267,20 +267,20 @@ func (n *volumeNotes) setErr(name vcache.UniqueVolumeName, err error) {
 		return
 	}
 	if n.errs == nil {
-		n.errs = map[vcache.UniqueVolumeName]error{}
+		n.errs = map[podvol.UniqueVolumeName]error{}
 	}
 	n.errs[name] = err
 }
 
 // forget drops the notes of a volume the loop forgets.
-func (n *volumeNotes) forget(name vcache.UniqueVolumeName) {
+func (n *volumeNotes) forget(name podvol.UniqueVolumeName) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.waiting, name)
 	delete(n.errs, name)
 }
 
-func (n *volumeNotes) get(name vcache.UniqueVolumeName) ([]string, error) {
+func (n *volumeNotes) get(name podvol.UniqueVolumeName) ([]string, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return slices.Clone(n.waiting[name]), n.errs[name]

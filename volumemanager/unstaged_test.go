@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // waitUnstaged waits (30 s at most) until every volume of vm is torn down
@@ -57,7 +57,7 @@ func TestWaitForUnstagedWaitsForNodeUnstage(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- e.vm.WaitForUnstaged(ctx) }()
 
-	name := cache.CSIVolumeName(e.drv.DriverName(), "handle-data")
+	name := podvol.CSIVolumeName(e.drv.DriverName(), "handle-data")
 	err := unstagedNow(e.vm)
 	var uerr *UnstageWaitError
 	if !errors.As(err, &uerr) || !errors.Is(err, context.Canceled) {
@@ -98,7 +98,7 @@ func TestWaitForUnstagedNamesUnstageError(t *testing.T) {
 	e.drv.Inject(csitest.Fault{Method: "NodeUnstageVolume", Err: status.Error(codes.Internal, "device busy in the array")})
 	e.unmount(pod)
 	var last error
-	name := cache.CSIVolumeName(e.drv.DriverName(), "handle-data")
+	name := podvol.CSIVolumeName(e.drv.DriverName(), "handle-data")
 	// Polled from outside the loop, the error may show before the loop
 	// has applied the outcome to the volume's state: wait for both.
 	eventually(t, "the unstage error and the uncertain device in WaitForUnstaged's error", func() bool {
@@ -151,21 +151,21 @@ func TestWaitForUnstagedAfterRun(t *testing.T) {
 
 // TestUnstageWaitErrorText: what the error says of each volume.
 func TestUnstageWaitErrorText(t *testing.T) {
-	const a, b cache.UniqueVolumeName = "kubernetes.io/csi/d^a", "kubernetes.io/csi/d^b"
+	const a, b podvol.UniqueVolumeName = "kubernetes.io/csi/d^a", "kubernetes.io/csi/d^b"
 	tests := []struct {
 		name string
 		err  *UnstageWaitError
 		want string
 	}{
-		{"staged, unstage running, last error", &UnstageWaitError{Volumes: []cache.UniqueVolumeName{a},
-			Left:    map[cache.UniqueVolumeName][]string{a: {"staged"}},
-			Running: map[cache.UniqueVolumeName]string{a: "NodeUnstageVolume still running after 2s"},
-			Causes:  map[cache.UniqueVolumeName]error{a: errors.New("rpc error: busy")},
+		{"staged, unstage running, last error", &UnstageWaitError{Volumes: []podvol.UniqueVolumeName{a},
+			Left:    map[podvol.UniqueVolumeName][]string{a: {"staged"}},
+			Running: map[podvol.UniqueVolumeName]string{a: "NodeUnstageVolume still running after 2s"},
+			Causes:  map[podvol.UniqueVolumeName]error{a: errors.New("rpc error: busy")},
 			Err:     context.DeadlineExceeded},
 			`volumes not torn down=[kubernetes.io/csi/d^a]; volume "kubernetes.io/csi/d^a": staged, NodeUnstageVolume still running after 2s, last error: rpc error: busy: context deadline exceeded`},
-		{"waiting, a pod", &UnstageWaitError{Volumes: []cache.UniqueVolumeName{a, b},
-			Left:    map[cache.UniqueVolumeName][]string{a: {"staged"}, b: {"wanted by pod ns/p"}},
-			Waiting: map[cache.UniqueVolumeName][]string{a: {"unstage held: found on disk"}},
+		{"waiting, a pod", &UnstageWaitError{Volumes: []podvol.UniqueVolumeName{a, b},
+			Left:    map[podvol.UniqueVolumeName][]string{a: {"staged"}, b: {"wanted by pod ns/p"}},
+			Waiting: map[podvol.UniqueVolumeName][]string{a: {"unstage held: found on disk"}},
 			Pods:    []string{"ns/p"}, Err: errStopped},
 			`volumes not torn down=[kubernetes.io/csi/d^a kubernetes.io/csi/d^b]; volume "kubernetes.io/csi/d^a": staged, unstage held: found on disk; volume "kubernetes.io/csi/d^b": wanted by pod ns/p; pods with volumes=[ns/p]: ` + errStopped.Error()},
 	}

@@ -19,10 +19,10 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/internal/promreg"
+	"github.com/nodevol/nodevol/podvol"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 	"github.com/nodevol/nodevol/volumemanager/internal/storagehealth"
@@ -61,7 +61,7 @@ type VolumeHealthUpdater interface {
 	// passed on), starting from none: a volume that is healthy from the
 	// first probe is never mentioned. An error makes the same call come
 	// again at the next probe. It must not block for long: probes wait.
-	SetPodVolumeHealth(ctx context.Context, pod cache.PodRef, volumeName string, conditions []v1.VolumeHealthCondition) error
+	SetPodVolumeHealth(ctx context.Context, pod podvol.PodRef, volumeName string, conditions []v1.VolumeHealthCondition) error
 }
 
 // healthProber runs the probe rounds. Volumes are probed when a pod that
@@ -180,8 +180,8 @@ func (p *healthProber) probe(ctx context.Context) {
 // healthTarget is one pod volume to probe.
 type healthTarget struct {
 	key    oe.Key
-	pod    cache.PodRef
-	spec   cache.VolumeSpec
+	pod    podvol.PodRef
+	spec   podvol.VolumeSpec
 	volume string // the pod's name for it
 	// staged and published say whether the volume may be staged and
 	// published for the pod; staging and publish are the paths the
@@ -236,7 +236,7 @@ func (p *healthProber) targets() []healthTarget {
 // kubelet sends none for the publish of a block volume.
 func (p *healthProber) request(t healthTarget, caps csi.Capabilities) csi.VolumeHealthRequest {
 	req := csi.VolumeHealthRequest{VolumeID: t.spec.VolumeHandle}
-	if t.spec.Mode == cache.Block {
+	if t.spec.Mode == podvol.Block {
 		if paths, err := ondisk.BlockVolumePaths(p.rootDir, t.spec.PVName, t.pod.UID); err == nil {
 			if t.staged && caps.StageUnstage {
 				req.StagingPath = paths.StagingPath

@@ -21,8 +21,8 @@ import (
 	"k8s.io/mount-utils"
 	fakeclock "k8s.io/utils/clock/testing"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // healthCall is one call of a recordingUpdater.
@@ -39,7 +39,7 @@ type recordingUpdater struct {
 	fail  int
 }
 
-func (u *recordingUpdater) SetPodVolumeHealth(_ context.Context, pod cache.PodRef, volume string, conds []v1.VolumeHealthCondition) error {
+func (u *recordingUpdater) SetPodVolumeHealth(_ context.Context, pod podvol.PodRef, volume string, conds []v1.VolumeHealthCondition) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.calls = append(u.calls, healthCall{Pod: pod.String(), Volume: volume, Conditions: conds})

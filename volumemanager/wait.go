@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
-	vcache "github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
@@ -59,7 +59,7 @@ func (vm *VolumeManager) WaitForAttachAndMount(ctx context.Context, pod *v1.Pod)
 	return vm.wait(ctx, pod, func() []string {
 		mounted := map[string]bool{}
 		for _, v := range vm.podVolumes(pod.UID) {
-			mounted[v.SpecName] = v.State == vcache.Mounted
+			mounted[v.SpecName] = v.State == podvol.Mounted
 		}
 		var missing []string
 		for _, v := range vols {
@@ -299,7 +299,7 @@ func (vm *VolumeManager) waitError(ctx context.Context, pod *v1.Pod, left []stri
 	causes := vm.podErrors(pod.UID)
 	// The volume of each spec name: the desired one, or for a pod that
 	// is gone, the one it may still have mounted.
-	volumes := map[string]vcache.UniqueVolumeName{}
+	volumes := map[string]podvol.UniqueVolumeName{}
 	for _, v := range vm.podVolumes(pod.UID) {
 		volumes[v.SpecName] = v.Name
 	}
@@ -355,7 +355,7 @@ func (vm *VolumeManager) waitError(ctx context.Context, pod *v1.Pod, left []stri
 // in-flight map (begin, apply); waiters read it.
 type runningOps struct {
 	mu  sync.Mutex
-	ops map[vcache.UniqueVolumeName]map[oe.Key]runningOp
+	ops map[podvol.UniqueVolumeName]map[oe.Key]runningOp
 }
 
 // runningOp is one operation in flight.
@@ -373,7 +373,7 @@ type runningOp struct {
 // call's own name when its plugin gives one (volume.CallNamer: the CSI
 // plugin's RPCs), else the kubelet's words for the step
 // ("MountVolume.SetUp" of an emptyDir). The volume manager names no kind.
-func callName(plugins *volume.Registry, a oe.Action, spec *vcache.VolumeSpec) string {
+func callName(plugins *volume.Registry, a oe.Action, spec *podvol.VolumeSpec) string {
 	if plugins == nil {
 		return a.Kind.Step(spec.Mode)
 	}
@@ -398,7 +398,7 @@ func (r *runningOps) start(a oe.Action, name string, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ops == nil {
-		r.ops = map[vcache.UniqueVolumeName]map[oe.Key]runningOp{}
+		r.ops = map[podvol.UniqueVolumeName]map[oe.Key]runningOp{}
 	}
 	if r.ops[a.Volume] == nil {
 		r.ops[a.Volume] = map[oe.Key]runningOp{}
@@ -419,10 +419,10 @@ func (r *runningOps) done(a oe.Action) {
 
 // all returns one operation in flight of each volume that has one: the
 // one on the whole volume, else the one that started first.
-func (r *runningOps) all() map[vcache.UniqueVolumeName]runningOp {
+func (r *runningOps) all() map[podvol.UniqueVolumeName]runningOp {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[vcache.UniqueVolumeName]runningOp, len(r.ops))
+	out := make(map[podvol.UniqueVolumeName]runningOp, len(r.ops))
 	for name, ops := range r.ops {
 		if op, ok := ops[oe.Key{Volume: name}]; ok {
 			out[name] = op
@@ -439,7 +439,7 @@ func (r *runningOps) all() map[vcache.UniqueVolumeName]runningOp {
 
 // of returns the operation that a pod's use of a volume waits for: one on
 // the pod's mount of it, else one on the whole volume.
-func (r *runningOps) of(name vcache.UniqueVolumeName, uid types.UID) (runningOp, bool) {
+func (r *runningOps) of(name podvol.UniqueVolumeName, uid types.UID) (runningOp, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ops := r.ops[name]

@@ -10,8 +10,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/emptydir"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
@@ -57,7 +57,7 @@ func TestWaitErrorNamesTheStep(t *testing.T) {
 // namedPlugin names its calls (volume.CallNamer), except its attach.
 type namedPlugin struct{ nfsPlugin }
 
-func (p *namedPlugin) CallName(m volume.Method, _ *cache.VolumeSpec) string {
+func (p *namedPlugin) CallName(m volume.Method, _ *podvol.VolumeSpec) string {
 	if m == volume.MethodWaitForAttach {
 		return ""
 	}
@@ -76,22 +76,22 @@ func TestCallName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	empty, named := cache.UniqueVolumeName(emptydir.PluginName+"/uid-scratch"), cache.UniqueVolumeName("example.com/named/vol")
+	empty, named := podvol.UniqueVolumeName(emptydir.PluginName+"/uid-scratch"), podvol.UniqueVolumeName("example.com/named/vol")
 	for _, tc := range []struct {
 		kind   oe.OpKind
-		volume cache.UniqueVolumeName
-		mode   cache.VolumeMode
+		volume podvol.UniqueVolumeName
+		mode   podvol.VolumeMode
 		want   string
 	}{
-		{oe.OpPublish, empty, cache.Filesystem, "MountVolume.SetUp"},
-		{oe.OpUnpublish, empty, cache.Filesystem, "UnmountVolume.TearDown"},
-		{oe.OpPublish, named, cache.Filesystem, "NamedSetUp"},
-		{oe.OpUnstage, named, cache.Filesystem, "NamedUnmountDevice"},
-		{oe.OpAttach, named, cache.Filesystem, "MountVolume.WaitForAttach"},
-		{oe.OpAttach, named, cache.Block, "MapVolume.WaitForAttach"},
-		{oe.OpPublish, "example.com/unknown/vol", cache.Block, "MapVolume.MapPodDevice"},
+		{oe.OpPublish, empty, podvol.Filesystem, "MountVolume.SetUp"},
+		{oe.OpUnpublish, empty, podvol.Filesystem, "UnmountVolume.TearDown"},
+		{oe.OpPublish, named, podvol.Filesystem, "NamedSetUp"},
+		{oe.OpUnstage, named, podvol.Filesystem, "NamedUnmountDevice"},
+		{oe.OpAttach, named, podvol.Filesystem, "MountVolume.WaitForAttach"},
+		{oe.OpAttach, named, podvol.Block, "MapVolume.WaitForAttach"},
+		{oe.OpPublish, "example.com/unknown/vol", podvol.Block, "MapVolume.MapPodDevice"},
 	} {
-		spec := cache.VolumeSpec{Name: tc.volume, Mode: tc.mode}
+		spec := podvol.VolumeSpec{Name: tc.volume, Mode: tc.mode}
 		if got := callName(plugins, oe.Action{Kind: tc.kind, Volume: tc.volume}, &spec); got != tc.want {
 			t.Errorf("callName(%s of %s, %s) = %q, want %q", tc.kind, tc.volume, tc.mode, got, tc.want)
 		}

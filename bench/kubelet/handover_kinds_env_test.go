@@ -24,7 +24,7 @@ import (
 	volumetypes "k8s.io/kubernetes/pkg/volume/util/types"
 	"k8s.io/mount-utils"
 
-	vcache "github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume/subpath"
 	"github.com/nodevol/nodevol/volumemanager"
 )
@@ -278,7 +278,7 @@ func (n *nodevolVM) prepareSubPaths(t *testing.T, p *hvPod) []string {
 	vols := n.vm.GetMountedVolumesForPod(p.uid())
 	var out []string
 	for _, s := range subPathMounts(p) {
-		i := slices.IndexFunc(vols, func(v vcache.MountedVolume) bool { return v.SpecName == s.mount.Name })
+		i := slices.IndexFunc(vols, func(v podvol.MountedVolume) bool { return v.SpecName == s.mount.Name })
 		if i < 0 {
 			t.Fatalf("nodevol: pod %s: volume %s is not mounted", p.name, s.mount.Name)
 		}

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 )
 
 // fileMode is the mode f gets: its own bits, and group read with an

@@ -23,7 +23,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/internal/rootfs"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 )
 
 // Looper attaches loop devices to files.

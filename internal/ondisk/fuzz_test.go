@@ -13,9 +13,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/internal/rootfs"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // FuzzLoadVolumeData checks LoadVolumeData on any vol_data.json content: it
@@ -244,7 +244,7 @@ func FuzzPaths(f *testing.F) {
 
 		// The pod's directory is named after the PV, or after the pod's
 		// volume for an inline volume.
-		dirName := VolumeDirName(&cache.VolumeSpec{PVName: pvName}, cache.PodVolume{SpecName: specName})
+		dirName := VolumeDirName(&podvol.VolumeSpec{PVName: pvName}, podvol.PodVolume{SpecName: specName})
 		if want := map[bool]string{true: pvName, false: specName}[pvName != ""]; dirName != want {
 			t.Fatalf("VolumeDirName(PV %q, spec %q) = %q, want %q", pvName, specName, dirName, want)
 		}

@@ -8,9 +8,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/internal/rootfs"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // On-disk names, the kubelet's.
@@ -92,7 +92,7 @@ func PodVolumePath(root string, podUID types.UID, specName string) (string, erro
 // volume (PodVolume.PVName; one volume may have several PVs, each pod's
 // directory named after its own, else the spec's), the pod's volume name
 // (PodVolume.SpecName) for an inline volume.
-func VolumeDirName(spec *cache.VolumeSpec, vol cache.PodVolume) string {
+func VolumeDirName(spec *podvol.VolumeSpec, vol podvol.PodVolume) string {
 	if vol.PVName != "" {
 		return vol.PVName
 	}

@@ -9,8 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/fsutil"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 func TestPaths(t *testing.T) {
@@ -61,11 +61,11 @@ func TestPathsRejectHostileNames(t *testing.T) {
 }
 
 func TestVolumeDirName(t *testing.T) {
-	vol := cache.PodVolume{SpecName: "data"}
-	if got := VolumeDirName(&cache.VolumeSpec{PVName: "pv-1"}, vol); got != "pv-1" {
+	vol := podvol.PodVolume{SpecName: "data"}
+	if got := VolumeDirName(&podvol.VolumeSpec{PVName: "pv-1"}, vol); got != "pv-1" {
 		t.Errorf("PV volume: %q, want the PV name, as the kubelet", got)
 	}
-	if got := VolumeDirName(&cache.VolumeSpec{Ephemeral: true}, vol); got != "data" {
+	if got := VolumeDirName(&podvol.VolumeSpec{Ephemeral: true}, vol); got != "data" {
 		t.Errorf("inline volume: %q, want the pod's volume name", got)
 	}
 }

@@ -17,9 +17,9 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/internal/rootfs"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // The durable record of work in flight.
@@ -300,7 +300,7 @@ func (rs *Records) Write(ctx context.Context, rec *Record) error {
 		}
 		return fmt.Errorf("recording %s of %s: %w", rec.Phase.Call(), dir, err)
 	}
-	if rec.Mode == string(cache.Block) && rec.PodUID != "" {
+	if rec.Mode == string(podvol.Block) && rec.PodUID != "" {
 		rs.pubs.add(dir)
 	}
 	return nil
@@ -410,7 +410,7 @@ func (rs *Records) loadPublishes() error {
 			if !f.Type().IsRegular() || fsutil.ReadJSONIn(rs.rfs, name, &rec) != nil {
 				continue
 			}
-			if rec.Mode == string(cache.Block) && rec.PodUID != "" && RecordFile(rec.Dir) == name {
+			if rec.Mode == string(podvol.Block) && rec.PodUID != "" && RecordFile(rec.Dir) == name {
 				rs.pubs.addLocked(rec.Dir)
 			}
 		}

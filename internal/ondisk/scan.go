@@ -10,9 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/internal/rootfs"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // The directories the scan walks, relative to the root.
@@ -183,7 +183,7 @@ func (s *Scanner) BlockPublishRecords() []*Record {
 			continue // the caller logs it
 		}
 		specName := path.Base(path.Dir(rec.Dir))
-		if rec.Mode != string(cache.Block) || rec.PodUID == "" || path.Base(rec.Dir) != rec.PodUID ||
+		if rec.Mode != string(podvol.Block) || rec.PodUID == "" || path.Base(rec.Dir) != rec.PodUID ||
 			path.Dir(path.Dir(rec.Dir)) != blockPublishDir || fsutil.ValidateName("spec name", specName) != nil ||
 			rec.Version < 1 || rec.Version > recordVersion || rec.Driver == "" || rec.VolumeHandle == "" || rec.Phase.Call() == "" {
 			continue

@@ -5,7 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 )
 
 // Symlink creates name as a symlink to target (which is stored as it is,

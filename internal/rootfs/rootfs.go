@@ -33,7 +33,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 )
 
 var (

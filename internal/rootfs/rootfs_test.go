@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 )
 
 // both runs f with openat2 (when the kernel has it) and with the

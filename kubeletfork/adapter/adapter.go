@@ -41,7 +41,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/kubernetes/pkg/features"
 
-	vcache "github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/registration"
 	nvm "github.com/nodevol/nodevol/volumemanager"
 )
@@ -235,15 +235,15 @@ func (m *Manager) ReconcilerStatesHasBeenSynced() bool { return m.vm.ReconcilerS
 
 // VolumeIsAttached reports whether the volume's attachment is confirmed.
 func (m *Manager) VolumeIsAttached(name v1.UniqueVolumeName) bool {
-	return m.vm.VolumeIsAttached(vcache.UniqueVolumeName(name))
+	return m.vm.VolumeIsAttached(podvol.UniqueVolumeName(name))
 }
 
 // MarkVolumesAsReportedInUse tells nodevol what the Node's
 // status.volumesInUse lists now: a volume to attach is used only after.
 func (m *Manager) MarkVolumesAsReportedInUse(names []v1.UniqueVolumeName) {
-	in := make([]vcache.UniqueVolumeName, len(names))
+	in := make([]podvol.UniqueVolumeName, len(names))
 	for i, n := range names {
-		in[i] = vcache.UniqueVolumeName(n)
+		in[i] = podvol.UniqueVolumeName(n)
 	}
 	m.vm.MarkVolumesAsReportedInUse(in)
 }

@@ -16,8 +16,8 @@ import (
 	volumetypes "k8s.io/kubernetes/pkg/volume/util/types"
 	"k8s.io/mount-utils"
 
-	vcache "github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 	nvm "github.com/nodevol/nodevol/volumemanager"
 )
 
@@ -170,7 +170,7 @@ func TestKubeletInterface(t *testing.T) {
 	if inUse := vm.GetVolumesInUse(); len(inUse) != 0 {
 		t.Errorf("volumes in use %v: want none (only attachable volumes are listed)", inUse)
 	}
-	if name := v1.UniqueVolumeName(vcache.CSIVolumeName(drv.DriverName(), "vol-1")); !vm.VolumeIsAttached(name) {
+	if name := v1.UniqueVolumeName(podvol.CSIVolumeName(drv.DriverName(), "vol-1")); !vm.VolumeIsAttached(name) {
 		t.Errorf("VolumeIsAttached(%s) = false, want true (it needs no attach)", name)
 	}
 

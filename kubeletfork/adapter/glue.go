@@ -11,7 +11,7 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/volumemanager"
 	"k8s.io/kubernetes/pkg/kubelet/volumemanager/volumehealth"
 
-	vcache "github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	nvm "github.com/nodevol/nodevol/volumemanager"
 )
 
@@ -68,7 +68,7 @@ func kubeletError(err error) error {
 type healthUpdater struct{ u volumehealth.StatusUpdater }
 
 // SetPodVolumeHealth implements nvm.VolumeHealthUpdater.
-func (h healthUpdater) SetPodVolumeHealth(ctx context.Context, pod vcache.PodRef, volumeName string, conditions []v1.VolumeHealthCondition) error {
+func (h healthUpdater) SetPodVolumeHealth(ctx context.Context, pod podvol.PodRef, volumeName string, conditions []v1.VolumeHealthCondition) error {
 	h.u.SetPodVolumeHealth(klog.FromContext(ctx), pod.UID, volumeName, conditions)
 	return nil
 }

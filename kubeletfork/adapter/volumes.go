@@ -12,7 +12,7 @@ import (
 	kubecontainer "k8s.io/kubernetes/pkg/kubelet/container"
 	"k8s.io/kubernetes/pkg/volume"
 
-	vcache "github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	nvolume "github.com/nodevol/nodevol/volume"
 )
 
@@ -40,7 +40,7 @@ type statsSource interface {
 
 // volumeMap turns nodevol's mounted volumes of a pod into the kubelet's
 // VolumeMap, keyed by the volume's name in pod.spec.volumes.
-func volumeMap(stats statsSource, uid types.UID, vols []vcache.MountedVolume) kubecontainer.VolumeMap {
+func volumeMap(stats statsSource, uid types.UID, vols []podvol.MountedVolume) kubecontainer.VolumeMap {
 	out := make(kubecontainer.VolumeMap, len(vols))
 	for _, mv := range vols {
 		v := &mounted{stats: stats, uid: uid, mv: mv}
@@ -66,7 +66,7 @@ func volumeMap(stats statsSource, uid types.UID, vols []vcache.MountedVolume) ku
 type mounted struct {
 	stats statsSource
 	uid   types.UID
-	mv    vcache.MountedVolume
+	mv    podvol.MountedVolume
 }
 
 var (

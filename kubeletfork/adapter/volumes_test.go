@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/kubernetes/pkg/volume"
 
-	vcache "github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	nvolume "github.com/nodevol/nodevol/volume"
 )
 
@@ -29,7 +29,7 @@ func (s *stubStats) GetVolumeStatsFor(_ context.Context, _ types.UID, name strin
 // volume: mounter or block mapper, path, attributes, SELinux label.
 func TestVolumeMap(t *testing.T) {
 	const podDir = "/var/lib/kubelet/pods/uid-1"
-	vols := []vcache.MountedVolume{
+	vols := []podvol.MountedVolume{
 		{SpecName: "data", DirName: "pv-1", Plugin: "kubernetes.io/csi", Path: podDir + "/volumes/kubernetes.io~csi/pv-1/mount", SELinuxContext: "system_u:object_r:container_file_t:s0:c1,c2"},
 		{SpecName: "dev", DirName: "pv-2", Plugin: "kubernetes.io/csi", Block: true, Path: podDir + "/volumeDevices/kubernetes.io~csi/pv-2"},
 		{SpecName: "cfg", DirName: "cfg", Plugin: "kubernetes.io/configmap", ReadOnly: true, Path: podDir + "/volumes/kubernetes.io~configmap/cfg"},
@@ -91,7 +91,7 @@ func TestGetMetrics(t *testing.T) {
 	stats := &stubStats{stats: map[string]nvolume.Stats{
 		"data": {CapacityBytes: 1 << 30, AvailableBytes: 1 << 29, UsedBytes: 1 << 29, Inodes: 1000, InodesFree: 900, InodesUsed: -1},
 	}}
-	vm := volumeMap(stats, "uid-1", []vcache.MountedVolume{{SpecName: "data"}, {SpecName: "img", ProvidedByRuntime: true}})
+	vm := volumeMap(stats, "uid-1", []podvol.MountedVolume{{SpecName: "data"}, {SpecName: "img", ProvidedByRuntime: true}})
 	m, err := vm["data"].Mounter.GetMetrics()
 	if err != nil {
 		t.Fatal(err)

@@ -15,8 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
@@ -161,7 +161,7 @@ func TestUpdateAndRestart(t *testing.T) {
 	after := newEnv(t, e.Root, fake)
 	after.Objs.Put(objtest.ConfigMap("c", map[string]string{"b": "3"}, nil))
 	found := after.Plugin.(volume.Reconstructor).Reconstruct(ctx, volume.Recovery{MountPoints: map[string]bool{}})
-	if len(found.Mounts) != 1 || found.Mounts[0].Spec.Name != spec.Name || found.Mounts[0].Spec.Plugin != PluginName || found.Mounts[0].Path != dir || found.Mounts[0].State != cache.Uncertain {
+	if len(found.Mounts) != 1 || found.Mounts[0].Spec.Name != spec.Name || found.Mounts[0].Spec.Plugin != PluginName || found.Mounts[0].Path != dir || found.Mounts[0].State != podvol.Uncertain {
 		t.Fatalf("Reconstruct = %+v, want %s Uncertain at %s", found, spec.Name, dir)
 	}
 	if _, err := after.SetUp(ctx, req); err != nil {
@@ -171,7 +171,7 @@ func TestUpdateAndRestart(t *testing.T) {
 		t.Fatalf("SetUp after the restart: %v, want %v", got, want)
 	}
 	for range 2 {
-		if err := after.TearDown(ctx, volume.MountRequest{Spec: &cache.VolumeSpec{Name: spec.Name, Plugin: PluginName}, Volume: cache.PodVolume{Pod: cache.PodRef{UID: objtest.UID}, SpecName: "cfg"}}); err != nil {
+		if err := after.TearDown(ctx, volume.MountRequest{Spec: &podvol.VolumeSpec{Name: spec.Name, Plugin: PluginName}, Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: objtest.UID}, SpecName: "cfg"}}); err != nil {
 			t.Fatal(err)
 		}
 		if objtest.Exists(t, dir) || objtest.Exists(t, filepath.Join(e.Root, "pods", string(objtest.UID), "plugins", "kubernetes.io~empty-dir", "wrapped_cfg")) {
@@ -205,7 +205,7 @@ func TestPlugin(t *testing.T) {
 	if got := r.Objects("ns", &v1.Volume{VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "c"}}}); got != nil {
 		t.Errorf("Objects of a secret volume = %v, want none", got)
 	}
-	spec := &cache.VolumeSpec{Name: "kubernetes.io/configmap/uid-cfg", Source: &v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
+	spec := &podvol.VolumeSpec{Name: "kubernetes.io/configmap/uid-cfg", Source: &v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
 		LocalObjectReference: src.LocalObjectReference, Items: []v1.KeyToPath{{Key: "k", Path: "a/../../x"}}}}}
 	if err := e.Plugin.(volume.SpecResolver).ResolveSpec(objtest.Pod(""), spec); err == nil || !strings.Contains(err.Error(), "configMap volume kubernetes.io/configmap/uid-cfg of pod ns/pod") || spec.Attributes != nil {
 		t.Errorf("ResolveSpec of an item leaving the volume: %v", err)

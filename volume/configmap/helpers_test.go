@@ -6,7 +6,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
 
@@ -19,7 +19,7 @@ func newEnv(t *testing.T, root string, m mount.Interface) env {
 }
 
 // spec is the spec the volume manager gives pod volume name, resolved.
-func (e env) spec(t *testing.T, name string, src v1.ConfigMapVolumeSource) *cache.VolumeSpec {
+func (e env) spec(t *testing.T, name string, src v1.ConfigMapVolumeSource) *podvol.VolumeSpec {
 	t.Helper()
 	return e.Spec(t, name, v1.VolumeSource{ConfigMap: &src})
 }

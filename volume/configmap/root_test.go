@@ -13,9 +13,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/roottest"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
@@ -57,7 +57,7 @@ func TestRootConfigMapUpdate(t *testing.T) {
 	after := newEnv(t, e.Root, mount.New(""))
 	after.Objs.Put(objtest.ConfigMap("c", map[string]string{"app.yaml": value(updates)}, nil))
 	found := after.Plugin.(volume.Reconstructor).Reconstruct(ctx, volume.Recovery{MountPoints: map[string]bool{}})
-	if len(found.Mounts) != 1 || found.Mounts[0].Spec.Name != spec.Name || found.Mounts[0].State != cache.Uncertain {
+	if len(found.Mounts) != 1 || found.Mounts[0].Spec.Name != spec.Name || found.Mounts[0].State != podvol.Uncertain {
 		t.Fatalf("Reconstruct = %+v, want %s Uncertain", found, spec.Name)
 	}
 	current := objtest.DataTarget(t, dir)
@@ -74,7 +74,7 @@ func TestRootConfigMapUpdate(t *testing.T) {
 	if objtest.DataTarget(t, dir) != current {
 		t.Errorf("SetUp after the restart switched ..data")
 	}
-	if err := after.TearDown(ctx, volume.MountRequest{Volume: cache.PodVolume{Pod: cache.PodRef{UID: objtest.UID}, SpecName: "cfg"}}); err != nil {
+	if err := after.TearDown(ctx, volume.MountRequest{Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: objtest.UID}, SpecName: "cfg"}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range []string{filepath.Dir(dir), filepath.Join(e.Root, "pods", string(objtest.UID), "plugins", "kubernetes.io~empty-dir")} {

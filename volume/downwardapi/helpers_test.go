@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -72,13 +72,13 @@ func res(path, container, name, divisor string) v1.DownwardAPIVolumeFile {
 
 // unresolved is the pod-scoped spec of downwardAPI volume name with
 // source src, as the volume manager builds it.
-func unresolved(name string, src v1.DownwardAPIVolumeSource) *cache.VolumeSpec {
-	return &cache.VolumeSpec{Name: cache.UniqueVolumeName(PluginName + "/" + string(testUID) + "-" + name), Plugin: PluginName,
-		Mode: cache.Filesystem, Ephemeral: true, Source: &v1.VolumeSource{DownwardAPI: &src}}
+func unresolved(name string, src v1.DownwardAPIVolumeSource) *podvol.VolumeSpec {
+	return &podvol.VolumeSpec{Name: podvol.UniqueVolumeName(PluginName + "/" + string(testUID) + "-" + name), Plugin: PluginName,
+		Mode: podvol.Filesystem, Ephemeral: true, Source: &v1.VolumeSource{DownwardAPI: &src}}
 }
 
 // resolved is that spec resolved for pod.
-func resolved(t *testing.T, p *plugin, pod *v1.Pod, name string, src v1.DownwardAPIVolumeSource) *cache.VolumeSpec {
+func resolved(t *testing.T, p *plugin, pod *v1.Pod, name string, src v1.DownwardAPIVolumeSource) *podvol.VolumeSpec {
 	t.Helper()
 	s := unresolved(name, src)
 	if err := p.ResolveSpec(pod, s); err != nil {
@@ -87,9 +87,9 @@ func resolved(t *testing.T, p *plugin, pod *v1.Pod, name string, src v1.Downward
 	return s
 }
 
-func request(spec *cache.VolumeSpec, name string, fsGroup *int64) volume.MountRequest {
-	return volume.MountRequest{Spec: spec, Volume: cache.PodVolume{
-		Pod: cache.PodRef{UID: testUID, Namespace: "ns", Name: "pod"}, SpecName: name, ReadOnly: true, FSGroup: fsGroup}}
+func request(spec *podvol.VolumeSpec, name string, fsGroup *int64) volume.MountRequest {
+	return volume.MountRequest{Spec: spec, Volume: podvol.PodVolume{
+		Pod: podvol.PodRef{UID: testUID, Namespace: "ns", Name: "pod"}, SpecName: name, ReadOnly: true, FSGroup: fsGroup}}
 }
 
 // volumeDir and readyPath are volume name's paths under root.

@@ -10,9 +10,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/atomicwriter"
 	"github.com/nodevol/nodevol/internal/downward"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // Keys and prefixes of what ResolveSpec stores in spec.Attributes (see the
@@ -33,7 +33,7 @@ const (
 // be files are errors naming the pod, the volume and the cause. A node
 // whose allocatable resources cannot be read, when an item needs them, is
 // an error wrapping volume.ErrNotReady.
-func (p *plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
+func (p *plugin) ResolveSpec(pod *v1.Pod, spec *podvol.VolumeSpec) error {
 	if pod == nil || spec == nil {
 		return errors.New("resolving a downwardAPI volume: nil pod or spec")
 	}

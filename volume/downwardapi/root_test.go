@@ -12,8 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/roottest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
@@ -98,7 +98,7 @@ func TestRootRestart(t *testing.T) {
 		points[m.Path] = true
 	}
 	found := p.Reconstruct(ctx, volume.Recovery{MountPoints: points})
-	if len(found.Mounts) != 1 || found.Mounts[0].Spec.Name != spec.Name || found.Mounts[0].Path != dir || found.Mounts[0].State != cache.Uncertain {
+	if len(found.Mounts) != 1 || found.Mounts[0].Spec.Name != spec.Name || found.Mounts[0].Path != dir || found.Mounts[0].State != podvol.Uncertain {
 		t.Fatalf("Reconstruct = %+v", found)
 	}
 	spec = resolved(t, p, testPod(map[string]string{"app": "web", "rev": "2"}), "podinfo", src)

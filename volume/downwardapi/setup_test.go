@@ -12,8 +12,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
@@ -286,7 +286,7 @@ func TestTearDownAndReconstruct(t *testing.T) {
 		t.Fatalf("Reconstruct = %+v", found)
 	}
 	m := found.Mounts[0]
-	if m.Spec.Name != spec.Name || m.Spec.Plugin != PluginName || !m.Spec.Ephemeral || m.Volume.Pod.UID != testUID || m.Volume.SpecName != "info" || m.Path != dir || m.State != cache.Uncertain {
+	if m.Spec.Name != spec.Name || m.Spec.Plugin != PluginName || !m.Spec.Ephemeral || m.Volume.Pod.UID != testUID || m.Volume.SpecName != "info" || m.Path != dir || m.State != podvol.Uncertain {
 		t.Fatalf("found %+v", m)
 	}
 	for range 2 {

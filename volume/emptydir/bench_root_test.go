@@ -11,8 +11,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/roottest"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // BenchmarkRootSetUpTearDown sets up and tears down one emptyDir volume,
@@ -30,7 +30,7 @@ func BenchmarkRootSetUpTearDown(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				spec := &cache.VolumeSpec{Name: volumeName(testUID, "v"), Plugin: PluginName, Mode: cache.Filesystem, Ephemeral: true,
+				spec := &podvol.VolumeSpec{Name: volumeName(testUID, "v"), Plugin: PluginName, Mode: podvol.Filesystem, Ephemeral: true,
 					Source: &v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: medium}}}
 				if err := p.ResolveSpec(testPod(ctr(nil, nil)), spec); err != nil {
 					b.Fatal(err)

@@ -9,8 +9,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/util/step/steptest"
+	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/step/steptest"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -45,7 +45,7 @@ func crashAt(t *testing.T, medium v1.StorageMedium, op string, k int) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := &cache.VolumeSpec{Name: volumeName(testUID, "v"), Plugin: PluginName, Source: &v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: medium}}}
+	spec := &podvol.VolumeSpec{Name: volumeName(testUID, "v"), Plugin: PluginName, Source: &v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: medium}}}
 	if err := p.ResolveSpec(testPod(ctr(mem("1Gi"), mem("1Gi"))), spec); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func crashAt(t *testing.T, medium v1.StorageMedium, op string, k int) bool {
 		}
 	}
 	if len(found.Mounts) == 1 {
-		if err := q.TearDown(context.Background(), request(&cache.VolumeSpec{Name: spec.Name, Plugin: PluginName}, "v")); err != nil {
+		if err := q.TearDown(context.Background(), request(&podvol.VolumeSpec{Name: spec.Name, Plugin: PluginName}, "v")); err != nil {
 			t.Fatalf("step %d (%s): TearDown after the restart: %v", k, stopped, err)
 		}
 	}

@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -40,9 +40,9 @@ func newTestPlugin(t *testing.T, alloc func() (int64, error)) *testPlugin {
 
 // spec is the pod-scoped spec of emptyDir name with source src, resolved
 // for pod (nil: not resolved).
-func (tp *testPlugin) spec(t *testing.T, pod *v1.Pod, name string, src v1.EmptyDirVolumeSource) *cache.VolumeSpec {
+func (tp *testPlugin) spec(t *testing.T, pod *v1.Pod, name string, src v1.EmptyDirVolumeSource) *podvol.VolumeSpec {
 	t.Helper()
-	s := &cache.VolumeSpec{Name: volumeName(testUID, name), Plugin: PluginName, Mode: cache.Filesystem, Ephemeral: true,
+	s := &podvol.VolumeSpec{Name: volumeName(testUID, name), Plugin: PluginName, Mode: podvol.Filesystem, Ephemeral: true,
 		Source: &v1.VolumeSource{EmptyDir: &src}}
 	if pod != nil {
 		if err := tp.ResolveSpec(pod, s); err != nil {
@@ -52,8 +52,8 @@ func (tp *testPlugin) spec(t *testing.T, pod *v1.Pod, name string, src v1.EmptyD
 	return s
 }
 
-func request(spec *cache.VolumeSpec, name string) volume.MountRequest {
-	return volume.MountRequest{Spec: spec, Volume: cache.PodVolume{Pod: cache.PodRef{UID: testUID, Namespace: "ns", Name: "pod"}, SpecName: name}}
+func request(spec *podvol.VolumeSpec, name string) volume.MountRequest {
+	return volume.MountRequest{Spec: spec, Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: testUID, Namespace: "ns", Name: "pod"}, SpecName: name}}
 }
 
 // volumeDir and readyPath are volume name's paths under tp's root.
@@ -95,9 +95,9 @@ func exists(t *testing.T, path string) bool {
 }
 
 // cacheSpecWithoutSource is a spec as reconstruction gives it.
-var cacheSpecWithoutSource = cache.VolumeSpec{Name: volumeName(testUID, "v"), Plugin: PluginName, Mode: cache.Filesystem, Ephemeral: true}
+var cacheSpecWithoutSource = podvol.VolumeSpec{Name: volumeName(testUID, "v"), Plugin: PluginName, Mode: podvol.Filesystem, Ephemeral: true}
 
 // volumeName is the unique name of testUID's emptyDir specName.
-func volumeName(pod types.UID, specName string) cache.UniqueVolumeName {
-	return cache.UniqueVolumeName(PluginName + "/" + string(pod) + "-" + specName)
+func volumeName(pod types.UID, specName string) podvol.UniqueVolumeName {
+	return podvol.UniqueVolumeName(PluginName + "/" + string(pod) + "-" + specName)
 }

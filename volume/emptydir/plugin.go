@@ -64,11 +64,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/fsgroup"
 	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/internal/rootfs"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -200,7 +200,7 @@ func (p *plugin) CanSupport(v *v1.Volume) bool { return v != nil && v.EmptyDir !
 // gives the pod's fsGroup ownership of it. Its sizeLimit, when positive,
 // is its SizeLimit (the kubelet evicts a pod whose emptyDir's usage
 // exceeds it; one of zero is no limit there either).
-func (p *plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, error) {
+func (p *plugin) Capabilities(spec *podvol.VolumeSpec) (volume.Capabilities, error) {
 	caps := volume.Capabilities{OwnershipChange: true}
 	if spec != nil && spec.Source != nil && spec.Source.EmptyDir != nil {
 		if l := spec.Source.EmptyDir.SizeLimit; l != nil && l.Sign() > 0 {
@@ -212,8 +212,8 @@ func (p *plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, erro
 
 // volumeName is the unique name of pod's volume specName, the kubelet's
 // for a pod-scoped volume.
-func (p *plugin) volumeName(pod types.UID, specName string) cache.UniqueVolumeName {
-	return cache.UniqueVolumeName(p.name + "/" + string(pod) + "-" + specName)
+func (p *plugin) volumeName(pod types.UID, specName string) podvol.UniqueVolumeName {
+	return podvol.UniqueVolumeName(p.name + "/" + string(pod) + "-" + specName)
 }
 
 // paths are one volume's places on disk, relative to the root.

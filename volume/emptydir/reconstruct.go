@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/internal/podscan"
 )
@@ -47,7 +47,7 @@ func (p *plugin) found(logger klog.Logger, rc volume.Recovery, uid types.UID, e 
 		logger.Info("Found no directory where a volume is expected, leaving it alone", "kind", p.title, "path", at.abs, "type", e.Type().String())
 		return volume.FoundMount{}, false
 	}
-	state := cache.Uncertain
+	state := podvol.Uncertain
 	// A wrapped volume is never Mounted here: its files are the wrapping
 	// plugin's, written after the ready file and the tmpfs, and a process
 	// stopped in between leaves them missing or half-linked. Uncertain
@@ -55,10 +55,10 @@ func (p *plugin) found(logger klog.Logger, rc volume.Recovery, uid types.UID, e 
 	// or confirms them) before it reports the volume mounted, as the
 	// kubelet remounts these volumes at a pod's first sync after a start.
 	if p.isReady(at) && rc.MountPoints[at.abs] && !p.wrapped {
-		state = cache.Mounted
+		state = podvol.Mounted
 	}
-	spec := cache.VolumeSpec{Name: p.volumeName(uid, e.Name()), Plugin: p.name, Mode: cache.Filesystem, Ephemeral: true}
-	vol := cache.PodVolume{Pod: cache.PodRef{UID: uid}, SpecName: e.Name()}
+	spec := podvol.VolumeSpec{Name: p.volumeName(uid, e.Name()), Plugin: p.name, Mode: podvol.Filesystem, Ephemeral: true}
+	vol := podvol.PodVolume{Pod: podvol.PodRef{UID: uid}, SpecName: e.Name()}
 	logger.V(2).Info("Reconstructed volume", "kind", p.title, "podUID", uid, "volume", spec.Name, "path", at.abs, "state", state)
 	return volume.FoundMount{Spec: spec, Volume: vol, Path: at.abs, State: state}, true
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -18,13 +18,13 @@ func TestReconstruct(t *testing.T) {
 		ready    bool
 		mounted  bool
 		nilTable bool
-		want     cache.MountState
+		want     podvol.MountState
 	}{
-		{name: "ready and a mount point", ready: true, mounted: true, want: cache.Mounted},
-		{name: "ready, a plain directory", ready: true, want: cache.Uncertain},
-		{name: "not ready, a mount point", mounted: true, want: cache.Uncertain},
-		{name: "not ready", want: cache.Uncertain},
-		{name: "ready, mount table unknown", ready: true, mounted: true, nilTable: true, want: cache.Uncertain},
+		{name: "ready and a mount point", ready: true, mounted: true, want: podvol.Mounted},
+		{name: "ready, a plain directory", ready: true, want: podvol.Uncertain},
+		{name: "not ready, a mount point", mounted: true, want: podvol.Uncertain},
+		{name: "not ready", want: podvol.Uncertain},
+		{name: "ready, mount table unknown", ready: true, mounted: true, nilTable: true, want: podvol.Uncertain},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -46,8 +46,8 @@ func TestReconstruct(t *testing.T) {
 			tp.steps = nil
 			got := tp.Reconstruct(context.Background(), rc)
 			want := volume.Found{Attempted: 1, Mounts: []volume.FoundMount{{
-				Spec:   cache.VolumeSpec{Name: cache.UniqueVolumeName("kubernetes.io/empty-dir/" + string(testUID) + "-v"), Plugin: PluginName, Mode: cache.Filesystem, Ephemeral: true},
-				Volume: cache.PodVolume{Pod: cache.PodRef{UID: testUID}, SpecName: "v"},
+				Spec:   podvol.VolumeSpec{Name: podvol.UniqueVolumeName("kubernetes.io/empty-dir/" + string(testUID) + "-v"), Plugin: PluginName, Mode: podvol.Filesystem, Ephemeral: true},
+				Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: testUID}, SpecName: "v"},
 				Path:   dir, State: tt.want,
 			}}}
 			if diff := cmp.Diff(want, got); diff != "" {

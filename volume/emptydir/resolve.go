@@ -9,7 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -48,7 +48,7 @@ type medium struct {
 // an unknown medium and a hugepages medium the pod's hugepage resources do
 // not give one page size for are errors naming the pod, the volume and the
 // cause.
-func (p *plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
+func (p *plugin) ResolveSpec(pod *v1.Pod, spec *podvol.VolumeSpec) error {
 	if pod == nil || spec == nil {
 		return errors.New("resolving an emptyDir volume: nil pod or spec")
 	}
@@ -123,7 +123,7 @@ func memorySize(allocatable, podLimit int64, sizeLimit *resource.Quantity) int64
 // mediumOf returns the resolved medium of spec: from its Attributes, or
 // for a spec ResolveSpec did not see, from its source when that is on disk
 // (a memory or hugepages volume needs the pod).
-func mediumOf(spec *cache.VolumeSpec) (medium, error) {
+func mediumOf(spec *podvol.VolumeSpec) (medium, error) {
 	name, resolved := spec.Attributes[attrMedium]
 	if !resolved {
 		if spec.Source == nil || spec.Source.EmptyDir == nil {

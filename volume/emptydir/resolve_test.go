@@ -9,7 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -92,13 +92,13 @@ func TestResolveMemorySize(t *testing.T) {
 // than the kubelet's.
 func TestResolveMemoryNodeNotRead(t *testing.T) {
 	tp := newTestPlugin(t, func() (int64, error) { return 0, errors.New("no figure") })
-	spec := &cache.VolumeSpec{Name: volumeName(testUID, "mem"), Plugin: PluginName,
+	spec := &podvol.VolumeSpec{Name: volumeName(testUID, "mem"), Plugin: PluginName,
 		Source: &v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory, SizeLimit: quantity("8Gi")}}}
 	err := tp.ResolveSpec(testPod(ctr(nil, nil)), spec)
 	if !errors.Is(err, volume.ErrNotReady) || !strings.Contains(err.Error(), "error retrieving node: no figure") {
 		t.Errorf("ResolveSpec = %v, want ErrNotReady naming the node", err)
 	}
-	disk := &cache.VolumeSpec{Name: volumeName(testUID, "disk"), Plugin: PluginName, Source: &v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}
+	disk := &podvol.VolumeSpec{Name: volumeName(testUID, "disk"), Plugin: PluginName, Source: &v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}
 	if err := tp.ResolveSpec(testPod(ctr(nil, nil)), disk); err != nil {
 		t.Errorf("a disk volume does not read the node: %v", err)
 	}
@@ -175,7 +175,7 @@ func TestResolveBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tp := newTestPlugin(t, nil)
-			spec := &cache.VolumeSpec{Name: volumeName(testUID, "v"), Plugin: PluginName, Source: tt.src}
+			spec := &podvol.VolumeSpec{Name: volumeName(testUID, "v"), Plugin: PluginName, Source: tt.src}
 			checkResolveErr(t, tp.ResolveSpec(testPod(ctr(nil, nil)), spec), tt.wantErr)
 			if spec.Attributes != nil {
 				t.Errorf("attributes set on an error: %v", spec.Attributes)

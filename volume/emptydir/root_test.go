@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/roottest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -80,9 +80,9 @@ func checkNothingLeft(t *testing.T, p *plugin, name string) {
 	}
 }
 
-func resolved(t *testing.T, p *plugin, pod *v1.Pod, name string, src v1.EmptyDirVolumeSource) *cache.VolumeSpec {
+func resolved(t *testing.T, p *plugin, pod *v1.Pod, name string, src v1.EmptyDirVolumeSource) *podvol.VolumeSpec {
 	t.Helper()
-	s := &cache.VolumeSpec{Name: volumeName(testUID, name), Plugin: PluginName, Mode: cache.Filesystem, Ephemeral: true, Source: &v1.VolumeSource{EmptyDir: &src}}
+	s := &podvol.VolumeSpec{Name: volumeName(testUID, name), Plugin: PluginName, Mode: podvol.Filesystem, Ephemeral: true, Source: &v1.VolumeSource{EmptyDir: &src}}
 	if err := p.ResolveSpec(pod, s); err != nil {
 		t.Fatal(err)
 	}
@@ -190,8 +190,8 @@ func recovery(t *testing.T) volume.Recovery {
 }
 
 // states maps each reconstructed volume's spec name to its state.
-func states(f volume.Found) map[string]cache.MountState {
-	out := map[string]cache.MountState{}
+func states(f volume.Found) map[string]podvol.MountState {
+	out := map[string]podvol.MountState{}
 	for _, m := range f.Mounts {
 		out[m.Volume.SpecName] = m.State
 	}
@@ -203,7 +203,7 @@ func TestRootRestart(t *testing.T) {
 	pod := testPod(ctr(mem("1Gi"), mem("1Gi")))
 	disk := resolved(t, p, pod, "disk", v1.EmptyDirVolumeSource{})
 	memv := resolved(t, p, pod, "mem", v1.EmptyDirVolumeSource{Medium: "Memory"})
-	for name, s := range map[string]*cache.VolumeSpec{"disk": disk, "mem": memv} {
+	for name, s := range map[string]*podvol.VolumeSpec{"disk": disk, "mem": memv} {
 		dir, err := p.SetUp(context.Background(), request(s, name))
 		if err != nil {
 			t.Fatal(err)
@@ -213,10 +213,10 @@ func TestRootRestart(t *testing.T) {
 	// A restart: a new plugin on the same root.
 	q := rootPlugin(t, p.root)
 	f := q.Reconstruct(context.Background(), recovery(t))
-	if got, want := states(f), map[string]cache.MountState{"disk": cache.Uncertain, "mem": cache.Mounted}; !maps.Equal(got, want) || f.Attempted != 2 {
+	if got, want := states(f), map[string]podvol.MountState{"disk": podvol.Uncertain, "mem": podvol.Mounted}; !maps.Equal(got, want) || f.Attempted != 2 {
 		t.Fatalf("reconstructed %v (attempted %d), want %v", got, f.Attempted, want)
 	}
-	for name, s := range map[string]*cache.VolumeSpec{"disk": disk, "mem": memv} {
+	for name, s := range map[string]*podvol.VolumeSpec{"disk": disk, "mem": memv} {
 		dir, err := q.SetUp(context.Background(), request(s, name))
 		if b, rerr := os.ReadFile(filepath.Join(dir, "data")); err != nil || rerr != nil || string(b) != "kept" {
 			t.Errorf("SetUp of %s after the restart: %v; its data %q, %v", name, err, b, rerr)
@@ -231,7 +231,7 @@ func TestRootRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	f = q.Reconstruct(context.Background(), recovery(t))
-	if got := states(f); got["mem"] != cache.Uncertain {
+	if got := states(f); got["mem"] != podvol.Uncertain {
 		t.Errorf("after a reboot the memory volume is %v, want Uncertain", got["mem"])
 	}
 	if _, err := q.SetUp(context.Background(), request(memv, "mem")); err != nil {
@@ -241,7 +241,7 @@ func TestRootRestart(t *testing.T) {
 		t.Errorf("mounts after SetUp after a reboot: %+v, want a tmpfs at %s", got, at.abs)
 	}
 	for _, name := range []string{"disk", "mem"} {
-		if err := q.TearDown(context.Background(), request(&cache.VolumeSpec{Name: volumeName(testUID, name), Plugin: PluginName}, name)); err != nil {
+		if err := q.TearDown(context.Background(), request(&podvol.VolumeSpec{Name: volumeName(testUID, name), Plugin: PluginName}, name)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,8 +13,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/fsgroup"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -58,7 +58,7 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 
 // setUpAt sets the volume up at at (see SetUp); an error once the
 // directory exists wraps volume.ErrInProgress.
-func (p *plugin) setUpAt(ctx context.Context, at paths, m medium, vol cache.PodVolume, changeOwnership bool) error {
+func (p *plugin) setUpAt(ctx context.Context, at paths, m medium, vol podvol.PodVolume, changeOwnership bool) error {
 	p, release, err := p.held()
 	if err != nil {
 		return err
@@ -187,7 +187,7 @@ func (p *plugin) makeDir(at paths) error {
 
 // mountMedium mounts a memory volume's tmpfs or a hugepages volume's
 // hugetlbfs at its directory, unless one is mounted there already.
-func (p *plugin) mountMedium(ctx context.Context, at paths, m medium, vol cache.PodVolume) error {
+func (p *plugin) mountMedium(ctx context.Context, at paths, m medium, vol podvol.PodVolume) error {
 	if m.kind == onDisk {
 		return nil
 	}
@@ -260,7 +260,7 @@ func checkPageSize(mp mount.MountPoint, m medium) error {
 
 // changeOwnership gives the pod's fsGroup ownership of the volume
 // (internal/fsgroup), its directory opened without following a symlink.
-func (p *plugin) changeOwnership(ctx context.Context, at paths, vol cache.PodVolume) error {
+func (p *plugin) changeOwnership(ctx context.Context, at paths, vol podvol.PodVolume) error {
 	d, err := p.rfs.OpenDir(at.dir)
 	if err != nil {
 		return err

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/internal/du"
 )
@@ -17,7 +17,7 @@ import (
 // system the volume is on (its own tmpfs for a memory volume). The walk
 // follows no symlink and reaches nothing by path below the volume
 // (du.Measure).
-func (p *plugin) VolumeStats(ctx context.Context, _ *cache.VolumeSpec, volumePath, _ string) (volume.Stats, bool, error) {
+func (p *plugin) VolumeStats(ctx context.Context, _ *podvol.VolumeSpec, volumePath, _ string) (volume.Stats, bool, error) {
 	s, err := du.Measure(ctx, p.rfs, volumePath)
 	if err != nil {
 		return volume.Stats{}, false, fmt.Errorf("measuring emptyDir volume at %s: %w", volumePath, err)

@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -63,7 +63,7 @@ func (w *Wrapper) Path(uid types.UID, specName string) (rel, abs string, err err
 // when memory, unless it is set up already (its ready file is there and,
 // in memory, its tmpfs mounted), and returns its absolute path. An error
 // once the directory exists wraps volume.ErrInProgress.
-func (w *Wrapper) SetUp(ctx context.Context, vol cache.PodVolume, memory bool, memorySize int64) (string, error) {
+func (w *Wrapper) SetUp(ctx context.Context, vol podvol.PodVolume, memory bool, memorySize int64) (string, error) {
 	at, err := w.p.volumePaths(vol.Pod.UID, vol.SpecName)
 	if err != nil {
 		return "", err

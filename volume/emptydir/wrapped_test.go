@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -31,7 +31,7 @@ func TestWrapper(t *testing.T) {
 		if err != nil || size != 256<<20 {
 			t.Fatalf("MemorySize = %d, %v; want the pod's limit", size, err)
 		}
-		vol := cache.PodVolume{Pod: cache.PodRef{UID: testUID, Namespace: "ns", Name: "pod"}, SpecName: "creds"}
+		vol := podvol.PodVolume{Pod: podvol.PodRef{UID: testUID, Namespace: "ns", Name: "pod"}, SpecName: "creds"}
 		dir, err := w.SetUp(ctx, vol, memory, size)
 		if err != nil {
 			t.Fatal(err)
@@ -56,7 +56,7 @@ func TestWrapper(t *testing.T) {
 		found := w.Reconstruct(ctx, volume.Recovery{MountPoints: points})
 		// Uncertain even in memory: the wrapped plugin's files may be
 		// half-written.
-		wantState := cache.Uncertain
+		wantState := podvol.Uncertain
 		if len(found.Mounts) != 1 || string(found.Mounts[0].Spec.Name) != "kubernetes.io/secret/"+string(testUID)+"-creds" || found.Mounts[0].Spec.Plugin != "kubernetes.io/secret" || found.Mounts[0].State != wantState {
 			t.Fatalf("memory %v: Reconstruct = %+v", memory, found)
 		}

@@ -11,8 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/blockdev"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -34,7 +34,7 @@ var errNotAttached = errors.New("Volume not attached according to node status")
 // {devicePath} {json}` returns the device; a driver that does not support
 // it keeps the listed device path. Not listed yet is an error wrapping
 // volume.ErrNotReady. (nil, nil) for a driver that does not attach.
-func (d *driver) WaitForAttach(ctx context.Context, spec *cache.VolumeSpec) (map[string]string, error) {
+func (d *driver) WaitForAttach(ctx context.Context, spec *podvol.VolumeSpec) (map[string]string, error) {
 	if !d.caps.Attach {
 		return nil, nil
 	}
@@ -57,7 +57,7 @@ func (d *driver) WaitForAttach(ctx context.Context, spec *cache.VolumeSpec) (map
 // Attach implements volume.SelfAttacher: `attach {json} {node}`, then
 // waitforattach. A driver that does not support attach gets the kubelet's
 // default (no device path).
-func (d *driver) Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string]string, error) {
+func (d *driver) Attach(ctx context.Context, spec *podvol.VolumeSpec) (map[string]string, error) {
 	if !d.caps.Attach {
 		return nil, nil
 	}
@@ -80,7 +80,7 @@ func (d *driver) Attach(ctx context.Context, spec *cache.VolumeSpec) (map[string
 
 // waitForAttach runs `waitforattach {devicePath} {json}` within the
 // kubelet's timeout.
-func (d *driver) waitForAttach(ctx context.Context, spec *cache.VolumeSpec, devicePath string) (map[string]string, error) {
+func (d *driver) waitForAttach(ctx context.Context, spec *podvol.VolumeSpec, devicePath string) (map[string]string, error) {
 	name := d.volumeName(spec, "")
 	opts, err := d.specOptions(spec, name)
 	if err != nil {
@@ -101,7 +101,7 @@ func (d *driver) waitForAttach(ctx context.Context, spec *cache.VolumeSpec, devi
 
 // specOptions are the JSON options of a call about the volume of spec
 // (named name) with no pod: attach and waitforattach.
-func (d *driver) specOptions(spec *cache.VolumeSpec, name string) (string, error) {
+func (d *driver) specOptions(spec *podvol.VolumeSpec, name string) (string, error) {
 	s, err := sourceOf(spec, name, false)
 	if err != nil {
 		return "", err
@@ -111,7 +111,7 @@ func (d *driver) specOptions(spec *cache.VolumeSpec, name string) (string, error
 
 // Detach implements volume.SelfAttacher: `detach {volume} {node}`; a
 // driver that does not support it has nothing to detach.
-func (d *driver) Detach(ctx context.Context, spec *cache.VolumeSpec) error {
+func (d *driver) Detach(ctx context.Context, spec *podvol.VolumeSpec) error {
 	if !d.caps.Attach {
 		return nil
 	}
@@ -244,7 +244,7 @@ func (d *driver) podRefs(path string) ([]string, error) {
 // VolumeStats implements volume.StatsProvider for a driver whose init says
 // supportsMetrics: statfs of the pod's directory of the volume, as the
 // kubelet's MetricsStatFS. ok is false for other drivers.
-func (d *driver) VolumeStats(_ context.Context, spec *cache.VolumeSpec, volumePath, _ string) (volume.Stats, bool, error) {
+func (d *driver) VolumeStats(_ context.Context, spec *podvol.VolumeSpec, volumePath, _ string) (volume.Stats, bool, error) {
 	none := volume.Stats{CapacityBytes: -1, AvailableBytes: -1, UsedBytes: -1, Inodes: -1, InodesFree: -1, InodesUsed: -1}
 	if !d.caps.SupportsMetrics {
 		return none, false, nil

@@ -10,12 +10,12 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
-func pvSpec() *cache.VolumeSpec {
-	return &cache.VolumeSpec{Name: "example.com/ebs/pv-1", Plugin: "example.com/ebs", PVName: "pv-1",
+func pvSpec() *podvol.VolumeSpec {
+	return &podvol.VolumeSpec{Name: "example.com/ebs/pv-1", Plugin: "example.com/ebs", PVName: "pv-1",
 		PVSource: &v1.PersistentVolumeSource{FlexVolume: &v1.FlexPersistentVolumeSource{Driver: "example.com/ebs", FSType: "ext4"}}}
 }
 

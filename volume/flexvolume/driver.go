@@ -13,10 +13,10 @@ import (
 	"k8s.io/mount-utils"
 	"k8s.io/utils/exec"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/fsgroup"
 	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/internal/rootfs"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -87,7 +87,7 @@ func (d *driver) CanSupportPV(pv *v1.PersistentVolume) bool {
 // Capabilities implements volume.Plugin: a driver that attaches has its
 // volumes attached and staged; ownership is changed when the driver's
 // init says fsGroup.
-func (d *driver) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
+func (d *driver) Capabilities(*podvol.VolumeSpec) (volume.Capabilities, error) {
 	return volume.Capabilities{Attachable: d.caps.Attach, Stages: d.caps.Attach, OwnershipChange: d.caps.FSGroup}, nil
 }
 
@@ -120,7 +120,7 @@ func (d *driver) deviceMountPath(name string) (string, error) {
 // volumeName is the name the kubelet gives a volume of spec: the PV's, or
 // the pod volume's (podVolume; for a node-scoped volume with no pod, the
 // end of its unique name {driver}/{name}).
-func (d *driver) volumeName(spec *cache.VolumeSpec, podVolume string) string {
+func (d *driver) volumeName(spec *podvol.VolumeSpec, podVolume string) string {
 	if spec.PVName != "" {
 		return spec.PVName
 	}

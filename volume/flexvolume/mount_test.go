@@ -12,19 +12,19 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
-func inlineSpec(driver string, src v1.FlexVolumeSource) *cache.VolumeSpec {
+func inlineSpec(driver string, src v1.FlexVolumeSource) *podvol.VolumeSpec {
 	src.Driver = driver
-	return &cache.VolumeSpec{Name: cache.UniqueVolumeName(driver + "/uid-1-data"), Plugin: driver, Mode: cache.Filesystem,
+	return &podvol.VolumeSpec{Name: podvol.UniqueVolumeName(driver + "/uid-1-data"), Plugin: driver, Mode: podvol.Filesystem,
 		Source: &v1.VolumeSource{FlexVolume: &src}, Ephemeral: true}
 }
 
-func podVol(name string) cache.PodVolume {
+func podVol(name string) podvol.PodVolume {
 	gid := int64(1234)
-	return cache.PodVolume{Pod: cache.PodRef{UID: "uid-1", Namespace: "ns", Name: "web", ServiceAccount: "sa"}, SpecName: name, FSGroup: &gid}
+	return podvol.PodVolume{Pod: podvol.PodRef{UID: "uid-1", Namespace: "ns", Name: "web", ServiceAccount: "sa"}, SpecName: name, FSGroup: &gid}
 }
 
 // TestSetUpCall checks the mount call as the kubelet makes it: the
@@ -68,7 +68,7 @@ func TestSetUpPVOptions(t *testing.T) {
 	rec := &recorder{}
 	secrets := fakeSecrets{"other/creds": {Type: "example.com/cifs", Data: map[string][]byte{"k": []byte("v")}}}
 	d, _ := testDriver(t, "example.com/cifs", Capabilities{}, rec, secrets)
-	spec := &cache.VolumeSpec{Name: "example.com/cifs/uid-1-pv-1", Plugin: "example.com/cifs", PVName: "pv-1",
+	spec := &podvol.VolumeSpec{Name: "example.com/cifs/uid-1-pv-1", Plugin: "example.com/cifs", PVName: "pv-1",
 		PVSource: &v1.PersistentVolumeSource{FlexVolume: &v1.FlexPersistentVolumeSource{Driver: "example.com/cifs", FSType: "ext4",
 			SecretRef: &v1.SecretReference{Namespace: "other", Name: "creds"}}}}
 	vol := podVol("claim-vol")

@@ -9,8 +9,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // The keys of the JSON options, the kubelet's.
@@ -57,7 +57,7 @@ func (ds *Drivers) Objects(namespace string, v *v1.Volume) []objectcache.Ref {
 // sourceOf returns the flexVolume of spec; name is the pod volume's name
 // for an inline volume. readOnly is the pod's use of a PV (its claim's
 // readOnly, which the kubelet passes for a PV) or the inline source's.
-func sourceOf(spec *cache.VolumeSpec, podVolumeName string, podReadOnly bool) (source, error) {
+func sourceOf(spec *podvol.VolumeSpec, podVolumeName string, podReadOnly bool) (source, error) {
 	switch {
 	case spec.Source != nil && spec.Source.FlexVolume != nil:
 		f := spec.Source.FlexVolume
@@ -100,7 +100,7 @@ func (s source) json(extra map[string]string) (string, error) {
 
 // mountOptions are the extra options of a mount call: the pod, its
 // fsGroup and the secret's keys.
-func (d *driver) mountOptions(ctx context.Context, s source, vol cache.PodVolume) (map[string]string, error) {
+func (d *driver) mountOptions(ctx context.Context, s source, vol podvol.PodVolume) (map[string]string, error) {
 	extra := map[string]string{
 		optPodName:        vol.Pod.Name,
 		optPodNamespace:   vol.Pod.Namespace,

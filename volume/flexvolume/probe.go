@@ -23,7 +23,7 @@ import (
 
 	"github.com/nodevol/nodevol/internal/fsgroup"
 	"github.com/nodevol/nodevol/internal/rootfs"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 )
 

@@ -12,8 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -81,7 +81,7 @@ func TestProbeFindsDriversAddedChangedAndRemoved(t *testing.T) {
 	if c.Plugin == nil || c.Plugin.Name() != "example.com/first" {
 		t.Fatalf("start: %+v, want the driver's plugin", c)
 	}
-	if caps, _ := c.Plugin.Capabilities(&cache.VolumeSpec{}); caps.Attachable {
+	if caps, _ := c.Plugin.Capabilities(&podvol.VolumeSpec{}); caps.Attachable {
 		t.Errorf("capabilities %+v, want init's attach false", caps)
 	}
 	<-ds.Started()
@@ -91,7 +91,7 @@ func TestProbeFindsDriversAddedChangedAndRemoved(t *testing.T) {
 	if c.Plugin == nil {
 		t.Fatalf("added: %+v, want a plugin", c)
 	}
-	if caps, _ := c.Plugin.Capabilities(&cache.VolumeSpec{}); !caps.Attachable {
+	if caps, _ := c.Plugin.Capabilities(&podvol.VolumeSpec{}); !caps.Attachable {
 		t.Errorf("capabilities %+v, want the kubelet's default attach true", caps)
 	}
 
@@ -100,7 +100,7 @@ func TestProbeFindsDriversAddedChangedAndRemoved(t *testing.T) {
 	if c.Plugin == nil {
 		t.Fatalf("changed: %+v, want a plugin", c)
 	}
-	if caps, _ := c.Plugin.Capabilities(&cache.VolumeSpec{}); !caps.Attachable {
+	if caps, _ := c.Plugin.Capabilities(&podvol.VolumeSpec{}); !caps.Attachable {
 		t.Errorf("after a change, capabilities %+v, want the new init's attach true", caps)
 	}
 
@@ -171,15 +171,15 @@ func TestReconstruct(t *testing.T) {
 	<-ds.Started()
 	mounted := filepath.Join(root, "pods/uid-2/volumes/example.com~ebs/pv-1")
 	found := ds.Reconstruct(context.Background(), volume.Recovery{MountPoints: map[string]bool{mounted: true}})
-	names := map[cache.UniqueVolumeName]cache.MountState{}
+	names := map[podvol.UniqueVolumeName]podvol.MountState{}
 	for _, m := range found.Mounts {
 		names[m.Spec.Name] = m.State
 	}
-	want := map[cache.UniqueVolumeName]cache.MountState{"example.com/nfs/uid-1-data": cache.Uncertain, "example.com/ebs/pv-1": cache.Mounted}
-	if len(names) != 2 || names["example.com/nfs/uid-1-data"] != want["example.com/nfs/uid-1-data"] || names["example.com/ebs/pv-1"] != cache.Mounted {
+	want := map[podvol.UniqueVolumeName]podvol.MountState{"example.com/nfs/uid-1-data": podvol.Uncertain, "example.com/ebs/pv-1": podvol.Mounted}
+	if len(names) != 2 || names["example.com/nfs/uid-1-data"] != want["example.com/nfs/uid-1-data"] || names["example.com/ebs/pv-1"] != podvol.Mounted {
 		t.Errorf("mounts found = %v, want %v", names, want)
 	}
-	if len(found.Devices) != 1 || found.Devices[0].Spec.Name != "example.com/ebs/pv-1" || found.Devices[0].State != cache.Uncertain {
+	if len(found.Devices) != 1 || found.Devices[0].Spec.Name != "example.com/ebs/pv-1" || found.Devices[0].State != podvol.Uncertain {
 		t.Errorf("devices found = %+v, want the ebs device mount, Uncertain", found.Devices)
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/fsutil"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -35,11 +35,11 @@ func (ds *Drivers) Reconstruct(ctx context.Context, rc volume.Recovery) volume.F
 	ds.mu.Unlock()
 	slices.SortFunc(drivers, func(a, b *driver) int { return strings.Compare(a.name, b.name) })
 	var out volume.Found
-	state := func(path string) cache.MountState {
+	state := func(path string) podvol.MountState {
 		if rc.MountPoints[path] {
-			return cache.Mounted
+			return podvol.Mounted
 		}
-		return cache.Uncertain
+		return podvol.Uncertain
 	}
 	pods := ds.dirs(ctx, filepath.Join(ds.host.root, "pods"), "pod UID")
 	for _, d := range drivers {
@@ -50,7 +50,7 @@ func (ds *Drivers) Reconstruct(ctx context.Context, rc volume.Recovery) volume.F
 				out.Attempted++
 				out.Mounts = append(out.Mounts, volume.FoundMount{
 					Spec:   d.foundSpec(types.UID(uid), name),
-					Volume: cache.PodVolume{Pod: cache.PodRef{UID: types.UID(uid)}, SpecName: name},
+					Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: types.UID(uid)}, SpecName: name},
 					Path:   path, State: state(path),
 				})
 				logger.V(2).Info("Reconstructed flexVolume", "driver", d.name, "podUID", uid, "volume", name, "path", path)
@@ -70,13 +70,13 @@ func (ds *Drivers) Reconstruct(ctx context.Context, rc volume.Recovery) volume.F
 // foundSpec is the spec of a volume found on disk: what TearDown and
 // UnmountDevice need, named as the volume manager names it (pod-scoped,
 // {driver}/{uid}-{name}, for a driver that does not attach).
-func (d *driver) foundSpec(uid types.UID, name string) cache.VolumeSpec {
-	spec := cache.VolumeSpec{
-		Name: cache.UniqueVolumeName(d.name + "/" + name), Plugin: d.name, Mode: cache.Filesystem,
+func (d *driver) foundSpec(uid types.UID, name string) podvol.VolumeSpec {
+	spec := podvol.VolumeSpec{
+		Name: podvol.UniqueVolumeName(d.name + "/" + name), Plugin: d.name, Mode: podvol.Filesystem,
 		Source: &v1.VolumeSource{FlexVolume: &v1.FlexVolumeSource{Driver: d.name}},
 	}
 	if !d.caps.Attach {
-		spec.Name, spec.Ephemeral = cache.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", d.name, uid, name)), true
+		spec.Name, spec.Ephemeral = podvol.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", d.name, uid, name)), true
 	}
 	return spec
 }

@@ -49,8 +49,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -96,7 +96,7 @@ func (*plugin) CanSupportPV(pv *v1.PersistentVolume) bool {
 // Capabilities implements volume.Plugin: a host path is neither attached
 // nor staged, never a raw block device, never published again, and its
 // ownership is the host's (the kubelet does not apply fsGroup to it).
-func (*plugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
+func (*plugin) Capabilities(*podvol.VolumeSpec) (volume.Capabilities, error) {
 	return volume.Capabilities{}, nil
 }
 
@@ -112,7 +112,7 @@ var knownTypes = []v1.HostPathType{
 // with a ".." element (the API's and the kubelet's check), a type the
 // kubelet does not know, or a PV of volumeMode Block (the kubelet's
 // hostPath plugin maps no block devices).
-func (p *plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
+func (p *plugin) ResolveSpec(pod *v1.Pod, spec *podvol.VolumeSpec) error {
 	if spec == nil {
 		return fmt.Errorf("hostPath volume of pod %s: no spec", podName(pod))
 	}
@@ -135,7 +135,7 @@ func (p *plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
 	if t := typeOf(src); !slices.Contains(knownTypes, t) {
 		return fail(fmt.Sprintf("unknown type %q (known: %s)", t, typeList()))
 	}
-	if spec.Mode == cache.Block {
+	if spec.Mode == podvol.Block {
 		return fail("a hostPath volume cannot be used as a raw block device (volumeMode Block)")
 	}
 	return nil
@@ -176,7 +176,7 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 func (*plugin) TearDown(context.Context, volume.MountRequest) error { return nil }
 
 // sourceOf returns spec's hostPath source: the pod volume's or the PV's.
-func sourceOf(spec *cache.VolumeSpec) *v1.HostPathVolumeSource {
+func sourceOf(spec *podvol.VolumeSpec) *v1.HostPathVolumeSource {
 	switch {
 	case spec == nil:
 		return nil
@@ -215,7 +215,7 @@ func noBacksteps(path string) error {
 // describe names the volume of spec, a volume of pod, for messages: the
 // PV (and the pod's volume of its claim), or the pod's volume name (the
 // end of the pod-scoped unique name {plugin}/{podUID}-{name}).
-func describe(pod *v1.Pod, spec *cache.VolumeSpec) string {
+func describe(pod *v1.Pod, spec *podvol.VolumeSpec) string {
 	if spec.PVName != "" {
 		if pod != nil && spec.Claim != "" {
 			_, claim, _ := strings.Cut(spec.Claim, "/")
@@ -251,5 +251,5 @@ func podName(pod *v1.Pod) string {
 	if pod == nil {
 		return "(none)"
 	}
-	return cache.PodRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name}.String()
+	return podvol.PodRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name}.String()
 }

@@ -12,8 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -42,20 +42,20 @@ var testPod = &v1.Pod{
 }
 
 // podSpec is the spec the volume manager builds for pod volume name.
-func podSpec(name string, src *v1.HostPathVolumeSource) *cache.VolumeSpec {
-	return &cache.VolumeSpec{
-		Name:      cache.UniqueVolumeName(PluginName + "/uid-1-" + name),
+func podSpec(name string, src *v1.HostPathVolumeSource) *podvol.VolumeSpec {
+	return &podvol.VolumeSpec{
+		Name:      podvol.UniqueVolumeName(PluginName + "/uid-1-" + name),
 		Plugin:    PluginName,
-		Mode:      cache.Filesystem,
+		Mode:      podvol.Filesystem,
 		Ephemeral: true,
 		Source:    &v1.VolumeSource{HostPath: src},
 	}
 }
 
 // pvSpec is the spec the volume manager builds for a PV.
-func pvSpec(pv string, src *v1.HostPathVolumeSource, mode cache.VolumeMode) *cache.VolumeSpec {
-	return &cache.VolumeSpec{
-		Name:      cache.UniqueVolumeName(PluginName + "/uid-1-" + pv),
+func pvSpec(pv string, src *v1.HostPathVolumeSource, mode podvol.VolumeMode) *podvol.VolumeSpec {
+	return &podvol.VolumeSpec{
+		Name:      podvol.UniqueVolumeName(PluginName + "/uid-1-" + pv),
 		Plugin:    PluginName,
 		PVName:    pv,
 		Claim:     "ns/claim",
@@ -142,12 +142,12 @@ func is[T any](p volume.Plugin) bool { _, ok := p.(T); return ok }
 func TestResolveSpec(t *testing.T) {
 	tests := []struct {
 		name string
-		spec *cache.VolumeSpec
+		spec *podvol.VolumeSpec
 		want string // the error, "" for none
 	}{
 		{"unset type", podSpec("logs", hostPathSource("/var/log", "")), ""},
 		{"every known type", nil, ""},
-		{"PV", pvSpec("pv-1", hostPathSource("/srv/data", v1.HostPathDirectoryOrCreate), cache.Filesystem), ""},
+		{"PV", pvSpec("pv-1", hostPathSource("/srv/data", v1.HostPathDirectoryOrCreate), podvol.Filesystem), ""},
 		{"dots in a name", podSpec("logs", hostPathSource("/var/..log/x..", "")), ""},
 		{"a dot", podSpec("logs", hostPathSource("/var/./log", "")), ""},
 		{"no path", podSpec("logs", hostPathSource("", "")),
@@ -158,24 +158,24 @@ func TestResolveSpec(t *testing.T) {
 			`hostPath volume "logs" of pod ns/web, path "/var/../etc": must not contain '..'`},
 		{"trailing backstep", podSpec("logs", hostPathSource("/var/log/..", "")),
 			`hostPath volume "logs" of pod ns/web, path "/var/log/..": must not contain '..'`},
-		{"PV backstep", pvSpec("pv-1", hostPathSource("/srv/../etc", ""), cache.Filesystem),
+		{"PV backstep", pvSpec("pv-1", hostPathSource("/srv/../etc", ""), podvol.Filesystem),
 			`hostPath volume "data" (PV pv-1) of pod ns/web, path "/srv/../etc": must not contain '..'`},
-		{"PV of another claim", func() *cache.VolumeSpec {
-			s := pvSpec("pv-2", hostPathSource("", ""), cache.Filesystem)
+		{"PV of another claim", func() *podvol.VolumeSpec {
+			s := pvSpec("pv-2", hostPathSource("", ""), podvol.Filesystem)
 			s.Claim = "ns/other"
 			return s
 		}(), `hostPath PV pv-2 of pod ns/web, path "": no path`},
 		{"unknown type", podSpec("logs", hostPathSource("/var/log", "Pipe")),
 			`hostPath volume "logs" of pod ns/web, path "/var/log": unknown type "Pipe" (known: "", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket", "CharDevice", "BlockDevice")`},
-		{"block PV", pvSpec("pv-1", hostPathSource("/dev/sdb", v1.HostPathBlockDev), cache.Block),
+		{"block PV", pvSpec("pv-1", hostPathSource("/dev/sdb", v1.HostPathBlockDev), podvol.Block),
 			`hostPath volume "data" (PV pv-1) of pod ns/web, path "/dev/sdb": a hostPath volume cannot be used as a raw block device (volumeMode Block)`},
-		{"no source", &cache.VolumeSpec{Name: PluginName + "/uid-1-logs", Plugin: PluginName},
+		{"no source", &podvol.VolumeSpec{Name: PluginName + "/uid-1-logs", Plugin: PluginName},
 			`hostPath volume "logs" of pod ns/web: no hostPath source`},
 	}
 	p := newPlugin(t, nil).(volume.SpecResolver)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			specs := []*cache.VolumeSpec{tt.spec}
+			specs := []*podvol.VolumeSpec{tt.spec}
 			if tt.spec == nil {
 				specs = nil
 				for _, typ := range knownTypes {
@@ -207,10 +207,10 @@ func TestResolveSpec(t *testing.T) {
 func TestSetUp(t *testing.T) {
 	dir := hostTree(t)
 	ctx := context.Background()
-	ref := cache.PodRef{UID: "uid-1", Namespace: "ns", Name: "web"}
+	ref := podvol.PodRef{UID: "uid-1", Namespace: "ns", Name: "web"}
 	tests := []struct {
 		name     string
-		spec     *cache.VolumeSpec
+		spec     *podvol.VolumeSpec
 		readOnly bool
 		want     string // the error, "" for none; %s is the tree
 		cause    string // its kubelet's words, where they are not want's
@@ -218,12 +218,12 @@ func TestSetUp(t *testing.T) {
 		{"pod volume", podSpec("logs", hostPathSource(dir+"/d", v1.HostPathDirectory)), false, "", ""},
 		{"read-only", podSpec("logs", hostPathSource(dir+"/d", v1.HostPathDirectory)), true, "", ""},
 		{"unset type on nothing", podSpec("logs", hostPathSource(dir+"/missing", "")), false, "", ""},
-		{"PV", pvSpec("pv-1", hostPathSource(dir+"/f", v1.HostPathFile), cache.Filesystem), false, "", ""},
-		{"PV creates its directory", pvSpec("pv-1", hostPathSource(dir+"/new", v1.HostPathDirectoryOrCreate), cache.Filesystem), false, "", ""},
+		{"PV", pvSpec("pv-1", hostPathSource(dir+"/f", v1.HostPathFile), podvol.Filesystem), false, "", ""},
+		{"PV creates its directory", pvSpec("pv-1", hostPathSource(dir+"/new", v1.HostPathDirectoryOrCreate), podvol.Filesystem), false, "", ""},
 		{"mismatch", podSpec("logs", hostPathSource(dir+"/f", v1.HostPathDirectory)), false,
 			`setting up hostPath volume "logs" of pod ns/web (type Directory): hostPath type check failed: %[1]s/f is not a directory, it's a File`,
 			`hostPath type check failed: %[1]s/f is not a directory, it's a File`},
-		{"PV mismatch", pvSpec("pv-1", hostPathSource(dir+"/d", v1.HostPathSocket), cache.Filesystem), false,
+		{"PV mismatch", pvSpec("pv-1", hostPathSource(dir+"/d", v1.HostPathSocket), podvol.Filesystem), false,
 			`setting up hostPath volume "logs" (PV pv-1) of pod ns/web (type Socket): hostPath type check failed: %[1]s/d is not a socket file, it's a Directory`,
 			`hostPath type check failed: %[1]s/d is not a socket file, it's a Directory`},
 		{"missing", podSpec("logs", hostPathSource(dir+"/gone", v1.HostPathFile)), false,
@@ -232,13 +232,13 @@ func TestSetUp(t *testing.T) {
 		{"backstep", podSpec("logs", hostPathSource(dir+"/../d", v1.HostPathDirectory)), false,
 			"setting up hostPath volume \"logs\" of pod ns/web: invalid HostPath `%[1]s/../d`: must not contain '..'",
 			"invalid HostPath `%[1]s/../d`: must not contain '..'"},
-		{"no source", &cache.VolumeSpec{Name: PluginName + "/uid-1-logs"}, false,
+		{"no source", &podvol.VolumeSpec{Name: PluginName + "/uid-1-logs"}, false,
 			`setting up hostPath volume "logs" of pod ns/web: no hostPath source`, ""},
 	}
 	p := newPlugin(t, nil)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req := volume.MountRequest{Spec: tt.spec, Volume: cache.PodVolume{Pod: ref, SpecName: "logs", ReadOnly: tt.readOnly}}
+			req := volume.MountRequest{Spec: tt.spec, Volume: podvol.PodVolume{Pod: ref, SpecName: "logs", ReadOnly: tt.readOnly}}
 			path, err := p.SetUp(ctx, req)
 			if tt.want != "" {
 				want := strings.ReplaceAll(tt.want, "%[1]s", dir)
@@ -272,7 +272,7 @@ func TestSetUp(t *testing.T) {
 		t.Errorf("an unset type made something: %v", err)
 	}
 	// A volume found on disk for a pod that is gone: no spec at all.
-	if err := p.TearDown(ctx, volume.MountRequest{Volume: cache.PodVolume{Pod: cache.PodRef{UID: "gone"}, SpecName: "logs"}}); err != nil {
+	if err := p.TearDown(ctx, volume.MountRequest{Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: "gone"}, SpecName: "logs"}}); err != nil {
 		t.Errorf("TearDown without a spec = %v", err)
 	}
 }
@@ -283,7 +283,7 @@ func TestSetUpRetry(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "agent.sock")
 	p := newPlugin(t, nil)
-	req := volume.MountRequest{Spec: podSpec("agent", hostPathSource(sock, v1.HostPathSocket)), Volume: cache.PodVolume{Pod: cache.PodRef{UID: "uid-1", Namespace: "ns", Name: "web"}, SpecName: "agent"}}
+	req := volume.MountRequest{Spec: podSpec("agent", hostPathSource(sock, v1.HostPathSocket)), Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: "uid-1", Namespace: "ns", Name: "web"}, SpecName: "agent"}}
 	if _, err := p.SetUp(context.Background(), req); err == nil || volume.IsUncertain(err) || !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("SetUp before the socket = %v, want a retryable not-exist error", err)
 	}
@@ -306,7 +306,7 @@ func TestSetUpSteps(t *testing.T) {
 		}
 		return nil
 	})
-	req := volume.MountRequest{Spec: podSpec("data", hostPathSource(dir+"/a/b", v1.HostPathDirectoryOrCreate)), Volume: cache.PodVolume{Pod: cache.PodRef{UID: "uid-1"}, SpecName: "data"}}
+	req := volume.MountRequest{Spec: podSpec("data", hostPathSource(dir+"/a/b", v1.HostPathDirectoryOrCreate)), Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: "uid-1"}, SpecName: "data"}}
 	_, err := p.SetUp(context.Background(), req)
 	if !errors.Is(err, refuse) || volume.IsUncertain(err) {
 		t.Fatalf("SetUp with the step refused = %v", err)
@@ -322,7 +322,7 @@ func TestSetUpCanceled(t *testing.T) {
 	cancel()
 	dir := t.TempDir()
 	p := newPlugin(t, nil)
-	req := volume.MountRequest{Spec: podSpec("data", hostPathSource(dir+"/new", v1.HostPathDirectoryOrCreate)), Volume: cache.PodVolume{Pod: cache.PodRef{UID: "uid-1"}, SpecName: "data"}}
+	req := volume.MountRequest{Spec: podSpec("data", hostPathSource(dir+"/new", v1.HostPathDirectoryOrCreate)), Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: "uid-1"}, SpecName: "data"}}
 	if _, err := p.SetUp(ctx, req); !errors.Is(err, context.Canceled) {
 		t.Fatalf("SetUp canceled = %v", err)
 	}

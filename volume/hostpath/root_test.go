@@ -8,9 +8,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/blockdev"
 	"github.com/nodevol/nodevol/internal/roottest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -38,9 +38,9 @@ func TestRootBlockDevice(t *testing.T) {
 	mustDo(t, os.Symlink(dev, link))
 
 	p := newPlugin(t, nil)
-	ref := cache.PodRef{UID: "uid-1", Namespace: "ns", Name: "web"}
+	ref := podvol.PodRef{UID: "uid-1", Namespace: "ns", Name: "web"}
 	for _, path := range []string{dev, link} {
-		req := volume.MountRequest{Spec: podSpec("disk", hostPathSource(path, v1.HostPathBlockDev)), Volume: cache.PodVolume{Pod: ref, SpecName: "disk"}}
+		req := volume.MountRequest{Spec: podSpec("disk", hostPathSource(path, v1.HostPathBlockDev)), Volume: podvol.PodVolume{Pod: ref, SpecName: "disk"}}
 		if got, err := p.SetUp(ctx, req); err != nil || got != path {
 			t.Errorf("SetUp(BlockDevice %s) = %q, %v; want the path", path, got, err)
 		}
@@ -48,7 +48,7 @@ func TestRootBlockDevice(t *testing.T) {
 			t.Errorf("TearDown = %v", err)
 		}
 	}
-	req := volume.MountRequest{Spec: podSpec("disk", hostPathSource(dev, v1.HostPathCharDev)), Volume: cache.PodVolume{Pod: ref, SpecName: "disk"}}
+	req := volume.MountRequest{Spec: podSpec("disk", hostPathSource(dev, v1.HostPathCharDev)), Volume: podvol.PodVolume{Pod: ref, SpecName: "disk"}}
 	want := `setting up hostPath volume "disk" of pod ns/web (type CharDevice): hostPath type check failed: ` + dev + ` is not a character device, it's a BlockDevice`
 	if _, err := p.SetUp(ctx, req); err == nil || err.Error() != want {
 		t.Errorf("SetUp(CharDevice %s) = %v, want %s", dev, err, want)

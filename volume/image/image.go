@@ -18,7 +18,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -32,8 +32,8 @@ var _ volume.Plugin = Plugin{}
 
 // VolumeName is the unique name of pod's image volume specName, the
 // kubelet's for a volume that is neither attached nor staged.
-func VolumeName(pod types.UID, specName string) cache.UniqueVolumeName {
-	return cache.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", PluginName, pod, specName))
+func VolumeName(pod types.UID, specName string) podvol.UniqueVolumeName {
+	return podvol.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", PluginName, pod, specName))
 }
 
 // Name implements volume.Plugin.
@@ -46,7 +46,7 @@ func (Plugin) CanSupport(v *v1.Volume) bool { return v != nil && v.Image != nil 
 // attached nor staged, never a block device, never published again, and
 // its files are the image's (the runtime mounts it read-only); the
 // runtime provides it.
-func (Plugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
+func (Plugin) Capabilities(*podvol.VolumeSpec) (volume.Capabilities, error) {
 	return volume.Capabilities{ProvidedByRuntime: true}, nil
 }
 

@@ -7,7 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -35,7 +35,7 @@ func TestCanSupport(t *testing.T) {
 // TestContract: what the planner reads and what the executor may call.
 func TestContract(t *testing.T) {
 	var p volume.Plugin = Plugin{}
-	spec := &cache.VolumeSpec{Name: VolumeName("uid-1", "tools")}
+	spec := &podvol.VolumeSpec{Name: VolumeName("uid-1", "tools")}
 	caps, err := p.Capabilities(spec)
 	if err != nil || !reflect.DeepEqual(caps, volume.Capabilities{ProvidedByRuntime: true}) {
 		t.Errorf("Capabilities = %+v, %v; want only ProvidedByRuntime", caps, err)
@@ -55,7 +55,7 @@ func TestContract(t *testing.T) {
 	if _, ok := p.(volume.StatsProvider); ok {
 		t.Error("an image volume has stats")
 	}
-	req := volume.MountRequest{Spec: spec, Volume: cache.PodVolume{Pod: cache.PodRef{UID: "uid-1"}, SpecName: "tools"}}
+	req := volume.MountRequest{Spec: spec, Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: "uid-1"}, SpecName: "tools"}}
 	if path, err := p.SetUp(context.Background(), req); path != "" || err != nil {
 		t.Errorf("SetUp = %q, %v; want no path and no error", path, err)
 	}
@@ -65,7 +65,7 @@ func TestContract(t *testing.T) {
 }
 
 func TestVolumeName(t *testing.T) {
-	if got, want := VolumeName("uid-1", "tools"), cache.UniqueVolumeName("kubernetes.io/image/uid-1-tools"); got != want {
+	if got, want := VolumeName("uid-1", "tools"), podvol.UniqueVolumeName("kubernetes.io/image/uid-1-tools"); got != want {
 		t.Errorf("VolumeName = %s, want %s", got, want)
 	}
 	r, err := volume.NewRegistry(Plugin{})

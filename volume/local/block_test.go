@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -20,7 +20,7 @@ import (
 func TestBlock(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	s := spec("pv1", f.dev, cache.Block)
+	s := spec("pv1", f.dev, podvol.Block)
 	vol := podVol("u1")
 	if dmp, err := f.p.MountDevice(ctx, volume.DeviceRequest{Spec: s, Pod: vol}); err != nil || dmp != "" {
 		t.Fatalf("MountDevice = %q, %v; want nothing staged", dmp, err)
@@ -51,7 +51,7 @@ func TestBlock(t *testing.T) {
 	if diff := cmp.Diff(wantSteps, f.steps); diff != "" {
 		t.Errorf("steps (-want +got):\n%s", diff)
 	}
-	found := foundSpec("pv1", cache.Block)
+	found := foundSpec("pv1", podvol.Block)
 	var inUse *volume.InUseError
 	if err := f.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: &found}); !errors.As(err, &inUse) || len(inUse.Refs) != 1 {
 		t.Fatalf("UnmountDevice while mapped = %v, want an InUseError naming the map file", err)
@@ -81,7 +81,7 @@ func TestBlock(t *testing.T) {
 func TestBlockBadInput(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	if _, err := f.p.SetUp(ctx, volume.MountRequest{Spec: spec("pv1", f.dir, cache.Block), Volume: podVol("u1")}); err == nil ||
+	if _, err := f.p.SetUp(ctx, volume.MountRequest{Spec: spec("pv1", f.dir, podvol.Block), Volume: podVol("u1")}); err == nil ||
 		!strings.Contains(err.Error(), "needs a block device") || f.exists("pods") {
 		t.Errorf("Block PV on a directory: %v (pods/ made: %v)", err, f.exists("pods"))
 	}
@@ -89,7 +89,7 @@ func TestBlockBadInput(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "pv1"), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	found := foundSpec("pv1", cache.Block)
+	found := foundSpec("pv1", podvol.Block)
 	if err := f.p.TearDown(ctx, volume.MountRequest{Spec: &found, Volume: podVol("u1")}); err == nil || !f.exists("pods/u1/volumeDevices/kubernetes.io~local-volume/pv1") {
 		t.Errorf("TearDown of a directory where the symlink should be: %v; want an error and the directory kept", err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -23,7 +23,7 @@ import (
 // directory it made is removed again.
 func (p *plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (string, error) {
 	spec := req.Spec
-	if spec.Mode == cache.Block {
+	if spec.Mode == podvol.Block {
 		return "", nil
 	}
 	fail := func(err error) (string, error) {
@@ -93,7 +93,7 @@ func (p *plugin) UnmountDevice(ctx context.Context, req volume.DeviceRequest) er
 	if err != nil {
 		return fail(err)
 	}
-	if spec.Mode == cache.Block {
+	if spec.Mode == podvol.Block {
 		if err := p.removeGlobalMapDir(pv); err != nil {
 			return fail(err)
 		}

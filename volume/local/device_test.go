@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/exec"
 	testingexec "k8s.io/utils/exec/testing"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -38,7 +38,7 @@ func TestBlockDeviceFilesystem(t *testing.T) {
 	var cmds []string
 	f.script(&cmds, testingexec.FakeExitError{Status: 2}, nil) // blkid: no filesystem; mkfs
 	ctx := context.Background()
-	s := spec("pv1", f.dev, cache.Filesystem)
+	s := spec("pv1", f.dev, podvol.Filesystem)
 	s.MountOptions = []string{"noatime"}
 	vol := podVol("u1")
 	if _, err := f.p.SetUp(ctx, volume.MountRequest{Spec: s, Volume: vol}); !errors.Is(err, volume.ErrNotReady) {
@@ -66,7 +66,7 @@ func TestBlockDeviceFilesystem(t *testing.T) {
 	if diff := cmp.Diff(want, f.mounts()); diff != "" {
 		t.Errorf("mounts (-want +got):\n%s", diff)
 	}
-	found := foundSpec("pv1", cache.Filesystem)
+	found := foundSpec("pv1", podvol.Filesystem)
 	var inUse *volume.InUseError
 	if err := f.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: &found}); !errors.As(err, &inUse) || len(inUse.Refs) != 1 || inUse.Refs[0] != path {
 		t.Fatalf("UnmountDevice under a pod mount = %v, want an InUseError naming %s", err, path)
@@ -91,7 +91,7 @@ func TestMountDevice(t *testing.T) {
 	tests := []struct {
 		name     string
 		path     func(f *fixture) string
-		mode     cache.VolumeMode
+		mode     podvol.VolumeMode
 		fsType   *string
 		readOnly bool
 		answers  []any
@@ -100,7 +100,7 @@ func TestMountDevice(t *testing.T) {
 		wantErr  string
 	}{
 		{name: "directory: nothing staged", path: func(f *fixture) string { return f.dir }},
-		{name: "Block: nothing staged", mode: cache.Block},
+		{name: "Block: nothing staged", mode: podvol.Block},
 		{name: "fsType of the PV", fsType: &xfs, answers: []any{testingexec.FakeExitError{Status: 2}, nil},
 			wantCmds: []string{"blkid", "mkfs.xfs"}, wantPath: true},
 		{name: "formatted already: checked, not formatted", answers: []any{"TYPE=ext4\n", nil}, wantCmds: []string{"blkid", "fsck"}, wantPath: true},
@@ -121,7 +121,7 @@ func TestMountDevice(t *testing.T) {
 			}
 			mode := tt.mode
 			if mode == "" {
-				mode = cache.Filesystem
+				mode = podvol.Filesystem
 			}
 			s := spec("pv1", path, mode)
 			s.PVSource.Local.FSType, s.ReadOnly = tt.fsType, tt.readOnly
@@ -160,7 +160,7 @@ func TestFSGroup(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	gid := int64(os.Getegid())
-	s := spec("pv1", f.dir, cache.Filesystem)
+	s := spec("pv1", f.dir, podvol.Filesystem)
 	first := podVol("u1")
 	first.FSGroup = &gid
 	path, err := f.p.SetUp(ctx, volume.MountRequest{Spec: s, Volume: first, ChangeOwnership: true})

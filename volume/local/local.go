@@ -15,12 +15,12 @@ import (
 	"k8s.io/mount-utils"
 	"k8s.io/utils/exec"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/blockdev"
 	"github.com/nodevol/nodevol/internal/fsgroup"
 	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/internal/rootfs"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -165,11 +165,11 @@ func (p *plugin) CanSupportPV(pv *v1.PersistentVolume) bool {
 // node; for a directory or a Block PV the stage does nothing but makes the
 // volume's name node-scoped, as the kubelet's is); it can be a raw block
 // device; and the pod's fsGroup gets ownership of a filesystem's files.
-func (p *plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, error) {
+func (p *plugin) Capabilities(spec *podvol.VolumeSpec) (volume.Capabilities, error) {
 	return volume.Capabilities{
 		Stages:          true,
 		Block:           true,
-		OwnershipChange: spec == nil || spec.Mode != cache.Block,
+		OwnershipChange: spec == nil || spec.Mode != podvol.Block,
 	}, nil
 }
 
@@ -200,7 +200,7 @@ func statFileType(path string) (fileKind, error) {
 
 // source returns the PV's local path and what it is. The path must be
 // absolute and without "..", as the kubelet checks; it must exist.
-func (p *plugin) source(spec *cache.VolumeSpec) (string, fileKind, error) {
+func (p *plugin) source(spec *podvol.VolumeSpec) (string, fileKind, error) {
 	if spec.PVSource == nil || spec.PVSource.Local == nil || spec.PVSource.Local.Path == "" {
 		return "", kindOther, errors.New("the PV has no local path")
 	}
@@ -224,7 +224,7 @@ func (p *plugin) source(spec *cache.VolumeSpec) (string, fileKind, error) {
 }
 
 // fsType is the filesystem of a block device: the PV's, or ext4.
-func fsType(spec *cache.VolumeSpec) string {
+func fsType(spec *podvol.VolumeSpec) string {
 	if spec.PVSource != nil && spec.PVSource.Local != nil && spec.PVSource.Local.FSType != nil && *spec.PVSource.Local.FSType != "" {
 		return *spec.PVSource.Local.FSType
 	}
@@ -233,12 +233,12 @@ func fsType(spec *cache.VolumeSpec) string {
 
 // volumeName is the unique name of the volume of PV pvName, the
 // kubelet's for a volume it stages: node-scoped.
-func volumeName(pvName string) cache.UniqueVolumeName {
-	return cache.UniqueVolumeName(PluginName + "/" + pvName)
+func volumeName(pvName string) podvol.UniqueVolumeName {
+	return podvol.UniqueVolumeName(PluginName + "/" + pvName)
 }
 
 // pvName returns the volume's PV name, checked as a path element.
-func pvName(spec *cache.VolumeSpec) (string, error) {
+func pvName(spec *podvol.VolumeSpec) (string, error) {
 	if err := fsutil.ValidateName("PV name", spec.PVName); err != nil {
 		return "", err
 	}
@@ -304,6 +304,6 @@ func (p *plugin) podRefs(path, except string) ([]string, error) {
 }
 
 // desc names a volume in errors.
-func desc(spec *cache.VolumeSpec) string {
+func desc(spec *podvol.VolumeSpec) string {
 	return fmt.Sprintf("%q (local PV %s)", spec.Name, spec.PVName)
 }

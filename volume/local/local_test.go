@@ -17,9 +17,9 @@ import (
 	"k8s.io/mount-utils"
 	testingexec "k8s.io/utils/exec/testing"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/blockdev"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -141,13 +141,13 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // spec is PV pv's volume spec with local path path.
-func spec(pv, path string, mode cache.VolumeMode) *cache.VolumeSpec {
-	return &cache.VolumeSpec{Name: volumeName(pv), Plugin: PluginName, PVName: pv, Mode: mode,
+func spec(pv, path string, mode podvol.VolumeMode) *podvol.VolumeSpec {
+	return &podvol.VolumeSpec{Name: volumeName(pv), Plugin: PluginName, PVName: pv, Mode: mode,
 		PVSource: &v1.PersistentVolumeSource{Local: &v1.LocalVolumeSource{Path: path}}}
 }
 
-func podVol(uid string) cache.PodVolume {
-	return cache.PodVolume{Pod: cache.PodRef{UID: types.UID(uid), Namespace: "ns", Name: "pod-" + uid}, SpecName: "data"}
+func podVol(uid string) podvol.PodVolume {
+	return podvol.PodVolume{Pod: podvol.PodRef{UID: types.UID(uid), Namespace: "ns", Name: "pod-" + uid}, SpecName: "data"}
 }
 
 // mounts lists the fake mount table as "device -> path [options]", paths
@@ -182,9 +182,9 @@ func TestNames(t *testing.T) {
 	if f.p.CanSupportPV(&v1.PersistentVolume{}) || f.p.CanSupportPV(nil) {
 		t.Error("CanSupportPV claims a PV without a local source")
 	}
-	for mode, want := range map[cache.VolumeMode]volume.Capabilities{
-		cache.Filesystem: {Stages: true, Block: true, OwnershipChange: true},
-		cache.Block:      {Stages: true, Block: true},
+	for mode, want := range map[podvol.VolumeMode]volume.Capabilities{
+		podvol.Filesystem: {Stages: true, Block: true, OwnershipChange: true},
+		podvol.Block:      {Stages: true, Block: true},
 	} {
 		got, err := f.p.Capabilities(spec("pv", "/x", mode))
 		if err != nil || got.Stages != want.Stages || got.Block != want.Block || got.OwnershipChange != want.OwnershipChange || got.Attachable {

@@ -11,8 +11,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/fsgroup"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -34,7 +34,7 @@ const reasonAlreadyMounted = "AlreadyMountedVolume"
 // mount, is an error wrapping volume.ErrInProgress.
 func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, error) {
 	spec, vol := req.Spec, req.Volume
-	if spec.Mode == cache.Block {
+	if spec.Mode == podvol.Block {
 		return p.mapDevice(ctx, req)
 	}
 	fail := func(err error) (string, error) {
@@ -98,7 +98,7 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 // directory, or the device mount of its block device, which must be
 // mounted (MountDevice) so that a pod never writes into the empty
 // directory below it.
-func (p *plugin) mountSource(spec *cache.VolumeSpec, pv string) (string, error) {
+func (p *plugin) mountSource(spec *podvol.VolumeSpec, pv string) (string, error) {
 	path, kind, err := p.source(spec)
 	if err != nil {
 		return "", err
@@ -123,7 +123,7 @@ func (p *plugin) mountSource(spec *cache.VolumeSpec, pv string) (string, error) 
 // bindMount bind-mounts src at dir, creating dir. On a failure it takes
 // back what it made, as the kubelet does: a mount that may remain is an
 // error wrapping volume.ErrInProgress; otherwise dir is removed.
-func (p *plugin) bindMount(src, dir string, spec *cache.VolumeSpec, readOnly bool) error {
+func (p *plugin) bindMount(src, dir string, spec *podvol.VolumeSpec, readOnly bool) error {
 	if err := p.rfs.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
@@ -150,7 +150,7 @@ func (p *plugin) bindMount(src, dir string, spec *cache.VolumeSpec, readOnly boo
 // warnOtherGroup tells, as the kubelet does, that a volume other pods have
 // mounted has another group than the pod's fsGroup: it may not be
 // shareable. It does not refuse the mount.
-func (p *plugin) warnOtherGroup(ctx context.Context, spec *cache.VolumeSpec, vol cache.PodVolume, src string, refs []string) {
+func (p *plugin) warnOtherGroup(ctx context.Context, spec *podvol.VolumeSpec, vol podvol.PodVolume, src string, refs []string) {
 	fi, err := os.Stat(src)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot read the group of a local volume other pods have mounted", "volume", spec.Name, "path", src)
@@ -176,7 +176,7 @@ func (p *plugin) warnOtherGroup(ctx context.Context, spec *cache.VolumeSpec, vol
 // remain.
 func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 	spec, vol := req.Spec, req.Volume
-	if spec.Mode == cache.Block {
+	if spec.Mode == podvol.Block {
 		return p.unmapDevice(ctx, req)
 	}
 	fail := func(err error) error {

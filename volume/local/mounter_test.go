@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -45,7 +45,7 @@ func TestSetUpDirectory(t *testing.T) {
 			if tt.path != nil {
 				path = tt.path(f)
 			}
-			s := spec("pv1", path, cache.Filesystem)
+			s := spec("pv1", path, podvol.Filesystem)
 			s.ReadOnly, s.MountOptions = tt.specRO, tt.options
 			vol := podVol("u1")
 			vol.ReadOnly = tt.readOnly
@@ -74,7 +74,7 @@ func TestSetUpDirectory(t *testing.T) {
 				t.Errorf("second SetUp: %v, mounts %v", err, f.mounts())
 			}
 			// TearDown from the path alone: no source.
-			found := foundSpec("pv1", cache.Filesystem)
+			found := foundSpec("pv1", podvol.Filesystem)
 			for i := range 2 {
 				if err := f.p.TearDown(context.Background(), volume.MountRequest{Spec: &found, Volume: vol}); err != nil {
 					t.Fatalf("TearDown %d: %v", i, err)
@@ -101,7 +101,7 @@ func (f *fixture) subst(want []string) []string {
 // TestSetUpSteps: every change SetUp and TearDown make is announced.
 func TestSetUpSteps(t *testing.T) {
 	f := newFixture(t)
-	s, vol := spec("pv1", f.dir, cache.Filesystem), podVol("u1")
+	s, vol := spec("pv1", f.dir, podvol.Filesystem), podVol("u1")
 	if _, err := f.p.SetUp(context.Background(), volume.MountRequest{Spec: s, Volume: vol}); err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestSetUpFailures(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t)
 			f.failMounts(tt.failMount, tt.leave, tt.failUnmount)
-			_, err := f.p.SetUp(context.Background(), volume.MountRequest{Spec: spec("pv1", f.dir, cache.Filesystem), Volume: podVol("u1")})
+			_, err := f.p.SetUp(context.Background(), volume.MountRequest{Spec: spec("pv1", f.dir, podvol.Filesystem), Volume: podVol("u1")})
 			if err == nil {
 				t.Fatal("SetUp succeeded")
 			}
@@ -152,7 +152,7 @@ func TestSetUpFailures(t *testing.T) {
 	}
 	t.Run("unmount fails", func(t *testing.T) {
 		f := newFixture(t)
-		s, vol := spec("pv1", f.dir, cache.Filesystem), podVol("u1")
+		s, vol := spec("pv1", f.dir, podvol.Filesystem), podVol("u1")
 		if _, err := f.p.SetUp(context.Background(), volume.MountRequest{Spec: s, Volume: vol}); err != nil {
 			t.Fatal(err)
 		}
@@ -171,7 +171,7 @@ func TestSetUpFailures(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "data"), []byte("x"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		s := foundSpec("pv1", cache.Filesystem)
+		s := foundSpec("pv1", podvol.Filesystem)
 		if err := f.p.TearDown(context.Background(), volume.MountRequest{Spec: &s, Volume: podVol("u1")}); err == nil {
 			t.Error("TearDown removed a directory with data in it")
 		}
@@ -188,7 +188,7 @@ func TestSetUpFailures(t *testing.T) {
 		if err := os.Symlink(f.dir, filepath.Join(base, "pv1")); err != nil {
 			t.Fatal(err)
 		}
-		_, err := f.p.SetUp(context.Background(), volume.MountRequest{Spec: spec("pv1", f.dir, cache.Filesystem), Volume: podVol("u1")})
+		_, err := f.p.SetUp(context.Background(), volume.MountRequest{Spec: spec("pv1", f.dir, podvol.Filesystem), Volume: podVol("u1")})
 		if err == nil || len(f.mounter.MountPoints) != 0 {
 			t.Errorf("SetUp through a symlink: %v, mounts %v", err, f.mounts())
 		}

@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/fsutil"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/internal/podscan"
 )
@@ -45,7 +45,7 @@ func (p *plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Fou
 	}
 	for _, pv := range s.dirs(p.deviceMountBase(), "PV name") {
 		path := p.deviceMountPath(pv)
-		s.out.Devices = append(s.out.Devices, volume.FoundDevice{Spec: foundSpec(pv, cache.Filesystem), Path: path, State: s.state(path)})
+		s.out.Devices = append(s.out.Devices, volume.FoundDevice{Spec: foundSpec(pv, podvol.Filesystem), Path: path, State: s.state(path)})
 	}
 	for _, pv := range s.dirs(p.globalMapBase(), "PV name") {
 		s.globalMapDir(pv)
@@ -65,17 +65,17 @@ type scan struct {
 
 // foundSpec is the spec of PV pv's volume found on disk: what TearDown and
 // UnmountDevice need, and the name the volume manager gives it.
-func foundSpec(pv string, mode cache.VolumeMode) cache.VolumeSpec {
-	return cache.VolumeSpec{Name: volumeName(pv), Plugin: PluginName, PVName: pv, Mode: mode}
+func foundSpec(pv string, mode podvol.VolumeMode) podvol.VolumeSpec {
+	return podvol.VolumeSpec{Name: volumeName(pv), Plugin: PluginName, PVName: pv, Mode: mode}
 }
 
 // state is Mounted when the mount table shows path mounted, else
 // Uncertain.
-func (s *scan) state(path string) cache.MountState {
+func (s *scan) state(path string) podvol.MountState {
 	if s.rc.MountPoints[path] {
-		return cache.Mounted
+		return podvol.Mounted
 	}
-	return cache.Uncertain
+	return podvol.Uncertain
 }
 
 // entries lists dir; a missing dir has none, and one that cannot be read
@@ -113,7 +113,7 @@ func (s *scan) podVolumes(uid types.UID) {
 		path := filepath.Join(base, pv)
 		s.out.Attempted++
 		s.out.Mounts = append(s.out.Mounts, volume.FoundMount{
-			Spec: foundSpec(pv, cache.Filesystem), Volume: cache.PodVolume{Pod: cache.PodRef{UID: uid}, SpecName: pv},
+			Spec: foundSpec(pv, podvol.Filesystem), Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: uid}, SpecName: pv},
 			Path: path, State: s.state(path),
 		})
 		s.logger.V(2).Info("Reconstructed local volume", "podUID", uid, "pv", pv, "path", path)
@@ -142,8 +142,8 @@ func (s *scan) podLinks(uid types.UID) {
 // blockMount is a Block pod mapping found on disk: Uncertain.
 func (s *scan) blockMount(pv string, uid types.UID, link string) volume.FoundMount {
 	return volume.FoundMount{
-		Spec: foundSpec(pv, cache.Block), Volume: cache.PodVolume{Pod: cache.PodRef{UID: uid}, SpecName: pv},
-		Path: link, State: cache.Uncertain,
+		Spec: foundSpec(pv, podvol.Block), Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: uid}, SpecName: pv},
+		Path: link, State: podvol.Uncertain,
 	}
 }
 
@@ -151,7 +151,7 @@ func (s *scan) blockMount(pv string, uid types.UID, link string) volume.FoundMou
 // device, and the pod mappings whose symlink is gone.
 func (s *scan) globalMapDir(pv string) {
 	dir := filepath.Join(s.p.globalMapBase(), pv)
-	s.out.Devices = append(s.out.Devices, volume.FoundDevice{Spec: foundSpec(pv, cache.Block), Path: dir, State: cache.Uncertain})
+	s.out.Devices = append(s.out.Devices, volume.FoundDevice{Spec: foundSpec(pv, podvol.Block), Path: dir, State: podvol.Uncertain})
 	for _, e := range s.entries(dir) {
 		uid := types.UID(e.Name())
 		if s.linked[[2]string{pv, string(uid)}] {

@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -37,11 +37,11 @@ func TestReconstruct(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(f.p.SetUp(ctx, volume.MountRequest{Spec: spec("pv1", f.dir, cache.Filesystem), Volume: podVol("u1")}))
-	must(f.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec("pv3", f.dev, cache.Filesystem)}))
-	must(f.p.SetUp(ctx, volume.MountRequest{Spec: spec("pv3", f.dev, cache.Filesystem), Volume: podVol("u2")}))
-	must(f.p.SetUp(ctx, volume.MountRequest{Spec: spec("pv4", f.dev, cache.Block), Volume: podVol("u1")}))
-	must(f.p.SetUp(ctx, volume.MountRequest{Spec: spec("pv4", f.dev, cache.Block), Volume: podVol("u3")}))
+	must(f.p.SetUp(ctx, volume.MountRequest{Spec: spec("pv1", f.dir, podvol.Filesystem), Volume: podVol("u1")}))
+	must(f.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec("pv3", f.dev, podvol.Filesystem)}))
+	must(f.p.SetUp(ctx, volume.MountRequest{Spec: spec("pv3", f.dev, podvol.Filesystem), Volume: podVol("u2")}))
+	must(f.p.SetUp(ctx, volume.MountRequest{Spec: spec("pv4", f.dev, podvol.Block), Volume: podVol("u1")}))
+	must(f.p.SetUp(ctx, volume.MountRequest{Spec: spec("pv4", f.dev, podvol.Block), Volume: podVol("u3")}))
 	// A TearDown cut short: the directory left, not mounted.
 	mkdir(t, filepath.Join(f.root, "pods/u2/volumes/kubernetes.io~local-volume/pv2"))
 	// An unmap cut short after the symlink went.
@@ -52,11 +52,11 @@ func TestReconstruct(t *testing.T) {
 	if err := os.Symlink(f.dir, filepath.Join(f.root, "pods/u2/volumes/kubernetes.io~local-volume/evil")); err != nil {
 		t.Fatal(err)
 	}
-	mount := func(uid, pv string, mode cache.VolumeMode, path string, state cache.MountState) volume.FoundMount {
-		return volume.FoundMount{Spec: foundSpec(pv, mode), Volume: cache.PodVolume{Pod: cache.PodRef{UID: types.UID(uid)}, SpecName: pv},
+	mount := func(uid, pv string, mode podvol.VolumeMode, path string, state podvol.MountState) volume.FoundMount {
+		return volume.FoundMount{Spec: foundSpec(pv, mode), Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: types.UID(uid)}, SpecName: pv},
 			Path: filepath.Join(f.root, path), State: state}
 	}
-	device := func(pv string, mode cache.VolumeMode, path string, state cache.MountState) volume.FoundDevice {
+	device := func(pv string, mode podvol.VolumeMode, path string, state podvol.MountState) volume.FoundDevice {
 		return volume.FoundDevice{Spec: foundSpec(pv, mode), Path: filepath.Join(f.root, path), State: state}
 	}
 	tests := []struct {
@@ -66,29 +66,29 @@ func TestReconstruct(t *testing.T) {
 	}{
 		{name: "mount table known", mounts: f.mountPoints(), want: volume.Found{
 			Mounts: []volume.FoundMount{
-				mount("u1", "pv1", cache.Filesystem, "pods/u1/volumes/kubernetes.io~local-volume/pv1", cache.Mounted),
-				mount("u1", "pv4", cache.Block, "pods/u1/volumeDevices/kubernetes.io~local-volume/pv4", cache.Uncertain),
-				mount("u2", "pv2", cache.Filesystem, "pods/u2/volumes/kubernetes.io~local-volume/pv2", cache.Uncertain),
-				mount("u2", "pv3", cache.Filesystem, "pods/u2/volumes/kubernetes.io~local-volume/pv3", cache.Mounted),
-				mount("u3", "pv4", cache.Block, "pods/u3/volumeDevices/kubernetes.io~local-volume/pv4", cache.Uncertain),
+				mount("u1", "pv1", podvol.Filesystem, "pods/u1/volumes/kubernetes.io~local-volume/pv1", podvol.Mounted),
+				mount("u1", "pv4", podvol.Block, "pods/u1/volumeDevices/kubernetes.io~local-volume/pv4", podvol.Uncertain),
+				mount("u2", "pv2", podvol.Filesystem, "pods/u2/volumes/kubernetes.io~local-volume/pv2", podvol.Uncertain),
+				mount("u2", "pv3", podvol.Filesystem, "pods/u2/volumes/kubernetes.io~local-volume/pv3", podvol.Mounted),
+				mount("u3", "pv4", podvol.Block, "pods/u3/volumeDevices/kubernetes.io~local-volume/pv4", podvol.Uncertain),
 			},
 			Devices: []volume.FoundDevice{
-				device("pv3", cache.Filesystem, "plugins/kubernetes.io/local-volume/mounts/pv3", cache.Mounted),
-				device("pv4", cache.Block, "plugins/kubernetes.io~local-volume/volumeDevices/pv4", cache.Uncertain),
+				device("pv3", podvol.Filesystem, "plugins/kubernetes.io/local-volume/mounts/pv3", podvol.Mounted),
+				device("pv4", podvol.Block, "plugins/kubernetes.io~local-volume/volumeDevices/pv4", podvol.Uncertain),
 			},
 			Attempted: 5,
 		}},
 		{name: "mount table unknown", want: volume.Found{
 			Mounts: []volume.FoundMount{
-				mount("u1", "pv1", cache.Filesystem, "pods/u1/volumes/kubernetes.io~local-volume/pv1", cache.Uncertain),
-				mount("u1", "pv4", cache.Block, "pods/u1/volumeDevices/kubernetes.io~local-volume/pv4", cache.Uncertain),
-				mount("u2", "pv2", cache.Filesystem, "pods/u2/volumes/kubernetes.io~local-volume/pv2", cache.Uncertain),
-				mount("u2", "pv3", cache.Filesystem, "pods/u2/volumes/kubernetes.io~local-volume/pv3", cache.Uncertain),
-				mount("u3", "pv4", cache.Block, "pods/u3/volumeDevices/kubernetes.io~local-volume/pv4", cache.Uncertain),
+				mount("u1", "pv1", podvol.Filesystem, "pods/u1/volumes/kubernetes.io~local-volume/pv1", podvol.Uncertain),
+				mount("u1", "pv4", podvol.Block, "pods/u1/volumeDevices/kubernetes.io~local-volume/pv4", podvol.Uncertain),
+				mount("u2", "pv2", podvol.Filesystem, "pods/u2/volumes/kubernetes.io~local-volume/pv2", podvol.Uncertain),
+				mount("u2", "pv3", podvol.Filesystem, "pods/u2/volumes/kubernetes.io~local-volume/pv3", podvol.Uncertain),
+				mount("u3", "pv4", podvol.Block, "pods/u3/volumeDevices/kubernetes.io~local-volume/pv4", podvol.Uncertain),
 			},
 			Devices: []volume.FoundDevice{
-				device("pv3", cache.Filesystem, "plugins/kubernetes.io/local-volume/mounts/pv3", cache.Uncertain),
-				device("pv4", cache.Block, "plugins/kubernetes.io~local-volume/volumeDevices/pv4", cache.Uncertain),
+				device("pv3", podvol.Filesystem, "plugins/kubernetes.io/local-volume/mounts/pv3", podvol.Uncertain),
+				device("pv4", podvol.Block, "plugins/kubernetes.io~local-volume/volumeDevices/pv4", podvol.Uncertain),
 			},
 			Attempted: 5,
 		}},

@@ -14,8 +14,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/roottest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -135,7 +135,7 @@ func TestRootDirectory(t *testing.T) {
 	if err := os.Mkdir(src, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s := spec("pv1", src, cache.Filesystem)
+	s := spec("pv1", src, podvol.Filesystem)
 	rw, ro := podVol("u1"), podVol("u2")
 	ro.ReadOnly = true
 	if dmp, err := p.MountDevice(ctx, volume.DeviceRequest{Spec: s, Pod: rw}); err != nil || dmp != "" {
@@ -169,7 +169,7 @@ func TestRootDirectory(t *testing.T) {
 
 	p2 := restart(t, root)
 	found := p2.Reconstruct(ctx, volume.Recovery{MountPoints: mountPoints(t)})
-	if len(found.Mounts) != 2 || found.Mounts[0].State != cache.Mounted || found.Mounts[1].State != cache.Mounted || len(found.Devices) != 0 {
+	if len(found.Mounts) != 2 || found.Mounts[0].State != podvol.Mounted || found.Mounts[1].State != podvol.Mounted || len(found.Devices) != 0 {
 		t.Fatalf("Reconstruct = %+v, want both pod mounts Mounted", found)
 	}
 	tearDownFound(t, p2, found)
@@ -230,7 +230,7 @@ func TestRootBlockDeviceFilesystem(t *testing.T) {
 	p, root := realRoot(t)
 	ctx := context.Background()
 	dev := loopDevice(t, 64<<20)
-	s := spec("pv1", dev, cache.Filesystem)
+	s := spec("pv1", dev, podvol.Filesystem)
 	vol := podVol("u1")
 	dmp, err := p.MountDevice(ctx, volume.DeviceRequest{Spec: s, Pod: vol})
 	if err != nil {
@@ -260,7 +260,7 @@ func TestRootBlockDeviceFilesystem(t *testing.T) {
 
 	p2 := restart(t, root)
 	found := p2.Reconstruct(ctx, volume.Recovery{MountPoints: mountPoints(t)})
-	if len(found.Mounts) != 1 || found.Mounts[0].State != cache.Mounted || len(found.Devices) != 1 || found.Devices[0].State != cache.Mounted ||
+	if len(found.Mounts) != 1 || found.Mounts[0].State != podvol.Mounted || len(found.Devices) != 1 || found.Devices[0].State != podvol.Mounted ||
 		found.Devices[0].Path != dmp || found.Devices[0].Spec.Name != "kubernetes.io/local-volume/pv1" {
 		t.Fatalf("Reconstruct = %+v, want the pod mount and the device mount, Mounted", found)
 	}
@@ -294,7 +294,7 @@ func TestRootBlock(t *testing.T) {
 	p, root := realRoot(t)
 	ctx := context.Background()
 	dev := loopDevice(t, 16<<20)
-	s := spec("pv1", dev, cache.Block)
+	s := spec("pv1", dev, podvol.Block)
 	for _, uid := range []string{"u1", "u2"} {
 		link, err := p.SetUp(ctx, volume.MountRequest{Spec: s, Volume: podVol(uid)})
 		if err != nil {
@@ -317,7 +317,7 @@ func TestRootBlock(t *testing.T) {
 
 	p2 := restart(t, root)
 	found := p2.Reconstruct(ctx, volume.Recovery{MountPoints: mountPoints(t)})
-	if len(found.Mounts) != 2 || len(found.Devices) != 1 || found.Devices[0].Spec.Mode != cache.Block {
+	if len(found.Mounts) != 2 || len(found.Devices) != 1 || found.Devices[0].Spec.Mode != podvol.Block {
 		t.Fatalf("Reconstruct = %+v, want two Block mappings and the volume's device", found)
 	}
 	tearDownFound(t, p2, found)

@@ -6,7 +6,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/internal/du"
 )
@@ -16,9 +16,9 @@ import (
 // capacity, free and used bytes and inodes of the filesystem the PV's
 // path is on (shared with whatever else is on it, for a directory). For a
 // Block volume it is the device's size only (the kubelet's MetricsBlock).
-func (p *plugin) VolumeStats(_ context.Context, spec *cache.VolumeSpec, volumePath, _ string) (volume.Stats, bool, error) {
+func (p *plugin) VolumeStats(_ context.Context, spec *podvol.VolumeSpec, volumePath, _ string) (volume.Stats, bool, error) {
 	none := volume.Stats{CapacityBytes: -1, AvailableBytes: -1, UsedBytes: -1, Inodes: -1, InodesFree: -1, InodesUsed: -1}
-	if spec.Mode == cache.Block {
+	if spec.Mode == podvol.Block {
 		target, err := p.rfs.Readlink(volumePath)
 		if err != nil {
 			return none, false, fmt.Errorf("stats of block volume %s: %w", desc(spec), err)

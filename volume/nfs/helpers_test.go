@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/step"
 )
 
 // flakyMounter is a fake mounter whose mounts fail as mount(8) fails
@@ -90,20 +90,20 @@ func newFixture(t *testing.T, force bool) (*fixture, *forceMounter) {
 }
 
 // inline is the spec of pod volume "data" with an nfs source.
-func inline(uid, server, path string, readOnly bool) *cache.VolumeSpec {
-	return &cache.VolumeSpec{Name: volumeName(types.UID(uid), "data"), Plugin: PluginName, Mode: cache.Filesystem, Ephemeral: true,
+func inline(uid, server, path string, readOnly bool) *podvol.VolumeSpec {
+	return &podvol.VolumeSpec{Name: volumeName(types.UID(uid), "data"), Plugin: PluginName, Mode: podvol.Filesystem, Ephemeral: true,
 		Source: &v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: server, Path: path, ReadOnly: readOnly}}}
 }
 
 // pvSpec is the spec of PV pv with an nfs source, as the volume manager
 // resolves it for a pod.
-func pvSpec(uid, pv, server, path string, options []string) *cache.VolumeSpec {
-	return &cache.VolumeSpec{Name: volumeName(types.UID(uid), pv), Plugin: PluginName, PVName: pv, Mode: cache.Filesystem, Ephemeral: true,
+func pvSpec(uid, pv, server, path string, options []string) *podvol.VolumeSpec {
+	return &podvol.VolumeSpec{Name: volumeName(types.UID(uid), pv), Plugin: PluginName, PVName: pv, Mode: podvol.Filesystem, Ephemeral: true,
 		MountOptions: options, PVSource: &v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: server, Path: path}}}
 }
 
-func podVol(uid string) cache.PodVolume {
-	return cache.PodVolume{Pod: cache.PodRef{UID: types.UID(uid), Namespace: "ns", Name: "pod-" + uid}, SpecName: "data"}
+func podVol(uid string) podvol.PodVolume {
+	return podvol.PodVolume{Pod: podvol.PodRef{UID: types.UID(uid), Namespace: "ns", Name: "pod-" + uid}, SpecName: "data"}
 }
 
 // mounts lists the fake mount table as "device -> path type [options]",

@@ -11,7 +11,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/internal/rootfs"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 )
 

@@ -61,10 +61,10 @@ import (
 	"k8s.io/mount-utils"
 	netutil "k8s.io/utils/net"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/internal/rootfs"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -158,7 +158,7 @@ func (*plugin) CanSupportPV(pv *v1.PersistentVolume) bool {
 // no ownership change. A pod volume whose nfs source is readOnly is
 // mounted read-only in every container, as the kubelet's mounter
 // attributes say (a claim's read-only flag is the pod's, already).
-func (*plugin) Capabilities(spec *cache.VolumeSpec) (volume.Capabilities, error) {
+func (*plugin) Capabilities(spec *podvol.VolumeSpec) (volume.Capabilities, error) {
 	ro := spec != nil && spec.Source != nil && spec.Source.NFS != nil && spec.Source.NFS.ReadOnly
 	return volume.Capabilities{ReadOnly: ro}, nil
 }
@@ -183,7 +183,7 @@ func (s source) device() string {
 // pod volume's nfs source (read-only as it says), or the PV's (read-only
 // as the pod's claim says), with the PV's mount options and "ro" joined
 // as the kubelet joins them.
-func sourceOf(spec *cache.VolumeSpec, vol cache.PodVolume) (source, error) {
+func sourceOf(spec *podvol.VolumeSpec, vol podvol.PodVolume) (source, error) {
 	var s source
 	switch {
 	case spec.Source != nil && spec.Source.NFS != nil:
@@ -225,7 +225,7 @@ func joinOptions(user, system []string) []string {
 // name for a claim, else the pod's volume name (also that of a volume
 // found on disk, named after its directory); both it and the UID are
 // checked as path elements.
-func (p *plugin) podDir(spec *cache.VolumeSpec, vol cache.PodVolume) (string, error) {
+func (p *plugin) podDir(spec *podvol.VolumeSpec, vol podvol.PodVolume) (string, error) {
 	name := vol.SpecName
 	if spec.PVName != "" {
 		name = spec.PVName
@@ -241,12 +241,12 @@ func (p *plugin) podDir(spec *cache.VolumeSpec, vol cache.PodVolume) (string, er
 
 // volumeName is the unique name the volume manager gives pod uid's nfs
 // volume whose directory is name: pod-scoped, as the kubelet's.
-func volumeName(uid types.UID, name string) cache.UniqueVolumeName {
-	return cache.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", PluginName, uid, name))
+func volumeName(uid types.UID, name string) podvol.UniqueVolumeName {
+	return podvol.UniqueVolumeName(fmt.Sprintf("%s/%s-%s", PluginName, uid, name))
 }
 
 // desc names the pod's volume in errors, with its export when known.
-func desc(spec *cache.VolumeSpec, vol cache.PodVolume, s *source) string {
+func desc(spec *podvol.VolumeSpec, vol podvol.PodVolume, s *source) string {
 	name := fmt.Sprintf("%q", vol.SpecName)
 	if spec.PVName != "" {
 		name += " (PV " + spec.PVName + ")"

@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -31,7 +31,7 @@ func TestNames(t *testing.T) {
 		t.Error("CanSupportPV: wants exactly the PVs with spec.nfs")
 	}
 	for _, tt := range []struct {
-		spec *cache.VolumeSpec
+		spec *podvol.VolumeSpec
 		want volume.Capabilities
 	}{
 		{inline("u1", "s", "/e", false), volume.Capabilities{}},
@@ -51,7 +51,7 @@ func TestNames(t *testing.T) {
 func TestSetUpMountsTheExport(t *testing.T) {
 	tests := []struct {
 		name      string
-		spec      *cache.VolumeSpec
+		spec      *podvol.VolumeSpec
 		claimRO   bool
 		wantMount string
 		wantDir   string
@@ -69,7 +69,7 @@ func TestSetUpMountsTheExport(t *testing.T) {
 			wantMount: "10.0.0.5:/e -> pods/u1/volumes/kubernetes.io~nfs/pv1 nfs [hard nfsvers=4.1]", wantDir: "pv1"},
 		{name: "PV read-only by the claim, ro joined with the options", spec: pvSpec("u1", "pv1", "10.0.0.5", "/e", []string{"ro", "soft"}), claimRO: true,
 			wantMount: "10.0.0.5:/e -> pods/u1/volumes/kubernetes.io~nfs/pv1 nfs [ro soft]", wantDir: "pv1"},
-		{name: "PV's own readOnly is not read, as the kubelet", spec: func() *cache.VolumeSpec {
+		{name: "PV's own readOnly is not read, as the kubelet", spec: func() *podvol.VolumeSpec {
 			s := pvSpec("u1", "pv1", "10.0.0.5", "/e", nil)
 			s.PVSource.NFS.ReadOnly = true
 			return s
@@ -156,15 +156,15 @@ func TestSetUpSteps(t *testing.T) {
 func TestSetUpRefusals(t *testing.T) {
 	tests := []struct {
 		name    string
-		spec    *cache.VolumeSpec
-		vol     func(cache.PodVolume) cache.PodVolume
+		spec    *podvol.VolumeSpec
+		vol     func(podvol.PodVolume) podvol.PodVolume
 		plant   func(t *testing.T, f *fixture)
 		wantErr string
 	}{
 		{name: "no server", spec: inline("u1", "", "/e", false), wantErr: `needs a server and a path (server "", path "/e")`},
 		{name: "no path", spec: inline("u1", "s", "", false), wantErr: `needs a server and a path (server "s", path "")`},
-		{name: "no nfs source", spec: &cache.VolumeSpec{Name: "kubernetes.io/nfs/u1-data", Plugin: PluginName}, wantErr: "has no nfs source"},
-		{name: "bad volume name", spec: inline("u1", "s", "/e", false), vol: func(v cache.PodVolume) cache.PodVolume { v.SpecName = ".."; return v },
+		{name: "no nfs source", spec: &podvol.VolumeSpec{Name: "kubernetes.io/nfs/u1-data", Plugin: PluginName}, wantErr: "has no nfs source"},
+		{name: "bad volume name", spec: inline("u1", "s", "/e", false), vol: func(v podvol.PodVolume) podvol.PodVolume { v.SpecName = ".."; return v },
 			wantErr: `invalid volume name ".."`},
 		{name: "symlink as the pod's directory", spec: inline("u1", "s", "/e", false), plant: func(t *testing.T, f *fixture) {
 			base := f.mkdir(t, "pods/u1/volumes/kubernetes.io~nfs")

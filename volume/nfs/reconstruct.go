@@ -7,8 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/fsutil"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/internal/podscan"
 )
@@ -31,14 +31,14 @@ func (p *plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Fou
 			logger.Info("Found no directory where an nfs volume is expected, leaving it alone", "path", abs, "type", e.Type().String())
 			return volume.FoundMount{}, false
 		}
-		state := cache.Uncertain
+		state := podvol.Uncertain
 		if rc.MountPoints[abs] {
-			state = cache.Mounted
+			state = podvol.Mounted
 		}
 		logger.V(2).Info("Reconstructed nfs volume", "podUID", uid, "volume", e.Name(), "path", abs, "state", state)
 		return volume.FoundMount{
-			Spec:   cache.VolumeSpec{Name: volumeName(uid, e.Name()), Plugin: PluginName, Mode: cache.Filesystem, Ephemeral: true},
-			Volume: cache.PodVolume{Pod: cache.PodRef{UID: uid}, SpecName: e.Name()},
+			Spec:   podvol.VolumeSpec{Name: volumeName(uid, e.Name()), Plugin: PluginName, Mode: podvol.Filesystem, Ephemeral: true},
+			Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: uid}, SpecName: e.Name()},
 			Path:   abs, State: state,
 		}, true
 	})

@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -32,10 +32,10 @@ func TestReconstruct(t *testing.T) {
 	got := f.p.Reconstruct(context.Background(), volume.Recovery{MountPoints: map[string]bool{mounted: true}})
 	want := volume.Found{
 		Mounts: []volume.FoundMount{
-			{Spec: cache.VolumeSpec{Name: "kubernetes.io/nfs/u1-data", Plugin: PluginName, Mode: cache.Filesystem, Ephemeral: true},
-				Volume: cache.PodVolume{Pod: cache.PodRef{UID: "u1"}, SpecName: "data"}, Path: mounted, State: cache.Mounted},
-			{Spec: cache.VolumeSpec{Name: "kubernetes.io/nfs/u2-pv1", Plugin: PluginName, Mode: cache.Filesystem, Ephemeral: true},
-				Volume: cache.PodVolume{Pod: cache.PodRef{UID: "u2"}, SpecName: "pv1"}, Path: left, State: cache.Uncertain},
+			{Spec: podvol.VolumeSpec{Name: "kubernetes.io/nfs/u1-data", Plugin: PluginName, Mode: podvol.Filesystem, Ephemeral: true},
+				Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: "u1"}, SpecName: "data"}, Path: mounted, State: podvol.Mounted},
+			{Spec: podvol.VolumeSpec{Name: "kubernetes.io/nfs/u2-pv1", Plugin: PluginName, Mode: podvol.Filesystem, Ephemeral: true},
+				Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: "u2"}, SpecName: "pv1"}, Path: left, State: podvol.Uncertain},
 		},
 		Unreadable: []string{file},
 		Attempted:  3,
@@ -45,7 +45,7 @@ func TestReconstruct(t *testing.T) {
 	}
 	// Without a mount table nothing is trusted as Mounted.
 	for _, m := range f.p.Reconstruct(context.Background(), volume.Recovery{}).Mounts {
-		if m.State != cache.Uncertain {
+		if m.State != podvol.Uncertain {
 			t.Errorf("without a mount table, %s is %v", m.Path, m.State)
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/internal/du"
 )
@@ -14,7 +14,7 @@ import (
 // the server reports it (shared with whatever else the export holds). The
 // directory is opened without following a symlink below the root. As for
 // the kubelet, a hard mount whose server does not answer may block.
-func (p *plugin) VolumeStats(_ context.Context, spec *cache.VolumeSpec, volumePath, _ string) (volume.Stats, bool, error) {
+func (p *plugin) VolumeStats(_ context.Context, spec *podvol.VolumeSpec, volumePath, _ string) (volume.Stats, bool, error) {
 	none := volume.Stats{CapacityBytes: -1, AvailableBytes: -1, UsedBytes: -1, Inodes: -1, InodesFree: -1, InodesUsed: -1}
 	fail := func(err error) (volume.Stats, bool, error) {
 		return none, false, fmt.Errorf("stats of nfs volume %s at %s: %w", spec.Name, volumePath, err)

@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -22,7 +22,7 @@ import (
 func foundReq(uid, name string) volume.MountRequest {
 	vol := podVol(uid)
 	vol.SpecName = name
-	return volume.MountRequest{Spec: &cache.VolumeSpec{Name: volumeName(vol.Pod.UID, name), Plugin: PluginName, Ephemeral: true}, Volume: vol}
+	return volume.MountRequest{Spec: &podvol.VolumeSpec{Name: volumeName(vol.Pod.UID, name), Plugin: PluginName, Ephemeral: true}, Volume: vol}
 }
 
 // TestTearDownForces: with a mounter that can force an unmount, TearDown

@@ -13,9 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/atomicwriter"
 	"github.com/nodevol/nodevol/internal/objectcache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -23,7 +23,7 @@ import (
 // collectData does.
 type collector struct {
 	p   *plugin
-	vol cache.PodVolume
+	vol podvol.PodVolume
 	src *v1.ProjectedVolumeSource
 	res resolved
 }

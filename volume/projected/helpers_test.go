@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
@@ -66,7 +66,7 @@ type fakeCerts struct {
 	calls      []string
 }
 
-func (f *fakeCerts) Credentials(_ context.Context, pod cache.PodRef, vol string, i int, src *v1.PodCertificateProjection) ([]byte, []byte, error) {
+func (f *fakeCerts) Credentials(_ context.Context, pod podvol.PodRef, vol string, i int, src *v1.PodCertificateProjection) ([]byte, []byte, error) {
 	f.calls = append(f.calls, fmt.Sprintf("%s/%s %s %s[%d] %s", pod.Namespace, pod.Name, pod.UID, vol, i, src.SignerName))
 	if f.err != nil {
 		return nil, nil, f.err
@@ -118,7 +118,7 @@ func testPod() *v1.Pod {
 }
 
 // spec is the spec the volume manager gives pod's volume name, resolved.
-func (e *env) spec(t *testing.T, pod *v1.Pod, name string, src v1.ProjectedVolumeSource) *cache.VolumeSpec {
+func (e *env) spec(t *testing.T, pod *v1.Pod, name string, src v1.ProjectedVolumeSource) *podvol.VolumeSpec {
 	t.Helper()
 	s := newSpec(name, src)
 	if err := e.ResolveSpec(pod, s); err != nil {
@@ -127,15 +127,15 @@ func (e *env) spec(t *testing.T, pod *v1.Pod, name string, src v1.ProjectedVolum
 	return s
 }
 
-func newSpec(name string, src v1.ProjectedVolumeSource) *cache.VolumeSpec {
-	return &cache.VolumeSpec{Name: cache.UniqueVolumeName(PluginName + "/" + string(objtest.UID) + "-" + name), Plugin: PluginName,
-		Mode: cache.Filesystem, Ephemeral: true, Source: &v1.VolumeSource{Projected: &src}}
+func newSpec(name string, src v1.ProjectedVolumeSource) *podvol.VolumeSpec {
+	return &podvol.VolumeSpec{Name: podvol.UniqueVolumeName(PluginName + "/" + string(objtest.UID) + "-" + name), Plugin: PluginName,
+		Mode: podvol.Filesystem, Ephemeral: true, Source: &v1.VolumeSource{Projected: &src}}
 }
 
 // request is the volume manager's request for pod's volume name.
-func request(pod *v1.Pod, spec *cache.VolumeSpec, name string, fsGroup *int64) volume.MountRequest {
-	return volume.MountRequest{Spec: spec, Volume: cache.PodVolume{
-		Pod:      cache.PodRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, ServiceAccount: pod.Spec.ServiceAccountName},
+func request(pod *v1.Pod, spec *podvol.VolumeSpec, name string, fsGroup *int64) volume.MountRequest {
+	return volume.MountRequest{Spec: spec, Volume: podvol.PodVolume{
+		Pod:      podvol.PodRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, ServiceAccount: pod.Spec.ServiceAccountName},
 		SpecName: name, FSGroup: fsGroup}}
 }
 

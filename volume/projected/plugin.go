@@ -90,9 +90,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/emptydir"
 	"github.com/nodevol/nodevol/volume/internal/wrapped"
@@ -120,7 +120,7 @@ type Tokens interface {
 // kubelet's pod certificate manager): the private key and the certificate
 // chain (both PEM) of source sourceIndex of projected volume volume of pod.
 type PodCertificates interface {
-	Credentials(ctx context.Context, pod cache.PodRef, volume string, sourceIndex int, src *v1.PodCertificateProjection) (key, chain []byte, err error)
+	Credentials(ctx context.Context, pod podvol.PodRef, volume string, sourceIndex int, src *v1.PodCertificateProjection) (key, chain []byte, err error)
 }
 
 // Config configures the plugin.

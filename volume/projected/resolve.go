@@ -8,9 +8,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/atomicwriter"
 	"github.com/nodevol/nodevol/internal/downward"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // The bounds API validation puts on a source.
@@ -29,7 +29,7 @@ const (
 // documentation). Errors name the pod, the volume, the source and the
 // cause; one wraps volume.ErrNotReady when an item needs the node's
 // allocatable resources and they cannot be read.
-func (p *plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
+func (p *plugin) ResolveSpec(pod *v1.Pod, spec *podvol.VolumeSpec) error {
 	if pod == nil || spec == nil {
 		return errors.New("resolving a projected volume: nil pod or spec")
 	}
@@ -71,7 +71,7 @@ func (p *plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
 // source returns spec's projected source, its defaultMode defaulted (to
 // 0644, as the API server defaults it) when a pod that skipped defaulting
 // has none.
-func source(spec *cache.VolumeSpec) (*v1.ProjectedVolumeSource, error) {
+func source(spec *podvol.VolumeSpec) (*v1.ProjectedVolumeSource, error) {
 	if spec == nil || spec.Source == nil || spec.Source.Projected == nil {
 		return nil, errors.New("the spec has no projected source")
 	}

@@ -9,7 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
@@ -107,7 +107,7 @@ func TestRestart(t *testing.T) {
 		t.Fatalf("Reconstruct = %+v", found)
 	}
 	m := found.Mounts[0]
-	if m.Spec.Name != spec.Name || m.Spec.Plugin != PluginName || !m.Spec.Ephemeral || m.Volume.Pod.UID != objtest.UID || m.Volume.SpecName != name || m.Path != dir || m.State != cache.Uncertain {
+	if m.Spec.Name != spec.Name || m.Spec.Plugin != PluginName || !m.Spec.Ephemeral || m.Volume.Pod.UID != objtest.UID || m.Volume.SpecName != name || m.Path != dir || m.State != podvol.Uncertain {
 		t.Fatalf("Reconstruct = %+v, want %s Uncertain (SetUp confirms its files) at %s", m, spec.Name, dir)
 	}
 	spec = after.spec(t, pod, name, kubeAPIAccess())

@@ -13,8 +13,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/roottest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
@@ -96,7 +96,7 @@ func TestRootSecret(t *testing.T) {
 		points[m.path] = true
 	}
 	found := after.Plugin.(volume.Reconstructor).Reconstruct(ctx, volume.Recovery{MountPoints: points})
-	if len(found.Mounts) != 1 || found.Mounts[0].Spec.Name != spec.Name || found.Mounts[0].Path != dir || found.Mounts[0].State != cache.Uncertain {
+	if len(found.Mounts) != 1 || found.Mounts[0].Spec.Name != spec.Name || found.Mounts[0].Path != dir || found.Mounts[0].State != podvol.Uncertain {
 		t.Fatalf("Reconstruct = %+v, want %s Uncertain at %s", found, spec.Name, dir)
 	}
 	if _, err := after.SetUp(ctx, req); err != nil {
@@ -105,7 +105,7 @@ func TestRootSecret(t *testing.T) {
 	if s := after.Steps.Taken(); len(s) != 0 || len(mountsUnder(t, e.Root)) != 1 {
 		t.Fatalf("SetUp after the restart took steps %v", s)
 	}
-	if err := after.TearDown(ctx, volume.MountRequest{Volume: cache.PodVolume{Pod: cache.PodRef{UID: objtest.UID}, SpecName: "creds"}}); err != nil {
+	if err := after.TearDown(ctx, volume.MountRequest{Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: objtest.UID}, SpecName: "creds"}}); err != nil {
 		t.Fatal(err)
 	}
 	if m := mountsUnder(t, e.Root); len(m) != 0 || objtest.Exists(t, dir) || objtest.Exists(t, filepath.Join(e.Root, "pods", string(objtest.UID), "plugins", "kubernetes.io~empty-dir", "wrapped_creds")) {

@@ -16,9 +16,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/internal/objvolume/objtest"
 )
@@ -243,7 +243,7 @@ func TestResolveSpec(t *testing.T) {
 			wantErr: `items[0] (key "k") mode -01: must be between 0 and 0777`},
 	}
 	for _, tc := range tests {
-		spec := &cache.VolumeSpec{Name: PluginName + "/" + cache.UniqueVolumeName(objtest.UID) + "-creds", Source: &v1.VolumeSource{Secret: &tc.src}}
+		spec := &podvol.VolumeSpec{Name: PluginName + "/" + podvol.UniqueVolumeName(objtest.UID) + "-creds", Source: &v1.VolumeSource{Secret: &tc.src}}
 		err := e.Plugin.(volume.SpecResolver).ResolveSpec(tc.pod, spec)
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "of pod ns/pod") || !strings.Contains(err.Error(), "-creds") {
@@ -256,7 +256,7 @@ func TestResolveSpec(t *testing.T) {
 		}
 	}
 	// An unresolved spec is refused by SetUp, before anything is made.
-	spec := &cache.VolumeSpec{Source: &v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "s"}}}
+	spec := &podvol.VolumeSpec{Source: &v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "s"}}}
 	if _, err := e.SetUp(context.Background(), objtest.Request(spec, "creds", nil)); err == nil || !strings.Contains(err.Error(), "not resolved") || objtest.Exists(t, e.Dir("creds")) {
 		t.Errorf("SetUp of an unresolved spec: %v", err)
 	}
@@ -283,14 +283,14 @@ func TestRestart(t *testing.T) {
 		t.Fatalf("Reconstruct = %+v", found)
 	}
 	m := found.Mounts[0]
-	if m.Spec.Name != spec.Name || m.Spec.Plugin != PluginName || !m.Spec.Ephemeral || m.Volume.Pod.UID != objtest.UID || m.Volume.SpecName != "creds" || m.Path != dir || m.State != cache.Uncertain {
+	if m.Spec.Name != spec.Name || m.Spec.Plugin != PluginName || !m.Spec.Ephemeral || m.Volume.Pod.UID != objtest.UID || m.Volume.SpecName != "creds" || m.Path != dir || m.State != podvol.Uncertain {
 		t.Fatalf("Reconstruct = %+v, want %s Uncertain at %s", m, spec.Name, dir)
 	}
 	if _, err := after.SetUp(ctx, objtest.Request(spec, "creds", nil)); err != nil || len(after.Steps.Taken()) != 0 {
 		t.Fatalf("SetUp after the restart: %v, or it changed something", err)
 	}
 	for range 2 {
-		if err := after.TearDown(ctx, volume.MountRequest{Spec: &cache.VolumeSpec{Name: spec.Name, Plugin: PluginName}, Volume: cache.PodVolume{Pod: cache.PodRef{UID: objtest.UID}, SpecName: "creds"}}); err != nil {
+		if err := after.TearDown(ctx, volume.MountRequest{Spec: &podvol.VolumeSpec{Name: spec.Name, Plugin: PluginName}, Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: objtest.UID}, SpecName: "creds"}}); err != nil {
 			t.Fatal(err)
 		}
 		if mps, _ := fake.List(); len(mps) != 0 || objtest.Exists(t, dir) || objtest.Exists(t, filepath.Join(e.Root, "pods", string(objtest.UID), "plugins", "kubernetes.io~empty-dir", "wrapped_creds")) {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume/subpath/subpathtest"
 )
 

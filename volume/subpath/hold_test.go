@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 )
 
 // TestCleanVolumeHoldsTheRoot: a clean-up resolves all its paths from the

@@ -16,7 +16,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/internal/rootfs"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 )
 
 // Modes of what Prepare makes under the root: the kubelet's.

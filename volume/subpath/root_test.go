@@ -13,7 +13,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/internal/roottest"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 )
 
 // rootEnv is a root directory and a volume on a real tmpfs, with a

@@ -64,7 +64,7 @@ import (
 
 	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/internal/rootfs"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 )
 
 // DirName is the name of a pod's directory of subPath bind mounts,

@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	vcache "github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volumemanager"
 )
 
@@ -20,7 +20,7 @@ type Call struct {
 	Pods []types.UID
 	// Volumes are the volumes the call named (VolumeIsAttached,
 	// MarkVolumesAsReportedInUse).
-	Volumes []vcache.UniqueVolumeName
+	Volumes []podvol.UniqueVolumeName
 }
 
 // Fake is a volumemanager.Interface that mounts nothing: it records every
@@ -33,12 +33,12 @@ type Fake struct {
 	calls        []Call
 	mountErr     error
 	unmountErr   error
-	mounted      map[types.UID][]vcache.MountedVolume
-	possibly     map[types.UID][]vcache.MountedVolume
+	mounted      map[types.UID][]podvol.MountedVolume
+	possibly     map[types.UID][]podvol.MountedVolume
 	groups       map[types.UID][]int64
-	inUse        []vcache.UniqueVolumeName
-	attached     map[vcache.UniqueVolumeName]bool
-	reported     []vcache.UniqueVolumeName
+	inUse        []podvol.UniqueVolumeName
+	attached     map[podvol.UniqueVolumeName]bool
+	reported     []podvol.UniqueVolumeName
 	notSynced    bool
 	podsSynced   bool
 	reportedOnce bool
@@ -48,13 +48,13 @@ var _ volumemanager.Interface = (*Fake)(nil)
 
 // NewFake returns a Fake whose GetVolumesInUse returns volumesInUse, as
 // the kubelet's NewFakeVolumeManager(initialVolumes) does.
-func NewFake(volumesInUse ...vcache.UniqueVolumeName) *Fake {
+func NewFake(volumesInUse ...podvol.UniqueVolumeName) *Fake {
 	return &Fake{
 		inUse:    slices.Clone(volumesInUse),
-		mounted:  map[types.UID][]vcache.MountedVolume{},
-		possibly: map[types.UID][]vcache.MountedVolume{},
+		mounted:  map[types.UID][]podvol.MountedVolume{},
+		possibly: map[types.UID][]podvol.MountedVolume{},
 		groups:   map[types.UID][]int64{},
-		attached: map[vcache.UniqueVolumeName]bool{},
+		attached: map[podvol.UniqueVolumeName]bool{},
 	}
 }
 
@@ -90,7 +90,7 @@ func (f *Fake) SetWaitForUnmountError(err error) {
 // SetMountedVolumes sets the pod's mounted volumes, returned by
 // GetMountedVolumesForPod and, unless SetPossiblyMountedVolumes says
 // otherwise, GetPossiblyMountedVolumesForPod. No volumes forgets the pod.
-func (f *Fake) SetMountedVolumes(uid types.UID, vols ...vcache.MountedVolume) {
+func (f *Fake) SetMountedVolumes(uid types.UID, vols ...podvol.MountedVolume) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	setOrDelete(f.mounted, uid, vols)
@@ -98,7 +98,7 @@ func (f *Fake) SetMountedVolumes(uid types.UID, vols ...vcache.MountedVolume) {
 
 // SetPossiblyMountedVolumes sets what GetPossiblyMountedVolumesForPod
 // returns for the pod (mounted and Uncertain volumes).
-func (f *Fake) SetPossiblyMountedVolumes(uid types.UID, vols ...vcache.MountedVolume) {
+func (f *Fake) SetPossiblyMountedVolumes(uid types.UID, vols ...podvol.MountedVolume) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	setOrDelete(f.possibly, uid, vols)
@@ -113,14 +113,14 @@ func (f *Fake) SetExtraSupplementalGroups(uid types.UID, gids ...int64) {
 }
 
 // SetVolumesInUse sets what GetVolumesInUse returns.
-func (f *Fake) SetVolumesInUse(names ...vcache.UniqueVolumeName) {
+func (f *Fake) SetVolumesInUse(names ...podvol.UniqueVolumeName) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.inUse = slices.Clone(names)
 }
 
 // SetAttached sets what VolumeIsAttached returns for the volume.
-func (f *Fake) SetAttached(name vcache.UniqueVolumeName, attached bool) {
+func (f *Fake) SetAttached(name podvol.UniqueVolumeName, attached bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.attached[name] = attached
@@ -136,7 +136,7 @@ func (f *Fake) SetStatesSynced(synced bool) {
 
 // VolumesReportedInUse returns the volumes of the last
 // MarkVolumesAsReportedInUse call, sorted, and whether there was one.
-func (f *Fake) VolumesReportedInUse() ([]vcache.UniqueVolumeName, bool) {
+func (f *Fake) VolumesReportedInUse() ([]podvol.UniqueVolumeName, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.reported), f.reportedOnce
@@ -200,7 +200,7 @@ func (f *Fake) waitErr(ctx context.Context, set error) error {
 
 // GetMountedVolumesForPod records the call and returns what
 // SetMountedVolumes set.
-func (f *Fake) GetMountedVolumesForPod(uid types.UID) []vcache.MountedVolume {
+func (f *Fake) GetMountedVolumesForPod(uid types.UID) []podvol.MountedVolume {
 	f.record(Call{Method: "GetMountedVolumesForPod", Pods: []types.UID{uid}})
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -209,7 +209,7 @@ func (f *Fake) GetMountedVolumesForPod(uid types.UID) []vcache.MountedVolume {
 
 // GetPossiblyMountedVolumesForPod records the call and returns what
 // SetPossiblyMountedVolumes set, or else what SetMountedVolumes set.
-func (f *Fake) GetPossiblyMountedVolumesForPod(uid types.UID) []vcache.MountedVolume {
+func (f *Fake) GetPossiblyMountedVolumesForPod(uid types.UID) []podvol.MountedVolume {
 	f.record(Call{Method: "GetPossiblyMountedVolumesForPod", Pods: []types.UID{uid}})
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -230,7 +230,7 @@ func (f *Fake) GetExtraSupplementalGroupsForPod(pod *v1.Pod) []int64 {
 
 // GetVolumesInUse records the call and returns, sorted, the volumes given
 // to NewFake or SetVolumesInUse.
-func (f *Fake) GetVolumesInUse() []vcache.UniqueVolumeName {
+func (f *Fake) GetVolumesInUse() []podvol.UniqueVolumeName {
 	f.record(Call{Method: "GetVolumesInUse"})
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -250,8 +250,8 @@ func (f *Fake) ReconcilerStatesHasBeenSynced() bool {
 
 // VolumeIsAttached records the call and returns what SetAttached set
 // (default false).
-func (f *Fake) VolumeIsAttached(name vcache.UniqueVolumeName) bool {
-	f.record(Call{Method: "VolumeIsAttached", Volumes: []vcache.UniqueVolumeName{name}})
+func (f *Fake) VolumeIsAttached(name podvol.UniqueVolumeName) bool {
+	f.record(Call{Method: "VolumeIsAttached", Volumes: []podvol.UniqueVolumeName{name}})
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.attached[name]
@@ -259,7 +259,7 @@ func (f *Fake) VolumeIsAttached(name vcache.UniqueVolumeName) bool {
 
 // MarkVolumesAsReportedInUse records the call; VolumesReportedInUse then
 // returns names.
-func (f *Fake) MarkVolumesAsReportedInUse(names []vcache.UniqueVolumeName) {
+func (f *Fake) MarkVolumesAsReportedInUse(names []podvol.UniqueVolumeName) {
 	f.record(Call{Method: "MarkVolumesAsReportedInUse", Volumes: slices.Clone(names)})
 	f.mu.Lock()
 	defer f.mu.Unlock()

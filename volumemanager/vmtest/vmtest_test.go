@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	vcache "github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volumemanager"
 )
 
@@ -51,7 +51,7 @@ func TestEnvAttachRequired(t *testing.T) {
 	if got := env.Driver.Published("handle-1"); len(got) != 1 {
 		t.Errorf("handle-1 published at %v, want one target", got)
 	}
-	name := vcache.CSIVolumeName(csitest.DefaultDriverName, "handle-1")
+	name := podvol.CSIVolumeName(csitest.DefaultDriverName, "handle-1")
 	if !env.Manager.VolumeIsAttached(name) {
 		t.Error("VolumeIsAttached = false for the mounted volume")
 	}
@@ -98,7 +98,7 @@ func TestEnvConfigure(t *testing.T) {
 // TestFake: the fake records every call with its pods and volumes, and
 // answers what the test set.
 func TestFake(t *testing.T) {
-	a, b := vcache.UniqueVolumeName("kubernetes.io/csi/d^b"), vcache.UniqueVolumeName("kubernetes.io/csi/d^a")
+	a, b := podvol.UniqueVolumeName("kubernetes.io/csi/d^b"), podvol.UniqueVolumeName("kubernetes.io/csi/d^a")
 	f := NewFake(a, b)
 	pod := csitest.Pod("ns", "p")
 	ctx := context.Background()
@@ -119,12 +119,12 @@ func TestFake(t *testing.T) {
 	if err := f.WaitForUnmount(done, pod); !errors.Is(err, context.Canceled) {
 		t.Errorf("WaitForUnmount on a done context = %v", err)
 	}
-	mv := vcache.MountedVolume{Name: a, SpecName: "data", State: vcache.Mounted}
+	mv := podvol.MountedVolume{Name: a, SpecName: "data", State: podvol.Mounted}
 	f.SetMountedVolumes(pod.UID, mv)
 	if got := f.GetPossiblyMountedVolumesForPod(pod.UID); len(got) != 1 || got[0] != mv {
 		t.Errorf("possibly mounted = %v, want the mounted volume", got)
 	}
-	f.SetPossiblyMountedVolumes(pod.UID, mv, vcache.MountedVolume{Name: b, State: vcache.Uncertain})
+	f.SetPossiblyMountedVolumes(pod.UID, mv, podvol.MountedVolume{Name: b, State: podvol.Uncertain})
 	if got := f.GetPossiblyMountedVolumesForPod(pod.UID); len(got) != 2 {
 		t.Errorf("possibly mounted = %v, want two", got)
 	}
@@ -135,7 +135,7 @@ func TestFake(t *testing.T) {
 	if got := f.GetExtraSupplementalGroupsForPod(pod); !slices.Equal(got, []int64{1000}) {
 		t.Errorf("groups = %v", got)
 	}
-	if got := f.GetVolumesInUse(); !slices.Equal(got, []vcache.UniqueVolumeName{b, a}) {
+	if got := f.GetVolumesInUse(); !slices.Equal(got, []podvol.UniqueVolumeName{b, a}) {
 		t.Errorf("volumes in use = %v, want NewFake's, sorted", got)
 	}
 	f.SetAttached(a, true)
@@ -152,8 +152,8 @@ func TestFake(t *testing.T) {
 	if _, ok := f.VolumesReportedInUse(); ok {
 		t.Error("volumes reported before any MarkVolumesAsReportedInUse")
 	}
-	f.MarkVolumesAsReportedInUse([]vcache.UniqueVolumeName{a, b})
-	if got, ok := f.VolumesReportedInUse(); !ok || !slices.Equal(got, []vcache.UniqueVolumeName{b, a}) {
+	f.MarkVolumesAsReportedInUse([]podvol.UniqueVolumeName{a, b})
+	if got, ok := f.VolumesReportedInUse(); !ok || !slices.Equal(got, []podvol.UniqueVolumeName{b, a}) {
 		t.Errorf("reported = %v, %v", got, ok)
 	}
 	f.MarkPodsSynced()

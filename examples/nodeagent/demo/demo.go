@@ -22,9 +22,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/examples/loopdriver/driver"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volumemanager"
 )
 
@@ -120,7 +120,7 @@ func runDemo(ctx context.Context, o options) (err error) {
 		claim := c.Spec.Volumes[0].PersistentVolumeClaim.ClaimName
 		pod := demoPod(c.Name, o.node, claim, drv.name, filepath.Join(hostDir, c.Name))
 		pods = append(pods, pod)
-		lines, err := mountAllKinds(ctx, vm, pod, func(v cache.MountedVolume) string { return describe(drv.mounter, v) })
+		lines, err := mountAllKinds(ctx, vm, pod, func(v podvol.MountedVolume) string { return describe(drv.mounter, v) })
 		if err != nil {
 			return err
 		}
@@ -241,7 +241,7 @@ func loopDevicesOn(root string) ([]string, error) {
 
 // describe says what a pod volume is: what is mounted at its path, as the
 // mount table has it, or where it lives.
-func describe(m mount.Interface, v cache.MountedVolume) string {
+func describe(m mount.Interface, v podvol.MountedVolume) string {
 	if v.Path == "" {
 		return v.Plugin
 	}

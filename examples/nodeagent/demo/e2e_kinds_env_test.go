@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/roottest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume/subpath"
 	"github.com/nodevol/nodevol/volumemanager"
 )
@@ -193,7 +193,7 @@ type wantVolume struct {
 }
 
 // checkVolumes compares GetMountedVolumesForPod with want, by spec name.
-func checkVolumes(t *testing.T, got []cache.MountedVolume, want map[string]wantVolume) {
+func checkVolumes(t *testing.T, got []podvol.MountedVolume, want map[string]wantVolume) {
 	t.Helper()
 	seen := map[string]bool{}
 	for _, v := range got {
@@ -204,7 +204,7 @@ func checkVolumes(t *testing.T, got []cache.MountedVolume, want map[string]wantV
 			continue
 		}
 		g := wantVolume{plugin: v.Plugin, path: v.Path, dirName: v.DirName, driver: v.Driver, byRuntime: v.ProvidedByRuntime, readOnly: v.ReadOnly}
-		if g != w || v.Block || v.State != cache.Mounted {
+		if g != w || v.Block || v.State != podvol.Mounted {
 			t.Errorf("mounted volume %q: %+v (block %v, state %v); want %+v, a filesystem, mounted", v.SpecName, g, v.Block, v.State, w)
 		}
 	}

@@ -14,8 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume/subpath"
 	"github.com/nodevol/nodevol/volumemanager"
 )
@@ -190,7 +190,7 @@ func (a *allKinds) subPaths() []subPathMount {
 func (e *kindsEnv) prepareSubPaths(vm *volumemanager.VolumeManager, pod *v1.Pod, mounts []subPathMount) {
 	t := e.t
 	t.Helper()
-	vols := map[string]cache.MountedVolume{}
+	vols := map[string]podvol.MountedVolume{}
 	for _, v := range vm.GetMountedVolumesForPod(pod.UID) {
 		vols[v.SpecName] = v
 	}

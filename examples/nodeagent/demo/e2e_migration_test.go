@@ -19,11 +19,11 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/internal/roottest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volumemanager"
 )
 
@@ -141,7 +141,7 @@ func TestMigrationEndToEnd(t *testing.T) {
 		}
 	}
 	inUse := vm.GetVolumesInUse()
-	if len(inUse) != 2 || inUse[0] != cache.CSIVolumeName(driver, pvHandle) && inUse[1] != cache.CSIVolumeName(driver, pvHandle) {
+	if len(inUse) != 2 || inUse[0] != podvol.CSIVolumeName(driver, pvHandle) && inUse[1] != podvol.CSIVolumeName(driver, pvHandle) {
 		t.Errorf("volumes in use = %v, want the translated handles %s and %s", inUse, pvHandle, inlineHandle)
 	}
 	for _, h := range []string{pvHandle, inlineHandle} {

@@ -35,9 +35,9 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/roottest"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/registration"
 	"github.com/nodevol/nodevol/testenv"
 )
@@ -412,7 +412,7 @@ func waitVolumesInUse(t *testing.T, ctx context.Context, client kubernetes.Inter
 	var want []v1.UniqueVolumeName
 	for _, v := range vols {
 		if attach {
-			want = append(want, v1.UniqueVolumeName(cache.CSIVolumeName(e.drv.name, v.handle)))
+			want = append(want, v1.UniqueVolumeName(podvol.CSIVolumeName(e.drv.name, v.handle)))
 		}
 	}
 	slices.Sort(want)

@@ -18,9 +18,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/examples/loopdriver/driver"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volumemanager"
 )
 
@@ -142,7 +142,7 @@ var (
 // mountAllKinds mounts the pod's volumes, writes a file into each
 // writable one and reads it back, and reads the files the others must
 // have, as the pod's container would. It returns a line per volume.
-func mountAllKinds(ctx context.Context, vm *volumemanager.VolumeManager, pod *v1.Pod, describe func(cache.MountedVolume) string) ([]string, error) {
+func mountAllKinds(ctx context.Context, vm *volumemanager.VolumeManager, pod *v1.Pod, describe func(podvol.MountedVolume) string) ([]string, error) {
 	if err := vm.AddPod(pod); err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func mountAllKinds(ctx context.Context, vm *volumemanager.VolumeManager, pod *v1
 	if err := vm.WaitForAttachAndMount(waitCtx, pod); err != nil {
 		return nil, err
 	}
-	vols := map[string]cache.MountedVolume{}
+	vols := map[string]podvol.MountedVolume{}
 	for _, v := range vm.GetMountedVolumesForPod(pod.UID) {
 		vols[v.SpecName] = v
 	}

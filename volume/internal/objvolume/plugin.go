@@ -9,10 +9,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/atomicwriter"
 	"github.com/nodevol/nodevol/internal/objectcache"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/emptydir"
 	"github.com/nodevol/nodevol/volume/internal/wrapped"
@@ -143,7 +143,7 @@ func Refs(k Kind, ns string, vs *v1.VolumeSource) []objectcache.Ref {
 }
 
 // source returns spec's source, with its defaultMode defaulted.
-func (p *Plugin) source(spec *cache.VolumeSpec) (Source, error) {
+func (p *Plugin) source(spec *podvol.VolumeSpec) (Source, error) {
 	if spec == nil || spec.Source == nil {
 		return Source{}, fmt.Errorf("the spec has no %s source", p.kind.Title)
 	}

@@ -9,8 +9,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/atomicwriter"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // attrSize is the key of a tmpfs volume's size in bytes (decimal; "0":
@@ -25,7 +25,7 @@ const maxMode = 0o777
 // 0777, item keys and paths: relative, no "..", no two items at one path
 // or one below another) and, for a tmpfs volume, stores its size in
 // spec.Attributes. Errors name the pod, the volume and the cause.
-func (p *Plugin) ResolveSpec(pod *v1.Pod, spec *cache.VolumeSpec) error {
+func (p *Plugin) ResolveSpec(pod *v1.Pod, spec *podvol.VolumeSpec) error {
 	if pod == nil || spec == nil {
 		return fmt.Errorf("resolving a %s volume: nil pod or spec", p.kind.Title)
 	}
@@ -92,7 +92,7 @@ func checkItems(items []v1.KeyToPath) error {
 }
 
 // size returns a tmpfs volume's size, as ResolveSpec stored it.
-func size(spec *cache.VolumeSpec) (int64, error) {
+func size(spec *podvol.VolumeSpec) (int64, error) {
 	s, ok := spec.Attributes[attrSize]
 	if !ok {
 		return 0, errNotResolved

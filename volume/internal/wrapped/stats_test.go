@@ -8,8 +8,8 @@ import (
 
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/atomicwriter"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/emptydir"
 )
@@ -24,7 +24,7 @@ func TestVolumeStatsKeptUntilWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vol := cache.PodVolume{Pod: cache.PodRef{UID: "uid", Namespace: "ns", Name: "pod"}, SpecName: "v"}
+	vol := podvol.PodVolume{Pod: podvol.PodRef{UID: "uid", Namespace: "ns", Name: "pod"}, SpecName: "v"}
 	files := map[string]atomicwriter.File{"a": {Data: make([]byte, 10_000), Mode: 0o644}}
 	setUp := func() string {
 		t.Helper()

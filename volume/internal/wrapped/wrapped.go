@@ -19,11 +19,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/atomicwriter"
 	"github.com/nodevol/nodevol/internal/downward"
 	"github.com/nodevol/nodevol/internal/rootfs"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/emptydir"
 	"github.com/nodevol/nodevol/volume/internal/du"
@@ -75,7 +75,7 @@ func New(title, pluginName string, cfg emptydir.Config, node func() (v1.Resource
 // Wrapper.SetUp) for the pod's fsGroup, with the plugin's steps hook, and
 // the function to call once its Write is done, which also drops the
 // volume's kept usage: the next VolumeStats measures it again, as the
-// kubelet's next set-up of the volume comes with a new cache. The writer
+// kubelet's next set-up of the volume comes with a new podvol. The writer
 // resolves every name from one handle on the root, opened now
 // (rootfs.Root.Hold): one open of the root for the whole payload instead
 // of one per file.
@@ -102,7 +102,7 @@ func (b *Base) Writer(dir string, fsGroup *int64) (*atomicwriter.Writer, func(),
 // and at each change of what the volume shows; what is kept includes the
 // statfs figures of that measurement. The measurement is du.Measure: a
 // walk of the volume's files, no symlink followed.
-func (b *Base) VolumeStats(ctx context.Context, _ *cache.VolumeSpec, volumePath, _ string) (volume.Stats, bool, error) {
+func (b *Base) VolumeStats(ctx context.Context, _ *podvol.VolumeSpec, volumePath, _ string) (volume.Stats, bool, error) {
 	s, err := b.usage.Stats(ctx, b.Root, volumePath)
 	if err != nil {
 		return volume.Stats{}, false, fmt.Errorf("measuring %s volume at %s: %w", b.title, volumePath, err)
@@ -116,7 +116,7 @@ func (b *Base) VolumeStats(ctx context.Context, _ *cache.VolumeSpec, volumePath,
 // reads objects, at each change of one. The writer gives the files the
 // pod's fsGroup itself (the kubelet applies it to these volumes read-only
 // or not), so no ownership change is asked for.
-func (b *Base) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
+func (b *Base) Capabilities(*podvol.VolumeSpec) (volume.Capabilities, error) {
 	return volume.Capabilities{Republish: true, ReadOnly: true}, nil
 }
 

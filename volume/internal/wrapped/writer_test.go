@@ -10,7 +10,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/internal/atomicwriter"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume/emptydir"
 )
 

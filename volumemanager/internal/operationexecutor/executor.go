@@ -27,13 +27,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/backoff"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // Key names what an operation works on.
 type Key struct {
-	Volume cache.UniqueVolumeName
+	Volume podvol.UniqueVolumeName
 	// Pod is empty for operations on the whole volume.
 	Pod types.UID
 }
@@ -147,7 +147,7 @@ type Backoff struct {
 	policy backoff.Policy
 	// byVolume indexes the entries by volume: the planner reads one
 	// volume's at a time.
-	byVolume map[cache.UniqueVolumeName]map[Key]*BackoffEntry
+	byVolume map[podvol.UniqueVolumeName]map[Key]*BackoffEntry
 }
 
 // BackoffEntry is one key's retry state.
@@ -170,7 +170,7 @@ func NewBackoff(opts BackoffOptions) *Backoff {
 	if opts.Max <= 0 {
 		opts.Max = 2*time.Minute + 2*time.Second
 	}
-	return &Backoff{policy: backoff.Policy{Initial: opts.Initial, Max: opts.Max}, byVolume: map[cache.UniqueVolumeName]map[Key]*BackoffEntry{}}
+	return &Backoff{policy: backoff.Policy{Initial: opts.Initial, Max: opts.Max}, byVolume: map[podvol.UniqueVolumeName]map[Key]*BackoffEntry{}}
 }
 
 // Failed records a failure of kind on k at now and returns the wait
@@ -214,8 +214,8 @@ func (b *Backoff) Entry(k Key) (BackoffEntry, bool) {
 // ForgetVolume drops the retry state of every key of a volume: the volume
 // is gone, or the world changed in a way that may let it succeed now (its
 // driver registered, its VolumeAttachment changed).
-func (b *Backoff) ForgetVolume(v cache.UniqueVolumeName) { delete(b.byVolume, v) }
+func (b *Backoff) ForgetVolume(v podvol.UniqueVolumeName) { delete(b.byVolume, v) }
 
 // Volume returns the retry state of every failed key of a volume (nil
 // when none failed). The caller must not modify it.
-func (b *Backoff) Volume(v cache.UniqueVolumeName) map[Key]*BackoffEntry { return b.byVolume[v] }
+func (b *Backoff) Volume(v podvol.UniqueVolumeName) map[Key]*BackoffEntry { return b.byVolume[v] }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 func TestBackoff(t *testing.T) {
@@ -158,7 +158,7 @@ func TestRunnerQueuesInOrder(t *testing.T) {
 }
 
 func TestKeyString(t *testing.T) {
-	if s := (Key{Volume: cache.UniqueVolumeName("v"), Pod: "p"}).String(); s != "v/p" {
+	if s := (Key{Volume: podvol.UniqueVolumeName("v"), Pod: "p"}).String(); s != "v/p" {
 		t.Fatal(s)
 	}
 	if s := (Key{Volume: "v"}).String(); s != "v" {

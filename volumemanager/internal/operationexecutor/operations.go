@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -62,8 +62,8 @@ func (k OpKind) String() string {
 // NameFor is the operation's name for a volume of mode: the kubelet's
 // block names (map_volume, unmap_volume, unmap_device) for raw block
 // volumes, whose staging nodevol runs as map_device.
-func (k OpKind) NameFor(mode cache.VolumeMode) string {
-	if mode == cache.Block {
+func (k OpKind) NameFor(mode podvol.VolumeMode) string {
+	if mode == podvol.Block {
 		switch k {
 		case OpStage:
 			return "map_device"
@@ -119,12 +119,12 @@ var steps = map[OpKind][2]string{
 // the words of its events and logs ("MountVolume.SetUp";
 // "MapVolume.MapPodDevice" for raw block): what a wait error says runs
 // when the plugin names no call of its own (volume.CallNamer).
-func (k OpKind) Step(mode cache.VolumeMode) string {
+func (k OpKind) Step(mode podvol.VolumeMode) string {
 	words, ok := steps[k]
 	if !ok {
 		return k.NameFor(mode)
 	}
-	if mode == cache.Block {
+	if mode == podvol.Block {
 		return words[1]
 	}
 	return words[0]
@@ -133,11 +133,11 @@ func (k OpKind) Step(mode cache.VolumeMode) string {
 // Action is one operation the reconciler wants done.
 type Action struct {
 	Kind   OpKind
-	Volume cache.UniqueVolumeName
+	Volume podvol.UniqueVolumeName
 	// Pod is set for OpPublish and OpUnpublish, for OpStage (the pod being
 	// mounted, whose fsGroup a driver may apply at stage) and for OpExpand
 	// (the pod whose published path the driver is given).
-	Pod cache.PodVolume
+	Pod podvol.PodVolume
 	// SELinuxContext is, for OpStage, the SELinux context the device is
 	// staged with ("" for none). A publish has its pod's, Pod.SELinuxLabel.
 	SELinuxContext string
@@ -182,7 +182,7 @@ func (a Action) String() string {
 // Outcome is what an operation did. The reconcile loop applies it to the actual state.
 type Outcome struct {
 	Action Action
-	Spec   cache.VolumeSpec
+	Spec   podvol.VolumeSpec
 	// Err is nil on success.
 	Err error
 	// Uncertain is true when Err means the operation may have half-happened.
@@ -222,7 +222,7 @@ type ExpandResult struct {
 
 // Input is what an operation needs from the actual state.
 type Input struct {
-	Spec            cache.VolumeSpec
+	Spec            podvol.VolumeSpec
 	PublishContext  map[string]string
 	DeviceMountPath string
 }
@@ -251,7 +251,7 @@ func Do(ctx context.Context, plugins *volume.Registry, a Action, in Input) Outco
 // path of a stage or publish. An operation the plugin has no interface
 // for is an error: the planner asks for it only when the plugin's
 // capabilities say it has one.
-func run(ctx context.Context, p volume.Plugin, a Action, in Input, spec *cache.VolumeSpec) (publishContext map[string]string, path string, err error) {
+func run(ctx context.Context, p volume.Plugin, a Action, in Input, spec *podvol.VolumeSpec) (publishContext map[string]string, path string, err error) {
 	switch a.Kind {
 	case OpAttach:
 		if at, ok := p.(volume.Attacher); ok {
@@ -292,7 +292,7 @@ func run(ctx context.Context, p volume.Plugin, a Action, in Input, spec *cache.V
 // OpError wraps err with what failed: the operation, volume, driver and,
 // for operations on one pod's use and expansions, the pod. The result is
 // an *Error.
-func OpError(a Action, spec cache.VolumeSpec, err error) error {
+func OpError(a Action, spec podvol.VolumeSpec, err error) error {
 	return &Error{Op: a.Kind.NameFor(spec.Mode), Volume: spec.Name, Driver: spec.Driver, Pod: podOf(a), Err: err}
 }
 
@@ -304,7 +304,7 @@ type Error struct {
 	// Op is the operation's name (OpKind.NameFor), Volume the volume's
 	// unique name, Driver its CSI driver ("" for another plugin).
 	Op     string
-	Volume cache.UniqueVolumeName
+	Volume podvol.UniqueVolumeName
 	Driver string
 	// Pod is "namespace/name" for OpPublish, OpUnpublish and OpExpand,
 	// else "".

@@ -9,7 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/image"
 )
@@ -23,11 +23,11 @@ type fakePlugin struct {
 
 func (f *fakePlugin) Name() string               { return "example.com/fake" }
 func (f *fakePlugin) CanSupport(*v1.Volume) bool { return false }
-func (f *fakePlugin) Capabilities(*cache.VolumeSpec) (volume.Capabilities, error) {
+func (f *fakePlugin) Capabilities(*podvol.VolumeSpec) (volume.Capabilities, error) {
 	return volume.Capabilities{Attachable: true, Stages: true}, nil
 }
 
-func (f *fakePlugin) WaitForAttach(context.Context, *cache.VolumeSpec) (map[string]string, error) {
+func (f *fakePlugin) WaitForAttach(context.Context, *podvol.VolumeSpec) (map[string]string, error) {
 	f.calls = append(f.calls, "attach")
 	return map[string]string{"dev": "/dev/x"}, f.err
 }
@@ -66,8 +66,8 @@ func registry(t *testing.T, p volume.Plugin) *volume.Registry {
 }
 
 func TestDoOutcomes(t *testing.T) {
-	spec := cache.VolumeSpec{Name: "example.com/fake/vol", Driver: "drv"}
-	pv := cache.PodVolume{Pod: cache.PodRef{UID: "u1", Namespace: "ns", Name: "p"}, SpecName: "data"}
+	spec := podvol.VolumeSpec{Name: "example.com/fake/vol", Driver: "drv"}
+	pv := podvol.PodVolume{Pod: podvol.PodRef{UID: "u1", Namespace: "ns", Name: "p"}, SpecName: "data"}
 	tests := []struct {
 		kind          OpKind
 		err           error
@@ -129,17 +129,17 @@ func TestStepAndMethod(t *testing.T) {
 		if got := tc.kind.Method(); got != tc.method {
 			t.Errorf("%s.Method() = %q, want %q", tc.kind, got, tc.method)
 		}
-		if got := tc.kind.Step(cache.Filesystem); got != tc.step {
+		if got := tc.kind.Step(podvol.Filesystem); got != tc.step {
 			t.Errorf("%s.Step(Filesystem) = %q, want %q", tc.kind, got, tc.step)
 		}
-		if got := tc.kind.Step(cache.Block); got != tc.onBlock {
+		if got := tc.kind.Step(podvol.Block); got != tc.onBlock {
 			t.Errorf("%s.Step(Block) = %q, want %q", tc.kind, got, tc.onBlock)
 		}
 	}
 }
 
 func TestActionKeys(t *testing.T) {
-	pv := cache.PodVolume{Pod: cache.PodRef{UID: "u1"}}
+	pv := podvol.PodVolume{Pod: podvol.PodRef{UID: "u1"}}
 	if k := (Action{Kind: OpPublish, Volume: "v", Pod: pv}).Key(); k != (Key{Volume: "v", Pod: "u1"}) {
 		t.Fatalf("publish key %v", k)
 	}
@@ -160,8 +160,8 @@ func TestDoFindsThePluginOfTheVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	do := func(kind OpKind, name cache.UniqueVolumeName) Outcome {
-		return Do(ctx, r, Action{Kind: kind, Volume: name}, Input{Spec: cache.VolumeSpec{Name: name, Driver: "drv"}})
+	do := func(kind OpKind, name podvol.UniqueVolumeName) Outcome {
+		return Do(ctx, r, Action{Kind: kind, Volume: name}, Input{Spec: podvol.VolumeSpec{Name: name, Driver: "drv"}})
 	}
 	if out := do(OpStage, "example.com/fake/v"); out.Err != nil || out.Path != "/stage" {
 		t.Errorf("stage with the fake plugin: %+v", out)
@@ -187,8 +187,8 @@ func TestDoImageVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := image.VolumeName("u1", "tools")
-	pv := cache.PodVolume{Pod: cache.PodRef{UID: "u1", Namespace: "ns", Name: "p"}, SpecName: "tools"}
-	in := Input{Spec: cache.VolumeSpec{Name: name}}
+	pv := podvol.PodVolume{Pod: podvol.PodRef{UID: "u1", Namespace: "ns", Name: "p"}, SpecName: "tools"}
+	in := Input{Spec: podvol.VolumeSpec{Name: name}}
 	for _, kind := range []OpKind{OpPublish, OpUnpublish} {
 		if out := Do(context.Background(), r, Action{Kind: kind, Volume: name, Pod: pv}, in); out.Err != nil || out.Path != "" {
 			t.Errorf("%s of an image volume: %+v", kind, out)
@@ -204,14 +204,14 @@ func TestDoImageVolume(t *testing.T) {
 // unpublish or expansion, the pod; it is an *Error whose Err is what
 // failed, so that the volume manager's event can word that alone.
 func TestOpError(t *testing.T) {
-	pod := cache.PodVolume{Pod: cache.PodRef{UID: "u", Namespace: "ns", Name: "web"}, SpecName: "data"}
+	pod := podvol.PodVolume{Pod: podvol.PodRef{UID: "u", Namespace: "ns", Name: "web"}, SpecName: "data"}
 	boom := errors.New("boom")
-	fs := cache.VolumeSpec{Name: "kubernetes.io/csi/drv^h", Driver: "drv", Mode: cache.Filesystem}
+	fs := podvol.VolumeSpec{Name: "kubernetes.io/csi/drv^h", Driver: "drv", Mode: podvol.Filesystem}
 	blk := fs
-	blk.Mode = cache.Block
+	blk.Mode = podvol.Block
 	tests := []struct {
 		a    Action
-		spec cache.VolumeSpec
+		spec podvol.VolumeSpec
 		want string
 	}{
 		{Action{Kind: OpStage, Pod: pod}, fs, `mount_device failed for volume "kubernetes.io/csi/drv^h" (driver drv): boom`},

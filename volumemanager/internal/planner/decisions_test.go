@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
@@ -16,7 +16,7 @@ import (
 // in the current resync only; older ones are looked for again by an
 // unstage.
 func TestStagingReferences(t *testing.T) {
-	staged := state.ActualVolume{Attached: true, DeviceState: cache.Mounted}
+	staged := state.ActualVolume{Attached: true, DeviceState: podvol.Mounted}
 	refs := StagingRefs{Paths: []string{"/pods/x/mount"}, Resync: 3}
 	for _, tc := range []struct {
 		name   string
@@ -38,9 +38,9 @@ func TestStagingReferences(t *testing.T) {
 // TestForgetBackoff: after a change of the world every failed key of the
 // volume is forgotten and retried at once; without one, the backoff holds.
 func TestForgetBackoff(t *testing.T) {
-	const vol = cache.UniqueVolumeName("v")
-	p := cache.PodVolume{Pod: cache.PodRef{UID: "a", Namespace: "ns", Name: "a"}, SpecName: "data"}
-	v := View{Name: vol, Desired: []cache.PodVolume{p}, Known: true, Actual: state.ActualVolume{Attached: true}, Caps: attachStage,
+	const vol = podvol.UniqueVolumeName("v")
+	p := podvol.PodVolume{Pod: podvol.PodRef{UID: "a", Namespace: "ns", Name: "a"}, SpecName: "data"}
+	v := View{Name: vol, Desired: []podvol.PodVolume{p}, Known: true, Actual: state.ActualVolume{Attached: true}, Caps: attachStage,
 		Backoff: map[oe.Key]*oe.BackoffEntry{
 			{Volume: vol}:           {Kind: oe.OpStage, Failures: 3, Until: time.Unix(10, 0)},
 			{Volume: vol, Pod: "a"}: {Kind: oe.OpPublish, Failures: 1, Until: time.Unix(10, 0)},
@@ -65,11 +65,11 @@ func TestForgetBackoff(t *testing.T) {
 // is published again; the view given is not changed.
 func TestAdopt(t *testing.T) {
 	gid := int64(7)
-	p := cache.PodVolume{Pod: cache.PodRef{UID: "a", Namespace: "ns", Name: "a"}, SpecName: "data", FSGroup: &gid}
-	found := state.PodMount{Volume: cache.PodVolume{Pod: cache.PodRef{UID: "a"}}, State: cache.Mounted}
+	p := podvol.PodVolume{Pod: podvol.PodRef{UID: "a", Namespace: "ns", Name: "a"}, SpecName: "data", FSGroup: &gid}
+	found := state.PodMount{Volume: podvol.PodVolume{Pod: podvol.PodRef{UID: "a"}}, State: podvol.Mounted}
 	pods := map[types.UID]state.PodMount{"a": found}
-	v := View{Name: "v", Desired: []cache.PodVolume{p}, Known: true, Caps: attachStage,
-		Actual: state.ActualVolume{Attached: true, DeviceState: cache.Mounted, Pods: pods}}
+	v := View{Name: "v", Desired: []podvol.PodVolume{p}, Known: true, Caps: attachStage,
+		Actual: state.ActualVolume{Attached: true, DeviceState: podvol.Mounted, Pods: pods}}
 	d := Plan(v)
 	if len(d.Adopt) != 1 || d.Adopt[0].Pod != p.Pod || d.Adopt[0].FSGroup != &gid {
 		t.Errorf("adopt = %v, want pod a's volume", d.Adopt)
@@ -80,7 +80,7 @@ func TestAdopt(t *testing.T) {
 	if pods["a"] != found {
 		t.Errorf("the view's pods changed: %v", pods["a"])
 	}
-	pods["a"] = state.PodMount{Volume: found.Volume, State: cache.Uncertain}
+	pods["a"] = state.PodMount{Volume: found.Volume, State: podvol.Uncertain}
 	if d := Plan(v); len(d.Adopt) != 0 || actions(d) != "volume_mount v pod=ns/a" {
 		t.Errorf("uncertain: adopt %v, plan %q; want no adoption, a publish", d.Adopt, actions(d))
 	}
@@ -89,16 +89,16 @@ func TestAdopt(t *testing.T) {
 // TestUnpublishCleansSubPaths: the unpublish of a filesystem volume cleans
 // the pod's subPath bind mounts first; a block volume has none.
 func TestUnpublishCleansSubPaths(t *testing.T) {
-	a := cache.PodVolume{Pod: cache.PodRef{UID: "a", Namespace: "ns", Name: "a"}, SpecName: "data"}
+	a := podvol.PodVolume{Pod: podvol.PodRef{UID: "a", Namespace: "ns", Name: "a"}, SpecName: "data"}
 	for _, tc := range []struct {
-		mode cache.VolumeMode
+		mode podvol.VolumeMode
 		want bool
 	}{
-		{cache.Filesystem, true},
-		{cache.Block, false},
+		{podvol.Filesystem, true},
+		{podvol.Block, false},
 	} {
-		v := View{Name: "v", Known: true, Actual: state.ActualVolume{Spec: cache.VolumeSpec{Mode: tc.mode}, DeviceState: cache.Mounted,
-			Pods: map[types.UID]state.PodMount{"a": {Volume: a, State: cache.Mounted}}}}
+		v := View{Name: "v", Known: true, Actual: state.ActualVolume{Spec: podvol.VolumeSpec{Mode: tc.mode}, DeviceState: podvol.Mounted,
+			Pods: map[types.UID]state.PodMount{"a": {Volume: a, State: podvol.Mounted}}}}
 		d := Plan(v)
 		if len(d.Actions) != 1 || d.Actions[0].Kind != oe.OpUnpublish || d.Actions[0].CleanSubPaths != tc.want {
 			t.Errorf("%v: plan = %+v, want one unpublish with CleanSubPaths %v", tc.mode, d.Actions, tc.want)

@@ -6,7 +6,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // NodeExpansionNotRequired is the claim annotation that says a
@@ -67,7 +67,7 @@ func expansion(v View, d *Decision) int64 {
 // it does not stage). The loop reads the claim and the PV
 // (View.Expansion) only then, not for every volume it plans.
 func ExpansionLooked(v View) bool {
-	return len(v.Desired) > 0 && v.Known && v.CapsErr == nil && (v.Actual.DeviceState == cache.Mounted || !v.Caps.Stages)
+	return len(v.Desired) > 0 && v.Known && v.CapsErr == nil && (v.Actual.DeviceState == podvol.Mounted || !v.Caps.Stages)
 }
 
 // NodeExpansionDue reports whether this node, which has the claim's volume

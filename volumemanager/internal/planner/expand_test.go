@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
@@ -44,9 +44,9 @@ func grownTo(size int64) ExpansionFacts {
 
 // expanding is a wanted volume, staged, with pod a's publish Mounted.
 func expanding(f ExpansionFacts, size int64) View {
-	a := cache.PodVolume{Pod: cache.PodRef{UID: "a", Namespace: "ns", Name: "a"}, SpecName: "data"}
-	return View{Name: "v", Desired: []cache.PodVolume{a}, Known: true, Caps: attachStage, Expansion: f,
-		Actual: state.ActualVolume{Attached: true, DeviceState: cache.Mounted, Size: size, Pods: map[types.UID]state.PodMount{"a": {Volume: a, State: cache.Mounted}}}}
+	a := podvol.PodVolume{Pod: podvol.PodRef{UID: "a", Namespace: "ns", Name: "a"}, SpecName: "data"}
+	return View{Name: "v", Desired: []podvol.PodVolume{a}, Known: true, Caps: attachStage, Expansion: f,
+		Actual: state.ActualVolume{Attached: true, DeviceState: podvol.Mounted, Size: size, Pods: map[types.UID]state.PodMount{"a": {Volume: a, State: podvol.Mounted}}}}
 }
 
 // TestPendingExpansion: when a node expansion is due on a node that has
@@ -144,9 +144,9 @@ func TestExpansionDecision(t *testing.T) {
 		{name: "not wanted", facts: grownTo(2 * gi), view: func(v *View) { v.Desired = nil }},
 		{name: "not known", facts: grownTo(2 * gi), view: func(v *View) { v.Known = false }},
 		{name: "capabilities not known", facts: grownTo(2 * gi), view: func(v *View) { v.CapsErr = errors.New("driver drv not registered") }},
-		{name: "not staged yet", facts: grownTo(2 * gi), view: func(v *View) { v.Actual.DeviceState = cache.Uncertain }},
+		{name: "not staged yet", facts: grownTo(2 * gi), view: func(v *View) { v.Actual.DeviceState = podvol.Uncertain }},
 		{name: "not staged, plugin does not stage", facts: grownTo(2 * gi), due: true, nodeSize: gi,
-			view: func(v *View) { v.Actual.DeviceState, v.Caps.Stages = cache.NotMounted, false }},
+			view: func(v *View) { v.Actual.DeviceState, v.Caps.Stages = podvol.NotMounted, false }},
 		{name: "held at this version", facts: held(ExpandHold{Size: 2 * gi, ClaimRV: "1"}), nodeSize: gi},
 		{name: "held at any version", facts: held(ExpandHold{Size: 2 * gi}), nodeSize: gi},
 		{name: "held at another size", facts: held(ExpandHold{Size: 3 * gi}), due: true, nodeSize: gi},

@@ -6,7 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
@@ -16,9 +16,9 @@ import (
 // pods are synced (a mount only while its pod was never added); an
 // unreadable pod volume directory of the PV holds the device.
 func TestHolds(t *testing.T) {
-	a := cache.PodVolume{Pod: cache.PodRef{UID: "a", Namespace: "ns", Name: "a"}, SpecName: "data"}
-	mounted := map[types.UID]state.PodMount{"a": {Volume: a, State: cache.Mounted}}
-	staged := state.ActualVolume{Attached: true, DeviceState: cache.Mounted}
+	a := podvol.PodVolume{Pod: podvol.PodRef{UID: "a", Namespace: "ns", Name: "a"}, SpecName: "data"}
+	mounted := map[types.UID]state.PodMount{"a": {Volume: a, State: podvol.Mounted}}
+	staged := state.ActualVolume{Attached: true, DeviceState: podvol.Mounted}
 	detached := state.ActualVolume{Attached: true, SelfAttached: true}
 	for _, tc := range []struct {
 		name   string
@@ -27,16 +27,16 @@ func TestHolds(t *testing.T) {
 		want   string // the actions
 		wait   string // in Waiting, when not empty
 	}{
-		{name: "unresolved pod: its mount held", actual: state.ActualVolume{DeviceState: cache.Mounted, Pods: mounted},
+		{name: "unresolved pod: its mount held", actual: state.ActualVolume{DeviceState: podvol.Mounted, Pods: mounted},
 			view: View{PodsSynced: true, Pods: map[types.UID]PodFacts{"a": {Unresolved: "pod ns/a cannot be resolved yet", Added: true}}},
 			wait: "unpublish from pod a held: pod ns/a cannot be resolved yet"},
-		{name: "found mount, pods not synced: held", actual: state.ActualVolume{DeviceState: cache.Mounted, Pods: mounted},
+		{name: "found mount, pods not synced: held", actual: state.ActualVolume{DeviceState: podvol.Mounted, Pods: mounted},
 			view: View{Pods: map[types.UID]PodFacts{"a": {Found: true}}}, wait: "unpublish from pod a held: " + foundHeld},
-		{name: "found mount, pods synced: unpublished", actual: state.ActualVolume{DeviceState: cache.Mounted, Pods: mounted},
+		{name: "found mount, pods synced: unpublished", actual: state.ActualVolume{DeviceState: podvol.Mounted, Pods: mounted},
 			view: View{PodsSynced: true, Pods: map[types.UID]PodFacts{"a": {Found: true}}}, want: "volume_unmount v pod=ns/a"},
-		{name: "found mount of a pod added (and deleted): unpublished", actual: state.ActualVolume{DeviceState: cache.Mounted, Pods: mounted},
+		{name: "found mount of a pod added (and deleted): unpublished", actual: state.ActualVolume{DeviceState: podvol.Mounted, Pods: mounted},
 			view: View{Pods: map[types.UID]PodFacts{"a": {Found: true, Added: true}}}, want: "volume_unmount v pod=ns/a"},
-		{name: "no facts: unpublished", actual: state.ActualVolume{DeviceState: cache.Mounted, Pods: mounted},
+		{name: "no facts: unpublished", actual: state.ActualVolume{DeviceState: podvol.Mounted, Pods: mounted},
 			want: "volume_unmount v pod=ns/a"},
 		{name: "found device, pods not synced: held", actual: staged, view: View{FoundDevice: true}, wait: "unstage held: " + foundHeld},
 		{name: "found device, pods synced: unstaged", actual: staged, view: View{FoundDevice: true, PodsSynced: true}, want: "unmount_device v"},

@@ -15,7 +15,7 @@ import (
 func TestNoIO(t *testing.T) {
 	allowed := map[string]bool{
 		"cmp": true, "errors": true, "fmt": true, "maps": true, "slices": true, "sort": true, "strings": true, "time": true,
-		"github.com/nodevol/nodevol/cache":                                    true,
+		"github.com/nodevol/nodevol/podvol":                                   true,
 		"github.com/nodevol/nodevol/volumemanager/internal/state":             true,
 		"github.com/nodevol/nodevol/volumemanager/internal/operationexecutor": true,
 		"github.com/nodevol/nodevol/volume":                                   true, // its non-test files do no I/O

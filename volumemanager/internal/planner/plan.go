@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
 
@@ -164,20 +164,20 @@ func Plan(v View) Decision {
 			}
 			return d
 		}
-		if v.Actual.DeviceState != cache.Mounted {
+		if v.Actual.DeviceState != podvol.Mounted {
 			// NotMounted, or Uncertain: staging again is safe (NodeStage is idempotent).
 			return volumeOp(oe.Action{Kind: oe.OpStage, Volume: v.Name, SELinuxContext: sel.Context, Pod: stagePod(v, refused)})
 		}
 	}
-	var mounted *cache.PodVolume
-	var publish []cache.PodVolume
+	var mounted *podvol.PodVolume
+	var publish []podvol.PodVolume
 	for i, p := range v.Desired {
 		if podBusy(p.Pod.UID) || refused[p.Pod.UID] != nil {
 			continue
 		}
 		pm, ok := v.Actual.Pods[p.Pod.UID]
 		switch {
-		case !ok || pm.State != cache.Mounted || v.Republish[p.Pod.UID] && v.Caps.Republish:
+		case !ok || pm.State != podvol.Mounted || v.Republish[p.Pod.UID] && v.Caps.Republish:
 			publish = append(publish, p)
 		case mounted == nil:
 			mounted = &v.Desired[i]
@@ -201,11 +201,11 @@ func Plan(v View) Decision {
 // a republish when the pod may be using the volume already: Mounted, or
 // Uncertain as found on disk at start (the kubelet's IsRemount and
 // ReconstructedVolume), so that a failure leaves what is there.
-func publishAction(v View, p cache.PodVolume, expand int64) oe.Action {
+func publishAction(v View, p podvol.PodVolume, expand int64) oe.Action {
 	pm, ok := v.Actual.Pods[p.Pod.UID]
 	return oe.Action{Kind: oe.OpPublish, Volume: v.Name, Pod: p, Expand: expand,
 		ChangeOwnership: v.Caps.OwnershipChange && p.FSGroup != nil && !p.ReadOnly,
-		Republish:       ok && (pm.State == cache.Mounted || pm.Found && pm.State == cache.Uncertain)}
+		Republish:       ok && (pm.State == podvol.Mounted || pm.Found && pm.State == podvol.Uncertain)}
 }
 
 // unpublishAction unpublishes the volume from pod p. A filesystem
@@ -214,8 +214,8 @@ func publishAction(v View, p cache.PodVolume, expand int64) oe.Action {
 // an earlier run) would keep a reference to the volume's mount, and the
 // unstage after the unpublish would refuse for ever. A block volume has
 // none.
-func unpublishAction(v View, p cache.PodVolume) oe.Action {
-	return oe.Action{Kind: oe.OpUnpublish, Volume: v.Name, Pod: p, CleanSubPaths: v.Actual.Spec.Mode != cache.Block}
+func unpublishAction(v View, p podvol.PodVolume) oe.Action {
+	return oe.Action{Kind: oe.OpUnpublish, Volume: v.Name, Pod: p, CleanSubPaths: v.Actual.Spec.Mode != podvol.Block}
 }
 
 // refusals are the desired pods that may not use the volume now, and why.
@@ -238,7 +238,7 @@ func refusals(v View, sel seLinuxAdmission) map[types.UID]error {
 	for uid, err := range sel.Refused {
 		out[uid] = err
 	}
-	admitted := make([]cache.PodVolume, 0, len(v.Desired))
+	admitted := make([]podvol.PodVolume, 0, len(v.Desired))
 	for _, p := range v.Desired {
 		if out[p.Pod.UID] == nil {
 			admitted = append(admitted, p)
@@ -256,13 +256,13 @@ func refusals(v View, sel seLinuxAdmission) map[types.UID]error {
 // stages only when one is not). Its fsGroup goes to a driver that applies
 // it at stage; the staging is shared, and the kubelet too passes the
 // fsGroup of the pod whose mount stages it.
-func stagePod(v View, refused map[types.UID]error) cache.PodVolume {
-	var first *cache.PodVolume
+func stagePod(v View, refused map[types.UID]error) podvol.PodVolume {
+	var first *podvol.PodVolume
 	for i, p := range v.Desired {
 		if refused[p.Pod.UID] != nil {
 			continue
 		}
-		if pm, ok := v.Actual.Pods[p.Pod.UID]; !ok || pm.State != cache.Mounted {
+		if pm, ok := v.Actual.Pods[p.Pod.UID]; !ok || pm.State != podvol.Mounted {
 			return p
 		}
 		if first == nil {
@@ -279,7 +279,7 @@ func stagePod(v View, refused map[types.UID]error) cache.PodVolume {
 // the pod's mount counts as done (the kubelet's expansion while mounting).
 // The other publishes wait until the expansion is over: one expansion at a
 // time per volume.
-func expandFirst(v View, d *Decision, add func(oe.Action), busy bool, expandTo int64, mounted *cache.PodVolume, publish []cache.PodVolume) {
+func expandFirst(v View, d *Decision, add func(oe.Action), busy bool, expandTo int64, mounted *podvol.PodVolume, publish []podvol.PodVolume) {
 	var a oe.Action
 	if mounted != nil {
 		a = oe.Action{Kind: oe.OpExpand, Volume: v.Name, Pod: *mounted}
@@ -350,7 +350,7 @@ func adopt(v View, d *Decision) View {
 	for _, p := range v.Desired {
 		pm, ok := v.Actual.Pods[p.Pod.UID]
 		// A reconstructed mount knows only its pod's UID.
-		if !ok || pm.State != cache.Mounted || pm.Busy || pm.Volume.Pod.Name != "" {
+		if !ok || pm.State != podvol.Mounted || pm.Busy || pm.Volume.Pod.Name != "" {
 			continue
 		}
 		if len(d.Adopt) == 0 {

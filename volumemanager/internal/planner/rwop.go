@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // ErrReadWriteOncePod is wrapped by the error of a pod refused a
@@ -30,7 +30,7 @@ func rwopRefusals(v View) map[types.UID]error {
 	if v.Spec.AccessMode != string(v1.ReadWriteOncePod) || len(v.Desired) == 0 {
 		return nil
 	}
-	var owners []cache.PodRef
+	var owners []podvol.PodRef
 	for uid, pm := range v.Actual.Pods {
 		if pm.MayBeMounted() {
 			ref := pm.Volume.Pod
@@ -39,7 +39,7 @@ func rwopRefusals(v View) map[types.UID]error {
 		}
 	}
 	if len(owners) == 0 {
-		owners = []cache.PodRef{v.Desired[0].Pod} // Desired is sorted by UID
+		owners = []podvol.PodRef{v.Desired[0].Pod} // Desired is sorted by UID
 	}
 	sort.Slice(owners, func(i, j int) bool { return owners[i].UID < owners[j].UID })
 	owns := map[types.UID]bool{}
@@ -61,14 +61,14 @@ func rwopRefusals(v View) map[types.UID]error {
 }
 
 // volumeName names a volume in messages: its PV, else its unique name.
-func volumeName(spec cache.VolumeSpec) string {
+func volumeName(spec podvol.VolumeSpec) string {
 	if spec.PVName != "" {
 		return spec.PVName
 	}
 	return string(spec.Name)
 }
 
-func claimSuffix(spec cache.VolumeSpec) string {
+func claimSuffix(spec podvol.VolumeSpec) string {
 	if spec.Claim == "" {
 		return ""
 	}

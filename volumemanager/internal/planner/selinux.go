@@ -5,7 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
 
@@ -15,13 +15,13 @@ import (
 // pods are gone; they are not touched.
 type SELinuxConflictError struct {
 	// Volume is the unique volume name; Driver its CSI driver.
-	Volume cache.UniqueVolumeName
+	Volume podvol.UniqueVolumeName
 	Driver string
 	// Pod is the pod that waits, Context the context it would mount with.
-	Pod     cache.PodRef
+	Pod     podvol.PodRef
 	Context string
 	// Other is a pod that uses the volume with OtherContext.
-	Other        cache.PodRef
+	Other        podvol.PodRef
 	OtherContext string
 }
 
@@ -60,8 +60,8 @@ type seLinuxAdmission struct {
 // context is refused. A device staged with a context no desired pod
 // wants is staged again once nothing uses it (the planner's job).
 func admitSELinux(v View) seLinuxAdmission {
-	var anchor *cache.PodVolume
-	label := func(p cache.PodVolume) (string, bool) {
+	var anchor *podvol.PodVolume
+	label := func(p podvol.PodVolume) (string, bool) {
 		if pm, ok := v.Actual.Pods[p.Pod.UID]; ok && pm.MayBeMounted() {
 			return pm.Volume.SELinuxLabel, true
 		}

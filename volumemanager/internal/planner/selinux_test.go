@@ -6,17 +6,17 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
 func TestAdmitSELinux(t *testing.T) {
-	const name = cache.UniqueVolumeName("kubernetes.io/csi/drv^h")
-	pv := func(pod, label string) cache.PodVolume {
-		return cache.PodVolume{Pod: cache.PodRef{UID: types.UID("uid-" + pod), Namespace: "ns", Name: pod}, SpecName: "data", SELinuxLabel: label}
+	const name = podvol.UniqueVolumeName("kubernetes.io/csi/drv^h")
+	pv := func(pod, label string) podvol.PodVolume {
+		return podvol.PodVolume{Pod: podvol.PodRef{UID: types.UID("uid-" + pod), Namespace: "ns", Name: pod}, SpecName: "data", SELinuxLabel: label}
 	}
-	mounted := func(p cache.PodVolume, st cache.MountState) state.PodMount {
+	mounted := func(p podvol.PodVolume, st podvol.MountState) state.PodMount {
 		return state.PodMount{Volume: p, State: st}
 	}
 	for _, tc := range []struct {
@@ -27,37 +27,37 @@ func TestAdmitSELinux(t *testing.T) {
 		refused map[string]string
 	}{
 		{name: "nothing done: the first pod in UID order sets the context",
-			v:    View{Caps: attachStage, Desired: []cache.PodVolume{pv("a", "X"), pv("b", "Y"), pv("c", "X")}},
+			v:    View{Caps: attachStage, Desired: []podvol.PodVolume{pv("a", "X"), pv("b", "Y"), pv("c", "X")}},
 			want: "X", refused: map[string]string{"b": "a"}},
 		{name: "a mounted pod keeps its context",
-			v: View{Caps: attachStage, Desired: []cache.PodVolume{pv("a", "X"), pv("b", "Y")}, Known: true,
-				Actual: state.ActualVolume{DeviceState: cache.Mounted, SELinuxContext: "Y", Pods: map[types.UID]state.PodMount{"uid-b": mounted(pv("b", "Y"), cache.Mounted)}}},
+			v: View{Caps: attachStage, Desired: []podvol.PodVolume{pv("a", "X"), pv("b", "Y")}, Known: true,
+				Actual: state.ActualVolume{DeviceState: podvol.Mounted, SELinuxContext: "Y", Pods: map[types.UID]state.PodMount{"uid-b": mounted(pv("b", "Y"), podvol.Mounted)}}},
 			want: "Y", refused: map[string]string{"a": "b"}},
 		{name: "a publish in flight counts as mounted",
-			v: View{Caps: attachStage, Desired: []cache.PodVolume{pv("a", "X"), pv("b", "Y")}, Known: true,
-				Actual: state.ActualVolume{DeviceState: cache.Mounted, SELinuxContext: "Y", Pods: map[types.UID]state.PodMount{"uid-b": {Volume: pv("b", "Y"), Busy: true}}}},
+			v: View{Caps: attachStage, Desired: []podvol.PodVolume{pv("a", "X"), pv("b", "Y")}, Known: true,
+				Actual: state.ActualVolume{DeviceState: podvol.Mounted, SELinuxContext: "Y", Pods: map[types.UID]state.PodMount{"uid-b": {Volume: pv("b", "Y"), Busy: true}}}},
 			want: "Y", refused: map[string]string{"a": "b"}},
 		{name: "the staged device's context wins over UID order",
-			v: View{Caps: attachStage, Desired: []cache.PodVolume{pv("a", "X"), pv("b", "Y")}, Known: true,
-				Actual: state.ActualVolume{DeviceState: cache.Uncertain, SELinuxContext: "Y"}},
+			v: View{Caps: attachStage, Desired: []podvol.PodVolume{pv("a", "X"), pv("b", "Y")}, Known: true,
+				Actual: state.ActualVolume{DeviceState: podvol.Uncertain, SELinuxContext: "Y"}},
 			want: "Y", refused: map[string]string{"a": "b"}},
 		{name: "a stage in flight fixes the context",
-			v: View{Name: name, Desired: []cache.PodVolume{pv("a", "X"), pv("b", "Y")}, Known: true,
+			v: View{Name: name, Desired: []podvol.PodVolume{pv("a", "X"), pv("b", "Y")}, Known: true,
 				Actual:   state.ActualVolume{SELinuxContext: "Y"},
 				InFlight: map[oe.Key]oe.OpKind{{Volume: name}: oe.OpStage}},
 			want: "Y", refused: map[string]string{"a": "b"}},
 		{name: "a device unstaged: its old context does not count",
-			v: View{Caps: attachStage, Desired: []cache.PodVolume{pv("a", "X"), pv("b", "Y")}, Known: true,
-				Actual: state.ActualVolume{DeviceState: cache.NotMounted, SELinuxContext: "Y"}},
+			v: View{Caps: attachStage, Desired: []podvol.PodVolume{pv("a", "X"), pv("b", "Y")}, Known: true,
+				Actual: state.ActualVolume{DeviceState: podvol.NotMounted, SELinuxContext: "Y"}},
 			want: "X", refused: map[string]string{"b": "a"}},
 		{name: "a device staged with a context no pod wants: the new one, no refusal (restaged)",
-			v: View{Caps: attachStage, Desired: []cache.PodVolume{pv("b", "Y")}, Known: true,
-				Actual: state.ActualVolume{DeviceState: cache.Mounted, SELinuxContext: "X"}},
+			v: View{Caps: attachStage, Desired: []podvol.PodVolume{pv("b", "Y")}, Known: true,
+				Actual: state.ActualVolume{DeviceState: podvol.Mounted, SELinuxContext: "X"}},
 			want: "Y"},
 		{name: "no context and a context conflict",
-			v:    View{Caps: attachStage, Desired: []cache.PodVolume{pv("a", ""), pv("b", "Y")}},
+			v:    View{Caps: attachStage, Desired: []podvol.PodVolume{pv("a", ""), pv("b", "Y")}},
 			want: "", refused: map[string]string{"b": "a"}},
-		{name: "all agree", v: View{Caps: attachStage, Desired: []cache.PodVolume{pv("a", "X"), pv("b", "X")}}, want: "X"},
+		{name: "all agree", v: View{Caps: attachStage, Desired: []podvol.PodVolume{pv("a", "X"), pv("b", "X")}}, want: "X"},
 		{name: "nobody wants it", v: View{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -91,8 +91,8 @@ func TestAdmitSELinux(t *testing.T) {
 
 func TestSELinuxConflictErrorText(t *testing.T) {
 	e := &SELinuxConflictError{Volume: "kubernetes.io/csi/drv^h", Driver: "drv",
-		Pod: cache.PodRef{Namespace: "ns", Name: "b"}, Context: "system_u:object_r:container_file_t:s0:c3,c4",
-		Other: cache.PodRef{Namespace: "ns", Name: "a"}}
+		Pod: podvol.PodRef{Namespace: "ns", Name: "b"}, Context: "system_u:object_r:container_file_t:s0:c3,c4",
+		Other: podvol.PodRef{Namespace: "ns", Name: "a"}}
 	want := `conflicting SELinux labels of volume kubernetes.io/csi/drv^h (driver drv): pod ns/b would mount it with SELinux context "system_u:object_r:container_file_t:s0:c3,c4", ` +
 		`but pod ns/a uses it with no SELinux context; a volume is mounted with one context at a time, so pod ns/b waits until the volume is no longer used by pod ns/a`
 	if e.Error() != want {

@@ -7,7 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
@@ -17,10 +17,10 @@ import (
 // is done, what runs, what waits and why. The loop builds it; Plan reads
 // nothing else.
 type View struct {
-	Name cache.UniqueVolumeName
+	Name podvol.UniqueVolumeName
 	// Spec is what the pods want (the desired spec), or what is set up
 	// (the actual spec) when no pod wants the volume.
-	Spec cache.VolumeSpec
+	Spec podvol.VolumeSpec
 	// Caps are what the volume's plugin does with a wanted volume (attach,
 	// stage, republish, ownership, lifecycle modes): every step the plan
 	// starts for it reads them. CapsErr, when not nil, says why they are
@@ -30,7 +30,7 @@ type View struct {
 	Caps    volume.Capabilities
 	CapsErr error
 	// Desired are the pods that want the volume, sorted by UID.
-	Desired []cache.PodVolume
+	Desired []podvol.PodVolume
 	// Actual is what is done; Known is false when nothing is.
 	Actual state.ActualVolume
 	Known  bool
@@ -96,7 +96,7 @@ type Decision struct {
 	// that the desired pods of the same UID take as they are: the loop
 	// records each as Mounted with the desired pod's volume before it
 	// starts Actions.
-	Adopt []cache.PodVolume
+	Adopt []podvol.PodVolume
 	// ForgetBackoff are the keys whose backoff the loop forgets: the world
 	// changed since they failed.
 	ForgetBackoff []oe.Key
@@ -133,7 +133,7 @@ type Decision struct {
 
 // Refusal is a desired pod that may not use its volume now, and why.
 type Refusal struct {
-	Pod cache.PodVolume
+	Pod podvol.PodVolume
 	Err error
 }
 

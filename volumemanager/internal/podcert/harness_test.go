@@ -19,7 +19,7 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volumemanager/internal/podcert/podcerttest"
 )
 
@@ -32,7 +32,7 @@ const (
 
 var (
 	t0      = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	testPod = cache.PodRef{UID: "pod-uid", Namespace: "ns", Name: "pod", ServiceAccount: "sa"}
+	testPod = podvol.PodRef{UID: "pod-uid", Namespace: "ns", Name: "pod", ServiceAccount: "sa"}
 )
 
 // harness runs a Manager against a fake clientset whose reactor names the
@@ -196,7 +196,7 @@ func (h *harness) waitChange(pod types.UID) {
 }
 
 // credentials asks for the credential of source index of volume "certs".
-func (h *harness) credentials(pod cache.PodRef, index int, src *v1.PodCertificateProjection) (Credential, error) {
+func (h *harness) credentials(pod podvol.PodRef, index int, src *v1.PodCertificateProjection) (Credential, error) {
 	return h.m.Credentials(h.ctx, Request{Pod: pod, Volume: "certs", SourceIndex: index, Source: src})
 }
 

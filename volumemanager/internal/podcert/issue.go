@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // phase is where a source is in the kubelet's state machine:
@@ -33,7 +33,7 @@ const (
 // source is the state of one podCertificate source. Its fields are guarded by
 // Manager.mu; only the loop changes them, Forget removes it.
 type source struct {
-	pod cache.PodRef
+	pod podvol.PodRef
 	src v1.PodCertificateProjection
 
 	phase phase
@@ -56,7 +56,7 @@ type source struct {
 
 // event is a Warning event about a pod.
 type event struct {
-	pod             cache.PodRef
+	pod             podvol.PodRef
 	reason, message string
 }
 
@@ -156,7 +156,7 @@ func (m *Manager) request(ctx context.Context, k key, rec *source) {
 
 // create makes a new key and a PodCertificateRequest for it, and returns
 // the request's name and the PEM-encoded key.
-func (m *Manager) create(ctx context.Context, pod cache.PodRef, src *v1.PodCertificateProjection) (string, []byte, error) {
+func (m *Manager) create(ctx context.Context, pod podvol.PodRef, src *v1.PodCertificateProjection) (string, []byte, error) {
 	sa, err := m.client.CoreV1().ServiceAccounts(pod.Namespace).Get(ctx, pod.ServiceAccount, metav1.GetOptions{})
 	if err != nil {
 		return "", nil, fmt.Errorf("reading service account %s/%s: %w", pod.Namespace, pod.ServiceAccount, err)

@@ -20,9 +20,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/backoff"
 	"github.com/nodevol/nodevol/internal/duequeue"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -68,7 +68,7 @@ type Config struct {
 // Request names one podCertificate source of one pod's projected volume.
 type Request struct {
 	// Pod is the pod; its namespace, name and service account are needed.
-	Pod cache.PodRef
+	Pod podvol.PodRef
 	// Volume is the projected volume's name in pod.spec.volumes.
 	Volume string
 	// SourceIndex is the source's index in the volume's sources.

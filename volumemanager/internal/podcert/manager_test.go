@@ -21,7 +21,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -186,7 +186,7 @@ func TestRenewal(t *testing.T) {
 // again, the source starts from a new request.
 func TestForget(t *testing.T) {
 	h := newHarness(t)
-	other := cache.PodRef{UID: "other-uid", Namespace: "ns", Name: "other", ServiceAccount: "sa"}
+	other := podvol.PodRef{UID: "other-uid", Namespace: "ns", Name: "other", ServiceAccount: "sa"}
 	_, _ = h.credentials(testPod, 0, srcOf(KeyTypeECDSAP256))
 	h.waitCreated(1)
 	_, _ = h.credentials(other, 0, srcOf(KeyTypeECDSAP256))
@@ -274,15 +274,15 @@ func TestBadRequest(t *testing.T) {
 	h := newHarness(t)
 	for _, tt := range []struct {
 		name string
-		pod  cache.PodRef
+		pod  podvol.PodRef
 		src  *v1.PodCertificateProjection
 		want string
 	}{
 		{"no source", testPod, nil, "no source"},
 		{"unknown key type", testPod, srcOf("RSA2048"), `unknown key type "RSA2048"`},
 		{"no signer", testPod, &v1.PodCertificateProjection{KeyType: KeyTypeED25519}, "no signerName"},
-		{"pod known by UID only", cache.PodRef{UID: "x"}, srcOf(KeyTypeED25519), "namespace, name and UID are needed"},
-		{"no service account", cache.PodRef{UID: "x", Namespace: "ns", Name: "p"}, srcOf(KeyTypeED25519), "no service account"},
+		{"pod known by UID only", podvol.PodRef{UID: "x"}, srcOf(KeyTypeED25519), "namespace, name and UID are needed"},
+		{"no service account", podvol.PodRef{UID: "x", Namespace: "ns", Name: "p"}, srcOf(KeyTypeED25519), "no service account"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := h.credentials(tt.pod, 0, tt.src)
@@ -361,7 +361,7 @@ func TestNothingAskedUntilNeeded(t *testing.T) {
 	if n := len(client.Actions()); n != 0 {
 		t.Fatalf("%d requests before any source, want none: %v", n, client.Actions())
 	}
-	_, _ = m.Credentials(ctx, Request{Pod: cache.PodRef{UID: "u", Namespace: "ns", Name: "p", ServiceAccount: "sa"}, Volume: "v",
+	_, _ = m.Credentials(ctx, Request{Pod: podvol.PodRef{UID: "u", Namespace: "ns", Name: "p", ServiceAccount: "sa"}, Volume: "v",
 		Source: &v1.PodCertificateProjection{SignerName: "example.com/s", KeyType: KeyTypeECDSAP256}})
 	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		for _, a := range client.Actions() {

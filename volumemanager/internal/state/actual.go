@@ -11,12 +11,12 @@ import (
 	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/internal/podwait"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // ActualVolume is a snapshot of what is really done for one volume on this node.
 type ActualVolume struct {
-	Spec cache.VolumeSpec
+	Spec podvol.VolumeSpec
 	// Attached is true once the attachment was confirmed (or not needed).
 	Attached bool
 	// SelfAttached is true when the node may have created the volume's
@@ -26,7 +26,7 @@ type ActualVolume struct {
 	// PublishContext came from the VolumeAttachment.
 	PublishContext map[string]string
 	// DeviceState is the state of the staged device.
-	DeviceState cache.MountState
+	DeviceState podvol.MountState
 	// DeviceMountPath is the staging path ("" when the driver does not stage).
 	DeviceMountPath string
 	// SELinuxContext is the SELinux context the device was (or is being)
@@ -47,8 +47,8 @@ type ActualVolume struct {
 
 // PodMount is one pod's mount of a volume.
 type PodMount struct {
-	Volume cache.PodVolume
-	State  cache.MountState
+	Volume podvol.PodVolume
+	State  podvol.MountState
 	// Path is where the volume was published for the pod.
 	Path string
 	// Busy is true while an operation on this mount runs: whatever State
@@ -70,11 +70,11 @@ func (m PodMount) MayBeMounted() bool { return m.Busy || m.State.MayBeMounted() 
 // anywhere. Waiters for a pod are woken by PodChanged.
 type ActualStateOfWorld struct {
 	mu      sync.RWMutex
-	volumes map[cache.UniqueVolumeName]*ActualVolume
+	volumes map[podvol.UniqueVolumeName]*ActualVolume
 	// pods indexes each pod's volumes: a slice, not a set, because a pod
 	// has a few volumes and a map keeps room for 8 from its first entry
 	// (about 200 bytes for a pod with one volume, 16 for the slice).
-	pods    map[types.UID][]cache.UniqueVolumeName
+	pods    map[types.UID][]podvol.UniqueVolumeName
 	waiters podwait.Set
 	// the maps' peaks, to give their room back after many volumes went (shrink)
 	volumesPeak, podsPeak shrinking
@@ -83,13 +83,13 @@ type ActualStateOfWorld struct {
 // NewActualStateOfWorld returns an empty actual state.
 func NewActualStateOfWorld() *ActualStateOfWorld {
 	return &ActualStateOfWorld{
-		volumes: map[cache.UniqueVolumeName]*ActualVolume{},
-		pods:    map[types.UID][]cache.UniqueVolumeName{},
+		volumes: map[podvol.UniqueVolumeName]*ActualVolume{},
+		pods:    map[types.UID][]podvol.UniqueVolumeName{},
 	}
 }
 
 // Volume returns a snapshot of one volume; ok is false when nothing is known of it.
-func (a *ActualStateOfWorld) Volume(name cache.UniqueVolumeName) (ActualVolume, bool) {
+func (a *ActualStateOfWorld) Volume(name podvol.UniqueVolumeName) (ActualVolume, bool) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	v := a.volumes[name]
@@ -106,16 +106,16 @@ func (a *ActualStateOfWorld) Volume(name cache.UniqueVolumeName) (ActualVolume, 
 
 // Spec returns the spec of a volume the actual state knows of, without
 // its pods; ok is false when nothing is known of it.
-func (a *ActualStateOfWorld) Spec(name cache.UniqueVolumeName) (cache.VolumeSpec, bool) {
+func (a *ActualStateOfWorld) Spec(name podvol.UniqueVolumeName) (podvol.VolumeSpec, bool) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	if v := a.volumes[name]; v != nil {
 		return v.Spec, true
 	}
-	return cache.VolumeSpec{}, false
+	return podvol.VolumeSpec{}, false
 }
 
-func (a *ActualStateOfWorld) volume(spec cache.VolumeSpec) *ActualVolume {
+func (a *ActualStateOfWorld) volume(spec podvol.VolumeSpec) *ActualVolume {
 	v := a.volumes[spec.Name]
 	if v == nil {
 		v = &ActualVolume{Spec: spec, Pods: map[types.UID]PodMount{}}
@@ -126,7 +126,7 @@ func (a *ActualStateOfWorld) volume(spec cache.VolumeSpec) *ActualVolume {
 }
 
 // MarkAttached records that the volume is attached (or needs no attach).
-func (a *ActualStateOfWorld) MarkAttached(spec cache.VolumeSpec, publishContext map[string]string) {
+func (a *ActualStateOfWorld) MarkAttached(spec podvol.VolumeSpec, publishContext map[string]string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	v := a.volume(spec)
@@ -138,7 +138,7 @@ func (a *ActualStateOfWorld) MarkAttached(spec cache.VolumeSpec, publishContext 
 // SetSelfAttached records whether the node may have created the volume's
 // VolumeAttachment itself. Clearing it also clears Attached: the
 // attachment is gone.
-func (a *ActualStateOfWorld) SetSelfAttached(spec cache.VolumeSpec, created bool) {
+func (a *ActualStateOfWorld) SetSelfAttached(spec podvol.VolumeSpec, created bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	v := a.volume(spec)
@@ -150,12 +150,12 @@ func (a *ActualStateOfWorld) SetSelfAttached(spec cache.VolumeSpec, created bool
 }
 
 // SetDeviceState records the state of the volume's staged device.
-func (a *ActualStateOfWorld) SetDeviceState(spec cache.VolumeSpec, state cache.MountState, deviceMountPath string) {
+func (a *ActualStateOfWorld) SetDeviceState(spec podvol.VolumeSpec, state podvol.MountState, deviceMountPath string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	v := a.volume(spec)
 	v.DeviceState = state
-	if deviceMountPath != "" || state == cache.NotMounted {
+	if deviceMountPath != "" || state == podvol.NotMounted {
 		v.DeviceMountPath = deviceMountPath
 	}
 	a.wakeVolume(v)
@@ -163,7 +163,7 @@ func (a *ActualStateOfWorld) SetDeviceState(spec cache.VolumeSpec, state cache.M
 
 // SetSize records the size this node has the volume at (ActualVolume.Size);
 // nothing for a volume not known.
-func (a *ActualStateOfWorld) SetSize(name cache.UniqueVolumeName, size int64) {
+func (a *ActualStateOfWorld) SetSize(name podvol.UniqueVolumeName, size int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if v := a.volumes[name]; v != nil {
@@ -173,7 +173,7 @@ func (a *ActualStateOfWorld) SetSize(name cache.UniqueVolumeName, size int64) {
 
 // SetDeviceSELinuxContext records the SELinux context the volume's device
 // is staged with.
-func (a *ActualStateOfWorld) SetDeviceSELinuxContext(spec cache.VolumeSpec, context string) {
+func (a *ActualStateOfWorld) SetDeviceSELinuxContext(spec podvol.VolumeSpec, context string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.volume(spec).SELinuxContext = context
@@ -182,24 +182,24 @@ func (a *ActualStateOfWorld) SetDeviceSELinuxContext(spec cache.VolumeSpec, cont
 // SetPodMount records the state of a pod's mount of a volume after an
 // operation (it clears Busy). A mount found on disk stays Found while it
 // is Uncertain.
-func (a *ActualStateOfWorld) SetPodMount(spec cache.VolumeSpec, vol cache.PodVolume, state cache.MountState, path string) {
+func (a *ActualStateOfWorld) SetPodMount(spec podvol.VolumeSpec, vol podvol.PodVolume, state podvol.MountState, path string) {
 	a.setPodMount(spec, vol, state, path, false)
 }
 
 // SetFoundPodMount records a pod's mount of a volume found on disk at
 // start, in the state reconstruction gave it: an Uncertain one is Found
 // until it is Mounted or NotMounted.
-func (a *ActualStateOfWorld) SetFoundPodMount(spec cache.VolumeSpec, vol cache.PodVolume, state cache.MountState, path string) {
+func (a *ActualStateOfWorld) SetFoundPodMount(spec podvol.VolumeSpec, vol podvol.PodVolume, state podvol.MountState, path string) {
 	a.setPodMount(spec, vol, state, path, true)
 }
 
-func (a *ActualStateOfWorld) setPodMount(spec cache.VolumeSpec, vol cache.PodVolume, state cache.MountState, path string, found bool) {
+func (a *ActualStateOfWorld) setPodMount(spec podvol.VolumeSpec, vol podvol.PodVolume, state podvol.MountState, path string, found bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	v := a.volume(spec)
 	pm := v.Pods[vol.Pod.UID]
 	pm.Volume, pm.State, pm.Busy = vol, state, false
-	pm.Found = (pm.Found || found) && state == cache.Uncertain
+	pm.Found = (pm.Found || found) && state == podvol.Uncertain
 	if path != "" {
 		pm.Path = path
 	}
@@ -223,7 +223,7 @@ func (a *ActualStateOfWorld) putPodMount(v *ActualVolume, pm PodMount) {
 
 // SetPodBusy marks the start (busy) or the end of an operation on a pod's
 // mount of a volume. A mount that is not busy and NotMounted is forgotten.
-func (a *ActualStateOfWorld) SetPodBusy(spec cache.VolumeSpec, vol cache.PodVolume, busy bool) {
+func (a *ActualStateOfWorld) SetPodBusy(spec podvol.VolumeSpec, vol podvol.PodVolume, busy bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !busy {
@@ -235,7 +235,7 @@ func (a *ActualStateOfWorld) SetPodBusy(spec cache.VolumeSpec, vol cache.PodVolu
 		if !ok {
 			return
 		}
-		if pm.State == cache.NotMounted {
+		if pm.State == podvol.NotMounted {
 			a.deletePodMount(spec.Name, vol.Pod.UID)
 			return
 		}
@@ -253,13 +253,13 @@ func (a *ActualStateOfWorld) SetPodBusy(spec cache.VolumeSpec, vol cache.PodVolu
 }
 
 // DeletePodMount forgets a pod's mount of a volume (it is unmounted).
-func (a *ActualStateOfWorld) DeletePodMount(name cache.UniqueVolumeName, uid types.UID) {
+func (a *ActualStateOfWorld) DeletePodMount(name podvol.UniqueVolumeName, uid types.UID) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.deletePodMount(name, uid)
 }
 
-func (a *ActualStateOfWorld) deletePodMount(name cache.UniqueVolumeName, uid types.UID) {
+func (a *ActualStateOfWorld) deletePodMount(name podvol.UniqueVolumeName, uid types.UID) {
 	if v := a.volumes[name]; v != nil {
 		delete(v.Pods, uid)
 	}
@@ -271,7 +271,7 @@ func (a *ActualStateOfWorld) deletePodMount(name cache.UniqueVolumeName, uid typ
 
 // unindex removes volume name from the pod's index, and the pod once it has
 // no volume left (it reports that); a.mu is held.
-func (a *ActualStateOfWorld) unindex(uid types.UID, name cache.UniqueVolumeName) bool {
+func (a *ActualStateOfWorld) unindex(uid types.UID, name podvol.UniqueVolumeName) bool {
 	idx, known := a.pods[uid]
 	if !known {
 		return false
@@ -288,7 +288,7 @@ func (a *ActualStateOfWorld) unindex(uid types.UID, name cache.UniqueVolumeName)
 }
 
 // DeleteVolume forgets a volume entirely: nothing of it is left on the node.
-func (a *ActualStateOfWorld) DeleteVolume(name cache.UniqueVolumeName) {
+func (a *ActualStateOfWorld) DeleteVolume(name podvol.UniqueVolumeName) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	v := a.volumes[name]
@@ -306,10 +306,10 @@ func (a *ActualStateOfWorld) DeleteVolume(name cache.UniqueVolumeName) {
 
 // PodVolumes returns the volumes a pod may have mounted (Mounted or
 // Uncertain, or with an operation running), sorted by spec name.
-func (a *ActualStateOfWorld) PodVolumes(uid types.UID) []cache.MountedVolume {
+func (a *ActualStateOfWorld) PodVolumes(uid types.UID) []podvol.MountedVolume {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	var out []cache.MountedVolume
+	var out []podvol.MountedVolume
 	for _, name := range a.pods[uid] {
 		v := a.volumes[name]
 		if v == nil {
@@ -319,9 +319,9 @@ func (a *ActualStateOfWorld) PodVolumes(uid types.UID) []cache.MountedVolume {
 		if !ok || !pm.MayBeMounted() {
 			continue
 		}
-		out = append(out, cache.MountedVolume{
+		out = append(out, podvol.MountedVolume{
 			Name: name, SpecName: pm.Volume.SpecName, DirName: ondisk.VolumeDirName(&v.Spec, pm.Volume), Plugin: v.Spec.PluginName(), Driver: v.Spec.Driver,
-			State: pm.State, Path: pm.Path, Block: v.Spec.Mode == cache.Block, ReadOnly: pm.Volume.ReadOnly || v.Spec.ReadOnly,
+			State: pm.State, Path: pm.Path, Block: v.Spec.Mode == podvol.Block, ReadOnly: pm.Volume.ReadOnly || v.Spec.ReadOnly,
 			SELinuxContext: pm.Volume.SELinuxLabel,
 		})
 	}
@@ -330,10 +330,10 @@ func (a *ActualStateOfWorld) PodVolumes(uid types.UID) []cache.MountedVolume {
 }
 
 // VolumeNames returns every volume the actual state knows of.
-func (a *ActualStateOfWorld) VolumeNames() []cache.UniqueVolumeName {
+func (a *ActualStateOfWorld) VolumeNames() []podvol.UniqueVolumeName {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return slices.AppendSeq(make([]cache.UniqueVolumeName, 0, len(a.volumes)), maps.Keys(a.volumes))
+	return slices.AppendSeq(make([]podvol.UniqueVolumeName, 0, len(a.volumes)), maps.Keys(a.volumes))
 }
 
 // PodChanged returns a channel that is closed at the next change to any of

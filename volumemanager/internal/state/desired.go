@@ -9,13 +9,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // DesiredVolume is one volume of one pod, resolved: what the pod wants mounted.
 type DesiredVolume struct {
-	Spec   cache.VolumeSpec
-	Volume cache.PodVolume
+	Spec   podvol.VolumeSpec
+	Volume podvol.PodVolume
 	// SELinuxAdmitted: the pod has an SELinux label its volume's plugin
 	// would mount it with, were it a PV (Volume.SELinuxLabel is that
 	// label for a PV): the kubelet counts such a volume as admitted when
@@ -33,16 +33,16 @@ type DesiredVolume struct {
 // the reconciler only looks at what changed.
 type DesiredStateOfWorld struct {
 	mu      sync.RWMutex
-	notify  func(cache.UniqueVolumeName)
-	volumes map[cache.UniqueVolumeName]*desiredVolume
+	notify  func(podvol.UniqueVolumeName)
+	volumes map[podvol.UniqueVolumeName]*desiredVolume
 	pods    map[types.UID]*desiredPod
-	byPV    map[string]cache.UniqueVolumeName
+	byPV    map[string]podvol.UniqueVolumeName
 	// the maps' peaks, to give their room back after many pods left (shrink)
 	volumesPeak, podsPeak, byPVPeak shrinking
 }
 
 type desiredVolume struct {
-	spec cache.VolumeSpec
+	spec podvol.VolumeSpec
 	// pods holds pointers: a map keeps room for 8 entries from its first,
 	// and most volumes have one pod; 8 slots of PodVolume values take about
 	// 1.1 KiB per volume, 8 slots of pointers 200 bytes (and the one
@@ -53,18 +53,18 @@ type desiredVolume struct {
 // wantedVolume is one pod's volume and since when the pod has wanted it
 // (Unix nanoseconds: 8 bytes, where a time.Time takes 24).
 type wantedVolume struct {
-	cache.PodVolume
+	podvol.PodVolume
 	since int64
 }
 
 type desiredPod struct {
-	ref cache.PodRef
+	ref podvol.PodRef
 	// wanted lists every CSI volume (by spec name) the pod needs, resolved or not.
 	wanted []string
 	// volumes maps a resolved spec name to its volume. Several spec names
 	// may map to one volume (a PVC in two of the pod's volumes): the pod
 	// has it mounted once, and each name sees that mount.
-	volumes map[string]cache.UniqueVolumeName
+	volumes map[string]podvol.UniqueVolumeName
 	// readOnly lists the spec names that ask for read-only but share their
 	// volume's mount with a name that writes (nil for most pods): the
 	// mount is writable, and these names are read-only for the containers.
@@ -75,15 +75,15 @@ type desiredPod struct {
 
 // NewDesiredStateOfWorld returns an empty desired state. notify, if not nil,
 // is called (without locks held) with every volume a change touched.
-func NewDesiredStateOfWorld(notify func(cache.UniqueVolumeName)) *DesiredStateOfWorld {
+func NewDesiredStateOfWorld(notify func(podvol.UniqueVolumeName)) *DesiredStateOfWorld {
 	if notify == nil {
-		notify = func(cache.UniqueVolumeName) {}
+		notify = func(podvol.UniqueVolumeName) {}
 	}
 	return &DesiredStateOfWorld{
 		notify:  notify,
-		volumes: map[cache.UniqueVolumeName]*desiredVolume{},
+		volumes: map[podvol.UniqueVolumeName]*desiredVolume{},
 		pods:    map[types.UID]*desiredPod{},
-		byPV:    map[string]cache.UniqueVolumeName{},
+		byPV:    map[string]podvol.UniqueVolumeName{},
 	}
 }
 
@@ -96,11 +96,11 @@ func NewDesiredStateOfWorld(notify func(cache.UniqueVolumeName)) *DesiredStateOf
 // pod wants it mounted once, with the first of its spec names (in resolved
 // order) and its SELinux label, read-only only when every name asks for
 // read-only (a name that writes needs a writable mount).
-func (d *DesiredStateOfWorld) SetPod(pod cache.PodRef, wanted []string, resolved []DesiredVolume, errs map[string]error) {
-	var touched []cache.UniqueVolumeName
+func (d *DesiredStateOfWorld) SetPod(pod podvol.PodRef, wanted []string, resolved []DesiredVolume, errs map[string]error) {
+	var touched []podvol.UniqueVolumeName
 	d.mu.Lock()
 	old := d.pods[pod.UID]
-	p := &desiredPod{ref: pod, wanted: append([]string(nil), wanted...), volumes: make(map[string]cache.UniqueVolumeName, len(resolved))}
+	p := &desiredPod{ref: pod, wanted: append([]string(nil), wanted...), volumes: make(map[string]podvol.UniqueVolumeName, len(resolved))}
 	if len(errs) > 0 { // most pods have none: no map for them
 		p.errs = make(map[string]error, len(errs))
 		for k, v := range errs {
@@ -151,8 +151,8 @@ func (d *DesiredStateOfWorld) SetPod(pod cache.PodRef, wanted []string, resolved
 // mergePodVolumes fills p.volumes and p.readOnly from resolved, and
 // returns the mount of each volume at the index of its first spec name
 // (nil at the others'), each with the pod set.
-func mergePodVolumes(pod cache.PodRef, resolved []DesiredVolume, p *desiredPod) []*cache.PodVolume {
-	mounts := make([]*cache.PodVolume, len(resolved))
+func mergePodVolumes(pod podvol.PodRef, resolved []DesiredVolume, p *desiredPod) []*podvol.PodVolume {
+	mounts := make([]*podvol.PodVolume, len(resolved))
 	// first[i] is the index of the first spec name of resolved[i]'s volume.
 	first := make([]int, len(resolved))
 	for i, dv := range resolved {
@@ -176,8 +176,8 @@ func mergePodVolumes(pod cache.PodRef, resolved []DesiredVolume, p *desiredPod) 
 }
 
 // podVolumeNames returns the pod's volumes, each once.
-func podVolumeNames(p *desiredPod) []cache.UniqueVolumeName {
-	out := make([]cache.UniqueVolumeName, 0, len(p.volumes))
+func podVolumeNames(p *desiredPod) []podvol.UniqueVolumeName {
+	out := make([]podvol.UniqueVolumeName, 0, len(p.volumes))
 	for _, name := range p.volumes {
 		if !slices.Contains(out, name) {
 			out = append(out, name)
@@ -186,7 +186,7 @@ func podVolumeNames(p *desiredPod) []cache.UniqueVolumeName {
 	return out
 }
 
-func hasVolume(p *desiredPod, name cache.UniqueVolumeName) bool {
+func hasVolume(p *desiredPod, name podvol.UniqueVolumeName) bool {
 	for _, n := range p.volumes {
 		if n == name {
 			return true
@@ -223,7 +223,7 @@ func (d *DesiredStateOfWorld) shrink() {
 	d.byPV = shrink(&d.byPVPeak, d.byPV)
 }
 
-func (d *DesiredStateOfWorld) removePodFromVolume(name cache.UniqueVolumeName, uid types.UID) {
+func (d *DesiredStateOfWorld) removePodFromVolume(name podvol.UniqueVolumeName, uid types.UID) {
 	v := d.volumes[name]
 	if v == nil {
 		return
@@ -237,7 +237,7 @@ func (d *DesiredStateOfWorld) removePodFromVolume(name cache.UniqueVolumeName, u
 	}
 }
 
-func samePodVolume(a, b cache.PodVolume) bool {
+func samePodVolume(a, b podvol.PodVolume) bool {
 	return a.Pod == b.Pod && a.SpecName == b.SpecName && a.ReadOnly == b.ReadOnly &&
 		a.SELinuxLabel == b.SELinuxLabel && ptrEq(a.FSGroup, b.FSGroup) && a.FSGroupOnRootMismatch == b.FSGroupOnRootMismatch
 }
@@ -251,25 +251,25 @@ func ptrEq(a, b *int64) bool {
 
 // Volume returns the spec of a desired volume and the pods that want it.
 // ok is false when no pod wants the volume.
-func (d *DesiredStateOfWorld) Volume(name cache.UniqueVolumeName) (spec cache.VolumeSpec, pods []cache.PodVolume, ok bool) {
+func (d *DesiredStateOfWorld) Volume(name podvol.UniqueVolumeName) (spec podvol.VolumeSpec, pods []podvol.PodVolume, ok bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	v := d.volumes[name]
 	if v == nil {
-		return cache.VolumeSpec{}, nil, false
+		return podvol.VolumeSpec{}, nil, false
 	}
-	pods = make([]cache.PodVolume, 0, len(v.pods))
+	pods = make([]podvol.PodVolume, 0, len(v.pods))
 	for _, p := range v.pods {
 		pods = append(pods, p.PodVolume)
 	}
-	slices.SortFunc(pods, func(a, b cache.PodVolume) int { return cmp.Compare(a.Pod.UID, b.Pod.UID) }) // sort.Slice allocates; this is per plan
+	slices.SortFunc(pods, func(a, b podvol.PodVolume) int { return cmp.Compare(a.Pod.UID, b.Pod.UID) }) // sort.Slice allocates; this is per plan
 	return v.spec, pods, true
 }
 
 // WantedSince returns when the pod's volume entered the desired state (the
 // Now of the SetPod that brought it); ok is false when the pod does not
 // want the volume.
-func (d *DesiredStateOfWorld) WantedSince(name cache.UniqueVolumeName, uid types.UID) (since time.Time, ok bool) {
+func (d *DesiredStateOfWorld) WantedSince(name podvol.UniqueVolumeName, uid types.UID) (since time.Time, ok bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if v := d.volumes[name]; v != nil {
@@ -281,17 +281,17 @@ func (d *DesiredStateOfWorld) WantedSince(name cache.UniqueVolumeName, uid types
 }
 
 // Spec returns the spec of a desired volume, without its pods.
-func (d *DesiredStateOfWorld) Spec(name cache.UniqueVolumeName) (cache.VolumeSpec, bool) {
+func (d *DesiredStateOfWorld) Spec(name podvol.UniqueVolumeName) (podvol.VolumeSpec, bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if v := d.volumes[name]; v != nil {
 		return v.spec, true
 	}
-	return cache.VolumeSpec{}, false
+	return podvol.VolumeSpec{}, false
 }
 
 // VolumeForPV returns the desired volume backed by the named PV.
-func (d *DesiredStateOfWorld) VolumeForPV(pvName string) (cache.UniqueVolumeName, bool) {
+func (d *DesiredStateOfWorld) VolumeForPV(pvName string) (podvol.UniqueVolumeName, bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	name, ok := d.byPV[pvName]
@@ -299,17 +299,17 @@ func (d *DesiredStateOfWorld) VolumeForPV(pvName string) (cache.UniqueVolumeName
 }
 
 // VolumeNames returns every desired volume, for a periodic resync.
-func (d *DesiredStateOfWorld) VolumeNames() []cache.UniqueVolumeName {
+func (d *DesiredStateOfWorld) VolumeNames() []podvol.UniqueVolumeName {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	return slices.AppendSeq(make([]cache.UniqueVolumeName, 0, len(d.volumes)), maps.Keys(d.volumes))
+	return slices.AppendSeq(make([]podvol.UniqueVolumeName, 0, len(d.volumes)), maps.Keys(d.volumes))
 }
 
 // VolumesOfDriver returns every desired volume of a driver.
-func (d *DesiredStateOfWorld) VolumesOfDriver(driver string) []cache.UniqueVolumeName {
+func (d *DesiredStateOfWorld) VolumesOfDriver(driver string) []podvol.UniqueVolumeName {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	var out []cache.UniqueVolumeName
+	var out []podvol.UniqueVolumeName
 	for name, v := range d.volumes {
 		if v.spec.Driver == driver {
 			out = append(out, name)
@@ -320,11 +320,11 @@ func (d *DesiredStateOfWorld) VolumesOfDriver(driver string) []cache.UniqueVolum
 
 // PodState is what the desired state knows about one pod.
 type PodState struct {
-	Pod cache.PodRef
+	Pod podvol.PodRef
 	// Wanted lists the spec names of every CSI volume the pod needs.
 	Wanted []string
 	// Volumes maps each resolved spec name to its volume.
-	Volumes map[string]cache.UniqueVolumeName
+	Volumes map[string]podvol.UniqueVolumeName
 	// Errors maps each unresolved spec name to the reason.
 	Errors map[string]error
 	// Shared maps each spec name that shares its volume's mount with an
@@ -342,7 +342,7 @@ func (d *DesiredStateOfWorld) Pod(uid types.UID) (PodState, bool) {
 	if p == nil {
 		return PodState{}, false
 	}
-	st := PodState{Pod: p.ref, Wanted: append([]string(nil), p.wanted...), Volumes: make(map[string]cache.UniqueVolumeName, len(p.volumes)), Errors: make(map[string]error, len(p.errs))}
+	st := PodState{Pod: p.ref, Wanted: append([]string(nil), p.wanted...), Volumes: make(map[string]podvol.UniqueVolumeName, len(p.volumes)), Errors: make(map[string]error, len(p.errs))}
 	for k, v := range p.volumes {
 		st.Volumes[k] = v
 	}
@@ -371,7 +371,7 @@ type SpecName struct {
 
 // SpecNames returns the names under which pod uid wants volume name, in
 // pod.spec.volumes order; none when it does not want it.
-func (d *DesiredStateOfWorld) SpecNames(uid types.UID, name cache.UniqueVolumeName) []SpecName {
+func (d *DesiredStateOfWorld) SpecNames(uid types.UID, name podvol.UniqueVolumeName) []SpecName {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	p := d.pods[uid]
@@ -388,10 +388,10 @@ func (d *DesiredStateOfWorld) SpecNames(uid types.UID, name cache.UniqueVolumeNa
 }
 
 // PodsWithErrors returns the pods that have volumes that could not be resolved.
-func (d *DesiredStateOfWorld) PodsWithErrors() []cache.PodRef {
+func (d *DesiredStateOfWorld) PodsWithErrors() []podvol.PodRef {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	var out []cache.PodRef
+	var out []podvol.PodRef
 	for _, p := range d.pods {
 		if len(p.errs) > 0 {
 			out = append(out, p.ref)

@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // liveBytes returns the bytes of live heap objects after a collection.
@@ -25,15 +25,15 @@ func liveBytes() uint64 {
 func TestDesiredStateBytesPerVolume(t *testing.T) {
 	const n = 4000
 	// The inputs are made first: only what SetPod keeps is counted.
-	refs := make([]cache.PodRef, n)
+	refs := make([]podvol.PodRef, n)
 	vols := make([][]DesiredVolume, n)
 	wanted := []string{"data"}
 	for i := range refs {
-		refs[i] = cache.PodRef{UID: types.UID(fmt.Sprintf("uid-%d", i)), Namespace: "ns", Name: fmt.Sprintf("pod-%d", i)}
+		refs[i] = podvol.PodRef{UID: types.UID(fmt.Sprintf("uid-%d", i)), Namespace: "ns", Name: fmt.Sprintf("pod-%d", i)}
 		name := fmt.Sprintf("pv-%d", i)
 		vols[i] = []DesiredVolume{{
 			Spec:   spec("drv", name, name),
-			Volume: cache.PodVolume{SpecName: "data"},
+			Volume: podvol.PodVolume{SpecName: "data"},
 		}}
 	}
 	d := NewDesiredStateOfWorld(nil)
@@ -59,12 +59,12 @@ func TestStatesShrink(t *testing.T) {
 	// (actual) for the 4,000 pods that were; with it, the tables of the last
 	// rebuild (under 1,024 entries, minShrink) are left: 160 and 80 KB.
 	const n, left, limit = 4000, 10, 300 << 10
-	refs := make([]cache.PodRef, n)
+	refs := make([]podvol.PodRef, n)
 	vols := make([][]DesiredVolume, n)
 	for i := range refs {
-		refs[i] = cache.PodRef{UID: types.UID(fmt.Sprintf("uid-%d", i)), Namespace: "ns", Name: fmt.Sprintf("pod-%d", i)}
+		refs[i] = podvol.PodRef{UID: types.UID(fmt.Sprintf("uid-%d", i)), Namespace: "ns", Name: fmt.Sprintf("pod-%d", i)}
 		name := fmt.Sprintf("pv-%d", i)
-		vols[i] = []DesiredVolume{{Spec: spec("drv", name, name), Volume: cache.PodVolume{SpecName: "data", Pod: refs[i]}}}
+		vols[i] = []DesiredVolume{{Spec: spec("drv", name, name), Volume: podvol.PodVolume{SpecName: "data", Pod: refs[i]}}}
 	}
 	wanted := []string{"data"}
 
@@ -97,7 +97,7 @@ func TestStatesShrink(t *testing.T) {
 		before := liveBytes()
 		a := NewActualStateOfWorld()
 		for i := range refs {
-			a.SetPodMount(vols[i][0].Spec, vols[i][0].Volume, cache.Mounted, "/pods/"+string(refs[i].UID))
+			a.SetPodMount(vols[i][0].Spec, vols[i][0].Volume, podvol.Mounted, "/pods/"+string(refs[i].UID))
 		}
 		for i := left; i < n; i++ {
 			a.DeletePodMount(vols[i][0].Spec.Name, refs[i].UID)
@@ -172,14 +172,14 @@ func TestShrink(t *testing.T) {
 func TestActualStateBytesPerVolume(t *testing.T) {
 	const n = 4000
 	// The inputs are made first: only what the actual state keeps is counted.
-	specs := make([]cache.VolumeSpec, n)
-	vols := make([]cache.PodVolume, n)
+	specs := make([]podvol.VolumeSpec, n)
+	vols := make([]podvol.PodVolume, n)
 	paths := make([]string, n)
 	for i := range specs {
 		name := fmt.Sprintf("pv-%d", i)
 		specs[i] = spec("drv", name, name)
-		ref := cache.PodRef{UID: types.UID(fmt.Sprintf("uid-%d", i)), Namespace: "ns", Name: fmt.Sprintf("pod-%d", i)}
-		vols[i] = cache.PodVolume{Pod: ref, SpecName: "data"}
+		ref := podvol.PodRef{UID: types.UID(fmt.Sprintf("uid-%d", i)), Namespace: "ns", Name: fmt.Sprintf("pod-%d", i)}
+		vols[i] = podvol.PodVolume{Pod: ref, SpecName: "data"}
 		paths[i] = "/pods/" + string(ref.UID) + "/volumes/kubernetes.io~csi/" + name + "/mount"
 	}
 	a := NewActualStateOfWorld()
@@ -187,9 +187,9 @@ func TestActualStateBytesPerVolume(t *testing.T) {
 	for i := range specs {
 		// What a mount does: attach, stage, and publish with the pod busy.
 		a.MarkAttached(specs[i], nil)
-		a.SetDeviceState(specs[i], cache.Mounted, "/stage/"+specs[i].PVName)
+		a.SetDeviceState(specs[i], podvol.Mounted, "/stage/"+specs[i].PVName)
 		a.SetPodBusy(specs[i], vols[i], true)
-		a.SetPodMount(specs[i], vols[i], cache.Mounted, paths[i])
+		a.SetPodMount(specs[i], vols[i], podvol.Mounted, paths[i])
 	}
 	after := liveBytes()
 	runtime.KeepAlive(a)

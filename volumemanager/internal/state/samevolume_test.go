@@ -4,7 +4,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
 // TestDesiredSameVolumeUnderTwoNames: a pod that has one PVC in two of its
@@ -14,8 +14,8 @@ func TestDesiredSameVolumeUnderTwoNames(t *testing.T) {
 	data := spec("drv", "data", "pv-data")
 	both := func(roA, roB bool) []DesiredVolume {
 		return []DesiredVolume{
-			{Spec: data, Volume: cache.PodVolume{SpecName: "a", ReadOnly: roA}},
-			{Spec: data, Volume: cache.PodVolume{SpecName: "b", ReadOnly: roB}},
+			{Spec: data, Volume: podvol.PodVolume{SpecName: "a", ReadOnly: roA}},
+			{Spec: data, Volume: podvol.PodVolume{SpecName: "b", ReadOnly: roB}},
 		}
 	}
 	tests := []struct {
@@ -50,7 +50,7 @@ func TestDesiredSameVolumeUnderTwoNames(t *testing.T) {
 			if !reflect.DeepEqual(st.Shared, tt.wantShared) {
 				t.Errorf("Shared = %v, want %v", st.Shared, tt.wantShared)
 			}
-			want := map[string]cache.UniqueVolumeName{"a": data.Name, "b": data.Name}
+			want := map[string]podvol.UniqueVolumeName{"a": data.Name, "b": data.Name}
 			if !reflect.DeepEqual(st.Volumes, want) {
 				t.Errorf("Volumes = %v, want %v", st.Volumes, want)
 			}
@@ -63,13 +63,13 @@ func TestDesiredSameVolumeDropOneName(t *testing.T) {
 	r := &recorder{}
 	d := NewDesiredStateOfWorld(r.notify)
 	d.SetPod(pod("1"), []string{"a", "b"}, []DesiredVolume{
-		{Spec: data, Volume: cache.PodVolume{SpecName: "a"}},
-		{Spec: data, Volume: cache.PodVolume{SpecName: "b"}},
+		{Spec: data, Volume: podvol.PodVolume{SpecName: "a"}},
+		{Spec: data, Volume: podvol.PodVolume{SpecName: "b"}},
 	}, nil)
 	r.take()
 
 	// a goes: the pod still wants the volume, now as b.
-	d.SetPod(pod("1"), []string{"b"}, []DesiredVolume{{Spec: data, Volume: cache.PodVolume{SpecName: "b"}}}, nil)
+	d.SetPod(pod("1"), []string{"b"}, []DesiredVolume{{Spec: data, Volume: podvol.PodVolume{SpecName: "b"}}}, nil)
 	_, pods, ok := d.Volume(data.Name)
 	if !ok || len(pods) != 1 || pods[0].SpecName != "b" {
 		t.Fatalf("after dropping a: pods of the volume = %+v (wanted %v), want pod 1 as b", pods, ok)
@@ -87,8 +87,8 @@ func TestDesiredSameVolumeDropOneName(t *testing.T) {
 
 	// Both back, then the pod goes: the volume is released once.
 	d.SetPod(pod("1"), []string{"a", "b"}, []DesiredVolume{
-		{Spec: data, Volume: cache.PodVolume{SpecName: "a"}},
-		{Spec: data, Volume: cache.PodVolume{SpecName: "b"}},
+		{Spec: data, Volume: podvol.PodVolume{SpecName: "a"}},
+		{Spec: data, Volume: podvol.PodVolume{SpecName: "b"}},
 	}, nil)
 	r.take()
 	d.DeletePod("1")
@@ -104,8 +104,8 @@ func TestDesiredSameVolumeDropOneName(t *testing.T) {
 
 	// Dropping both names, the pod staying, releases it too.
 	d.SetPod(pod("2"), []string{"a", "b"}, []DesiredVolume{
-		{Spec: data, Volume: cache.PodVolume{SpecName: "a"}},
-		{Spec: data, Volume: cache.PodVolume{SpecName: "b"}},
+		{Spec: data, Volume: podvol.PodVolume{SpecName: "a"}},
+		{Spec: data, Volume: podvol.PodVolume{SpecName: "b"}},
 	}, nil)
 	d.SetPod(pod("2"), nil, nil, nil)
 	if _, _, ok := d.Volume(data.Name); ok {

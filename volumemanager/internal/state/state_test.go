@@ -10,23 +10,23 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/cache"
+	"github.com/nodevol/nodevol/podvol"
 )
 
-func spec(driver, handle, pv string) cache.VolumeSpec {
-	return cache.VolumeSpec{Name: cache.CSIVolumeName(driver, handle), Driver: driver, VolumeHandle: handle, PVName: pv, Mode: cache.Filesystem}
+func spec(driver, handle, pv string) podvol.VolumeSpec {
+	return podvol.VolumeSpec{Name: podvol.CSIVolumeName(driver, handle), Driver: driver, VolumeHandle: handle, PVName: pv, Mode: podvol.Filesystem}
 }
 
-func pod(uid string) cache.PodRef {
-	return cache.PodRef{UID: types.UID(uid), Namespace: "ns", Name: "pod-" + uid}
+func pod(uid string) podvol.PodRef {
+	return podvol.PodRef{UID: types.UID(uid), Namespace: "ns", Name: "pod-" + uid}
 }
 
 type recorder struct {
 	mu    sync.Mutex
-	names []cache.UniqueVolumeName
+	names []podvol.UniqueVolumeName
 }
 
-func (r *recorder) notify(n cache.UniqueVolumeName) {
+func (r *recorder) notify(n podvol.UniqueVolumeName) {
 	r.mu.Lock()
 	r.names = append(r.names, n)
 	r.mu.Unlock()
@@ -49,29 +49,29 @@ func TestDesiredSetPodAndDelete(t *testing.T) {
 	a, b := spec("drv", "a", "pv-a"), spec("drv", "b", "pv-b")
 
 	d.SetPod(pod("1"), []string{"va", "vb", "vc"}, []DesiredVolume{
-		{Spec: a, Volume: cache.PodVolume{SpecName: "va"}},
-		{Spec: b, Volume: cache.PodVolume{SpecName: "vb"}},
+		{Spec: a, Volume: podvol.PodVolume{SpecName: "va"}},
+		{Spec: b, Volume: podvol.PodVolume{SpecName: "vb"}},
 	}, map[string]error{"vc": errors.New("pvc pending")})
 	if got := r.take(); !reflect.DeepEqual(got, []string{string(a.Name), string(b.Name)}) {
 		t.Fatalf("notified %v", got)
 	}
 	// The same set again changes nothing and notifies nothing.
 	d.SetPod(pod("1"), []string{"va", "vb", "vc"}, []DesiredVolume{
-		{Spec: a, Volume: cache.PodVolume{SpecName: "va"}},
-		{Spec: b, Volume: cache.PodVolume{SpecName: "vb"}},
+		{Spec: a, Volume: podvol.PodVolume{SpecName: "va"}},
+		{Spec: b, Volume: podvol.PodVolume{SpecName: "vb"}},
 	}, nil)
 	if got := r.take(); len(got) != 0 {
 		t.Fatalf("unchanged pod notified %v", got)
 	}
 	// A second pod shares volume a.
-	d.SetPod(pod("2"), []string{"x"}, []DesiredVolume{{Spec: a, Volume: cache.PodVolume{SpecName: "x", ReadOnly: true}}}, nil)
+	d.SetPod(pod("2"), []string{"x"}, []DesiredVolume{{Spec: a, Volume: podvol.PodVolume{SpecName: "x", ReadOnly: true}}}, nil)
 	_, pods, ok := d.Volume(a.Name)
 	if !ok || len(pods) != 2 || pods[1].Pod.UID != "2" || !pods[1].ReadOnly {
 		t.Fatalf("volume a pods = %+v", pods)
 	}
 	// Pod 1 drops volume b.
 	r.take()
-	d.SetPod(pod("1"), []string{"va"}, []DesiredVolume{{Spec: a, Volume: cache.PodVolume{SpecName: "va"}}}, nil)
+	d.SetPod(pod("1"), []string{"va"}, []DesiredVolume{{Spec: a, Volume: podvol.PodVolume{SpecName: "va"}}}, nil)
 	if got := r.take(); !reflect.DeepEqual(got, []string{string(b.Name)}) {
 		t.Fatalf("notified %v", got)
 	}
@@ -98,7 +98,7 @@ func TestDesiredSetPodAndDelete(t *testing.T) {
 func TestDesiredPodState(t *testing.T) {
 	d := NewDesiredStateOfWorld(nil)
 	a := spec("drv", "a", "")
-	d.SetPod(pod("1"), []string{"va", "vb"}, []DesiredVolume{{Spec: a, Volume: cache.PodVolume{SpecName: "va"}}}, map[string]error{"vb": errors.New("boom")})
+	d.SetPod(pod("1"), []string{"va", "vb"}, []DesiredVolume{{Spec: a, Volume: podvol.PodVolume{SpecName: "va"}}}, map[string]error{"vb": errors.New("boom")})
 	st, ok := d.Pod("1")
 	if !ok || st.Volumes["va"] != a.Name || st.Errors["vb"] == nil || len(st.Wanted) != 2 {
 		t.Fatalf("pod state %+v", st)
@@ -114,24 +114,24 @@ func TestDesiredPodState(t *testing.T) {
 func TestActualStates(t *testing.T) {
 	a := NewActualStateOfWorld()
 	s := spec("drv", "a", "pv")
-	p1 := cache.PodVolume{Pod: pod("1"), SpecName: "v"}
+	p1 := podvol.PodVolume{Pod: pod("1"), SpecName: "v"}
 	ch := a.PodChanged("1")
 
 	a.MarkAttached(s, map[string]string{"k": "v"})
-	a.SetDeviceState(s, cache.Uncertain, "/stage")
-	a.SetDeviceState(s, cache.Mounted, "")
-	a.SetPodMount(s, p1, cache.Mounted, "/pods/1/v")
+	a.SetDeviceState(s, podvol.Uncertain, "/stage")
+	a.SetDeviceState(s, podvol.Mounted, "")
+	a.SetPodMount(s, p1, podvol.Mounted, "/pods/1/v")
 	select {
 	case <-ch:
 	default:
 		t.Fatal("pod waiter not woken")
 	}
 	v, ok := a.Volume(s.Name)
-	if !ok || !v.Attached || v.DeviceState != cache.Mounted || v.DeviceMountPath != "/stage" || v.PublishContext["k"] != "v" {
+	if !ok || !v.Attached || v.DeviceState != podvol.Mounted || v.DeviceMountPath != "/stage" || v.PublishContext["k"] != "v" {
 		t.Fatalf("volume %+v", v)
 	}
 	got := a.PodVolumes("1")
-	want := []cache.MountedVolume{{Name: s.Name, SpecName: "v", DirName: "pv", Plugin: cache.CSIPluginName, Driver: "drv", State: cache.Mounted, Path: "/pods/1/v"}}
+	want := []podvol.MountedVolume{{Name: s.Name, SpecName: "v", DirName: "pv", Plugin: podvol.CSIPluginName, Driver: "drv", State: podvol.Mounted, Path: "/pods/1/v"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("PodVolumes = %+v, want %+v", got, want)
 	}
@@ -141,16 +141,16 @@ func TestActualStates(t *testing.T) {
 		t.Fatal("snapshot shares its map")
 	}
 	// Uncertain still counts as possibly mounted; NotMounted does not.
-	a.SetPodMount(s, p1, cache.Uncertain, "")
-	if got := a.PodVolumes("1"); len(got) != 1 || got[0].State != cache.Uncertain || got[0].Path != "/pods/1/v" {
+	a.SetPodMount(s, p1, podvol.Uncertain, "")
+	if got := a.PodVolumes("1"); len(got) != 1 || got[0].State != podvol.Uncertain || got[0].Path != "/pods/1/v" {
 		t.Fatalf("uncertain PodVolumes = %+v", got)
 	}
-	a.SetPodMount(s, p1, cache.NotMounted, "")
+	a.SetPodMount(s, p1, podvol.NotMounted, "")
 	if got := a.PodVolumes("1"); len(got) != 0 {
 		t.Fatalf("not-mounted PodVolumes = %+v", got)
 	}
 	a.DeletePodMount(s.Name, "1")
-	a.SetDeviceState(s, cache.NotMounted, "")
+	a.SetDeviceState(s, podvol.NotMounted, "")
 	if v, _ := a.Volume(s.Name); v.DeviceMountPath != "" || len(v.Pods) != 0 {
 		t.Fatalf("after teardown %+v", v)
 	}
@@ -161,7 +161,7 @@ func TestActualStates(t *testing.T) {
 }
 
 func TestConcurrentUse(t *testing.T) {
-	d := NewDesiredStateOfWorld(func(cache.UniqueVolumeName) {})
+	d := NewDesiredStateOfWorld(func(podvol.UniqueVolumeName) {})
 	a := NewActualStateOfWorld()
 	var wg sync.WaitGroup
 	for i := 0; i < 8; i++ {
@@ -171,8 +171,8 @@ func TestConcurrentUse(t *testing.T) {
 			s := spec("drv", string(rune('a'+i)), "")
 			p := pod(string(rune('a' + i)))
 			for j := 0; j < 200; j++ {
-				d.SetPod(p, []string{"v"}, []DesiredVolume{{Spec: s, Volume: cache.PodVolume{SpecName: "v"}}}, nil)
-				a.SetPodMount(s, cache.PodVolume{Pod: p, SpecName: "v"}, cache.Mounted, "/x")
+				d.SetPod(p, []string{"v"}, []DesiredVolume{{Spec: s, Volume: podvol.PodVolume{SpecName: "v"}}}, nil)
+				a.SetPodMount(s, podvol.PodVolume{Pod: p, SpecName: "v"}, podvol.Mounted, "/x")
 				_ = a.PodVolumes(p.UID)
 				_, _, _ = d.Volume(s.Name)
 				a.DeletePodMount(s.Name, p.UID)
@@ -185,12 +185,12 @@ func TestConcurrentUse(t *testing.T) {
 
 func TestPodBusy(t *testing.T) {
 	a := NewActualStateOfWorld()
-	spec := cache.VolumeSpec{Name: "v", Driver: "d"}
-	pv := cache.PodVolume{Pod: cache.PodRef{UID: "p"}, SpecName: "data"}
+	spec := podvol.VolumeSpec{Name: "v", Driver: "d"}
+	pv := podvol.PodVolume{Pod: podvol.PodRef{UID: "p"}, SpecName: "data"}
 	changed := a.PodChanged("p")
 	a.SetPodBusy(spec, pv, true)
 	<-changed // a publish starting wakes the pod's waiters
-	if got := a.PodVolumes("p"); len(got) != 1 || got[0].State != cache.NotMounted {
+	if got := a.PodVolumes("p"); len(got) != 1 || got[0].State != podvol.NotMounted {
 		t.Fatalf("a publish in flight: %+v, want the volume listed as possibly mounted", got)
 	}
 	a.SetPodBusy(spec, pv, false) // a final error: nothing was mounted
@@ -200,11 +200,11 @@ func TestPodBusy(t *testing.T) {
 	if v, _ := a.Volume("v"); len(v.Pods) != 0 {
 		t.Fatalf("the pod's entry was kept: %+v", v.Pods)
 	}
-	a.SetPodMount(spec, pv, cache.Mounted, "/m")
+	a.SetPodMount(spec, pv, podvol.Mounted, "/m")
 	a.SetPodBusy(spec, pv, true) // a republish
 	a.SetPodBusy(spec, pv, false)
-	if got := a.PodVolumes("p"); len(got) != 1 || got[0].State != cache.Mounted || got[0].Path != "/m" {
-		t.Fatalf("after a failed republish: %+v, want it still cache.Mounted", got)
+	if got := a.PodVolumes("p"); len(got) != 1 || got[0].State != podvol.Mounted || got[0].Path != "/m" {
+		t.Fatalf("after a failed republish: %+v, want it still podvol.Mounted", got)
 	}
 }
 
@@ -213,10 +213,10 @@ func TestPodBusy(t *testing.T) {
 func TestPodWaitDone(t *testing.T) {
 	a := NewActualStateOfWorld()
 	s := spec("drv", "v", "pv")
-	p := cache.PodVolume{Pod: cache.PodRef{UID: "p"}, SpecName: "data"}
+	p := podvol.PodVolume{Pod: podvol.PodRef{UID: "p"}, SpecName: "data"}
 	first, second := a.PodChanged("p"), a.PodChanged("p")
 	a.PodWaitDone("p", first)
-	a.SetPodMount(s, p, cache.Mounted, "/pods/p/v")
+	a.SetPodMount(s, p, podvol.Mounted, "/pods/p/v")
 	select {
 	case <-second:
 	default:
@@ -235,7 +235,7 @@ func TestPodWaitDone(t *testing.T) {
 // never Found.
 func TestFoundPodMount(t *testing.T) {
 	s := spec("drv", "h", "pv")
-	vol := cache.PodVolume{Pod: pod("a"), SpecName: "data"}
+	vol := podvol.PodVolume{Pod: pod("a"), SpecName: "data"}
 	found := func(a *ActualStateOfWorld) bool {
 		v, _ := a.Volume(s.Name)
 		return v.Pods["a"].Found
@@ -245,27 +245,27 @@ func TestFoundPodMount(t *testing.T) {
 		steps func(a *ActualStateOfWorld)
 		want  bool
 	}{
-		{"found Uncertain", func(a *ActualStateOfWorld) { a.SetFoundPodMount(s, vol, cache.Uncertain, "/p") }, true},
-		{"found Mounted", func(a *ActualStateOfWorld) { a.SetFoundPodMount(s, vol, cache.Mounted, "/p") }, false},
-		{"Uncertain after an operation", func(a *ActualStateOfWorld) { a.SetPodMount(s, vol, cache.Uncertain, "/p") }, false},
+		{"found Uncertain", func(a *ActualStateOfWorld) { a.SetFoundPodMount(s, vol, podvol.Uncertain, "/p") }, true},
+		{"found Mounted", func(a *ActualStateOfWorld) { a.SetFoundPodMount(s, vol, podvol.Mounted, "/p") }, false},
+		{"Uncertain after an operation", func(a *ActualStateOfWorld) { a.SetPodMount(s, vol, podvol.Uncertain, "/p") }, false},
 		{"found, then busy and failed", func(a *ActualStateOfWorld) {
-			a.SetFoundPodMount(s, vol, cache.Uncertain, "/p")
+			a.SetFoundPodMount(s, vol, podvol.Uncertain, "/p")
 			a.SetPodBusy(s, vol, true)
 			a.SetPodBusy(s, vol, false)
 		}, true},
 		{"found, then Uncertain again", func(a *ActualStateOfWorld) {
-			a.SetFoundPodMount(s, vol, cache.Uncertain, "/p")
-			a.SetPodMount(s, vol, cache.Uncertain, "")
+			a.SetFoundPodMount(s, vol, podvol.Uncertain, "/p")
+			a.SetPodMount(s, vol, podvol.Uncertain, "")
 		}, true},
 		{"found, then Mounted", func(a *ActualStateOfWorld) {
-			a.SetFoundPodMount(s, vol, cache.Uncertain, "/p")
-			a.SetPodMount(s, vol, cache.Mounted, "/p")
-			a.SetPodMount(s, vol, cache.Uncertain, "")
+			a.SetFoundPodMount(s, vol, podvol.Uncertain, "/p")
+			a.SetPodMount(s, vol, podvol.Mounted, "/p")
+			a.SetPodMount(s, vol, podvol.Uncertain, "")
 		}, false},
 		{"found, then NotMounted", func(a *ActualStateOfWorld) {
-			a.SetFoundPodMount(s, vol, cache.Uncertain, "/p")
-			a.SetPodMount(s, vol, cache.NotMounted, "")
-			a.SetPodMount(s, vol, cache.Uncertain, "")
+			a.SetFoundPodMount(s, vol, podvol.Uncertain, "/p")
+			a.SetPodMount(s, vol, podvol.NotMounted, "")
+			a.SetPodMount(s, vol, podvol.Uncertain, "")
 		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -288,7 +288,7 @@ func TestWantedSince(t *testing.T) {
 	set := func(at time.Time, readOnly bool, vols ...string) {
 		var resolved []DesiredVolume
 		for _, v := range vols {
-			resolved = append(resolved, DesiredVolume{Spec: a, Volume: cache.PodVolume{SpecName: v, ReadOnly: readOnly}, Now: at})
+			resolved = append(resolved, DesiredVolume{Spec: a, Volume: podvol.PodVolume{SpecName: v, ReadOnly: readOnly}, Now: at})
 		}
 		d.SetPod(pod("1"), vols, resolved, nil)
 	}
@@ -322,13 +322,13 @@ func TestSize(t *testing.T) {
 	if _, ok := a.Volume(s.Name); ok {
 		t.Fatal("SetSize created a volume")
 	}
-	a.SetDeviceState(s, cache.Mounted, "/stage")
+	a.SetDeviceState(s, podvol.Mounted, "/stage")
 	a.SetSize(s.Name, 2<<30)
 	if v, _ := a.Volume(s.Name); v.Size != 2<<30 {
 		t.Errorf("size %d, want 2Gi", v.Size)
 	}
 	a.DeleteVolume(s.Name)
-	a.SetDeviceState(s, cache.Mounted, "/stage")
+	a.SetDeviceState(s, podvol.Mounted, "/stage")
 	if v, _ := a.Volume(s.Name); v.Size != 0 {
 		t.Errorf("size %d after the volume went and came back, want 0 (not known)", v.Size)
 	}

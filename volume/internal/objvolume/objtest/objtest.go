@@ -25,9 +25,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/cache"
 	"github.com/nodevol/nodevol/internal/objectcache"
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/internal/objvolume"
 )
@@ -260,10 +260,10 @@ func Pod(memLimit string) *v1.Pod {
 
 // Spec is the spec the volume manager gives Pod("64Mi")'s volume name of
 // source src, resolved.
-func (e *Env) Spec(t testing.TB, name string, src v1.VolumeSource) *cache.VolumeSpec {
+func (e *Env) Spec(t testing.TB, name string, src v1.VolumeSource) *podvol.VolumeSpec {
 	t.Helper()
-	s := &cache.VolumeSpec{Name: cache.UniqueVolumeName(e.Name() + "/" + string(UID) + "-" + name), Plugin: e.Name(),
-		Mode: cache.Filesystem, Ephemeral: true, Source: &src}
+	s := &podvol.VolumeSpec{Name: podvol.UniqueVolumeName(e.Name() + "/" + string(UID) + "-" + name), Plugin: e.Name(),
+		Mode: podvol.Filesystem, Ephemeral: true, Source: &src}
 	if err := e.Plugin.(volume.SpecResolver).ResolveSpec(Pod("64Mi"), s); err != nil {
 		t.Fatalf("ResolveSpec: %v", err)
 	}
@@ -271,9 +271,9 @@ func (e *Env) Spec(t testing.TB, name string, src v1.VolumeSource) *cache.Volume
 }
 
 // Request is the volume manager's request for the test pod's volume name.
-func Request(spec *cache.VolumeSpec, name string, fsGroup *int64) volume.MountRequest {
-	return volume.MountRequest{Spec: spec, Volume: cache.PodVolume{
-		Pod: cache.PodRef{UID: UID, Namespace: NS, Name: "pod"}, SpecName: name, FSGroup: fsGroup}}
+func Request(spec *podvol.VolumeSpec, name string, fsGroup *int64) volume.MountRequest {
+	return volume.MountRequest{Spec: spec, Volume: podvol.PodVolume{
+		Pod: podvol.PodRef{UID: UID, Namespace: NS, Name: "pod"}, SpecName: name, FSGroup: fsGroup}}
 }
 
 // Dir is the directory of the test pod's volume name.

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/nodevol/nodevol/util/step"
+	"github.com/nodevol/nodevol/step"
 )
 
 // errCrashed is wrapped by what a refused step returns.

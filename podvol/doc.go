@@ -1,5 +1,5 @@
-// Package cache names the volumes and pods that the plugin contract and the
-// volume manager's API share, as plain data (no API objects, no plugin
+// Package podvol holds a pod's volumes as plain data that the plugin contract
+// and the volume manager's API share (no API objects, no plugin
 // objects): a volume's UniqueVolumeName and VolumeSpec, a pod's PodRef and
 // PodVolume, and the MountedVolume that GetMountedVolumesForPod reports.
 //
@@ -8,4 +8,4 @@
 // status.volumesInUse means the same to both. The desired and actual states
 // built from these types are the volume manager's own
 // (volumemanager/internal/state).
-package cache
+package podvol
