@@ -224,31 +224,9 @@ func run(ctx context.Context, o options) (err error) {
 // files instead.
 func suiteCommand(ctx context.Context, o options, work, logs string, ns *realnode.NetNS, endpoint string) (*exec.Cmd, error) {
 	runDir, binDir := filepath.Join(work, "run"), filepath.Join(work, "bin")
-	for _, d := range []string{runDir, binDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	// The suite starts the binary named kubelet in the directory it was
-	// started from (os.Args[0]'s, links unresolved).
-	for name, target := range map[string]string{"kubelet": o.kubelet, "e2e_node.test": filepath.Join(o.binDir, "e2e_node.test")} {
-		if err := os.Symlink(target, filepath.Join(binDir, name)); err != nil {
-			return nil, err
-		}
-	}
-	pathDir := filepath.Join(work, "path")
-	path, err := noderun.PathWithout(pathDir, "systemd-run", "systemctl", "sudo", "journalctl")
+	path, err := suiteFiles(ctx, o, work, runDir, binDir)
 	if err != nil {
 		return nil, err
-	}
-	fake := filepath.Join(work, "fakesystemd")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", fake, "github.com/nodevol/nodevol/testenv/cmd/fakesystemd").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building fakesystemd: %w\n%s", err, out)
-	}
-	for _, name := range []string{"systemd-run", "systemctl", "sudo"} {
-		if err := os.Symlink(fake, filepath.Join(pathDir, name)); err != nil {
-			return nil, err
-		}
 	}
 	config := filepath.Join(work, "kubelet-base.yaml")
 	if err := os.WriteFile(config, baseKubeletConfig, 0o644); err != nil {
@@ -262,26 +240,10 @@ func suiteCommand(ctx context.Context, o options, work, logs string, ns *realnod
 	if o.kubeletFlags != "" {
 		kubeletFlags += " " + o.kubeletFlags
 	}
-	ginkgo := []string{filepath.Join(o.binDir, "ginkgo"), "--procs", fmt.Sprint(o.procs), "--timeout", o.timeout.String(),
-		"--no-color", "--output-dir", o.out, "--json-report", o.name + ".json", "--focus", o.focus}
-	if o.skip != "" {
-		ginkgo = append(ginkgo, "--skip", o.skip)
+	ginkgo, err := ginkgoArgs(ctx, o)
+	if err != nil {
+		return nil, err
 	}
-	if o.labelFilter != "" {
-		ginkgo = append(ginkgo, "--label-filter", o.labelFilter)
-	}
-	if o.shard.n > 0 {
-		places, err := specPlaces(ctx, filepath.Join(o.binDir, "e2e_node.test"), o.focus, o.skip)
-		if err != nil {
-			return nil, err
-		}
-		mine := shardPlaces(places, o.shard)
-		if len(mine) == 0 {
-			return nil, fmt.Errorf("shard %d/%d holds no spec of the %d places", o.shard.k, o.shard.n, len(places))
-		}
-		ginkgo = append(ginkgo, focusFiles(mine)...)
-	}
-	ginkgo = append(ginkgo, focusFiles(o.rerun)...)
 	ginkgo = append(ginkgo, filepath.Join(binDir, "e2e_node.test"), "--",
 		"--prepull-images=false",
 		"--container-runtime-endpoint="+endpoint,
@@ -305,4 +267,63 @@ func suiteCommand(ctx context.Context, o options, work, logs string, ns *realnod
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = time.Minute
 	return cmd, nil
+}
+
+// suiteFiles makes what the suite runs from: its run directory, the
+// directory of the binaries it starts and a PATH whose systemd commands are
+// fakesystemd's; it returns that PATH.
+func suiteFiles(ctx context.Context, o options, work, runDir, binDir string) (string, error) {
+	for _, d := range []string{runDir, binDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
+	}
+	// The suite starts the binary named kubelet in the directory it was
+	// started from (os.Args[0]'s, links unresolved).
+	for name, target := range map[string]string{"kubelet": o.kubelet, "e2e_node.test": filepath.Join(o.binDir, "e2e_node.test")} {
+		if err := os.Symlink(target, filepath.Join(binDir, name)); err != nil {
+			return "", err
+		}
+	}
+	pathDir := filepath.Join(work, "path")
+	path, err := noderun.PathWithout(pathDir, "systemd-run", "systemctl", "sudo", "journalctl")
+	if err != nil {
+		return "", err
+	}
+	fake := filepath.Join(work, "fakesystemd")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", fake, "github.com/nodevol/nodevol/testenv/cmd/fakesystemd").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building fakesystemd: %w\n%s", err, out)
+	}
+	for _, name := range []string{"systemd-run", "systemctl", "sudo"} {
+		if err := os.Symlink(fake, filepath.Join(pathDir, name)); err != nil {
+			return "", err
+		}
+	}
+	return path, nil
+}
+
+// ginkgoArgs is the ginkgo command line up to the suite's binary: the
+// options' processes, timeout, report, focus and skip, and the focus on
+// the shard's or the rerun's spec places.
+func ginkgoArgs(ctx context.Context, o options) ([]string, error) {
+	ginkgo := []string{filepath.Join(o.binDir, "ginkgo"), "--procs", fmt.Sprint(o.procs), "--timeout", o.timeout.String(),
+		"--no-color", "--output-dir", o.out, "--json-report", o.name + ".json", "--focus", o.focus}
+	if o.skip != "" {
+		ginkgo = append(ginkgo, "--skip", o.skip)
+	}
+	if o.labelFilter != "" {
+		ginkgo = append(ginkgo, "--label-filter", o.labelFilter)
+	}
+	if o.shard.n > 0 {
+		places, err := specPlaces(ctx, filepath.Join(o.binDir, "e2e_node.test"), o.focus, o.skip)
+		if err != nil {
+			return nil, err
+		}
+		mine := shardPlaces(places, o.shard)
+		if len(mine) == 0 {
+			return nil, fmt.Errorf("shard %d/%d holds no spec of the %d places", o.shard.k, o.shard.n, len(places))
+		}
+		ginkgo = append(ginkgo, focusFiles(mine)...)
+	}
+	return append(ginkgo, focusFiles(o.rerun)...), nil
 }

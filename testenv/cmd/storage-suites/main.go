@@ -172,14 +172,8 @@ func outside() int {
 
 // run makes the cluster, runs the suite on it and takes it down.
 func run(ctx context.Context, o options) (err error) {
-	paths := []*string{&o.kubelet, &o.binDir, &o.out}
-	if o.hostpathPlugin != "" {
-		paths = append(paths, &o.hostpathPlugin)
-	}
-	for _, p := range paths {
-		if *p, err = filepath.Abs(*p); err != nil {
-			return err
-		}
+	if err := o.absPaths(); err != nil {
+		return err
 	}
 	logs := filepath.Join(o.out, o.name+"-logs")
 	if err := os.MkdirAll(logs, 0o755); err != nil {
@@ -195,31 +189,67 @@ func run(ctx context.Context, o options) (err error) {
 	defer func() { err = errors.Join(err, undo.Run()) }()
 	undo.Add(func() error { return noderun.RemoveWork(work) })
 
-	images, err := noderun.SuiteImages(ctx, o.binDir, work)
+	endpoint, err := startNode(ctx, o, work, logs, &undo)
 	if err != nil {
 		return err
+	}
+	env, admin, err := startAPIServer(ctx, o, work, &undo)
+	if err != nil {
+		return err
+	}
+	client, err := startComponents(ctx, o, env, endpoint, work, admin, logs, &undo)
+	if err != nil {
+		return err
+	}
+	if err := prepareCluster(ctx, o, client, admin, &undo); err != nil {
+		return err
+	}
+	return runSuite(ctx, o, admin, logs)
+}
+
+// absPaths makes the options' paths absolute: the suite runs in a
+// directory of its own.
+func (o *options) absPaths() (err error) {
+	paths := []*string{&o.kubelet, &o.binDir, &o.out}
+	if o.hostpathPlugin != "" {
+		paths = append(paths, &o.hostpathPlugin)
+	}
+	for _, p := range paths {
+		if *p, err = filepath.Abs(*p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startNode starts the node's container runtime with the suites' images
+// and the CSI drivers' (the run is in the node's network namespace
+// already), returning the runtime's endpoint.
+func startNode(ctx context.Context, o options, work, logs string, undo *noderun.Undo) (string, error) {
+	images, err := noderun.SuiteImages(ctx, o.binDir, work)
+	if err != nil {
+		return "", err
 	}
 	i := slices.IndexFunc(images, func(img realnode.Image) bool { return img.Name == realnode.BusyboxImage })
 	if i < 0 {
-		return errors.New("the suite images have no busybox")
+		return "", errors.New("the suite images have no busybox")
 	}
 	csi, err := csiDriverImages(ctx, o.binDir, work, images[i], o.hostpathPlugin)
 	if err != nil {
-		return err
+		return "", err
 	}
 	images = append(images, csi...)
-	// The run is in the node's network namespace already.
 	rt, err := noderun.StartNode(ctx, noderun.NodeOptions{Work: work, Logs: logs, Images: images,
-		RegistryAddr: nodeAddr.Addr(), PodSubnet: podSubnet}, &undo)
+		RegistryAddr: nodeAddr.Addr(), PodSubnet: podSubnet}, undo)
 	if err != nil {
-		return err
+		return "", err
 	}
 	// Where csi-driver-host-path's pods keep their volumes (a hostPath of
 	// its manifests) is the run's; once its pods have gone (below), the
 	// loop devices of block volumes a spec left are detached.
 	hostpathData, undoData, err := noderun.DirIn(work, "csi-hostpath-data", hostpathDataDir)
 	if err != nil {
-		return err
+		return "", err
 	}
 	undo.Add(undoData)
 	undo.Add(func() error {
@@ -229,7 +259,12 @@ func run(ctx context.Context, o options) (err error) {
 		}
 		return err
 	})
+	return rt.Endpoint, nil
+}
 
+// startAPIServer starts testenv's API server and etcd, reachable at the
+// node's address, returning them and the path of an admin kubeconfig.
+func startAPIServer(ctx context.Context, o options, work string, undo *noderun.Undo) (*testenv.Env, string, error) {
 	env, err := testenv.Start(ctx, testenv.Options{
 		BinDir:                  o.testenvDir,
 		AuthorizationModes:      []string{"Node", "RBAC"},
@@ -241,64 +276,72 @@ func run(ctx context.Context, o options) (err error) {
 			"--kubelet-preferred-address-types=InternalIP"},
 	})
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	undo.Add(env.Stop)
 	if err := serviceRoute(ctx, env.Port()); err != nil {
-		return err
+		return nil, "", err
 	}
 	admin := filepath.Join(work, "admin.kubeconfig")
 	if err := env.WriteKubeconfig(admin, env.Config()); err != nil {
-		return err
+		return nil, "", err
 	}
+	return env, admin, nil
+}
+
+// startComponents starts the controller manager, the scheduler and the
+// kubelet under test, and waits for the node to be ready.
+func startComponents(ctx context.Context, o options, env *testenv.Env, endpoint, work, admin, logs string, undo *noderun.Undo) (kubernetes.Interface, error) {
 	nodeCfg, err := kubelettest.NodeConfig(env, nodeName)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	nodeKubeconfig := filepath.Join(work, "node.kubeconfig")
 	if err := env.WriteKubeconfig(nodeKubeconfig, nodeCfg); err != nil {
-		return err
+		return nil, err
 	}
 	var components []*process
-	stopAll := func() error {
+	undo.Add(func() error {
 		var errs []error
 		for i := len(components) - 1; i >= 0; i-- {
 			errs = append(errs, components[i].stop())
 		}
 		return errors.Join(errs...)
+	})
+	config := filepath.Join(work, "kubelet.yaml")
+	if err := os.WriteFile(config, fmt.Appendf(nil, kubeletConfig, endpoint, podSubnet), 0o644); err != nil {
+		return nil, err
 	}
-	undo.Add(stopAll)
 	for _, c := range []struct {
 		name string
 		argv []string
 	}{
 		{"kube-controller-manager", append([]string{filepath.Join(o.binDir, "kube-controller-manager")}, controllerManagerArgs(env, admin)...)},
 		{"kube-scheduler", append([]string{filepath.Join(o.binDir, "kube-scheduler")}, schedulerArgs(admin)...)},
+		{"kubelet", []string{o.kubelet, "--config=" + config, "--kubeconfig=" + nodeKubeconfig,
+			"--hostname-override=" + nodeName, "--node-ip=" + nodeAddr.Addr().String(),
+			"--root-dir=" + noderun.KubeletRoot, "--v=2"}},
 	} {
 		p, err := start(c.name, logs, c.argv)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		components = append(components, p)
 	}
-	config := filepath.Join(work, "kubelet.yaml")
-	if err := os.WriteFile(config, fmt.Appendf(nil, kubeletConfig, rt.Endpoint, podSubnet), 0o644); err != nil {
-		return err
-	}
-	kubelet, err := start("kubelet", logs, []string{o.kubelet,
-		"--config=" + config, "--kubeconfig=" + nodeKubeconfig, "--hostname-override=" + nodeName,
-		"--node-ip=" + nodeAddr.Addr().String(), "--root-dir=" + noderun.KubeletRoot, "--v=2"})
-	if err != nil {
-		return err
-	}
-	components = append(components, kubelet)
 	client, err := kubernetes.NewForConfig(env.Config())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := waitReady(ctx, client, nodeName, components...); err != nil {
-		return err
+		return nil, err
 	}
+	return client, nil
+}
+
+// prepareCluster installs what a cluster's add-ons would (the volume
+// snapshot CRDs) and schedules the clean-up after the suite: every pod
+// gone, then what the local volume specs left.
+func prepareCluster(ctx context.Context, o options, client kubernetes.Interface, admin string, undo *noderun.Undo) error {
 	// The volume snapshot CRDs, which a cluster's add-ons install and the
 	// CSI drivers' snapshotter sidecar watches.
 	apply := exec.CommandContext(ctx, filepath.Join(o.binDir, "kubectl"), "--kubeconfig="+admin, "apply", "-f", filepath.Join(o.binDir, "csi", "crd"))
@@ -317,7 +360,6 @@ func run(ctx context.Context, o options) (err error) {
 		}
 		return err
 	})
-
 	// After the suite, and before the kubelet stops, every pod goes. One
 	// that does not is logged, not the run's failure: a spec that failed
 	// can leave a pod the kubelet cannot finish (an inline volume whose
@@ -329,7 +371,12 @@ func run(ctx context.Context, o options) (err error) {
 		}
 		return nil
 	})
+	return nil
+}
 
+// runSuite runs the suite with ginkgo; a run that wrote no report is the
+// run's error, failed specs are the report's.
+func runSuite(ctx context.Context, o options, admin, logs string) error {
 	cmd, err := suiteCommand(ctx, o, admin, logs)
 	if err != nil {
 		return err
