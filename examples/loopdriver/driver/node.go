@@ -60,25 +60,9 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		return nil, err
 	}
 
-	image := d.store.imagePath(id)
-	devs, err := d.loop.Find(ctx, image)
+	dev, attached, err := d.stageDevice(ctx, id)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "volume %s: %v", id, err)
-	}
-	// A device being detached goes away at its last close, whoever
-	// staged on it: wait for it and attach anew.
-	if devs, err = d.skipDetaching(ctx, id, image, devs); err != nil {
 		return nil, err
-	}
-	var dev string
-	attached := false
-	if len(devs) > 0 {
-		dev = devs[0]
-	} else {
-		if dev, err = d.loop.Attach(ctx, image); err != nil {
-			return nil, status.Errorf(codes.Internal, "volume %s: %v", id, err)
-		}
-		attached = true
 	}
 	logger := klog.FromContext(ctx).WithValues("device", dev)
 	// undo detaches a loop device this call attached: a failed stage must
@@ -114,6 +98,28 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 	logger.V(2).Info("Staged volume", "path", path, "block", kind == accessBlock, "fsType", fsType)
 	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// stageDevice returns the loop device of volume id's image: one attached
+// already (attached false), or one it attaches now.
+func (d *Driver) stageDevice(ctx context.Context, id string) (dev string, attached bool, err error) {
+	image := d.store.imagePath(id)
+	devs, err := d.loop.Find(ctx, image)
+	if err != nil {
+		return "", false, status.Errorf(codes.Internal, "volume %s: %v", id, err)
+	}
+	// A device being detached goes away at its last close, whoever
+	// staged on it: wait for it and attach anew.
+	if devs, err = d.skipDetaching(ctx, id, image, devs); err != nil {
+		return "", false, err
+	}
+	if len(devs) > 0 {
+		return devs[0], false, nil
+	}
+	if dev, err = d.loop.Attach(ctx, image); err != nil {
+		return "", false, status.Errorf(codes.Internal, "volume %s: %v", id, err)
+	}
+	return dev, true, nil
 }
 
 // checkStageRepeat fails a NodeStageVolume of v at path that cannot be

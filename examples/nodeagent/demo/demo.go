@@ -86,23 +86,11 @@ func runDemo(ctx context.Context, o options) (err error) {
 	defer func() { cancel(); <-ran }()
 	vm.MarkPodsSynced() // the demo's pods are all added below: nothing older is wanted
 
-	// The driver announces itself through plugins_registry, as on a real
-	// node: its registrar's socket, nodevol's plugin manager, the CSI
-	// registration handler.
-	isRegistered := registered(vm, drv.name)
-	registrar, err := startDemoRegistrar(ctx, root, drv)
+	registrar, err := register(ctx, vm, root, drv)
 	if err != nil {
 		return err
 	}
 	defer registrar.stop()
-	select {
-	case <-isRegistered:
-	case <-time.After(30 * time.Second):
-		return fmt.Errorf("driver %s not registered through %s within 30s", drv.name, registrationDir(root))
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	step("driver %s (%s) registered through %s", drv.name, drv.endpoint, registrationDir(root))
 
 	claims, err := provision(ctx, client, drv, o.pods, o.node)
 	if err != nil {
@@ -117,33 +105,16 @@ func runDemo(ctx context.Context, o options) (err error) {
 		}
 	}()
 	for i, c := range claims {
-		claim := c.Spec.Volumes[0].PersistentVolumeClaim.ClaimName
-		pod := demoPod(c.Name, o.node, claim, drv.name, filepath.Join(hostDir, c.Name))
+		pod := demoPod(c.Name, o.node, c.Spec.Volumes[0].PersistentVolumeClaim.ClaimName, drv.name, filepath.Join(hostDir, c.Name))
 		pods = append(pods, pod)
-		lines, err := mountAllKinds(ctx, vm, pod, func(v podvol.MountedVolume) string { return describe(drv.mounter, v) })
-		if err != nil {
+		if err := mountPod(ctx, vm, drv, pod, i, len(claims)); err != nil {
 			return err
-		}
-		step("[%d/%d] pod %s/%s: %d volumes mounted, files written and read back", i+1, len(claims), pod.Namespace, pod.Name, len(lines))
-		if i == 0 {
-			for _, l := range lines {
-				step("      %s", l)
-			}
 		}
 	}
 	for i, pod := range pods {
-		vm.DeletePod(pod)
-		waitCtx, done := context.WithTimeout(ctx, time.Minute)
-		err := vm.WaitForUnmount(waitCtx, pod)
-		done()
-		if err != nil {
+		if err := deletePod(ctx, vm, pod, i, len(pods)); err != nil {
 			return err
 		}
-		// The pod is gone: its directory goes too, never across a mount.
-		if err := vm.CleanupPodDir(ctx, pod.UID); err != nil {
-			return err
-		}
-		step("[%d/%d] pod %s/%s deleted: volumes unmounted, pod directory removed", i+1, len(pods), pod.Namespace, pod.Name)
 	}
 	if err := waitUnstaged(ctx, vm); err != nil {
 		return err
@@ -151,13 +122,75 @@ func runDemo(ctx context.Context, o options) (err error) {
 	if err := nothingLeft(drv, root); err != nil {
 		return err
 	}
+	summary(pods, drv, time.Since(start))
+	return nil
+}
+
+// summary prints the demo's one-line result.
+func summary(pods []*v1.Pod, drv *demoDriver, took time.Duration) {
 	kind := "real mounts (ext4 on loop devices, tmpfs)"
 	if !drv.real {
 		kind = "the in-process test driver and a fake mounter"
 	}
 	fmt.Printf("nodevol demo: %d pods with %d kinds of volume mounted, written, read back and unmounted with %s in %.1fs; "+
 		"0 mounts, 0 loop devices, 0 pod directories left\n",
-		len(pods), len(pods[0].Spec.Volumes)-1, kind, time.Since(start).Seconds())
+		len(pods), len(pods[0].Spec.Volumes)-1, kind, took.Seconds())
+}
+
+// register starts the driver's registrar and waits until the driver has
+// announced itself through plugins_registry, as on a real node: its
+// registrar's socket, nodevol's plugin manager, the CSI registration
+// handler.
+func register(ctx context.Context, vm *volumemanager.VolumeManager, root string, drv *demoDriver) (*process, error) {
+	isRegistered := registered(vm, drv.name)
+	registrar, err := startDemoRegistrar(ctx, root, drv)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-isRegistered:
+	case <-time.After(30 * time.Second):
+		registrar.stop()
+		return nil, fmt.Errorf("driver %s not registered through %s within 30s", drv.name, registrationDir(root))
+	case <-ctx.Done():
+		registrar.stop()
+		return nil, ctx.Err()
+	}
+	step("driver %s (%s) registered through %s", drv.name, drv.endpoint, registrationDir(root))
+	return registrar, nil
+}
+
+// mountPod mounts the i-th of n pods' volumes, writes and reads back
+// their files, and says so (the first pod's volumes one by one).
+func mountPod(ctx context.Context, vm *volumemanager.VolumeManager, drv *demoDriver, pod *v1.Pod, i, n int) error {
+	lines, err := mountAllKinds(ctx, vm, pod, func(v podvol.MountedVolume) string { return describe(drv.mounter, v) })
+	if err != nil {
+		return err
+	}
+	step("[%d/%d] pod %s/%s: %d volumes mounted, files written and read back", i+1, n, pod.Namespace, pod.Name, len(lines))
+	if i == 0 {
+		for _, l := range lines {
+			step("      %s", l)
+		}
+	}
+	return nil
+}
+
+// deletePod deletes the i-th of n pods, waits until its volumes are
+// unmounted and removes its directory.
+func deletePod(ctx context.Context, vm *volumemanager.VolumeManager, pod *v1.Pod, i, n int) error {
+	vm.DeletePod(pod)
+	waitCtx, done := context.WithTimeout(ctx, time.Minute)
+	err := vm.WaitForUnmount(waitCtx, pod)
+	done()
+	if err != nil {
+		return err
+	}
+	// The pod is gone: its directory goes too, never across a mount.
+	if err := vm.CleanupPodDir(ctx, pod.UID); err != nil {
+		return err
+	}
+	step("[%d/%d] pod %s/%s deleted: volumes unmounted, pod directory removed", i+1, n, pod.Namespace, pod.Name)
 	return nil
 }
 

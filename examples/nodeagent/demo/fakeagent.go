@@ -138,52 +138,9 @@ type fakeAgentOptions struct {
 var apiFailResources = []string{"persistentvolumeclaims", "persistentvolumes", "volumeattachments"}
 
 func fakeAgent(ctx context.Context, o fakeAgentOptions, in io.Reader, out io.Writer) error {
-	data, err := os.ReadFile(o.objects)
+	client, pods, podsSynced, apiFail, err := fakeClient(o)
 	if err != nil {
 		return err
-	}
-	var objs fakeObjects
-	if err := json.Unmarshal(data, &objs); err != nil {
-		return fmt.Errorf("%s: %w", o.objects, err)
-	}
-	var all []runtime.Object
-	for i := range objs.CSIDrivers {
-		all = append(all, &objs.CSIDrivers[i])
-	}
-	for i := range objs.PersistentVolumes {
-		all = append(all, &objs.PersistentVolumes[i])
-	}
-	for i := range objs.PersistentVolumeClaims {
-		all = append(all, &objs.PersistentVolumeClaims[i])
-	}
-	for i := range objs.VolumeAttachments {
-		all = append(all, &objs.VolumeAttachments[i])
-	}
-	pods := make([]*v1.Pod, len(objs.Pods))
-	for i := range objs.Pods {
-		pods[i] = &objs.Pods[i]
-		all = append(all, pods[i])
-	}
-	client := fake.NewClientset(all...)
-	podsSynced := make(chan struct{})
-	if o.podsFirst {
-		// The fake serialises its calls: every informer waits with this list.
-		client.PrependReactor("list", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
-			<-podsSynced
-			return false, nil, nil
-		})
-	}
-	var apiFail atomic.Bool
-	apiFail.Store(o.apiFail)
-	for _, res := range apiFailResources {
-		for _, verb := range []string{"list", "get"} {
-			client.PrependReactor(verb, res, func(k8stesting.Action) (bool, runtime.Object, error) {
-				if apiFail.Load() {
-					return true, nil, apierrors.NewServiceUnavailable("agent-fake: api-fail is on: " + verb + " " + res)
-				}
-				return false, nil, nil
-			})
-		}
 	}
 	vm, err := volumemanager.New(volumemanager.Config{NodeName: o.node, KubeClient: client, RootDir: o.root, Mounter: mount.New(""), BootIDPath: o.bootIDFile})
 	if err != nil {
@@ -216,20 +173,7 @@ func fakeAgent(ctx context.Context, o fakeAgentOptions, in io.Reader, out io.Wri
 	vm.MarkPodsSynced()
 	close(podsSynced)
 	say("SYNCED")
-	waits.Go(func() {
-		mounted, failed := 0, false
-		for _, p := range first {
-			switch err := p.waitMounted(); {
-			case err == nil:
-				mounted++
-			case !errors.Is(err, errPodDeleted):
-				failed = true // said FAILED, or the agent stops
-			}
-		}
-		if !failed {
-			say("READY %d", mounted)
-		}
-	})
+	waits.Go(func() { a.sayReady(first) })
 
 	lines := make(chan string)
 	go func() {
@@ -248,8 +192,80 @@ func fakeAgent(ctx context.Context, o fakeAgentOptions, in io.Reader, out io.Wri
 			if !ok {
 				return nil // the parent went
 			}
-			a.command(line, &apiFail)
+			a.command(line, apiFail)
 		}
+	}
+}
+
+// fakeClient is a fake clientset holding the objects of o.objects, with the
+// node's pods; its lists of volumes wait for podsSynced to be closed when
+// o.podsFirst, and its lists and gets of apiFailResources fail while
+// apiFail is set (o.apiFail at first).
+func fakeClient(o fakeAgentOptions) (client *fake.Clientset, pods []*v1.Pod, podsSynced chan struct{}, apiFail *atomic.Bool, err error) {
+	data, err := os.ReadFile(o.objects)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	var objs fakeObjects
+	if err := json.Unmarshal(data, &objs); err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("%s: %w", o.objects, err)
+	}
+	var all []runtime.Object
+	for i := range objs.CSIDrivers {
+		all = append(all, &objs.CSIDrivers[i])
+	}
+	for i := range objs.PersistentVolumes {
+		all = append(all, &objs.PersistentVolumes[i])
+	}
+	for i := range objs.PersistentVolumeClaims {
+		all = append(all, &objs.PersistentVolumeClaims[i])
+	}
+	for i := range objs.VolumeAttachments {
+		all = append(all, &objs.VolumeAttachments[i])
+	}
+	pods = make([]*v1.Pod, len(objs.Pods))
+	for i := range objs.Pods {
+		pods[i] = &objs.Pods[i]
+		all = append(all, pods[i])
+	}
+	client = fake.NewClientset(all...)
+	podsSynced = make(chan struct{})
+	if o.podsFirst {
+		// The fake serialises its calls: every informer waits with this list.
+		client.PrependReactor("list", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
+			<-podsSynced
+			return false, nil, nil
+		})
+	}
+	apiFail = new(atomic.Bool)
+	apiFail.Store(o.apiFail)
+	for _, res := range apiFailResources {
+		for _, verb := range []string{"list", "get"} {
+			client.PrependReactor(verb, res, func(k8stesting.Action) (bool, runtime.Object, error) {
+				if apiFail.Load() {
+					return true, nil, apierrors.NewServiceUnavailable("agent-fake: api-fail is on: " + verb + " " + res)
+				}
+				return false, nil, nil
+			})
+		}
+	}
+	return client, pods, podsSynced, apiFail, nil
+}
+
+// sayReady says READY with the number of the first pods mounted once each
+// is mounted or deleted, unless one failed (which said FAILED).
+func (a *fakePods) sayReady(first []*fakePod) {
+	mounted, failed := 0, false
+	for _, p := range first {
+		switch err := p.waitMounted(); {
+		case err == nil:
+			mounted++
+		case !errors.Is(err, errPodDeleted):
+			failed = true // said FAILED, or the agent stops
+		}
+	}
+	if !failed {
+		a.say("READY %d", mounted)
 	}
 }
 
