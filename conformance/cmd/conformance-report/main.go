@@ -21,7 +21,7 @@ import (
 
 	"github.com/onsi/ginkgo/v2/types"
 
-	"github.com/nodevol/nodevol/conformance/report"
+	"github.com/nodevol/nodevol/conformance/internal/report"
 )
 
 func main() {

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodevol/nodevol/conformance/report"
+	"github.com/nodevol/nodevol/conformance/internal/report"
 )
 
-const testdata = "../../report/testdata"
+const testdata = "../../internal/report/testdata"
 
 func TestRun(t *testing.T) {
 	stock := filepath.Join(testdata, "stock.json")
