@@ -27,8 +27,8 @@ import (
 	"k8s.io/mount-utils"
 )
 
-// Mounter is the fake. The zero value is not usable: call New.
-type Mounter struct {
+// mounter is the fake. The zero value is not usable: call New.
+type mounter struct {
 	mu sync.Mutex
 	// list holds every mount, what List returns.
 	list []mount.MountPoint
@@ -43,22 +43,22 @@ type Mounter struct {
 	byDevice map[string]map[string]int
 }
 
-var _ mount.Interface = (*Mounter)(nil)
+var _ mount.Interface = (*mounter)(nil)
 
-// New returns a Mounter with no mounts.
-func New() *Mounter {
-	return &Mounter{at: map[string][]int{}, byDevice: map[string]map[string]int{}}
+// New returns the fake with no mounts: a mount.Interface, all its API.
+func New() mount.Interface {
+	return &mounter{at: map[string][]int{}, byDevice: map[string]map[string]int{}}
 }
 
 // Mount records a mount of source at target.
-func (m *Mounter) Mount(source, target, fstype string, options []string) error {
+func (m *mounter) Mount(source, target, fstype string, options []string) error {
 	return m.MountSensitive(source, target, fstype, options, nil)
 }
 
 // MountSensitive records a mount of source at target; its options are
 // options then sensitiveOptions. A bind mount's device is the device of
 // the mount at source, as in the kernel's table (and FakeMounter's).
-func (m *Mounter) MountSensitive(source, target, fstype string, options, sensitiveOptions []string) error {
+func (m *mounter) MountSensitive(source, target, fstype string, options, sensitiveOptions []string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if slices.Contains(options, "bind") {
@@ -84,17 +84,17 @@ func (m *Mounter) MountSensitive(source, target, fstype string, options, sensiti
 
 // MountSensitiveWithoutSystemd is Mount: the sensitive options are dropped,
 // as FakeMounter drops them.
-func (m *Mounter) MountSensitiveWithoutSystemd(source, target, fstype string, options, _ []string) error {
+func (m *mounter) MountSensitiveWithoutSystemd(source, target, fstype string, options, _ []string) error {
 	return m.MountSensitive(source, target, fstype, options, nil)
 }
 
 // MountSensitiveWithoutSystemdWithMountFlags is Mount too.
-func (m *Mounter) MountSensitiveWithoutSystemdWithMountFlags(source, target, fstype string, options, _, _ []string) error {
+func (m *mounter) MountSensitiveWithoutSystemdWithMountFlags(source, target, fstype string, options, _, _ []string) error {
 	return m.MountSensitive(source, target, fstype, options, nil)
 }
 
 // Unmount removes every mount at target; none there is no error.
-func (m *Mounter) Unmount(target string) error {
+func (m *mounter) Unmount(target string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	path := filepath.Clean(target)
@@ -107,7 +107,7 @@ func (m *Mounter) Unmount(target string) error {
 }
 
 // remove takes the mount at position i out of list; at no longer holds i.
-func (m *Mounter) remove(i int) {
+func (m *mounter) remove(i int) {
 	mp := m.list[i]
 	if paths := m.byDevice[mp.Device]; paths[mp.Path] > 1 {
 		paths[mp.Path]--
@@ -140,7 +140,7 @@ func (m *Mounter) remove(i int) {
 
 // List returns every mount. The caller must not change what it returns;
 // later mounts and unmounts do not change it either.
-func (m *Mounter) List() ([]mount.MountPoint, error) {
+func (m *mounter) List() ([]mount.MountPoint, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.shared = true
@@ -149,7 +149,7 @@ func (m *Mounter) List() ([]mount.MountPoint, error) {
 
 // IsLikelyNotMountPoint reports whether nothing is mounted at file; a file
 // that does not exist is an error (fs.ErrNotExist), as in mount-utils.
-func (m *Mounter) IsLikelyNotMountPoint(file string) (bool, error) {
+func (m *mounter) IsLikelyNotMountPoint(file string) (bool, error) {
 	if _, err := os.Stat(file); err != nil {
 		return true, err
 	}
@@ -159,7 +159,7 @@ func (m *Mounter) IsLikelyNotMountPoint(file string) (bool, error) {
 }
 
 // IsMountPoint is !IsLikelyNotMountPoint.
-func (m *Mounter) IsMountPoint(file string) (bool, error) {
+func (m *mounter) IsMountPoint(file string) (bool, error) {
 	notMnt, err := m.IsLikelyNotMountPoint(file)
 	if err != nil {
 		return false, err
@@ -168,12 +168,12 @@ func (m *Mounter) IsMountPoint(file string) (bool, error) {
 }
 
 // CanSafelySkipMountPointCheck is false: callers check before they unmount.
-func (m *Mounter) CanSafelySkipMountPointCheck() bool { return false }
+func (m *mounter) CanSafelySkipMountPointCheck() bool { return false }
 
 // GetMountRefs returns the other mount points of the device mounted at
 // pathname, and the mount points whose device is pathname itself, in List's
 // order; as FakeMounter, a pathname nothing is mounted at has the device "".
-func (m *Mounter) GetMountRefs(pathname string) ([]string, error) {
+func (m *mounter) GetMountRefs(pathname string) ([]string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	path := filepath.Clean(pathname)

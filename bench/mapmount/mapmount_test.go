@@ -34,7 +34,7 @@ func umnt(target string) op { return op{unmount: true, target: target} }
 // test's directory; "@gone" does not.
 var dirs = []string{"@a", "@b", "@c", "@d", "@gone"}
 
-// TestAgainstFakeMounter runs each sequence on a Mounter and on mount-utils'
+// TestAgainstFakeMounter runs each sequence on the fake and on mount-utils'
 // FakeMounter and compares their answers: List (by path, the mounts at one
 // path in order), IsLikelyNotMountPoint, IsMountPoint and GetMountRefs of
 // every directory.
