@@ -69,7 +69,7 @@ func (d *driver) Attach(ctx context.Context, spec *podvol.VolumeSpec) (map[strin
 	r, err := d.run(ctx, call{cmdAttach, []string{opts, d.nodeName}})
 	devicePath := ""
 	switch {
-	case errors.Is(err, ErrNotSupported):
+	case errors.Is(err, errNotSupported):
 	case err != nil:
 		return nil, fmt.Errorf("attaching volume %s to node %s: %w", d.desc(name), d.nodeName, volume.Cause(err))
 	default:
@@ -90,7 +90,7 @@ func (d *driver) waitForAttach(ctx context.Context, spec *podvol.VolumeSpec, dev
 	defer cancel()
 	r, err := d.run(ctx, call{cmdWaitForAttach, []string{devicePath, opts}})
 	switch {
-	case errors.Is(err, ErrNotSupported):
+	case errors.Is(err, errNotSupported):
 	case err != nil:
 		return nil, fmt.Errorf("waiting for volume %s to attach (device %q): %w", d.desc(name), devicePath, volume.Cause(err))
 	default:
@@ -117,7 +117,7 @@ func (d *driver) Detach(ctx context.Context, spec *podvol.VolumeSpec) error {
 	}
 	name := d.volumeName(spec, "")
 	_, err := d.run(ctx, call{cmdDetach, []string{name, d.nodeName}})
-	if err != nil && !errors.Is(err, ErrNotSupported) {
+	if err != nil && !errors.Is(err, errNotSupported) {
 		return fmt.Errorf("detaching volume %s from node %s: %w", d.desc(name), d.nodeName, volume.Cause(err))
 	}
 	return nil
@@ -157,7 +157,7 @@ func (d *driver) MountDevice(ctx context.Context, req volume.DeviceRequest) (str
 	}
 	_, err = d.run(ctx, call{cmdMountDevice, []string{dmp, devicePath, opts}})
 	switch {
-	case errors.Is(err, ErrNotSupported):
+	case errors.Is(err, errNotSupported):
 		if devicePath == "" {
 			return dmp, nil
 		}
@@ -209,7 +209,7 @@ func (d *driver) UnmountDevice(ctx context.Context, req volume.DeviceRequest) er
 			return fail(&volume.InUseError{Path: dmp, Refs: refs})
 		}
 		_, err = d.run(ctx, call{cmdUnmountDevice, []string{dmp}})
-		if errors.Is(err, ErrNotSupported) {
+		if errors.Is(err, errNotSupported) {
 			err = blockdev.CleanupMountPoint(d.rfs, d.mounter, dmp)
 		} else if err != nil {
 			err = volume.Cause(err)

@@ -103,7 +103,7 @@ func TestSelfAttachAndDetach(t *testing.T) {
 
 func TestNoAttachWithoutTheCapability(t *testing.T) {
 	rec := &recorder{}
-	d, _ := testDriver(t, "example.com/nfs", Capabilities{Attach: false, FSGroup: true}, rec, nil)
+	d, _ := testDriver(t, "example.com/nfs", capabilities{Attach: false, FSGroup: true}, rec, nil)
 	caps, _ := d.Capabilities(pvSpec())
 	if caps.Attachable || caps.Stages || !caps.OwnershipChange {
 		t.Errorf("Capabilities = %+v, want neither attached nor staged, ownership changed", caps)

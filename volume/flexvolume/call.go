@@ -24,24 +24,24 @@ const (
 
 // The statuses of a driver's reply.
 const (
-	// StatusSuccess is a reply of a call that did what it was asked.
-	StatusSuccess = "Success"
-	// StatusNotSupported is a reply of a driver that does not implement
+	// statusSuccess is a reply of a call that did what it was asked.
+	statusSuccess = "Success"
+	// statusNotSupported is a reply of a driver that does not implement
 	// the command: the kubelet's default behaviour takes its place.
-	StatusNotSupported = "Not supported"
+	statusNotSupported = "Not supported"
 )
 
-// ErrNotSupported is the error of a call whose command the driver does not
+// errNotSupported is the error of a call whose command the driver does not
 // support (its reply's status is "Not supported", now or at an earlier
 // call since its init). Its text is the kubelet's.
 //
 //lint:ignore ST1005 the kubelet's text: the driver's status
-var ErrNotSupported = errors.New(StatusNotSupported)
+var errNotSupported = errors.New(statusNotSupported)
 
-// Capabilities are what a driver's init reply says it does; a field the
+// capabilities are what a driver's init reply says it does; a field the
 // reply leaves out has the kubelet's default (attach, selinuxRelabel,
 // fsGroup and requiresFSResize true, supportsMetrics false).
-type Capabilities struct {
+type capabilities struct {
 	// Attach: the driver's volumes are attached to the node and staged
 	// (attach, waitforattach, mountdevice) before they are mounted.
 	Attach bool `json:"attach"`
@@ -58,8 +58,8 @@ type Capabilities struct {
 	RequiresFSResize bool `json:"requiresFSResize"`
 }
 
-func defaultCapabilities() Capabilities {
-	return Capabilities{Attach: true, SELinuxRelabel: true, FSGroup: true, RequiresFSResize: true}
+func defaultCapabilities() capabilities {
+	return capabilities{Attach: true, SELinuxRelabel: true, FSGroup: true, RequiresFSResize: true}
 }
 
 // reply is a driver's JSON answer.
@@ -69,7 +69,7 @@ type reply struct {
 	DevicePath string        `json:"device,omitempty"`
 	VolumeName string        `json:"volumeName,omitempty"`
 	Attached   bool          `json:"attached,omitempty"`
-	Caps       *Capabilities `json:"capabilities,omitempty"`
+	Caps       *capabilities `json:"capabilities,omitempty"`
 }
 
 // call is one run of a driver: its command and arguments.
@@ -89,7 +89,7 @@ type call struct {
 //   - "timeout" (wrapping ctx's error) when ctx ended the call.
 func (d *driver) run(ctx context.Context, c call) (*reply, error) {
 	if d.isUnsupported(c.command) {
-		return nil, ErrNotSupported
+		return nil, errNotSupported
 	}
 	cmd := d.exec.CommandContext(ctx, d.exe, append([]string{c.command}, c.args...)...)
 	out, execErr := cmd.CombinedOutput()
@@ -98,7 +98,7 @@ func (d *driver) run(ctx context.Context, c call) (*reply, error) {
 	}
 	r, err := parseReply(c.command, out)
 	switch {
-	case errors.Is(err, ErrNotSupported):
+	case errors.Is(err, errNotSupported):
 		d.markUnsupported(c.command)
 		return nil, err
 	case err != nil:
@@ -121,13 +121,13 @@ func parseReply(command string, out []byte) (*reply, error) {
 		return nil, fmt.Errorf("reading the reply of command %s (%q): %w", command, truncate(out), err)
 	}
 	switch r.Status {
-	case StatusSuccess:
+	case statusSuccess:
 		if r.Caps == nil { // "capabilities": null
 			r.Caps = &caps
 		}
 		return &r, nil
-	case StatusNotSupported:
-		return nil, ErrNotSupported
+	case statusNotSupported:
+		return nil, errNotSupported
 	}
 	return nil, fmt.Errorf("%s command failed, status: %s, reason: %s", command, r.Status, r.Message)
 }

@@ -13,14 +13,14 @@ func TestParseReply(t *testing.T) {
 		out      string
 		wantErr  string
 		notSupp  bool
-		wantCaps Capabilities
+		wantCaps capabilities
 		wantDev  string
 	}{
 		{name: "success with the default capabilities", out: `{"status":"Success"}`, wantCaps: defaultCapabilities()},
 		{name: "capabilities partly given", out: `{"status":"Success","capabilities":{"attach":false,"supportsMetrics":true}}`,
-			wantCaps: Capabilities{Attach: false, SELinuxRelabel: true, SupportsMetrics: true, FSGroup: true, RequiresFSResize: true}},
+			wantCaps: capabilities{Attach: false, SELinuxRelabel: true, SupportsMetrics: true, FSGroup: true, RequiresFSResize: true}},
 		{name: "capabilities spelt as the kubelet's struct", out: `{"status":"Success","Capabilities":{"attach":false}}`,
-			wantCaps: Capabilities{SELinuxRelabel: true, FSGroup: true, RequiresFSResize: true}},
+			wantCaps: capabilities{SELinuxRelabel: true, FSGroup: true, RequiresFSResize: true}},
 		{name: "device", out: `{"status":"Success","device":"/dev/sdz"}`, wantCaps: defaultCapabilities(), wantDev: "/dev/sdz"},
 		{name: "failure", out: `{"status":"Failure","message":"no such share"}`, wantErr: "mount command failed, status: Failure, reason: no such share"},
 		{name: "not supported", out: `{"status":"Not supported"}`, wantErr: "Not supported", notSupp: true},
@@ -30,7 +30,7 @@ func TestParseReply(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r, err := parseReply("mount", []byte(tt.out))
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || errors.Is(err, ErrNotSupported) != tt.notSupp {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || errors.Is(err, errNotSupported) != tt.notSupp {
 					t.Fatalf("parseReply = %v, want an error with %q (not supported %v)", err, tt.wantErr, tt.notSupp)
 				}
 				return
@@ -47,9 +47,9 @@ func TestParseReply(t *testing.T) {
 
 func TestNotSupportedIsRemembered(t *testing.T) {
 	rec := &recorder{replies: map[string]string{cmdGetVolumeName: `{"status":"Not supported"}`}}
-	d, _ := testDriver(t, "example.com/nfs", Capabilities{}, rec, nil)
+	d, _ := testDriver(t, "example.com/nfs", capabilities{}, rec, nil)
 	for range 2 {
-		if _, err := d.run(context.Background(), call{cmdGetVolumeName, []string{"{}"}}); !errors.Is(err, ErrNotSupported) {
+		if _, err := d.run(context.Background(), call{cmdGetVolumeName, []string{"{}"}}); !errors.Is(err, errNotSupported) {
 			t.Fatalf("run = %v, want ErrNotSupported", err)
 		}
 	}
@@ -60,7 +60,7 @@ func TestNotSupportedIsRemembered(t *testing.T) {
 
 func TestExecErrorWithSuccessReply(t *testing.T) {
 	rec := &recorder{fail: map[string]error{cmdUnmount: errors.New("exit status 3")}}
-	d, _ := testDriver(t, "example.com/nfs", Capabilities{}, rec, nil)
+	d, _ := testDriver(t, "example.com/nfs", capabilities{}, rec, nil)
 	if _, err := d.run(context.Background(), call{cmdUnmount, []string{"/x"}}); err == nil || err.Error() != "exit status 3" {
 		t.Errorf("run = %v, want the exec error", err)
 	}
@@ -68,7 +68,7 @@ func TestExecErrorWithSuccessReply(t *testing.T) {
 
 func TestCallTimesOut(t *testing.T) {
 	rec := &recorder{fail: map[string]error{cmdMount: errors.New("signal: killed")}}
-	d, _ := testDriver(t, "example.com/nfs", Capabilities{}, rec, nil)
+	d, _ := testDriver(t, "example.com/nfs", capabilities{}, rec, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := d.run(ctx, call{cmdMount, []string{"/x", "{}"}})

@@ -20,9 +20,9 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-// PluginDirName is the kubelet's flexvolume plugin name, under which the
+// pluginDirName is the kubelet's flexvolume plugin name, under which the
 // device mounts are: {root}/plugins/kubernetes.io/flexvolume/{driver}/mounts.
-const PluginDirName = "kubernetes.io/flexvolume"
+const pluginDirName = "kubernetes.io/flexvolume"
 
 // host is what every driver's plugin shares: the node and its root.
 type host struct {
@@ -49,7 +49,7 @@ type driver struct {
 	name, dirName string
 	// exe is {pluginDir}/{vendor~driver}/{driver}.
 	exe  string
-	caps Capabilities
+	caps capabilities
 
 	mu sync.Mutex
 	// unsupported are the commands the driver answered "Not supported"
@@ -105,7 +105,7 @@ func (d *driver) podDir(uid types.UID, name string) (string, error) {
 
 // mountsDir holds the driver's device mounts.
 func (d *driver) mountsDir() string {
-	return filepath.Join(d.root, "plugins", PluginDirName, d.name, "mounts")
+	return filepath.Join(d.root, "plugins", pluginDirName, d.name, "mounts")
 }
 
 // deviceMountPath is where the volume named name (the PV's or the pod
@@ -143,7 +143,7 @@ func (d *driver) getVolumeName(ctx context.Context, s source) error {
 	if err != nil {
 		return err
 	}
-	if _, err := d.run(ctx, call{cmdGetVolumeName, []string{opts}}); err != nil && err != ErrNotSupported {
+	if _, err := d.run(ctx, call{cmdGetVolumeName, []string{opts}}); err != nil && err != errNotSupported {
 		return fmt.Errorf("GetVolumeName failed from getDeviceMountPath: %w", err)
 	}
 	return nil

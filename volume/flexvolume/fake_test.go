@@ -96,7 +96,7 @@ func (f fakeSecrets) Secret(_ context.Context, ns, name string) (*v1.Secret, err
 
 // testDriver is a driver of name with caps on a root in t.TempDir, run
 // through rec, with a fake mounter.
-func testDriver(t *testing.T, name string, caps Capabilities, rec *recorder, secrets Secrets) (*driver, *mount.FakeMounter) {
+func testDriver(t *testing.T, name string, caps capabilities, rec *recorder, secrets Secrets) (*driver, *mount.FakeMounter) {
 	t.Helper()
 	root := t.TempDir()
 	rfs, err := rootfs.New(root)

@@ -74,7 +74,7 @@ func (d *driver) mount(ctx context.Context, s source, dir string, extra map[stri
 	}
 	_, err = d.run(ctx, call{cmdMount, []string{dir, opts}})
 	switch {
-	case errors.Is(err, ErrNotSupported):
+	case errors.Is(err, errNotSupported):
 		return d.defaultMount(ctx, s, dir)
 	case ctx.Err() != nil:
 		return fmt.Errorf("%w: %w", volume.Cause(err), volume.ErrInProgress)
@@ -142,7 +142,7 @@ func (d *driver) TearDown(ctx context.Context, req volume.MountRequest) error {
 		return fail(err)
 	}
 	_, err = d.run(ctx, call{cmdUnmount, []string{dir}})
-	if errors.Is(err, ErrNotSupported) {
+	if errors.Is(err, errNotSupported) {
 		err = blockdev.CleanupMountPoint(d.rfs, d.mounter, dir)
 	} else if err != nil {
 		err = volume.Cause(err)

@@ -32,7 +32,7 @@ func podVol(name string) podvol.PodVolume {
 func TestSetUpCall(t *testing.T) {
 	rec := &recorder{}
 	secrets := fakeSecrets{"ns/creds": {Type: "example.com/cifs", Data: map[string][]byte{"password": []byte("s3cret"), "user": []byte("bob")}}}
-	d, _ := testDriver(t, "example.com/cifs", Capabilities{}, rec, secrets)
+	d, _ := testDriver(t, "example.com/cifs", capabilities{}, rec, secrets)
 	spec := inlineSpec("example.com/cifs", v1.FlexVolumeSource{FSType: "cifs", ReadOnly: true, SecretRef: &v1.LocalObjectReference{Name: "creds"},
 		Options: map[string]string{"share": "//srv/data", "kubernetes.io/fsType": "overridden"}})
 	dir, err := d.SetUp(context.Background(), volume.MountRequest{Spec: spec, Volume: podVol("data")})
@@ -67,7 +67,7 @@ func TestSetUpCall(t *testing.T) {
 func TestSetUpPVOptions(t *testing.T) {
 	rec := &recorder{}
 	secrets := fakeSecrets{"other/creds": {Type: "example.com/cifs", Data: map[string][]byte{"k": []byte("v")}}}
-	d, _ := testDriver(t, "example.com/cifs", Capabilities{}, rec, secrets)
+	d, _ := testDriver(t, "example.com/cifs", capabilities{}, rec, secrets)
 	spec := &podvol.VolumeSpec{Name: "example.com/cifs/uid-1-pv-1", Plugin: "example.com/cifs", PVName: "pv-1",
 		PVSource: &v1.PersistentVolumeSource{FlexVolume: &v1.FlexPersistentVolumeSource{Driver: "example.com/cifs", FSType: "ext4",
 			SecretRef: &v1.SecretReference{Namespace: "other", Name: "creds"}}}}
@@ -105,7 +105,7 @@ func TestSetUpErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := &recorder{replies: tt.replies}
-			d, _ := testDriver(t, "example.com/cifs", Capabilities{}, rec, tt.secrets)
+			d, _ := testDriver(t, "example.com/cifs", capabilities{}, rec, tt.secrets)
 			spec := inlineSpec("example.com/cifs", v1.FlexVolumeSource{SecretRef: &v1.LocalObjectReference{Name: "creds"}})
 			if tt.secrets == nil {
 				spec.Source.FlexVolume.SecretRef = nil
@@ -128,7 +128,7 @@ func TestSetUpErrors(t *testing.T) {
 func TestDefaultsWhenNotSupported(t *testing.T) {
 	rec := &recorder{replies: map[string]string{cmdMount: `{"status":"Not supported"}`, cmdUnmount: `{"status":"Not supported"}`,
 		cmdGetVolumeName: `{"status":"Not supported"}`}}
-	d, fm := testDriver(t, "example.com/lvm", Capabilities{}, rec, nil)
+	d, fm := testDriver(t, "example.com/lvm", capabilities{}, rec, nil)
 	spec := inlineSpec("example.com/lvm", v1.FlexVolumeSource{})
 	dir, err := d.SetUp(context.Background(), volume.MountRequest{Spec: spec, Volume: podVol("data")})
 	if err != nil {
@@ -156,7 +156,7 @@ func TestDefaultsWhenNotSupported(t *testing.T) {
 
 func TestTearDownCall(t *testing.T) {
 	rec := &recorder{}
-	d, _ := testDriver(t, "example.com/cifs", Capabilities{}, rec, nil)
+	d, _ := testDriver(t, "example.com/cifs", capabilities{}, rec, nil)
 	spec := inlineSpec("example.com/cifs", v1.FlexVolumeSource{})
 	req := volume.MountRequest{Spec: spec, Volume: podVol("data")}
 	if err := d.TearDown(context.Background(), req); err != nil || len(rec.commands()) != 0 {
@@ -186,7 +186,7 @@ func TestTearDownCall(t *testing.T) {
 // (a volume found on disk, set up again) is kept without a driver call.
 func TestSetUpKeepsAMount(t *testing.T) {
 	rec := &recorder{}
-	d, fm := testDriver(t, "example.com/cifs", Capabilities{}, rec, nil)
+	d, fm := testDriver(t, "example.com/cifs", capabilities{}, rec, nil)
 	dir := filepath.Join(d.root, "pods/uid-1/volumes/example.com~cifs/data")
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		t.Fatal(err)

@@ -151,9 +151,6 @@ func New(cfg Config) (*Drivers, error) {
 	}, nil
 }
 
-// Dir is the directory of drivers, absolute.
-func (ds *Drivers) Dir() string { return ds.dir }
-
 // Started is closed once Run has probed every driver present at start and
 // apply has taken them in.
 func (ds *Drivers) Started() <-chan struct{} { return ds.started }
