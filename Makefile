@@ -19,7 +19,7 @@ build:
 	$(GO) build ./...
 
 # System packages the real-mount tests and the loop driver use, and the
-# real node's (package testenv/realnode: containerd, runc, the CNI plugins,
+# real node's (package internal/realnode: containerd, runc, the CNI plugins,
 # a static busybox for the images, nsenter and ip for a node's network
 # namespace). Only root can install them; as non-root the root tests skip
 # and say so.
@@ -474,7 +474,7 @@ $(BIN)/kubelet: kubelet-fork-src $(shell git ls-files go.mod go.sum '*.go' ':!:*
 # pods with a CSI claim, an inline CSI volume, configMap, secret, emptyDir
 # and kube-api-access volumes run, are deleted, and survive a restart of
 # the fork with their mounts (about 25 s warm). On real containers
-# (containerd and runc, testenv/realnode), containers read every kind of
+# (containerd and runc, internal/realnode), containers read every kind of
 # volume and a subPath of each, write, see a configMap update and their
 # token rotated, run on through a SIGKILL of the fork, and leave nothing
 # (about 10 minutes, most of it waiting for the token's rotation at 80% of

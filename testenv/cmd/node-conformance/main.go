@@ -47,8 +47,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nodevol/nodevol/internal/realnode"
 	"github.com/nodevol/nodevol/testenv/internal/noderun"
-	"github.com/nodevol/nodevol/testenv/realnode"
 )
 
 // baseKubeletConfig is the base KubeletConfiguration the suite starts

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nodevol/nodevol/internal/realnode"
 	"github.com/nodevol/nodevol/testenv/internal/noderun"
-	"github.com/nodevol/nodevol/testenv/realnode"
 )
 
 // The images of the suites' CSI drivers, under the names their manifests

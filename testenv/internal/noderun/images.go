@@ -6,7 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
-	"github.com/nodevol/nodevol/testenv/realnode"
+	"github.com/nodevol/nodevol/internal/realnode"
 )
 
 // Upstream's test images built here (k8s.io/kubernetes

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nodevol/nodevol/testenv/realnode"
+	"github.com/nodevol/nodevol/internal/realnode"
 	"golang.org/x/sys/unix"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodevol/nodevol/internal/realnode"
 	"github.com/nodevol/nodevol/internal/roottest"
-	"github.com/nodevol/nodevol/testenv/realnode"
 )
 
 // TestPathWithout makes a PATH directory with every command of the

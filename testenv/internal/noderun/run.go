@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/nodevol/nodevol/testenv/realnode"
+	"github.com/nodevol/nodevol/internal/realnode"
 )
 
 // Undo is what a run made, taken down in reverse order by Run.

@@ -182,11 +182,11 @@ func Busybox(ctx context.Context, bin string) (Image, error) {
 }
 
 // Pause is the sandbox image: the pause command of this module
-// (testenv/realnode/pause), built static into dir.
+// (internal/realnode/pause), built static into dir.
 func Pause(ctx context.Context, dir string) (Image, error) {
 	bin := filepath.Join(dir, "pause")
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin,
-		"github.com/nodevol/nodevol/testenv/realnode/pause")
+		"github.com/nodevol/nodevol/internal/realnode/pause")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return Image{}, fmt.Errorf("building the pause command: %w\n%s", err, out)
