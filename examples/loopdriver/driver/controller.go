@@ -18,11 +18,11 @@ import (
 )
 
 const (
-	// MinVolumeSize is the smallest volume: ext4 with a journal needs a
+	// minVolumeSize is the smallest volume: ext4 with a journal needs a
 	// few MiB, and a smaller loop device is of no use.
-	MinVolumeSize = 16 << 20
-	// DefaultVolumeSize is used when CreateVolume gives no required size.
-	DefaultVolumeSize = 64 << 20
+	minVolumeSize = 16 << 20
+	// defaultVolumeSize is used when CreateVolume gives no required size.
+	defaultVolumeSize = 64 << 20
 	// sizeAlign keeps images a whole number of file-system blocks (and
 	// so of 512-byte sectors, as loop devices need).
 	sizeAlign = 4096
@@ -45,16 +45,16 @@ func pickSize(r *csi.CapacityRange) (int64, error) {
 	if lim > 0 && req > lim {
 		return 0, status.Errorf(codes.OutOfRange, "capacity_range: required_bytes %d exceeds limit_bytes %d", req, lim)
 	}
-	size := max(req, int64(MinVolumeSize))
+	size := max(req, int64(minVolumeSize))
 	if req == 0 {
-		size = DefaultVolumeSize
+		size = defaultVolumeSize
 		if lim > 0 && lim < size {
 			size = lim / sizeAlign * sizeAlign
 		}
 	}
 	size = (size + sizeAlign - 1) / sizeAlign * sizeAlign
-	if size < MinVolumeSize || (lim > 0 && size > lim) {
-		return 0, status.Errorf(codes.OutOfRange, "capacity_range (required %d, limit %d): volumes are at least %d bytes, in multiples of %d", req, lim, MinVolumeSize, sizeAlign)
+	if size < minVolumeSize || (lim > 0 && size > lim) {
+		return 0, status.Errorf(codes.OutOfRange, "capacity_range (required %d, limit %d): volumes are at least %d bytes, in multiples of %d", req, lim, minVolumeSize, sizeAlign)
 	}
 	return size, nil
 }
@@ -65,7 +65,7 @@ func sizeFits(size int64, r *csi.CapacityRange) bool {
 }
 
 // freeBytes is the space left for images in the state directory.
-func (d *Driver) freeBytes() (int64, error) {
+func (d *server) freeBytes() (int64, error) {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(d.store.dir, &st); err != nil {
 		return 0, fmt.Errorf("statfs %s: %w", d.store.dir, err)
@@ -75,7 +75,7 @@ func (d *Driver) freeBytes() (int64, error) {
 
 // topologyOK reports whether this node is allowed by the requisite
 // topologies of req (no requisite allows every node).
-func (d *Driver) topologyOK(req *csi.TopologyRequirement) bool {
+func (d *server) topologyOK(req *csi.TopologyRequirement) bool {
 	requisite := req.GetRequisite()
 	if len(requisite) == 0 {
 		return true
@@ -88,7 +88,7 @@ func (d *Driver) topologyOK(req *csi.TopologyRequirement) bool {
 	return false
 }
 
-func (d *Driver) csiVolume(v *volumeState) *csi.Volume {
+func (d *server) csiVolume(v *volumeState) *csi.Volume {
 	vol := &csi.Volume{
 		VolumeId:           v.ID,
 		CapacityBytes:      v.CapacityBytes,
@@ -119,7 +119,7 @@ func (s *source) String() string {
 
 // contentSource resolves CreateVolume's volume_content_source: a snapshot
 // or a volume that must exist (NotFound otherwise).
-func (d *Driver) contentSource(cs *csi.VolumeContentSource) (*source, error) {
+func (d *server) contentSource(cs *csi.VolumeContentSource) (*source, error) {
 	switch {
 	case cs == nil:
 		return nil, nil
@@ -153,7 +153,7 @@ func (d *Driver) contentSource(cs *csi.VolumeContentSource) (*source, error) {
 // CreateVolume creates a sparse image file of the requested size. A
 // second call with the same name returns the same volume if its size
 // fits the capacity range, AlreadyExists otherwise.
-func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+func (d *server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	if err := validateName(req.GetName()); err != nil {
 		return nil, err
 	}
@@ -231,7 +231,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 
 // writeImage makes a sparse image of size bytes. It writes a temporary
 // file and renames it, so that the image never exists half-made.
-func (d *Driver) writeImage(id string, size int64) error {
+func (d *server) writeImage(id string, size int64) error {
 	f, err := os.CreateTemp(d.store.dir, "."+id+".img.tmp-*")
 	if err != nil {
 		return fmt.Errorf("creating image: %w", err)
@@ -256,7 +256,7 @@ func (d *Driver) writeImage(id string, size int64) error {
 // or attached to a loop device is refused with FailedPrecondition; a loop
 // device that is only being detached is waited for (Unavailable if it
 // takes too long).
-func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+func (d *server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if err := validateID(id); err != nil {
 		return nil, err
@@ -297,7 +297,7 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 
 // ControllerPublishVolume records that the volume is published to the
 // node. The only node is this driver's own; others are NotFound.
-func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
+func (d *server) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if err := validateID(id); err != nil {
 		return nil, err
@@ -343,7 +343,7 @@ func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 // publishContext tells the node which image backs the volume. The node
 // side of this driver does not trust it (it looks the volume up by ID in
 // its own state); it is there for operators and for split deployments.
-func (d *Driver) publishContext(v *volumeState, p nodePublication) map[string]string {
+func (d *server) publishContext(v *volumeState, p nodePublication) map[string]string {
 	return map[string]string{
 		"image":    d.store.imagePath(v.ID),
 		"readOnly": fmt.Sprint(p.ReadOnly),
@@ -351,7 +351,7 @@ func (d *Driver) publishContext(v *volumeState, p nodePublication) map[string]st
 }
 
 // publishedCount is the number of volumes published to this node.
-func (d *Driver) publishedCount() int64 {
+func (d *server) publishedCount() int64 {
 	var n int64
 	for _, v := range d.store.list() {
 		if _, ok := v.Nodes[d.nodeID]; ok {
@@ -364,7 +364,7 @@ func (d *Driver) publishedCount() int64 {
 // ControllerUnpublishVolume forgets the publication of the volume to the
 // node (to every node when node_id is empty). Not being published, an
 // unknown node and an unknown volume are success.
-func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
+func (d *server) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if err := validateID(id); err != nil {
 		return nil, err
@@ -395,7 +395,7 @@ func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 
 // ValidateVolumeCapabilities confirms the capabilities if the driver
 // supports all of them and the parameters are ones it takes.
-func (d *Driver) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
+func (d *server) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
 	id := req.GetVolumeId()
 	if err := validateID(id); err != nil {
 		return nil, err
@@ -423,7 +423,7 @@ func (d *Driver) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valida
 // sparse, so this is what new volumes can still grow into. A capability
 // the driver does not support, or a topology without this node, has no
 // capacity.
-func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+func (d *server) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
 	if err := checkCapabilities("volume_capabilities", req.GetVolumeCapabilities()); err != nil && len(req.GetVolumeCapabilities()) > 0 {
 		return &csi.GetCapacityResponse{}, nil
 	}
@@ -436,6 +436,6 @@ func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 	}
 	return &csi.GetCapacityResponse{
 		AvailableCapacity: free,
-		MinimumVolumeSize: wrapInt64(MinVolumeSize),
+		MinimumVolumeSize: wrapInt64(minVolumeSize),
 	}, nil
 }

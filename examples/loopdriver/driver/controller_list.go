@@ -59,12 +59,12 @@ func pageIDs(ids []string, maxEntries int32, token string) (start, end int, next
 	return start, end, next, nil
 }
 
-func (d *Driver) publishedNodes(v *volumeState) []string {
+func (d *server) publishedNodes(v *volumeState) []string {
 	return slices.Sorted(maps.Keys(v.Nodes))
 }
 
 // ListVolumes lists the volumes by ID, max_entries at a time.
-func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+func (d *server) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
 	vols, next, err := page(d.store.list(), req.GetMaxEntries(), req.GetStartingToken())
 	if err != nil {
 		return nil, err
@@ -80,7 +80,7 @@ func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 }
 
 // ControllerGetVolume returns one volume and the nodes it is published to.
-func (d *Driver) ControllerGetVolume(ctx context.Context, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
+func (d *server) ControllerGetVolume(ctx context.Context, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if err := validateID(id); err != nil {
 		return nil, err
@@ -99,7 +99,7 @@ func (d *Driver) ControllerGetVolume(ctx context.Context, req *csi.ControllerGet
 // staged loop device and file system follow in NodeExpandVolume, so
 // node expansion is always required. Images never shrink: a smaller
 // request returns the current size.
-func (d *Driver) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+func (d *server) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if err := validateID(id); err != nil {
 		return nil, err
@@ -151,7 +151,7 @@ func (d *Driver) ControllerExpandVolume(ctx context.Context, req *csi.Controller
 
 // volumeHealth checks the image behind a volume: missing is
 // INACCESSIBLE, smaller than the recorded capacity is DATA_LOSS.
-func (d *Driver) volumeHealth(v *volumeState) *csi.VolumeHealth {
+func (d *server) volumeHealth(v *volumeState) *csi.VolumeHealth {
 	h := &csi.VolumeHealth{VolumeId: v.ID}
 	fi, err := os.Stat(d.store.imagePath(v.ID))
 	switch {
@@ -172,7 +172,7 @@ func (d *Driver) volumeHealth(v *volumeState) *csi.VolumeHealth {
 }
 
 // ControllerGetVolumeHealth reports the health of one volume's image.
-func (d *Driver) ControllerGetVolumeHealth(ctx context.Context, req *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error) {
+func (d *server) ControllerGetVolumeHealth(ctx context.Context, req *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error) {
 	id := req.GetVolumeId()
 	if err := validateID(id); err != nil {
 		return nil, err
@@ -186,7 +186,7 @@ func (d *Driver) ControllerGetVolumeHealth(ctx context.Context, req *csi.Control
 
 // ControllerListVolumeHealth lists the volumes whose images are not
 // healthy, max_entries at a time.
-func (d *Driver) ControllerListVolumeHealth(ctx context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
+func (d *server) ControllerListVolumeHealth(ctx context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
 	var sick []*volumeState
 	health := map[string]*csi.VolumeHealth{}
 	for _, v := range d.store.list() {
@@ -207,7 +207,7 @@ func (d *Driver) ControllerListVolumeHealth(ctx context.Context, req *csi.Contro
 }
 
 // ControllerGetCapabilities lists what the controller service does.
-func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+func (d *server) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
 	var caps []*csi.ControllerServiceCapability
 	for _, t := range []csi.ControllerServiceCapability_RPC_Type{
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,

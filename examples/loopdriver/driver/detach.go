@@ -30,7 +30,7 @@ const (
 // requestDetach detaches devs, which Find returned for image, except
 // those already being detached. The caller waits for them to go with
 // awaitDetached.
-func (d *Driver) requestDetach(ctx context.Context, id, image string, devs []string) error {
+func (d *server) requestDetach(ctx context.Context, id, image string, devs []string) error {
 	for _, dev := range devs {
 		pending, err := d.loop.Detaching(ctx, dev)
 		if err != nil {
@@ -54,7 +54,7 @@ func (d *Driver) requestDetach(ctx context.Context, id, image string, devs []str
 // skipDetaching waits for those of devs (found for image) that are being
 // detached to go away and returns the others, which are usable. It fails
 // like awaitDetached if they do not go away in time.
-func (d *Driver) skipDetaching(ctx context.Context, id, image string, devs []string) ([]string, error) {
+func (d *server) skipDetaching(ctx context.Context, id, image string, devs []string) ([]string, error) {
 	var pending, usable []string
 	for _, dev := range devs {
 		p, err := d.loop.Detaching(ctx, dev)
@@ -79,7 +79,7 @@ func (d *Driver) skipDetaching(ctx context.Context, id, image string, devs []str
 // any of devs for image, at most d.detachWait and while ctx lasts. It
 // fails with Unavailable if they are still there then: a retry finds
 // and waits for them again.
-func (d *Driver) awaitDetached(ctx context.Context, id, image string, devs []string) error {
+func (d *server) awaitDetached(ctx context.Context, id, image string, devs []string) error {
 	if len(devs) == 0 {
 		return nil
 	}

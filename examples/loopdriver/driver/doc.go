@@ -15,7 +15,7 @@
 // should set podInfoOnMount so that the kubelet says
 // csi.storage.k8s.io/ephemeral=true): NodePublishVolume, called without
 // NodeStageVolume and with the kubelet's volume ID, makes the image (of
-// the volume attribute size, a quantity such as 64Mi; DefaultVolumeSize
+// the volume attribute size, a quantity such as 64Mi; 64 MiB
 // without it), attaches it, makes an ext4 (or the capability's fs_type)
 // and mounts it at the target; NodeUnpublishVolume unmounts, detaches and
 // deletes it. A publish without a staging path and without that key is

@@ -26,17 +26,17 @@ import (
 // is empty.
 const DefaultDriverName = "loop.csi.nodevol.io"
 
-// DefaultMaxVolumes is NodeGetInfo's max_volumes_per_node when
+// defaultMaxVolumes is NodeGetInfo's max_volumes_per_node when
 // Config.MaxVolumes is zero.
-const DefaultMaxVolumes = 64
+const defaultMaxVolumes = 64
 
-// DefaultDetachTimeout is how long a call waits, by default, for the
+// defaultDetachTimeout is how long a call waits, by default, for the
 // kernel to finish detaching a loop device that something else still
 // has open (see Config.DetachTimeout).
-const DefaultDetachTimeout = 10 * time.Second
+const defaultDetachTimeout = 10 * time.Second
 
-// Version is reported by GetPluginInfo.
-const Version = "0.1.0"
+// version is reported by GetPluginInfo.
+const version = "0.1.0"
 
 // Config configures a Driver. NodeID and StateDir are required; every
 // other field has the default its comment gives.
@@ -49,7 +49,7 @@ type Config struct {
 	// StateDir holds the volume images and state files. It is created if
 	// missing. Required.
 	StateDir string
-	// MaxVolumes is max_volumes_per_node; default DefaultMaxVolumes.
+	// MaxVolumes is max_volumes_per_node; default 64.
 	// ControllerPublishVolume refuses to publish more to the node.
 	MaxVolumes int64
 	// Mounter does the mounts; default mount.NewWithoutSystemd("").
@@ -63,7 +63,7 @@ type Config struct {
 	// and DeleteVolume wait for a detached loop device to go away: the
 	// kernel detaches a device that something else still has open only
 	// at its last close. Past it (or the RPC's deadline) they fail with
-	// Unavailable and a retry waits again. Default DefaultDetachTimeout.
+	// Unavailable and a retry waits again. Default 10s.
 	DetachTimeout time.Duration
 	// Faults are injected failures (see Fault); default none.
 	Faults []Fault
@@ -84,10 +84,35 @@ type Config struct {
 
 // Driver is a CSI driver (Identity, Controller and Node services) that
 // keeps each volume as a sparse image file and attaches it on the node
-// through a loop device. Create one with New and serve it with Serve or
-// Run. All methods are safe for concurrent use; operations on one volume
-// are serialized, operations on different volumes run in parallel.
+// through a loop device. Create one with New and serve it with Serve; a
+// CO reaches it through the CSI gRPC API, its only API. It is safe for
+// concurrent use; operations on one volume are serialized, operations on
+// different volumes run in parallel.
 type Driver struct {
+	s *server
+}
+
+// New checks cfg, fills in its defaults and loads the state directory.
+// It fails, naming the file, if a state file is corrupt or of an unknown
+// version.
+func New(cfg Config) (*Driver, error) {
+	s, err := newServer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Driver{s: s}, nil
+}
+
+// Serve serves the driver on lis until ctx ends, then stops gracefully
+// (waiting up to 10 seconds for running RPCs) and returns nil. It returns
+// an error if serving fails. lis is closed either way.
+func (d *Driver) Serve(ctx context.Context, lis net.Listener) error {
+	return d.s.serve(ctx, lis)
+}
+
+// server is the driver: it implements the three CSI services, each RPC a
+// method of it.
+type server struct {
 	csi.UnimplementedIdentityServer
 	csi.UnimplementedControllerServer
 	csi.UnimplementedNodeServer
@@ -112,15 +137,13 @@ type Driver struct {
 }
 
 var (
-	_ csi.IdentityServer   = (*Driver)(nil)
-	_ csi.ControllerServer = (*Driver)(nil)
-	_ csi.NodeServer       = (*Driver)(nil)
+	_ csi.IdentityServer   = (*server)(nil)
+	_ csi.ControllerServer = (*server)(nil)
+	_ csi.NodeServer       = (*server)(nil)
 )
 
-// New checks cfg, fills in its defaults and loads the state directory.
-// It fails, naming the file, if a state file is corrupt or of an unknown
-// version.
-func New(cfg Config) (*Driver, error) {
+// newServer is New's driver.
+func newServer(cfg Config) (*server, error) {
 	if cfg.DriverName == "" {
 		cfg.DriverName = DefaultDriverName
 	}
@@ -141,7 +164,7 @@ func New(cfg Config) (*Driver, error) {
 		return nil, fmt.Errorf("loop driver: max volumes %d is negative", cfg.MaxVolumes)
 	}
 	if cfg.MaxVolumes == 0 {
-		cfg.MaxVolumes = DefaultMaxVolumes
+		cfg.MaxVolumes = defaultMaxVolumes
 	}
 	if cfg.Mounter == nil {
 		cfg.Mounter = mount.NewWithoutSystemd("")
@@ -156,7 +179,7 @@ func New(cfg Config) (*Driver, error) {
 		return nil, fmt.Errorf("loop driver: detach timeout %v is negative", cfg.DetachTimeout)
 	}
 	if cfg.DetachTimeout == 0 {
-		cfg.DetachTimeout = DefaultDetachTimeout
+		cfg.DetachTimeout = defaultDetachTimeout
 	}
 	if cfg.Exit == nil {
 		cfg.Exit = os.Exit
@@ -169,7 +192,7 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loop driver: %w", err)
 	}
-	return &Driver{
+	return &server{
 		name:       cfg.DriverName,
 		nodeID:     cfg.NodeID,
 		maxVolumes: cfg.MaxVolumes,
@@ -209,9 +232,9 @@ func validateDriverName(name string) error {
 	return nil
 }
 
-// NewServer returns a gRPC server with the driver's three services
+// grpcServer returns a gRPC server with the driver's three services
 // registered, logging and fault injection wired in.
-func (d *Driver) NewServer() *grpc.Server {
+func (d *server) grpcServer() *grpc.Server {
 	srv := grpc.NewServer(grpc.UnaryInterceptor(d.intercept))
 	csi.RegisterIdentityServer(srv, d)
 	csi.RegisterControllerServer(srv, d)
@@ -219,11 +242,9 @@ func (d *Driver) NewServer() *grpc.Server {
 	return srv
 }
 
-// Serve serves the driver on lis until ctx ends, then stops gracefully
-// (waiting up to 10 seconds for running RPCs) and returns nil. It returns
-// an error if serving fails. lis is closed either way.
-func (d *Driver) Serve(ctx context.Context, lis net.Listener) error {
-	srv := d.NewServer()
+// serve is Driver.Serve.
+func (d *server) serve(ctx context.Context, lis net.Listener) error {
+	srv := d.grpcServer()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
 	select {
@@ -242,11 +263,11 @@ func (d *Driver) Serve(ctx context.Context, lis net.Listener) error {
 	return nil
 }
 
-// Run listens on endpoint (unix:///path/to.sock or a plain path),
+// run listens on endpoint (unix:///path/to.sock or a plain path),
 // removing a stale socket file first, and serves until ctx ends; then it
 // removes the socket.
-func (d *Driver) Run(ctx context.Context, endpoint string) error {
-	path, err := ParseEndpoint(endpoint)
+func (d *server) run(ctx context.Context, endpoint string) error {
+	path, err := parseEndpoint(endpoint)
 	if err != nil {
 		return err
 	}
@@ -267,12 +288,12 @@ func (d *Driver) Run(ctx context.Context, endpoint string) error {
 	}
 	defer os.Remove(path)
 	klog.FromContext(ctx).Info("Serving CSI", "driver", d.name, "node", d.nodeID, "endpoint", path, "stateDir", d.stateDir)
-	return d.Serve(ctx, lis)
+	return d.serve(ctx, lis)
 }
 
-// ParseEndpoint returns the socket path of a unix:// endpoint or a plain
+// parseEndpoint returns the socket path of a unix:// endpoint or a plain
 // path. Other schemes are refused: the driver only serves on this node.
-func ParseEndpoint(endpoint string) (string, error) {
+func parseEndpoint(endpoint string) (string, error) {
 	path := endpoint
 	if rest, ok := strings.CutPrefix(endpoint, "unix://"); ok {
 		path = rest
@@ -291,7 +312,7 @@ type volumeIDGetter interface{ GetVolumeId() string }
 // intercept logs each RPC (never its secrets: only the method, volume ID
 // and outcome) and fires the AtStart faults, and the AtMid faults of the
 // RPCs that have no mid point of their own.
-func (d *Driver) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func (d *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
 	var volID string
 	if r, ok := req.(volumeIDGetter); ok {
@@ -315,7 +336,7 @@ func (d *Driver) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 
 // logCall writes the call log's line for a Node service RPC (see
 // Config.CallLog). A failed write is logged, never returned.
-func (d *Driver) logCall(method, volID string, req any) {
+func (d *server) logCall(method, volID string, req any) {
 	if d.callLog == nil || !strings.HasPrefix(method, "Node") {
 		return
 	}
@@ -343,7 +364,7 @@ func (d *Driver) logCall(method, volID string, req any) {
 	}
 }
 
-func (d *Driver) runFaulted(ctx context.Context, method, volID string, req any, handler grpc.UnaryHandler) (any, error) {
+func (d *server) runFaulted(ctx context.Context, method, volID string, req any, handler grpc.UnaryHandler) (any, error) {
 	if err := d.faults.fire(ctx, method, volID, AtStart); err != nil {
 		return nil, err
 	}
@@ -364,7 +385,7 @@ var midMethods = map[string]bool{
 }
 
 // mid fires the AtMid faults of method for volume id.
-func (d *Driver) mid(ctx context.Context, method, id string) error {
+func (d *server) mid(ctx context.Context, method, id string) error {
 	return d.faults.fire(ctx, method, id, AtMid)
 }
 
@@ -412,6 +433,6 @@ func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
 }
 
 // lockVolume takes the per-volume lock of id for one RPC.
-func (d *Driver) lockVolume(ctx context.Context, id string) (func(), error) {
+func (d *server) lockVolume(ctx context.Context, id string) (func(), error) {
 	return d.locks.lock(ctx, id)
 }

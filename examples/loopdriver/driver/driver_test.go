@@ -154,7 +154,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 
 func (f *fixture) serve(t *testing.T, cfg Config) {
 	t.Helper()
-	d, err := New(cfg)
+	d, err := newServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func (f *fixture) serve(t *testing.T, cfg Config) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- d.Serve(ctx, lis) }()
+	go func() { done <- d.serve(ctx, lis) }()
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -477,7 +477,7 @@ func TestCallLogFlag(t *testing.T) {
 	exited := make(chan int, 1)
 	var stderr syncBuffer
 	go func() {
-		exited <- MainContext(ctx, []string{"--endpoint", "unix://" + sock, "--nodeid", "node-1",
+		exited <- mainContext(ctx, []string{"--endpoint", "unix://" + sock, "--nodeid", "node-1",
 			"--statedir", filepath.Join(dir, "state"), "--call-log", logPath}, &stderr)
 	}()
 	defer func() {

@@ -29,7 +29,7 @@ const (
 	// other pod information when the CSIDriver has podInfoOnMount).
 	ephemeralKey = "csi.storage.k8s.io/ephemeral"
 	// SizeAttribute is the volumeAttributes key of an inline ephemeral
-	// volume's size, a Kubernetes quantity ("64Mi"); DefaultVolumeSize
+	// volume's size, a Kubernetes quantity ("64Mi"); 64 MiB
 	// when missing.
 	SizeAttribute = "size"
 )
@@ -72,7 +72,7 @@ func ephemeralSize(attrs map[string]string) (int64, error) {
 		}
 	}
 	if required == 0 {
-		return DefaultVolumeSize, nil
+		return defaultVolumeSize, nil
 	}
 	return pickSize(&csi.CapacityRange{RequiredBytes: required})
 }
@@ -82,7 +82,7 @@ func ephemeralSize(attrs map[string]string) (int64, error) {
 // repeated call with the same target and attributes succeeds and finishes
 // what an earlier one left undone; a volume made by this call is deleted
 // again if the call fails.
-func (d *Driver) publishEphemeral(ctx context.Context, req *csi.NodePublishVolumeRequest, kind accessKind) (*csi.NodePublishVolumeResponse, error) {
+func (d *server) publishEphemeral(ctx context.Context, req *csi.NodePublishVolumeRequest, kind accessKind) (*csi.NodePublishVolumeResponse, error) {
 	id, target, c := req.GetVolumeId(), req.GetTargetPath(), req.GetVolumeCapability()
 	switch {
 	case req.GetStagingTargetPath() != "":
@@ -144,7 +144,7 @@ func (d *Driver) publishEphemeral(ctx context.Context, req *csi.NodePublishVolum
 // mountEphemeral makes what is missing of the ephemeral volume v (its
 // image, its loop device, its file system and the mount at its target)
 // and records the target as published.
-func (d *Driver) mountEphemeral(ctx context.Context, v *volumeState, flags []string) error {
+func (d *server) mountEphemeral(ctx context.Context, v *volumeState, flags []string) error {
 	id, target := v.ID, v.Ephemeral.Target
 	image := d.store.imagePath(id)
 	if _, err := os.Stat(image); errors.Is(err, fs.ErrNotExist) {
@@ -185,7 +185,7 @@ func (d *Driver) mountEphemeral(ctx context.Context, v *volumeState, flags []str
 
 // unpublishEphemeral is NodeUnpublishVolume of the ephemeral volume v at
 // its target: the volume is unmounted, detached and deleted.
-func (d *Driver) unpublishEphemeral(ctx context.Context, v *volumeState) (*csi.NodeUnpublishVolumeResponse, error) {
+func (d *server) unpublishEphemeral(ctx context.Context, v *volumeState) (*csi.NodeUnpublishVolumeResponse, error) {
 	target := v.Ephemeral.Target
 	if err := mount.CleanupMountPoint(target, d.mounter, true); err != nil {
 		return nil, status.Errorf(codes.Internal, "volume %s: unpublishing %s: %v", v.ID, target, err)
@@ -204,7 +204,7 @@ func (d *Driver) unpublishEphemeral(ctx context.Context, v *volumeState) (*csi.N
 // target (and the target directory), its loop devices (waiting until they
 // are gone), its image and, last, its state file, so that a crash part
 // way leaves a record that the next NodeUnpublishVolume finishes.
-func (d *Driver) removeEphemeral(ctx context.Context, v *volumeState) error {
+func (d *server) removeEphemeral(ctx context.Context, v *volumeState) error {
 	id := v.ID
 	if err := mount.CleanupMountPoint(v.Ephemeral.Target, d.mounter, true); err != nil {
 		return status.Errorf(codes.Internal, "volume %s: unmounting %s: %v", id, v.Ephemeral.Target, err)

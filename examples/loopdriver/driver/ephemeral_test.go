@@ -170,8 +170,8 @@ func TestEphemeralRollback(t *testing.T) {
 	if _, err := f.node.NodePublishVolume(ctx, pub); err != nil {
 		t.Fatal(err)
 	}
-	if fi, err := os.Stat(filepath.Join(f.dir, "state", "volumes", inlineID+".img")); err != nil || fi.Size() != DefaultVolumeSize {
-		t.Errorf("image without a size attribute: %v, %v; want %d bytes", fi, err, DefaultVolumeSize)
+	if fi, err := os.Stat(filepath.Join(f.dir, "state", "volumes", inlineID+".img")); err != nil || fi.Size() != defaultVolumeSize {
+		t.Errorf("image without a size attribute: %v, %v; want %d bytes", fi, err, defaultVolumeSize)
 	}
 }
 
@@ -228,13 +228,13 @@ func TestEphemeralSize(t *testing.T) {
 		want  int64
 		code  codes.Code
 	}{
-		{nil, DefaultVolumeSize, codes.OK},
+		{nil, defaultVolumeSize, codes.OK},
 		{map[string]string{SizeAttribute: "20Mi", ephemeralKey: "true"}, 20 << 20, codes.OK},
 		{map[string]string{SizeAttribute: "20000001"}, 20000768, codes.OK},
-		{map[string]string{SizeAttribute: "1Mi"}, MinVolumeSize, codes.OK},
+		{map[string]string{SizeAttribute: "1Mi"}, minVolumeSize, codes.OK},
 		{map[string]string{SizeAttribute: "0"}, 0, codes.InvalidArgument},
 		{map[string]string{SizeAttribute: "-1Gi"}, 0, codes.InvalidArgument},
-		{map[string]string{"csi.storage.k8s.io/pod.name": "p"}, DefaultVolumeSize, codes.OK},
+		{map[string]string{"csi.storage.k8s.io/pod.name": "p"}, defaultVolumeSize, codes.OK},
 	} {
 		got, err := ephemeralSize(tc.attrs)
 		if status.Code(err) != tc.code || got != tc.want {

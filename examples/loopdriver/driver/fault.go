@@ -29,7 +29,7 @@ const (
 )
 
 // Fault is one injected failure, for tests of what callers do when a
-// driver misbehaves. Parse one from a flag with ParseFault.
+// driver misbehaves. The --fault flag takes one in the syntax String gives.
 type Fault struct {
 	// Method is the RPC name without service, e.g. "NodeStageVolume".
 	Method string
@@ -48,7 +48,7 @@ type Fault struct {
 	Times int
 }
 
-// ParseFault parses the --fault flag syntax:
+// parseFault parses the --fault flag syntax:
 //
 //	METHOD[/VOLUMEID]:ACTION[,ACTION...]
 //
@@ -56,7 +56,7 @@ type Fault struct {
 // as Unavailable), exit, at=start|mid or times=N. Examples:
 // "NodeStageVolume:delay=3s", "NodePublishVolume:error=Unavailable,times=1",
 // "NodeStageVolume/vol1:exit".
-func ParseFault(s string) (Fault, error) {
+func parseFault(s string) (Fault, error) {
 	target, actions, ok := strings.Cut(s, ":")
 	if !ok || actions == "" {
 		return Fault{}, fmt.Errorf("fault %q: want METHOD[/VOLUMEID]:ACTION[,ACTION...]", s)
@@ -110,7 +110,7 @@ func ParseFault(s string) (Fault, error) {
 	return f, nil
 }
 
-// String formats f in the ParseFault syntax.
+// String formats f in the --fault flag's syntax.
 func (f Fault) String() string {
 	var b strings.Builder
 	b.WriteString(f.Method)

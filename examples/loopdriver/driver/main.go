@@ -25,7 +25,7 @@ func (f *faultFlags) String() string {
 }
 
 func (f *faultFlags) Set(v string) error {
-	ft, err := ParseFault(v)
+	ft, err := parseFault(v)
 	if err != nil {
 		return err
 	}
@@ -41,12 +41,12 @@ func (f *faultFlags) Set(v string) error {
 func Main(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	return MainContext(ctx, args, os.Stderr)
+	return mainContext(ctx, args, os.Stderr)
 }
 
-// MainContext is Main with the context that stops the driver and the
+// mainContext is Main with the context that stops the driver and the
 // writer for usage errors given by the caller.
-func MainContext(ctx context.Context, args []string, stderr io.Writer) int {
+func mainContext(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("loopdriver", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -59,7 +59,7 @@ func MainContext(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.NodeID, "nodeid", "", "node ID reported by NodeGetInfo (default: the host name)")
 	fs.StringVar(&cfg.DriverName, "drivername", DefaultDriverName, "CSI driver name")
 	fs.StringVar(&cfg.StateDir, "statedir", "/var/lib/loopdriver", "directory for volume images and state")
-	fs.Int64Var(&cfg.MaxVolumes, "max-volumes", DefaultMaxVolumes, "max_volumes_per_node reported by NodeGetInfo and enforced by ControllerPublishVolume")
+	fs.Int64Var(&cfg.MaxVolumes, "max-volumes", defaultMaxVolumes, "max_volumes_per_node reported by NodeGetInfo and enforced by ControllerPublishVolume")
 	fs.Var(&faults, "fault", "inject a fault, METHOD[/VOLUMEID]:ACTION[,ACTION...] with ACTION delay=DURATION, error=CODE, exit, at=start|mid, times=N (repeatable)")
 	fs.StringVar(&callLog, "call-log", "", "append one line per Node service RPC (method, volume ID, target path, staging path; tab-separated) to this file, for tests")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -93,7 +93,7 @@ func MainContext(ctx context.Context, args []string, stderr io.Writer) int {
 	defer klog.Flush()
 	logger := klog.Background().WithName("loopdriver")
 	ctx = klog.NewContext(ctx, logger)
-	d, err := New(cfg)
+	d, err := newServer(cfg)
 	if err != nil {
 		logger.Error(err, "Cannot start")
 		return 1
@@ -101,7 +101,7 @@ func MainContext(ctx context.Context, args []string, stderr io.Writer) int {
 	if len(faults) > 0 {
 		logger.Info("Fault injection enabled", "faults", faults.String())
 	}
-	if err := d.Run(ctx, endpoint); err != nil {
+	if err := d.run(ctx, endpoint); err != nil {
 		logger.Error(err, "Driver failed")
 		return 1
 	}

@@ -10,16 +10,16 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// DescriptionParameter is the one mutable parameter (VolumeAttributesClass)
+// descriptionParameter is the one mutable parameter (VolumeAttributesClass)
 // the driver knows: a note kept with the volume, at most 256 characters,
 // changeable at any time with ControllerModifyVolume.
-const DescriptionParameter = "description"
+const descriptionParameter = "description"
 
 // checkMutableParameters refuses unknown mutable parameters and bad values.
 func checkMutableParameters(field string, params map[string]string) error {
 	for k, v := range params {
-		if k != DescriptionParameter {
-			return invalid("%s: unknown mutable parameter %q (this driver knows %q)", field, k, DescriptionParameter)
+		if k != descriptionParameter {
+			return invalid("%s: unknown mutable parameter %q (this driver knows %q)", field, k, descriptionParameter)
 		}
 		if !utf8.ValidString(v) || utf8.RuneCountInString(v) > 256 {
 			return invalid("%s: %s must be valid UTF-8 of at most 256 characters", field, k)
@@ -29,7 +29,7 @@ func checkMutableParameters(field string, params map[string]string) error {
 }
 
 // ControllerModifyVolume changes a volume's mutable parameters.
-func (d *Driver) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
+func (d *server) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if err := validateID(id); err != nil {
 		return nil, err

@@ -19,12 +19,12 @@ func TestControllerModifyVolume(t *testing.T) {
 		params map[string]string
 		want   codes.Code
 	}{
-		{"set the description", vol, map[string]string{DescriptionParameter: "gold"}, codes.OK},
-		{"no volume ID", "", map[string]string{DescriptionParameter: "x"}, codes.InvalidArgument},
+		{"set the description", vol, map[string]string{descriptionParameter: "gold"}, codes.OK},
+		{"no volume ID", "", map[string]string{descriptionParameter: "x"}, codes.InvalidArgument},
 		{"volume ID ../x", "../x", nil, codes.InvalidArgument},
 		{"unknown volume", "loop-missing", nil, codes.NotFound},
 		{"unknown parameter", vol, map[string]string{"XXX_FakeKey": "v"}, codes.InvalidArgument},
-		{"description too long", vol, map[string]string{DescriptionParameter: strings.Repeat("x", 257)}, codes.InvalidArgument},
+		{"description too long", vol, map[string]string{descriptionParameter: strings.Repeat("x", 257)}, codes.InvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -32,11 +32,11 @@ func TestControllerModifyVolume(t *testing.T) {
 			wantCode(t, tt.name, err, tt.want)
 		})
 	}
-	d, err := New(Config{NodeID: "node-1", StateDir: f.dir + "/state", Loop: f.loop, Mounter: f.mounter})
+	d, err := newServer(Config{NodeID: "node-1", StateDir: f.dir + "/state", Loop: f.loop, Mounter: f.mounter})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := d.store.get(vol).MutableParameters[DescriptionParameter]; got != "gold" {
+	if got := d.store.get(vol).MutableParameters[descriptionParameter]; got != "gold" {
 		t.Errorf("description after a restart = %q, want gold", got)
 	}
 	_, err = f.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "bad", MutableParameters: map[string]string{"XXX": "v"},

@@ -18,7 +18,7 @@ import (
 )
 
 // knownVolume returns the state of volume id or NotFound.
-func (d *Driver) knownVolume(id string) (*volumeState, error) {
+func (d *server) knownVolume(id string) (*volumeState, error) {
 	v := d.store.get(id)
 	if v == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %s does not exist", id)
@@ -31,7 +31,7 @@ func (d *Driver) knownVolume(id string) (*volumeState, error) {
 // access, makes a file system on it if it has none and mounts it at the
 // staging path. It never formats a device that already holds a file
 // system. On failure it undoes what it did.
-func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+func (d *server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	id, path := req.GetVolumeId(), req.GetStagingTargetPath()
 	if err := validateID(id); err != nil {
 		return nil, err
@@ -102,7 +102,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 
 // stageDevice returns the loop device of volume id's image: one attached
 // already (attached false), or one it attaches now.
-func (d *Driver) stageDevice(ctx context.Context, id string) (dev string, attached bool, err error) {
+func (d *server) stageDevice(ctx context.Context, id string) (dev string, attached bool, err error) {
 	image := d.store.imagePath(id)
 	devs, err := d.loop.Find(ctx, image)
 	if err != nil {
@@ -142,7 +142,7 @@ func checkStageRepeat(v *volumeState, path string, kind accessKind, fsType strin
 
 // stageMount mounts dev's file system at path, formatting dev first if
 // it holds none. It reports whether it mounted (false: already mounted).
-func (d *Driver) stageMount(ctx context.Context, id, dev, path, fsType string, flags []string) (bool, error) {
+func (d *server) stageMount(ctx context.Context, id, dev, path, fsType string, flags []string) (bool, error) {
 	if err := os.MkdirAll(path, 0o750); err != nil {
 		return false, status.Errorf(codes.Internal, "volume %s: creating staging path: %v", id, err)
 	}
@@ -175,7 +175,7 @@ func (d *Driver) stageMount(ctx context.Context, id, dev, path, fsType string, f
 // while something else has one open (see detach.go), and fails with
 // Unavailable if that takes too long. It refuses while the volume is
 // still published on this node.
-func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+func (d *server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	id, path := req.GetVolumeId(), req.GetStagingTargetPath()
 	if err := validateID(id); err != nil {
 		return nil, err
@@ -247,7 +247,7 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 
 // checkUnused fails if any of devs is still mounted somewhere: detaching
 // it would only mark it for removal once the last mount goes.
-func (d *Driver) checkUnused(id string, devs []string) error {
+func (d *server) checkUnused(id string, devs []string) error {
 	if len(devs) == 0 {
 		return nil
 	}

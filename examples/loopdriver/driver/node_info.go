@@ -31,7 +31,7 @@ func volumePath(v *volumeState, path string) (block bool, err error) {
 
 // NodeGetVolumeStats reports bytes and inodes of a staged or published
 // file system (from statfs), or the size of a block volume.
-func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+func (d *server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	id, path := req.GetVolumeId(), req.GetVolumePath()
 	if err := validateID(id); err != nil {
 		return nil, err
@@ -85,7 +85,7 @@ func deviceSize(path string) (int64, error) {
 // NodeExpandVolume makes the loop device pick up the grown image and,
 // for a file system, grows it online (resize2fs, xfs_growfs). The image
 // itself is grown by ControllerExpandVolume.
-func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
+func (d *server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
 	id, path := req.GetVolumeId(), req.GetVolumePath()
 	if err := validateID(id); err != nil {
 		return nil, err
@@ -139,7 +139,7 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 
 // NodeGetInfo returns the node ID, the volume limit and the node's
 // topology segment.
-func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+func (d *server) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
 	return &csi.NodeGetInfoResponse{
 		NodeId:             d.nodeID,
 		MaxVolumesPerNode:  d.maxVolumes,
@@ -148,7 +148,7 @@ func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.Nod
 }
 
 // NodeGetCapabilities lists what the node service does.
-func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+func (d *server) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
 	var caps []*csi.NodeServiceCapability
 	for _, t := range []csi.NodeServiceCapability_RPC_Type{
 		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
@@ -167,7 +167,7 @@ func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRe
 
 // NodeGetVolumeHealth reports the image's health and, if the volume is
 // staged, whether its loop device and mounts are still there.
-func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
+func (d *server) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
 	id := req.GetVolumeId()
 	if err := validateID(id); err != nil {
 		return nil, err
@@ -210,7 +210,7 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 
 // NodeGetStorageHealth reports trouble with the state directory, where
 // every image lives: unreachable, or too full for another volume.
-func (d *Driver) NodeGetStorageHealth(context.Context, *csi.NodeGetStorageHealthRequest) (*csi.NodeGetStorageHealthResponse, error) {
+func (d *server) NodeGetStorageHealth(context.Context, *csi.NodeGetStorageHealthRequest) (*csi.NodeGetStorageHealthResponse, error) {
 	resp := &csi.NodeGetStorageHealthResponse{}
 	free, err := d.freeBytes()
 	switch {
@@ -218,7 +218,7 @@ func (d *Driver) NodeGetStorageHealth(context.Context, *csi.NodeGetStorageHealth
 		resp.BackendHealth = append(resp.BackendHealth, &csi.NodeGetStorageHealthResponse_StorageBackendHealth{
 			Status: csi.StorageHealthErrorType_STORAGE_UNREACHABLE, Reason: "StateDirUnreachable", Message: err.Error(),
 		})
-	case free < MinVolumeSize:
+	case free < minVolumeSize:
 		resp.BackendHealth = append(resp.BackendHealth, &csi.NodeGetStorageHealthResponse_StorageBackendHealth{
 			Status: csi.StorageHealthErrorType_STORAGE_DEGRADED, Reason: "StateDirFull", Message: "less free space than the smallest volume",
 		})

@@ -18,7 +18,7 @@ import (
 // the directory or file if missing (but not its parent). The mount is
 // read-only if the request, the access mode or the controller
 // publication says so. On failure it undoes what it did.
-func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+func (d *server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	id, target, staging := req.GetVolumeId(), req.GetTargetPath(), req.GetStagingTargetPath()
 	if err := validateID(id); err != nil {
 		return nil, err
@@ -125,7 +125,7 @@ func checkSingleWriter(id, target string, want targetState, v *volumeState) erro
 // bindMount makes target show source (the staging directory, or the
 // loop device dev for block access), unless it already shows dev. The
 // returned undo removes what it made.
-func (d *Driver) bindMount(ctx context.Context, id, source, dev, target string, want targetState) (func(), error) {
+func (d *server) bindMount(ctx context.Context, id, source, dev, target string, want targetState) (func(), error) {
 	created := false
 	_, err := os.Lstat(target)
 	switch {
@@ -187,7 +187,7 @@ func (d *Driver) bindMount(ctx context.Context, id, source, dev, target string, 
 // volume the driver does not know (an ephemeral volume deleted by an
 // earlier call whose answer was lost); an unknown volume whose target
 // path exists is NotFound.
-func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+func (d *server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
 	if err := validateID(id); err != nil {
 		return nil, err

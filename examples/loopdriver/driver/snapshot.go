@@ -37,7 +37,7 @@ func validateSnapshotID(field, id string) error {
 // snapshotLock is the lock key of a snapshot, apart from volume IDs.
 func snapshotLock(id string) string { return "snapshot/" + id }
 
-func (d *Driver) csiSnapshot(sn *snapshotState) *csi.Snapshot {
+func (d *server) csiSnapshot(sn *snapshotState) *csi.Snapshot {
 	return &csi.Snapshot{
 		SnapshotId:     sn.ID,
 		SourceVolumeId: sn.SourceVolumeID,
@@ -50,7 +50,7 @@ func (d *Driver) csiSnapshot(sn *snapshotState) *csi.Snapshot {
 // CreateSnapshot copies the source volume's image, keeping its holes. A
 // second call with the same name and source returns the same snapshot;
 // the same name with another source is AlreadyExists.
-func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
+func (d *server) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
 	name, src := req.GetName(), req.GetSourceVolumeId()
 	if name == "" {
 		return nil, invalid("name is required")
@@ -103,7 +103,7 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 
 // DeleteSnapshot deletes a snapshot's image and state; an unknown
 // snapshot is already deleted. Volumes made from it are copies and stay.
-func (d *Driver) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
+func (d *server) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
 	id := req.GetSnapshotId()
 	if err := validateSnapshotID("snapshot_id", id); err != nil {
 		return nil, err
@@ -120,7 +120,7 @@ func (d *Driver) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 }
 
 // GetSnapshot returns one snapshot.
-func (d *Driver) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
+func (d *server) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
 	id := req.GetSnapshotId()
 	if err := validateSnapshotID("snapshot_id", id); err != nil {
 		return nil, err
@@ -134,7 +134,7 @@ func (d *Driver) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (
 
 // ListSnapshots lists snapshots by ID, filtered by snapshot_id and
 // source_volume_id, max_entries at a time.
-func (d *Driver) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
+func (d *server) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
 	all := d.snaps.list()
 	snaps := all[:0]
 	for _, sn := range all {

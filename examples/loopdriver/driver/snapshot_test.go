@@ -47,12 +47,12 @@ func TestSnapshotAndRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	sn := snap.GetSnapshot()
-	if sn.GetSourceVolumeId() != vol || !sn.GetReadyToUse() || sn.GetSizeBytes() != DefaultVolumeSize || sn.GetCreationTime() == nil {
+	if sn.GetSourceVolumeId() != vol || !sn.GetReadyToUse() || sn.GetSizeBytes() != defaultVolumeSize || sn.GetCreationTime() == nil {
 		t.Errorf("snapshot %v", sn)
 	}
 	img := filepath.Join(f.dir, "state", "snapshots", sn.GetSnapshotId()+".img")
 	if got := allocated(t, img); got > 1<<20 {
-		t.Errorf("snapshot image allocates %d bytes of %d: holes not kept", got, DefaultVolumeSize)
+		t.Errorf("snapshot image allocates %d bytes of %d: holes not kept", got, defaultVolumeSize)
 	}
 	again, err := f.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap-1", SourceVolumeId: vol})
 	if err != nil || again.GetSnapshot().GetSnapshotId() != sn.GetSnapshotId() {
@@ -78,7 +78,7 @@ func TestSnapshotAndRestore(t *testing.T) {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		v := resp.GetVolume()
-		if v.GetCapacityBytes() != DefaultVolumeSize || v.GetContentSource() == nil {
+		if v.GetCapacityBytes() != defaultVolumeSize || v.GetContentSource() == nil {
 			t.Errorf("%s: volume %v, want the source's size and content source", tc.name, v)
 		}
 		data := make([]byte, 16)
@@ -197,7 +197,7 @@ func TestSnapshotsSurviveRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	stateDir := filepath.Join(f.dir, "state")
-	d, err := New(Config{NodeID: "node-1", StateDir: stateDir, Loop: f.loop, Mounter: f.mounter})
+	d, err := newServer(Config{NodeID: "node-1", StateDir: stateDir, Loop: f.loop, Mounter: f.mounter})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestSnapshotsSurviveRestart(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(stateDir, "snapshots", "snap-bad.json"), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(Config{NodeID: "node-1", StateDir: stateDir, Loop: f.loop, Mounter: f.mounter}); err == nil {
+	if _, err := newServer(Config{NodeID: "node-1", StateDir: stateDir, Loop: f.loop, Mounter: f.mounter}); err == nil {
 		t.Error("a corrupt snapshot state file did not fail the start")
 	}
 }

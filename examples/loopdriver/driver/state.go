@@ -31,7 +31,7 @@ type volumeState struct {
 	// "volume:{id}"; empty for an empty volume.
 	Source string `json:"source,omitempty"`
 	// MutableParameters are the volume's mutable parameters (see
-	// DescriptionParameter).
+	// descriptionParameter).
 	MutableParameters map[string]string `json:"mutableParameters,omitempty"`
 	// Nodes maps each node the volume is controller-published to onto
 	// how it was published.

@@ -106,7 +106,7 @@ func TestStoreRefusesBadFiles(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			_, err := New(Config{NodeID: "n", StateDir: dir})
+			_, err := newServer(Config{NodeID: "n", StateDir: dir})
 			if err == nil {
 				t.Fatal("New succeeded on a bad state file")
 			}
@@ -129,15 +129,15 @@ func TestNewChecksConfig(t *testing.T) {
 		{NodeID: "n", StateDir: dir, DriverName: strings.Repeat("a", 64)},
 		{NodeID: "n", StateDir: dir, MaxVolumes: -1},
 	} {
-		if _, err := New(cfg); err == nil {
+		if _, err := newServer(cfg); err == nil {
 			t.Errorf("New(%+v) succeeded, want an error", cfg)
 		}
 	}
-	d, err := New(Config{NodeID: "n", StateDir: dir})
+	d, err := newServer(Config{NodeID: "n", StateDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.name != DefaultDriverName || d.maxVolumes != DefaultMaxVolumes {
+	if d.name != DefaultDriverName || d.maxVolumes != defaultMaxVolumes {
 		t.Errorf("defaults: name %q, max volumes %d", d.name, d.maxVolumes)
 	}
 }
@@ -151,9 +151,9 @@ func TestParseEndpoint(t *testing.T) {
 		"unix://":                "",
 		"":                       "",
 	} {
-		got, err := ParseEndpoint(in)
+		got, err := parseEndpoint(in)
 		if (err != nil) != (want == "") || got != want {
-			t.Errorf("ParseEndpoint(%q) = %q, %v; want %q", in, got, err, want)
+			t.Errorf("parseEndpoint(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 }

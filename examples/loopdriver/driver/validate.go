@@ -46,7 +46,7 @@ func validateName(name string) error {
 // validatePath checks a staging or target path: present, absolute and
 // clean (no "..", no "//"), and not inside the driver's state directory,
 // so that no request can make the driver mount over its own files.
-func (d *Driver) validatePath(field, p string) error {
+func (d *server) validatePath(field, p string) error {
 	switch {
 	case p == "":
 		return invalid("%s is required", field)

@@ -34,7 +34,7 @@ func TestValidateID(t *testing.T) {
 }
 
 func TestValidatePath(t *testing.T) {
-	d := &Driver{stateDir: "/var/lib/loop"}
+	d := &server{stateDir: "/var/lib/loop"}
 	for _, tc := range []struct {
 		path string
 		ok   bool
@@ -105,8 +105,8 @@ func TestPickSize(t *testing.T) {
 		req, lim int64
 		want     int64 // 0: OutOfRange
 	}{
-		{0, 0, DefaultVolumeSize},
-		{1, 0, MinVolumeSize},
+		{0, 0, defaultVolumeSize},
+		{1, 0, minVolumeSize},
 		{100 << 20, 0, 100 << 20},
 		{100<<20 + 1, 0, 100<<20 + sizeAlign},
 		{0, 32 << 20, 32 << 20},
@@ -138,19 +138,19 @@ func TestParseFault(t *testing.T) {
 		{"NodeStageVolume:exit", Fault{Method: "NodeStageVolume", Exit: true, At: AtMid}},
 		{"NodeStageVolume/vol-1:error=internal,at=mid,times=2", Fault{Method: "NodeStageVolume", VolumeID: "vol-1", Code: codes.Internal, At: AtMid, Times: 2}},
 	} {
-		got, err := ParseFault(tc.in)
+		got, err := parseFault(tc.in)
 		if err != nil || got != tc.want {
-			t.Errorf("ParseFault(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+			t.Errorf("parseFault(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
 			continue
 		}
-		again, err := ParseFault(got.String())
+		again, err := parseFault(got.String())
 		if err != nil || again != got {
-			t.Errorf("ParseFault(%q.String() = %q) = %+v, %v", tc.in, got.String(), again, err)
+			t.Errorf("parseFault(%q.String() = %q) = %+v, %v", tc.in, got.String(), again, err)
 		}
 	}
 	for _, bad := range []string{"", "NodeStageVolume", ":exit", "NodeStageVolume:", "X:delay=soon", "X:error=Nope", "X:error=OK", "X:at=end,exit", "X:times=0,exit", "X:frobnicate", "X:at=mid"} {
-		if _, err := ParseFault(bad); err == nil {
-			t.Errorf("ParseFault(%q) succeeded, want an error", bad)
+		if _, err := parseFault(bad); err == nil {
+			t.Errorf("parseFault(%q) succeeded, want an error", bad)
 		}
 	}
 }
