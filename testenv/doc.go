@@ -8,14 +8,14 @@
 //
 // # Binaries
 //
-// The package does not build anything. kube-apiserver (KubernetesVersion)
-// and etcd (EtcdVersion) are built by the separate module testenv/build of
+// The package does not build anything. kube-apiserver (v1.37.2)
+// and etcd (v3.7.0) are built by the separate module testenv/build of
 // the nodevol repository, which requires k8s.io/kubernetes so that nodevol
 // itself never does:
 //
 //	make testenv-bins
 //
-// builds both into DefaultBinDir ($XDG_CACHE_HOME/nodevol-testenv/v1.37.2,
+// builds both into ($XDG_CACHE_HOME/nodevol-testenv/v1.37.2,
 // or ~/.cache/... when XDG_CACHE_HOME is unset) only when they are missing.
 // The paths can be set in Options or by the environment variables
 // NODEVOL_TESTENV_APISERVER, NODEVOL_TESTENV_ETCD and NODEVOL_TESTENV_DIR

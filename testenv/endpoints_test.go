@@ -20,7 +20,7 @@ func TestKubernetesServiceEndpoints(t *testing.T) {
 	env := StartT(t, Options{})
 	client := kubernetes.NewForConfigOrDie(env.Config())
 	first := waitServiceEndpoints(t, env, client, "")
-	if err := env.RestartAPIServer(t.Context()); err != nil {
+	if err := env.restartAPIServer(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	// The stopped apiserver removed its address; the new one puts it back.

@@ -115,7 +115,7 @@ func (e *Env) writeCredentials() error {
 	if err != nil {
 		return err
 	}
-	users := append([]User{{Name: AdminName, Groups: []string{"system:masters"}}}, e.opts.Users...)
+	users := append([]User{{Name: adminName, Groups: []string{"system:masters"}}}, e.opts.Users...)
 	var tokens bytes.Buffer
 	w := csv.NewWriter(&tokens)
 	for _, u := range users {
@@ -228,7 +228,7 @@ func (e *Env) StartAPIServer(ctx context.Context) error {
 	}
 	e.apiserver = p
 	client := e.httpClient()
-	header := http.Header{"Authorization": {"Bearer " + e.tokens[AdminName]}}
+	header := http.Header{"Authorization": {"Bearer " + e.tokens[adminName]}}
 	return p.waitReady(ctx, e.opts.StartTimeout, httpProbe(client, e.host()+"/readyz", header))
 }
 
@@ -243,9 +243,9 @@ func (e *Env) StopAPIServer() {
 	}
 }
 
-// RestartAPIServer stops kube-apiserver and starts it again on the same
+// restartAPIServer stops kube-apiserver and starts it again on the same
 // address (StopAPIServer, then StartAPIServer).
-func (e *Env) RestartAPIServer(ctx context.Context) error {
+func (e *Env) restartAPIServer(ctx context.Context) error {
 	e.StopAPIServer()
 	return e.StartAPIServer(ctx)
 }
@@ -277,14 +277,14 @@ func (e *Env) Stop() error {
 // Config returns a new client config for the admin (AdminName, in
 // system:masters), with client-go's default rate limits.
 func (e *Env) Config() *rest.Config {
-	return e.tokenConfig(e.tokens[AdminName])
+	return e.tokenConfig(e.tokens[adminName])
 }
 
 // TokenConfig returns a new client config with the bearer token of user
 // name, one of Options.Users, or an error when there is no such user.
 func (e *Env) TokenConfig(name string) (*rest.Config, error) {
 	tok, ok := e.tokens[name]
-	if !ok || name == AdminName {
+	if !ok || name == adminName {
 		return nil, fmt.Errorf("testenv: no token for user %q: list it in Options.Users", name)
 	}
 	return e.tokenConfig(tok), nil
@@ -309,9 +309,6 @@ func (e *Env) CertConfig(u User) (*rest.Config, error) {
 		},
 	}, nil
 }
-
-// Host is the apiserver's URL, https://127.0.0.1:PORT.
-func (e *Env) Host() string { return e.host() }
 
 // Port is the apiserver's secure port, on every address it binds.
 func (e *Env) Port() int { return e.apiPort }

@@ -27,8 +27,8 @@ import (
 func TestCredentialFiles(t *testing.T) {
 	env := StartT(t, Options{})
 	ctx := t.Context()
-	if want := fmt.Sprintf("https://127.0.0.1:%d", env.Port()); env.Host() != want {
-		t.Errorf("Host %s, want %s (Port %d)", env.Host(), want, env.Port())
+	if want := fmt.Sprintf("https://127.0.0.1:%d", env.Port()); env.host() != want {
+		t.Errorf("Host %s, want %s (Port %d)", env.host(), want, env.Port())
 	}
 
 	caPEM, err := os.ReadFile(env.CAFile())
@@ -40,7 +40,7 @@ func TestCredentialFiles(t *testing.T) {
 		t.Fatalf("CAFile %s holds no certificate", env.CAFile())
 	}
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
-	resp, err := hc.Get(env.Host() + "/readyz")
+	resp, err := hc.Get(env.host() + "/readyz")
 	if err != nil {
 		t.Fatalf("the serving certificate against CAFile: %v", err)
 	}

@@ -36,7 +36,7 @@ func TestWriteKubeconfig(t *testing.T) {
 		user       string
 		wantGroups []string
 	}{
-		{name: "admin", cfg: env.Config(), user: AdminName, wantGroups: []string{"system:masters"}},
+		{name: "admin", cfg: env.Config(), user: adminName, wantGroups: []string{"system:masters"}},
 		{name: "token", cfg: tokenCfg, user: alice.Name, wantGroups: alice.Groups},
 		{name: "node certificate", cfg: certCfg, user: node.Name, wantGroups: node.Groups},
 	}

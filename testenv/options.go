@@ -10,28 +10,28 @@ import (
 
 // The versions make testenv-bins builds (testenv/build/go.mod pins them).
 const (
-	// KubernetesVersion is the version of kube-apiserver; DefaultBinDir is
+	// kubernetesVersion is the version of kube-apiserver; defaultBinDir is
 	// keyed by it.
-	KubernetesVersion = "v1.37.2"
-	// EtcdVersion is the version of etcd that k8s.io/kubernetes
-	// KubernetesVersion selects.
-	EtcdVersion = "v3.7.0"
+	kubernetesVersion = "v1.37.2"
+	// etcdVersion is the version of etcd that k8s.io/kubernetes
+	// kubernetesVersion selects.
+	etcdVersion = "v3.7.0"
 )
 
 // Environment variables that locate the binaries when Options leaves them
 // unset.
 const (
-	// EnvAPIServer names the kube-apiserver binary.
-	EnvAPIServer = "NODEVOL_TESTENV_APISERVER"
-	// EnvEtcd names the etcd binary.
-	EnvEtcd = "NODEVOL_TESTENV_ETCD"
-	// EnvBinDir names the directory holding both binaries.
-	EnvBinDir = "NODEVOL_TESTENV_DIR"
+	// envAPIServer names the kube-apiserver binary.
+	envAPIServer = "NODEVOL_TESTENV_APISERVER"
+	// envEtcd names the etcd binary.
+	envEtcd = "NODEVOL_TESTENV_ETCD"
+	// envBinDir names the directory holding both binaries.
+	envBinDir = "NODEVOL_TESTENV_DIR"
 )
 
 // buildHint is how to get the binaries, quoted in errors.
 const buildHint = "build both with `make testenv-bins` in the nodevol repository (module testenv/build), " +
-	"or set " + EnvAPIServer + " and " + EnvEtcd
+	"or set " + envAPIServer + " and " + envEtcd
 
 // ErrBinaryMissing is wrapped by Start's error when kube-apiserver or etcd
 // cannot be found; StartT skips on it outside CI.
@@ -57,7 +57,8 @@ type Options struct {
 	// {BinDir}/etcd.
 	EtcdPath string
 	// BinDir is the directory both binaries are looked for in. Unset:
-	// $NODEVOL_TESTENV_DIR, then DefaultBinDir().
+	// $NODEVOL_TESTENV_DIR, then make testenv-bins' directory
+	// ($XDG_CACHE_HOME/nodevol-testenv/v1.37.2, or ~/.cache/...).
 	BinDir string
 
 	// Users get a static bearer token each, besides the admin; TokenConfig
@@ -90,15 +91,15 @@ type Options struct {
 	StopTimeout time.Duration
 }
 
-// AdminName is the user name of Env.Config's token, a member of
+// adminName is the user name of Env.Config's token, a member of
 // system:masters.
-const AdminName = "testenv-admin"
+const adminName = "testenv-admin"
 
-// DefaultBinDir is where make testenv-bins puts the binaries:
-// $XDG_CACHE_HOME/nodevol-testenv/{KubernetesVersion}, or
-// ~/.cache/nodevol-testenv/{KubernetesVersion} when XDG_CACHE_HOME is unset.
+// defaultBinDir is where make testenv-bins puts the binaries:
+// $XDG_CACHE_HOME/nodevol-testenv/{kubernetesVersion}, or
+// ~/.cache/nodevol-testenv/{kubernetesVersion} when XDG_CACHE_HOME is unset.
 // It returns "" when neither that nor the home directory is known.
-func DefaultBinDir() string {
+func defaultBinDir() string {
 	base := os.Getenv("XDG_CACHE_HOME")
 	if base == "" {
 		home, err := os.UserHomeDir()
@@ -107,7 +108,7 @@ func DefaultBinDir() string {
 		}
 		base = filepath.Join(home, ".cache")
 	}
-	return filepath.Join(base, "nodevol-testenv", KubernetesVersion)
+	return filepath.Join(base, "nodevol-testenv", kubernetesVersion)
 }
 
 // withDefaults returns o with every unset field defaulted and the binaries
@@ -115,10 +116,10 @@ func DefaultBinDir() string {
 // is missing (wrapping ErrBinaryMissing).
 func (o Options) withDefaults() (Options, error) {
 	if o.BinDir == "" {
-		o.BinDir = os.Getenv(EnvBinDir)
+		o.BinDir = os.Getenv(envBinDir)
 	}
 	if o.BinDir == "" {
-		o.BinDir = DefaultBinDir()
+		o.BinDir = defaultBinDir()
 	}
 	if o.AuthorizationModes == nil {
 		o.AuthorizationModes = []string{"RBAC"}
@@ -132,7 +133,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.StopTimeout <= 0 {
 		o.StopTimeout = 10 * time.Second
 	}
-	seen := map[string]bool{AdminName: true}
+	seen := map[string]bool{adminName: true}
 	for i, u := range o.Users {
 		if u.Name == "" {
 			return o, fmt.Errorf("testenv: Options.Users[%d]: empty name", i)
@@ -143,10 +144,10 @@ func (o Options) withDefaults() (Options, error) {
 		seen[u.Name] = true
 	}
 	var err error
-	if o.APIServerPath, err = locate("kube-apiserver", o.APIServerPath, EnvAPIServer, o.BinDir); err != nil {
+	if o.APIServerPath, err = locate("kube-apiserver", o.APIServerPath, envAPIServer, o.BinDir); err != nil {
 		return o, err
 	}
-	if o.EtcdPath, err = locate("etcd", o.EtcdPath, EnvEtcd, o.BinDir); err != nil {
+	if o.EtcdPath, err = locate("etcd", o.EtcdPath, envEtcd, o.BinDir); err != nil {
 		return o, err
 	}
 	return o, nil

@@ -16,7 +16,7 @@ func TestVersionsMatchBuildModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"k8s.io/kubernetes " + KubernetesVersion, "go.etcd.io/etcd/server/v3 " + EtcdVersion} {
+	for _, want := range []string{"k8s.io/kubernetes " + kubernetesVersion, "go.etcd.io/etcd/server/v3 " + etcdVersion} {
 		if !strings.Contains(string(b), "\t"+want) {
 			t.Errorf("build/go.mod does not require %s", want)
 		}
@@ -33,28 +33,28 @@ func TestLocate(t *testing.T) {
 	if err := os.WriteFile(plain, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(EnvEtcd, "")
-	t.Setenv(EnvAPIServer, "")
+	t.Setenv(envEtcd, "")
+	t.Setenv(envAPIServer, "")
 
-	if got, err := locate("etcd", "", EnvEtcd, dir); err != nil || got != exe {
+	if got, err := locate("etcd", "", envEtcd, dir); err != nil || got != exe {
 		t.Errorf("locate from the bin dir = %q, %v; want %q", got, err, exe)
 	}
-	t.Setenv(EnvEtcd, exe)
-	if got, err := locate("etcd", "", EnvEtcd, "/nonexistent"); err != nil || got != exe {
-		t.Errorf("locate from $%s = %q, %v; want %q", EnvEtcd, got, err, exe)
+	t.Setenv(envEtcd, exe)
+	if got, err := locate("etcd", "", envEtcd, "/nonexistent"); err != nil || got != exe {
+		t.Errorf("locate from $%s = %q, %v; want %q", envEtcd, got, err, exe)
 	}
-	_, err := locate("kube-apiserver", "", EnvAPIServer, "/nonexistent")
+	_, err := locate("kube-apiserver", "", envAPIServer, "/nonexistent")
 	if !errors.Is(err, ErrBinaryMissing) || !strings.Contains(err.Error(), "make testenv-bins") ||
 		!strings.Contains(err.Error(), "/nonexistent/kube-apiserver") {
 		t.Errorf("missing binary: %v; want ErrBinaryMissing naming the path and make testenv-bins", err)
 	}
-	if _, err := locate("kube-apiserver", plain, EnvAPIServer, ""); err == nil || errors.Is(err, ErrBinaryMissing) {
+	if _, err := locate("kube-apiserver", plain, envAPIServer, ""); err == nil || errors.Is(err, ErrBinaryMissing) {
 		t.Errorf("non-executable file: %v; want an error that is not ErrBinaryMissing", err)
 	}
 }
 
 func TestOptionsUsers(t *testing.T) {
-	for _, users := range [][]User{{{Name: ""}}, {{Name: "a"}, {Name: "a"}}, {{Name: AdminName}}} {
+	for _, users := range [][]User{{{Name: ""}}, {{Name: "a"}, {Name: "a"}}, {{Name: adminName}}} {
 		if _, err := (Options{Users: users}).withDefaults(); err == nil || errors.Is(err, ErrBinaryMissing) {
 			t.Errorf("Users %v: %v, want a validation error", users, err)
 		}

@@ -20,15 +20,15 @@ var replacements = map[string]string{
 	"fc": "nodevol does not mount fc (Fibre Channel) volumes in-tree: use your storage vendor's CSI driver (kubernetes-csi has no Fibre Channel driver)",
 }
 
-// ReplacedBy says what replaces kind, a kind of volume source nodevol has
+// replacedBy says what replaces kind, a kind of volume source nodevol has
 // no plugin for (iscsi, fc), as a sentence for an error; "" for any
 // other kind.
-func ReplacedBy(kind string) string { return replacements[kind] }
+func replacedBy(kind string) string { return replacements[kind] }
 
 // hint is ReplacedBy(kind) as the tail of an error: "; " and the sentence,
 // or "".
 func hint(kind string) string {
-	if s := ReplacedBy(kind); s != "" {
+	if s := replacedBy(kind); s != "" {
 		return "; " + s
 	}
 	return ""

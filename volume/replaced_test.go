@@ -53,7 +53,7 @@ func TestReplacedKinds(t *testing.T) {
 			t.Errorf("ForPV = %v, %v; want %q wrapping ErrNoPlugin", p, err, tt.want)
 		}
 	}
-	if ReplacedBy("nfs") != "" || ReplacedBy("emptyDir") != "" {
+	if replacedBy("nfs") != "" || replacedBy("emptyDir") != "" {
 		t.Error("ReplacedBy names a replacement for a kind nodevol handles")
 	}
 }

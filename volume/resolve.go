@@ -52,17 +52,17 @@ func (r *Registry) ForPV(pv *v1.PersistentVolume) (Plugin, error) {
 	}
 	switch len(match) {
 	case 0:
-		kind := PVSourceKind(&pv.Spec.PersistentVolumeSource)
+		kind := pvSourceKind(&pv.Spec.PersistentVolumeSource)
 		return nil, fmt.Errorf("PV %s of kind %s: %w (registered: %s)%s", pv.Name, kind, ErrNoPlugin, r.list(), hint(kind))
 	case 1:
 		return r.plugins[match[0]], nil
 	}
-	return nil, fmt.Errorf("PV %s of kind %s: claimed by more than one volume plugin (%s)", pv.Name, PVSourceKind(&pv.Spec.PersistentVolumeSource), strings.Join(match, ", "))
+	return nil, fmt.Errorf("PV %s of kind %s: claimed by more than one volume plugin (%s)", pv.Name, pvSourceKind(&pv.Spec.PersistentVolumeSource), strings.Join(match, ", "))
 }
 
-// PVSourceKind names the kind of a PV's source as the PV spec spells it
+// pvSourceKind names the kind of a PV's source as the PV spec spells it
 // ("csi", "local", "hostPath", ...), for messages; "no source" when none
 // is set.
-func PVSourceKind(src *v1.PersistentVolumeSource) string {
+func pvSourceKind(src *v1.PersistentVolumeSource) string {
 	return kindOf(src)
 }

@@ -67,7 +67,7 @@ func TestPVSourceKind(t *testing.T) {
 		"csi":       {CSI: &v1.CSIPersistentVolumeSource{}},
 		"no source": {},
 	} {
-		if got := PVSourceKind(&src); got != want {
+		if got := pvSourceKind(&src); got != want {
 			t.Errorf("PVSourceKind = %q, want %q", got, want)
 		}
 	}

@@ -67,11 +67,11 @@ type Config = objvolume.Config
 // volume.Reconstructor and volume.ObjectReader (Refs) too.
 func New(cfg Config) (volume.Plugin, error) { return objvolume.New(kind, cfg) }
 
-// Refs returns the objects a configMap volume of a pod in namespace ns
+// refs returns the objects a configMap volume of a pod in namespace ns
 // reads: its ConfigMap, held whether or not the source is optional (an
 // optional ConfigMap that appears later fills the volume). None for a nil
 // source or one that names nothing.
-func Refs(ns string, src *v1.ConfigMapVolumeSource) []objectcache.Ref {
+func refs(ns string, src *v1.ConfigMapVolumeSource) []objectcache.Ref {
 	return objvolume.Refs(kind, ns, &v1.VolumeSource{ConfigMap: src})
 }
 

@@ -194,7 +194,7 @@ func TestPlugin(t *testing.T) {
 	}
 	src := &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}}
 	want := []objectcache.Ref{{Kind: objectcache.ConfigMap, Namespace: "ns", Name: "c"}}
-	if got := Refs("ns", src); !slices.Equal(got, want) || Refs("ns", nil) != nil {
+	if got := refs("ns", src); !slices.Equal(got, want) || refs("ns", nil) != nil {
 		t.Errorf("Refs = %v, want %v", got, want)
 	}
 	// The volume manager asks the plugin (volume.ObjectReader).

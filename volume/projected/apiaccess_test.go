@@ -61,7 +61,7 @@ func TestKubeAPIAccess(t *testing.T) {
 			e.objs.Put(kubeRootCA())
 			pod, name := testPod(), "kube-api-access-x7k2q"
 			src := kubeAPIAccess()
-			if got, want := Refs(objtest.NS, &src), []objectcache.Ref{{Kind: objectcache.ConfigMap, Namespace: objtest.NS, Name: "kube-root-ca.crt"}}; !slices.Equal(got, want) {
+			if got, want := refs(objtest.NS, &src), []objectcache.Ref{{Kind: objectcache.ConfigMap, Namespace: objtest.NS, Name: "kube-root-ca.crt"}}; !slices.Equal(got, want) {
 				t.Errorf("Refs = %v, want %v", got, want)
 			}
 			spec := e.spec(t, pod, name, src)

@@ -84,7 +84,7 @@ func TestTrustBundleAPINotServed(t *testing.T) {
 			e.plugin.objects = objects
 			pod := testPod()
 			src := v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{{ClusterTrustBundle: tc.source}}}
-			objects.Hold(string(pod.UID), Refs(pod.Namespace, &src)...)
+			objects.Hold(string(pod.UID), refs(pod.Namespace, &src)...)
 			spec := e.spec(t, pod, "vol", src)
 			_, err := e.SetUp(context.Background(), request(pod, spec, "vol", nil))
 			if err == nil {

@@ -209,10 +209,10 @@ func (p *plugin) CanSupport(v *v1.Volume) bool { return v != nil && v.Projected 
 // Objects implements volume.ObjectReader: what a projected pod volume
 // reads (Refs).
 func (p *plugin) Objects(namespace string, v *v1.Volume) []objectcache.Ref {
-	return Refs(namespace, v.Projected)
+	return refs(namespace, v.Projected)
 }
 
-// Refs returns the objects a projected volume of a pod in namespace ns
+// refs returns the objects a projected volume of a pod in namespace ns
 // reads, for the volume manager to hold in the object cache: the
 // configMaps and secrets of its sources (optional or not: one that appears
 // later fills the volume) and its ClusterTrustBundles, by name or as the
@@ -220,7 +220,7 @@ func (p *plugin) Objects(namespace string, v *v1.Volume) []objectcache.Ref {
 // label selector's String). A selection with no label selector selects
 // nothing (the kubelet's rule) and needs no Ref; nor does one whose
 // selector is invalid (ResolveSpec refuses it). None for a nil source.
-func Refs(ns string, src *v1.ProjectedVolumeSource) []objectcache.Ref {
+func refs(ns string, src *v1.ProjectedVolumeSource) []objectcache.Ref {
 	if src == nil {
 		return nil
 	}

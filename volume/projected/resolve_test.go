@@ -178,10 +178,10 @@ func TestPlugin(t *testing.T) {
 		{Kind: objectcache.ClusterTrustBundle, Fields: "spec.signerName=example.com/s", Labels: "k=v"},
 		{Kind: objectcache.ClusterTrustBundle, Fields: "spec.signerName=example.com/s"},
 	}
-	if got := Refs("ns", src); !slices.Equal(got, want) {
+	if got := refs("ns", src); !slices.Equal(got, want) {
 		t.Errorf("Refs = %v, want %v", got, want)
 	}
-	if got := Refs("ns", nil); got != nil {
+	if got := refs("ns", nil); got != nil {
 		t.Errorf("Refs(nil) = %v", got)
 	}
 	// The volume manager asks the plugin (volume.ObjectReader).
@@ -217,7 +217,7 @@ func TestTrustBundleRefsRead(t *testing.T) {
 	if _, err := e.SetUp(t.Context(), request(pod, spec, "vol", nil)); err != nil {
 		t.Fatal(err)
 	}
-	if got := Refs(objtest.NS, &src); !slices.Equal(e.objs.Listed, got) {
+	if got := refs(objtest.NS, &src); !slices.Equal(e.objs.Listed, got) {
 		t.Errorf("listed %v, held %v", e.objs.Listed, got)
 	}
 }

@@ -63,11 +63,6 @@ import (
 // PluginName is the plugin's name, the kubelet's.
 const PluginName = "kubernetes.io/secret"
 
-// Objects is what the plugin reads Secrets from: the node's object cache
-// (objectcache.Cache). Get answers apierrors.IsNotFound for a missing
-// object.
-type Objects = objvolume.Objects
-
 // Config configures the plugin: RootDir, Mounter and Objects are
 // required; Steps and AllocatableMemory are optional.
 type Config = objvolume.Config
@@ -76,11 +71,11 @@ type Config = objvolume.Config
 // volume.Reconstructor too.
 func New(cfg Config) (volume.Plugin, error) { return objvolume.New(kind, cfg) }
 
-// Refs returns the objects a secret volume of a pod in namespace ns
+// refs returns the objects a secret volume of a pod in namespace ns
 // reads: its Secret, held whether or not the source is optional (an
 // optional Secret that appears later fills the volume). None for a nil
 // source or one that names nothing.
-func Refs(ns string, src *v1.SecretVolumeSource) []objectcache.Ref {
+func refs(ns string, src *v1.SecretVolumeSource) []objectcache.Ref {
 	return objvolume.Refs(kind, ns, &v1.VolumeSource{Secret: src})
 }
 

@@ -312,10 +312,10 @@ func TestPlugin(t *testing.T) {
 		t.Error("CanSupport claims the wrong sources")
 	}
 	want := []objectcache.Ref{{Kind: objectcache.Secret, Namespace: "ns", Name: "s"}}
-	if got := Refs("ns", &v1.SecretVolumeSource{SecretName: "s", Optional: ptr(true)}); !slices.Equal(got, want) {
+	if got := refs("ns", &v1.SecretVolumeSource{SecretName: "s", Optional: ptr(true)}); !slices.Equal(got, want) {
 		t.Errorf("Refs = %v, want %v", got, want)
 	}
-	if got := Refs("ns", nil); got != nil {
+	if got := refs("ns", nil); got != nil {
 		t.Errorf("Refs(nil) = %v", got)
 	}
 	// The volume manager asks the plugin (volume.ObjectReader).

@@ -180,9 +180,9 @@ func (w *walker) walk(comps []string) (walked, error) {
 				return walked{}, err
 			}
 		case mode == unix.S_IFDIR:
-			if len(w.path(p.name))-len(w.volumePath) > MaxSubPathLength {
+			if len(w.path(p.name))-len(w.volumePath) > maxSubPathLength {
 				_ = unix.Close(fd)
-				return walked{}, w.linkError(p, fmt.Errorf("%s: longer than %d bytes below the volume: %w", w.path(p.name), MaxSubPathLength, unix.ENAMETOOLONG))
+				return walked{}, w.linkError(p, fmt.Errorf("%s: longer than %d bytes below the volume: %w", w.path(p.name), maxSubPathLength, unix.ENAMETOOLONG))
 			}
 			w.dirs, w.names = append(w.dirs, fd), append(w.names, p.name)
 		case hasComponents(pending):

@@ -74,8 +74,8 @@ const DirName = "volume-subpaths"
 // Limits of a subPath, the kernel's: NAME_MAX bytes for one component and
 // PATH_MAX-1 for the whole.
 const (
-	MaxComponentLength = 255
-	MaxSubPathLength   = 4095
+	maxComponentLength = 255
+	maxSubPathLength   = 4095
 )
 
 var (
@@ -233,7 +233,7 @@ type Mount struct {
 	Index int
 	// SubPath is the volumeMount's subPath (subPathExpr already
 	// expanded): relative, without "..", components of at most
-	// MaxComponentLength bytes. "." and a trailing "/" are accepted and
+	// maxComponentLength bytes. "." and a trailing "/" are accepted and
 	// cleaned, as the kubelet does. Symlinks in it are followed while
 	// they stay in the volume; ".." in their targets is allowed as long
 	// as it does not climb above the volume's directory.
@@ -287,8 +287,8 @@ func splitSubPath(subPath string) ([]string, error) {
 		return bad("empty")
 	case filepath.IsAbs(subPath):
 		return bad("must not be an absolute path")
-	case len(subPath) > MaxSubPathLength:
-		return bad(fmt.Sprintf("longer than %d bytes", MaxSubPathLength))
+	case len(subPath) > maxSubPathLength:
+		return bad(fmt.Sprintf("longer than %d bytes", maxSubPathLength))
 	case strings.IndexByte(subPath, 0) >= 0:
 		return bad("must not contain a NUL byte")
 	}
@@ -296,8 +296,8 @@ func splitSubPath(subPath string) ([]string, error) {
 		if c == ".." {
 			return bad(`must not contain ".."`)
 		}
-		if len(c) > MaxComponentLength {
-			return bad(fmt.Sprintf("a component is longer than %d bytes", MaxComponentLength))
+		if len(c) > maxComponentLength {
+			return bad(fmt.Sprintf("a component is longer than %d bytes", maxComponentLength))
 		}
 	}
 	clean := filepath.Clean(subPath)

@@ -11,19 +11,19 @@ import (
 )
 
 func TestSplitSubPath(t *testing.T) {
-	long := strings.Repeat("x", MaxComponentLength)
+	long := strings.Repeat("x", maxComponentLength)
 	// A path of exactly MaxSubPathLength bytes: components of 255 bytes
 	// and a shorter last one, joined by slashes.
 	var parts []string
 	n := 0
-	for n+MaxComponentLength+1 <= MaxSubPathLength {
+	for n+maxComponentLength+1 <= maxSubPathLength {
 		parts = append(parts, long)
-		n += MaxComponentLength + 1
+		n += maxComponentLength + 1
 	}
-	parts = append(parts, strings.Repeat("y", MaxSubPathLength-n))
+	parts = append(parts, strings.Repeat("y", maxSubPathLength-n))
 	atLimit := strings.Join(parts, "/")
-	if len(atLimit) != MaxSubPathLength {
-		t.Fatalf("test path is %d bytes, want %d", len(atLimit), MaxSubPathLength)
+	if len(atLimit) != maxSubPathLength {
+		t.Fatalf("test path is %d bytes, want %d", len(atLimit), maxSubPathLength)
 	}
 	for _, tc := range []struct {
 		name, subPath string

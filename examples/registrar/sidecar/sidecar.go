@@ -32,17 +32,17 @@ func Main(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := Run(ctx, *regPath, *driver, *endpoint, strings.Split(*versions, ",")); err != nil {
+	if err := run(ctx, *regPath, *driver, *endpoint, strings.Split(*versions, ",")); err != nil {
 		fmt.Fprintln(os.Stderr, "registrar:", err)
 		return 1
 	}
 	return 0
 }
 
-// Run serves GetInfo for driver at endpoint on
+// run serves GetInfo for driver at endpoint on
 // {regPath}/{driver}-reg.sock, logging each registration status it is
 // told, until ctx ends; then it removes the socket.
-func Run(ctx context.Context, regPath, driver, endpoint string, versions []string) error {
+func run(ctx context.Context, regPath, driver, endpoint string, versions []string) error {
 	if driver == "" || endpoint == "" {
 		return errors.New("--driver-name and --endpoint are required")
 	}

@@ -17,8 +17,8 @@ import (
 	"k8s.io/mount-utils"
 )
 
-// Bind is what a bind mount of the fake binds.
-type Bind struct {
+// bind is what a bind mount of the fake binds.
+type bind struct {
 	// Source is the mount's source as given: for the subPath bind
 	// mounts, /proc/{pid}/fd/{n}.
 	Source string
@@ -41,7 +41,7 @@ type Bind struct {
 type Mounter struct {
 	*mount.FakeMounter
 	mu    sync.Mutex
-	binds map[string]Bind
+	binds map[string]bind
 }
 
 // NewMounter returns a Mounter recording in fake; nil makes a new
@@ -50,7 +50,7 @@ func NewMounter(fake *mount.FakeMounter) *Mounter {
 	if fake == nil {
 		fake = mount.NewFakeMounter(nil)
 	}
-	return &Mounter{FakeMounter: fake, binds: map[string]Bind{}}
+	return &Mounter{FakeMounter: fake, binds: map[string]bind{}}
 }
 
 // Mount is the FakeMounter's, recording a bind mount.
@@ -101,7 +101,7 @@ func (m *Mounter) mount(source, target string, options, flags []string, do func(
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.binds[key(target)] = Bind{Source: source, File: file, Dev: st.Dev, Ino: st.Ino, Flags: slices.Clone(flags)}
+	m.binds[key(target)] = bind{Source: source, File: file, Dev: st.Dev, Ino: st.Ino, Flags: slices.Clone(flags)}
 	return nil
 }
 
@@ -117,7 +117,7 @@ func (m *Mounter) Unmount(target string) error {
 }
 
 // Bound returns the bind mount at target, if there is one.
-func (m *Mounter) Bound(target string) (Bind, bool) {
+func (m *Mounter) Bound(target string) (bind, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b, ok := m.binds[key(target)]
