@@ -17,8 +17,8 @@ var update = flag.Bool("update", false, "rewrite each suite's deps file from wha
 // depsFiles are the suites this module builds, each with the file that
 // imports what its files import.
 var depsFiles = []struct{ pkg, file string }{
-	{E2ENode, "e2enode_deps.go"},
-	{E2E, "e2e_deps.go"},
+	{e2eNode, "e2enode_deps.go"},
+	{e2e, "e2e_deps.go"},
 }
 
 // goCmd runs the go command in this module (the test's working directory
