@@ -43,7 +43,7 @@ const (
 // from outside is checked once, as the request is built (newPublication).
 func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, error) {
 	desc := volumeDesc(req.Spec)
-	p, release, err := p.held()
+	p, release, err := p.withRootHeld()
 	if err != nil {
 		return "", fmt.Errorf("publishing volume %s for pod %s: %w", desc, req.Volume.Pod, err)
 	}
@@ -141,7 +141,7 @@ func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 	fail := func(err error) error {
 		return fmt.Errorf("unpublishing volume %s from pod %s: %w", volumeDesc(spec), vol.Pod, err)
 	}
-	p, release, err := p.held()
+	p, release, err := p.withRootHeld()
 	if err != nil {
 		return fail(err)
 	}
