@@ -17,16 +17,6 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-// Keys of the pod information passed in the volume context to drivers
-// whose CSIDriver sets podInfoOnMount.
-const (
-	podNameKey            = "csi.storage.k8s.io/pod.name"
-	podNamespaceKey       = "csi.storage.k8s.io/pod.namespace"
-	podUIDKey             = "csi.storage.k8s.io/pod.uid"
-	serviceAccountNameKey = "csi.storage.k8s.io/serviceAccount.name"
-	ephemeralKey          = "csi.storage.k8s.io/ephemeral"
-)
-
 // SetUp implements volume.Mounter: it publishes the volume with
 // NodePublishVolume at PodVolumePath(root, podUID, VolumeDirName(...)) and
 // returns that path (a raw block volume: mapPodDevice). Before the call it
