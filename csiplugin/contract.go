@@ -15,16 +15,14 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-// PluginName is the CSI plugin's name in a volume.Registry, the kubelet's:
-// every CSI volume's unique name starts with it (podvol.CSIVolumeName).
-const PluginName = podvol.CSIPluginName
-
 var translator = csitranslation.New()
 
 var _ volume.Reconstructor = (*plugin)(nil)
 
-// Name implements volume.Plugin.
-func (p *plugin) Name() string { return PluginName }
+// Name implements volume.Plugin: the kubelet's name of its CSI plugin,
+// podvol.CSIPluginName, with which every CSI volume's unique name starts
+// (podvol.CSIVolumeName).
+func (p *plugin) Name() string { return podvol.CSIPluginName }
 
 // CanSupport implements volume.Plugin: the CSI plugin handles claims
 // (persistentVolumeClaim, and ephemeral, whose claim the pod owns), inline
