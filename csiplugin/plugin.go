@@ -72,9 +72,9 @@ type Config struct {
 	// the kubelet's).
 	CallTimeout time.Duration
 	// BootIDPath is the file that tells the node's boot ID, which the
-	// plugin writes into its records of work in flight (see record.go) so
+	// plugin writes into its records of work in flight (internal/ondisk) so
 	// that a restart can tell a crash from a reboot. Default
-	// DefaultBootIDPath; tests replace it to simulate a reboot. When it
+	// ondisk.DefaultBootIDPath; tests replace it to simulate a reboot. When it
 	// cannot be read the records carry no boot ID and a restart never
 	// concludes that the node rebooted.
 	BootIDPath string
