@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/nodevol/nodevol/step"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // DefaultCallTimeout bounds one CSI call when nothing else does: the
@@ -129,12 +130,18 @@ func (c *Client) NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpubli
 }
 
 // NodeGetVolumeStats asks for a published volume's usage. It needs the
-// GetVolumeStats capability.
-func (c *Client) NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolumeStatsRequest) (*csipb.NodeGetVolumeStatsResponse, error) {
+// GetVolumeStats capability. cond is the volume condition sent with it
+// (CSI 1.3 to 1.12, read from the wire): nil when the driver lacks the
+// VolumeCondition capability or sent none.
+func (c *Client) NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolumeStatsRequest) (resp *csipb.NodeGetVolumeStatsResponse, cond *volume.Condition, err error) {
 	if !c.caps.GetVolumeStats {
-		return nil, fmt.Errorf("CSI driver %s does not support NodeGetVolumeStats", c.driver)
+		return nil, nil, fmt.Errorf("CSI driver %s does not support NodeGetVolumeStats", c.driver)
 	}
-	return call(ctx, c, "NodeGetVolumeStats", req, c.node.NodeGetVolumeStats)
+	resp, err = call(ctx, c, "NodeGetVolumeStats", req, c.node.NodeGetVolumeStats)
+	if err == nil && c.caps.VolumeCondition {
+		cond = volumeConditionOf(resp)
+	}
+	return resp, cond, err
 }
 
 // NodeExpandVolume expands a volume's file system on the node. It needs

@@ -20,10 +20,10 @@ const (
 	statsConditionField protowire.Number = 2
 )
 
-// VolumeConditionOf returns the volume condition in resp, nil when it has
+// volumeConditionOf returns the volume condition in resp, nil when it has
 // none (or a malformed one). Only a driver with the VolumeCondition
 // capability sends one.
-func VolumeConditionOf(resp *csipb.NodeGetVolumeStatsResponse) *volume.Condition {
+func volumeConditionOf(resp *csipb.NodeGetVolumeStatsResponse) *volume.Condition {
 	var cond *volume.Condition
 	for b := resp.ProtoReflect().GetUnknown(); len(b) > 0; {
 		num, typ, n := protowire.ConsumeTag(b)

@@ -11,7 +11,7 @@
 //     operation may have started and may still finish" wrap
 //     volume.ErrInProgress.
 //   - Capabilities are a driver's node capabilities as data, with the
-//     access mode a PV's mode maps to; VolumeConditionOf reads the volume
+//     access mode a PV's mode maps to; NodeGetVolumeStats reads the volume
 //     condition of CSI 1.3 to 1.12 from the wire.
 //
 // The CSI spec's own package is imported as csipb beside this one.

@@ -23,7 +23,7 @@ type CallError struct {
 	// Code is the gRPC code; codes.Unknown for an error without a status.
 	Code codes.Code
 	// InProgress reports whether the operation may have started and may
-	// still finish (see IsInProgressCode).
+	// still finish (see isInProgressCode).
 	InProgress bool
 	// Err is the error the gRPC client returned.
 	Err    error
@@ -61,11 +61,11 @@ func (e *CallError) GRPCStatus() *status.Status {
 	return status.New(codes.Unknown, e.Err.Error())
 }
 
-// IsInProgressCode reports whether a call that failed with code may have
+// isInProgressCode reports whether a call that failed with code may have
 // started and may still finish: Canceled, DeadlineExceeded, Unavailable,
 // ResourceExhausted and Aborted, as the kubelet treats them. A volume whose
 // stage or publish failed so is uncertain, not unmounted.
-func IsInProgressCode(code codes.Code) bool {
+func isInProgressCode(code codes.Code) bool {
 	switch code {
 	case codes.Canceled, codes.DeadlineExceeded, codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
 		return true
@@ -90,7 +90,7 @@ func classify(ctx context.Context, driver, method string, err error) error {
 	ce := &CallError{Driver: driver, Method: method, Err: err, ctxErr: callerErr(ctx)}
 	if s, ok := status.FromError(err); ok {
 		ce.Code = s.Code()
-		ce.InProgress = IsInProgressCode(ce.Code)
+		ce.InProgress = isInProgressCode(ce.Code)
 	} else {
 		ce.Code = codes.Unknown
 		ce.InProgress = true

@@ -10,11 +10,11 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 )
 
-// MaxHealthConditions is the most conditions the API takes in a pod's
+// maxHealthConditions is the most conditions the API takes in a pod's
 // status.volumeHealth entry or a CSINode's status.storageHealth entry. An
 // answer with more is refused whole, as the kubelet refuses one of
 // NodeGetStorageHealth: the API server would refuse the status update.
-const MaxHealthConditions = 16
+const maxHealthConditions = 16
 
 // VolumeHealthRequest is what NodeGetVolumeHealth is asked about.
 type VolumeHealthRequest struct {
@@ -33,7 +33,7 @@ type VolumeHealthRequest struct {
 // VolumeHealth capability. Conditions of a type the API does not know
 // are left out, as the CSI spec asks of a CO; two with the same status
 // and reason (the key of the API's list) are kept once; more than
-// MaxHealthConditions are an error.
+// maxHealthConditions are an error.
 func (c *Client) NodeGetVolumeHealth(ctx context.Context, req VolumeHealthRequest) ([]v1.VolumeHealthCondition, error) {
 	if !c.caps.VolumeHealth {
 		return nil, fmt.Errorf("CSI driver %s does not support NodeGetVolumeHealth", c.driver)
@@ -61,7 +61,7 @@ func (c *Client) NodeGetVolumeHealth(ctx context.Context, req VolumeHealthReques
 // StorageHealth capability. No secrets are sent (the kubelet sends none).
 // Conditions of an unknown type are left out; a condition whose volume
 // capability lacks an access type or mode, or has one the API cannot
-// name, or more than MaxHealthConditions conditions, make the answer an
+// name, or more than maxHealthConditions conditions, make the answer an
 // error, as in the kubelet.
 func (c *Client) NodeGetStorageHealth(ctx context.Context) ([]storagev1.StorageHealthCondition, error) {
 	if !c.caps.StorageHealth {
@@ -81,8 +81,8 @@ func (c *Client) NodeGetStorageHealth(ctx context.Context) ([]storagev1.StorageH
 // volumeHealthConditions maps a driver's volume health entries to the
 // API's conditions.
 func volumeHealthConditions(entries []*csipb.VolumeHealth_VolumeHealthEntry) ([]v1.VolumeHealthCondition, error) {
-	if len(entries) > MaxHealthConditions {
-		return nil, fmt.Errorf("%d conditions, at most %d are allowed", len(entries), MaxHealthConditions)
+	if len(entries) > maxHealthConditions {
+		return nil, fmt.Errorf("%d conditions, at most %d are allowed", len(entries), maxHealthConditions)
 	}
 	var out []v1.VolumeHealthCondition
 	type key struct {
@@ -115,8 +115,8 @@ func volumeHealthConditions(entries []*csipb.VolumeHealth_VolumeHealthEntry) ([]
 // storageHealthConditions maps a driver's storage health entries to the
 // API's conditions.
 func storageHealthConditions(entries []*csipb.NodeGetStorageHealthResponse_StorageBackendHealth) ([]storagev1.StorageHealthCondition, error) {
-	if len(entries) > MaxHealthConditions {
-		return nil, fmt.Errorf("%d conditions, at most %d are allowed", len(entries), MaxHealthConditions)
+	if len(entries) > maxHealthConditions {
+		return nil, fmt.Errorf("%d conditions, at most %d are allowed", len(entries), maxHealthConditions)
 	}
 	var out []storagev1.StorageHealthCondition
 	for i, e := range entries {

@@ -92,7 +92,7 @@ func TestNodeGetVolumeHealth(t *testing.T) {
 	if _, err := c.NodeGetVolumeHealth(ctx, VolumeHealthRequest{VolumeID: "unknown"}); status.Code(err) != codes.NotFound {
 		t.Errorf("unknown volume: %v, want NotFound", err)
 	}
-	many := make([]*csipb.VolumeHealth_VolumeHealthEntry, MaxHealthConditions+1)
+	many := make([]*csipb.VolumeHealth_VolumeHealthEntry, maxHealthConditions+1)
 	for i := range many {
 		many[i] = volEntry(csipb.VolumeHealthErrorType_DEGRADED, strings.Repeat("R", i+1), "")
 	}
@@ -152,7 +152,7 @@ func TestNodeGetStorageHealth(t *testing.T) {
 			storageEntry(degraded, "X", capability(false, csipb.VolumeCapability_AccessMode_UNKNOWN)),
 		}, wantErr: "has no PV access mode"},
 		{name: "17 conditions", entries: func() []*csipb.NodeGetStorageHealthResponse_StorageBackendHealth {
-			out := make([]*csipb.NodeGetStorageHealthResponse_StorageBackendHealth, MaxHealthConditions+1)
+			out := make([]*csipb.NodeGetStorageHealthResponse_StorageBackendHealth, maxHealthConditions+1)
 			for i := range out {
 				out[i] = storageEntry(degraded, strings.Repeat("R", i+1), nil)
 			}

@@ -8,12 +8,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// MaxDriverNameLength is the longest valid CSI driver name, per the CSI
+// maxDriverNameLength is the longest valid CSI driver name, per the CSI
 // spec's GetPluginInfo and the CSIDriver object.
-const MaxDriverNameLength = 63
+const maxDriverNameLength = 63
 
 // ValidateDriverName checks a CSI driver name: non-empty, at most
-// MaxDriverNameLength characters, and a DNS-1123 subdomain once its ASCII
+// maxDriverNameLength characters, and a DNS-1123 subdomain once its ASCII
 // letters are lowercased (the CSI spec's rule; it cannot contain "/" or be
 // "." or ".."). Only ASCII letters are folded: strings.ToLower would turn
 // the Kelvin sign U+212A into "k" and let a non-ASCII name through.
@@ -21,8 +21,8 @@ func ValidateDriverName(name string) error {
 	switch {
 	case name == "":
 		return errors.New("CSI driver name is empty")
-	case len(name) > MaxDriverNameLength:
-		return fmt.Errorf("CSI driver name %q... is longer than %d characters", name[:MaxDriverNameLength], MaxDriverNameLength)
+	case len(name) > maxDriverNameLength:
+		return fmt.Errorf("CSI driver name %q... is longer than %d characters", name[:maxDriverNameLength], maxDriverNameLength)
 	}
 	if errs := validation.IsDNS1123Subdomain(asciiLower(name)); len(errs) > 0 {
 		return fmt.Errorf("CSI driver name %q is invalid: %s", name, strings.Join(errs, "; "))

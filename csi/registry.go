@@ -42,7 +42,10 @@ type RegistryOptions struct {
 type Registry struct {
 	opts    RegistryOptions
 	metrics *callMetrics
-	dials   atomic.Int64
+	// dials counts the connections made to driver sockets (every
+	// attempt, successful or not): one per registered endpoint plus one
+	// per reconnection.
+	dials atomic.Int64
 	// regMu serializes Register, Deregister and Close, so that a
 	// connection is never closed under a registration that reuses it.
 	regMu sync.Mutex
@@ -197,12 +200,6 @@ func notify(listeners []func(string), name string) {
 		f(name)
 	}
 }
-
-// Dials returns how many connections the registry has made to driver
-// sockets (every attempt, successful or not, over its lifetime): one per
-// registered endpoint plus one per reconnection. Tests and benchmarks use
-// it to report gRPC dials per operation.
-func (r *Registry) Dials() int64 { return r.dials.Load() }
 
 // Close deregisters every driver and closes their connections. Register
 // fails afterwards.

@@ -58,8 +58,8 @@ func TestRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if srv.Connections() != 2 || r.Dials() != 3 /* one to none.sock */ || srv.Calls("NodeGetCapabilities") != 2 {
-		t.Errorf("re-registration: %d connections, %d dials (want 3), %d capability fetches (want 2)", srv.Connections(), r.Dials(), srv.Calls("NodeGetCapabilities"))
+	if srv.Connections() != 2 || r.dials.Load() != 3 /* one to none.sock */ || srv.Calls("NodeGetCapabilities") != 2 {
+		t.Errorf("re-registration: %d connections, %d dials (want 3), %d capability fetches (want 2)", srv.Connections(), r.dials.Load(), srv.Calls("NodeGetCapabilities"))
 	}
 	if _, err := c.NodeGetInfo(ctx); !volume.IsUncertain(err) {
 		t.Errorf("a call on the replaced client = %v, want in progress (Canceled)", err)

@@ -5,7 +5,7 @@ package csiplugin
 // Stage (SetUpDevice) -> publish (MapPodDevice) -> map; unmap -> unpublish
 // (UnmapPodDevice) -> unstage (TearDownDevice) and removal of what is left.
 // Each runs on the plugin its entry point (MountDevice, SetUp, TearDown,
-// UnmountDevice) holds the root for (held): its paths, records and the
+// UnmountDevice) holds the root for (withRootHeld): its paths, records and the
 // default mapper's are all resolved from that one handle.
 
 import (

@@ -117,6 +117,26 @@ func TestBlockVolume(t *testing.T) {
 	}
 }
 
+// TestBlockPublishFindsStaging: a block publish not told where the volume
+// was staged (after a restart) sends the block staging path, as a
+// file-system publish sends its own (TestLegacyStagingPath).
+func TestBlockPublishFindsStaging(t *testing.T) {
+	e := newEnv(t, envOptions{driver: csitest.Options{CreateTargetDirs: true}})
+	e.p.blockMapper = &fakeBlockMapper{}
+	ctx := context.Background()
+	spec, vol := blockSpec(), podVolume("a", "data")
+	staging, err := e.p.MountDevice(ctx, volume.DeviceRequest{Spec: spec})
+	if err != nil || staging == "" {
+		t.Fatalf("MountDevice = %q, %v", staging, err)
+	}
+	if _, err := e.p.SetUp(ctx, volume.MountRequest{Spec: spec, Volume: vol}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.request(t, "NodePublishVolume").(*csipb.NodePublishVolumeRequest).GetStagingTargetPath(); got != staging {
+		t.Errorf("NodePublishVolume staging path %q, want %s", got, staging)
+	}
+}
+
 func TestBlockVolumeWithoutStaging(t *testing.T) {
 	e := newEnv(t, envOptions{driver: csitest.Options{CreateTargetDirs: true, NoStageUnstage: true}})
 	e.p.blockMapper = &fakeBlockMapper{}

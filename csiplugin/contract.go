@@ -1,25 +1,28 @@
 package csiplugin
 
 import (
+	"context"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	csitranslation "k8s.io/csi-translation-lib"
+	"k8s.io/klog/v2"
 
+	"github.com/nodevol/nodevol/csiplugin/internal/reconstruct"
 	"github.com/nodevol/nodevol/internal/csimigration"
 	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
 
-// PluginName is the CSI plugin's name in a volume.Registry, the kubelet's:
-// every CSI volume's unique name starts with it (podvol.CSIVolumeName).
-const PluginName = podvol.CSIPluginName
-
 var translator = csitranslation.New()
 
-// Name implements volume.Plugin.
-func (p *plugin) Name() string { return PluginName }
+var _ volume.Reconstructor = (*plugin)(nil)
+
+// Name implements volume.Plugin: the kubelet's name of its CSI plugin,
+// podvol.CSIPluginName, with which every CSI volume's unique name starts
+// (podvol.CSIVolumeName).
+func (p *plugin) Name() string { return podvol.CSIPluginName }
 
 // CanSupport implements volume.Plugin: the CSI plugin handles claims
 // (persistentVolumeClaim, and ephemeral, whose claim the pod owns), inline
@@ -101,4 +104,35 @@ func (p *plugin) CallName(m volume.Method, _ *podvol.VolumeSpec) string {
 		return "NodeExpandVolume"
 	}
 	return ""
+}
+
+// Reconstruct implements volume.Reconstructor: the CSI volumes earlier
+// runs (nodevol's or the kubelet's) left on disk, each in the state it was
+// left in (package reconstruct: a volume recorded as done on this boot
+// whose leaf is still a mount point is Mounted, any other Uncertain; a
+// reboot's leftovers are removed). The scan is one operation on the root,
+// held once: every directory it lists, file it reads and leftover it
+// removes is resolved from the one handle, so that it sees one directory
+// throughout, as a stage or a publish does. It runs once, at start.
+func (p *plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Found {
+	if h, release, err := p.withRootHeld(); err != nil {
+		// Each call opens the root by itself and fails or not as it would.
+		klog.FromContext(ctx).Error(err, "Cannot hold the root for the scan; scanning without a hold", "root", p.root)
+	} else {
+		defer release()
+		p = h
+	}
+	return reconstruct.Find(ctx, p.rfs, p.root, rc)
+}
+
+// Retake implements volume.Reconstructor: it removes pod volume directory
+// dir (absolute), found unreadable at start, once nothing in it can hold
+// data any more (reconstruct.Retake).
+func (p *plugin) Retake(ctx context.Context, dir string, mounted map[string]bool) bool {
+	p, release, err := p.withRootHeld()
+	if err != nil {
+		return false
+	}
+	defer release()
+	return reconstruct.Retake(ctx, p.rfs, dir, mounted)
 }

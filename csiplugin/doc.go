@@ -13,7 +13,10 @@
 //   - Raw block volumes are staged, published and mapped into pods;
 //     NodeExpand and VolumeStats expand and measure published volumes.
 //   - Reconstruct (volume.Reconstructor) finds at start what earlier
-//     runs left on disk, from the internal/ondisk scan and the records.
+//     runs left on disk, with the root held once; what each volume found
+//     there is, and the state it was left in, is decided by
+//     csiplugin/internal/reconstruct from the internal/ondisk scan and
+//     the records.
 //
 // The drivers are reached through package csi; the on-disk layout,
 // vol_data.json and the records of work in flight are internal/ondisk's.

@@ -24,7 +24,7 @@ import (
 // or none of those (a final failure).
 func TestExpandErrorClass(t *testing.T) {
 	call := func(code codes.Code) error {
-		err := &csi.CallError{Driver: "d.example.com", Method: "NodeExpandVolume", Code: code, InProgress: csi.IsInProgressCode(code), Err: status.Error(code, "no")}
+		err := &csi.CallError{Driver: "d.example.com", Method: "NodeExpandVolume", Code: code, InProgress: inProgressCode(code), Err: status.Error(code, "no")}
 		return fmt.Errorf("expanding volume v: %w", err)
 	}
 	tests := []struct {

@@ -17,16 +17,6 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-// Keys of the pod information passed in the volume context to drivers
-// whose CSIDriver sets podInfoOnMount.
-const (
-	podNameKey            = "csi.storage.k8s.io/pod.name"
-	podNamespaceKey       = "csi.storage.k8s.io/pod.namespace"
-	podUIDKey             = "csi.storage.k8s.io/pod.uid"
-	serviceAccountNameKey = "csi.storage.k8s.io/serviceAccount.name"
-	ephemeralKey          = "csi.storage.k8s.io/ephemeral"
-)
-
 // SetUp implements volume.Mounter: it publishes the volume with
 // NodePublishVolume at PodVolumePath(root, podUID, VolumeDirName(...)) and
 // returns that path (a raw block volume: mapPodDevice). Before the call it
@@ -43,7 +33,7 @@ const (
 // from outside is checked once, as the request is built (newPublication).
 func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, error) {
 	desc := volumeDesc(req.Spec)
-	p, release, err := p.held()
+	p, release, err := p.withRootHeld()
 	if err != nil {
 		return "", fmt.Errorf("publishing volume %s for pod %s: %w", desc, req.Volume.Pod, err)
 	}
@@ -141,7 +131,7 @@ func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 	fail := func(err error) error {
 		return fmt.Errorf("unpublishing volume %s from pod %s: %w", volumeDesc(spec), vol.Pod, err)
 	}
-	p, release, err := p.held()
+	p, release, err := p.withRootHeld()
 	if err != nil {
 		return fail(err)
 	}

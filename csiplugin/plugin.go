@@ -72,9 +72,9 @@ type Config struct {
 	// the kubelet's).
 	CallTimeout time.Duration
 	// BootIDPath is the file that tells the node's boot ID, which the
-	// plugin writes into its records of work in flight (see record.go) so
+	// plugin writes into its records of work in flight (internal/ondisk) so
 	// that a restart can tell a crash from a reboot. Default
-	// DefaultBootIDPath; tests replace it to simulate a reboot. When it
+	// ondisk.DefaultBootIDPath; tests replace it to simulate a reboot. When it
 	// cannot be read the records carry no boot ID and a restart never
 	// concludes that the node rebooted.
 	BootIDPath string
@@ -120,7 +120,7 @@ type plugin struct {
 	ownership   fsgroup.Reporter
 	steps       step.Hook
 	// ownMapper is blockMapper when that is the default mapper, confined to
-	// the root: held gives it the held root. A BlockMapper the caller
+	// the root: withRootHeld gives it the held root. A BlockMapper the caller
 	// supplies is left as it is.
 	ownMapper *blockdev.Mapper
 }
@@ -132,16 +132,17 @@ var (
 	_ volume.Expander        = (*plugin)(nil)
 )
 
-// held returns a copy of p whose root (and records, and the default block
-// mapper) resolve every name from one handle on the root directory, opened
-// now, and the function that closes it: for the file-system work of one
-// operation (a stage, a publish, an unpublish, an unstage, of a file-system
-// or a raw block volume; a reconstruction), which thus opens the root once
-// instead of once a call. A file system mounted on the root later is seen
-// by the next operation (rootfs.Root.Hold). A root that does not exist
-// yet is not held: p itself is returned, whose calls make the root as
-// needed.
-func (p *plugin) held() (*plugin, func(), error) {
+// withRootHeld returns a copy of p with its root held, and the release
+// that closes the hold: the copy's root (and records, and the default
+// block mapper) resolve every name from one handle on the root directory,
+// opened now. Each entry point (a stage, a publish, an unpublish, an
+// unstage, of a file-system or a raw block volume; a reconstruction) runs
+// on such a copy, and so opens the root once instead of once a call; it
+// must call release when it returns. A file system mounted on the root
+// later is seen by the next operation (rootfs.Root.Hold). A root that does
+// not exist yet is not held: p itself is returned (with a release that
+// does nothing), whose calls make the root as needed.
+func (p *plugin) withRootHeld() (*plugin, func(), error) {
 	h, release, err := p.rfs.HoldIfPresent()
 	if err != nil {
 		return nil, nil, err

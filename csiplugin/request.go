@@ -1,5 +1,10 @@
 package csiplugin
 
+// What each CSI call is sent with, and nodevol's record of it, written
+// before it is sent (internal/ondisk's Record). A publish's request and
+// record are built in one place, at SetUp's entry (newPublication), from
+// names checked once and a staging path found once.
+
 import (
 	"context"
 	"fmt"
@@ -8,15 +13,209 @@ import (
 	"slices"
 	"strconv"
 
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	storagev1 "k8s.io/api/storage/v1"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
-
 	"github.com/nodevol/nodevol/csi"
+	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
+
+// Keys of the pod information passed in the volume context to drivers
+// whose CSIDriver sets podInfoOnMount.
+const (
+	podNameKey            = "csi.storage.k8s.io/pod.name"
+	podNamespaceKey       = "csi.storage.k8s.io/pod.namespace"
+	podUIDKey             = "csi.storage.k8s.io/pod.uid"
+	serviceAccountNameKey = "csi.storage.k8s.io/serviceAccount.name"
+	ephemeralKey          = "csi.storage.k8s.io/ephemeral"
+)
+
+// publication is one NodePublishVolume of a volume for a pod, checked and
+// built once, at SetUp's entry (newPublication): what the publish of a
+// file-system volume (publish) and of a raw block volume (mapPodDevice)
+// then do with it needs no name checked again.
+type publication struct {
+	req   volume.MountRequest
+	desc  string // volumeDesc(req.Spec), for errors
+	block bool   // a raw block volume
+	// name is the spec name; dir a file-system volume's pod volume
+	// directory, paths a block volume's paths.
+	dir    string
+	name   string
+	paths  ondisk.BlockPaths
+	client *csi.Client
+	// call is the request, its target path set; rec the record written,
+	// in phase Publishing, before it is sent.
+	call *csipb.NodePublishVolumeRequest
+	rec  *ondisk.Record
+}
+
+// fail wraps err as a failed publish of pub's volume.
+func (pub *publication) fail(err error) (string, error) {
+	what := "volume"
+	if pub.block {
+		what = "block volume"
+	}
+	return "", fmt.Errorf("publishing %s %s for pod %s: %w", what, pub.desc, pub.req.Volume.Pod, err)
+}
+
+// newPublication checks the names of req that become paths (the pod's UID
+// and the spec name; a file-system volume's driver name; a block volume's
+// PV), finds the driver's CSIDriver and client, refuses an inline volume
+// of a driver without a CSIDriver (ephemeralRefusal), and builds the
+// request (publishRequest, then its secrets and tokens) and its record.
+// Errors are wrapped as SetUp's; desc is volumeDesc(req.Spec).
+func (p *plugin) newPublication(ctx context.Context, req volume.MountRequest, desc string) (*publication, error) {
+	spec, vol := req.Spec, req.Volume
+	pub := &publication{req: req, desc: desc, block: spec.Mode == podvol.Block}
+	fail := func(err error) (*publication, error) {
+		_, err = pub.fail(err)
+		return nil, err
+	}
+	target, err := p.publishTarget(pub)
+	if err != nil {
+		return fail(err)
+	}
+	driver, client, err := p.driverAndClient(spec.Driver)
+	if err != nil {
+		return fail(err)
+	}
+	if !pub.block {
+		if err := ephemeralRefusal(spec, driver); err != nil {
+			return fail(err)
+		}
+	}
+	caps := client.Capabilities()
+	// Built first: it reads nothing that can fail.
+	call := publishRequest(req, caps, driver)
+	call.StagingTargetPath, call.TargetPath = p.publishStagingPath(pub, caps), target
+	secretRef, err := p.addPublishCredentials(ctx, call, spec, vol.Pod, driver)
+	if err != nil {
+		return fail(err)
+	}
+	recDir := pub.dir
+	if pub.block {
+		recDir = target
+	}
+	pub.client, pub.call = client, call
+	pub.rec = p.podRecord(spec, vol, recDir, req.PublishContext, caps, secretRef)
+	pub.rec.Phase = ondisk.PhasePublishing
+	return pub, nil
+}
+
+// publishStagingPath is the staging_target_path of pub's NodePublishVolume:
+// where the stage put the volume (req.DeviceMountPath); or, for a driver
+// that stages and a publish not told (after a restart), where the stage
+// puts it: a block volume's staging path, or a file-system volume's
+// directory, an older kubelet's legacy one or nodevol's
+// (ondisk.FindStagingDir). "" for a volume that is not staged.
+func (p *plugin) publishStagingPath(pub *publication, caps csi.Capabilities) string {
+	spec := pub.req.Spec
+	switch {
+	case pub.req.DeviceMountPath != "" || !caps.StageUnstage:
+		return pub.req.DeviceMountPath
+	case pub.block:
+		return pub.paths.StagingPath
+	case spec.Ephemeral:
+		return ""
+	}
+	dir, _, err := ondisk.FindStagingDir(p.rfs, p.root, spec.PVName, spec.Driver, spec.VolumeHandle)
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, ondisk.StagingLeaf)
+}
+
+// publishRequest builds req's NodePublishVolume request without its
+// secrets, staging path and target path.
+func publishRequest(req volume.MountRequest, caps csi.Capabilities, driver *storagev1.CSIDriver) *csipb.NodePublishVolumeRequest {
+	spec, vol := req.Spec, req.Volume
+	fsGroup := mountGroup(caps, driver, vol.FSGroup)
+	vc := withSELinuxContext(volumeCapability(spec, caps, fsGroup), vol.SELinuxLabel)
+	volCtx := spec.Attributes
+	if driver != nil && driver.Spec.PodInfoOnMount != nil && *driver.Spec.PodInfoOnMount {
+		volCtx = maps.Clone(spec.Attributes)
+		if volCtx == nil {
+			volCtx = map[string]string{}
+		}
+		volCtx[podNameKey] = vol.Pod.Name
+		volCtx[podNamespaceKey] = vol.Pod.Namespace
+		volCtx[podUIDKey] = string(vol.Pod.UID)
+		volCtx[serviceAccountNameKey] = vol.Pod.ServiceAccount
+		volCtx[ephemeralKey] = strconv.FormatBool(spec.Ephemeral)
+	}
+	return &csipb.NodePublishVolumeRequest{
+		VolumeId:         spec.VolumeHandle,
+		PublishContext:   req.PublishContext,
+		VolumeCapability: vc,
+		Readonly:         vol.ReadOnly || spec.ReadOnly,
+		VolumeContext:    volCtx,
+	}
+}
+
+// addPublishCredentials adds to call the Secret the PV names (in the
+// pod's namespace when it names none) and the service account tokens the
+// driver asks for. It returns the Secret's reference for the record.
+func (p *plugin) addPublishCredentials(ctx context.Context, call *csipb.NodePublishVolumeRequest, spec *podvol.VolumeSpec, pod podvol.PodRef, driver *storagev1.CSIDriver) (*podvol.SecretRef, error) {
+	secretRef := spec.NodePublishSecret
+	if secretRef != nil && secretRef.Namespace == "" {
+		secretRef = &podvol.SecretRef{Namespace: pod.Namespace, Name: secretRef.Name}
+	}
+	words := publishSecretWords
+	if spec.Mode == podvol.Block {
+		words = blockPublishSecretWords
+	}
+	secrets, err := p.secretData(ctx, secretRef, "NodePublish", words)
+	if err != nil {
+		return nil, err
+	}
+	rm := requestMaps{volumeContext: call.VolumeContext, secrets: secrets}
+	if err := p.addServiceAccountTokens(ctx, driver, pod, &rm); err != nil {
+		return nil, err
+	}
+	call.VolumeContext, call.Secrets = rm.volumeContext, rm.secrets
+	return secretRef, nil
+}
+
+// publishTarget checks the names of pub's request that become paths (the
+// pod's UID and the spec name; a file-system volume's driver name too; a
+// block volume's PV) and returns the path the driver publishes at, setting
+// pub's paths.
+func (p *plugin) publishTarget(pub *publication) (string, error) {
+	spec, vol := pub.req.Spec, pub.req.Volume
+	var err error
+	if pub.block {
+		pub.name, pub.paths, err = p.blockPaths(spec, vol.Pod.UID)
+		return pub.paths.PublishPath, err
+	}
+	pub.name = ondisk.VolumeDirName(spec, vol)
+	if pub.dir, err = ondisk.PodVolumeDir(p.root, vol.Pod.UID, pub.name); err != nil {
+		return "", err
+	}
+	if err := fsutil.ValidateName("driver name", spec.Driver); err != nil {
+		return "", err
+	}
+	return filepath.Join(pub.dir, ondisk.PublishLeaf), nil
+}
+
+// ephemeralRefusal is why an inline volume of a driver without a CSIDriver
+// object cannot be published: the kubelet supports only Persistent volumes
+// of such a driver. nil when the volume is not inline or the CSIDriver
+// exists (the planner checks its volumeLifecycleModes).
+func ephemeralRefusal(spec *podvol.VolumeSpec, driver *storagev1.CSIDriver) error {
+	if !spec.Ephemeral || driver != nil {
+		return nil
+	}
+	err := fmt.Errorf("volume lifecycle mode %s not supported by driver %s: %s "+
+		"(an inline CSI volume needs one whose volumeLifecycleModes lists %s; without one only %s volumes are supported, as with the kubelet)",
+		storagev1.VolumeLifecycleEphemeral, spec.Driver, missingCSIDriver(spec.Driver),
+		storagev1.VolumeLifecycleEphemeral, storagev1.VolumeLifecyclePersistent)
+	return volume.WithCause(err, fmt.Sprintf("kubernetes.io/csi: mounter.SetupAt failed to check volume lifecycle mode: volume mode %q not supported by driver %s (no CSIDriver object)",
+		storagev1.VolumeLifecycleEphemeral, spec.Driver))
+}
 
 // withSELinuxContext adds the mount option context="<label>" to a mount
 // capability, as the kubelet's AddSELinuxMountOption does for
@@ -73,64 +272,34 @@ func volumeCapability(spec *podvol.VolumeSpec, caps csi.Capabilities, fsGroup *i
 	return vc
 }
 
-// publishRequest builds a NodePublishVolume request without its secrets
-// and target path.
-func (p *plugin) publishRequest(spec *podvol.VolumeSpec, vol podvol.PodVolume, req volume.MountRequest,
-	caps csi.Capabilities, driver *storagev1.CSIDriver) *csipb.NodePublishVolumeRequest {
-	fsGroup := mountGroup(caps, driver, vol.FSGroup)
-	vc := withSELinuxContext(volumeCapability(spec, caps, fsGroup), vol.SELinuxLabel)
-	volCtx := spec.Attributes
-	if driver != nil && driver.Spec.PodInfoOnMount != nil && *driver.Spec.PodInfoOnMount {
-		volCtx = maps.Clone(spec.Attributes)
-		if volCtx == nil {
-			volCtx = map[string]string{}
-		}
-		volCtx[podNameKey] = vol.Pod.Name
-		volCtx[podNamespaceKey] = vol.Pod.Namespace
-		volCtx[podUIDKey] = string(vol.Pod.UID)
-		volCtx[serviceAccountNameKey] = vol.Pod.ServiceAccount
-		volCtx[ephemeralKey] = strconv.FormatBool(spec.Ephemeral)
+// volumeRecord is the record of spec's directory dir.
+func volumeRecord(spec *podvol.VolumeSpec, dir string, publishContext map[string]string, caps csi.Capabilities) *ondisk.Record {
+	rec := &ondisk.Record{
+		Dir: dir, Driver: spec.Driver, VolumeHandle: spec.VolumeHandle, PVName: spec.PVName,
+		Ephemeral: spec.Ephemeral, Mode: string(spec.Mode), FSType: spec.FSType,
+		MountOptions: spec.MountOptions, ReadOnly: spec.ReadOnly, PublishContext: publishContext,
+		AccessMode:     caps.AccessMode(spec.AccessMode).String(),
+		StageSecretRef: secretRef(spec.NodeStageSecret), PublishSecretRef: secretRef(spec.NodePublishSecret),
 	}
-	stagingPath := req.DeviceMountPath
-	if stagingPath == "" && caps.StageUnstage && !spec.Ephemeral {
-		if dir, _, err := ondisk.FindStagingDir(p.rfs, p.root, spec.PVName, spec.Driver, spec.VolumeHandle); err == nil {
-			stagingPath = filepath.Join(dir, ondisk.StagingLeaf)
-		}
+	if rec.Mode == "" {
+		rec.Mode = string(podvol.Filesystem)
 	}
-	return &csipb.NodePublishVolumeRequest{
-		VolumeId:          spec.VolumeHandle,
-		PublishContext:    req.PublishContext,
-		StagingTargetPath: stagingPath,
-		VolumeCapability:  vc,
-		Readonly:          vol.ReadOnly || spec.ReadOnly,
-		VolumeContext:     volCtx,
-	}
+	return rec
 }
 
-// publishCall builds the NodePublishVolume request of req without its
-// target path: publishRequest (built first: it reads nothing that can
-// fail) with the Secret the PV names (in the pod's
-// namespace when it names none) and the service account tokens the
-// driver asks for. It returns the Secret's reference for the record.
-func (p *plugin) publishCall(ctx context.Context, req volume.MountRequest, caps csi.Capabilities, driver *storagev1.CSIDriver) (*csipb.NodePublishVolumeRequest, *podvol.SecretRef, error) {
-	spec, vol := req.Spec, req.Volume
-	csiReq := p.publishRequest(spec, vol, req, caps, driver)
-	secretRef := spec.NodePublishSecret
-	if secretRef != nil && secretRef.Namespace == "" {
-		secretRef = &podvol.SecretRef{Namespace: vol.Pod.Namespace, Name: secretRef.Name}
+func secretRef(s *podvol.SecretRef) *ondisk.RecordSecretRef {
+	if s == nil {
+		return nil
 	}
-	words := publishSecretWords
-	if spec.Mode == podvol.Block {
-		words = blockPublishSecretWords
-	}
-	secrets, err := p.secretData(ctx, secretRef, "NodePublish", words)
-	if err != nil {
-		return nil, nil, err
-	}
-	rm := requestMaps{volumeContext: csiReq.VolumeContext, secrets: secrets}
-	if err := p.addServiceAccountTokens(ctx, driver, vol.Pod, &rm); err != nil {
-		return nil, nil, err
-	}
-	csiReq.VolumeContext, csiReq.Secrets = rm.volumeContext, rm.secrets
-	return csiReq, secretRef, nil
+	return &ondisk.RecordSecretRef{Namespace: s.Namespace, Name: s.Name}
+}
+
+// podRecord is the record of a pod's volume directory dir.
+func (p *plugin) podRecord(spec *podvol.VolumeSpec, vol podvol.PodVolume, dir string, publishContext map[string]string, caps csi.Capabilities, publishSecret *podvol.SecretRef) *ondisk.Record {
+	rec := volumeRecord(spec, dir, publishContext, caps)
+	rec.PodUID, rec.PodNamespace, rec.PodName = string(vol.Pod.UID), vol.Pod.Namespace, vol.Pod.Name
+	rec.SpecName = ondisk.VolumeDirName(spec, vol)
+	rec.ReadOnly = vol.ReadOnly || spec.ReadOnly
+	rec.PublishSecretRef = secretRef(publishSecret)
+	return rec
 }

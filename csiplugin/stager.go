@@ -34,7 +34,7 @@ func (p *plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (str
 	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("staging volume %s: %w", volumeDesc(spec), err)
 	}
-	p, release, err := p.held()
+	p, release, err := p.withRootHeld()
 	if err != nil {
 		return fail(err)
 	}
@@ -139,7 +139,7 @@ func (p *plugin) UnmountDevice(ctx context.Context, req volume.DeviceRequest) er
 	if spec.Ephemeral {
 		return nil
 	}
-	p, release, err := p.held()
+	p, release, err := p.withRootHeld()
 	if err != nil {
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}

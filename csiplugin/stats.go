@@ -6,7 +6,6 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/nodevol/nodevol/csi"
 	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -22,7 +21,7 @@ func (p *plugin) VolumeStats(ctx context.Context, spec *podvol.VolumeSpec, volum
 	if !client.Capabilities().GetVolumeStats {
 		return volume.Stats{}, false, nil
 	}
-	resp, err := client.Bound(p.timeout, p.steps).NodeGetVolumeStats(ctx, &csipb.NodeGetVolumeStatsRequest{
+	resp, cond, err := client.Bound(p.timeout, p.steps).NodeGetVolumeStats(ctx, &csipb.NodeGetVolumeStatsRequest{
 		VolumeId:          spec.VolumeHandle,
 		VolumePath:        volumePath,
 		StagingTargetPath: stagingPath,
@@ -31,9 +30,7 @@ func (p *plugin) VolumeStats(ctx context.Context, spec *podvol.VolumeSpec, volum
 		return volume.Stats{}, false, fmt.Errorf("volume stats of %s at %s: %w", volumeDesc(spec), volumePath, err)
 	}
 	s := statsFrom(resp)
-	if client.Capabilities().VolumeCondition {
-		s.Condition = csi.VolumeConditionOf(resp)
-	}
+	s.Condition = cond
 	return s, true, nil
 }
 

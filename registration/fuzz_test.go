@@ -14,13 +14,17 @@ import (
 	"github.com/nodevol/nodevol/internal/fsutil"
 )
 
+// maxDriverName is the longest CSI driver name: 63 characters, per the CSI
+// spec's GetPluginInfo and the CSIDriver object.
+const maxDriverName = 63
+
 // isDriverName is a CSI driver name by its definition, written out here
 // rather than through the validation package: lowercased (ASCII only; the
 // CSI spec allows [a-zA-Z0-9] with '-' and '.'), a DNS-1123 subdomain
 // (dot-separated labels of [a-z0-9-], each non-empty and beginning and
-// ending with a letter or digit) of at most 63 characters.
+// ending with a letter or digit) of at most maxDriverName characters.
 func isDriverName(name string) bool {
-	if name == "" || len(name) > csi.MaxDriverNameLength {
+	if name == "" || len(name) > maxDriverName {
 		return false
 	}
 	for _, label := range strings.Split(name, ".") {
@@ -93,7 +97,7 @@ func FuzzValidatePlugin(f *testing.F) {
 		has1x := slices.ContainsFunc(versions, oneDotX.MatchString)
 		if err == nil {
 			if !isDriverName(name) {
-				t.Fatalf("accepted driver name %q, not a DNS-1123 subdomain of at most %d characters", name, csi.MaxDriverNameLength)
+				t.Fatalf("accepted driver name %q, not a DNS-1123 subdomain of at most %d characters", name, maxDriverName)
 			}
 			if err := fsutil.ValidateName("driver name", name); err != nil {
 				t.Fatalf("accepted driver name %q: %v", name, err)

@@ -27,10 +27,10 @@ func TestRegistryWithTheBuiltInPlugins(t *testing.T) {
 		src  v1.VolumeSource
 		want string
 	}{
-		{v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}, csiplugin.PluginName},
-		{v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: "drv", FSType: str("ext4")}}, csiplugin.PluginName},
-		{v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{}}, csiplugin.PluginName},
-		{v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "pd"}}, csiplugin.PluginName}, // CSI migration
+		{v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}, podvol.CSIPluginName},
+		{v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: "drv", FSType: str("ext4")}}, podvol.CSIPluginName},
+		{v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{}}, podvol.CSIPluginName},
+		{v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "pd"}}, podvol.CSIPluginName}, // CSI migration
 		{v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "quay.io/x/tools:1"}}, image.PluginName},
 	} {
 		kind := volume.SourceKind(&tt.src)
@@ -54,8 +54,8 @@ func TestRegistryWithTheBuiltInPlugins(t *testing.T) {
 		}
 	}
 	for name, want := range map[podvol.UniqueVolumeName]string{
-		podvol.CSIVolumeName("drv", "h"):   csiplugin.PluginName,
-		"kubernetes.io/csi/uid-1-data":     csiplugin.PluginName, // inline CSI
+		podvol.CSIVolumeName("drv", "h"):   podvol.CSIPluginName,
+		"kubernetes.io/csi/uid-1-data":     podvol.CSIPluginName, // inline CSI
 		image.VolumeName("uid-1", "tools"): image.PluginName,
 	} {
 		if p, err := r.ForVolume(name); err != nil || p.Name() != want {

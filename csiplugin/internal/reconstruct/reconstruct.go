@@ -1,4 +1,11 @@
-package csiplugin
+// Package reconstruct finds the CSI volumes that earlier runs (nodevol's
+// or the kubelet's) left on disk, and the state each was left in.
+//
+// The scan (ondisk.Scanner) reads what is there; what to make of it is
+// decided here, for the CSI plugin's Reconstruct and Retake
+// (volume.Reconstructor). Paths are reached through the root the caller
+// holds (internal/rootfs): nothing is followed through a symlink below it.
+package reconstruct
 
 import (
 	"context"
@@ -15,20 +22,18 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-var _ volume.Reconstructor = (*plugin)(nil)
-
 // lifecycleEphemeral is vol_data.json's volumeLifecycleMode of an inline volume.
 const lifecycleEphemeral = "Ephemeral"
 
 // inlineVolumeName is the unique name of a pod's inline CSI volume, the
 // kubelet's: {plugin}/{podUID}-{specName}.
 func inlineVolumeName(uid types.UID, specName string) podvol.UniqueVolumeName {
-	return podvol.UniqueVolumeName(PluginName + "/" + string(uid) + "-" + specName)
+	return podvol.UniqueVolumeName(podvol.CSIPluginName + "/" + string(uid) + "-" + specName)
 }
 
-// Reconstruct implements volume.Reconstructor: it returns the CSI volumes
-// earlier runs (nodevol's or the kubelet's) left on disk, as the kubelet's
-// reconstruction finds them, so that they are torn down
+// Find returns the CSI volumes earlier runs (nodevol's or the kubelet's)
+// left under root (r is root, held by the caller for the whole scan), as
+// the kubelet's reconstruction finds them, so that they are torn down
 // when no pod wants them and re-published (idempotently) when one does:
 // each pod volume directory with a vol_data.json becomes a pod mount, each
 // staging directory with a vol_data.json a device, Uncertain unless
@@ -49,29 +54,15 @@ func inlineVolumeName(uid types.UID, specName string) podvol.UniqueVolumeName {
 // such a pod volume directory would hold the device of the PV it is named
 // after staged for good.
 //
-// The scan (ondisk.Scanner) reads what is there; what to make of it is
-// decided here. It follows no symlink below root (internal/rootfs): a symlink where a
+// It follows no symlink below root: a symlink where a
 // directory is expected (a pod's directory, its volumes or
 // kubernetes.io~csi directory, a volume directory, a driver's or a staging
 // directory) is logged and skipped, so that nothing it points to is ever
 // reconstructed, and so never torn down.
-//
-// The whole scan is one operation on the root, held once (held): every
-// directory it lists, file it reads and leftover it removes is resolved
-// from the one handle, so that it sees one directory throughout, as a
-// stage or a publish does, and opens the root once instead of a few times
-// a volume. It runs once, at start, and ends with the hold.
-func (p *plugin) Reconstruct(ctx context.Context, rc volume.Recovery) volume.Found {
+func Find(ctx context.Context, r *rootfs.Root, root string, rc volume.Recovery) volume.Found {
 	logger := klog.FromContext(ctx)
-	if h, release, err := p.held(); err != nil {
-		// Each call opens the root by itself and fails or not as it would.
-		logger.Error(err, "Cannot hold the root for the scan; scanning without a hold", "root", p.root)
-	} else {
-		defer release()
-		p = h
-	}
 	w := &rebuild{
-		walker: walker{logger: logger, r: p.rfs, root: p.root, rc: rc, scan: ondisk.NewScanner(logger, p.rfs, p.root)},
+		walker: walker{logger: logger, r: r, root: root, rc: rc, scan: ondisk.NewScanner(logger, r, root)},
 		found:  map[podvol.UniqueVolumeName]bool{},
 		linked: map[blockPublish]bool{},
 	}
@@ -273,23 +264,19 @@ func (w walker) removeUnused(rel, leaf string) error {
 	return ondisk.RemoveUnusedVolumeDir(w.r, func(p string) bool { return w.rc.MountPoints[p] }, rel, leaf)
 }
 
-// Retake implements volume.Reconstructor: it removes pod volume directory
-// dir (absolute), found unreadable at start, once nothing in it can hold
-// data any more: what made it unreadable (a file nodevol did not write,
-// data in its mount directory) is gone, and it would otherwise hold the
-// device of the PV it is named after until the next restart.
-func (p *plugin) Retake(ctx context.Context, dir string, mounted map[string]bool) bool {
-	rel, err := p.rfs.Rel(dir)
+// Retake removes pod volume directory dir (absolute, under r's root),
+// found unreadable at start, once nothing in it can hold data any more
+// (mounted is the mount table's mount points): what made it unreadable (a
+// file nodevol did not write, data in its mount directory) is gone, and it
+// would otherwise hold the device of the PV it is named after until the
+// next restart. It reports whether it removed it.
+func Retake(ctx context.Context, r *rootfs.Root, dir string, mounted map[string]bool) bool {
+	rel, err := r.Rel(dir)
 	if err != nil {
 		return false
 	}
-	p, release, err := p.held()
-	if err != nil {
-		return false
-	}
-	defer release()
-	w := walker{r: p.rfs, root: p.root, rc: volume.Recovery{MountPoints: mounted}}
-	if err := w.removeUnused(rel, "mount"); err != nil {
+	w := walker{r: r, rc: volume.Recovery{MountPoints: mounted}}
+	if err := w.removeUnused(rel, ondisk.PublishLeaf); err != nil {
 		return false
 	}
 	klog.FromContext(ctx).Info("Removed a pod volume directory found unreadable at start: it holds nothing any more", "path", dir)

@@ -1,4 +1,4 @@
-package csiplugin
+package reconstruct
 
 import (
 	"path"
