@@ -37,8 +37,8 @@ type loop struct {
 	in *inbox
 	// pods are the pods added and how far each is resolved.
 	pods *podTable
-	// vols is what the loop keeps of each volume (volumeRecord).
-	vols map[podvol.UniqueVolumeName]*volumeRecord
+	// vols is what the loop keeps of each volume (volumeMemo).
+	vols map[podvol.UniqueVolumeName]*volumeMemo
 	// queue holds the volumes to plan, now or once their backoff ends.
 	queue volumeQueue
 	// unreadable are pod volume directories whose vol_data.json could not
@@ -133,7 +133,7 @@ func newLoop(cfg loopConfig, in *inbox, pods *podTable) *loop {
 		loopConfig: cfg,
 		in:         in,
 		pods:       pods,
-		vols:       map[podvol.UniqueVolumeName]*volumeRecord{},
+		vols:       map[podvol.UniqueVolumeName]*volumeMemo{},
 		queue:      newVolumeQueue(cfg.clock),
 		unreadable: map[string]string{},
 		backoff:    oe.NewBackoff(oe.BackoffOptions{}),
@@ -437,7 +437,7 @@ func (l *loop) view(name podvol.UniqueVolumeName) planner.View {
 	}
 	rec := l.vols[name]
 	if rec == nil {
-		rec = &volumeRecord{}
+		rec = &volumeMemo{}
 	}
 	v := planner.View{
 		Name: name, Spec: spec, Desired: desired, Actual: actual, Known: known,
