@@ -58,10 +58,6 @@ type VolumeManager struct {
 	runner         *oe.Runner
 	results        chan oe.Outcome
 	resolver       *resolve.Resolver
-	// objectReaders are asked what each pod volume reads (resolve.PodObjects,
-	// resolve.ObjectReaders): the plugins that are volume.ObjectReaders and the
-	// flexVolume drivers.
-	objectReaders []volume.ObjectReader
 	// expands reports whether a registered plugin grows volumes on the
 	// node (volume.Expander): only then are claims' node expansions
 	// looked for.
@@ -71,8 +67,6 @@ type VolumeManager struct {
 	// listErrs holds the last list/watch error of each informer, for
 	// the wait errors while the informers cannot sync.
 	listErrs *listErrors
-	// csiDrivers reads CSIDriver objects.
-	csiDrivers storagelisters.CSIDriverLister
 	// plugins runs plugin registration; nil unless Config.PluginRegistration.
 	plugins *pluginmanager.Manager
 	// registration keeps the CSINode; nil unless Config.PluginRegistration.
@@ -178,7 +172,7 @@ func New(cfg Config) (*VolumeManager, error) {
 		}
 	}
 	if cfg.PluginRegistration {
-		if vm.plugins, vm.registration, err = newPluginManager(cfg, vm.csiDrivers); err != nil {
+		if vm.plugins, vm.registration, err = newPluginManager(cfg, vm.resolver.CSIDrivers); err != nil {
 			return nil, fmt.Errorf("volumemanager: %w", err)
 		}
 	}
@@ -219,7 +213,6 @@ func checkConfig(cfg Config) error {
 func (vm *VolumeManager) newResolver() storagelisters.VolumeAttachmentLister {
 	cfg := vm.cfg
 	core, storage := vm.factory.Core().V1(), vm.factory.Storage().V1()
-	vm.csiDrivers = storage.CSIDrivers().Lister()
 	var attachments storagelisters.VolumeAttachmentLister
 	if cfg.ClusterInformers {
 		vm.resolver = &resolve.Resolver{PVCs: core.PersistentVolumeClaims().Lister(), PVs: core.PersistentVolumes().Lister()}
@@ -228,7 +221,7 @@ func (vm *VolumeManager) newResolver() storagelisters.VolumeAttachmentLister {
 		vm.resolver = &resolve.Resolver{}
 		vm.resolver.PVCs, vm.resolver.PVs, attachments = resolve.Listers(vm.objects)
 	}
-	vm.resolver.CSIDrivers, vm.resolver.SELinuxEnabled = vm.csiDrivers, cfg.SELinuxEnabled()
+	vm.resolver.CSIDrivers, vm.resolver.SELinuxEnabled = storage.CSIDrivers().Lister(), cfg.SELinuxEnabled()
 	return attachments
 }
 
@@ -244,7 +237,7 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 			RootDir:                cfg.RootDir,
 			NodeName:               cfg.NodeName,
 			Registry:               cfg.Drivers,
-			CSIDriverLister:        vm.csiDrivers,
+			CSIDriverLister:        vm.resolver.CSIDrivers,
 			VolumeAttachmentLister: attachments,
 			KubeClient:             cfg.KubeClient,
 			Tokens:                 vm.tokens,
@@ -279,13 +272,13 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 			vm.reconstructors = append(vm.reconstructors, r)
 		}
 	}
-	vm.objectReaders = resolve.ObjectReaders(plugin, builtin, cfg.Plugins)
+	vm.resolver.Readers = resolve.ObjectReaders(plugin, builtin, cfg.Plugins)
 	vm.expands = expandsVolumes(all)
 	if vm.flex, err = vm.newFlexDrivers(); err != nil {
 		return fmt.Errorf("volumemanager: %w", err)
 	}
 	vm.reconstructors = append(vm.reconstructors, vm.flex.drivers)
-	vm.objectReaders = append(vm.objectReaders, vm.flex.drivers)
+	vm.resolver.Readers = append(vm.resolver.Readers, vm.flex.drivers)
 	volumes, err := volume.NewRegistry(all...)
 	if err == nil {
 		err = volumes.CheckSources()
@@ -513,7 +506,7 @@ func (vm *VolumeManager) podGone(uid types.UID) {
 // at each resolution of the pod, before it, so that a claim found bound
 // adds its volume.
 func (vm *VolumeManager) holdObjects(uid types.UID, pod *v1.Pod) {
-	refs := append(resolve.PodObjects(vm.objectReaders, pod), vm.resolver.PVObjects(pod)...)
+	refs := append(resolve.PodObjects(vm.resolver.Readers, pod), vm.resolver.PVObjects(pod)...)
 	if vm.cfg.ClusterInformers {
 		vm.objects.Hold(resolve.PodHolder(uid), refs...) // none: Release
 		return

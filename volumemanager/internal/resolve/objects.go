@@ -43,7 +43,7 @@ func ObjectReaders(plugin volume.Plugin, builtin, own []volume.Plugin) []volume.
 	return out
 }
 
-// pvObjects returns the API objects the pod's PVs read that the pod
+// PVObjects returns the API objects the pod's PVs read that the pod
 // holds: the secret of a flexVolume PV's secretRef (in the PV's namespace
 // for it, else the pod's), for the PVs of the pod's claims known now.
 func (r *Resolver) PVObjects(pod *v1.Pod) []objectcache.Ref {

@@ -256,7 +256,7 @@ func sizesEqual(l, r v1.ResourceList) bool {
 	return n == len(l)
 }
 
-// pod returns the kept pod as a v1.Pod; nil for nil (a deleted pod). It
+// Pod returns the kept pod as a v1.Pod; nil for nil (a deleted pod). It
 // shares memory with k: its readers do not write.
 func (k *KeptPod) Pod() *v1.Pod {
 	if k == nil {

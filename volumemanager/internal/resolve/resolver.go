@@ -38,6 +38,10 @@ type Resolver struct {
 	Metrics Metrics
 	// Node returns this node's Node (Config.Node): PVs' node affinity.
 	Node func() (*v1.Node, error)
+	// Readers are asked what each pod volume reads (PodObjects): the
+	// plugins that are volume.ObjectReaders (ObjectReaders) and the
+	// flexVolume drivers. The pod holds those objects in the object cache.
+	Readers []volume.ObjectReader
 }
 
 // Metrics counts what resolution meets that the kubelet counts.
@@ -154,6 +158,7 @@ func sameVolumeNames(resolved []state.DesiredVolume, dv state.DesiredVolume) []s
 	return names
 }
 
+// PodRef is the reference to pod the desired state keeps.
 func PodRef(pod *v1.Pod) podvol.PodRef {
 	return podvol.PodRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, ServiceAccount: pod.Spec.ServiceAccountName}
 }
@@ -453,7 +458,7 @@ func inlineSpec(pod *v1.Pod, v *v1.Volume) podvol.VolumeSpec {
 	return spec
 }
 
-// expansionClaim returns the PV of spec and the claim bound to it, read
+// ExpansionClaim returns the PV of spec and the claim bound to it, read
 // through the listers, for the planner to decide the volume's node
 // expansion on (planner.ExpansionFacts); nil, nil when either is missing,
 // the claim is bound to another volume, or the volume's plugin does not
