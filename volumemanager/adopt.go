@@ -19,6 +19,7 @@ import (
 	"github.com/nodevol/nodevol/internal/backoff"
 	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volumemanager/internal/resolve"
 )
 
 // adoptAttachments takes in, once the informers have synced, the
@@ -54,7 +55,7 @@ func (l *loop) adoptAttachments() {
 			l.logger.Info("Leaving a VolumeAttachment of this node whose PersistentVolume cannot be read", "volumeAttachment", va.Name, "pv", *pvName, "err", err.Error())
 			continue
 		}
-		spec, err := pvSpec(pv)
+		spec, err := resolve.PVSpec(pv)
 		if err != nil || spec.Driver != va.Spec.Attacher || l.attachmentName(&spec) != va.Name {
 			continue
 		}

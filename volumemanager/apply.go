@@ -16,6 +16,13 @@ import (
 // begin records an action as in flight and starts it; e is the node
 // expansion the plan that started it found due (nil: none).
 func (l *loop) begin(a oe.Action, v planner.View, e *planner.Expansion) {
+	if e == nil && (a.Kind == oe.OpExpand || a.Kind == oe.OpPublish && a.Expand > 0) {
+		// The planner gives an expansion's target with every action that
+		// expands: one without it is the planner's bug, not started (the
+		// volume is planned again at its next event).
+		l.logger.Error(nil, "Operation not started: the planner gave no expansion target", "operation", a.Kind.String(), "volume", a.Volume)
+		return
+	}
 	rec := l.vol(a.Volume)
 	rec.started(a)
 	in := opInput{Input: oe.Input{Spec: v.Spec, PublishContext: v.Actual.PublishContext, DeviceMountPath: v.Actual.DeviceMountPath}}
@@ -126,7 +133,7 @@ func (l *loop) succeeded(o oe.Outcome) {
 
 // applyAttach records the outcome of an attach, a self attach or a self
 // detach.
-func (l *loop) applyAttach(o oe.Outcome, rec *volumeRecord) {
+func (l *loop) applyAttach(o oe.Outcome, rec *volumeMemo) {
 	spec := o.Spec
 	switch o.Action.Kind {
 	case oe.OpAttach:
@@ -158,7 +165,7 @@ func (l *loop) applyAttach(o oe.Outcome, rec *volumeRecord) {
 }
 
 // applyDevice records the outcome of a stage or an unstage.
-func (l *loop) applyDevice(o oe.Outcome, rec *volumeRecord) {
+func (l *loop) applyDevice(o oe.Outcome, rec *volumeMemo) {
 	spec := o.Spec
 	if o.Action.Kind == oe.OpStage {
 		switch {
@@ -186,7 +193,7 @@ func (l *loop) applyDevice(o oe.Outcome, rec *volumeRecord) {
 }
 
 // applyPod records the outcome of a publish or an unpublish.
-func (l *loop) applyPod(o oe.Outcome, rec *volumeRecord) {
+func (l *loop) applyPod(o oe.Outcome, rec *volumeMemo) {
 	a, spec := o.Action, o.Spec
 	if a.Kind == oe.OpPublish {
 		switch {
@@ -302,7 +309,7 @@ func (l *loop) attachedEvents(o oe.Outcome) {
 // setAttachment records the VolumeAttachment a volume waits for ("":
 // none) and, unless Config.ClusterInformers, makes the volume hold it in
 // the object cache for as long as it waits.
-func (l *loop) setAttachment(name podvol.UniqueVolumeName, rec *volumeRecord, va string) {
+func (l *loop) setAttachment(name podvol.UniqueVolumeName, rec *volumeMemo, va string) {
 	if rec.attachment == va {
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/flexvolume"
+	"github.com/nodevol/nodevol/volumemanager/internal/resolve"
 )
 
 // Config configures a VolumeManager. NodeName and KubeClient are required;
@@ -166,7 +167,7 @@ type Config struct {
 	NodeRestricted bool
 	// SELinuxEnabled reports whether the host has SELinux enabled; asked
 	// once, by New. Pods' volumes are mounted with an SELinux context only
-	// where it does (volumemanager/selinux.go). Default: selinuxfs is
+	// where it does (volumemanager/internal/resolve/selinux.go). Default: selinuxfs is
 	// mounted read-write at /sys/fs/selinux and this process has an SELinux
 	// label, as go-selinux's GetEnabled decides.
 	SELinuxEnabled func() bool
@@ -277,7 +278,7 @@ func setDefaults(cfg *Config) {
 		cfg.ClaimPendingGracePeriod = 5 * time.Second
 	}
 	if cfg.SELinuxEnabled == nil {
-		cfg.SELinuxEnabled = hostSELinuxEnabled
+		cfg.SELinuxEnabled = resolve.HostSELinuxEnabled
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/nodevol/nodevol/internal/objectcache"
 	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volumemanager/internal/resolve"
 )
 
 // The manager reaches a kind of volume only through the contract: a kind
@@ -175,7 +176,7 @@ func TestObjectsThroughContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := objectcache.Ref{Kind: objectcache.ConfigMap, Namespace: "ns", Name: "settings"}
-	if got := e.vm.objects.Holders(ref); !slices.Contains(got, objectHolder(pod.UID)) {
+	if got := e.vm.objects.Holders(ref); !slices.Contains(got, resolve.PodHolder(pod.UID)) {
 		t.Fatalf("holders of %s = %v, want pod %s", ref, got, pod.UID)
 	}
 	eventually(t, "the object cache watching configMap ns/settings", func() bool { return watching(e.client, "configmaps", "ns", "settings") })
@@ -188,7 +189,7 @@ func TestObjectsThroughContract(t *testing.T) {
 	eventually(t, "the volume published again on the change", func() bool { return settings.count() > before })
 
 	e.unmount(pod)
-	eventually(t, "the object let go with the pod", func() bool { return !slices.Contains(e.vm.objects.Holders(ref), objectHolder(pod.UID)) })
+	eventually(t, "the object let go with the pod", func() bool { return !slices.Contains(e.vm.objects.Holders(ref), resolve.PodHolder(pod.UID)) })
 }
 
 // TestClassifyExpandError: what a plugin's failed node expansion means for

@@ -26,6 +26,7 @@ import (
 	"github.com/nodevol/nodevol/internal/blockdev"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
+	"github.com/nodevol/nodevol/volumemanager/internal/resolve"
 )
 
 // failingMounter is the fake mounter, but for the mounts at a target
@@ -259,7 +260,7 @@ func podWith(opts ...csitest.PodOption) func(string, string) *v1.Pod {
 // kubelet records no event for (no kubelet words, or not a plugin's
 // refusal) give none.
 func TestResolutionEventsOnce(t *testing.T) {
-	tbl := newPodTable(nil, clock.RealClock{})
+	tbl := resolve.NewTable(nil, clock.RealClock{})
 	refused := func(text string) error {
 		return fmt.Errorf("pod ns/p volume \"hp\": %w", marked{volume.Causef("%s", text), planner.ErrUnknownSource})
 	}
@@ -281,9 +282,9 @@ func TestResolutionEventsOnce(t *testing.T) {
 	}
 	for _, s := range steps {
 		if s.forget {
-			tbl.forget(uid)
+			tbl.Forget(uid)
 		}
-		if got := tbl.resolutionEvents(uid, s.errs); !slices.Equal(got, s.want) {
+		if got := tbl.ResolutionEvents(uid, s.errs); !slices.Equal(got, s.want) {
 			t.Errorf("%s: events %q, want %q", s.name, got, s.want)
 		}
 	}

@@ -25,28 +25,6 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-// expansionClaim returns the PV of spec and the claim bound to it, read
-// through the listers, for the planner to decide the volume's node
-// expansion on (planner.ExpansionFacts); nil, nil when either is missing,
-// the claim is bound to another volume, or the volume's plugin does not
-// grow volumes on the node (volume.Expander: the kubelet's
-// FindNodeExpandablePluginBySpec; a migrated in-tree PV is the CSI
-// plugin's).
-func (r *resolver) expansionClaim(spec *podvol.VolumeSpec) (*v1.PersistentVolume, *v1.PersistentVolumeClaim) {
-	if p, err := r.plugins.ForVolume(spec.Name); err != nil || !isExpander(p) {
-		return nil, nil
-	}
-	pv, err := r.pvs.Get(spec.PVName)
-	if err != nil || pv.Spec.ClaimRef == nil {
-		return nil, nil
-	}
-	pvc, err := r.pvcs.PersistentVolumeClaims(pv.Spec.ClaimRef.Namespace).Get(pv.Spec.ClaimRef.Name)
-	if err != nil || pvc.Spec.VolumeName != pv.Name {
-		return nil, nil
-	}
-	return pv, pvc
-}
-
 // expandError is the error of a node expansion that follows a publish, so
 // that the pod's event says the expansion failed ("MountVolume.Setup
 // failed while expanding volume", as the kubelet words it), not the

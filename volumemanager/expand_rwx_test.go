@@ -102,11 +102,11 @@ func (e *rwxEnv) grownElsewhere() {
 		e.t.Fatal(err)
 	}
 	eventually(e.t, "the listers have the grown PV and claim", func() bool {
-		pv, err := e.vm.resolver.pvs.Get(e.pv)
+		pv, err := e.vm.resolver.PVs.Get(e.pv)
 		if err != nil {
 			return false
 		}
-		c, err := e.vm.resolver.pvcs.PersistentVolumeClaims("ns").Get("shared")
+		c, err := e.vm.resolver.PVCs.PersistentVolumeClaims("ns").Get("shared")
 		if err != nil {
 			return false
 		}

@@ -52,7 +52,7 @@ func TestExpansionClaim(t *testing.T) {
 			if tt.name == "PV of another kind" {
 				spec.Name = "kubernetes.io/nfs/pv"
 			}
-			gotPV, gotPVC := testResolver(t, tt.objs...).expansionClaim(spec)
+			gotPV, gotPVC := testResolver(t, tt.objs...).ExpansionClaim(spec)
 			if got := gotPV != nil && gotPVC != nil; got != tt.want || (gotPV == nil) != (gotPVC == nil) {
 				t.Errorf("expansionClaim = %v, %v; want both found %v", gotPV, gotPVC, tt.want)
 			}

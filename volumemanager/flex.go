@@ -26,7 +26,7 @@ type flexDrivers struct {
 func (vm *VolumeManager) newFlexDrivers() (*flexDrivers, error) {
 	cfg := vm.cfg
 	d, err := flexvolume.New(flexvolume.Config{
-		PluginDir: cfg.VolumePluginDir, RootDir: cfg.RootDir, NodeName: cfg.NodeName, Node: vm.resolver.node,
+		PluginDir: cfg.VolumePluginDir, RootDir: cfg.RootDir, NodeName: cfg.NodeName, Node: vm.resolver.Node,
 		Mounter: cfg.Mounter, Secrets: flexSecrets{vm.objects}, EventRecorder: cfg.EventRecorder, Steps: cfg.Steps,
 	})
 	if err != nil {
@@ -77,7 +77,7 @@ func (vm *VolumeManager) applyFlex(ctx context.Context, changes []flexvolume.Cha
 }
 
 // flexSecrets reads the secrets of flexVolumes through the node's object
-// cache: the pod holds them (podObjects, pvObjects).
+// cache: the pod holds them (resolve.PodObjects, pvObjects).
 type flexSecrets struct{ objects *objectcache.Cache }
 
 func (s flexSecrets) Secret(ctx context.Context, namespace, name string) (*v1.Secret, error) {

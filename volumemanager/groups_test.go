@@ -15,7 +15,7 @@ import (
 func TestGetExtraSupplementalGroupsForPod(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	gid := func(g string) csitest.PVOption {
-		return func(pv *v1.PersistentVolume) { pv.Annotations = map[string]string{volumeGIDAnnotation: g} }
+		return func(pv *v1.PersistentVolume) { pv.Annotations = map[string]string{"pv.beta.kubernetes.io/gid": g} }
 	}
 	e.claim("a", gid("1000"))
 	e.claim("b", gid("2000"))

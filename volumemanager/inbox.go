@@ -10,6 +10,7 @@ import (
 	"github.com/nodevol/nodevol/internal/objectcache"
 	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volumemanager/internal/resolve"
 )
 
 // inbox is how the rest of the world talks to the loop: the node agent's
@@ -23,8 +24,8 @@ type inbox struct {
 
 	mu sync.Mutex
 	// pods are the pods the node agent has added and not deleted, as much
-	// of them as the loop reads (keepPod).
-	pods map[types.UID]*keptPod
+	// of them as the loop reads (resolve.Keep).
+	pods map[types.UID]*resolve.KeptPod
 	// dirtyPods were added, updated or deleted since the last take.
 	dirtyPods map[types.UID]struct{}
 	posted
@@ -63,7 +64,7 @@ type posted struct {
 func newInbox() *inbox {
 	return &inbox{
 		kick:      make(chan struct{}, 1),
-		pods:      map[types.UID]*keptPod{},
+		pods:      map[types.UID]*resolve.KeptPod{},
 		dirtyPods: map[types.UID]struct{}{},
 		posted: posted{
 			claims:      map[string]struct{}{},
@@ -102,10 +103,10 @@ func (in *inbox) post(fn func()) {
 // addPod posts pod. hold, if set, runs under the inbox's lock with it:
 // what it holds for the pod is then never let go by a release for an
 // earlier delete of the pod (ifGone).
-func (in *inbox) addPod(pod *keptPod, hold func()) {
+func (in *inbox) addPod(pod *resolve.KeptPod, hold func()) {
 	in.post(func() {
-		in.pods[pod.uid] = pod
-		in.dirtyPods[pod.uid] = struct{}{}
+		in.pods[pod.UID()] = pod
+		in.dirtyPods[pod.UID()] = struct{}{}
 		if hold != nil {
 			hold()
 		}
@@ -143,8 +144,8 @@ func (in *inbox) podsWithVolumes(plugins *volume.Registry) []string {
 	defer in.mu.Unlock()
 	var out []string
 	for _, k := range in.pods {
-		if len(podVolumes(k.pod(), plugins)) > 0 {
-			out = append(out, k.namespace+"/"+k.name)
+		if len(resolve.PodVolumes(k.Pod(), plugins)) > 0 {
+			out = append(out, k.Name())
 		}
 	}
 	sort.Strings(out)
@@ -206,7 +207,7 @@ func (in *inbox) take() batch {
 	if len(in.dirtyPods) > 0 {
 		b.pods = make(map[types.UID]*v1.Pod, len(in.dirtyPods))
 		for uid := range in.dirtyPods {
-			b.pods[uid] = in.pods[uid].pod()
+			b.pods[uid] = in.pods[uid].Pod()
 		}
 		in.dirtyPods = map[types.UID]struct{}{}
 	}

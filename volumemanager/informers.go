@@ -47,7 +47,7 @@ func (vm *VolumeManager) watch(core coreinformers.Interface, storage storageinfo
 		fn   func(any)
 	}
 	hs := []watched{{"CSIDrivers", storage.CSIDrivers().Informer(), onDriver}}
-	if vm.cfg.ClusterInformers { // else read one by one through the object cache (restricted.go)
+	if vm.cfg.ClusterInformers { // else read one by one through the object cache (internal/resolve/holds.go)
 		hs = append(hs,
 			watched{"PersistentVolumeClaims", core.PersistentVolumeClaims().Informer(), onClaim},
 			watched{"PersistentVolumes", core.PersistentVolumes().Informer(), onClaim},

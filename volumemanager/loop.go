@@ -18,6 +18,7 @@ import (
 	"github.com/nodevol/nodevol/volume"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
+	"github.com/nodevol/nodevol/volumemanager/internal/resolve"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
@@ -25,7 +26,7 @@ import (
 // arrives as an event: a batch from the inbox (pods, claims, drivers,
 // retries), an operation's outcome, the backoff timer, the resync tick.
 // After each event the loop resolves the pods that changed into the
-// desired state (pods.go), builds a view of each volume that changed and
+// desired state (internal/resolve), builds a view of each volume that changed and
 // asks the planner (internal/planner) what to do; it applies what the
 // planner returns. Nothing else writes the actual state, and nothing else
 // decides.
@@ -36,9 +37,9 @@ type loop struct {
 	loopConfig
 	in *inbox
 	// pods are the pods added and how far each is resolved.
-	pods *podTable
-	// vols is what the loop keeps of each volume (volumeRecord).
-	vols map[podvol.UniqueVolumeName]*volumeRecord
+	pods *resolve.Table
+	// vols is what the loop keeps of each volume (volumeMemo).
+	vols map[podvol.UniqueVolumeName]*volumeMemo
 	// queue holds the volumes to plan, now or once their backoff ends.
 	queue volumeQueue
 	// unreadable are pod volume directories whose vol_data.json could not
@@ -128,12 +129,12 @@ type opInput struct {
 	Expansion planner.Expansion
 }
 
-func newLoop(cfg loopConfig, in *inbox, pods *podTable) *loop {
+func newLoop(cfg loopConfig, in *inbox, pods *resolve.Table) *loop {
 	return &loop{
 		loopConfig: cfg,
 		in:         in,
 		pods:       pods,
-		vols:       map[podvol.UniqueVolumeName]*volumeRecord{},
+		vols:       map[podvol.UniqueVolumeName]*volumeMemo{},
 		queue:      newVolumeQueue(cfg.clock),
 		unreadable: map[string]string{},
 		backoff:    oe.NewBackoff(oe.BackoffOptions{}),
@@ -183,7 +184,7 @@ func (l *loop) process(ctx context.Context) {
 		if l.hooks.synced != nil {
 			l.hooks.synced()
 		}
-		for _, uid := range l.pods.knownUIDs() { // resolved now that the listers are complete
+		for _, uid := range l.pods.KnownUIDs() { // resolved now that the listers are complete
 			if _, ok := b.pods[uid]; !ok {
 				b.pods = addPod(b.pods, uid, l.in)
 			}
@@ -196,7 +197,7 @@ func (l *loop) process(ctx context.Context) {
 		}
 	}
 	for key := range b.claims {
-		for _, uid := range l.pods.waitingFor(key) {
+		for _, uid := range l.pods.WaitingFor(key) {
 			if _, ok := b.pods[uid]; !ok {
 				b.pods = addPod(b.pods, uid, l.in)
 			}
@@ -209,7 +210,7 @@ func (l *loop) process(ctx context.Context) {
 		// its allocatable resources (a limit a container does not set);
 		// a pod volume of a plugin that came (a flexVolume driver) is
 		// resolved now.
-		for _, uid := range l.pods.knownUIDs() {
+		for _, uid := range l.pods.KnownUIDs() {
 			if _, ok := b.pods[uid]; !ok {
 				b.pods = addPod(b.pods, uid, l.in)
 			}
@@ -220,7 +221,7 @@ func (l *loop) process(ctx context.Context) {
 	}
 	l.objectsChanged(b.objects)
 	l.podCredentialsChanged(b.credentials)
-	if b.podsSynced && l.informersSynced && !l.podsSynced && !l.pods.readsPending() {
+	if b.podsSynced && l.informersSynced && !l.podsSynced && !l.pods.ReadsPending() {
 		// Every pod added before MarkPodsSynced is in this batch or an
 		// earlier one, and has been resolved above (or failed to be with
 		// what the API server answered, and holds its own mounts): the
@@ -288,7 +289,7 @@ func addPod(pods map[types.UID]*v1.Pod, uid types.UID, in *inbox) map[types.UID]
 		pods = map[types.UID]*v1.Pod{}
 	}
 	in.mu.Lock()
-	pods[uid] = in.pods[uid].pod()
+	pods[uid] = in.pods[uid].Pod()
 	in.mu.Unlock()
 	return pods
 }
@@ -299,7 +300,7 @@ func (l *loop) claimChanged(key string) {
 	if l.hooks.expansionClaim == nil {
 		return
 	}
-	if pv := l.pods.claimVolume(key); pv != "" {
+	if pv := l.pods.ClaimVolume(key); pv != "" {
 		if n, ok := l.dsw.VolumeForPV(pv); ok {
 			l.queue.add(n)
 		}
@@ -313,17 +314,17 @@ func (l *loop) syncPod(uid types.UID, pod *v1.Pod) {
 		if l.hooks.podGone != nil {
 			l.hooks.podGone(uid)
 		}
-		l.pods.forget(uid)
+		l.pods.Forget(uid)
 		l.errs.forget(uid)
 		l.dsw.DeletePod(uid) // notifies the volumes it touched
 	case !l.informersSynced:
-		l.pods.waitForListers(uid, podRef(pod))
+		l.pods.WaitForListers(uid, resolve.PodRef(pod))
 	default:
 		if l.hooks.hold != nil {
 			l.hooks.hold(uid, pod)
 		}
-		ref, wanted, resolved, errs := l.pods.resolve(pod, l.logger)
-		if events := l.pods.resolutionEvents(uid, errs); l.events != nil {
+		ref, wanted, resolved, errs := l.pods.Resolve(pod, l.logger)
+		if events := l.pods.ResolutionEvents(uid, errs); l.events != nil {
 			for _, msg := range events {
 				l.events.Event(podObjectRef(ref), v1.EventTypeWarning, reasonFailedMount, msg)
 			}
@@ -437,7 +438,7 @@ func (l *loop) view(name podvol.UniqueVolumeName) planner.View {
 	}
 	rec := l.vols[name]
 	if rec == nil {
-		rec = &volumeRecord{}
+		rec = &volumeMemo{}
 	}
 	v := planner.View{
 		Name: name, Spec: spec, Desired: desired, Actual: actual, Known: known,
@@ -449,7 +450,7 @@ func (l *loop) view(name podvol.UniqueVolumeName) planner.View {
 		v.Caps, v.CapsErr = l.capabilities(&spec)
 	}
 	for uid := range actual.Pods {
-		f := planner.PodFacts{Unresolved: l.pods.hold(uid), Added: l.pods.isKnown(uid), Found: rec.foundMounts[uid]}
+		f := planner.PodFacts{Unresolved: l.pods.Hold(uid), Added: l.pods.IsKnown(uid), Found: rec.foundMounts[uid]}
 		if f.Unresolved != "" || f.Found {
 			if v.Pods == nil {
 				v.Pods = map[types.UID]planner.PodFacts{}
@@ -497,7 +498,7 @@ func (l *loop) resync() {
 		}
 	}
 	var again map[types.UID]*v1.Pod
-	for _, uid := range l.pods.again() {
+	for _, uid := range l.pods.Again() {
 		again = addPod(again, uid, l.in)
 	}
 	for uid, pod := range again {
@@ -553,7 +554,7 @@ func (l *loop) due() { l.queue.due() }
 func (l *loop) idle() bool {
 	l.in.mu.Lock()
 	empty := len(l.in.dirtyPods) == 0 && len(l.in.attachments) == 0 && len(l.in.claims) == 0 && len(l.in.volumes) == 0 && len(l.in.drivers) == 0 && len(l.in.plugins) == 0 &&
-		(l.in.podsSynced == l.podsSynced || l.pods.readsPending() && !l.pods.readsInFlight()) && l.in.informersSynced == l.informersSynced
+		(l.in.podsSynced == l.podsSynced || l.pods.ReadsPending() && !l.pods.ReadsInFlight()) && l.in.informersSynced == l.informersSynced
 	l.in.mu.Unlock()
 	if !empty || l.queue.len() > 0 {
 		return false

@@ -35,6 +35,7 @@ import (
 	"github.com/nodevol/nodevol/volume/subpath"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/podcert"
+	"github.com/nodevol/nodevol/volumemanager/internal/resolve"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
@@ -56,11 +57,7 @@ type VolumeManager struct {
 	reconstructors []volume.Reconstructor
 	runner         *oe.Runner
 	results        chan oe.Outcome
-	resolver       *resolver
-	// objectReaders are asked what each pod volume reads (podObjects,
-	// objectReaders): the plugins that are volume.ObjectReaders and the
-	// flexVolume drivers.
-	objectReaders []volume.ObjectReader
+	resolver       *resolve.Resolver
 	// expands reports whether a registered plugin grows volumes on the
 	// node (volume.Expander): only then are claims' node expansions
 	// looked for.
@@ -70,8 +67,6 @@ type VolumeManager struct {
 	// listErrs holds the last list/watch error of each informer, for
 	// the wait errors while the informers cannot sync.
 	listErrs *listErrors
-	// csiDrivers reads CSIDriver objects.
-	csiDrivers storagelisters.CSIDriverLister
 	// plugins runs plugin registration; nil unless Config.PluginRegistration.
 	plugins *pluginmanager.Manager
 	// registration keeps the CSINode; nil unless Config.PluginRegistration.
@@ -144,20 +139,20 @@ func New(cfg Config) (*VolumeManager, error) {
 		inspect:  make(chan func(*loop)),
 	}
 	if vm.factory == nil {
-		vm.factory = informers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0, informers.WithTransform(trimInformerObject))
+		vm.factory = informers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0, informers.WithTransform(resolve.TrimInformerObject))
 	}
 	vm.objects = objectcache.New(objectcache.Config{Client: cfg.KubeClient, Clock: cfg.Clock, OnChange: vm.in.objectChanged,
 		TTL:       cfg.ResyncPeriod, // the refresh of what may only be GET (claims, volumes, attachments)
-		Transform: trimCachedObject})
+		Transform: resolve.TrimCachedObject})
 	vm.tokens = tokens.New(cfg.KubeClient, cfg.Clock)
 	if vm.certs, err = podcert.New(podcert.Config{Client: cfg.KubeClient, Clock: cfg.Clock, NodeName: cfg.NodeName,
 		OnChange: vm.in.credentialsChanged, Recorder: cfg.EventRecorder}); err != nil {
 		return nil, fmt.Errorf("volumemanager: %w", err)
 	}
 	attachments := vm.newResolver()
-	if vm.resolver.node = cfg.Node; cfg.Node == nil {
+	if vm.resolver.Node = cfg.Node; cfg.Node == nil {
 		var err error
-		if vm.nodeFactory, vm.resolver.node, err = vm.nodeInformer(); err != nil {
+		if vm.nodeFactory, vm.resolver.Node, err = resolve.NodeInformer(cfg.KubeClient, cfg.NodeName, vm.in.nodeChanged, vm.in.retry); err != nil {
 			return nil, fmt.Errorf("volumemanager: %w", err)
 		}
 	}
@@ -177,7 +172,7 @@ func New(cfg Config) (*VolumeManager, error) {
 		}
 	}
 	if cfg.PluginRegistration {
-		if vm.plugins, vm.registration, err = newPluginManager(cfg, vm.csiDrivers); err != nil {
+		if vm.plugins, vm.registration, err = newPluginManager(cfg, vm.resolver.CSIDrivers); err != nil {
 			return nil, fmt.Errorf("volumemanager: %w", err)
 		}
 	}
@@ -218,16 +213,15 @@ func checkConfig(cfg Config) error {
 func (vm *VolumeManager) newResolver() storagelisters.VolumeAttachmentLister {
 	cfg := vm.cfg
 	core, storage := vm.factory.Core().V1(), vm.factory.Storage().V1()
-	vm.csiDrivers = storage.CSIDrivers().Lister()
 	var attachments storagelisters.VolumeAttachmentLister
 	if cfg.ClusterInformers {
-		vm.resolver = &resolver{pvcs: core.PersistentVolumeClaims().Lister(), pvs: core.PersistentVolumes().Lister()}
+		vm.resolver = &resolve.Resolver{PVCs: core.PersistentVolumeClaims().Lister(), PVs: core.PersistentVolumes().Lister()}
 		attachments = storage.VolumeAttachments().Lister()
 	} else {
-		vm.resolver = &resolver{pvcs: cachedPVCs{vm.objects}, pvs: cachedPVs{vm.objects}}
-		attachments = cachedVAs{vm.objects}
+		vm.resolver = &resolve.Resolver{}
+		vm.resolver.PVCs, vm.resolver.PVs, attachments = resolve.Listers(vm.objects)
 	}
-	vm.resolver.csiDrivers, vm.resolver.seLinuxEnabled = vm.csiDrivers, cfg.SELinuxEnabled()
+	vm.resolver.CSIDrivers, vm.resolver.SELinuxEnabled = storage.CSIDrivers().Lister(), cfg.SELinuxEnabled()
 	return attachments
 }
 
@@ -243,7 +237,7 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 			RootDir:                cfg.RootDir,
 			NodeName:               cfg.NodeName,
 			Registry:               cfg.Drivers,
-			CSIDriverLister:        vm.csiDrivers,
+			CSIDriverLister:        vm.resolver.CSIDrivers,
 			VolumeAttachmentLister: attachments,
 			KubeClient:             cfg.KubeClient,
 			Tokens:                 vm.tokens,
@@ -267,7 +261,7 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 		return fmt.Errorf("volumemanager: %w", err)
 	}
 	vm.subpaths = subpaths
-	builtin, err := defaultPlugins(cfg, vm.resolver.node, vm.objects, vm.tokens, podCertificates{vm.certs})
+	builtin, err := defaultPlugins(cfg, vm.resolver.Node, vm.objects, vm.tokens, podCertificates{vm.certs})
 	if err != nil {
 		return fmt.Errorf("volumemanager: %w", err)
 	}
@@ -278,13 +272,13 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 			vm.reconstructors = append(vm.reconstructors, r)
 		}
 	}
-	vm.objectReaders = objectReaders(plugin, builtin, cfg.Plugins)
+	vm.resolver.Readers = resolve.ObjectReaders(plugin, builtin, cfg.Plugins)
 	vm.expands = expandsVolumes(all)
 	if vm.flex, err = vm.newFlexDrivers(); err != nil {
 		return fmt.Errorf("volumemanager: %w", err)
 	}
 	vm.reconstructors = append(vm.reconstructors, vm.flex.drivers)
-	vm.objectReaders = append(vm.objectReaders, vm.flex.drivers)
+	vm.resolver.Readers = append(vm.resolver.Readers, vm.flex.drivers)
 	volumes, err := volume.NewRegistry(all...)
 	if err == nil {
 		err = volumes.CheckSources()
@@ -293,7 +287,7 @@ func (vm *VolumeManager) newPlugin(attachments storagelisters.VolumeAttachmentLi
 		return fmt.Errorf("volumemanager: %w", err)
 	}
 	vm.volumes = volumes
-	vm.resolver.plugins = volumes
+	vm.resolver.Plugins = volumes
 	vm.conditions = &conditions{events: cfg.EventRecorder}
 	return nil
 }
@@ -306,7 +300,7 @@ func defaultPlugins(cfg Config, node func() (*v1.Node, error), objects *objectca
 	if err != nil {
 		return nil, err
 	}
-	empty, err := emptydir.New(emptydir.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps, AllocatableMemory: allocatableMemory(node)})
+	empty, err := emptydir.New(emptydir.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps, AllocatableMemory: resolve.AllocatableMemory(node)})
 	if err != nil {
 		return nil, err
 	}
@@ -314,20 +308,20 @@ func defaultPlugins(cfg Config, node func() (*v1.Node, error), objects *objectca
 	if err != nil {
 		return nil, err
 	}
-	cm, err := configmap.New(configmap.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps, AllocatableMemory: allocatableMemory(node), Objects: objects})
+	cm, err := configmap.New(configmap.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps, AllocatableMemory: resolve.AllocatableMemory(node), Objects: objects})
 	if err != nil {
 		return nil, err
 	}
-	sec, err := secret.New(secret.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps, AllocatableMemory: allocatableMemory(node), Objects: objects})
+	sec, err := secret.New(secret.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps, AllocatableMemory: resolve.AllocatableMemory(node), Objects: objects})
 	if err != nil {
 		return nil, err
 	}
-	down, err := downwardapi.New(downwardapi.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps, NodeAllocatable: nodeAllocatable(node)})
+	down, err := downwardapi.New(downwardapi.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps, NodeAllocatable: resolve.NodeAllocatable(node)})
 	if err != nil {
 		return nil, err
 	}
 	proj, err := projected.New(projected.Config{RootDir: cfg.RootDir, Mounter: cfg.Mounter, Steps: cfg.Steps,
-		AllocatableMemory: allocatableMemory(node), NodeAllocatable: nodeAllocatable(node), Objects: objects, Tokens: toks, PodCertificates: certs})
+		AllocatableMemory: resolve.AllocatableMemory(node), NodeAllocatable: resolve.NodeAllocatable(node), Objects: objects, Tokens: toks, PodCertificates: certs})
 	if err != nil {
 		return nil, err
 	}
@@ -368,14 +362,14 @@ func (vm *VolumeManager) newLoop(m *metrics) {
 			hold: vm.holdObjects, holders: vm.objects.Holders, podGone: vm.podGone},
 	}
 	if vm.expands {
-		lc.hooks.expansionClaim = vm.resolver.expansionClaim
+		lc.hooks.expansionClaim = vm.resolver.ExpansionClaim
 	}
 	if !cfg.ClusterInformers {
 		lc.hooks.holdAttachment = vm.holdAttachment
 	}
 	switch {
 	case cfg.SelfAttach && cfg.ClusterInformers:
-		lc.ownAttachments = informerAttachments{vm.factory.Storage().V1().VolumeAttachments().Lister(), vm.resolver.pvs}
+		lc.ownAttachments = informerAttachments{vm.factory.Storage().V1().VolumeAttachments().Lister(), vm.resolver.PVs}
 	case cfg.SelfAttach:
 		vm.attachmentsOnce = newAttachmentsOnce(cfg.KubeClient, cfg.NodeName, cfg.Clock, vm.listErrs)
 		vm.syncs = append(vm.syncs, vm.attachmentsOnce)
@@ -384,8 +378,8 @@ func (vm *VolumeManager) newLoop(m *metrics) {
 	if vm.inUse != nil {
 		lc.hooks.attachHeld, lc.hooks.forgotten = vm.inUse.hold, vm.inUse.changed
 	}
-	vm.resolver.metrics = m
-	l = newLoop(lc, vm.in, newPodTable(vm.resolver, cfg.Clock))
+	vm.resolver.Metrics = m
+	l = newLoop(lc, vm.in, resolve.NewTable(vm.resolver, cfg.Clock))
 	vm.loop = l
 }
 
@@ -443,7 +437,7 @@ func (vm *VolumeManager) MarkPodsSynced() { vm.in.markPodsSynced() }
 // It returns at once; the pod is processed by the loop. Before it returns,
 // the pod holds the configMaps and secrets its containers read (Objects,
 // unless Config.EnvReadByCaller). The manager keeps its own copy of what it
-// reads from the pod (keepPod), not the pod. A pod
+// reads from the pod (resolve.Keep), not the pod. A pod
 // whose spec.nodeName names another node than Config.NodeName is refused
 // with an error naming the pod and both nodes, and nothing is done for it;
 // a pod with no nodeName is accepted (unit tests, static pods of a kubelet
@@ -455,7 +449,7 @@ func (vm *VolumeManager) AddPod(pod *v1.Pod) error {
 	if err := vm.checkNode(pod); err != nil {
 		return err
 	}
-	vm.in.addPod(keepPod(pod, vm.volumes), func() { vm.holdContainerObjects(pod) })
+	vm.in.addPod(resolve.Keep(pod, vm.volumes), func() { vm.holdContainerObjects(pod) })
 	return nil
 }
 
@@ -500,31 +494,31 @@ func (vm *VolumeManager) GetMountedVolumesForPod(uid types.UID) []podvol.Mounted
 // holds (its containers' unless it was added again meanwhile), its
 // service account tokens and its pod certificates.
 func (vm *VolumeManager) podGone(uid types.UID) {
-	vm.objects.Release(objectHolder(uid))
+	vm.objects.Release(resolve.PodHolder(uid))
 	vm.in.ifGone(uid, func() { vm.objects.Release(containersHolder(uid)) })
 	vm.tokens.Forget(uid)
 	vm.certs.Forget(uid)
 }
 
 // holdObjects makes pod uid hold in the object cache what its volumes
-// and containers read (podObjects), and unless Config.ClusterInformers its
-// claims and the volumes they are known bound to (restrictedRefs): called
+// and containers read (resolve.PodObjects), and unless Config.ClusterInformers its
+// claims and the volumes they are known bound to (resolve.ClaimRefs): called
 // at each resolution of the pod, before it, so that a claim found bound
 // adds its volume.
 func (vm *VolumeManager) holdObjects(uid types.UID, pod *v1.Pod) {
-	refs := append(podObjects(vm.objectReaders, pod), vm.resolver.pvObjects(pod)...)
+	refs := append(resolve.PodObjects(vm.resolver.Readers, pod), vm.resolver.PVObjects(pod)...)
 	if vm.cfg.ClusterInformers {
-		vm.objects.Hold(objectHolder(uid), refs...) // none: Release
+		vm.objects.Hold(resolve.PodHolder(uid), refs...) // none: Release
 		return
 	}
-	held := append(slices.Clip(refs), restrictedRefs(vm.objects, pod)...)
-	vm.objects.Hold(objectHolder(uid), held...)
+	held := append(slices.Clip(refs), resolve.ClaimRefs(vm.objects, pod)...)
+	vm.objects.Hold(resolve.PodHolder(uid), held...)
 	// A claim held first just now may have answered already: its volume
 	// is held before the resolver reads it, or the answer, which no read
 	// waited for, would not be announced and the pod would not be
 	// resolved again.
-	if now := append(refs, restrictedRefs(vm.objects, pod)...); !slices.Equal(now, held) {
-		vm.objects.Hold(objectHolder(uid), now...)
+	if now := append(refs, resolve.ClaimRefs(vm.objects, pod)...); !slices.Equal(now, held) {
+		vm.objects.Hold(resolve.PodHolder(uid), now...)
 	}
 }
 

@@ -6,11 +6,8 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	storagelisters "k8s.io/client-go/listers/storage/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	"github.com/nodevol/nodevol/podvol"
 )
 
 // TestNoCSIDriverWaitError: a pod whose volume's driver has no CSIDriver
@@ -60,25 +57,5 @@ func TestNoCSIDriverWaitError(t *testing.T) {
 				t.Errorf("wait error %q speaks of the lifecycle modes of a CSIDriver that does not exist", last)
 			}
 		})
-	}
-}
-
-// TestNoCSIDriverSELinux: without a CSIDriver a CSI volume is not mounted
-// with an SELinux context, as the kubelet decides (seLinuxMount false).
-func TestNoCSIDriverSELinux(t *testing.T) {
-	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	other := csitest.CSIDriver("other.example.com", false, csitest.DriverSELinuxMount())
-	if err := indexer.Add(other); err != nil {
-		t.Fatal(err)
-	}
-	r := &resolver{csiDrivers: storagelisters.NewCSIDriverLister(indexer)}
-	for _, tt := range []struct {
-		driver string
-		want   bool
-	}{{csitest.DefaultDriverName, false}, {"other.example.com", true}} {
-		got, err := r.seLinuxSupport(&podvol.VolumeSpec{Driver: tt.driver})
-		if err != nil || got != tt.want {
-			t.Errorf("seLinuxSupport(%s) = %v, %v; want %v", tt.driver, got, err, tt.want)
-		}
 	}
 }

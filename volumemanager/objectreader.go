@@ -90,7 +90,7 @@ func read[T any](ctx context.Context, c *objectcache.Cache, r objectcache.Ref) (
 // containerObjects returns the configMaps and secrets a pod's containers
 // read (env valueFrom, envFrom, of init, regular and ephemeral containers)
 // and its imagePullSecrets: what the kubelet's configMap and secret
-// managers register for a pod beside its volumes' (podObjects).
+// managers register for a pod beside its volumes' (resolve.PodObjects).
 func containerObjects(pod *v1.Pod) []objectcache.Ref {
 	var out []objectcache.Ref
 	add := func(kind objectcache.Kind, name string) {
@@ -133,7 +133,7 @@ func containerObjects(pod *v1.Pod) []objectcache.Ref {
 }
 
 // containersHolder is the holder name, in the object cache, of what a
-// pod's containers read: not the pod's own (objectHolder), whose set the
+// pod's containers read: not the pod's own (resolve.PodHolder), whose set the
 // loop replaces at each resolution, but one AddPod sets at once. It is no
 // pod UID (it has a space), so the loop's routing of a change to the
 // holders' pods passes it by.

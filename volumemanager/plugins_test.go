@@ -113,13 +113,13 @@ func TestResolveByPlugin(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := testResolver(t, claim, csiPV("pv-1", "csi.example.com", "h-1", claim))
-			r.plugins = plugins
+			r.Plugins = plugins
 			var vols []v1.Volume
 			for _, name := range tt.vols {
 				vols = append(vols, v1.Volume{Name: name, VolumeSource: src[name]})
 			}
 			pod := podWithVolumes("uid-1", "ns", vols...)
-			_, _, resolved, errs := r.resolvePod(pod)
+			_, _, resolved, errs := r.ResolvePod(pod)
 			got := map[string]string{}
 			for _, dv := range resolved {
 				got[dv.Volume.SpecName] = string(dv.Spec.Name)

@@ -192,7 +192,7 @@ func TestReconstructedSpec(t *testing.T) {
 			name:     "inline",
 			data:     ondisk.VolumeData{SpecVolID: "scratch", VolumeHandle: "csi-x", DriverName: "d.example.com", VolumeLifecycleMode: "Ephemeral"},
 			dir:      "scratch",
-			wantName: inlineSpec(inline, &inline.Spec.Volumes[0]).Name,
+			wantName: podvol.UniqueVolumeName(podvol.CSIPluginName + "/" + string(inline.UID) + "-" + inline.Spec.Volumes[0].Name),
 			wantEph:  true,
 		},
 	}

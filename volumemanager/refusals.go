@@ -17,7 +17,7 @@ import (
 // and is logged, and recorded as an event on the pod in the kubelet's
 // words (refusalEvent), once; one that ended clears the pod's error, and
 // its publish starts.
-func (l *loop) noteRefusals(name podvol.UniqueVolumeName, spec *podvol.VolumeSpec, rec *volumeRecord, refused []planner.Refusal) {
+func (l *loop) noteRefusals(name podvol.UniqueVolumeName, spec *podvol.VolumeSpec, rec *volumeMemo, refused []planner.Refusal) {
 	old := rec.refused
 	if len(refused) == 0 && len(old) == 0 {
 		return

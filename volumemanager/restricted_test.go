@@ -13,7 +13,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -187,63 +186,6 @@ func TestObjectCacheHoldsWhatPodsUse(t *testing.T) {
 	})
 }
 
-// TestCachedListers: by default a pod holds its claims (a
-// generic ephemeral volume's too); a read before the first answer does
-// not wait and says so, the answer is announced, and the claim found
-// bound adds its volume to what the pod holds. Lists are refused.
-func TestCachedListers(t *testing.T) {
-	pvc, pv := csitest.BoundClaim("ns", "c", "d.example.com", "h")
-	client := restrictedClient()
-	for _, o := range []runtime.Object{pvc, pv} {
-		if err := client.Tracker().Add(o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	changed := make(chan objectcache.Ref, 10)
-	c := objectcache.New(objectcache.Config{Client: client, OnChange: func(r objectcache.Ref) { changed <- r }})
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "c", false))
-	pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{}}})
-	claimRef := objectcache.Ref{Kind: objectcache.PersistentVolumeClaim, Namespace: "ns", Name: "c"}
-	want := []objectcache.Ref{claimRef, {Kind: objectcache.PersistentVolumeClaim, Namespace: "ns", Name: "p-scratch"}}
-	if got := restrictedRefs(c, pod); !slices.Equal(got, want) {
-		t.Fatalf("refs %v, want %v", got, want)
-	}
-	c.Hold("p", want...)
-	l := cachedPVCs{c}.PersistentVolumeClaims("ns")
-	if _, err := l.Get("c"); !errors.Is(err, objectcache.ErrNotAnswered) || !strings.Contains(err.Error(), "PersistentVolumeClaim ns/c") {
-		t.Fatalf("read before the first answer: %v, want not answered, naming the claim", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	select {
-	case r := <-changed:
-		if r != claimRef {
-			t.Fatalf("announced %s, want the claim read before its answer", r)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the claim's first answer was not announced")
-	}
-	if got, err := l.Get("c"); err != nil || got.Name != "c" {
-		t.Fatalf("read after the answer: %v, %v", got, err)
-	}
-	pvRef := objectcache.Ref{Kind: objectcache.PersistentVolume, Name: pv.Name}
-	if got := restrictedRefs(c, pod); !slices.Contains(got, pvRef) {
-		t.Errorf("refs %v once the claim is known bound: want its volume %s", got, pv.Name)
-	}
-	for _, err := range []error{
-		func() error { _, err := (cachedPVCs{c}).List(labels.Everything()); return err }(),
-		func() error { _, err := l.List(labels.Everything()); return err }(),
-		func() error { _, err := (cachedPVs{c}).List(labels.Everything()); return err }(),
-		func() error { _, err := (cachedVAs{c}).List(labels.Everything()); return err }(),
-	} {
-		if !errors.Is(err, errNoList) {
-			t.Errorf("List: %v, want refused", err)
-		}
-	}
-}
-
 // TestObjectChangedRouting: a changed claim is posted as a claim, an
 // attachment as an attachment (as their informers' events are); a volume
 // and a configMap go to their holders.
@@ -330,11 +272,11 @@ func TestObjectCacheTrims(t *testing.T) {
 	var claims []*v1.PersistentVolumeClaim
 	var volumes []*v1.PersistentVolume
 	for i, name := range []string{"vol-a", "vol-b"} {
-		pvc, err := peek[*v1.PersistentVolumeClaim](e.vm.objects, objectcache.Ref{Kind: objectcache.PersistentVolumeClaim, Namespace: "ns", Name: name})
+		pvc, err := peekAs[*v1.PersistentVolumeClaim](e.vm.objects, objectcache.Ref{Kind: objectcache.PersistentVolumeClaim, Namespace: "ns", Name: name})
 		if err != nil {
 			t.Fatal(err)
 		}
-		pv, err := peek[*v1.PersistentVolume](e.vm.objects, objectcache.Ref{Kind: objectcache.PersistentVolume, Name: pvs[i]})
+		pv, err := peekAs[*v1.PersistentVolume](e.vm.objects, objectcache.Ref{Kind: objectcache.PersistentVolume, Name: pvs[i]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -346,4 +288,14 @@ func TestObjectCacheTrims(t *testing.T) {
 	if !sameMap(claims[0].Status.Capacity, claims[1].Status.Capacity) || !sameMap(volumes[0].Spec.Capacity, volumes[1].Spec.Capacity) {
 		t.Error("the capacities of two claims and volumes of one size are not shared")
 	}
+}
+
+// peekAs reads one object of the object cache as type T.
+func peekAs[T any](c *objectcache.Cache, r objectcache.Ref) (T, error) {
+	var zero T
+	o, err := c.Peek(r)
+	if err != nil {
+		return zero, err
+	}
+	return o.(T), nil
 }

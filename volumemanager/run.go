@@ -64,7 +64,7 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 			// A Node that exists is announced by its informer's add; one
 			// that does not is known missing only once the informer has
 			// synced, and the pods waiting for it then fall back to the
-			// machine's figures (allocatableMemory): resolve them again.
+			// machine's figures (resolve.AllocatableMemory): resolve them again.
 			for _, ok := range vm.nodeFactory.WaitForCacheSync(ctx.Done()) {
 				if !ok {
 					return

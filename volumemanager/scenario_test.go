@@ -30,6 +30,7 @@ import (
 	"github.com/nodevol/nodevol/volume/image"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
+	"github.com/nodevol/nodevol/volumemanager/internal/resolve"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
@@ -139,8 +140,8 @@ func (s *scenario) newLoop() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	res := &resolver{plugins: testPlugins, pvcs: corelisters.NewPersistentVolumeClaimLister(s.pvcs), pvs: corelisters.NewPersistentVolumeLister(s.pvs),
-		csiDrivers: storagelisters.NewCSIDriverLister(s.drivers), seLinuxEnabled: true, metrics: m}
+	res := &resolve.Resolver{Plugins: testPlugins, PVCs: corelisters.NewPersistentVolumeClaimLister(s.pvcs), PVs: corelisters.NewPersistentVolumeLister(s.pvs),
+		CSIDrivers: storagelisters.NewCSIDriverLister(s.drivers), SELinuxEnabled: true, Metrics: m}
 	volumes, err := volume.NewRegistry(scenarioPlugin{drivers: storagelisters.NewCSIDriverLister(s.drivers)}, image.Plugin{})
 	if err != nil {
 		s.t.Fatal(err)
@@ -150,10 +151,10 @@ func (s *scenario) newLoop() {
 		dsw: s.dsw, asw: s.asw, selfAttach: s.selfAttach,
 		hooks: loopHooks{
 			start:          s.start,
-			expansionClaim: res.expansionClaim,
+			expansionClaim: res.ExpansionClaim,
 			attachHeld:     func(name podvol.UniqueVolumeName) bool { return s.held[name] },
 		},
-	}, s.in, newPodTable(res, s.clock))
+	}, s.in, resolve.NewTable(res, s.clock))
 	s.ops = map[int]startedOp{}
 	s.l = l
 }

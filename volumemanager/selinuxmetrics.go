@@ -2,13 +2,12 @@ package volumemanager
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
-	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodevol/nodevol/internal/promreg"
 	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/volumemanager/internal/resolve"
 )
 
 // seLinuxMetrics are the kubelet's volume_manager_selinux_* metrics, with
@@ -99,21 +98,21 @@ func add(vec gaugeVec, lvs ...string) {
 	}
 }
 
-// seLinuxProblem counts a pod volume whose containers give it no label:
+// SELinuxProblem counts a pod volume whose containers give it no label:
 // an error when the pod waits for it (failed), else a warning.
-func (m *metrics) seLinuxProblem(p seLinuxProblem, failed bool, accessMode string) {
+func (m *metrics) SELinuxProblem(p resolve.SELinuxProblem, failed bool, accessMode string) {
 	if m == nil || m.seLinux == nil {
 		return
 	}
 	s := m.seLinux
 	switch {
-	case p == seLinuxBadOptions && failed:
+	case p == resolve.SELinuxBadOptions && failed:
 		add(s.containerErrors, accessMode)
-	case p == seLinuxBadOptions:
+	case p == resolve.SELinuxBadOptions:
 		add(s.containerWarnings, accessMode)
-	case p == seLinuxContainersDisagree && failed:
+	case p == resolve.SELinuxContainersDisagree && failed:
 		add(s.podMismatchErrors, accessMode)
-	case p == seLinuxContainersDisagree:
+	case p == resolve.SELinuxContainersDisagree:
 		add(s.podMismatchWarnings, accessMode)
 	}
 }
@@ -124,7 +123,7 @@ func (m *metrics) seLinuxConflict(spec *podvol.VolumeSpec) {
 	if m == nil || m.seLinux == nil {
 		return
 	}
-	add(m.seLinux.volumeMismatchErrors, seLinuxPluginLabel(spec), accessModeLabel(spec))
+	add(m.seLinux.volumeMismatchErrors, resolve.SELinuxPluginLabel(spec), resolve.AccessModeLabel(spec))
 }
 
 // seLinuxAdmitted counts a volume that entered the desired state with a
@@ -133,33 +132,5 @@ func (m *metrics) seLinuxAdmitted(spec *podvol.VolumeSpec) {
 	if m == nil || m.seLinux == nil {
 		return
 	}
-	add(m.seLinux.admitted, seLinuxPluginLabel(spec), accessModeLabel(spec))
-}
-
-// seLinuxPluginLabel is the kubelet's volume_plugin label of its SELinux
-// metrics: "kubernetes.io/csi/{driver}" for a CSI volume (a slash, not
-// volume_manager_total_volumes' colon), the plugin's name for another.
-func seLinuxPluginLabel(spec *podvol.VolumeSpec) string {
-	if spec.Plugin != "" {
-		return spec.Plugin
-	}
-	return podvol.CSIPluginName + "/" + spec.Driver
-}
-
-// accessModeLabel is the kubelet's access_mode label of its SELinux
-// metrics: "inline" for a volume that is no PV, else the widest of the
-// PV's access modes (RWX, then ROX, RWO, RWOP), "" for a PV with none.
-func accessModeLabel(spec *podvol.VolumeSpec) string {
-	if spec.PVName == "" {
-		return "inline"
-	}
-	for _, m := range []struct {
-		mode  v1.PersistentVolumeAccessMode
-		label string
-	}{{v1.ReadWriteMany, "RWX"}, {v1.ReadOnlyMany, "ROX"}, {v1.ReadWriteOnce, "RWO"}, {v1.ReadWriteOncePod, "RWOP"}} {
-		if slices.Contains(spec.AccessModes, m.mode) {
-			return m.label
-		}
-	}
-	return ""
+	add(m.seLinux.admitted, resolve.SELinuxPluginLabel(spec), resolve.AccessModeLabel(spec))
 }

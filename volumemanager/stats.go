@@ -157,7 +157,7 @@ func (c *volumeStatsCollector) Collect(ch chan<- prometheus.Metric) {
 		if !ok || v.Spec.PVName == "" {
 			continue
 		}
-		pv, err := vm.resolver.pvs.Get(v.Spec.PVName)
+		pv, err := vm.resolver.PVs.Get(v.Spec.PVName)
 		if err != nil || pv.Spec.ClaimRef == nil {
 			continue
 		}

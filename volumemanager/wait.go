@@ -18,6 +18,7 @@ import (
 	"github.com/nodevol/nodevol/volume"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
+	"github.com/nodevol/nodevol/volumemanager/internal/resolve"
 )
 
 // WaitForAttachAndMount blocks until every volume of the pod that a
@@ -44,7 +45,7 @@ import (
 // with reason VolumeAttachmentLimitExceeded. For other drivers that wait
 // ends as any that ran out of time, naming the attach error.
 func (vm *VolumeManager) WaitForAttachAndMount(ctx context.Context, pod *v1.Pod) error {
-	vols := podVolumes(pod, vm.volumes)
+	vols := resolve.PodVolumes(pod, vm.volumes)
 	if err := vm.checkNode(pod); err != nil {
 		names := make([]string, 0, len(vols))
 		for _, v := range vols {

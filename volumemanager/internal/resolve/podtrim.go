@@ -1,4 +1,4 @@
-package volumemanager
+package resolve
 
 import (
 	"maps"
@@ -13,7 +13,7 @@ import (
 	"github.com/nodevol/nodevol/volume/projected"
 )
 
-// keptPod is what the inbox keeps of a pod between AddPod and DeletePod,
+// KeptPod is what the inbox keeps of a pod between AddPod and DeletePod,
 // only what the volume manager reads from it: the loop keeps every pod it
 // was given until the pod is deleted (to resolve it again when a claim or
 // volume changes), and a pod's images, commands, environment, probes,
@@ -25,14 +25,14 @@ import (
 // Kept: name, namespace, UID; the service account name; the pod's security
 // context (fsGroup, its change policy, SELinux options and change policy;
 // supplemental groups are read from the caller's pod, not from this copy);
-// the volumes podVolumes selects (those a container mounts or maps and a
+// the volumes PodVolumes selects (those a container mounts or maps and a
 // registered plugin handles, or that fail to resolve); and of each
 // container (init, regular, ephemeral) that mounts or maps one of those
 // volumes, the names of those mounts and devices and its seLinuxOptions;
 // and what the volumes show or are sized by (kept, whatToKeep).
 // Every function that reads a pod in this package gives the same answer
-// for keepPod(pod).pod() as for the pod (TestTrimPod).
-type keptPod struct {
+// for Keep(pod).pod() as for the pod (TestTrimPod).
+type KeptPod struct {
 	uid                             types.UID
 	namespace, name, serviceAccount string
 	securityContext                 *v1.PodSecurityContext
@@ -48,7 +48,7 @@ type keptPod struct {
 	labels, annotations map[string]string
 }
 
-// keptContainer is what keptPod keeps of a container.
+// keptContainer is what KeptPod keeps of a container.
 type keptContainer struct {
 	kind            containerKind
 	name            string
@@ -70,9 +70,9 @@ const (
 	ephemeralContainer
 )
 
-// keepPod returns what the inbox keeps of pod, sharing no memory with it.
-func keepPod(pod *v1.Pod, plugins *volume.Registry) *keptPod {
-	k := &keptPod{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, serviceAccount: pod.Spec.ServiceAccountName}
+// Keep returns what the inbox keeps of pod, sharing no memory with it.
+func Keep(pod *v1.Pod, plugins *volume.Registry) *KeptPod {
+	k := &KeptPod{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, serviceAccount: pod.Spec.ServiceAccountName}
 	if sc := pod.Spec.SecurityContext; sc != nil {
 		k.securityContext = (&v1.PodSecurityContext{
 			FSGroup:             sc.FSGroup,
@@ -81,7 +81,7 @@ func keepPod(pod *v1.Pod, plugins *volume.Registry) *keptPod {
 			SELinuxChangePolicy: sc.SELinuxChangePolicy,
 		}).DeepCopy() // no pointer into the caller's pod
 	}
-	vols := podVolumes(pod, plugins)
+	vols := PodVolumes(pod, plugins)
 	if len(vols) == 0 {
 		return k
 	}
@@ -189,7 +189,7 @@ func (ck containerKeeper) keep(kind containerKind, name string, ms []v1.VolumeMo
 }
 
 // whatToKeep says what a pod with these volumes keeps beside them.
-func whatToKeep(vols []podVolume) kept {
+func whatToKeep(vols []PodVolume) kept {
 	var k kept
 	downward := func(items []v1.DownwardAPIVolumeFile) {
 		for _, it := range items {
@@ -256,9 +256,9 @@ func sizesEqual(l, r v1.ResourceList) bool {
 	return n == len(l)
 }
 
-// pod returns the kept pod as a v1.Pod; nil for nil (a deleted pod). It
+// Pod returns the kept pod as a v1.Pod; nil for nil (a deleted pod). It
 // shares memory with k: its readers do not write.
-func (k *keptPod) pod() *v1.Pod {
+func (k *KeptPod) Pod() *v1.Pod {
 	if k == nil {
 		return nil
 	}
@@ -295,3 +295,9 @@ func (k *keptPod) pod() *v1.Pod {
 	}
 	return p
 }
+
+// UID is the kept pod's UID.
+func (k *KeptPod) UID() types.UID { return k.uid }
+
+// Name is the kept pod's "namespace/name".
+func (k *KeptPod) Name() string { return k.namespace + "/" + k.name }

@@ -1,4 +1,4 @@
-package volumemanager
+package resolve
 
 import (
 	"errors"
@@ -9,7 +9,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 
@@ -21,7 +20,7 @@ import (
 // PersistentVolumeClaims, PersistentVolumes and VolumeAttachments one at a
 // time, with GET, and only those of its own pods: what the Node authorizer
 // allows (it forbids listing and watching them), and what keeps a node's
-// memory bounded by its pods rather than by the cluster. The resolver and
+// memory bounded by its pods rather than by the cluster. The Resolver and
 // the CSI plugin read them from the node's object cache
 // (internal/objectcache), where they are GET-only kinds, through the
 // listers below:
@@ -54,13 +53,13 @@ var errNoList = errors.New("the object cache reads claims, volumes and attachmen
 // first GET has not answered, or failed. Not known is not missing (a
 // missing one is NotFound): a pod waiting for one is in the state of a pod
 // before the informers' first list, and the hold of what was found on disk
-// at start lasts while such a pod is known (podTable.reading).
+// at start lasts while such a pod is known (Table.reading).
 var errNotRead = errors.New("not read from the API server yet")
 
-// restrictedRefs are the claims of pod's volumes and the volumes those
+// ClaimRefs are the claims of pod's volumes and the volumes those
 // the cache knows bound are bound to: what the pod holds besides
-// podObjects unless Config.ClusterInformers.
-func restrictedRefs(objects *objectcache.Cache, pod *v1.Pod) []objectcache.Ref {
+// PodObjects unless Config.ClusterInformers.
+func ClaimRefs(objects *objectcache.Cache, pod *v1.Pod) []objectcache.Ref {
 	var out []objectcache.Ref
 	for _, v := range pod.Spec.Volumes {
 		var claim string
@@ -73,7 +72,7 @@ func restrictedRefs(objects *objectcache.Cache, pod *v1.Pod) []objectcache.Ref {
 			continue
 		}
 		if claim == "" || strings.Contains(claim, "/") || strings.Contains(pod.Namespace, "/") {
-			continue // refused by the resolver before it reads anything
+			continue // refused by the Resolver before it reads anything
 		}
 		r := objectcache.Ref{Kind: objectcache.PersistentVolumeClaim, Namespace: pod.Namespace, Name: claim}
 		out = append(out, r)
@@ -86,20 +85,10 @@ func restrictedRefs(objects *objectcache.Cache, pod *v1.Pod) []objectcache.Ref {
 	return out
 }
 
-// attachmentHolder is the holder name of a volume waiting for its
+// AttachmentHolder is the holder name of a volume waiting for its
 // VolumeAttachment in the object cache (a pod's is its UID, which has no
 // slash; a volume's unique name has one).
-func attachmentHolder(name podvol.UniqueVolumeName) string { return "volume " + string(name) }
-
-// holdAttachment makes volume name hold the VolumeAttachment va in the
-// object cache ("": none).
-func (vm *VolumeManager) holdAttachment(name podvol.UniqueVolumeName, va string) {
-	if va == "" {
-		vm.objects.Release(attachmentHolder(name))
-		return
-	}
-	vm.objects.Hold(attachmentHolder(name), objectcache.Ref{Kind: objectcache.VolumeAttachment, Name: va})
-}
+func AttachmentHolder(name podvol.UniqueVolumeName) string { return "volume " + string(name) }
 
 // peek reads one object of the cache as type T. An error other than
 // NotFound (not answered yet, the reads failing, not held) wraps
@@ -119,7 +108,7 @@ func peek[T any](c *objectcache.Cache, r objectcache.Ref) (T, error) {
 	return t, nil
 }
 
-// The listers over the object cache, for the resolver and the CSI plugin.
+// The listers over the object cache, for the Resolver and the CSI plugin.
 
 type cachedPVCs struct{ c *objectcache.Cache }
 
@@ -171,28 +160,9 @@ var (
 	_ corelisters.PersistentVolumeClaimNamespaceLister = cachedNamespacedPVCs{}
 )
 
-// podsOfVolumes returns the pods to resolve again for changed volumes
-// (PersistentVolume refs of the object cache): those holding one that
-// are not resolved yet.
-func (l *loop) podsOfVolumes(refs map[objectcache.Ref]struct{}) []types.UID {
-	if l.hooks.holders == nil {
-		return nil
-	}
-	var out []types.UID
-	for r := range refs {
-		if r.Kind != objectcache.PersistentVolume {
-			continue
-		}
-		if l.hooks.expansionClaim != nil {
-			if n, ok := l.dsw.VolumeForPV(r.Name); ok {
-				l.queue.add(n) // its node expansion may be due
-			}
-		}
-		for _, h := range l.hooks.holders(r) {
-			if uid := types.UID(h); l.pods.hold(uid) != "" {
-				out = append(out, uid)
-			}
-		}
-	}
-	return out
+// Listers returns the listers of claims, volumes and attachments over the
+// object cache c, for the Resolver and the CSI plugin unless
+// Config.ClusterInformers.
+func Listers(c *objectcache.Cache) (corelisters.PersistentVolumeClaimLister, corelisters.PersistentVolumeLister, storagelisters.VolumeAttachmentLister) {
+	return cachedPVCs{c}, cachedPVs{c}, cachedVAs{c}
 }

@@ -1,4 +1,4 @@
-package volumemanager
+package resolve
 
 import (
 	"context"
@@ -68,7 +68,7 @@ func TestSELinuxOtherPlugins(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := &resolver{plugins: plugins, pvcs: corelisters.NewPersistentVolumeClaimLister(pvcs), pvs: corelisters.NewPersistentVolumeLister(pvs), seLinuxEnabled: true}
+			r := &Resolver{Plugins: plugins, PVCs: corelisters.NewPersistentVolumeClaimLister(pvcs), PVs: corelisters.NewPersistentVolumeLister(pvs), SELinuxEnabled: true}
 			pod := seLinuxPod("p", "a", levelA)
 			pod.UID = types.UID("uid-p")
 			if tc.disagree {
@@ -77,7 +77,7 @@ func TestSELinuxOtherPlugins(t *testing.T) {
 				c.SecurityContext = &v1.SecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: levelB}}
 				pod.Spec.Containers = append(pod.Spec.Containers, c)
 			}
-			_, _, resolved, errs := r.resolvePod(pod)
+			_, _, resolved, errs := r.ResolvePod(pod)
 			if tc.err != "" {
 				if err := errs["data"]; err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want %q", err, tc.err)

@@ -1,4 +1,4 @@
-package volumemanager
+package resolve
 
 import (
 	"fmt"
@@ -39,7 +39,7 @@ func migratedPVPlugin(pv *v1.PersistentVolume) string {
 	return name
 }
 
-// migratedPVSpec is pvSpec for a PV without a CSI source: its in-tree
+// migratedPVSpec is PVSpec for a PV without a CSI source: its in-tree
 // source translated to CSI, or an error naming the PV and why (pod
 // resolution sends other PVs to their own plugin first, volumeSpec; the
 // self-attach adoption asks of any PV).
@@ -56,7 +56,7 @@ func migratedPVSpec(pv *v1.PersistentVolume) (podvol.VolumeSpec, error) {
 	if csiPV.Spec.CSI == nil {
 		return podvol.VolumeSpec{}, fmt.Errorf("PV %s: translating its %s source to CSI gave no CSI source", pv.Name, plugin)
 	}
-	spec, err := pvSpec(csiPV)
+	spec, err := PVSpec(csiPV)
 	if err != nil {
 		return podvol.VolumeSpec{}, fmt.Errorf("%w (translated from in-tree %s)", err, plugin)
 	}
@@ -83,7 +83,7 @@ func migratedInlineSpec(pod *v1.Pod, v *v1.Volume) (podvol.VolumeSpec, error) {
 	// escaped as a qualified name ("/" -> "~"): an Azure disk URI or a
 	// vSphere volume path holds slashes.
 	csiPV.Name = strings.ReplaceAll(csiPV.Name, "/", "~")
-	spec, err := pvSpec(csiPV)
+	spec, err := PVSpec(csiPV)
 	if err != nil {
 		return podvol.VolumeSpec{}, fmt.Errorf("inline %s volume translated to CSI: %w", plugin, err)
 	}

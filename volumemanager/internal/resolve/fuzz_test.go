@@ -1,4 +1,4 @@
-package volumemanager
+package resolve
 
 import (
 	"crypto/sha256"
@@ -200,13 +200,13 @@ func findPV(pvs []any, name string) *v1.PersistentVolume {
 	return nil
 }
 
-// FuzzResolvePod feeds podVolumes and resolver.resolvePod a pod built
+// FuzzResolvePod feeds PodVolumes and Resolver.resolvePod a pod built
 // from fuzzed names and choices (volume names, claims, generic ephemeral
 // and inline CSI volumes with their driver and attributes, mounts and
 // devices in app, init and ephemeral containers, pod UID, namespace and
 // name) against listers over client-go indexers holding a few fuzzed PVCs
 // and PVs. It checks that it never panics and that:
-//   - podVolumes returns, in spec order, exactly the volumes with a PVC,
+//   - PodVolumes returns, in spec order, exactly the volumes with a PVC,
 //     ephemeral or CSI source that a container mounts or maps, marked block
 //     exactly when one maps it;
 //   - wanted is those volumes' names; every one is resolved or has an
@@ -289,10 +289,10 @@ func FuzzResolvePod(f *testing.F) {
 				t.Fatal(err)
 			}
 		}
-		r := &resolver{plugins: testPlugins, pvcs: corelisters.NewPersistentVolumeClaimLister(pvcIndex), pvs: corelisters.NewPersistentVolumeLister(pvIndex)}
+		r := &Resolver{Plugins: testPlugins, PVCs: corelisters.NewPersistentVolumeClaimLister(pvcIndex), PVs: corelisters.NewPersistentVolumeLister(pvIndex)}
 		before := pod.DeepCopy()
 
-		// podVolumes against the definition.
+		// PodVolumes against the definition.
 		mounts, devices := map[string]bool{}, map[string]bool{}
 		for _, c := range append(slices.Clone(pod.Spec.Containers), pod.Spec.InitContainers...) {
 			for _, m := range c.VolumeMounts {
@@ -325,7 +325,7 @@ func FuzzResolvePod(f *testing.F) {
 			t.Fatalf("podVolumes = %q, want %q", gotVols, wantVols)
 		}
 
-		ref, wanted, resolved, errs := r.resolvePod(pod)
+		ref, wanted, resolved, errs := r.ResolvePod(pod)
 		if want := (podvol.PodRef{UID: pod.UID, Namespace: ns, Name: name}); ref != want {
 			t.Fatalf("ref = %+v, want %+v", ref, want)
 		}
@@ -364,7 +364,7 @@ func FuzzResolvePod(f *testing.F) {
 			if devices[dv.Volume.SpecName] != (dv.Spec.Mode == podvol.Block) {
 				t.Fatalf("volume %q (used as a device: %v) resolved with volumeMode %s", dv.Volume.SpecName, devices[dv.Volume.SpecName], dv.Spec.Mode)
 			}
-			// The API refuses two volumes of one name; the resolver
+			// The API refuses two volumes of one name; the Resolver
 			// still must resolve each consistently with its source.
 			var first error
 			for i := range pod.Spec.Volumes {

@@ -13,12 +13,12 @@ import (
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 )
 
-// volumeRecord is what the loop keeps of one volume beside the caches:
+// volumeMemo is what the loop keeps of one volume beside the caches:
 // the facts the planner's view needs that the caches do not hold, and what
 // the loop must remember of the planner's last decision. The loop creates
-// it when it first records something of the volume and drops it when the
+// it when it first notes something of the volume and drops it when the
 // volume is forgotten with nothing left in it.
-type volumeRecord struct {
+type volumeMemo struct {
 	// inflight are the operations running on the volume; nil when none.
 	inflight map[oe.Key]oe.OpKind
 	// foundMounts (the pods whose mounts were) and foundDevice were found
@@ -55,7 +55,7 @@ type volumeRecord struct {
 // it is every desired pod's error, as the error of an operation that
 // failed "not ready" is, with no event; it is logged when it changes. The
 // pods' errors clear when their publish succeeds.
-func (l *loop) noteNotReady(name podvol.UniqueVolumeName, rec *volumeRecord, desired []podvol.PodVolume, err error) {
+func (l *loop) noteNotReady(name podvol.UniqueVolumeName, rec *volumeMemo, desired []podvol.PodVolume, err error) {
 	if err == nil {
 		rec.notReady = ""
 		return
@@ -69,11 +69,11 @@ func (l *loop) noteNotReady(name podvol.UniqueVolumeName, rec *volumeRecord, des
 	}
 }
 
-// vol returns the volume's record, creating it when missing.
-func (l *loop) vol(name podvol.UniqueVolumeName) *volumeRecord {
+// vol returns the volume's memo, creating it when missing.
+func (l *loop) vol(name podvol.UniqueVolumeName) *volumeMemo {
 	rec := l.vols[name]
 	if rec == nil {
-		rec = &volumeRecord{}
+		rec = &volumeMemo{}
 		l.vols[name] = rec
 	}
 	return rec
@@ -87,14 +87,14 @@ func (l *loop) waitingOf(name podvol.UniqueVolumeName) []string {
 	return nil
 }
 
-func (r *volumeRecord) foundMount(uid types.UID) {
+func (r *volumeMemo) foundMount(uid types.UID) {
 	if r.foundMounts == nil {
 		r.foundMounts = map[types.UID]bool{}
 	}
 	r.foundMounts[uid] = true
 }
 
-func (r *volumeRecord) markRepublish(uid types.UID) {
+func (r *volumeMemo) markRepublish(uid types.UID) {
 	if r.republish == nil {
 		r.republish = map[types.UID]bool{}
 	}
@@ -102,7 +102,7 @@ func (r *volumeRecord) markRepublish(uid types.UID) {
 }
 
 // started records an operation as in flight.
-func (r *volumeRecord) started(a oe.Action) {
+func (r *volumeMemo) started(a oe.Action) {
 	if r.inflight == nil {
 		r.inflight = map[oe.Key]oe.OpKind{}
 	}
@@ -110,7 +110,7 @@ func (r *volumeRecord) started(a oe.Action) {
 }
 
 // ended records an operation as no longer in flight.
-func (r *volumeRecord) ended(a oe.Action) {
+func (r *volumeMemo) ended(a oe.Action) {
 	delete(r.inflight, a.Key())
 	if len(r.inflight) == 0 {
 		r.inflight = nil
@@ -120,7 +120,7 @@ func (r *volumeRecord) ended(a oe.Action) {
 // forget drops what the loop keeps of a volume that is gone: what it
 // learnt of the disk and the planner's last words. What holds it (found
 // on disk), runs, or waits to be published again stays.
-func (r *volumeRecord) forget() {
+func (r *volumeMemo) forget() {
 	r.refs = planner.StagingRefs{}
 	r.waiting = nil
 	r.olderWorld = false
@@ -128,8 +128,8 @@ func (r *volumeRecord) forget() {
 	r.expandHeld = planner.ExpandHold{}
 }
 
-// empty reports whether the record keeps nothing.
-func (r *volumeRecord) empty() bool {
+// empty reports whether the memo keeps nothing.
+func (r *volumeMemo) empty() bool {
 	return r.inflight == nil && len(r.foundMounts) == 0 && !r.foundDevice && len(r.refs.Paths) == 0 &&
 		len(r.republish) == 0 && r.expandHeld == (planner.ExpandHold{}) && r.attachment == "" &&
 		!r.worldChanged && !r.olderWorld && len(r.waiting) == 0 && len(r.refused) == 0

@@ -1,4 +1,4 @@
-package volumemanager
+package resolve
 
 import (
 	"os"
@@ -24,7 +24,7 @@ import (
 
 // testPlugins are the plugins New registers by default: CSI and image.
 var testPlugins = func() *volume.Registry {
-	defaults, err := defaultPlugins(Config{RootDir: os.TempDir(), Mounter: mount.NewFakeMounter(nil)}, func() (*v1.Node, error) { return nil, errNoNode }, objectcache.New(objectcache.Config{Client: fake.NewClientset()}), tokens.New(fake.NewClientset(), nil), nil)
+	defaults, err := defaultPlugins(pluginsConfig{RootDir: os.TempDir(), Mounter: mount.NewFakeMounter(nil)}, func() (*v1.Node, error) { return nil, errNoNode }, objectcache.New(objectcache.Config{Client: fake.NewClientset()}), tokens.New(fake.NewClientset(), nil), nil)
 	if err != nil {
 		panic(err)
 	}
@@ -35,10 +35,10 @@ var testPlugins = func() *volume.Registry {
 	return r
 }()
 
-// selected is podVolumes with testPlugins: the volumes selected and
+// selected is PodVolumes with testPlugins: the volumes selected and
 // which of them are used as block devices.
 func selected(pod *v1.Pod) (vols []v1.Volume, block map[string]bool) {
-	pvs := podVolumes(pod, testPlugins)
+	pvs := PodVolumes(pod, testPlugins)
 	block = map[string]bool{}
 	for _, v := range pvs {
 		vols = append(vols, v.Volume)
@@ -47,8 +47,8 @@ func selected(pod *v1.Pod) (vols []v1.Volume, block map[string]bool) {
 	return vols, block
 }
 
-// testResolver returns a resolver over listers holding objs (PVCs, PVs).
-func testResolver(t *testing.T, objs ...any) *resolver {
+// testResolver returns a Resolver over listers holding objs (PVCs, PVs).
+func testResolver(t *testing.T, objs ...any) *Resolver {
 	t.Helper()
 	pvcs := k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{k8scache.NamespaceIndex: k8scache.MetaNamespaceIndexFunc})
 	pvs := k8scache.NewIndexer(k8scache.MetaNamespaceKeyFunc, k8scache.Indexers{})
@@ -61,7 +61,7 @@ func testResolver(t *testing.T, objs ...any) *resolver {
 			t.Fatal(err)
 		}
 	}
-	return &resolver{plugins: testPlugins, pvcs: corelisters.NewPersistentVolumeClaimLister(pvcs), pvs: corelisters.NewPersistentVolumeLister(pvs)}
+	return &Resolver{Plugins: testPlugins, PVCs: corelisters.NewPersistentVolumeClaimLister(pvcs), PVs: corelisters.NewPersistentVolumeLister(pvs)}
 }
 
 func boundClaim(ns, name, pv string) *v1.PersistentVolumeClaim {
@@ -108,18 +108,18 @@ func TestResolveRefusesInvalidDriverNames(t *testing.T) {
 	r := testResolver(t, claimA, claimB,
 		csiPV("pv-a", "d.example.com^x", "h", claimA), csiPV("pv-b", "d.example.com", "x^h", claimB))
 
-	_, _, resolved, errs := r.resolvePod(podWithVolumes("uid-a", "ns", claimVolume("vol", "claim-a")))
+	_, _, resolved, errs := r.ResolvePod(podWithVolumes("uid-a", "ns", claimVolume("vol", "claim-a")))
 	if len(resolved) != 0 || errs["vol"] == nil || !strings.Contains(errs["vol"].Error(), "PV pv-a") {
 		t.Errorf("PV with driver d.example.com^x: resolved %+v, errors %v; want an error naming the PV", resolved, errs)
 	}
-	_, _, resolved, errs = r.resolvePod(podWithVolumes("uid-b", "ns", claimVolume("vol", "claim-b")))
+	_, _, resolved, errs = r.ResolvePod(podWithVolumes("uid-b", "ns", claimVolume("vol", "claim-b")))
 	if len(errs) != 0 || len(resolved) != 1 || resolved[0].Spec.Name != podvol.CSIVolumeName("d.example.com", "x^h") {
 		t.Errorf("PV with driver d.example.com: resolved %+v, errors %v", resolved, errs)
 	}
 
 	for _, driver := range []string{"", "a^b", "../x", "\u212a.example.com", strings.Repeat("a", 64)} {
 		inline := v1.Volume{Name: "inline", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: driver}}}
-		_, _, resolved, errs := r.resolvePod(podWithVolumes("uid-c", "ns", inline))
+		_, _, resolved, errs := r.ResolvePod(podWithVolumes("uid-c", "ns", inline))
 		if len(resolved) != 0 || errs["inline"] == nil || !strings.Contains(errs["inline"].Error(), `volume "inline": inline CSI volume`) {
 			t.Errorf("inline volume with driver %q: resolved %+v, errors %v; want an error", driver, resolved, errs)
 		}
@@ -133,7 +133,7 @@ func TestResolveRefusesSlashInClaimNames(t *testing.T) {
 	other := boundClaim("a/b", "c", "pv")
 	r := testResolver(t, other, csiPV("pv", "csi.example.com", "h", other))
 	for _, tc := range []struct{ ns, claim string }{{"a", "b/c"}, {"a/b", "c"}} {
-		_, _, resolved, errs := r.resolvePod(podWithVolumes("uid-1", tc.ns, claimVolume("vol", tc.claim)))
+		_, _, resolved, errs := r.ResolvePod(podWithVolumes("uid-1", tc.ns, claimVolume("vol", tc.claim)))
 		if len(resolved) != 0 || errs["vol"] == nil || !strings.Contains(errs["vol"].Error(), "invalid namespace or claim name") {
 			t.Errorf("namespace %q claim %q: resolved %+v, errors %v; want an error", tc.ns, tc.claim, resolved, errs)
 		}
@@ -157,7 +157,7 @@ func TestPVSpecAccessModes(t *testing.T) {
 	} {
 		pv := csitest.PV("pv", "csi.example.com", "h1")
 		pv.Spec.AccessModes = tt.modes
-		spec, err := pvSpec(pv)
+		spec, err := PVSpec(pv)
 		if err != nil {
 			t.Fatal(err)
 		}

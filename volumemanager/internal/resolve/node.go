@@ -1,4 +1,4 @@
-package volumemanager
+package resolve
 
 import (
 	"errors"
@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodevol/nodevol/podvol"
@@ -29,22 +30,24 @@ var errNoNode = errors.New("this node's Node object is not known yet")
 // informer has synced without finding: none exists (a test's fake API
 // server, a node not registered). The kubelet then falls back to the node
 // it builds from the machine (getNodeAnyWay); a memory bound falls back to
-// the machine's memory the same way (allocatableMemory).
+// the machine's memory the same way (AllocatableMemory).
 var errNodeMissing = errors.New("no Node object of this name exists")
 
 // errNodeNotListed is wrapped, with errNoNode, while the Node informer has
 // not made its first list: a wait of the start, like the other informers'
-// (waitForListers), which the resolver logs without an error.
+// (waitForListers), which the Resolver logs without an error.
 var errNodeNotListed = errors.New("the Node informer has not listed yet")
 
-// nodeInformer is the default Config.Node: an informer on this node's own
+// NodeInformer is the default Config.Node: an informer on this node's own
 // Node object alone (a field selector on its name, as the kubelet's), which
-// a node's own credentials may list and watch. A change of its labels or
-// allocatable resources resolves the pods again (nodeChanged).
-func (vm *VolumeManager) nodeInformer() (informers.SharedInformerFactory, func() (*v1.Node, error), error) {
-	f := informers.NewSharedInformerFactoryWithOptions(vm.cfg.KubeClient, 0,
+// a node's own credentials may list and watch, and the function that reads
+// the Node from it. A change of its labels or allocatable resources calls
+// changed (the pods are resolved again); the volumes its
+// status.volumesAttached lists anew are given to attached.
+func NodeInformer(client kubernetes.Interface, nodeName string, changed func(), attached func(...podvol.UniqueVolumeName)) (informers.SharedInformerFactory, func() (*v1.Node, error), error) {
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", vm.cfg.NodeName).String()
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()
 		}),
 		informers.WithTransform(trimNode))
 	nodes := f.Core().V1().Nodes()
@@ -53,15 +56,15 @@ func (vm *VolumeManager) nodeInformer() (informers.SharedInformerFactory, func()
 	// those wait for it alone (errNoNode), resolved again when it comes.
 	_, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			vm.in.nodeChanged()
-			vm.in.retry(newlyAttached(nil, obj.(*v1.Node))...)
+			changed()
+			attached(newlyAttached(nil, obj.(*v1.Node))...)
 		},
 		UpdateFunc: func(old, obj any) {
 			o, n := old.(*v1.Node), obj.(*v1.Node)
 			if !equality.Semantic.DeepEqual(o.Labels, n.Labels) || !equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable) {
-				vm.in.nodeChanged()
+				changed()
 			}
-			vm.in.retry(newlyAttached(o, n)...)
+			attached(newlyAttached(o, n)...)
 		},
 	})
 	if err != nil {
@@ -69,7 +72,7 @@ func (vm *VolumeManager) nodeInformer() (informers.SharedInformerFactory, func()
 	}
 	lister, informer := nodes.Lister(), nodes.Informer()
 	return f, func() (*v1.Node, error) {
-		n, err := lister.Get(vm.cfg.NodeName)
+		n, err := lister.Get(nodeName)
 		switch {
 		case err == nil:
 			return n, nil
@@ -176,9 +179,9 @@ var selectorOps = map[v1.NodeSelectorOperator]selection.Operator{
 	v1.NodeSelectorOpLt:           selection.LessThan,
 }
 
-// nodeAllocatable is the node's allocatable resources: what a downward API
+// NodeAllocatable is the node's allocatable resources: what a downward API
 // file shows of a container that sets no limit.
-func nodeAllocatable(node func() (*v1.Node, error)) func() (v1.ResourceList, error) {
+func NodeAllocatable(node func() (*v1.Node, error)) func() (v1.ResourceList, error) {
 	return func() (v1.ResourceList, error) {
 		n, err := node()
 		switch {
@@ -191,9 +194,9 @@ func nodeAllocatable(node func() (*v1.Node, error)) func() (v1.ResourceList, err
 	}
 }
 
-// allocatableMemory is the node's allocatable memory in bytes, the bound of
+// AllocatableMemory is the node's allocatable memory in bytes, the bound of
 // an emptyDir of medium Memory.
-func allocatableMemory(node func() (*v1.Node, error)) func() (int64, error) {
+func AllocatableMemory(node func() (*v1.Node, error)) func() (int64, error) {
 	return func() (int64, error) {
 		n, err := node()
 		switch {

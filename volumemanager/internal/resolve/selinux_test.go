@@ -1,4 +1,4 @@
-package volumemanager
+package resolve
 
 import (
 	"reflect"
@@ -77,26 +77,26 @@ func TestSELinuxMountContext(t *testing.T) {
 		{name: "no container has a label", in: on(func(in *seLinuxMountInput) { in.Containers = []*v1.SELinuxOptions{nil} })},
 		{name: "no level", in: on(func(in *seLinuxMountInput) { in.Containers = []*v1.SELinuxOptions{{Type: "spc_t"}} })},
 		{name: "containers disagree", in: on(func(in *seLinuxMountInput) { in.Containers = []*v1.SELinuxOptions{c34, c12} }),
-			want: seLinuxMount{Problem: seLinuxContainersDisagree}, err: both},
+			want: seLinuxMount{Problem: SELinuxContainersDisagree}, err: both},
 		{name: "a level and none", in: on(func(in *seLinuxMountInput) { in.Containers = []*v1.SELinuxOptions{c12, {Type: "spc_t"}} }),
-			want: seLinuxMount{Problem: seLinuxContainersDisagree},
+			want: seLinuxMount{Problem: SELinuxContainersDisagree},
 			err:  "the containers that mount it have different SELinux labels: <random level>, system_u:object_r:container_file_t:s0:c1,c2"},
 		{name: "containers disagree, plugin without support: still an error",
 			in:   on(func(in *seLinuxMountInput) { in.PluginSupport = false; in.Containers = []*v1.SELinuxOptions{c34, c12} }),
-			want: seLinuxMount{Problem: seLinuxContainersDisagree}, err: both},
+			want: seLinuxMount{Problem: SELinuxContainersDisagree}, err: both},
 		{name: "containers disagree, Recursive: still an error",
 			in:   on(func(in *seLinuxMountInput) { in.Recursive = true; in.Containers = []*v1.SELinuxOptions{c34, c12} }),
-			want: seLinuxMount{Problem: seLinuxContainersDisagree}, err: both},
+			want: seLinuxMount{Problem: SELinuxContainersDisagree}, err: both},
 		{name: "containers disagree on an inline volume: a warning only", in: on(func(in *seLinuxMountInput) {
 			inline(in)
 			in.Containers = []*v1.SELinuxOptions{c34, c12}
-		}), want: seLinuxMount{Problem: seLinuxContainersDisagree}},
+		}), want: seLinuxMount{Problem: SELinuxContainersDisagree}},
 		{name: "invalid level", in: on(func(in *seLinuxMountInput) { in.Containers = []*v1.SELinuxOptions{{Level: `s0"`}} }),
-			want: seLinuxMount{Problem: seLinuxBadOptions}, err: `invalid seLinuxOptions.level "s0\""`},
+			want: seLinuxMount{Problem: SELinuxBadOptions}, err: `invalid seLinuxOptions.level "s0\""`},
 		{name: "invalid level on an inline volume: a warning only", in: on(func(in *seLinuxMountInput) {
 			inline(in)
 			in.Containers = []*v1.SELinuxOptions{{Level: `s0"`}}
-		}), want: seLinuxMount{Problem: seLinuxBadOptions}},
+		}), want: seLinuxMount{Problem: SELinuxBadOptions}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := seLinuxMountContext(tc.in)
@@ -136,10 +136,10 @@ func TestSELinuxMetricLabels(t *testing.T) {
 			plugin: "kubernetes.io/local-volume", mode: "RWO"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := seLinuxPluginLabel(&tc.spec); got != tc.plugin {
+			if got := SELinuxPluginLabel(&tc.spec); got != tc.plugin {
 				t.Errorf("volume_plugin %q, want %q", got, tc.plugin)
 			}
-			if got := accessModeLabel(&tc.spec); got != tc.mode {
+			if got := AccessModeLabel(&tc.spec); got != tc.mode {
 				t.Errorf("access_mode %q, want %q", got, tc.mode)
 			}
 		})

@@ -1,4 +1,4 @@
-package volumemanager
+package resolve
 
 import (
 	"errors"
@@ -24,12 +24,12 @@ import (
 )
 
 // trimPod is the pod the loop resolves for pod.
-// keptOf is keepPod with the default plugins.
-func keptOf(pod *v1.Pod) *keptPod {
-	return keepPod(pod, testPlugins)
+// keptOf is Keep with the default plugins.
+func keptOf(pod *v1.Pod) *KeptPod {
+	return Keep(pod, testPlugins)
 }
 
-func trimPod(pod *v1.Pod) *v1.Pod { return keptOf(pod).pod() }
+func trimPod(pod *v1.Pod) *v1.Pod { return keptOf(pod).Pod() }
 
 // busyPod is a pod as the API server gives it: most of its bytes are of no
 // interest to nodevol.
@@ -106,7 +106,7 @@ func TestTrimPod(t *testing.T) {
 			if diff := cmp.Diff(orig, tt.pod); diff != "" {
 				t.Fatalf("trimPod changed its argument (-before +after):\n%s", diff)
 			}
-			if diff := cmp.Diff(podRef(orig), podRef(got)); diff != "" {
+			if diff := cmp.Diff(PodRef(orig), PodRef(got)); diff != "" {
 				t.Errorf("podRef (-pod +trimmed):\n%s", diff)
 			}
 			wantVols, wantBlock := selected(orig)
@@ -118,7 +118,7 @@ func TestTrimPod(t *testing.T) {
 				t.Errorf("podVolumes block (-pod +trimmed):\n%s", diff)
 			}
 			// Both are called for nodevol's volumes only: resolvePod's errs
-			// and seLinuxLabel's volumes are podVolumes'.
+			// and seLinuxLabel's volumes are PodVolumes'.
 			errs := map[string]error{}
 			for _, v := range wantVols {
 				if diff := cmp.Diff(containerSELinuxOptions(orig, v.Name), containerSELinuxOptions(got, v.Name)); diff != "" {
@@ -146,7 +146,7 @@ func TestTrimPod(t *testing.T) {
 			if diff := cmp.Diff(before, got); diff != "" {
 				t.Errorf("the copy shares memory with the pod (-before +after changing the pod):\n%s", diff)
 			}
-			if diff := cmp.Diff(before, kept.pod()); diff != "" {
+			if diff := cmp.Diff(before, kept.Pod()); diff != "" {
 				t.Errorf("the kept pod shares memory with the pod (-before +after changing the pod):\n%s", diff)
 			}
 		})
@@ -243,9 +243,9 @@ func TestTrimPodKeeps(t *testing.T) {
 // TestKeptPodDeleted: a pod the inbox no longer has is nil to the loop
 // (deleted).
 func TestKeptPodDeleted(t *testing.T) {
-	var k *keptPod
-	if p := k.pod(); p != nil {
-		t.Errorf("nil keptPod gives %v, want nil", p)
+	var k *KeptPod
+	if p := k.Pod(); p != nil {
+		t.Errorf("nil KeptPod gives %v, want nil", p)
 	}
 }
 
@@ -272,7 +272,7 @@ func TestKeptPodBytes(t *testing.T) {
 		{"busy pod", busyPod(), 5500},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			kept := make([]*keptPod, n)
+			kept := make([]*KeptPod, n)
 			before := liveBytes()
 			for i := range kept {
 				kept[i] = keptOf(tt.pod)
@@ -391,10 +391,10 @@ func TestTrimPodKeepsWhatVolumesShow(t *testing.T) {
 			}
 			// The pod-level limits and the overhead size a tmpfs; they
 			// go with the containers' limits.
-			keepPod := tt.all || tt.memOnly
-			if (got.Spec.Resources != nil) != keepPod || (got.Spec.Overhead != nil) != keepPod {
-				t.Errorf("pod-level resources %v, overhead %v; want them kept: %v", got.Spec.Resources, got.Spec.Overhead, keepPod)
-			} else if keepPod && !equality.Semantic.DeepEqual(got.Spec.Resources, podRes) {
+			Keep := tt.all || tt.memOnly
+			if (got.Spec.Resources != nil) != Keep || (got.Spec.Overhead != nil) != Keep {
+				t.Errorf("pod-level resources %v, overhead %v; want them kept: %v", got.Spec.Resources, got.Spec.Overhead, Keep)
+			} else if Keep && !equality.Semantic.DeepEqual(got.Spec.Resources, podRes) {
 				t.Errorf("pod-level resources %v, want %v", got.Spec.Resources, podRes)
 			}
 		})
@@ -411,7 +411,7 @@ func TestTrimPodKeepsWhatVolumesShow(t *testing.T) {
 // pages" on the fork and mounted on the stock kubelet.
 func TestTrimPodResolvesAlike(t *testing.T) {
 	node := &v1.Node{Status: v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourceMemory: resource.MustParse("8Gi")}}}
-	defaults, err := defaultPlugins(Config{RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil)}, func() (*v1.Node, error) { return node, nil },
+	defaults, err := defaultPlugins(pluginsConfig{RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil)}, func() (*v1.Node, error) { return node, nil },
 		objectcache.New(objectcache.Config{Client: fake.NewClientset()}), tokens.New(fake.NewClientset(), nil), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -421,7 +421,7 @@ func TestTrimPodResolvesAlike(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := testResolver(t)
-	r.plugins = plugins
+	r.Plugins = plugins
 	hp2Mi, hp1Gi := v1.ResourceName(v1.ResourceHugePagesPrefix+"2Mi"), v1.ResourceName(v1.ResourceHugePagesPrefix+"1Gi")
 	// res is a container's resources as the API server gives them back:
 	// requests defaulted from limits.
@@ -473,8 +473,8 @@ func TestTrimPodResolvesAlike(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, want, wantErrs := r.resolvePod(tt.pod)
-			_, _, got, gotErrs := r.resolvePod(trimPod(tt.pod))
+			_, _, want, wantErrs := r.ResolvePod(tt.pod)
+			_, _, got, gotErrs := r.ResolvePod(trimPod(tt.pod))
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("resolved volumes (-pod +kept):\n%s", diff)
 			}

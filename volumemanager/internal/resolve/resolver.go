@@ -1,4 +1,4 @@
-package volumemanager
+package resolve
 
 import (
 	"crypto/sha256"
@@ -22,26 +22,39 @@ import (
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
-// resolver turns a pod's volumes into desired volumes: it asks plugins
-// which plugin handles each, and reads the CSI plugin's PVCs and PVs
-// through informer listers (never a GET per pod).
-type resolver struct {
-	plugins *volume.Registry
-	pvcs    corelisters.PersistentVolumeClaimLister
-	pvs     corelisters.PersistentVolumeLister
-	// csiDrivers and seLinuxEnabled decide the SELinux context of each
+// Resolver turns a pod's volumes into desired volumes: it asks Plugins
+// which plugin handles each, and reads the claims and volumes through
+// listers (the informers', or the object cache's: Listers), never a GET
+// per pod. Its fields are set once, before the first Resolve.
+type Resolver struct {
+	Plugins *volume.Registry
+	PVCs    corelisters.PersistentVolumeClaimLister
+	PVs     corelisters.PersistentVolumeLister
+	// CSIDrivers and SELinuxEnabled decide the SELinux context of each
 	// pod's mount (selinux.go); without them there is none.
-	csiDrivers     storagelisters.CSIDriverLister
-	seLinuxEnabled bool
-	// metrics counts the SELinux problems the kubelet counts (nil: none).
-	metrics *metrics
-	// node returns this node's Node (Config.Node): PVs' node affinity.
-	node func() (*v1.Node, error)
+	CSIDrivers     storagelisters.CSIDriverLister
+	SELinuxEnabled bool
+	// Metrics counts the SELinux problems the kubelet counts (nil: none).
+	Metrics Metrics
+	// Node returns this node's Node (Config.Node): PVs' node affinity.
+	Node func() (*v1.Node, error)
+	// Readers are asked what each pod volume reads (PodObjects): the
+	// plugins that are volume.ObjectReaders (ObjectReaders) and the
+	// flexVolume drivers. The pod holds those objects in the object cache.
+	Readers []volume.ObjectReader
 }
 
-// podVolume is a pod volume that a container mounts or maps, with the
+// Metrics counts what resolution meets that the kubelet counts.
+type Metrics interface {
+	// SELinuxProblem counts a pod volume whose containers give it no
+	// label: an error when the pod waits for it (failed), else a warning;
+	// accessMode is AccessModeLabel's.
+	SELinuxProblem(p SELinuxProblem, failed bool, accessMode string)
+}
+
+// PodVolume is a pod volume that a container mounts or maps, with the
 // plugin that handles it (nil when err says why none does).
-type podVolume struct {
+type PodVolume struct {
 	v1.Volume
 	plugin volume.Plugin
 	// block: a container uses it as a raw block device (volumeDevices).
@@ -51,13 +64,13 @@ type podVolume struct {
 	err error
 }
 
-// podVolumes returns, in spec order, the pod's volumes that a container
+// PodVolumes returns, in spec order, the pod's volumes that a container
 // mounts or maps (only those count, as in the kubelet), each with the
 // plugin plugins finds for its source (Registry.ForSource). A volume no
 // plugin handles carries its error (ErrUnknownSource, final): a kind
 // nodevol does not handle is never a silent success. A flexVolume whose
 // driver is not found is an error that is not final: its driver may come.
-func podVolumes(pod *v1.Pod, plugins *volume.Registry) []podVolume {
+func PodVolumes(pod *v1.Pod, plugins *volume.Registry) []PodVolume {
 	mounts, devices := map[string]bool{}, map[string]bool{}
 	visit := func(cs []v1.Container) {
 		for _, c := range cs {
@@ -76,7 +89,7 @@ func podVolumes(pod *v1.Pod, plugins *volume.Registry) []podVolume {
 			mounts[m.Name] = true
 		}
 	}
-	var vols []podVolume
+	var vols []PodVolume
 	for _, v := range pod.Spec.Volumes {
 		if !mounts[v.Name] && !devices[v.Name] {
 			continue
@@ -92,17 +105,17 @@ func podVolumes(pod *v1.Pod, plugins *volume.Registry) []podVolume {
 		default:
 			err = marked{err, planner.ErrUnknownSource}
 		}
-		vols = append(vols, podVolume{Volume: v, plugin: p, block: devices[v.Name], err: err})
+		vols = append(vols, PodVolume{Volume: v, plugin: p, block: devices[v.Name], err: err})
 	}
 	return vols
 }
 
-// resolvePod resolves every pod volume that a plugin handles. wanted
+// ResolvePod resolves every pod volume that a plugin handles. wanted
 // lists them all by spec name; errs says why some could not be resolved.
-func (r *resolver) resolvePod(pod *v1.Pod) (ref podvol.PodRef, wanted []string, resolved []state.DesiredVolume, errs map[string]error) {
-	ref = podRef(pod)
+func (r *Resolver) ResolvePod(pod *v1.Pod) (ref podvol.PodRef, wanted []string, resolved []state.DesiredVolume, errs map[string]error) {
+	ref = PodRef(pod)
 	errs = map[string]error{}
-	vols := podVolumes(pod, r.plugins)
+	vols := PodVolumes(pod, r.Plugins)
 	for i := range vols {
 		v := &vols[i]
 		wanted = append(wanted, v.Name)
@@ -145,7 +158,8 @@ func sameVolumeNames(resolved []state.DesiredVolume, dv state.DesiredVolume) []s
 	return names
 }
 
-func podRef(pod *v1.Pod) podvol.PodRef {
+// PodRef is the reference to pod the desired state keeps.
+func PodRef(pod *v1.Pod) podvol.PodRef {
 	return podvol.PodRef{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, ServiceAccount: pod.Spec.ServiceAccountName}
 }
 
@@ -153,7 +167,7 @@ func podRef(pod *v1.Pod) podvol.PodRef {
 // the CSI plugin or of another plugin), a generic ephemeral volume, the
 // CSI plugin's inline and migrated volumes (csiVolume), or a pod-scoped
 // volume of another plugin (pluginSpec).
-func (r *resolver) resolveVolume(pod *v1.Pod, v *podVolume) (state.DesiredVolume, error) {
+func (r *Resolver) resolveVolume(pod *v1.Pod, v *PodVolume) (state.DesiredVolume, error) {
 	pv := podvol.PodVolume{SpecName: v.Name}
 	if sc := pod.Spec.SecurityContext; sc != nil {
 		pv.FSGroup = sc.FSGroup
@@ -222,7 +236,7 @@ func pluginSpec(pod *v1.Pod, v *v1.Volume, plugin string) podvol.VolumeSpec {
 
 // csiVolume resolves an inline CSI volume or an inline volume of a
 // migrated in-tree plugin.
-func (r *resolver) csiVolume(pod *v1.Pod, v *v1.Volume, asBlock bool, pv podvol.PodVolume) (state.DesiredVolume, error) {
+func (r *Resolver) csiVolume(pod *v1.Pod, v *v1.Volume, asBlock bool, pv podvol.PodVolume) (state.DesiredVolume, error) {
 	if v.CSI == nil { // an inline volume of a migrated in-tree plugin (the plugin's CanSupport)
 		spec, err := migratedInlineSpec(pod, v)
 		if err != nil {
@@ -252,7 +266,7 @@ func checkMode(spec podvol.VolumeSpec, asBlock bool) error {
 
 // claimSpec follows pod's PVC claim to its bound PV and resolves that.
 // owner, when set, must own the PVC (generic ephemeral volumes).
-func (r *resolver) claimSpec(pod *v1.Pod, claim string, owner *v1.Pod) (podvol.VolumeSpec, error) {
+func (r *Resolver) claimSpec(pod *v1.Pod, claim string, owner *v1.Pod) (podvol.VolumeSpec, error) {
 	ns := pod.Namespace
 	// The lister's key is namespace/name: a slash in either would find
 	// another namespace's claim (pod namespace a, claim b/c: claim c of
@@ -261,7 +275,7 @@ func (r *resolver) claimSpec(pod *v1.Pod, claim string, owner *v1.Pod) (podvol.V
 	if strings.Contains(ns, "/") || strings.Contains(claim, "/") {
 		return podvol.VolumeSpec{}, fmt.Errorf("PVC %s/%s: invalid namespace or claim name (contains \"/\")", ns, claim)
 	}
-	pvc, err := r.pvcs.PersistentVolumeClaims(ns).Get(claim)
+	pvc, err := r.PVCs.PersistentVolumeClaims(ns).Get(claim)
 	if apierrors.IsNotFound(err) {
 		return podvol.VolumeSpec{}, marked{fmt.Errorf("PVC %s/%s not found", ns, claim), planner.ErrClaimPending}
 	} else if err != nil {
@@ -276,7 +290,7 @@ func (r *resolver) claimSpec(pod *v1.Pod, claim string, owner *v1.Pod) (podvol.V
 	if pvc.Status.Phase != v1.ClaimBound || pvc.Spec.VolumeName == "" {
 		return podvol.VolumeSpec{}, marked{fmt.Errorf("PVC %s/%s is not bound (phase %q)", ns, claim, pvc.Status.Phase), planner.ErrClaimPending}
 	}
-	pv, err := r.pvs.Get(pvc.Spec.VolumeName)
+	pv, err := r.PVs.Get(pvc.Spec.VolumeName)
 	if apierrors.IsNotFound(err) {
 		return podvol.VolumeSpec{}, fmt.Errorf("PV %s of PVC %s/%s not found", pvc.Spec.VolumeName, ns, claim)
 	} else if err != nil {
@@ -298,12 +312,12 @@ func (r *resolver) claimSpec(pod *v1.Pod, claim string, owner *v1.Pod) (podvol.V
 // the plugin attaches or stages it (node-scoped), else
 // {plugin}/{podUID}-{pvName}, with the mount options the kubelet's in-tree
 // plugins read (inTreeMountOptions).
-func (r *resolver) volumeSpec(pod *v1.Pod, pv *v1.PersistentVolume) (podvol.VolumeSpec, error) {
+func (r *Resolver) volumeSpec(pod *v1.Pod, pv *v1.PersistentVolume) (podvol.VolumeSpec, error) {
 	if pv.Spec.NodeAffinity != nil && pv.Spec.NodeAffinity.Required != nil {
-		if r.node == nil {
+		if r.Node == nil {
 			return podvol.VolumeSpec{}, fmt.Errorf("PV %s: node affinity: %w", pv.Name, errNoNode)
 		}
-		node, err := r.node()
+		node, err := r.Node()
 		if err != nil {
 			return podvol.VolumeSpec{}, fmt.Errorf("PV %s: node affinity: %w", pv.Name, err)
 		}
@@ -314,9 +328,9 @@ func (r *resolver) volumeSpec(pod *v1.Pod, pv *v1.PersistentVolume) (podvol.Volu
 		}
 	}
 	if pv.Spec.CSI != nil || migratedPVPlugin(pv) != "" {
-		return pvSpec(pv)
+		return PVSpec(pv)
 	}
-	p, err := r.plugins.ForPV(pv)
+	p, err := r.Plugins.ForPV(pv)
 	if err != nil {
 		return podvol.VolumeSpec{}, marked{err, planner.ErrUnknownSource}
 	}
@@ -339,9 +353,9 @@ func ownedBy(pvc *v1.PersistentVolumeClaim, pod *v1.Pod) bool {
 	return false
 }
 
-// pvSpec turns a CSI PV, or an in-tree PV that CSI migration translates,
+// PVSpec turns a CSI PV, or an in-tree PV that CSI migration translates,
 // into a VolumeSpec.
-func pvSpec(pv *v1.PersistentVolume) (podvol.VolumeSpec, error) {
+func PVSpec(pv *v1.PersistentVolume) (podvol.VolumeSpec, error) {
 	src := pv.Spec.CSI
 	if src == nil {
 		return migratedPVSpec(pv)
@@ -442,4 +456,32 @@ func inlineSpec(pod *v1.Pod, v *v1.Volume) podvol.VolumeSpec {
 		spec.NodePublishSecret = &podvol.SecretRef{Namespace: pod.Namespace, Name: r.Name}
 	}
 	return spec
+}
+
+// ExpansionClaim returns the PV of spec and the claim bound to it, read
+// through the listers, for the planner to decide the volume's node
+// expansion on (planner.ExpansionFacts); nil, nil when either is missing,
+// the claim is bound to another volume, or the volume's plugin does not
+// grow volumes on the node (volume.Expander: the kubelet's
+// FindNodeExpandablePluginBySpec; a migrated in-tree PV is the CSI
+// plugin's).
+func (r *Resolver) ExpansionClaim(spec *podvol.VolumeSpec) (*v1.PersistentVolume, *v1.PersistentVolumeClaim) {
+	if p, err := r.Plugins.ForVolume(spec.Name); err != nil || !isExpander(p) {
+		return nil, nil
+	}
+	pv, err := r.PVs.Get(spec.PVName)
+	if err != nil || pv.Spec.ClaimRef == nil {
+		return nil, nil
+	}
+	pvc, err := r.PVCs.PersistentVolumeClaims(pv.Spec.ClaimRef.Namespace).Get(pv.Spec.ClaimRef.Name)
+	if err != nil || pvc.Spec.VolumeName != pv.Name {
+		return nil, nil
+	}
+	return pv, pvc
+}
+
+// isExpander reports whether p grows its volumes on the node.
+func isExpander(p volume.Plugin) bool {
+	_, ok := p.(volume.Expander)
+	return ok
 }

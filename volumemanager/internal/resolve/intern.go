@@ -1,4 +1,4 @@
-package volumemanager
+package resolve
 
 import (
 	"slices"

@@ -1,4 +1,4 @@
-package volumemanager
+package resolve
 
 import (
 	"errors"
@@ -18,13 +18,13 @@ import (
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
-// podTable is pod resolution as the loop consumes it: the pods added and
+// Table is pod resolution as the loop consumes it: the pods added and
 // not deleted, why each one that is not fully resolved is not, the claims
 // they wait for and since when each pod volume's claim has been pending.
-// The resolver (populator.go) reads the API objects; the loop puts what
+// The Resolver (resolver.go) reads the API objects; the loop puts what
 // resolve returns into the desired state.
-type podTable struct {
-	resolver *resolver
+type Table struct {
+	resolver *Resolver
 	clock    clock.Clock
 	// known are the pods added and not deleted, as last taken from the inbox.
 	known map[types.UID]podvol.PodRef
@@ -39,63 +39,61 @@ type podTable struct {
 	// or not bound (planner.Finality).
 	pendingSince map[types.UID]map[string]time.Time
 	// reading are the known pods a volume of which waits for a claim or
-	// volume the object cache has not read yet (errNotRead).
-	reading map[types.UID]struct{}
-	// asking are those of reading whose read is in flight (its first GET
-	// not answered yet, objectcache.ErrNotAnswered), not failing.
-	asking map[types.UID]struct{}
+	// volume the object cache has not read yet (errNotRead), each true
+	// when such a read is in flight (its first GET not answered yet,
+	// objectcache.ErrNotAnswered, which peek marks errNotRead too) rather
+	// than failing. Only ReadsInFlight, for the loop's idle (tests), reads
+	// the value; it is taken at the resolution because the cache stores an
+	// answer before it announces it, so asking the cache later could call
+	// a read answered whose announcement has not reached the inbox yet.
+	reading map[types.UID]bool
 	// told is the event last recorded for each pod volume that failed to
 	// resolve in a way the kubelet reports (resolutionEvents): recorded
 	// once, again only when it changes.
 	told map[types.UID]map[string]string
 }
 
-func newPodTable(r *resolver, clk clock.Clock) *podTable {
-	return &podTable{
+// NewTable returns an empty table of the pods r resolves.
+func NewTable(r *Resolver, clk clock.Clock) *Table {
+	return &Table{
 		resolver: r, clock: clk,
 		known:      map[types.UID]podvol.PodRef{},
 		unresolved: map[types.UID]string{},
 		pending:    map[string]map[types.UID]struct{}{},
 		waiting:    map[types.UID][]string{},
-		reading:    map[types.UID]struct{}{},
-		asking:     map[types.UID]struct{}{},
+		reading:    map[types.UID]bool{},
 	}
 }
 
-// forget drops a deleted pod.
-func (t *podTable) forget(uid types.UID) {
+// Forget drops a deleted pod.
+func (t *Table) Forget(uid types.UID) {
 	delete(t.known, uid)
 	delete(t.unresolved, uid)
 	delete(t.reading, uid)
-	delete(t.asking, uid)
 	t.setPending(uid, nil)
 	t.stampPending(uid, nil)
 	delete(t.told, uid)
 }
 
-// waitForListers records a pod added before the informers have listed
+// WaitForListers records a pod added before the informers have listed
 // what it refers to: it holds its mounts until it is resolved.
-func (t *podTable) waitForListers(uid types.UID, ref podvol.PodRef) {
+func (t *Table) WaitForListers(uid types.UID, ref podvol.PodRef) {
 	t.known[uid] = ref
 	t.unresolved[uid] = "waiting for the informers to list PVCs, PVs and CSIDrivers"
 }
 
-// resolve resolves a pod into what the desired state takes (SetPod) and
+// Resolve resolves a pod into what the desired state takes (SetPod) and
 // records how far it got.
-func (t *podTable) resolve(pod *v1.Pod, logger klog.Logger) (ref podvol.PodRef, wanted []string, resolved []state.DesiredVolume, errs map[string]error) {
+func (t *Table) Resolve(pod *v1.Pod, logger klog.Logger) (ref podvol.PodRef, wanted []string, resolved []state.DesiredVolume, errs map[string]error) {
 	uid := pod.UID
-	t.known[uid] = podRef(pod)
-	ref, wanted, resolved, errs = t.resolver.resolvePod(pod)
+	t.known[uid] = PodRef(pod)
+	ref, wanted, resolved, errs = t.resolver.ResolvePod(pod)
 	t.stampPending(uid, errs)
 	t.setPending(uid, waitingClaims(pod, errs))
 	delete(t.reading, uid)
-	delete(t.asking, uid)
 	for _, err := range errs {
 		if errors.Is(err, errNotRead) {
-			t.reading[uid] = struct{}{}
-		}
-		if errors.Is(err, objectcache.ErrNotAnswered) {
-			t.asking[uid] = struct{}{}
+			t.reading[uid] = t.reading[uid] || errors.Is(err, objectcache.ErrNotAnswered)
 		}
 	}
 	if len(errs) == 0 {
@@ -124,27 +122,36 @@ func (t *podTable) resolve(pod *v1.Pod, logger klog.Logger) (ref podvol.PodRef, 
 	return ref, wanted, resolved, errs
 }
 
-// hold says why a known pod is not fully resolved, or "": its mounts are
+// Hold says why a known pod is not fully resolved, or "": its mounts are
 // held meanwhile.
-func (t *podTable) hold(uid types.UID) string { return t.unresolved[uid] }
+func (t *Table) Hold(uid types.UID) string { return t.unresolved[uid] }
 
-// readsPending reports whether a known pod waits for a claim or volume
+// ReadsPending reports whether a known pod waits for a claim or volume
 // the object cache has not read yet: until none does, the pods are not
 // resolved as far as the API server allows (a pod that waits may want a
 // volume found on disk), as before the informers' first list.
-func (t *podTable) readsPending() bool { return len(t.reading) > 0 }
+func (t *Table) ReadsPending() bool { return len(t.reading) > 0 }
 
-// readsInFlight reports whether a known pod waits for a read of the
+// ReadsInFlight reports whether a known pod waits for a read of the
 // object cache that has not answered yet (rather than one that failed):
 // its answer is on its way and changes what the pods want.
-func (t *podTable) readsInFlight() bool { return len(t.asking) > 0 }
+func (t *Table) ReadsInFlight() bool {
+	for _, asking := range t.reading {
+		if asking {
+			return true
+		}
+	}
+	return false
+}
 
-func (t *podTable) isKnown(uid types.UID) bool {
+// IsKnown reports whether pod uid is added and not deleted.
+func (t *Table) IsKnown(uid types.UID) bool {
 	_, ok := t.known[uid]
 	return ok
 }
 
-func (t *podTable) knownUIDs() []types.UID {
+// KnownUIDs returns the pods added and not deleted.
+func (t *Table) KnownUIDs() []types.UID {
 	out := make([]types.UID, 0, len(t.known))
 	for uid := range t.known {
 		out = append(out, uid)
@@ -152,8 +159,8 @@ func (t *podTable) knownUIDs() []types.UID {
 	return out
 }
 
-// waitingFor returns the pods that wait for a claim ("namespace/name").
-func (t *podTable) waitingFor(claim string) []types.UID {
+// WaitingFor returns the pods that wait for a claim ("namespace/name").
+func (t *Table) WaitingFor(claim string) []types.UID {
 	out := make([]types.UID, 0, len(t.pending[claim]))
 	for uid := range t.pending[claim] {
 		out = append(out, uid)
@@ -161,9 +168,9 @@ func (t *podTable) waitingFor(claim string) []types.UID {
 	return out
 }
 
-// again returns the pods to resolve again at a resync: the unresolved
+// Again returns the pods to resolve again at a resync: the unresolved
 // ones.
-func (t *podTable) again() []types.UID {
+func (t *Table) Again() []types.UID {
 	out := make([]types.UID, 0, len(t.unresolved))
 	for uid := range t.unresolved {
 		out = append(out, uid)
@@ -171,11 +178,11 @@ func (t *podTable) again() []types.UID {
 	return out
 }
 
-// claimVolume returns the name of the PV a claim ("namespace/name") is
+// ClaimVolume returns the name of the PV a claim ("namespace/name") is
 // bound to, "" when it is not known or not bound.
-func (t *podTable) claimVolume(claim string) string {
+func (t *Table) ClaimVolume(claim string) string {
 	ns, name, _ := cutKey(claim)
-	pvc, err := t.resolver.pvcs.PersistentVolumeClaims(ns).Get(name)
+	pvc, err := t.resolver.PVCs.PersistentVolumeClaims(ns).Get(name)
 	if err != nil {
 		return ""
 	}
@@ -183,7 +190,7 @@ func (t *podTable) claimVolume(claim string) string {
 }
 
 // setPending records the claims a pod waits for.
-func (t *podTable) setPending(uid types.UID, claims []string) {
+func (t *Table) setPending(uid types.UID, claims []string) {
 	for _, key := range t.waiting[uid] {
 		pods := t.pending[key]
 		delete(pods, uid)
@@ -204,7 +211,7 @@ func (t *podTable) setPending(uid types.UID, claims []string) {
 	}
 }
 
-// resolutionEvents returns the messages of the events to record for a
+// ResolutionEvents returns the messages of the events to record for a
 // pod's resolution errors, sorted: a volume whose plugin refused it
 // with the kubelet's words for the failure (volume.Cause), which the
 // kubelet meets in its SetUp (an emptyDir's hugepages medium that the
@@ -213,7 +220,7 @@ func (t *podTable) setPending(uid types.UID, claims []string) {
 // once per cause. Other resolution errors (a claim not bound, a source
 // nodevol has no plugin for) the kubelet meets before any operation, and
 // records no event for.
-func (t *podTable) resolutionEvents(uid types.UID, errs map[string]error) (out []string) {
+func (t *Table) ResolutionEvents(uid types.UID, errs map[string]error) (out []string) {
 	old := t.told[uid]
 	var now map[string]string
 	for name, err := range errs {
@@ -245,7 +252,7 @@ func (t *podTable) resolutionEvents(uid types.UID, errs map[string]error) (out [
 // stampPending wraps the pod's claim-pending errors with the time each was
 // first seen for that pod volume; a volume that resolved, or failed
 // otherwise, starts over. It runs at each resolution of the pod.
-func (t *podTable) stampPending(uid types.UID, errs map[string]error) {
+func (t *Table) stampPending(uid types.UID, errs map[string]error) {
 	old := t.pendingSince[uid]
 	var now map[string]time.Time // nil for the usual pod: nothing pending, nothing allocated
 	for name, err := range errs {

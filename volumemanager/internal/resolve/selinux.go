@@ -1,4 +1,4 @@
-package volumemanager
+package resolve
 
 import (
 	"fmt"
@@ -107,17 +107,17 @@ type seLinuxMountInput struct {
 	Containers []*v1.SELinuxOptions
 }
 
-// seLinuxProblem is why a pod's containers give a volume no label.
-type seLinuxProblem int
+// SELinuxProblem is why a pod's containers give a volume no label.
+type SELinuxProblem int
 
-// The zero seLinuxProblem is none.
+// The zero SELinuxProblem is none.
 const (
-	// seLinuxBadOptions: a container's options make no label (the
+	// SELinuxBadOptions: a container's options make no label (the
 	// kubelet's volume_manager_selinux_container_* metrics).
-	seLinuxBadOptions seLinuxProblem = iota + 1
-	// seLinuxContainersDisagree: the containers that mount the volume have
+	SELinuxBadOptions SELinuxProblem = iota + 1
+	// SELinuxContainersDisagree: the containers that mount the volume have
 	// different labels (volume_manager_selinux_pod_context_mismatch_*).
-	seLinuxContainersDisagree
+	SELinuxContainersDisagree
 )
 
 // seLinuxMount is what seLinuxMountContext decides for one pod volume.
@@ -130,7 +130,7 @@ type seLinuxMount struct {
 	Label string
 	// Problem is why the containers give no label; an error for a PV,
 	// only counted (a warning) for an inline volume.
-	Problem seLinuxProblem
+	Problem SELinuxProblem
 }
 
 // seLinuxMountContext decides the context the pod mounts the volume with,
@@ -148,9 +148,9 @@ func seLinuxMountContext(in seLinuxMountInput) (seLinuxMount, error) {
 		l, err := seLinuxFileLabel(opts)
 		if err != nil {
 			if !in.PV {
-				return seLinuxMount{Problem: seLinuxBadOptions}, nil
+				return seLinuxMount{Problem: SELinuxBadOptions}, nil
 			}
-			return seLinuxMount{Problem: seLinuxBadOptions}, err
+			return seLinuxMount{Problem: SELinuxBadOptions}, err
 		}
 		if l != "" && !slices.Contains(labels, l) {
 			labels = append(labels, l)
@@ -159,10 +159,10 @@ func seLinuxMountContext(in seLinuxMountInput) (seLinuxMount, error) {
 	switch {
 	case len(labels) > 1:
 		if !in.PV {
-			return seLinuxMount{Problem: seLinuxContainersDisagree}, nil
+			return seLinuxMount{Problem: SELinuxContainersDisagree}, nil
 		}
 		sort.Strings(labels)
-		return seLinuxMount{Problem: seLinuxContainersDisagree},
+		return seLinuxMount{Problem: SELinuxContainersDisagree},
 			fmt.Errorf("the containers that mount it have different SELinux labels: %s", strings.Join(labels, ", "))
 	case len(labels) == 0, in.Recursive, !in.PluginSupport, labels[0] == seLinuxNoLevel:
 		return seLinuxMount{}, nil
@@ -215,8 +215,8 @@ func containerSELinuxOptions(pod *v1.Pod, specNames ...string) []*v1.SELinuxOpti
 // mount any of the names must agree; the kubelet takes the label of the
 // containers of the first name it adds, and mounts the others' with it
 // whatever their label.
-func (r *resolver) seLinuxMount(pod *v1.Pod, specNames []string, spec podvol.VolumeSpec) (seLinuxMount, error) {
-	if !r.seLinuxEnabled || spec.Mode == podvol.Block {
+func (r *Resolver) seLinuxMount(pod *v1.Pod, specNames []string, spec podvol.VolumeSpec) (seLinuxMount, error) {
+	if !r.SELinuxEnabled || spec.Mode == podvol.Block {
 		// A raw block volume has no mount, and the kubelet takes no
 		// label from volumeDevices.
 		return seLinuxMount{}, nil
@@ -231,9 +231,11 @@ func (r *resolver) seLinuxMount(pod *v1.Pod, specNames []string, spec podvol.Vol
 		in.Recursive = *sc.SELinuxChangePolicy == v1.SELinuxChangePolicyRecursive
 	}
 	m, err := seLinuxMountContext(in)
-	r.metrics.seLinuxProblem(m.Problem, err != nil, accessModeLabel(&spec))
+	if r.Metrics != nil {
+		r.Metrics.SELinuxProblem(m.Problem, err != nil, AccessModeLabel(&spec))
+	}
 	if err != nil {
-		return m, fmt.Errorf("volume %s (%s) cannot be mounted with an SELinux context: %w", spec.Name, seLinuxPluginLabel(&spec), err)
+		return m, fmt.Errorf("volume %s (%s) cannot be mounted with an SELinux context: %w", spec.Name, SELinuxPluginLabel(&spec), err)
 	}
 	return m, nil
 }
@@ -241,9 +243,9 @@ func (r *resolver) seLinuxMount(pod *v1.Pod, specNames []string, spec podvol.Vol
 // seLinuxSupport reports whether the volume's plugin mounts it with a
 // context: a CSI volume when its CSIDriver sets seLinuxMount (no CSIDriver:
 // no), another when its plugin's Capabilities say so.
-func (r *resolver) seLinuxSupport(spec *podvol.VolumeSpec) (bool, error) {
+func (r *Resolver) seLinuxSupport(spec *podvol.VolumeSpec) (bool, error) {
 	if spec.Plugin != "" {
-		p, err := r.plugins.ForVolume(spec.Name)
+		p, err := r.Plugins.ForVolume(spec.Name)
 		if err != nil {
 			return false, err
 		}
@@ -253,10 +255,10 @@ func (r *resolver) seLinuxSupport(spec *podvol.VolumeSpec) (bool, error) {
 		}
 		return caps.SELinuxMount, nil
 	}
-	if r.csiDrivers == nil {
+	if r.CSIDrivers == nil {
 		return false, nil
 	}
-	d, err := r.csiDrivers.Get(spec.Driver)
+	d, err := r.CSIDrivers.Get(spec.Driver)
 	switch {
 	case err == nil:
 		return d.Spec.SELinuxMount != nil && *d.Spec.SELinuxMount, nil
@@ -266,10 +268,10 @@ func (r *resolver) seLinuxSupport(spec *podvol.VolumeSpec) (bool, error) {
 	return false, fmt.Errorf("CSIDriver %s: %w", spec.Driver, err)
 }
 
-// hostSELinuxEnabled reports whether the host has SELinux enabled, as
+// HostSELinuxEnabled reports whether the host has SELinux enabled, as
 // go-selinux's GetEnabled decides: selinuxfs is mounted read-write at
 // /sys/fs/selinux and this process has a label other than "kernel".
-func hostSELinuxEnabled() bool {
+func HostSELinuxEnabled() bool {
 	var st unix.Statfs_t
 	if err := unix.Statfs("/sys/fs/selinux", &st); err != nil {
 		return false
@@ -283,4 +285,32 @@ func hostSELinuxEnabled() bool {
 	}
 	label := strings.TrimRight(string(b), "\x00\n")
 	return label != "" && label != "kernel"
+}
+
+// SELinuxPluginLabel is the kubelet's volume_plugin label of its SELinux
+// metrics: "kubernetes.io/csi/{driver}" for a CSI volume (a slash, not
+// volume_manager_total_volumes' colon), the plugin's name for another.
+func SELinuxPluginLabel(spec *podvol.VolumeSpec) string {
+	if spec.Plugin != "" {
+		return spec.Plugin
+	}
+	return podvol.CSIPluginName + "/" + spec.Driver
+}
+
+// AccessModeLabel is the kubelet's access_mode label of its SELinux
+// metrics: "inline" for a volume that is no PV, else the widest of the
+// PV's access modes (RWX, then ROX, RWO, RWOP), "" for a PV with none.
+func AccessModeLabel(spec *podvol.VolumeSpec) string {
+	if spec.PVName == "" {
+		return "inline"
+	}
+	for _, m := range []struct {
+		mode  v1.PersistentVolumeAccessMode
+		label string
+	}{{v1.ReadWriteMany, "RWX"}, {v1.ReadOnlyMany, "ROX"}, {v1.ReadWriteOnce, "RWO"}, {v1.ReadWriteOncePod, "RWOP"}} {
+		if slices.Contains(spec.AccessModes, m.mode) {
+			return m.label
+		}
+	}
+	return ""
 }

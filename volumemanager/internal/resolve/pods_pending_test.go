@@ -1,4 +1,4 @@
-package volumemanager
+package resolve
 
 import (
 	"slices"
@@ -11,7 +11,7 @@ import (
 // deletion, each claim's pods apart from another's, and nothing is kept
 // for a pod that waits for nothing.
 func TestSetPending(t *testing.T) {
-	pt := newPodTable(nil, nil)
+	pt := NewTable(nil, nil)
 	steps := []struct {
 		name         string
 		uid          types.UID
@@ -27,7 +27,7 @@ func TestSetPending(t *testing.T) {
 	for _, s := range steps {
 		pt.setPending(s.uid, s.claims)
 		for claim, want := range map[string][]types.UID{"ns/a": s.wantA, "ns/b": s.wantB} {
-			got := pt.waitingFor(claim)
+			got := pt.WaitingFor(claim)
 			slices.Sort(got)
 			if !slices.Equal(got, want) && (len(got) != 0 || len(want) != 0) {
 				t.Errorf("%s: waitingFor(%s) = %v, want %v", s.name, claim, got, want)

@@ -1,4 +1,4 @@
-package volumemanager
+package resolve
 
 import (
 	"fmt"
@@ -86,7 +86,7 @@ func TestInformerClaimBytes(t *testing.T) {
 	}
 	before := liveBytes()
 	for i := range objs {
-		objs[i], _ = trimInformerObject(objs[i])
+		objs[i], _ = TrimInformerObject(objs[i])
 	}
 	// The objects are made, then trimmed: what is counted is what the
 	// transform gives back for the informer to keep, against what it got.

@@ -1,4 +1,4 @@
-package volumemanager
+package resolve
 
 import (
 	v1 "k8s.io/api/core/v1"
@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// trimInformerObject is the transform of the informers nodevol makes itself
+// TrimInformerObject is the transform of the informers nodevol makes itself
 // (not of a Config.InformerFactory, whose other users may read anything):
 // it drops, before an object is stored, what no code of nodevol reads, so
 // that the cache of every claim, volume, attachment and CSIDriver of the
@@ -36,7 +36,7 @@ import (
 //
 // TestTrimInformerObject lists what each reader needs and checks that it is
 // left.
-func trimInformerObject(obj any) (any, error) {
+func TrimInformerObject(obj any) (any, error) {
 	switch in := obj.(type) {
 	case *v1.PersistentVolumeClaim:
 		o := *in
@@ -64,15 +64,15 @@ func trimInformerObject(obj any) (any, error) {
 	return obj, nil
 }
 
-// trimCachedObject is the object cache's transform (objectcache.Config):
+// TrimCachedObject is the object cache's transform (objectcache.Config):
 // the claims, volumes and attachments read one at a time (unless
 // Config.ClusterInformers) are trimmed as the informers' are, for as long
 // as the node's pods
 // hold them. ConfigMaps, secrets and ClusterTrustBundles are kept as read.
-func trimCachedObject(obj runtime.Object) runtime.Object {
+func TrimCachedObject(obj runtime.Object) runtime.Object {
 	switch obj.(type) {
 	case *v1.PersistentVolumeClaim, *v1.PersistentVolume, *storagev1.VolumeAttachment:
-		trimmed, _ := trimInformerObject(obj)
+		trimmed, _ := TrimInformerObject(obj)
 		return trimmed.(runtime.Object)
 	}
 	return obj
