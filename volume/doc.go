@@ -20,7 +20,7 @@
 // Block maps the device in MountDevice and SetUp, and unmaps it in
 // TearDown and UnmountDevice, when the spec's Mode is cache.Block.
 //
-// A volume's unique name (cache.UniqueVolumeName) starts with its plugin's
+// A volume's unique name (podvol.UniqueVolumeName) starts with its plugin's
 // name and a slash, as the kubelet's do ("kubernetes.io/csi/drv^handle"):
 // the executor finds the plugin of an operation from it (Registry.ForVolume).
 package volume

@@ -1,5 +1,5 @@
 // Package state holds the volume manager's two views of a node's volumes, as
-// plain data built from package cache's types:
+// plain data built from package podvol's types:
 //
 //   - DesiredStateOfWorld: the pods on the node and, resolved once from
 //     their claims, volumes and inline sources, the VolumeSpec of each
