@@ -8,8 +8,6 @@ import (
 	"io/fs"
 	"path"
 	"syscall"
-
-
 )
 
 // fileMode is the mode f gets: its own bits, and group read with an
