@@ -3,8 +3,9 @@ package atomicwriter
 import (
 	"errors"
 	"io/fs"
-	"os"
+	"maps"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -12,37 +13,25 @@ import (
 // that has none: name -> ..data/name. What is there already under such a
 // name is left as it is, as the kubelet leaves it (a link of the writer's
 // points to ..data already; anything else is not the writer's). It reports
-// whether it made a link.
-func (w *Writer) linkTops(payload map[string]File, paths []string) (bool, error) {
+// whether it made a link. list is the directory's listing from before
+// this Write, which made no such name.
+func (w *Writer) linkTops(payload map[string]File, paths []string, list entries) (bool, error) {
 	made := false
-	var d *os.File
 	for i, p := range paths {
 		top := topLevel(p)
 		if i > 0 && topLevel(paths[i-1]) == top {
 			continue
 		}
-		rel := w.rel(top)
-		_, err := w.root.Lstat(rel)
-		if err == nil {
+		if _, there := list[top]; there {
 			continue
 		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return made, err
-		}
+		rel := w.rel(top)
 		if err := w.root.Symlink(path.Join(dataDirName, top), rel); err != nil {
 			return made, err
 		}
 		made = true
 		if uid, gid := w.owner(payload[p].FSUser); uid != -1 || gid != -1 {
-			if d == nil {
-				dir, err := w.root.OpenDir(w.dir)
-				if err != nil {
-					return made, err
-				}
-				defer dir.Close()
-				d = dir
-			}
-			if err := lchownAt(d.Fd(), top, uid, gid); err != nil {
+			if err := w.root.Lchown(rel, uid, gid); err != nil {
 				return made, err
 			}
 		}
@@ -53,23 +42,22 @@ func (w *Writer) linkTops(payload map[string]File, paths []string) (bool, error)
 // pruneLinks removes the user-visible links of the names not in paths: a
 // link is the writer's if its name does not start with ".." and it points
 // to ..data/{its name}; nothing else is touched. It reports whether it
-// removed one.
-func (w *Writer) pruneLinks(paths []string) (bool, error) {
+// removed one. list is the directory's listing from before this Write
+// (the links it made are in paths).
+func (w *Writer) pruneLinks(paths []string, list entries) (bool, error) {
 	tops := make(map[string]bool, len(paths))
 	for _, p := range paths {
 		tops[topLevel(p)] = true
 	}
-	entries, err := w.root.ReadDir(w.dir)
-	if err != nil {
-		return false, err
-	}
 	removed := false
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasPrefix(name, "..") || e.Type()&fs.ModeSymlink == 0 || tops[name] {
+	for _, name := range slices.Sorted(maps.Keys(list)) {
+		if strings.HasPrefix(name, "..") || list[name]&fs.ModeSymlink == 0 || tops[name] {
 			continue
 		}
 		target, err := w.root.Readlink(w.rel(name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
 		if err != nil {
 			return removed, err
 		}
@@ -85,7 +73,8 @@ func (w *Writer) pruneLinks(paths []string) (bool, error) {
 }
 
 // removeOld removes the timestamped directories other than current and
-// keep (the version this Write replaced, if it replaced one): older
+// keep (the version this Write replaced, if it replaced one), of those in
+// list, the directory's listing from before this Write: older
 // versions and those interrupted Writes left; and a leftover ..data_tmp.
 //
 // The version a Write replaces is kept until the next Write, where the
@@ -95,19 +84,15 @@ func (w *Writer) pruneLinks(paths []string) (bool, error) {
 // has. With the kubelet's removal a reader racing an update sees that
 // ENOENT about once in two thousand reads (TestConcurrentReader); kept
 // one Write longer, it needs a lookup that spans a whole Write.
-func (w *Writer) removeOld(current, keep string) error {
-	entries, err := w.root.ReadDir(w.dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		name := e.Name()
+func (w *Writer) removeOld(current, keep string, list entries) error {
+	for _, name := range slices.Sorted(maps.Keys(list)) {
+		typ := list[name]
 		switch {
-		case name == newDataDirName && e.Type()&fs.ModeSymlink != 0:
+		case name == newDataDirName && typ&fs.ModeSymlink != 0:
 			if err := w.root.RemoveLink(w.rel(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
-		case name != current && name != keep && e.IsDir() && isTimestampName(name):
+		case name != current && name != keep && typ.IsDir() && isTimestampName(name):
 			if err := w.removeTree(w.rel(name)); err != nil {
 				return err
 			}

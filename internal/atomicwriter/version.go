@@ -4,15 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"path"
 	"syscall"
-
-	"golang.org/x/sys/unix"
-
-	"github.com/nodevol/nodevol/step"
 )
 
 // fileMode is the mode f gets: its own bits, and group read with an
@@ -49,9 +44,11 @@ func (w *Writer) owner(fsUser *int64) (uid, gid int) {
 // writeVersion writes payload in full into a new timestamped directory,
 // with the modes and owners it needs, and returns its name. What it leaves
 // on an error is not visible (nothing points to it) and goes with the next
-// Write.
+// Write. Every file and directory is made new (O_EXCL, mkdirat) from a
+// handle on the version's directory, and given its owner and mode on the
+// descriptor that made it (directories: opened without following a link).
 func (w *Writer) writeVersion(ctx context.Context, payload map[string]File, paths []string) (_ string, err error) {
-	name, err := w.newVersionName()
+	name, err := w.newVersion()
 	if err != nil {
 		return "", err
 	}
@@ -64,37 +61,39 @@ func (w *Writer) writeVersion(ctx context.Context, payload map[string]File, path
 			_ = w.removeTree(version)
 		}
 	}()
-	if err := w.root.MkdirAll(version, dirMode); err != nil {
+	ver, err := w.root.Sub(version)
+	if err != nil {
 		return "", err
 	}
-	dirs := []string{version}
+	defer ver.Close()
+	dirs := []string{"."}
 	made := map[string]bool{}
 	for _, p := range paths {
 		if err := ctx.Err(); err != nil {
 			return "", err
 		}
 		if parent := path.Dir(p); parent != "." && !made[parent] {
-			if err := w.root.MkdirAll(path.Join(version, parent), dirMode); err != nil {
-				return "", err
-			}
+			var missing []string
 			for d := parent; d != "." && !made[d]; d = path.Dir(d) {
-				made[d] = true
-				dirs = append(dirs, path.Join(version, d))
+				missing = append(missing, d)
+			}
+			for i := len(missing) - 1; i >= 0; i-- {
+				if err := ver.Mkdir(missing[i], dirMode); err != nil {
+					return "", err
+				}
+				made[missing[i]] = true
+				dirs = append(dirs, missing[i])
 			}
 		}
 		f := payload[p]
-		rel := path.Join(version, p)
-		if err := w.root.WriteFileInPlace(rel, f.Data, w.fileMode(f)); err != nil {
-			return "", err
-		}
 		uid, gid := w.owner(f.FSUser)
-		if err := w.setMode(rel, false, w.fileMode(f), uid, gid); err != nil {
+		if err := ver.WriteFileNew(p, f.Data, w.fileMode(f), uid, gid); err != nil {
 			return "", err
 		}
 	}
 	_, gid := w.owner(nil)
 	for _, d := range dirs {
-		if err := w.setMode(d, true, w.dirModeFor(), -1, gid); err != nil {
+		if err := ver.SetMode(d, w.dirModeFor(), -1, gid); err != nil {
 			return "", err
 		}
 	}
@@ -105,26 +104,6 @@ func (w *Writer) writeVersion(ctx context.Context, payload map[string]File, path
 		}
 	}
 	return name, nil
-}
-
-// setMode gives file or directory rel (not yet visible to a reader, so not
-// a step) its owner (-1: unchanged) and then mode, whatever the umask.
-func (w *Writer) setMode(rel string, dir bool, mode fs.FileMode, uid, gid int) error {
-	open := w.root.Open
-	if dir {
-		open = w.root.OpenDir
-	}
-	f, err := open(rel)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if uid != -1 || gid != -1 {
-		if err := f.Chown(uid, gid); err != nil {
-			return err
-		}
-	}
-	return f.Chmod(mode)
 }
 
 // setGroupOfDir gives the volume's directory the fsGroup and the group
@@ -237,46 +216,24 @@ func (w *Writer) sameContent(rel string, data []byte) (bool, error) {
 }
 
 // switchTo makes ..data point to timestamped directory name, atomically:
-// a link ..data_tmp to it, renamed over ..data.
-func (w *Writer) switchTo(name string) error {
+// a link ..data_tmp to it, renamed over ..data. list is the directory's
+// listing from before this Write.
+func (w *Writer) switchTo(name string, list entries) error {
 	tmp := w.rel(newDataDirName)
-	if _, err := w.root.Lstat(tmp); err == nil {
+	if _, ok := list[newDataDirName]; ok {
 		// An interrupted Write's.
-		if err := w.root.RemoveAny(tmp); err != nil {
+		if err := w.root.RemoveAny(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return err
 	}
 	if err := w.root.Symlink(name, tmp); err != nil {
 		return err
 	}
-	d, err := w.root.OpenDir(w.dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
 	if _, gid := w.owner(nil); gid != -1 {
-		if err := lchownAt(d.Fd(), newDataDirName, -1, gid); err != nil {
+		if err := w.root.Lchown(tmp, -1, gid); err != nil {
 			return err
 		}
 	}
-	full := path.Join(w.full, dataDirName)
-	if err := w.steps.Take(step.Rename, full); err != nil {
-		return fmt.Errorf("rename %s: %w", full, err)
-	}
 	// renameat replaces ..data, a link, and follows neither name.
-	if err := unix.Renameat(int(d.Fd()), newDataDirName, int(d.Fd()), dataDirName); err != nil {
-		return &fs.PathError{Op: "rename", Path: full, Err: err}
-	}
-	return nil
-}
-
-// lchownAt changes the owner of entry name of directory fd, not following
-// it.
-func lchownAt(fd uintptr, name string, uid, gid int) error {
-	if err := unix.Fchownat(int(fd), name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return &fs.PathError{Op: "lchown", Path: name, Err: err}
-	}
-	return nil
+	return w.root.Rename(tmp, w.rel(dataDirName))
 }

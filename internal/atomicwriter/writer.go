@@ -46,9 +46,12 @@ type Options struct {
 // serialized; two Writers (or processes) on one directory must not write at
 // once, as with the kubelet's writer.
 type Writer struct {
-	root    *rootfs.Root // with the steps hook
+	// root is held on the writer's directory (rootfs.Root.Sub), with the
+	// steps hook: every name the writer uses is one there, resolved from
+	// that handle.
+	root    *rootfs.Root
 	steps   step.Hook
-	dir     string // relative to the root
+	dir     string // ".": the writer's directory, in root
 	full    string
 	fsGroup *int64
 	now     func() time.Time
@@ -56,7 +59,10 @@ type Writer struct {
 }
 
 // New returns the Writer of directory dir (relative to root, or absolute
-// under it), which must exist and be a directory, not a symlink.
+// under it), which must exist and be a directory, not a symlink. The
+// Writer holds the directory open, found once, until Close: each of its
+// names is then one system call's, and a directory swapped for another
+// since is not written to (nor a file system mounted on it later).
 func New(root *rootfs.Root, dir string, opts Options) (*Writer, error) {
 	rel, err := root.Rel(dir)
 	if err != nil {
@@ -66,21 +72,26 @@ func New(root *rootfs.Root, dir string, opts Options) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("atomic writer: %w", err)
 	}
-	fi, err := root.Stat(rel)
+	sub, err := root.WithSteps(opts.Steps).Sub(rel)
 	if err != nil {
 		return nil, fmt.Errorf("atomic writer for %s: %w", full, err)
-	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("atomic writer for %s: %w", full, rootfs.ErrNotDir)
 	}
 	now := opts.Now
 	if now == nil {
 		now = time.Now
 	}
 	return &Writer{
-		root: root.WithSteps(opts.Steps), steps: opts.Steps,
-		dir: rel, full: full, fsGroup: opts.FSGroup, now: now,
+		root: sub, steps: opts.Steps,
+		dir: ".", full: full, fsGroup: opts.FSGroup, now: now,
 	}, nil
+}
+
+// Close releases the writer's directory; the Writer must not be used
+// afterwards.
+func (w *Writer) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.root.Close()
 }
 
 // Dir returns the absolute path of the writer's directory.
@@ -124,7 +135,13 @@ func (w *Writer) write(ctx context.Context, payload map[string]File, paths []str
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	cur, err := w.current()
+	// One listing of the directory serves every question of this Write
+	// about its entries: the writer is the directory's only writer.
+	list, err := w.list()
+	if err != nil {
+		return false, err
+	}
+	cur, err := w.current(list)
 	if err != nil {
 		return false, err
 	}
@@ -140,20 +157,20 @@ func (w *Writer) write(ctx context.Context, payload map[string]File, paths []str
 		if err != nil {
 			return false, err
 		}
-		if err := w.switchTo(name); err != nil {
+		if err := w.switchTo(name, list); err != nil {
 			return false, err
 		}
 		previous, cur, changed = cur, name, true
 	}
-	made, err := w.linkTops(payload, paths)
+	made, err := w.linkTops(payload, paths, list)
 	if err != nil {
 		return true, err
 	}
-	removed, err := w.pruneLinks(paths)
+	removed, err := w.pruneLinks(paths, list)
 	if err != nil {
 		return true, err
 	}
-	if err := w.removeOld(cur, previous); err != nil {
+	if err := w.removeOld(cur, previous, list); err != nil {
 		return true, err
 	}
 	return changed || made || removed, nil
@@ -162,9 +179,28 @@ func (w *Writer) write(ctx context.Context, payload map[string]File, paths []str
 // rel returns name (a path in the writer's directory) relative to the root.
 func (w *Writer) rel(name string) string { return path.Join(w.dir, name) }
 
+// entries are the writer's directory's entries, by name: their types.
+type entries map[string]fs.FileMode
+
+// list lists the writer's directory.
+func (w *Writer) list() (entries, error) {
+	des, err := w.root.ReadDir(w.dir)
+	if err != nil {
+		return nil, err
+	}
+	l := make(entries, len(des))
+	for _, e := range des {
+		l[e.Name()] = e.Type()
+	}
+	return l, nil
+}
+
 // current returns the name of the timestamped directory ..data points to,
 // "" if there is no ..data.
-func (w *Writer) current() (string, error) {
+func (w *Writer) current(list entries) (string, error) {
+	if _, ok := list[dataDirName]; !ok {
+		return "", nil
+	}
 	target, err := w.root.Readlink(w.rel(dataDirName))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -209,19 +245,19 @@ func isTimestampName(name string) bool {
 	return err == nil
 }
 
-// newVersionName returns the name of a timestamped directory that is not
-// there yet: the time (UTC) to the second and then its nanoseconds (the
-// kubelet puts random digits there; both read as the same form).
-func (w *Writer) newVersionName() (string, error) {
+// newVersion makes a new timestamped directory, named after the time
+// (UTC) to the second and then its nanoseconds (the kubelet puts random
+// digits there; both read as the same form), and returns its name.
+func (w *Writer) newVersion() (string, error) {
 	now := w.now().UTC()
 	prefix := now.Format(tsLayout) + "."
 	for i := range 1000 {
 		name := prefix + fmt.Sprintf("%09d", now.Nanosecond()+i)
-		_, err := w.root.Lstat(w.rel(name))
-		if errors.Is(err, fs.ErrNotExist) {
+		err := w.root.Mkdir(w.rel(name), dirMode)
+		if err == nil {
 			return name, nil
 		}
-		if err != nil {
+		if !errors.Is(err, fs.ErrExist) {
 			return "", err
 		}
 	}

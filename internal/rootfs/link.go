@@ -26,7 +26,7 @@ func (r *Root) Readlink(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer unix.Close(dirFd)
+	defer r.releaseRoot(dirFd)
 	for size := 256; ; size *= 2 {
 		buf := make([]byte, size)
 		n, err := unix.Readlinkat(dirFd, base, buf)

@@ -56,7 +56,7 @@ func (r *Root) removeEntry(name string, allow func(mode uint32) (int, error)) er
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dirFd)
+	defer r.releaseRoot(dirFd)
 	return r.removeAt(dirFd, base, full, allow)
 }
 
@@ -76,7 +76,7 @@ func (r *Root) RemoveIn(dir string, names ...string) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(parentFd)
+	defer r.releaseRoot(parentFd)
 	dirFd, err := unix.Openat(parentFd, base, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	switch {
 	case err == unix.ENOENT:
@@ -85,7 +85,7 @@ func (r *Root) RemoveIn(dir string, names ...string) error {
 		comps, _, _ := r.split("remove", dir)
 		return r.classify(parentFd, "remove", full, comps, true, unix.O_DIRECTORY, err)
 	}
-	defer unix.Close(dirFd)
+	defer r.releaseRoot(dirFd)
 	for _, name := range names {
 		if strings.Contains(name, "/") || name == "" || name == "." || name == ".." {
 			return &PathError{Op: "remove", Path: filepath.Join(full, name), Err: errors.New("not a base name")}

@@ -183,7 +183,9 @@ func (r *Root) classify(dirFd int, op, full string, prefix []string, last bool, 
 }
 
 // parent opens the directory that holds name's last component and returns
-// it with that component. name must not be the root.
+// it with that component; release it with releaseRoot (for a name of one
+// component in a held Root it is the held handle). name must not be the
+// root.
 func (r *Root) parent(op, name string) (dirFd int, base, full string, err error) {
 	comps, full, err := r.split(op, name)
 	if err != nil {
@@ -191,6 +193,11 @@ func (r *Root) parent(op, name string) (dirFd int, base, full string, err error)
 	}
 	if len(comps) == 0 {
 		return -1, "", "", &PathError{Op: op, Path: full, Err: errors.New("not allowed on the root itself")}
+	}
+	if len(comps) == 1 && r.held {
+		// The held handle is the parent: nothing to open (release it
+		// with releaseRoot, which keeps it).
+		return r.fd, comps[0], full, nil
 	}
 	fd, err := r.open(op, full, comps[:len(comps)-1], unix.O_PATH|unix.O_DIRECTORY)
 	if err != nil {

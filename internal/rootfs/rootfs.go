@@ -172,7 +172,7 @@ func (r *Root) change(op string, s step.Op, name string, fn func(dirFd int, base
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dirFd)
+	defer r.releaseRoot(dirFd)
 	if err := r.take(s, full); err != nil {
 		return err
 	}

@@ -198,7 +198,7 @@ func (r *Root) writeFileAtomic(name string, data []byte, perm fs.FileMode, sync 
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dirFd)
+	defer r.releaseRoot(dirFd)
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := "." + base + ".tmp-" + hex.EncodeToString(rnd[:])

@@ -75,7 +75,9 @@ func (p *plugin) setUpAt(ctx context.Context, at paths, m medium, vol podvol.Pod
 		return err
 	}
 	// From here on the directory exists: an error leaves it Uncertain, to
-	// be set up again or torn down.
+	// be set up again or torn down. makeDir has just resolved its path
+	// from the held root, no symlink followed: that is the check before
+	// the mount (rootfs.Root.Verify's).
 	if err := p.mountMedium(ctx, at, m, vol); err != nil {
 		return fmt.Errorf("%w: %w", err, volume.ErrInProgress)
 	}
@@ -84,7 +86,7 @@ func (p *plugin) setUpAt(ctx context.Context, at paths, m medium, vol podvol.Pod
 			return fmt.Errorf("giving fsGroup %d ownership of %s: %w: %w", *vol.FSGroup, at.abs, err, volume.ErrInProgress)
 		}
 	}
-	if err := p.setReady(at); err != nil {
+	if err := p.makeReady(at); err != nil {
 		return fmt.Errorf("%w: %w", err, volume.ErrInProgress)
 	}
 	klog.FromContext(ctx).V(4).Info("EmptyDir volume set up", "pod", vol.Pod, "volume", vol.SpecName, "medium", m.name, "path", at.abs)
@@ -135,12 +137,10 @@ func (p *plugin) isReady(at paths) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-// setReady writes the volume's ready file (the kubelet's SetReady), taking
-// back whatever else is in its place.
-func (p *plugin) setReady(at paths) error {
-	if p.isReady(at) {
-		return nil
-	}
+// makeReady writes the volume's ready file (the kubelet's SetReady),
+// taking back whatever else is in its place; a ready file there already is
+// kept (O_EXCL tells it).
+func (p *plugin) makeReady(at paths) error {
 	if err := p.rfs.MkdirAll(at.readyDir, parentDirMode); err != nil {
 		return err
 	}
@@ -157,14 +157,19 @@ func (p *plugin) setReady(at paths) error {
 	return p.rfs.Create(at.ready(), readyFileMode)
 }
 
-// makeDir creates the volume directory with the kubelet's mode 0777: it
-// chmods it when the umask took bits away (a mode set on it since, such as
+// makeDir creates the volume directory with the kubelet's mode 0777: one
+// it makes is chmod'ed (the umask takes bits away); one that is there is
+// chmod'ed when the umask took bits away (a mode set on it since, such as
 // the setgid bit of an fsGroup, is kept when its permissions are right).
 func (p *plugin) makeDir(at paths) error {
 	if err := p.rfs.MkdirAll(path.Dir(at.dir), parentDirMode); err != nil {
 		return err
 	}
-	if err := p.rfs.MkdirAll(at.dir, volumeDirMode); err != nil {
+	err := p.rfs.Mkdir(at.dir, volumeDirMode)
+	if err == nil {
+		return p.rfs.SetMode(at.dir, volumeDirMode, -1, -1)
+	}
+	if !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	d, err := p.rfs.OpenDir(at.dir)
@@ -186,7 +191,10 @@ func (p *plugin) makeDir(at paths) error {
 }
 
 // mountMedium mounts a memory volume's tmpfs or a hugepages volume's
-// hugetlbfs at its directory, unless one is mounted there already.
+// hugetlbfs at its directory, unless one is mounted there already. Called
+// right after makeDir, whose resolution of the directory's path (no
+// symlink followed) is the check before the path is handed to the
+// mounter.
 func (p *plugin) mountMedium(ctx context.Context, at paths, m medium, vol podvol.PodVolume) error {
 	if m.kind == onDisk {
 		return nil
@@ -211,9 +219,6 @@ func (p *plugin) mountMedium(ctx context.Context, at paths, m medium, vol podvol
 		}
 	} else if top != nil && top.Type == tmpfsType {
 		return nil
-	}
-	if _, err := p.rfs.Verify(at.dir); err != nil {
-		return err
 	}
 	klog.FromContext(ctx).V(3).Info("Mounting the volume's file system", "kind", p.title, "pod", vol.Pod, "volume", vol.SpecName, "type", fstype, "options", opts)
 	if err := p.mounter.MountSensitiveWithoutSystemd(source, at.abs, fstype, opts, nil); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/mount-utils"
 
+	"github.com/nodevol/nodevol/internal/rootfs"
 	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -254,5 +256,44 @@ func TestSetUpOwnership(t *testing.T) {
 				t.Errorf("volume root %v gid %d, want group 4321 and setgid", di.Mode(), di.Sys().(*syscall.Stat_t).Gid)
 			}
 		})
+	}
+}
+
+// TestSetUpRefusesPlantedSymlinks plants a symlink to a directory outside
+// the root where SetUp makes a directory (the plugin's directory above the
+// volume, the volume's directory, the ready file's directory): SetUp
+// fails with rootfs.ErrSymlink, nothing is made outside and nothing is
+// mounted, on disk and in memory (where the mount is handed the path that
+// makeDir resolved, with no Verify of its own).
+func TestSetUpRefusesPlantedSymlinks(t *testing.T) {
+	for _, medium := range []v1.StorageMedium{"", v1.StorageMediumMemory} {
+		for _, at := range []string{"parent", "volume", "readyDir"} {
+			t.Run(string(medium)+"/"+at, func(t *testing.T) {
+				tp := newTestPlugin(t, nil)
+				outside := t.TempDir()
+				link := map[string]string{
+					"parent":   filepath.Dir(tp.volumeDir("v")),
+					"volume":   tp.volumeDir("v"),
+					"readyDir": filepath.Dir(tp.readyPath("v")),
+				}[at]
+				if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(outside, link); err != nil {
+					t.Fatal(err)
+				}
+				spec := tp.spec(t, testPod(ctr(nil, nil)), "v", v1.EmptyDirVolumeSource{Medium: medium})
+				_, err := tp.SetUp(context.Background(), request(spec, "v"))
+				if !errors.Is(err, rootfs.ErrSymlink) {
+					t.Fatalf("SetUp: %v, want rootfs.ErrSymlink", err)
+				}
+				if entries, _ := os.ReadDir(outside); len(entries) > 0 {
+					t.Errorf("made outside the root: %v", entries)
+				}
+				if at != "readyDir" && len(tp.fake.MountPoints) > 0 {
+					t.Errorf("mounted through the symlink: %v", tp.fake.MountPoints)
+				}
+			})
+		}
 	}
 }

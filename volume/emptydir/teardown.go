@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -13,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 
+	"github.com/nodevol/nodevol/internal/rootfs"
 	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -120,45 +120,47 @@ func (p *plugin) mountsBelow(ctx context.Context, at paths, table []mount.MountP
 		}
 		return below, nil
 	}
-	fi, err := p.rfs.Lstat(at.dir)
+	fd, err := p.rfs.OpenDirFd(at.dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil
+	case isNotDir(err):
+		return nil, nil // a symlink or a file: removed itself, nothing below it
 	case err != nil:
 		return nil, err
-	case !fi.IsDir():
-		return nil, nil
 	}
-	d, err := p.rfs.OpenDir(at.dir)
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
+	defer unix.Close(fd)
 	var st unix.Stat_t
-	if err := unix.Fstat(int(d.Fd()), &st); err != nil {
+	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, &fs.PathError{Op: "stat", Path: at.abs, Err: err}
 	}
 	var below []string
-	err = p.findMounts(ctx, d, at.abs, st.Dev, &below)
+	err = p.findMounts(ctx, fd, at.abs, st.Dev, &below)
 	return below, err
 }
 
-// findMounts adds to below the mount points among the directories in d,
-// at dir, and those below the others (see mountsBelow).
-func (p *plugin) findMounts(ctx context.Context, d *os.File, dir string, dev uint64, below *[]string) error {
+// isNotDir reports whether err is a rootfs refusal of a last component
+// that is a symlink or not a directory.
+func isNotDir(err error) bool {
+	return errors.Is(err, rootfs.ErrSymlink) || errors.Is(err, rootfs.ErrNotDir)
+}
+
+// findMounts adds to below the mount points among the directories in
+// directory d, at dir, and those below the others (see mountsBelow).
+func (p *plugin) findMounts(ctx context.Context, d int, dir string, dev uint64, below *[]string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	entries, err := d.ReadDir(-1)
+	entries, err := readDir(d)
 	if err != nil {
 		return &fs.PathError{Op: "readdir", Path: dir, Err: err}
 	}
 	for _, e := range entries {
-		if !e.IsDir() {
+		if e.typ != unix.DT_DIR && e.typ != unix.DT_UNKNOWN {
 			continue
 		}
-		full := filepath.Join(dir, e.Name())
-		cfd, err := unix.Openat(int(d.Fd()), e.Name(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		full := filepath.Join(dir, e.name)
+		cfd, err := unix.Openat(d, e.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		switch err {
 		case nil:
 		case unix.ENOENT, unix.ELOOP, unix.ENOTDIR:
@@ -166,14 +168,13 @@ func (p *plugin) findMounts(ctx context.Context, d *os.File, dir string, dev uin
 		default:
 			return &fs.PathError{Op: "open", Path: full, Err: err}
 		}
-		c := os.NewFile(uintptr(cfd), full)
 		if isMountRoot(cfd, dev) || p.mountedAt(full) {
 			*below = append(*below, full)
-			c.Close()
+			unix.Close(cfd)
 			continue
 		}
-		err = p.findMounts(ctx, c, full, dev, below)
-		c.Close()
+		err = p.findMounts(ctx, cfd, full, dev, below)
+		unix.Close(cfd)
 		if err != nil {
 			return err
 		}
@@ -191,22 +192,18 @@ func (p *plugin) mountedAt(dir string) bool {
 // missing directory is not an error, and anything else in its place (a
 // symlink, a file) is removed itself, never followed.
 func (p *plugin) removeVolumeDir(ctx context.Context, at paths) error {
-	fi, err := p.rfs.Lstat(at.dir)
+	d, err := p.rfs.OpenDirFd(at.dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
+	case isNotDir(err):
+		return p.rfs.RemoveAny(at.dir)
 	case err != nil:
 		return err
-	case !fi.IsDir():
-		return p.rfs.RemoveAny(at.dir)
 	}
-	d, err := p.rfs.OpenDir(at.dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
+	defer unix.Close(d)
 	var st unix.Stat_t
-	if err := unix.Fstat(int(d.Fd()), &st); err != nil {
+	if err := unix.Fstat(d, &st); err != nil {
 		return &fs.PathError{Op: "stat", Path: at.abs, Err: err}
 	}
 	rm := remover{ctx: ctx, steps: p.steps, dev: st.Dev}
@@ -228,40 +225,60 @@ type remover struct {
 	dev uint64
 }
 
-// contents removes everything in directory d, at dir (for messages).
-func (r remover) contents(d *os.File, dir string) error {
+// contents removes everything in directory d, at dir (for messages). An
+// entry's type is the one its listing gives (a stat only where the file
+// system gives none); were it swapped since, unlinkat fails (EISDIR: the
+// directory is emptied and removed) or removes the new entry itself,
+// never following it.
+func (r remover) contents(d int, dir string) error {
 	if err := r.ctx.Err(); err != nil {
 		return err
 	}
-	names, err := d.Readdirnames(-1)
+	entries, err := readDir(d)
 	if err != nil {
 		return &fs.PathError{Op: "readdir", Path: dir, Err: err}
 	}
-	fd := int(d.Fd())
-	for _, name := range names {
-		full := filepath.Join(dir, name)
-		var st unix.Stat_t
-		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			if err == unix.ENOENT {
-				continue
+	for _, e := range entries {
+		full := filepath.Join(dir, e.name)
+		isDir := e.typ == unix.DT_DIR
+		if e.typ == unix.DT_UNKNOWN {
+			var st unix.Stat_t
+			if err := unix.Fstatat(d, e.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				if err == unix.ENOENT {
+					continue
+				}
+				return &fs.PathError{Op: "stat", Path: full, Err: err}
 			}
-			return &fs.PathError{Op: "stat", Path: full, Err: err}
+			isDir = st.Mode&unix.S_IFMT == unix.S_IFDIR
 		}
-		flags := 0
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			if err := r.subdir(fd, name, full); err != nil {
-				return err
-			}
-			flags = unix.AT_REMOVEDIR
+		if err := r.remove(d, e.name, full, isDir); err != nil {
+			return err
 		}
-		if err := r.steps.Take(step.Remove, full); err != nil {
-			return &fs.PathError{Op: "remove", Path: full, Err: err}
+	}
+	return nil
+}
+
+// remove removes entry name of directory d, emptied first if it is a
+// directory.
+func (r remover) remove(d int, name, full string, isDir bool) error {
+	flags := 0
+	if isDir {
+		if err := r.subdir(d, name, full); err != nil {
+			return err
 		}
-		// unlinkat never follows name: were it swapped since, the new
-		// entry itself would go, or the call fail.
-		if err := unix.Unlinkat(fd, name, flags); err != nil && err != unix.ENOENT {
-			return &fs.PathError{Op: "remove", Path: full, Err: err}
-		}
+		flags = unix.AT_REMOVEDIR
+	}
+	if err := r.steps.Take(step.Remove, full); err != nil {
+		return &fs.PathError{Op: "remove", Path: full, Err: err}
+	}
+	// unlinkat never follows name: were it swapped since, the new entry
+	// itself would go, or the call fail.
+	err := unix.Unlinkat(d, name, flags)
+	if err == unix.EISDIR && !isDir {
+		return r.remove(d, name, full, true)
+	}
+	if err != nil && err != unix.ENOENT {
+		return &fs.PathError{Op: "remove", Path: full, Err: err}
 	}
 	return nil
 }
@@ -273,12 +290,11 @@ func (r remover) subdir(parent int, name, full string) error {
 	if err != nil {
 		return &fs.PathError{Op: "open", Path: full, Err: err}
 	}
-	c := os.NewFile(uintptr(cfd), full)
-	defer c.Close()
+	defer unix.Close(cfd)
 	if isMountRoot(cfd, r.dev) {
 		return fmt.Errorf("%s: %w", full, errOtherMount)
 	}
-	return r.contents(c, full)
+	return r.contents(cfd, full)
 }
 
 // isMountRoot reports whether the directory open at fd is the root of a

@@ -76,22 +76,17 @@ func New(title, pluginName string, cfg emptydir.Config, node func() (v1.Resource
 // the function to call once its Write is done, which also drops the
 // volume's kept usage: the next VolumeStats measures it again, as the
 // kubelet's next set-up of the volume comes with a new podvol. The writer
-// resolves every name from one handle on the root, opened now
-// (rootfs.Root.Hold): one open of the root for the whole payload instead
-// of one per file.
+// resolves every name from one handle on the volume's directory, opened
+// now (atomicwriter.New): one resolution from the root for the whole
+// payload instead of one per file.
 func (b *Base) Writer(dir string, fsGroup *int64) (*atomicwriter.Writer, func(), error) {
-	h, err := b.Root.Hold()
+	w, err := atomicwriter.New(b.Root, dir, atomicwriter.Options{Steps: b.Steps, FSGroup: fsGroup})
 	if err != nil {
-		return nil, nil, err
-	}
-	w, err := atomicwriter.New(h, dir, atomicwriter.Options{Steps: b.Steps, FSGroup: fsGroup})
-	if err != nil {
-		_ = h.Close()
 		return nil, nil, err
 	}
 	return w, func() {
 		b.usage.Forget(dir)
-		_ = h.Close()
+		_ = w.Close()
 	}, nil
 }
 
