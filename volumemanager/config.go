@@ -59,7 +59,7 @@ type Config struct {
 	// Plugins are the embedder's own volume plugins, registered beside
 	// the CSI plugin and the image plugin (kubernetes.io/image): a pod
 	// volume whose source one of them claims (CanSupport) is resolved to
-	// a pod-scoped volume of that plugin (cache.VolumeSpec.Plugin and
+	// a pod-scoped volume of that plugin (podvol.VolumeSpec.Plugin and
 	// Source set, never attached or staged; node-scoped,
 	// {plugin}/{volume name} as the kubelet names it, when its
 	// Capabilities say Attachable or Stages) and set up and torn down
@@ -184,7 +184,7 @@ type Config struct {
 	// the node waits for it.
 	SelfAttach bool
 	// Steps, if set, sees every change the manager makes to the node
-	// before it is made (package util/step): the default plugin's
+	// before it is made (package step): the default plugin's
 	// directories, files, records, mounts, loop devices, CSI calls and
 	// VolumeAttachments (csiplugin.Config.Steps), and reconstruction's
 	// clean-up at Run. An error from it is returned in place of the

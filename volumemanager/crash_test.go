@@ -29,7 +29,7 @@ import (
 
 // The crash-point suite. Every change nodevol makes to a node (a directory,
 // a file, a record, a symlink, a mount, a loop device, a CSI call) is a step
-// that goes through Config.Steps (package util/step). For each scenario the
+// that goes through Config.Steps (package step). For each scenario the
 // suite counts the steps of its operation in a run without a crash, then,
 // for every k, runs it again and stops at step k: that step and every one
 // after it is refused, which leaves the disk, the mount table and the driver

@@ -15,9 +15,9 @@ import (
 // can put nodevol where its volume manager was, and its tests a fake of it
 // (volumemanager/vmtest.Fake). Where the kubelet's types live in
 // k8s.io/kubernetes, nodevol's own stand in for them: a pod is named by
-// its UID instead of a UniquePodName, a volume by cache.UniqueVolumeName
+// its UID instead of a UniquePodName, a volume by podvol.UniqueVolumeName
 // instead of v1.UniqueVolumeName (the same string), and the kubelet's
-// container.VolumeMap is a []cache.MountedVolume. Run takes no
+// container.VolumeMap is a []podvol.MountedVolume. Run takes no
 // SourcesReady: MarkPodsSynced says what SourcesReady.AllReady says.
 //
 // Pod intake (AddPod, UpdatePod, DeletePod) is not part of it: the kubelet

@@ -172,14 +172,14 @@ func newPlugin(cfg Config) (*plugin, error) {
 	}, nil
 }
 
-// held returns a copy of p whose root resolves every name from one handle
+// withRootHeld returns a copy of p whose root resolves every name from one handle
 // on the root directory, opened now, and the function that closes it: for
 // the file-system work of one set-up or teardown, which thus opens the
 // root once instead of once a call. A file system mounted on the root
 // later is seen by the next one (rootfs.Root.Hold). A root that does not
 // exist yet is not held: p itself is returned, whose calls make it as
 // needed.
-func (p *plugin) held() (*plugin, func(), error) {
+func (p *plugin) withRootHeld() (*plugin, func(), error) {
 	h, release, err := p.rfs.HoldIfPresent()
 	if err != nil {
 		return nil, nil, err

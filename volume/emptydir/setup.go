@@ -59,7 +59,7 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 // setUpAt sets the volume up at at (see SetUp); an error once the
 // directory exists wraps volume.ErrInProgress.
 func (p *plugin) setUpAt(ctx context.Context, at paths, m medium, vol podvol.PodVolume, changeOwnership bool) error {
-	p, release, err := p.held()
+	p, release, err := p.withRootHeld()
 	if err != nil {
 		return err
 	}

@@ -52,7 +52,7 @@ func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 
 // tearDownAt takes the volume at at down (see TearDown).
 func (p *plugin) tearDownAt(ctx context.Context, at paths) error {
-	p, release, err := p.held()
+	p, release, err := p.withRootHeld()
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ func (m *Manager) CleanVolume(ctx context.Context, pod types.UID, volume string)
 		return fmt.Errorf("cleaning the subPath bind mounts of pod %s volume %q: %w", pod, volume, err)
 	}
 	defer m.locks.lock(pod)()
-	m, release, err := m.held()
+	m, release, err := m.withRootHeld()
 	if err != nil {
 		return fmt.Errorf("cleaning the subPath bind mounts of pod %s volume %q: %w", pod, volume, err)
 	}
@@ -55,7 +55,7 @@ func (m *Manager) CleanPod(ctx context.Context, pod types.UID) error {
 		return fmt.Errorf("cleaning the subPath bind mounts of pod %s: %w", pod, err)
 	}
 	defer m.locks.lock(pod)()
-	m, release, err := m.held()
+	m, release, err := m.withRootHeld()
 	if err != nil {
 		return fmt.Errorf("cleaning the subPath bind mounts of pod %s: %w", pod, err)
 	}

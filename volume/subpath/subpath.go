@@ -196,12 +196,12 @@ func New(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
-// held returns a copy of m whose root resolves every name from one handle
+// withRootHeld returns a copy of m whose root resolves every name from one handle
 // on the root directory, opened now, and the function that closes it: for
 // one clean-up, which thus opens the root once instead of once a call (a
 // file system mounted on the root later is seen by the next one). A root
 // that does not exist is not held: m itself is returned.
-func (m *Manager) held() (*Manager, func(), error) {
+func (m *Manager) withRootHeld() (*Manager, func(), error) {
 	h, release, err := m.root.HoldIfPresent()
 	if err != nil {
 		return nil, nil, err
@@ -217,7 +217,7 @@ type Mount struct {
 	Pod types.UID
 	// Volume names the pod volume as the kubelet names its subPath
 	// directory (the kubelet's InnerVolumeSpecName): the PV's name
-	// (cache.VolumeSpec.PVName) for a volume from a claim, the name in
+	// (podvol.VolumeSpec.PVName) for a volume from a claim, the name in
 	// pod.spec.volumes otherwise. It is the name of the pod's volume
 	// directory, and the name the volume manager passes to CleanVolume;
 	// for a claim it is not the pod's name for the volume.
