@@ -133,8 +133,11 @@ func (r *fleetResult) rest(b *testing.B, api int, nodes []fleetNode, watches nod
 }
 
 // latency records the p50 and p99 of d, in seconds, as name-p50-s and
-// name-p99-s.
+// name-p99-s; nothing when d is empty (JSON has no NaN).
 func (r *fleetResult) latency(name string, d []time.Duration) {
+	if len(d) == 0 {
+		return
+	}
 	r.Figures[name+"-p50-s"] = percentileMs(d, 0.50) / 1000
 	r.Figures[name+"-p99-s"] = percentileMs(d, 0.99) / 1000
 }

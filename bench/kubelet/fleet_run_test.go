@@ -1,6 +1,7 @@
 package kubeletbench
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -77,7 +78,9 @@ func runFleet(b *testing.B, spec fleetSpec) *fleetResult {
 	r.res.latency("churn-delete-gone", r.tracker.latencies(r.tracker.deleted, r.tracker.gone, old))
 	r.res.latency("churn-create-running", r.tracker.latencies(r.tracker.created, r.tracker.running, again))
 
-	all := append(again, r.pods(churned, spec.pods, 0)...)
+	// Each node's pods in two lists (the churned ones, the others): two
+	// goroutines a node delete them.
+	all := slices.Concat(again, r.pods(churned, spec.pods, 0))
 	del := r.begin()
 	r.must(r.tracker.remove(ctx, r.c, all))
 	r.waitPods(r.tracker.gone, all, "gone", fleetGoneWait)
