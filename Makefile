@@ -133,8 +133,8 @@ bench-objects: deps testenv-bins
 # own, under flock FLEET_LOCK when set (a lock shared with other heavy
 # work: one run a hold). Each run is saved in FLEET_DIR and the summary of
 # every run saved there is written to FLEET_DIR/summary.md (remove
-# FLEET_DIR to start afresh). Root only; about 2*RUNS*(FLEET_IDLE+2m) a
-# shape at 5 nodes. Not part of make test.
+# FLEET_DIR to start afresh). Root only; not yet timed (an estimate:
+# 2*RUNS*(FLEET_IDLE+3m) a shape at 5 nodes). Not part of make test.
 comma       := ,
 FLEET_NODES ?= 5
 FLEET_PODS  ?= 30
