@@ -76,6 +76,61 @@ func TestCount(t *testing.T) {
 	}
 }
 
+func TestCountUsers(t *testing.T) {
+	base := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	other := "system:node:node-2"
+	lines := []string{
+		auditLine(t, "g1", "ResponseComplete", "get", node, "secrets", "", "/api/v1/namespaces/apps/secrets/s", base),
+		auditLine(t, "g2", "ResponseComplete", "get", other, "secrets", "", "/api/v1/namespaces/apps/secrets/s", base),
+		auditLine(t, "g3", "ResponseComplete", "get", other, "configmaps", "", "/api/v1/namespaces/apps/configmaps/c", base),
+		auditLine(t, "g4", "ResponseComplete", "get", other, "configmaps", "", "/api/v1/namespaces/apps/configmaps/c", base.Add(time.Minute)),
+	}
+	log := filepath.Join(t.TempDir(), "audit.log")
+	if err := os.WriteFile(log, []byte(strings.Join(lines, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := CountUsers(log, base, base.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Counts{node: {"get secrets": 1}, other: {"get secrets": 1, "get configmaps": 1}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("counts (-want +got):\n%s", diff)
+	}
+}
+
+func TestOpenWatches(t *testing.T) {
+	base := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	other := "system:node:node-2"
+	cms, secs := "/api/v1/namespaces/apps/configmaps?watch=true", "/api/v1/namespaces/apps/secrets?watch=true"
+	lines := []string{
+		// Open: started, not ended.
+		auditLine(t, "w1", "ResponseStarted", "watch", node, "configmaps", "", cms, base),
+		auditLine(t, "w2", "ResponseStarted", "watch", node, "configmaps", "", cms, base),
+		auditLine(t, "w3", "ResponseStarted", "watch", other, "secrets", "", secs, base),
+		// Ended: not open.
+		auditLine(t, "w4", "ResponseStarted", "watch", node, "secrets", "", secs, base),
+		auditLine(t, "w4", "ResponseComplete", "watch", node, "secrets", "", secs, base),
+		// Not a watch.
+		auditLine(t, "g1", "ResponseStarted", "get", node, "secrets", "", "/api/v1/namespaces/apps/secrets/s", base),
+	}
+	log := filepath.Join(t.TempDir(), "audit.log")
+	if err := os.WriteFile(log, []byte(strings.Join(lines, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := OpenWatches(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Counts{node: {"watch configmaps": 2}, other: {"watch secrets": 1}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("open watches (-want +got):\n%s", diff)
+	}
+	if _, err := OpenWatches(filepath.Join(t.TempDir(), "none")); err == nil {
+		t.Error("OpenWatches of a missing log: no error")
+	}
+}
+
 func TestArgs(t *testing.T) {
 	tests := []struct {
 		name  string
