@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/nodevol/nodevol/internal/kubelettest"
+	"github.com/nodevol/nodevol/testenv/kubelettest"
 	"github.com/nodevol/nodevol/internal/realnode"
 	"github.com/nodevol/nodevol/testenv"
 )

@@ -14,7 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodevol/nodevol/internal/kubelettest"
+	"github.com/nodevol/nodevol/testenv/kubelettest"
 	"github.com/nodevol/nodevol/internal/realnode"
 	"github.com/nodevol/nodevol/internal/roottest"
 )

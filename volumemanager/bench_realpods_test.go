@@ -11,7 +11,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 )
 
-// W6, real pods: the pods and objects of package internal/realpods, which
+// W6, real pods: the pods and objects of package bench/realpods, which
 // bench/kubelet's side uses too.
 
 // issueBenchToken answers a TokenRequest (create serviceaccounts/token) as

@@ -36,8 +36,8 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/bench/mapmount"
+	"github.com/nodevol/nodevol/bench/realpods"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	"github.com/nodevol/nodevol/internal/realpods"
 )
 
 // workload is one benchmark scenario.

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/nodevol/nodevol/bench/mapmount"
-	"github.com/nodevol/nodevol/internal/realpods"
+	"github.com/nodevol/nodevol/bench/realpods"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"

@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/nodevol/nodevol/internal/kubelettest"
+	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
 
 // fleetNode is one node of BenchmarkFleet: its kubelet process.

@@ -14,9 +14,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodevol/nodevol/bench/internal/apiaudit"
-	"github.com/nodevol/nodevol/internal/kubelettest"
 	"github.com/nodevol/nodevol/internal/realnode"
 	"github.com/nodevol/nodevol/testenv"
+	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
 
 // objCluster is one side's API server (testenv's kube-apiserver with the

@@ -18,7 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodevol/nodevol/internal/kubelettest"
+	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
 
 // nodeagent is the example node agent (examples/nodeagent, the

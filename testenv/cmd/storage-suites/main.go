@@ -52,10 +52,10 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodevol/nodevol/internal/kubelettest"
 	"github.com/nodevol/nodevol/internal/realnode"
 	"github.com/nodevol/nodevol/testenv"
 	"github.com/nodevol/nodevol/testenv/internal/noderun"
+	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
 
 // The node's network: the pair's addresses, and the pods' subnet on a
