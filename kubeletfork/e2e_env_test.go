@@ -23,9 +23,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/nodevol/nodevol/testenv/kubelettest"
 	"github.com/nodevol/nodevol/internal/realnode"
 	"github.com/nodevol/nodevol/testenv"
+	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
 
 // The cluster of the end-to-end test: one node, the loop driver, the
