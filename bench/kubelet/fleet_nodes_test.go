@@ -115,13 +115,16 @@ type podTracker struct {
 	running map[string]time.Time
 	deleted map[string]time.Time
 	gone    map[string]time.Time
+	// changed is closed, and replaced, at each time recorded: wait's
+	// wake-up.
+	changed chan struct{}
 }
 
 // startPodTracker starts the informer until the benchmark ends.
 func startPodTracker(b *testing.B, c *objCluster) *podTracker {
 	b.Helper()
 	t := &podTracker{created: map[string]time.Time{}, running: map[string]time.Time{},
-		deleted: map[string]time.Time{}, gone: map[string]time.Time{}}
+		deleted: map[string]time.Time{}, gone: map[string]time.Time{}, changed: make(chan struct{})}
 	f := informers.NewSharedInformerFactoryWithOptions(c.admin, 0, informers.WithNamespace(objNS))
 	inf := f.Core().V1().Pods().Informer()
 	seen := func(obj any) {
@@ -159,6 +162,8 @@ func (t *podTracker) mark(m map[string]time.Time, name string) {
 	defer t.mu.Unlock()
 	if _, ok := m[name]; !ok {
 		m[name] = time.Now()
+		close(t.changed)
+		t.changed = make(chan struct{})
 	}
 }
 
@@ -209,10 +214,10 @@ func eachNode(pods [][]*v1.Pod, f func(*v1.Pod) error) error {
 	return first
 }
 
-// wait polls every 50 ms until every pod of pods has a time in m, or
-// timeout; it returns the pods still without one.
+// wait waits until every pod of pods has a time in m, or timeout; it
+// returns the pods still without one.
 func (t *podTracker) wait(m map[string]time.Time, pods [][]*v1.Pod, timeout time.Duration) []string {
-	deadline := time.Now().Add(timeout)
+	expired := time.After(timeout)
 	for {
 		var missing []string
 		t.mu.Lock()
@@ -223,11 +228,16 @@ func (t *podTracker) wait(m map[string]time.Time, pods [][]*v1.Pod, timeout time
 				}
 			}
 		}
+		changed := t.changed
 		t.mu.Unlock()
-		if len(missing) == 0 || time.Now().After(deadline) {
+		if len(missing) == 0 {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-expired:
 			return missing
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
