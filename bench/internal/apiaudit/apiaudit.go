@@ -146,26 +146,15 @@ func Count(logPath, user string, from, to time.Time) (Counts, error) {
 // CountUsers is Count for every user at once, by user name: one pass over
 // the log, for a benchmark with many nodes.
 func CountUsers(logPath string, from, to time.Time) (map[string]Counts, error) {
-	f, err := os.Open(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("reading the audit log: %w", err)
-	}
-	defer f.Close()
 	seen := map[string]bool{}
 	out := map[string]Counts{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
-	for sc.Scan() {
-		var ev event
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return nil, fmt.Errorf("audit log %s: %w", logPath, err)
-		}
+	err := eachEvent(logPath, func(ev *event) {
 		if seen[ev.AuditID] || (ev.Stage != "ResponseStarted" && ev.Stage != "ResponseComplete") {
-			continue
+			return
 		}
 		at := ev.RequestReceivedTimestamp.Time
 		if at.Before(from) || !at.Before(to) {
-			continue
+			return
 		}
 		seen[ev.AuditID] = true
 		c := out[ev.User.Username]
@@ -174,11 +163,33 @@ func CountUsers(logPath string, from, to time.Time) (map[string]Counts, error) {
 			out[ev.User.Username] = c
 		}
 		c[ev.Verb+" "+ev.resource()]++
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("audit log %s: %w", logPath, err)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// eachEvent calls f on each event of the audit log at logPath, in order.
+func eachEvent(logPath string, f func(*event)) error {
+	file, err := os.Open(logPath)
+	if err != nil {
+		return fmt.Errorf("reading the audit log: %w", err)
+	}
+	defer file.Close()
+	sc := bufio.NewScanner(file)
+	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
+	for sc.Scan() {
+		var ev event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return fmt.Errorf("audit log %s: %w", logPath, err)
+		}
+		f(&ev)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("audit log %s: %w", logPath, err)
+	}
+	return nil
 }
 
 // OpenWatches reads the audit log at logPath and counts, by user and
@@ -186,22 +197,11 @@ func CountUsers(logPath string, from, to time.Time) (map[string]Counts, error) {
 // (ResponseStarted) and not yet ended (ResponseComplete), as the API
 // server logs each stage when it happens.
 func OpenWatches(logPath string) (map[string]Counts, error) {
-	f, err := os.Open(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("reading the audit log: %w", err)
-	}
-	defer f.Close()
 	type watch struct{ user, key string }
 	open := map[string]watch{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
-	for sc.Scan() {
-		var ev event
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return nil, fmt.Errorf("audit log %s: %w", logPath, err)
-		}
+	err := eachEvent(logPath, func(ev *event) {
 		if ev.Verb != "watch" {
-			continue
+			return
 		}
 		switch ev.Stage {
 		case "ResponseStarted":
@@ -209,9 +209,9 @@ func OpenWatches(logPath string) (map[string]Counts, error) {
 		case "ResponseComplete", "Panic":
 			delete(open, ev.AuditID)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("audit log %s: %w", logPath, err)
+	})
+	if err != nil {
+		return nil, err
 	}
 	out := map[string]Counts{}
 	for _, w := range open {
