@@ -56,13 +56,10 @@ func (l *loop) begin(a oe.Action, v planner.View, e *planner.Expansion) {
 	if (a.Kind == oe.OpStage || a.Kind == oe.OpPublish) && !v.Known && v.CapsErr == nil && !v.Caps.Attachable {
 		l.metrics.attachmentNotNeeded(&in.Spec)
 	}
-	if l.hooks.attempt != nil && (a.Kind == oe.OpStage || a.Kind == oe.OpPublish) {
-		l.hooks.attempt(a)
-	}
 	if logger := l.logger.V(4); logger.Enabled() { // its arguments cost allocations even when the line is dropped
 		logger.Info("Starting operation", "operation", a.Kind.NameFor(in.Spec.Mode), "volume", a.Volume, "pod", a.Pod.Pod.String())
 	}
-	l.hooks.start(a, in)
+	l.host.start(a, in)
 }
 
 // apply records an operation's outcome: the only writer of the actual state
@@ -153,8 +150,8 @@ func (l *loop) applyAttach(o oe.Outcome, rec *volumeMemo) {
 			if o.PublishContext != nil {
 				l.attachedEvents(o)
 			}
-		} else if l.hooks.holdAttachment != nil && rec.attachment != "" {
-			l.hooks.holdAttachment(o.Action.Volume, rec.attachment) // see begin
+		} else if rec.attachment != "" {
+			l.host.holdAttachment(o.Action.Volume, rec.attachment) // see begin
 		}
 	case oe.OpSelfDetach:
 		if o.Err == nil {
@@ -314,9 +311,7 @@ func (l *loop) setAttachment(name podvol.UniqueVolumeName, rec *volumeMemo, va s
 		return
 	}
 	rec.attachment = va
-	if l.hooks.holdAttachment != nil {
-		l.hooks.holdAttachment(name, va)
-	}
+	l.host.holdAttachment(name, va)
 }
 
 // mountedMetric records the end to end time of a successful publish: since

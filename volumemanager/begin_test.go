@@ -26,7 +26,7 @@ func TestBeginWithoutExpansion(t *testing.T) {
 		var started []oe.Action
 		l := newLoop(loopConfig{node: "node-1", clock: fakeclock.NewFakeClock(time.Unix(0, 0)),
 			dsw: state.NewDesiredStateOfWorld(func(podvol.UniqueVolumeName) {}), asw: state.NewActualStateOfWorld(),
-			hooks: loopHooks{start: func(a oe.Action, _ opInput) { started = append(started, a) }}}, nil, nil)
+			host: testHost{onStart: func(a oe.Action, _ opInput) { started = append(started, a) }}}, nil, nil)
 		l.logger = logr.Discard()
 		v := planner.View{Name: spec.Name, Spec: spec, Actual: state.ActualVolume{Spec: spec}}
 		l.begin(a, v, nil)

@@ -119,7 +119,7 @@ func TestFailureEventWords(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := newObjectRecorder(10)
-			l := newLoop(loopConfig{node: "node-1", clock: fakeclock.NewFakeClock(time.Unix(0, 0)), events: rec,
+			l := newLoop(loopConfig{node: "node-1", clock: fakeclock.NewFakeClock(time.Unix(0, 0)), events: rec, host: testHost{},
 				dsw: state.NewDesiredStateOfWorld(func(podvol.UniqueVolumeName) {}), asw: state.NewActualStateOfWorld()}, nil, nil)
 			l.logger = logr.Discard()
 			vol := tt.vol

@@ -81,43 +81,48 @@ type loopConfig struct {
 	// selfAttach: the node creates and deletes VolumeAttachments itself
 	// (Config.SelfAttach).
 	selfAttach bool
-	hooks      loopHooks
+	// expands: a registered plugin grows volumes on the node
+	// (volume.Expander); only then are claims' node expansions looked for.
+	expands bool
+	// holders returns the pods holding an object in the node's object
+	// cache; nil: no object is held (objects and volumes that change
+	// reach no pod).
+	holders objectHolders
+	// ready is closed once the loop has taken in that the informers have
+	// synced; nil: nobody waits for it.
+	ready chan struct{}
+	host  loopHost
 }
 
-// loopHooks are what the loop asks of the manager around it. start is
-// required; a nil hook is not called.
-type loopHooks struct {
+// loopHost is what the loop asks of the manager around it: the one way
+// out of the loop. Every method is called on the loop's goroutine; one
+// whose job the manager does not do (no in-use reporting, attachments
+// read through informers) does nothing.
+type loopHost interface {
 	// start starts an operation; its outcome comes back through apply.
-	start func(a oe.Action, in opInput)
+	start(a oe.Action, in opInput)
+	// holdPod makes the pod hold the API objects its volumes read in the
+	// node's object cache, before it is resolved; pod nil: the pod is
+	// gone, drop what the node keeps for it (its holds, its tokens).
+	holdPod(uid types.UID, pod *v1.Pod)
+	// holdAttachment makes a volume hold the VolumeAttachment it waits
+	// for in the object cache ("": none).
+	holdAttachment(name podvol.UniqueVolumeName, va string)
 	// attachHeld reports whether an attachable volume's attachment must
 	// wait to be reported in use.
-	attachHeld func(name podvol.UniqueVolumeName) bool
-	// expansionClaim returns the PV of a volume and the claim bound to it, which the
-	// planner decides the volume's node expansion on (nil, nil: none);
-	// nil: the node cannot expand volumes.
-	expansionClaim func(spec *podvol.VolumeSpec) (*v1.PersistentVolume, *v1.PersistentVolumeClaim)
-	// forgotten is called when a volume is forgotten.
-	forgotten func()
-	// synced is called once the loop has taken in that the informers have
-	// synced.
-	synced func()
+	attachHeld(name podvol.UniqueVolumeName) bool
+	// forgotten is told that a volume left the actual state.
+	forgotten()
 	// retake removes an unreadable pod volume directory that can no
 	// longer hold data (what made it unreadable is gone), reporting
 	// whether it did.
-	retake func(dir string) bool
-	// hold makes the pod hold the API objects its volumes read in the
-	// node's object cache; holders returns the pods holding an object;
-	// podGone drops what the node keeps for a pod (its holds, its
-	// tokens).
-	hold    func(uid types.UID, pod *v1.Pod)
-	holders func(objectcache.Ref) []string
-	podGone func(uid types.UID)
-	// holdAttachment makes a volume hold the VolumeAttachment it waits
-	// for in the object cache ("": none); nil with Config.ClusterInformers.
-	holdAttachment func(name podvol.UniqueVolumeName, va string)
-	// attempt is told of each stage and publish the loop starts (the
-	// volume health probes ask about those volumes even when they fail).
-	attempt func(a oe.Action)
+	retake(dir string) bool
+}
+
+// objectHolders finds the holders of an object in the node's object
+// cache (objectcache.Cache).
+type objectHolders interface {
+	Holders(objectcache.Ref) []string
 }
 
 // opInput is what an operation needs.
@@ -181,8 +186,8 @@ func (l *loop) process(ctx context.Context) {
 	if b.informersSynced && !l.informersSynced {
 		l.informersSynced = true
 		l.adoptAttachments()
-		if l.hooks.synced != nil {
-			l.hooks.synced()
+		if l.ready != nil {
+			close(l.ready)
 		}
 		for _, uid := range l.pods.KnownUIDs() { // resolved now that the listers are complete
 			if _, ok := b.pods[uid]; !ok {
@@ -297,7 +302,7 @@ func addPod(pods map[types.UID]*v1.Pod, uid types.UID, in *inbox) map[types.UID]
 // claimChanged plans the volume of a changed claim again (its node
 // expansion may be due).
 func (l *loop) claimChanged(key string) {
-	if l.hooks.expansionClaim == nil {
+	if !l.expands {
 		return
 	}
 	if pv := l.pods.ClaimVolume(key); pv != "" {
@@ -311,18 +316,14 @@ func (l *loop) claimChanged(key string) {
 func (l *loop) syncPod(uid types.UID, pod *v1.Pod) {
 	switch {
 	case pod == nil:
-		if l.hooks.podGone != nil {
-			l.hooks.podGone(uid)
-		}
+		l.host.holdPod(uid, nil)
 		l.pods.Forget(uid)
 		l.errs.forget(uid)
 		l.dsw.DeletePod(uid) // notifies the volumes it touched
 	case !l.informersSynced:
 		l.pods.WaitForListers(uid, resolve.PodRef(pod))
 	default:
-		if l.hooks.hold != nil {
-			l.hooks.hold(uid, pod)
-		}
+		l.host.holdPod(uid, pod)
 		ref, wanted, resolved, errs := l.pods.Resolve(pod, l.logger)
 		if events := l.pods.ResolutionEvents(uid, errs); l.events != nil {
 			for _, msg := range events {
@@ -401,9 +402,7 @@ func (l *loop) planVolume(_ context.Context, name podvol.UniqueVolumeName) {
 	if d.Done {
 		if v.Known {
 			l.asw.DeleteVolume(name)
-			if l.hooks.forgotten != nil {
-				l.hooks.forgotten()
-			}
+			l.host.forgotten()
 		}
 		l.forget(name)
 		return
@@ -461,8 +460,8 @@ func (l *loop) view(name podvol.UniqueVolumeName) planner.View {
 	if spec.PVName != "" {
 		v.Unreadable = l.unreadable[spec.PVName]
 	}
-	if wanted && l.hooks.attachHeld != nil && !actual.Attached && v.Caps.Attachable {
-		v.AttachHeld = l.hooks.attachHeld(name)
+	if wanted && !actual.Attached && v.Caps.Attachable {
+		v.AttachHeld = l.host.attachHeld(name)
 	}
 	for _, p := range desired {
 		if rec.republish[p.Pod.UID] {
@@ -472,9 +471,9 @@ func (l *loop) view(name podvol.UniqueVolumeName) planner.View {
 			v.Republish[p.Pod.UID] = true
 		}
 	}
-	if spec.PVName != "" && l.hooks.expansionClaim != nil && planner.ExpansionLooked(v) {
+	if spec.PVName != "" && l.expands && planner.ExpansionLooked(v) {
 		v.Expansion = planner.ExpansionFacts{Expands: true, Held: rec.expandHeld}
-		v.Expansion.PV, v.Expansion.PVC = l.hooks.expansionClaim(&spec)
+		v.Expansion.PV, v.Expansion.PVC = l.pods.ExpansionClaim(&spec)
 	}
 	return v
 }
@@ -493,7 +492,7 @@ func (l *loop) resync() {
 	l.resyncs++
 	for name, dir := range l.unreadable {
 		_, err := os.Lstat(dir)
-		if errors.Is(err, os.ErrNotExist) || err == nil && l.hooks.retake != nil && l.hooks.retake(dir) {
+		if errors.Is(err, os.ErrNotExist) || err == nil && l.host.retake(dir) {
 			delete(l.unreadable, name)
 		}
 	}

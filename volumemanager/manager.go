@@ -346,7 +346,7 @@ func notReplaced(builtin, own []volume.Plugin) []volume.Plugin {
 }
 
 // newLoop sets up the caches and the loop, wired once: the loop asks the
-// manager through its hooks.
+// manager through loopHost (loophost.go).
 func (vm *VolumeManager) newLoop(m *metrics) {
 	cfg := vm.cfg
 	var l *loop
@@ -357,15 +357,8 @@ func (vm *VolumeManager) newLoop(m *metrics) {
 	vm.asw = state.NewActualStateOfWorld()
 	lc := loopConfig{
 		node: cfg.NodeName, clock: cfg.Clock, dsw: vm.dsw, asw: vm.asw, metrics: m, events: cfg.EventRecorder,
-		volumes: vm.volumes, selfAttach: cfg.SelfAttach,
-		hooks: loopHooks{start: vm.start, synced: func() { close(vm.ready) }, retake: vm.retakeUnreadable,
-			hold: vm.holdObjects, holders: vm.objects.Holders, podGone: vm.podGone},
-	}
-	if vm.expands {
-		lc.hooks.expansionClaim = vm.resolver.ExpansionClaim
-	}
-	if !cfg.ClusterInformers {
-		lc.hooks.holdAttachment = vm.holdAttachment
+		volumes: vm.volumes, selfAttach: cfg.SelfAttach, expands: vm.expands, holders: vm.objects, ready: vm.ready,
+		host: managerHost{vm},
 	}
 	switch {
 	case cfg.SelfAttach && cfg.ClusterInformers:
@@ -374,9 +367,6 @@ func (vm *VolumeManager) newLoop(m *metrics) {
 		vm.attachmentsOnce = newAttachmentsOnce(cfg.KubeClient, cfg.NodeName, cfg.Clock, vm.listErrs)
 		vm.syncs = append(vm.syncs, vm.attachmentsOnce)
 		lc.ownAttachments = vm.attachmentsOnce
-	}
-	if vm.inUse != nil {
-		lc.hooks.attachHeld, lc.hooks.forgotten = vm.inUse.hold, vm.inUse.changed
 	}
 	vm.resolver.Metrics = m
 	l = newLoop(lc, vm.in, resolve.NewTable(vm.resolver, cfg.Clock))

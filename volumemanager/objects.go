@@ -46,14 +46,14 @@ func (l *loop) republishChanged(uid types.UID, resolved []state.DesiredVolume) {
 // node) is set up when the object comes, not when its backoff ends, up
 // to two minutes later.
 func (l *loop) objectsChanged(refs map[objectcache.Ref]struct{}) {
-	if l.hooks.holders == nil {
+	if l.holders == nil {
 		return
 	}
 	for ref := range refs {
 		if ref.Kind == objectcache.PersistentVolume {
 			continue // resolves its pods again (podsOfVolumes)
 		}
-		for _, holder := range l.hooks.holders(ref) {
+		for _, holder := range l.holders.Holders(ref) {
 			l.podContentChanged(types.UID(holder))
 		}
 	}

@@ -148,12 +148,8 @@ func (s *scenario) newLoop() {
 	}
 	l = newLoop(loopConfig{
 		node: "node-1", clock: s.clock, volumes: volumes, metrics: m,
-		dsw: s.dsw, asw: s.asw, selfAttach: s.selfAttach,
-		hooks: loopHooks{
-			start:          s.start,
-			expansionClaim: res.ExpansionClaim,
-			attachHeld:     func(name podvol.UniqueVolumeName) bool { return s.held[name] },
-		},
+		dsw: s.dsw, asw: s.asw, selfAttach: s.selfAttach, expands: true,
+		host: testHost{onStart: s.start, held: func(name podvol.UniqueVolumeName) bool { return s.held[name] }},
 	}, s.in, resolve.NewTable(res, s.clock))
 	s.ops = map[int]startedOp{}
 	s.l = l

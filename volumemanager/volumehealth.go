@@ -129,9 +129,6 @@ func (vm *VolumeManager) newHealthProber() error {
 		}
 	}
 	vm.health = newHealthProber(vm.cfg, gauge, vm.dsw, vm.asw)
-	if vm.cfg.VolumeHealth.Updater != nil {
-		vm.loop.hooks.attempt = vm.health.attempt
-	}
 	vm.cfg.Drivers.OnChange(vm.health.driverChanged)
 	return nil
 }

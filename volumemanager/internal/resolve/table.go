@@ -65,6 +65,12 @@ func NewTable(r *Resolver, clk clock.Clock) *Table {
 	}
 }
 
+// ExpansionClaim is the Resolver's ExpansionClaim: the PV of spec and
+// the claim bound to it, for the planner's node expansion decision.
+func (t *Table) ExpansionClaim(spec *podvol.VolumeSpec) (*v1.PersistentVolume, *v1.PersistentVolumeClaim) {
+	return t.resolver.ExpansionClaim(spec)
+}
+
 // Forget drops a deleted pod.
 func (t *Table) Forget(uid types.UID) {
 	delete(t.known, uid)
