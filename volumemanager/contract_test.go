@@ -214,21 +214,3 @@ func TestClassifyExpandError(t *testing.T) {
 		})
 	}
 }
-
-// TestPluginOfChanged: a volume is retried when its plugin changes, also
-// when that plugin is gone from the registry (a flexVolume driver removed).
-func TestPluginOfChanged(t *testing.T) {
-	changed := map[string]struct{}{"example.com/flex": {}}
-	for _, tt := range []struct {
-		name podvol.UniqueVolumeName
-		want bool
-	}{
-		{"example.com/flex/uid-1-data", true},
-		{"example.com/flexible/uid-1-data", false},
-		{"kubernetes.io/csi/d^h", false},
-	} {
-		if got := pluginOf(tt.name, changed); got != tt.want {
-			t.Errorf("pluginOf(%s) = %v, want %v", tt.name, got, tt.want)
-		}
-	}
-}

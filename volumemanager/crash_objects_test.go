@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/volumemanager/internal/reconciler"
 )
 
 // The crash-point scenarios of the volumes whose files nodevol writes
@@ -220,7 +221,7 @@ func fileContent(path string) string {
 // downwardAPI volumes again.
 func resyncNow(ctx context.Context, vm *VolumeManager) error {
 	select {
-	case vm.inspect <- func(l *loop) { l.resync() }:
+	case vm.inspect <- func(l *reconciler.Loop) { l.Resync() }:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

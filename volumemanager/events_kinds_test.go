@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/mount-utils"
 	"k8s.io/utils/clock"
 
@@ -35,6 +36,14 @@ type failingMounter struct {
 	*mount.FakeMounter
 	suffix string
 	err    error
+}
+
+// newObjectRecorder is a FakeRecorder whose events name the kind of their
+// object: "Warning FailedMount ... involvedObject{kind=Pod,apiVersion=v1}".
+func newObjectRecorder(n int) *record.FakeRecorder {
+	r := record.NewFakeRecorder(n)
+	r.IncludeObject = true
+	return r
 }
 
 func (m *failingMounter) MountSensitiveWithoutSystemd(source, target, fstype string, options, sensitive []string) error {

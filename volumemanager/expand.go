@@ -20,23 +20,15 @@ import (
 	"github.com/nodevol/nodevol/podvol"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
+	"github.com/nodevol/nodevol/volumemanager/internal/reconciler"
 
 	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 )
 
-// expandError is the error of a node expansion that follows a publish, so
-// that the pod's event says the expansion failed ("MountVolume.Setup
-// failed while expanding volume", as the kubelet words it), not the
-// publish.
-type expandError struct{ err error }
-
-func (e *expandError) Error() string { return e.err.Error() }
-func (e *expandError) Unwrap() error { return e.err }
-
 // expand runs an online node expansion the planner asked for (a pod has
 // the volume published).
-func (vm *VolumeManager) expand(ctx context.Context, a oe.Action, in opInput) oe.Outcome {
+func (vm *VolumeManager) expand(ctx context.Context, a oe.Action, in reconciler.Input) oe.Outcome {
 	out := oe.Outcome{Action: a, Spec: in.Spec}
 	start := time.Now()
 	_, pods, _ := vm.dsw.Volume(in.Spec.Name)
@@ -56,14 +48,14 @@ func (vm *VolumeManager) expand(ctx context.Context, a oe.Action, in opInput) oe
 // fails and will be retried, the mount is uncertain, so that the pod does
 // not start on the old size and the publish (with the expansion) runs
 // again after a backoff; a refused expansion leaves the mount done.
-func (vm *VolumeManager) expandAfterPublish(ctx context.Context, a oe.Action, in opInput, out *oe.Outcome) {
+func (vm *VolumeManager) expandAfterPublish(ctx context.Context, a oe.Action, in reconciler.Input, out *oe.Outcome) {
 	in.VolumePath = out.Path
 	start := time.Now()
 	res, err := vm.nodeExpand(ctx, a, in, []podvol.PodVolume{a.Pod})
 	out.Duration += time.Since(start)
 	out.Expansion = res
 	if err != nil {
-		out.Err = oe.OpError(a, in.Spec, &expandError{err})
+		out.Err = oe.OpError(a, in.Spec, &reconciler.ExpandError{Err: err})
 		out.Uncertain = true
 	}
 }
@@ -92,7 +84,7 @@ func (vm *VolumeManager) expandAfterPublish(ctx context.Context, a oe.Action, in
 // It returns no error when the expansion is over (done, or refused for
 // good), with the size the volume was grown to or the expansion to hold;
 // an error when it is to be retried.
-func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in opInput, pods []podvol.PodVolume) (oe.ExpandResult, error) {
+func (vm *VolumeManager) nodeExpand(ctx context.Context, a oe.Action, in reconciler.Input, pods []podvol.PodVolume) (oe.ExpandResult, error) {
 	spec, e := in.Spec, in.Expansion
 	size := *resource.NewQuantity(e.Size, resource.BinarySI)
 	logger := klog.FromContext(ctx).WithValues("pvc", klog.KRef(e.Namespace, e.Claim), "volume", spec.Name, "driver", spec.Driver, "pod", a.Pod.Pod.String(), "size", size.String())
@@ -225,13 +217,13 @@ func (vm *VolumeManager) refusedEvents(op oe.Outcome, class expandFailure, pods 
 		switch {
 		case class == expandInUse:
 			_, cause := volume.EventCause(err)
-			reason, msg = reasonFSResizeFailed, fmt.Sprintf("MountVolume.NodeExpandVolume failed for volume %q : %s", eventVolumeName(op, p), cause)
+			reason, msg = reconciler.ReasonFSResizeFailed, fmt.Sprintf("MountVolume.NodeExpandVolume failed for volume %q : %s", reconciler.EventVolumeName(op, p), cause)
 		case op.Action.Kind == oe.OpExpand:
 			op.Err = err
-			reason, msg = failureEvent(op, p)
+			reason, msg = reconciler.FailureEvent(op, p)
 		default:
-			op.Err = &expandError{err}
-			reason, msg = failureEvent(op, p)
+			op.Err = &reconciler.ExpandError{Err: err}
+			reason, msg = reconciler.FailureEvent(op, p)
 		}
 		vm.podEvents([]podvol.PodVolume{p}, v1.EventTypeWarning, reason, msg)
 	}
@@ -245,9 +237,9 @@ func (vm *VolumeManager) expandedEvents(pods []podvol.PodVolume, pvc *v1.Persist
 		return
 	}
 	msg := fmt.Sprintf("MountVolume.NodeExpandVolume succeeded for volume %q %s", pv, vm.cfg.NodeName)
-	vm.podEvents(pods, v1.EventTypeNormal, reasonFSResizeSucceeded, msg)
+	vm.podEvents(pods, v1.EventTypeNormal, reconciler.ReasonFSResizeSucceeded, msg)
 	ref := &v1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID}
-	vm.cfg.EventRecorder.Event(ref, v1.EventTypeNormal, reasonFSResizeSucceeded, msg)
+	vm.cfg.EventRecorder.Event(ref, v1.EventTypeNormal, reconciler.ReasonFSResizeSucceeded, msg)
 }
 
 // markExpanded records a finished node expansion on the claim, as the
@@ -372,7 +364,7 @@ func (vm *VolumeManager) podEvents(pods []podvol.PodVolume, kind, reason, msg st
 		return
 	}
 	for _, p := range pods {
-		ref := podObjectRef(p.Pod)
+		ref := reconciler.PodObjectRef(p.Pod)
 		vm.cfg.EventRecorder.Event(ref, kind, reason, msg)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/podvol"
+	"github.com/nodevol/nodevol/volumemanager/internal/reconciler"
 )
 
 // TestPublishHangs: a driver whose NodePublishVolume hangs. While it hangs
@@ -352,6 +353,6 @@ func TestConcurrentPodChurn(t *testing.T) {
 // they come, rather than all at once. It orders nothing.
 func roundTrip(vm *VolumeManager) {
 	done := make(chan struct{})
-	vm.inspect <- func(*loop) { close(done) }
+	vm.inspect <- func(*reconciler.Loop) { close(done) }
 	<-done
 }

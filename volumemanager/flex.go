@@ -72,7 +72,7 @@ func (vm *VolumeManager) applyFlex(ctx context.Context, changes []flexvolume.Cha
 	}
 	f.mu.Unlock()
 	if len(changed) > 0 {
-		vm.in.pluginsChanged(changed...)
+		vm.in.PluginsChanged(changed...)
 	}
 }
 

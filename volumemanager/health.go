@@ -10,6 +10,7 @@ import (
 	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volumemanager/internal/reconciler"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
@@ -49,7 +50,7 @@ func (c *conditions) observe(name podvol.UniqueVolumeName, vol podvol.PodVolume,
 	}
 	c.mu.Unlock()
 	if cond.Abnormal && !was && c.events != nil && vol.Pod.Name != "" {
-		ref := podObjectRef(vol.Pod)
+		ref := reconciler.PodObjectRef(vol.Pod)
 		c.events.Event(ref, v1.EventTypeWarning, "VolumeConditionAbnormal", fmt.Sprintf("Volume %s: %s", vol.SpecName, cond.Message))
 	}
 }

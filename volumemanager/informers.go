@@ -21,21 +21,21 @@ func (vm *VolumeManager) watch(core coreinformers.Interface, storage storageinfo
 	onClaim := func(obj any) {
 		switch o := unwrap(obj).(type) {
 		case *v1.PersistentVolumeClaim:
-			vm.in.claim(o.Namespace + "/" + o.Name)
+			vm.in.Claim(o.Namespace + "/" + o.Name)
 		case *v1.PersistentVolume:
 			if r := o.Spec.ClaimRef; r != nil {
-				vm.in.claim(r.Namespace + "/" + r.Name)
+				vm.in.Claim(r.Namespace + "/" + r.Name)
 			}
 		}
 	}
 	onAttachment := func(obj any) {
 		if va, ok := unwrap(obj).(*storagev1.VolumeAttachment); ok && va.Spec.NodeName == vm.cfg.NodeName {
-			vm.in.attachment(va.Name) // the loop knows which volume waits for it
+			vm.in.Attachment(va.Name) // the loop knows which volume waits for it
 		}
 	}
 	onDriver := func(obj any) {
 		if d, ok := unwrap(obj).(*storagev1.CSIDriver); ok {
-			vm.in.driver(d.Name)
+			vm.in.Driver(d.Name)
 			if vm.registration != nil { // its allocatable refresh period may have changed
 				vm.registration.CSIDriverChanged(d.Name)
 			}

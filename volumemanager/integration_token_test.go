@@ -23,6 +23,7 @@ import (
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/objectcache"
 	"github.com/nodevol/nodevol/volume/projected"
+	"github.com/nodevol/nodevol/volumemanager/internal/reconciler"
 )
 
 // apiIssuer is testenv's --service-account-issuer, the API server's
@@ -245,7 +246,7 @@ func resyncAfter(t *testing.T, vm *VolumeManager, clk *testclock.FakeClock, d ti
 // resyncCount returns the loop's resyncs so far, read on its goroutine.
 func resyncCount(vm *VolumeManager) int {
 	n := make(chan int, 1)
-	vm.inspect <- func(l *loop) { n <- l.resyncs }
+	vm.inspect <- func(l *reconciler.Loop) { n <- l.Resyncs() }
 	return <-n
 }
 

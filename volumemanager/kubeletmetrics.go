@@ -1,13 +1,11 @@
 package volumemanager
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nodevol/nodevol/internal/promreg"
 	"github.com/nodevol/nodevol/podvol"
-	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/volumemanager/internal/reconciler"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
@@ -48,7 +46,7 @@ func (c *totalVolumesCollector) Collect(ch chan<- prometheus.Metric) {
 	counts := map[key]int{}
 	for _, name := range c.dsw.VolumeNames() {
 		if spec, pods, ok := c.dsw.Volume(name); ok {
-			counts[key{pluginLabel(&spec), stateDesired}] += len(pods)
+			counts[key{reconciler.PluginLabel(&spec), stateDesired}] += len(pods)
 		}
 	}
 	for _, name := range c.asw.VolumeNames() {
@@ -58,7 +56,7 @@ func (c *totalVolumesCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, pm := range v.Pods {
 			if pm.State == podvol.Mounted {
-				counts[key{pluginLabel(&v.Spec), stateActual}]++
+				counts[key{reconciler.PluginLabel(&v.Spec), stateActual}]++
 			}
 		}
 	}
@@ -67,58 +65,4 @@ func (c *totalVolumesCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), k.plugin, k.state)
 		}
 	}
-}
-
-// pluginLabel is the kubelet's plugin label of a volume
-// (GetFullQualifiedPluginNameForVolume): "kubernetes.io/csi:{driver}" for
-// a CSI volume, the plugin's name for another.
-func pluginLabel(spec *podvol.VolumeSpec) string {
-	if spec.Plugin != "" {
-		return spec.Plugin
-	}
-	return podvol.CSIPluginName + ":" + spec.Driver
-}
-
-// reconstructMetrics are the kubelet's counters of the volumes reconstructed
-// from disk at start.
-type reconstructMetrics struct {
-	total, errors adder
-}
-
-// adder is a counter: prometheus's own, or one that wraps it (the
-// kubelet's k8s.io/component-base Counter).
-type adder interface {
-	prometheus.Collector
-	Add(float64)
-}
-
-func newReconstructMetrics(reg prometheus.Registerer) (*reconstructMetrics, error) {
-	total, errs := prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "reconstruct_volume_operations_total",
-		Help: "[ALPHA] The number of volumes that were attempted to be reconstructed from the operating system during kubelet startup. This includes both successful and failed reconstruction.",
-	}), prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "reconstruct_volume_operations_errors_total",
-		Help: "[ALPHA] The number of volumes that failed reconstruction from the operating system during kubelet startup.",
-	})
-	// The kubelet's help, with component-base's stability prefix: shared
-	// with the kubelet's counters on reg, or another manager's.
-	var err error
-	m := &reconstructMetrics{}
-	if m.total, err = promreg.Reuse[adder](reg, total); err != nil {
-		return nil, fmt.Errorf("registering reconstruct_volume_operations_total: %w", err)
-	}
-	if m.errors, err = promreg.Reuse[adder](reg, errs); err != nil {
-		return nil, fmt.Errorf("registering reconstruct_volume_operations_errors_total: %w", err)
-	}
-	return m, nil
-}
-
-// reconstructed records what reconstruction found: the pod volumes it
-// tried, and those it could not reconstruct.
-func (m *metrics) reconstructed(d volume.Found) {
-	if m == nil || m.reconstruct == nil {
-		return
-	}
-	m.reconstruct.total.Add(float64(d.Attempted))
-	m.reconstruct.errors.Add(float64(len(d.Unreadable)))
 }

@@ -7,19 +7,20 @@ import (
 	"github.com/nodevol/nodevol/internal/objectcache"
 	"github.com/nodevol/nodevol/podvol"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volumemanager/internal/reconciler"
 	"github.com/nodevol/nodevol/volumemanager/internal/resolve"
 )
 
-// managerHost is the manager as the loop's host (loopHost): the loop's
+// managerHost is the manager as the loop's host (reconciler.Host): the loop's
 // one way out. A job the Config leaves out (in-use reporting, health
 // probes, attachments held in the object cache) is a method that does
 // nothing, decided here rather than by a nil hook.
 type managerHost struct{ vm *VolumeManager }
 
-// start tells the health probes of a stage or publish (as the kubelet's
+// Start tells the health probes of a stage or publish (as the kubelet's
 // markVolumeMountAsAttempted: they ask about those volumes even when they
 // fail), then runs the operation.
-func (h managerHost) start(a oe.Action, in opInput) {
+func (h managerHost) Start(a oe.Action, in reconciler.Input) {
 	vm := h.vm
 	if vm.health != nil && vm.cfg.VolumeHealth.Updater != nil && (a.Kind == oe.OpStage || a.Kind == oe.OpPublish) {
 		vm.health.attempt(a)
@@ -27,7 +28,7 @@ func (h managerHost) start(a oe.Action, in opInput) {
 	vm.start(a, in)
 }
 
-func (h managerHost) holdPod(uid types.UID, pod *v1.Pod) {
+func (h managerHost) HoldPod(uid types.UID, pod *v1.Pod) {
 	if pod == nil {
 		h.vm.podGone(uid)
 		return
@@ -35,10 +36,10 @@ func (h managerHost) holdPod(uid types.UID, pod *v1.Pod) {
 	h.vm.holdObjects(uid, pod)
 }
 
-// holdAttachment makes volume name hold the VolumeAttachment va in the
+// HoldAttachment makes volume name hold the VolumeAttachment va in the
 // object cache ("": none); with Config.ClusterInformers the informers
 // read attachments, and nothing is held.
-func (h managerHost) holdAttachment(name podvol.UniqueVolumeName, va string) {
+func (h managerHost) HoldAttachment(name podvol.UniqueVolumeName, va string) {
 	vm := h.vm
 	switch {
 	case vm.cfg.ClusterInformers:
@@ -49,11 +50,11 @@ func (h managerHost) holdAttachment(name podvol.UniqueVolumeName, va string) {
 	}
 }
 
-// attachHeld: without in-use reporting no attachment waits for it.
-func (h managerHost) attachHeld(name podvol.UniqueVolumeName) bool {
+// AttachHeld: without in-use reporting no attachment waits for it.
+func (h managerHost) AttachHeld(name podvol.UniqueVolumeName) bool {
 	return h.vm.inUse != nil && h.vm.inUse.hold(name)
 }
 
-func (h managerHost) forgotten() { h.vm.inUse.changed() } // nil-safe
+func (h managerHost) Forgotten() { h.vm.inUse.changed() } // nil-safe
 
-func (h managerHost) retake(dir string) bool { return h.vm.retakeUnreadable(dir) }
+func (h managerHost) Retake(dir string) bool { return h.vm.retakeUnreadable(dir) }

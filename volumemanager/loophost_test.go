@@ -6,27 +6,28 @@ import (
 
 	"github.com/nodevol/nodevol/podvol"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volumemanager/internal/reconciler"
 )
 
-// testHost is a loop's host in the tests that drive the loop alone: start
-// and attachHeld as the test says (nil: nothing started, nothing held),
+// testHost is a loop's host in the scenario scripts: Start and
+// AttachHeld as the test says (nil: nothing started, nothing held),
 // the rest does nothing.
 type testHost struct {
-	onStart func(a oe.Action, in opInput)
+	onStart func(a oe.Action, in reconciler.Input)
 	held    func(name podvol.UniqueVolumeName) bool
 }
 
-func (h testHost) start(a oe.Action, in opInput) {
+func (h testHost) Start(a oe.Action, in reconciler.Input) {
 	if h.onStart != nil {
 		h.onStart(a, in)
 	}
 }
 
-func (h testHost) attachHeld(name podvol.UniqueVolumeName) bool {
+func (h testHost) AttachHeld(name podvol.UniqueVolumeName) bool {
 	return h.held != nil && h.held(name)
 }
 
-func (testHost) holdPod(types.UID, *v1.Pod)                     {}
-func (testHost) holdAttachment(podvol.UniqueVolumeName, string) {}
-func (testHost) forgotten()                                     {}
-func (testHost) retake(string) bool                             { return false }
+func (testHost) HoldPod(types.UID, *v1.Pod)                     {}
+func (testHost) HoldAttachment(podvol.UniqueVolumeName, string) {}
+func (testHost) Forgotten()                                     {}
+func (testHost) Retake(string) bool                             { return false }

@@ -35,6 +35,7 @@ import (
 	"github.com/nodevol/nodevol/volume/subpath"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/podcert"
+	"github.com/nodevol/nodevol/volumemanager/internal/reconciler"
 	"github.com/nodevol/nodevol/volumemanager/internal/resolve"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
@@ -49,8 +50,8 @@ type VolumeManager struct {
 	nodeFactory informers.SharedInformerFactory
 	dsw         *state.DesiredStateOfWorld
 	asw         *state.ActualStateOfWorld
-	in          *inbox
-	loop        *loop
+	in          *reconciler.Inbox
+	loop        *reconciler.Loop
 	volumes     *volume.Registry // finds each operation's plugin
 	// reconstructors are the registered plugins that leave on disk what
 	// they set up, asked at start what earlier runs left.
@@ -109,7 +110,7 @@ type VolumeManager struct {
 	// ready is closed once the loop has taken in that the informers synced.
 	ready chan struct{}
 	// inspect runs functions on the loop's goroutine (tests).
-	inspect chan func(*loop)
+	inspect chan func(*reconciler.Loop)
 	// statesSynced is set once the loop has installed what Run found on
 	// disk and made its first pass (ReconcilerStatesHasBeenSynced).
 	statesSynced atomic.Bool
@@ -124,35 +125,35 @@ func New(cfg Config) (*VolumeManager, error) {
 		return nil, err
 	}
 	setDefaults(&cfg)
-	m, err := newMetrics(cfg.Registerer)
+	m, err := reconciler.NewMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("volumemanager: registering metrics: %w", err)
 	}
 	vm := &VolumeManager{
 		cfg:      cfg,
 		factory:  cfg.InformerFactory,
-		in:       newInbox(),
+		in:       reconciler.NewInbox(),
 		runner:   oe.NewRunner(cfg.MaxConcurrentOperations),
 		results:  make(chan oe.Outcome, 64),
 		listErrs: &listErrors{},
 		ready:    make(chan struct{}),
-		inspect:  make(chan func(*loop)),
+		inspect:  make(chan func(*reconciler.Loop)),
 	}
 	if vm.factory == nil {
 		vm.factory = informers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0, informers.WithTransform(resolve.TrimInformerObject))
 	}
-	vm.objects = objectcache.New(objectcache.Config{Client: cfg.KubeClient, Clock: cfg.Clock, OnChange: vm.in.objectChanged,
+	vm.objects = objectcache.New(objectcache.Config{Client: cfg.KubeClient, Clock: cfg.Clock, OnChange: vm.in.ObjectChanged,
 		TTL:       cfg.ResyncPeriod, // the refresh of what may only be GET (claims, volumes, attachments)
 		Transform: resolve.TrimCachedObject})
 	vm.tokens = tokens.New(cfg.KubeClient, cfg.Clock)
 	if vm.certs, err = podcert.New(podcert.Config{Client: cfg.KubeClient, Clock: cfg.Clock, NodeName: cfg.NodeName,
-		OnChange: vm.in.credentialsChanged, Recorder: cfg.EventRecorder}); err != nil {
+		OnChange: vm.in.CredentialsChanged, Recorder: cfg.EventRecorder}); err != nil {
 		return nil, fmt.Errorf("volumemanager: %w", err)
 	}
 	attachments := vm.newResolver()
 	if vm.resolver.Node = cfg.Node; cfg.Node == nil {
 		var err error
-		if vm.nodeFactory, vm.resolver.Node, err = resolve.NodeInformer(cfg.KubeClient, cfg.NodeName, vm.in.nodeChanged, vm.in.retry); err != nil {
+		if vm.nodeFactory, vm.resolver.Node, err = resolve.NodeInformer(cfg.KubeClient, cfg.NodeName, vm.in.NodeChanged, vm.in.Retry); err != nil {
 			return nil, fmt.Errorf("volumemanager: %w", err)
 		}
 	}
@@ -163,7 +164,7 @@ func New(cfg Config) (*VolumeManager, error) {
 		vm.inUse = newInUseReporter(cfg.KubeClient, cfg.NodeName, vm.attachable, cfg.Clock)
 		vm.inUse.byCaller = cfg.VolumesInUseReportedByCaller
 		vm.inUse.inUse = vm.GetVolumesInUse
-		vm.inUse.reported = func(names []podvol.UniqueVolumeName) { vm.in.retry(names...) }
+		vm.inUse.reported = func(names []podvol.UniqueVolumeName) { vm.in.Retry(names...) }
 	}
 	vm.newLoop(m)
 	if cfg.VolumeHealth != nil {
@@ -185,7 +186,7 @@ func New(cfg Config) (*VolumeManager, error) {
 	if err := vm.watch(vm.factory.Core().V1(), vm.factory.Storage().V1()); err != nil {
 		return nil, fmt.Errorf("volumemanager: %w", err)
 	}
-	cfg.Drivers.OnChange(vm.in.driver)
+	cfg.Drivers.OnChange(vm.in.Driver)
 	return vm, nil
 }
 
@@ -346,30 +347,30 @@ func notReplaced(builtin, own []volume.Plugin) []volume.Plugin {
 }
 
 // newLoop sets up the caches and the loop, wired once: the loop asks the
-// manager through loopHost (loophost.go).
-func (vm *VolumeManager) newLoop(m *metrics) {
+// manager through reconciler.Host (managerHost, loophost.go).
+func (vm *VolumeManager) newLoop(m *reconciler.Metrics) {
 	cfg := vm.cfg
-	var l *loop
+	var l *reconciler.Loop
 	vm.dsw = state.NewDesiredStateOfWorld(func(n podvol.UniqueVolumeName) {
-		l.markDirty(n)     // the desired state is written by the loop only
+		l.MarkDirty(n)     // the desired state is written by the loop only
 		vm.inUse.changed() // nil-safe
 	})
 	vm.asw = state.NewActualStateOfWorld()
-	lc := loopConfig{
-		node: cfg.NodeName, clock: cfg.Clock, dsw: vm.dsw, asw: vm.asw, metrics: m, events: cfg.EventRecorder,
-		volumes: vm.volumes, selfAttach: cfg.SelfAttach, expands: vm.expands, holders: vm.objects, ready: vm.ready,
-		host: managerHost{vm},
+	lc := reconciler.Config{
+		Node: cfg.NodeName, Clock: cfg.Clock, DSW: vm.dsw, ASW: vm.asw, Metrics: m, Events: cfg.EventRecorder,
+		Volumes: vm.volumes, SelfAttach: cfg.SelfAttach, Expands: vm.expands, Holders: vm.objects, Ready: vm.ready,
+		Host: managerHost{vm},
 	}
 	switch {
 	case cfg.SelfAttach && cfg.ClusterInformers:
-		lc.ownAttachments = informerAttachments{vm.factory.Storage().V1().VolumeAttachments().Lister(), vm.resolver.PVs}
+		lc.OwnAttachments = informerAttachments{vm.factory.Storage().V1().VolumeAttachments().Lister(), vm.resolver.PVs}
 	case cfg.SelfAttach:
 		vm.attachmentsOnce = newAttachmentsOnce(cfg.KubeClient, cfg.NodeName, cfg.Clock, vm.listErrs)
 		vm.syncs = append(vm.syncs, vm.attachmentsOnce)
-		lc.ownAttachments = vm.attachmentsOnce
+		lc.OwnAttachments = vm.attachmentsOnce
 	}
 	vm.resolver.Metrics = m
-	l = newLoop(lc, vm.in, resolve.NewTable(vm.resolver, cfg.Clock))
+	l = reconciler.New(lc, vm.in, resolve.NewTable(vm.resolver, cfg.Clock))
 	vm.loop = l
 }
 
@@ -380,6 +381,16 @@ func (vm *VolumeManager) newLoop(m *metrics) {
 func (vm *VolumeManager) attachable(spec *podvol.VolumeSpec) bool {
 	caps, err := capabilitiesOf(vm.volumes, spec)
 	return err != nil || caps.Attachable
+}
+
+// capabilitiesOf asks the plugin of spec, found in plugins, what it does
+// with the volume.
+func capabilitiesOf(plugins *volume.Registry, spec *podvol.VolumeSpec) (volume.Capabilities, error) {
+	p, err := plugins.ForVolume(spec.Name)
+	if err != nil {
+		return volume.Capabilities{}, err
+	}
+	return p.Capabilities(spec)
 }
 
 // registerCollectors registers the volume stats and counts with
@@ -421,7 +432,7 @@ func (vm *VolumeManager) Drivers() *csi.Registry { return vm.cfg.Drivers }
 // has read the disk, it takes effect when it has. A node agent calls it
 // once its pod source has delivered its initial list (for an informer:
 // when the event handler's registration HasSynced).
-func (vm *VolumeManager) MarkPodsSynced() { vm.in.markPodsSynced() }
+func (vm *VolumeManager) MarkPodsSynced() { vm.in.MarkPodsSynced() }
 
 // AddPod tells the manager that pod runs on this node and needs its volumes.
 // It returns at once; the pod is processed by the loop. Before it returns,
@@ -439,7 +450,7 @@ func (vm *VolumeManager) AddPod(pod *v1.Pod) error {
 	if err := vm.checkNode(pod); err != nil {
 		return err
 	}
-	vm.in.addPod(resolve.Keep(pod, vm.volumes), func() { vm.holdContainerObjects(pod) })
+	vm.in.AddPod(resolve.Keep(pod, vm.volumes), func() { vm.holdContainerObjects(pod) })
 	return nil
 }
 
@@ -458,7 +469,7 @@ func (vm *VolumeManager) checkNode(pod *v1.Pod) error {
 
 // DeletePod tells the manager that the pod is gone (its containers have
 // stopped): its volumes are unmounted, and unstaged when no other pod uses them.
-func (vm *VolumeManager) DeletePod(pod *v1.Pod) { vm.in.deletePod(pod.UID) }
+func (vm *VolumeManager) DeletePod(pod *v1.Pod) { vm.in.DeletePod(pod.UID) }
 
 // GetMountedVolumesForPod returns the pod's volumes that are mounted (not
 // Uncertain), by spec name: a volume the pod has under several names (one
@@ -485,7 +496,7 @@ func (vm *VolumeManager) GetMountedVolumesForPod(uid types.UID) []podvol.Mounted
 // service account tokens and its pod certificates.
 func (vm *VolumeManager) podGone(uid types.UID) {
 	vm.objects.Release(resolve.PodHolder(uid))
-	vm.in.ifGone(uid, func() { vm.objects.Release(containersHolder(uid)) })
+	vm.in.IfGone(uid, func() { vm.objects.Release(containersHolder(uid)) })
 	vm.tokens.Forget(uid)
 	vm.certs.Forget(uid)
 }
@@ -567,7 +578,7 @@ func (vm *VolumeManager) GetVolumesInUse() []podvol.UniqueVolumeName {
 func (vm *VolumeManager) idle() bool {
 	done := make(chan bool, 1)
 	select {
-	case vm.inspect <- func(l *loop) { done <- l.idle() }:
+	case vm.inspect <- func(l *reconciler.Loop) { done <- l.Idle() }:
 		return <-done
 	case <-time.After(time.Second):
 		return false

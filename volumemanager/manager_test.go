@@ -17,7 +17,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -29,7 +28,6 @@ import (
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
-	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
 
 const node = "node-1"
@@ -612,41 +610,5 @@ func TestWaitErrorText(t *testing.T) {
 				t.Fatalf("got  %q\nwant %q", got, tc.want)
 			}
 		})
-	}
-}
-
-// TestRunningOps: a pod's volume is explained by the operation on its own
-// mount, else by one on the whole volume, never by another pod's.
-func TestRunningOps(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	pod := func(uid types.UID) podvol.PodVolume { return podvol.PodVolume{Pod: podvol.PodRef{UID: uid}} }
-	var r runningOps
-	r.start(oe.Action{Kind: oe.OpPublish, Volume: "v1", Pod: pod("a")}, "NodePublishVolume", t0)
-	r.start(oe.Action{Kind: oe.OpStage, Volume: "v2"}, "NodeStageVolume", t0.Add(time.Second))
-	r.start(oe.Action{Kind: oe.OpAttach, Volume: "v3"}, "MountVolume.WaitForAttach", t0)
-	now := t0.Add(3*time.Second + 1234*time.Microsecond)
-	tests := []struct {
-		volume podvol.UniqueVolumeName
-		uid    types.UID
-		want   string
-	}{
-		{"v1", "a", "NodePublishVolume still running after 3.001s"},
-		{"v1", "b", ""},
-		{"v2", "a", "NodeStageVolume still running after 2.001s"},
-		{"v3", "a", "MountVolume.WaitForAttach still running after 3.001s"},
-		{"v4", "a", ""},
-	}
-	for _, tc := range tests {
-		got := ""
-		if op, ok := r.of(tc.volume, tc.uid); ok {
-			got = op.describe(now)
-		}
-		if got != tc.want {
-			t.Errorf("of(%s, %s) = %q, want %q", tc.volume, tc.uid, got, tc.want)
-		}
-	}
-	r.done(oe.Action{Kind: oe.OpPublish, Volume: "v1", Pod: pod("a")})
-	if op, ok := r.of("v1", "a"); ok {
-		t.Errorf("after done: %+v", op)
 	}
 }

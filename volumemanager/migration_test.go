@@ -12,7 +12,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	v1 "k8s.io/api/core/v1"
@@ -25,7 +24,6 @@ import (
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/podvol"
-	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 )
 
 const (
@@ -292,38 +290,6 @@ func gceDevice(volName, pdName string) csitest.PodOption {
 		pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: volName,
 			VolumeSource: v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: pdName}}})
 		pod.Spec.Containers[0].VolumeDevices = append(pod.Spec.Containers[0].VolumeDevices, v1.VolumeDevice{Name: volName, DevicePath: "/dev/xvda"})
-	}
-}
-
-// TestMigratedOperationMetric: operations on a migrated volume carry
-// migrated="true" in storage_operation_duration_seconds, as in the kubelet.
-func TestMigratedOperationMetric(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	m, err := newMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := podvol.VolumeSpec{Driver: gcePD, Mode: podvol.Filesystem}
-	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpPublish}, Spec: spec})
-	spec.MigratedFrom = "kubernetes.io/gce-pd"
-	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpPublish}, Spec: spec})
-	m.observe(oe.Outcome{Action: oe.Action{Kind: oe.OpPublish}, Spec: spec})
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]uint64{}
-	for _, f := range fams {
-		for _, s := range f.GetMetric() {
-			for _, l := range s.GetLabel() {
-				if l.GetName() == "migrated" {
-					got[l.GetValue()] += s.GetHistogram().GetSampleCount()
-				}
-			}
-		}
-	}
-	if got["true"] != 2 || got["false"] != 1 {
-		t.Errorf("samples by migrated label = %v, want true:2 false:1", got)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volume/configmap"
+	"github.com/nodevol/nodevol/volumemanager/internal/reconciler"
 )
 
 // configPlugin claims configMap volumes, republishes them (as the kubelet
@@ -225,8 +226,8 @@ func TestObjectCreatedLateSetsUpAtOnce(t *testing.T) {
 // goroutine.
 func backoffUntil(vm *VolumeManager, name podvol.UniqueVolumeName) (until time.Time, lastErr error) {
 	done := make(chan struct{})
-	vm.inspect <- func(l *loop) {
-		for _, e := range l.backoff.Volume(name) {
+	vm.inspect <- func(l *reconciler.Loop) {
+		for _, e := range l.Backoff(name) {
 			if e.Until.After(until) {
 				until, lastErr = e.Until, e.LastErr
 			}

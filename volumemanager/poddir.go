@@ -84,7 +84,7 @@ func (vm *VolumeManager) podDirInUse(uid types.UID) error {
 	switch {
 	case !vm.statesSynced.Load():
 		return fmt.Errorf("%w: the volumes on disk are not all known yet (Run has not taken them in)", ErrPodDirInUse)
-	case vm.in.knows(uid):
+	case vm.in.Knows(uid):
 		return fmt.Errorf("%w: the pod was added and not deleted", ErrPodDirInUse)
 	}
 	if vols := vm.asw.PodVolumes(uid); len(vols) > 0 {

@@ -186,27 +186,6 @@ func TestObjectCacheHoldsWhatPodsUse(t *testing.T) {
 	})
 }
 
-// TestObjectChangedRouting: a changed claim is posted as a claim, an
-// attachment as an attachment (as their informers' events are); a volume
-// and a configMap go to their holders.
-func TestObjectChangedRouting(t *testing.T) {
-	for _, tc := range []struct {
-		ref  objectcache.Ref
-		want func(b batch) bool
-	}{
-		{objectcache.Ref{Kind: objectcache.PersistentVolumeClaim, Namespace: "ns", Name: "c"}, func(b batch) bool { _, ok := b.claims["ns/c"]; return ok && len(b.objects) == 0 }},
-		{objectcache.Ref{Kind: objectcache.VolumeAttachment, Name: "va"}, func(b batch) bool { _, ok := b.attachments["va"]; return ok && len(b.objects) == 0 }},
-		{objectcache.Ref{Kind: objectcache.PersistentVolume, Name: "pv"}, func(b batch) bool { return len(b.objects) == 1 && len(b.claims) == 0 }},
-		{objectcache.Ref{Kind: objectcache.ConfigMap, Namespace: "ns", Name: "cm"}, func(b batch) bool { return len(b.objects) == 1 && len(b.claims) == 0 }},
-	} {
-		in := newInbox()
-		in.objectChanged(tc.ref)
-		if b := in.take(); !tc.want(b) {
-			t.Errorf("%s: posted %+v", tc.ref, b.posted)
-		}
-	}
-}
-
 // TestHoldObjectsAnnouncesFirstClaim: a pod's first hold of a claim that
 // answers before the resolver reads it still gets the claim announced (a
 // read marks it between the hold and the resolution), so that the pod is
@@ -240,10 +219,7 @@ func TestHoldObjectsAnnouncesFirstClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the claim announced", func() bool {
-		vm.in.mu.Lock()
-		defer vm.in.mu.Unlock()
-		_, ok := vm.in.claims["ns/c"]
-		return ok
+		return vm.in.ClaimPosted("ns/c")
 	})
 	vm.holdObjects(pod.UID, pod) // the pod resolved again
 	pvRef := objectcache.Ref{Kind: objectcache.PersistentVolume, Name: pv.Name}

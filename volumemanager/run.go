@@ -12,6 +12,7 @@ import (
 	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/volume"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volumemanager/internal/reconciler"
 )
 
 // context returns Run's context, or context.Background before Run.
@@ -32,7 +33,7 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("volumemanager")
 	ctx = klog.NewContext(ctx, logger)
 	vm.runCtx.Store(&ctx)
-	vm.loop.logger = logger
+	vm.loop.SetLogger(logger)
 	opCtx, stopOps := vm.operationContext(ctx)
 	defer stopOps()
 	vm.ops = runContexts{run: ctx, op: opCtx}
@@ -50,13 +51,13 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 	}
 	// What an earlier run left on disk, before any pod is planned: the
 	// disk needs no API server.
-	vm.loop.install(vm.reconstruct(ctx))
+	vm.loop.Install(vm.reconstruct(ctx))
 
 	wg.Go(func() {
 		// Event-driven: each checker's channel closes when its informer
 		// handler has seen the initial list (no polling).
 		if cache.WaitFor(ctx, "", vm.syncs...) {
-			vm.in.markInformersSynced()
+			vm.in.MarkInformersSynced()
 		}
 	})
 	if vm.nodeFactory != nil {
@@ -70,7 +71,7 @@ func (vm *VolumeManager) Run(ctx context.Context) error {
 					return
 				}
 			}
-			vm.in.nodeChanged()
+			vm.in.NodeChanged()
 		})
 	}
 	if vm.attachmentsOnce != nil {
@@ -108,7 +109,7 @@ type runContexts struct{ run, op context.Context }
 // start runs an operation the loop began (its start hook) on the runner;
 // its outcome comes back on results. Run has set vm.ops before the loop
 // starts anything.
-func (vm *VolumeManager) start(a oe.Action, in opInput) {
+func (vm *VolumeManager) start(a oe.Action, in reconciler.Input) {
 	ctx, opCtx := vm.ops.run, vm.ops.op
 	notRun := func(err error) { vm.results <- oe.Outcome{Action: a, Spec: in.Spec, Err: err, NotRun: true} }
 	vm.runner.Go(ctx, func(ctx context.Context) {
@@ -125,14 +126,14 @@ func (vm *VolumeManager) run(ctx context.Context) {
 	l := vm.loop
 	resync := vm.cfg.Clock.NewTicker(vm.cfg.ResyncPeriod)
 	defer resync.Stop()
-	retries := l.queue.retries
+	retries := l.Retries()
 	defer retries.Stop()
 	for {
-		l.process(ctx)
+		l.Process(ctx)
 		vm.statesSynced.Store(true) // the disk's state was installed before the first pass
 		vm.unstaged.wake()          // every change of the states is made in a step
-		l.due()
-		if l.queue.len() > 0 {
+		l.Due()
+		if l.Pending() {
 			continue // due() found retries that are due now
 		}
 		retries.Arm() // the wake-up: armed for the earliest retry
@@ -140,13 +141,13 @@ func (vm *VolumeManager) run(ctx context.Context) {
 		case <-ctx.Done():
 			vm.drain(ctx)
 			return
-		case <-vm.in.kick:
+		case <-vm.in.Kick():
 		case o := <-vm.results:
-			l.apply(o)
+			l.Apply(o)
 		case <-retries.C():
 			retries.Fired()
 		case <-resync.C():
-			l.resync()
+			l.Resync()
 		case fn := <-vm.inspect:
 			fn(l)
 		}
@@ -161,13 +162,13 @@ func (vm *VolumeManager) drain(ctx context.Context) {
 	for {
 		select {
 		case o := <-vm.results:
-			vm.loop.apply(o)
+			vm.loop.Apply(o)
 			vm.unstaged.wake()
 		case <-done:
 			for {
 				select {
 				case o := <-vm.results:
-					vm.loop.apply(o)
+					vm.loop.Apply(o)
 					vm.unstaged.wake()
 				default:
 					return
@@ -178,10 +179,10 @@ func (vm *VolumeManager) drain(ctx context.Context) {
 }
 
 // execute runs one operation the loop started and returns its outcome.
-func (vm *VolumeManager) execute(ctx context.Context, a oe.Action, in opInput) oe.Outcome {
-	if m := vm.loop.metrics; m != nil {
+func (vm *VolumeManager) execute(ctx context.Context, a oe.Action, in reconciler.Input) oe.Outcome {
+	if m := vm.loop.Metrics; m != nil {
 		spec := in.Spec
-		ctx = fsgroup.WithObserver(ctx, func(took time.Duration, err error) { m.accessControl(&spec, took, err) })
+		ctx = fsgroup.WithObserver(ctx, func(took time.Duration, err error) { m.AccessControl(&spec, took, err) })
 	}
 	if a.Kind == oe.OpExpand {
 		return vm.expand(ctx, a, in)
@@ -203,13 +204,13 @@ func (vm *VolumeManager) execute(ctx context.Context, a oe.Action, in opInput) o
 // volume before it is unpublished, when the planner asks for it
 // (Action.CleanSubPaths). A failure fails the unpublish, which is retried;
 // the volume's own mount is untouched, so it stays as it was.
-func (vm *VolumeManager) cleanSubPaths(ctx context.Context, a oe.Action, in opInput) (oe.Outcome, bool) {
+func (vm *VolumeManager) cleanSubPaths(ctx context.Context, a oe.Action, in reconciler.Input) (oe.Outcome, bool) {
 	spec := in.Spec
 	err := vm.subpaths.CleanVolume(ctx, a.Pod.Pod.UID, ondisk.VolumeDirName(&spec, a.Pod))
 	if err == nil {
 		return oe.Outcome{}, true
 	}
-	return oe.Outcome{Action: a, Spec: spec, Err: oe.OpError(a, spec, &subPathError{err})}, false
+	return oe.Outcome{Action: a, Spec: spec, Err: oe.OpError(a, spec, &reconciler.SubPathError{Err: err})}, false
 }
 
 // reconstruct asks each plugin that leaves something on disk what earlier

@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/volumemanager/internal/reconciler"
 )
 
 // TestReadWriteOncePodConflict: through the whole manager, a second pod
@@ -55,7 +56,7 @@ func TestReadWriteOncePodConflict(t *testing.T) {
 		t.Error("no FailedMount event")
 	}
 	// Planned again (a resync): no second event, no call.
-	e.vm.inspect <- func(l *loop) { l.resync(); l.planDirty(context.Background()) }
+	e.vm.inspect <- func(l *reconciler.Loop) { l.Resync(); l.PlanDirty(context.Background()) }
 	eventually(t, "the loop idle", e.vm.idle)
 	if n := len(e.drv.Requests()); n != calls {
 		t.Errorf("the driver got %d calls after the refusal: %v", n-calls, e.drv.Requests()[calls:])

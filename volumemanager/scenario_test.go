@@ -30,6 +30,7 @@ import (
 	"github.com/nodevol/nodevol/volume/image"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
+	"github.com/nodevol/nodevol/volumemanager/internal/reconciler"
 	"github.com/nodevol/nodevol/volumemanager/internal/resolve"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
@@ -96,10 +97,10 @@ type scenario struct {
 	pvcs    k8scache.Indexer
 	pvs     k8scache.Indexer
 	drivers k8scache.Indexer
-	in      *inbox
+	in      *reconciler.Inbox
 	asw     *state.ActualStateOfWorld
 	dsw     *state.DesiredStateOfWorld
-	l       *loop
+	l       *reconciler.Loop
 	ops     map[int]startedOp
 	nextID  int
 	out     []string
@@ -112,7 +113,7 @@ type scenario struct {
 
 type startedOp struct {
 	a  oe.Action
-	in opInput
+	in reconciler.Input
 }
 
 func newScenario(t *testing.T) *scenario {
@@ -126,17 +127,17 @@ func newScenario(t *testing.T) *scenario {
 		held:    map[podvol.UniqueVolumeName]bool{},
 		reg:     prometheus.NewRegistry(),
 	}
-	s.in = newInbox()
+	s.in = reconciler.NewInbox()
 	s.newLoop()
 	return s
 }
 
 // newLoop builds a loop as New does, on fresh caches.
 func (s *scenario) newLoop() {
-	var l *loop
-	s.dsw = state.NewDesiredStateOfWorld(func(n podvol.UniqueVolumeName) { l.markDirty(n) })
+	var l *reconciler.Loop
+	s.dsw = state.NewDesiredStateOfWorld(func(n podvol.UniqueVolumeName) { l.MarkDirty(n) })
 	s.asw = state.NewActualStateOfWorld()
-	m, err := newMetrics(s.reg)
+	m, err := reconciler.NewMetrics(s.reg)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -146,10 +147,10 @@ func (s *scenario) newLoop() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	l = newLoop(loopConfig{
-		node: "node-1", clock: s.clock, volumes: volumes, metrics: m,
-		dsw: s.dsw, asw: s.asw, selfAttach: s.selfAttach, expands: true,
-		host: testHost{onStart: s.start, held: func(name podvol.UniqueVolumeName) bool { return s.held[name] }},
+	l = reconciler.New(reconciler.Config{
+		Node: "node-1", Clock: s.clock, Volumes: volumes, Metrics: m,
+		DSW: s.dsw, ASW: s.asw, SelfAttach: s.selfAttach, Expands: true,
+		Host: testHost{onStart: s.start, held: func(name podvol.UniqueVolumeName) bool { return s.held[name] }},
 	}, s.in, resolve.NewTable(res, s.clock))
 	s.ops = map[int]startedOp{}
 	s.l = l
@@ -188,7 +189,7 @@ func (scenarioPlugin) AttachmentName(spec *podvol.VolumeSpec) string {
 }
 
 // start records an operation the loop starts instead of running it.
-func (s *scenario) start(a oe.Action, in opInput) {
+func (s *scenario) start(a oe.Action, in reconciler.Input) {
 	s.nextID++
 	s.ops[s.nextID] = startedOp{a: a, in: in}
 	line := fmt.Sprintf("start #%d %s", s.nextID, s.action(a, in.Spec.Mode))
@@ -259,7 +260,7 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 		if err := s.pvcs.Delete(&v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: arg("name")}}); err != nil {
 			t.Fatal(err)
 		}
-		s.in.claim("ns/" + arg("name"))
+		s.in.Claim("ns/" + arg("name"))
 	case "pod":
 		pod := scenarioPod(arg("name"), list("claims"), list("block"))
 		for _, img := range list("images") {
@@ -273,20 +274,20 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 				pod.Spec.SecurityContext.SELinuxChangePolicy = &recursive
 			}
 		}
-		s.in.addPod(keptOf(pod), nil)
+		s.in.AddPod(keptOf(pod), nil)
 	case "selinux-mount":
 		yes := true
 		if err := s.drivers.Add(&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: arg("driver")}, Spec: storagev1.CSIDriverSpec{SELinuxMount: &yes}}); err != nil {
 			t.Fatal(err)
 		}
 	case "delete-pod":
-		s.in.deletePod(types.UID("uid-" + arg("name")))
+		s.in.DeletePod(types.UID("uid-" + arg("name")))
 	case "mark-synced":
-		s.in.markPodsSynced()
+		s.in.MarkPodsSynced()
 	case "informers-synced":
-		s.in.markInformersSynced()
+		s.in.MarkInformersSynced()
 	case "step":
-		s.l.process(ctx)
+		s.l.Process(ctx)
 	case "finish":
 		ids := s.inFlight()
 		if td.HasArg("id") {
@@ -298,7 +299,7 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 		for _, id := range ids {
 			s.finish(t, id, result)
 		}
-		s.l.process(ctx)
+		s.l.Process(ctx)
 	case "settle":
 		for i := 0; len(s.ops) > 0; i++ {
 			if i > 100 {
@@ -307,7 +308,7 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 			for _, id := range s.inFlight() {
 				s.finish(t, id, "ok")
 			}
-			s.l.process(ctx)
+			s.l.Process(ctx)
 		}
 	case "advance":
 		d, err := time.ParseDuration(arg("d"))
@@ -315,14 +316,14 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 			t.Fatal(err)
 		}
 		s.clock.Step(d)
-		s.l.due()
-		s.l.process(ctx)
+		s.l.Due()
+		s.l.Process(ctx)
 	case "resync":
-		s.l.resync()
-		s.l.process(ctx)
+		s.l.Resync()
+		s.l.Process(ctx)
 	case "driver":
-		s.in.driver(arg("name"))
-		s.l.process(ctx)
+		s.in.Driver(arg("name"))
+		s.l.Process(ctx)
 	case "restart":
 		s.restart(ctx, t, list("corrupt"), list("no-device"), td.HasArg("synced-early"))
 	case "attach-held":
@@ -331,8 +332,8 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 		}
 	case "reported":
 		delete(s.held, volName(arg("name")))
-		s.in.retry(volName(arg("name")))
-		s.l.process(ctx)
+		s.in.Retry(volName(arg("name")))
+		s.l.Process(ctx)
 	case "requires-republish":
 		yes := true
 		if err := s.drivers.Add(&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: arg("driver")}, Spec: storagev1.CSIDriverSpec{RequiresRepublish: &yes}}); err != nil {
@@ -340,15 +341,15 @@ func (s *scenario) run(t *testing.T, td *datadriven.TestData) string {
 		}
 	case "expand":
 		s.expand(t, arg("name"), arg("size"), arg("status"), arg("allocated"))
-		s.l.process(ctx)
+		s.l.Process(ctx)
 	case "self-attach":
-		s.selfAttach, s.l.selfAttach = true, true
+		s.selfAttach, s.l.SelfAttach = true, true
 	case "size":
 		v, _ := s.asw.Volume(volName(arg("name")))
 		return resource.NewQuantity(v.Size, resource.BinarySI).String()
 	case "va-changed":
-		s.in.attachment(csiplugin.AttachmentName("h-"+arg("name"), "drv", "node-1"))
-		s.l.process(ctx)
+		s.in.Attachment(csiplugin.AttachmentName("h-"+arg("name"), "drv", "node-1"))
+		s.l.Process(ctx)
 	case "state":
 		return strings.ReplaceAll(s.state(), s.root, "{root}")
 	case "selinux-metrics":
@@ -409,7 +410,7 @@ func (s *scenario) finish(t *testing.T, id int, result string) {
 		o.Err = oe.OpError(op.a, op.in.Spec, o.Err)
 	}
 	s.out = append(s.out, fmt.Sprintf("finish #%d %s: %s", id, s.action(op.a, op.in.Spec.Mode), orOK(result)))
-	s.l.apply(o)
+	s.l.Apply(o)
 }
 
 func orOK(r string) string {
@@ -448,7 +449,7 @@ func (s *scenario) claim(name string, block bool, access v1.PersistentVolumeAcce
 	if err := s.pvcs.Add(pvc); err != nil {
 		s.t.Fatal(err)
 	}
-	s.in.claim("ns/" + name)
+	s.in.Claim("ns/" + name)
 }
 
 func (s *scenario) expand(t *testing.T, name, size, status, allocated string) {
@@ -479,7 +480,7 @@ func (s *scenario) expand(t *testing.T, name, size, status, allocated string) {
 	if err := s.pvcs.Update(pvc); err != nil {
 		t.Fatal(err)
 	}
-	s.in.claim("ns/" + name)
+	s.in.Claim("ns/" + name)
 }
 
 func scenarioPod(name string, claims, block []string) *v1.Pod {
@@ -538,12 +539,12 @@ func (s *scenario) restart(ctx context.Context, t *testing.T, corrupt, noDevice 
 		dir, _ := ondisk.PodVolumeDir(s.root, types.UID("uid-"+pod), "pv-"+claim)
 		writeVolData(t, dir, "{")
 	}
-	s.in = newInbox() // the new process has heard nothing yet
+	s.in = reconciler.NewInbox() // the new process has heard nothing yet
 	s.newLoop()
 	if syncedEarly {
-		s.in.markPodsSynced() // before reconstruction has ended
+		s.in.MarkPodsSynced() // before reconstruction has ended
 	}
-	s.l.install(reconstruct(ctx, s.root, recovery{}))
+	s.l.Install(reconstruct(ctx, s.root, recovery{}))
 	s.out = append(s.out, "restarted; found on disk:")
 	s.out = append(s.out, s.state())
 }
@@ -602,16 +603,11 @@ func (s *scenario) state() string {
 			fmt.Fprintf(&b, " wanted-by=%s", strings.Join(want, ","))
 		}
 		b.WriteString("\n")
-		for _, w := range s.l.waitingOf(n) {
+		for _, w := range s.l.WaitingOf(n) {
 			fmt.Fprintf(&b, "  waiting: %s\n", w)
 		}
 	}
-	if len(s.l.unreadable) > 0 {
-		var dirs []string
-		for _, d := range s.l.unreadable {
-			dirs = append(dirs, d)
-		}
-		sort.Strings(dirs)
+	if dirs := s.l.Unreadable(); len(dirs) > 0 {
 		fmt.Fprintf(&b, "unreadable: %s\n", strings.Join(dirs, " "))
 	}
 	if b.Len() == 0 {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"k8s.io/klog/v2"
+
+	"github.com/nodevol/nodevol/volumemanager/internal/reconciler"
 )
 
 // operationContext returns the context operations run with. It is ctx
@@ -59,7 +61,7 @@ func (vm *VolumeManager) Healthy(ctx context.Context) error {
 	// The loop takes inspect requests only once it has read the disk, and
 	// between two steps: an answer means it is not stuck.
 	select {
-	case vm.inspect <- func(*loop) {}:
+	case vm.inspect <- func(*reconciler.Loop) {}:
 		return nil
 	case <-(*p).Done():
 		return fmt.Errorf("volume manager stopping or stopped: %w", (*p).Err())

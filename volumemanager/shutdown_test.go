@@ -12,6 +12,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/volumemanager/internal/reconciler"
 )
 
 // TestShutdownGracePeriod: when Run's context ends, a NodeStageVolume in
@@ -116,7 +117,7 @@ func TestHealthy(t *testing.T) {
 
 	// A loop busy with one step beyond the probe's deadline is stuck.
 	stuck, unstick := make(chan struct{}), make(chan struct{})
-	vm.inspect <- func(*loop) { close(stuck); <-unstick }
+	vm.inspect <- func(*reconciler.Loop) { close(stuck); <-unstick }
 	<-stuck
 	check("loop stuck", "reconcile loop did not answer")
 	close(unstick)

@@ -19,6 +19,7 @@ import (
 	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
+	"github.com/nodevol/nodevol/volumemanager/internal/reconciler"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
@@ -144,7 +145,7 @@ func (s *sizeLimits) observe(ctx context.Context, name podvol.UniqueVolumeName, 
 	klog.FromContext(ctx).Info("Volume over its size limit", "pod", vol.Pod.String(), "volume", vol.SpecName,
 		"sizeLimit", limit.String(), "usedBytes", used)
 	if s.events != nil && vol.Pod.Name != "" {
-		s.events.Event(podObjectRef(vol.Pod), v1.EventTypeWarning, reasonSizeLimitExceeded, msg)
+		s.events.Event(reconciler.PodObjectRef(vol.Pod), v1.EventTypeWarning, reasonSizeLimitExceeded, msg)
 	}
 	if s.cfg.OnExceeded != nil {
 		s.cfg.OnExceeded(ctx, SizeLimitExceeded{Pod: vol.Pod, Volume: vol.SpecName, Limit: limit.DeepCopy(), UsedBytes: used})

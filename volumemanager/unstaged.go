@@ -125,7 +125,7 @@ func (vm *VolumeManager) notUnstaged() *UnstageWaitError {
 	e := &UnstageWaitError{Left: map[podvol.UniqueVolumeName][]string{}, Running: map[podvol.UniqueVolumeName]string{},
 		Waiting: map[podvol.UniqueVolumeName][]string{}, Causes: map[podvol.UniqueVolumeName]error{}}
 	now := vm.cfg.Clock.Now()
-	running := vm.loop.running.all()
+	running := vm.loop.Running()
 	names := map[podvol.UniqueVolumeName]bool{}
 	for _, n := range vm.asw.VolumeNames() {
 		names[n] = true
@@ -147,9 +147,9 @@ func (vm *VolumeManager) notUnstaged() *UnstageWaitError {
 			e.Left[name] = left
 		}
 		if busy {
-			e.Running[name] = op.describe(now)
+			e.Running[name] = op.Describe(now)
 		}
-		waiting, err := vm.loop.notes.get(name)
+		waiting, err := vm.loop.VolumeNotes(name)
 		if len(waiting) > 0 {
 			e.Waiting[name] = waiting
 		}
@@ -158,7 +158,7 @@ func (vm *VolumeManager) notUnstaged() *UnstageWaitError {
 		}
 	}
 	slices.Sort(e.Volumes)
-	e.Pods = vm.in.podsWithVolumes(vm.volumes)
+	e.Pods = vm.in.PodsWithVolumes(vm.volumes)
 	return e
 }
 
@@ -231,57 +231,4 @@ func (w *unstageWaiters) isStopped() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.stopped
-}
-
-// volumeNotes are what the loop last learnt of each volume that the pods'
-// errors do not hold, for WaitForUnstaged's error: why its due work waits (the
-// planner's words) and the last error of an operation on the whole volume
-// (a stage, an unstage, an attach, a detach: once its pods are gone no pod
-// carries it). The loop writes them; waiters read them.
-type volumeNotes struct {
-	mu      sync.Mutex
-	waiting map[podvol.UniqueVolumeName][]string
-	errs    map[podvol.UniqueVolumeName]error
-}
-
-func (n *volumeNotes) setWaiting(name podvol.UniqueVolumeName, why []string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if len(why) == 0 {
-		delete(n.waiting, name)
-		return
-	}
-	if n.waiting == nil {
-		n.waiting = map[podvol.UniqueVolumeName][]string{}
-	}
-	n.waiting[name] = why
-}
-
-// setErr records the last error of an operation on the whole volume; nil
-// (it succeeded) forgets it.
-func (n *volumeNotes) setErr(name podvol.UniqueVolumeName, err error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if err == nil {
-		delete(n.errs, name)
-		return
-	}
-	if n.errs == nil {
-		n.errs = map[podvol.UniqueVolumeName]error{}
-	}
-	n.errs[name] = err
-}
-
-// forget drops the notes of a volume the loop forgets.
-func (n *volumeNotes) forget(name podvol.UniqueVolumeName) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	delete(n.waiting, name)
-	delete(n.errs, name)
-}
-
-func (n *volumeNotes) get(name podvol.UniqueVolumeName) ([]string, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return slices.Clone(n.waiting[name]), n.errs[name]
 }

@@ -111,7 +111,7 @@ func TestWaitForUnstagedNamesUnstageError(t *testing.T) {
 		t.Fatalf("error %v: want volume %s named as possibly staged (a failed unstage leaves it uncertain), with its cause", last, name)
 	}
 	e.drv.ClearFaults()
-	e.vm.in.retry(name) // the driver recovered: the backoff is not what is tested
+	e.vm.in.Retry(name) // the driver recovered: the backoff is not what is tested
 	waitUnstaged(t, e.vm)
 }
 

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
-	oe "github.com/nodevol/nodevol/volumemanager/internal/operationexecutor"
 	"github.com/nodevol/nodevol/volumemanager/internal/planner"
 	"github.com/nodevol/nodevol/volumemanager/internal/resolve"
 )
@@ -54,7 +52,7 @@ func (vm *VolumeManager) WaitForAttachAndMount(ctx context.Context, pod *v1.Pod)
 		sort.Strings(names)
 		return &WaitError{Pod: pod.Namespace + "/" + pod.Name, What: "unmounted volumes", Volumes: names, Final: true, Err: err}
 	}
-	if !vm.in.knows(pod.UID) {
+	if !vm.in.Knows(pod.UID) {
 		_ = vm.AddPod(pod) // its only error, checkNode's, was returned above
 	}
 	return vm.wait(ctx, pod, func() []string {
@@ -102,7 +100,7 @@ func (vm *VolumeManager) wait(ctx context.Context, pod *v1.Pod, pending func() [
 	}()
 	for {
 		// Both before the check: no change is missed.
-		changed, errsChanged := vm.asw.PodChanged(pod.UID), vm.loop.errs.changed(pod.UID)
+		changed, errsChanged := vm.asw.PodChanged(pod.UID), vm.loop.PodErrorsChanged(pod.UID)
 		left := pending()
 		if len(left) == 0 {
 			vm.waitDone(pod.UID, changed, errsChanged)
@@ -152,13 +150,13 @@ func (vm *VolumeManager) wait(ctx context.Context, pod *v1.Pod, pending func() [
 // the pod's next change, for a mounted pod as long as it runs.
 func (vm *VolumeManager) waitDone(uid types.UID, changed, errsChanged <-chan struct{}) {
 	vm.asw.PodWaitDone(uid, changed)
-	vm.loop.errs.waitDone(uid, errsChanged)
+	vm.loop.PodErrorsWaitDone(uid, errsChanged)
 }
 
 // podErrors are the last error of each of the pod's volumes: its
 // resolution error, else the last error of an operation or a refusal.
 func (vm *VolumeManager) podErrors(uid types.UID) map[string]error {
-	causes := vm.loop.errs.get(uid)
+	causes := vm.loop.PodErrors(uid)
 	if st, ok := vm.dsw.Pod(uid); ok {
 		for k, v := range st.Errors {
 			causes[k] = v
@@ -312,8 +310,8 @@ func (vm *VolumeManager) waitError(ctx context.Context, pod *v1.Pod, left []stri
 	running := map[string]string{}
 	now := vm.cfg.Clock.Now()
 	for _, name := range left {
-		if op, ok := vm.loop.running.of(volumes[name], pod.UID); ok {
-			running[name] = op.describe(now)
+		if op, ok := vm.loop.RunningOf(volumes[name], pod.UID); ok {
+			running[name] = op.Describe(now)
 		}
 	}
 	waiting := map[string]string{}
@@ -349,104 +347,4 @@ func (vm *VolumeManager) waitError(ctx context.Context, pod *v1.Pod, left []stri
 		e.Err = context.Cause(ctx)
 	}
 	return e
-}
-
-// runningOps holds the operations in flight and when each started, by
-// volume, for the wait errors. The loop writes it where it writes its
-// in-flight map (begin, apply); waiters read it.
-type runningOps struct {
-	mu  sync.Mutex
-	ops map[podvol.UniqueVolumeName]map[oe.Key]runningOp
-}
-
-// runningOp is one operation in flight.
-type runningOp struct {
-	// Name is the call it makes, in its plugin's words (the CSI plugin's
-	// "NodePublishVolume"), or the kubelet's words for the step
-	// ("MountVolume.SetUp"): see callName.
-	Name string
-	// Since is when the loop started it (it may have waited for one of
-	// Config.MaxConcurrentOperations' slots before calling the driver).
-	Since time.Time
-}
-
-// callName says what operation a on spec calls, for the wait errors: the
-// call's own name when its plugin gives one (volume.CallNamer: the CSI
-// plugin's RPCs), else the kubelet's words for the step
-// ("MountVolume.SetUp" of an emptyDir). The volume manager names no kind.
-func callName(plugins *volume.Registry, a oe.Action, spec *podvol.VolumeSpec) string {
-	if plugins == nil {
-		return a.Kind.Step(spec.Mode)
-	}
-	if p, err := plugins.ForVolume(a.Volume); err == nil {
-		if n, ok := p.(volume.CallNamer); ok {
-			if name := n.CallName(a.Kind.Method(), spec); name != "" {
-				return name
-			}
-		}
-	}
-	return a.Kind.Step(spec.Mode)
-}
-
-// describe says how long the operation has been running at now.
-func (o runningOp) describe(now time.Time) string {
-	return fmt.Sprintf("%s still running after %s", o.Name, now.Sub(o.Since).Round(time.Millisecond))
-}
-
-// start records that operation a, described as name (callName), started
-// at now.
-func (r *runningOps) start(a oe.Action, name string, now time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ops == nil {
-		r.ops = map[podvol.UniqueVolumeName]map[oe.Key]runningOp{}
-	}
-	if r.ops[a.Volume] == nil {
-		r.ops[a.Volume] = map[oe.Key]runningOp{}
-	}
-	r.ops[a.Volume][a.Key()] = runningOp{Name: name, Since: now}
-}
-
-func (r *runningOps) done(a oe.Action) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if ops := r.ops[a.Volume]; ops != nil {
-		delete(ops, a.Key())
-		if len(ops) == 0 {
-			delete(r.ops, a.Volume)
-		}
-	}
-}
-
-// all returns one operation in flight of each volume that has one: the
-// one on the whole volume, else the one that started first.
-func (r *runningOps) all() map[podvol.UniqueVolumeName]runningOp {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make(map[podvol.UniqueVolumeName]runningOp, len(r.ops))
-	for name, ops := range r.ops {
-		if op, ok := ops[oe.Key{Volume: name}]; ok {
-			out[name] = op
-			continue
-		}
-		for _, op := range ops {
-			if cur, ok := out[name]; !ok || op.Since.Before(cur.Since) || (op.Since.Equal(cur.Since) && op.Name < cur.Name) {
-				out[name] = op
-			}
-		}
-	}
-	return out
-}
-
-// of returns the operation that a pod's use of a volume waits for: one on
-// the pod's mount of it, else one on the whole volume.
-func (r *runningOps) of(name podvol.UniqueVolumeName, uid types.UID) (runningOp, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ops := r.ops[name]
-	if op, ok := ops[oe.Key{Volume: name, Pod: uid}]; ok {
-		return op, true
-	}
-	op, ok := ops[oe.Key{Volume: name}]
-	return op, ok
 }

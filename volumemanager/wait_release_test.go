@@ -54,9 +54,7 @@ func TestWaitKeepsNoChannel(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, envOptions{})
 			tt.run(t, e)
-			e.vm.loop.errs.mu.Lock()
-			held := e.vm.loop.errs.waiters.Len()
-			e.vm.loop.errs.mu.Unlock()
+			held := e.vm.loop.PodErrorWaiters()
 			if held != 0 {
 				t.Errorf("%d pods keep a channel for their errors after the wait", held)
 			}

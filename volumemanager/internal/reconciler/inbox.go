@@ -1,4 +1,4 @@
-package volumemanager
+package reconciler
 
 import (
 	"sort"
@@ -13,13 +13,13 @@ import (
 	"github.com/nodevol/nodevol/volumemanager/internal/resolve"
 )
 
-// inbox is how the rest of the world talks to the loop: the node agent's
+// Inbox is how the rest of the world talks to the loop: the node agent's
 // pod calls, informer handlers, driver registrations and the volumes-in-use
 // reporter post here from their own goroutines, never blocking, and kick
-// the loop. The loop takes everything at once (take), so what was posted
+// the loop (Kick). The loop takes everything at once (take), so what was posted
 // before a call is seen together with it: pods added before
 // MarkPodsSynced are in the same batch as the mark, or an earlier one.
-type inbox struct {
+type Inbox struct {
 	kick chan struct{}
 
 	mu sync.Mutex
@@ -61,8 +61,9 @@ type posted struct {
 	plugins map[string]struct{}
 }
 
-func newInbox() *inbox {
-	return &inbox{
+// NewInbox returns an empty inbox.
+func NewInbox() *Inbox {
+	return &Inbox{
 		kick:      make(chan struct{}, 1),
 		pods:      map[types.UID]*resolve.KeptPod{},
 		dirtyPods: map[types.UID]struct{}{},
@@ -85,25 +86,29 @@ type batch struct {
 	posted
 }
 
-func (in *inbox) wake() {
+func (in *Inbox) wake() {
 	select {
 	case in.kick <- struct{}{}:
 	default:
 	}
 }
 
+// Kick returns the channel the inbox signals when it holds something:
+// the run loop then calls Process.
+func (in *Inbox) Kick() <-chan struct{} { return in.kick }
+
 // post runs fn under the inbox's lock and kicks the loop.
-func (in *inbox) post(fn func()) {
+func (in *Inbox) post(fn func()) {
 	in.mu.Lock()
 	fn()
 	in.mu.Unlock()
 	in.wake()
 }
 
-// addPod posts pod. hold, if set, runs under the inbox's lock with it:
+// AddPod posts pod. hold, if set, runs under the inbox's lock with it:
 // what it holds for the pod is then never let go by a release for an
-// earlier delete of the pod (ifGone).
-func (in *inbox) addPod(pod *resolve.KeptPod, hold func()) {
+// earlier delete of the pod (IfGone).
+func (in *Inbox) AddPod(pod *resolve.KeptPod, hold func()) {
 	in.post(func() {
 		in.pods[pod.UID()] = pod
 		in.dirtyPods[pod.UID()] = struct{}{}
@@ -113,9 +118,9 @@ func (in *inbox) addPod(pod *resolve.KeptPod, hold func()) {
 	})
 }
 
-// ifGone runs fn under the inbox's lock if pod uid is not added (deleted,
+// IfGone runs fn under the inbox's lock if pod uid is not added (deleted,
 // or never added).
-func (in *inbox) ifGone(uid types.UID, fn func()) {
+func (in *Inbox) IfGone(uid types.UID, fn func()) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if _, ok := in.pods[uid]; !ok {
@@ -123,23 +128,25 @@ func (in *inbox) ifGone(uid types.UID, fn func()) {
 	}
 }
 
-func (in *inbox) deletePod(uid types.UID) {
+// DeletePod posts that pod uid is gone.
+func (in *Inbox) DeletePod(uid types.UID) {
 	in.post(func() {
 		delete(in.pods, uid)
 		in.dirtyPods[uid] = struct{}{}
 	})
 }
 
-func (in *inbox) knows(uid types.UID) bool {
+// Knows reports whether pod uid is added and not deleted.
+func (in *Inbox) Knows(uid types.UID) bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	_, ok := in.pods[uid]
 	return ok
 }
 
-// podsWithVolumes returns, sorted, the pods added and not deleted that
+// PodsWithVolumes returns, sorted, the pods added and not deleted that
 // have a volume one of plugins handles ("namespace/name").
-func (in *inbox) podsWithVolumes(plugins *volume.Registry) []string {
+func (in *Inbox) PodsWithVolumes(plugins *volume.Registry) []string {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	var out []string
@@ -152,42 +159,61 @@ func (in *inbox) podsWithVolumes(plugins *volume.Registry) []string {
 	return out
 }
 
-func (in *inbox) markPodsSynced()      { in.post(func() { in.podsSynced = true }) }
-func (in *inbox) markInformersSynced() { in.post(func() { in.informersSynced = true }) }
-func (in *inbox) claim(key string)     { in.post(func() { in.claims[key] = struct{}{} }) }
-func (in *inbox) driver(name string)   { in.post(func() { in.drivers[name] = struct{}{} }) }
-func (in *inbox) nodeChanged()         { in.post(func() { in.node = true }) }
-func (in *inbox) pluginsChanged(names ...string) {
+// MarkPodsSynced posts that every pod running on the node has been added.
+func (in *Inbox) MarkPodsSynced() { in.post(func() { in.podsSynced = true }) }
+
+// MarkInformersSynced posts that the informers have listed once.
+func (in *Inbox) MarkInformersSynced() { in.post(func() { in.informersSynced = true }) }
+
+// Claim posts that claim key ("namespace/name") changed.
+func (in *Inbox) Claim(key string) { in.post(func() { in.claims[key] = struct{}{} }) }
+
+// Driver posts that a CSI driver registered, or its CSIDriver changed.
+func (in *Inbox) Driver(name string) { in.post(func() { in.drivers[name] = struct{}{} }) }
+
+// NodeChanged posts that the node's Node changed.
+func (in *Inbox) NodeChanged() { in.post(func() { in.node = true }) }
+
+// PluginsChanged posts that the plugins of names came or went (flexVolume
+// drivers): their volumes are tried again at once.
+func (in *Inbox) PluginsChanged(names ...string) {
 	in.post(func() {
 		for _, n := range names {
 			in.plugins[n] = struct{}{}
 		}
 	})
 }
-func (in *inbox) credentialsChanged(uid types.UID) {
+
+// CredentialsChanged posts that pod uid's credentials changed (its pod
+// certificates): its volumes that read them are republished.
+func (in *Inbox) CredentialsChanged(uid types.UID) {
 	in.post(func() { in.credentials[uid] = struct{}{} })
 }
 
-// objectChanged is the object cache's OnChange. A claim or an attachment
+// ObjectChanged is the object cache's OnChange. A claim or an attachment
 // (read through the cache unless Config.ClusterInformers) is posted as its
 // informer's event would be; a
 // volume and the objects of configMap, secret and projected volumes go
 // to their holders.
-func (in *inbox) objectChanged(r objectcache.Ref) {
+func (in *Inbox) ObjectChanged(r objectcache.Ref) {
 	switch r.Kind {
 	case objectcache.PersistentVolumeClaim:
-		in.claim(r.Namespace + "/" + r.Name)
+		in.Claim(r.Namespace + "/" + r.Name)
 	case objectcache.VolumeAttachment:
-		in.attachment(r.Name)
+		in.Attachment(r.Name)
 	default:
 		in.post(func() { in.objects[r] = struct{}{} })
 	}
 }
-func (in *inbox) attachment(name string) {
+
+// Attachment posts that VolumeAttachment name changed.
+func (in *Inbox) Attachment(name string) {
 	in.post(func() { in.attachments[name] = struct{}{} })
 }
 
-func (in *inbox) retry(names ...podvol.UniqueVolumeName) {
+// Retry posts that the world changed for volumes names (reported in
+// use): they are planned again, their backoff may be forgotten.
+func (in *Inbox) Retry(names ...podvol.UniqueVolumeName) {
 	if len(names) == 0 {
 		return
 	}
@@ -200,7 +226,7 @@ func (in *inbox) retry(names ...podvol.UniqueVolumeName) {
 
 // take returns everything posted since the last take. The batch's maps
 // are the loop's from then on: the inbox starts new ones.
-func (in *inbox) take() batch {
+func (in *Inbox) take() batch {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	b := batch{posted: posted{podsSynced: in.podsSynced, informersSynced: in.informersSynced}}

@@ -1,4 +1,4 @@
-package volumemanager
+package reconciler
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 
 // begin records an action as in flight and starts it; e is the node
 // expansion the plan that started it found due (nil: none).
-func (l *loop) begin(a oe.Action, v planner.View, e *planner.Expansion) {
+func (l *Loop) begin(a oe.Action, v planner.View, e *planner.Expansion) {
 	if e == nil && (a.Kind == oe.OpExpand || a.Kind == oe.OpPublish && a.Expand > 0) {
 		// The planner gives an expansion's target with every action that
 		// expands: one without it is the planner's bug, not started (the
@@ -25,13 +25,13 @@ func (l *loop) begin(a oe.Action, v planner.View, e *planner.Expansion) {
 	}
 	rec := l.vol(a.Volume)
 	rec.started(a)
-	in := opInput{Input: oe.Input{Spec: v.Spec, PublishContext: v.Actual.PublishContext, DeviceMountPath: v.Actual.DeviceMountPath}}
+	in := Input{Input: oe.Input{Spec: v.Spec, PublishContext: v.Actual.PublishContext, DeviceMountPath: v.Actual.DeviceMountPath}}
 	switch a.Kind {
 	case oe.OpUnpublish, oe.OpUnstage:
 		in.Spec = v.Actual.Spec // tear down what was set up
 	case oe.OpPublish:
 		delete(rec.republish, a.Pod.Pod.UID)
-		l.asw.SetPodBusy(v.Spec, a.Pod, true) // possibly mounted from now on
+		l.ASW.SetPodBusy(v.Spec, a.Pod, true) // possibly mounted from now on
 		if a.Expand > 0 {
 			in.Expansion = *e
 		}
@@ -44,7 +44,7 @@ func (l *loop) begin(a oe.Action, v planner.View, e *planner.Expansion) {
 		// would then create it again.
 		rec.attachment = l.attachmentName(&v.Spec)
 	case oe.OpStage:
-		l.asw.SetDeviceSELinuxContext(v.Spec, a.SELinuxContext) // possibly staged with it from now on
+		l.ASW.SetDeviceSELinuxContext(v.Spec, a.SELinuxContext) // possibly staged with it from now on
 	case oe.OpSelfDetach:
 		in.Spec = v.Actual.Spec
 		l.setAttachment(a.Volume, rec, l.attachmentName(&in.Spec))
@@ -52,19 +52,19 @@ func (l *loop) begin(a oe.Action, v planner.View, e *planner.Expansion) {
 		in.VolumePath = v.Actual.Pods[a.Pod.Pod.UID].Path
 		in.Expansion = *e
 	}
-	l.running.start(a, callName(l.volumes, a, &in.Spec), l.clock.Now())
+	l.running.start(a, callName(l.Volumes, a, &in.Spec), l.Clock.Now())
 	if (a.Kind == oe.OpStage || a.Kind == oe.OpPublish) && !v.Known && v.CapsErr == nil && !v.Caps.Attachable {
-		l.metrics.attachmentNotNeeded(&in.Spec)
+		l.Metrics.attachmentNotNeeded(&in.Spec)
 	}
 	if logger := l.logger.V(4); logger.Enabled() { // its arguments cost allocations even when the line is dropped
 		logger.Info("Starting operation", "operation", a.Kind.NameFor(in.Spec.Mode), "volume", a.Volume, "pod", a.Pod.Pod.String())
 	}
-	l.host.start(a, in)
+	l.Host.Start(a, in)
 }
 
-// apply records an operation's outcome: the only writer of the actual state
+// Apply records an operation's outcome: the only writer of the actual state
 // after start.
-func (l *loop) apply(o oe.Outcome) {
+func (l *Loop) Apply(o oe.Outcome) {
 	a := o.Action
 	rec := l.vol(a.Volume)
 	rec.ended(a)
@@ -77,11 +77,11 @@ func (l *loop) apply(o oe.Outcome) {
 	}()
 	if o.NotRun {
 		if a.Kind == oe.OpPublish {
-			l.asw.SetPodBusy(o.Spec, a.Pod, false)
+			l.ASW.SetPodBusy(o.Spec, a.Pod, false)
 		}
 		return
 	}
-	l.metrics.observe(o)
+	l.Metrics.observe(o)
 	if a.Pod.Pod.UID == "" {
 		l.notes.setErr(a.Volume, o.Err) // once its pods are gone, no pod's error holds it
 	}
@@ -106,7 +106,7 @@ func (l *loop) apply(o oe.Outcome) {
 		// not to be asked again as it was: held (the claim's next
 		// version, or the volume's next set-up, says what is due).
 		if e := o.Expansion; e.Size > 0 {
-			l.asw.SetSize(a.Volume, e.Size)
+			l.ASW.SetSize(a.Volume, e.Size)
 		} else if e.Held > 0 {
 			rec.expandHeld = planner.ExpandHold{Size: e.Held, ClaimRV: e.HeldClaim}
 		}
@@ -115,7 +115,7 @@ func (l *loop) apply(o oe.Outcome) {
 
 // succeeded forgets the key's backoff and failure log, saying so when it
 // had failed before.
-func (l *loop) succeeded(o oe.Outcome) {
+func (l *Loop) succeeded(o oe.Outcome) {
 	a, key := o.Action, o.Action.Key()
 	if prev, ok := l.backoff.Entry(key); ok && prev.Kind == a.Kind {
 		pod := "" // an operation on the whole volume: no pod
@@ -130,46 +130,46 @@ func (l *loop) succeeded(o oe.Outcome) {
 
 // applyAttach records the outcome of an attach, a self attach or a self
 // detach.
-func (l *loop) applyAttach(o oe.Outcome, rec *volumeMemo) {
+func (l *Loop) applyAttach(o oe.Outcome, rec *volumeMemo) {
 	spec := o.Spec
 	switch o.Action.Kind {
 	case oe.OpAttach:
 		if o.Err == nil {
-			l.asw.MarkAttached(spec, o.PublishContext)
+			l.ASW.MarkAttached(spec, o.PublishContext)
 			l.setAttachment(o.Action.Volume, rec, "")
 		}
 	case oe.OpSelfAttach:
 		// Whatever the outcome, the VolumeAttachment may exist now, unless
 		// the volume needed none (a nil publish context).
 		if o.Err != nil || o.PublishContext != nil {
-			l.asw.SetSelfAttached(spec, true)
+			l.ASW.SetSelfAttached(spec, true)
 		}
 		if o.Err == nil {
-			l.asw.MarkAttached(spec, o.PublishContext)
+			l.ASW.MarkAttached(spec, o.PublishContext)
 			l.setAttachment(o.Action.Volume, rec, "")
 			if o.PublishContext != nil {
 				l.attachedEvents(o)
 			}
 		} else if rec.attachment != "" {
-			l.host.holdAttachment(o.Action.Volume, rec.attachment) // see begin
+			l.Host.HoldAttachment(o.Action.Volume, rec.attachment) // see begin
 		}
 	case oe.OpSelfDetach:
 		if o.Err == nil {
-			l.asw.SetSelfAttached(spec, false)
+			l.ASW.SetSelfAttached(spec, false)
 			l.setAttachment(o.Action.Volume, rec, "")
 		}
 	}
 }
 
 // applyDevice records the outcome of a stage or an unstage.
-func (l *loop) applyDevice(o oe.Outcome, rec *volumeMemo) {
+func (l *Loop) applyDevice(o oe.Outcome, rec *volumeMemo) {
 	spec := o.Spec
 	if o.Action.Kind == oe.OpStage {
 		switch {
 		case o.Err == nil:
-			l.asw.SetDeviceState(spec, podvol.Mounted, o.Path)
+			l.ASW.SetDeviceState(spec, podvol.Mounted, o.Path)
 		case o.Uncertain:
-			l.asw.SetDeviceState(spec, podvol.Uncertain, o.Path)
+			l.ASW.SetDeviceState(spec, podvol.Uncertain, o.Path)
 		}
 		// A final error leaves the state as it was: NotMounted stays
 		// NotMounted, and an Uncertain device is not declared unmounted.
@@ -178,56 +178,56 @@ func (l *loop) applyDevice(o oe.Outcome, rec *volumeMemo) {
 	var inUse *volume.InUseError
 	switch {
 	case o.Err == nil:
-		l.asw.SetDeviceState(spec, podvol.NotMounted, "")
+		l.ASW.SetDeviceState(spec, podvol.NotMounted, "")
 		rec.refs = planner.StagingRefs{}
 	case errors.As(o.Err, &inUse):
 		// Nothing was done: the references it found are the planner's
 		// until the next resync.
 		rec.refs = planner.StagingRefs{Paths: inUse.Refs, Resync: l.resyncs}
 	default:
-		l.asw.SetDeviceState(spec, podvol.Uncertain, "")
+		l.ASW.SetDeviceState(spec, podvol.Uncertain, "")
 	}
 }
 
 // applyPod records the outcome of a publish or an unpublish.
-func (l *loop) applyPod(o oe.Outcome, rec *volumeMemo) {
+func (l *Loop) applyPod(o oe.Outcome, rec *volumeMemo) {
 	a, spec := o.Action, o.Spec
 	if a.Kind == oe.OpPublish {
 		switch {
 		case o.Err == nil:
 			l.mountedMetric(o)
-			l.asw.SetPodMount(spec, a.Pod, podvol.Mounted, o.Path)
+			l.ASW.SetPodMount(spec, a.Pod, podvol.Mounted, o.Path)
 			l.errs.clear(a.Pod.Pod.UID, a.Pod.SpecName)
 		case o.Uncertain:
-			l.asw.SetPodMount(spec, a.Pod, podvol.Uncertain, o.Path)
+			l.ASW.SetPodMount(spec, a.Pod, podvol.Uncertain, o.Path)
 		default:
-			l.asw.SetPodBusy(spec, a.Pod, false) // as it was before
+			l.ASW.SetPodBusy(spec, a.Pod, false) // as it was before
 		}
 		return
 	}
 	if o.Err == nil {
-		l.asw.DeletePodMount(a.Volume, a.Pod.Pod.UID)
+		l.ASW.DeletePodMount(a.Volume, a.Pod.Pod.UID)
 		delete(rec.foundMounts, a.Pod.Pod.UID)
 		return
 	}
 	// The kubelet marks a failed unmount uncertain so it is retried and a
 	// new pod publishes again (kubernetes PR #100183).
-	l.asw.SetPodMount(spec, a.Pod, podvol.Uncertain, "")
+	l.ASW.SetPodMount(spec, a.Pod, podvol.Uncertain, "")
 }
 
 // failed backs the operation's key off, remembers the error for the pods it
 // concerns, logs it once with the next retry time (rate-limited: faillog.go)
 // and records an event in the kubelet's words (events.go).
-func (l *loop) failed(o oe.Outcome) {
+func (l *Loop) failed(o oe.Outcome) {
 	a := o.Action
-	now := l.clock.Now()
+	now := l.Clock.Now()
 	wait := l.backoff.Failed(a.Key(), a.Kind, o.Err, now)
 	var pods []podvol.PodVolume
 	switch a.Kind {
 	case oe.OpPublish, oe.OpUnpublish:
 		pods = []podvol.PodVolume{a.Pod}
 	default:
-		_, pods, _ = l.dsw.Volume(a.Volume)
+		_, pods, _ = l.DSW.Volume(a.Volume)
 	}
 	for _, p := range pods {
 		l.errs.set(p.Pod.UID, p.SpecName, o.Err)
@@ -259,76 +259,76 @@ func (l *loop) failed(o oe.Outcome) {
 	} else if errors.Is(o.Err, volume.ErrNotReady) {
 		return
 	}
-	if l.events == nil {
+	if l.Events == nil {
 		return
 	}
 	if nodeLevel(a.Kind) {
 		// No pod is left to tell: the Node is the object, as for the
 		// kubelet's node-level volume problems.
-		reason, msg := failureEvent(o, podvol.PodVolume{})
+		reason, msg := FailureEvent(o, podvol.PodVolume{})
 		if reason == "" {
 			return
 		}
-		ref := &v1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: l.node, UID: types.UID(l.node)}
-		l.events.Event(ref, v1.EventTypeWarning, reason, msg)
+		ref := &v1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: l.Node, UID: types.UID(l.Node)}
+		l.Events.Event(ref, v1.EventTypeWarning, reason, msg)
 		return
 	}
 	for _, p := range pods {
 		if p.Pod.Name == "" {
 			continue // a mount found on disk whose pod was not added again: no object to name
 		}
-		reason, msg := failureEvent(o, p)
+		reason, msg := FailureEvent(o, p)
 		if reason == "" {
 			return
 		}
-		ref := podObjectRef(p.Pod)
-		l.events.Event(ref, v1.EventTypeWarning, reason, msg)
+		ref := PodObjectRef(p.Pod)
+		l.Events.Event(ref, v1.EventTypeWarning, reason, msg)
 	}
 }
 
 // attachedEvents records a self-attach that attached the volume on its
 // desired pods, as the kubelet records its own attach: Normal
 // SuccessfulAttachVolume (attachedEvent).
-func (l *loop) attachedEvents(o oe.Outcome) {
-	if l.events == nil {
+func (l *Loop) attachedEvents(o oe.Outcome) {
+	if l.Events == nil {
 		return
 	}
-	_, pods, _ := l.dsw.Volume(o.Action.Volume)
+	_, pods, _ := l.DSW.Volume(o.Action.Volume)
 	for _, p := range pods {
 		if p.Pod.Name == "" {
 			continue
 		}
-		ref := podObjectRef(p.Pod)
-		l.events.Event(ref, v1.EventTypeNormal, reasonAttached, attachedEvent(o, p))
+		ref := PodObjectRef(p.Pod)
+		l.Events.Event(ref, v1.EventTypeNormal, reasonAttached, attachedEvent(o, p))
 	}
 }
 
 // setAttachment records the VolumeAttachment a volume waits for ("":
 // none) and, unless Config.ClusterInformers, makes the volume hold it in
 // the object cache for as long as it waits.
-func (l *loop) setAttachment(name podvol.UniqueVolumeName, rec *volumeMemo, va string) {
+func (l *Loop) setAttachment(name podvol.UniqueVolumeName, rec *volumeMemo, va string) {
 	if rec.attachment == va {
 		return
 	}
 	rec.attachment = va
-	l.host.holdAttachment(name, va)
+	l.Host.HoldAttachment(name, va)
 }
 
 // mountedMetric records the end to end time of a successful publish: since
 // the pod volume entered the desired state, or the publish's own time for
 // a volume the pod had Mounted already (metrics.mounted).
-func (l *loop) mountedMetric(o oe.Outcome) {
-	if l.metrics == nil {
+func (l *Loop) mountedMetric(o oe.Outcome) {
+	if l.Metrics == nil {
 		return
 	}
 	a := o.Action
 	took := o.Duration
-	if v, ok := l.asw.Volume(a.Volume); !ok || v.Pods[a.Pod.Pod.UID].State != podvol.Mounted {
-		since, wanted := l.dsw.WantedSince(a.Volume, a.Pod.Pod.UID)
+	if v, ok := l.ASW.Volume(a.Volume); !ok || v.Pods[a.Pod.Pod.UID].State != podvol.Mounted {
+		since, wanted := l.DSW.WantedSince(a.Volume, a.Pod.Pod.UID)
 		if !wanted {
 			return // the pod left meanwhile
 		}
-		took = l.clock.Since(since)
+		took = l.Clock.Since(since)
 	}
-	l.metrics.mounted(&o.Spec, took)
+	l.Metrics.mounted(&o.Spec, took)
 }

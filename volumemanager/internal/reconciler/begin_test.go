@@ -1,4 +1,4 @@
-package volumemanager
+package reconciler
 
 import (
 	"testing"
@@ -24,9 +24,9 @@ func TestBeginWithoutExpansion(t *testing.T) {
 		{Kind: oe.OpPublish, Volume: spec.Name, Pod: pod, Expand: 1 << 30},
 	} {
 		var started []oe.Action
-		l := newLoop(loopConfig{node: "node-1", clock: fakeclock.NewFakeClock(time.Unix(0, 0)),
-			dsw: state.NewDesiredStateOfWorld(func(podvol.UniqueVolumeName) {}), asw: state.NewActualStateOfWorld(),
-			host: testHost{onStart: func(a oe.Action, _ opInput) { started = append(started, a) }}}, nil, nil)
+		l := New(Config{Node: "node-1", Clock: fakeclock.NewFakeClock(time.Unix(0, 0)),
+			DSW: state.NewDesiredStateOfWorld(func(podvol.UniqueVolumeName) {}), ASW: state.NewActualStateOfWorld(),
+			Host: testHost{onStart: func(a oe.Action, _ Input) { started = append(started, a) }}}, nil, nil)
 		l.logger = logr.Discard()
 		v := planner.View{Name: spec.Name, Spec: spec, Actual: state.ActualVolume{Spec: spec}}
 		l.begin(a, v, nil)

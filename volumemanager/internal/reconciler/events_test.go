@@ -1,4 +1,4 @@
-package volumemanager
+package reconciler
 
 import (
 	"errors"
@@ -89,15 +89,15 @@ func TestFailureEventWords(t *testing.T) {
 			`Warning FailedMapVolume MapVolume.MapPodDevice failed for volume "pv-1" : rpc error: code = Internal desc = boom` + onPod},
 		{"publish, block: the node's map", oe.OpPublish, block, pod, volume.AtStep(volume.StepMapBlockVolume, errors.New("mapping block volume: losetup: no loop device")),
 			`Warning FailedMapVolume MapVolume.MapBlockVolume failed for volume "pv-1" : mapping block volume: losetup: no loop device` + onPod},
-		{"expansion while mounting", oe.OpPublish, pv, pod, &expandError{volume.WithCause(errors.New("expanding: Internal"), "Expander.NodeExpand failed to expand the volume : rpc error: code = Internal desc = x")},
+		{"expansion while mounting", oe.OpPublish, pv, pod, &ExpandError{volume.WithCause(errors.New("expanding: Internal"), "Expander.NodeExpand failed to expand the volume : rpc error: code = Internal desc = x")},
 			`Warning FailedMount MountVolume.Setup failed while expanding volume for volume "pv-1" : Expander.NodeExpand failed to expand the volume : rpc error: code = Internal desc = x` + onPod},
-		{"expansion while mapping", oe.OpPublish, block, pod, &expandError{errors.New("boom")},
+		{"expansion while mapping", oe.OpPublish, block, pod, &ExpandError{errors.New("boom")},
 			`Warning FailedMapVolume MapVolume.MarkVolumeAsMounted failed while expanding volume for volume "pv-1" : boom` + onPod},
 		{"online expansion", oe.OpExpand, pv, pod, grpcErr("NodeExpandVolume", codes.Internal, "resize2fs crashed"),
 			`Warning VolumeResizeFailed NodeExpandVolume.NodeExpandVolume failed for volume "pv-1" : rpc error: code = Internal desc = resize2fs crashed` + onPod},
 		{"unpublish: the unique name", oe.OpUnpublish, pv, pod, volume.WithCause(errors.New("unpublishing: Internal"), "kubernetes.io/csi: Unmounter.TearDownAt failed: rpc error: code = Internal desc = busy"),
 			`Warning FailedUnMount UnmountVolume.TearDown failed for volume "kubernetes.io/csi/drv^h" : kubernetes.io/csi: Unmounter.TearDownAt failed: rpc error: code = Internal desc = busy` + onPod},
-		{"unpublish: its subPath mounts", oe.OpUnpublish, pv, pod, &subPathError{errors.New("unmount /x/volume-subpaths/data/c/0: device busy")},
+		{"unpublish: its subPath mounts", oe.OpUnpublish, pv, pod, &SubPathError{errors.New("unmount /x/volume-subpaths/data/c/0: device busy")},
 			`Warning FailedUnMount error cleaning subPath mounts for volume "kubernetes.io/csi/drv^h" : unmount /x/volume-subpaths/data/c/0: device busy` + onPod},
 		{"unpublish, block", oe.OpUnpublish, block, pod, errors.New("boom"),
 			`Warning FailedUnmapDevice UnmapVolume.UnmapPodDevice failed for volume "kubernetes.io/csi/drv^h" : boom` + onPod},
@@ -119,8 +119,8 @@ func TestFailureEventWords(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := newObjectRecorder(10)
-			l := newLoop(loopConfig{node: "node-1", clock: fakeclock.NewFakeClock(time.Unix(0, 0)), events: rec, host: testHost{},
-				dsw: state.NewDesiredStateOfWorld(func(podvol.UniqueVolumeName) {}), asw: state.NewActualStateOfWorld()}, nil, nil)
+			l := New(Config{Node: "node-1", Clock: fakeclock.NewFakeClock(time.Unix(0, 0)), Events: rec, Host: testHost{},
+				DSW: state.NewDesiredStateOfWorld(func(podvol.UniqueVolumeName) {}), ASW: state.NewActualStateOfWorld()}, nil, nil)
 			l.logger = logr.Discard()
 			vol := tt.vol
 			a := oe.Action{Kind: tt.kind, Volume: tt.spec.Name}
@@ -129,7 +129,7 @@ func TestFailureEventWords(t *testing.T) {
 				a.Pod = vol
 			}
 			if tt.kind != oe.OpUnstage && tt.kind != oe.OpSelfDetach {
-				l.dsw.SetPod(vol.Pod, []string{vol.SpecName}, []state.DesiredVolume{{Spec: tt.spec, Volume: vol}}, nil)
+				l.DSW.SetPod(vol.Pod, []string{vol.SpecName}, []state.DesiredVolume{{Spec: tt.spec, Volume: vol}}, nil)
 			}
 			l.failed(oe.Outcome{Action: a, Spec: tt.spec, Err: oe.OpError(a, tt.spec, tt.err)})
 			if len(rec.Events) != 1 {

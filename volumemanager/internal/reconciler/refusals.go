@@ -1,4 +1,4 @@
-package volumemanager
+package reconciler
 
 import (
 	"errors"
@@ -17,7 +17,7 @@ import (
 // and is logged, and recorded as an event on the pod in the kubelet's
 // words (refusalEvent), once; one that ended clears the pod's error, and
 // its publish starts.
-func (l *loop) noteRefusals(name podvol.UniqueVolumeName, spec *podvol.VolumeSpec, rec *volumeMemo, refused []planner.Refusal) {
+func (l *Loop) noteRefusals(name podvol.UniqueVolumeName, spec *podvol.VolumeSpec, rec *volumeMemo, refused []planner.Refusal) {
 	old := rec.refused
 	if len(refused) == 0 && len(old) == 0 {
 		return
@@ -28,13 +28,13 @@ func (l *loop) noteRefusals(name podvol.UniqueVolumeName, spec *podvol.VolumeSpe
 		now[uid] = r
 		if prev, ok := old[uid]; !ok || prev.Err.Error() != r.Err.Error() {
 			if conflict := (*planner.SELinuxConflictError)(nil); errors.As(r.Err, &conflict) {
-				l.metrics.seLinuxConflict(spec)
+				l.Metrics.seLinuxConflict(spec)
 			}
 			l.logger.Info("Volume refused to a pod", "pod", klog.KRef(r.Pod.Pod.Namespace, r.Pod.Pod.Name), "volume", name, "err", r.Err)
-			if l.events != nil {
-				ref := podObjectRef(r.Pod.Pod)
+			if l.Events != nil {
+				ref := PodObjectRef(r.Pod.Pod)
 				reason, msg := refusalEvent(spec, r)
-				l.events.Event(ref, v1.EventTypeWarning, reason, msg)
+				l.Events.Event(ref, v1.EventTypeWarning, reason, msg)
 			}
 		}
 		// Set at every plan: a failed stage meanwhile sets every desired
@@ -58,20 +58,20 @@ func (l *loop) noteRefusals(name podvol.UniqueVolumeName, spec *podvol.VolumeSpe
 // countSELinuxAdmitted counts, as the kubelet does when a volume enters
 // its desired state, each of a pod's resolved volumes that is not in the
 // desired state yet and has a label its plugin would mount it with.
-func (l *loop) countSELinuxAdmitted(resolved []state.DesiredVolume) {
+func (l *Loop) countSELinuxAdmitted(resolved []state.DesiredVolume) {
 	var seen map[podvol.UniqueVolumeName]bool
 	for i := range resolved {
 		dv := &resolved[i]
 		if !dv.SELinuxAdmitted || seen[dv.Spec.Name] {
 			continue
 		}
-		if _, _, ok := l.dsw.Volume(dv.Spec.Name); ok {
+		if _, _, ok := l.DSW.Volume(dv.Spec.Name); ok {
 			continue
 		}
 		if seen == nil {
 			seen = map[podvol.UniqueVolumeName]bool{}
 		}
 		seen[dv.Spec.Name] = true
-		l.metrics.seLinuxAdmitted(&dv.Spec)
+		l.Metrics.seLinuxAdmitted(&dv.Spec)
 	}
 }

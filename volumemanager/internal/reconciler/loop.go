@@ -1,4 +1,4 @@
-package volumemanager
+package reconciler
 
 import (
 	"context"
@@ -22,20 +22,21 @@ import (
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
-// loop owns the actual state of the world. Everything that changes it
+// Loop owns the actual state of the world. Everything that changes it
 // arrives as an event: a batch from the inbox (pods, claims, drivers,
 // retries), an operation's outcome, the backoff timer, the resync tick.
 // After each event the loop resolves the pods that changed into the
 // desired state (internal/resolve), builds a view of each volume that changed and
 // asks the planner (internal/planner) what to do; it applies what the
 // planner returns. Nothing else writes the actual state, and nothing else
-// decides.
+// decides. Its methods run on one goroutine (the manager's run loop),
+// except the readers for the waits (waits.go), which lock.
 //
-// Run drives it with goroutines; the scenario scripts drive it step by
-// step (process, apply) with a fake clock and a recording start.
-type loop struct {
-	loopConfig
-	in *inbox
+// The manager's Run drives it with goroutines; the scenario scripts drive
+// it step by step (Process, Apply) with a fake clock and a recording Host.
+type Loop struct {
+	Config
+	in *Inbox
 	// pods are the pods added and how far each is resolved.
 	pods *resolve.Table
 	// vols is what the loop keeps of each volume (volumeMemo).
@@ -62,71 +63,76 @@ type loop struct {
 	resyncs                     int
 }
 
-// loopConfig is the loop's wiring, given once to newLoop.
-type loopConfig struct {
-	node    string
-	clock   clock.Clock
-	dsw     *state.DesiredStateOfWorld
-	asw     *state.ActualStateOfWorld
-	metrics *metrics
-	events  record.EventRecorder
-	// volumes finds each volume's plugin, whose Capabilities the planner
+// Config is the loop's wiring, given once to newLoop.
+type Config struct {
+	// Node is this node's name.
+	Node string
+	// Clock is the loop's time: backoffs, retries, the wanted-since stamps.
+	Clock clock.Clock
+	// DSW and ASW are the desired and the actual state; the loop is the
+	// only writer of both.
+	DSW *state.DesiredStateOfWorld
+	ASW *state.ActualStateOfWorld
+	// Metrics counts what the loop does (nil: nothing is counted).
+	Metrics *Metrics
+	// Events records the pods' events (nil: none).
+	Events record.EventRecorder
+	// Volumes finds each volume's plugin, whose Capabilities the planner
 	// reads.
-	volumes *volume.Registry
-	// ownAttachments lists the VolumeAttachments, to find at start the
+	Volumes *volume.Registry
+	// OwnAttachments lists the VolumeAttachments, to find at start the
 	// node's own whose volumes left nothing on disk (adoptAttachments):
-	// the informer's lister, or a one-time list (attachmentsOnce); nil:
-	// none are looked for.
-	ownAttachments attachmentLister
-	// selfAttach: the node creates and deletes VolumeAttachments itself
-	// (Config.SelfAttach).
-	selfAttach bool
-	// expands: a registered plugin grows volumes on the node
+	// the informer's lister, or a one-time list; nil: none are looked for.
+	OwnAttachments AttachmentLister
+	// SelfAttach: the node creates and deletes VolumeAttachments itself.
+	SelfAttach bool
+	// Expands: a registered plugin grows volumes on the node
 	// (volume.Expander); only then are claims' node expansions looked for.
-	expands bool
-	// holders returns the pods holding an object in the node's object
+	Expands bool
+	// Holders returns the pods holding an object in the node's object
 	// cache; nil: no object is held (objects and volumes that change
 	// reach no pod).
-	holders objectHolders
-	// ready is closed once the loop has taken in that the informers have
+	Holders ObjectHolders
+	// Ready is closed once the loop has taken in that the informers have
 	// synced; nil: nobody waits for it.
-	ready chan struct{}
-	host  loopHost
+	Ready chan struct{}
+	// Host is the manager around the loop (required).
+	Host Host
 }
 
-// loopHost is what the loop asks of the manager around it: the one way
-// out of the loop. Every method is called on the loop's goroutine; one
-// whose job the manager does not do (no in-use reporting, attachments
-// read through informers) does nothing.
-type loopHost interface {
-	// start starts an operation; its outcome comes back through apply.
-	start(a oe.Action, in opInput)
-	// holdPod makes the pod hold the API objects its volumes read in the
+// Host is what the loop asks of the manager around it: the one way out
+// of the loop. Every method is called on the loop's goroutine; one whose
+// job the manager does not do (no in-use reporting, attachments read
+// through informers) does nothing.
+type Host interface {
+	// Start starts an operation; its outcome comes back through Apply.
+	Start(a oe.Action, in Input)
+	// HoldPod makes the pod hold the API objects its volumes read in the
 	// node's object cache, before it is resolved; pod nil: the pod is
 	// gone, drop what the node keeps for it (its holds, its tokens).
-	holdPod(uid types.UID, pod *v1.Pod)
-	// holdAttachment makes a volume hold the VolumeAttachment it waits
+	HoldPod(uid types.UID, pod *v1.Pod)
+	// HoldAttachment makes a volume hold the VolumeAttachment it waits
 	// for in the object cache ("": none).
-	holdAttachment(name podvol.UniqueVolumeName, va string)
-	// attachHeld reports whether an attachable volume's attachment must
+	HoldAttachment(name podvol.UniqueVolumeName, va string)
+	// AttachHeld reports whether an attachable volume's attachment must
 	// wait to be reported in use.
-	attachHeld(name podvol.UniqueVolumeName) bool
-	// forgotten is told that a volume left the actual state.
-	forgotten()
-	// retake removes an unreadable pod volume directory that can no
+	AttachHeld(name podvol.UniqueVolumeName) bool
+	// Forgotten is told that a volume left the actual state.
+	Forgotten()
+	// Retake removes an unreadable pod volume directory that can no
 	// longer hold data (what made it unreadable is gone), reporting
 	// whether it did.
-	retake(dir string) bool
+	Retake(dir string) bool
 }
 
-// objectHolders finds the holders of an object in the node's object
+// ObjectHolders finds the holders of an object in the node's object
 // cache (objectcache.Cache).
-type objectHolders interface {
+type ObjectHolders interface {
 	Holders(objectcache.Ref) []string
 }
 
-// opInput is what an operation needs.
-type opInput struct {
+// Input is what an operation needs.
+type Input struct {
 	oe.Input
 	// VolumePath is where a pod has the volume published (expansion).
 	VolumePath string
@@ -134,13 +140,15 @@ type opInput struct {
 	Expansion planner.Expansion
 }
 
-func newLoop(cfg loopConfig, in *inbox, pods *resolve.Table) *loop {
-	return &loop{
-		loopConfig: cfg,
+// New returns a loop on cfg that takes its events from in and resolves
+// pods through pods.
+func New(cfg Config, in *Inbox, pods *resolve.Table) *Loop {
+	return &Loop{
+		Config:     cfg,
 		in:         in,
 		pods:       pods,
 		vols:       map[podvol.UniqueVolumeName]*volumeMemo{},
-		queue:      newVolumeQueue(cfg.clock),
+		queue:      newVolumeQueue(cfg.Clock),
 		unreadable: map[string]string{},
 		backoff:    oe.NewBackoff(oe.BackoffOptions{}),
 		errs:       &podErrors{},
@@ -151,43 +159,43 @@ func newLoop(cfg loopConfig, in *inbox, pods *resolve.Table) *loop {
 	}
 }
 
-// install makes what reconstruction found the initial actual state.
-func (l *loop) install(d volume.Found) {
-	l.metrics.reconstructed(d)
+// Install makes what reconstruction found the initial actual state.
+func (l *Loop) Install(d volume.Found) {
+	l.Metrics.reconstructed(d)
 	for _, m := range d.Mounts {
-		l.asw.SetFoundPodMount(m.Spec, m.Volume, m.State, m.Path)
+		l.ASW.SetFoundPodMount(m.Spec, m.Volume, m.State, m.Path)
 		l.vol(m.Spec.Name).foundMount(m.Volume.Pod.UID)
 		l.queue.add(m.Spec.Name)
 	}
 	for _, dev := range d.Devices {
-		l.asw.SetDeviceState(dev.Spec, dev.State, dev.Path)
-		l.asw.SetDeviceSELinuxContext(dev.Spec, dev.SELinuxContext)
+		l.ASW.SetDeviceState(dev.Spec, dev.State, dev.Path)
+		l.ASW.SetDeviceSELinuxContext(dev.Spec, dev.SELinuxContext)
 		l.vol(dev.Spec.Name).foundDevice = true
 		l.queue.add(dev.Spec.Name)
 	}
 	for _, dir := range d.Unreadable {
 		l.unreadable[filepath.Base(dir)] = dir
 	}
-	if l.selfAttach {
+	if l.SelfAttach {
 		// An earlier run may have created their VolumeAttachments: each is
 		// deleted once its volume is torn down (a missing one costs a GET).
-		for _, n := range l.asw.VolumeNames() {
-			if v, ok := l.asw.Volume(n); ok && !v.Spec.Ephemeral {
-				l.asw.SetSelfAttached(v.Spec, true)
+		for _, n := range l.ASW.VolumeNames() {
+			if v, ok := l.ASW.Volume(n); ok && !v.Spec.Ephemeral {
+				l.ASW.SetSelfAttached(v.Spec, true)
 			}
 		}
 	}
 }
 
-// process takes the inbox, resolves the pods that changed and plans every
+// Process takes the inbox, resolves the pods that changed and plans every
 // volume that changed.
-func (l *loop) process(ctx context.Context) {
+func (l *Loop) Process(ctx context.Context) {
 	b := l.in.take()
 	if b.informersSynced && !l.informersSynced {
 		l.informersSynced = true
 		l.adoptAttachments()
-		if l.ready != nil {
-			close(l.ready)
+		if l.Ready != nil {
+			close(l.Ready)
 		}
 		for _, uid := range l.pods.KnownUIDs() { // resolved now that the listers are complete
 			if _, ok := b.pods[uid]; !ok {
@@ -244,19 +252,19 @@ func (l *loop) process(ctx context.Context) {
 		}
 		l.logger.V(2).Info("Pods synced: volumes found on disk may be torn down once no resolved pod wants them")
 	}
-	l.planDirty(ctx)
+	l.PlanDirty(ctx)
 }
 
 // worldChanged takes in the changes of the world a batch brings for
 // volumes that may be backing off: a driver registered (or its CSIDriver
 // changed), a volume reported in use, a VolumeAttachment changed.
-func (l *loop) worldChanged(b batch) {
+func (l *Loop) worldChanged(b batch) {
 	for name := range b.drivers {
-		for _, n := range l.dsw.VolumesOfDriver(name) {
+		for _, n := range l.DSW.VolumesOfDriver(name) {
 			l.retry(n)
 		}
-		for _, n := range l.asw.VolumeNames() {
-			if v, ok := l.asw.Volume(n); ok && v.Spec.Driver == name {
+		for _, n := range l.ASW.VolumeNames() {
+			if v, ok := l.ASW.Volume(n); ok && v.Spec.Driver == name {
 				l.retry(n)
 			}
 		}
@@ -265,7 +273,7 @@ func (l *loop) worldChanged(b batch) {
 		l.retry(n)
 	}
 	if len(b.plugins) > 0 {
-		for _, names := range [][]podvol.UniqueVolumeName{l.dsw.VolumeNames(), l.asw.VolumeNames()} {
+		for _, names := range [][]podvol.UniqueVolumeName{l.DSW.VolumeNames(), l.ASW.VolumeNames()} {
 			for _, n := range names {
 				if pluginOf(n, b.plugins) {
 					l.retry(n)
@@ -289,7 +297,7 @@ func (l *loop) worldChanged(b batch) {
 	}
 }
 
-func addPod(pods map[types.UID]*v1.Pod, uid types.UID, in *inbox) map[types.UID]*v1.Pod {
+func addPod(pods map[types.UID]*v1.Pod, uid types.UID, in *Inbox) map[types.UID]*v1.Pod {
 	if pods == nil {
 		pods = map[types.UID]*v1.Pod{}
 	}
@@ -301,42 +309,42 @@ func addPod(pods map[types.UID]*v1.Pod, uid types.UID, in *inbox) map[types.UID]
 
 // claimChanged plans the volume of a changed claim again (its node
 // expansion may be due).
-func (l *loop) claimChanged(key string) {
-	if !l.expands {
+func (l *Loop) claimChanged(key string) {
+	if !l.Expands {
 		return
 	}
 	if pv := l.pods.ClaimVolume(key); pv != "" {
-		if n, ok := l.dsw.VolumeForPV(pv); ok {
+		if n, ok := l.DSW.VolumeForPV(pv); ok {
 			l.queue.add(n)
 		}
 	}
 }
 
 // syncPod puts a pod into the desired state, or takes it out (pod nil).
-func (l *loop) syncPod(uid types.UID, pod *v1.Pod) {
+func (l *Loop) syncPod(uid types.UID, pod *v1.Pod) {
 	switch {
 	case pod == nil:
-		l.host.holdPod(uid, nil)
+		l.Host.HoldPod(uid, nil)
 		l.pods.Forget(uid)
 		l.errs.forget(uid)
-		l.dsw.DeletePod(uid) // notifies the volumes it touched
+		l.DSW.DeletePod(uid) // notifies the volumes it touched
 	case !l.informersSynced:
 		l.pods.WaitForListers(uid, resolve.PodRef(pod))
 	default:
-		l.host.holdPod(uid, pod)
+		l.Host.HoldPod(uid, pod)
 		ref, wanted, resolved, errs := l.pods.Resolve(pod, l.logger)
-		if events := l.pods.ResolutionEvents(uid, errs); l.events != nil {
+		if events := l.pods.ResolutionEvents(uid, errs); l.Events != nil {
 			for _, msg := range events {
-				l.events.Event(podObjectRef(ref), v1.EventTypeWarning, reasonFailedMount, msg)
+				l.Events.Event(PodObjectRef(ref), v1.EventTypeWarning, reasonFailedMount, msg)
 			}
 		}
-		now := l.clock.Now()
+		now := l.Clock.Now()
 		for i := range resolved {
 			resolved[i].Now = now // the pod volumes new to the desired state are wanted since now
 		}
 		l.republishChanged(uid, resolved)
 		l.countSELinuxAdmitted(resolved)
-		l.dsw.SetPod(ref, wanted, resolved, errs)
+		l.DSW.SetPod(ref, wanted, resolved, errs)
 		l.errs.wake(uid) // its waiters judge the new errors (final or not)
 	}
 	l.dirtyPodMounts(uid)
@@ -344,15 +352,15 @@ func (l *loop) syncPod(uid types.UID, pod *v1.Pod) {
 
 // dirtyPodMounts plans again every volume the pod may have mounted: its
 // hold may have changed.
-func (l *loop) dirtyPodMounts(uid types.UID) {
-	for _, v := range l.asw.PodVolumes(uid) {
+func (l *Loop) dirtyPodMounts(uid types.UID) {
+	for _, v := range l.ASW.PodVolumes(uid) {
 		l.queue.add(v.Name)
 	}
 }
 
 // retry tells the planner that the world changed for a volume (its
 // backoff may be forgotten) and plans it again.
-func (l *loop) retry(name podvol.UniqueVolumeName) {
+func (l *Loop) retry(name podvol.UniqueVolumeName) {
 	rec := l.vol(name)
 	rec.worldChanged = true
 	if rec.inflight != nil {
@@ -361,11 +369,11 @@ func (l *loop) retry(name podvol.UniqueVolumeName) {
 	l.queue.add(name)
 }
 
-// markDirty is the desired state's notification: a volume's pods changed.
-func (l *loop) markDirty(name podvol.UniqueVolumeName) { l.queue.add(name) }
+// MarkDirty is the desired state's notification: a volume's pods changed.
+func (l *Loop) MarkDirty(name podvol.UniqueVolumeName) { l.queue.add(name) }
 
-// planDirty plans every dirty volume and applies what the plans say.
-func (l *loop) planDirty(ctx context.Context) {
+// PlanDirty plans every dirty volume and applies what the plans say.
+func (l *Loop) PlanDirty(ctx context.Context) {
 	for l.queue.len() > 0 {
 		for _, name := range l.queue.take() {
 			l.planVolume(ctx, name)
@@ -377,18 +385,18 @@ func (l *loop) planDirty(ctx context.Context) {
 // of the volume and the expansion hold, the adoptions and forgotten
 // backoff first, then the refusals and waits, then the end of the volume
 // or the operations to start.
-func (l *loop) planVolume(_ context.Context, name podvol.UniqueVolumeName) {
+func (l *Loop) planVolume(_ context.Context, name podvol.UniqueVolumeName) {
 	v := l.view(name)
 	d := planner.Plan(v)
 	rec := l.vol(name)
 	if d.NodeSize > 0 {
-		l.asw.SetSize(name, d.NodeSize)
+		l.ASW.SetSize(name, d.NodeSize)
 	}
 	if d.ForgetExpandHold {
 		rec.expandHeld = planner.ExpandHold{}
 	}
 	for _, p := range d.Adopt {
-		l.asw.SetPodMount(v.Spec, p, podvol.Mounted, "")
+		l.ASW.SetPodMount(v.Spec, p, podvol.Mounted, "")
 	}
 	for _, k := range d.ForgetBackoff {
 		l.backoff.Succeeded(k) // forgets k's failures
@@ -401,8 +409,8 @@ func (l *loop) planVolume(_ context.Context, name podvol.UniqueVolumeName) {
 	l.noteNotReady(name, rec, v.Desired, d.NotReady)
 	if d.Done {
 		if v.Known {
-			l.asw.DeleteVolume(name)
-			l.host.forgotten()
+			l.ASW.DeleteVolume(name)
+			l.Host.Forgotten()
 		}
 		l.forget(name)
 		return
@@ -413,7 +421,7 @@ func (l *loop) planVolume(_ context.Context, name podvol.UniqueVolumeName) {
 }
 
 // forget drops everything the loop keeps of a volume.
-func (l *loop) forget(name podvol.UniqueVolumeName) {
+func (l *Loop) forget(name podvol.UniqueVolumeName) {
 	l.backoff.ForgetVolume(name)
 	l.failLog.forgetVolume(name)
 	l.notes.forget(name)
@@ -429,9 +437,9 @@ func (l *loop) forget(name podvol.UniqueVolumeName) {
 
 // view gathers what the planner needs of one volume. It writes nothing:
 // what the planner decides from it, the loop applies (planVolume).
-func (l *loop) view(name podvol.UniqueVolumeName) planner.View {
-	spec, desired, wanted := l.dsw.Volume(name)
-	actual, known := l.asw.Volume(name)
+func (l *Loop) view(name podvol.UniqueVolumeName) planner.View {
+	spec, desired, wanted := l.DSW.Volume(name)
+	actual, known := l.ASW.Volume(name)
 	if !wanted {
 		spec = actual.Spec
 	}
@@ -442,7 +450,7 @@ func (l *loop) view(name podvol.UniqueVolumeName) planner.View {
 	v := planner.View{
 		Name: name, Spec: spec, Desired: desired, Actual: actual, Known: known,
 		InFlight: rec.inflight, Backoff: l.backoff.Volume(name), WorldChanged: rec.worldChanged,
-		Refs: rec.refs, Resync: l.resyncs, Now: l.clock.Now(), SelfAttach: l.selfAttach,
+		Refs: rec.refs, Resync: l.resyncs, Now: l.Clock.Now(), SelfAttach: l.SelfAttach,
 		PodsSynced: l.podsSynced, FoundDevice: rec.foundDevice,
 	}
 	if wanted {
@@ -461,7 +469,7 @@ func (l *loop) view(name podvol.UniqueVolumeName) planner.View {
 		v.Unreadable = l.unreadable[spec.PVName]
 	}
 	if wanted && !actual.Attached && v.Caps.Attachable {
-		v.AttachHeld = l.host.attachHeld(name)
+		v.AttachHeld = l.Host.AttachHeld(name)
 	}
 	for _, p := range desired {
 		if rec.republish[p.Pod.UID] {
@@ -471,28 +479,28 @@ func (l *loop) view(name podvol.UniqueVolumeName) planner.View {
 			v.Republish[p.Pod.UID] = true
 		}
 	}
-	if spec.PVName != "" && l.expands && planner.ExpansionLooked(v) {
+	if spec.PVName != "" && l.Expands && planner.ExpansionLooked(v) {
 		v.Expansion = planner.ExpansionFacts{Expands: true, Held: rec.expandHeld}
 		v.Expansion.PV, v.Expansion.PVC = l.pods.ExpansionClaim(&spec)
 	}
 	return v
 }
 
-// resync plans every volume again, resolves again the pods that could not
+// Resync plans every volume again, resolves again the pods that could not
 // be, makes the planner look again for mount references (an unstage
 // gathers them), looks again for unreadable directories, and marks the
 // volumes of requiresRepublish drivers for republishing.
-func (l *loop) resync() {
-	for _, n := range l.dsw.VolumeNames() {
+func (l *Loop) Resync() {
+	for _, n := range l.DSW.VolumeNames() {
 		l.queue.add(n)
 	}
-	for _, n := range l.asw.VolumeNames() {
+	for _, n := range l.ASW.VolumeNames() {
 		l.queue.add(n)
 	}
 	l.resyncs++
 	for name, dir := range l.unreadable {
 		_, err := os.Lstat(dir)
-		if errors.Is(err, os.ErrNotExist) || err == nil && l.host.retake(dir) {
+		if errors.Is(err, os.ErrNotExist) || err == nil && l.Host.Retake(dir) {
 			delete(l.unreadable, name)
 		}
 	}
@@ -511,13 +519,13 @@ func (l *loop) resync() {
 // sets requiresRepublish), as the kubelet does at each pod sync: such
 // drivers refresh what they put into the volume (secrets, service account
 // tokens). The planner publishes again only while the capability holds.
-func (l *loop) markRepublish() {
-	for _, name := range l.dsw.VolumeNames() {
-		spec, desired, _ := l.dsw.Volume(name)
+func (l *Loop) markRepublish() {
+	for _, name := range l.DSW.VolumeNames() {
+		spec, desired, _ := l.DSW.Volume(name)
 		if caps, err := l.capabilities(&spec); err != nil || !caps.Republish {
 			continue
 		}
-		actual, _ := l.asw.Volume(name)
+		actual, _ := l.ASW.Volume(name)
 		for _, p := range desired {
 			if pm, ok := actual.Pods[p.Pod.UID]; ok && pm.State == podvol.Mounted {
 				l.vol(name).markRepublish(p.Pod.UID)
@@ -528,29 +536,23 @@ func (l *loop) markRepublish() {
 
 // capabilities asks the volume's plugin what it does with the volume: in
 // memory only (the driver registry, the CSIDriver lister).
-func (l *loop) capabilities(spec *podvol.VolumeSpec) (volume.Capabilities, error) {
-	return capabilitiesOf(l.volumes, spec)
-}
-
-// capabilitiesOf asks the plugin of spec, found in plugins, what it does
-// with the volume.
-func capabilitiesOf(plugins *volume.Registry, spec *podvol.VolumeSpec) (volume.Capabilities, error) {
-	p, err := plugins.ForVolume(spec.Name)
+func (l *Loop) capabilities(spec *podvol.VolumeSpec) (volume.Capabilities, error) {
+	p, err := l.Volumes.ForVolume(spec.Name)
 	if err != nil {
 		return volume.Capabilities{}, err
 	}
 	return p.Capabilities(spec)
 }
 
-// due queues the volumes whose backoff has ended.
-func (l *loop) due() { l.queue.due() }
+// Due queues the volumes whose backoff has ended.
+func (l *Loop) Due() { l.queue.due() }
 
-// idle reports whether the loop has nothing to do until something happens:
+// Idle reports whether the loop has nothing to do until something happens:
 // nothing in the inbox, nothing to plan, nothing running (MarkPodsSynced
 // not taken in only while pods wait for reads of the API server that
 // failed: their retries come as objects changed; a read in flight is not
 // idle). For tests.
-func (l *loop) idle() bool {
+func (l *Loop) Idle() bool {
 	l.in.mu.Lock()
 	empty := len(l.in.dirtyPods) == 0 && len(l.in.attachments) == 0 && len(l.in.claims) == 0 && len(l.in.volumes) == 0 && len(l.in.drivers) == 0 && len(l.in.plugins) == 0 &&
 		(l.in.podsSynced == l.podsSynced || l.pods.ReadsPending() && !l.pods.ReadsInFlight()) && l.in.informersSynced == l.informersSynced

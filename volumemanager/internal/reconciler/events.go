@@ -1,4 +1,4 @@
-package volumemanager
+package reconciler
 
 import (
 	"errors"
@@ -30,20 +30,26 @@ import (
 // on a volume that will not unmount is what users look for in the events,
 // and the kubelet's log is not where they look.
 const (
-	reasonFailedMount       = "FailedMount"        // kubelet's FailedMountVolume
-	reasonFailedMap         = "FailedMapVolume"    // kubelet's FailedMapVolume
-	reasonFailedAttach      = "FailedAttachVolume" // kubelet's FailedAttachVolume (self-attach)
-	reasonVolumeResize      = "VolumeResizeFailed" // kubelet's VolumeResizeFailed (online expansion)
-	reasonFailedUnmount     = "FailedUnMount"      // nodevol's, as older kubelets named it
-	reasonFailedUnmap       = "FailedUnmapDevice"  // nodevol's, as older kubelets named it
-	reasonFailedDetach      = "FailedDetachVolume" // nodevol's, as older kubelets named it
-	reasonFSResizeFailed    = "FileSystemResizeFailed"
-	reasonFSResizeSucceeded = "FileSystemResizeSuccessful"
-	reasonAttached          = "SuccessfulAttachVolume" // kubelet's, Normal (self-attach)
+	reasonFailedMount   = "FailedMount"            // kubelet's FailedMountVolume
+	reasonFailedMap     = "FailedMapVolume"        // kubelet's FailedMapVolume
+	reasonFailedAttach  = "FailedAttachVolume"     // kubelet's FailedAttachVolume (self-attach)
+	reasonVolumeResize  = "VolumeResizeFailed"     // kubelet's VolumeResizeFailed (online expansion)
+	reasonFailedUnmount = "FailedUnMount"          // nodevol's, as older kubelets named it
+	reasonFailedUnmap   = "FailedUnmapDevice"      // nodevol's, as older kubelets named it
+	reasonFailedDetach  = "FailedDetachVolume"     // nodevol's, as older kubelets named it
+	reasonAttached      = "SuccessfulAttachVolume" // kubelet's, Normal (self-attach)
 )
 
-// podObjectRef is the object a pod's events are recorded on.
-func podObjectRef(p podvol.PodRef) *v1.ObjectReference {
+// The reasons of a node expansion's events, the kubelet's.
+const (
+	// ReasonFSResizeFailed: a node expansion failed.
+	ReasonFSResizeFailed = "FileSystemResizeFailed"
+	// ReasonFSResizeSucceeded: a node expansion grew the volume.
+	ReasonFSResizeSucceeded = "FileSystemResizeSuccessful"
+)
+
+// PodObjectRef is the object a pod's events are recorded on.
+func PodObjectRef(p podvol.PodRef) *v1.ObjectReference {
 	return &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID}
 }
 
@@ -51,7 +57,7 @@ func podObjectRef(p podvol.PodRef) *v1.ObjectReference {
 // (GenerateMsg with no detail: a space after the name, as the kubelet's
 // text has it).
 func attachedEvent(o oe.Outcome, p podvol.PodVolume) string {
-	return fmt.Sprintf("AttachVolume.Attach succeeded for volume %q ", eventVolumeName(o, p))
+	return fmt.Sprintf("AttachVolume.Attach succeeded for volume %q ", EventVolumeName(o, p))
 }
 
 // failedStep returns the reason of the event of failed operation o and
@@ -73,9 +79,9 @@ func failedStep(o oe.Outcome, step string) (reason, words string) {
 	if block {
 		mount, unmount = reasonFailedMap, reasonFailedUnmap
 	}
-	var expand *expandError
+	var expand *ExpandError
 	var inUse *volume.InUseError
-	var sub *subPathError
+	var sub *SubPathError
 	failed := o.Action.Kind.Step(o.Spec.Mode) + " failed"
 	switch o.Action.Kind {
 	case oe.OpAttach, oe.OpStage:
@@ -106,12 +112,12 @@ func failedStep(o oe.Outcome, step string) (reason, words string) {
 	return "", ""
 }
 
-// eventVolumeName is the volume's name in the event of operation o on pod
+// EventVolumeName is the volume's name in the event of operation o on pod
 // volume p, as the kubelet names it: its volume spec's name, the
 // PV's name for a PV (a migrated inline volume's translated PV too),
 // else the pod's name of the volume; for an unpublish the unique volume
 // name, as the kubelet's MountedVolume names it.
-func eventVolumeName(o oe.Outcome, p podvol.PodVolume) string {
+func EventVolumeName(o oe.Outcome, p podvol.PodVolume) string {
 	switch {
 	case o.Action.Kind == oe.OpUnpublish:
 		return string(o.Spec.Name)
@@ -123,19 +129,19 @@ func eventVolumeName(o oe.Outcome, p podvol.PodVolume) string {
 	return string(o.Spec.Name)
 }
 
-// failureEvent returns the reason and message of the warning event of
+// FailureEvent returns the reason and message of the warning event of
 // failed operation o, for pod volume p (its pod's name of the volume; the
 // zero value for an operation on the Node): "" when no event is recorded
 // for it.
-func failureEvent(o oe.Outcome, p podvol.PodVolume) (reason, message string) {
+func FailureEvent(o oe.Outcome, p podvol.PodVolume) (reason, message string) {
 	err := o.Err
 	var opErr *oe.Error
 	if errors.As(err, &opErr) {
 		err = opErr.Err // what failed, without the operation's own words
 	}
-	var sub *subPathError
+	var sub *SubPathError
 	if errors.As(err, &sub) {
-		err = sub.err
+		err = sub.Err
 	}
 	step, cause := volume.EventCause(err)
 	var inUse *volume.InUseError
@@ -146,7 +152,7 @@ func failureEvent(o oe.Outcome, p podvol.PodVolume) (reason, message string) {
 	if reason == "" {
 		return "", ""
 	}
-	return reason, fmt.Sprintf("%s for volume %q : %s", words, eventVolumeName(o, p), cause)
+	return reason, fmt.Sprintf("%s for volume %q : %s", words, EventVolumeName(o, p), cause)
 }
 
 // inUseCause is the kubelet's words for an unstage refused because mounts
@@ -158,12 +164,12 @@ func inUseCause(e *volume.InUseError, mode podvol.VolumeMode) string {
 	return fmt.Sprintf("the device mount path %q is still mounted by other references %v", e.Path, e.Refs)
 }
 
-// subPathError is the error of an unpublish that could not clean the
+// SubPathError is the error of an unpublish that could not clean the
 // pod's subPath mounts of the volume first (cleanSubPaths).
-type subPathError struct{ err error }
+type SubPathError struct{ Err error }
 
-func (e *subPathError) Error() string { return "cleaning its subPath mounts: " + e.err.Error() }
-func (e *subPathError) Unwrap() error { return e.err }
+func (e *SubPathError) Error() string { return "cleaning its subPath mounts: " + e.Err.Error() }
+func (e *SubPathError) Unwrap() error { return e.Err }
 
 // refusalEvent returns the reason and message of the event of pod volume
 // r.Pod, refused volume spec by the planner, in the kubelet's words:
@@ -203,3 +209,12 @@ func refusalEvent(spec *podvol.VolumeSpec, r planner.Refusal) (reason, message s
 	}
 	return reasonFailedMount, fmt.Sprintf("MountVolume.SetUp failed for volume %q : %s", name, cause)
 }
+
+// ExpandError is the error of a node expansion that follows a publish, so
+// that the pod's event says the expansion failed ("MountVolume.Setup
+// failed while expanding volume", as the kubelet words it), not the
+// publish.
+type ExpandError struct{ Err error }
+
+func (e *ExpandError) Error() string { return e.Err.Error() }
+func (e *ExpandError) Unwrap() error { return e.Err }

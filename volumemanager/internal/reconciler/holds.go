@@ -1,4 +1,4 @@
-package volumemanager
+package reconciler
 
 import (
 	"k8s.io/apimachinery/pkg/types"
@@ -9,8 +9,8 @@ import (
 // podsOfVolumes returns the pods to resolve again for changed volumes
 // (PersistentVolume refs of the object cache): those holding one that
 // are not resolved yet.
-func (l *loop) podsOfVolumes(refs map[objectcache.Ref]struct{}) []types.UID {
-	if l.holders == nil {
+func (l *Loop) podsOfVolumes(refs map[objectcache.Ref]struct{}) []types.UID {
+	if l.Holders == nil {
 		return nil
 	}
 	var out []types.UID
@@ -18,12 +18,12 @@ func (l *loop) podsOfVolumes(refs map[objectcache.Ref]struct{}) []types.UID {
 		if r.Kind != objectcache.PersistentVolume {
 			continue
 		}
-		if l.expands {
-			if n, ok := l.dsw.VolumeForPV(r.Name); ok {
+		if l.Expands {
+			if n, ok := l.DSW.VolumeForPV(r.Name); ok {
 				l.queue.add(n) // its node expansion may be due
 			}
 		}
-		for _, h := range l.holders.Holders(r) {
+		for _, h := range l.Holders.Holders(r) {
 			if uid := types.UID(h); l.pods.Hold(uid) != "" {
 				out = append(out, uid)
 			}

@@ -1,4 +1,4 @@
-package volumemanager
+package reconciler
 
 import (
 	"fmt"
@@ -100,7 +100,7 @@ func add(vec gaugeVec, lvs ...string) {
 
 // SELinuxProblem counts a pod volume whose containers give it no label:
 // an error when the pod waits for it (failed), else a warning.
-func (m *metrics) SELinuxProblem(p resolve.SELinuxProblem, failed bool, accessMode string) {
+func (m *Metrics) SELinuxProblem(p resolve.SELinuxProblem, failed bool, accessMode string) {
 	if m == nil || m.seLinux == nil {
 		return
 	}
@@ -119,7 +119,7 @@ func (m *metrics) SELinuxProblem(p resolve.SELinuxProblem, failed bool, accessMo
 
 // seLinuxConflict counts a pod refused a volume for its SELinux context:
 // an error, the pod waits (a PV's; an inline volume has one pod).
-func (m *metrics) seLinuxConflict(spec *podvol.VolumeSpec) {
+func (m *Metrics) seLinuxConflict(spec *podvol.VolumeSpec) {
 	if m == nil || m.seLinux == nil {
 		return
 	}
@@ -128,7 +128,7 @@ func (m *metrics) seLinuxConflict(spec *podvol.VolumeSpec) {
 
 // seLinuxAdmitted counts a volume that entered the desired state with a
 // label its plugin would mount it with.
-func (m *metrics) seLinuxAdmitted(spec *podvol.VolumeSpec) {
+func (m *Metrics) seLinuxAdmitted(spec *podvol.VolumeSpec) {
 	if m == nil || m.seLinux == nil {
 		return
 	}

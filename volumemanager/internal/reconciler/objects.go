@@ -1,15 +1,12 @@
-package volumemanager
+package reconciler
 
 import (
-	"context"
 	"maps"
 
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/internal/objectcache"
 	"github.com/nodevol/nodevol/podvol"
-	"github.com/nodevol/nodevol/volumemanager/internal/podcert"
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
@@ -24,9 +21,9 @@ import (
 // pod's first sync (MarkRemountRequired), so that what changed while no
 // one kept it current (a secret, the pod's labels, a token this run's
 // cache never issued) reaches the files now, not at the next resync.
-func (l *loop) republishChanged(uid types.UID, resolved []state.DesiredVolume) {
+func (l *Loop) republishChanged(uid types.UID, resolved []state.DesiredVolume) {
 	for _, dv := range resolved {
-		old, ok := l.dsw.Spec(dv.Spec.Name)
+		old, ok := l.DSW.Spec(dv.Spec.Name)
 		switch {
 		case !ok: // first seen in this run: found Mounted at start?
 		case dv.Spec.Plugin == "" || maps.Equal(old.Attributes, dv.Spec.Attributes):
@@ -45,15 +42,15 @@ func (l *loop) republishChanged(uid types.UID, resolved []state.DesiredVolume) {
 // too: one that failed on an object missing (or not yet readable by the
 // node) is set up when the object comes, not when its backoff ends, up
 // to two minutes later.
-func (l *loop) objectsChanged(refs map[objectcache.Ref]struct{}) {
-	if l.holders == nil {
+func (l *Loop) objectsChanged(refs map[objectcache.Ref]struct{}) {
+	if l.Holders == nil {
 		return
 	}
 	for ref := range refs {
 		if ref.Kind == objectcache.PersistentVolume {
 			continue // resolves its pods again (podsOfVolumes)
 		}
-		for _, holder := range l.holders.Holders(ref) {
+		for _, holder := range l.Holders.Holders(ref) {
 			l.podContentChanged(types.UID(holder))
 		}
 	}
@@ -65,20 +62,20 @@ func (l *loop) objectsChanged(refs map[objectcache.Ref]struct{}) {
 // Mounted, and in any case planned with its backoff forgotten, so that one
 // that failed on a missing object is set up when the object comes, not
 // when its backoff ends, up to two minutes later.
-func (l *loop) podContentChanged(uid types.UID) {
-	pod, ok := l.dsw.Pod(uid)
+func (l *Loop) podContentChanged(uid types.UID) {
+	pod, ok := l.DSW.Pod(uid)
 	if !ok {
 		return
 	}
 	for _, name := range pod.Volumes {
-		spec, ok := l.dsw.Spec(name)
+		spec, ok := l.DSW.Spec(name)
 		if !ok || spec.PluginName() == podvol.CSIPluginName {
 			continue
 		}
 		if caps, err := l.capabilities(&spec); err != nil || !caps.Republish {
 			continue
 		}
-		if actual, ok := l.asw.Volume(name); ok {
+		if actual, ok := l.ASW.Volume(name); ok {
 			if pm, ok := actual.Pods[uid]; ok && pm.State == podvol.Mounted {
 				l.vol(name).markRepublish(uid)
 			}
@@ -89,8 +86,8 @@ func (l *loop) podContentChanged(uid types.UID) {
 
 // republishPodVolume marks pod uid's volume name for publishing again if
 // it is Mounted and its plugin republishes it, and plans the volume.
-func (l *loop) republishPodVolume(uid types.UID, name podvol.UniqueVolumeName) {
-	actual, ok := l.asw.Volume(name)
+func (l *Loop) republishPodVolume(uid types.UID, name podvol.UniqueVolumeName) {
+	actual, ok := l.ASW.Volume(name)
 	if !ok {
 		return
 	}
@@ -108,17 +105,8 @@ func (l *loop) republishPodVolume(uid types.UID, name podvol.UniqueVolumeName) {
 // whose pod certificate was issued, renewed, denied or failed: a projected
 // volume still waiting for its first certificate (its publish failed with
 // ErrNotReady) is published without waiting out its backoff.
-func (l *loop) podCredentialsChanged(pods map[types.UID]struct{}) {
+func (l *Loop) podCredentialsChanged(pods map[types.UID]struct{}) {
 	for uid := range pods {
 		l.podContentChanged(uid)
 	}
-}
-
-// podCertificates is the pod certificate manager as the projected plugin
-// asks it.
-type podCertificates struct{ m *podcert.Manager }
-
-func (p podCertificates) Credentials(ctx context.Context, pod podvol.PodRef, volume string, sourceIndex int, src *v1.PodCertificateProjection) (key, chain []byte, err error) {
-	c, err := p.m.Credentials(ctx, podcert.Request{Pod: pod, Volume: volume, SourceIndex: sourceIndex, Source: src})
-	return c.PrivateKey, c.CertificateChain, err
 }

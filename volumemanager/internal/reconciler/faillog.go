@@ -1,4 +1,4 @@
-package volumemanager
+package reconciler
 
 import (
 	"time"

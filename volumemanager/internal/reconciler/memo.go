@@ -1,4 +1,4 @@
-package volumemanager
+package reconciler
 
 import (
 	"slices"
@@ -55,7 +55,7 @@ type volumeMemo struct {
 // it is every desired pod's error, as the error of an operation that
 // failed "not ready" is, with no event; it is logged when it changes. The
 // pods' errors clear when their publish succeeds.
-func (l *loop) noteNotReady(name podvol.UniqueVolumeName, rec *volumeMemo, desired []podvol.PodVolume, err error) {
+func (l *Loop) noteNotReady(name podvol.UniqueVolumeName, rec *volumeMemo, desired []podvol.PodVolume, err error) {
 	if err == nil {
 		rec.notReady = ""
 		return
@@ -70,7 +70,7 @@ func (l *loop) noteNotReady(name podvol.UniqueVolumeName, rec *volumeMemo, desir
 }
 
 // vol returns the volume's memo, creating it when missing.
-func (l *loop) vol(name podvol.UniqueVolumeName) *volumeMemo {
+func (l *Loop) vol(name podvol.UniqueVolumeName) *volumeMemo {
 	rec := l.vols[name]
 	if rec == nil {
 		rec = &volumeMemo{}
@@ -79,8 +79,8 @@ func (l *loop) vol(name podvol.UniqueVolumeName) *volumeMemo {
 	return rec
 }
 
-// waitingOf says why the volume's due work waits, as the planner last said.
-func (l *loop) waitingOf(name podvol.UniqueVolumeName) []string {
+// WaitingOf says why the volume's due work waits, as the planner last said.
+func (l *Loop) WaitingOf(name podvol.UniqueVolumeName) []string {
 	if rec := l.vols[name]; rec != nil {
 		return rec.waiting
 	}
