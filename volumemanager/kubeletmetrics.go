@@ -9,8 +9,9 @@ import (
 	"github.com/nodevol/nodevol/volumemanager/internal/state"
 )
 
-// The kubelet's volume manager metrics beside storage_operation_duration_seconds
-// (metrics.go): its volume counts by state, and its reconstruction counters.
+// The kubelet's volume_manager_total_volumes, beside the loop's metrics
+// (internal/reconciler/metrics.go: storage_operation_duration_seconds and
+// the reconstruction counters): its volume counts by state.
 const (
 	stateDesired = "desired_state_of_world"
 	stateActual  = "actual_state_of_world"

@@ -20,7 +20,7 @@ type Metrics struct {
 	// took from entering the desired state to its first successful
 	// publish (overall_volume_mount).
 	endToEnd observerVec
-	// reconstruct counts the volumes reconstructed at start (kubeletmetrics.go).
+	// reconstruct counts the volumes reconstructed at start (below).
 	reconstruct *reconstructMetrics
 	// seLinux are the volume_manager_selinux_* metrics (selinuxmetrics.go).
 	seLinux *seLinuxMetrics
