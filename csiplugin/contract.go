@@ -76,12 +76,15 @@ func (p *plugin) Capabilities(spec *podvol.VolumeSpec) (volume.Capabilities, err
 		modes = nil
 	}
 	return volume.Capabilities{
-		Attachable:      !spec.Ephemeral && attach,
-		Stages:          !spec.Ephemeral && (client.Capabilities().StageUnstage || spec.Mode == podvol.Block),
-		Block:           true,
-		Republish:       driver != nil && driver.Spec.RequiresRepublish != nil && *driver.Spec.RequiresRepublish,
-		OwnershipChange: needsOwnership(spec, anyGroup, client.Capabilities(), driver),
-		LifecycleModes:  modes,
+		Attachable: !spec.Ephemeral && attach,
+		Stages:     !spec.Ephemeral && (client.Capabilities().StageUnstage || spec.Mode == podvol.Block),
+		Block:      true,
+		Republish:  driver != nil && driver.Spec.RequiresRepublish != nil && *driver.Spec.RequiresRepublish,
+		// The driver refreshes what it serves (requiresRepublish); it
+		// reads nothing through the node's object cache.
+		RepublishAtResyncOnly: true,
+		OwnershipChange:       needsOwnership(spec, anyGroup, client.Capabilities(), driver),
+		LifecycleModes:        modes,
 	}, nil
 }
 

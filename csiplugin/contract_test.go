@@ -30,23 +30,23 @@ func TestCapabilities(t *testing.T) {
 		want    volume.Capabilities
 	}{
 		{"a PV, no CSIDriver: attached and staged", csitest.Options{}, nil, pv,
-			volume.Capabilities{Attachable: true, Stages: true, Block: true, OwnershipChange: true, LifecycleModes: persistent}},
+			volume.Capabilities{RepublishAtResyncOnly: true, Attachable: true, Stages: true, Block: true, OwnershipChange: true, LifecycleModes: persistent}},
 		{"attachRequired false", csitest.Options{}, []runtime.Object{csitest.CSIDriver(drv, false)}, pv,
-			volume.Capabilities{Stages: true, Block: true, OwnershipChange: true, LifecycleModes: persistent}},
+			volume.Capabilities{RepublishAtResyncOnly: true, Stages: true, Block: true, OwnershipChange: true, LifecycleModes: persistent}},
 		{"no STAGE_UNSTAGE_VOLUME", csitest.Options{NoStageUnstage: true}, nil, pv,
-			volume.Capabilities{Attachable: true, Block: true, OwnershipChange: true, LifecycleModes: persistent}},
+			volume.Capabilities{RepublishAtResyncOnly: true, Attachable: true, Block: true, OwnershipChange: true, LifecycleModes: persistent}},
 		{"requiresRepublish, fsGroupPolicy None", csitest.Options{},
 			[]runtime.Object{csitest.CSIDriver(drv, true, csitest.DriverRequiresRepublish(), csitest.DriverFSGroupPolicy(storagev1.NoneFSGroupPolicy))}, pv,
-			volume.Capabilities{Attachable: true, Stages: true, Block: true, Republish: true, LifecycleModes: persistent}},
+			volume.Capabilities{RepublishAtResyncOnly: true, Attachable: true, Stages: true, Block: true, Republish: true, LifecycleModes: persistent}},
 		{"the driver applies fsGroup itself", csitest.Options{VolumeMountGroup: true}, nil, pv,
-			volume.Capabilities{Attachable: true, Stages: true, Block: true, LifecycleModes: persistent}},
+			volume.Capabilities{RepublishAtResyncOnly: true, Attachable: true, Stages: true, Block: true, LifecycleModes: persistent}},
 		{"an inline volume, no CSIDriver: neither attached nor staged, no modes (the publish refuses it)", csitest.Options{}, nil, inline,
-			volume.Capabilities{Block: true}},
+			volume.Capabilities{RepublishAtResyncOnly: true, Block: true}},
 		{"a raw block volume is staged without STAGE_UNSTAGE_VOLUME (its map directories)", csitest.Options{NoStageUnstage: true}, nil, &block,
-			volume.Capabilities{Attachable: true, Stages: true, Block: true, OwnershipChange: true, LifecycleModes: persistent}},
+			volume.Capabilities{RepublishAtResyncOnly: true, Attachable: true, Stages: true, Block: true, OwnershipChange: true, LifecycleModes: persistent}},
 		{"the CSIDriver's volumeLifecycleModes", csitest.Options{},
 			[]runtime.Object{csitest.CSIDriver(drv, true, csitest.DriverLifecycleModes(both...))}, inline,
-			volume.Capabilities{Block: true, LifecycleModes: both}},
+			volume.Capabilities{RepublishAtResyncOnly: true, Block: true, LifecycleModes: both}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -44,8 +44,17 @@ type Capabilities struct {
 	// (volumeDevices).
 	Block bool
 	// Republish: a published volume is published again at every resync
-	// (CSI requiresRepublish: tokens and secrets that rotate).
+	// (CSI requiresRepublish: tokens and secrets that rotate), and, unless
+	// RepublishAtResyncOnly, at once when what the pod reads through the
+	// node changes (an API object it holds in the object cache, its pod
+	// certificates): configMap, secret, downwardAPI and projected volumes
+	// show those.
 	Republish bool
+	// RepublishAtResyncOnly: Republish is the driver's own refresh at each
+	// resync (a CSI driver reads what it serves itself, not through the
+	// node's object cache): a change of the pod's objects or certificates
+	// does not publish the volume again, nor cut its backoff.
+	RepublishAtResyncOnly bool
 	// OwnershipChange: after publishing for a pod that has an fsGroup and
 	// mounts the volume writable, the plugin gives that group ownership
 	// of the volume's files (the kubelet's fsGroup walk); false when the

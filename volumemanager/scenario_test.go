@@ -179,6 +179,8 @@ func (p scenarioPlugin) Capabilities(spec *podvol.VolumeSpec) (volume.Capabiliti
 		Stages:     !spec.Ephemeral,
 		Block:      true,
 		Republish:  d != nil && d.Spec.RequiresRepublish != nil && *d.Spec.RequiresRepublish,
+		// As the CSI plugin: the driver refreshes, not the pod's objects.
+		RepublishAtResyncOnly: true,
 	}, nil
 }
 

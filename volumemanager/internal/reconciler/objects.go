@@ -56,9 +56,10 @@ func (l *Loop) objectsChanged(refs map[objectcache.Ref]struct{}) {
 	}
 }
 
-// podContentChanged acts on a change of what pod uid's volumes of other
-// plugins than CSI show (an object they read, a pod certificate): each
-// that republishes (Capabilities.Republish) is published again if
+// podContentChanged acts on a change of what pod uid reads through the
+// node (an object it holds, a pod certificate): each of its volumes that
+// republishes on such a change (Capabilities.Republish and not
+// RepublishAtResyncOnly: not a CSI driver's) is published again if
 // Mounted, and in any case planned with its backoff forgotten, so that one
 // that failed on a missing object is set up when the object comes, not
 // when its backoff ends, up to two minutes later.
@@ -69,10 +70,10 @@ func (l *Loop) podContentChanged(uid types.UID) {
 	}
 	for _, name := range pod.Volumes {
 		spec, ok := l.DSW.Spec(name)
-		if !ok || spec.PluginName() == podvol.CSIPluginName {
+		if !ok {
 			continue
 		}
-		if caps, err := l.capabilities(&spec); err != nil || !caps.Republish {
+		if caps, err := l.capabilities(&spec); err != nil || !caps.Republish || caps.RepublishAtResyncOnly {
 			continue
 		}
 		if actual, ok := l.ASW.Volume(name); ok {
