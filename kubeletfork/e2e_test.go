@@ -2,10 +2,12 @@ package kubeletfork_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,18 +36,26 @@ func e2ePods(suffix, claim, flexSrc string) []*v1.Pod {
 		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: e2eNS, Name: name + suffix},
 			Spec: v1.PodSpec{NodeName: e2eNode, HostNetwork: true, Containers: []v1.Container{c}, Volumes: vols}}
 	}
+	objects := pod("objects",
+		v1.Volume{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
+			LocalObjectReference: v1.LocalObjectReference{Name: e2eCM}}}},
+		v1.Volume{Name: "creds", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: e2eSecret}}},
+		v1.Volume{Name: "info", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{Items: []v1.DownwardAPIVolumeFile{
+			{Path: "name", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}}},
+		v1.Volume{Name: "cache", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}})
+	// The container also reads the configMap and the secret as env: the
+	// kubelet resolves it through nodevol's object cache (the adapter's
+	// ObjectManagers), so it starts only if that read works.
+	objects.Spec.Containers[0].Env = []v1.EnvVar{{Name: "VALUE", ValueFrom: &v1.EnvVarSource{ConfigMapKeyRef: &v1.ConfigMapKeySelector{
+		LocalObjectReference: v1.LocalObjectReference{Name: e2eCM}, Key: e2eCMKey}}}}
+	objects.Spec.Containers[0].EnvFrom = []v1.EnvFromSource{{SecretRef: &v1.SecretEnvSource{
+		LocalObjectReference: v1.LocalObjectReference{Name: e2eSecret}}}}
 	return []*v1.Pod{
 		pod("claim", v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{
 			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}),
 		pod("inline", v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{
 			Driver: e2eDriver, VolumeAttributes: map[string]string{"size": "32Mi"}}}}),
-		pod("objects",
-			v1.Volume{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
-				LocalObjectReference: v1.LocalObjectReference{Name: e2eCM}}}},
-			v1.Volume{Name: "creds", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: e2eSecret}}},
-			v1.Volume{Name: "info", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{Items: []v1.DownwardAPIVolumeFile{
-				{Path: "name", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}}},
-			v1.Volume{Name: "cache", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}),
+		objects,
 		pod("flex", v1.Volume{Name: "share", VolumeSource: v1.VolumeSource{FlexVolume: &v1.FlexVolumeSource{
 			Driver: e2eFlexDriver, SecretRef: &v1.LocalObjectReference{Name: e2eFlexSecret}, Options: map[string]string{"source": flexSrc}}}}),
 	}
@@ -94,8 +104,10 @@ func TestForkRunsPodsOnNodevol(t *testing.T) {
 		"--reg-path", filepath.Join(e.kubelet.Root, "plugins_registry"), "--driver-name", e2eDriver, "--endpoint", sock})
 
 	// Round 1: created, checked, deleted.
+	base := e.watches() // the API server's own
 	r := e.createRound(p, "-1")
 	r.check(p)
+	e.checkObjectWatches(p, base)
 	r.checkStats(p)
 	r.delete(p)
 
@@ -349,4 +361,58 @@ func (r *round) checkFlexCalls() {
 			}
 		}
 	}
+}
+
+// checkObjectWatches checks that the API server serves, beyond base (its
+// own watches, before the pods), one watch per configMap and secret the
+// node reads, whether a pod reads it as a volume, as env or both: the
+// configMap and the secret of the objects pod, its namespace's
+// kube-root-ca.crt (every kube-api-access volume), the flexVolume's
+// secret. The stock kubelet's configMap and secret managers would watch
+// each a second time beside nodevol's object cache.
+func (e *forkEnv) checkObjectWatches(p *kubelettest.Process, base map[string]float64) {
+	e.t.Helper()
+	want := map[string]float64{"configmaps": 2, "secrets": 2}
+	got := map[string]float64{}
+	// A watch is counted once the API server serves it: opened before the
+	// pods ran, its count may lag their phase by a moment.
+	ctx, cancel := context.WithTimeout(e.t.Context(), time.Minute)
+	defer cancel()
+	err := p.WaitFor(ctx, "the API server's watches", func() bool {
+		all := e.watches()
+		for r := range want {
+			got[r] = all[r] - base[r]
+		}
+		return got["configmaps"] == want["configmaps"] && got["secrets"] == want["secrets"]
+	})
+	if err != nil {
+		e.t.Errorf("the API server serves %v watches of the node's, want one per object the node reads: %v (%v)", got, want, err)
+	}
+}
+
+// watches is the API server's count of the watches it serves, by resource
+// (apiserver_longrunning_requests).
+func (e *forkEnv) watches() map[string]float64 {
+	data, err := e.admin.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(e.t.Context())
+	if err != nil {
+		e.t.Fatalf("reading the API server's metrics: %v", err)
+	}
+	got := map[string]float64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, "apiserver_longrunning_requests{") || !strings.Contains(line, `verb="WATCH"`) {
+			continue
+		}
+		labels, value, ok := strings.Cut(line[len("apiserver_longrunning_requests{"):], "} ")
+		_, res, found := strings.Cut(labels, `resource="`)
+		if !ok || !found {
+			continue
+		}
+		res, _, _ = strings.Cut(res, `"`)
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			e.t.Fatalf("the API server's metric %q: %v", line, err)
+		}
+		got[res] += v
+	}
+	return got
 }

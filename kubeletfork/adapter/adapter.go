@@ -127,7 +127,7 @@ func newManager(c options) (*Manager, error) {
 		SelfAttach:                   c.selfAttach,
 		VolumesInUseReportedByCaller: true,
 		VolumeStatsCollectedByCaller: true,
-		EnvReadByCaller:              true, // the kubelet's configMap and secret managers
+		EnvReadByCaller:              false, // the kubelet reads env through ObjectManagers
 		VolumeStatsPeriod:            c.statsPeriod,
 		VolumePluginDir:              c.volumePluginDir,
 		// The kubelet's eviction manager reads each emptyDir's usage
