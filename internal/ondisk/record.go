@@ -366,7 +366,7 @@ func (rs *Records) Remove(dir string) error {
 		return err
 	}
 	rs.Close()
-	if err := rs.rfs.RemoveAny(RecordFile(dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := rs.rfs.Unlink(RecordFile(dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("removing the record of %s: %w", dir, err)
 	}
 	rs.pubs.drop(dir)
