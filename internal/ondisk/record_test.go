@@ -219,7 +219,7 @@ func TestRecordsInRewrite(t *testing.T) {
 	defer h.Close()
 	const dir = "plugins/kubernetes.io/csi/d/0123"
 	in := rs.In(h)
-	rec := &Record{Dir: dir, Driver: "d", VolumeHandle: "h", Phase: PhaseStaging, Mode: "Filesystem"}
+	rec := &Record{Dir: dir, Driver: "d", VolumeHandle: "h", PVName: "pv-of-a-long-name", Phase: PhaseStaging, Mode: "Filesystem"}
 	if err := in.Write(t.Context(), rec); err != nil {
 		t.Fatal(err)
 	}
@@ -227,6 +227,7 @@ func TestRecordsInRewrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rec.PVName = "" // shorter by far more than the time can grow
 	in.Update(t.Context(), rec, PhaseStaged)
 	in.Close()
 	if got, err := ReadRecord(r, dir); err != nil || got.Phase != PhaseStaged {
