@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path/filepath"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	storagev1 "k8s.io/api/storage/v1"
@@ -52,20 +51,28 @@ func (p *plugin) SetUp(ctx context.Context, req volume.MountRequest) (string, er
 // request is built.
 func (p *plugin) publish(ctx context.Context, pub *publication) (string, error) {
 	spec, vol, dir, target := pub.req.Spec, pub.req.Volume, pub.dir, pub.call.TargetPath
-	if err := p.rfs.MkdirAll(dir, 0o750); err != nil {
+	// The pod volume directory, held: made (and every directory above it
+	// checked) from one handle, and vol_data.json written from it.
+	vd, made, err := p.rfs.MkdirAllSub(dir, 0o750, podsDepth)
+	if err != nil {
 		return pub.fail(err)
 	}
-	if _, err := p.rfs.Verify(target); err != nil {
-		return pub.fail(err) // nothing written beside a symlink
+	defer vd.Close()
+	// The driver creates "mount"; one that is there must not be a symlink,
+	// nothing is written beside one, and it is checked again right before
+	// the driver gets the path. In a directory this call has just made
+	// there is none to check.
+	if !made {
+		if _, err := vd.Verify(ondisk.PublishLeaf); err != nil {
+			return pub.fail(err)
+		}
 	}
-	err := ondisk.WriteVolumeData(p.rfs, dir, p.podVolumeData(spec, vol))
+	err = ondisk.WriteVolumeDataIn(vd, made, p.podVolumeData(spec, vol))
 	if err == nil {
 		err = p.records.Write(ctx, pub.rec)
 	}
-	if err == nil {
-		// The driver creates "mount"; one that is there must not be a
-		// symlink. Checked right before the driver gets the path.
-		_, err = p.rfs.Verify(target)
+	if err == nil && !made {
+		_, err = vd.Verify(ondisk.PublishLeaf)
 	}
 	if err == nil {
 		err = pub.client.Bound(p.timeout, p.steps).NodePublishVolume(ctx, pub.call)
@@ -104,6 +111,24 @@ func (p *plugin) publish(ctx context.Context, pub *publication) (string, error) 
 	}
 	return target, nil
 }
+
+// verifyLeaf checks that directory dir exists (fs.ErrNotExist
+// otherwise) and that neither it nor anything above it below the root is
+// a symlink, nor its leaf (which may be missing), and returns the leaf's
+// path: dir opened once and the leaf looked at from it, where a Stat of
+// dir and a Verify of the leaf resolved dir twice.
+func (p *plugin) verifyLeaf(dir, leaf string) (string, error) {
+	d, err := p.rfs.Sub(dir)
+	if err != nil {
+		return "", err
+	}
+	defer d.Close()
+	return d.Verify(leaf)
+}
+
+// podsDepth is how many components of a pod volume directory (relative to
+// the root) are expected to exist before a publish: "pods".
+const podsDepth = 1
 
 // podVolumeData is the vol_data.json of a pod's volume.
 func (p *plugin) podVolumeData(spec *podvol.VolumeSpec, vol podvol.PodVolume) *ondisk.VolumeData {
@@ -146,16 +171,13 @@ func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 	if err != nil {
 		return fail(err)
 	}
-	if _, err := p.rfs.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+	target, err := p.verifyLeaf(dir, ondisk.PublishLeaf)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	} else if err != nil {
 		return fail(err)
 	}
 	client, err := p.drivers.Client(spec.Driver)
-	if err != nil {
-		return fail(err)
-	}
-	target, err := p.rfs.Verify(filepath.Join(dir, ondisk.PublishLeaf))
 	if err != nil {
 		return fail(err)
 	}

@@ -153,7 +153,7 @@ func (p *plugin) withRootHeld() (*plugin, func(), error) {
 		q.ownMapper = m.In(h)
 		q.blockMapper = q.ownMapper
 	}
-	return &q, release, nil
+	return &q, func() { q.records.Close(); release() }, nil
 }
 
 // New checks cfg, fills in defaults and returns the CSI plugin. What it

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/internal/rootfs"
 	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -61,15 +62,17 @@ func (p *plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (str
 		return fail(err)
 	}
 	stagingPath := filepath.Join(dir, ondisk.StagingLeaf)
-	if err := p.rfs.MkdirAll(stagingPath, 0o750); err != nil {
+	sd, made, err := p.makeStagingDir(dir)
+	if err != nil {
 		return fail(err)
 	}
+	defer sd.Close()
 	// specVolID (the PV's name) is more than the kubelet writes here; it
 	// lets a restart tell which unreadable pod directory may use the device.
 	// A legacy directory's vol_data.json is read, never written: it already
 	// names this volume.
 	if !legacy {
-		err = ondisk.WriteVolumeData(p.rfs, dir, &ondisk.VolumeData{SpecVolID: spec.PVName, VolumeHandle: spec.VolumeHandle, DriverName: spec.Driver,
+		err = ondisk.WriteVolumeDataIn(sd, made, &ondisk.VolumeData{SpecVolID: spec.PVName, VolumeHandle: spec.VolumeHandle, DriverName: spec.Driver,
 			SELinuxMountContext: req.SELinuxContext})
 	}
 	rec := volumeRecord(spec, dir, req.PublishContext, client.Capabilities())
@@ -77,9 +80,11 @@ func (p *plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (str
 		rec.Phase = ondisk.PhaseStaging
 		err = p.records.Write(ctx, rec)
 	}
-	if err == nil {
-		// Checked again right before the driver gets the path.
-		_, err = p.rfs.Verify(stagingPath)
+	if err == nil && !made {
+		// Checked again right before the driver gets the path: in a
+		// directory this call has just made, nothing can be there but
+		// the directory it made.
+		_, err = sd.Verify(ondisk.StagingLeaf)
 	}
 	if err == nil {
 		err = client.Bound(p.timeout, p.steps).NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
@@ -100,6 +105,33 @@ func (p *plugin) MountDevice(ctx context.Context, req volume.DeviceRequest) (str
 		logger.Info("Volume staged", "volume", spec.Name, "driver", spec.Driver, "stagingPath", stagingPath)
 	}
 	return stagingPath, nil
+}
+
+// stagingDepth is how many components of a staging directory (relative to
+// the root) are expected to exist before a stage: the driver's directory,
+// plugins/kubernetes.io/csi/{driver} (or the legacy pv).
+const stagingDepth = 4
+
+// makeStagingDir makes the staging directory dir and its globalmount, and
+// returns dir held (its vol_data.json is written from it) and whether this
+// call made dir: then it made globalmount too, with one mkdirat, and
+// nothing else is in it. Otherwise globalmount is made if missing and
+// refused if it is a symlink.
+func (p *plugin) makeStagingDir(dir string) (*rootfs.Root, bool, error) {
+	sd, made, err := p.rfs.MkdirAllSub(dir, 0o750, stagingDepth)
+	if err != nil {
+		return nil, false, err
+	}
+	if made {
+		err = sd.Mkdir(ondisk.StagingLeaf, 0o750)
+	} else {
+		err = sd.MkdirAll(ondisk.StagingLeaf, 0o750)
+	}
+	if err != nil {
+		sd.Close()
+		return nil, false, err
+	}
+	return sd, made, nil
 }
 
 // undoStage removes what a stage that failed with err created, unless the
@@ -153,17 +185,14 @@ func (p *plugin) UnmountDevice(ctx context.Context, req volume.DeviceRequest) er
 	if err != nil {
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
-	if _, err := p.rfs.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+	stagingPath, err := p.verifyLeaf(dir, ondisk.StagingLeaf)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	} else if err != nil {
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
 	client, err := p.drivers.Client(spec.Driver)
 	if err != nil {
-		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
-	}
-	stagingPath := filepath.Join(dir, ondisk.StagingLeaf)
-	if _, err := p.rfs.Verify(stagingPath); err != nil {
 		return fmt.Errorf("unstaging volume %s: %w", volumeDesc(spec), err)
 	}
 	if err := p.checkMountRefs(stagingPath); err != nil {

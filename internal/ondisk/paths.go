@@ -3,7 +3,10 @@ package ondisk
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -147,6 +150,29 @@ func checkVolumeData(path string, d *VolumeData, err error) (*VolumeData, error)
 		return nil, fmt.Errorf("reading %s: %w: volumeHandle or driverName missing", path, fsutil.ErrCorrupt)
 	}
 	return d, nil
+}
+
+// WriteVolumeDataIn writes vol_data.json in directory d (held:
+// rootfs.Root.MkdirAllSub). When made says d was just made, and so holds
+// none, it is created with O_EXCL and written once on the descriptor that
+// created it, not through a temporary file renamed over it: no reader
+// knows the directory yet, and a stop before the write ends leaves a
+// directory holding nothing but an unreadable vol_data.json, which
+// RemoveUnusedVolumeDir takes as it took one holding nothing. The bytes
+// and the mode are WriteVolumeData's.
+func WriteVolumeDataIn(d *rootfs.Root, made bool, v *VolumeData) error {
+	if made {
+		data, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("encoding %s: %w", VolumeDataFile, err)
+		}
+		err = d.WriteFileNew(VolumeDataFile, data, 0o640, -1, -1)
+		if !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		// Someone made one meanwhile: replaced as WriteVolumeData does.
+	}
+	return fsutil.WriteJSONAtomicIn(d, VolumeDataFile, v, 0o640)
 }
 
 // WriteVolumeData writes dir/vol_data.json (dir relative to r or absolute

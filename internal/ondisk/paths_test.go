@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodevol/nodevol/internal/fsutil"
+	"github.com/nodevol/nodevol/internal/rootfs"
 	"github.com/nodevol/nodevol/podvol"
 )
 
@@ -95,5 +96,69 @@ func TestLoadVolumeData(t *testing.T) {
 		if _, err := LoadVolumeData(dir); !errors.Is(err, fsutil.ErrCorrupt) {
 			t.Errorf("LoadVolumeData(%s) = %v, want ErrCorrupt", bad, err)
 		}
+	}
+}
+
+// TestWriteVolumeDataIn: written once in a directory just made, the file
+// is byte for byte and mode for mode what WriteVolumeData writes (what the
+// kubelet reads); in a directory found, or where one appeared meanwhile,
+// it replaces what is there (a symlink too, never written through).
+func TestWriteVolumeDataIn(t *testing.T) {
+	base := t.TempDir()
+	r, err := rootfs.New(filepath.Join(base, "root"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &VolumeData{SpecVolID: "pv", VolumeHandle: "h", DriverName: "d", NodeName: "n", AttachmentID: "a", VolumeLifecycleMode: "Persistent"}
+	if err := r.MkdirAll("old", 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteVolumeData(r, "old", d); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.ReadFile(filepath.Join(r.Path(), "old", VolumeDataFile))
+	wantFi, _ := os.Stat(filepath.Join(r.Path(), "old", VolumeDataFile))
+	outside := filepath.Join(base, "outside")
+	if err := os.WriteFile(outside, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		made  bool
+		plant func(path string) error
+	}{
+		{"made", true, nil},
+		{"made, one there meanwhile", true, func(p string) error { return os.WriteFile(p, []byte("{}"), 0o600) }},
+		{"found", false, func(p string) error { return os.WriteFile(p, []byte("{}"), 0o600) }},
+		{"found, a symlink there", false, func(p string) error { return os.Symlink(outside, p) }},
+		{"made, a symlink there", true, func(p string) error { return os.Symlink(outside, p) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(r.Path(), tc.name)
+			if err := os.Mkdir(dir, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			if tc.plant != nil {
+				if err := tc.plant(filepath.Join(dir, VolumeDataFile)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sub, err := r.Sub(tc.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			if err := WriteVolumeDataIn(sub, tc.made, d); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := os.ReadFile(filepath.Join(dir, VolumeDataFile))
+			fi, err := os.Lstat(filepath.Join(dir, VolumeDataFile))
+			if string(got) != string(want) || err != nil || fi.Mode() != wantFi.Mode() {
+				t.Errorf("wrote %q (%v, %v), want %q (%v)", got, fi.Mode(), err, want, wantFi.Mode())
+			}
+			if b, _ := os.ReadFile(outside); string(b) != "keep" {
+				t.Errorf("written through a symlink: outside holds %q", b)
+			}
+		})
 	}
 }

@@ -219,6 +219,16 @@ func ReadBootID(path string) (string, error) {
 type Records struct {
 	rfs *rootfs.Root
 	*recordsState
+	// open is the record an In view wrote last, held open for the
+	// operation's next write of it (nil in a Records from NewRecords).
+	open *openRecord
+}
+
+// openRecord is one directory's record held open by an operation: the
+// write after its call (Staged, Published) is then one system call.
+type openRecord struct {
+	dir string // relative to the root
+	f   *rootfs.RewriteFile
 }
 
 // recordsState is what the Records of one root and their In views share.
@@ -236,9 +246,19 @@ func NewRecords(r *rootfs.Root, bootID string) *Records {
 
 // In returns rs writing through r, a Root on the same directory (one
 // from Hold, for one operation's records), and sharing everything else
-// with rs. It is valid as long as r is.
+// with rs. It is valid as long as r is. It holds the record it wrote
+// last open until the next record is written or removed, or Close: one
+// operation's view, not for concurrent use.
 func (rs *Records) In(r *rootfs.Root) *Records {
-	return &Records{rfs: r, recordsState: rs.recordsState}
+	return &Records{rfs: r, recordsState: rs.recordsState, open: &openRecord{}}
+}
+
+// Close closes the record an In view holds open, if any.
+func (rs *Records) Close() {
+	if rs.open != nil && rs.open.f != nil {
+		_ = rs.open.f.Close()
+		rs.open.f, rs.open.dir = nil, ""
+	}
 }
 
 // BootID is the boot ID the records are written with.
@@ -271,6 +291,20 @@ func (rs *Records) Write(ctx context.Context, rec *Record) error {
 		return err
 	}
 	rec.Dir, rec.Version, rec.BootID, rec.Time = dir, recordVersion, rs.bootID, time.Now().UTC()
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if rs.open != nil && rs.open.f != nil && rs.open.dir == dir {
+		// The operation's second write of the record: on the descriptor
+		// its first write opened.
+		if err := rs.open.f.Rewrite(data); err != nil {
+			return fmt.Errorf("recording %s of %s: %w", rec.Phase.Call(), dir, err)
+		}
+		rs.wrote(rec, dir)
+		return nil
+	}
+	rs.Close()
 	name := RecordFile(dir)
 	shard := path.Dir(name)
 	if _, ok := rs.made.Load(shard); !ok {
@@ -279,9 +313,20 @@ func (rs *Records) Write(ctx context.Context, rec *Record) error {
 		}
 		rs.made.Store(shard, true)
 	}
-	data, err := json.Marshal(rec)
-	if err != nil {
-		return err
+	if rs.open != nil {
+		// Held open for the write after the call. A stage or publish
+		// about to be made expects no record (created with O_EXCL, no
+		// fstat); padding a shorter record with spaces spares the cut.
+		fresh := rec.Phase == PhaseStaging || rec.Phase == PhasePublishing
+		f, err := rs.rfs.OpenRewrite(name, data, 0o600, fresh, ' ')
+		if err == nil {
+			rs.open.dir, rs.open.f = dir, f
+			rs.wrote(rec, dir)
+			return nil
+		}
+		// Anything else there (a symlink, a FIFO, a directory), the shard
+		// gone, or the hook's refusal: the write below, which takes back
+		// what is not a regular file and asks the hook again.
 	}
 	err = rs.rfs.WriteFileInPlace(name, data, 0o600)
 	if err != nil {
@@ -300,10 +345,16 @@ func (rs *Records) Write(ctx context.Context, rec *Record) error {
 		}
 		return fmt.Errorf("recording %s of %s: %w", rec.Phase.Call(), dir, err)
 	}
+	rs.wrote(rec, dir)
+	return nil
+}
+
+// wrote notes the record of dir just written in the index of block
+// publishes.
+func (rs *Records) wrote(rec *Record, dir string) {
 	if rec.Mode == string(podvol.Block) && rec.PodUID != "" {
 		rs.pubs.add(dir)
 	}
-	return nil
 }
 
 // Remove removes dir's record; a missing one is no error. Whatever stands
@@ -314,7 +365,8 @@ func (rs *Records) Remove(dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := rs.rfs.RemoveAny(RecordFile(dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	rs.Close()
+	if err := rs.rfs.Unlink(RecordFile(dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("removing the record of %s: %w", dir, err)
 	}
 	rs.pubs.drop(dir)

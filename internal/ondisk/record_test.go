@@ -3,6 +3,7 @@ package ondisk
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodevol/nodevol/internal/fsutil"
 	"github.com/nodevol/nodevol/internal/rootfs"
@@ -191,5 +193,126 @@ func TestRecordsIn(t *testing.T) {
 	}
 	if pubs, _ := rs.PublishedIn(path.Dir(dir)); len(pubs) != 0 {
 		t.Errorf("PublishedIn after Remove = %q, want none", pubs)
+	}
+}
+
+// TestRecordsInRewrite: an operation's view writes a record before its
+// call and again after it on one descriptor: the second, shorter, record
+// reads back as itself (padded, not cut); one written over a record an
+// older nodevol wrote (no padding, cut to length) reads back too; and a
+// record left torn by a stop in the middle of the write after the call
+// reads as the call in flight, or as corrupt (which recovery treats as in
+// flight too), never as another call's or another directory's.
+func TestRecordsInRewrite(t *testing.T) {
+	r, err := rootfs.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.MkdirAll(".", 0o750); err != nil {
+		t.Fatal(err)
+	}
+	rs := NewRecords(r, "boot")
+	h, err := r.Hold()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	const dir = "plugins/kubernetes.io/csi/d/0123"
+	in := rs.In(h)
+	rec := &Record{Dir: dir, Driver: "d", VolumeHandle: "h", PVName: "pv-of-a-long-name", Phase: PhaseStaging, Mode: "Filesystem"}
+	if err := in.Write(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	staging, err := os.ReadFile(filepath.Join(r.Path(), RecordFile(dir)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.PVName = "" // shorter by far more than the time can grow
+	in.Update(t.Context(), rec, PhaseStaged)
+	in.Close()
+	if got, err := ReadRecord(r, dir); err != nil || got.Phase != PhaseStaged {
+		t.Fatalf("after the rewrite ReadRecord = %+v, %v; want Staged", got, err)
+	}
+	staged, _ := os.ReadFile(filepath.Join(r.Path(), RecordFile(dir)))
+	if len(staged) != len(staging) || staged[len(staged)-1] != ' ' {
+		t.Errorf("the shorter record is %d bytes ending in %q; want padded to %d", len(staged), staged[len(staged)-1:], len(staging))
+	}
+
+	// Torn: each prefix of the Staged record over the Staging one.
+	stagedJSON, _ := json.Marshal(&Record{Version: 1, BootID: "boot", Phase: PhaseStaged, Dir: dir, Driver: "d", VolumeHandle: "h", Mode: "Filesystem", Time: time.Now().UTC()})
+	for k := range len(stagedJSON) {
+		torn := append(append([]byte(nil), stagedJSON[:k]...), staging[min(k, len(staging)):]...)
+		if err := os.WriteFile(filepath.Join(r.Path(), RecordFile(dir)), torn, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadRecord(r, dir)
+		switch {
+		case err != nil && !errors.Is(err, fsutil.ErrCorrupt):
+			t.Fatalf("torn at %d: %v, want ErrCorrupt", k, err)
+		case err != nil:
+		case got.Dir != dir || got.Phase.Call() != "NodeStageVolume":
+			t.Fatalf("torn at %d: read as %+v", k, got)
+		case got.Phase.Done() && !strings.Contains(string(stagedJSON[:k]), `"phase":"Staged"`):
+			t.Fatalf("torn at %d, before the new phase was written: read as done", k)
+		}
+	}
+
+	// A record an older nodevol wrote (cut to length, not padded), longer
+	// than what is written over it, and one shorter.
+	for _, old := range []string{
+		`{"version":1,"bootID":"old-boot","phase":"Published","dir":"` + dir + `","driver":"d","volumeHandle":"h","pvName":"pv-with-a-long-name","mode":"Filesystem","time":"2026-11-01T00:00:00Z"}`,
+		`{"version":1,"bootID":"b","phase":"Staged","dir":"` + dir + `","driver":"d","volumeHandle":"h","mode":"Filesystem","time":"2026-11-01T00:00:00Z"}`,
+	} {
+		if err := os.WriteFile(filepath.Join(r.Path(), RecordFile(dir)), []byte(old), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := ReadRecord(r, dir); err != nil || got.BootID == "boot" {
+			t.Fatalf("an older nodevol's record: %+v, %v", got, err)
+		}
+		in := rs.In(h)
+		in.Update(t.Context(), &Record{Dir: dir, Driver: "d", VolumeHandle: "h", Mode: "Filesystem"}, PhaseUnstaging)
+		in.Close()
+		if got, err := ReadRecord(r, dir); err != nil || got.Phase != PhaseUnstaging || got.PVName != "" {
+			t.Errorf("written over an older nodevol's record: %+v, %v", got, err)
+		}
+	}
+}
+
+// TestRecordsInTakesBack: an operation's view takes back what stands
+// where the record goes (a symlink: the link, never what it points to),
+// as a Records from NewRecords does.
+func TestRecordsInTakesBack(t *testing.T) {
+	base := t.TempDir()
+	r, err := rootfs.New(filepath.Join(base, "root"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const dir = "pods/uid/volumes/kubernetes.io~csi/pv"
+	name := filepath.Join(r.Path(), RecordFile(dir))
+	if err := os.MkdirAll(filepath.Dir(name), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(base, "target")
+	if err := os.WriteFile(target, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, name); err != nil {
+		t.Fatal(err)
+	}
+	h, err := r.Hold()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	in := NewRecords(r, "boot").In(h)
+	defer in.Close()
+	if err := in.Write(t.Context(), &Record{Dir: dir, Driver: "d", VolumeHandle: "h", Phase: PhasePublishing, Mode: "Filesystem", PodUID: "uid"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(target); string(got) != "keep" {
+		t.Errorf("written through the symlink: the target holds %q", got)
+	}
+	if got, err := ReadRecord(r, dir); err != nil || got.Phase != PhasePublishing {
+		t.Errorf("ReadRecord = %+v, %v", got, err)
 	}
 }

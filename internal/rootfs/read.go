@@ -25,6 +25,20 @@ func (r *Root) Verify(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if len(comps) == 1 && r.held {
+		// A name in the held directory (a Sub's leaf): one fstatat, not
+		// following it, says all.
+		var st unix.Stat_t
+		switch err := unix.Fstatat(r.fd, comps[0], &st, unix.AT_SYMLINK_NOFOLLOW); {
+		case err == unix.ENOENT:
+			return full, nil
+		case err != nil:
+			return "", &PathError{Op: "verify", Path: full, Component: full, Err: err}
+		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+			return "", &PathError{Op: "verify", Path: full, Component: full, Err: ErrSymlink}
+		}
+		return full, nil
+	}
 	// With openat2 a symlink as the last component fails the open itself
 	// (RESOLVE_NO_SYMLINKS without O_NOFOLLOW), so nothing needs to be
 	// asked of the file; the walk opens such a symlink itself (O_PATH with

@@ -55,7 +55,14 @@ func TestRemove(t *testing.T) {
 
 // TestRemoveAny removes what is at a name, whatever it is, without
 // following it: a symlink goes, what it points to stays.
+// (Unlink, which does not look first, removes what RemoveAny does.)
 func TestRemoveAny(t *testing.T) {
+	for name, removeAny := range map[string]func(*Root, string) error{"RemoveAny": (*Root).RemoveAny, "Unlink": (*Root).Unlink} {
+		t.Run(name, func(t *testing.T) { testRemoveAny(t, removeAny) })
+	}
+}
+
+func testRemoveAny(t *testing.T, removeAny func(*Root, string) error) {
 	both(t, func(t *testing.T) {
 		r, outside := setup(t)
 		writeFile(t, filepath.Join(outside, "target"), "x")
@@ -68,17 +75,17 @@ func TestRemoveAny(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, name := range []string{"v/file", "v/empty", "v/link", "v/fifo"} {
-			if err := r.RemoveAny(name); err != nil {
+			if err := removeAny(r, name); err != nil {
 				t.Errorf("RemoveAny(%s): %v", name, err)
 			}
 		}
-		if err := r.RemoveAny("v/full"); !errors.Is(err, syscall.ENOTEMPTY) {
+		if err := removeAny(r, "v/full"); !errors.Is(err, syscall.ENOTEMPTY) {
 			t.Errorf("RemoveAny(a non-empty directory) = %v, want ENOTEMPTY", err)
 		}
-		if err := r.RemoveAny("v/missing"); !errors.Is(err, fs.ErrNotExist) {
+		if err := removeAny(r, "v/missing"); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("RemoveAny(missing) = %v, want ErrNotExist", err)
 		}
-		assertSymlinkErr(t, r.RemoveAny("linked/target"), filepath.Join(r.Path(), "linked"))
+		assertSymlinkErr(t, removeAny(r, "linked/target"), filepath.Join(r.Path(), "linked"))
 		assertTree(t, outside, "target")
 		assertTree(t, filepath.Join(r.Path(), "v"), "full", "full/x")
 	})

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -70,5 +71,47 @@ func TestSubRefusesSymlinks(t *testing.T) {
 		if err := sub.Mkdir("e", 0o755); err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// TestMkdirAllSub: the directory made below the known part and held; made
+// says whether this call made it; a symlink anywhere is refused and
+// nothing is made through it.
+func TestMkdirAllSub(t *testing.T) {
+	both(t, func(t *testing.T) {
+		r, outside := setup(t)
+		mkdir(t, filepath.Join(r.Path(), "pods"))
+		name := "pods/uid/volumes/kubernetes.io~csi/pv"
+		sub, made, err := r.MkdirAllSub(name, 0o750, 1)
+		if err != nil || !made {
+			t.Fatalf("MkdirAllSub = %v, %v; want made", made, err)
+		}
+		if err := sub.WriteFileNew("f", []byte("x"), 0o600, -1, -1); err != nil {
+			t.Fatal(err)
+		}
+		sub.Close()
+		if _, err := os.Stat(filepath.Join(r.Path(), name, "f")); err != nil {
+			t.Errorf("not written in the held directory: %v", err)
+		}
+		sub, made, err = r.MkdirAllSub(name, 0o750, 1)
+		if err != nil || made {
+			t.Fatalf("MkdirAllSub again = %v, %v; want found, not made", made, err)
+		}
+		sub.Close()
+		// The known part missing: made as MkdirAll does, not reported made.
+		sub, made, err = r.MkdirAllSub("plugins/kubernetes.io/csi/d/h", 0o750, 4)
+		if err != nil || made {
+			t.Fatalf("MkdirAllSub without the known part = %v, %v", made, err)
+		}
+		sub.Close()
+		for _, link := range []string{"pods/l1", "pods/l2/volumes", "pods/l3/volumes/kubernetes.io~csi", "pods/l4/volumes/kubernetes.io~csi/pv"} {
+			symlink(t, outside, filepath.Join(r.Path(), link))
+			_, _, err := r.MkdirAllSub(strings.Replace(name, "uid", strings.Split(link, "/")[1], 1), 0o750, 1)
+			assertSymlinkErr(t, err, filepath.Join(r.Path(), link))
+		}
+		symlink(t, outside, filepath.Join(r.Path(), "linked"))
+		_, _, err = r.MkdirAllSub("linked/uid/v", 0o750, 1)
+		assertSymlinkErr(t, err, filepath.Join(r.Path(), "linked"))
+		assertTree(t, outside)
 	})
 }
