@@ -310,6 +310,17 @@ func (e *Env) CertConfig(u User) (*rest.Config, error) {
 	}, nil
 }
 
+// NodeConfig is CertConfig for node's kubelet: user system:node:{node}
+// in group system:nodes, as the Node authorizer and NodeRestriction know
+// a kubelet.
+func (e *Env) NodeConfig(node string) (*rest.Config, error) {
+	cfg, err := e.CertConfig(User{Name: "system:node:" + node, Groups: []string{"system:nodes"}})
+	if err != nil {
+		return nil, fmt.Errorf("issuing node %s's client certificate: %w", node, err)
+	}
+	return cfg, nil
+}
+
 // Port is the apiserver's secure port, on every address it binds.
 func (e *Env) Port() int { return e.apiPort }
 
