@@ -33,7 +33,7 @@ func Pod(namespace, name string, opts ...PodOption) *v1.Pod {
 	for i := range pod.Spec.Volumes {
 		// A copy: the options' volumes may share sources with the caller's.
 		v := pod.Spec.Volumes[i].DeepCopy()
-		SetVolumeDefaults(v)
+		setVolumeDefaults(v)
 		pod.Spec.Volumes[i] = *v
 	}
 	return pod
