@@ -66,5 +66,5 @@
 //
 // It runs as a program, Main (the loopdriver command, or a hidden
 // subcommand of another); its only API is CSI's gRPC one. Its Go types
-// are unexported: its own tests start it in process (newHandle, serve).
+// are unexported: its own tests start it in process (newServer, serve).
 package driver

@@ -38,7 +38,7 @@ const defaultDetachTimeout = 10 * time.Second
 // version is reported by GetPluginInfo.
 const version = "0.1.0"
 
-// options configures a handle. NodeID and StateDir are required; every
+// options configures a server (newServer). NodeID and StateDir are required; every
 // other field has the default its comment gives.
 type options struct {
 	// DriverName is the CSI driver name; default DefaultDriverName.
@@ -82,36 +82,11 @@ type options struct {
 	CallLog io.Writer
 }
 
-// handle is a CSI driver (Identity, Controller and Node services) that
-// keeps each volume as a sparse image file and attaches it on the node
-// through a loop device. Create one with newHandle and serve it with serve; a
-// CO reaches it through the CSI gRPC API, its only API. It is safe for
-// concurrent use; operations on one volume are serialized, operations on
-// different volumes run in parallel.
-type handle struct {
-	s *server
-}
-
-// newHandle checks cfg, fills in its defaults and loads the state directory.
-// It fails, naming the file, if a state file is corrupt or of an unknown
-// version.
-func newHandle(cfg options) (*handle, error) {
-	s, err := newServer(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &handle{s: s}, nil
-}
-
-// serve serves the driver on lis until ctx ends, then stops gracefully
-// (waiting up to 10 seconds for running RPCs) and returns nil. It returns
-// an error if serving fails. lis is closed either way.
-func (d *handle) serve(ctx context.Context, lis net.Listener) error {
-	return d.s.serve(ctx, lis)
-}
-
 // server is the driver: it implements the three CSI services, each RPC a
-// method of it.
+// method of it. It keeps each volume as a sparse image file and attaches it
+// on the node through a loop device. It is safe for concurrent use;
+// operations on one volume are serialized, operations on different volumes
+// run in parallel.
 type server struct {
 	csi.UnimplementedIdentityServer
 	csi.UnimplementedControllerServer
@@ -142,7 +117,9 @@ var (
 	_ csi.NodeServer       = (*server)(nil)
 )
 
-// newServer is newHandle's driver.
+// newServer checks cfg, fills in its defaults and loads the state
+// directory. It fails, naming the file, if a state file is corrupt or of
+// an unknown version.
 func newServer(cfg options) (*server, error) {
 	if cfg.DriverName == "" {
 		cfg.DriverName = DefaultDriverName
@@ -242,7 +219,9 @@ func (d *server) grpcServer() *grpc.Server {
 	return srv
 }
 
-// serve is handle.serve.
+// serve serves the driver on lis until ctx ends, then stops gracefully
+// (waiting up to 10 seconds for running RPCs) and returns nil. It returns
+// an error if serving fails. lis is closed either way.
 func (d *server) serve(ctx context.Context, lis net.Listener) error {
 	srv := d.grpcServer()
 	errc := make(chan error, 1)
