@@ -36,7 +36,7 @@ func TestCapabilities(t *testing.T) {
 		{"no STAGE_UNSTAGE_VOLUME", csitest.Options{NoStageUnstage: true}, nil, pv,
 			volume.Capabilities{RepublishAtResyncOnly: true, Attachable: true, Block: true, OwnershipChange: true, LifecycleModes: persistent}},
 		{"requiresRepublish, fsGroupPolicy None", csitest.Options{},
-			[]runtime.Object{csitest.CSIDriver(drv, true, csitest.DriverRequiresRepublish(), csitest.DriverFSGroupPolicy(storagev1.NoneFSGroupPolicy))}, pv,
+			[]runtime.Object{csiDriverFSGroupPolicy(csitest.CSIDriver(drv, true, csitest.DriverRequiresRepublish()), storagev1.NoneFSGroupPolicy)}, pv,
 			volume.Capabilities{RepublishAtResyncOnly: true, Attachable: true, Stages: true, Block: true, Republish: true, LifecycleModes: persistent}},
 		{"the driver applies fsGroup itself", csitest.Options{VolumeMountGroup: true}, nil, pv,
 			volume.Capabilities{RepublishAtResyncOnly: true, Attachable: true, Stages: true, Block: true, LifecycleModes: persistent}},
@@ -62,4 +62,10 @@ func TestCapabilities(t *testing.T) {
 	if _, err := e.p.Capabilities(other); !errors.Is(err, volume.ErrNotReady) {
 		t.Errorf("Capabilities of a volume of a driver not registered = %v, want ErrNotReady", err)
 	}
+}
+
+// csiDriverFSGroupPolicy sets d's fsGroupPolicy and returns d.
+func csiDriverFSGroupPolicy(d *storagev1.CSIDriver, p storagev1.FSGroupPolicy) *storagev1.CSIDriver {
+	d.Spec.FSGroupPolicy = &p
+	return d
 }

@@ -19,7 +19,9 @@ import (
 func TestNeedsOwnership(t *testing.T) {
 	gid := int64(2000)
 	policy := func(p storagev1.FSGroupPolicy) *storagev1.CSIDriver {
-		return csitest.CSIDriver(drv, false, csitest.DriverFSGroupPolicy(p))
+		d := csitest.CSIDriver(drv, false)
+		d.Spec.FSGroupPolicy = &p
+		return d
 	}
 	rwo := podvol.VolumeSpec{FSType: "ext4", AccessMode: "ReadWriteOnce"}
 	tests := []struct {

@@ -23,9 +23,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/nodevol/nodevol/internal/kubelettest"
 	"github.com/nodevol/nodevol/internal/realnode"
 	"github.com/nodevol/nodevol/testenv"
-	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
 
 // The cluster of the end-to-end test: one node, the loop driver, the
@@ -98,7 +98,7 @@ func startForkEnv(t *testing.T, runtime string) (*forkEnv, string, string) {
 		DisableAdmissionPlugins: []string{},
 	})
 	e.admin = kubernetes.NewForConfigOrDie(env.Config())
-	if e.nodeCfg, err = kubelettest.NodeConfig(env, e2eNode); err != nil {
+	if e.nodeCfg, err = env.NodeConfig(e2eNode); err != nil {
 		t.Fatal(err)
 	}
 	e.createObjects(t.Context())

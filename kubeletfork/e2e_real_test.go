@@ -22,9 +22,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodevol/nodevol/internal/kubelettest"
 	"github.com/nodevol/nodevol/internal/realnode"
 	"github.com/nodevol/nodevol/internal/roottest"
-	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
 
 // What the reader pod's volumes hold, and how long its token lives (the

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodevol/nodevol/testenv/kubelettest"
+	"github.com/nodevol/nodevol/internal/kubelettest"
 )
 
 // summary is the part of the kubelet's /stats/summary (stats/v1alpha1)

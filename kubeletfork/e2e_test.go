@@ -16,9 +16,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodevol/nodevol/internal/kubelettest"
 	"github.com/nodevol/nodevol/internal/realnode"
 	"github.com/nodevol/nodevol/internal/roottest"
-	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
 
 // e2ePods are the test's pods: a CSI claim, an inline ephemeral CSI

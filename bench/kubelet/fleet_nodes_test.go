@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/nodevol/nodevol/testenv/kubelettest"
+	"github.com/nodevol/nodevol/internal/kubelettest"
 )
 
 // fleetNode is one node of BenchmarkFleet: its kubelet process.
@@ -36,7 +36,7 @@ func startFleetNodes(b *testing.B, c *objCluster, spec fleetSpec) []fleetNode {
 	kubelets := make([]*kubelettest.Kubelet, spec.nodes)
 	for i := range nodes {
 		name := fleetNodeName(i)
-		cfg, err := kubelettest.NodeConfig(c.env, name)
+		cfg, err := c.env.NodeConfig(name)
 		if err != nil {
 			b.Fatal(err)
 		}

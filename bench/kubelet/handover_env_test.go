@@ -29,8 +29,8 @@ import (
 	kubeletmetrics "k8s.io/kubernetes/pkg/kubelet/volumemanager/metrics"
 	"k8s.io/kubernetes/pkg/volume"
 
+	"github.com/nodevol/nodevol/internal/kubelettest"
 	"github.com/nodevol/nodevol/internal/roottest"
-	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
 
 // The hand-over tests run nodevol as the example node agent demo's agent-fake

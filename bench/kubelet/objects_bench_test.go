@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodevol/nodevol/bench/internal/apiaudit"
+	"github.com/nodevol/nodevol/internal/kubelettest"
 	"github.com/nodevol/nodevol/internal/roottest"
-	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
 
 // BenchmarkPodObjects measures, side by side, the stock kubelet v1.37.2

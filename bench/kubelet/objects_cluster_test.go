@@ -16,7 +16,6 @@ import (
 	"github.com/nodevol/nodevol/bench/internal/apiaudit"
 	"github.com/nodevol/nodevol/internal/realnode"
 	"github.com/nodevol/nodevol/testenv"
-	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
 
 // objCluster is one side's API server (testenv's kube-apiserver with the
@@ -71,7 +70,7 @@ func startObjCluster(b *testing.B) *objCluster {
 	adminCfg := c.env.Config()
 	adminCfg.QPS, adminCfg.Burst = 200, 400
 	c.admin = kubernetes.NewForConfigOrDie(adminCfg)
-	nodeCfg, err := kubelettest.NodeConfig(c.env, objNode)
+	nodeCfg, err := c.env.NodeConfig(objNode)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodevol/nodevol/testenv/kubelettest"
+	"github.com/nodevol/nodevol/internal/kubelettest"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"

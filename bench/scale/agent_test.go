@@ -18,7 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodevol/nodevol/testenv/kubelettest"
+	"github.com/nodevol/nodevol/internal/kubelettest"
 )
 
 // nodeagent is the example node agent (examples/nodeagent, the
@@ -54,7 +54,7 @@ func startAgent(b *testing.B, c *cluster, node string, started *time.Time) *agen
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		b.Fatal(err)
 	}
-	cfg, err := kubelettest.NodeConfig(c.env, node)
+	cfg, err := c.env.NodeConfig(node)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,8 +19,8 @@ import (
 
 	"github.com/nodevol/nodevol/bench/internal/apiaudit"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/kubelettest"
 	"github.com/nodevol/nodevol/testenv"
-	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
 
 const (

@@ -248,7 +248,7 @@ func (a *fakeAttacher) control(ctx context.Context, factory informers.SharedInfo
 					obj = t.Obj
 				}
 				if pv, ok := obj.(*v1.PersistentVolume); ok && pv.Spec.CSI != nil {
-					a.run(ctx, func() error { return DetachVolume(ctx, a.client, pv, a.opts.Node) })
+					a.run(ctx, func() error { return detachVolume(ctx, a.client, pv, a.opts.Node) })
 				}
 			},
 		})
@@ -306,9 +306,9 @@ func AttachVolume(ctx context.Context, client kubernetes.Interface, pv *v1.Persi
 	return created, err
 }
 
-// DetachVolume plays the attach-detach controller detaching a CSI PV from
+// detachVolume plays the attach-detach controller detaching a CSI PV from
 // node: it deletes the VolumeAttachment. A missing one is not an error.
-func DetachVolume(ctx context.Context, client kubernetes.Interface, pv *v1.PersistentVolume, node string) error {
+func detachVolume(ctx context.Context, client kubernetes.Interface, pv *v1.PersistentVolume, node string) error {
 	va, err := VolumeAttachmentFor(pv, node)
 	if err != nil {
 		return err

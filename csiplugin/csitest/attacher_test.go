@@ -85,10 +85,10 @@ func TestFakeAttacherAttaches(t *testing.T) {
 	if err != nil || again.Name != early.Name {
 		t.Errorf("AttachVolume again = %v, %v", again, err)
 	}
-	if err := DetachVolume(ctx, client, ok, "n1"); err != nil {
+	if err := detachVolume(ctx, client, ok, "n1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := DetachVolume(ctx, client, ok, "n1"); err != nil {
+	if err := detachVolume(ctx, client, ok, "n1"); err != nil {
 		t.Errorf("second DetachVolume: %v", err)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// SetVolumeDefaults fills in what the API server's defaulting of a pod
+// setVolumeDefaults fills in what the API server's defaulting of a pod
 // (v1.37) fills in a volume it stores, so that a volume built in Go is the
 // one a node sees: a volume with no source becomes an emptyDir;
 // configMap, secret, downwardAPI and projected volumes get defaultMode
@@ -19,7 +19,7 @@ import (
 // Filesystem and its resource quantities rounded up to milli-units; the
 // kinds nodevol does not mount their defaults too (iscsi, rbd, azureDisk,
 // scaleIO). What is set already stays. Pod calls it on every volume.
-func SetVolumeDefaults(v *v1.Volume) {
+func setVolumeDefaults(v *v1.Volume) {
 	s := &v.VolumeSource
 	if *s == (v1.VolumeSource{}) {
 		s.EmptyDir = &v1.EmptyDirVolumeSource{}

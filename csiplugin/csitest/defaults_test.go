@@ -9,10 +9,10 @@ import (
 	"k8s.io/utils/dump"
 )
 
-// TestSetVolumeDefaults: each kind gets what the API server v1.37's
+// TestVolumeDefaults: each kind gets what the API server v1.37's
 // defaulting of a pod gives it (k8s.io/kubernetes pkg/apis/core/v1
 // defaults.go and zz_generated.defaults.go), and what is set stays.
-func TestSetVolumeDefaults(t *testing.T) {
+func TestVolumeDefaults(t *testing.T) {
 	mode := func(m int32) *int32 { return &m }
 	fs := v1.PersistentVolumeFilesystem
 	block := v1.PersistentVolumeBlock
@@ -92,7 +92,7 @@ func TestSetVolumeDefaults(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			v := v1.Volume{Name: "v", VolumeSource: *tt.in.DeepCopy()}
-			SetVolumeDefaults(&v)
+			setVolumeDefaults(&v)
 			if !equality.Semantic.DeepEqual(v.VolumeSource, tt.want) {
 				t.Errorf("got\n%s\nwant\n%s", dump.Pretty(v.VolumeSource), dump.Pretty(tt.want))
 			}

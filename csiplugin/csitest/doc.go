@@ -17,9 +17,9 @@
 //     client, a real API server's too, which gives the claim its own UID.
 //   - RunFakeAttacher (NewFakeAttacher in tests) stands in for the
 //     external-attacher, marking VolumeAttachments attached or failed;
-//     AttachVolume and DetachVolume stand in for the attach-detach
-//     controller that creates and deletes them, or the attacher itself
-//     with AttacherOptions.Node.
+//     AttachVolume stands in for the attach-detach controller that
+//     creates them, or the attacher itself does with AttacherOptions.Node
+//     (and deletes each with its PV).
 //
 // The package does not import csiplugin, so csiplugin's own tests can use
 // it. volumemanager/vmtest puts these pieces together around a running

@@ -280,20 +280,10 @@ func DriverSELinuxMount() CSIDriverOption {
 	return func(d *storagev1.CSIDriver) { d.Spec.SELinuxMount = ptr(true) }
 }
 
-// DriverFSGroupPolicy sets fsGroupPolicy.
-func DriverFSGroupPolicy(policy storagev1.FSGroupPolicy) CSIDriverOption {
-	return func(d *storagev1.CSIDriver) { d.Spec.FSGroupPolicy = &policy }
-}
-
 // DriverLifecycleModes sets volumeLifecycleModes, e.g. Ephemeral for a
 // driver of inline volumes.
 func DriverLifecycleModes(modes ...storagev1.VolumeLifecycleMode) CSIDriverOption {
 	return func(d *storagev1.CSIDriver) { d.Spec.VolumeLifecycleModes = modes }
-}
-
-// DriverTokenRequests sets tokenRequests.
-func DriverTokenRequests(requests ...storagev1.TokenRequest) CSIDriverOption {
-	return func(d *storagev1.CSIDriver) { d.Spec.TokenRequests = requests }
 }
 
 func ptr[T any](v T) *T { return &v }

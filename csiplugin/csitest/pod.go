@@ -16,7 +16,7 @@ type PodOption func(*v1.Pod)
 // "app", and a UID derived from its namespace and name. Volume options add the
 // volume and mount it (or map it, for block) into the container at
 // /mnt/{volName} (or /dev/{volName}). Its volumes get the API server's
-// defaults (SetVolumeDefaults), as a pod read from the API has them: a
+// defaults (setVolumeDefaults), as a pod read from the API has them: a
 // volume added to the pod afterwards is left raw.
 func Pod(namespace, name string, opts ...PodOption) *v1.Pod {
 	pod := &v1.Pod{
@@ -33,7 +33,7 @@ func Pod(namespace, name string, opts ...PodOption) *v1.Pod {
 	for i := range pod.Spec.Volumes {
 		// A copy: the options' volumes may share sources with the caller's.
 		v := pod.Spec.Volumes[i].DeepCopy()
-		SetVolumeDefaults(v)
+		setVolumeDefaults(v)
 		pod.Spec.Volumes[i] = *v
 	}
 	return pod

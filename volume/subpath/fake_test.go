@@ -208,8 +208,8 @@ func TestPrepareMismatchUndone(t *testing.T) {
 		return fileID{dev: 1, ino: n}, nil
 	}
 	_, err := e.m.Prepare(context.Background(), e.mount("app", 0, "a"))
-	if !errors.Is(err, ErrMismatch) {
-		t.Fatalf("Prepare = %v, want ErrMismatch", err)
+	if !errors.Is(err, errMismatch) {
+		t.Fatalf("Prepare = %v, want errMismatch", err)
 	}
 	if len(e.fake.MountPoints) != 0 {
 		t.Errorf("mounts left: %v", e.fake.MountPoints)

@@ -18,7 +18,7 @@ import (
 // symlinks that stay in the volume and never leaving it (walker). When
 // the subPath's own last components are missing, the walked it returns
 // is the deepest directory that exists, with missing set. A symlink that
-// leads out of the volume wraps ErrEscape, a loop unix.ELOOP, a symlink
+// leads out of the volume wraps errEscape, a loop unix.ELOOP, a symlink
 // whose target is missing fs.ErrNotExist, each with ErrSymlink; a
 // component that is not a directory where one is needed wraps ENOTDIR.
 func openBeneath(dirFd int, volumePath string, comps []string, afterLink func(string)) (walked, error) {

@@ -37,11 +37,11 @@ const (
 // directory for a directory, an empty file for anything else),
 // bind-mounts the opened file through its descriptor and checks that the
 // mount is of that file (same device and inode); if it is not, the mount
-// is taken down again and the error wraps ErrMismatch (ErrNotMounted when
+// is taken down again and the error wraps errMismatch (errNotMounted when
 // the mounter mounted nothing). The bind mount is read-write, as the
 // kubelet's: a read-only volumeMount is made read-only by the runtime.
 //
-// An invalid s (ErrInvalid), a symlink that leaves the volume (ErrEscape),
+// An invalid s (ErrInvalid), a symlink that leaves the volume (errEscape),
 // a symlink loop (unix.ELOOP) or one whose target is missing (each also
 // ErrSymlink) is an error naming the pod, volume, container, subPath and
 // the symlink, and nothing is created or mounted.
@@ -265,9 +265,9 @@ func (m *Manager) bind(ctx context.Context, s Mount, fd int, dir bool, target st
 	case got == want:
 		return nil
 	case got == before:
-		return fmt.Errorf("%s: %w (a mounter that makes no mounts, a fake, must implement subpath.BindRecorder)", target, ErrNotMounted)
+		return fmt.Errorf("%s: %w (a mounter that makes no mounts, a fake, must implement subpath.BindRecorder)", target, errNotMounted)
 	default:
-		return fmt.Errorf("%s: %w", target, ErrMismatch)
+		return fmt.Errorf("%s: %w", target, errMismatch)
 	}
 }
 

@@ -152,7 +152,7 @@ func (w *walker) walk(comps []string) (walked, error) {
 			continue
 		case "..":
 			if len(w.names) == 0 {
-				return walked{}, w.linkError(p, ErrEscape)
+				return walked{}, w.linkError(p, errEscape)
 			}
 			_ = unix.Close(w.dirs[len(w.dirs)-1])
 			w.dirs, w.names = w.dirs[:len(w.dirs)-1], w.names[:len(w.names)-1]
@@ -262,7 +262,7 @@ func (w *walker) follow(fd int, c string, pending []part) ([]part, error) {
 	if filepath.IsAbs(target) {
 		rel, ok := w.belowVolume(target)
 		if !ok {
-			return nil, &linkError{Link: link, Target: target, Err: ErrEscape}
+			return nil, &linkError{Link: link, Target: target, Err: errEscape}
 		}
 		for _, fd := range w.dirs[1:] {
 			_ = unix.Close(fd)

@@ -46,7 +46,7 @@
 // unmounted, as the kubelet 1.37 does.
 //
 // In unit tests, mount-utils' FakeMounter makes no mounts, so the check
-// after mounting fails (ErrNotMounted); subpathtest.Mounter is a
+// after mounting fails (errNotMounted); subpathtest.Mounter is a
 // FakeMounter that records what it binds (BindRecorder), on which
 // subPaths work.
 package subpath
@@ -78,6 +78,10 @@ const (
 	maxSubPathLength   = 4095
 )
 
+// The errors a caller tells apart are the final ones, by what makes them
+// final: ErrInvalid (the pod's spec) and ErrSymlink (the volume's content).
+// The others are for this package's messages and tests: nothing decides on
+// them, so they are unexported.
 var (
 	// ErrInvalid is wrapped by the errors for a Mount or a name that can
 	// never be prepared: a subPath that is empty, absolute, climbs with
@@ -86,25 +90,25 @@ var (
 	ErrInvalid = errors.New("invalid")
 	// ErrSymlink is wrapped by the errors for a symlink in a subPath
 	// that Prepare does not follow: one that leads outside the volume
-	// (also ErrEscape), a loop (also unix.ELOOP), one whose target does
+	// (also errEscape), a loop (also unix.ELOOP), one whose target does
 	// not exist (also fs.ErrNotExist). Final until the volume's content
 	// changes.
 	ErrSymlink = errors.New("a symlink in the subPath is not followed")
-	// ErrEscape is wrapped by the error for a symlink in a subPath whose
+	// errEscape is wrapped by the error for a symlink in a subPath whose
 	// target is outside the volume: an absolute path that does not name
 	// a path in the volume, or ".." steps above the volume's directory.
-	ErrEscape = errors.New("it leads outside the volume")
-	// ErrMismatch is wrapped by the error for a bind mount that is of
+	errEscape = errors.New("it leads outside the volume")
+	// errMismatch is wrapped by the error for a bind mount that is of
 	// another file than the one Prepare opened: it was unmounted again.
 	// On a real mount that means something mounted over the target, or a
 	// mounter that resolved the /proc/{pid}/fd/{n} source as a path (it
 	// must pass --no-canonicalize to mount(8)).
-	ErrMismatch = errors.New("the bind mount is not of the opened subPath")
-	// ErrNotMounted is wrapped by the error for a bind mount that the
+	errMismatch = errors.New("the bind mount is not of the opened subPath")
+	// errNotMounted is wrapped by the error for a bind mount that the
 	// mounter reported made, but that left the target as it was: a
 	// mounter that makes no mounts (a fake), which must implement
 	// BindRecorder for subPaths to work on it.
-	ErrNotMounted = errors.New("the mounter reported the bind mount made, but nothing is mounted there")
+	errNotMounted = errors.New("the mounter reported the bind mount made, but nothing is mounted there")
 )
 
 // BindRecorder is implemented by a mounter that makes no mounts (a fake,
@@ -132,7 +136,7 @@ type Config struct {
 	// Mounter makes and removes the bind mounts. Required: mount.New("")
 	// on a node; in unit tests subpathtest.NewMounter, a FakeMounter that
 	// records what it binds (a plain FakeMounter mounts nothing, and
-	// Prepare fails with ErrNotMounted). Its bind mounts must pass mount
+	// Prepare fails with errNotMounted). Its bind mounts must pass mount
 	// flags on (mount(8)'s --no-canonicalize): mount-utils' Mounter does.
 	Mounter mount.Interface
 	// Steps sees every directory or file made or removed, and every mount

@@ -84,13 +84,13 @@ var refusedLinks = []struct {
 	is      []error
 	names   string // the symlink or component at fault, relative to the volume
 }{
-	{"a/up", []error{ErrEscape, ErrSymlink}, "a/up"},
-	{"a/up/secret", []error{ErrEscape, ErrSymlink}, "a/up"},
-	{"a/up/missing/x", []error{ErrEscape, ErrSymlink}, "a/up"},
-	{"a/rel", []error{ErrEscape, ErrSymlink}, "a/rel"},
-	{"a/rel/x", []error{ErrEscape, ErrSymlink}, "a/rel"},
-	{"absout", []error{ErrEscape, ErrSymlink}, "absout"},
-	{"a/back", []error{ErrEscape, ErrSymlink}, "a/back"},
+	{"a/up", []error{errEscape, ErrSymlink}, "a/up"},
+	{"a/up/secret", []error{errEscape, ErrSymlink}, "a/up"},
+	{"a/up/missing/x", []error{errEscape, ErrSymlink}, "a/up"},
+	{"a/rel", []error{errEscape, ErrSymlink}, "a/rel"},
+	{"a/rel/x", []error{errEscape, ErrSymlink}, "a/rel"},
+	{"absout", []error{errEscape, ErrSymlink}, "absout"},
+	{"a/back", []error{errEscape, ErrSymlink}, "a/back"},
 	{"loop1", []error{unix.ELOOP, ErrSymlink}, "loop"},
 	{"self/x", []error{unix.ELOOP, ErrSymlink}, "self"},
 	{"dangling", []error{fs.ErrNotExist, ErrSymlink}, "dangling"},
@@ -166,8 +166,8 @@ var swapCases = []struct {
 	want  string // the file bound, relative to the volume; "" for refused
 	wantE error
 }{
-	{name: "to an absolute path outside", swap: "v2", to: "{OUT}", wantE: ErrEscape},
-	{name: "to a relative path outside", swap: "v2", to: "../../out", wantE: ErrEscape},
+	{name: "to an absolute path outside", swap: "v2", to: "{OUT}", wantE: errEscape},
+	{name: "to a relative path outside", swap: "v2", to: "../../out", wantE: errEscape},
 	{name: "to a loop", swap: "v2", to: "v2", wantE: unix.ELOOP},
 	{name: "to a place inside", swap: "v2", to: "v3", want: "a/v3/d"},
 	{name: "a directory already walked", swap: "a", to: "{OUT}", want: "a.old/v2/d"},
@@ -247,8 +247,8 @@ func TestPrepareNotMountedFake(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = m.Prepare(context.Background(), Mount{Pod: "pod-1", Volume: "data", VolumePath: vol, Container: "app", SubPath: "a"})
-	if !errors.Is(err, ErrNotMounted) || errors.Is(err, ErrMismatch) {
-		t.Fatalf("Prepare = %v, want ErrNotMounted", err)
+	if !errors.Is(err, errNotMounted) || errors.Is(err, errMismatch) {
+		t.Fatalf("Prepare = %v, want errNotMounted", err)
 	}
 	if !strings.Contains(err.Error(), "BindRecorder") {
 		t.Errorf("error %q does not say what a fake mounter needs", err)
@@ -285,8 +285,8 @@ func TestPrepareSymlinkVolumePathAlias(t *testing.T) {
 	}
 	s := e.mount("app", 3, "beside")
 	s.VolumePath = alias
-	if _, err := e.m.Prepare(context.Background(), s); !errors.Is(err, ErrEscape) {
-		t.Errorf("Prepare beside = %v, want ErrEscape", err)
+	if _, err := e.m.Prepare(context.Background(), s); !errors.Is(err, errEscape) {
+		t.Errorf("Prepare beside = %v, want errEscape", err)
 	}
 }
 

@@ -24,38 +24,64 @@ type Call struct {
 }
 
 // Fake is a volumemanager.Interface that mounts nothing: it records every
-// call (Calls) and answers what the test has set with its Set methods. The
-// zero answers are: waits succeed at once, no pod has volumes, no volume
-// is attached, and the states have been synced (as with the kubelet's
-// FakeVolumeManager). It is safe for concurrent use.
+// call (Calls) and answers what the test has set in its FakeAnswers (Set).
+// The zero answers are: waits succeed at once, no pod has volumes, no
+// volume is attached, and the states have been synced (as with the
+// kubelet's FakeVolumeManager). It is safe for concurrent use.
 type Fake struct {
-	mu           sync.Mutex
-	calls        []Call
-	mountErr     error
-	unmountErr   error
-	mounted      map[types.UID][]podvol.MountedVolume
-	possibly     map[types.UID][]podvol.MountedVolume
-	groups       map[types.UID][]int64
-	inUse        []podvol.UniqueVolumeName
-	attached     map[podvol.UniqueVolumeName]bool
-	reported     []podvol.UniqueVolumeName
-	notSynced    bool
-	podsSynced   bool
-	reportedOnce bool
+	mu    sync.Mutex
+	calls []Call
+	ans   FakeAnswers
+}
+
+// FakeAnswers is what a Fake answers; a test changes it with Fake.Set.
+// One struct rather than a setter per answer: a test sets what it needs
+// in one call, under one lock.
+type FakeAnswers struct {
+	// WaitForAttachAndMountError is what WaitForAttachAndMount returns
+	// (nil: succeed).
+	WaitForAttachAndMountError error
+	// WaitForUnmountError is what WaitForUnmount and
+	// WaitForAllPodsUnmount return (nil: succeed).
+	WaitForUnmountError error
+	// Mounted are the pods' mounted volumes, by pod UID: what
+	// GetMountedVolumesForPod returns and, for a pod PossiblyMounted does
+	// not name, GetPossiblyMountedVolumesForPod.
+	Mounted map[types.UID][]podvol.MountedVolume
+	// PossiblyMounted is what GetPossiblyMountedVolumesForPod returns for
+	// the pods it names (mounted and Uncertain volumes).
+	PossiblyMounted map[types.UID][]podvol.MountedVolume
+	// ExtraSupplementalGroups is what GetExtraSupplementalGroupsForPod
+	// returns, by pod UID.
+	ExtraSupplementalGroups map[types.UID][]int64
+	// VolumesInUse is what GetVolumesInUse returns (sorted).
+	VolumesInUse []podvol.UniqueVolumeName
+	// Attached is what VolumeIsAttached returns (default false).
+	Attached map[podvol.UniqueVolumeName]bool
+	// StatesNotSynced makes ReconcilerStatesHasBeenSynced return false.
+	StatesNotSynced bool
 }
 
 var _ volumemanager.Interface = (*Fake)(nil)
 
 // NewFake returns a Fake whose GetVolumesInUse returns volumesInUse, as
-// the kubelet's NewFakeVolumeManager(initialVolumes) does.
+// the kubelet's NewFakeVolumeManager(initialVolumes) does. Its answers'
+// maps are made, for Set to fill.
 func NewFake(volumesInUse ...podvol.UniqueVolumeName) *Fake {
-	return &Fake{
-		inUse:    slices.Clone(volumesInUse),
-		mounted:  map[types.UID][]podvol.MountedVolume{},
-		possibly: map[types.UID][]podvol.MountedVolume{},
-		groups:   map[types.UID][]int64{},
-		attached: map[podvol.UniqueVolumeName]bool{},
-	}
+	return &Fake{ans: FakeAnswers{
+		VolumesInUse:            slices.Clone(volumesInUse),
+		Mounted:                 map[types.UID][]podvol.MountedVolume{},
+		PossiblyMounted:         map[types.UID][]podvol.MountedVolume{},
+		ExtraSupplementalGroups: map[types.UID][]int64{},
+		Attached:                map[podvol.UniqueVolumeName]bool{},
+	}}
+}
+
+// Set calls fn with the Fake's answers, under its lock, for fn to change.
+func (f *Fake) Set(fn func(*FakeAnswers)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(&f.ans)
 }
 
 func (f *Fake) record(c Call) {
@@ -64,89 +90,12 @@ func (f *Fake) record(c Call) {
 	f.calls = append(f.calls, c)
 }
 
-// Calls returns the calls made so far, in order.
+// Calls returns the calls made so far, in order (MarkPodsSynced and
+// MarkVolumesAsReportedInUse among them: what they were told).
 func (f *Fake) Calls() []Call {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.calls)
-}
-
-// SetWaitForAttachAndMountError makes WaitForAttachAndMount return err
-// (nil: succeed).
-func (f *Fake) SetWaitForAttachAndMountError(err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.mountErr = err
-}
-
-// SetWaitForUnmountError makes WaitForUnmount and WaitForAllPodsUnmount
-// return err (nil: succeed).
-func (f *Fake) SetWaitForUnmountError(err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.unmountErr = err
-}
-
-// SetMountedVolumes sets the pod's mounted volumes, returned by
-// GetMountedVolumesForPod and, unless SetPossiblyMountedVolumes says
-// otherwise, GetPossiblyMountedVolumesForPod. No volumes forgets the pod.
-func (f *Fake) SetMountedVolumes(uid types.UID, vols ...podvol.MountedVolume) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	setOrDelete(f.mounted, uid, vols)
-}
-
-// SetPossiblyMountedVolumes sets what GetPossiblyMountedVolumesForPod
-// returns for the pod (mounted and Uncertain volumes).
-func (f *Fake) SetPossiblyMountedVolumes(uid types.UID, vols ...podvol.MountedVolume) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	setOrDelete(f.possibly, uid, vols)
-}
-
-// SetExtraSupplementalGroups sets what GetExtraSupplementalGroupsForPod
-// returns for the pod.
-func (f *Fake) SetExtraSupplementalGroups(uid types.UID, gids ...int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	setOrDelete(f.groups, uid, gids)
-}
-
-// SetVolumesInUse sets what GetVolumesInUse returns.
-func (f *Fake) SetVolumesInUse(names ...podvol.UniqueVolumeName) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.inUse = slices.Clone(names)
-}
-
-// SetAttached sets what VolumeIsAttached returns for the volume.
-func (f *Fake) SetAttached(name podvol.UniqueVolumeName, attached bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.attached[name] = attached
-}
-
-// SetStatesSynced sets what ReconcilerStatesHasBeenSynced returns
-// (default true).
-func (f *Fake) SetStatesSynced(synced bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.notSynced = !synced
-}
-
-// VolumesReportedInUse returns the volumes of the last
-// MarkVolumesAsReportedInUse call, sorted, and whether there was one.
-func (f *Fake) VolumesReportedInUse() ([]podvol.UniqueVolumeName, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.reported), f.reportedOnce
-}
-
-// PodsSynced reports whether MarkPodsSynced has been called.
-func (f *Fake) PodsSynced() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.podsSynced
 }
 
 // Run records the call and blocks until ctx is done; it returns nil.
@@ -159,23 +108,21 @@ func (f *Fake) Run(ctx context.Context) error {
 // MarkPodsSynced records the call.
 func (f *Fake) MarkPodsSynced() {
 	f.record(Call{Method: "MarkPodsSynced"})
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.podsSynced = true
 }
 
-// WaitForAttachAndMount records the call and returns the error set by
-// SetWaitForAttachAndMountError, or ctx's error if ctx is already done.
+// WaitForAttachAndMount records the call and returns
+// FakeAnswers.WaitForAttachAndMountError, or ctx's error if ctx is already
+// done.
 func (f *Fake) WaitForAttachAndMount(ctx context.Context, pod *v1.Pod) error {
 	f.record(Call{Method: "WaitForAttachAndMount", Pods: []types.UID{pod.UID}})
-	return f.waitErr(ctx, f.mountErr)
+	return f.waitErr(ctx, func(a *FakeAnswers) error { return a.WaitForAttachAndMountError })
 }
 
-// WaitForUnmount records the call and returns the error set by
-// SetWaitForUnmountError, or ctx's error if ctx is already done.
+// WaitForUnmount records the call and returns
+// FakeAnswers.WaitForUnmountError, or ctx's error if ctx is already done.
 func (f *Fake) WaitForUnmount(ctx context.Context, pod *v1.Pod) error {
 	f.record(Call{Method: "WaitForUnmount", Pods: []types.UID{pod.UID}})
-	return f.waitErr(ctx, f.unmountErr)
+	return f.waitErr(ctx, func(a *FakeAnswers) error { return a.WaitForUnmountError })
 }
 
 // WaitForAllPodsUnmount is WaitForUnmount for several pods, recorded as
@@ -186,92 +133,78 @@ func (f *Fake) WaitForAllPodsUnmount(ctx context.Context, pods []*v1.Pod) error 
 		c.Pods = append(c.Pods, p.UID)
 	}
 	f.record(c)
-	return f.waitErr(ctx, f.unmountErr)
+	return f.waitErr(ctx, func(a *FakeAnswers) error { return a.WaitForUnmountError })
 }
 
-func (f *Fake) waitErr(ctx context.Context, set error) error {
+func (f *Fake) waitErr(ctx context.Context, set func(*FakeAnswers) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return set
+	return set(&f.ans)
 }
 
-// GetMountedVolumesForPod records the call and returns what
-// SetMountedVolumes set.
+// GetMountedVolumesForPod records the call and returns
+// FakeAnswers.Mounted[uid].
 func (f *Fake) GetMountedVolumesForPod(uid types.UID) []podvol.MountedVolume {
 	f.record(Call{Method: "GetMountedVolumesForPod", Pods: []types.UID{uid}})
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return slices.Clone(f.mounted[uid])
+	return slices.Clone(f.ans.Mounted[uid])
 }
 
-// GetPossiblyMountedVolumesForPod records the call and returns what
-// SetPossiblyMountedVolumes set, or else what SetMountedVolumes set.
+// GetPossiblyMountedVolumesForPod records the call and returns
+// FakeAnswers.PossiblyMounted[uid] if set, or else Mounted[uid].
 func (f *Fake) GetPossiblyMountedVolumesForPod(uid types.UID) []podvol.MountedVolume {
 	f.record(Call{Method: "GetPossiblyMountedVolumesForPod", Pods: []types.UID{uid}})
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if vols, ok := f.possibly[uid]; ok {
+	if vols, ok := f.ans.PossiblyMounted[uid]; ok {
 		return slices.Clone(vols)
 	}
-	return slices.Clone(f.mounted[uid])
+	return slices.Clone(f.ans.Mounted[uid])
 }
 
-// GetExtraSupplementalGroupsForPod records the call and returns what
-// SetExtraSupplementalGroups set.
+// GetExtraSupplementalGroupsForPod records the call and returns
+// FakeAnswers.ExtraSupplementalGroups[pod.UID].
 func (f *Fake) GetExtraSupplementalGroupsForPod(pod *v1.Pod) []int64 {
 	f.record(Call{Method: "GetExtraSupplementalGroupsForPod", Pods: []types.UID{pod.UID}})
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return slices.Clone(f.groups[pod.UID])
+	return slices.Clone(f.ans.ExtraSupplementalGroups[pod.UID])
 }
 
-// GetVolumesInUse records the call and returns, sorted, the volumes given
-// to NewFake or SetVolumesInUse.
+// GetVolumesInUse records the call and returns, sorted,
+// FakeAnswers.VolumesInUse (at first the volumes given to NewFake).
 func (f *Fake) GetVolumesInUse() []podvol.UniqueVolumeName {
 	f.record(Call{Method: "GetVolumesInUse"})
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := slices.Clone(f.inUse)
+	out := slices.Clone(f.ans.VolumesInUse)
 	slices.Sort(out)
 	return out
 }
 
 // ReconcilerStatesHasBeenSynced records the call and returns true unless
-// SetStatesSynced(false).
+// FakeAnswers.StatesNotSynced.
 func (f *Fake) ReconcilerStatesHasBeenSynced() bool {
 	f.record(Call{Method: "ReconcilerStatesHasBeenSynced"})
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return !f.notSynced
+	return !f.ans.StatesNotSynced
 }
 
-// VolumeIsAttached records the call and returns what SetAttached set
-// (default false).
+// VolumeIsAttached records the call and returns
+// FakeAnswers.Attached[name] (default false).
 func (f *Fake) VolumeIsAttached(name podvol.UniqueVolumeName) bool {
 	f.record(Call{Method: "VolumeIsAttached", Volumes: []podvol.UniqueVolumeName{name}})
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.attached[name]
+	return f.ans.Attached[name]
 }
 
-// MarkVolumesAsReportedInUse records the call; VolumesReportedInUse then
-// returns names.
+// MarkVolumesAsReportedInUse records the call, with names (Calls).
 func (f *Fake) MarkVolumesAsReportedInUse(names []podvol.UniqueVolumeName) {
 	f.record(Call{Method: "MarkVolumesAsReportedInUse", Volumes: slices.Clone(names)})
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.reported = slices.Clone(names)
-	slices.Sort(f.reported)
-	f.reportedOnce = true
-}
-
-func setOrDelete[V any](m map[types.UID][]V, uid types.UID, vals []V) {
-	if len(vals) == 0 {
-		delete(m, uid)
-		return
-	}
-	m[uid] = slices.Clone(vals)
 }

@@ -106,8 +106,7 @@ func TestFake(t *testing.T) {
 		t.Errorf("WaitForAttachAndMount = %v, want nil by default", err)
 	}
 	boom := errors.New("boom")
-	f.SetWaitForAttachAndMountError(boom)
-	f.SetWaitForUnmountError(boom)
+	f.Set(func(a *FakeAnswers) { a.WaitForAttachAndMountError, a.WaitForUnmountError = boom, boom })
 	if err := f.WaitForAttachAndMount(ctx, pod); !errors.Is(err, boom) {
 		t.Errorf("WaitForAttachAndMount = %v, want boom", err)
 	}
@@ -120,46 +119,42 @@ func TestFake(t *testing.T) {
 		t.Errorf("WaitForUnmount on a done context = %v", err)
 	}
 	mv := podvol.MountedVolume{Name: a, SpecName: "data", State: podvol.Mounted}
-	f.SetMountedVolumes(pod.UID, mv)
+	f.Set(func(ans *FakeAnswers) { ans.Mounted[pod.UID] = []podvol.MountedVolume{mv} })
 	if got := f.GetPossiblyMountedVolumesForPod(pod.UID); len(got) != 1 || got[0] != mv {
 		t.Errorf("possibly mounted = %v, want the mounted volume", got)
 	}
-	f.SetPossiblyMountedVolumes(pod.UID, mv, podvol.MountedVolume{Name: b, State: podvol.Uncertain})
+	f.Set(func(ans *FakeAnswers) {
+		ans.PossiblyMounted[pod.UID] = []podvol.MountedVolume{mv, {Name: b, State: podvol.Uncertain}}
+	})
 	if got := f.GetPossiblyMountedVolumesForPod(pod.UID); len(got) != 2 {
 		t.Errorf("possibly mounted = %v, want two", got)
 	}
 	if got := f.GetMountedVolumesForPod(pod.UID); len(got) != 1 {
 		t.Errorf("mounted = %v, want one", got)
 	}
-	f.SetExtraSupplementalGroups(pod.UID, 1000)
+	f.Set(func(ans *FakeAnswers) { ans.ExtraSupplementalGroups[pod.UID] = []int64{1000} })
 	if got := f.GetExtraSupplementalGroupsForPod(pod); !slices.Equal(got, []int64{1000}) {
 		t.Errorf("groups = %v", got)
 	}
 	if got := f.GetVolumesInUse(); !slices.Equal(got, []podvol.UniqueVolumeName{b, a}) {
 		t.Errorf("volumes in use = %v, want NewFake's, sorted", got)
 	}
-	f.SetAttached(a, true)
+	f.Set(func(ans *FakeAnswers) { ans.Attached[a] = true })
 	if !f.VolumeIsAttached(a) || f.VolumeIsAttached(b) {
-		t.Error("VolumeIsAttached does not answer what SetAttached set")
+		t.Error("VolumeIsAttached does not answer what Attached says")
 	}
 	if !f.ReconcilerStatesHasBeenSynced() {
 		t.Error("ReconcilerStatesHasBeenSynced = false by default")
 	}
-	f.SetStatesSynced(false)
+	f.Set(func(ans *FakeAnswers) { ans.StatesNotSynced = true })
 	if f.ReconcilerStatesHasBeenSynced() {
-		t.Error("ReconcilerStatesHasBeenSynced = true after SetStatesSynced(false)")
-	}
-	if _, ok := f.VolumesReportedInUse(); ok {
-		t.Error("volumes reported before any MarkVolumesAsReportedInUse")
+		t.Error("ReconcilerStatesHasBeenSynced = true with StatesNotSynced")
 	}
 	f.MarkVolumesAsReportedInUse([]podvol.UniqueVolumeName{a, b})
-	if got, ok := f.VolumesReportedInUse(); !ok || !slices.Equal(got, []podvol.UniqueVolumeName{b, a}) {
-		t.Errorf("reported = %v, %v", got, ok)
+	if c := f.Calls(); !slices.Equal(c[len(c)-1].Volumes, []podvol.UniqueVolumeName{a, b}) {
+		t.Errorf("reported = %v, want the volumes MarkVolumesAsReportedInUse was given", c[len(c)-1])
 	}
 	f.MarkPodsSynced()
-	if !f.PodsSynced() {
-		t.Error("PodsSynced = false after MarkPodsSynced")
-	}
 
 	var methods []string
 	for _, c := range f.Calls() {

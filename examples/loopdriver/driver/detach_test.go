@@ -32,7 +32,7 @@ func (f *fixture) stageBlock(t *testing.T, name string) (id string, stage *csi.N
 // not find it (the csi-sanity flake: "still attached ... NodeUnstageVolume
 // it first").
 func TestUnstageWaitsForDeferredDetach(t *testing.T) {
-	f := newFixture(t, Config{})
+	f := newFixture(t, options{})
 	ctx := context.Background()
 	f.loop.linger = 3
 	id, stage := f.stageBlock(t, "vol")
@@ -53,7 +53,7 @@ func TestUnstageWaitsForDeferredDetach(t *testing.T) {
 // device is gone.
 func TestUnstageDetachStillPending(t *testing.T) {
 	const wait = 30 * time.Millisecond
-	f := newFixture(t, Config{DetachTimeout: wait})
+	f := newFixture(t, options{DetachTimeout: wait})
 	ctx := context.Background()
 	f.loop.linger = -1
 	id, stage := f.stageBlock(t, "vol")
@@ -85,7 +85,7 @@ func TestUnstageDetachStillPending(t *testing.T) {
 	wantCode(t, "unstage again while the detach is pending", err, codes.Unavailable)
 
 	// The RPC's deadline bounds the wait too.
-	f.serve(t, Config{NodeID: "node-1", StateDir: filepath.Join(f.dir, "state"), Loop: f.loop, Mounter: f.mounter, DetachTimeout: time.Hour})
+	f.serve(t, options{NodeID: "node-1", StateDir: filepath.Join(f.dir, "state"), Loop: f.loop, Mounter: f.mounter, DetachTimeout: time.Hour})
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	start = time.Now()
@@ -109,7 +109,7 @@ func TestUnstageDetachStillPending(t *testing.T) {
 // NodeStageVolume does not reuse a device being detached: it waits for it
 // to go and attaches the image anew.
 func TestStageSkipsDetachingDevice(t *testing.T) {
-	f := newFixture(t, Config{})
+	f := newFixture(t, options{})
 	ctx := context.Background()
 	id, stage := f.stageBlock(t, "vol")
 	f.loop.linger = 2

@@ -60,10 +60,11 @@
 //     staging and target paths it is given; those must be absolute,
 //     clean and outside the state directory.
 //
-// Faults (Config.Faults, the --fault flag, Config.FaultHook) make the
+// Faults (the --fault flag; options.Faults and options.FaultHook in its own tests) make the
 // driver delay, fail or exit in the middle of an RPC, for tests of what
 // a CO does when a driver misbehaves.
 //
-// Start it in process with New and Serve or Run, or as a program with
-// Main.
+// It runs as a program, Main (the loopdriver command, or a hidden
+// subcommand of another); its only API is CSI's gRPC one. Its Go types
+// are unexported: its own tests start it in process (newServer, serve).
 package driver

@@ -22,25 +22,25 @@ import (
 	utilexec "k8s.io/utils/exec"
 )
 
-// DefaultDriverName is the CSI driver name used when Config.DriverName
+// DefaultDriverName is the CSI driver name used when options.DriverName
 // is empty.
 const DefaultDriverName = "loop.csi.nodevol.io"
 
 // defaultMaxVolumes is NodeGetInfo's max_volumes_per_node when
-// Config.MaxVolumes is zero.
+// options.MaxVolumes is zero.
 const defaultMaxVolumes = 64
 
 // defaultDetachTimeout is how long a call waits, by default, for the
 // kernel to finish detaching a loop device that something else still
-// has open (see Config.DetachTimeout).
+// has open (see options.DetachTimeout).
 const defaultDetachTimeout = 10 * time.Second
 
 // version is reported by GetPluginInfo.
 const version = "0.1.0"
 
-// Config configures a Driver. NodeID and StateDir are required; every
+// options configures a server (newServer). NodeID and StateDir are required; every
 // other field has the default its comment gives.
-type Config struct {
+type options struct {
 	// DriverName is the CSI driver name; default DefaultDriverName.
 	DriverName string
 	// NodeID is this node's ID, returned by NodeGetInfo and the only node
@@ -58,20 +58,20 @@ type Config struct {
 	Exec utilexec.Interface
 	// Loop attaches images to loop devices; default losetup(8) run
 	// through Exec.
-	Loop LoopDevices
+	Loop loopDevices
 	// DetachTimeout bounds how long NodeUnstageVolume, NodeStageVolume
 	// and DeleteVolume wait for a detached loop device to go away: the
 	// kernel detaches a device that something else still has open only
 	// at its last close. Past it (or the RPC's deadline) they fail with
 	// Unavailable and a retry waits again. Default 10s.
 	DetachTimeout time.Duration
-	// Faults are injected failures (see Fault); default none.
-	Faults []Fault
+	// Faults are injected failures (see fault); default none.
+	Faults []fault
 	// FaultHook, if set, is called at every fault point before Faults:
-	// at AtStart of every RPC and AtMid of the RPCs that have one. A
+	// at atStart of every RPC and atMid of the RPCs that have one. A
 	// non-nil error fails the RPC with it (use a gRPC status error to
 	// choose the code). Default none.
-	FaultHook func(ctx context.Context, method, volumeID string, at FaultPoint) error
+	FaultHook func(ctx context.Context, method, volumeID string, at faultPoint) error
 	// Exit ends the process for an Exit fault; default os.Exit.
 	Exit func(code int)
 	// CallLog, if set, gets one line per Node service RPC as it arrives
@@ -82,36 +82,11 @@ type Config struct {
 	CallLog io.Writer
 }
 
-// Driver is a CSI driver (Identity, Controller and Node services) that
-// keeps each volume as a sparse image file and attaches it on the node
-// through a loop device. Create one with New and serve it with Serve; a
-// CO reaches it through the CSI gRPC API, its only API. It is safe for
-// concurrent use; operations on one volume are serialized, operations on
-// different volumes run in parallel.
-type Driver struct {
-	s *server
-}
-
-// New checks cfg, fills in its defaults and loads the state directory.
-// It fails, naming the file, if a state file is corrupt or of an unknown
-// version.
-func New(cfg Config) (*Driver, error) {
-	s, err := newServer(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &Driver{s: s}, nil
-}
-
-// Serve serves the driver on lis until ctx ends, then stops gracefully
-// (waiting up to 10 seconds for running RPCs) and returns nil. It returns
-// an error if serving fails. lis is closed either way.
-func (d *Driver) Serve(ctx context.Context, lis net.Listener) error {
-	return d.s.serve(ctx, lis)
-}
-
 // server is the driver: it implements the three CSI services, each RPC a
-// method of it.
+// method of it. It keeps each volume as a sparse image file and attaches it
+// on the node through a loop device. It is safe for concurrent use;
+// operations on one volume are serialized, operations on different volumes
+// run in parallel.
 type server struct {
 	csi.UnimplementedIdentityServer
 	csi.UnimplementedControllerServer
@@ -126,8 +101,8 @@ type server struct {
 	snaps   *snapshotStore
 	mounter *mount.SafeFormatAndMount
 	exec    utilexec.Interface
-	loop    LoopDevices
-	// detachWait is Config.DetachTimeout.
+	loop    loopDevices
+	// detachWait is options.DetachTimeout.
 	detachWait time.Duration
 	faults     *faults
 	locks      keyedMutex
@@ -142,8 +117,10 @@ var (
 	_ csi.NodeServer       = (*server)(nil)
 )
 
-// newServer is New's driver.
-func newServer(cfg Config) (*server, error) {
+// newServer checks cfg, fills in its defaults and loads the state
+// directory. It fails, naming the file, if a state file is corrupt or of
+// an unknown version.
+func newServer(cfg options) (*server, error) {
 	if cfg.DriverName == "" {
 		cfg.DriverName = DefaultDriverName
 	}
@@ -242,7 +219,9 @@ func (d *server) grpcServer() *grpc.Server {
 	return srv
 }
 
-// serve is Driver.Serve.
+// serve serves the driver on lis until ctx ends, then stops gracefully
+// (waiting up to 10 seconds for running RPCs) and returns nil. It returns
+// an error if serving fails. lis is closed either way.
 func (d *server) serve(ctx context.Context, lis net.Listener) error {
 	srv := d.grpcServer()
 	errc := make(chan error, 1)
@@ -310,7 +289,7 @@ func parseEndpoint(endpoint string) (string, error) {
 type volumeIDGetter interface{ GetVolumeId() string }
 
 // intercept logs each RPC (never its secrets: only the method, volume ID
-// and outcome) and fires the AtStart faults, and the AtMid faults of the
+// and outcome) and fires the atStart faults, and the atMid faults of the
 // RPCs that have no mid point of their own.
 func (d *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
@@ -335,7 +314,7 @@ func (d *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 }
 
 // logCall writes the call log's line for a Node service RPC (see
-// Config.CallLog). A failed write is logged, never returned.
+// options.CallLog). A failed write is logged, never returned.
 func (d *server) logCall(method, volID string, req any) {
 	if d.callLog == nil || !strings.HasPrefix(method, "Node") {
 		return
@@ -365,11 +344,11 @@ func (d *server) logCall(method, volID string, req any) {
 }
 
 func (d *server) runFaulted(ctx context.Context, method, volID string, req any, handler grpc.UnaryHandler) (any, error) {
-	if err := d.faults.fire(ctx, method, volID, AtStart); err != nil {
+	if err := d.faults.fire(ctx, method, volID, atStart); err != nil {
 		return nil, err
 	}
 	if !midMethods[method] {
-		if err := d.faults.fire(ctx, method, volID, AtMid); err != nil {
+		if err := d.faults.fire(ctx, method, volID, atMid); err != nil {
 			return nil, err
 		}
 	}
@@ -384,9 +363,9 @@ var midMethods = map[string]bool{
 	"NodeExpandVolume": true,
 }
 
-// mid fires the AtMid faults of method for volume id.
+// mid fires the atMid faults of method for volume id.
 func (d *server) mid(ctx context.Context, method, id string) error {
-	return d.faults.fire(ctx, method, id, AtMid)
+	return d.faults.fire(ctx, method, id, atMid)
 }
 
 // keyedMutex serializes work per key (volume ID); different keys do not

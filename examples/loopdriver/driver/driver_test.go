@@ -21,7 +21,7 @@ import (
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
 
-// fakeLoop is LoopDevices in memory. Its "devices" are regular files in
+// fakeLoop is loopDevices in memory. Its "devices" are regular files in
 // a temporary directory, so that the driver can stat them. With linger
 // set it detaches like the kernel does a device that something else has
 // open: Detach only marks the device, which stays attached (and
@@ -143,7 +143,7 @@ type fixture struct {
 
 // newFixture serves a driver with fake loop devices and mounts on a
 // unix socket; cfg's NodeID, StateDir, Loop and Mounter are filled in.
-func newFixture(t *testing.T, cfg Config) *fixture {
+func newFixture(t *testing.T, cfg options) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	f := &fixture{dir: dir, loop: &fakeLoop{dir: t.TempDir(), attached: map[string][]string{}}, mounter: mount.NewFakeMounter(nil)}
@@ -152,7 +152,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	return f
 }
 
-func (f *fixture) serve(t *testing.T, cfg Config) {
+func (f *fixture) serve(t *testing.T, cfg options) {
 	t.Helper()
 	d, err := newServer(cfg)
 	if err != nil {
@@ -200,7 +200,7 @@ func (f *fixture) create(t *testing.T, name string) string {
 }
 
 func TestCreateVolumeIdempotentByName(t *testing.T) {
-	f := newFixture(t, Config{})
+	f := newFixture(t, options{})
 	ctx := context.Background()
 	caps := []*csi.VolumeCapability{mountCap("", csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)}
 	req := &csi.CreateVolumeRequest{Name: "pvc-1", VolumeCapabilities: caps, CapacityRange: &csi.CapacityRange{RequiredBytes: 20 << 20}}
@@ -233,8 +233,8 @@ func TestCreateVolumeIdempotentByName(t *testing.T) {
 
 func TestNodeOrderAndRollback(t *testing.T) {
 	var failStage bool
-	f := newFixture(t, Config{FaultHook: func(_ context.Context, method, _ string, at FaultPoint) error {
-		if failStage && method == "NodeStageVolume" && at == AtMid {
+	f := newFixture(t, options{FaultHook: func(_ context.Context, method, _ string, at faultPoint) error {
+		if failStage && method == "NodeStageVolume" && at == atMid {
 			return status.Error(codes.Unavailable, "injected")
 		}
 		return nil
@@ -282,7 +282,7 @@ func TestNodeOrderAndRollback(t *testing.T) {
 	wantCode(t, "delete while staged", err, codes.FailedPrecondition)
 
 	// A restarted driver knows the volume is staged and published.
-	f.serve(t, Config{NodeID: "node-1", StateDir: filepath.Join(f.dir, "state"), Loop: f.loop, Mounter: f.mounter})
+	f.serve(t, options{NodeID: "node-1", StateDir: filepath.Join(f.dir, "state"), Loop: f.loop, Mounter: f.mounter})
 	if _, err := f.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}); err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func TestNodeOrderAndRollback(t *testing.T) {
 }
 
 func TestRequestValidation(t *testing.T) {
-	f := newFixture(t, Config{})
+	f := newFixture(t, options{})
 	ctx := context.Background()
 	id := f.create(t, "vol")
 	bc := blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)
@@ -366,8 +366,8 @@ func TestRequestValidation(t *testing.T) {
 // next call on that volume only.
 func TestPerVolumeLock(t *testing.T) {
 	release := make(chan struct{})
-	f := newFixture(t, Config{FaultHook: func(ctx context.Context, method, id string, at FaultPoint) error {
-		if method == "ControllerExpandVolume" && at == AtMid {
+	f := newFixture(t, options{FaultHook: func(ctx context.Context, method, id string, at faultPoint) error {
+		if method == "ControllerExpandVolume" && at == atMid {
 			<-release
 		}
 		return nil
@@ -423,7 +423,7 @@ func (s *syncBuffer) String() string {
 
 func TestCallLog(t *testing.T) {
 	var calls syncBuffer
-	f := newFixture(t, Config{CallLog: &calls, FaultHook: func(_ context.Context, method, _ string, _ FaultPoint) error {
+	f := newFixture(t, options{CallLog: &calls, FaultHook: func(_ context.Context, method, _ string, _ faultPoint) error {
 		if method == "NodeGetVolumeStats" {
 			return status.Error(codes.Unavailable, "injected")
 		}

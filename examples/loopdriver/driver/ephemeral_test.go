@@ -90,7 +90,7 @@ func TestEphemeralLifecycle(t *testing.T) {
 	for _, podInfo := range []bool{true, false} {
 		t.Run(map[bool]string{true: "podInfoOnMount", false: "no pod info"}[podInfo], func(t *testing.T) {
 			ex := &formatExec{formatted: map[string]bool{}}
-			f := newFixture(t, Config{Exec: ex})
+			f := newFixture(t, options{Exec: ex})
 			ctx := context.Background()
 			target := filepath.Join(f.dir, "pod", "mount")
 			if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
@@ -122,7 +122,7 @@ func TestEphemeralLifecycle(t *testing.T) {
 			wantCode(t, "stage of an ephemeral volume", err, codes.FailedPrecondition)
 
 			// A restarted driver knows the volume and tears it down.
-			f.serve(t, Config{NodeID: "node-1", StateDir: filepath.Join(f.dir, "state"), Loop: f.loop, Mounter: f.mounter, Exec: ex})
+			f.serve(t, options{NodeID: "node-1", StateDir: filepath.Join(f.dir, "state"), Loop: f.loop, Mounter: f.mounter, Exec: ex})
 			unpub := &csi.NodeUnpublishVolumeRequest{VolumeId: inlineID, TargetPath: target}
 			for i := range 2 {
 				if _, err := f.node.NodeUnpublishVolume(ctx, unpub); err != nil {
@@ -149,8 +149,8 @@ func TestEphemeralLifecycle(t *testing.T) {
 func TestEphemeralRollback(t *testing.T) {
 	fail := true
 	ex := &formatExec{formatted: map[string]bool{}}
-	f := newFixture(t, Config{Exec: ex, FaultHook: func(_ context.Context, method, _ string, at FaultPoint) error {
-		if fail && method == "NodePublishVolume" && at == AtMid {
+	f := newFixture(t, options{Exec: ex, FaultHook: func(_ context.Context, method, _ string, at faultPoint) error {
+		if fail && method == "NodePublishVolume" && at == atMid {
 			return status.Error(codes.Unavailable, "injected")
 		}
 		return nil
@@ -178,7 +178,7 @@ func TestEphemeralRollback(t *testing.T) {
 // TestEphemeralRequests checks what an inline publish is refused for.
 func TestEphemeralRequests(t *testing.T) {
 	ex := &formatExec{formatted: map[string]bool{}}
-	f := newFixture(t, Config{Exec: ex})
+	f := newFixture(t, options{Exec: ex})
 	ctx := context.Background()
 	provisioned := f.create(t, "vol")
 	target := filepath.Join(f.dir, "mount")

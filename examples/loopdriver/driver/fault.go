@@ -13,30 +13,30 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// FaultPoint says where in an RPC a fault fires.
-type FaultPoint string
+// faultPoint says where in an RPC a fault fires.
+type faultPoint string
 
 const (
-	// AtStart fires before the RPC does anything.
-	AtStart FaultPoint = "start"
-	// AtMid fires after the RPC has done part of its work and before it
+	// atStart fires before the RPC does anything.
+	atStart faultPoint = "start"
+	// atMid fires after the RPC has done part of its work and before it
 	// has recorded it: for NodeStageVolume after attaching the loop
 	// device, for NodePublishVolume after the mount (of an inline
 	// ephemeral volume: once it is made and mounted), for CreateVolume
 	// after writing the image, for NodeUnstageVolume after the unmount.
-	// RPCs without such a point fire AtMid faults at the start.
-	AtMid FaultPoint = "mid"
+	// RPCs without such a point fire atMid faults at the start.
+	atMid faultPoint = "mid"
 )
 
-// Fault is one injected failure, for tests of what callers do when a
+// fault is one injected failure, for tests of what callers do when a
 // driver misbehaves. The --fault flag takes one in the syntax String gives.
-type Fault struct {
+type fault struct {
 	// Method is the RPC name without service, e.g. "NodeStageVolume".
 	Method string
 	// VolumeID limits the fault to one volume; empty means every volume.
 	VolumeID string
-	// At is where the fault fires; empty means AtStart, or AtMid for Exit.
-	At FaultPoint
+	// At is where the fault fires; empty means atStart, or atMid for Exit.
+	At faultPoint
 	// Delay sleeps (or until the RPC's context ends) before going on.
 	Delay time.Duration
 	// Code, if not OK, fails the RPC with this gRPC code.
@@ -56,15 +56,15 @@ type Fault struct {
 // as Unavailable), exit, at=start|mid or times=N. Examples:
 // "NodeStageVolume:delay=3s", "NodePublishVolume:error=Unavailable,times=1",
 // "NodeStageVolume/vol1:exit".
-func parseFault(s string) (Fault, error) {
+func parseFault(s string) (fault, error) {
 	target, actions, ok := strings.Cut(s, ":")
 	if !ok || actions == "" {
-		return Fault{}, fmt.Errorf("fault %q: want METHOD[/VOLUMEID]:ACTION[,ACTION...]", s)
+		return fault{}, fmt.Errorf("fault %q: want METHOD[/VOLUMEID]:ACTION[,ACTION...]", s)
 	}
-	var f Fault
+	var f fault
 	f.Method, f.VolumeID, _ = strings.Cut(target, "/")
 	if f.Method == "" {
-		return Fault{}, fmt.Errorf("fault %q: no method", s)
+		return fault{}, fmt.Errorf("fault %q: no method", s)
 	}
 	for a := range strings.SplitSeq(actions, ",") {
 		key, val, _ := strings.Cut(a, "=")
@@ -72,46 +72,46 @@ func parseFault(s string) (Fault, error) {
 		case "delay":
 			d, err := time.ParseDuration(val)
 			if err != nil || d < 0 {
-				return Fault{}, fmt.Errorf("fault %q: bad delay %q", s, val)
+				return fault{}, fmt.Errorf("fault %q: bad delay %q", s, val)
 			}
 			f.Delay = d
 		case "error":
 			c, ok := codeByName[strings.ToLower(val)]
 			if !ok || c == codes.OK {
-				return Fault{}, fmt.Errorf("fault %q: unknown gRPC code %q", s, val)
+				return fault{}, fmt.Errorf("fault %q: unknown gRPC code %q", s, val)
 			}
 			f.Code = c
 		case "exit":
 			f.Exit = true
 		case "at":
-			if val != string(AtStart) && val != string(AtMid) {
-				return Fault{}, fmt.Errorf("fault %q: at must be start or mid, not %q", s, val)
+			if val != string(atStart) && val != string(atMid) {
+				return fault{}, fmt.Errorf("fault %q: at must be start or mid, not %q", s, val)
 			}
-			f.At = FaultPoint(val)
+			f.At = faultPoint(val)
 		case "times":
 			n, err := strconv.Atoi(val)
 			if err != nil || n < 1 {
-				return Fault{}, fmt.Errorf("fault %q: bad times %q", s, val)
+				return fault{}, fmt.Errorf("fault %q: bad times %q", s, val)
 			}
 			f.Times = n
 		default:
-			return Fault{}, fmt.Errorf("fault %q: unknown action %q", s, a)
+			return fault{}, fmt.Errorf("fault %q: unknown action %q", s, a)
 		}
 	}
 	if f.Delay == 0 && f.Code == codes.OK && !f.Exit {
-		return Fault{}, fmt.Errorf("fault %q: needs delay, error or exit", s)
+		return fault{}, fmt.Errorf("fault %q: needs delay, error or exit", s)
 	}
 	if f.At == "" {
-		f.At = AtStart
+		f.At = atStart
 		if f.Exit {
-			f.At = AtMid
+			f.At = atMid
 		}
 	}
 	return f, nil
 }
 
 // String formats f in the --fault flag's syntax.
-func (f Fault) String() string {
+func (f fault) String() string {
 	var b strings.Builder
 	b.WriteString(f.Method)
 	if f.VolumeID != "" {
@@ -146,16 +146,16 @@ var codeByName = func() map[string]codes.Code {
 
 // faults fires the configured faults and the in-process hook.
 type faults struct {
-	hook func(ctx context.Context, method, volumeID string, at FaultPoint) error
+	hook func(ctx context.Context, method, volumeID string, at faultPoint) error
 	exit func(code int)
 
 	mu    sync.Mutex
-	list  []Fault
+	list  []fault
 	fired []int
 }
 
 // fire runs every fault matching (method, volumeID, at), in order.
-func (f *faults) fire(ctx context.Context, method, volumeID string, at FaultPoint) error {
+func (f *faults) fire(ctx context.Context, method, volumeID string, at faultPoint) error {
 	if f.hook != nil {
 		if err := f.hook(ctx, method, volumeID, at); err != nil {
 			return err
@@ -189,7 +189,7 @@ func (f *faults) fire(ctx context.Context, method, volumeID string, at FaultPoin
 }
 
 // take reports whether fault i applies now and counts it as fired.
-func (f *faults) take(i int, method, volumeID string, at FaultPoint) (Fault, bool) {
+func (f *faults) take(i int, method, volumeID string, at faultPoint) (fault, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ft := f.list[i]

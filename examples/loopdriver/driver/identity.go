@@ -28,7 +28,7 @@ func (d *server) GetPluginCapabilities(context.Context, *csi.GetPluginCapabiliti
 	}}, nil
 }
 
-// Probe reports ready: once New has loaded the state, the driver can
+// Probe reports ready: once newServer has loaded the state, the driver can
 // serve every call.
 func (d *server) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
 	return &csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil

@@ -12,10 +12,10 @@ import (
 	utilexec "k8s.io/utils/exec"
 )
 
-// LoopDevices attaches image files to loop devices. The driver never
+// loopDevices attaches image files to loop devices. The driver never
 // remembers a device number across calls: it asks Find, because device
 // numbers are handed out again after a detach or a reboot.
-type LoopDevices interface {
+type loopDevices interface {
 	// Find returns the loop devices backed by image, oldest first; none
 	// is not an error.
 	Find(ctx context.Context, image string) ([]string, error)
@@ -35,12 +35,12 @@ type LoopDevices interface {
 	Refresh(ctx context.Context, device string) error
 }
 
-// losetup is LoopDevices done with util-linux's losetup(8).
+// losetup is loopDevices done with util-linux's losetup(8).
 type losetup struct {
 	exec utilexec.Interface
 }
 
-var _ LoopDevices = losetup{}
+var _ loopDevices = losetup{}
 
 func (l losetup) run(ctx context.Context, args ...string) (string, error) {
 	out, err := l.exec.CommandContext(ctx, "losetup", args...).CombinedOutput()

@@ -14,7 +14,7 @@ import (
 )
 
 // faultFlags collects repeated --fault flags.
-type faultFlags []Fault
+type faultFlags []fault
 
 func (f *faultFlags) String() string {
 	var s []string
@@ -50,7 +50,7 @@ func mainContext(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("loopdriver", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		cfg      Config
+		cfg      options
 		endpoint string
 		faults   faultFlags
 		callLog  string

@@ -10,7 +10,7 @@ import (
 )
 
 func TestControllerModifyVolume(t *testing.T) {
-	f := newFixture(t, Config{})
+	f := newFixture(t, options{})
 	ctx := context.Background()
 	vol := f.create(t, "v")
 	tests := []struct {
@@ -32,7 +32,7 @@ func TestControllerModifyVolume(t *testing.T) {
 			wantCode(t, tt.name, err, tt.want)
 		})
 	}
-	d, err := newServer(Config{NodeID: "node-1", StateDir: f.dir + "/state", Loop: f.loop, Mounter: f.mounter})
+	d, err := newServer(options{NodeID: "node-1", StateDir: f.dir + "/state", Loop: f.loop, Mounter: f.mounter})
 	if err != nil {
 		t.Fatal(err)
 	}

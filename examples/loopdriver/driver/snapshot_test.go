@@ -37,7 +37,7 @@ func allocated(t *testing.T, path string) int64 {
 // holes; a volume restored from it, and a clone of the volume, hold the
 // same data; names are idempotent; snapshots list, filter and page.
 func TestSnapshotAndRestore(t *testing.T) {
-	f := newFixture(t, Config{})
+	f := newFixture(t, options{})
 	ctx := context.Background()
 	vol := f.create(t, "src")
 	f.writeData(t, vol, 8<<20, []byte("nodevol snapshot"))
@@ -120,7 +120,7 @@ func TestSnapshotAndRestore(t *testing.T) {
 }
 
 func TestSnapshotBadInput(t *testing.T) {
-	f := newFixture(t, Config{})
+	f := newFixture(t, options{})
 	ctx := context.Background()
 	vol := f.create(t, "src")
 	caps := []*csi.VolumeCapability{blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)}
@@ -189,7 +189,7 @@ func TestSnapshotBadInput(t *testing.T) {
 // TestSnapshotsSurviveRestart: a new driver on the same state directory
 // knows the snapshots; a corrupt snapshot state file fails the start.
 func TestSnapshotsSurviveRestart(t *testing.T) {
-	f := newFixture(t, Config{})
+	f := newFixture(t, options{})
 	ctx := context.Background()
 	vol := f.create(t, "src")
 	snap, err := f.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "s", SourceVolumeId: vol})
@@ -197,7 +197,7 @@ func TestSnapshotsSurviveRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	stateDir := filepath.Join(f.dir, "state")
-	d, err := newServer(Config{NodeID: "node-1", StateDir: stateDir, Loop: f.loop, Mounter: f.mounter})
+	d, err := newServer(options{NodeID: "node-1", StateDir: stateDir, Loop: f.loop, Mounter: f.mounter})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestSnapshotsSurviveRestart(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(stateDir, "snapshots", "snap-bad.json"), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newServer(Config{NodeID: "node-1", StateDir: stateDir, Loop: f.loop, Mounter: f.mounter}); err == nil {
+	if _, err := newServer(options{NodeID: "node-1", StateDir: stateDir, Loop: f.loop, Mounter: f.mounter}); err == nil {
 		t.Error("a corrupt snapshot state file did not fail the start")
 	}
 }

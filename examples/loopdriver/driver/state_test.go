@@ -106,7 +106,7 @@ func TestStoreRefusesBadFiles(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			_, err := newServer(Config{NodeID: "n", StateDir: dir})
+			_, err := newServer(options{NodeID: "n", StateDir: dir})
 			if err == nil {
 				t.Fatal("New succeeded on a bad state file")
 			}
@@ -122,7 +122,7 @@ func TestStoreRefusesBadFiles(t *testing.T) {
 
 func TestNewChecksConfig(t *testing.T) {
 	dir := t.TempDir()
-	for _, cfg := range []Config{
+	for _, cfg := range []options{
 		{StateDir: dir},
 		{NodeID: "n"},
 		{NodeID: "n", StateDir: dir, DriverName: "-bad"},
@@ -133,7 +133,7 @@ func TestNewChecksConfig(t *testing.T) {
 			t.Errorf("New(%+v) succeeded, want an error", cfg)
 		}
 	}
-	d, err := newServer(Config{NodeID: "n", StateDir: dir})
+	d, err := newServer(options{NodeID: "n", StateDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,12 +131,12 @@ func TestPickSize(t *testing.T) {
 func TestParseFault(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
-		want Fault
+		want fault
 	}{
-		{"NodeStageVolume:delay=3s", Fault{Method: "NodeStageVolume", Delay: 3 * time.Second, At: AtStart}},
-		{"NodePublishVolume:error=Unavailable", Fault{Method: "NodePublishVolume", Code: codes.Unavailable, At: AtStart}},
-		{"NodeStageVolume:exit", Fault{Method: "NodeStageVolume", Exit: true, At: AtMid}},
-		{"NodeStageVolume/vol-1:error=internal,at=mid,times=2", Fault{Method: "NodeStageVolume", VolumeID: "vol-1", Code: codes.Internal, At: AtMid, Times: 2}},
+		{"NodeStageVolume:delay=3s", fault{Method: "NodeStageVolume", Delay: 3 * time.Second, At: atStart}},
+		{"NodePublishVolume:error=Unavailable", fault{Method: "NodePublishVolume", Code: codes.Unavailable, At: atStart}},
+		{"NodeStageVolume:exit", fault{Method: "NodeStageVolume", Exit: true, At: atMid}},
+		{"NodeStageVolume/vol-1:error=internal,at=mid,times=2", fault{Method: "NodeStageVolume", VolumeID: "vol-1", Code: codes.Internal, At: atMid, Times: 2}},
 	} {
 		got, err := parseFault(tc.in)
 		if err != nil || got != tc.want {

@@ -55,7 +55,6 @@ import (
 	"github.com/nodevol/nodevol/internal/realnode"
 	"github.com/nodevol/nodevol/testenv"
 	"github.com/nodevol/nodevol/testenv/internal/noderun"
-	"github.com/nodevol/nodevol/testenv/kubelettest"
 )
 
 // The node's network: the pair's addresses, and the pods' subnet on a
@@ -279,7 +278,7 @@ func startAPIServer(ctx context.Context, o options, work string, undo *noderun.U
 		return nil, "", err
 	}
 	undo.Add(env.Stop)
-	if err := serviceRoute(ctx, env.Port()); err != nil {
+	if err := serviceRoute(ctx, env.Port); err != nil {
 		return nil, "", err
 	}
 	admin := filepath.Join(work, "admin.kubeconfig")
@@ -292,7 +291,7 @@ func startAPIServer(ctx context.Context, o options, work string, undo *noderun.U
 // startComponents starts the controller manager, the scheduler and the
 // kubelet under test, and waits for the node to be ready.
 func startComponents(ctx context.Context, o options, env *testenv.Env, endpoint, work, admin, logs string, undo *noderun.Undo) (kubernetes.Interface, error) {
-	nodeCfg, err := kubelettest.NodeConfig(env, nodeName)
+	nodeCfg, err := env.NodeConfig(nodeName)
 	if err != nil {
 		return nil, err
 	}

@@ -24,26 +24,22 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/cri-client/pkg/fake"
-
-	"github.com/nodevol/nodevol/testenv"
 )
 
 // Image is the image the fake runtime has already, for the pods' containers
 // (with imagePullPolicy IfNotPresent or Never).
 const Image = "busybox:latest"
 
-// NodeUser is node's user name under the Node authorizer.
+// NodeUser is node's user name under the Node authorizer (the user of
+// testenv.Env.NodeConfig's certificate).
 func NodeUser(node string) string { return "system:node:" + node }
 
-// NodeConfig is a client config for env with node's own client
-// certificate (user system:node:{node} in group system:nodes), as the
-// Node authorizer and NodeRestriction know a kubelet.
-func NodeConfig(env *testenv.Env, node string) (*rest.Config, error) {
-	cfg, err := env.CertConfig(testenv.User{Name: NodeUser(node), Groups: []string{"system:nodes"}})
-	if err != nil {
-		return nil, fmt.Errorf("issuing node %s's client certificate: %w", node, err)
-	}
-	return cfg, nil
+// APIServer is what a kubelet needs of the API server it talks to
+// (testenv.Env is one): a kubeconfig naming it. It is an interface so
+// that this package, which sits below testenv, does not import it.
+type APIServer interface {
+	// WriteKubeconfig writes a kubeconfig for cfg's credentials to path.
+	WriteKubeconfig(path string, cfg *rest.Config) error
 }
 
 // StartRuntime serves the fake container runtime on unix socket sock,
@@ -95,11 +91,11 @@ type Options struct {
 	// runtime's socket and the working directory. The caller removes it
 	// (Unmount first: the kubelet bind-mounts its root onto itself).
 	Dir string
-	// Env is the API server the kubelet talks to.
-	Env *testenv.Env
+	// Env is the API server the kubelet talks to (a *testenv.Env).
+	Env APIServer
 	// Node is the node's name (--hostname-override).
 	Node string
-	// NodeConfig is the node's credentials (NodeConfig).
+	// NodeConfig is the node's credentials (testenv.Env.NodeConfig).
 	NodeConfig *rest.Config
 	// Args are appended to the kubelet's command line. Unset: none.
 	Args []string
