@@ -159,19 +159,7 @@ func TestRecordFile(t *testing.T) {
 // TestRecordsIn: records written and removed through a held root are
 // those of the root, and a view shares the block publishes it learns of.
 func TestRecordsIn(t *testing.T) {
-	r, err := rootfs.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.MkdirAll(".", 0o750); err != nil {
-		t.Fatal(err)
-	}
-	rs := NewRecords(r, "boot")
-	h, err := r.Hold()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	r, rs, h := heldRecords(t)
 	in := rs.In(h)
 	const dir = "plugins/kubernetes.io/csi/volumeDevices/publish/pv/uid"
 	rec := &Record{Dir: dir, Driver: "d", VolumeHandle: "h", Phase: PhasePublishing, Mode: "Block", PodUID: "uid"}
@@ -204,19 +192,7 @@ func TestRecordsIn(t *testing.T) {
 // reads as the call in flight, or as corrupt (which recovery treats as in
 // flight too), never as another call's or another directory's.
 func TestRecordsInRewrite(t *testing.T) {
-	r, err := rootfs.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.MkdirAll(".", 0o750); err != nil {
-		t.Fatal(err)
-	}
-	rs := NewRecords(r, "boot")
-	h, err := r.Hold()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	r, rs, h := heldRecords(t)
 	const dir = "plugins/kubernetes.io/csi/d/0123"
 	in := rs.In(h)
 	rec := &Record{Dir: dir, Driver: "d", VolumeHandle: "h", PVName: "pv-of-a-long-name", Phase: PhaseStaging, Mode: "Filesystem"}
@@ -315,4 +291,23 @@ func TestRecordsInTakesBack(t *testing.T) {
 	if got, err := ReadRecord(r, dir); err != nil || got.Phase != PhasePublishing {
 		t.Errorf("ReadRecord = %+v, %v", got, err)
 	}
+}
+
+// heldRecords returns a root in a new directory, its Records of boot
+// "boot" and a hold of it, closed when the test ends.
+func heldRecords(t *testing.T) (*rootfs.Root, *Records, *rootfs.Root) {
+	t.Helper()
+	r, err := rootfs.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.MkdirAll(".", 0o750); err != nil {
+		t.Fatal(err)
+	}
+	h, err := r.Hold()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return r, NewRecords(r, "boot"), h
 }

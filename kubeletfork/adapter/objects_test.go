@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
 
@@ -79,7 +80,7 @@ func TestObjectManagers(t *testing.T) {
 		t.Errorf("GetSecret(other) = %v, want the kubelet's not registered", err)
 	}
 	want := map[string]int{"configmaps/cfg": 1, "configmaps/gone": 1, "secrets/sec": 1, "secrets/pull": 1}
-	if got := watchesByName(client); !equalCounts(got, want) {
+	if got := watchesByName(client); !maps.Equal(got, want) {
 		t.Errorf("watches opened by name %v, want one per object %v", got, want)
 	}
 }
@@ -97,16 +98,4 @@ func watchesByName(client *fake.Clientset) map[string]int {
 		got[w.GetResource().Resource+"/"+name]++
 	}
 	return got
-}
-
-func equalCounts(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -163,7 +164,7 @@ func TestFaultPlantedSymlinks(t *testing.T) {
 	if mps := mountPointsUnder(outside); len(mps) > 0 {
 		t.Errorf("mounted outside the root: %v", mps)
 	}
-	if after := treeOf(t, outside); !equalTrees(before, after) {
+	if after := treeOf(t, outside); !maps.Equal(before, after) {
 		t.Errorf("the outside directories changed:\nbefore %v\nafter  %v", before, after)
 	}
 	calls := readCalls(t, e.callLog, from)
@@ -185,7 +186,7 @@ func TestFaultPlantedSymlinks(t *testing.T) {
 		}
 	}
 	e.endClean(t, a, "every pod deleted, the symlinks removed", time.Minute)
-	if after := treeOf(t, outside); !equalTrees(before, after) {
+	if after := treeOf(t, outside); !maps.Equal(before, after) {
 		t.Errorf("the outside directories changed by the end:\nbefore %v\nafter  %v", before, after)
 	}
 }
@@ -237,16 +238,4 @@ func treeOf(t *testing.T, dir string) map[string]string {
 		t.Fatal(err)
 	}
 	return tree
-}
-
-func equalTrees(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
