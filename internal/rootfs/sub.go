@@ -3,8 +3,6 @@ package rootfs
 import (
 	"errors"
 	"io/fs"
-	"path/filepath"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -171,7 +169,8 @@ func (r *Root) OpenDirFd(name string) (int, error) {
 // kubelet's layout puts volumes in): they are opened with one openat2,
 // and the rest below them made or checked one component at a time, each
 // opened with O_NOFOLLOW from the one before, the last one kept open. When
-// those are missing it is MkdirAll and then Sub, and made is false (the caller then looks at what the directory holds).
+// those are missing it is MkdirAll and then Sub, and made is false (the
+// caller then looks at what the directory holds).
 func (r *Root) MkdirAllSub(name string, perm fs.FileMode, known int) (sub *Root, made bool, err error) {
 	comps, full, err := r.split("mkdir", name)
 	if err != nil {
@@ -191,44 +190,10 @@ func (r *Root) MkdirAllSub(name string, perm fs.FileMode, known int) (sub *Root,
 		sub, err := r.Sub(name)
 		return sub, false, err
 	}
-	made, err = r.mkdirChain(&fd, comps, known, full, perm)
+	made, err = r.mkdirFrom(&fd, comps, known, false, true, full, perm)
 	if err != nil {
 		_ = unix.Close(fd)
 		return nil, false, err
 	}
 	return &Root{path: full, steps: r.steps, fd: fd, held: true}, made, nil
-}
-
-// mkdirChain makes or opens comps[start:] below *fd (the directory
-// comps[:start], its own descriptor), as mkdirFrom does, and leaves *fd
-// the last one, open. It reports whether it made the last one.
-func (r *Root) mkdirChain(fd *int, comps []string, start int, full string, perm fs.FileMode) (bool, error) {
-	const dirFlags = unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
-	made := false
-	for i := start; i < len(comps); i++ {
-		c := comps[i]
-		next, err := -1, error(unix.ENOENT)
-		if !made { // below a directory just made nothing is there to open
-			next, err = unix.Openat(*fd, c, dirFlags, 0)
-		}
-		made = false
-		if err == unix.ENOENT {
-			compPath := filepath.Join(r.path, strings.Join(comps[:i+1], "/"))
-			if err := r.take(step.Mkdir, compPath); err != nil {
-				return false, err
-			}
-			err = unix.Mkdirat(*fd, c, uint32(perm.Perm()))
-			if err != nil && err != unix.EEXIST {
-				return false, &PathError{Op: "mkdir", Path: full, Component: compPath, Err: err}
-			}
-			made = err == nil
-			next, err = unix.Openat(*fd, c, dirFlags, 0)
-		}
-		if err != nil {
-			return false, r.classify(*fd, "mkdir", full, comps[:i+1], false, 0, err)
-		}
-		_ = unix.Close(*fd)
-		*fd = next
-	}
-	return made, nil
 }

@@ -61,7 +61,8 @@ func (r *Root) MkdirAll(name string, perm fs.FileMode) error {
 			missing = true
 		}
 	}
-	return r.mkdirFrom(&fd, comps, start, missing, full, perm)
+	_, err = r.mkdirFrom(&fd, comps, start, missing, false, full, perm)
+	return err
 }
 
 // mkdirFrom makes comps[start:] below *fd, the directory comps[:start]
@@ -70,8 +71,12 @@ func (r *Root) MkdirAll(name string, perm fs.FileMode) error {
 // missing one made. missing says comps[start] is known to be missing: it is
 // made without looking first, and so is every component below one just
 // made. *fd ends as the last directory opened; the caller releases it.
-func (r *Root) mkdirFrom(fd *int, comps []string, start int, missing bool, full string, perm fs.FileMode) error {
+// With keep the last directory is opened even when just made (the caller
+// works in it); without it a last directory just made is not opened and
+// *fd stays its parent. It reports whether it made the last directory.
+func (r *Root) mkdirFrom(fd *int, comps []string, start int, missing, keep bool, full string, perm fs.FileMode) (bool, error) {
 	const dirFlags = unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	made := false
 	for i := start; i < len(comps); i++ {
 		c, last := comps[i], i == len(comps)-1
 		compPath := filepath.Join(r.path, strings.Join(comps[:i+1], "/"))
@@ -79,28 +84,29 @@ func (r *Root) mkdirFrom(fd *int, comps []string, start int, missing bool, full 
 		if !missing {
 			next, err = unix.Openat(*fd, c, dirFlags, 0)
 		}
-		missing = false
+		missing, made = false, false
 		if err == unix.ENOENT {
 			if err := r.take(step.Mkdir, compPath); err != nil {
-				return err
+				return false, err
 			}
 			err = unix.Mkdirat(*fd, c, uint32(perm.Perm()))
-			if err == nil && last {
-				return nil // just made: a directory, nothing below it to reach
+			made = err == nil
+			if made && last && !keep {
+				return true, nil // just made: a directory, nothing below it to reach
 			}
-			missing = err == nil // so is what goes below it
+			missing = made // so is what goes below it
 			if err != nil && err != unix.EEXIST {
-				return &PathError{Op: "mkdir", Path: full, Component: compPath, Err: err}
+				return false, &PathError{Op: "mkdir", Path: full, Component: compPath, Err: err}
 			}
 			next, err = unix.Openat(*fd, c, dirFlags, 0)
 		}
 		if err != nil {
-			return r.classify(*fd, "mkdir", full, comps[:i+1], false, 0, err)
+			return false, r.classify(*fd, "mkdir", full, comps[:i+1], false, 0, err)
 		}
 		r.releaseRoot(*fd)
 		*fd = next
 	}
-	return nil
+	return made, nil
 }
 
 // Create creates name as an empty regular file with perm (before umask).
