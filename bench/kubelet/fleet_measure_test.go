@@ -2,6 +2,7 @@ package kubeletbench
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -172,13 +173,8 @@ func (c nodeCounts) total() (all, vol int) {
 // perNode lists the mean counts, one a line, for a log.
 func (c nodeCounts) perNode(n int) string {
 	m := c.mean(n)
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	var sb strings.Builder
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		fmt.Fprintf(&sb, "  %8.1f  %s\n", m[k], k)
 	}
 	return sb.String()

@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -116,13 +117,8 @@ func (c Counts) Of(resources ...string) int {
 
 // String lists the counts by "verb resource", sorted, one a line, for a log.
 func (c Counts) String() string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	var sb strings.Builder
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(c)) {
 		fmt.Fprintf(&sb, "  %5d  %s\n", c[k], k)
 	}
 	return sb.String()
