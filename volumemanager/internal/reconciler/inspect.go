@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"maps"
 	"slices"
 
 	"github.com/nodevol/nodevol/podvol"
@@ -20,14 +21,7 @@ func (l *Loop) Backoff(name podvol.UniqueVolumeName) map[oe.Key]*oe.BackoffEntry
 
 // Unreadable returns, sorted, the pod volume directories found unreadable
 // at start that are still there.
-func (l *Loop) Unreadable() []string {
-	dirs := make([]string, 0, len(l.unreadable))
-	for _, d := range l.unreadable {
-		dirs = append(dirs, d)
-	}
-	slices.Sort(dirs)
-	return dirs
-}
+func (l *Loop) Unreadable() []string { return slices.Sorted(maps.Values(l.unreadable)) }
 
 // PodErrorWaiters returns how many pods have a channel of
 // PodErrorsChanged not given back; it locks.
