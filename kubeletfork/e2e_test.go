@@ -7,11 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -397,22 +398,20 @@ func (e *forkEnv) watches() map[string]float64 {
 	if err != nil {
 		e.t.Fatalf("reading the API server's metrics: %v", err)
 	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(data))
+	if err != nil {
+		e.t.Fatalf("parsing the API server's metrics: %v", err)
+	}
 	got := map[string]float64{}
-	for _, line := range strings.Split(string(data), "\n") {
-		if !strings.HasPrefix(line, "apiserver_longrunning_requests{") || !strings.Contains(line, `verb="WATCH"`) {
-			continue
+	for _, m := range families["apiserver_longrunning_requests"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
 		}
-		labels, value, ok := strings.Cut(line[len("apiserver_longrunning_requests{"):], "} ")
-		_, res, found := strings.Cut(labels, `resource="`)
-		if !ok || !found {
-			continue
+		if labels["verb"] == "WATCH" {
+			got[labels["resource"]] += m.GetGauge().GetValue()
 		}
-		res, _, _ = strings.Cut(res, `"`)
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			e.t.Fatalf("the API server's metric %q: %v", line, err)
-		}
-		got[res] += v
 	}
 	return got
 }
