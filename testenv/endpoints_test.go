@@ -47,7 +47,7 @@ func waitServiceEndpoints(t *testing.T, env *Env, client kubernetes.Interface, n
 		version = s.ResourceVersion
 		port := s.Ports[0]
 		return slices.Equal(s.Endpoints[0].Addresses, []string{advertiseAddress}) &&
-			port.Port != nil && int(*port.Port) == env.Port && port.Name != nil && *port.Name == "https"
+			port.Port != nil && int(*port.Port) == env.apiPort && port.Name != nil && *port.Name == "https"
 	})
 	return version
 }

@@ -31,25 +31,14 @@ const advertiseAddress = "192.0.2.1"
 const startAttempts = 3
 
 // Env is a running etcd and kube-apiserver. Its methods are safe for
-// concurrent use; its fields are set by Start, for reading.
+// concurrent use.
 type Env struct {
-	// Port is the apiserver's secure port, on every address it binds.
-	Port int
-	// CAFile is the environment's CA certificate (PEM), which signed the
-	// apiserver's serving certificate and every client certificate: a
-	// controller manager's --root-ca-file, which it publishes to every
-	// namespace as kube-root-ca.crt.
-	CAFile string
-	// ServiceAccountKeyFile is the private key (PEM) the apiserver signs
-	// service account tokens with and whose public half verifies them: a
-	// controller manager's --service-account-private-key-file.
-	ServiceAccountKeyFile string
-
 	opts    Options
 	dir     string // temporary root: certificates, tokens, logs, etcd's data
 	ca      *authority
 	tokens  map[string]string // user name -> bearer token, the admin's included
 	etcdURL string
+	apiPort int
 	apiArgs []string
 
 	mu        sync.Mutex
@@ -76,7 +65,6 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		return nil, fmt.Errorf("testenv: create temporary directory: %w", err)
 	}
 	e := &Env{opts: opts, dir: dir, tokens: map[string]string{}}
-	e.CAFile, e.ServiceAccountKeyFile = e.path("ca.crt"), e.path("sa.key")
 	if err := e.start(ctx); err != nil {
 		if serr := e.Stop(); serr != nil {
 			err = errors.Join(err, serr)
@@ -100,7 +88,7 @@ func (e *Env) start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		e.Port = ports[0]
+		e.apiPort = ports[0]
 		e.apiArgs = e.apiserverArgs()
 		err = e.StartAPIServer(ctx)
 		if err == nil || attempt == startAttempts || !addrInUse(e.apiserver) {
@@ -200,7 +188,7 @@ func (e *Env) apiserverArgs() []string {
 		// every 10 s before), and turned off (none) it logs a "stale
 		// endpoints" error at every start.
 		"--advertise-address=" + advertiseAddress,
-		fmt.Sprintf("--secure-port=%d", e.Port),
+		fmt.Sprintf("--secure-port=%d", e.apiPort),
 		"--tls-cert-file=" + e.path("apiserver.crt"),
 		"--tls-private-key-file=" + e.path("apiserver.key"),
 		"--client-ca-file=" + e.path("ca.crt"),
@@ -333,7 +321,21 @@ func (e *Env) NodeConfig(node string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func (e *Env) host() string { return "https://" + hostPort(e.Port) }
+// Port is the apiserver's secure port, on every address it binds.
+func (e *Env) Port() int { return e.apiPort }
+
+// CAFile is the environment's CA certificate (PEM), which signed the
+// apiserver's serving certificate and every client certificate: a
+// controller manager's --root-ca-file, which it publishes to every
+// namespace as kube-root-ca.crt.
+func (e *Env) CAFile() string { return e.path("ca.crt") }
+
+// ServiceAccountKeyFile is the private key (PEM) the apiserver signs
+// service account tokens with and whose public half verifies them: a
+// controller manager's --service-account-private-key-file.
+func (e *Env) ServiceAccountKeyFile() string { return e.path("sa.key") }
+
+func (e *Env) host() string { return "https://" + hostPort(e.apiPort) }
 
 func (e *Env) tokenConfig(token string) *rest.Config {
 	return &rest.Config{

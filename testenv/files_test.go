@@ -27,17 +27,17 @@ import (
 func TestCredentialFiles(t *testing.T) {
 	env := StartT(t, Options{})
 	ctx := t.Context()
-	if want := fmt.Sprintf("https://127.0.0.1:%d", env.Port); env.host() != want {
-		t.Errorf("Host %s, want %s (Port %d)", env.host(), want, env.Port)
+	if want := fmt.Sprintf("https://127.0.0.1:%d", env.Port()); env.host() != want {
+		t.Errorf("Host %s, want %s (Port %d)", env.host(), want, env.Port())
 	}
 
-	caPEM, err := os.ReadFile(env.CAFile)
+	caPEM, err := os.ReadFile(env.CAFile())
 	if err != nil {
 		t.Fatal(err)
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(caPEM) {
-		t.Fatalf("CAFile %s holds no certificate", env.CAFile)
+		t.Fatalf("CAFile %s holds no certificate", env.CAFile())
 	}
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
 	resp, err := hc.Get(env.host() + "/readyz")
@@ -46,13 +46,13 @@ func TestCredentialFiles(t *testing.T) {
 	}
 	resp.Body.Close()
 
-	keyPEM, err := os.ReadFile(env.ServiceAccountKeyFile)
+	keyPEM, err := os.ReadFile(env.ServiceAccountKeyFile())
 	if err != nil {
 		t.Fatal(err)
 	}
 	block, _ := pem.Decode(keyPEM)
 	if block == nil {
-		t.Fatalf("ServiceAccountKeyFile %s holds no PEM block", env.ServiceAccountKeyFile)
+		t.Fatalf("ServiceAccountKeyFile %s holds no PEM block", env.ServiceAccountKeyFile())
 	}
 	parsed, err := x509.ParsePKCS8PrivateKey(block.Bytes)
 	if err != nil {

@@ -81,7 +81,7 @@ func TestWriteKubeconfig(t *testing.T) {
 // TestWriteKubeconfigRefuses checks that configs WriteKubeconfig cannot
 // write as a working kubeconfig are refused, with no file written.
 func TestWriteKubeconfigRefuses(t *testing.T) {
-	env := &Env{Port: 6443, tokens: map[string]string{}, ca: &authority{}}
+	env := &Env{apiPort: 6443, tokens: map[string]string{}, ca: &authority{}}
 	tests := []struct {
 		name string
 		cfg  *rest.Config

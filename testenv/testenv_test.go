@@ -140,7 +140,7 @@ func TestSmoke(t *testing.T) {
 	factory.Shutdown()
 
 	pids := []int{env.etcd.cmd.Process.Pid, env.apiserver.cmd.Process.Pid}
-	ports := []int{env.Port, portOf(t, env.etcdURL)}
+	ports := []int{env.apiPort, portOf(t, env.etcdURL)}
 	dir := env.dir
 	if err := env.Stop(); err != nil {
 		t.Fatal(err)

@@ -41,7 +41,7 @@ func runFleet(b *testing.B, spec fleetSpec) *fleetResult {
 	r := &fleetRun{b: b, spec: spec, c: startObjCluster(b), res: newFleetResult(spec)}
 	ctx := b.Context()
 	var err error
-	if r.api, err = apiServerPid(r.c.env.Port); err != nil {
+	if r.api, err = apiServerPid(r.c.env.Port()); err != nil {
 		b.Fatal(err)
 	}
 	if err := createFleetObjects(ctx, r.c, spec.nodes, spec.pods); err != nil {

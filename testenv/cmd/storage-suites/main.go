@@ -278,7 +278,7 @@ func startAPIServer(ctx context.Context, o options, work string, undo *noderun.U
 		return nil, "", err
 	}
 	undo.Add(env.Stop)
-	if err := serviceRoute(ctx, env.Port); err != nil {
+	if err := serviceRoute(ctx, env.Port()); err != nil {
 		return nil, "", err
 	}
 	admin := filepath.Join(work, "admin.kubeconfig")
