@@ -3,7 +3,7 @@ package volumemanager
 // The workloads of docs/PERFORMANCE.md, over the public API, with the test
 // kit's in-process driver (which does nothing but keep state) on a real
 // unix socket, the fake clientset and the benchmarks' fake mounter
-// (bench/mapmount, the kubelet's side's too):
+// (internal/mapmount, the kubelet's side's too):
 //
 //	W1, W2  BenchmarkMountPods       mount N pods with a PVC each, then unmount until unstaged
 //	        BenchmarkMountPodsClusterInformers  the same with Config.ClusterInformers (informers, no GETs)
@@ -35,9 +35,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/bench/mapmount"
 	"github.com/nodevol/nodevol/bench/realpods"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
+	"github.com/nodevol/nodevol/internal/mapmount"
 )
 
 // workload is one benchmark scenario.

@@ -23,8 +23,8 @@ import (
 	"github.com/nodevol/nodevol/internal/blockdev"
 	"github.com/nodevol/nodevol/internal/ondisk"
 	"github.com/nodevol/nodevol/internal/rootfs"
+	"github.com/nodevol/nodevol/internal/steptest"
 	"github.com/nodevol/nodevol/step"
-	"github.com/nodevol/nodevol/step/steptest"
 )
 
 // The crash-point suite. Every change nodevol makes to a node (a directory,

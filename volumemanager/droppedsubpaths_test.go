@@ -8,7 +8,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
-	"github.com/nodevol/nodevol/step/steptest"
+	"github.com/nodevol/nodevol/internal/steptest"
 )
 
 // TestCleanDroppedSubPaths: at start, the subPath targets of a pod volume

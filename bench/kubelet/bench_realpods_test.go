@@ -23,7 +23,7 @@ import (
 // has a kube-api-access projected volume (a token, kube-root-ca.crt's
 // ca.crt, the namespace), a configMap and a secret of its own, an emptyDir
 // and a CSI claim. The kubelet's volume host is the hand-over tests'
-// (newVolumeHost) on the benchmarks' fake mounter (bench/mapmount), with
+// (newVolumeHost) on the benchmarks' fake mounter (internal/mapmount), with
 // the kubelet's default secret and configMap managers (the Watch change
 // detection strategy: a watch per object a registered pod references) and
 // its token manager.

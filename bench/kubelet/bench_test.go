@@ -1,6 +1,6 @@
 // Package kubeletbench runs nodevol's benchmark workloads on the kubelet's
 // volume manager (k8s.io/kubernetes v1.37.2), with its real CSI plugin,
-// the fake clientset, the benchmarks' fake mounter (bench/mapmount,
+// the fake clientset, the benchmarks' fake mounter (internal/mapmount,
 // nodevol's side's too) and an in-process CSI driver that does nothing,
 // and reports the same metrics under the same names, so that make
 // bench-compare can set the two side by side.
@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodevol/nodevol/bench/mapmount"
 	"github.com/nodevol/nodevol/bench/realpods"
+	"github.com/nodevol/nodevol/internal/mapmount"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodevol/nodevol/internal/steptest"
 	"github.com/nodevol/nodevol/step"
-	"github.com/nodevol/nodevol/step/steptest"
 )
 
 // visible checks what a reader sees in dir: the version through ..data is

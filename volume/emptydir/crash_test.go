@@ -9,8 +9,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/mount-utils"
 
+	"github.com/nodevol/nodevol/internal/steptest"
 	"github.com/nodevol/nodevol/podvol"
-	"github.com/nodevol/nodevol/step/steptest"
 	"github.com/nodevol/nodevol/volume"
 )
 

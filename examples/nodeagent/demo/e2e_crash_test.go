@@ -22,8 +22,8 @@ import (
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/examples/loopdriver/driver"
 	"github.com/nodevol/nodevol/internal/ondisk"
+	"github.com/nodevol/nodevol/internal/steptest"
 	nvstep "github.com/nodevol/nodevol/step"
-	"github.com/nodevol/nodevol/step/steptest"
 	"github.com/nodevol/nodevol/volumemanager"
 )
 
