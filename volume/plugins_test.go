@@ -18,7 +18,7 @@ import (
 // TestRegistryWithTheBuiltInPlugins: each source of a pod volume finds
 // its plugin among CSI and image, by its source and by its unique name.
 func TestRegistryWithTheBuiltInPlugins(t *testing.T) {
-	r, err := volume.NewRegistry(newCSIPlugin(), image.Plugin{})
+	r, err := volume.NewRegistry(newCSIPlugin(), image.New())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,9 +54,9 @@ func TestRegistryWithTheBuiltInPlugins(t *testing.T) {
 		}
 	}
 	for name, want := range map[podvol.UniqueVolumeName]string{
-		podvol.CSIVolumeName("drv", "h"):   podvol.CSIPluginName,
-		"kubernetes.io/csi/uid-1-data":     podvol.CSIPluginName, // inline CSI
-		image.VolumeName("uid-1", "tools"): image.PluginName,
+		podvol.CSIVolumeName("drv", "h"):  podvol.CSIPluginName,
+		"kubernetes.io/csi/uid-1-data":    podvol.CSIPluginName, // inline CSI
+		"kubernetes.io/image/uid-1-tools": image.PluginName,
 	} {
 		if p, err := r.ForVolume(name); err != nil || p.Name() != want {
 			t.Errorf("ForVolume(%s) = %v, %v; want %s", name, p, err, want)

@@ -330,7 +330,7 @@ func defaultPlugins(cfg Config, node func() (*v1.Node, error), objects *objectca
 	if err != nil {
 		return nil, err
 	}
-	return []volume.Plugin{image.Plugin{}, host, empty, loc, nf, cm, sec, down, proj}, nil
+	return []volume.Plugin{image.New(), host, empty, loc, nf, cm, sec, down, proj}, nil
 }
 
 // notReplaced returns the plugins of builtin that no plugin of own (an

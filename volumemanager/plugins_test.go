@@ -108,7 +108,7 @@ func TestResolveByPlugin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			plugins, err := volume.NewRegistry(append([]volume.Plugin{newCSIPlugin(os.TempDir()), image.Plugin{}}, tt.plugins...)...)
+			plugins, err := volume.NewRegistry(append([]volume.Plugin{newCSIPlugin(os.TempDir()), image.New()}, tt.plugins...)...)
 			if err != nil {
 				t.Fatal(err)
 			}

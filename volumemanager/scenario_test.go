@@ -143,7 +143,7 @@ func (s *scenario) newLoop() {
 	}
 	res := &resolve.Resolver{Plugins: testPlugins, PVCs: corelisters.NewPersistentVolumeClaimLister(s.pvcs), PVs: corelisters.NewPersistentVolumeLister(s.pvs),
 		CSIDrivers: storagelisters.NewCSIDriverLister(s.drivers), SELinuxEnabled: true, Metrics: m}
-	volumes, err := volume.NewRegistry(scenarioPlugin{drivers: storagelisters.NewCSIDriverLister(s.drivers)}, image.Plugin{})
+	volumes, err := volume.NewRegistry(scenarioPlugin{drivers: storagelisters.NewCSIDriverLister(s.drivers)}, image.New())
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 func TestCanSupport(t *testing.T) {
-	var p Plugin
+	p := New()
 	if p.Name() != "kubernetes.io/image" {
 		t.Errorf("Name = %q", p.Name())
 	}
@@ -34,8 +34,8 @@ func TestCanSupport(t *testing.T) {
 
 // TestContract: what the planner reads and what the executor may call.
 func TestContract(t *testing.T) {
-	var p volume.Plugin = Plugin{}
-	spec := &podvol.VolumeSpec{Name: VolumeName("uid-1", "tools")}
+	p := New()
+	spec := &podvol.VolumeSpec{Name: "kubernetes.io/image/uid-1-tools"}
 	caps, err := p.Capabilities(spec)
 	if err != nil || !reflect.DeepEqual(caps, volume.Capabilities{ProvidedByRuntime: true}) {
 		t.Errorf("Capabilities = %+v, %v; want only ProvidedByRuntime", caps, err)
@@ -64,15 +64,16 @@ func TestContract(t *testing.T) {
 	}
 }
 
+// TestVolumeName: an image volume's unique name is the kubelet's for a
+// volume neither attached nor staged, {plugin}/{podUID}-{specName}, and
+// the registry finds the plugin from it.
 func TestVolumeName(t *testing.T) {
-	if got, want := VolumeName("uid-1", "tools"), podvol.UniqueVolumeName("kubernetes.io/image/uid-1-tools"); got != want {
-		t.Errorf("VolumeName = %s, want %s", got, want)
-	}
-	r, err := volume.NewRegistry(Plugin{})
+	r, err := volume.NewRegistry(New())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, err := r.ForVolume(VolumeName("uid-1", "tools")); err != nil || p.Name() != PluginName {
-		t.Errorf("ForVolume(VolumeName) = %v, %v", p, err)
+	name := podvol.UniqueVolumeName("kubernetes.io/image/uid-1-tools")
+	if p, err := r.ForVolume(name); err != nil || p.Name() != PluginName {
+		t.Errorf("ForVolume(%s) = %v, %v", name, p, err)
 	}
 }

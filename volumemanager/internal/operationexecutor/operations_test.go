@@ -182,11 +182,11 @@ func TestDoFindsThePluginOfTheVolume(t *testing.T) {
 // TestDoImageVolume: the executor runs an image volume's operations with
 // the image plugin, found by the volume's name beside another plugin.
 func TestDoImageVolume(t *testing.T) {
-	r, err := volume.NewRegistry(&fakePlugin{}, image.Plugin{})
+	r, err := volume.NewRegistry(&fakePlugin{}, image.New())
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := image.VolumeName("u1", "tools")
+	name := podvol.UniqueVolumeName("kubernetes.io/image/u1-tools")
 	pv := podvol.PodVolume{Pod: podvol.PodRef{UID: "u1", Namespace: "ns", Name: "p"}, SpecName: "tools"}
 	in := Input{Spec: podvol.VolumeSpec{Name: name}}
 	for _, kind := range []OpKind{OpPublish, OpUnpublish} {

@@ -81,5 +81,5 @@ func defaultPlugins(cfg pluginsConfig, node func() (*v1.Node, error), objects *o
 	if err != nil {
 		return nil, err
 	}
-	return []volume.Plugin{image.Plugin{}, host, empty, loc, nf, cm, sec, down, proj}, nil
+	return []volume.Plugin{image.New(), host, empty, loc, nf, cm, sec, down, proj}, nil
 }
