@@ -14,7 +14,7 @@ import (
 	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
-	"github.com/nodevol/nodevol/volume/emptydir"
+	"github.com/nodevol/nodevol/volume/internal/emptydir"
 	"github.com/nodevol/nodevol/volume/internal/wrapped"
 )
 

@@ -11,7 +11,7 @@ import (
 	"github.com/nodevol/nodevol/internal/atomicwriter"
 	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
-	"github.com/nodevol/nodevol/volume/emptydir"
+	"github.com/nodevol/nodevol/volume/internal/emptydir"
 )
 
 // TestVolumeStatsKeptUntilWritten: a volume's usage is measured once and

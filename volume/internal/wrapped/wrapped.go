@@ -25,8 +25,8 @@ import (
 	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
-	"github.com/nodevol/nodevol/volume/emptydir"
 	"github.com/nodevol/nodevol/volume/internal/du"
+	"github.com/nodevol/nodevol/volume/internal/emptydir"
 )
 
 // Base is the part of a plugin that the wrapped emptyDir does; a plugin

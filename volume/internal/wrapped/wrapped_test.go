@@ -10,7 +10,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/volume"
-	"github.com/nodevol/nodevol/volume/emptydir"
+	"github.com/nodevol/nodevol/volume/internal/emptydir"
 )
 
 // TestNew checks what New requires, and which of the node's figures bound

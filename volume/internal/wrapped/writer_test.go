@@ -11,7 +11,7 @@ import (
 
 	"github.com/nodevol/nodevol/internal/atomicwriter"
 	"github.com/nodevol/nodevol/step"
-	"github.com/nodevol/nodevol/volume/emptydir"
+	"github.com/nodevol/nodevol/volume/internal/emptydir"
 )
 
 // TestWriterHoldsTheRoot: a Writer resolves every name from the root
