@@ -17,7 +17,7 @@ import (
 	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
-	"github.com/nodevol/nodevol/volume/flexvolume"
+	"github.com/nodevol/nodevol/volumemanager/internal/flexvolume"
 	"github.com/nodevol/nodevol/volumemanager/internal/resolve"
 )
 
@@ -120,7 +120,7 @@ type Config struct {
 	// kubelet's --volume-plugin-dir: each {vendor~driver}/{driver}
 	// executable there is the driver "vendor/driver", initialised when Run
 	// starts and again whenever its directory changes (watched with
-	// fsnotify); a removed driver goes (package volume/flexvolume).
+	// fsnotify); a removed driver goes.
 	// nodevol never creates the directory: while it is missing there are
 	// no drivers, and it is picked up once it appears. Default
 	// /usr/libexec/kubernetes/kubelet-plugins/volume/exec/, the kubelet's.

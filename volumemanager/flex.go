@@ -9,7 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/internal/objectcache"
-	"github.com/nodevol/nodevol/volume/flexvolume"
+	"github.com/nodevol/nodevol/volumemanager/internal/flexvolume"
 )
 
 // flexDrivers are the flexVolume drivers of Config.VolumePluginDir: each
