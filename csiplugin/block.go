@@ -27,13 +27,6 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-// BlockMapper maps published block devices into pods and back
-// (internal/blockdev.Mapper).
-type BlockMapper interface {
-	Map(ctx context.Context, m BlockMap) error
-	Unmap(ctx context.Context, m BlockMap) error
-}
-
 // blockPaths returns a block volume's spec name, the kubelet's (its PV's
 // name: block volumes always come from a PV), and its paths for pod uid
 // (none for "").
@@ -233,8 +226,8 @@ func (p *plugin) removeEmptyDir(dir string) error {
 }
 
 // podBlockMap is the map of a pod's block volume named name at paths.
-func podBlockMap(name string, paths ondisk.BlockPaths, uid types.UID) BlockMap {
-	return BlockMap{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: string(uid), PodDeviceDir: paths.PodDeviceDir, Name: name}
+func podBlockMap(name string, paths ondisk.BlockPaths, uid types.UID) volume.BlockMap {
+	return volume.BlockMap{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: string(uid), PodDeviceDir: paths.PodDeviceDir, Name: name}
 }
 
 // mapPodDevice publishes a block volume for a pod (NodePublishVolume with

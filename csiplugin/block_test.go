@@ -20,17 +20,17 @@ import (
 // fakeBlockMapper records Map and Unmap.
 type fakeBlockMapper struct {
 	calls  []string
-	maps   []BlockMap
+	maps   []volume.BlockMap
 	mapErr error
 }
 
-func (f *fakeBlockMapper) Map(_ context.Context, m BlockMap) error {
+func (f *fakeBlockMapper) Map(_ context.Context, m volume.BlockMap) error {
 	f.calls = append(f.calls, "map "+m.PodUID)
 	f.maps = append(f.maps, m)
 	return f.mapErr
 }
 
-func (f *fakeBlockMapper) Unmap(_ context.Context, m BlockMap) error {
+func (f *fakeBlockMapper) Unmap(_ context.Context, m volume.BlockMap) error {
 	f.calls = append(f.calls, "unmap "+m.PodUID)
 	return nil
 }
@@ -81,7 +81,7 @@ func TestBlockVolume(t *testing.T) {
 	if pub.GetTargetPath() != paths.PublishPath || pub.GetStagingTargetPath() != paths.StagingPath || pub.GetVolumeCapability().GetBlock() == nil {
 		t.Errorf("NodePublishVolume %v: want block access at %s staged at %s", pub, paths.PublishPath, paths.StagingPath)
 	}
-	if len(bm.maps) != 1 || bm.maps[0] != (BlockMap{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: "uid-a", PodDeviceDir: paths.PodDeviceDir, Name: "pv-1"}) {
+	if len(bm.maps) != 1 || bm.maps[0] != (volume.BlockMap{DevicePath: paths.PublishPath, GlobalMapPath: paths.GlobalMapPath, PodUID: "uid-a", PodDeviceDir: paths.PodDeviceDir, Name: "pv-1"}) {
 		t.Errorf("maps %+v", bm.maps)
 	}
 

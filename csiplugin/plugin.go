@@ -62,7 +62,7 @@ type Config struct {
 	// blockdev.NewMapper(Mounter) confined to RootDir (Mapper.Root): bind
 	// mounts through Mounter, loop devices through losetup. The plugin
 	// checks the paths it hands to any BlockMapper for symlinks first.
-	BlockMapper BlockMapper
+	BlockMapper volume.BlockMapper
 	// Mounter tells mount points from plain directories before they are
 	// removed. Default mount.New("").
 	Mounter mount.Interface
@@ -113,7 +113,7 @@ type plugin struct {
 	client      kubernetes.Interface
 	secrets     secretGetter
 	tokens      tokenGetter
-	blockMapper BlockMapper
+	blockMapper volume.BlockMapper
 	mounter     mount.Interface
 	timeout     time.Duration
 	records     *ondisk.Records

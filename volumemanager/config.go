@@ -14,7 +14,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/csi"
-	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/step"
 	"github.com/nodevol/nodevol/volume"
 	"github.com/nodevol/nodevol/volumemanager/internal/flexvolume"
@@ -51,7 +50,7 @@ type Config struct {
 	Drivers *csi.Registry
 	// BlockMapper maps raw block devices into pods. Default: bind mounts
 	// through Mounter and loop devices through losetup (internal/blockdev).
-	BlockMapper csiplugin.BlockMapper
+	BlockMapper volume.BlockMapper
 	// Plugin replaces the CSI plugin built from the fields above (tests);
 	// it must be named kubernetes.io/csi, which starts the unique name of
 	// every CSI volume. Default: csiplugin.New.

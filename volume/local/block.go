@@ -23,12 +23,12 @@ import (
 )
 
 // blockMap returns the map of PV pv's device dev for pod uid.
-func (p *plugin) blockMap(pv string, uid types.UID, dev string) (BlockMap, error) {
+func (p *plugin) blockMap(pv string, uid types.UID, dev string) (volume.BlockMap, error) {
 	dir, err := p.podDeviceDir(uid)
 	if err != nil {
-		return BlockMap{}, err
+		return volume.BlockMap{}, err
 	}
-	return BlockMap{DevicePath: dev, GlobalMapPath: filepath.Join(p.globalMapBase(), pv), PodUID: string(uid), PodDeviceDir: dir, Name: pv}, nil
+	return volume.BlockMap{DevicePath: dev, GlobalMapPath: filepath.Join(p.globalMapBase(), pv), PodUID: string(uid), PodDeviceDir: dir, Name: pv}, nil
 }
 
 // mapDevice maps a Block volume's device into the pod and returns the

@@ -1,7 +1,6 @@
 package local
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -37,19 +36,6 @@ const (
 	defaultFSType = "ext4"
 )
 
-// BlockMap is what a BlockMapper's Map and Unmap are given (see
-// internal/blockdev): the device, the volume's directory of map files and
-// the pod's file in it, and the pod's symlink. It is the type of
-// csiplugin.BlockMap, so one mapper serves both plugins.
-type BlockMap = blockdev.Map
-
-// BlockMapper maps raw block devices into pods and back, as
-// csiplugin.BlockMapper does.
-type BlockMapper interface {
-	Map(ctx context.Context, m BlockMap) error
-	Unmap(ctx context.Context, m BlockMap) error
-}
-
 // Config configures the plugin. Every field has the default its comment
 // gives.
 type Config struct {
@@ -62,7 +48,7 @@ type Config struct {
 	// BlockMapper maps the devices of Block PVs into pods. Default
 	// blockdev.NewMapper(Mounter) with losetup; the plugin checks the
 	// paths under RootDir it hands to any BlockMapper for symlinks first.
-	BlockMapper BlockMapper
+	BlockMapper volume.BlockMapper
 	// Exec runs blkid, fsck and mkfs when a block device is staged as a
 	// filesystem (mount.SafeFormatAndMount). Default exec.New().
 	Exec exec.Interface
@@ -85,7 +71,7 @@ type plugin struct {
 	rfs         *rootfs.Root
 	mounter     mount.Interface
 	formatter   *mount.SafeFormatAndMount
-	blockMapper BlockMapper
+	blockMapper volume.BlockMapper
 	events      record.EventRecorder
 	ownership   fsgroup.Reporter
 	// fileType tells what the PV's path is; tests replace it.
