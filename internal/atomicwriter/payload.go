@@ -139,3 +139,43 @@ func ProjectedMode(defaultMode int32, fsUser, fsGroup *int64) int32 {
 	}
 	return defaultMode
 }
+
+// FSUser is the owner the kubelet gives a projected volume's token, trust
+// bundle and certificate files (its FsUserFrom): the runAsUser that every
+// container of pod (init, regular and ephemeral) runs as, its own or the
+// pod's; nil when one has none or two differ. The projected plugin's
+// ResolveSpec stores it (FileUser's podUser); the volume manager must keep
+// what it reads of a pod it trims (the pod's and every container's
+// runAsUser).
+func FSUser(pod *v1.Pod) *int64 {
+	var podUser *int64
+	if sc := pod.Spec.SecurityContext; sc != nil {
+		podUser = sc.RunAsUser
+	}
+	var users []*v1.SecurityContext
+	for i := range pod.Spec.InitContainers {
+		users = append(users, pod.Spec.InitContainers[i].SecurityContext)
+	}
+	for i := range pod.Spec.Containers {
+		users = append(users, pod.Spec.Containers[i].SecurityContext)
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		users = append(users, pod.Spec.EphemeralContainers[i].SecurityContext)
+	}
+	var out *int64
+	for _, sc := range users {
+		u := podUser
+		if sc != nil && sc.RunAsUser != nil {
+			u = sc.RunAsUser
+		}
+		if u == nil || (out != nil && *out != *u) {
+			return nil
+		}
+		out = u
+	}
+	if out == nil {
+		return nil
+	}
+	v := *out
+	return &v
+}

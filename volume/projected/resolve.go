@@ -47,7 +47,7 @@ func (p *plugin) ResolveSpec(pod *v1.Pod, spec *podvol.VolumeSpec) error {
 	if err != nil {
 		return fail(err)
 	}
-	r := resolved{size: size, fsUser: FSUser(pod), downward: map[int]map[string]atomicwriter.File{}}
+	r := resolved{size: size, fsUser: atomicwriter.FSUser(pod), downward: map[int]map[string]atomicwriter.File{}}
 	for i, s := range src.Sources {
 		if s.DownwardAPI == nil {
 			continue

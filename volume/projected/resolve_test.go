@@ -115,42 +115,6 @@ func TestResolveSpecNode(t *testing.T) {
 	}
 }
 
-// TestFSUser: the kubelet's FsUserFrom: the one runAsUser of every
-// container, its own or the pod's.
-func TestFSUser(t *testing.T) {
-	u := func(v int64) *v1.SecurityContext { return &v1.SecurityContext{RunAsUser: &v} }
-	for _, tc := range []struct {
-		name       string
-		podUser    *int64
-		containers []*v1.SecurityContext
-		initC      *v1.SecurityContext
-		want       *int64
-	}{
-		{name: "none", containers: []*v1.SecurityContext{nil}},
-		{name: "the pod's", podUser: ptr[int64](1000), containers: []*v1.SecurityContext{nil, nil}, want: ptr[int64](1000)},
-		{name: "the containers' own, the same", containers: []*v1.SecurityContext{u(7), u(7)}, want: ptr[int64](7)},
-		{name: "two differ", containers: []*v1.SecurityContext{u(7), u(8)}},
-		{name: "one has none", containers: []*v1.SecurityContext{u(7), nil}},
-		{name: "a container's overrides the pod's", podUser: ptr[int64](1000), containers: []*v1.SecurityContext{u(7), nil}},
-		{name: "an init container counts", podUser: ptr[int64](7), containers: []*v1.SecurityContext{nil}, initC: u(0)},
-		{name: "no containers"},
-	} {
-		pod := &v1.Pod{}
-		if tc.podUser != nil {
-			pod.Spec.SecurityContext = &v1.PodSecurityContext{RunAsUser: tc.podUser}
-		}
-		for _, sc := range tc.containers {
-			pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{SecurityContext: sc})
-		}
-		if tc.initC != nil {
-			pod.Spec.InitContainers = []v1.Container{{SecurityContext: tc.initC}}
-		}
-		if got := FSUser(pod); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("%s: FSUser = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
 // TestPlugin: the plugin's name, the sources it claims, its capabilities,
 // its Refs and its Config.
 func TestPlugin(t *testing.T) {

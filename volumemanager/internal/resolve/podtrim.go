@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodevol/nodevol/internal/atomicwriter"
 	"github.com/nodevol/nodevol/volume"
-	"github.com/nodevol/nodevol/volume/projected"
 )
 
 // KeptPod is what the inbox keeps of a pod between AddPod and DeletePod,
@@ -93,7 +93,7 @@ func Keep(pod *v1.Pod, plugins *volume.Registry) *KeptPod {
 	if more.meta {
 		k.labels, k.annotations = maps.Clone(pod.Labels), maps.Clone(pod.Annotations)
 	}
-	if u := projected.FSUser(pod); more.user && u != nil {
+	if u := atomicwriter.FSUser(pod); more.user && u != nil {
 		// The user every container runs as, which owns a projected
 		// volume's token files, as the pod's own: FSUser gives it back
 		// from the kept copy, whose containers carry no user.
