@@ -25,7 +25,9 @@ func TestInlineVolumeAccessMode(t *testing.T) {
 		if _, err := e.client.StorageV1().CSIDrivers().Update(context.Background(), drv, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "scratch", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: e.drv.DriverName()}}}}})
+		pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "scratch", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: e.drv.DriverName()}}},
+		}})
 		if err := e.mount(pod, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}

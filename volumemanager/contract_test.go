@@ -171,7 +171,9 @@ func TestObjectsThroughContract(t *testing.T) {
 	if _, err := e.client.CoreV1().ConfigMaps("ns").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "conf", Source: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "settings", Path: "/"}}}}})
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "conf", Source: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "settings", Path: "/"}}},
+	}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,9 @@ func kindScenarios(claim func(string, string) []runtime.Object, add, del func(*v
 	disk := csitest.Pod("ns", "scratch", csitest.PodSpec{Volumes: []csitest.PodVolume{withEmptyDir("scratch", "")}})
 	mem := csitest.Pod("ns", "mem", csitest.PodSpec{Volumes: []csitest.PodVolume{withEmptyDir("cache", v1.StorageMediumMemory)}})
 	lp := csitest.Pod("ns", "lp", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "local"}}})
-	sp := withSubPath(csitest.Pod("ns", "sp", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}}), "data", "app.conf")
+	sp := withSubPath(csitest.Pod("ns", "sp", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "vol"},
+	}}), "data", "app.conf")
 	opts := csitest.Options{CreateTargetDirs: true}
 	none := func(string, string) []runtime.Object { return nil }
 	return []crashScenario{

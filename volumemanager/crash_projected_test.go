@@ -36,7 +36,9 @@ const (
 // projectedScenarios are the projected volume's scenarios; add and del
 // are crashScenarios'.
 func projectedScenarios(add, del func(*v1.Pod) func(*VolumeManager, *crashNode)) []crashScenario {
-	api := csitest.Pod("ns", "api", csitest.PodSpec{ServiceAccount: "app", Volumes: []csitest.PodVolume{withKubeAPIAccess("kube-api-access-4xk2q")}})
+	api := csitest.Pod("ns", "api", csitest.PodSpec{ServiceAccount: "app", Volumes: []csitest.PodVolume{
+		withKubeAPIAccess("kube-api-access-4xk2q"),
+	}})
 	opts := csitest.Options{CreateTargetDirs: true}
 	objects := func(string, string) []runtime.Object {
 		return []runtime.Object{&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "kube-root-ca.crt"},

@@ -142,7 +142,9 @@ func TestKindEvents(t *testing.T) {
 				if err := os.WriteFile(filepath.Join(host, "f"), nil, 0o644); err != nil {
 					t.Fatal(err)
 				}
-				return csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "host", Source: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: filepath.Join(host, "f"), Type: &file}}}}})
+				return csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+					{Name: "host", Source: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: filepath.Join(host, "f"), Type: &file}}},
+				}})
 			},
 			want: `Warning FailedMount MountVolume.SetUp failed for volume "host" : hostPath type check failed: {host}/f is not a directory, it's a File involvedObject{kind=Pod,apiVersion=v1}`},
 		{name: "local PV", objects: func(drv, host string) []runtime.Object { return append(localPV(drv, host), crashNodeObject()) },
@@ -161,7 +163,9 @@ func TestKindEvents(t *testing.T) {
 			want: `Warning FailedMount MountVolume.SetUp failed for volume "{pv}" : fetching NodePublishSecretRef ns/pub failed: ` +
 				`kubernetes.io/csi: failed to find the secret pub in the namespace ns with error: secrets "pub" not found involvedObject{kind=Pod,apiVersion=v1}`},
 		{name: "CSI inline, no CSIDriver", noDriver: true, pod: func(drv, _ string) *v1.Pod {
-			return csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "inline", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: drv}}}}})
+			return csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+				{Name: "inline", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: drv}}},
+			}})
 		},
 			want: `Warning FailedMount MountVolume.SetUp failed for volume "inline" : kubernetes.io/csi: mounter.SetupAt failed to check volume lifecycle mode: ` +
 				`volume mode "Ephemeral" not supported by driver {drv} (no CSIDriver object) involvedObject{kind=Pod,apiVersion=v1}`},
@@ -170,7 +174,9 @@ func TestKindEvents(t *testing.T) {
 				return []runtime.Object{csitest.CSIDriver(drv, csitest.CSIDriverSpec{LifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}})}
 			},
 			pod: func(drv, _ string) *v1.Pod {
-				return csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "inline", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: drv}}}}})
+				return csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+					{Name: "inline", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: drv}}},
+				}})
 			},
 			want: `Warning FailedMount MountVolume.SetUp failed for volume "inline" : kubernetes.io/csi: mounter.SetupAt failed to check volume lifecycle mode: ` +
 				`volume mode "Ephemeral" not supported by driver {drv} (only supports ["Persistent"]) involvedObject{kind=Pod,apiVersion=v1}`},

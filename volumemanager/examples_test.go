@@ -48,7 +48,9 @@ func ExampleNew() {
 	}
 	defer drv.Stop()
 	pvc, pv := csitest.BoundClaim("ns", "data", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-1"})
-	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "data"}}}) // on node csitest.DefaultNodeID
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "data"},
+	}}) // on node csitest.DefaultNodeID
 	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{AttachRequired: true}), pvc, pv)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -143,7 +145,10 @@ func ExampleVolumeManager_AddPod() {
 		pvc, pv := csitest.BoundClaim("ns", "data", csitest.PVSpec{Driver: driver, Handle: "handle-1"})
 		return []runtime.Object{pvc, pv, csitest.CSIDriver(driver, csitest.CSIDriverSpec{LifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral}})}
 	}, func(ctx context.Context, vm *volumemanager.VolumeManager, drv *csitest.Server, root string) {
-		pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "data"}, {Name: "scratch", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: drv.DriverName(), VolumeAttributes: map[string]string{"size": "1Gi"}}}}}})
+		pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "data"},
+			{Name: "scratch", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: drv.DriverName(), VolumeAttributes: map[string]string{"size": "1Gi"}}}},
+		}})
 		vm.AddPod(pod)
 		if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
 			log.Fatal(err)
@@ -350,7 +355,9 @@ func TestREADMETestKit(t *testing.T) {
 	env = vmtest.NewEnv(t, vmtest.EnvOptions{Configure: func(c *volumemanager.Config) {
 		c.ClaimPendingGracePeriod = 100 * time.Millisecond
 	}})
-	err = env.Manager.WaitForAttachAndMount(ctx, csitest.Pod("ns", "db", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "nope"}}}))
+	err = env.Manager.WaitForAttachAndMount(ctx, csitest.Pod("ns", "db", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "nope"},
+	}}))
 	if !errors.Is(err, volumemanager.ErrFinal) {
 		t.Fatalf("got %v, want a final error naming claim ns/nope", err)
 	}

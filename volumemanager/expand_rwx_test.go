@@ -147,10 +147,14 @@ func TestExpandGrownElsewhere(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newRWXEnv(t, tt.access, tt.annotated, true)
 			e.grownElsewhere()
-			if err := e.mount(csitest.Pod("ns", "q", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "shared"}}})); err != nil {
+			if err := e.mount(csitest.Pod("ns", "q", csitest.PodSpec{Volumes: []csitest.PodVolume{
+				{Name: "data", Claim: "shared"},
+			}})); err != nil {
 				t.Fatal(err)
 			}
-			if err := e.mount(csitest.Pod("ns", "r", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "shared"}}})); err != nil {
+			if err := e.mount(csitest.Pod("ns", "r", csitest.PodSpec{Volumes: []csitest.PodVolume{
+				{Name: "data", Claim: "shared"},
+			}})); err != nil {
 				t.Fatal(err)
 			}
 			reqs := requests[*csi.NodeExpandVolumeRequest](e.drv, "NodeExpandVolume")

@@ -177,7 +177,9 @@ func TestOnlineExpansionEvents(t *testing.T) {
 			if pvc, err = e.client.CoreV1().PersistentVolumeClaims("ns").UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			if err := e.mount(csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}}), 10*time.Second); err != nil {
+			if err := e.mount(csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+				{Name: "data", Claim: "a"},
+			}}), 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			if tt.fault != nil {

@@ -185,7 +185,10 @@ func TestConcurrentPodChurn(t *testing.T) {
 	e := newEnv(t, envOptions{objects: objs})
 	all := make([]*v1.Pod, pods)
 	for i := range all {
-		all[i] = csitest.Pod("ns", fmt.Sprintf("p%d", i), csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: fmt.Sprintf("own-%d", i)}, {Name: "shared", Claim: fmt.Sprintf("shared-%d", i%shared), ReadOnly: i%2 == 1}}})
+		all[i] = csitest.Pod("ns", fmt.Sprintf("p%d", i), csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: fmt.Sprintf("own-%d", i)},
+			{Name: "shared", Claim: fmt.Sprintf("shared-%d", i%shared), ReadOnly: i%2 == 1},
+		}})
 	}
 
 	// The calls, once the manager resolves pods (before, it would only

@@ -148,7 +148,9 @@ func mountBesideForeign(t *testing.T, n int, informers bool) (int64, int64) {
 	e := newEnv(t, envOptions{client: client, clusterInformers: informers})
 	defer e.stop()
 	e.claim("own")
-	if err := e.mount(csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "own"}}}), time.Minute); err != nil {
+	if err := e.mount(csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "own"},
+	}}), time.Minute); err != nil {
 		t.Fatal(fmt.Errorf("%d foreign claims: %w", n, err))
 	}
 	client.ClearActions() // the fake's record of calls is not the manager's

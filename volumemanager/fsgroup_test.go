@@ -17,8 +17,12 @@ import (
 func TestStageGetsPodFSGroup(t *testing.T) {
 	e := newEnv(t, envOptions{driver: csitest.Options{VolumeMountGroup: true}})
 	e.claimWith("data", csitest.PVSpec{AccessModes: []v1.PersistentVolumeAccessMode{"ReadWriteMany"}})
-	p1 := csitest.Pod("ns", "p1", csitest.PodSpec{FSGroup: ptr.To[int64](1001), Volumes: []csitest.PodVolume{{Name: "data", Claim: "data"}}})
-	p2 := csitest.Pod("ns", "p2", csitest.PodSpec{FSGroup: ptr.To[int64](1002), Volumes: []csitest.PodVolume{{Name: "data", Claim: "data"}}})
+	p1 := csitest.Pod("ns", "p1", csitest.PodSpec{FSGroup: ptr.To[int64](1001), Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "data"},
+	}})
+	p2 := csitest.Pod("ns", "p2", csitest.PodSpec{FSGroup: ptr.To[int64](1002), Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "data"},
+	}})
 	for _, p := range []*v1.Pod{p1, p2} {
 		if err := e.mount(p, 10*time.Second); err != nil {
 			t.Fatal(err)

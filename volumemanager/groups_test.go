@@ -25,7 +25,13 @@ func TestGetExtraSupplementalGroupsForPod(t *testing.T) {
 	gidClaim("c", "not-a-number")
 	gidClaim("d", "1000")
 	e.claim("e")
-	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "a", Claim: "a"}, {Name: "b", Claim: "b"}, {Name: "c", Claim: "c"}, {Name: "d", Claim: "d"}, {Name: "e", Claim: "e"}}})
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "a", Claim: "a"},
+		{Name: "b", Claim: "b"},
+		{Name: "c", Claim: "c"},
+		{Name: "d", Claim: "d"},
+		{Name: "e", Claim: "e"},
+	}})
 	pod.Spec.SecurityContext = &v1.PodSecurityContext{SupplementalGroups: []int64{2000}}
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)

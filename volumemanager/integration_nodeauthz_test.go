@@ -77,9 +77,14 @@ func TestIntegrationNodeAuthorizerReads(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pod := e.createPod(t, csitest.Pod(objectsNS, "web", csitest.PodSpec{Node: node, ServiceAccount: "worker", Volumes: []csitest.PodVolume{objectVolume("conf", "cm", "", false), objectVolume("creds", "", "sec", false), csitest.PodVolume{Name: "data", Claim: "claim"}, csitest.PodVolume{Name: "identity", Source: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
-		Sources: []v1.VolumeProjection{{PodCertificate: &v1.PodCertificateProjection{SignerName: podSigner, KeyType: "ECDSAP256", CertificateChainPath: "c"}}},
-	}}, ReadOnly: true}}}))
+	pod := e.createPod(t, csitest.Pod(objectsNS, "web", csitest.PodSpec{Node: node, ServiceAccount: "worker", Volumes: []csitest.PodVolume{
+		objectVolume("conf", "cm", "", false),
+		objectVolume("creds", "", "sec", false),
+		{Name: "data", Claim: "claim"},
+		{Name: "identity", Source: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
+			Sources: []v1.VolumeProjection{{PodCertificate: &v1.PodCertificateProjection{SignerName: podSigner, KeyType: "ECDSAP256", CertificateChainPath: "c"}}},
+		}}, ReadOnly: true},
+	}}))
 	e.waitNodeMayGet(t, "persistentvolumeclaims", "claim")
 	e.waitNodeMayGet(t, "serviceaccounts", "worker")
 	nodeClient := kubernetes.NewForConfigOrDie(e.nodeCfg)

@@ -319,8 +319,15 @@ func TestIntegrationObjectVolumes(t *testing.T) {
 	}, map[string]map[string]string{"token": {"key": "s3cret"}, "foreign-token": {"key": "foreign"}})
 	// A pod of another node holding objects of its own: the node may not
 	// read them and nodevol must not try.
-	e.createPod(t, csitest.Pod(objectsNS, "foreign", csitest.PodSpec{Node: "node-2", Volumes: []csitest.PodVolume{objectVolume("conf", "foreign-settings", "", false), objectVolume("creds", "", "foreign-token", false)}}))
-	pod := csitest.Pod(objectsNS, "web", csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{objectVolume("conf", "settings", "", false), objectVolume("creds", "", "token", false), objectVolume("info", "", "", true)}})
+	e.createPod(t, csitest.Pod(objectsNS, "foreign", csitest.PodSpec{Node: "node-2", Volumes: []csitest.PodVolume{
+		objectVolume("conf", "foreign-settings", "", false),
+		objectVolume("creds", "", "foreign-token", false),
+	}}))
+	pod := csitest.Pod(objectsNS, "web", csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{
+		objectVolume("conf", "settings", "", false),
+		objectVolume("creds", "", "token", false),
+		objectVolume("info", "", "", true),
+	}})
 	pod.Labels = map[string]string{"app": "web"}
 	pod = e.createPod(t, pod)
 	cmRef := objectcache.Ref{Kind: objectcache.ConfigMap, Namespace: objectsNS, Name: "settings"}

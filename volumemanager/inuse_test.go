@@ -136,7 +136,12 @@ func TestVolumesInUseOnlyAttachable(t *testing.T) {
 		}
 		return vm, stop
 	}
-	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "a", Claim: "a"}, {Name: "b", Claim: "b"}, {Name: "inline", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: plain.DriverName()}}}, {Name: "scratch", Source: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}})
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "a", Claim: "a"},
+		{Name: "b", Claim: "b"},
+		{Name: "inline", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: plain.DriverName()}}},
+		{Name: "scratch", Source: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+	}})
 	nameA := podvol.CSIVolumeName(attached.DriverName(), "handle-a")
 
 	vm, stop := start()

@@ -104,7 +104,9 @@ func TestReconstructMetrics(t *testing.T) {
 	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvcA, pvA, pvcB, pvB)
 	root := t.TempDir()
 	vm1, stop1 := startVM(t, client, root, drv)
-	for _, p := range []*v1.Pod{csitest.Pod("ns", "a", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}}), csitest.Pod("ns", "b", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "b"}}})} {
+	for _, p := range []*v1.Pod{csitest.Pod("ns", "a", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "a"},
+	}}), csitest.Pod("ns", "b", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "b"}}})} {
 		vm1.AddPod(p)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := vm1.WaitForAttachAndMount(ctx, p)

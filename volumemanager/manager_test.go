@@ -235,7 +235,10 @@ func TestMountAndUnmountPods(t *testing.T) {
 	e.claimWith("shared", csitest.PVSpec{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}})
 	ownPV := e.claim("own")
 	p1 := csitest.Pod("ns", "p1", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "shared"}}})
-	p2 := csitest.Pod("ns", "p2", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "shared", ReadOnly: true}, {Name: "mine", Claim: "own"}}})
+	p2 := csitest.Pod("ns", "p2", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "shared", ReadOnly: true},
+		{Name: "mine", Claim: "own"},
+	}})
 
 	for _, p := range []*v1.Pod{p1, p2} {
 		if err := e.mount(p, 10*time.Second); err != nil {
@@ -428,13 +431,27 @@ func TestBadInput(t *testing.T) {
 		pod  *v1.Pod
 		want string
 	}{
-		{"pending PVC", csitest.Pod("ns", "a", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "pending"}}}), "PVC ns/pending is not bound"},
-		{"missing PVC", csitest.Pod("ns", "b", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "nope"}}}), "PVC ns/nope not found"},
-		{"PV without CSI", csitest.Pod("ns", "c", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "iscsi"}}}), "of kind iscsi: no volume plugin handles it"},
-		{"missing secret", csitest.Pod("ns", "d", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "secret"}}}), "missing"},
-		{"unknown driver", csitest.Pod("ns", "e", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "nobody"}}}), "nobody.example.com not found"},
-		{"hostile pod UID", csitest.Pod("ns", "f", csitest.PodSpec{UID: "../../../escape", Volumes: []csitest.PodVolume{{Name: "data", Claim: "secret"}}}), "pod UID"},
-		{"block PV in volumeMounts", csitest.Pod("ns", "g", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "blk"}}}), "but is specified in volumeMounts"},
+		{"pending PVC", csitest.Pod("ns", "a", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "pending"},
+		}}), "PVC ns/pending is not bound"},
+		{"missing PVC", csitest.Pod("ns", "b", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "nope"},
+		}}), "PVC ns/nope not found"},
+		{"PV without CSI", csitest.Pod("ns", "c", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "iscsi"},
+		}}), "of kind iscsi: no volume plugin handles it"},
+		{"missing secret", csitest.Pod("ns", "d", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "secret"},
+		}}), "missing"},
+		{"unknown driver", csitest.Pod("ns", "e", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "nobody"},
+		}}), "nobody.example.com not found"},
+		{"hostile pod UID", csitest.Pod("ns", "f", csitest.PodSpec{UID: "../../../escape", Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "secret"},
+		}}), "pod UID"},
+		{"block PV in volumeMounts", csitest.Pod("ns", "g", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "blk"},
+		}}), "but is specified in volumeMounts"},
 	}
 	e.claimWith("blk", csitest.PVSpec{Block: true})
 	pvc, pv := csitest.BoundClaim("ns", "nobody", csitest.PVSpec{Driver: "nobody.example.com", Handle: "h-nobody"})

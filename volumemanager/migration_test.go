@@ -259,14 +259,20 @@ func TestMigrationBadInput(t *testing.T) {
 	}{
 		{"iSCSI PV", csitest.Pod("ns", "a", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "iscsi"}}}),
 			[]string{`pod ns/a: unmounted volumes=[data]; volume "data": `, "PV " + iscsi.Name + " of kind iscsi: no volume plugin handles it", `use the CSI driver "iscsi.csi.k8s.io"`}},
-		{"EBS PV with a bad volume ID", csitest.Pod("ns", "b", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "badebs"}}}),
+		{"EBS PV with a bad volume ID", csitest.Pod("ns", "b", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "badebs"},
+		}}),
 			[]string{`pod ns/b: unmounted volumes=[data]; volume "data": `, "PV " + badEBS.Name + ": translating its kubernetes.io/aws-ebs source to CSI", "Invalid format for AWS volume"}},
-		{"inline EBS with a bad volume ID", csitest.Pod("ns", "c", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: ebsInline.Name, Source: ebsInline.VolumeSource}}}),
+		{"inline EBS with a bad volume ID", csitest.Pod("ns", "c", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: ebsInline.Name, Source: ebsInline.VolumeSource},
+		}}),
 			[]string{`pod ns/c: unmounted volumes=[ebs]; volume "ebs": `, "translating inline kubernetes.io/aws-ebs volume to CSI"}},
 		{"inline GCE PD as a device", csitest.Pod("ns", "d", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "pd", Block: true,
 			Source: v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "d"}}}}}),
 			[]string{`pod ns/d: unmounted volumes=[pd]; volume "pd": `, "volume has volumeMode Filesystem, but is specified in volumeDevices"}},
-		{"GCE PD block PV in volumeMounts", csitest.Pod("ns", "e", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "gceblock"}}}),
+		{"GCE PD block PV in volumeMounts", csitest.Pod("ns", "e", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "gceblock"},
+		}}),
 			[]string{`pod ns/e: unmounted volumes=[data]; volume "data": `, "volume has volumeMode Block, but is specified in volumeMounts"}},
 	}
 	for _, tc := range tests {
@@ -307,7 +313,10 @@ func TestMigratedRestartReconstructs(t *testing.T) {
 	client := fake.NewClientset(csitest.CSIDriver(gcePD, csitest.CSIDriverSpec{}), pvc, pv)
 	root := t.TempDir()
 	inline := v1.Volume{Name: "inline", VolumeSource: v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-2"}}}
-	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "gce"}, {Name: inline.Name, Source: inline.VolumeSource}}})
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "gce"},
+		{Name: inline.Name, Source: inline.VolumeSource},
+	}})
 	mountPod := func(vm *VolumeManager) {
 		t.Helper()
 		vm.AddPod(pod)

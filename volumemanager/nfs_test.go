@@ -50,7 +50,11 @@ func TestNFSVolumes(t *testing.T) {
 		pv.Spec.MountOptions = []string{"soft"}
 		pv.Annotations = map[string]string{v1.MountOptionAnnotation: "nfsvers=3,,hard"}
 	})
-	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "share", Source: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "10.0.0.5", Path: "/exports/share", ReadOnly: true}}}, {Name: "home", Claim: "home"}, {Name: "legacy", Claim: "legacy", ReadOnly: true}}})
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "share", Source: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "10.0.0.5", Path: "/exports/share", ReadOnly: true}}},
+		{Name: "home", Claim: "home"},
+		{Name: "legacy", Claim: "legacy", ReadOnly: true},
+	}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +129,9 @@ func (m *failingNFS) MountSensitiveWithoutSystemd(source, target, fstype string,
 func TestNFSMountFailure(t *testing.T) {
 	m := &failingNFS{FakeMounter: mount.NewFakeMounter(nil)}
 	e := newEnv(t, envOptions{mounter: m})
-	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "share", Source: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nfs.example", Path: "/exports/share"}}}}})
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "share", Source: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nfs.example", Path: "/exports/share"}}},
+	}})
 	e.vm.AddPod(pod)
 	eventually(t, "a failed nfs mount", func() bool { return m.tries.Load() > 0 })
 	err := e.mount(pod, 300*time.Millisecond)
@@ -166,7 +172,9 @@ func TestNFSAfterRestart(t *testing.T) {
 	m := mount.NewFakeMounter(nil)
 	e := newEnv(t, envOptions{mounter: m})
 	share := v1.Volume{Name: "share", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nfs.example", Path: "/exports/share"}}}
-	kept, gone := csitest.Pod("ns", "kept", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: share.Name, Source: share.VolumeSource}}}), csitest.Pod("ns", "gone", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: share.Name, Source: share.VolumeSource}}})
+	kept, gone := csitest.Pod("ns", "kept", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: share.Name, Source: share.VolumeSource},
+	}}), csitest.Pod("ns", "gone", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: share.Name, Source: share.VolumeSource}}})
 	for _, pod := range []*v1.Pod{kept, gone} {
 		if err := e.mount(pod, 10*time.Second); err != nil {
 			t.Fatal(err)

@@ -22,7 +22,9 @@ func TestNoCSIDriverWaitError(t *testing.T) {
 	}{
 		{"inline volume: Ephemeral needs a CSIDriver listing it",
 			func(e *env) *v1.Pod {
-				return csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "scratch", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: e.drv.DriverName()}}}}})
+				return csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+					{Name: "scratch", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: e.drv.DriverName()}}},
+				}})
 			},
 			[]string{`volume "scratch": `, "volume lifecycle mode Ephemeral not supported by driver " + csitest.DefaultDriverName +
 				": CSIDriver " + csitest.DefaultDriverName + " not found in the API (an inline CSI volume needs one whose volumeLifecycleModes lists Ephemeral"}},

@@ -156,7 +156,9 @@ func TestKubeAPIAccessVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	access := kubeAPIAccess("kube-api-access-x7k2p")
-	pod := csitest.Pod("ns", "web", csitest.PodSpec{ServiceAccount: "app", Volumes: []csitest.PodVolume{{Name: access.Name, Source: access.VolumeSource, ReadOnly: true}}})
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{ServiceAccount: "app", Volumes: []csitest.PodVolume{
+		{Name: access.Name, Source: access.VolumeSource, ReadOnly: true},
+	}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}

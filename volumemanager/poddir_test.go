@@ -31,7 +31,10 @@ func TestCleanupPodDir(t *testing.T) {
 	pvc, pv := csitest.BoundClaim("ns", "data", csitest.PVSpec{Driver: csitest.DefaultDriverName, Handle: "handle-1"})
 	env := vmtest.NewEnv(t, vmtest.EnvOptions{Objects: []runtime.Object{pvc, pv}})
 	vm := env.Manager
-	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "data"}, emptyDirVolume("cache", "")}})
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "data"},
+		emptyDirVolume("cache", ""),
+	}})
 	podDir := filepath.Join(env.RootDir, "pods", string(pod.UID))
 	if err := vm.AddPod(pod); err != nil {
 		t.Fatal(err)

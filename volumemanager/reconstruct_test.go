@@ -166,7 +166,9 @@ func TestRestartReconstructs(t *testing.T) {
 // the populator does, so that a pod added again finds its volume.
 func TestReconstructedSpec(t *testing.T) {
 	uid := types.UID("uid-1")
-	inline := csitest.Pod("ns", "p", csitest.PodSpec{UID: uid, Volumes: []csitest.PodVolume{{Name: "scratch", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: "d.example.com"}}}}})
+	inline := csitest.Pod("ns", "p", csitest.PodSpec{UID: uid, Volumes: []csitest.PodVolume{
+		{Name: "scratch", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: "d.example.com"}}},
+	}})
 	tests := []struct {
 		name     string
 		data     ondisk.VolumeData

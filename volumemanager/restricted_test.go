@@ -127,7 +127,9 @@ func TestForbiddenListNamesClusterInformers(t *testing.T) {
 	eventually(t, "the list error recorded", func() bool { return len(vm.listErrs.get()) > 0 })
 	waitCtx, waitCancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer waitCancel()
-	err = vm.WaitForAttachAndMount(waitCtx, csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}}))
+	err = vm.WaitForAttachAndMount(waitCtx, csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "vol"},
+	}}))
 	for _, want := range []string{"forbidden", "Config.ClusterInformers", "leave it false"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not say %q", err, want)
@@ -242,7 +244,9 @@ func TestObjectCacheTrims(t *testing.T) {
 		pvc.ManagedFields, pv.ManagedFields = managed, managed
 		e.create(pvc, pv)
 		pvs = append(pvs, pv.Name)
-		if err := e.mount(csitest.Pod("ns", "p-"+name, csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: name}}}), 10*time.Second); err != nil {
+		if err := e.mount(csitest.Pod("ns", "p-"+name, csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: name},
+		}}), 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -23,7 +23,10 @@ import (
 // sameClaimPod is a pod with claim "data" in two volumes, a and b
 // (kubernetes#122140), read-only as asked.
 func sameClaimPod(roA, roB bool) *v1.Pod {
-	return csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "a", Claim: "data", ReadOnly: roA}, {Name: "b", Claim: "data", ReadOnly: roB}}})
+	return csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "a", Claim: "data", ReadOnly: roA},
+		{Name: "b", Claim: "data", ReadOnly: roB},
+	}})
 }
 
 // withoutVolume returns pod without its volume name and the mounts of it.

@@ -139,9 +139,13 @@ func TestSELinuxContainersDisagree(t *testing.T) {
 		t.Fatalf("pod on a PV: wait error %v, want the containers' labels, not final", err)
 	}
 
-	inlinePod := disagree(csitest.Pod("ns", "inline", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: drv.DriverName()}}}}}))
+	inlinePod := disagree(csitest.Pod("ns", "inline", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: drv.DriverName()}}},
+	}}))
 	inlinePod.Spec.SecurityContext = &v1.PodSecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: levelA}}
-	labelled := csitest.Pod("ns", "labelled", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: drv.DriverName()}}}}})
+	labelled := csitest.Pod("ns", "labelled", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: drv.DriverName()}}},
+	}})
 	labelled.Spec.SecurityContext = &v1.PodSecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: levelA}}
 	for _, p := range []*v1.Pod{inlinePod, labelled} {
 		vm.AddPod(p)

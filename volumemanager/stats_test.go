@@ -97,7 +97,15 @@ func TestVolumeStatsEveryKind(t *testing.T) {
 		&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "token"}, Data: map[string][]byte{"password": []byte("s3cret")}},
 	}})
 	e.claim("a")
-	pod := csitest.Pod("ns", "p", csitest.PodSpec{ServiceAccount: "app", Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}, withConfigMap("config", "settings"), withSecret("creds", "token"), withDownwardLabels("info"), withKubeAPIAccess("kube-api-access-x7k2p"), {Name: "scratch", Source: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}, {Name: "host", Source: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: t.TempDir()}}}}})
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{ServiceAccount: "app", Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "a"},
+		withConfigMap("config", "settings"),
+		withSecret("creds", "token"),
+		withDownwardLabels("info"),
+		withKubeAPIAccess("kube-api-access-x7k2p"),
+		{Name: "scratch", Source: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+		{Name: "host", Source: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: t.TempDir()}}},
+	}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -165,7 +165,9 @@ func TestCSIDriverAndMisc(t *testing.T) {
 
 	// Everything goes into a fake clientset as is.
 	pvc, bpv := BoundClaim("ns", "c", PVSpec{Driver: "drv", Handle: "h2"})
-	objs := []runtime.Object{pv, pvc, bpv, d, Pod("ns", "p", PodSpec{Volumes: []PodVolume{{Name: "v", Claim: "c"}}}), Secret("ns", "s", nil), va}
+	objs := []runtime.Object{pv, pvc, bpv, d, Pod("ns", "p", PodSpec{Volumes: []PodVolume{
+		{Name: "v", Claim: "c"},
+	}}), Secret("ns", "s", nil), va}
 	if client := fake.NewClientset(objs...); client == nil {
 		t.Fatal("no client")
 	}

@@ -89,7 +89,10 @@ func (k *kubeletPods) terminate(uid types.UID, gone bool) {
 func TestKubeletInterface(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{GetVolumeStats: true})
 	pvc, pv := csitest.BoundClaim("ns", "data", csitest.PVSpec{Driver: drv.DriverName(), Handle: "vol-1"})
-	pod := csitest.Pod("ns", "web", csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{{Name: "data", Claim: "data"}, {Name: "scratch", Source: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}})
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "data"},
+		{Name: "scratch", Source: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+	}})
 	client := fakeClient(pvc, pv, csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}))
 	root := t.TempDir()
 	pods := newKubeletPods(pod)

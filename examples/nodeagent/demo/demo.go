@@ -422,7 +422,9 @@ func provision(ctx context.Context, client *fake.Clientset, drv *demoDriver, n i
 		if _, err := client.CoreV1().PersistentVolumeClaims("demo").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
 			return nil, err
 		}
-		pods = append(pods, csitest.Pod("demo", "pod-"+name, csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{{Name: "data", Claim: name}}}))
+		pods = append(pods, csitest.Pod("demo", "pod-"+name, csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: name},
+		}}))
 	}
 	step("%d volumes provisioned, PVs and PVCs bound", n)
 	return pods, nil

@@ -149,7 +149,9 @@ func newCrashEnv(t *testing.T, ctx context.Context, block bool) *crashEnv {
 		c.holdEnv = newHoldEnv(t, ctx, "nv-crb-", 0)
 		handle := createBlockVolume(t, ctx, c.drv, "raw")
 		pvc, pv := csitest.BoundClaim("demo", "raw", csitest.PVSpec{Driver: c.drv.name, Handle: handle, Block: true, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}})
-		pod := csitest.Pod("demo", "pod-raw", csitest.PodSpec{Node: c.node, Volumes: []csitest.PodVolume{{Name: "data", Claim: "raw", Block: true}}})
+		pod := csitest.Pod("demo", "pod-raw", csitest.PodSpec{Node: c.node, Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "raw", Block: true},
+		}})
 		paths, err := ondisk.BlockVolumePaths(c.root, pv.Name, pod.UID)
 		if err != nil {
 			t.Fatal(err)

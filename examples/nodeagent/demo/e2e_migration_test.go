@@ -84,7 +84,10 @@ func TestMigrationEndToEnd(t *testing.T) {
 	pvc, pv := csitest.BoundClaim("demo", "legacy", csitest.PVSpec{Driver: "unused.example.com", Handle: "unused"})
 	pv.Spec.PersistentVolumeSource = v1.PersistentVolumeSource{AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: pvHandle, FSType: "ext4"}}
 	inline := v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: inlineHandle, FSType: "ext4"}}}
-	pod := csitest.Pod("demo", "legacy-app", csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{{Name: "data", Claim: "legacy"}, {Name: inline.Name, Source: inline.VolumeSource}}})
+	pod := csitest.Pod("demo", "legacy-app", csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "legacy"},
+		{Name: inline.Name, Source: inline.VolumeSource},
+	}})
 
 	client := fake.NewClientset(csitest.CSIDriver(driver, csitest.CSIDriverSpec{AttachRequired: true}), pvc, pv)
 	csitest.NewFakeAttacher(t, client, csitest.AttacherOptions{Driver: driver})

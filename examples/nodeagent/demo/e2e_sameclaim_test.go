@@ -30,7 +30,10 @@ func TestEndToEndSameClaimTwice(t *testing.T) {
 	if _, err := provision(ctx, client, drv, 1, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	pod := csitest.Pod("demo", "twice", csitest.PodSpec{Node: "node-1", Volumes: []csitest.PodVolume{{Name: "a", Claim: "demo-0"}, {Name: "b", Claim: "demo-0"}}})
+	pod := csitest.Pod("demo", "twice", csitest.PodSpec{Node: "node-1", Volumes: []csitest.PodVolume{
+		{Name: "a", Claim: "demo-0"},
+		{Name: "b", Claim: "demo-0"},
+	}})
 	vm.AddPod(pod)
 	waitCtx, done := context.WithTimeout(ctx, time.Minute)
 	defer done()

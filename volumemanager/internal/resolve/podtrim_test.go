@@ -99,7 +99,9 @@ func TestTrimPod(t *testing.T) {
 			p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "config", MountPath: "/c"}}
 			return p
 		}()},
-		{"no security context", csitest.Pod("ns", "plain", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "claim", ReadOnly: true}}})},
+		{"no security context", csitest.Pod("ns", "plain", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "claim", ReadOnly: true},
+		}})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -35,7 +35,9 @@ func now(delays *[]time.Duration) func(time.Duration) <-chan time.Time {
 func TestPodGone(t *testing.T) {
 	ctx := t.Context()
 	env := vmtest.NewEnv(t, vmtest.EnvOptions{})
-	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "cache", Source: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}})
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "cache", Source: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+	}})
 	if err := env.Manager.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}
