@@ -36,7 +36,10 @@ func TestCapabilities(t *testing.T) {
 		{"no STAGE_UNSTAGE_VOLUME", csitest.Options{NoStageUnstage: true}, nil, pv,
 			volume.Capabilities{RepublishAtResyncOnly: true, Attachable: true, Block: true, OwnershipChange: true, LifecycleModes: persistent}},
 		{"requiresRepublish, fsGroupPolicy None", csitest.Options{},
-			[]runtime.Object{csiDriverFSGroupPolicy(csitest.CSIDriver(drv, csitest.CSIDriverSpec{AttachRequired: true, RequiresRepublish: true}), storagev1.NoneFSGroupPolicy)}, pv,
+			[]runtime.Object{csiDriverFSGroupPolicy(csitest.CSIDriver(drv, csitest.CSIDriverSpec{
+				AttachRequired:    true,
+				RequiresRepublish: true,
+			}), storagev1.NoneFSGroupPolicy)}, pv,
 			volume.Capabilities{RepublishAtResyncOnly: true, Attachable: true, Stages: true, Block: true, Republish: true, LifecycleModes: persistent}},
 		{"the driver applies fsGroup itself", csitest.Options{VolumeMountGroup: true}, nil, pv,
 			volume.Capabilities{RepublishAtResyncOnly: true, Attachable: true, Stages: true, Block: true, LifecycleModes: persistent}},

@@ -144,7 +144,11 @@ func workloadObjects(w workload, driver string) ([]kruntime.Object, []*v1.Pod, [
 			name = "shared"
 		}
 		if i == 0 || !w.shared {
-			pvc, pv := csitest.BoundClaim("ns", name, csitest.PVSpec{Driver: driver, Handle: "handle-" + name, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}})
+			pvc, pv := csitest.BoundClaim("ns", name, csitest.PVSpec{
+				Driver:      driver,
+				Handle:      "handle-" + name,
+				AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany},
+			})
 			objs = append(objs, pvc, pv)
 			pvs = append(pvs, pv)
 		}

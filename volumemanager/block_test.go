@@ -63,7 +63,12 @@ func (r *recordingBlockMapper) count(prefix string) int {
 // unstaged once the last pod has gone.
 func TestBlockVolumeSharedByPods(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "raw", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-raw", Block: true, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}})
+	pvc, pv := csitest.BoundClaim("ns", "raw", csitest.PVSpec{
+		Driver:      drv.DriverName(),
+		Handle:      "handle-raw",
+		Block:       true,
+		AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany},
+	})
 	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv)
 	bm := &recordingBlockMapper{}
 	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), BlockMapper: bm})

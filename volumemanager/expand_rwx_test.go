@@ -57,7 +57,12 @@ func (l *podEventLog) pods(reason string) map[string]int {
 func newRWXEnv(t *testing.T, access v1.PersistentVolumeAccessMode, annotated, driverExpands bool) *rwxEnv {
 	t.Helper()
 	drv := csitest.New(t, csitest.Options{Expand: driverExpands, CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "shared", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-shared", Capacity: "1Gi", AccessModes: []v1.PersistentVolumeAccessMode{access}})
+	pvc, pv := csitest.BoundClaim("ns", "shared", csitest.PVSpec{
+		Driver:      drv.DriverName(),
+		Handle:      "handle-shared",
+		Capacity:    "1Gi",
+		AccessModes: []v1.PersistentVolumeAccessMode{access},
+	})
 	if annotated {
 		pvc.Annotations = map[string]string{planner.NodeExpansionNotRequired: "true"}
 	}

@@ -175,7 +175,11 @@ func TestConcurrentPodChurn(t *testing.T) {
 
 	var objs []runtime.Object
 	for i := range shared {
-		pvc, pv := csitest.BoundClaim("ns", fmt.Sprintf("shared-%d", i), csitest.PVSpec{Driver: csitest.DefaultDriverName, Handle: fmt.Sprintf("handle-shared-%d", i), AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}})
+		pvc, pv := csitest.BoundClaim("ns", fmt.Sprintf("shared-%d", i), csitest.PVSpec{
+			Driver:      csitest.DefaultDriverName,
+			Handle:      fmt.Sprintf("handle-shared-%d", i),
+			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany},
+		})
 		objs = append(objs, pvc, pv)
 	}
 	for i := range pods {

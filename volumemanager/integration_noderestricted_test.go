@@ -102,7 +102,11 @@ func resourceOf(path string) string {
 // it (with a nodePublishSecretRef), as the control plane leaves them.
 func nrCreateClaim(t *testing.T, admin kubernetes.Interface, ns, name, driver string) *v1.PersistentVolume {
 	t.Helper()
-	pvc, pv := csitest.BoundClaim(ns, name, csitest.PVSpec{Driver: driver, Handle: "handle-" + name, NodePublishSecret: &v1.SecretReference{Namespace: ns, Name: "publish"}})
+	pvc, pv := csitest.BoundClaim(ns, name, csitest.PVSpec{
+		Driver:            driver,
+		Handle:            "handle-" + name,
+		NodePublishSecret: &v1.SecretReference{Namespace: ns, Name: "publish"},
+	})
 	_, pv, err := csitest.CreateBound(t.Context(), admin, pvc, pv)
 	if err != nil {
 		t.Fatal(err)

@@ -184,7 +184,10 @@ func TestIntegrationMountThroughAPI(t *testing.T) {
 	if _, err := e.admin.CoreV1().Secrets(integNS).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.claimWith("shared", csitest.PVSpec{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}, NodePublishSecret: &v1.SecretReference{Namespace: integNS, Name: "publish-creds"}})
+	e.claimWith("shared", csitest.PVSpec{
+		AccessModes:       []v1.PersistentVolumeAccessMode{v1.ReadWriteMany},
+		NodePublishSecret: &v1.SecretReference{Namespace: integNS, Name: "publish-creds"},
+	})
 	e.claim("own")
 	vm := e.startVM(Config{})
 	p1 := e.pod("p1", csitest.PodVolume{Name: "data", Claim: "shared"})

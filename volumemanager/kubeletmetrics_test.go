@@ -58,7 +58,11 @@ func samples(t *testing.T, reg prometheus.Gatherer, names ...string) string {
 // pod that has it mounted, by plugin kubernetes.io/csi:{driver}.
 func TestTotalVolumesMetric(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvcA, pvA := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a", AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}})
+	pvcA, pvA := csitest.BoundClaim("ns", "a", csitest.PVSpec{
+		Driver:      drv.DriverName(),
+		Handle:      "handle-a",
+		AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany},
+	})
 	pvcB, pvB := csitest.BoundClaim("ns", "b", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-b"})
 	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvcA, pvA, pvcB, pvB)
 	reg := prometheus.NewRegistry()

@@ -241,7 +241,11 @@ func TestSameClaimSELinux(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-			pvc, pv := csitest.BoundClaim("ns", "data", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-data", AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod}})
+			pvc, pv := csitest.BoundClaim("ns", "data", csitest.PVSpec{
+				Driver:      drv.DriverName(),
+				Handle:      "handle-data",
+				AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod},
+			})
 			client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{SELinuxMount: true}), pvc, pv)
 			vm, stop := seLinuxVM(t, client, t.TempDir(), drv, true, nil)
 			defer stop()

@@ -168,7 +168,11 @@ func TestSELinuxMountOptions(t *testing.T) {
 // context.
 func TestSELinuxConflict(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a", AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod}})
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{
+		Driver:      drv.DriverName(),
+		Handle:      "handle-a",
+		AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod},
+	})
 	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{SELinuxMount: true}), pvc, pv)
 	events := record.NewFakeRecorder(100)
 	vm, stop := seLinuxVM(t, client, t.TempDir(), drv, true, events)
@@ -257,7 +261,11 @@ func TestSELinuxConflict(t *testing.T) {
 // conflicts with it.
 func TestSELinuxContextRestored(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a", AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod}})
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{
+		Driver:      drv.DriverName(),
+		Handle:      "handle-a",
+		AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod},
+	})
 	client := fake.NewClientset([]runtime.Object{csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{SELinuxMount: true}), pvc, pv}...)
 	root := t.TempDir()
 	podA, podB := seLinuxPod("a", "a", levelA), seLinuxPod("b", "a", levelB)

@@ -110,7 +110,10 @@ func TestSELinuxSharedVolume(t *testing.T) {
 func TestSELinuxContainersDisagree(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
 	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a", AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}})
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{SELinuxMount: true, LifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral}}), pvc, pv)
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{
+		SELinuxMount:   true,
+		LifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral},
+	}), pvc, pv)
 	vm, reg, stop := seLinuxMetricsVM(t, client, drv)
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -67,7 +67,11 @@ func Objects(n int, node, driver string) ([]kruntime.Object, []*v1.Pod, []*v1.Pe
 	pvs := make([]*v1.PersistentVolume, n)
 	for i := range pods {
 		config, creds, claim := fmt.Sprintf("app-config-%d", i), fmt.Sprintf("app-creds-%d", i), fmt.Sprintf("claim-%d", i)
-		pvc, pv := csitest.BoundClaim("ns", claim, csitest.PVSpec{Driver: driver, Handle: "handle-" + claim, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}})
+		pvc, pv := csitest.BoundClaim("ns", claim, csitest.PVSpec{
+			Driver:      driver,
+			Handle:      "handle-" + claim,
+			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany},
+		})
 		objs = append(objs, pvc, pv,
 			&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: config}, Data: map[string]string{"app.conf": "replicas=3\nlevel=info\n"}},
 			csitest.Secret("ns", creds, map[string]string{"username": "app", "password": "hunter2"}))

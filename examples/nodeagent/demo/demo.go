@@ -71,7 +71,10 @@ func runDemo(ctx context.Context, o options) (err error) {
 	}
 	defer drv.stop()
 
-	client := fake.NewClientset(csitest.CSIDriver(drv.name, csitest.CSIDriverSpec{PodInfoOnMount: true, LifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral}}), demoNode(o.node))
+	client := fake.NewClientset(csitest.CSIDriver(drv.name, csitest.CSIDriverSpec{
+		PodInfoOnMount: true,
+		LifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral},
+	}), demoNode(o.node))
 	if err := demoObjects(ctx, client); err != nil {
 		return err
 	}

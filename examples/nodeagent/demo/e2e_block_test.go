@@ -42,7 +42,12 @@ func TestBlockEndToEnd(t *testing.T) {
 	}
 	defer drv.stop()
 	handle := createBlockVolume(t, ctx, drv, "raw")
-	pvc, pv := csitest.BoundClaim("demo", "raw", csitest.PVSpec{Driver: drv.name, Handle: handle, Block: true, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}})
+	pvc, pv := csitest.BoundClaim("demo", "raw", csitest.PVSpec{
+		Driver:      drv.name,
+		Handle:      handle,
+		Block:       true,
+		AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+	})
 	client := fake.NewClientset(csitest.CSIDriver(drv.name, csitest.CSIDriverSpec{}), pvc, pv)
 	vm, err := volumemanager.New(volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: drv.mounter})
 	if err != nil {

@@ -148,7 +148,12 @@ func newCrashEnv(t *testing.T, ctx context.Context, block bool) *crashEnv {
 	} else {
 		c.holdEnv = newHoldEnv(t, ctx, "nv-crb-", 0)
 		handle := createBlockVolume(t, ctx, c.drv, "raw")
-		pvc, pv := csitest.BoundClaim("demo", "raw", csitest.PVSpec{Driver: c.drv.name, Handle: handle, Block: true, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}})
+		pvc, pv := csitest.BoundClaim("demo", "raw", csitest.PVSpec{
+			Driver:      c.drv.name,
+			Handle:      handle,
+			Block:       true,
+			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+		})
 		pod := csitest.Pod("demo", "pod-raw", csitest.PodSpec{Node: c.node, Volumes: []csitest.PodVolume{
 			{Name: "data", Claim: "raw", Block: true},
 		}})

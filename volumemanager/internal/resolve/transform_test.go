@@ -31,7 +31,11 @@ func noise(m *metav1.ObjectMeta, keep map[string]string) {
 // gives it to what the informer keeps, exactly; applied twice as once.
 func TestTrimInformerObject(t *testing.T) {
 	now := metav1.Now()
-	pvc, pv := csitest.BoundClaim("ns", "claim", csitest.PVSpec{Driver: "drv.example.com", Handle: "handle", AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod}})
+	pvc, pv := csitest.BoundClaim("ns", "claim", csitest.PVSpec{
+		Driver:      "drv.example.com",
+		Handle:      "handle",
+		AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod},
+	})
 	pvc.Labels = map[string]string{"app": "db"}
 	pvc.OwnerReferences = []metav1.OwnerReference{{Kind: "Pod", Name: "p", UID: "pod-uid", Controller: ptr.To(true)}}
 	pvc.DeletionTimestamp = &now
