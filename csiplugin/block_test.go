@@ -258,8 +258,8 @@ func TestBlockUnstageRefusedWhilePublished(t *testing.T) {
 	if err := e.p.UnmountDevice(ctx, volume.DeviceRequest{Spec: spec}); err != nil {
 		t.Fatalf("UnmountDevice after the unpublish: %v", err)
 	}
-	if _, staged := e.srv.Staged("vol-1"); staged || len(e.srv.Published("vol-1")) != 0 {
-		t.Errorf("driver: staged %v, published %v; want neither", staged, e.srv.Published("vol-1"))
+	if _, staged := e.srv.StagedVolumes()["vol-1"]; staged || len(e.srv.PublishedVolumes()["vol-1"]) != 0 {
+		t.Errorf("driver: staged %v, published %v; want neither", staged, e.srv.PublishedVolumes()["vol-1"])
 	}
 	if _, err := os.Lstat(paths.Dir); !os.IsNotExist(err) {
 		t.Errorf("%s after unstaging: %v, want removed", paths.Dir, err)

@@ -143,7 +143,7 @@ func TestSetUpRefusesSymlinks(t *testing.T) {
 			c := newCheck(t, e, out, "NodePublishVolume")
 			_, err := e.p.SetUp(context.Background(), volume.MountRequest{Spec: testSpec(drv), Volume: vol})
 			c.assert(t, err, link)
-			if got := e.srv.Published("vol-1"); len(got) != 0 {
+			if got := e.srv.PublishedVolumes()["vol-1"]; len(got) != 0 {
 				t.Errorf("published at %v", got)
 			}
 		})
@@ -203,7 +203,7 @@ func TestMountDeviceRefusesSymlinks(t *testing.T) {
 			c := newCheck(t, e, out, "NodeStageVolume")
 			_, err := e.p.MountDevice(context.Background(), volume.DeviceRequest{Spec: testSpec(drv)})
 			c.assert(t, err, link)
-			if path, staged := e.srv.Staged("vol-1"); staged {
+			if path, staged := e.srv.StagedVolumes()["vol-1"]; staged {
 				t.Errorf("staged at %s", path)
 			}
 		})

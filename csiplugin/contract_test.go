@@ -31,12 +31,15 @@ func TestCapabilities(t *testing.T) {
 	}{
 		{"a PV, no CSIDriver: attached and staged", csitest.Options{}, nil, pv,
 			volume.Capabilities{RepublishAtResyncOnly: true, Attachable: true, Stages: true, Block: true, OwnershipChange: true, LifecycleModes: persistent}},
-		{"attachRequired false", csitest.Options{}, []runtime.Object{csitest.CSIDriver(drv, false)}, pv,
+		{"attachRequired false", csitest.Options{}, []runtime.Object{csitest.CSIDriver(drv, csitest.CSIDriverSpec{})}, pv,
 			volume.Capabilities{RepublishAtResyncOnly: true, Stages: true, Block: true, OwnershipChange: true, LifecycleModes: persistent}},
 		{"no STAGE_UNSTAGE_VOLUME", csitest.Options{NoStageUnstage: true}, nil, pv,
 			volume.Capabilities{RepublishAtResyncOnly: true, Attachable: true, Block: true, OwnershipChange: true, LifecycleModes: persistent}},
 		{"requiresRepublish, fsGroupPolicy None", csitest.Options{},
-			[]runtime.Object{csiDriverFSGroupPolicy(csitest.CSIDriver(drv, true, csitest.DriverRequiresRepublish()), storagev1.NoneFSGroupPolicy)}, pv,
+			[]runtime.Object{csiDriverFSGroupPolicy(csitest.CSIDriver(drv, csitest.CSIDriverSpec{
+				AttachRequired:    true,
+				RequiresRepublish: true,
+			}), storagev1.NoneFSGroupPolicy)}, pv,
 			volume.Capabilities{RepublishAtResyncOnly: true, Attachable: true, Stages: true, Block: true, Republish: true, LifecycleModes: persistent}},
 		{"the driver applies fsGroup itself", csitest.Options{VolumeMountGroup: true}, nil, pv,
 			volume.Capabilities{RepublishAtResyncOnly: true, Attachable: true, Stages: true, Block: true, LifecycleModes: persistent}},
@@ -45,7 +48,7 @@ func TestCapabilities(t *testing.T) {
 		{"a raw block volume is staged without STAGE_UNSTAGE_VOLUME (its map directories)", csitest.Options{NoStageUnstage: true}, nil, &block,
 			volume.Capabilities{RepublishAtResyncOnly: true, Attachable: true, Stages: true, Block: true, OwnershipChange: true, LifecycleModes: persistent}},
 		{"the CSIDriver's volumeLifecycleModes", csitest.Options{},
-			[]runtime.Object{csitest.CSIDriver(drv, true, csitest.DriverLifecycleModes(both...))}, inline,
+			[]runtime.Object{csitest.CSIDriver(drv, csitest.CSIDriverSpec{AttachRequired: true, LifecycleModes: both})}, inline,
 			volume.Capabilities{RepublishAtResyncOnly: true, Block: true, LifecycleModes: both}},
 	}
 	for _, tt := range tests {

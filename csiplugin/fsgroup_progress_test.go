@@ -25,8 +25,7 @@ import (
 // (the volume's directory from the pod's UID on); a quick change records
 // none and leaves no timer behind.
 func TestPermissionChangeInProgressEvent(t *testing.T) {
-	file := storagev1.FileFSGroupPolicy
-	driver := csitest.CSIDriver(drv, false, func(d *storagev1.CSIDriver) { d.Spec.FSGroupPolicy = &file })
+	driver := csitest.CSIDriver(drv, csitest.CSIDriverSpec{FSGroupPolicy: storagev1.FileFSGroupPolicy})
 	gid := int64(os.Getgid())
 	setUp := func(t *testing.T, hold bool) (*env, *clocktesting.FakeClock, *record.FakeRecorder, chan string, chan struct{}, chan error) {
 		e := newEnv(t, envOptions{objects: []runtime.Object{driver}, driver: csitest.Options{NoStageUnstage: true, CreateTargetDirs: true}})

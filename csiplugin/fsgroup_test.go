@@ -19,7 +19,7 @@ import (
 func TestNeedsOwnership(t *testing.T) {
 	gid := int64(2000)
 	policy := func(p storagev1.FSGroupPolicy) *storagev1.CSIDriver {
-		d := csitest.CSIDriver(drv, false)
+		d := csitest.CSIDriver(drv, csitest.CSIDriverSpec{})
 		d.Spec.FSGroupPolicy = &p
 		return d
 	}
@@ -34,7 +34,7 @@ func TestNeedsOwnership(t *testing.T) {
 	}{
 		{name: "no fsGroup", spec: rwo},
 		{name: "RWO with fsType, no CSIDriver", spec: rwo, vol: podvol.PodVolume{FSGroup: &gid}, want: true},
-		{name: "default policy", spec: rwo, vol: podvol.PodVolume{FSGroup: &gid}, driver: csitest.CSIDriver(drv, false), want: true},
+		{name: "default policy", spec: rwo, vol: podvol.PodVolume{FSGroup: &gid}, driver: csitest.CSIDriver(drv, csitest.CSIDriverSpec{}), want: true},
 		{name: "driver applies it (VOLUME_MOUNT_GROUP)", spec: rwo, vol: podvol.PodVolume{FSGroup: &gid}, caps: csi.Capabilities{VolumeMountGroup: true}},
 		{name: "read-only pod volume", spec: rwo, vol: podvol.PodVolume{FSGroup: &gid, ReadOnly: true}},
 		{name: "read-only PV", spec: podvol.VolumeSpec{FSType: "ext4", AccessMode: "ReadWriteOnce", ReadOnly: true}, vol: podvol.PodVolume{FSGroup: &gid}},
@@ -62,7 +62,7 @@ func TestSetUpAppliesFSGroup(t *testing.T) {
 	gid := int64(os.Getgid())
 	for _, mountGroup := range []bool{false, true} {
 		e := newEnv(t, envOptions{
-			objects: []runtime.Object{csitest.CSIDriver(drv, false)},
+			objects: []runtime.Object{csitest.CSIDriver(drv, csitest.CSIDriverSpec{})},
 			driver:  csitest.Options{NoStageUnstage: true, CreateTargetDirs: true, VolumeMountGroup: mountGroup},
 		})
 		vol := podVolume("a", "data")

@@ -20,8 +20,8 @@ import (
 // or access mode, unless its CSIDriver's fsGroupPolicy is None; a driver
 // without the capability, or a pod without fsGroup, gets none.
 func TestVolumeMountGroupAtStage(t *testing.T) {
-	policy := func(p storagev1.FSGroupPolicy) csitest.CSIDriverOption {
-		return func(d *storagev1.CSIDriver) { d.Spec.FSGroupPolicy = &p }
+	policy := func(p storagev1.FSGroupPolicy) *storagev1.CSIDriver {
+		return csitest.CSIDriver(drv, csitest.CSIDriverSpec{FSGroupPolicy: p})
 	}
 	gid := int64(2345)
 	tests := []struct {
@@ -33,14 +33,14 @@ func TestVolumeMountGroupAtStage(t *testing.T) {
 		fsType     string
 		want       string
 	}{
-		{name: "File", mountGroup: true, driver: []runtime.Object{csitest.CSIDriver(drv, false, policy(storagev1.FileFSGroupPolicy))}, fsGroup: &gid, want: "2345"},
-		{name: "ReadWriteOnceWithFSType", mountGroup: true, driver: []runtime.Object{csitest.CSIDriver(drv, false)}, fsGroup: &gid, want: "2345"},
-		{name: "ReadWriteOnceWithFSType, RWX without fsType", mountGroup: true, driver: []runtime.Object{csitest.CSIDriver(drv, false)},
+		{name: "File", mountGroup: true, driver: []runtime.Object{policy(storagev1.FileFSGroupPolicy)}, fsGroup: &gid, want: "2345"},
+		{name: "ReadWriteOnceWithFSType", mountGroup: true, driver: []runtime.Object{csitest.CSIDriver(drv, csitest.CSIDriverSpec{})}, fsGroup: &gid, want: "2345"},
+		{name: "ReadWriteOnceWithFSType, RWX without fsType", mountGroup: true, driver: []runtime.Object{csitest.CSIDriver(drv, csitest.CSIDriverSpec{})},
 			fsGroup: &gid, accessMode: "ReadWriteMany", want: "2345"},
 		{name: "no CSIDriver", mountGroup: true, fsGroup: &gid, want: "2345"},
-		{name: "None", mountGroup: true, driver: []runtime.Object{csitest.CSIDriver(drv, false, policy(storagev1.NoneFSGroupPolicy))}, fsGroup: &gid},
-		{name: "no VOLUME_MOUNT_GROUP", driver: []runtime.Object{csitest.CSIDriver(drv, false, policy(storagev1.FileFSGroupPolicy))}, fsGroup: &gid},
-		{name: "pod without fsGroup", mountGroup: true, driver: []runtime.Object{csitest.CSIDriver(drv, false, policy(storagev1.FileFSGroupPolicy))}},
+		{name: "None", mountGroup: true, driver: []runtime.Object{policy(storagev1.NoneFSGroupPolicy)}, fsGroup: &gid},
+		{name: "no VOLUME_MOUNT_GROUP", driver: []runtime.Object{policy(storagev1.FileFSGroupPolicy)}, fsGroup: &gid},
+		{name: "pod without fsGroup", mountGroup: true, driver: []runtime.Object{policy(storagev1.FileFSGroupPolicy)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -114,7 +114,7 @@ func TestNoCSIDriver(t *testing.T) {
 		})
 	}
 	// With the object, the wait says nothing of a missing one.
-	e := newEnv(t, envOptions{objects: []runtime.Object{csitest.CSIDriver(drv, true)}})
+	e := newEnv(t, envOptions{objects: []runtime.Object{csitest.CSIDriver(drv, csitest.CSIDriverSpec{AttachRequired: true})}})
 	if _, err := e.p.WaitForAttach(context.Background(), pv); err == nil || strings.Contains(err.Error(), "not found in the API") {
 		t.Errorf("WaitForAttach with a CSIDriver = %v, want a wait that does not speak of a missing CSIDriver", err)
 	}

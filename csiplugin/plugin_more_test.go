@@ -240,8 +240,7 @@ func TestInlineWithPodInfo(t *testing.T) {
 	e := newEnv(t, envOptions{
 		driver: csitest.Options{CreateTargetDirs: true},
 		objects: []runtime.Object{
-			csitest.CSIDriver(drv, false, csitest.DriverPodInfoOnMount(),
-				csitest.DriverLifecycleModes(storagev1.VolumeLifecycleEphemeral)),
+			csitest.CSIDriver(drv, csitest.CSIDriverSpec{PodInfoOnMount: true, LifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral}}),
 			csitest.Secret("ns", "pub", map[string]string{"k": "v"}),
 		},
 	})

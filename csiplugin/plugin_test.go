@@ -183,7 +183,7 @@ func TestStageAndPublish(t *testing.T) {
 	if diff := cmp.Diff(wantPublish, e.request(t, "NodePublishVolume"), protocmp.Transform()); diff != "" {
 		t.Errorf("NodePublishVolume request (-want +got):\n%s", diff)
 	}
-	if got := e.srv.Published("vol-1"); len(got) != 1 || got[0] != target {
+	if got := e.srv.PublishedVolumes()["vol-1"]; len(got) != 1 || got[0] != target {
 		t.Errorf("driver has the volume published at %v", got)
 	}
 
@@ -203,7 +203,7 @@ func TestStageAndPublish(t *testing.T) {
 		t.Fatalf("UnmountDevice: %v", err)
 	}
 	assertGone(t, stagingDir)
-	if _, staged := e.srv.Staged("vol-1"); staged {
+	if _, staged := e.srv.StagedVolumes()["vol-1"]; staged {
 		t.Error("volume still staged")
 	}
 	unstage := e.request(t, "NodeUnstageVolume").(*csipb.NodeUnstageVolumeRequest)

@@ -51,7 +51,7 @@ func TestServiceAccountTokens(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := csitest.CSIDriver(drv, false)
+			d := csitest.CSIDriver(drv, csitest.CSIDriverSpec{})
 			d.Spec.TokenRequests = requests
 			if tt.inSecrets {
 				d.Spec.ServiceAccountTokenInSecrets = new(true)
@@ -98,7 +98,7 @@ func TestServiceAccountTokens(t *testing.T) {
 // TestServiceAccountTokenFailure: a token that cannot be had is a final
 // error naming the service account, and NodePublishVolume is not called.
 func TestServiceAccountTokenFailure(t *testing.T) {
-	d := csitest.CSIDriver(drv, false)
+	d := csitest.CSIDriver(drv, csitest.CSIDriverSpec{})
 	d.Spec.TokenRequests = []storagev1.TokenRequest{{Audience: "vault"}}
 	e := newEnv(t, envOptions{objects: []runtime.Object{d}, driver: csitest.Options{NoStageUnstage: true, CreateTargetDirs: true}})
 	e.p.tokens = &fakeTokens{err: errors.New("forbidden")}

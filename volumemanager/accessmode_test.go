@@ -8,6 +8,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
+	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -20,11 +21,13 @@ import (
 func TestInlineVolumeAccessMode(t *testing.T) {
 	for _, snmw := range []bool{false, true} {
 		e := newEnv(t, envOptions{driver: csitest.Options{NoStageUnstage: true, SingleNodeMultiWriter: snmw}})
-		drv := csitest.CSIDriver(e.drv.DriverName(), false, csitest.DriverLifecycleModes(storagev1.VolumeLifecycleEphemeral))
+		drv := csitest.CSIDriver(e.drv.DriverName(), csitest.CSIDriverSpec{LifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral}})
 		if _, err := e.client.StorageV1().CSIDrivers().Update(context.Background(), drv, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		pod := csitest.Pod("ns", "p", csitest.WithInlineCSI("scratch", e.drv.DriverName(), false, nil))
+		pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "scratch", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: e.drv.DriverName()}}},
+		}})
 		if err := e.mount(pod, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}

@@ -23,7 +23,7 @@ import (
 // (the Node authorizer) ends it with nothing kept, so that the pods are
 // not held back by it.
 func TestAttachmentsOnce(t *testing.T) {
-	_, pv := csitest.BoundClaim("ns", "c", "d.example.com", "h")
+	_, pv := csitest.BoundClaim("ns", "c", csitest.PVSpec{Driver: "d.example.com", Handle: "h"})
 	own := csitest.VolumeAttachment("own", "d.example.com", pv.Name, node, true)
 	other := csitest.VolumeAttachment("other", "d.example.com", pv.Name, "node-2", true)
 	for _, tc := range []struct {

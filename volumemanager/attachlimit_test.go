@@ -18,6 +18,7 @@ import (
 	"k8s.io/mount-utils"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
 
@@ -35,13 +36,10 @@ type attachLimitEnv struct {
 func newAttachLimitEnv(t *testing.T, period *int64) *attachLimitEnv {
 	t.Helper()
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true, MaxVolumes: 4})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-	csiDriver := csitest.CSIDriver(drv.DriverName(), true)
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+	csiDriver := csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{AttachRequired: true})
 	csiDriver.Spec.NodeAllocatableUpdatePeriodSeconds = period
-	va, err := csitest.VolumeAttachmentFor(pv, node)
-	if err != nil {
-		t.Fatal(err)
-	}
+	va := csitest.VolumeAttachment(csiplugin.AttachmentName("handle-a", drv.DriverName(), node), drv.DriverName(), pv.Name, node, false)
 	va.Status.AttachError = &storagev1.VolumeError{Message: "too many disks attached", ErrorCode: ptr.To(int32(codes.ResourceExhausted))}
 	client := fake.NewClientset(csiDriver, pvc, pv, va, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}})
 	root := csitest.SocketDir(t)
@@ -106,7 +104,7 @@ func TestAttachLimitExceeded(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newAttachLimitEnv(t, tt.period)
 			e.drv.SetMaxVolumes(2)
-			pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+			pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 			e.vm.AddPod(pod)
 			var err error
 			eventually(t, "the attach error in the wait's error", func() bool {
@@ -138,7 +136,7 @@ func TestAttachLimitExceeded(t *testing.T) {
 // attacher retries, and once it attaches the volume the pod mounts.
 func TestAttachLimitPassingExhaustion(t *testing.T) {
 	e := newAttachLimitEnv(t, ptr.To[int64](3600))
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 	e.vm.AddPod(pod)
 	eventually(t, "the attach limit seen", func() bool {
 		var limit *VolumeAttachLimitExceededError

@@ -57,15 +57,15 @@ func BenchmarkReconstruct(b *testing.B) {
 func reconstructOnce(b *testing.B, n int) (held, total, cpu time.Duration) {
 	b.StopTimer()
 	drv := csitest.New(b, csitest.Options{NoRecord: true, CreateTargetDirs: true})
-	objs := []kruntime.Object{csitest.CSIDriver(drv.DriverName(), false)}
+	objs := []kruntime.Object{csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{})}
 	pods := make([]*v1.Pod, n)
 	pvs := make([]*v1.PersistentVolume, n)
 	for i := range pods {
 		name := fmt.Sprintf("claim-%d", i)
-		pvc, pv := csitest.BoundClaim("ns", name, drv.DriverName(), "handle-"+name)
+		pvc, pv := csitest.BoundClaim("ns", name, csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-" + name})
 		objs = append(objs, pvc, pv)
 		pvs[i] = pv
-		pods[i] = csitest.Pod("ns", fmt.Sprintf("pod-%d", i), csitest.WithPVC("data", name, false))
+		pods[i] = csitest.Pod("ns", fmt.Sprintf("pod-%d", i), csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: name}}})
 	}
 	client := fake.NewSimpleClientset(objs...) //nolint:staticcheck // as runWorkload
 	root := b.TempDir()

@@ -135,7 +135,7 @@ func workloadObjects(w workload, driver string) ([]kruntime.Object, []*v1.Pod, [
 	if w.real {
 		return realpods.Objects(w.pods, node, driver)
 	}
-	objs := []kruntime.Object{csitest.CSIDriver(driver, w.attach > 0)}
+	objs := []kruntime.Object{csitest.CSIDriver(driver, csitest.CSIDriverSpec{AttachRequired: w.attach > 0})}
 	pods := make([]*v1.Pod, w.pods)
 	var pvs []*v1.PersistentVolume
 	for i := range pods {
@@ -144,11 +144,15 @@ func workloadObjects(w workload, driver string) ([]kruntime.Object, []*v1.Pod, [
 			name = "shared"
 		}
 		if i == 0 || !w.shared {
-			pvc, pv := csitest.BoundClaim("ns", name, driver, "handle-"+name, csitest.PVAccessModes(v1.ReadWriteMany))
+			pvc, pv := csitest.BoundClaim("ns", name, csitest.PVSpec{
+				Driver:      driver,
+				Handle:      "handle-" + name,
+				AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany},
+			})
 			objs = append(objs, pvc, pv)
 			pvs = append(pvs, pv)
 		}
-		pods[i] = csitest.Pod("ns", fmt.Sprintf("pod-%d", i), csitest.WithPVC("data", name, false))
+		pods[i] = csitest.Pod("ns", fmt.Sprintf("pod-%d", i), csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: name}}})
 	}
 	return objs, pods, pvs
 }
@@ -500,9 +504,9 @@ func BenchmarkColdStart(b *testing.B) {
 	var total time.Duration
 	for i := 0; b.Loop(); i++ {
 		claim := fmt.Sprintf("claim-%d", i) // the driver keeps what it staged
-		pvc, pv := csitest.BoundClaim("ns", claim, drv.DriverName(), "handle-"+claim)
-		pod := csitest.Pod("ns", "pod", csitest.WithPVC("data", claim, false))
-		client := fake.NewSimpleClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv) //nolint:staticcheck // as runWorkload
+		pvc, pv := csitest.BoundClaim("ns", claim, csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-" + claim})
+		pod := csitest.Pod("ns", "pod", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: claim}}})
+		client := fake.NewSimpleClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv) //nolint:staticcheck // as runWorkload
 		vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: b.TempDir(), Mounter: mount.NewFakeMounter(nil)})
 		if err != nil {
 			b.Fatal(err)

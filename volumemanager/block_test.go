@@ -63,9 +63,13 @@ func (r *recordingBlockMapper) count(prefix string) int {
 // unstaged once the last pod has gone.
 func TestBlockVolumeSharedByPods(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "raw", drv.DriverName(), "handle-raw", csitest.PVBlock(), csitest.PVAccessModes(v1.ReadWriteMany))
-	csitest.PVCBlock()(pvc)
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv)
+	pvc, pv := csitest.BoundClaim("ns", "raw", csitest.PVSpec{
+		Driver:      drv.DriverName(),
+		Handle:      "handle-raw",
+		Block:       true,
+		AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany},
+	})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv)
 	bm := &recordingBlockMapper{}
 	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), BlockMapper: bm})
 	if err != nil {
@@ -79,8 +83,8 @@ func TestBlockVolumeSharedByPods(t *testing.T) {
 	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
-	a := csitest.Pod("ns", "a", csitest.WithBlockPVC("raw", "raw", false))
-	b := csitest.Pod("ns", "b", csitest.WithBlockPVC("raw", "raw", true))
+	a := csitest.Pod("ns", "a", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "raw", Claim: "raw", Block: true}}})
+	b := csitest.Pod("ns", "b", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "raw", Claim: "raw", ReadOnly: true, Block: true}}})
 	for _, p := range []*v1.Pod{a, b} {
 		vm.AddPod(p)
 		if err := vm.WaitForAttachAndMount(ctx, p); err != nil {
@@ -168,9 +172,8 @@ func (f *fakeLooper) Detach(_ context.Context, dev string) error {
 // unpublished and unstaged, its directories removed.
 func TestBlockRestartReconstructs(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "raw", drv.DriverName(), "handle-raw", csitest.PVBlock())
-	csitest.PVCBlock()(pvc)
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv)
+	pvc, pv := csitest.BoundClaim("ns", "raw", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-raw", Block: true})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv)
 	root := t.TempDir()
 	loops := &fakeLooper{dev: map[string]string{}}
 	start := func() (*VolumeManager, func()) {
@@ -190,7 +193,7 @@ func TestBlockRestartReconstructs(t *testing.T) {
 		return vm, func() { cancel(); <-done }
 	}
 	vm, stop := start()
-	pod := csitest.Pod("ns", "a", csitest.WithBlockPVC("raw", "raw", false))
+	pod := csitest.Pod("ns", "a", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "raw", Claim: "raw", Block: true}}})
 	vm.AddPod(pod)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -226,10 +229,10 @@ func TestBlockRestartReconstructs(t *testing.T) {
 // snapshots taken while other pods' publishes finish ask for some twice.
 func TestSharedVolumeRPCs(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	e.claim("shared", csitest.PVAccessModes(v1.ReadWriteMany))
+	e.claimWith("shared", csitest.PVSpec{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}})
 	var pods []*v1.Pod
 	for i := 0; i < 100; i++ {
-		p := csitest.Pod("ns", "pod-"+strconv.Itoa(i), csitest.WithPVC("data", "shared", false))
+		p := csitest.Pod("ns", "pod-"+strconv.Itoa(i), csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "shared"}}})
 		pods = append(pods, p)
 		e.vm.AddPod(p)
 	}
@@ -262,9 +265,8 @@ type blockCrash struct {
 func stopBeforeBlockUnpublish(t *testing.T) blockCrash {
 	t.Helper()
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "raw", drv.DriverName(), "handle-raw", csitest.PVBlock())
-	csitest.PVCBlock()(pvc)
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv)
+	pvc, pv := csitest.BoundClaim("ns", "raw", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-raw", Block: true})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv)
 	root := t.TempDir()
 	boot := filepath.Join(t.TempDir(), "boot_id")
 	plantFile(t, boot, "boot-1\n")
@@ -273,7 +275,7 @@ func stopBeforeBlockUnpublish(t *testing.T) blockCrash {
 	cfg := Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: m, BlockMapper: mapper, BootIDPath: boot}
 
 	vm, stop := startVMWith(t, cfg, drv)
-	pod := csitest.Pod("ns", "a", csitest.WithBlockPVC("raw", "raw", false))
+	pod := csitest.Pod("ns", "a", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "raw", Claim: "raw", Block: true}}})
 	vm.AddPod(pod)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -340,14 +342,14 @@ func TestBlockRestartBetweenUnmapAndUnpublish(t *testing.T) {
 	defer stop()
 	vm.MarkPodsSynced() // the pod is gone
 	settled := func() bool {
-		_, staged := drv.Staged("handle-raw")
-		return !staged && len(drv.Published("handle-raw")) == 0 && len(knownVolumes(vm)) == 0 && vm.idle()
+		_, staged := drv.StagedVolumes()["handle-raw"]
+		return !staged && len(drv.PublishedVolumes()["handle-raw"]) == 0 && len(knownVolumes(vm)) == 0 && vm.idle()
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true,
 		func(context.Context) (bool, error) { return settled(), nil }); err != nil {
-		_, staged := drv.Staged("handle-raw")
+		_, staged := drv.StagedVolumes()["handle-raw"]
 		t.Fatalf("after the restart: driver staged %v, published at %v, volumes in use %v; want nothing (%v)",
-			staged, drv.Published("handle-raw"), knownVolumes(vm), err)
+			staged, drv.PublishedVolumes()["handle-raw"], knownVolumes(vm), err)
 	}
 	if want, calls := []string{"NodeUnpublishVolume", "NodeUnstageVolume"}, blockCallsSince(drv, before); !slices.Equal(calls, want) {
 		t.Errorf("CSI calls after the restart %v, want %v", calls, want)
@@ -390,7 +392,7 @@ func TestBlockRestartBetweenUnmapAndUnpublishPodBack(t *testing.T) {
 	if calls := blockCallsSince(c.drv, before); slices.Contains(calls, "NodeUnstageVolume") || !slices.Contains(calls, "NodePublishVolume") {
 		t.Errorf("CSI calls after the restart %v, want a publish and no unstage", calls)
 	}
-	if got := c.drv.Published("handle-raw"); len(got) != 1 || got[0] != c.paths.PublishPath {
+	if got := c.drv.PublishedVolumes()["handle-raw"]; len(got) != 1 || got[0] != c.paths.PublishPath {
 		t.Errorf("driver publishes %v, want %s", got, c.paths.PublishPath)
 	}
 }

@@ -67,7 +67,7 @@ func writeTree(t *testing.T, dir string, files map[string]string) {
 // is still there.
 func TestRestartIgnoresSymlinks(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false))
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}))
 	root := t.TempDir()
 	podVolData := `{"specVolID":"pv-x","volumeHandle":"handle-x","driverName":"` + drv.DriverName() +
 		`","nodeName":"` + node + `","attachmentID":"csi-x","volumeLifecycleMode":"Persistent"}`

@@ -90,10 +90,10 @@ func TestExpandThroughContract(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			grow := &growPlugin{err: tt.err}
 			e := newEnv(t, envOptions{plugins: []volume.Plugin{grow}, clusterInformers: true})
-			pvc, pv := csitest.BoundClaim("ns", "share", "unused", "unused", csitest.PVCapacity("1Gi"))
+			pvc, pv := csitest.BoundClaim("ns", "share", csitest.PVSpec{Driver: "unused", Handle: "unused", Capacity: "1Gi"})
 			pv.Spec.CSI, pv.Spec.NFS = nil, &v1.NFSVolumeSource{Server: "nfs.example", Path: "/export"}
 			e.create(pvc, pv)
-			pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "share", false))
+			pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "share"}}})
 			if err := e.mount(pod, 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
@@ -171,7 +171,9 @@ func TestObjectsThroughContract(t *testing.T) {
 	if _, err := e.client.CoreV1().ConfigMaps("ns").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod := csitest.Pod("ns", "p", csitest.WithVolume(v1.Volume{Name: "conf", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "settings", Path: "/"}}}, false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "conf", Source: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "settings", Path: "/"}}},
+	}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}

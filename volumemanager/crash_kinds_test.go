@@ -37,10 +37,12 @@ import (
 // kindScenarios are the scenarios of the kinds besides CSI and of subPath
 // mounts; claim, add and del are crashScenarios'.
 func kindScenarios(claim func(string, string) []runtime.Object, add, del func(*v1.Pod) func(*VolumeManager, *crashNode)) []crashScenario {
-	disk := csitest.Pod("ns", "scratch", withEmptyDir("scratch", ""))
-	mem := csitest.Pod("ns", "mem", withEmptyDir("cache", v1.StorageMediumMemory))
-	lp := csitest.Pod("ns", "lp", csitest.WithPVC("data", "local", false))
-	sp := csitest.Pod("ns", "sp", csitest.WithPVC("data", "vol", false), withSubPath("data", "app.conf"))
+	disk := csitest.Pod("ns", "scratch", csitest.PodSpec{Volumes: []csitest.PodVolume{withEmptyDir("scratch", "")}})
+	mem := csitest.Pod("ns", "mem", csitest.PodSpec{Volumes: []csitest.PodVolume{withEmptyDir("cache", v1.StorageMediumMemory)}})
+	lp := csitest.Pod("ns", "lp", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "local"}}})
+	sp := withSubPath(csitest.Pod("ns", "sp", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "vol"},
+	}}), "data", "app.conf")
 	opts := csitest.Options{CreateTargetDirs: true}
 	none := func(string, string) []runtime.Object { return nil }
 	return []crashScenario{
@@ -56,17 +58,16 @@ func kindScenarios(claim func(string, string) []runtime.Object, add, del func(*v
 }
 
 // withEmptyDir adds an emptyDir of medium to the pod and mounts it.
-func withEmptyDir(name string, medium v1.StorageMedium) csitest.PodOption {
-	return csitest.WithVolume(v1.Volume{Name: name, VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: medium}}}, false)
+func withEmptyDir(name string, medium v1.StorageMedium) csitest.PodVolume {
+	return csitest.PodVolume{Name: name, Source: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: medium}}}
 }
 
 // withSubPath mounts subPath of the pod's volume vol into its container
-// too, at /etc/{subPath}.
-func withSubPath(vol, subPath string) csitest.PodOption {
-	return func(p *v1.Pod) {
-		c := &p.Spec.Containers[0]
-		c.VolumeMounts = append(c.VolumeMounts, v1.VolumeMount{Name: vol, MountPath: "/etc/" + subPath, SubPath: subPath})
-	}
+// too, at /etc/{subPath}, and returns the pod.
+func withSubPath(p *v1.Pod, vol, subPath string) *v1.Pod {
+	c := &p.Spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, v1.VolumeMount{Name: vol, MountPath: "/etc/" + subPath, SubPath: subPath})
+	return p
 }
 
 // crashNodeObject is the node's Node: its hostname label, which a local
@@ -82,13 +83,12 @@ func crashNodeObject() *v1.Node {
 // localClaim is claim "local" bound to a local PV on directory
 // {host}/local, with node affinity to this node.
 func localClaim(driver, host string) []runtime.Object {
-	pvc, pv := csitest.BoundClaim("ns", "local", driver, "unused", func(pv *v1.PersistentVolume) {
-		pv.Spec.PersistentVolumeSource = v1.PersistentVolumeSource{Local: &v1.LocalVolumeSource{Path: filepath.Join(host, "local")}}
-		pv.Spec.StorageClassName = "local-storage"
-		pv.Spec.NodeAffinity = &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
-			MatchExpressions: []v1.NodeSelectorRequirement{{Key: v1.LabelHostname, Operator: v1.NodeSelectorOpIn, Values: []string{node}}},
-		}}}}
-	})
+	pvc, pv := csitest.BoundClaim("ns", "local", csitest.PVSpec{Driver: driver, Handle: "unused"})
+	pv.Spec.PersistentVolumeSource = v1.PersistentVolumeSource{Local: &v1.LocalVolumeSource{Path: filepath.Join(host, "local")}}
+	pv.Spec.StorageClassName = "local-storage"
+	pv.Spec.NodeAffinity = &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+		MatchExpressions: []v1.NodeSelectorRequirement{{Key: v1.LabelHostname, Operator: v1.NodeSelectorOpIn, Values: []string{node}}},
+	}}}}
 	return []runtime.Object{pvc, pv}
 }
 

@@ -37,11 +37,10 @@ import (
 // objectScenarios are the configMap, secret and downwardAPI scenarios; add
 // and del are crashScenarios'.
 func objectScenarios(add, del func(*v1.Pod) func(*VolumeManager, *crashNode)) []crashScenario {
-	cm := csitest.Pod("ns", "cm", withConfigMap("config", "settings"))
-	sec := csitest.Pod("ns", "sec", withSecret("creds", "token"))
-	dw := csitest.Pod("ns", "dw", withDownwardLabels("info"), func(p *v1.Pod) {
-		p.Labels = map[string]string{"app": "web", "tier": "front"}
-	})
+	cm := csitest.Pod("ns", "cm", csitest.PodSpec{Volumes: []csitest.PodVolume{withConfigMap("config", "settings")}})
+	sec := csitest.Pod("ns", "sec", csitest.PodSpec{Volumes: []csitest.PodVolume{withSecret("creds", "token")}})
+	dw := csitest.Pod("ns", "dw", csitest.PodSpec{Volumes: []csitest.PodVolume{withDownwardLabels("info")}})
+	dw.Labels = map[string]string{"app": "web", "tier": "front"}
 	opts := csitest.Options{CreateTargetDirs: true}
 	objects := func(string, string) []runtime.Object {
 		return []runtime.Object{
@@ -71,25 +70,25 @@ func objectScenarios(add, del func(*v1.Pod) func(*VolumeManager, *crashNode)) []
 var apiDefaultMode int32 = 0o644
 
 // withConfigMap adds a configMap volume of object name to the pod.
-func withConfigMap(vol, name string) csitest.PodOption {
-	return csitest.WithVolume(v1.Volume{Name: vol, VolumeSource: v1.VolumeSource{
-		ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: name}, DefaultMode: &apiDefaultMode}}}, true)
+func withConfigMap(vol, name string) csitest.PodVolume {
+	return csitest.PodVolume{Name: vol, Source: v1.VolumeSource{
+		ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: name}, DefaultMode: &apiDefaultMode}}, ReadOnly: true}
 }
 
 // withSecret adds a secret volume of object name to the pod.
-func withSecret(vol, name string) csitest.PodOption {
-	return csitest.WithVolume(v1.Volume{Name: vol, VolumeSource: v1.VolumeSource{
-		Secret: &v1.SecretVolumeSource{SecretName: name, DefaultMode: &apiDefaultMode}}}, true)
+func withSecret(vol, name string) csitest.PodVolume {
+	return csitest.PodVolume{Name: vol, Source: v1.VolumeSource{
+		Secret: &v1.SecretVolumeSource{SecretName: name, DefaultMode: &apiDefaultMode}}, ReadOnly: true}
 }
 
 // withDownwardLabels adds a downwardAPI volume with the pod's labels in
 // file "labels" and its name in "meta/name".
-func withDownwardLabels(vol string) csitest.PodOption {
-	return csitest.WithVolume(v1.Volume{Name: vol, VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{
+func withDownwardLabels(vol string) csitest.PodVolume {
+	return csitest.PodVolume{Name: vol, Source: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{
 		DefaultMode: &apiDefaultMode, Items: []v1.DownwardAPIVolumeFile{
 			{Path: "labels", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.labels"}},
 			{Path: "meta/name", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}},
-		}}}}, true)
+		}}}, ReadOnly: true}
 }
 
 // updateConfigMap sets keys of configMap name in the API server.

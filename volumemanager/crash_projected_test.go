@@ -36,7 +36,9 @@ const (
 // projectedScenarios are the projected volume's scenarios; add and del
 // are crashScenarios'.
 func projectedScenarios(add, del func(*v1.Pod) func(*VolumeManager, *crashNode)) []crashScenario {
-	api := csitest.Pod("ns", "api", csitest.PodServiceAccount("app"), withKubeAPIAccess("kube-api-access-4xk2q"))
+	api := csitest.Pod("ns", "api", csitest.PodSpec{ServiceAccount: "app", Volumes: []csitest.PodVolume{
+		withKubeAPIAccess("kube-api-access-4xk2q"),
+	}})
 	opts := csitest.Options{CreateTargetDirs: true}
 	objects := func(string, string) []runtime.Object {
 		return []runtime.Object{&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "kube-root-ca.crt"},
@@ -56,10 +58,11 @@ func projectedScenarios(add, del func(*v1.Pod) func(*VolumeManager, *crashNode))
 	}
 }
 
-// withKubeAPIAccess adds the API server's kube-api-access volume, named
-// vol, to the pod.
-func withKubeAPIAccess(vol string) csitest.PodOption {
-	return csitest.WithVolume(kubeAPIAccess(vol), true)
+// withKubeAPIAccess is the API server's kube-api-access volume, named
+// vol, mounted read-only.
+func withKubeAPIAccess(vol string) csitest.PodVolume {
+	v := kubeAPIAccess(vol)
+	return csitest.PodVolume{Name: v.Name, Source: v.VolumeSource, ReadOnly: true}
 }
 
 // issueTokens makes the node's API server issue accessToken for every

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -125,7 +126,7 @@ func (n *crashNode) checkStep(s step.Step) {
 		return
 	}
 	if h := n.handles[path]; h != "" {
-		if pubs := n.drv.Published(h); len(pubs) > 0 {
+		if pubs := n.drv.PublishedVolumes()[h]; len(pubs) > 0 {
 			n.mu.Lock()
 			n.violations = append(n.violations, fmt.Sprintf("NodeUnstageVolume %s while published at %v", path, pubs))
 			n.mu.Unlock()
@@ -181,12 +182,12 @@ type crashState struct {
 
 func (n *crashNode) state() crashState {
 	var s crashState
-	for _, h := range n.drv.StagedVolumes() {
-		p, _ := n.drv.Staged(h)
-		s.staged = append(s.staged, h+" at "+n.rel(p))
+	staged, published := n.drv.StagedVolumes(), n.drv.PublishedVolumes()
+	for _, h := range slices.Sorted(maps.Keys(staged)) {
+		s.staged = append(s.staged, h+" at "+n.rel(staged[h]))
 	}
-	for _, h := range n.drv.PublishedVolumes() {
-		for _, p := range n.drv.Published(h) {
+	for _, h := range slices.Sorted(maps.Keys(published)) {
+		for _, p := range published[h] {
 			s.published = append(s.published, h+" at "+n.rel(p))
 		}
 	}
@@ -501,20 +502,23 @@ func (sc crashScenario) run(t *testing.T, v crashVariant, at, restartAt int, wan
 
 // crashScenarios are the operations the suite stops at every step of.
 func crashScenarios() []crashScenario {
-	claim := func(name string, attach bool, opts ...csitest.PVOption) func(string, string) []runtime.Object {
+	claimWith := func(name string, attach bool, spec csitest.PVSpec) func(string, string) []runtime.Object {
 		return func(driver, _ string) []runtime.Object {
-			pvc, pv := csitest.BoundClaim("ns", name, driver, "h-"+name, opts...)
-			return []runtime.Object{csitest.CSIDriver(driver, attach), pvc, pv}
+			spec.Driver, spec.Handle = driver, "h-"+name
+			pvc, pv := csitest.BoundClaim("ns", name, spec)
+			return []runtime.Object{csitest.CSIDriver(driver, csitest.CSIDriverSpec{AttachRequired: attach}), pvc, pv}
 		}
 	}
-	blockClaim := func(driver, _ string) []runtime.Object {
-		pvc, pv := csitest.BoundClaim("ns", "raw", driver, "h-raw", csitest.PVBlock())
-		csitest.PVCBlock()(pvc)
-		return []runtime.Object{csitest.CSIDriver(driver, false), pvc, pv}
+	claim := func(name string, attach bool) func(string, string) []runtime.Object {
+		return claimWith(name, attach, csitest.PVSpec{})
 	}
-	a := csitest.Pod("ns", "a", csitest.WithPVC("data", "vol", false))
-	b := csitest.Pod("ns", "b", csitest.WithPVC("data", "vol", false))
-	ra := csitest.Pod("ns", "ra", csitest.WithBlockPVC("raw", "raw", false))
+	blockClaim := func(driver, _ string) []runtime.Object {
+		pvc, pv := csitest.BoundClaim("ns", "raw", csitest.PVSpec{Driver: driver, Handle: "h-raw", Block: true})
+		return []runtime.Object{csitest.CSIDriver(driver, csitest.CSIDriverSpec{}), pvc, pv}
+	}
+	a := csitest.Pod("ns", "a", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}})
+	b := csitest.Pod("ns", "b", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}})
+	ra := csitest.Pod("ns", "ra", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "raw", Claim: "raw", Block: true}}})
 	add := func(p *v1.Pod) func(*VolumeManager, *crashNode) {
 		return func(vm *VolumeManager, _ *crashNode) { vm.AddPod(p) }
 	}
@@ -526,7 +530,7 @@ func crashScenarios() []crashScenario {
 	return append([]crashScenario{
 		{name: "stage-publish", opts: opts, objects: claim("vol", false), after: []*v1.Pod{a}, act: add(a)},
 		{name: "unpublish-unstage", opts: opts, objects: claim("vol", false), before: []*v1.Pod{a}, other: []*v1.Pod{a}, act: del(a)},
-		{name: "unpublish-shared", opts: opts, objects: claim("vol", false, csitest.PVAccessModes(v1.ReadWriteMany)),
+		{name: "unpublish-shared", opts: opts, objects: claimWith("vol", false, csitest.PVSpec{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}}),
 			before: []*v1.Pod{a, b}, after: []*v1.Pod{b}, other: []*v1.Pod{a, b}, act: del(a)},
 		{name: "publish-no-stage", opts: noStage, objects: claim("vol", false), after: []*v1.Pod{a}, act: add(a)},
 		{name: "unpublish-no-stage", opts: noStage, objects: claim("vol", false), before: []*v1.Pod{a}, other: []*v1.Pod{a}, act: del(a)},
@@ -536,9 +540,9 @@ func crashScenarios() []crashScenario {
 		{name: "self-detach", opts: opts, objects: claim("vol", true), selfAttach: true, before: []*v1.Pod{a}, other: []*v1.Pod{a}, act: del(a)},
 		{name: "self-attach-informers", opts: opts, objects: claim("vol", true), selfAttach: true, informers: true, after: []*v1.Pod{a}, act: add(a)},
 		{name: "self-detach-informers", opts: opts, objects: claim("vol", true), selfAttach: true, informers: true, before: []*v1.Pod{a}, other: []*v1.Pod{a}, act: del(a)},
-		{name: "expand", opts: csitest.Options{CreateTargetDirs: true, Expand: true}, objects: claim("vol", false, csitest.PVCapacity("1Gi")), informers: true,
+		{name: "expand", opts: csitest.Options{CreateTargetDirs: true, Expand: true}, objects: claimWith("vol", false, csitest.PVSpec{Capacity: "1Gi"}), informers: true,
 			before: []*v1.Pod{a}, after: []*v1.Pod{a}, other: []*v1.Pod{a}, act: resize("vol", "2Gi", false), settled: resized("vol", "2Gi")},
-		{name: "expand-resize-status", opts: csitest.Options{CreateTargetDirs: true, Expand: true}, objects: claim("vol", false, csitest.PVCapacity("1Gi")), informers: true,
+		{name: "expand-resize-status", opts: csitest.Options{CreateTargetDirs: true, Expand: true}, objects: claimWith("vol", false, csitest.PVSpec{Capacity: "1Gi"}), informers: true,
 			before: []*v1.Pod{a}, after: []*v1.Pod{a}, other: []*v1.Pod{a}, act: resize("vol", "2Gi", true), settled: resized("vol", "2Gi")},
 	}, append(append(kindScenarios(claim("vol", false), add, del), objectScenarios(add, del)...), projectedScenarios(add, del)...)...)
 }

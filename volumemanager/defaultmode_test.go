@@ -36,7 +36,7 @@ func TestNilDefaultModeDefaulted(t *testing.T) {
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
 			e := newEnv(t, envOptions{objects: objects})
-			pod := csitest.Pod("ns", "p", csitest.WithVolume(v1.Volume{Name: "vol", VolumeSource: tc.source}, false))
+			pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "vol", Source: tc.source}}})
 			if err := e.mount(pod, 10*time.Second); err != nil {
 				t.Fatalf("a volume without defaultMode: %v", err)
 			}

@@ -68,20 +68,18 @@ func (m *failingBlockMapper) Unmap(context.Context, blockdev.Map) error { return
 // nothing that fails on the node (the runtime mounts it).
 func TestKindEvents(t *testing.T) {
 	const mountErr = "mount failed: exit status 32"
-	claim := func(name string, opts ...csitest.PVOption) func(drv, host string) []runtime.Object {
+	claimWith := func(name string, spec csitest.PVSpec) func(drv, host string) []runtime.Object {
 		return func(drv, _ string) []runtime.Object {
-			pvc, pv := csitest.BoundClaim("ns", name, drv, "handle-"+name, opts...)
+			spec.Driver, spec.Handle = drv, "handle-"+name
+			pvc, pv := csitest.BoundClaim("ns", name, spec)
 			return []runtime.Object{pvc, pv}
 		}
 	}
-	blockClaim := func(drv, _ string) []runtime.Object {
-		pvc, pv := csitest.BoundClaim("ns", "raw", drv, "handle-raw", csitest.PVBlock())
-		csitest.PVCBlock()(pvc)
-		return []runtime.Object{pvc, pv}
+	claim := func(name string) func(drv, host string) []runtime.Object {
+		return claimWith(name, csitest.PVSpec{})
 	}
-	stageSecret := func(pv *v1.PersistentVolume) {
-		pv.Spec.CSI.NodeStageSecretRef = &v1.SecretReference{Namespace: "ns", Name: "stage-secret"}
-	}
+	blockClaim := claimWith("raw", csitest.PVSpec{Block: true})
+	stageSecret := csitest.PVSpec{NodeStageSecret: &v1.SecretReference{Namespace: "ns", Name: "stage-secret"}}
 	localPV := func(drv, host string) []runtime.Object {
 		if err := os.Mkdir(filepath.Join(host, "local"), 0o755); err != nil {
 			t.Fatal(err)
@@ -92,12 +90,12 @@ func TestKindEvents(t *testing.T) {
 		return func(string, string) []runtime.Object { return objs }
 	}
 	optional, mode := true, int32(0o644) // the API server's default
-	cmVol := func(name string, items ...v1.KeyToPath) csitest.PodOption {
-		return csitest.WithVolume(v1.Volume{Name: "cm", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
-			LocalObjectReference: v1.LocalObjectReference{Name: name}, Items: items}}}, false)
+	cmVol := func(name string, items ...v1.KeyToPath) csitest.PodVolume {
+		return csitest.PodVolume{Name: "cm", Source: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
+			LocalObjectReference: v1.LocalObjectReference{Name: name}, Items: items}}}
 	}
-	secretVol := func(name string, items ...v1.KeyToPath) csitest.PodOption {
-		return csitest.WithVolume(v1.Volume{Name: "sec", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: name, Items: items}}}, false)
+	secretVol := func(name string, items ...v1.KeyToPath) csitest.PodVolume {
+		return csitest.PodVolume{Name: "sec", Source: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: name, Items: items}}}
 	}
 	file := v1.HostPathDirectory
 	tests := []struct {
@@ -122,15 +120,15 @@ func TestKindEvents(t *testing.T) {
 			pod:  podWith(secretVol("creds", v1.KeyToPath{Key: "nokey", Path: "f"})),
 			want: `Warning FailedMount MountVolume.SetUp failed for volume "sec" : references non-existent secret key: nokey involvedObject{kind=Pod,apiVersion=v1}`},
 		{name: "projected, two sources missing", objects: objects(crashNodeObject()),
-			pod: podWith(csitest.WithVolume(v1.Volume{Name: "proj", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{
+			pod: podWith(csitest.PodVolume{Name: "proj", Source: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{
 				{ConfigMap: &v1.ConfigMapProjection{LocalObjectReference: v1.LocalObjectReference{Name: "pc"}}},
 				{Secret: &v1.SecretProjection{LocalObjectReference: v1.LocalObjectReference{Name: "opt"}, Optional: &optional}},
 				{Secret: &v1.SecretProjection{LocalObjectReference: v1.LocalObjectReference{Name: "ps"}}},
-			}}}}, false)),
+			}}}}),
 			want: `Warning FailedMount MountVolume.SetUp failed for volume "proj" : [configmap "pc" not found, secret "ps" not found] involvedObject{kind=Pod,apiVersion=v1}`},
 		{name: "downwardAPI, its tmpfs", objects: objects(crashNodeObject()), mountFail: "/kubernetes.io~downward-api/podinfo",
-			pod: podWith(csitest.WithVolume(v1.Volume{Name: "podinfo", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{DefaultMode: &mode,
-				Items: []v1.DownwardAPIVolumeFile{{Path: "name", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}}}, false)),
+			pod: podWith(csitest.PodVolume{Name: "podinfo", Source: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{DefaultMode: &mode,
+				Items: []v1.DownwardAPIVolumeFile{{Path: "name", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}}}),
 			want: `Warning FailedMount MountVolume.SetUp failed for volume "podinfo" : ` + mountErr + ` involvedObject{kind=Pod,apiVersion=v1}`},
 		{name: "emptyDir in memory", objects: objects(crashNodeObject()), mountFail: "/kubernetes.io~empty-dir/cache",
 			pod:  podWith(withEmptyDir("cache", v1.StorageMediumMemory)),
@@ -144,63 +142,69 @@ func TestKindEvents(t *testing.T) {
 				if err := os.WriteFile(filepath.Join(host, "f"), nil, 0o644); err != nil {
 					t.Fatal(err)
 				}
-				return csitest.Pod("ns", "p", csitest.WithVolume(v1.Volume{Name: "host", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: filepath.Join(host, "f"), Type: &file}}}, false))
+				return csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+					{Name: "host", Source: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: filepath.Join(host, "f"), Type: &file}}},
+				}})
 			},
 			want: `Warning FailedMount MountVolume.SetUp failed for volume "host" : hostPath type check failed: {host}/f is not a directory, it's a File involvedObject{kind=Pod,apiVersion=v1}`},
 		{name: "local PV", objects: func(drv, host string) []runtime.Object { return append(localPV(drv, host), crashNodeObject()) },
-			mountFail: "/kubernetes.io~local-volume/{pv}", pod: podWith(csitest.WithPVC("data", "local", false)),
+			mountFail: "/kubernetes.io~local-volume/{pv}", pod: podWith(csitest.PodVolume{Name: "data", Claim: "local"}),
 			want: `Warning FailedMount MountVolume.SetUp failed for volume "{pv}" : ` + mountErr + ` involvedObject{kind=Pod,apiVersion=v1}`},
-		{name: "CSI stage", objects: claim("data"), pod: podWith(csitest.WithPVC("data", "data", false)),
+		{name: "CSI stage", objects: claim("data"), pod: podWith(csitest.PodVolume{Name: "data", Claim: "data"}),
 			faults: []csitest.Fault{{Method: "NodeStageVolume", Err: status.Error(codes.Internal, "disk on fire")}},
 			want:   `Warning FailedMount MountVolume.MountDevice failed for volume "{pv}" : rpc error: code = Internal desc = disk on fire involvedObject{kind=Pod,apiVersion=v1}`},
-		{name: "CSI stage, its secret missing", objects: claim("data", stageSecret), pod: podWith(csitest.WithPVC("data", "data", false)),
+		{name: "CSI stage, its secret missing", objects: claimWith("data", stageSecret), pod: podWith(csitest.PodVolume{Name: "data", Claim: "data"}),
 			want: `Warning FailedMount MountVolume.MountDevice failed for volume "{pv}" : fetching NodeStageSecretRef ns/stage-secret failed: ` +
 				`kubernetes.io/csi: failed to find the secret stage-secret in the namespace ns with error: secrets "stage-secret" not found involvedObject{kind=Pod,apiVersion=v1}`},
-		{name: "CSI publish", objects: claim("data"), pod: podWith(csitest.WithPVC("data", "data", false)),
+		{name: "CSI publish", objects: claim("data"), pod: podWith(csitest.PodVolume{Name: "data", Claim: "data"}),
 			faults: []csitest.Fault{{Method: "NodePublishVolume", Err: status.Error(codes.Internal, "no room")}},
 			want:   `Warning FailedMount MountVolume.SetUp failed for volume "{pv}" : rpc error: code = Internal desc = no room involvedObject{kind=Pod,apiVersion=v1}`},
-		{name: "CSI publish, its secret missing", objects: claim("data", csitest.PVNodePublishSecret("ns", "pub")), pod: podWith(csitest.WithPVC("data", "data", false)),
+		{name: "CSI publish, its secret missing", objects: claimWith("data", csitest.PVSpec{NodePublishSecret: &v1.SecretReference{Namespace: "ns", Name: "pub"}}), pod: podWith(csitest.PodVolume{Name: "data", Claim: "data"}),
 			want: `Warning FailedMount MountVolume.SetUp failed for volume "{pv}" : fetching NodePublishSecretRef ns/pub failed: ` +
 				`kubernetes.io/csi: failed to find the secret pub in the namespace ns with error: secrets "pub" not found involvedObject{kind=Pod,apiVersion=v1}`},
 		{name: "CSI inline, no CSIDriver", noDriver: true, pod: func(drv, _ string) *v1.Pod {
-			return csitest.Pod("ns", "p", csitest.WithInlineCSI("inline", drv, false, nil))
+			return csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+				{Name: "inline", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: drv}}},
+			}})
 		},
 			want: `Warning FailedMount MountVolume.SetUp failed for volume "inline" : kubernetes.io/csi: mounter.SetupAt failed to check volume lifecycle mode: ` +
 				`volume mode "Ephemeral" not supported by driver {drv} (no CSIDriver object) involvedObject{kind=Pod,apiVersion=v1}`},
 		{name: "CSI inline, Persistent only", noDriver: true,
 			objects: func(drv, _ string) []runtime.Object {
-				return []runtime.Object{csitest.CSIDriver(drv, false, csitest.DriverLifecycleModes(storagev1.VolumeLifecyclePersistent))}
+				return []runtime.Object{csitest.CSIDriver(drv, csitest.CSIDriverSpec{LifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}})}
 			},
 			pod: func(drv, _ string) *v1.Pod {
-				return csitest.Pod("ns", "p", csitest.WithInlineCSI("inline", drv, false, nil))
+				return csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+					{Name: "inline", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: drv}}},
+				}})
 			},
 			want: `Warning FailedMount MountVolume.SetUp failed for volume "inline" : kubernetes.io/csi: mounter.SetupAt failed to check volume lifecycle mode: ` +
 				`volume mode "Ephemeral" not supported by driver {drv} (only supports ["Persistent"]) involvedObject{kind=Pod,apiVersion=v1}`},
-		{name: "CSI unpublish", objects: claim("data"), pod: podWith(csitest.WithPVC("data", "data", false)), teardown: true,
+		{name: "CSI unpublish", objects: claim("data"), pod: podWith(csitest.PodVolume{Name: "data", Claim: "data"}), teardown: true,
 			faults: []csitest.Fault{{Method: "NodeUnpublishVolume", Err: status.Error(codes.Internal, "busy")}},
 			want: `Warning FailedUnMount UnmountVolume.TearDown failed for volume "kubernetes.io/csi/{drv}^handle-data" : ` +
 				`kubernetes.io/csi: Unmounter.TearDownAt failed: rpc error: code = Internal desc = busy involvedObject{kind=Pod,apiVersion=v1}`},
-		{name: "CSI unstage", objects: claim("data"), pod: podWith(csitest.WithPVC("data", "data", false)), teardown: true,
+		{name: "CSI unstage", objects: claim("data"), pod: podWith(csitest.PodVolume{Name: "data", Claim: "data"}), teardown: true,
 			faults: []csitest.Fault{{Method: "NodeUnstageVolume", Err: status.Error(codes.Internal, "busy")}},
 			want: `Warning FailedUnMount UnmountDevice failed for volume "{pv}" : ` +
 				`kubernetes.io/csi: attacher.UnmountDevice failed: rpc error: code = Internal desc = busy involvedObject{kind=Node,apiVersion=v1}`},
-		{name: "CSI block stage", objects: blockClaim, pod: podWith(csitest.WithBlockPVC("dev", "raw", false)),
+		{name: "CSI block stage", objects: blockClaim, pod: podWith(csitest.PodVolume{Name: "dev", Claim: "raw", Block: true}),
 			faults: []csitest.Fault{{Method: "NodeStageVolume", Err: status.Error(codes.Internal, "disk on fire")}},
 			want:   `Warning FailedMapVolume MapVolume.SetUpDevice failed for volume "{pv}" : rpc error: code = Internal desc = disk on fire involvedObject{kind=Pod,apiVersion=v1}`},
-		{name: "CSI block publish", objects: blockClaim, pod: podWith(csitest.WithBlockPVC("dev", "raw", false)),
+		{name: "CSI block publish", objects: blockClaim, pod: podWith(csitest.PodVolume{Name: "dev", Claim: "raw", Block: true}),
 			faults: []csitest.Fault{{Method: "NodePublishVolume", Err: status.Error(codes.Internal, "no such device")}},
 			want:   `Warning FailedMapVolume MapVolume.MapPodDevice failed for volume "{pv}" : rpc error: code = Internal desc = no such device involvedObject{kind=Pod,apiVersion=v1}`},
-		{name: "CSI block map", objects: blockClaim, pod: podWith(csitest.WithBlockPVC("dev", "raw", false)),
+		{name: "CSI block map", objects: blockClaim, pod: podWith(csitest.PodVolume{Name: "dev", Claim: "raw", Block: true}),
 			mapper: &failingBlockMapper{mapErr: errors.New("losetup: no free loop device")},
 			want:   `Warning FailedMapVolume MapVolume.MapBlockVolume failed for volume "{pv}" : losetup: no free loop device involvedObject{kind=Pod,apiVersion=v1}`},
-		{name: "CSI block unmap", objects: blockClaim, pod: podWith(csitest.WithBlockPVC("dev", "raw", false)), teardown: true,
+		{name: "CSI block unmap", objects: blockClaim, pod: podWith(csitest.PodVolume{Name: "dev", Claim: "raw", Block: true}), teardown: true,
 			mapper: &failingBlockMapper{unmapErr: errors.New("losetup -d: device busy")},
 			want:   `Warning FailedUnmapDevice UnmapVolume.UnmapBlockVolume failed for volume "kubernetes.io/csi/{drv}^handle-raw" : losetup -d: device busy involvedObject{kind=Pod,apiVersion=v1}`},
-		{name: "CSI block unpublish", objects: blockClaim, pod: podWith(csitest.WithBlockPVC("dev", "raw", false)), teardown: true,
+		{name: "CSI block unpublish", objects: blockClaim, pod: podWith(csitest.PodVolume{Name: "dev", Claim: "raw", Block: true}), teardown: true,
 			faults: []csitest.Fault{{Method: "NodeUnpublishVolume", Err: status.Error(codes.Internal, "busy")}},
 			want: `Warning FailedUnmapDevice UnmapVolume.UnmapPodDevice failed for volume "kubernetes.io/csi/{drv}^handle-raw" : ` +
 				`kubernetes.io/csi: blockMapper.unpublishVolumeForBlock failed: rpc error: code = Internal desc = busy involvedObject{kind=Pod,apiVersion=v1}`},
-		{name: "CSI block unstage", objects: blockClaim, pod: podWith(csitest.WithBlockPVC("dev", "raw", false)), teardown: true,
+		{name: "CSI block unstage", objects: blockClaim, pod: podWith(csitest.PodVolume{Name: "dev", Claim: "raw", Block: true}), teardown: true,
 			faults: []csitest.Fault{{Method: "NodeUnstageVolume", Err: status.Error(codes.Internal, "busy")}},
 			want: `Warning FailedUnmapDevice UnmapDevice.TearDownDevice failed for volume "{pv}" : ` +
 				`kubernetes.io/csi: blockMapper.unstageVolumeForBlock failed: rpc error: code = Internal desc = busy involvedObject{kind=Node,apiVersion=v1}`},
@@ -211,7 +215,7 @@ func TestKindEvents(t *testing.T) {
 			host := t.TempDir()
 			var objs []runtime.Object
 			if !tt.noDriver {
-				objs = append(objs, csitest.CSIDriver(drv.DriverName(), false))
+				objs = append(objs, csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}))
 			}
 			if tt.objects != nil {
 				objs = append(objs, tt.objects(drv.DriverName(), host)...)
@@ -257,9 +261,9 @@ func TestKindEvents(t *testing.T) {
 	}
 }
 
-// podWith is a pod ns/p with opts, whatever the driver and host.
-func podWith(opts ...csitest.PodOption) func(string, string) *v1.Pod {
-	return func(string, string) *v1.Pod { return csitest.Pod("ns", "p", opts...) }
+// podWith is a pod ns/p with vols, whatever the driver and host.
+func podWith(vols ...csitest.PodVolume) func(string, string) *v1.Pod {
+	return func(string, string) *v1.Pod { return csitest.Pod("ns", "p", csitest.PodSpec{Volumes: vols}) }
 }
 
 // TestResolutionEventsOnce: a pod volume's resolution event is recorded

@@ -47,9 +47,11 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	defer drv.Stop()
-	pvc, pv := csitest.BoundClaim("ns", "data", drv.DriverName(), "handle-1")
-	pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "data", false)) // on node csitest.DefaultNodeID
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), true), pvc, pv)
+	pvc, pv := csitest.BoundClaim("ns", "data", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-1"})
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "data"},
+	}}) // on node csitest.DefaultNodeID
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{AttachRequired: true}), pvc, pv)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	attacherCtx, stopAttacher := context.WithCancel(ctx)
@@ -82,7 +84,7 @@ func ExampleNew() {
 	for _, v := range vm.GetMountedVolumesForPod(pod.UID) {
 		fmt.Println(v.SpecName, "->", strings.TrimPrefix(v.Path, root))
 	}
-	for _, target := range drv.Published("handle-1") {
+	for _, target := range drv.PublishedVolumes()["handle-1"] {
 		fmt.Println("published at", strings.TrimPrefix(target, root))
 	}
 	vm.DeletePod(pod) // once its containers have stopped
@@ -140,13 +142,13 @@ func ExampleVolumeManager_Run() {
 // name for an inline CSI volume.
 func ExampleVolumeManager_AddPod() {
 	example(csitest.Options{CreateTargetDirs: true}, func(driver string) []runtime.Object {
-		pvc, pv := csitest.BoundClaim("ns", "data", driver, "handle-1")
-		return []runtime.Object{pvc, pv, csitest.CSIDriver(driver, false,
-			csitest.DriverLifecycleModes(storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral))}
+		pvc, pv := csitest.BoundClaim("ns", "data", csitest.PVSpec{Driver: driver, Handle: "handle-1"})
+		return []runtime.Object{pvc, pv, csitest.CSIDriver(driver, csitest.CSIDriverSpec{LifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral}})}
 	}, func(ctx context.Context, vm *volumemanager.VolumeManager, drv *csitest.Server, root string) {
-		pod := csitest.Pod("ns", "web",
-			csitest.WithPVC("data", "data", false),
-			csitest.WithInlineCSI("scratch", drv.DriverName(), false, map[string]string{"size": "1Gi"}))
+		pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "data"},
+			{Name: "scratch", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: drv.DriverName(), VolumeAttributes: map[string]string{"size": "1Gi"}}}},
+		}})
 		vm.AddPod(pod)
 		if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
 			log.Fatal(err)
@@ -165,11 +167,11 @@ func ExampleVolumeManager_AddPod() {
 // after a backoff.
 func ExampleVolumeManager_WaitForAttachAndMount() {
 	example(csitest.Options{CreateTargetDirs: true}, func(driver string) []runtime.Object {
-		pvc, pv := csitest.BoundClaim("ns", "data", driver, "handle-1")
-		return []runtime.Object{pvc, pv, csitest.CSIDriver(driver, false)}
+		pvc, pv := csitest.BoundClaim("ns", "data", csitest.PVSpec{Driver: driver, Handle: "handle-1"})
+		return []runtime.Object{pvc, pv, csitest.CSIDriver(driver, csitest.CSIDriverSpec{})}
 	}, func(ctx context.Context, vm *volumemanager.VolumeManager, drv *csitest.Server, root string) {
 		drv.Inject(csitest.Fault{Method: "NodeStageVolume", Err: status.Error(codes.Internal, "disk busy"), Times: 1})
-		pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "data", false))
+		pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "data"}}})
 		vm.AddPod(pod)
 		if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
 			log.Fatal(err)
@@ -304,11 +306,13 @@ func ExampleConfig_pluginRegistration() {
 func TestREADMETestKit(t *testing.T) {
 	// The snippet, as in README.md:
 	ctx := t.Context()
-	pvc, pv := csitest.BoundClaim("ns", "data", csitest.DefaultDriverName, "handle-1") // bound PVC/PV
+	pvc, pv := csitest.BoundClaim("ns", "data", csitest.PVSpec{Driver: csitest.DefaultDriverName, Handle: "handle-1"}) // bound PVC/PV
 	env := vmtest.NewEnv(t, vmtest.EnvOptions{Objects: []runtime.Object{pvc, pv}, AttachRequired: true})
 	env.Driver.Inject(csitest.Fault{Method: "NodeStageVolume", Err: status.Error(codes.Internal, "boom"), Times: 1})
-	pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "data", false)) // on node env.Node
-	if err := env.Manager.AddPod(pod); err != nil {                         // refused only for a pod of another node
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{ // on node env.Node
+		Volumes: []csitest.PodVolume{{Name: "data", Claim: "data"}}, // claim ns/data mounted at /mnt/data
+	})
+	if err := env.Manager.AddPod(pod); err != nil { // refused only for a pod of another node
 		t.Fatal(err)
 	}
 	if err := env.Manager.WaitForAttachAndMount(ctx, pod); err != nil {
@@ -329,7 +333,7 @@ func TestREADMETestKit(t *testing.T) {
 	if got := len(env.Driver.Requests()); got == 0 {
 		t.Error("no request recorded")
 	}
-	if got := env.Driver.Published("handle-1"); len(got) != 1 {
+	if got := env.Driver.PublishedVolumes()["handle-1"]; len(got) != 1 {
 		t.Errorf("handle-1 published at %v, want one target", got)
 	}
 	vas, err := env.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
@@ -344,14 +348,16 @@ func TestREADMETestKit(t *testing.T) {
 	if err := env.Manager.WaitForUnmount(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	if got := env.Driver.Published("handle-1"); len(got) != 0 {
+	if got := env.Driver.PublishedVolumes()["handle-1"]; len(got) != 0 {
 		t.Errorf("handle-1 still published at %v", got)
 	}
 
 	env = vmtest.NewEnv(t, vmtest.EnvOptions{Configure: func(c *volumemanager.Config) {
 		c.ClaimPendingGracePeriod = 100 * time.Millisecond
 	}})
-	err = env.Manager.WaitForAttachAndMount(ctx, csitest.Pod("ns", "db", csitest.WithPVC("data", "nope", false)))
+	err = env.Manager.WaitForAttachAndMount(ctx, csitest.Pod("ns", "db", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "nope"},
+	}}))
 	if !errors.Is(err, volumemanager.ErrFinal) {
 		t.Fatalf("got %v, want a final error naming claim ns/nope", err)
 	}
@@ -377,11 +383,10 @@ func ExampleVolumeManager_Objects() {
 	client := fake.NewClientset(
 		&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "settings"}, Data: map[string]string{"LOG_LEVEL": "debug"}},
 		&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db"}, Data: map[string][]byte{"password": []byte("s3cret")}})
-	pod := csitest.Pod("ns", "web", func(p *v1.Pod) {
-		p.Spec.Containers[0].EnvFrom = []v1.EnvFromSource{{ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "settings"}}}}
-		p.Spec.Containers[0].Env = []v1.EnvVar{{Name: "DB_PASSWORD", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{
-			LocalObjectReference: v1.LocalObjectReference{Name: "db"}, Key: "password"}}}}
-	})
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{})
+	pod.Spec.Containers[0].EnvFrom = []v1.EnvFromSource{{ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "settings"}}}}
+	pod.Spec.Containers[0].Env = []v1.EnvVar{{Name: "DB_PASSWORD", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{
+		LocalObjectReference: v1.LocalObjectReference{Name: "db"}, Key: "password"}}}}
 	vm, err := volumemanager.New(volumemanager.Config{NodeName: csitest.DefaultNodeID, KubeClient: client, RootDir: root, Mounter: mount.NewFakeMounter(nil)})
 	if err != nil {
 		log.Fatal(err)

@@ -45,18 +45,11 @@ func newExpandEnv(t *testing.T, block bool, faults ...csitest.Fault) *expandEnv 
 	for _, f := range faults {
 		drv.Inject(f)
 	}
-	opts := []csitest.PVOption{csitest.PVCapacity("2Gi")}
-	if block {
-		opts = append(opts, csitest.PVBlock())
-	}
-	pvc, pv := csitest.BoundClaim("ns", "grow", drv.DriverName(), "handle-grow", opts...)
-	if block {
-		csitest.PVCBlock()(pvc)
-	}
+	pvc, pv := csitest.BoundClaim("ns", "grow", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-grow", Capacity: "2Gi", Block: block})
 	pvc.ResourceVersion = "7"
 	pvc.Status.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}
 	pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.PersistentVolumeClaimNodeResizePending}
-	e := &expandEnv{t: t, drv: drv, pv: pv.Name, client: fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv), events: newObjectRecorder(100)}
+	e := &expandEnv{t: t, drv: drv, pv: pv.Name, client: fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv), events: newObjectRecorder(100)}
 	vm, err := New(Config{NodeName: node, KubeClient: e.client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil),
 		BlockMapper: &recordingBlockMapper{}, EventRecorder: e.events, ClusterInformers: true}) // the claims' changes at once
 	if err != nil {
@@ -153,7 +146,7 @@ func (e *expandEnv) eventsWith(reason string) []string {
 // of the status; the pod gets FileSystemResizeSuccessful.
 func TestExpandWhileMounting(t *testing.T) {
 	e := newExpandEnv(t, false)
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "grow", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "grow"}}})
 	if err := e.mount(pod); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +196,7 @@ func TestExpandWhileMounting(t *testing.T) {
 	}
 
 	// A second pod: nothing left to expand.
-	if err := e.mount(csitest.Pod("ns", "q", csitest.WithPVC("data", "grow", false))); err != nil {
+	if err := e.mount(csitest.Pod("ns", "q", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "grow"}}})); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.drv.Calls("NodeExpandVolume"); n != 1 {
@@ -217,7 +210,7 @@ func TestExpandWhileMounting(t *testing.T) {
 // staging path the block staging path, a block capability.
 func TestExpandWhileMappingBlock(t *testing.T) {
 	e := newExpandEnv(t, true)
-	pod := csitest.Pod("ns", "p", csitest.WithBlockPVC("raw", "grow", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "raw", Claim: "grow", Block: true}}})
 	if err := e.mount(pod); err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +250,7 @@ func TestExpandWhileMappingBlock(t *testing.T) {
 // words; nothing retries, not even for a new pod, until the claim changes.
 func TestExpandRefused(t *testing.T) {
 	e := newExpandEnv(t, false, csitest.Fault{Method: "NodeExpandVolume", Err: status.Error(codes.OutOfRange, "volume handle-grow has only 1073741824 bytes")})
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "grow", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "grow"}}})
 	if err := e.mount(pod); err != nil {
 		t.Fatalf("mount with a refused expansion: %v", err)
 	}
@@ -281,7 +274,7 @@ func TestExpandRefused(t *testing.T) {
 		t.Fatalf("FailedMount events\n%q\nwant\n%q", evs, want)
 	}
 	// A new pod mounts at once, without another try.
-	if err := e.mount(csitest.Pod("ns", "q", csitest.WithPVC("data", "grow", false))); err != nil {
+	if err := e.mount(csitest.Pod("ns", "q", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "grow"}}})); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.drv.Calls("NodeExpandVolume"); n != 1 {
@@ -297,7 +290,7 @@ func TestExpandRefused(t *testing.T) {
 // succeeds and clears the claim.
 func TestExpandFailureRetried(t *testing.T) {
 	e := newExpandEnv(t, false, csitest.Fault{Method: "NodeExpandVolume", Times: 1, Err: status.Error(codes.Internal, "resize2fs crashed")})
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "grow", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "grow"}}})
 	if err := e.mount(pod); err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +336,7 @@ func TestExpandFailureRetried(t *testing.T) {
 func TestExpandRecovery(t *testing.T) {
 	e := newExpandEnv(t, false, csitest.Fault{Method: "NodeExpandVolume", Times: 1, Err: status.Error(codes.OutOfRange, "no room for 2Gi")})
 	e.setAllocated("2Gi", v1.PersistentVolumeClaimNodeResizePending)
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "grow", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "grow"}}})
 	if err := e.mount(pod); err != nil {
 		t.Fatalf("mount with a refused expansion: %v", err)
 	}
@@ -371,7 +364,7 @@ func TestExpandRecovery(t *testing.T) {
 func TestExpandRecoveryAfterFinalError(t *testing.T) {
 	e := newExpandEnv(t, false)
 	e.setAllocated("1Gi", "") // nothing pending: the pod mounts at 1Gi
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "grow", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "grow"}}})
 	if err := e.mount(pod); err != nil {
 		t.Fatal(err)
 	}

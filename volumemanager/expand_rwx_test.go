@@ -57,11 +57,16 @@ func (l *podEventLog) pods(reason string) map[string]int {
 func newRWXEnv(t *testing.T, access v1.PersistentVolumeAccessMode, annotated, driverExpands bool) *rwxEnv {
 	t.Helper()
 	drv := csitest.New(t, csitest.Options{Expand: driverExpands, CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "shared", drv.DriverName(), "handle-shared", csitest.PVCapacity("1Gi"), csitest.PVAccessModes(access))
+	pvc, pv := csitest.BoundClaim("ns", "shared", csitest.PVSpec{
+		Driver:      drv.DriverName(),
+		Handle:      "handle-shared",
+		Capacity:    "1Gi",
+		AccessModes: []v1.PersistentVolumeAccessMode{access},
+	})
 	if annotated {
 		pvc.Annotations = map[string]string{planner.NodeExpansionNotRequired: "true"}
 	}
-	e := &expandEnv{t: t, drv: drv, pv: pv.Name, client: fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv), events: record.NewFakeRecorder(100)}
+	e := &expandEnv{t: t, drv: drv, pv: pv.Name, client: fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv), events: record.NewFakeRecorder(100)}
 	log := &podEventLog{FakeRecorder: e.events, byPod: map[string]map[string]int{}}
 	vm, err := New(Config{NodeName: node, KubeClient: e.client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), EventRecorder: log,
 		ClusterInformers: true}) // the claims' changes at once
@@ -76,7 +81,7 @@ func newRWXEnv(t *testing.T, access v1.PersistentVolumeAccessMode, annotated, dr
 	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.mount(csitest.Pod("ns", "p", csitest.WithPVC("data", "shared", false))); err != nil {
+	if err := e.mount(csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "shared"}}})); err != nil {
 		t.Fatal(err)
 	}
 	return &rwxEnv{expandEnv: e, pvc: pvc, log: log}
@@ -147,10 +152,14 @@ func TestExpandGrownElsewhere(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newRWXEnv(t, tt.access, tt.annotated, true)
 			e.grownElsewhere()
-			if err := e.mount(csitest.Pod("ns", "q", csitest.WithPVC("data", "shared", false))); err != nil {
+			if err := e.mount(csitest.Pod("ns", "q", csitest.PodSpec{Volumes: []csitest.PodVolume{
+				{Name: "data", Claim: "shared"},
+			}})); err != nil {
 				t.Fatal(err)
 			}
-			if err := e.mount(csitest.Pod("ns", "r", csitest.WithPVC("data", "shared", false))); err != nil {
+			if err := e.mount(csitest.Pod("ns", "r", csitest.PodSpec{Volumes: []csitest.PodVolume{
+				{Name: "data", Claim: "shared"},
+			}})); err != nil {
 				t.Fatal(err)
 			}
 			reqs := requests[*csi.NodeExpandVolumeRequest](e.drv, "NodeExpandVolume")
@@ -184,7 +193,7 @@ func TestExpandGrownElsewhere(t *testing.T) {
 func TestExpandGrownElsewhereDriverCannot(t *testing.T) {
 	e := newRWXEnv(t, v1.ReadWriteMany, false, false)
 	e.grownElsewhere()
-	if err := e.mount(csitest.Pod("ns", "q", csitest.WithPVC("data", "shared", false))); err != nil {
+	if err := e.mount(csitest.Pod("ns", "q", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "shared"}}})); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the node takes the volume at 2Gi", func() bool { return e.nodeSize() == 2<<30 })

@@ -24,7 +24,7 @@ import (
 // decision itself is the planner's (its TestPendingExpansion).
 func TestExpansionClaim(t *testing.T) {
 	pv := func(csiSource bool, claimRef bool) *v1.PersistentVolume {
-		p := csitest.PV("pv", "d.example.com", "h", csitest.PVCapacity("2Gi"))
+		p := csitest.PV("pv", csitest.PVSpec{Driver: "d.example.com", Handle: "h", Capacity: "2Gi"})
 		if claimRef {
 			p.Spec.ClaimRef = &v1.ObjectReference{Namespace: "ns", Name: "c"}
 		}
@@ -79,7 +79,7 @@ func TestOnlineExpansion(t *testing.T) {
 }
 
 func onlineExpansion(t *testing.T, e *env) {
-	pvName := e.claim("a", csitest.PVCapacity("1Gi"))
+	pvName := e.claimWith("a", csitest.PVSpec{Capacity: "1Gi"})
 	ctx := context.Background()
 	pvc, err := e.client.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "a", metav1.GetOptions{})
 	if err != nil {
@@ -89,7 +89,7 @@ func onlineExpansion(t *testing.T, e *env) {
 	if pvc, err = e.client.CoreV1().PersistentVolumeClaims("ns").UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestOnlineExpansionEvents(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, envOptions{driver: csitest.Options{Expand: true}, events: newObjectRecorder(100), clusterInformers: true})
-			pvName := e.claim("a", csitest.PVCapacity("1Gi"))
+			pvName := e.claimWith("a", csitest.PVSpec{Capacity: "1Gi"})
 			ctx := context.Background()
 			pvc, err := e.client.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "a", metav1.GetOptions{})
 			if err != nil {
@@ -177,7 +177,9 @@ func TestOnlineExpansionEvents(t *testing.T) {
 			if pvc, err = e.client.CoreV1().PersistentVolumeClaims("ns").UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			if err := e.mount(csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false)), 10*time.Second); err != nil {
+			if err := e.mount(csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+				{Name: "data", Claim: "a"},
+			}}), 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			if tt.fault != nil {

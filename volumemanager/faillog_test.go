@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	fakeclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
 
@@ -71,7 +72,7 @@ func TestFailingDriverLog(t *testing.T) {
 	events.IncludeObject = true
 	e := newEnv(t, envOptions{clock: clk, logger: &logger, events: events})
 	pv := e.claim("data")
-	pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "data", false))
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "data"}}})
 	drv := e.drv.DriverName()
 	vol := "kubernetes.io/csi/" + drv + "^handle-data"
 	stageErr := fmt.Sprintf(`mount_device failed for volume \"%s\" (driver %s): staging volume \"%s\" (PV %s, driver %s) at {root}/plugins/kubernetes.io/csi/%s/%s/globalmount: CSI NodeStageVolume of driver %s failed: rpc error: code = Internal desc = disk on fire`,
@@ -195,10 +196,10 @@ func TestWaitingLog(t *testing.T) {
 	pv := e.claim("data")
 	drv := e.drv.DriverName()
 	vol := "kubernetes.io/csi/" + drv + "^handle-data"
-	vaName := csitest.AttachmentName("handle-data", drv, node)
+	vaName := csiplugin.AttachmentName("handle-data", drv, node)
 	va := csitest.VolumeAttachment(vaName, drv, pv, node, false)
 	e.create(va)
-	pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "data", false))
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "data"}}})
 	if err := e.vm.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -62,7 +63,7 @@ func TestPublishHangs(t *testing.T) {
 			}
 			defer release()
 			e.drv.Inject(csitest.Fault{Method: "NodePublishVolume", VolumeID: "handle-vol", Block: block, Times: 1})
-			pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+			pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}})
 			e.vm.AddPod(pod)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
@@ -96,7 +97,7 @@ func TestPublishHangs(t *testing.T) {
 			if e.vm.HasPossiblyMountedVolumesForPod(pod.UID) {
 				t.Fatal("the pod still has possibly mounted volumes")
 			}
-			if got := e.drv.Published("handle-vol"); len(got) != 0 {
+			if got := e.drv.PublishedVolumes()["handle-vol"]; len(got) != 0 {
 				t.Fatalf("still published at %v", got)
 			}
 			// The recording: the target of the hung publish is unpublished
@@ -174,19 +175,24 @@ func TestConcurrentPodChurn(t *testing.T) {
 
 	var objs []runtime.Object
 	for i := range shared {
-		pvc, pv := csitest.BoundClaim("ns", fmt.Sprintf("shared-%d", i), csitest.DefaultDriverName, fmt.Sprintf("handle-shared-%d", i), csitest.PVAccessModes(v1.ReadWriteMany))
+		pvc, pv := csitest.BoundClaim("ns", fmt.Sprintf("shared-%d", i), csitest.PVSpec{
+			Driver:      csitest.DefaultDriverName,
+			Handle:      fmt.Sprintf("handle-shared-%d", i),
+			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany},
+		})
 		objs = append(objs, pvc, pv)
 	}
 	for i := range pods {
-		pvc, pv := csitest.BoundClaim("ns", fmt.Sprintf("own-%d", i), csitest.DefaultDriverName, fmt.Sprintf("handle-own-%d", i))
+		pvc, pv := csitest.BoundClaim("ns", fmt.Sprintf("own-%d", i), csitest.PVSpec{Driver: csitest.DefaultDriverName, Handle: fmt.Sprintf("handle-own-%d", i)})
 		objs = append(objs, pvc, pv)
 	}
 	e := newEnv(t, envOptions{objects: objs})
 	all := make([]*v1.Pod, pods)
 	for i := range all {
-		all[i] = csitest.Pod("ns", fmt.Sprintf("p%d", i),
-			csitest.WithPVC("data", fmt.Sprintf("own-%d", i), false),
-			csitest.WithPVC("shared", fmt.Sprintf("shared-%d", i%shared), i%2 == 1))
+		all[i] = csitest.Pod("ns", fmt.Sprintf("p%d", i), csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: fmt.Sprintf("own-%d", i)},
+			{Name: "shared", Claim: fmt.Sprintf("shared-%d", i%shared), ReadOnly: i%2 == 1},
+		}})
 	}
 
 	// The calls, once the manager resolves pods (before, it would only
@@ -268,19 +274,20 @@ func TestConcurrentPodChurn(t *testing.T) {
 	// volumes no pod wants has no wait of its own).
 	driverState := func() string {
 		var diffs []string
-		for _, h := range e.drv.PublishedVolumes() {
+		published := e.drv.PublishedVolumes()
+		for _, h := range slices.Sorted(maps.Keys(published)) {
 			if _, ok := wantPublished[h]; !ok {
-				diffs = append(diffs, fmt.Sprintf("%s published at %v, want nowhere", h, e.drv.Published(h)))
+				diffs = append(diffs, fmt.Sprintf("%s published at %v, want nowhere", h, published[h]))
 			}
 		}
 		for h, targets := range wantPublished {
 			slices.Sort(targets)
-			if got := e.drv.Published(h); !slices.Equal(got, targets) {
+			if got := published[h]; !slices.Equal(got, targets) {
 				diffs = append(diffs, fmt.Sprintf("%s published at %v, want %v", h, got, targets))
 			}
 		}
 		staged := map[string]bool{}
-		for _, h := range e.drv.StagedVolumes() {
+		for _, h := range slices.Sorted(maps.Keys(e.drv.StagedVolumes())) {
 			staged[h] = true
 			if !wantStaged[h] {
 				diffs = append(diffs, fmt.Sprintf("%s staged, want unstaged", h))

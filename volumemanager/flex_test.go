@@ -61,8 +61,8 @@ func installDriver(t *testing.T, dir, name, script string) {
 }
 
 func flexPod(name, driver, source string) *v1.Pod {
-	return csitest.Pod("ns", name, csitest.WithVolume(v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{FlexVolume: &v1.FlexVolumeSource{
-		Driver: driver, Options: map[string]string{"source": source}}}}, false))
+	return csitest.Pod("ns", name, csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Source: v1.VolumeSource{FlexVolume: &v1.FlexVolumeSource{
+		Driver: driver, Options: map[string]string{"source": source}}}}}})
 }
 
 // mountsUnder returns the mount points under dir in this process's mount
@@ -205,8 +205,8 @@ esac
 	nodeObj := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
 	sec := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "disk-creds"}, Type: "nodevol.io/disk", Data: map[string][]byte{"key": []byte("value")}}
 	e := newEnv(t, envOptions{volumePluginDir: plugins, objects: []runtime.Object{nodeObj, sec}})
-	pod := csitest.Pod("ns", "p", csitest.WithVolume(v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{FlexVolume: &v1.FlexVolumeSource{
-		Driver: "nodevol.io/disk", SecretRef: &v1.LocalObjectReference{Name: "disk-creds"}}}}, false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Source: v1.VolumeSource{FlexVolume: &v1.FlexVolumeSource{
+		Driver: "nodevol.io/disk", SecretRef: &v1.LocalObjectReference{Name: "disk-creds"}}}}}})
 	e.vm.AddPod(pod)
 	eventually(t, "the volume waiting for the attach/detach controller", func() bool {
 		_, ok := e.vm.dsw.Spec("nodevol.io/disk/data")

@@ -78,7 +78,7 @@ func (f *foreignClaims) install(c *fake.Clientset) {
 
 // pair is foreign claim i and its volume.
 func (f *foreignClaims) pair(i int) (*v1.PersistentVolumeClaim, *v1.PersistentVolume) {
-	return csitest.BoundClaim(foreignNS, "claim-"+strconv.Itoa(i), f.driver, "foreign-handle-"+strconv.Itoa(i))
+	return csitest.BoundClaim(foreignNS, "claim-"+strconv.Itoa(i), csitest.PVSpec{Driver: f.driver, Handle: "foreign-handle-" + strconv.Itoa(i)})
 }
 
 // index is the number of foreign claim or volume name, if it is one.
@@ -148,7 +148,9 @@ func mountBesideForeign(t *testing.T, n int, informers bool) (int64, int64) {
 	e := newEnv(t, envOptions{client: client, clusterInformers: informers})
 	defer e.stop()
 	e.claim("own")
-	if err := e.mount(csitest.Pod("ns", "p", csitest.WithPVC("data", "own", false)), time.Minute); err != nil {
+	if err := e.mount(csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "own"},
+	}}), time.Minute); err != nil {
 		t.Fatal(fmt.Errorf("%d foreign claims: %w", n, err))
 	}
 	client.ClearActions() // the fake's record of calls is not the manager's

@@ -6,6 +6,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
@@ -15,9 +16,13 @@ import (
 // volume in NodeStageVolume, and each pod's own in NodePublishVolume.
 func TestStageGetsPodFSGroup(t *testing.T) {
 	e := newEnv(t, envOptions{driver: csitest.Options{VolumeMountGroup: true}})
-	e.claim("data", csitest.PVAccessModes("ReadWriteMany"))
-	p1 := csitest.Pod("ns", "p1", csitest.PodFSGroup(1001), csitest.WithPVC("data", "data", false))
-	p2 := csitest.Pod("ns", "p2", csitest.PodFSGroup(1002), csitest.WithPVC("data", "data", false))
+	e.claimWith("data", csitest.PVSpec{AccessModes: []v1.PersistentVolumeAccessMode{"ReadWriteMany"}})
+	p1 := csitest.Pod("ns", "p1", csitest.PodSpec{FSGroup: ptr.To[int64](1001), Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "data"},
+	}})
+	p2 := csitest.Pod("ns", "p2", csitest.PodSpec{FSGroup: ptr.To[int64](1002), Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "data"},
+	}})
 	for _, p := range []*v1.Pod{p1, p2} {
 		if err := e.mount(p, 10*time.Second); err != nil {
 			t.Fatal(err)

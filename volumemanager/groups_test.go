@@ -14,16 +14,24 @@ import (
 
 func TestGetExtraSupplementalGroupsForPod(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	gid := func(g string) csitest.PVOption {
-		return func(pv *v1.PersistentVolume) { pv.Annotations = map[string]string{"pv.beta.kubernetes.io/gid": g} }
+	// claim with the volume GID annotation gid
+	gidClaim := func(name, gid string) {
+		pvc, pv := csitest.BoundClaim("ns", name, csitest.PVSpec{Driver: e.drv.DriverName(), Handle: "handle-" + name})
+		pv.Annotations = map[string]string{"pv.beta.kubernetes.io/gid": gid}
+		e.create(pvc, pv)
 	}
-	e.claim("a", gid("1000"))
-	e.claim("b", gid("2000"))
-	e.claim("c", gid("not-a-number"))
-	e.claim("d", gid("1000"))
+	gidClaim("a", "1000")
+	gidClaim("b", "2000")
+	gidClaim("c", "not-a-number")
+	gidClaim("d", "1000")
 	e.claim("e")
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("a", "a", false), csitest.WithPVC("b", "b", false),
-		csitest.WithPVC("c", "c", false), csitest.WithPVC("d", "d", false), csitest.WithPVC("e", "e", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "a", Claim: "a"},
+		{Name: "b", Claim: "b"},
+		{Name: "c", Claim: "c"},
+		{Name: "d", Claim: "d"},
+		{Name: "e", Claim: "e"},
+	}})
 	pod.Spec.SecurityContext = &v1.PodSecurityContext{SupplementalGroups: []int64{2000}}
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
@@ -31,7 +39,7 @@ func TestGetExtraSupplementalGroupsForPod(t *testing.T) {
 	if got := e.vm.GetExtraSupplementalGroupsForPod(pod); !slices.Equal(got, []int64{1000}) {
 		t.Errorf("extra groups = %v, want [1000] (2000 is the pod's own, duplicates and garbage dropped)", got)
 	}
-	if got := e.vm.GetExtraSupplementalGroupsForPod(csitest.Pod("ns", "unknown")); got != nil {
+	if got := e.vm.GetExtraSupplementalGroupsForPod(csitest.Pod("ns", "unknown", csitest.PodSpec{})); got != nil {
 		t.Errorf("extra groups of an unknown pod = %v, want none", got)
 	}
 }
@@ -41,7 +49,7 @@ func TestWaitForAllPodsUnmount(t *testing.T) {
 	var pods []*v1.Pod
 	for _, n := range []string{"a", "b"} {
 		e.claim(n)
-		p := csitest.Pod("ns", n, csitest.WithPVC("data", n, false))
+		p := csitest.Pod("ns", n, csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: n}}})
 		if err := e.mount(p, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}

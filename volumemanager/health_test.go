@@ -19,14 +19,14 @@ import (
 // event each time the volume turns abnormal, however often stats are asked.
 func TestVolumeHealth(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true, GetVolumeStats: true, VolumeCondition: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv)
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv)
 	reg := prometheus.NewRegistry()
 	events := record.NewFakeRecorder(10)
 	vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil),
 		Registerer: reg, EventRecorder: events, VolumeStatsPeriod: time.Nanosecond}, drv)
 	defer stop()
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 	vm.AddPod(pod)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

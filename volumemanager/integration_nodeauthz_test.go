@@ -77,13 +77,14 @@ func TestIntegrationNodeAuthorizerReads(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pod := e.createPod(t, csitest.Pod(objectsNS, "web", csitest.PodNode(node), csitest.PodServiceAccount("worker"),
-		csitest.WithVolume(objectVolume("conf", "cm", "", false), false),
-		csitest.WithVolume(objectVolume("creds", "", "sec", false), false),
-		csitest.WithPVC("data", "claim", false),
-		csitest.WithVolume(v1.Volume{Name: "identity", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
+	pod := e.createPod(t, csitest.Pod(objectsNS, "web", csitest.PodSpec{Node: node, ServiceAccount: "worker", Volumes: []csitest.PodVolume{
+		objectVolume("conf", "cm", "", false),
+		objectVolume("creds", "", "sec", false),
+		{Name: "data", Claim: "claim"},
+		{Name: "identity", Source: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
 			Sources: []v1.VolumeProjection{{PodCertificate: &v1.PodCertificateProjection{SignerName: podSigner, KeyType: "ECDSAP256", CertificateChainPath: "c"}}},
-		}}}, true)))
+		}}, ReadOnly: true},
+	}}))
 	e.waitNodeMayGet(t, "persistentvolumeclaims", "claim")
 	e.waitNodeMayGet(t, "serviceaccounts", "worker")
 	nodeClient := kubernetes.NewForConfigOrDie(e.nodeCfg)

@@ -102,7 +102,12 @@ func resourceOf(path string) string {
 // it (with a nodePublishSecretRef), as the control plane leaves them.
 func nrCreateClaim(t *testing.T, admin kubernetes.Interface, ns, name, driver string) *v1.PersistentVolume {
 	t.Helper()
-	_, pv, err := csitest.CreateBoundClaim(t.Context(), admin, ns, name, driver, "handle-"+name, csitest.PVNodePublishSecret(ns, "publish"))
+	pvc, pv := csitest.BoundClaim(ns, name, csitest.PVSpec{
+		Driver:            driver,
+		Handle:            "handle-" + name,
+		NodePublishSecret: &v1.SecretReference{Namespace: ns, Name: "publish"},
+	})
+	_, pv, err := csitest.CreateBound(t.Context(), admin, pvc, pv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +144,7 @@ func TestIntegrationNodeRestricted(t *testing.T) {
 			return err
 		},
 		func() error {
-			d := csitest.CSIDriver(drv.DriverName(), false)
+			d := csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{})
 			d.UID = ""
 			_, err := admin.StorageV1().CSIDrivers().Create(ctx, d, metav1.CreateOptions{})
 			return err
@@ -229,7 +234,7 @@ func TestIntegrationNodeRestricted(t *testing.T) {
 	// A pod of another node: refused before anything is read (the node
 	// may not read its claim anyway).
 	nrCreateClaim(t, admin, ns, "foreign", drv.DriverName())
-	foreign := csitest.Pod(ns, "foreign", csitest.WithPVC("data", "foreign", false))
+	foreign := csitest.Pod(ns, "foreign", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "foreign"}}})
 	foreign.UID, foreign.Spec.NodeName = "", "node-2"
 	if foreign, err = admin.CoreV1().Pods(ns).Create(ctx, foreign, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -279,7 +284,7 @@ func nrMountPods(t *testing.T, admin kubernetes.Interface, vm *VolumeManager, co
 	for i := range n {
 		claim := fmt.Sprintf("data-%d", i)
 		nrCreateClaim(t, admin, ns, claim, driver)
-		pod := csitest.Pod(ns, "p-"+claim, csitest.WithPVC("data", claim, false))
+		pod := csitest.Pod(ns, "p-"+claim, csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: claim}}})
 		pod.UID, pod.Spec.NodeName = "", node
 		created, err := admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 		if err != nil {
@@ -327,7 +332,7 @@ func TestIntegrationInformerModeRequests(t *testing.T) {
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	d := csitest.CSIDriver(drv.DriverName(), false)
+	d := csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{})
 	d.UID = ""
 	if _, err := admin.StorageV1().CSIDrivers().Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -289,15 +289,15 @@ func readFile(path string) string {
 
 // objectVolume returns a volume of a configMap, secret or downward API
 // (the pod's labels) source.
-func objectVolume(name string, cm, sec string, labels bool) v1.Volume {
-	v := v1.Volume{Name: name}
+func objectVolume(name string, cm, sec string, labels bool) csitest.PodVolume {
+	v := csitest.PodVolume{Name: name}
 	switch {
 	case cm != "":
-		v.ConfigMap = &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: cm}}
+		v.Source.ConfigMap = &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: cm}}
 	case sec != "":
-		v.Secret = &v1.SecretVolumeSource{SecretName: sec}
+		v.Source.Secret = &v1.SecretVolumeSource{SecretName: sec}
 	case labels:
-		v.DownwardAPI = &v1.DownwardAPIVolumeSource{Items: []v1.DownwardAPIVolumeFile{
+		v.Source.DownwardAPI = &v1.DownwardAPIVolumeSource{Items: []v1.DownwardAPIVolumeFile{
 			{Path: "labels", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.labels"}}}}
 	}
 	return v
@@ -319,13 +319,15 @@ func TestIntegrationObjectVolumes(t *testing.T) {
 	}, map[string]map[string]string{"token": {"key": "s3cret"}, "foreign-token": {"key": "foreign"}})
 	// A pod of another node holding objects of its own: the node may not
 	// read them and nodevol must not try.
-	e.createPod(t, csitest.Pod(objectsNS, "foreign", csitest.PodNode("node-2"),
-		csitest.WithVolume(objectVolume("conf", "foreign-settings", "", false), false),
-		csitest.WithVolume(objectVolume("creds", "", "foreign-token", false), false)))
-	pod := csitest.Pod(objectsNS, "web", csitest.PodNode(node),
-		csitest.WithVolume(objectVolume("conf", "settings", "", false), false),
-		csitest.WithVolume(objectVolume("creds", "", "token", false), false),
-		csitest.WithVolume(objectVolume("info", "", "", true), false))
+	e.createPod(t, csitest.Pod(objectsNS, "foreign", csitest.PodSpec{Node: "node-2", Volumes: []csitest.PodVolume{
+		objectVolume("conf", "foreign-settings", "", false),
+		objectVolume("creds", "", "foreign-token", false),
+	}}))
+	pod := csitest.Pod(objectsNS, "web", csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{
+		objectVolume("conf", "settings", "", false),
+		objectVolume("creds", "", "token", false),
+		objectVolume("info", "", "", true),
+	}})
 	pod.Labels = map[string]string{"app": "web"}
 	pod = e.createPod(t, pod)
 	cmRef := objectcache.Ref{Kind: objectcache.ConfigMap, Namespace: objectsNS, Name: "settings"}

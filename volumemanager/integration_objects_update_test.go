@@ -39,8 +39,9 @@ func TestIntegrationConfigMapUpdateLatency(t *testing.T) {
 	e := startObjectsEnv(t)
 	ctx := t.Context()
 	e.createObjects(t, map[string]map[string]string{"settings": {"data": versionPayload(0)}}, nil)
-	pod := e.createPod(t, csitest.Pod(objectsNS, "web", csitest.PodNode(node),
-		csitest.WithVolume(objectVolume("conf", "settings", "", false), false)))
+	pod := e.createPod(t, csitest.Pod(objectsNS, "web", csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{
+		objectVolume("conf", "settings", "", false),
+	}}))
 	e.waitAuthorized(t, objectcache.Ref{Kind: objectcache.ConfigMap, Namespace: objectsNS, Name: "settings"})
 	e.mountPod(t, pod)
 	file := filepath.Join(e.volumeDir(pod, pluginDir(configmap.PluginName), "conf"), "data")
@@ -141,8 +142,9 @@ func readVersions(ctx context.Context, path string) (reads int, bad string) {
 // when the backoff ends.
 func TestIntegrationObjectCreatedLate(t *testing.T) {
 	e := startObjectsEnv(t)
-	pod := e.createPod(t, csitest.Pod(objectsNS, "web", csitest.PodNode(node),
-		csitest.WithVolume(objectVolume("conf", "late", "", false), false)))
+	pod := e.createPod(t, csitest.Pod(objectsNS, "web", csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{
+		objectVolume("conf", "late", "", false),
+	}}))
 	e.waitAuthorized(t, objectcache.Ref{Kind: objectcache.ConfigMap, Namespace: objectsNS, Name: "late"})
 	if err := e.vm.AddPod(pod); err != nil {
 		t.Fatal(err)

@@ -150,7 +150,9 @@ func TestIntegrationPodCertificate(t *testing.T) {
 		{PodCertificate: &v1.PodCertificateProjection{SignerName: podSigner, KeyType: "ECDSAP256",
 			CredentialBundlePath: "credentials.pem", KeyPath: "tls.key", CertificateChainPath: "tls.crt"}},
 	}}}}
-	pod := e.createPod(t, csitest.Pod(objectsNS, "web", csitest.PodNode(node), csitest.PodServiceAccount("worker"), csitest.WithVolume(vol, true)))
+	pod := e.createPod(t, csitest.Pod(objectsNS, "web", csitest.PodSpec{Node: node, ServiceAccount: "worker", Volumes: []csitest.PodVolume{
+		{Name: vol.Name, Source: vol.VolumeSource, ReadOnly: true},
+	}}))
 	e.waitNodeMayGet(t, "serviceaccounts", "worker")
 	e.mountPod(t, pod)
 

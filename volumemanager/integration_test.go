@@ -63,7 +63,7 @@ func startInteg(t *testing.T, opts testenv.Options, attachRequired bool) *integE
 	if _, err := e.admin.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: integNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
-	if _, err := e.admin.StorageV1().CSIDrivers().Create(ctx, csitest.CSIDriver(e.drv.DriverName(), attachRequired), metav1.CreateOptions{}); err != nil {
+	if _, err := e.admin.StorageV1().CSIDrivers().Create(ctx, csitest.CSIDriver(e.drv.DriverName(), csitest.CSIDriverSpec{AttachRequired: attachRequired}), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create CSIDriver: %v", err)
 	}
 	return e
@@ -100,9 +100,18 @@ func (e *integEnv) startVM(cfg Config) *VolumeManager {
 // claim creates, through the API, a PVC and the CSI PV bound to it (volume
 // handle "handle-"+name), both Bound as the PV controller leaves them, and
 // returns the PV as stored.
-func (e *integEnv) claim(name string, opts ...csitest.PVOption) *v1.PersistentVolume {
+func (e *integEnv) claim(name string) *v1.PersistentVolume {
 	e.t.Helper()
-	_, pv, err := csitest.CreateBoundClaim(e.t.Context(), e.admin, integNS, name, e.drv.DriverName(), "handle-"+name, opts...)
+	return e.claimWith(name, csitest.PVSpec{})
+}
+
+// claimWith is claim with a volume described by spec, whose driver and
+// handle it sets.
+func (e *integEnv) claimWith(name string, spec csitest.PVSpec) *v1.PersistentVolume {
+	e.t.Helper()
+	spec.Driver, spec.Handle = e.drv.DriverName(), "handle-"+name
+	pvc, pv := csitest.BoundClaim(integNS, name, spec)
+	_, pv, err := csitest.CreateBound(e.t.Context(), e.admin, pvc, pv)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -111,9 +120,9 @@ func (e *integEnv) claim(name string, opts ...csitest.PVOption) *v1.PersistentVo
 
 // pod creates a pod on node through the API and returns it as stored
 // (with the server's UID).
-func (e *integEnv) pod(name string, opts ...csitest.PodOption) *v1.Pod {
+func (e *integEnv) pod(name string, vols ...csitest.PodVolume) *v1.Pod {
 	e.t.Helper()
-	p := csitest.Pod(integNS, name, append([]csitest.PodOption{csitest.PodNode(node)}, opts...)...)
+	p := csitest.Pod(integNS, name, csitest.PodSpec{Node: node, Volumes: vols})
 	created, err := e.admin.CoreV1().Pods(integNS).Create(e.t.Context(), p, metav1.CreateOptions{})
 	if err != nil {
 		e.t.Fatalf("create pod %s: %v", name, err)
@@ -175,11 +184,14 @@ func TestIntegrationMountThroughAPI(t *testing.T) {
 	if _, err := e.admin.CoreV1().Secrets(integNS).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.claim("shared", csitest.PVAccessModes(v1.ReadWriteMany), csitest.PVNodePublishSecret(integNS, "publish-creds"))
+	e.claimWith("shared", csitest.PVSpec{
+		AccessModes:       []v1.PersistentVolumeAccessMode{v1.ReadWriteMany},
+		NodePublishSecret: &v1.SecretReference{Namespace: integNS, Name: "publish-creds"},
+	})
 	e.claim("own")
 	vm := e.startVM(Config{})
-	p1 := e.pod("p1", csitest.WithPVC("data", "shared", false))
-	p2 := e.pod("p2", csitest.WithPVC("data", "shared", true), csitest.WithPVC("mine", "own", false))
+	p1 := e.pod("p1", csitest.PodVolume{Name: "data", Claim: "shared"})
+	p2 := e.pod("p2", csitest.PodVolume{Name: "data", Claim: "shared", ReadOnly: true}, csitest.PodVolume{Name: "mine", Claim: "own"})
 	for _, p := range []*v1.Pod{p1, p2} {
 		if err := mountPod(ctx, vm, p, 30*time.Second); err != nil {
 			t.Fatal(err)
@@ -216,7 +228,7 @@ func TestIntegrationMountThroughAPI(t *testing.T) {
 		t.Errorf("mounted volumes of p2: %+v, want 2", m)
 	}
 	e.deletePod(vm, p1)
-	if _, staged := e.drv.Staged("handle-shared"); !staged {
+	if _, staged := e.drv.StagedVolumes()["handle-shared"]; !staged {
 		t.Fatal("the shared volume was unstaged while p2 still uses it")
 	}
 	e.deletePod(vm, p2)
@@ -269,8 +281,8 @@ func TestIntegrationAttachRequired(t *testing.T) {
 		}
 	}
 	vm := e.startVM(Config{})
-	pGood := e.pod("good", csitest.WithPVC("data", "good", false))
-	pBad := e.pod("bad", csitest.WithPVC("data", "bad", false))
+	pGood := e.pod("good", csitest.PodVolume{Name: "data", Claim: "good"})
+	pBad := e.pod("bad", csitest.PodVolume{Name: "data", Claim: "bad"})
 	vm.AddPod(pGood)
 	vm.AddPod(pBad)
 
@@ -335,13 +347,13 @@ func TestIntegrationAPIServerDown(t *testing.T) {
 	// Resyncs during the outage; p3's claim is created only after it,
 	// later than the default ClaimPendingGracePeriod.
 	vm := e.startVM(Config{ResyncPeriod: 500 * time.Millisecond, ClaimPendingGracePeriod: time.Hour, ClusterInformers: true})
-	p1 := e.pod("p1", csitest.WithPVC("data", "before", false))
+	p1 := e.pod("p1", csitest.PodVolume{Name: "data", Claim: "before"})
 	if err := mountPod(ctx, vm, p1, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// Built here, not created: the API is about to go.
-	p2 := csitest.Pod(integNS, "p2", csitest.PodNode(node), csitest.WithPVC("data", "known", false))
-	p3 := csitest.Pod(integNS, "p3", csitest.PodNode(node), csitest.WithPVC("data", "later", false))
+	p2 := csitest.Pod(integNS, "p2", csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{{Name: "data", Claim: "known"}}})
+	p3 := csitest.Pod(integNS, "p3", csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{{Name: "data", Claim: "later"}}})
 
 	e.api.StopAPIServer()
 	down := time.Now()
@@ -422,7 +434,7 @@ func TestIntegrationEventsAndVolumesInUse(t *testing.T) {
 	e.drv.Inject(csitest.Fault{Method: "NodePublishVolume", VolumeID: "handle-broken", Err: status.Error(codes.InvalidArgument, "mount option nosuchoption is not supported")})
 	vm := e.startVM(Config{EventRecorder: recorder, ReportVolumesInUse: true})
 
-	good := e.pod("good", csitest.WithPVC("data", "ok", false))
+	good := e.pod("good", csitest.PodVolume{Name: "data", Claim: "ok"})
 	if err := mountPod(ctx, vm, good, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +458,7 @@ func TestIntegrationEventsAndVolumesInUse(t *testing.T) {
 		})
 	}
 
-	bad := e.pod("bad", csitest.WithPVC("data", "broken", false))
+	bad := e.pod("bad", csitest.PodVolume{Name: "data", Claim: "broken"})
 	vm.AddPod(bad)
 	var events []v1.Event
 	waitUntil(t, "a FailedMount event on pod bad", 30*time.Second, func(ctx context.Context) (bool, error) {
@@ -513,7 +525,7 @@ func TestIntegrationBadAPIAnswers(t *testing.T) {
 		var requests requestCounter
 		client := kubernetes.NewForConfigOrDie(requests.wrap(e.api.Config()))
 		vm := e.startVM(Config{KubeClient: client, ReportVolumesInUse: true})
-		pod := e.pod("p", csitest.WithPVC("data", "vol", false))
+		pod := e.pod("p", csitest.PodVolume{Name: "data", Claim: "vol"})
 		start := time.Now()
 		err := mountPod(ctx, vm, pod, 3*time.Second)
 		elapsed := time.Since(start)
@@ -570,7 +582,7 @@ func TestIntegrationBadAPIAnswers(t *testing.T) {
 		})
 		e.root = t.TempDir() // a fresh node root for the second manager
 		vm := e.startVM(Config{KubeClient: client, ReportVolumesInUse: true})
-		pod := e.pod("q", csitest.WithPVC("data", "vol", false))
+		pod := e.pod("q", csitest.PodVolume{Name: "data", Claim: "vol"})
 		start := time.Now()
 		err = mountPod(ctx, vm, pod, 3*time.Second)
 		elapsed := time.Since(start)

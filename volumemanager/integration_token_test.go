@@ -62,7 +62,9 @@ func testTokenRefreshed(t *testing.T, seconds int64) {
 	e.createObjects(t, map[string]map[string]string{"kube-root-ca.crt": {"ca.crt": ca}}, nil)
 	access := kubeAPIAccess("kube-api-access-7fq2m")
 	access.Projected.Sources[0].ServiceAccountToken.ExpirationSeconds = &seconds
-	pod := e.createPod(t, csitest.Pod(objectsNS, "web", csitest.PodNode(node), csitest.PodServiceAccount(sa), csitest.WithVolume(access, true)))
+	pod := e.createPod(t, csitest.Pod(objectsNS, "web", csitest.PodSpec{Node: node, ServiceAccount: sa, Volumes: []csitest.PodVolume{
+		{Name: access.Name, Source: access.VolumeSource, ReadOnly: true},
+	}}))
 	e.waitAuthorized(t, objectcache.Ref{Kind: objectcache.ConfigMap, Namespace: objectsNS, Name: "kube-root-ca.crt"})
 	e.waitTokenAuthorized(t, sa)
 	e.mountPod(t, pod) // the fake clock never moves: no backoff would end, so this is the first attempt's success

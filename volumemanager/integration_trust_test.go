@@ -112,7 +112,9 @@ func TestIntegrationClusterTrustBundle(t *testing.T) {
 		{ClusterTrustBundle: &v1.ClusterTrustBundleProjection{SignerName: new(trustSigner),
 			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"trust": "app"}}, Path: "signer.pem"}},
 	}}}}
-	pod := e.createPod(t, csitest.Pod(objectsNS, "web", csitest.PodNode(node), csitest.WithVolume(vol, true)))
+	pod := e.createPod(t, csitest.Pod(objectsNS, "web", csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{
+		{Name: vol.Name, Source: vol.VolumeSource, ReadOnly: true},
+	}}))
 	e.mountPod(t, pod)
 
 	dir := e.volumeDir(pod, pluginDir(projected.PluginName), "trust")

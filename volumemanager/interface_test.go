@@ -23,8 +23,8 @@ import (
 // mounts. The manager never patches the Node itself in this mode.
 func TestMarkVolumesAsReportedInUse(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), true), pvc, pv, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{AttachRequired: true}), pvc, pv, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	csitest.NewFakeAttacher(t, client, csitest.AttacherOptions{})
@@ -39,7 +39,7 @@ func TestMarkVolumesAsReportedInUse(t *testing.T) {
 	vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(),
 		Mounter: mount.NewFakeMounter(nil), VolumesInUseReportedByCaller: true}, drv)
 	defer stop()
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 	name := podvol.CSIVolumeName(drv.DriverName(), "handle-a")
 	vm.AddPod(pod)
 	eventually(t, "the pod's volume desired", func() bool { return slices.Contains(vm.GetVolumesInUse(), name) })
@@ -88,8 +88,8 @@ func TestMarkVolumesAsReportedInUse(t *testing.T) {
 // report decides); setting both modes is refused.
 func TestMarkVolumesAsReportedInUseIgnored(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), true), pvc, pv)
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{AttachRequired: true}), pvc, pv)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	csitest.NewFakeAttacher(t, client, csitest.AttacherOptions{})
@@ -99,7 +99,7 @@ func TestMarkVolumesAsReportedInUseIgnored(t *testing.T) {
 	vm, stop := startVM(t, client, t.TempDir(), drv)
 	defer stop()
 	vm.MarkVolumesAsReportedInUse(nil)
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 	vm.AddPod(pod)
 	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
 		t.Fatal(err)
@@ -117,10 +117,10 @@ func TestMarkVolumesAsReportedInUseIgnored(t *testing.T) {
 // added.
 func TestReconcilerStatesHasBeenSynced(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv)
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv)
 	root := t.TempDir()
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 	vm1, stop1 := startVM(t, client, root, drv)
 	vm1.AddPod(pod)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -156,12 +156,12 @@ func TestReconcilerStatesHasBeenSynced(t *testing.T) {
 // every volume its actual state holds.
 func TestVolumeIsAttachedWithoutAttach(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
 	vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(),
 		Mounter: mount.NewFakeMounter(nil), VolumesInUseReportedByCaller: true}, drv)
 	defer stop()
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 	name := podvol.CSIVolumeName(drv.DriverName(), "handle-a")
 	if vm.VolumeIsAttached(name) {
 		t.Error("VolumeIsAttached before any pod wants the volume")

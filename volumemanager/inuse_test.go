@@ -28,8 +28,8 @@ import (
 // no longer reported.
 func TestReportVolumesInUse(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), true), pvc, pv, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{AttachRequired: true}), pvc, pv, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
 	var refuse atomic.Bool
 	refuse.Store(true)
 	client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -54,7 +54,7 @@ func TestReportVolumesInUse(t *testing.T) {
 	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 	vm.AddPod(pod)
 	short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
 	err = vm.WaitForAttachAndMount(short, pod)
@@ -116,10 +116,10 @@ func knownVolumes(vm *VolumeManager) []podvol.UniqueVolumeName {
 func TestVolumesInUseOnlyAttachable(t *testing.T) {
 	attached := csitest.New(t, csitest.Options{DriverName: "attached.example.com", CreateTargetDirs: true})
 	plain := csitest.New(t, csitest.Options{DriverName: "plain.example.com", CreateTargetDirs: true})
-	pvcA, pvA := csitest.BoundClaim("ns", "a", attached.DriverName(), "handle-a")
-	pvcB, pvB := csitest.BoundClaim("ns", "b", plain.DriverName(), "handle-b")
-	client := fake.NewClientset(pvcA, pvA, pvcB, pvB, csitest.CSIDriver(attached.DriverName(), true),
-		csitest.CSIDriver(plain.DriverName(), false, csitest.DriverLifecycleModes(storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral)))
+	pvcA, pvA := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: attached.DriverName(), Handle: "handle-a"})
+	pvcB, pvB := csitest.BoundClaim("ns", "b", csitest.PVSpec{Driver: plain.DriverName(), Handle: "handle-b"})
+	client := fake.NewClientset(pvcA, pvA, pvcB, pvB, csitest.CSIDriver(attached.DriverName(), csitest.CSIDriverSpec{AttachRequired: true}),
+		csitest.CSIDriver(plain.DriverName(), csitest.CSIDriverSpec{LifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral}}))
 	csitest.NewFakeAttacher(t, client, csitest.AttacherOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -136,9 +136,12 @@ func TestVolumesInUseOnlyAttachable(t *testing.T) {
 		}
 		return vm, stop
 	}
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("a", "a", false), csitest.WithPVC("b", "b", false),
-		csitest.WithInlineCSI("inline", plain.DriverName(), false, nil),
-		csitest.WithVolume(v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}, false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "a", Claim: "a"},
+		{Name: "b", Claim: "b"},
+		{Name: "inline", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: plain.DriverName()}}},
+		{Name: "scratch", Source: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+	}})
 	nameA := podvol.CSIVolumeName(attached.DriverName(), "handle-a")
 
 	vm, stop := start()

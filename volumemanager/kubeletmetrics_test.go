@@ -58,9 +58,13 @@ func samples(t *testing.T, reg prometheus.Gatherer, names ...string) string {
 // pod that has it mounted, by plugin kubernetes.io/csi:{driver}.
 func TestTotalVolumesMetric(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvcA, pvA := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a", csitest.PVAccessModes(v1.ReadWriteMany))
-	pvcB, pvB := csitest.BoundClaim("ns", "b", drv.DriverName(), "handle-b")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvcA, pvA, pvcB, pvB)
+	pvcA, pvA := csitest.BoundClaim("ns", "a", csitest.PVSpec{
+		Driver:      drv.DriverName(),
+		Handle:      "handle-a",
+		AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany},
+	})
+	pvcB, pvB := csitest.BoundClaim("ns", "b", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-b"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvcA, pvA, pvcB, pvB)
 	reg := prometheus.NewRegistry()
 	vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), Registerer: reg}, drv)
 	defer stop()
@@ -68,9 +72,9 @@ func TestTotalVolumesMetric(t *testing.T) {
 	if got := samples(t, reg, fam); got != "" {
 		t.Errorf("before any pod:\n%s\nwant nothing", got)
 	}
-	p1 := csitest.Pod("ns", "p1", csitest.WithPVC("data", "a", false))
-	p2 := csitest.Pod("ns", "p2", csitest.WithPVC("data", "a", true))
-	p3 := csitest.Pod("ns", "p3", csitest.WithPVC("data", "b", false))
+	p1 := csitest.Pod("ns", "p1", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
+	p2 := csitest.Pod("ns", "p2", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a", ReadOnly: true}}})
+	p3 := csitest.Pod("ns", "p3", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "b"}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, p := range []*v1.Pod{p1, p2, p3} {
@@ -99,12 +103,14 @@ func TestTotalVolumesMetric(t *testing.T) {
 // reconstructed (here a corrupt vol_data.json).
 func TestReconstructMetrics(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvcA, pvA := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-	pvcB, pvB := csitest.BoundClaim("ns", "b", drv.DriverName(), "handle-b")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvcA, pvA, pvcB, pvB)
+	pvcA, pvA := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+	pvcB, pvB := csitest.BoundClaim("ns", "b", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-b"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvcA, pvA, pvcB, pvB)
 	root := t.TempDir()
 	vm1, stop1 := startVM(t, client, root, drv)
-	for _, p := range []*v1.Pod{csitest.Pod("ns", "a", csitest.WithPVC("data", "a", false)), csitest.Pod("ns", "b", csitest.WithPVC("data", "b", false))} {
+	for _, p := range []*v1.Pod{csitest.Pod("ns", "a", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "a"},
+	}}), csitest.Pod("ns", "b", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "b"}}})} {
 		vm1.AddPod(p)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := vm1.WaitForAttachAndMount(ctx, p)
@@ -142,10 +148,9 @@ func TestReconstructMetrics(t *testing.T) {
 // (for the unpublish, as the kubelet's CSI plugin wraps it).
 func TestFailureEvents(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvcRaw, pvRaw := csitest.BoundClaim("ns", "raw", drv.DriverName(), "handle-raw", csitest.PVBlock())
-	csitest.PVCBlock()(pvcRaw)
-	pvcFS, pvFS := csitest.BoundClaim("ns", "fs", drv.DriverName(), "handle-fs")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvcRaw, pvRaw, pvcFS, pvFS)
+	pvcRaw, pvRaw := csitest.BoundClaim("ns", "raw", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-raw", Block: true})
+	pvcFS, pvFS := csitest.BoundClaim("ns", "fs", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-fs"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvcRaw, pvRaw, pvcFS, pvFS)
 	events := record.NewFakeRecorder(10)
 	vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil),
 		BlockMapper: &recordingBlockMapper{}, EventRecorder: events}, drv)
@@ -154,7 +159,7 @@ func TestFailureEvents(t *testing.T) {
 	defer cancel()
 
 	drv.Inject(csitest.Fault{Method: "NodePublishVolume", VolumeID: "handle-raw", Err: status.Error(codes.Internal, "no such device"), Times: 1})
-	raw := csitest.Pod("ns", "raw", csitest.WithBlockPVC("dev", "raw", false))
+	raw := csitest.Pod("ns", "raw", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "dev", Claim: "raw", Block: true}}})
 	vm.AddPod(raw)
 	ev := nextEvent(t, events)
 	if want := `Warning FailedMapVolume MapVolume.MapPodDevice failed for volume "` + pvRaw.Name + `" : rpc error: code = Internal desc = no such device`; ev != want {
@@ -164,7 +169,7 @@ func TestFailureEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	fs := csitest.Pod("ns", "fs", csitest.WithPVC("data", "fs", false))
+	fs := csitest.Pod("ns", "fs", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "fs"}}})
 	vm.AddPod(fs)
 	if err := vm.WaitForAttachAndMount(ctx, fs); err != nil {
 		t.Fatal(err)

@@ -263,7 +263,7 @@ type stagedNode struct {
 func newStagedNode(t *testing.T) stagedNode {
 	t.Helper()
 	e := stagedNode{drv: csitest.New(t, csitest.Options{CreateTargetDirs: true}), root: t.TempDir()}
-	e.client = fake.NewClientset(csitest.CSIDriver(e.drv.DriverName(), false))
+	e.client = fake.NewClientset(csitest.CSIDriver(e.drv.DriverName(), csitest.CSIDriverSpec{}))
 	var err error
 	if e.staging, err = ondisk.StagingDir(e.root, e.drv.DriverName(), "handle-x"); err != nil {
 		t.Fatal(err)

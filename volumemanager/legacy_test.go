@@ -28,11 +28,11 @@ import (
 // kept, and nothing is ever staged at the hashed path.
 func TestLegacyStagingReconstructed(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvcA, pvA := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-	pvcB, pvB := csitest.BoundClaim("ns", "b", drv.DriverName(), "handle-b")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvcA, pvA, pvcB, pvB)
+	pvcA, pvA := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+	pvcB, pvB := csitest.BoundClaim("ns", "b", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-b"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvcA, pvA, pvcB, pvB)
 	root := t.TempDir()
-	podA := csitest.Pod("ns", "a", csitest.WithPVC("data", "a", false))
+	podA := csitest.Pod("ns", "a", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 
 	legacyA := oldKubeletStaged(t, root, pvA.Name, drv.DriverName(), "handle-a")
 	legacyB := oldKubeletStaged(t, root, pvB.Name, drv.DriverName(), "handle-b")

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -24,7 +25,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
+	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volume"
@@ -94,7 +97,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	objs := o.objects
 	if !o.noCSIDriver {
-		objs = append([]runtime.Object{csitest.CSIDriver(e.drv.DriverName(), o.attachRequired)}, objs...)
+		objs = append([]runtime.Object{csitest.CSIDriver(e.drv.DriverName(), csitest.CSIDriverSpec{AttachRequired: o.attachRequired})}, objs...)
 	}
 	e.client = o.client
 	if e.client == nil {
@@ -161,9 +164,17 @@ func (e *env) register() {
 }
 
 // claim creates a bound PVC/PV pair in namespace "ns" and returns the PV's name.
-func (e *env) claim(name string, opts ...csitest.PVOption) string {
+func (e *env) claim(name string) string {
 	e.t.Helper()
-	pvc, pv := csitest.BoundClaim("ns", name, e.drv.DriverName(), "handle-"+name, opts...)
+	return e.claimWith(name, csitest.PVSpec{})
+}
+
+// claimWith is claim with a volume described by spec, whose driver and
+// handle ("handle-"+name) it sets.
+func (e *env) claimWith(name string, spec csitest.PVSpec) string {
+	e.t.Helper()
+	spec.Driver, spec.Handle = e.drv.DriverName(), "handle-"+name
+	pvc, pv := csitest.BoundClaim("ns", name, spec)
 	e.create(pvc, pv)
 	return pv.Name
 }
@@ -221,10 +232,13 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func TestMountAndUnmountPods(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	e.claim("shared", csitest.PVAccessModes(v1.ReadWriteMany))
+	e.claimWith("shared", csitest.PVSpec{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}})
 	ownPV := e.claim("own")
-	p1 := csitest.Pod("ns", "p1", csitest.WithPVC("data", "shared", false))
-	p2 := csitest.Pod("ns", "p2", csitest.WithPVC("data", "shared", true), csitest.WithPVC("mine", "own", false))
+	p1 := csitest.Pod("ns", "p1", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "shared"}}})
+	p2 := csitest.Pod("ns", "p2", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "shared", ReadOnly: true},
+		{Name: "mine", Claim: "own"},
+	}})
 
 	for _, p := range []*v1.Pod{p1, p2} {
 		if err := e.mount(p, 10*time.Second); err != nil {
@@ -255,7 +269,7 @@ func TestMountAndUnmountPods(t *testing.T) {
 
 	// p1 goes: the shared volume stays staged for p2.
 	e.unmount(p1)
-	if _, staged := e.drv.Staged("handle-shared"); !staged {
+	if _, staged := e.drv.StagedVolumes()["handle-shared"]; !staged {
 		t.Fatal("shared volume unstaged while p2 still uses it")
 	}
 	if e.vm.HasPossiblyMountedVolumesForPod(p1.UID) {
@@ -288,11 +302,11 @@ func TestAttachRequired(t *testing.T) {
 	// the pod is planned, and the volume would mount unattached.
 	e := newEnv(t, envOptions{attachRequired: true})
 	pvName := e.claim("vol")
-	vaName := csitest.AttachmentName("handle-vol", e.drv.DriverName(), node)
+	vaName := csiplugin.AttachmentName("handle-vol", e.drv.DriverName(), node)
 	va := csitest.VolumeAttachment(vaName, e.drv.DriverName(), "pv-vol", node, false)
 	va.Status.AttachError = &storagev1.VolumeError{Message: "disk is on fire"}
 	e.create(va)
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}})
 
 	err := e.mount(pod, 300*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "disk is on fire") || !strings.Contains(err.Error(), "data") {
@@ -331,7 +345,7 @@ func TestAttachRequired(t *testing.T) {
 func TestDriverRegisteredLater(t *testing.T) {
 	e := newEnv(t, envOptions{noRegister: true})
 	e.claim("vol")
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}})
 	err := e.mount(pod, 300*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "not found in the list of registered CSI drivers") {
 		t.Fatalf("WaitForAttachAndMount = %v", err)
@@ -346,7 +360,7 @@ func TestFinalErrorRetried(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.claim("vol")
 	e.drv.Inject(csitest.Fault{Method: "NodePublishVolume", Err: status.Error(codes.Internal, "no luck"), Times: 1})
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +373,7 @@ func TestFinalErrorReported(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.claim("vol")
 	e.drv.Inject(csitest.Fault{Method: "NodePublishVolume", Err: status.Error(codes.InvalidArgument, "bad flags")})
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}})
 	err := e.mount(pod, 400*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "bad flags") || !strings.Contains(err.Error(), "unmounted volumes=[data]") {
 		t.Fatalf("WaitForAttachAndMount = %v", err)
@@ -375,7 +389,7 @@ func TestTimeoutLeavesUncertainAndIsTornDown(t *testing.T) {
 	block := make(chan struct{})
 	defer close(block)
 	e.drv.Inject(csitest.Fault{Method: "NodeStageVolume", Block: block})
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}})
 	e.vm.AddPod(pod)
 	name := podvol.CSIVolumeName(e.drv.DriverName(), "handle-vol")
 	eventually(t, "device uncertain", func() bool {
@@ -392,7 +406,7 @@ func TestUncertainStageRetried(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.claim("vol")
 	e.drv.Inject(csitest.Fault{Method: "NodeStageVolume", Err: status.Error(codes.Unavailable, "busy"), Times: 1})
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -403,32 +417,46 @@ func TestUncertainStageRetried(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	e := newEnv(t, envOptions{clusterInformers: true}) // the pending claim's binding seen at once (the object cache reads it again after ResyncPeriod)
-	pending := csitest.PVC("ns", "pending", "", csitest.PVCPending())
-	noCSI := csitest.PV("pv-iscsi", e.drv.DriverName(), "h")
+	pending := csitest.PVC("ns", "pending", "")
+	noCSI := csitest.PV("pv-iscsi", csitest.PVSpec{Driver: e.drv.DriverName(), Handle: "h"})
 	noCSI.Spec.CSI = nil
 	noCSI.Spec.ISCSI = &v1.ISCSIPersistentVolumeSource{TargetPortal: "10.0.0.1:3260", IQN: "iqn.2001-04.com.example:t"}
 	iscsiClaim := csitest.PVC("ns", "iscsi", "pv-iscsi")
 	noCSI.Spec.ClaimRef = &v1.ObjectReference{Namespace: "ns", Name: "iscsi", UID: iscsiClaim.UID}
 	e.create(pending, noCSI, iscsiClaim)
-	e.claim("secret", csitest.PVNodePublishSecret("ns", "missing"))
+	e.claimWith("secret", csitest.PVSpec{NodePublishSecret: &v1.SecretReference{Namespace: "ns", Name: "missing"}})
 
 	tests := []struct {
 		name string
 		pod  *v1.Pod
 		want string
 	}{
-		{"pending PVC", csitest.Pod("ns", "a", csitest.WithPVC("data", "pending", false)), "PVC ns/pending is not bound"},
-		{"missing PVC", csitest.Pod("ns", "b", csitest.WithPVC("data", "nope", false)), "PVC ns/nope not found"},
-		{"PV without CSI", csitest.Pod("ns", "c", csitest.WithPVC("data", "iscsi", false)), "of kind iscsi: no volume plugin handles it"},
-		{"missing secret", csitest.Pod("ns", "d", csitest.WithPVC("data", "secret", false)), "missing"},
-		{"unknown driver", csitest.Pod("ns", "e", csitest.WithPVC("data", "nobody", false)), "nobody.example.com not found"},
-		{"hostile pod UID", csitest.Pod("ns", "f", csitest.PodUID("../../../escape"), csitest.WithPVC("data", "secret", false)), "pod UID"},
-		{"block PV in volumeMounts", csitest.Pod("ns", "g", csitest.WithPVC("data", "blk", false)), "but is specified in volumeMounts"},
+		{"pending PVC", csitest.Pod("ns", "a", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "pending"},
+		}}), "PVC ns/pending is not bound"},
+		{"missing PVC", csitest.Pod("ns", "b", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "nope"},
+		}}), "PVC ns/nope not found"},
+		{"PV without CSI", csitest.Pod("ns", "c", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "iscsi"},
+		}}), "of kind iscsi: no volume plugin handles it"},
+		{"missing secret", csitest.Pod("ns", "d", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "secret"},
+		}}), "missing"},
+		{"unknown driver", csitest.Pod("ns", "e", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "nobody"},
+		}}), "nobody.example.com not found"},
+		{"hostile pod UID", csitest.Pod("ns", "f", csitest.PodSpec{UID: "../../../escape", Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "secret"},
+		}}), "pod UID"},
+		{"block PV in volumeMounts", csitest.Pod("ns", "g", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "blk"},
+		}}), "but is specified in volumeMounts"},
 	}
-	e.claim("blk", csitest.PVBlock())
-	pvc, pv := csitest.BoundClaim("ns", "nobody", "nobody.example.com", "h-nobody")
+	e.claimWith("blk", csitest.PVSpec{Block: true})
+	pvc, pv := csitest.BoundClaim("ns", "nobody", csitest.PVSpec{Driver: "nobody.example.com", Handle: "h-nobody"})
 	e.create(pvc, pv)
-	if _, err := e.client.StorageV1().CSIDrivers().Create(context.Background(), csitest.CSIDriver("nobody.example.com", false), metav1.CreateOptions{}); err != nil {
+	if _, err := e.client.StorageV1().CSIDrivers().Create(context.Background(), csitest.CSIDriver("nobody.example.com", csitest.CSIDriverSpec{}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range tests {
@@ -449,7 +477,7 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("a hostile pod UID created a path outside the root: %v", err)
 	}
 	// The pending claim binds: the waiting pod mounts without being added again.
-	pvc, pv = csitest.BoundClaim("ns", "pending", e.drv.DriverName(), "handle-pending")
+	pvc, pv = csitest.BoundClaim("ns", "pending", csitest.PVSpec{Driver: e.drv.DriverName(), Handle: "handle-pending"})
 	pvc.UID = pending.UID
 	pv.Spec.ClaimRef.UID = pending.UID
 	e.create(pv)
@@ -467,13 +495,19 @@ func TestInlineAndEphemeral(t *testing.T) {
 	// Inline volumes are published without staging, which a driver that
 	// stages refuses (the CSI spec makes staging_target_path required then).
 	e := newEnv(t, envOptions{driver: csitest.Options{NoStageUnstage: true}})
-	drv := csitest.CSIDriver(e.drv.DriverName(), false, csitest.DriverLifecycleModes(storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral))
+	drv := csitest.CSIDriver(e.drv.DriverName(), csitest.CSIDriverSpec{LifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral}})
 	if _, err := e.client.StorageV1().CSIDrivers().Update(context.Background(), drv, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod := csitest.Pod("ns", "p", csitest.WithInlineCSI("scratch", e.drv.DriverName(), false, map[string]string{"size": "1Gi"}), csitest.WithEphemeral("eph", "fast"))
-	pvc, pv := csitest.BoundClaim("ns", csitest.EphemeralClaimName(pod, "eph"), e.drv.DriverName(), "handle-eph")
-	csitest.PVCOwnedBy(pod)(pvc)
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "scratch", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: e.drv.DriverName(), VolumeAttributes: map[string]string{"size": "1Gi"}}}},
+		{Name: "eph", Source: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{VolumeClaimTemplate: &v1.PersistentVolumeClaimTemplate{Spec: v1.PersistentVolumeClaimSpec{
+			AccessModes:      []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			StorageClassName: ptr.To("fast"),
+			Resources:        v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}},
+		}}}}},
+	}})
+	pvc, pv := csitest.EphemeralClaim(pod, "eph", csitest.PVSpec{Driver: e.drv.DriverName(), Handle: "handle-eph"})
 	e.create(pvc, pv)
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
@@ -503,7 +537,7 @@ func TestPublishInFlightIsPossiblyMounted(t *testing.T) {
 	e.claim("vol")
 	block := make(chan struct{})
 	e.drv.Inject(csitest.Fault{Method: "NodePublishVolume", Block: block, Times: 1})
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}})
 	e.vm.AddPod(pod)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -532,7 +566,7 @@ func TestPublishInFlightIsPossiblyMounted(t *testing.T) {
 // (Config.ClusterInformers), the wait error says so, naming the list that
 // fails, not a bare deadline.
 func TestWaitErrorNamesFailedList(t *testing.T) {
-	client := fake.NewClientset(csitest.CSIDriver("x.example.com", false))
+	client := fake.NewClientset(csitest.CSIDriver("x.example.com", csitest.CSIDriverSpec{}))
 	client.PrependReactor("list", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("connection refused")
 	})
@@ -544,7 +578,7 @@ func TestWaitErrorNamesFailedList(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- vm.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}})
 	eventually(t, "the list error recorded", func() bool { return len(vm.listErrs.get()) > 0 })
 	waitCtx, waitCancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer waitCancel()

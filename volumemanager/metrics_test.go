@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
@@ -23,14 +24,14 @@ import (
 // with the kubelet's names and labels.
 func TestMetrics(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv)
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv)
 	prom := prometheus.NewRegistry()
 	vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), Registerer: prom}, drv)
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 	vm.AddPod(pod)
 	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
 		t.Fatal(err)
@@ -92,8 +93,8 @@ func TestOperationSeriesOfEachKind(t *testing.T) {
 
 func testOperationSeries(t *testing.T, fsGroup bool) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a", csitest.PVFSType("ext4"))
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv,
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a", FSType: "ext4"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv,
 		&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm"}, Data: map[string]string{"k": "v"}},
 		&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "sec"}, Data: map[string][]byte{"k": []byte("v")}})
 	prom := prometheus.NewRegistry()
@@ -103,19 +104,19 @@ func testOperationSeries(t *testing.T, fsGroup bool) {
 	defer cancel()
 	mode := int32(0o644)
 	name := &v1.ObjectFieldSelector{FieldPath: "metadata.name"}
-	opts := []csitest.PodOption{csitest.WithPVC("data", "a", false),
-		csitest.WithVolume(v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}, false),
-		csitest.WithVolume(v1.Volume{Name: "conf", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
-			LocalObjectReference: v1.LocalObjectReference{Name: "cm"}, DefaultMode: &mode}}}, false),
-		csitest.WithVolume(v1.Volume{Name: "creds", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "sec", DefaultMode: &mode}}}, false),
-		csitest.WithVolume(v1.Volume{Name: "meta", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{
-			DefaultMode: &mode, Items: []v1.DownwardAPIVolumeFile{{Path: "name", FieldRef: name}}}}}, false),
-		csitest.WithVolume(v1.Volume{Name: "all", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{DefaultMode: &mode,
-			Sources: []v1.VolumeProjection{{DownwardAPI: &v1.DownwardAPIProjection{Items: []v1.DownwardAPIVolumeFile{{Path: "name", FieldRef: name}}}}}}}}, false)}
+	spec := csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"},
+		{Name: "scratch", Source: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+		{Name: "conf", Source: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
+			LocalObjectReference: v1.LocalObjectReference{Name: "cm"}, DefaultMode: &mode}}},
+		{Name: "creds", Source: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "sec", DefaultMode: &mode}}},
+		{Name: "meta", Source: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{
+			DefaultMode: &mode, Items: []v1.DownwardAPIVolumeFile{{Path: "name", FieldRef: name}}}}},
+		{Name: "all", Source: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{DefaultMode: &mode,
+			Sources: []v1.VolumeProjection{{DownwardAPI: &v1.DownwardAPIProjection{Items: []v1.DownwardAPIVolumeFile{{Path: "name", FieldRef: name}}}}}}}}}}
 	if fsGroup {
-		opts = append(opts, csitest.PodFSGroup(2000))
+		spec.FSGroup = ptr.To[int64](2000)
 	}
-	pod := csitest.Pod("ns", "p", opts...)
+	pod := csitest.Pod("ns", "p", spec)
 	vm.AddPod(pod)
 	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
 		t.Fatal(err)

@@ -31,12 +31,21 @@ const (
 	awsEBS = "ebs.csi.aws.com"
 )
 
+// zoned puts a PV in zone us-central1-a.
+func zoned(pv *v1.PersistentVolume) {
+	pv.Labels = map[string]string{v1.LabelTopologyZone: "us-central1-a"}
+}
+
 // inTreeClaim creates a bound PVC name in namespace ns and its PV with the
 // in-tree source src instead of a CSI one, and returns the PV.
-func (e *env) inTreeClaim(name string, src v1.PersistentVolumeSource, opts ...csitest.PVOption) *v1.PersistentVolume {
+func (e *env) inTreeClaim(name string, src v1.PersistentVolumeSource, spec csitest.PVSpec, tweaks ...func(*v1.PersistentVolume)) *v1.PersistentVolume {
 	e.t.Helper()
-	pvc, pv := csitest.BoundClaim("ns", name, "unused.example.com", "unused", opts...)
+	spec.Driver, spec.Handle = "unused.example.com", "unused"
+	pvc, pv := csitest.BoundClaim("ns", name, spec)
 	pv.Spec.PersistentVolumeSource = src
+	for _, tweak := range tweaks {
+		tweak(pv)
+	}
 	e.create(pvc, pv)
 	return pv
 }
@@ -93,9 +102,9 @@ func readVolData(t *testing.T, dir string) ondisk.VolumeData {
 func TestMigratedPV(t *testing.T) {
 	e := newEnv(t, envOptions{driver: csitest.Options{DriverName: gcePD}, attachRequired: true})
 	pv := e.inTreeClaim("gce", v1.PersistentVolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-1", FSType: "ext4"}},
-		csitest.PVMountOptions("noatime"), func(pv *v1.PersistentVolume) { pv.Labels = map[string]string{v1.LabelTopologyZone: "us-central1-a"} })
+		csitest.PVSpec{MountOptions: []string{"noatime"}}, zoned)
 	const handle = "projects/UNSPECIFIED/zones/us-central1-a/disks/disk-1"
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "gce", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "gce"}}})
 
 	// Nothing attached yet: the pod waits for the VolumeAttachment of the
 	// translated handle and driver, which the attach/detach controller
@@ -160,7 +169,7 @@ func TestMigratedPV(t *testing.T) {
 func TestMigratedInlineVolume(t *testing.T) {
 	e := newEnv(t, envOptions{driver: csitest.Options{DriverName: awsEBS}, attachRequired: true})
 	src := v1.VolumeSource{AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "aws://us-east-1a/vol-0abc", FSType: "xfs", ReadOnly: true}}
-	pod := csitest.Pod("ns", "p", csitest.WithVolume(v1.Volume{Name: "ebs", VolumeSource: src}, true))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "ebs", Source: src, ReadOnly: true}}})
 	const handle = "vol-0abc"
 	vaName := csiplugin.AttachmentName(handle, awsEBS, node)
 	fs := v1.PersistentVolumeFilesystem
@@ -217,10 +226,10 @@ func TestMigratedInlineVolume(t *testing.T) {
 // in-tree plugin, and mounts once the driver registers.
 func TestMigratedDriverNotRegistered(t *testing.T) {
 	e := newEnv(t, envOptions{driver: csitest.Options{DriverName: gcePD}, attachRequired: true, noRegister: true})
-	pv := e.inTreeClaim("gce", v1.PersistentVolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-1"}})
+	pv := e.inTreeClaim("gce", v1.PersistentVolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-1"}}, csitest.PVSpec{})
 	const handle = "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-1"
 	e.attached(csiplugin.AttachmentName(handle, gcePD, node), gcePD, storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv.Name}, nil)
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "gce", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "gce"}}})
 	err := e.mount(pod, 300*time.Millisecond)
 	for _, want := range []string{"driver name " + gcePD + " not found in the list of registered CSI drivers", "migrated from in-tree kubernetes.io/gce-pd", "unmounted volumes=[data]", "ns/p"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -239,24 +248,31 @@ func TestMigratedDriverNotRegistered(t *testing.T) {
 // pod's other volumes are not held up by them.
 func TestMigrationBadInput(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	iscsi := e.inTreeClaim("iscsi", v1.PersistentVolumeSource{ISCSI: &v1.ISCSIPersistentVolumeSource{TargetPortal: "10.0.0.1:3260", IQN: "iqn.2001-04.com.example:t"}})
-	badEBS := e.inTreeClaim("badebs", v1.PersistentVolumeSource{AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "aws://us-east-1a/"}})
-	e.inTreeClaim("gceblock", v1.PersistentVolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "d"}}, csitest.PVBlock())
+	iscsi := e.inTreeClaim("iscsi", v1.PersistentVolumeSource{ISCSI: &v1.ISCSIPersistentVolumeSource{TargetPortal: "10.0.0.1:3260", IQN: "iqn.2001-04.com.example:t"}}, csitest.PVSpec{})
+	badEBS := e.inTreeClaim("badebs", v1.PersistentVolumeSource{AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "aws://us-east-1a/"}}, csitest.PVSpec{})
+	e.inTreeClaim("gceblock", v1.PersistentVolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "d"}}, csitest.PVSpec{Block: true})
 	ebsInline := v1.Volume{Name: "ebs", VolumeSource: v1.VolumeSource{AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "aws:///"}}}
 	tests := []struct {
 		name string
 		pod  *v1.Pod
 		want []string
 	}{
-		{"iSCSI PV", csitest.Pod("ns", "a", csitest.WithPVC("data", "iscsi", false)),
+		{"iSCSI PV", csitest.Pod("ns", "a", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "iscsi"}}}),
 			[]string{`pod ns/a: unmounted volumes=[data]; volume "data": `, "PV " + iscsi.Name + " of kind iscsi: no volume plugin handles it", `use the CSI driver "iscsi.csi.k8s.io"`}},
-		{"EBS PV with a bad volume ID", csitest.Pod("ns", "b", csitest.WithPVC("data", "badebs", false)),
+		{"EBS PV with a bad volume ID", csitest.Pod("ns", "b", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "badebs"},
+		}}),
 			[]string{`pod ns/b: unmounted volumes=[data]; volume "data": `, "PV " + badEBS.Name + ": translating its kubernetes.io/aws-ebs source to CSI", "Invalid format for AWS volume"}},
-		{"inline EBS with a bad volume ID", csitest.Pod("ns", "c", csitest.WithVolume(ebsInline, false)),
+		{"inline EBS with a bad volume ID", csitest.Pod("ns", "c", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: ebsInline.Name, Source: ebsInline.VolumeSource},
+		}}),
 			[]string{`pod ns/c: unmounted volumes=[ebs]; volume "ebs": `, "translating inline kubernetes.io/aws-ebs volume to CSI"}},
-		{"inline GCE PD as a device", csitest.Pod("ns", "d", gceDevice("pd", "d")),
+		{"inline GCE PD as a device", csitest.Pod("ns", "d", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "pd", Block: true,
+			Source: v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "d"}}}}}),
 			[]string{`pod ns/d: unmounted volumes=[pd]; volume "pd": `, "volume has volumeMode Filesystem, but is specified in volumeDevices"}},
-		{"GCE PD block PV in volumeMounts", csitest.Pod("ns", "e", csitest.WithPVC("data", "gceblock", false)),
+		{"GCE PD block PV in volumeMounts", csitest.Pod("ns", "e", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "gceblock"},
+		}}),
 			[]string{`pod ns/e: unmounted volumes=[data]; volume "data": `, "volume has volumeMode Block, but is specified in volumeMounts"}},
 	}
 	for _, tc := range tests {
@@ -285,14 +301,6 @@ func TestMigrationBadInput(t *testing.T) {
 	}
 }
 
-func gceDevice(volName, pdName string) csitest.PodOption {
-	return func(pod *v1.Pod) {
-		pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: volName,
-			VolumeSource: v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: pdName}}})
-		pod.Spec.Containers[0].VolumeDevices = append(pod.Spec.Containers[0].VolumeDevices, v1.VolumeDevice{Name: volName, DevicePath: "/dev/xvda"})
-	}
-}
-
 // TestMigratedRestartReconstructs: after a restart, the volumes of a
 // migrated PV and of an inline in-tree volume found on disk get the names
 // the populator gives them (the translated driver and handle), so the pod
@@ -300,12 +308,15 @@ func gceDevice(volName, pdName string) csitest.PodOption {
 // left.
 func TestMigratedRestartReconstructs(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{DriverName: gcePD, CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "gce", "unused.example.com", "unused")
+	pvc, pv := csitest.BoundClaim("ns", "gce", csitest.PVSpec{Driver: "unused.example.com", Handle: "unused"})
 	pv.Spec.PersistentVolumeSource = v1.PersistentVolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-1"}}
-	client := fake.NewClientset(csitest.CSIDriver(gcePD, false), pvc, pv)
+	client := fake.NewClientset(csitest.CSIDriver(gcePD, csitest.CSIDriverSpec{}), pvc, pv)
 	root := t.TempDir()
 	inline := v1.Volume{Name: "inline", VolumeSource: v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-2"}}}
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "gce", false), csitest.WithVolume(inline, false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "gce"},
+		{Name: inline.Name, Source: inline.VolumeSource},
+	}})
 	mountPod := func(vm *VolumeManager) {
 		t.Helper()
 		vm.AddPod(pod)
@@ -362,9 +373,9 @@ func TestMigratedRestartReconstructs(t *testing.T) {
 func TestMigratedPVExpansion(t *testing.T) {
 	e := newEnv(t, envOptions{driver: csitest.Options{DriverName: gcePD, Expand: true}, clusterInformers: true}) // the resize seen at once
 	pv := e.inTreeClaim("gce", v1.PersistentVolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-1", FSType: "ext4"}},
-		csitest.PVCapacity("1Gi"), func(pv *v1.PersistentVolume) { pv.Labels = map[string]string{v1.LabelTopologyZone: "us-central1-a"} })
+		csitest.PVSpec{Capacity: "1Gi"}, zoned)
 	const handle = "projects/UNSPECIFIED/zones/us-central1-a/disks/disk-1"
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "gce", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "gce"}}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -43,17 +43,18 @@ func nfsMounts(m *mount.FakeMounter, root string) []string {
 func TestNFSVolumes(t *testing.T) {
 	m := mount.NewFakeMounter(nil)
 	e := newEnv(t, envOptions{mounter: m})
-	e.inTreeClaim("home", v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "fd00::5", Path: "/exports/home"}}, func(pv *v1.PersistentVolume) {
+	e.inTreeClaim("home", v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "fd00::5", Path: "/exports/home"}}, csitest.PVSpec{}, func(pv *v1.PersistentVolume) {
 		pv.Spec.MountOptions = []string{"nfsvers=4.1", "hard"}
 	})
-	e.inTreeClaim("legacy", v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "nfs.example", Path: "/legacy"}}, func(pv *v1.PersistentVolume) {
+	e.inTreeClaim("legacy", v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "nfs.example", Path: "/legacy"}}, csitest.PVSpec{}, func(pv *v1.PersistentVolume) {
 		pv.Spec.MountOptions = []string{"soft"}
 		pv.Annotations = map[string]string{v1.MountOptionAnnotation: "nfsvers=3,,hard"}
 	})
-	pod := csitest.Pod("ns", "web",
-		csitest.WithVolume(v1.Volume{Name: "share", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "10.0.0.5", Path: "/exports/share", ReadOnly: true}}}, false),
-		csitest.WithPVC("home", "home", false),
-		csitest.WithPVC("legacy", "legacy", true))
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "share", Source: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "10.0.0.5", Path: "/exports/share", ReadOnly: true}}},
+		{Name: "home", Claim: "home"},
+		{Name: "legacy", Claim: "legacy", ReadOnly: true},
+	}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -128,8 +129,9 @@ func (m *failingNFS) MountSensitiveWithoutSystemd(source, target, fstype string,
 func TestNFSMountFailure(t *testing.T) {
 	m := &failingNFS{FakeMounter: mount.NewFakeMounter(nil)}
 	e := newEnv(t, envOptions{mounter: m})
-	pod := csitest.Pod("ns", "web",
-		csitest.WithVolume(v1.Volume{Name: "share", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nfs.example", Path: "/exports/share"}}}, false))
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "share", Source: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nfs.example", Path: "/exports/share"}}},
+	}})
 	e.vm.AddPod(pod)
 	eventually(t, "a failed nfs mount", func() bool { return m.tries.Load() > 0 })
 	err := e.mount(pod, 300*time.Millisecond)
@@ -170,7 +172,9 @@ func TestNFSAfterRestart(t *testing.T) {
 	m := mount.NewFakeMounter(nil)
 	e := newEnv(t, envOptions{mounter: m})
 	share := v1.Volume{Name: "share", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nfs.example", Path: "/exports/share"}}}
-	kept, gone := csitest.Pod("ns", "kept", csitest.WithVolume(share, false)), csitest.Pod("ns", "gone", csitest.WithVolume(share, false))
+	kept, gone := csitest.Pod("ns", "kept", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: share.Name, Source: share.VolumeSource},
+	}}), csitest.Pod("ns", "gone", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: share.Name, Source: share.VolumeSource}}})
 	for _, pod := range []*v1.Pod{kept, gone} {
 		if err := e.mount(pod, 10*time.Second); err != nil {
 			t.Fatal(err)

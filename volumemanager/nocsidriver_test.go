@@ -22,14 +22,16 @@ func TestNoCSIDriverWaitError(t *testing.T) {
 	}{
 		{"inline volume: Ephemeral needs a CSIDriver listing it",
 			func(e *env) *v1.Pod {
-				return csitest.Pod("ns", "p", csitest.WithInlineCSI("scratch", e.drv.DriverName(), false, nil))
+				return csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+					{Name: "scratch", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: e.drv.DriverName()}}},
+				}})
 			},
 			[]string{`volume "scratch": `, "volume lifecycle mode Ephemeral not supported by driver " + csitest.DefaultDriverName +
 				": CSIDriver " + csitest.DefaultDriverName + " not found in the API (an inline CSI volume needs one whose volumeLifecycleModes lists Ephemeral"}},
 		{"PV: attached by default, and the wait says so",
 			func(e *env) *v1.Pod {
 				e.claim("data")
-				return csitest.Pod("ns", "p", csitest.WithPVC("data", "data", false))
+				return csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "data"}}})
 			},
 			[]string{`volume "data": `, "it does not exist yet (CSIDriver " + csitest.DefaultDriverName +
 				" not found in the API: without one a volume needs attaching, as with the kubelet"}},

@@ -20,10 +20,10 @@ import (
 // resync.
 func TestNodeArrivesLater(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	e.claim("vol", func(pv *v1.PersistentVolume) {
-		pv.Spec.NodeAffinity = affinity(v1.NodeSelectorTerm{MatchExpressions: []v1.NodeSelectorRequirement{expr("kubernetes.io/hostname", v1.NodeSelectorOpIn, node)}})
-	})
-	pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "vol", false))
+	pvc, pv := csitest.BoundClaim("ns", "vol", csitest.PVSpec{Driver: e.drv.DriverName(), Handle: "handle-vol"})
+	pv.Spec.NodeAffinity = affinity(v1.NodeSelectorTerm{MatchExpressions: []v1.NodeSelectorRequirement{expr("kubernetes.io/hostname", v1.NodeSelectorOpIn, node)}})
+	e.create(pvc, pv)
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}})
 	err := e.mount(pod, 300*time.Millisecond)
 	if err == nil || errors.Is(err, ErrFinal) || !strings.Contains(err.Error(), "node affinity: this node's Node object is not known yet") {
 		t.Fatalf("WaitForAttachAndMount before the Node exists = %v, want a wait naming the unknown Node", err)

@@ -18,15 +18,14 @@ import (
 // valueFrom, in the init container), secret "creds" (envFrom) and pull
 // secret "registry", and whose volume reads configMap "files".
 func envPod(name string) *v1.Pod {
-	return csitest.Pod("ns", name, func(p *v1.Pod) {
-		p.Spec.InitContainers = []v1.Container{{Name: "init", Env: []v1.EnvVar{{Name: "MODE", ValueFrom: &v1.EnvVarSource{
-			ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "settings"}, Key: "mode"}}}}}}
-		p.Spec.Containers[0].EnvFrom = []v1.EnvFromSource{{SecretRef: &v1.SecretEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "creds"}}}}
-		p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "files", MountPath: "/etc/files"}}
-		p.Spec.ImagePullSecrets = []v1.LocalObjectReference{{Name: "registry"}}
-		p.Spec.Volumes = []v1.Volume{{Name: "files", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
-			LocalObjectReference: v1.LocalObjectReference{Name: "files"}}}}}
-	})
+	p := csitest.Pod("ns", name, csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "files", Source: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
+		LocalObjectReference: v1.LocalObjectReference{Name: "files"}}}}}})
+	p.Spec.InitContainers = []v1.Container{{Name: "init", Env: []v1.EnvVar{{Name: "MODE", ValueFrom: &v1.EnvVarSource{
+		ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "settings"}, Key: "mode"}}}}}}
+	p.Spec.Containers[0].EnvFrom = []v1.EnvFromSource{{SecretRef: &v1.SecretEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "creds"}}}}
+	p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "files", MountPath: "/etc/files"}}
+	p.Spec.ImagePullSecrets = []v1.LocalObjectReference{{Name: "registry"}}
+	return p
 }
 
 // resolveEnv resolves pod's first regular container's envFrom secrets

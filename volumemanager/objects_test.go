@@ -73,8 +73,8 @@ func TestObjectChangeRepublishes(t *testing.T) {
 	if _, err := e.client.CoreV1().ConfigMaps("ns").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod := csitest.Pod("ns", "web", csitest.WithVolume(v1.Volume{Name: "conf", VolumeSource: v1.VolumeSource{
-		ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "settings"}}}}, false))
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "conf", Source: v1.VolumeSource{
+		ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "settings"}}}}}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,9 @@ func TestKubeAPIAccessVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	access := kubeAPIAccess("kube-api-access-x7k2p")
-	pod := csitest.Pod("ns", "web", csitest.PodServiceAccount("app"), csitest.WithVolume(access, true))
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{ServiceAccount: "app", Volumes: []csitest.PodVolume{
+		{Name: access.Name, Source: access.VolumeSource, ReadOnly: true},
+	}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -205,8 +207,8 @@ func TestKubeAPIAccessVolume(t *testing.T) {
 // no backoff ends.
 func TestObjectCreatedLateSetsUpAtOnce(t *testing.T) {
 	e := newEnv(t, envOptions{clock: fakeclock.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))})
-	pod := csitest.Pod("ns", "web", csitest.WithVolume(v1.Volume{Name: "conf", VolumeSource: v1.VolumeSource{
-		ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "late"}}}}, false))
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "conf", Source: v1.VolumeSource{
+		ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "late"}}}}}})
 	e.vm.AddPod(pod)
 	name := podvol.UniqueVolumeName(configmap.PluginName + "/" + string(pod.UID) + "-conf")
 	eventually(t, "the volume backing off", func() bool { until, _ := backoffUntil(e.vm, name); return !until.IsZero() })
@@ -276,8 +278,8 @@ func mountSettings(t *testing.T, e *env) (*v1.ConfigMap, *v1.Pod) {
 	if _, err := e.client.CoreV1().ConfigMaps("ns").Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod := csitest.Pod("ns", "web", csitest.WithVolume(v1.Volume{Name: "conf", VolumeSource: v1.VolumeSource{
-		ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "settings"}}}}, false))
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "conf", Source: v1.VolumeSource{
+		ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "settings"}}}}}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -232,8 +232,10 @@ func mountedNames(vm *VolumeManager, uid types.UID) []string {
 func TestImageVolume(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.claim("data")
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "data", false),
-		csitest.WithVolume(v1.Volume{Name: "tools", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "registry.example/tools:1"}}}, true))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "data"},
+		{Name: "tools", Source: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "registry.example/tools:1"}}, ReadOnly: true},
+	}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +264,9 @@ func TestImageVolume(t *testing.T) {
 func TestEmbedderPlugin(t *testing.T) {
 	nfs := &nfsPlugin{name: "example.com/nfs"}
 	e := newEnv(t, envOptions{plugins: []volume.Plugin{nfs}})
-	pod := csitest.Pod("ns", "p", csitest.WithVolume(v1.Volume{Name: "share", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nfs.example", Path: "/export"}}}, false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "share", Source: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nfs.example", Path: "/export"}}},
+	}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -284,8 +288,10 @@ func TestEmbedderPlugin(t *testing.T) {
 func TestImageVolumeAfterRestart(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	pvName := e.claim("data")
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "data", false),
-		csitest.WithVolume(v1.Volume{Name: "tools", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "registry.example/tools:1"}}}, true))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "data"},
+		{Name: "tools", Source: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "registry.example/tools:1"}}, ReadOnly: true},
+	}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -123,10 +123,9 @@ func certEnv(t *testing.T, deny bool) (*env, *certSigner, *fakeclock.FakeClock, 
 		&v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app", UID: "sa-uid"}})
 	signer := newCertSigner(t, client, clk, deny)
 	e := newEnv(t, envOptions{client: client, clock: clk})
-	pod := csitest.Pod("ns", "web", csitest.PodServiceAccount("app"), csitest.WithVolume(v1.Volume{Name: "certs",
-		VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{{
-			PodCertificate: &v1.PodCertificateProjection{SignerName: "example.com/signer", KeyType: "ECDSAP256",
-				MaxExpirationSeconds: ptr.To[int32](3600), CredentialBundlePath: "credentials.pem"}}}}}}, true))
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{ServiceAccount: "app", Volumes: []csitest.PodVolume{{Name: "certs", Source: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{{
+		PodCertificate: &v1.PodCertificateProjection{SignerName: "example.com/signer", KeyType: "ECDSAP256",
+			MaxExpirationSeconds: ptr.To[int32](3600), CredentialBundlePath: "credentials.pem"}}}}}, ReadOnly: true}}})
 	return e, signer, clk, pod
 }
 

@@ -18,8 +18,8 @@ import (
 	"github.com/nodevol/nodevol/volumemanager/vmtest"
 )
 
-func emptyDirVolume(name string, medium v1.StorageMedium) csitest.PodOption {
-	return csitest.WithVolume(v1.Volume{Name: name, VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: medium}}}, false)
+func emptyDirVolume(name string, medium v1.StorageMedium) csitest.PodVolume {
+	return csitest.PodVolume{Name: name, Source: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: medium}}}
 }
 
 // TestCleanupPodDir: CleanupPodDir refuses, touching nothing, while the
@@ -28,10 +28,13 @@ func emptyDirVolume(name string, medium v1.StorageMedium) csitest.PodOption {
 // gone and the file too, the directory goes.
 func TestCleanupPodDir(t *testing.T) {
 	ctx := t.Context()
-	pvc, pv := csitest.BoundClaim("ns", "data", csitest.DefaultDriverName, "handle-1")
+	pvc, pv := csitest.BoundClaim("ns", "data", csitest.PVSpec{Driver: csitest.DefaultDriverName, Handle: "handle-1"})
 	env := vmtest.NewEnv(t, vmtest.EnvOptions{Objects: []runtime.Object{pvc, pv}})
 	vm := env.Manager
-	pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "data", false), emptyDirVolume("cache", ""))
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "data"},
+		emptyDirVolume("cache", ""),
+	}})
 	podDir := filepath.Join(env.RootDir, "pods", string(pod.UID))
 	if err := vm.AddPod(pod); err != nil {
 		t.Fatal(err)
@@ -129,7 +132,7 @@ func TestCleanupPodDirRealMount(t *testing.T) {
 	ctx := t.Context()
 	env := vmtest.NewEnv(t, vmtest.EnvOptions{Configure: func(c *volumemanager.Config) { c.Mounter = mount.New("") }})
 	vm := env.Manager
-	pod := csitest.Pod("ns", "mem", emptyDirVolume("mem", v1.StorageMediumMemory))
+	pod := csitest.Pod("ns", "mem", csitest.PodSpec{Volumes: []csitest.PodVolume{emptyDirVolume("mem", v1.StorageMediumMemory)}})
 	if err := vm.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}

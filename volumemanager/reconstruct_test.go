@@ -3,6 +3,7 @@ package volumemanager
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -74,12 +75,12 @@ func waitIdle(t *testing.T, vm *VolumeManager) {
 // vol_data.json and data in it is left alone.
 func TestRestartReconstructs(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvcA, pvA := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-	pvcB, pvB := csitest.BoundClaim("ns", "b", drv.DriverName(), "handle-b")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvcA, pvA, pvcB, pvB)
+	pvcA, pvA := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+	pvcB, pvB := csitest.BoundClaim("ns", "b", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-b"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvcA, pvA, pvcB, pvB)
 	root := t.TempDir()
-	podA := csitest.Pod("ns", "a", csitest.WithPVC("data", "a", false))
-	podB := csitest.Pod("ns", "b", csitest.WithPVC("data", "b", false))
+	podA := csitest.Pod("ns", "a", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
+	podB := csitest.Pod("ns", "b", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "b"}}})
 
 	vm1, stop1 := startVM(t, client, root, drv)
 	for _, p := range []*v1.Pod{podA, podB} {
@@ -122,7 +123,7 @@ func TestRestartReconstructs(t *testing.T) {
 		t.Errorf("NodePublishVolume calls after the restart = %d, want 1 (the re-added pod's uncertain mount)", got-publishes)
 	}
 	waitIdle(t, vm2)
-	if got := drv.Published("handle-b"); len(got) != 1 {
+	if got := drv.PublishedVolumes()["handle-b"]; len(got) != 1 {
 		t.Fatalf("before MarkPodsSynced the unclaimed volume was torn down: published at %v", got)
 	}
 	if got := drv.Calls("NodeUnpublishVolume") + drv.Calls("NodeUnstageVolume"); got != 0 {
@@ -140,10 +141,10 @@ func TestRestartReconstructs(t *testing.T) {
 	eventually(t, "pod b's volume unstaged", func() bool {
 		return slices.Equal(knownVolumes(vm2), []podvol.UniqueVolumeName{nameA})
 	})
-	if got := drv.StagedVolumes(); !slices.Equal(got, []string{"handle-a"}) {
+	if got := slices.Sorted(maps.Keys(drv.StagedVolumes())); !slices.Equal(got, []string{"handle-a"}) {
 		t.Errorf("staged volumes = %v, want only handle-a", got)
 	}
-	if got := drv.PublishedVolumes(); !slices.Equal(got, []string{"handle-a"}) {
+	if got := slices.Sorted(maps.Keys(drv.PublishedVolumes())); !slices.Equal(got, []string{"handle-a"}) {
 		t.Errorf("published volumes = %v, want only handle-a", got)
 	}
 	dirB, _ := ondisk.PodVolumeDir(root, podB.UID, pvB.Name)
@@ -165,7 +166,9 @@ func TestRestartReconstructs(t *testing.T) {
 // the populator does, so that a pod added again finds its volume.
 func TestReconstructedSpec(t *testing.T) {
 	uid := types.UID("uid-1")
-	inline := csitest.Pod("ns", "p", csitest.PodUID(uid), csitest.WithInlineCSI("scratch", "d.example.com", false, nil))
+	inline := csitest.Pod("ns", "p", csitest.PodSpec{UID: uid, Volumes: []csitest.PodVolume{
+		{Name: "scratch", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: "d.example.com"}}},
+	}})
 	tests := []struct {
 		name     string
 		data     ondisk.VolumeData

@@ -154,13 +154,13 @@ type restartEnv struct {
 
 func newRestartEnv(t *testing.T) *restartEnv {
 	e := &restartEnv{drv: csitest.New(t, csitest.Options{CreateTargetDirs: true}), root: t.TempDir()}
-	pvcA, pvA := csitest.BoundClaim("ns", "a", e.drv.DriverName(), "handle-a")
-	pvcB, pvB := csitest.BoundClaim("ns", "b", e.drv.DriverName(), "handle-b")
-	e.client = fake.NewClientset(csitest.CSIDriver(e.drv.DriverName(), false), pvcA, pvA, pvcB, pvB)
+	pvcA, pvA := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: e.drv.DriverName(), Handle: "handle-a"})
+	pvcB, pvB := csitest.BoundClaim("ns", "b", csitest.PVSpec{Driver: e.drv.DriverName(), Handle: "handle-b"})
+	e.client = fake.NewClientset(csitest.CSIDriver(e.drv.DriverName(), csitest.CSIDriverSpec{}), pvcA, pvA, pvcB, pvB)
 	e.boot = filepath.Join(t.TempDir(), "boot_id")
 	plantFile(t, e.boot, "boot-1\n")
-	e.podA = csitest.Pod("ns", "a", csitest.WithPVC("data", "a", false))
-	e.podB = csitest.Pod("ns", "b", csitest.WithPVC("data", "b", false))
+	e.podA = csitest.Pod("ns", "a", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
+	e.podB = csitest.Pod("ns", "b", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "b"}}})
 	e.dirA, _ = ondisk.PodVolumeDir(e.root, e.podA.UID, pvA.Name)
 	e.dirB, _ = ondisk.PodVolumeDir(e.root, e.podB.UID, pvB.Name)
 	e.stageA, _ = ondisk.StagingDir(e.root, e.drv.DriverName(), "handle-a")

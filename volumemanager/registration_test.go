@@ -20,8 +20,8 @@ import (
 // a pod waiting for it mounts; the registrar's socket going deregisters it.
 func TestPluginRegistration(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
 	root := csitest.SocketDir(t) // the registrar's socket goes in root/plugins_registry
 	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: mount.NewFakeMounter(nil), PluginRegistration: true})
 	if err != nil {
@@ -33,7 +33,7 @@ func TestPluginRegistration(t *testing.T) {
 	go func() { done <- vm.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 	vm.AddPod(pod) // waits for the driver
 	dir := filepath.Join(root, "plugins_registry")
 	eventually(t, "registration directory created", func() bool { _, err := os.Stat(dir); return err == nil })

@@ -26,11 +26,11 @@ import (
 func TestRequiresRepublish(t *testing.T) {
 	again := csitest.New(t, csitest.Options{DriverName: "again.example.com", CreateTargetDirs: true, NoStageUnstage: true})
 	once := csitest.New(t, csitest.Options{DriverName: "once.example.com", CreateTargetDirs: true, NoStageUnstage: true})
-	pvcA, pvA := csitest.BoundClaim("ns", "a", again.DriverName(), "handle-a")
-	pvcB, pvB := csitest.BoundClaim("ns", "b", once.DriverName(), "handle-b")
+	pvcA, pvA := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: again.DriverName(), Handle: "handle-a"})
+	pvcB, pvB := csitest.BoundClaim("ns", "b", csitest.PVSpec{Driver: once.DriverName(), Handle: "handle-b"})
 	client := fake.NewClientset(
-		csitest.CSIDriver(again.DriverName(), false, csitest.DriverRequiresRepublish()),
-		csitest.CSIDriver(once.DriverName(), false),
+		csitest.CSIDriver(again.DriverName(), csitest.CSIDriverSpec{RequiresRepublish: true}),
+		csitest.CSIDriver(once.DriverName(), csitest.CSIDriverSpec{}),
 		pvcA, pvA, pvcB, pvB)
 	clk := testclock.NewFakeClock(time.Now())
 	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), Clock: clk, ResyncPeriod: time.Minute})
@@ -47,7 +47,7 @@ func TestRequiresRepublish(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("a", "a", false), csitest.WithPVC("b", "b", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "a", Claim: "a"}, {Name: "b", Claim: "b"}}})
 	vm.AddPod(pod)
 	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
 		t.Fatal(err)
@@ -109,8 +109,8 @@ func (p *adoptPlugin) count() int {
 // token) reaches its files at once, not at the next resync (an hour away
 // here); a second AddPod of the unchanged pod publishes nothing.
 func TestRepublishAdopted(t *testing.T) {
-	pod := csitest.Pod("ns", "web", csitest.WithVolume(v1.Volume{Name: "creds", VolumeSource: v1.VolumeSource{
-		Secret: &v1.SecretVolumeSource{SecretName: "db"}}}, false))
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "creds", Source: v1.VolumeSource{
+		Secret: &v1.SecretVolumeSource{SecretName: "db"}}}}})
 	p := &adoptPlugin{pod: pod}
 	e := newEnv(t, envOptions{plugins: []volume.Plugin{p}, resyncPeriod: time.Hour})
 	if err := e.mount(pod, 10*time.Second); err != nil {
@@ -138,15 +138,15 @@ func TestRepublishAdopted(t *testing.T) {
 // remount; the next resync publishes it again.
 func TestFailedRepublishKeepsVolume(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{DriverName: "again.example.com", CreateTargetDirs: true, NoStageUnstage: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false, csitest.DriverRequiresRepublish()), pvc, pv)
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{RequiresRepublish: true}), pvc, pv)
 	clk := testclock.NewFakeClock(time.Now())
 	root := t.TempDir()
 	vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: mount.NewFakeMounter(nil), Clock: clk, ResyncPeriod: time.Minute}, drv)
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("a", "a", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "a", Claim: "a"}}})
 	vm.AddPod(pod)
 	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
 		t.Fatal(err)

@@ -81,15 +81,14 @@ func TestRestartCallsFollowMountPoints(t *testing.T) {
 // the mapping is made again on the loop device already there.
 func TestBlockRestartRepublishes(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "raw", drv.DriverName(), "handle-raw", csitest.PVBlock())
-	csitest.PVCBlock()(pvc)
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv)
+	pvc, pv := csitest.BoundClaim("ns", "raw", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-raw", Block: true})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv)
 	root := t.TempDir()
 	loops := &countingLooper{fakeLooper: fakeLooper{dev: map[string]string{}}}
 	m := mount.NewFakeMounter(nil) // one mount table: the restart keeps the mounts
 	mapper := &blockdev.Mapper{Mounter: m, Loop: loops, IsBlockDevice: func(string) (bool, error) { return true, nil }}
 	cfg := Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: m, BlockMapper: mapper}
-	pod := csitest.Pod("ns", "a", csitest.WithBlockPVC("raw", "raw", false))
+	pod := csitest.Pod("ns", "a", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "raw", Claim: "raw", Block: true}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 

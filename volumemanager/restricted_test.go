@@ -18,6 +18,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/mount-utils"
 
+	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/internal/objectcache"
 )
@@ -47,7 +48,7 @@ func TestObjectCacheMounts(t *testing.T) {
 	for i := range 3 {
 		name := fmt.Sprintf("vol-%d", i)
 		e.claim(name)
-		pods = append(pods, csitest.Pod("ns", "p-"+name, csitest.WithPVC("data", name, false)))
+		pods = append(pods, csitest.Pod("ns", "p-"+name, csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: name}}}))
 	}
 	for _, p := range pods {
 		if err := e.mount(p, 10*time.Second); err != nil {
@@ -82,11 +83,11 @@ func TestObjectCacheMounts(t *testing.T) {
 func TestObjectCacheAttach(t *testing.T) {
 	e := newEnv(t, envOptions{client: restrictedClient(), attachRequired: true})
 	e.claim("vol")
-	vaName := csitest.AttachmentName("handle-vol", e.drv.DriverName(), node)
+	vaName := csiplugin.AttachmentName("handle-vol", e.drv.DriverName(), node)
 	va := csitest.VolumeAttachment(vaName, e.drv.DriverName(), "pv-vol", node, false)
 	va.Status.AttachError = &storagev1.VolumeError{Message: "disk is on fire"}
 	e.create(va)
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}})
 	if err := e.mount(pod, 500*time.Millisecond); err == nil || !strings.Contains(err.Error(), "disk is on fire") {
 		t.Fatalf("WaitForAttachAndMount = %v, want the attach error", err)
 	}
@@ -126,7 +127,9 @@ func TestForbiddenListNamesClusterInformers(t *testing.T) {
 	eventually(t, "the list error recorded", func() bool { return len(vm.listErrs.get()) > 0 })
 	waitCtx, waitCancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer waitCancel()
-	err = vm.WaitForAttachAndMount(waitCtx, csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false)))
+	err = vm.WaitForAttachAndMount(waitCtx, csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "vol"},
+	}}))
 	for _, want := range []string{"forbidden", "Config.ClusterInformers", "leave it false"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not say %q", err, want)
@@ -154,8 +157,8 @@ func TestObjectCacheHoldsWhatPodsUse(t *testing.T) {
 	pvName := e.claim("vol")
 	claimRef := objectcache.Ref{Kind: objectcache.PersistentVolumeClaim, Namespace: "ns", Name: "vol"}
 	pvRef := objectcache.Ref{Kind: objectcache.PersistentVolume, Name: pvName}
-	p1 := csitest.Pod("ns", "p1", csitest.WithPVC("data", "vol", false))
-	p2 := csitest.Pod("ns", "p2", csitest.WithPVC("data", "vol", false))
+	p1 := csitest.Pod("ns", "p1", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}})
+	p2 := csitest.Pod("ns", "p2", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}})
 	for _, p := range []*v1.Pod{p1, p2} {
 		if err := e.mount(p, 10*time.Second); err != nil {
 			t.Fatal(err)
@@ -191,7 +194,7 @@ func TestObjectCacheHoldsWhatPodsUse(t *testing.T) {
 // read marks it between the hold and the resolution), so that the pod is
 // resolved again and then holds the claim's volume.
 func TestHoldObjectsAnnouncesFirstClaim(t *testing.T) {
-	pvc, pv := csitest.BoundClaim("ns", "c", "d.example.com", "h")
+	pvc, pv := csitest.BoundClaim("ns", "c", csitest.PVSpec{Driver: "d.example.com", Handle: "h"})
 	client := restrictedClient()
 	for _, o := range []runtime.Object{pvc, pv} {
 		if err := client.Tracker().Add(o); err != nil {
@@ -211,7 +214,7 @@ func TestHoldObjectsAnnouncesFirstClaim(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); vm.objects.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "c", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "c"}}})
 	vm.holdObjects(pod.UID, pod)
 	close(gate) // the claim answers after the hold, before any resolution
 	claimRef := objectcache.Ref{Kind: objectcache.PersistentVolumeClaim, Namespace: "ns", Name: "c"}
@@ -237,11 +240,13 @@ func TestObjectCacheTrims(t *testing.T) {
 	managed := []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate}}
 	var pvs []string
 	for _, name := range []string{"vol-a", "vol-b"} {
-		pvc, pv := csitest.BoundClaim("ns", name, e.drv.DriverName(), "handle-"+name)
+		pvc, pv := csitest.BoundClaim("ns", name, csitest.PVSpec{Driver: e.drv.DriverName(), Handle: "handle-" + name})
 		pvc.ManagedFields, pv.ManagedFields = managed, managed
 		e.create(pvc, pv)
 		pvs = append(pvs, pv.Name)
-		if err := e.mount(csitest.Pod("ns", "p-"+name, csitest.WithPVC("data", name, false)), 10*time.Second); err != nil {
+		if err := e.mount(csitest.Pod("ns", "p-"+name, csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: name},
+		}}), 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}

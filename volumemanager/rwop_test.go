@@ -20,9 +20,9 @@ import (
 // call for it); once the first pod is deleted, the second one mounts.
 func TestReadWriteOncePodConflict(t *testing.T) {
 	e := newEnv(t, envOptions{driver: csitest.Options{SingleNodeMultiWriter: true}})
-	pvName := e.claim("db", csitest.PVAccessModes(v1.ReadWriteOncePod))
-	p1 := csitest.Pod("ns", "p1", csitest.WithPVC("data", "db", false))
-	p2 := csitest.Pod("ns", "p2", csitest.WithPVC("data", "db", false))
+	pvName := e.claimWith("db", csitest.PVSpec{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod}})
+	p1 := csitest.Pod("ns", "p1", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "db"}}})
+	p2 := csitest.Pod("ns", "p2", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "db"}}})
 	if err := e.mount(p1, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,10 @@ import (
 // sameClaimPod is a pod with claim "data" in two volumes, a and b
 // (kubernetes#122140), read-only as asked.
 func sameClaimPod(roA, roB bool) *v1.Pod {
-	return csitest.Pod("ns", "p", csitest.WithPVC("a", "data", roA), csitest.WithPVC("b", "data", roB))
+	return csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "a", Claim: "data", ReadOnly: roA},
+		{Name: "b", Claim: "data", ReadOnly: roB},
+	}})
 }
 
 // withoutVolume returns pod without its volume name and the mounts of it.
@@ -177,8 +180,8 @@ func TestSameClaimWaitCauses(t *testing.T) {
 // the one idempotent publish an Uncertain mount gets.
 func TestSameClaimRestart(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "data", drv.DriverName(), "handle-data")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv)
+	pvc, pv := csitest.BoundClaim("ns", "data", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-data"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv)
 	root := t.TempDir()
 	pod := sameClaimPod(false, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -238,8 +241,12 @@ func TestSameClaimSELinux(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-			pvc, pv := csitest.BoundClaim("ns", "data", drv.DriverName(), "handle-data", csitest.PVAccessModes(v1.ReadWriteOncePod))
-			client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false, csitest.DriverSELinuxMount()), pvc, pv)
+			pvc, pv := csitest.BoundClaim("ns", "data", csitest.PVSpec{
+				Driver:      drv.DriverName(),
+				Handle:      "handle-data",
+				AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod},
+			})
+			client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{SELinuxMount: true}), pvc, pv)
 			vm, stop := seLinuxVM(t, client, t.TempDir(), drv, true, nil)
 			defer stop()
 			pod := sameClaimPod(false, false)
@@ -291,10 +298,10 @@ func TestSameClaimSELinux(t *testing.T) {
 func TestTwoPVsOneVolume(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	pv1 := e.claim("one")
-	pvc2, pv2 := csitest.BoundClaim("ns", "two", e.drv.DriverName(), "handle-one")
+	pvc2, pv2 := csitest.BoundClaim("ns", "two", csitest.PVSpec{Driver: e.drv.DriverName(), Handle: "handle-one"})
 	e.create(pvc2, pv2)
-	p1 := csitest.Pod("ns", "p1", csitest.WithPVC("data", "one", false))
-	p2 := csitest.Pod("ns", "p2", csitest.WithPVC("data", "two", false))
+	p1 := csitest.Pod("ns", "p1", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "one"}}})
+	p2 := csitest.Pod("ns", "p2", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "two"}}})
 	for _, p := range []*v1.Pod{p1, p2} {
 		if err := e.mount(p, 10*time.Second); err != nil {
 			t.Fatal(err)
@@ -344,12 +351,12 @@ func TestTwoPVsOneVolume(t *testing.T) {
 // longer wanted is unpublished there, before the unstage.
 func TestTwoPVsOneVolumeRestart(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc1, pv1 := csitest.BoundClaim("ns", "one", drv.DriverName(), "handle-one")
-	pvc2, pv2 := csitest.BoundClaim("ns", "two", drv.DriverName(), "handle-one")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc1, pv1, pvc2, pv2)
+	pvc1, pv1 := csitest.BoundClaim("ns", "one", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-one"})
+	pvc2, pv2 := csitest.BoundClaim("ns", "two", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-one"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc1, pv1, pvc2, pv2)
 	root := t.TempDir()
-	p1 := csitest.Pod("ns", "p1", csitest.WithPVC("data", "one", false))
-	p2 := csitest.Pod("ns", "p2", csitest.WithPVC("data", "two", false))
+	p1 := csitest.Pod("ns", "p1", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "one"}}})
+	p2 := csitest.Pod("ns", "p2", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "two"}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 

@@ -54,7 +54,7 @@ func TestSelfAttach(t *testing.T) {
 	unstages.Store(&countUnstages)
 	csitest.NewFakeAttacher(t, client, csitest.AttacherOptions{Driver: e.drv.DriverName(), Metadata: map[string]string{"dev": "/dev/x"}})
 	pvName := e.claim("vol")
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestSelfAttachOtherNode(t *testing.T) {
 	name := csiplugin.AttachmentName("handle-vol", e.drv.DriverName(), node)
 	other := csitest.VolumeAttachment(name, e.drv.DriverName(), "pv-vol", "node-2", true)
 	e.create(other)
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "vol", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}})
 	err := e.mount(pod, 500*time.Millisecond)
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("WaitForAttachAndMount = %v", err)
@@ -188,8 +188,8 @@ func TestSetNodeAttachMode(t *testing.T) {
 // CSINode (created at start) carries the count.
 func TestResourceExhaustedRefreshesAllocatable(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true, MaxVolumes: 4})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-	csiDriver := csitest.CSIDriver(drv.DriverName(), false)
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+	csiDriver := csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{})
 	csiDriver.Spec.NodeAllocatableUpdatePeriodSeconds = ptr.To[int64](3600)
 	client := fake.NewClientset(csiDriver, pvc, pv, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}})
 	root := csitest.SocketDir(t) // the registrar's socket goes in root/plugins_registry
@@ -220,7 +220,7 @@ func TestResourceExhaustedRefreshesAllocatable(t *testing.T) {
 		t.Fatalf("NodeGetInfo called %d times at registration", n)
 	}
 	drv.Inject(csitest.Fault{Method: "NodeStageVolume", Err: status.Error(codes.ResourceExhausted, "too many volumes"), Times: 1})
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 	vm.AddPod(pod)
 	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
 		t.Fatal(err)
@@ -239,7 +239,7 @@ func TestResourceExhaustedRefreshesAllocatable(t *testing.T) {
 // other nodes, or not named as the node names its own, are left alone.
 func TestSelfAttachAdoptsAttachmentWithNothingOnDisk(t *testing.T) {
 	driver := csitest.DefaultDriverName
-	pvc, pv := csitest.BoundClaim("ns", "vol", driver, "handle-vol")
+	pvc, pv := csitest.BoundClaim("ns", "vol", csitest.PVSpec{Driver: driver, Handle: "handle-vol"})
 	own := csitest.VolumeAttachment(csiplugin.AttachmentName("handle-vol", driver, node), driver, pv.Name, node, true)
 	other := csitest.VolumeAttachment(csiplugin.AttachmentName("handle-vol", driver, "node-2"), driver, pv.Name, "node-2", true)
 	stranger := csitest.VolumeAttachment("made-by-hand", driver, pv.Name, node, true)

@@ -32,8 +32,8 @@ const (
 
 // seLinuxPod is a pod mounting claim as volume "data", with the pod-level
 // SELinux level (none when empty).
-func seLinuxPod(name, claim, level string, opts ...csitest.PodOption) *v1.Pod {
-	pod := csitest.Pod("ns", name, append([]csitest.PodOption{csitest.WithPVC("data", claim, false)}, opts...)...)
+func seLinuxPod(name, claim, level string) *v1.Pod {
+	pod := csitest.Pod("ns", name, csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: claim}}})
 	if level != "" {
 		pod.Spec.SecurityContext = &v1.PodSecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: level}}
 	}
@@ -112,12 +112,8 @@ func TestSELinuxMountOptions(t *testing.T) {
 			if modes == nil {
 				modes = []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod}
 			}
-			pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a", csitest.PVAccessModes(modes...), csitest.PVMountOptions("noatime"))
-			var driverOpts []csitest.CSIDriverOption
-			if !tc.noDriverOpt {
-				driverOpts = append(driverOpts, csitest.DriverSELinuxMount())
-			}
-			client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false, driverOpts...), pvc, pv)
+			pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a", AccessModes: modes, MountOptions: []string{"noatime"}})
+			client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{SELinuxMount: !tc.noDriverOpt}), pvc, pv)
 			root := t.TempDir()
 			vm, stop := seLinuxVM(t, client, root, drv, !tc.hostOff, nil)
 			defer stop()
@@ -172,8 +168,12 @@ func TestSELinuxMountOptions(t *testing.T) {
 // context.
 func TestSELinuxConflict(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a", csitest.PVAccessModes(v1.ReadWriteOncePod))
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false, csitest.DriverSELinuxMount()), pvc, pv)
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{
+		Driver:      drv.DriverName(),
+		Handle:      "handle-a",
+		AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod},
+	})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{SELinuxMount: true}), pvc, pv)
 	events := record.NewFakeRecorder(100)
 	vm, stop := seLinuxVM(t, client, t.TempDir(), drv, true, events)
 	defer stop()
@@ -261,8 +261,12 @@ func TestSELinuxConflict(t *testing.T) {
 // conflicts with it.
 func TestSELinuxContextRestored(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a", csitest.PVAccessModes(v1.ReadWriteOncePod))
-	client := fake.NewClientset([]runtime.Object{csitest.CSIDriver(drv.DriverName(), false, csitest.DriverSELinuxMount()), pvc, pv}...)
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{
+		Driver:      drv.DriverName(),
+		Handle:      "handle-a",
+		AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod},
+	})
+	client := fake.NewClientset([]runtime.Object{csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{SELinuxMount: true}), pvc, pv}...)
 	root := t.TempDir()
 	podA, podB := seLinuxPod("a", "a", levelA), seLinuxPod("b", "a", levelB)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

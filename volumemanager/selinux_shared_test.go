@@ -47,8 +47,8 @@ func seLinuxMetricsVM(t *testing.T, client *fake.Clientset, drv *csitest.Server)
 // counted admitted once.
 func TestSELinuxSharedVolume(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a", csitest.PVAccessModes(v1.ReadWriteMany))
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false, csitest.DriverSELinuxMount()), pvc, pv)
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a", AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{SELinuxMount: true}), pvc, pv)
 	vm, reg, stop := seLinuxMetricsVM(t, client, drv)
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -109,9 +109,11 @@ func TestSELinuxSharedVolume(t *testing.T) {
 // context is counted admitted, yet mounted with none.
 func TestSELinuxContainersDisagree(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a", csitest.PVAccessModes(v1.ReadWriteOnce))
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false, csitest.DriverSELinuxMount(),
-		csitest.DriverLifecycleModes(storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral)), pvc, pv)
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a", AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{
+		SELinuxMount:   true,
+		LifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral},
+	}), pvc, pv)
 	vm, reg, stop := seLinuxMetricsVM(t, client, drv)
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -140,9 +142,13 @@ func TestSELinuxContainersDisagree(t *testing.T) {
 		t.Fatalf("pod on a PV: wait error %v, want the containers' labels, not final", err)
 	}
 
-	inlinePod := disagree(csitest.Pod("ns", "inline", csitest.WithInlineCSI("data", drv.DriverName(), false, nil)))
+	inlinePod := disagree(csitest.Pod("ns", "inline", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: drv.DriverName()}}},
+	}}))
 	inlinePod.Spec.SecurityContext = &v1.PodSecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: levelA}}
-	labelled := csitest.Pod("ns", "labelled", csitest.WithInlineCSI("data", drv.DriverName(), false, nil))
+	labelled := csitest.Pod("ns", "labelled", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "data", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: drv.DriverName()}}},
+	}})
 	labelled.Spec.SecurityContext = &v1.PodSecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: levelA}}
 	for _, p := range []*v1.Pod{inlinePod, labelled} {
 		vm.AddPod(p)

@@ -45,16 +45,16 @@ func histogramCounts(t *testing.T, reg prometheus.Gatherer, name string) map[str
 // counts are summed, and the registry gathers without duplicate series.
 func TestTwoManagersShareRegisterer(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvcA, pvA := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-	pvcB, pvB := csitest.BoundClaim("ns", "b", drv.DriverName(), "handle-b")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvcA, pvA, pvcB, pvB)
+	pvcA, pvA := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+	pvcB, pvB := csitest.BoundClaim("ns", "b", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-b"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvcA, pvA, pvcB, pvB)
 	reg := prometheus.NewRegistry()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, claim := range []string{"a", "b"} {
 		vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), Registerer: reg}, drv)
 		defer stop()
-		pod := csitest.Pod("ns", "p-"+claim, csitest.WithPVC("data", claim, false))
+		pod := csitest.Pod("ns", "p-"+claim, csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: claim}}})
 		vm.AddPod(pod)
 		if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
 			t.Fatal(err)
@@ -100,8 +100,8 @@ func (v *kubeletHistogramVec) WithLabelValues(lvs ...string) interface{ Observe(
 // another shape is a clear error from New.
 func TestKubeletOperationMetricShared(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv)
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv)
 	reg := prometheus.NewRegistry()
 	kubelet := &kubeletHistogramVec{prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "storage_operation_duration_seconds",
@@ -113,7 +113,7 @@ func TestKubeletOperationMetricShared(t *testing.T) {
 
 	vm, stop := startVMWith(t, Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), Registerer: reg}, drv)
 	defer stop()
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 	vm.AddPod(pod)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

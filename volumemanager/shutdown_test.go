@@ -33,8 +33,8 @@ func TestShutdownGracePeriod(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-			pvc, pv := csitest.BoundClaim("ns", "data", drv.DriverName(), "handle-data")
-			client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv)
+			pvc, pv := csitest.BoundClaim("ns", "data", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-data"})
+			client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv)
 			vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(),
 				Mounter: mount.NewFakeMounter(nil), ShutdownGracePeriod: tt.grace})
 			if err != nil {
@@ -53,7 +53,7 @@ func TestShutdownGracePeriod(t *testing.T) {
 			}
 			drv.Inject(fault)
 			vm.MarkPodsSynced()
-			vm.AddPod(csitest.Pod("ns", "web", csitest.PodNode(node), csitest.WithPVC("data", "data", false)))
+			vm.AddPod(csitest.Pod("ns", "web", csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{{Name: "data", Claim: "data"}}}))
 			waitCtx, done := context.WithTimeout(context.Background(), 10*time.Second)
 			defer done()
 			if err := drv.WaitForCalls(waitCtx, "NodeStageVolume", 1); err != nil {
@@ -69,7 +69,7 @@ func TestShutdownGracePeriod(t *testing.T) {
 			case <-waitCtx.Done():
 				t.Fatal("Run did not return after the shutdown")
 			}
-			if _, staged := drv.Staged("handle-data"); staged != tt.wantStaged {
+			if _, staged := drv.StagedVolumes()["handle-data"]; staged != tt.wantStaged {
 				t.Errorf("staged after the shutdown = %v, want %v", staged, tt.wantStaged)
 			}
 			if n := drv.Calls("NodePublishVolume"); n != 0 {

@@ -37,9 +37,10 @@ func newSizeLimitEnv(t *testing.T, off bool) *sizeLimitEnv {
 	s := &sizeLimitEnv{got: make(chan SizeLimitExceeded, 10), prom: prometheus.NewRegistry(), clock: testingclock.NewFakeClock(time.Now())}
 	s.env = newEnv(t, envOptions{clock: s.clock, registerer: s.prom, sizeLimit: SizeLimitConfig{Off: off,
 		OnExceeded: func(_ context.Context, e SizeLimitExceeded) { s.got <- e }}})
-	s.pod = csitest.Pod("ns", "p",
-		csitest.WithVolume(v1.Volume{Name: "cache", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{SizeLimit: &limit}}}, false),
-		csitest.WithVolume(v1.Volume{Name: "free", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}, false))
+	s.pod = csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "cache", Source: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{SizeLimit: &limit}}},
+		{Name: "free", Source: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+	}})
 	if err := s.mount(s.pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -24,8 +24,8 @@ import (
 // once per period however often they are scraped.
 func TestVolumeStats(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true, GetVolumeStats: true})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv)
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv)
 	prom := prometheus.NewRegistry()
 	vm, err := New(Config{NodeName: node, KubeClient: client, RootDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil), Registerer: prom})
 	if err != nil {
@@ -39,7 +39,7 @@ func TestVolumeStats(t *testing.T) {
 	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 	vm.AddPod(pod)
 	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
 		t.Fatal(err)
@@ -97,15 +97,15 @@ func TestVolumeStatsEveryKind(t *testing.T) {
 		&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "token"}, Data: map[string][]byte{"password": []byte("s3cret")}},
 	}})
 	e.claim("a")
-	pod := csitest.Pod("ns", "p", csitest.PodServiceAccount("app"),
-		csitest.WithPVC("data", "a", false),
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{ServiceAccount: "app", Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "a"},
 		withConfigMap("config", "settings"),
 		withSecret("creds", "token"),
 		withDownwardLabels("info"),
 		withKubeAPIAccess("kube-api-access-x7k2p"),
-		csitest.WithVolume(v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}, false),
-		csitest.WithVolume(v1.Volume{Name: "host", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: t.TempDir()}}}, false),
-	)
+		{Name: "scratch", Source: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+		{Name: "host", Source: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: t.TempDir()}}},
+	}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 func TestInformerTransformInstalled(t *testing.T) {
 	for _, own := range []bool{true, false} {
 		t.Run(map[bool]string{true: "own informers", false: "Config.InformerFactory"}[own], func(t *testing.T) {
-			pvc, pv := csitest.BoundClaim("ns", "claim", "drv.example.com", "handle")
+			pvc, pv := csitest.BoundClaim("ns", "claim", csitest.PVSpec{Driver: "drv.example.com", Handle: "handle"})
 			noise(&pvc.ObjectMeta, nil)
 			client := fake.NewSimpleClientset(pvc, pv) //nolint:staticcheck // as the other tests
 			drv := csitest.New(t, csitest.Options{})

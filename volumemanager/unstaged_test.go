@@ -39,7 +39,7 @@ func unstagedNow(vm *VolumeManager) error {
 func TestWaitForUnstagedWaitsForNodeUnstage(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.claim("data")
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "data", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "data"}}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestWaitForUnstagedWaitsForNodeUnstage(t *testing.T) {
 	if err := e.drv.WaitForCalls(ctx, "NodeUnstageVolume", 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, staged := e.drv.Staged("handle-data"); !staged {
+	if _, staged := e.drv.StagedVolumes()["handle-data"]; !staged {
 		t.Fatal("the volume is not staged any more while its NodeUnstageVolume is held")
 	}
 	done := make(chan error, 1)
@@ -91,7 +91,7 @@ func TestWaitForUnstagedWaitsForNodeUnstage(t *testing.T) {
 func TestWaitForUnstagedNamesUnstageError(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.claim("data")
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "data", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "data"}}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestWaitForUnstagedNamesUnstageError(t *testing.T) {
 // wait ends although nothing was ever set up for it.
 func TestWaitForUnstagedPods(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "missing", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "missing"}}})
 	if err := e.vm.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestWaitForUnstagedPods(t *testing.T) {
 func TestWaitForUnstagedAfterRun(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.claim("data")
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "data", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "data"}}})
 	if err := e.mount(pod, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}

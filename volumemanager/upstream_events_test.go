@@ -48,7 +48,7 @@ func TestPodConditionsFailedMountEvent(t *testing.T) {
 				t.Cleanup(broadcaster.Shutdown)
 				cfg.EventRecorder = broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName})
 			}})
-			pod := csitest.Pod("ns", "pod-"+strings.ToLower(tt.name))
+			pod := csitest.Pod("ns", "pod-"+strings.ToLower(tt.name), csitest.PodSpec{})
 			pod.Spec.Volumes = []v1.Volume{tt.volume}
 			pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: tt.volume.Name, MountPath: tt.mount}}
 			env.Manager.AddPod(pod)

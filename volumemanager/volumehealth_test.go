@@ -79,8 +79,8 @@ func startHealthEnv(t *testing.T, opts csitest.Options, hc *VolumeHealthConfig, 
 	t.Helper()
 	opts.CreateTargetDirs = true
 	e := &healthEnv{t: t, drv: csitest.New(t, opts), clk: fakeclock.NewFakeClock(time.Now()), reg: prometheus.NewRegistry(), updater: &recordingUpdater{}}
-	pvc, pv := csitest.BoundClaim("ns", "a", e.drv.DriverName(), "handle-a")
-	e.client = fake.NewClientset(csitest.CSIDriver(e.drv.DriverName(), false), pvc, pv, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: e.drv.DriverName(), Handle: "handle-a"})
+	e.client = fake.NewClientset(csitest.CSIDriver(e.drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: node}})
 	if hc != nil && !noUpdater {
 		hc.Updater = e.updater
 	}
@@ -94,7 +94,7 @@ func startHealthEnv(t *testing.T, opts csitest.Options, hc *VolumeHealthConfig, 
 // mount adds pod ns/p with the claim as volume "data" and waits for it.
 func (e *healthEnv) mount() *v1.Pod {
 	e.t.Helper()
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 	e.vm.AddPod(pod)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -222,10 +222,10 @@ func TestVolumeHealthProbes(t *testing.T) {
 		}
 	}
 	req := e.lastHealthRequest()
-	staged, _ := e.drv.Staged("handle-a")
+	staged := e.drv.StagedVolumes()["handle-a"]
 	if req.GetVolumeId() != "handle-a" || req.GetStagingTargetPath() != staged || staged == "" ||
-		!cmp.Equal([]string{req.GetVolumePublishPath()}, e.drv.Published("handle-a")) {
-		t.Errorf("request %v; staged at %q, published at %q", req, staged, e.drv.Published("handle-a"))
+		!cmp.Equal([]string{req.GetVolumePublishPath()}, e.drv.PublishedVolumes()["handle-a"]) {
+		t.Errorf("request %v; staged at %q, published at %q", req, staged, e.drv.PublishedVolumes()["handle-a"])
 	}
 }
 
@@ -236,7 +236,7 @@ func TestVolumeHealthAttempted(t *testing.T) {
 	e := startHealthEnv(t, csitest.Options{VolumeHealth: true}, &VolumeHealthConfig{ProbeInterval: healthInterval, NoStorageHealth: true}, false)
 	e.drv.Inject(csitest.Fault{Method: "NodeStageVolume", Err: status.Error(codes.Internal, "no path to the array")})
 	e.drv.SetVolumeHealth("handle-a", volumeEntry(csipb.VolumeHealthErrorType_INACCESSIBLE, "NoPath", "array unreachable"))
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 	e.vm.AddPod(pod)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -41,8 +41,8 @@ func TestWaitErrorNamesCause(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			drv := csitest.New(t, csitest.Options{CreateTargetDirs: true})
-			pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-			objs := []runtime.Object{csitest.CSIDriver(drv.DriverName(), true), pvc, pv}
+			pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+			objs := []runtime.Object{csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{AttachRequired: true}), pvc, pv}
 			if tt.node {
 				objs = append(objs, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
 			}
@@ -62,7 +62,7 @@ func TestWaitErrorNamesCause(t *testing.T) {
 			if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
 				t.Fatal(err)
 			}
-			pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+			pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 			short, stop := context.WithTimeout(ctx, 500*time.Millisecond)
 			err = vm.WaitForAttachAndMount(short, pod)
 			stop()

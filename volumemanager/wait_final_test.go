@@ -34,7 +34,7 @@ func probe(t *testing.T, vm *VolumeManager, pod *v1.Pod) *WaitError {
 // waiting on the others, and every error names its cause.
 func TestWaitFinal(t *testing.T) {
 	const grace = 10 * time.Second
-	pvcHost, pvHost := csitest.BoundClaim("ns", "host", "unused", "h")
+	pvcHost, pvHost := csitest.BoundClaim("ns", "host", csitest.PVSpec{Driver: "unused", Handle: "h"})
 	pvHost.Spec.CSI = nil
 	pvHost.Spec.ISCSI = &v1.ISCSIPersistentVolumeSource{TargetPortal: "10.0.0.1:3260", IQN: "iqn.2001-04.com.example:t"}
 	tests := []struct {
@@ -52,7 +52,7 @@ func TestWaitFinal(t *testing.T) {
 			name:  "claim pending",
 			claim: "pend",
 			objects: func(*env) []runtime.Object {
-				return []runtime.Object{csitest.PVC("ns", "pend", "", csitest.PVCPending())}
+				return []runtime.Object{csitest.PVC("ns", "pend", "")}
 			},
 			want:       `volume "data": PVC ns/pend is not bound (phase "Pending")`,
 			afterGrace: true,
@@ -68,7 +68,7 @@ func TestWaitFinal(t *testing.T) {
 			name:  "driver not registered",
 			claim: "data",
 			objects: func(e *env) []runtime.Object {
-				pvc, pv := csitest.BoundClaim("ns", "data", e.drv.DriverName(), "handle-data")
+				pvc, pv := csitest.BoundClaim("ns", "data", csitest.PVSpec{Driver: e.drv.DriverName(), Handle: "handle-data"})
 				return []runtime.Object{pvc, pv}
 			},
 			noRegister: true,
@@ -82,7 +82,7 @@ func TestWaitFinal(t *testing.T) {
 			if tt.objects != nil {
 				e.create(tt.objects(e)...)
 			}
-			pod := csitest.Pod("ns", "web", csitest.PodNode(node), csitest.WithPVC("data", tt.claim, false))
+			pod := csitest.Pod("ns", "web", csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{{Name: "data", Claim: tt.claim}}})
 			if err := e.vm.AddPod(pod); err != nil {
 				t.Fatal(err)
 			}
@@ -138,7 +138,7 @@ func TestWaitFinal(t *testing.T) {
 func TestPodOfAnotherNode(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.claim("data")
-	foreign := csitest.Pod("ns", "web", csitest.PodNode("node-2"), csitest.WithPVC("data", "data", false))
+	foreign := csitest.Pod("ns", "web", csitest.PodSpec{Node: "node-2", Volumes: []csitest.PodVolume{{Name: "data", Claim: "data"}}})
 	want := `volumemanager: pod ns/web is bound to node "node-2", not to this node "node-1": its volumes are not mounted here`
 	if err := e.vm.AddPod(foreign); err == nil || err.Error() != want {
 		t.Errorf("AddPod = %v, want %s", err, want)
@@ -157,7 +157,7 @@ func TestPodOfAnotherNode(t *testing.T) {
 		t.Errorf("%d NodeStageVolume/NodePublishVolume calls for a pod of another node", n)
 	}
 
-	unbound := csitest.Pod("ns", "static", csitest.PodNode(""), csitest.WithPVC("data", "data", false))
+	unbound := csitest.Pod("ns", "static", csitest.PodSpec{Node: "", Volumes: []csitest.PodVolume{{Name: "data", Claim: "data"}}})
 	if err := e.mount(unbound, 10*time.Second); err != nil {
 		t.Fatalf("a pod with no nodeName: %v", err)
 	}

@@ -14,7 +14,7 @@ import (
 // final error, its context done), it gives back the channels it waited on:
 // kept, each pod would hold them for as long as it runs.
 func TestWaitKeepsNoChannel(t *testing.T) {
-	pvcHost, pvHost := csitest.BoundClaim("ns", "host", "unused", "h")
+	pvcHost, pvHost := csitest.BoundClaim("ns", "host", csitest.PVSpec{Driver: "unused", Handle: "h"})
 	pvHost.Spec.CSI = nil
 	pvHost.Spec.ISCSI = &v1.ISCSIPersistentVolumeSource{TargetPortal: "10.0.0.1:3260", IQN: "iqn.2001-04.com.example:t"}
 	for _, tt := range []struct {
@@ -23,7 +23,7 @@ func TestWaitKeepsNoChannel(t *testing.T) {
 	}{
 		{name: "mounted, then unmounted", run: func(t *testing.T, e *env) {
 			e.claim("vol")
-			pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "vol", false))
+			pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "vol"}}})
 			if err := e.mount(pod, 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
@@ -31,7 +31,7 @@ func TestWaitKeepsNoChannel(t *testing.T) {
 		}},
 		{name: "final error", run: func(t *testing.T, e *env) {
 			e.create(pvcHost, pvHost)
-			pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "host", false))
+			pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "host"}}})
 			if err := e.mount(pod, 10*time.Second); err == nil {
 				t.Fatal("WaitForAttachAndMount succeeded for a PV no plugin handles")
 			}
@@ -40,7 +40,7 @@ func TestWaitKeepsNoChannel(t *testing.T) {
 			// A claim that does not exist (yet): the volume cannot mount
 			// before the wait looks, and within the grace period its error
 			// is not final, so only the context ends the wait.
-			pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "later", false))
+			pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "later"}}})
 			if err := e.vm.AddPod(pod); err != nil {
 				t.Fatal(err)
 			}

@@ -38,7 +38,7 @@ func TestWaitFinalClockMovedBeforeTimer(t *testing.T) {
 	const grace = 7 * time.Second // no other timer of the manager lasts this long
 	clk := &stepBeforeTimer{FakeClock: fakeclock.NewFakeClock(time.Now()), d: grace, step: grace}
 	e := newEnv(t, envOptions{clock: clk, claimGrace: grace})
-	pod := csitest.Pod("ns", "web", csitest.PodNode(node), csitest.WithPVC("data", "nope", false))
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{{Name: "data", Claim: "nope"}}})
 	if err := e.vm.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}

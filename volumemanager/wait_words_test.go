@@ -39,8 +39,8 @@ func TestWaitErrorNamesTheStep(t *testing.T) {
 	go func() { done <- vm.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	defer close(m.release)
-	pod := csitest.Pod("ns", "p", csitest.WithVolume(v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{
-		EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory}}}, false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "scratch", Source: v1.VolumeSource{
+		EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory}}}}})
 	vm.AddPod(pod)
 	short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
 	err = vm.WaitForAttachAndMount(short, pod)

@@ -35,8 +35,8 @@ func TestSharesKubeletMetrics(t *testing.T) {
 	// The kubelet's registry lives as long as the process: a driver of
 	// its own names each run's series (go test -count).
 	drv := csitest.New(t, csitest.Options{CreateTargetDirs: true, DriverName: fmt.Sprintf("run%d.shared.csitest.nodevol.io", sharedRuns.Add(1))})
-	pvc, pv := csitest.BoundClaim("ns", "a", drv.DriverName(), "handle-a")
-	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), false), pvc, pv)
+	pvc, pv := csitest.BoundClaim("ns", "a", csitest.PVSpec{Driver: drv.DriverName(), Handle: "handle-a"})
+	client := fake.NewClientset(csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}), pvc, pv)
 	reconstructedBefore := gatherSeries(t)[`reconstruct_volume_operations_total{}`]
 	vm, err := volumemanager.New(volumemanager.Config{NodeName: "node-1", KubeClient: client, RootDir: t.TempDir(),
 		Mounter: mount.NewFakeMounter(nil), Registerer: legacyregistry.Registerer()})
@@ -56,7 +56,7 @@ func TestSharesKubeletMetrics(t *testing.T) {
 	if err := vm.Drivers().Register(ctx, drv.DriverName(), drv.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "a", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "a"}}})
 	vm.AddPod(pod)
 	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
 		t.Fatal(err)

@@ -58,7 +58,7 @@ func KubeAPIAccess(name string) v1.Volume {
 // a PV of driver, which it returns too.
 func Objects(n int, node, driver string) ([]kruntime.Object, []*v1.Pod, []*v1.PersistentVolume) {
 	objs := []kruntime.Object{
-		csitest.CSIDriver(driver, false),
+		csitest.CSIDriver(driver, csitest.CSIDriverSpec{}),
 		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
 		&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "kube-root-ca.crt"},
 			Data: map[string]string{"ca.crt": "-----BEGIN CERTIFICATE-----\nthe cluster's CA\n-----END CERTIFICATE-----\n"}},
@@ -67,19 +67,25 @@ func Objects(n int, node, driver string) ([]kruntime.Object, []*v1.Pod, []*v1.Pe
 	pvs := make([]*v1.PersistentVolume, n)
 	for i := range pods {
 		config, creds, claim := fmt.Sprintf("app-config-%d", i), fmt.Sprintf("app-creds-%d", i), fmt.Sprintf("claim-%d", i)
-		pvc, pv := csitest.BoundClaim("ns", claim, driver, "handle-"+claim, csitest.PVAccessModes(v1.ReadWriteMany))
+		pvc, pv := csitest.BoundClaim("ns", claim, csitest.PVSpec{
+			Driver:      driver,
+			Handle:      "handle-" + claim,
+			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany},
+		})
 		objs = append(objs, pvc, pv,
 			&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: config}, Data: map[string]string{"app.conf": "replicas=3\nlevel=info\n"}},
 			csitest.Secret("ns", creds, map[string]string{"username": "app", "password": "hunter2"}))
 		pvs[i] = pv
-		pods[i] = csitest.Pod("ns", fmt.Sprintf("pod-%d", i), csitest.PodServiceAccount("default"),
-			csitest.WithVolume(KubeAPIAccess(fmt.Sprintf("kube-api-access-%05d", i)), true),
-			csitest.WithVolume(v1.Volume{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
-				LocalObjectReference: v1.LocalObjectReference{Name: config}, DefaultMode: &apiDefaultMode}}}, true),
-			csitest.WithVolume(v1.Volume{Name: "creds", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{
-				SecretName: creds, DefaultMode: &apiDefaultMode}}}, true),
-			csitest.WithVolume(v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}, false),
-			csitest.WithPVC("data", claim, false))
+		access := KubeAPIAccess(fmt.Sprintf("kube-api-access-%05d", i))
+		pods[i] = csitest.Pod("ns", fmt.Sprintf("pod-%d", i), csitest.PodSpec{ServiceAccount: "default", Volumes: []csitest.PodVolume{
+			{Name: access.Name, Source: access.VolumeSource, ReadOnly: true},
+			{Name: "config", Source: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
+				LocalObjectReference: v1.LocalObjectReference{Name: config}, DefaultMode: &apiDefaultMode}}, ReadOnly: true},
+			{Name: "creds", Source: v1.VolumeSource{Secret: &v1.SecretVolumeSource{
+				SecretName: creds, DefaultMode: &apiDefaultMode}}, ReadOnly: true},
+			{Name: "scratch", Source: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+			{Name: "data", Claim: claim},
+		}})
 	}
 	return objs, pods, pvs
 }

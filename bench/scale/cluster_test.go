@@ -100,7 +100,7 @@ func (c *cluster) createShared(ctx context.Context) error {
 			return fmt.Errorf(createErr, "namespace "+ns, err)
 		}
 	}
-	if _, err := c.admin.StorageV1().CSIDrivers().Create(ctx, csitest.CSIDriver(c.driver.DriverName(), false), metav1.CreateOptions{}); err != nil {
+	if _, err := c.admin.StorageV1().CSIDrivers().Create(ctx, csitest.CSIDriver(c.driver.DriverName(), csitest.CSIDriverSpec{}), metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf(createErr, "CSIDriver "+c.driver.DriverName(), err)
 	}
 	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cmName}, Data: map[string]string{cmKey: "v1"}}
@@ -145,7 +145,7 @@ func (c *cluster) grantInformers(ctx context.Context, users []string) error {
 // name in ns (status Bound) and the CSI volume bound to it (claimRef with
 // the claim's UID); three requests.
 func (c *cluster) createClaim(ctx context.Context, ns, name string) error {
-	pvc, pv := csitest.BoundClaim(ns, name, c.driver.DriverName(), "handle-"+ns+"-"+name)
+	pvc, pv := csitest.BoundClaim(ns, name, csitest.PVSpec{Driver: c.driver.DriverName(), Handle: "handle-" + ns + "-" + name})
 	claims := c.admin.CoreV1().PersistentVolumeClaims(ns)
 	created, err := claims.Create(ctx, pvc, metav1.CreateOptions{})
 	if err != nil {

@@ -185,15 +185,15 @@ func (c *cluster) createPods(ctx context.Context, node string, n int) (map[strin
 	uids := make(map[string]string, n)
 	for i := range n {
 		claim := claimName(node, i)
-		opts := []csitest.PodOption{csitest.PodNode(node), csitest.WithPVC("data", claim, false)}
+		spec := csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{{Name: "data", Claim: claim}}}
 		if !*scaleW1 {
-			opts = append(opts,
-				csitest.WithVolume(v1.Volume{Name: "config", VolumeSource: v1.VolumeSource{
-					ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: cmName}}}}, true),
-				csitest.WithVolume(v1.Volume{Name: "creds", VolumeSource: v1.VolumeSource{
-					Secret: &v1.SecretVolumeSource{SecretName: secName}}}, true))
+			spec.Volumes = append(spec.Volumes,
+				csitest.PodVolume{Name: "config", Source: v1.VolumeSource{
+					ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: cmName}}}, ReadOnly: true},
+				csitest.PodVolume{Name: "creds", Source: v1.VolumeSource{
+					Secret: &v1.SecretVolumeSource{SecretName: secName}}, ReadOnly: true})
 		}
-		pod := csitest.Pod(appsNS, fmt.Sprintf("%s-pod-%03d", node, i), opts...)
+		pod := csitest.Pod(appsNS, fmt.Sprintf("%s-pod-%03d", node, i), spec)
 		created, err := c.admin.CoreV1().Pods(appsNS).Create(ctx, pod, metav1.CreateOptions{})
 		if err != nil {
 			return nil, fmt.Errorf(createErr, "pod "+pod.Name, err)
@@ -207,7 +207,7 @@ func (c *cluster) createPods(ctx context.Context, node string, n int) (map[strin
 // unless -scale.w1, its configMap's and secret's files are written.
 func (c *cluster) mounted(a *agent, uids map[string]string) bool {
 	for uid, handle := range uids {
-		if len(c.driver.Published(handle)) == 0 {
+		if len(c.driver.PublishedVolumes()[handle]) == 0 {
 			return false
 		}
 		if *scaleW1 {
@@ -311,7 +311,7 @@ func (c *cluster) givePodsBack(ctx context.Context, a *agent, uids map[string]st
 	}
 	return a.wait(ctx, "every pod's volumes given back", mountWait, func() bool {
 		for _, handle := range uids {
-			if len(c.driver.Published(handle)) > 0 {
+			if len(c.driver.PublishedVolumes()[handle]) > 0 {
 				return false
 			}
 		}

@@ -290,11 +290,11 @@ func (a *fakeAttacher) run(ctx context.Context, fn func() error) {
 }
 
 // AttachVolume plays the attach-detach controller: it creates the
-// VolumeAttachment of a CSI PV on node (see VolumeAttachmentFor), for the
+// VolumeAttachment of a CSI PV on node (see volumeAttachmentFor), for the
 // fake attacher to attach. If it exists already it returns the existing
 // one.
 func AttachVolume(ctx context.Context, client kubernetes.Interface, pv *v1.PersistentVolume, node string) (*storagev1.VolumeAttachment, error) {
-	va, err := VolumeAttachmentFor(pv, node)
+	va, err := volumeAttachmentFor(pv, node)
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +309,7 @@ func AttachVolume(ctx context.Context, client kubernetes.Interface, pv *v1.Persi
 // detachVolume plays the attach-detach controller detaching a CSI PV from
 // node: it deletes the VolumeAttachment. A missing one is not an error.
 func detachVolume(ctx context.Context, client kubernetes.Interface, pv *v1.PersistentVolume, node string) error {
-	va, err := VolumeAttachmentFor(pv, node)
+	va, err := volumeAttachmentFor(pv, node)
 	if err != nil {
 		return err
 	}
@@ -318,4 +318,15 @@ func detachVolume(ctx context.Context, client kubernetes.Interface, pv *v1.Persi
 		return nil
 	}
 	return err
+}
+
+// volumeAttachmentFor returns the unattached VolumeAttachment that the
+// attach-detach controller creates for a CSI volume on node, named as the
+// kubelet expects. It fails if pv has no CSI source.
+func volumeAttachmentFor(pv *v1.PersistentVolume, node string) (*storagev1.VolumeAttachment, error) {
+	src := pv.Spec.CSI
+	if src == nil {
+		return nil, fmt.Errorf("csitest: persistent volume %s has no CSI source", pv.Name)
+	}
+	return VolumeAttachment(attachmentName(src.VolumeHandle, src.Driver, node), src.Driver, pv.Name, node, false), nil
 }

@@ -35,12 +35,12 @@ func waitForVA(t *testing.T, client kubernetes.Interface, name string, done func
 }
 
 func TestFakeAttacherAttaches(t *testing.T) {
-	ok := PV("pv-ok", "drv", "h-ok")
-	bad := PV("pv-bad", "drv", "h-bad")
-	other := PV("pv-other", "other-driver", "h-other")
+	ok := PV("pv-ok", PVSpec{Driver: "drv", Handle: "h-ok"})
+	bad := PV("pv-bad", PVSpec{Driver: "drv", Handle: "h-bad"})
+	other := PV("pv-other", PVSpec{Driver: "other-driver", Handle: "h-other"})
 	// One VolumeAttachment exists before the attacher starts: the
 	// informer's initial list must find it.
-	early, err := VolumeAttachmentFor(ok, "n1")
+	early, err := volumeAttachmentFor(ok, "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestFakeAttacherAttaches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	marker, err := AttachVolume(ctx, client, PV("pv-marker", "drv", "h-m"), "n1")
+	marker, err := AttachVolume(ctx, client, PV("pv-marker", PVSpec{Driver: "drv", Handle: "h-m"}), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestFakeAttacherDelay(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Now())
 	client := fake.NewClientset()
 	NewFakeAttacher(t, client, AttacherOptions{Delay: time.Minute, Clock: clk})
-	va, err := AttachVolume(ctxFor(t), client, PV("pv1", "drv", "h"), "n1")
+	va, err := AttachVolume(ctxFor(t), client, PV("pv1", PVSpec{Driver: "drv", Handle: "h"}), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,14 +135,14 @@ func TestRunFakeAttacherReturnsOnCancel(t *testing.T) {
 // whose driver needs attaching (CSIDriver attachRequired, or no CSIDriver),
 // none for a driver with attachRequired: false, and deletes it with its PV.
 func TestFakeAttacherCreates(t *testing.T) {
-	needs := PV("pv-needs", "needs", "h1")
-	unknown := PV("pv-unknown", "unknown", "h2") // no CSIDriver: attachable, as for the controller
-	never := PV("pv-never", "never", "h3")
-	client := fake.NewClientset(CSIDriver("needs", true), CSIDriver("never", false), needs, unknown, never)
+	needs := PV("pv-needs", PVSpec{Driver: "needs", Handle: "h1"})
+	unknown := PV("pv-unknown", PVSpec{Driver: "unknown", Handle: "h2"}) // no CSIDriver: attachable, as for the controller
+	never := PV("pv-never", PVSpec{Driver: "never", Handle: "h3"})
+	client := fake.NewClientset(CSIDriver("needs", CSIDriverSpec{AttachRequired: true}), CSIDriver("never", CSIDriverSpec{}), needs, unknown, never)
 	NewFakeAttacher(t, client, AttacherOptions{Node: "n1"})
 	ctx := ctxFor(t)
 	vaName := func(pv *v1.PersistentVolume) string {
-		va, err := VolumeAttachmentFor(pv, "n1")
+		va, err := volumeAttachmentFor(pv, "n1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +157,7 @@ func TestFakeAttacherCreates(t *testing.T) {
 	}
 	// A PV created later is attached too; its handler runs after the
 	// initial PVs', so by then never's was decided.
-	later := PV("pv-later", "needs", "h4")
+	later := PV("pv-later", PVSpec{Driver: "needs", Handle: "h4"})
 	if _, err := client.CoreV1().PersistentVolumes().Create(ctx, later, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,17 +9,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// CreateBoundClaim builds a claim and its CSI volume with BoundClaim and
-// creates both through client with CreateBound: the way to get a bound
-// claim that works the same with a fake clientset and a real API server.
-func CreateBoundClaim(ctx context.Context, client kubernetes.Interface, namespace, name, driver, handle string, opts ...PVOption) (*v1.PersistentVolumeClaim, *v1.PersistentVolume, error) {
-	pvc, pv := BoundClaim(namespace, name, driver, handle, opts...)
-	return CreateBound(ctx, client, pvc, pv)
-}
-
 // CreateBound creates pvc and pv through client (any kubernetes.Interface:
 // a fake clientset or a real API server's) and binds them as the PV
-// controller leaves them, then returns both as stored.
+// controller leaves them, then returns both as stored: the way to get a
+// bound claim (built with BoundClaim) that works the same with a fake
+// clientset and a real API server.
 //
 // A real API server gives the claim a UID of its own and ignores the
 // status sent with a create, so a pair built in advance (as BoundClaim

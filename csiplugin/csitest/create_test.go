@@ -48,21 +48,21 @@ func checkBound(t *testing.T, client kubernetes.Interface, pvc *v1.PersistentVol
 func TestCreateBoundClaimFake(t *testing.T) {
 	tests := []struct {
 		name string
-		opts []PVOption
+		spec PVSpec
 	}{
-		{name: "filesystem"},
-		{name: "block RWX 5Gi", opts: []PVOption{PVBlock(), PVAccessModes(v1.ReadWriteMany), PVCapacity("5Gi")}},
+		{name: "filesystem", spec: PVSpec{Driver: "drv", Handle: "h-1"}},
+		{name: "block RWX 5Gi", spec: PVSpec{Driver: "drv", Handle: "h-1", Block: true, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}, Capacity: "5Gi"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			client := fake.NewClientset()
-			pvc, pv, err := CreateBoundClaim(t.Context(), client, "ns", "data", "drv", "h-1", tt.opts...)
+			wantPVC, wantPV := BoundClaim("ns", "data", tt.spec)
+			pvc, pv, err := CreateBound(t.Context(), client, wantPVC, wantPV)
 			if err != nil {
 				t.Fatal(err)
 			}
 			checkBound(t, client, pvc, pv)
 			// A fake clientset keeps the builders' UIDs and names.
-			wantPVC, wantPV := BoundClaim("ns", "data", "drv", "h-1", tt.opts...)
 			if pvc.UID != wantPVC.UID || pv.Name != wantPV.Name || pv.UID != wantPV.UID {
 				t.Errorf("claim uid %s, PV %s uid %s; want BoundClaim's %s, %s %s", pvc.UID, pv.Name, pv.UID, wantPVC.UID, wantPV.Name, wantPV.UID)
 			}
@@ -87,7 +87,8 @@ func TestCreateBoundErrorsNameTheObject(t *testing.T) {
 			client.PrependReactor(tt.verb, tt.resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
 				return a.GetSubresource() == tt.subresource, nil, boom
 			})
-			_, _, err := CreateBoundClaim(t.Context(), client, "ns", "data", "drv", "h-1")
+			pvc, pv := BoundClaim("ns", "data", PVSpec{Driver: "drv", Handle: "h-1"})
+			_, _, err := CreateBound(t.Context(), client, pvc, pv)
 			if !errors.Is(err, boom) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v, want %v naming %q", err, boom, tt.want)
 			}
@@ -96,7 +97,7 @@ func TestCreateBoundErrorsNameTheObject(t *testing.T) {
 }
 
 func TestCreateBoundKeepsItsArguments(t *testing.T) {
-	pvc, pv := BoundClaim("ns", "data", "drv", "h-1")
+	pvc, pv := BoundClaim("ns", "data", PVSpec{Driver: "drv", Handle: "h-1"})
 	pvc.UID, pv.UID = "", ""
 	pvc.Status = v1.PersistentVolumeClaimStatus{}
 	refUID := pv.Spec.ClaimRef.UID
@@ -123,12 +124,13 @@ func TestIntegrationCreateBoundClaim(t *testing.T) {
 	if _, err := client.CoreV1().Namespaces().Create(t.Context(), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pvc, pv, err := CreateBoundClaim(t.Context(), client, "ns", "data", "drv", "h-1", PVBlock())
+	built, builtPV := BoundClaim("ns", "data", PVSpec{Driver: "drv", Handle: "h-1", Block: true})
+	pvc, pv, err := CreateBound(t.Context(), client, built, builtPV)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkBound(t, client, pvc, pv)
-	if built, _ := BoundClaim("ns", "data", "drv", "h-1"); pvc.UID == built.UID {
+	if pvc.UID == built.UID {
 		t.Errorf("claim uid %s is the builder's: the server was expected to give its own", pvc.UID)
 	}
 	if pv.Spec.VolumeMode == nil || *pv.Spec.VolumeMode != v1.PersistentVolumeBlock {

@@ -98,7 +98,7 @@ func TestVolumeDefaults(t *testing.T) {
 			}
 			// The pod builders default every volume they add.
 			in := tt.in.DeepCopy()
-			pod := Pod("ns", "p", WithVolume(v1.Volume{Name: "v", VolumeSource: *in}, false))
+			pod := Pod("ns", "p", PodSpec{Volumes: []PodVolume{{Name: "v", Source: *in}}})
 			if !equality.Semantic.DeepEqual(pod.Spec.Volumes[0].VolumeSource, tt.want) {
 				t.Errorf("Pod's volume:\n%s\nwant\n%s", dump.Pretty(pod.Spec.Volumes[0].VolumeSource), dump.Pretty(tt.want))
 			}

@@ -10,11 +10,13 @@
 //     calls and connections, and fails, delays or holds calls on demand
 //     (Inject), which is how tests reach nodevol's error, timeout and
 //     uncertain-state paths. It needs no testing.TB, so demos can use it.
-//   - PV, PVC, BoundClaim, Pod, CSIDriver, Secret and VolumeAttachment
-//     build typed objects with the API server's defaults and deterministic
-//     UIDs, ready for a fake clientset. CreateBoundClaim (CreateBound for
-//     a pair built apart) creates a bound claim and its volume through any
-//     client, a real API server's too, which gives the claim its own UID.
+//   - PV, PVC, BoundClaim, EphemeralClaim, Pod, CSIDriver, Secret and
+//     VolumeAttachment build typed objects with the API server's defaults
+//     and deterministic UIDs, ready for a fake clientset. Each knob is a
+//     field of a plain spec struct (PVSpec, CSIDriverSpec, PodSpec with its
+//     PodVolumes) whose zero value is the default. CreateBound creates a
+//     bound claim and its volume through any client, a real API server's
+//     too, which gives the claim its own UID.
 //   - RunFakeAttacher (NewFakeAttacher in tests) stands in for the
 //     external-attacher, marking VolumeAttachments attached or failed;
 //     AttachVolume stands in for the attach-detach controller that

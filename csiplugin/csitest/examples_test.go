@@ -9,11 +9,14 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 )
 
@@ -30,7 +33,7 @@ func ExampleStart() {
 		log.Fatal(err)
 	}
 	defer drv.Stop()
-	conn, err := drv.Dial()
+	conn, err := grpc.NewClient("unix://"+drv.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -57,7 +60,7 @@ func ExampleStart() {
 	_, err = node.NodeStageVolume(ctx, stage)
 	fmt.Println("stage again:", status.Code(err))
 
-	path, staged := drv.Staged("vol-1")
+	path, staged := drv.StagedVolumes()["vol-1"]
 	fmt.Println("staged:", staged, path == staging)
 	fmt.Println("NodeStageVolume calls:", drv.Calls("NodeStageVolume"))
 	// Output:
@@ -74,7 +77,7 @@ func ExampleStart() {
 func ExampleRunFakeAttacher() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, pv := csitest.BoundClaim("ns", "data", "csi.example.com", "handle-1")
+	_, pv := csitest.BoundClaim("ns", "data", csitest.PVSpec{Driver: "csi.example.com", Handle: "handle-1"})
 	client := fake.NewClientset(pv)
 	attacherCtx, stop := context.WithCancel(ctx)
 	done := make(chan error)
@@ -104,7 +107,7 @@ func ExampleRunFakeAttacher() {
 			log.Fatal(ctx.Err())
 		}
 	}
-	fmt.Println(va.Name == csitest.AttachmentName("handle-1", "csi.example.com", "node-1"), va.Status.Attached, va.Status.AttachmentMetadata)
+	fmt.Println(va.Name == csiplugin.AttachmentName("handle-1", "csi.example.com", "node-1"), va.Status.Attached, va.Status.AttachmentMetadata)
 	stop()
 	<-done
 	// Output:

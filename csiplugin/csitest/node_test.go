@@ -3,8 +3,10 @@ package csitest
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -172,11 +174,11 @@ func TestNodeOrderingAndValidation(t *testing.T) {
 					t.Errorf("step %d: error %q does not name %q", i, err, st.msg)
 				}
 			}
-			path, ok := s.Staged(v)
+			path, ok := s.StagedVolumes()[v]
 			if path != tt.staged || ok != (tt.staged != "") {
 				t.Errorf("Staged = %q, %v; want %q", path, ok, tt.staged)
 			}
-			if got := s.Published(v); strings.Join(got, ",") != strings.Join(tt.published, ",") {
+			if got := s.PublishedVolumes()[v]; strings.Join(got, ",") != strings.Join(tt.published, ",") {
 				t.Errorf("Published = %v, want %v", got, tt.published)
 			}
 		})
@@ -196,13 +198,13 @@ func TestStateQueries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := strings.Join(s.StagedVolumes(), ","); got != "a,b,c" {
+	if got := strings.Join(slices.Sorted(maps.Keys(s.StagedVolumes())), ","); got != "a,b,c" {
 		t.Errorf("StagedVolumes = %s", got)
 	}
-	if got := strings.Join(s.PublishedVolumes(), ","); got != "a" {
+	if got := strings.Join(slices.Sorted(maps.Keys(s.PublishedVolumes())), ","); got != "a" {
 		t.Errorf("PublishedVolumes = %s", got)
 	}
-	if got := strings.Join(s.Published("a"), ","); got != "/p/1,/p/2" {
+	if got := strings.Join(s.PublishedVolumes()["a"], ","); got != "/p/1,/p/2" {
 		t.Errorf("Published(a) = %s", got)
 	}
 }

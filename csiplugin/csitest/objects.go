@@ -1,10 +1,11 @@
 package csitest
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"maps"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -29,132 +30,106 @@ func uidFor(kind, namespace, name string) types.UID {
 	return types.UID(h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32])
 }
 
-// AttachmentName is the name of the VolumeAttachment for a volume handle,
+// attachmentName is the name of the VolumeAttachment for a volume handle,
 // driver and node: "csi-" and the hex SHA-256 of the three concatenated,
-// the formula of the kubelet and the attach-detach controller.
-func AttachmentName(volumeHandle, driver, node string) string {
+// the formula of the kubelet and the attach-detach controller
+// (csiplugin.AttachmentName, which csitest cannot import).
+func attachmentName(volumeHandle, driver, node string) string {
 	sum := sha256.Sum256([]byte(volumeHandle + driver + node))
 	return "csi-" + hex.EncodeToString(sum[:])
 }
 
-// PVOption changes a PersistentVolume that PV or BoundClaim builds.
-type PVOption func(*v1.PersistentVolume)
+// PVSpec describes a CSI PersistentVolume for PV and BoundClaim. Every
+// field's zero value is the default stated on it, so a literal names only
+// what a test cares about.
+type PVSpec struct {
+	// Driver is the CSI source's driver, e.g. Server.DriverName().
+	Driver string
+	// Handle is the CSI source's volumeHandle: the driver's volume ID.
+	Handle string
+	// Capacity is the size, e.g. "10Gi" (PV panics on a bad quantity).
+	// Default "1Gi".
+	Capacity string
+	// AccessModes default to ReadWriteOnce.
+	AccessModes []v1.PersistentVolumeAccessMode
+	// Block makes a raw block volume (volumeMode Block); default
+	// Filesystem.
+	Block bool
+	// FSType, ReadOnly and Attributes (copied) are the CSI source's
+	// fsType, readOnly and volumeAttributes.
+	FSType     string
+	ReadOnly   bool
+	Attributes map[string]string
+	// MountOptions are the volume's mount options.
+	MountOptions []string
+	// The CSI source's secret references; nil: none.
+	NodeStageSecret         *v1.SecretReference
+	NodePublishSecret       *v1.SecretReference
+	NodeExpandSecret        *v1.SecretReference
+	ControllerPublishSecret *v1.SecretReference
+}
 
-// PV returns a CSI PersistentVolume of driver with volume handle handle:
-// 1Gi, ReadWriteOnce, Filesystem mode, reclaim policy Delete. Its phase
-// is Bound when it has a claimRef (as BoundClaim gives it) and Available
-// otherwise.
-func PV(name, driver, handle string, opts ...PVOption) *v1.PersistentVolume {
-	fs := v1.PersistentVolumeFilesystem
-	pv := &v1.PersistentVolume{
+// PV returns the CSI PersistentVolume that spec describes, with reclaim
+// policy Delete and phase Available.
+func PV(name string, spec PVSpec) *v1.PersistentVolume {
+	return buildPV(name, spec, nil)
+}
+
+// buildPV returns the volume of spec, bound to claimRef (phase Bound) when
+// it is not nil.
+func buildPV(name string, spec PVSpec, claimRef *v1.ObjectReference) *v1.PersistentVolume {
+	size := cmp.Or(spec.Capacity, defaultSize)
+	modes := []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}
+	if spec.AccessModes != nil {
+		modes = slices.Clone(spec.AccessModes)
+	}
+	mode, phase := v1.PersistentVolumeFilesystem, v1.VolumeAvailable
+	if spec.Block {
+		mode = v1.PersistentVolumeBlock
+	}
+	if claimRef != nil {
+		phase = v1.VolumeBound
+	}
+	return &v1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: uidFor("PersistentVolume", "", name)},
 		Spec: v1.PersistentVolumeSpec{
-			Capacity:    v1.ResourceList{v1.ResourceStorage: resource.MustParse(defaultSize)},
-			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-			PersistentVolumeSource: v1.PersistentVolumeSource{
-				CSI: &v1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle},
-			},
+			Capacity:    v1.ResourceList{v1.ResourceStorage: resource.MustParse(size)},
+			AccessModes: modes,
+			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
+				Driver:                     spec.Driver,
+				VolumeHandle:               spec.Handle,
+				FSType:                     spec.FSType,
+				ReadOnly:                   spec.ReadOnly,
+				VolumeAttributes:           maps.Clone(spec.Attributes),
+				NodeStageSecretRef:         cloneRef(spec.NodeStageSecret),
+				NodePublishSecretRef:       cloneRef(spec.NodePublishSecret),
+				NodeExpandSecretRef:        cloneRef(spec.NodeExpandSecret),
+				ControllerPublishSecretRef: cloneRef(spec.ControllerPublishSecret),
+			}},
 			PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimDelete,
-			VolumeMode:                    &fs,
+			MountOptions:                  slices.Clone(spec.MountOptions),
+			VolumeMode:                    &mode,
+			ClaimRef:                      claimRef,
 		},
-	}
-	for _, o := range opts {
-		o(pv)
-	}
-	if pv.Status.Phase == "" {
-		pv.Status.Phase = v1.VolumeAvailable
-		if pv.Spec.ClaimRef != nil {
-			pv.Status.Phase = v1.VolumeBound
-		}
-	}
-	return pv
-}
-
-// PVCapacity sets the capacity, e.g. "10Gi". It panics on a bad quantity.
-func PVCapacity(size string) PVOption {
-	return func(pv *v1.PersistentVolume) {
-		pv.Spec.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse(size)}
+		Status: v1.PersistentVolumeStatus{Phase: phase},
 	}
 }
 
-// PVAccessModes sets the access modes.
-func PVAccessModes(modes ...v1.PersistentVolumeAccessMode) PVOption {
-	return func(pv *v1.PersistentVolume) { pv.Spec.AccessModes = modes }
-}
-
-// PVBlock makes a raw block volume (volumeMode Block).
-func PVBlock() PVOption {
-	return func(pv *v1.PersistentVolume) {
-		block := v1.PersistentVolumeBlock
-		pv.Spec.VolumeMode = &block
+func cloneRef(r *v1.SecretReference) *v1.SecretReference {
+	if r == nil {
+		return nil
 	}
+	c := *r
+	return &c
 }
-
-// PVFSType sets the CSI source's fsType.
-func PVFSType(fsType string) PVOption {
-	return func(pv *v1.PersistentVolume) { pv.Spec.CSI.FSType = fsType }
-}
-
-// pvReadOnly sets the CSI source's readOnly.
-func pvReadOnly() PVOption {
-	return func(pv *v1.PersistentVolume) { pv.Spec.CSI.ReadOnly = true }
-}
-
-// PVMountOptions sets the mount options.
-func PVMountOptions(options ...string) PVOption {
-	return func(pv *v1.PersistentVolume) { pv.Spec.MountOptions = options }
-}
-
-// pvAttributes sets the CSI source's volumeAttributes (copied).
-func pvAttributes(attributes map[string]string) PVOption {
-	return func(pv *v1.PersistentVolume) { pv.Spec.CSI.VolumeAttributes = maps.Clone(attributes) }
-}
-
-// pvNodeStageSecret sets the CSI source's nodeStageSecretRef.
-func pvNodeStageSecret(namespace, name string) PVOption {
-	return func(pv *v1.PersistentVolume) { pv.Spec.CSI.NodeStageSecretRef = secretRef(namespace, name) }
-}
-
-// PVNodePublishSecret sets the CSI source's nodePublishSecretRef.
-func PVNodePublishSecret(namespace, name string) PVOption {
-	return func(pv *v1.PersistentVolume) { pv.Spec.CSI.NodePublishSecretRef = secretRef(namespace, name) }
-}
-
-// pvNodeExpandSecret sets the CSI source's nodeExpandSecretRef.
-func pvNodeExpandSecret(namespace, name string) PVOption {
-	return func(pv *v1.PersistentVolume) { pv.Spec.CSI.NodeExpandSecretRef = secretRef(namespace, name) }
-}
-
-// pvControllerPublishSecret sets the CSI source's
-// controllerPublishSecretRef.
-func pvControllerPublishSecret(namespace, name string) PVOption {
-	return func(pv *v1.PersistentVolume) { pv.Spec.CSI.ControllerPublishSecretRef = secretRef(namespace, name) }
-}
-
-func secretRef(namespace, name string) *v1.SecretReference {
-	return &v1.SecretReference{Namespace: namespace, Name: name}
-}
-
-// pvClaimRef binds the volume to a claim (and makes its phase Bound). The
-// uid must be the claim's for the kubelet to accept the binding; PVC and
-// BoundClaim use uidFor("PersistentVolumeClaim", namespace, name).
-func pvClaimRef(namespace, name string, uid types.UID) PVOption {
-	return func(pv *v1.PersistentVolume) {
-		pv.Spec.ClaimRef = &v1.ObjectReference{
-			Kind: "PersistentVolumeClaim", APIVersion: "v1",
-			Namespace: namespace, Name: name, UID: uid,
-		}
-	}
-}
-
-// PVCOption changes a PersistentVolumeClaim that PVC builds.
-type PVCOption func(*v1.PersistentVolumeClaim)
 
 // PVC returns a claim bound to the volume pvName: spec.volumeName set,
-// phase Bound, 1Gi requested and granted, ReadWriteOnce, Filesystem
-// mode. Its UID is derived from its namespace and name, so a test can
-// build the same claim twice.
-func PVC(namespace, name, pvName string, opts ...PVCOption) *v1.PersistentVolumeClaim {
+// phase Bound, 1Gi requested and granted, ReadWriteOnce, Filesystem mode.
+// With pvName "" the claim is unbound: phase Pending, no status capacity
+// or access modes. Its UID is derived from its namespace and name, so a
+// test can build the same claim twice. BoundClaim builds a claim together
+// with its volume.
+func PVC(namespace, name, pvName string) *v1.PersistentVolumeClaim {
 	fs := v1.PersistentVolumeFilesystem
 	size := resource.MustParse(defaultSize)
 	pvc := &v1.PersistentVolumeClaim{
@@ -176,114 +151,86 @@ func PVC(namespace, name, pvName string, opts ...PVCOption) *v1.PersistentVolume
 			Capacity:    v1.ResourceList{v1.ResourceStorage: size},
 		},
 	}
-	for _, o := range opts {
-		o(pvc)
+	if pvName == "" {
+		pvc.Status = v1.PersistentVolumeClaimStatus{Phase: v1.ClaimPending}
 	}
 	return pvc
 }
 
-// PVCPending makes the claim unbound: no volumeName, phase Pending, no
-// status capacity or access modes.
-func PVCPending() PVCOption {
-	return func(pvc *v1.PersistentVolumeClaim) {
-		pvc.Spec.VolumeName = ""
-		pvc.Status = v1.PersistentVolumeClaimStatus{Phase: v1.ClaimPending}
-	}
-}
-
-// PVCBlock makes the claim ask for a raw block volume (volumeMode Block).
-func PVCBlock() PVCOption {
-	return func(pvc *v1.PersistentVolumeClaim) {
-		block := v1.PersistentVolumeBlock
-		pvc.Spec.VolumeMode = &block
-	}
-}
-
-// pvcUID sets the UID.
-func pvcUID(uid types.UID) PVCOption {
-	return func(pvc *v1.PersistentVolumeClaim) { pvc.UID = uid }
-}
-
-// PVCOwnedBy makes pod the claim's controller, as for the claim of a
-// generic ephemeral volume (see WithEphemeral).
-func PVCOwnedBy(pod *v1.Pod) PVCOption {
-	return func(pvc *v1.PersistentVolumeClaim) {
-		yes := true
-		pvc.OwnerReferences = append(pvc.OwnerReferences, metav1.OwnerReference{
-			APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
-			Controller: &yes, BlockOwnerDeletion: &yes,
-		})
-	}
-}
-
 // BoundClaim returns a claim and the CSI volume bound to it, consistent
-// with each other: the volume is named "pvc-" + the claim's UID (as the
-// external-provisioner names them), its claimRef carries the claim's UID,
-// and the claim's volumeName, access modes, volume mode and capacity are the
-// volume's. opts change the volume before the claim is made from it.
-// They suit a fake clientset as they are; through a real API server,
-// which gives the claim a UID of its own, create them with CreateBound
-// (or use CreateBoundClaim).
-func BoundClaim(namespace, name, driver, handle string, opts ...PVOption) (*v1.PersistentVolumeClaim, *v1.PersistentVolume) {
+// with each other: the volume (described by pv) is named "pvc-" + the
+// claim's UID (as the external-provisioner names them), its claimRef
+// carries the claim's UID, and the claim's volumeName, access modes,
+// volume mode and capacity are the volume's. They suit a fake clientset as
+// they are; through a real API server, which gives the claim a UID of its
+// own, create them with CreateBound.
+func BoundClaim(namespace, name string, pv PVSpec) (*v1.PersistentVolumeClaim, *v1.PersistentVolume) {
 	uid := uidFor("PersistentVolumeClaim", namespace, name)
-	pv := PV("pvc-"+string(uid), driver, handle, append([]PVOption{pvClaimRef(namespace, name, uid)}, opts...)...)
-	pvc := PVC(namespace, name, pv.Name, pvcUID(uid), func(pvc *v1.PersistentVolumeClaim) {
-		pvc.Spec.AccessModes = append([]v1.PersistentVolumeAccessMode(nil), pv.Spec.AccessModes...)
-		pvc.Status.AccessModes = append([]v1.PersistentVolumeAccessMode(nil), pv.Spec.AccessModes...)
-		mode := *pv.Spec.VolumeMode
-		pvc.Spec.VolumeMode = &mode
-		pvc.Spec.Resources.Requests = pv.Spec.Capacity.DeepCopy()
-		pvc.Status.Capacity = pv.Spec.Capacity.DeepCopy()
+	vol := buildPV("pvc-"+string(uid), pv, &v1.ObjectReference{
+		Kind: "PersistentVolumeClaim", APIVersion: "v1",
+		Namespace: namespace, Name: name, UID: uid,
 	})
-	return pvc, pv
+	pvc := PVC(namespace, name, vol.Name)
+	pvc.Spec.AccessModes = slices.Clone(vol.Spec.AccessModes)
+	pvc.Status.AccessModes = slices.Clone(vol.Spec.AccessModes)
+	mode := *vol.Spec.VolumeMode
+	pvc.Spec.VolumeMode = &mode
+	pvc.Spec.Resources.Requests = vol.Spec.Capacity.DeepCopy()
+	pvc.Status.Capacity = vol.Spec.Capacity.DeepCopy()
+	return pvc, vol
 }
 
-// CSIDriverOption changes a CSIDriver that CSIDriver builds.
-type CSIDriverOption func(*storagev1.CSIDriver)
+// EphemeralClaim returns the claim of the generic ephemeral volume volName
+// of pod, and the CSI volume (described by pv) bound to it, as BoundClaim
+// builds them: the claim is named "{pod name}-{volume name}" and
+// controlled by the pod, as the ephemeral volume controller makes it.
+func EphemeralClaim(pod *v1.Pod, volName string, pv PVSpec) (*v1.PersistentVolumeClaim, *v1.PersistentVolume) {
+	pvc, vol := BoundClaim(pod.Namespace, pod.Name+"-"+volName, pv)
+	yes := true
+	pvc.OwnerReferences = append(pvc.OwnerReferences, metav1.OwnerReference{
+		APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
+		Controller: &yes, BlockOwnerDeletion: &yes,
+	})
+	return pvc, vol
+}
 
-// CSIDriver returns a CSIDriver object with the API server's defaults:
-// podInfoOnMount, requiresRepublish, storageCapacity and seLinuxMount
-// false, fsGroupPolicy ReadWriteOnceWithFSType, lifecycle mode Persistent.
-func CSIDriver(name string, attachRequired bool, opts ...CSIDriverOption) *storagev1.CSIDriver {
-	no := false
-	policy := storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy
-	d := &storagev1.CSIDriver{
+// CSIDriverSpec describes a CSIDriver object for CSIDriver. Every field's
+// zero value is the default stated on it.
+type CSIDriverSpec struct {
+	// AttachRequired: the driver needs VolumeAttachments (a controller
+	// that attaches). Default false, like Server.
+	AttachRequired bool
+	// PodInfoOnMount, RequiresRepublish and SELinuxMount set the fields
+	// of those names. Default false.
+	PodInfoOnMount    bool
+	RequiresRepublish bool
+	SELinuxMount      bool
+	// FSGroupPolicy defaults to ReadWriteOnceWithFSType.
+	FSGroupPolicy storagev1.FSGroupPolicy
+	// LifecycleModes are volumeLifecycleModes, e.g. Ephemeral for a
+	// driver of inline volumes. Default [Persistent].
+	LifecycleModes []storagev1.VolumeLifecycleMode
+}
+
+// CSIDriver returns the CSIDriver object that spec describes, with the API
+// server's defaults where spec says nothing (storageCapacity false).
+func CSIDriver(name string, spec CSIDriverSpec) *storagev1.CSIDriver {
+	modes := []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}
+	if spec.LifecycleModes != nil {
+		modes = slices.Clone(spec.LifecycleModes)
+	}
+	return &storagev1.CSIDriver{
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: uidFor("CSIDriver", "", name)},
 		Spec: storagev1.CSIDriverSpec{
-			AttachRequired:       &attachRequired,
-			PodInfoOnMount:       &no,
-			RequiresRepublish:    &no,
-			StorageCapacity:      &no,
-			SELinuxMount:         &no,
-			FSGroupPolicy:        &policy,
-			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent},
+			AttachRequired:       ptr(spec.AttachRequired),
+			PodInfoOnMount:       ptr(spec.PodInfoOnMount),
+			RequiresRepublish:    ptr(spec.RequiresRepublish),
+			StorageCapacity:      ptr(false),
+			SELinuxMount:         ptr(spec.SELinuxMount),
+			FSGroupPolicy:        ptr(cmp.Or(spec.FSGroupPolicy, storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy)),
+			VolumeLifecycleModes: modes,
 		},
 	}
-	for _, o := range opts {
-		o(d)
-	}
-	return d
-}
-
-// DriverPodInfoOnMount sets podInfoOnMount.
-func DriverPodInfoOnMount() CSIDriverOption {
-	return func(d *storagev1.CSIDriver) { d.Spec.PodInfoOnMount = ptr(true) }
-}
-
-// DriverRequiresRepublish sets requiresRepublish.
-func DriverRequiresRepublish() CSIDriverOption {
-	return func(d *storagev1.CSIDriver) { d.Spec.RequiresRepublish = ptr(true) }
-}
-
-// DriverSELinuxMount sets seLinuxMount.
-func DriverSELinuxMount() CSIDriverOption {
-	return func(d *storagev1.CSIDriver) { d.Spec.SELinuxMount = ptr(true) }
-}
-
-// DriverLifecycleModes sets volumeLifecycleModes, e.g. Ephemeral for a
-// driver of inline volumes.
-func DriverLifecycleModes(modes ...storagev1.VolumeLifecycleMode) CSIDriverOption {
-	return func(d *storagev1.CSIDriver) { d.Spec.VolumeLifecycleModes = modes }
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -303,8 +250,8 @@ func Secret(namespace, name string, data map[string]string) *v1.Secret {
 
 // VolumeAttachment returns the VolumeAttachment of PV pvName on node, for
 // driver. With attached set its status says attached, as the
-// external-attacher leaves it. Use AttachmentName for the name the kubelet
-// looks for.
+// external-attacher leaves it. csiplugin.AttachmentName is the name the
+// kubelet looks for; AttachVolume creates the one of a PV under that name.
 func VolumeAttachment(name, driver, pvName, node string, attached bool) *storagev1.VolumeAttachment {
 	return &storagev1.VolumeAttachment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: uidFor("VolumeAttachment", "", name)},
@@ -315,15 +262,4 @@ func VolumeAttachment(name, driver, pvName, node string, attached bool) *storage
 		},
 		Status: storagev1.VolumeAttachmentStatus{Attached: attached},
 	}
-}
-
-// VolumeAttachmentFor returns the unattached VolumeAttachment that the
-// attach-detach controller creates for a CSI volume on node, named with
-// AttachmentName. It fails if pv has no CSI source.
-func VolumeAttachmentFor(pv *v1.PersistentVolume, node string) (*storagev1.VolumeAttachment, error) {
-	src := pv.Spec.CSI
-	if src == nil {
-		return nil, fmt.Errorf("csitest: persistent volume %s has no CSI source", pv.Name)
-	}
-	return VolumeAttachment(AttachmentName(src.VolumeHandle, src.Driver, node), src.Driver, pv.Name, node, false), nil
 }

@@ -16,7 +16,7 @@ import (
 func TestAttachmentName(t *testing.T) {
 	// The kubelet's getAttachmentName, written out independently.
 	want := fmt.Sprintf("csi-%x", sha256.Sum256([]byte("handle-1"+"drv.example.com"+"node-a")))
-	if got := AttachmentName("handle-1", "drv.example.com", "node-a"); got != want {
+	if got := attachmentName("handle-1", "drv.example.com", "node-a"); got != want {
 		t.Errorf("AttachmentName = %s, want %s", got, want)
 	}
 	if len(want) != len("csi-")+64 {
@@ -42,15 +42,15 @@ func TestUIDFor(t *testing.T) {
 func TestBoundClaimIsConsistent(t *testing.T) {
 	tests := []struct {
 		name string
-		opts []PVOption
+		spec PVSpec
 		mode v1.PersistentVolumeMode
 	}{
-		{name: "filesystem", mode: v1.PersistentVolumeFilesystem},
-		{name: "block RWX 5Gi", opts: []PVOption{PVBlock(), PVAccessModes(v1.ReadWriteMany), PVCapacity("5Gi")}, mode: v1.PersistentVolumeBlock},
+		{name: "filesystem", spec: PVSpec{Driver: "drv", Handle: "h-1"}, mode: v1.PersistentVolumeFilesystem},
+		{name: "block RWX 5Gi", spec: PVSpec{Driver: "drv", Handle: "h-1", Block: true, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}, Capacity: "5Gi"}, mode: v1.PersistentVolumeBlock},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pvc, pv := BoundClaim("ns", "data", "drv", "h-1", tt.opts...)
+			pvc, pv := BoundClaim("ns", "data", tt.spec)
 			if pvc.Spec.VolumeName != pv.Name || pvc.Status.Phase != v1.ClaimBound || pv.Status.Phase != v1.VolumeBound {
 				t.Errorf("not bound: pvc volumeName %q phase %s, pv %q phase %s", pvc.Spec.VolumeName, pvc.Status.Phase, pv.Name, pv.Status.Phase)
 			}
@@ -75,10 +75,11 @@ func TestBoundClaimIsConsistent(t *testing.T) {
 	}
 }
 
-func TestPVOptions(t *testing.T) {
-	pv := PV("pv1", "drv", "h", PVFSType("xfs"), pvReadOnly(), PVMountOptions("noatime"),
-		pvAttributes(map[string]string{"a": "b"}), pvNodeStageSecret("ns", "stage"),
-		PVNodePublishSecret("ns", "pub"), pvNodeExpandSecret("ns", "exp"), pvControllerPublishSecret("ns", "ctl"))
+func TestPVSpec(t *testing.T) {
+	ref := func(name string) *v1.SecretReference { return &v1.SecretReference{Namespace: "ns", Name: name} }
+	pv := PV("pv1", PVSpec{Driver: "drv", Handle: "h", FSType: "xfs", ReadOnly: true, MountOptions: []string{"noatime"},
+		Attributes: map[string]string{"a": "b"}, NodeStageSecret: ref("stage"),
+		NodePublishSecret: ref("pub"), NodeExpandSecret: ref("exp"), ControllerPublishSecret: ref("ctl")})
 	csi := pv.Spec.CSI
 	if csi.FSType != "xfs" || !csi.ReadOnly || pv.Spec.MountOptions[0] != "noatime" || csi.VolumeAttributes["a"] != "b" {
 		t.Errorf("source %+v", csi)
@@ -90,18 +91,21 @@ func TestPVOptions(t *testing.T) {
 	if pv.Status.Phase != v1.VolumeAvailable || fmt.Sprint(pv.Spec.AccessModes) != "[ReadWriteOnce]" {
 		t.Errorf("defaults: phase %s modes %v", pv.Status.Phase, pv.Spec.AccessModes)
 	}
-	if pending := PVC("ns", "c", "ignored", PVCPending()); pending.Spec.VolumeName != "" || pending.Status.Phase != v1.ClaimPending {
+	if pending := PVC("ns", "c", ""); pending.Spec.VolumeName != "" || pending.Status.Phase != v1.ClaimPending {
 		t.Errorf("pending claim %+v", pending)
 	}
 }
 
 func TestPod(t *testing.T) {
-	pod := Pod("ns", "p",
-		WithPVC("data", "claim", false),
-		WithBlockPVC("raw", "bclaim", true),
-		WithInlineCSI("inline", "drv", true, map[string]string{"k": "v"}),
-		WithEphemeral("scratch", "fast"),
-		PodFSGroup(1000))
+	yes, gid, class := true, int64(1000), "fast"
+	pod := Pod("ns", "p", PodSpec{FSGroup: &gid, ServiceAccount: "sa", Volumes: []PodVolume{
+		{Name: "data", Claim: "claim"},
+		{Name: "raw", Claim: "bclaim", ReadOnly: true, Block: true},
+		{Name: "inline", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: "drv", ReadOnly: &yes, VolumeAttributes: map[string]string{"k": "v"}}}, ReadOnly: true},
+		{Name: "scratch", Source: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{VolumeClaimTemplate: &v1.PersistentVolumeClaimTemplate{
+			Spec: v1.PersistentVolumeClaimSpec{StorageClassName: &class}}}}},
+	}})
+	gid = 0 // the pod keeps its own copy
 	if pod.UID != uidFor("Pod", "ns", "p") || pod.Spec.NodeName != DefaultNodeID {
 		t.Errorf("uid %s node %s", pod.UID, pod.Spec.NodeName)
 	}
@@ -122,17 +126,26 @@ func TestPod(t *testing.T) {
 	if v := pod.Spec.Volumes[2].CSI; v == nil || v.Driver != "drv" || !*v.ReadOnly || v.VolumeAttributes["k"] != "v" {
 		t.Errorf("inline volume %+v", v)
 	}
-	if *pod.Spec.SecurityContext.FSGroup != 1000 {
-		t.Error("fsGroup")
+	if *pod.Spec.SecurityContext.FSGroup != 1000 || pod.Spec.ServiceAccountName != "sa" {
+		t.Error("fsGroup or service account")
 	}
-	claim := PVC("ns", EphemeralClaimName(pod, "scratch"), "", PVCPending(), PVCOwnedBy(pod))
-	if !metav1.IsControlledBy(claim, pod) || claim.Name != "p-scratch" {
+	if m := c.VolumeMounts[1]; m.Name != "inline" || !m.ReadOnly || m.MountPath != "/mnt/inline" {
+		t.Errorf("inline mount %+v", m)
+	}
+	if src := pod.Spec.Volumes[1].PersistentVolumeClaim; src == nil || src.ClaimName != "bclaim" || !src.ReadOnly {
+		t.Errorf("block claim source %+v", src)
+	}
+	if other := Pod("ns", "q", PodSpec{UID: "u-1", Node: "n-2"}); other.UID != "u-1" || other.Spec.NodeName != "n-2" || other.Spec.SecurityContext != nil || other.Spec.Volumes != nil {
+		t.Errorf("UID and Node: %+v", other)
+	}
+	claim, _ := EphemeralClaim(pod, "scratch", PVSpec{Driver: "drv", Handle: "h"})
+	if !metav1.IsControlledBy(claim, pod) || claim.Name != "p-scratch" || claim.Namespace != pod.Namespace {
 		t.Errorf("ephemeral claim %s owners %v", claim.Name, claim.OwnerReferences)
 	}
 }
 
 func TestCSIDriverAndMisc(t *testing.T) {
-	d := CSIDriver("drv", true, DriverPodInfoOnMount(), DriverLifecycleModes(storagev1.VolumeLifecycleEphemeral))
+	d := CSIDriver("drv", CSIDriverSpec{AttachRequired: true, PodInfoOnMount: true, LifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral}})
 	if !*d.Spec.AttachRequired || !*d.Spec.PodInfoOnMount || *d.Spec.RequiresRepublish ||
 		*d.Spec.FSGroupPolicy != storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy ||
 		d.Spec.VolumeLifecycleModes[0] != storagev1.VolumeLifecycleEphemeral {
@@ -141,18 +154,20 @@ func TestCSIDriverAndMisc(t *testing.T) {
 	if s := Secret("ns", "s", map[string]string{"user": "u"}); string(s.Data["user"]) != "u" {
 		t.Errorf("secret %+v", s)
 	}
-	pv := PV("pv1", "drv", "h")
-	va, err := VolumeAttachmentFor(pv, "n1")
-	if err != nil || va.Name != AttachmentName("h", "drv", "n1") || *va.Spec.Source.PersistentVolumeName != "pv1" || va.Spec.Attacher != "drv" || va.Spec.NodeName != "n1" {
+	pv := PV("pv1", PVSpec{Driver: "drv", Handle: "h"})
+	va, err := volumeAttachmentFor(pv, "n1")
+	if err != nil || va.Name != attachmentName("h", "drv", "n1") || *va.Spec.Source.PersistentVolumeName != "pv1" || va.Spec.Attacher != "drv" || va.Spec.NodeName != "n1" {
 		t.Errorf("VolumeAttachmentFor = %+v, %v", va, err)
 	}
-	if _, err := VolumeAttachmentFor(&v1.PersistentVolume{}, "n1"); err == nil {
+	if _, err := volumeAttachmentFor(&v1.PersistentVolume{}, "n1"); err == nil {
 		t.Error("VolumeAttachmentFor accepted a PV without a CSI source")
 	}
 
 	// Everything goes into a fake clientset as is.
-	pvc, bpv := BoundClaim("ns", "c", "drv", "h2")
-	objs := []runtime.Object{pv, pvc, bpv, d, Pod("ns", "p", WithPVC("v", "c", false)), Secret("ns", "s", nil), va}
+	pvc, bpv := BoundClaim("ns", "c", PVSpec{Driver: "drv", Handle: "h2"})
+	objs := []runtime.Object{pv, pvc, bpv, d, Pod("ns", "p", PodSpec{Volumes: []PodVolume{
+		{Name: "v", Claim: "c"},
+	}}), Secret("ns", "s", nil), va}
 	if client := fake.NewClientset(objs...); client == nil {
 		t.Fatal("no client")
 	}

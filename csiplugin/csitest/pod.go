@@ -1,135 +1,83 @@
 package csitest
 
 import (
-	"maps"
+	"cmp"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// PodOption changes a Pod that Pod builds.
-type PodOption func(*v1.Pod)
+// PodSpec describes a pod for Pod. Every field's zero value is the default
+// stated on it.
+type PodSpec struct {
+	// UID defaults to one derived from the pod's namespace and name.
+	UID types.UID
+	// Node is spec.nodeName. Default DefaultNodeID.
+	Node string
+	// FSGroup is the pod security context's fsGroup. Default none.
+	FSGroup *int64
+	// ServiceAccount is spec.serviceAccountName. Default none.
+	ServiceAccount string
+	// Volumes are the pod's volumes, in order, each used by its container.
+	Volumes []PodVolume
+}
 
-// Pod returns a pending pod on node DefaultNodeID with one container,
-// "app", and a UID derived from its namespace and name. Volume options add the
-// volume and mount it (or map it, for block) into the container at
-// /mnt/{volName} (or /dev/{volName}). Its volumes get the API server's
-// defaults (setVolumeDefaults), as a pod read from the API has them: a
-// volume added to the pod afterwards is left raw.
-func Pod(namespace, name string, opts ...PodOption) *v1.Pod {
+// PodVolume is a volume of a pod built by Pod and its use by the pod's
+// one container: mounted at /mnt/{Name}, or mapped as device
+// /dev/{Name} if Block.
+type PodVolume struct {
+	// Name is the volume's name.
+	Name string
+	// Claim, when set, makes the volume a persistentVolumeClaim volume of
+	// that claim (readOnly as ReadOnly says), and Source is ignored.
+	Claim string
+	// Source is the volume's source when Claim is empty, e.g. an inline
+	// CSI, emptyDir or configMap source.
+	Source v1.VolumeSource
+	// ReadOnly mounts the volume read-only.
+	ReadOnly bool
+	// Block maps the volume into the container as a raw block device
+	// instead of mounting it: for a claim of a Block mode volume.
+	Block bool
+}
+
+// Pod returns the pending pod that spec describes, with one container,
+// "app", that uses every volume. Its volumes get the API server's defaults
+// (setVolumeDefaults), as a pod read from the API has them: a volume added
+// to the pod afterwards is left raw.
+func Pod(namespace, name string, spec PodSpec) *v1.Pod {
 	pod := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uidFor("Pod", namespace, name)},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: namespace, Name: name,
+			UID: cmp.Or(spec.UID, uidFor("Pod", namespace, name)),
+		},
 		Spec: v1.PodSpec{
-			NodeName:   DefaultNodeID,
-			Containers: []v1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
+			NodeName:           cmp.Or(spec.Node, DefaultNodeID),
+			ServiceAccountName: spec.ServiceAccount,
+			Containers:         []v1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
 		},
 		Status: v1.PodStatus{Phase: v1.PodPending},
 	}
-	for _, o := range opts {
-		o(pod)
+	if spec.FSGroup != nil {
+		pod.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: ptr(*spec.FSGroup)}
 	}
-	for i := range pod.Spec.Volumes {
-		// A copy: the options' volumes may share sources with the caller's.
-		v := pod.Spec.Volumes[i].DeepCopy()
-		setVolumeDefaults(v)
-		pod.Spec.Volumes[i] = *v
+	c := &pod.Spec.Containers[0]
+	for _, pv := range spec.Volumes {
+		// A copy: the caller's sources may be shared with other pods.
+		vol := (&v1.Volume{Name: pv.Name, VolumeSource: pv.Source}).DeepCopy()
+		if pv.Claim != "" {
+			vol.VolumeSource = v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{
+				ClaimName: pv.Claim, ReadOnly: pv.ReadOnly,
+			}}
+		}
+		setVolumeDefaults(vol)
+		pod.Spec.Volumes = append(pod.Spec.Volumes, *vol)
+		if pv.Block {
+			c.VolumeDevices = append(c.VolumeDevices, v1.VolumeDevice{Name: pv.Name, DevicePath: "/dev/" + pv.Name})
+		} else {
+			c.VolumeMounts = append(c.VolumeMounts, v1.VolumeMount{Name: pv.Name, MountPath: "/mnt/" + pv.Name, ReadOnly: pv.ReadOnly})
+		}
 	}
 	return pod
-}
-
-// PodUID sets the UID.
-func PodUID(uid types.UID) PodOption {
-	return func(p *v1.Pod) { p.UID = uid }
-}
-
-// PodNode sets spec.nodeName.
-func PodNode(node string) PodOption {
-	return func(p *v1.Pod) { p.Spec.NodeName = node }
-}
-
-// PodFSGroup sets the pod security context's fsGroup.
-func PodFSGroup(gid int64) PodOption {
-	return func(p *v1.Pod) {
-		if p.Spec.SecurityContext == nil {
-			p.Spec.SecurityContext = &v1.PodSecurityContext{}
-		}
-		p.Spec.SecurityContext.FSGroup = &gid
-	}
-}
-
-// PodServiceAccount sets spec.serviceAccountName.
-func PodServiceAccount(name string) PodOption {
-	return func(p *v1.Pod) { p.Spec.ServiceAccountName = name }
-}
-
-// WithVolume adds vol and mounts it into the container at /mnt/{name}.
-func WithVolume(vol v1.Volume, readOnly bool) PodOption {
-	return func(p *v1.Pod) {
-		p.Spec.Volumes = append(p.Spec.Volumes, vol)
-		c := &p.Spec.Containers[0]
-		c.VolumeMounts = append(c.VolumeMounts, v1.VolumeMount{Name: vol.Name, MountPath: "/mnt/" + vol.Name, ReadOnly: readOnly})
-	}
-}
-
-// WithPVC adds volume volName using claim claimName and mounts it.
-func WithPVC(volName, claimName string, readOnly bool) PodOption {
-	return WithVolume(v1.Volume{
-		Name: volName,
-		VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{
-			ClaimName: claimName, ReadOnly: readOnly,
-		}},
-	}, readOnly)
-}
-
-// WithBlockPVC adds volume volName using claim claimName (a Block mode
-// claim) and maps it into the container as device /dev/{volName}.
-func WithBlockPVC(volName, claimName string, readOnly bool) PodOption {
-	return func(p *v1.Pod) {
-		p.Spec.Volumes = append(p.Spec.Volumes, v1.Volume{
-			Name: volName,
-			VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{
-				ClaimName: claimName, ReadOnly: readOnly,
-			}},
-		})
-		c := &p.Spec.Containers[0]
-		c.VolumeDevices = append(c.VolumeDevices, v1.VolumeDevice{Name: volName, DevicePath: "/dev/" + volName})
-	}
-}
-
-// WithInlineCSI adds an inline (CSI ephemeral) volume volName of driver
-// with volumeAttributes attributes (copied) and mounts it.
-func WithInlineCSI(volName, driver string, readOnly bool, attributes map[string]string) PodOption {
-	return WithVolume(v1.Volume{
-		Name: volName,
-		VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{
-			Driver: driver, ReadOnly: &readOnly, VolumeAttributes: maps.Clone(attributes),
-		}},
-	}, readOnly)
-}
-
-// WithEphemeral adds a generic ephemeral volume volName whose claim
-// template asks storageClass for a ReadWriteOnce 1Gi filesystem,
-// and mounts it. Its claim is named EphemeralClaimName(pod, volName) and
-// must be controlled by the pod (PVCOwnedBy).
-func WithEphemeral(volName, storageClass string) PodOption {
-	return WithVolume(v1.Volume{
-		Name: volName,
-		VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{
-			VolumeClaimTemplate: &v1.PersistentVolumeClaimTemplate{Spec: v1.PersistentVolumeClaimSpec{
-				AccessModes:      []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-				StorageClassName: &storageClass,
-				Resources: v1.VolumeResourceRequirements{
-					Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse(defaultSize)},
-				},
-			}},
-		}},
-	}, false)
-}
-
-// EphemeralClaimName is the name of the claim of a pod's generic ephemeral
-// volume: "{pod name}-{volume name}".
-func EphemeralClaimName(pod *v1.Pod, volName string) string {
-	return pod.Name + "-" + volName
 }

@@ -8,7 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,7 +18,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -287,12 +286,6 @@ func (s *Server) Endpoint() string { return s.endpoint }
 // DriverName is the name GetPluginInfo returns.
 func (s *Server) DriverName() string { return s.opts.DriverName }
 
-// Dial makes a new, lazily connecting gRPC client connection to the server.
-// The caller closes it.
-func (s *Server) Dial() (*grpc.ClientConn, error) {
-	return grpc.NewClient("unix://"+s.endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
-}
-
 // SetMaxVolumes changes what NodeGetInfo answers as max_volumes_per_node
 // from now on: a driver whose attach limit changed.
 func (s *Server) SetMaxVolumes(n int64) { s.maxVolumes.Store(n) }
@@ -367,57 +360,32 @@ func (s *Server) Reboot() {
 	}
 }
 
-// Staged returns the staging_target_path volumeID is staged at, and whether
-// it is staged.
-func (s *Server) Staged(volumeID string) (path string, ok bool) {
+// StagedVolumes returns the staged volumes: each one's volume ID and the
+// staging_target_path it is staged at.
+func (s *Server) StagedVolumes() map[string]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v := s.volumes[volumeID]
-	if v == nil || !v.staged {
-		return "", false
-	}
-	return v.stagingPath, true
-}
-
-// Published returns the target paths volumeID is published at, sorted;
-// nil when it is published nowhere.
-func (s *Server) Published(volumeID string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v := s.volumes[volumeID]
-	if v == nil || len(v.published) == 0 {
-		return nil
-	}
-	paths := make([]string, 0, len(v.published))
-	for p := range v.published {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	return paths
-}
-
-// StagedVolumes returns the IDs of the staged volumes, sorted.
-func (s *Server) StagedVolumes() []string {
-	return s.volumeIDs(func(v *volume) bool { return v.staged })
-}
-
-// PublishedVolumes returns the IDs of the volumes published at one target
-// path or more, sorted.
-func (s *Server) PublishedVolumes() []string {
-	return s.volumeIDs(func(v *volume) bool { return len(v.published) > 0 })
-}
-
-func (s *Server) volumeIDs(keep func(*volume) bool) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var ids []string
+	out := make(map[string]string)
 	for id, v := range s.volumes {
-		if keep(v) {
-			ids = append(ids, id)
+		if v.staged {
+			out[id] = v.stagingPath
 		}
 	}
-	sort.Strings(ids)
-	return ids
+	return out
+}
+
+// PublishedVolumes returns the volumes published at one target path or
+// more: each one's volume ID and its target paths, sorted.
+func (s *Server) PublishedVolumes() map[string][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string][]string)
+	for id, v := range s.volumes {
+		if len(v.published) > 0 {
+			out[id] = slices.Sorted(maps.Keys(v.published))
+		}
+	}
+	return out
 }
 
 // intercept is where every RPC passes: it counts and records the request,

@@ -14,6 +14,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -28,7 +29,7 @@ type client struct {
 
 func dial(t testing.TB, s *Server) *client {
 	t.Helper()
-	conn, err := s.Dial()
+	conn, err := grpc.NewClient("unix://"+s.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func TestFaults(t *testing.T) {
 				t.Fatalf("call %d: %v, want Unavailable", i, err)
 			}
 		}
-		if _, ok := s.Staged("v1"); ok {
+		if _, ok := s.StagedVolumes()["v1"]; ok {
 			t.Error("a failed stage changed the state")
 		}
 		if err := c.stage("v2", "/st2", mountCap()); err != nil {
@@ -198,7 +199,7 @@ func TestFaults(t *testing.T) {
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("took %v", d)
 		}
-		if _, ok := s.Staged("v"); ok {
+		if _, ok := s.StagedVolumes()["v"]; ok {
 			t.Error("a timed-out stage changed the state")
 		}
 	})
@@ -209,7 +210,7 @@ func TestFaults(t *testing.T) {
 		if err := c.stage("v", "/st", mountCap()); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := s.Staged("v"); !ok {
+		if _, ok := s.StagedVolumes()["v"]; !ok {
 			t.Error("not staged")
 		}
 	})
@@ -223,14 +224,14 @@ func TestFaults(t *testing.T) {
 		if err := s.WaitForCalls(ctxFor(t), "NodeStageVolume", 1); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := s.Staged("v"); ok {
+		if _, ok := s.StagedVolumes()["v"]; ok {
 			t.Error("staged while held")
 		}
 		close(release)
 		if err := <-errc; err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := s.Staged("v"); !ok {
+		if _, ok := s.StagedVolumes()["v"]; !ok {
 			t.Error("not staged after release")
 		}
 	})
@@ -241,7 +242,7 @@ func TestFaults(t *testing.T) {
 		if err := c.stage("v", "/st", mountCap()); status.Code(err) != codes.DeadlineExceeded {
 			t.Fatalf("got %v", err)
 		}
-		if _, ok := s.Staged("v"); !ok {
+		if _, ok := s.StagedVolumes()["v"]; !ok {
 			t.Error("Commit did not stage")
 		}
 	})
@@ -432,7 +433,7 @@ func TestRestartKeepsState(t *testing.T) {
 	}, grpc.WaitForReady(true)); err != nil {
 		t.Fatalf("publish after restart: %v", err)
 	}
-	if _, ok := s.Staged("v"); !ok || len(s.Published("v")) != 1 {
+	if _, ok := s.StagedVolumes()["v"]; !ok || len(s.PublishedVolumes()["v"]) != 1 {
 		t.Error("state lost over the restart")
 	}
 	if got := s.Connections(); got != 2 {

@@ -88,10 +88,12 @@ func (k *kubeletPods) terminate(uid types.UID, gone bool) {
 // termination and the wait for its unmount.
 func TestKubeletInterface(t *testing.T) {
 	drv := csitest.New(t, csitest.Options{GetVolumeStats: true})
-	pvc, pv := csitest.BoundClaim("ns", "data", drv.DriverName(), "vol-1")
-	pod := csitest.Pod("ns", "web", csitest.PodNode(node), csitest.WithPVC("data", "data", false),
-		csitest.WithVolume(v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}, false))
-	client := fakeClient(pvc, pv, csitest.CSIDriver(drv.DriverName(), false))
+	pvc, pv := csitest.BoundClaim("ns", "data", csitest.PVSpec{Driver: drv.DriverName(), Handle: "vol-1"})
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "data"},
+		{Name: "scratch", Source: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+	}})
+	client := fakeClient(pvc, pv, csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{}))
 	root := t.TempDir()
 	pods := newKubeletPods(pod)
 	var vm volumemanager.VolumeManager

@@ -27,8 +27,9 @@ func TestObjectManagers(t *testing.T) {
 	cfg := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cfg"}, Data: map[string]string{"k": "v"}}
 	sec := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "sec"}, Data: map[string][]byte{"p": []byte("w")}}
 	pull := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pull"}}
-	pod := csitest.Pod("ns", "web", csitest.PodNode(node), csitest.WithVolume(v1.Volume{Name: "conf",
-		VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "cfg"}}}}, false))
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{
+		{Name: "conf", Source: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "cfg"}}}},
+	}})
 	optional := true
 	pod.Spec.Containers[0].Env = []v1.EnvVar{
 		{Name: "K", ValueFrom: &v1.EnvVarSource{ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "cfg"}, Key: "k"}}},

@@ -87,7 +87,7 @@ func NewEnv(tb testing.TB, opts EnvOptions) *Env {
 	e.Binds = subpathtest.NewMounter(e.Mounter)
 	objs := append([]runtime.Object{
 		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.Node}},
-		csitest.CSIDriver(drv.DriverName(), opts.AttachRequired),
+		csitest.CSIDriver(drv.DriverName(), csitest.CSIDriverSpec{AttachRequired: opts.AttachRequired}),
 	}, opts.Objects...)
 	e.Client = fake.NewClientset(objs...)
 	attacher := opts.Attacher

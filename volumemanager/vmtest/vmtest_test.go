@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodevol/nodevol/csiplugin"
 	"github.com/nodevol/nodevol/csiplugin/csitest"
 	"github.com/nodevol/nodevol/podvol"
 	"github.com/nodevol/nodevol/volumemanager"
@@ -28,13 +29,10 @@ func TestEnvAttachRequired(t *testing.T) {
 		AttachRequired: true,
 		Attacher:       csitest.AttacherOptions{Metadata: map[string]string{"devicePath": "/dev/fake"}},
 	})
-	want, err := csitest.VolumeAttachmentFor(pv, env.Node)
+	vaName := csiplugin.AttachmentName(pv.Spec.CSI.VolumeHandle, pv.Spec.CSI.Driver, env.Node)
+	va, err := env.Client.StorageV1().VolumeAttachments().Get(ctx, vaName, metav1.GetOptions{})
 	if err != nil {
-		t.Fatal(err)
-	}
-	va, err := env.Client.StorageV1().VolumeAttachments().Get(ctx, want.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the env's attacher created no VolumeAttachment %s: %v", want.Name, err)
+		t.Fatalf("the env's attacher created no VolumeAttachment %s: %v", vaName, err)
 	}
 	if !va.Status.Attached || va.Spec.NodeName != env.Node || va.Spec.Attacher != csitest.DefaultDriverName {
 		t.Errorf("VolumeAttachment %+v", va)
@@ -48,7 +46,7 @@ func TestEnvAttachRequired(t *testing.T) {
 	if stage == nil || stage.GetVolumeId() != "handle-1" || stage.GetPublishContext()["devicePath"] != "/dev/fake" {
 		t.Errorf("NodeStageVolume request %v, want volume handle-1 with the attachment's metadata", stage)
 	}
-	if got := env.Driver.Published("handle-1"); len(got) != 1 {
+	if got := env.Driver.PublishedVolumes()["handle-1"]; len(got) != 1 {
 		t.Errorf("handle-1 published at %v, want one target", got)
 	}
 	name := podvol.CSIVolumeName(csitest.DefaultDriverName, "handle-1")
@@ -70,10 +68,10 @@ func TestEnvAttachRequired(t *testing.T) {
 // ends with the test, or after 10 s.
 func mountClaimPod(t *testing.T, opts EnvOptions) (*Env, *v1.PersistentVolume, *v1.Pod, context.Context) {
 	t.Helper()
-	pvc, pv := csitest.BoundClaim("ns", "data", csitest.DefaultDriverName, "handle-1")
+	pvc, pv := csitest.BoundClaim("ns", "data", csitest.PVSpec{Driver: csitest.DefaultDriverName, Handle: "handle-1"})
 	opts.Objects = append(opts.Objects, pvc, pv)
 	env := NewEnv(t, opts)
-	pod := csitest.Pod("ns", "web", csitest.WithPVC("data", "data", false))
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "data"}}})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	t.Cleanup(cancel)
 	env.Manager.AddPod(pod)
@@ -100,7 +98,7 @@ func TestEnvConfigure(t *testing.T) {
 func TestFake(t *testing.T) {
 	a, b := podvol.UniqueVolumeName("kubernetes.io/csi/d^b"), podvol.UniqueVolumeName("kubernetes.io/csi/d^a")
 	f := NewFake(a, b)
-	pod := csitest.Pod("ns", "p")
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{})
 	ctx := context.Background()
 	if err := f.WaitForAttachAndMount(ctx, pod); err != nil {
 		t.Errorf("WaitForAttachAndMount = %v, want nil by default", err)
@@ -110,7 +108,7 @@ func TestFake(t *testing.T) {
 	if err := f.WaitForAttachAndMount(ctx, pod); !errors.Is(err, boom) {
 		t.Errorf("WaitForAttachAndMount = %v, want boom", err)
 	}
-	if err := f.WaitForAllPodsUnmount(ctx, []*v1.Pod{pod, csitest.Pod("ns", "q")}); !errors.Is(err, boom) {
+	if err := f.WaitForAllPodsUnmount(ctx, []*v1.Pod{pod, csitest.Pod("ns", "q", csitest.PodSpec{})}); !errors.Is(err, boom) {
 		t.Errorf("WaitForAllPodsUnmount = %v, want boom", err)
 	}
 	done, cancel := context.WithCancel(ctx)
@@ -167,7 +165,7 @@ func TestFake(t *testing.T) {
 	if !slices.Equal(methods, want) {
 		t.Errorf("calls\n%v\nwant\n%v", methods, want)
 	}
-	if c := f.Calls()[2]; !slices.Equal(c.Pods, []types.UID{pod.UID, csitest.Pod("ns", "q").UID}) {
+	if c := f.Calls()[2]; !slices.Equal(c.Pods, []types.UID{pod.UID, csitest.Pod("ns", "q", csitest.PodSpec{}).UID}) {
 		t.Errorf("WaitForAllPodsUnmount recorded pods %v", c.Pods)
 	}
 

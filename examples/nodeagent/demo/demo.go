@@ -71,8 +71,10 @@ func runDemo(ctx context.Context, o options) (err error) {
 	}
 	defer drv.stop()
 
-	client := fake.NewClientset(csitest.CSIDriver(drv.name, false, csitest.DriverPodInfoOnMount(),
-		csitest.DriverLifecycleModes(storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral)), demoNode(o.node))
+	client := fake.NewClientset(csitest.CSIDriver(drv.name, csitest.CSIDriverSpec{
+		PodInfoOnMount: true,
+		LifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral},
+	}), demoNode(o.node))
 	if err := demoObjects(ctx, client); err != nil {
 		return err
 	}
@@ -416,14 +418,16 @@ func provision(ctx context.Context, client *fake.Clientset, drv *demoDriver, n i
 			}
 			handle = resp.GetVolume().GetVolumeId()
 		}
-		pvc, pv := csitest.BoundClaim("demo", name, drv.name, handle, csitest.PVFSType("ext4"))
+		pvc, pv := csitest.BoundClaim("demo", name, csitest.PVSpec{Driver: drv.name, Handle: handle, FSType: "ext4"})
 		if _, err := client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 			return nil, err
 		}
 		if _, err := client.CoreV1().PersistentVolumeClaims("demo").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
 			return nil, err
 		}
-		pods = append(pods, csitest.Pod("demo", "pod-"+name, csitest.PodNode(node), csitest.WithPVC("data", name, false)))
+		pods = append(pods, csitest.Pod("demo", "pod-"+name, csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: name},
+		}}))
 	}
 	step("%d volumes provisioned, PVs and PVCs bound", n)
 	return pods, nil

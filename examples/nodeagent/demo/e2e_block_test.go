@@ -42,9 +42,13 @@ func TestBlockEndToEnd(t *testing.T) {
 	}
 	defer drv.stop()
 	handle := createBlockVolume(t, ctx, drv, "raw")
-	pvc, pv := csitest.BoundClaim("demo", "raw", drv.name, handle, csitest.PVBlock(), csitest.PVAccessModes(v1.ReadWriteOnce))
-	csitest.PVCBlock()(pvc)
-	client := fake.NewClientset(csitest.CSIDriver(drv.name, false), pvc, pv)
+	pvc, pv := csitest.BoundClaim("demo", "raw", csitest.PVSpec{
+		Driver:      drv.name,
+		Handle:      handle,
+		Block:       true,
+		AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+	})
+	client := fake.NewClientset(csitest.CSIDriver(drv.name, csitest.CSIDriverSpec{}), pvc, pv)
 	vm, err := volumemanager.New(volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: drv.mounter})
 	if err != nil {
 		t.Fatal(err)
@@ -58,8 +62,8 @@ func TestBlockEndToEnd(t *testing.T) {
 	}
 
 	pods := []*v1.Pod{
-		csitest.Pod("demo", "writer", csitest.WithBlockPVC("raw", "raw", false)),
-		csitest.Pod("demo", "reader", csitest.WithBlockPVC("raw", "raw", false)),
+		csitest.Pod("demo", "writer", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "raw", Claim: "raw", Block: true}}}),
+		csitest.Pod("demo", "reader", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "raw", Claim: "raw", Block: true}}}),
 	}
 	var devs []string
 	for _, p := range pods {

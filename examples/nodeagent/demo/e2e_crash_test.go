@@ -148,9 +148,15 @@ func newCrashEnv(t *testing.T, ctx context.Context, block bool) *crashEnv {
 	} else {
 		c.holdEnv = newHoldEnv(t, ctx, "nv-crb-", 0)
 		handle := createBlockVolume(t, ctx, c.drv, "raw")
-		pvc, pv := csitest.BoundClaim("demo", "raw", c.drv.name, handle, csitest.PVBlock(), csitest.PVAccessModes(v1.ReadWriteOnce))
-		csitest.PVCBlock()(pvc)
-		pod := csitest.Pod("demo", "pod-raw", csitest.PodNode(c.node), csitest.WithBlockPVC("data", "raw", false))
+		pvc, pv := csitest.BoundClaim("demo", "raw", csitest.PVSpec{
+			Driver:      c.drv.name,
+			Handle:      handle,
+			Block:       true,
+			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+		})
+		pod := csitest.Pod("demo", "pod-raw", csitest.PodSpec{Node: c.node, Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "raw", Block: true},
+		}})
 		paths, err := ondisk.BlockVolumePaths(c.root, pv.Name, pod.UID)
 		if err != nil {
 			t.Fatal(err)
@@ -159,7 +165,7 @@ func newCrashEnv(t *testing.T, ctx context.Context, block bool) *crashEnv {
 		// the pod's publish path.
 		c.vol = holdVolume{pod: pod, pv: pv.Name, handle: handle, target: paths.PublishPath, staging: paths.StagingPath}
 		c.vols = []holdVolume{c.vol}
-		c.client = fake.NewClientset(csitest.CSIDriver(c.drv.name, false), pvc, pv)
+		c.client = fake.NewClientset(csitest.CSIDriver(c.drv.name, csitest.CSIDriverSpec{}), pvc, pv)
 	}
 	s := c.snapshot(t)
 	c.states[false] = &s

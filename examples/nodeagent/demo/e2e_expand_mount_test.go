@@ -85,12 +85,12 @@ func TestExpandWhileMountingEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := vol.GetVolume().GetVolumeId()
-	pvc, pv := csitest.BoundClaim("demo", "offline", drv.name, id, csitest.PVFSType("xfs"), csitest.PVCapacity("320Mi"))
+	pvc, pv := csitest.BoundClaim("demo", "offline", csitest.PVSpec{Driver: drv.name, Handle: id, FSType: "xfs", Capacity: "320Mi"})
 	pvc.Status.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse("320Mi")}
-	client := fake.NewClientset(csitest.CSIDriver(drv.name, false), pvc, pv)
+	client := fake.NewClientset(csitest.CSIDriver(drv.name, csitest.CSIDriverSpec{}), pvc, pv)
 	vm := runVolumeManager(t, ctx, volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: drv.mounter}, drv.name, drv.endpoint)
 
-	first := csitest.Pod("demo", "first", csitest.WithPVC("data", "offline", false))
+	first := csitest.Pod("demo", "first", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "offline"}}})
 	path, err := mountAndUse(ctx, vm, first)
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +106,7 @@ func TestExpandWhileMountingEndToEnd(t *testing.T) {
 	}
 	resizerMarks(t, ctx, client, pv.Name, "demo", "offline", "512Mi")
 
-	second := csitest.Pod("demo", "second", csitest.WithPVC("data", "offline", false))
+	second := csitest.Pod("demo", "second", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "offline"}}})
 	vm.AddPod(second)
 	if err := vm.WaitForAttachAndMount(ctx, second); err != nil {
 		t.Fatal(err)
@@ -157,13 +157,12 @@ func TestBlockExpansionEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := vol.GetVolume().GetVolumeId()
-	pvc, pv := csitest.BoundClaim("demo", "rawgrow", drv.name, id, csitest.PVBlock(), csitest.PVCapacity("16Mi"))
-	csitest.PVCBlock()(pvc)
+	pvc, pv := csitest.BoundClaim("demo", "rawgrow", csitest.PVSpec{Driver: drv.name, Handle: id, Block: true, Capacity: "16Mi"})
 	pvc.Status.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse("16Mi")}
-	client := fake.NewClientset(csitest.CSIDriver(drv.name, false), pvc, pv)
+	client := fake.NewClientset(csitest.CSIDriver(drv.name, csitest.CSIDriverSpec{}), pvc, pv)
 	vm := runVolumeManager(t, ctx, volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: drv.mounter}, drv.name, drv.endpoint)
 
-	pod := csitest.Pod("demo", "raw", csitest.WithBlockPVC("raw", "rawgrow", false))
+	pod := csitest.Pod("demo", "raw", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "raw", Claim: "rawgrow", Block: true}}})
 	vm.AddPod(pod)
 	if err := vm.WaitForAttachAndMount(ctx, pod); err != nil {
 		t.Fatal(err)

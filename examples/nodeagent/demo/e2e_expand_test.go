@@ -56,9 +56,9 @@ func TestOnlineExpansionEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pvc, pv := csitest.BoundClaim("demo", "grow", drv.name, vol.GetVolume().GetVolumeId(), csitest.PVFSType("xfs"), csitest.PVCapacity("320Mi"))
+	pvc, pv := csitest.BoundClaim("demo", "grow", csitest.PVSpec{Driver: drv.name, Handle: vol.GetVolume().GetVolumeId(), FSType: "xfs", Capacity: "320Mi"})
 	pvc.Status.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse("320Mi")}
-	client := fake.NewClientset(csitest.CSIDriver(drv.name, false), pvc, pv)
+	client := fake.NewClientset(csitest.CSIDriver(drv.name, csitest.CSIDriverSpec{}), pvc, pv)
 	vm, err := volumemanager.New(volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: drv.mounter})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func TestOnlineExpansionEndToEnd(t *testing.T) {
 	if err := vm.Drivers().Register(ctx, drv.name, drv.endpoint); err != nil {
 		t.Fatal(err)
 	}
-	pod := csitest.Pod("demo", "grow", csitest.WithPVC("data", "grow", false))
+	pod := csitest.Pod("demo", "grow", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "grow"}}})
 	path, err := mountAndUse(ctx, vm, pod)
 	if err != nil {
 		t.Fatal(err)

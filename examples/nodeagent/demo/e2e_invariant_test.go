@@ -324,7 +324,7 @@ func loopDevicesUnder(t *testing.T, root string) map[string][]loopDevice {
 func (e *holdEnv) podOf(v holdVolume, name string) holdVolume {
 	claim := v.pod.Spec.Volumes[0].PersistentVolumeClaim.ClaimName
 	w := v
-	w.pod = csitest.Pod(v.pod.Namespace, name, csitest.PodNode(e.node), csitest.WithPVC("data", claim, false))
+	w.pod = csitest.Pod(v.pod.Namespace, name, csitest.PodSpec{Node: e.node, Volumes: []csitest.PodVolume{{Name: "data", Claim: claim}}})
 	w.target = filepath.Join(e.root, "pods", string(w.pod.UID), "volumes", "kubernetes.io~csi", v.pv, "mount")
 	return w
 }

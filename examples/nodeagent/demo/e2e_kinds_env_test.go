@@ -74,7 +74,7 @@ func newKindsEnv(t *testing.T, prefix string) *kindsEnv {
 		Status:     v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourceMemory: resource.MustParse("8Gi")}},
 	}
 	e := &kindsEnv{t: t, ctx: ctx, root: root, host: host, drv: drv,
-		client: fake.NewClientset(csitest.CSIDriver(drv.name, false), node)}
+		client: fake.NewClientset(csitest.CSIDriver(drv.name, csitest.CSIDriverSpec{}), node)}
 	if _, err := provision(ctx, e.client, drv, 1, kindsNode); err != nil {
 		t.Fatal(err)
 	}
@@ -142,11 +142,12 @@ func imageVolume(name string) v1.Volume {
 // kindsPod is a pod of the node with the volumes, each mounted by its
 // container, and the fsGroup kindsFSGroup.
 func kindsPod(name string, vols ...v1.Volume) *v1.Pod {
-	opts := []csitest.PodOption{csitest.PodNode(kindsNode), csitest.PodFSGroup(kindsFSGroup)}
+	gid := int64(kindsFSGroup)
+	spec := csitest.PodSpec{Node: kindsNode, FSGroup: &gid}
 	for _, v := range vols {
-		opts = append(opts, csitest.WithVolume(v, false))
+		spec.Volumes = append(spec.Volumes, csitest.PodVolume{Name: v.Name, Source: v.VolumeSource})
 	}
-	return csitest.Pod(kindsNS, name, opts...)
+	return csitest.Pod(kindsNS, name, spec)
 }
 
 // withSubPath adds to the pod's container a volumeMount of volume with a

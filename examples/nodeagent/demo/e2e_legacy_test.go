@@ -34,7 +34,7 @@ func TestLegacyStagingEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	root, drv := startE2E(t, ctx, "nv-legacy-", node)
-	client := fake.NewClientset(csitest.CSIDriver(drv.name, false))
+	client := fake.NewClientset(csitest.CSIDriver(drv.name, csitest.CSIDriverSpec{}))
 	pods, err := provision(ctx, client, drv, 1, node)
 	if err != nil {
 		t.Fatal(err)

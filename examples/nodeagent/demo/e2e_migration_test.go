@@ -81,12 +81,15 @@ func TestMigrationEndToEnd(t *testing.T) {
 
 	// The in-tree PV names the volume by its bare ID (the aws:// form wants
 	// an ID starting with vol-, which the loop driver's are not).
-	pvc, pv := csitest.BoundClaim("demo", "legacy", "unused.example.com", "unused")
+	pvc, pv := csitest.BoundClaim("demo", "legacy", csitest.PVSpec{Driver: "unused.example.com", Handle: "unused"})
 	pv.Spec.PersistentVolumeSource = v1.PersistentVolumeSource{AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: pvHandle, FSType: "ext4"}}
 	inline := v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: inlineHandle, FSType: "ext4"}}}
-	pod := csitest.Pod("demo", "legacy-app", csitest.PodNode(node), csitest.WithPVC("data", "legacy", false), csitest.WithVolume(inline, false))
+	pod := csitest.Pod("demo", "legacy-app", csitest.PodSpec{Node: node, Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "legacy"},
+		{Name: inline.Name, Source: inline.VolumeSource},
+	}})
 
-	client := fake.NewClientset(csitest.CSIDriver(driver, true), pvc, pv)
+	client := fake.NewClientset(csitest.CSIDriver(driver, csitest.CSIDriverSpec{AttachRequired: true}), pvc, pv)
 	csitest.NewFakeAttacher(t, client, csitest.AttacherOptions{Driver: driver})
 	// The attach/detach controller's part: it translates too, and names
 	// the VolumeAttachments after the translated handle and driver.

@@ -45,7 +45,7 @@ func TestRegistrationEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { drv.stop() }()
-	client := fake.NewClientset(csitest.CSIDriver(drv.name, false), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	client := fake.NewClientset(csitest.CSIDriver(drv.name, csitest.CSIDriverSpec{}), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
 	vm, err := volumemanager.New(volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: drv.mounter, PluginRegistration: true})
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestRegistrationEndToEnd(t *testing.T) {
 	}
 	waitRegisteredAfter(t, ctx, vm, regSock, first)
 	waitRecorded(t, ctx, client, node, drv.name, true)
-	again := csitest.Pod("demo", "again", csitest.WithPVC("data", "demo-0", false))
+	again := csitest.Pod("demo", "again", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "demo-0"}}})
 	vm.AddPod(again)
 	waitCtx, done := context.WithTimeout(ctx, time.Minute)
 	defer done()

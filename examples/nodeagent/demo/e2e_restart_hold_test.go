@@ -293,7 +293,7 @@ func newHoldEnv(t *testing.T, ctx context.Context, prefix string, n int) *holdEn
 		})
 	}
 	e.objs = fakeObjects{
-		CSIDrivers:             []storagev1.CSIDriver{*csitest.CSIDriver(e.drv.name, false)},
+		CSIDrivers:             []storagev1.CSIDriver{*csitest.CSIDriver(e.drv.name, csitest.CSIDriverSpec{})},
 		PersistentVolumes:      pvs.Items,
 		PersistentVolumeClaims: pvcs.Items,
 	}

@@ -35,7 +35,7 @@ func TestRestartEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer drv.stop()
-	client := fake.NewClientset(csitest.CSIDriver(drv.name, false))
+	client := fake.NewClientset(csitest.CSIDriver(drv.name, csitest.CSIDriverSpec{}))
 	start := func() (*volumemanager.VolumeManager, func()) {
 		vm, err := volumemanager.New(volumemanager.Config{NodeName: node, KubeClient: client, RootDir: root, Mounter: drv.mounter})
 		if err != nil {

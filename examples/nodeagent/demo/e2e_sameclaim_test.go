@@ -25,12 +25,15 @@ func TestEndToEndSameClaimTwice(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	root, drv := startE2E(t, ctx, "nv-same-", "node-1")
-	client := fake.NewClientset(csitest.CSIDriver(drv.name, false))
+	client := fake.NewClientset(csitest.CSIDriver(drv.name, csitest.CSIDriverSpec{}))
 	vm := runVolumeManager(t, ctx, volumemanager.Config{NodeName: "node-1", KubeClient: client, RootDir: root, Mounter: drv.mounter}, drv.name, drv.endpoint)
 	if _, err := provision(ctx, client, drv, 1, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	pod := csitest.Pod("demo", "twice", csitest.PodNode("node-1"), csitest.WithPVC("a", "demo-0", false), csitest.WithPVC("b", "demo-0", false))
+	pod := csitest.Pod("demo", "twice", csitest.PodSpec{Node: "node-1", Volumes: []csitest.PodVolume{
+		{Name: "a", Claim: "demo-0"},
+		{Name: "b", Claim: "demo-0"},
+	}})
 	vm.AddPod(pod)
 	waitCtx, done := context.WithTimeout(ctx, time.Minute)
 	defer done()

@@ -26,7 +26,7 @@ func TestEndToEndSelfAttach(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	root, drv := startE2E(t, ctx, "nv-sa-", "node-1")
-	client := fake.NewClientset(csitest.CSIDriver(drv.name, true))
+	client := fake.NewClientset(csitest.CSIDriver(drv.name, csitest.CSIDriverSpec{AttachRequired: true}))
 	csitest.NewFakeAttacher(t, client, csitest.AttacherOptions{Driver: drv.name})
 	vm := runVolumeManager(t, ctx, volumemanager.Config{NodeName: "node-1", KubeClient: client, RootDir: root, Mounter: drv.mounter, SelfAttach: true}, drv.name, drv.endpoint)
 	pods, err := provision(ctx, client, drv, 2, "node-1")

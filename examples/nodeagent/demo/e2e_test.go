@@ -59,7 +59,7 @@ func TestEndToEnd(t *testing.T) {
 	if !drv.real {
 		t.Fatal("not the real loop driver")
 	}
-	client := fake.NewClientset(csitest.CSIDriver(drv.name, false))
+	client := fake.NewClientset(csitest.CSIDriver(drv.name, csitest.CSIDriverSpec{}))
 	vm, err := volumemanager.New(volumemanager.Config{NodeName: "node-1", KubeClient: client, RootDir: root, Mounter: drv.mounter})
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +91,8 @@ func TestEndToEnd(t *testing.T) {
 
 	// A second pod of the first claim sees what the first one wrote.
 	// It runs with an fsGroup, which the loop driver leaves to nodevol.
-	again := csitest.Pod("demo", "again", csitest.WithPVC("data", "demo-0", false), csitest.PodFSGroup(2000))
+	gid := int64(2000)
+	again := csitest.Pod("demo", "again", csitest.PodSpec{FSGroup: &gid, Volumes: []csitest.PodVolume{{Name: "data", Claim: "demo-0"}}})
 	vm.AddPod(again)
 	waitCtx, done := context.WithTimeout(ctx, time.Minute)
 	defer done()

@@ -100,11 +100,11 @@ func demoPod(name, node, claim, driverName, hostDir string) *v1.Pod {
 				{Path: "namespace", FieldRef: &v1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
 		}}}},
 	}
-	opts := []csitest.PodOption{csitest.PodNode(node), csitest.PodServiceAccount("default")}
+	spec := csitest.PodSpec{Node: node, ServiceAccount: "default"}
 	for _, v := range vols {
-		opts = append(opts, csitest.WithVolume(v, false))
+		spec.Volumes = append(spec.Volumes, csitest.PodVolume{Name: v.Name, Source: v.VolumeSource})
 	}
-	pod := csitest.Pod(demoNS, name, opts...)
+	pod := csitest.Pod(demoNS, name, spec)
 	pod.Labels = map[string]string{"app": "demo"}
 	return pod
 }

@@ -31,8 +31,8 @@ const (
 
 // seLinuxPod is a pod mounting claim as volume "data", with the pod-level
 // SELinux level (none when empty).
-func seLinuxPod(name, claim, level string, opts ...csitest.PodOption) *v1.Pod {
-	pod := csitest.Pod("ns", name, append([]csitest.PodOption{csitest.WithPVC("data", claim, false)}, opts...)...)
+func seLinuxPod(name, claim, level string) *v1.Pod {
+	pod := csitest.Pod("ns", name, csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: claim}}})
 	if level != "" {
 		pod.Spec.SecurityContext = &v1.PodSecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: level}}
 	}

@@ -25,7 +25,7 @@ import (
 // not wait and says so, the answer is announced, and the claim found
 // bound adds its volume to what the pod holds. Lists are refused.
 func TestCachedListers(t *testing.T) {
-	pvc, pv := csitest.BoundClaim("ns", "c", "d.example.com", "h")
+	pvc, pv := csitest.BoundClaim("ns", "c", csitest.PVSpec{Driver: "d.example.com", Handle: "h"})
 	client := restrictedClient()
 	for _, o := range []runtime.Object{pvc, pv} {
 		if err := client.Tracker().Add(o); err != nil {
@@ -34,7 +34,7 @@ func TestCachedListers(t *testing.T) {
 	}
 	changed := make(chan objectcache.Ref, 10)
 	c := objectcache.New(objectcache.Config{Client: client, OnChange: func(r objectcache.Ref) { changed <- r }})
-	pod := csitest.Pod("ns", "p", csitest.WithPVC("data", "c", false))
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "c"}}})
 	pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{}}})
 	claimRef := objectcache.Ref{Kind: objectcache.PersistentVolumeClaim, Namespace: "ns", Name: "c"}
 	want := []objectcache.Ref{claimRef, {Kind: objectcache.PersistentVolumeClaim, Namespace: "ns", Name: "p-scratch"}}

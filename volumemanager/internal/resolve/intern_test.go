@@ -81,7 +81,7 @@ func TestInformerClaimBytes(t *testing.T) {
 	const n = 2000
 	objs := make([]any, 0, 2*n)
 	for i := range n {
-		pvc, pv := csitest.BoundClaim("ns", fmt.Sprintf("claim-%d", i), "drv.example.com", fmt.Sprintf("handle-%d", i))
+		pvc, pv := csitest.BoundClaim("ns", fmt.Sprintf("claim-%d", i), csitest.PVSpec{Driver: "drv.example.com", Handle: fmt.Sprintf("handle-%d", i)})
 		objs = append(objs, pvc, pv)
 	}
 	before := liveBytes()

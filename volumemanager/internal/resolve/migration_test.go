@@ -30,11 +30,11 @@ func TestPodVolumesMigrated(t *testing.T) {
 		"empty":    {EmptyDir: &v1.EmptyDirVolumeSource{}},
 		"unused":   {GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "unused"}},
 	}
-	var opts []csitest.PodOption
+	var spec csitest.PodSpec
 	for _, name := range []string{"ebs", "gce", "azdisk", "azfile", "cinder", "vsphere", "portworx", "hostpath", "nfs", "empty"} {
-		opts = append(opts, csitest.WithVolume(v1.Volume{Name: name, VolumeSource: sources[name]}, false))
+		spec.Volumes = append(spec.Volumes, csitest.PodVolume{Name: name, Source: sources[name]})
 	}
-	pod := csitest.Pod("ns", "p", opts...)
+	pod := csitest.Pod("ns", "p", spec)
 	pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "unused", VolumeSource: sources["unused"]})
 	var vols []PodVolume
 	var got []string

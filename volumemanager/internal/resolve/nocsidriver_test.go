@@ -14,7 +14,7 @@ import (
 // with an SELinux context, as the kubelet decides (seLinuxMount false).
 func TestNoCSIDriverSELinux(t *testing.T) {
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	other := csitest.CSIDriver("other.example.com", false, csitest.DriverSELinuxMount())
+	other := csitest.CSIDriver("other.example.com", csitest.CSIDriverSpec{SELinuxMount: true})
 	if err := indexer.Add(other); err != nil {
 		t.Fatal(err)
 	}

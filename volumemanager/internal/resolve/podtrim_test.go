@@ -34,14 +34,16 @@ func trimPod(pod *v1.Pod) *v1.Pod { return keptOf(pod).Pod() }
 // busyPod is a pod as the API server gives it: most of its bytes are of no
 // interest to nodevol.
 func busyPod() *v1.Pod {
-	p := csitest.Pod("ns", "web",
-		csitest.PodFSGroup(2000),
-		csitest.PodServiceAccount("sa"),
-		csitest.WithPVC("data", "claim-data", false),
-		csitest.WithBlockPVC("raw", "claim-raw", true),
-		csitest.WithInlineCSI("inline", "inline.csi.example.com", false, map[string]string{"size": "1Gi"}),
-		csitest.WithEphemeral("scratch", "fast"),
-	)
+	p := csitest.Pod("ns", "web", csitest.PodSpec{FSGroup: ptr.To[int64](2000), ServiceAccount: "sa", Volumes: []csitest.PodVolume{
+		{Name: "data", Claim: "claim-data"},
+		{Name: "raw", Claim: "claim-raw", ReadOnly: true, Block: true},
+		{Name: "inline", Source: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: "inline.csi.example.com", VolumeAttributes: map[string]string{"size": "1Gi"}}}},
+		{Name: "scratch", Source: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{VolumeClaimTemplate: &v1.PersistentVolumeClaimTemplate{Spec: v1.PersistentVolumeClaimSpec{
+			AccessModes:      []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			StorageClassName: ptr.To("fast"),
+			Resources:        v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}},
+		}}}}},
+	}})
 	p.Labels = map[string]string{"app": "web"}
 	p.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": `{"a":"b"}`}
 	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}
@@ -90,14 +92,16 @@ func TestTrimPod(t *testing.T) {
 		pod  *v1.Pod
 	}{
 		{"busy pod: PVC, block PVC, inline CSI, generic ephemeral, migrated in-tree, configMap, unmounted claim", busyPod()},
-		{"no volumes", csitest.Pod("ns", "empty")},
+		{"no volumes", csitest.Pod("ns", "empty", csitest.PodSpec{})},
 		{"only a configMap", func() *v1.Pod {
-			p := csitest.Pod("ns", "cm")
+			p := csitest.Pod("ns", "cm", csitest.PodSpec{})
 			p.Spec.Volumes = []v1.Volume{{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}}}
 			p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "config", MountPath: "/c"}}
 			return p
 		}()},
-		{"no security context", csitest.Pod("ns", "plain", csitest.WithPVC("data", "claim", true))},
+		{"no security context", csitest.Pod("ns", "plain", csitest.PodSpec{Volumes: []csitest.PodVolume{
+			{Name: "data", Claim: "claim", ReadOnly: true},
+		}})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -268,7 +272,7 @@ func TestKeptPodBytes(t *testing.T) {
 		pod   *v1.Pod
 		limit float64
 	}{
-		{"one claim", csitest.Pod("ns", "p", csitest.WithPVC("data", "claim", false)), 800},
+		{"one claim", csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "claim"}}}), 800},
 		{"busy pod", busyPod(), 5500},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -342,7 +346,7 @@ func TestTrimPodKeepsWhatVolumesShow(t *testing.T) {
 	}
 	podRes := &v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("2Gi")}}
 	pod := func(src v1.VolumeSource) *v1.Pod {
-		p := csitest.Pod("ns", "p", csitest.WithVolume(v1.Volume{Name: "v", VolumeSource: src}, false))
+		p := csitest.Pod("ns", "p", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "v", Source: src}}})
 		p.Labels, p.Annotations = map[string]string{"app": "web"}, map[string]string{"a": "b"}
 		p.Spec.Containers[0].Resources = res
 		p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: "sidecar", Resources: res})
@@ -432,7 +436,7 @@ func TestTrimPodResolvesAlike(t *testing.T) {
 		return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: m}}}
 	}
 	pod := func(vols []v1.Volume, containers ...v1.ResourceRequirements) *v1.Pod {
-		p := csitest.Pod("ns", "p")
+		p := csitest.Pod("ns", "p", csitest.PodSpec{})
 		p.Spec.Volumes = vols
 		c := p.Spec.Containers[0]
 		p.Spec.Containers = nil
@@ -496,7 +500,7 @@ func TestTrimPodResolvesAlike(t *testing.T) {
 // kube-api-access projected volume every pod has (which keeps the sizing
 // resources) and a container with cpu and memory requests and limits.
 func BenchmarkKeepPod(b *testing.B) {
-	p := csitest.Pod("ns", "web", csitest.WithPVC("data", "claim", false))
+	p := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{{Name: "data", Claim: "claim"}}})
 	p.Spec.Volumes = append(p.Spec.Volumes, v1.Volume{Name: "kube-api-access", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
 		Sources: []v1.VolumeProjection{{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To(int64(3607))}}}}}})
 	p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, v1.VolumeMount{Name: "kube-api-access", MountPath: "/var/run/secrets"})

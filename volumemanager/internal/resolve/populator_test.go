@@ -155,7 +155,7 @@ func TestPVSpecAccessModes(t *testing.T) {
 		{modes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany, v1.ReadOnlyMany}, wantFirst: "ReadWriteMany"},
 		{modes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod}, wantFirst: "ReadWriteOncePod"},
 	} {
-		pv := csitest.PV("pv", "csi.example.com", "h1")
+		pv := csitest.PV("pv", csitest.PVSpec{Driver: "csi.example.com", Handle: "h1"})
 		pv.Spec.AccessModes = tt.modes
 		spec, err := PVSpec(pv)
 		if err != nil {

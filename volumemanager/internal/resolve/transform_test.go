@@ -31,7 +31,11 @@ func noise(m *metav1.ObjectMeta, keep map[string]string) {
 // gives it to what the informer keeps, exactly; applied twice as once.
 func TestTrimInformerObject(t *testing.T) {
 	now := metav1.Now()
-	pvc, pv := csitest.BoundClaim("ns", "claim", "drv.example.com", "handle", csitest.PVAccessModes(v1.ReadWriteOncePod))
+	pvc, pv := csitest.BoundClaim("ns", "claim", csitest.PVSpec{
+		Driver:      "drv.example.com",
+		Handle:      "handle",
+		AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOncePod},
+	})
 	pvc.Labels = map[string]string{"app": "db"}
 	pvc.OwnerReferences = []metav1.OwnerReference{{Kind: "Pod", Name: "p", UID: "pod-uid", Controller: ptr.To(true)}}
 	pvc.DeletionTimestamp = &now
@@ -62,7 +66,7 @@ func TestTrimInformerObject(t *testing.T) {
 	wantInline := wantVA.DeepCopy()
 	wantInline.Spec.Source = storagev1.VolumeAttachmentSource{}
 
-	drv := csitest.CSIDriver("drv.example.com", true, csitest.DriverPodInfoOnMount(), csitest.DriverSELinuxMount())
+	drv := csitest.CSIDriver("drv.example.com", csitest.CSIDriverSpec{AttachRequired: true, PodInfoOnMount: true, SELinuxMount: true})
 	wantDrv := drv.DeepCopy()
 	noise(&drv.ObjectMeta, nil)
 	wantDrv.Annotations = nil
@@ -110,13 +114,13 @@ func TestTrimInformerObject(t *testing.T) {
 // metadata: a PV's gid annotation, CSI migration of a GCE PD (its zone
 // label is in the handle), a generic ephemeral claim (its owner).
 func TestTrimInformerObjectResolves(t *testing.T) {
-	pod := csitest.Pod("ns", "p")
-	csiPVC, csiPV := csitest.BoundClaim("ns", "csi", "drv.example.com", "handle-csi")
+	pod := csitest.Pod("ns", "p", csitest.PodSpec{})
+	csiPVC, csiPV := csitest.BoundClaim("ns", "csi", csitest.PVSpec{Driver: "drv.example.com", Handle: "handle-csi"})
 	csiPV.Annotations = map[string]string{volumeGIDAnnotation: "1234"}
-	gcePVC, gcePV := csitest.BoundClaim("ns", "gce", "unused.example.com", "unused")
+	gcePVC, gcePV := csitest.BoundClaim("ns", "gce", csitest.PVSpec{Driver: "unused.example.com", Handle: "unused"})
 	gcePV.Spec.PersistentVolumeSource = v1.PersistentVolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-1", FSType: "ext4"}}
 	gcePV.Labels = map[string]string{v1.LabelTopologyZone: "us-central1-a"}
-	ephPVC, ephPV := csitest.BoundClaim("ns", "p-scratch", "drv.example.com", "handle-eph")
+	ephPVC, ephPV := csitest.BoundClaim("ns", "p-scratch", csitest.PVSpec{Driver: "drv.example.com", Handle: "handle-eph"})
 	ephPVC.OwnerReferences = []metav1.OwnerReference{{Kind: "Pod", Name: pod.Name, UID: pod.UID, Controller: ptr.To(true)}}
 	objs := []runtime.Object{csiPVC, csiPV, gcePVC, gcePV, ephPVC, ephPV}
 	for _, o := range objs {

@@ -35,7 +35,9 @@ func now(delays *[]time.Duration) func(time.Duration) <-chan time.Time {
 func TestPodGone(t *testing.T) {
 	ctx := t.Context()
 	env := vmtest.NewEnv(t, vmtest.EnvOptions{})
-	pod := csitest.Pod("ns", "web", csitest.WithVolume(v1.Volume{Name: "cache", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}, false))
+	pod := csitest.Pod("ns", "web", csitest.PodSpec{Volumes: []csitest.PodVolume{
+		{Name: "cache", Source: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+	}})
 	if err := env.Manager.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +96,7 @@ func TestPodGoneRetries(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := &fakeDirs{errs: tt.errs}
 			var delays []time.Duration
-			podGone(t.Context(), f, csitest.Pod("ns", "p"), podDirRetry{first: time.Second, last: 5 * time.Second, after: now(&delays)})
+			podGone(t.Context(), f, csitest.Pod("ns", "p", csitest.PodSpec{}), podDirRetry{first: time.Second, last: 5 * time.Second, after: now(&delays)})
 			if !f.deleted || f.calls != tt.wantCalls || fmt.Sprint(delays) != fmt.Sprint(tt.wantDelays) {
 				t.Errorf("deleted %v, %d calls, delays %v; want %d calls, delays %v", f.deleted, f.calls, delays, tt.wantCalls, tt.wantDelays)
 			}
