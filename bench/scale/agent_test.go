@@ -22,8 +22,11 @@ import (
 )
 
 // nodeagent is the example node agent (examples/nodeagent, the
-// production command).
-var nodeagent = kubelettest.Command{Dir: filepath.Join("..", ".."), Pkg: "./examples/nodeagent"}
+// production command), built with the tags the Makefile's
+// nodeagent-static builds it with (NODEAGENT_TAGS): its memory is the
+// shipped binary's.
+var nodeagent = kubelettest.Command{Dir: filepath.Join("..", ".."), Pkg: "./examples/nodeagent",
+	Flags: []string{"-tags", "grpcnotrace"}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
