@@ -166,8 +166,13 @@ bench-scale: deps testenv-bins
 		-args -scale.others $(OTHERS) -scale.samples $(SCALE_SAMPLES)
 
 # The node agent as one static binary, for deploy/Containerfile (FROM scratch).
+# grpcnotrace leaves out gRPC's golang.org/x/net/trace, whose html/template
+# (reflect's method lookups by name) makes the linker keep every exported
+# method of every type: 28 to 17 MB of text, and the pages the agent
+# touches with them (docs/perf/2026-11-30-agent-memory.md).
+NODEAGENT_TAGS ?= grpcnotrace
 nodeagent-static:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o deploy/nodeagent ./examples/nodeagent
+	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(NODEAGENT_TAGS)' -ldflags='-s -w' -o deploy/nodeagent ./examples/nodeagent
 
 demo: deps build
 	$(GO) run ./examples/nodeagent/demo

@@ -22,8 +22,11 @@ import (
 )
 
 // nodeagent is the example node agent (examples/nodeagent, the
-// production command).
-var nodeagent = kubelettest.Command{Dir: filepath.Join("..", ".."), Pkg: "./examples/nodeagent"}
+// production command), built with the tags the Makefile's
+// nodeagent-static builds it with (NODEAGENT_TAGS): its memory is the
+// shipped binary's.
+var nodeagent = kubelettest.Command{Dir: filepath.Join("..", ".."), Pkg: "./examples/nodeagent",
+	Flags: []string{"-tags", "grpcnotrace"}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -72,7 +75,7 @@ func startAgent(b *testing.B, c *cluster, node string, started *time.Time) *agen
 		b.Fatal(err)
 	}
 	a := &agent{node: node, root: filepath.Join(dir, "root"), base: "http://" + addr}
-	args := []string{nodeagent.Path(b), "--kubeconfig", kubeconfig, "--node", node, "--root-dir", a.root,
+	args := []string{agentBinary(b, node), "--kubeconfig", kubeconfig, "--node", node, "--root-dir", a.root,
 		"--plugin-registration=false", "--http-endpoint", addr,
 		"--driver", c.driver.DriverName() + "=" + c.driver.Endpoint()}
 	if *scaleInf {
@@ -213,6 +216,31 @@ func parseStatus(r io.Reader) (procStatus, error) {
 		return procStatus{}, fmt.Errorf("%d of the %d lines VmRSS, VmHWM, RssAnon, RssFile and RssShmem", seen, len(fields))
 	}
 	return st, nil
+}
+
+// agentBinary is the binary node's agent runs: the one of -scale.agents
+// whose turn it is (node-N takes the (N-1)th, modulo their number), or
+// examples/nodeagent built from this tree.
+func agentBinary(b *testing.B, node string) string {
+	if *scaleAgents == "" {
+		return nodeagent.Path(b)
+	}
+	bins := strings.Split(*scaleAgents, ",")
+	n, err := strconv.Atoi(strings.TrimPrefix(node, "node-"))
+	if err != nil || n < 1 {
+		b.Fatalf("node %s: no sample number", node)
+	}
+	return bins[(n-1)%len(bins)]
+}
+
+// smaps copies the agent's /proc/{pid}/smaps (every mapping's resident
+// pages) to path.
+func (a *agent) smaps(path string) error {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", a.proc.Pid()))
+	if err != nil {
+		return fmt.Errorf("node agent of %s: %w", a.node, err)
+	}
+	return os.WriteFile(path, data, 0o644)
 }
 
 // heapProfile writes the agent's heap profile, after a GC, to path.

@@ -29,6 +29,7 @@ var (
 	scaleRest    = flag.Duration("scale.rest", 130*time.Second, "BenchmarkClusterSize: the window at rest in which the agent's heap and VmRSS are sampled (longer than the Go runtime's 2-minute forced GC)")
 	scaleHeap    = flag.String("scale.heapprofile", "", "BenchmarkClusterSize: a directory where each agent's heap profile is written at the end of its window at rest (others=K-node-N.heap; the agent runs with --profiling-address)")
 	scaleWorkers = flag.Int("scale.workers", 64, "BenchmarkClusterSize: concurrent creates of the other claims")
+	scaleAgents  = flag.String("scale.agents", "", "BenchmarkClusterSize: comma-separated paths of node agent binaries built beforehand, taken in turn by the samples (sample i runs binary i modulo their number), to compare builds in one cluster; default: examples/nodeagent built from this tree")
 )
 
 const (
@@ -118,7 +119,7 @@ func runClusterSize(b *testing.B, k int) {
 	report(b, "rest-watch/h", samples, func(s sample) float64 { return s.rest.perHour(true) })
 	report(b, "mount-s", samples, func(s sample) float64 { return s.mount.Seconds() })
 	b.ReportMetric(created.Seconds(), "create-s")
-	if fi, err := os.Stat(nodeagent.Path(b)); err == nil {
+	if fi, err := os.Stat(agentBinary(b, "node-1")); err == nil {
 		b.ReportMetric(mb(uint64(fi.Size())), "binary-MiB")
 	}
 	b.ReportMetric(0, "ns/op")
@@ -162,7 +163,12 @@ func runSample(b *testing.B, c *cluster, node string, pods, others int) sample {
 		b.Fatal(err)
 	}
 	if *scaleHeap != "" {
-		if err := a.heapProfile(filepath.Join(*scaleHeap, fmt.Sprintf("others=%d-%s.heap", others, node))); err != nil {
+		base := filepath.Join(*scaleHeap, fmt.Sprintf("others=%d-%s", others, node))
+		// The mappings first: the profile's GC and transfer touch pages.
+		if err := a.smaps(base + ".smaps"); err != nil {
+			b.Fatal(err)
+		}
+		if err := a.heapProfile(base + ".heap"); err != nil {
 			b.Fatal(err)
 		}
 	}
