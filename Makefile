@@ -133,7 +133,10 @@ bench-objects: deps testenv-bins
 # own, under flock FLEET_LOCK when set (a lock shared with other heavy
 # work: one run a hold). Each run is saved in FLEET_DIR and the summary of
 # every run saved there is written to FLEET_DIR/summary.md (remove
-# FLEET_DIR to start afresh). Root only; not yet timed (an estimate:
+# FLEET_DIR to start afresh). FLEET_PROFILE (a duration, default 0: none)
+# saves a CPU profile that long of each kubelet from the delete phase's
+# start in FLEET_DIR (its /debug/pprof/profile; the kubelets then allow
+# anonymous requests). Root only; not yet timed (an estimate:
 # 2*RUNS*(FLEET_IDLE+3m) a shape at 5 nodes). Not part of make test.
 comma       := ,
 FLEET_NODES ?= 5
@@ -141,6 +144,7 @@ FLEET_PODS  ?= 30
 FLEET_IDLE  ?= 2m
 FLEET_DIR   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/nodevol-fleet
 FLEET_LOCK  ?=
+FLEET_PROFILE ?= 0
 bench-fleet: deps testenv-bins kubelet-fork
 	cd bench/kubelet && for n in $(subst $(comma), ,$(FLEET_NODES)); do for p in $(subst $(comma), ,$(FLEET_PODS)); do \
 		for r in $$(seq 0 $$(($(RUNS)-1))); do \
@@ -148,7 +152,8 @@ bench-fleet: deps testenv-bins kubelet-fork
 			for side in $$sides; do \
 				$(if $(FLEET_LOCK),flock $(FLEET_LOCK)) $(GO) test -run '^$$' -v -bench '^BenchmarkFleet$$' -benchtime 1x -timeout 120m . \
 					-args -fleet.nodes $$n -fleet.pods $$p -fleet.runs $(RUNS) -fleet.run $$r -fleet.side $$side -fleet.idle $(FLEET_IDLE) \
-					-fleet.fork $(CURDIR)/bin/kubelet -fleet.dir $(FLEET_DIR) -fleet.out $(FLEET_DIR)/summary.md || exit 1; \
+					-fleet.fork $(CURDIR)/bin/kubelet -fleet.dir $(FLEET_DIR) -fleet.out $(FLEET_DIR)/summary.md \
+					-fleet.profile $(FLEET_PROFILE) || exit 1; \
 			done; \
 		done; \
 	done; done

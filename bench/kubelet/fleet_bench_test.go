@@ -45,7 +45,8 @@ import (
 // saved as JSON in -fleet.dir; the summary (logged, and written as
 // markdown to -fleet.out when set) is made from every run saved there:
 // each figure's range over the runs per side and the range of the runs'
-// fork/kubelet ratios. Root only.
+// fork/kubelet ratios. -fleet.profile saves a CPU profile of each
+// kubelet from the delete phase's start (fleet_profile_test.go). Root only.
 func BenchmarkFleet(b *testing.B) {
 	roottest.Require(b)
 	nodes, err := intList(*fleetNodes)
@@ -102,6 +103,8 @@ var (
 	fleetFork     = flag.String("fleet.fork", filepath.Join("..", "..", "bin", "kubelet"), "BenchmarkFleet: the fork's binary (make kubelet-fork)")
 	fleetDir      = flag.String("fleet.dir", filepath.Join(os.TempDir(), "nodevol-fleet"), "BenchmarkFleet: where each run's figures are saved, and the summary's runs are read")
 	fleetOut      = flag.String("fleet.out", "", "BenchmarkFleet: a file for the summary's markdown")
+	fleetProfile  = flag.Duration("fleet.profile", 0, "BenchmarkFleet: a CPU profile this long of each kubelet from the delete phase's start, "+
+		"saved in -fleet.dir (the kubelet's /debug/pprof/profile); 0: none")
 )
 
 // fleetSides are run r's sides in order: alternated, the kubelet first when

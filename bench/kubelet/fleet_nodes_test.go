@@ -21,6 +21,8 @@ import (
 type fleetNode struct {
 	name string
 	proc *kubelettest.Process
+	// config is the kubelet's configuration file (its server's port).
+	config string
 }
 
 // fleetNodeName is node i's name.
@@ -32,6 +34,12 @@ func fleetNodeName(i int) string { return fmt.Sprintf("fleet-%03d", i) }
 func startFleetNodes(b *testing.B, c *objCluster, spec fleetSpec) []fleetNode {
 	b.Helper()
 	maxPods := strconv.Itoa(max(110, spec.pods+10))
+	args := []string{"--v", "1", "--max-pods", maxPods}
+	if *fleetProfile > 0 {
+		// Its /debug/pprof/profile to the benchmark, which has no client
+		// certificate (the kubelet authorizes every request: AlwaysAllow).
+		args = append(args, "--anonymous-auth=true")
+	}
 	nodes := make([]fleetNode, spec.nodes)
 	kubelets := make([]*kubelettest.Kubelet, spec.nodes)
 	for i := range nodes {
@@ -41,12 +49,12 @@ func startFleetNodes(b *testing.B, c *objCluster, spec fleetSpec) []fleetNode {
 			b.Fatal(err)
 		}
 		k, err := kubelettest.New(b, kubelettest.Options{Bin: spec.bin, Dir: filepath.Join(c.scratch, "nodes", name), Env: c.env,
-			Node: name, NodeConfig: cfg, Args: []string{"--v", "1", "--max-pods", maxPods}})
+			Node: name, NodeConfig: cfg, Args: args})
 		if err != nil {
 			b.Fatal(err)
 		}
 		kubelets[i] = k
-		nodes[i] = fleetNode{name: name, proc: k.Start(b, "kubelet")}
+		nodes[i] = fleetNode{name: name, proc: k.Start(b, "kubelet"), config: k.ConfigFile}
 	}
 	ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
 	defer cancel()

@@ -82,9 +82,11 @@ func runFleet(b *testing.B, spec fleetSpec) *fleetResult {
 	// goroutines a node delete them.
 	all := slices.Concat(again, r.pods(churned, spec.pods, 0))
 	del := r.begin()
+	profiled := r.profile("delete")
 	r.must(r.tracker.remove(ctx, r.c, all))
 	r.waitPods(r.tracker.gone, all, "gone", fleetGoneWait)
 	r.end("delete", del)
+	r.must(profiled())
 	r.res.latency("delete-gone", r.tracker.latencies(r.tracker.deleted, r.tracker.gone, all))
 	r.res.wholeCPU(b, r.nodes)
 	return r.res

@@ -35,7 +35,7 @@ func (p *plugin) mountsAt(at paths) (mounts, table []mount.MountPoint, err error
 	if errors.Is(err, fs.ErrNotExist) || err == nil && notMnt && p.mountRootsKnown() {
 		return nil, nil, nil
 	}
-	if table, err = p.mounter.List(); err != nil {
+	if table, err = p.tables.list(p.mounter); err != nil {
 		return nil, nil, fmt.Errorf("listing mount points: %w", err)
 	}
 	if table == nil {
@@ -47,6 +47,76 @@ func (p *plugin) mountsAt(at paths) (mounts, table []mount.MountPoint, err error
 		}
 	}
 	return mounts, table, nil
+}
+
+// somethingMountedAt reports whether something is mounted at the volume
+// directory at: a statx when the kernel says which directories are mount
+// roots (a mount root there is mounted, whatever its type), else, or when
+// the check fails, whether the mount table lists a mount there
+// (mountsAt).
+func (p *plugin) somethingMountedAt(at paths) (bool, error) {
+	notMnt, err := p.mounter.IsLikelyNotMountPoint(at.abs)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err == nil && p.mountRootsKnown():
+		return !notMnt, nil
+	}
+	mounts, _, err := p.mountsAt(at)
+	return len(mounts) > 0, err
+}
+
+// tableReads shares reads of the node's mount table between the calls
+// that want one at the same time (the teardowns of many pods' memory
+// volumes at once, each of which would read every mount of the node): a
+// call gets the table of a read that began after it was made, never an
+// older one, so it sees every mount made or removed before it, as a read
+// of its own would.
+type tableReads struct {
+	// reading is held by the one read going on.
+	reading sync.Mutex
+	mu      sync.Mutex
+	// next is the read the calls made since the last began wait for;
+	// nil when none waits.
+	next *tableRead
+}
+
+// tableRead is one read of the mount table and its outcome, final once
+// done is closed.
+type tableRead struct {
+	done  chan struct{}
+	table []mount.MountPoint
+	err   error
+	// calls is how many calls wait for it (under tableReads.mu).
+	calls int
+}
+
+// list returns m's mount table, from a read that began after the call
+// (shared with the calls waiting for the same read). The table is shared:
+// callers do not change it.
+func (t *tableReads) list(m mount.Interface) ([]mount.MountPoint, error) {
+	t.mu.Lock()
+	r := t.next
+	if r == nil {
+		r = &tableRead{done: make(chan struct{})}
+		t.next = r
+	}
+	r.calls++
+	t.mu.Unlock()
+	t.reading.Lock()
+	t.mu.Lock()
+	mine := t.next == r
+	if mine {
+		t.next = nil // calls from now on wait for a later read
+	}
+	t.mu.Unlock()
+	if mine {
+		r.table, r.err = m.List()
+		close(r.done)
+	}
+	t.reading.Unlock()
+	<-r.done
+	return r.table, r.err
 }
 
 // mountRootsKnown reports, once, whether the kernel says which directories

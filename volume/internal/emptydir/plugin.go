@@ -84,6 +84,9 @@ type plugin struct {
 	mountRootsKnown func() bool
 	// ownership changes a volume's group to the pod's fsGroup.
 	ownership fsgroup.Reporter
+	// tables shares the mount table reads of concurrent calls (shared
+	// by the copies withRootHeld makes).
+	tables *tableReads
 }
 
 var (
@@ -121,6 +124,7 @@ func newPlugin(cfg Config) (*plugin, error) {
 		noswap:  tmpfsNoswapSupported,
 
 		mountRootsKnown: mountRootsKnown,
+		tables:          &tableReads{},
 	}, nil
 }
 

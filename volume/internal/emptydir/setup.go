@@ -120,12 +120,16 @@ func (p *plugin) readyAndWhole(at paths, m medium) (bool, error) {
 		}
 		return false, nil
 	}
+	if m.kind == inMemory {
+		// Mounted at all is enough, as for the kubelet: no mount table.
+		return p.somethingMountedAt(at)
+	}
 	mounts, _, err := p.mountsAt(at)
 	if err != nil {
 		return false, err
 	}
-	if m.kind == inMemory || len(mounts) == 0 {
-		return len(mounts) > 0, nil
+	if len(mounts) == 0 {
+		return false, nil
 	}
 	top := mounts[len(mounts)-1]
 	return top.Type == hugetlbfsType && checkPageSize(top, m) == nil, nil

@@ -106,7 +106,7 @@ func (p *plugin) tearDownAt(ctx context.Context, at paths) error {
 func (p *plugin) mountsBelow(ctx context.Context, at paths, table []mount.MountPoint) ([]string, error) {
 	if table == nil && !p.mountRootsKnown() {
 		var err error
-		if table, err = p.mounter.List(); err != nil {
+		if table, err = p.tables.list(p.mounter); err != nil {
 			return nil, fmt.Errorf("listing mount points: %w", err)
 		}
 	}
