@@ -24,6 +24,11 @@ type Config struct {
 // told), no cgroup hierarchy of its own (as the hollow node), no swap
 // check, no resolv.conf, anonymous access to its own server; every period
 // (sync, node status, lease, configMap and secret watches) is the default.
+// Disk eviction and image garbage collection start only at 1% free: the
+// default 15% for images is reached on a machine whose disk is busy with
+// build caches, and a node under DiskPressure refuses the tests' pods
+// ("Pod admission denied ... DiskPressure"), which says nothing about
+// volumes; an image collected could not be pulled again either.
 const configTemplate = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -38,6 +43,13 @@ port: %[2]d
 healthzPort: %[3]d
 readOnlyPort: 0
 podLogsDir: %[4]s
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1%%
+  nodefs.inodesFree: 1%%
+  imagefs.available: 1%%
 authentication:
   webhook:
     enabled: false

@@ -17,7 +17,8 @@ func TestWriteConfig(t *testing.T) {
 	}{
 		{"complete", Config{RuntimeEndpoint: "unix:///run/cri.sock", Port: 10350, HealthzPort: 10351, PodLogsDir: "/logs"}, false,
 			[]string{"containerRuntimeEndpoint: unix:///run/cri.sock\n", "imageServiceEndpoint: unix:///run/cri.sock\n",
-				"port: 10350\n", "healthzPort: 10351\n", "podLogsDir: /logs\n", "failCgroupV1: false\n"}},
+				"port: 10350\n", "healthzPort: 10351\n", "podLogsDir: /logs\n", "failCgroupV1: false\n",
+				"  imagefs.available: 1%\n", "  nodefs.available: 1%\n", "imageGCHighThresholdPercent: 100\n"}},
 		{"no socket", Config{Port: 1, HealthzPort: 2, PodLogsDir: "/logs"}, true, nil},
 		{"no port", Config{RuntimeEndpoint: "unix:///s", HealthzPort: 2, PodLogsDir: "/logs"}, true, nil},
 	} {
