@@ -41,24 +41,13 @@ const (
 	readyFileMode = 0o644
 )
 
-// Config configures the plugin: volume/emptydir.Config, whose fields are
-// documented there.
+// Config configures the plugin. It is volume/emptydir.Config, which
+// converts to it field for field and documents each field; the two are
+// kept identical by that conversion, which does not compile otherwise.
 type Config struct {
-	// RootDir is the kubelet's root directory (/var/lib/kubelet): pods/
-	// lives under it. Required.
-	RootDir string
-	// Mounter mounts and unmounts the tmpfs and hugetlbfs of memory and
-	// hugepages volumes and lists the mount table. Required
-	// (mount.NewFakeMounter in unit tests).
-	Mounter mount.Interface
-	// Steps, if set, sees every change the plugin makes to the node
-	// (directories, files, mounts) before it is made (package step).
-	// Default: none.
-	Steps step.Hook
-	// AllocatableMemory returns the node's allocatable memory in bytes,
-	// the caller's figure: an upper bound of a memory volume's size. Nil,
-	// an error or a figure that is not positive: it is not used as a
-	// bound.
+	RootDir           string
+	Mounter           mount.Interface
+	Steps             step.Hook
 	AllocatableMemory func() (int64, error)
 }
 
