@@ -101,8 +101,9 @@ bench: deps
 # driver-only floor also get their file-system system calls per pod, mount
 # and unmount, harness included, counted once after the timed runs under
 # strace between SYSCALL_PODS pods (default 100,300; a few minutes), and
-# under the table each side's figure less the floor's. Those rows alone, no
-# timed run and no quiet machine needed:
+# under the table each side's own (less the test's removal of what the run
+# left and the floor's driver share). Those rows alone, no timed run and no
+# quiet machine needed:
 #   go run ./bench/compare -only-syscalls
 PODS         ?= 10,100,1000,5000,10000
 IDLE_VOLUMES ?= 10000

@@ -14,8 +14,9 @@
 // (RealPods) and the floor (DriverOnly) also get their file-system system
 // calls per pod, mount and unmount, each side's test binary run once under
 // strace at each of two pod counts (-syscall-pods, 100 and 300): rows named
-// MountPods/pods=100..300 and so on, the calls one by one below the total,
-// and under the table each side's figure less the floor's (syscalls.go
+// MountPods/pods=100..300 and so on, the test's removal of what the run
+// left and the calls one by one below the total, and under the table each
+// side's own, less that removal and the floor's driver share (syscalls.go
 // says what counts and why). These rows alone, a few minutes and no timed
 // run, which need no quiet machine:
 //

@@ -18,17 +18,21 @@ package main
 // strace -c (which cannot tell a socket from a file) would add to it. An
 // epoll_ctl is judged by the descriptor it adds (Go's os.File offers each
 // file it opens to the poller, which refuses a regular file: part of
-// opening a file that way). The tracee's stdout and stderr are pipes, so
-// what it logs does not count either.
+// opening a file that way), an mmap by the file it maps (one of no file is
+// the Go runtime's heap). The tracee's stdout and stderr are pipes, so what
+// it logs does not count either.
 //
-// The harness is included, on both sides: the test driver makes and
-// removes the publish target (CreateTargetDirs; the kubelet's side's driver
-// does the same) and the test removes the pod directories a run leaves
-// behind. The driver-only floor (BenchmarkDriverOnly: the same driver's
-// stage and publish, unpublish and unstage, one volume a pod, its
-// directories removed by the test) is that share, near enough: nodevol's
-// own calls are nodevol's figure less the floor's, which the table's note
-// gives.
+// The harness is included, on both sides, and shown apart where it can be:
+// the test's removal of the directory the run's pods lived in (what a run
+// leaves, the pod directories the kubelet's pod clean-up, not its volume
+// manager, removes on a node) is everything from os.RemoveAll's first call
+// on that directory on (removalSplit), a row of its own. The test driver's
+// making and removing the publish target (CreateTargetDirs; the kubelet's
+// side's driver does the same) falls within the run: the driver-only floor
+// (BenchmarkDriverOnly: the same driver's stage and publish, unpublish and
+// unstage, one volume a pod) less its own removal is that share. The note
+// under the table gives each side's own: its figure less its removal, less
+// the floor's driver share.
 
 import (
 	"bufio"
@@ -51,6 +55,7 @@ import (
 // frame each call's.
 const (
 	syscallUnit       = "fs-syscalls/pod"
+	removalUnit       = "fs-syscalls-removal/pod"
 	syscallUnitPrefix = "sys-"
 )
 
@@ -96,23 +101,81 @@ func fileCall(line string) (string, bool) {
 	return name, true
 }
 
+// trace is a benchmark run's calls on files: run until the test removes
+// the directory the run's pods lived in, removal from then on.
+type trace struct{ run, removal syscallCounts }
+
+// removalSplit finds where, in a trace, the test starts removing what a run
+// left: os.RemoveAll's first call on a directory right under tmp (TMPDIR)
+// below which a "pods" directory was seen (the testing package's b.TempDir
+// on nodevol's side, bench/kubelet's root on the kubelet's; a removal of
+// another directory under tmp, as mount-utils' probe at start, is no
+// split).
+type removalSplit struct {
+	under   *regexp.Regexp // a path under tmp/X/.../pods/: X
+	remove  *regexp.Regexp // os.RemoveAll's first call on tmp/X: X
+	roots   map[string]bool
+	removed bool
+}
+
+func newRemovalSplit(tmp string) *removalSplit {
+	q := regexp.QuoteMeta(strings.TrimSuffix(tmp, "/"))
+	return &removalSplit{
+		under:  regexp.MustCompile(q + `/([^/"<>]+)/(?:[^"<>]*/)?pods/`),
+		remove: regexp.MustCompile(`^(?:\[?(?:pid\s+)?\d+\]?\s+)?unlinkat\(AT_FDCWD(?:<[^>]*>)?, "` + q + `/([^/"]+)", 0\)`),
+		roots:  map[string]bool{},
+	}
+}
+
+// inRemoval reports whether line is part of the removal: at or after the
+// split.
+func (s *removalSplit) inRemoval(line string) bool {
+	if s.removed {
+		return true
+	}
+	if m := s.remove.FindStringSubmatch(line); m != nil && s.roots[m[1]] {
+		s.removed = true
+		return true
+	}
+	if m := s.under.FindStringSubmatch(line); m != nil {
+		s.roots[m[1]] = true
+	}
+	return false
+}
+
 // parseStrace counts the calls on files in strace -f -y output (see
-// fileCall). A call interrupted by another thread's is printed twice, its
-// start ("<unfinished ...>") and its end ("<... name resumed>"); it counts
-// once, at its start.
-func parseStrace(r io.Reader) (syscallCounts, error) {
-	c := syscallCounts{}
+// fileCall) of a benchmark whose TMPDIR was tmp, those of the test's
+// removal of what the run left apart (removalSplit). A call interrupted by
+// another thread's is printed twice, its start ("<unfinished ...>") and its
+// end ("<... name resumed>"); it counts once, at its start.
+func parseStrace(r io.Reader, tmp string) (trace, error) {
+	t := trace{run: syscallCounts{}, removal: syscallCounts{}}
+	split := newRemovalSplit(tmp)
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
+		in := split.inRemoval(sc.Text())
 		if name, ok := fileCall(sc.Text()); ok {
-			c[name]++
+			if in {
+				t.removal[name]++
+			} else {
+				t.run[name]++
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading strace output: %w", err)
+		return trace{}, fmt.Errorf("reading strace output: %w", err)
 	}
-	return c, nil
+	return t, nil
+}
+
+// all is every call of t, the removal's too.
+func (t trace) all() syscallCounts {
+	c := maps.Clone(t.run)
+	for n, v := range t.removal {
+		c[n] += v
+	}
+	return c
 }
 
 // perPod returns each call's count per pod between a run of lo pods and
@@ -138,6 +201,21 @@ func perPod(low, high syscallCounts, lo, hi int) (map[string]float64, error) {
 		out[syscallUnitPrefix+name+"/pod"] = float64(d) / float64(hi-lo)
 	}
 	out[syscallUnit] = float64(total) / float64(hi-lo)
+	return out, nil
+}
+
+// tracePerPod is perPod of every call of the two runs, with the removal's
+// total per pod under removalUnit.
+func tracePerPod(low, high trace, lo, hi int) (map[string]float64, error) {
+	out, err := perPod(low.all(), high.all(), lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	removal, err := perPod(low.removal, high.removal, lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	out[removalUnit] = removal[syscallUnit]
 	return out, nil
 }
 
@@ -199,16 +277,16 @@ func (s *side) build(dir, name string) error {
 // straceRun runs benchmark bench of s with pods pods under strace and
 // returns its calls on files. The trace goes to a file in tmp, removed
 // after.
-func (s *side) straceRun(tmp, bench string, pods int) (syscallCounts, error) {
+func (s *side) straceRun(tmp, bench string, pods int) (trace, error) {
 	f, err := os.CreateTemp(tmp, "strace-*.log")
 	if err != nil {
-		return nil, fmt.Errorf("strace output: %w", err)
+		return trace{}, fmt.Errorf("strace output: %w", err)
 	}
 	f.Close()
 	defer os.Remove(f.Name())
 	bin, err := filepath.Abs(s.bin)
 	if err != nil {
-		return nil, fmt.Errorf("test binary: %w", err)
+		return trace{}, fmt.Errorf("test binary: %w", err)
 	}
 	cmd := exec.Command("strace", "-f", "-qq", "-y", "-e", "trace=%file,%desc", "-e", "signal=none", "-o", f.Name(),
 		bin, "-test.run", "^$", "-test.bench", "^Benchmark"+bench+"$", "-test.benchtime", "1x", "-test.timeout", "90m")
@@ -219,14 +297,14 @@ func (s *side) straceRun(tmp, bench string, pods int) (syscallCounts, error) {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	fmt.Fprintf(os.Stderr, "counting system calls: %s, %d pods, in %s ...\n", bench, pods, s.dir)
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("strace of %s at %d pods: %w\n%s", bench, pods, err, out.b)
+		return trace{}, fmt.Errorf("strace of %s at %d pods: %w\n%s", bench, pods, err, out.b)
 	}
 	r, err := os.Open(f.Name())
 	if err != nil {
-		return nil, fmt.Errorf("strace output: %w", err)
+		return trace{}, fmt.Errorf("strace output: %w", err)
 	}
 	defer r.Close()
-	return parseStrace(r)
+	return parseStrace(r, os.TempDir())
 }
 
 // tail keeps the last 64 KiB written to it.
@@ -297,10 +375,10 @@ func (s *side) perPodRuns(tmp, bench string, lo, hi int) (map[string]float64, er
 	if err != nil {
 		return nil, err
 	}
-	if len(low) == 0 || len(high) == 0 {
+	if len(low.run) == 0 || len(high.run) == 0 {
 		return nil, errors.New("strace saw no calls on files: is -y supported?")
 	}
-	return perPod(low, high, lo, hi)
+	return tracePerPod(low, high, lo, hi)
 }
 
 // minCallsPerPod is the least a call must be made per pod, on either side,
@@ -332,7 +410,10 @@ func syscallRows(a, b map[string]float64) []struct{ unit, label string } {
 		}
 		return strings.Compare(x, y)
 	})
-	out := []struct{ unit, label string }{{syscallUnit, "file-system system calls per pod (mount + unmount)"}}
+	out := []struct{ unit, label string }{
+		{syscallUnit, "file-system system calls per pod (mount + unmount)"},
+		{removalUnit, "  of which the test's removal of what the run left"},
+	}
 	for _, unit := range units {
 		call := strings.TrimSuffix(strings.TrimPrefix(unit, syscallUnitPrefix), "/pod")
 		out = append(out, struct{ unit, label string }{unit, "  of which " + call})
@@ -340,9 +421,9 @@ func syscallRows(a, b map[string]float64) []struct{ unit, label string } {
 	return out
 }
 
-// syscallNote prints, under the table, each side's file-system calls per
-// pod less the driver-only floor's: what is its own, the harness's share
-// (the test driver's, the removal of what a run leaves) taken out.
+// syscallNote prints, under the table, each side's own file-system calls
+// per pod: its figure less the test's removal of what the run left and
+// less the driver's work, the floor's figure less its removal.
 func syscallNote(out io.Writer, nv, kl []results) {
 	names := map[string]bool{}
 	for _, r := range slices.Concat(nv, kl) {
@@ -353,24 +434,34 @@ func syscallNote(out io.Writer, nv, kl []results) {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(names)) {
-		f, fok := runValues(nv, floorOf(name), syscallUnit)
-		floor := present(f, fok)
-		if len(floor) == 0 {
+		driver, ok := own(nv, floorOf(name), 0)
+		if !ok {
 			continue
 		}
-		line := fmt.Sprintf("%s: file-system system calls per pod less the driver-only floor's (%s):",
-			strings.TrimPrefix(name, "Benchmark"), span(floor))
+		line := fmt.Sprintf("%s: file-system system calls per pod less the test's removal and the driver's %s:",
+			strings.TrimPrefix(name, "Benchmark"), strconv.FormatFloat(driver, 'g', 4, 64))
 		for _, sd := range []struct {
 			label string
 			runs  []results
 		}{{"nodevol", nv}, {"kubelet", kl}} {
-			v, ok := runValues(sd.runs, name, syscallUnit)
-			var own []float64
-			for _, x := range present(v, ok) {
-				own = append(own, x-floor[0])
+			v, ok := own(sd.runs, name, driver)
+			s := "-"
+			if ok {
+				s = strconv.FormatFloat(v, 'g', 4, 64)
 			}
-			line += " " + sd.label + " " + span(own)
+			line += " " + sd.label + " " + s
 		}
 		fmt.Fprintln(out, line)
 	}
+}
+
+// own is name's file-system calls per pod less the test's removal and
+// less driver, from the first run that counted them.
+func own(runs []results, name string, driver float64) (float64, bool) {
+	for _, r := range runs {
+		if v, ok := r[name][syscallUnit]; ok {
+			return v - r[name][removalUnit] - driver, true
+		}
+	}
+	return 0, false
 }

@@ -57,24 +57,57 @@ func TestFileCall(t *testing.T) {
 }
 
 // TestParseStrace counts a trace's calls on files, an interrupted call
-// once.
+// once, and those from the test's first removal call on the directory the
+// pods lived in (right under TMPDIR) apart; an earlier removal of another
+// directory under TMPDIR (mount-utils' probe) is no split.
 func TestParseStrace(t *testing.T) {
-	trace := `16612 execve("./vm.test", ["./vm.test", "-test.run", "^$"], 0x7ffc429d0f88 /* 41 vars */) = 0
+	const tr = `16612 execve("./vm.test", ["./vm.test", "-test.run", "^$"], 0x7ffc429d0f88 /* 41 vars */) = 0
+16612 unlinkat(AT_FDCWD</w/volumemanager>, "/tmp/b/kubelet-detect-safe-umount1888093698", 0) = -1 EISDIR (Is a directory)
+16612 unlinkat(AT_FDCWD</w/volumemanager>, "/tmp/b/kubelet-detect-safe-umount1888093698", AT_REMOVEDIR) = 0
+16612 mkdirat(AT_FDCWD</w/volumemanager>, "/tmp/b/BenchmarkMountPodspods=1001638573850/001", 0777) = 0
 16612 openat(AT_FDCWD</w>, "/w/a", O_RDONLY|O_CLOEXEC <unfinished ...>
 16613 read(8<socket:[1]>, "x", 32768) = 1
 16612 <... openat resumed>) = 3</w/a>
 16612 read(3</w/a>, "{}", 512) = 2
+16614 mkdirat(5</tmp/b/BenchmarkMountPodspods=1001638573850/001/pods/663851d0>, "volumes", 0750) = 0
 16612 close(3</w/a>) = 0
 16613 close(8<socket:[1]>) = 0
+16612 unlinkat(AT_FDCWD</w/volumemanager>, "/tmp/b/BenchmarkMountPodspods=1001638573850", 0) = -1 EISDIR (Is a directory)
+16612 unlinkat(AT_FDCWD</w/volumemanager>, "/tmp/b/BenchmarkMountPodspods=1001638573850", AT_REMOVEDIR) = -1 ENOTEMPTY (Directory not empty)
+16612 openat(AT_FDCWD</w/volumemanager>, "/tmp/b/BenchmarkMountPodspods=1001638573850", O_RDONLY|O_CLOEXEC|O_DIRECTORY) = 3</tmp/b/BenchmarkMountPodspods=1001638573850>
+16612 getdents64(3</tmp/b/BenchmarkMountPodspods=1001638573850>, 0xc000 /* 3 entries */, 8192) = 80
+16613 write(8<socket:[1]>, "x", 1) = 1
 16612 +++ exited with 0 +++
 `
-	got, err := parseStrace(strings.NewReader(trace))
+	got, err := parseStrace(strings.NewReader(tr), "/tmp/b/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := syscallCounts{"execve": 1, "openat": 1, "read": 1, "close": 1}
-	if !maps.Equal(got, want) {
+	want := trace{
+		run:     syscallCounts{"execve": 1, "unlinkat": 2, "mkdirat": 2, "openat": 1, "read": 1, "close": 1},
+		removal: syscallCounts{"unlinkat": 2, "openat": 1, "getdents64": 1},
+	}
+	if !maps.Equal(got.run, want.run) || !maps.Equal(got.removal, want.removal) {
 		t.Errorf("parseStrace = %v, want %v", got, want)
+	}
+	all := syscallCounts{"execve": 1, "unlinkat": 4, "mkdirat": 2, "openat": 2, "read": 1, "close": 1, "getdents64": 1}
+	if !maps.Equal(got.all(), all) {
+		t.Errorf("all = %v, want %v", got.all(), all)
+	}
+}
+
+// TestTracePerPod: the removal's calls count in the total and per call,
+// and apart under removalUnit.
+func TestTracePerPod(t *testing.T) {
+	low := trace{run: syscallCounts{"close": 300, "openat": 200}, removal: syscallCounts{"unlinkat": 100, "close": 50}}
+	high := trace{run: syscallCounts{"close": 900, "openat": 600}, removal: syscallCounts{"unlinkat": 300, "close": 150}}
+	got, err := tracePerPod(low, high, 100, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"sys-close/pod": 3.5, "sys-openat/pod": 2, "sys-unlinkat/pod": 1, syscallUnit: 6.5, removalUnit: 1.5}
+	if !maps.Equal(got, want) {
+		t.Errorf("tracePerPod = %v, want %v", got, want)
 	}
 }
 
@@ -146,6 +179,7 @@ func TestSyscallRows(t *testing.T) {
 	}
 	want := []string{
 		syscallUnit + ":file-system system calls per pod (mount + unmount)",
+		removalUnit + ":  of which the test's removal of what the run left",
 		"sys-close/pod:  of which close",
 		"sys-openat2/pod:  of which openat2",
 		"sys-fcntl/pod:  of which fcntl",
@@ -161,19 +195,19 @@ func TestSyscallRows(t *testing.T) {
 
 // TestTableSyscalls: W1's and W6's calls per pod sit beside the floor's
 // counted between the same pod counts, a side that made none of a call
-// shows 0, the note gives each side less the floor, and W6's other rows
-// get no floor.
+// shows 0, the note gives each side less the test's removal and less the
+// driver's (the floor less its removal), and W6's other rows get no floor.
 func TestTableSyscalls(t *testing.T) {
 	w1, w6, floor := syscallName("MountPods", 100, 300), syscallName("RealPods", 100, 300), syscallName("DriverOnly", 100, 300)
 	nv := []results{{
-		w1:                                {syscallUnit: 125, "sys-close/pod": 32, "sys-openat2/pod": 19},
-		w6:                                {syscallUnit: 500, "sys-close/pod": 127},
-		floor:                             {syscallUnit: 13, "sys-close/pod": 1},
+		w1:                                {syscallUnit: 125, removalUnit: 20, "sys-close/pod": 32, "sys-openat2/pod": 19},
+		w6:                                {syscallUnit: 500, removalUnit: 60, "sys-close/pod": 127},
+		floor:                             {syscallUnit: 13, removalUnit: 6, "sys-close/pod": 1},
 		"BenchmarkRealPods/pods=100":      {"mount-s": 2},
 		"BenchmarkDriverOnly/volumes=100": {"mount-s": 1},
 	}}
 	kl := []results{{
-		w1: {syscallUnit: 83, "sys-close/pod": 7, "sys-openat2/pod": 0},
+		w1: {syscallUnit: 83, removalUnit: 19, "sys-close/pod": 7, "sys-openat2/pod": 0},
 		w6: {syscallUnit: 460, "sys-close/pod": 40},
 	}}
 	var out strings.Builder
@@ -184,13 +218,15 @@ func TestTableSyscalls(t *testing.T) {
 	}
 	want := []string{
 		"MountPods/pods=100..300 file-system system calls per pod (mount + unmount) 125 83 1.506 13 9.615",
+		"MountPods/pods=100..300 of which the test's removal of what the run left 20 19 1.053 6 3.333",
 		"MountPods/pods=100..300 of which close 32 7 4.571 1 32",
 		"MountPods/pods=100..300 of which openat2 19 0 - - -",
 		"RealPods/pods=100 mount wall s 2 - - - -",
 		"RealPods/pods=100..300 file-system system calls per pod (mount + unmount) 500 460 1.087 13 38.46",
+		"RealPods/pods=100..300 of which the test's removal of what the run left 60 - - 6 10",
 		"RealPods/pods=100..300 of which close 127 40 3.175 1 127",
-		"MountPods/pods=100..300: file-system system calls per pod less the driver-only floor's (13): nodevol 112 kubelet 70",
-		"RealPods/pods=100..300: file-system system calls per pod less the driver-only floor's (13): nodevol 487 kubelet 447",
+		"MountPods/pods=100..300: file-system system calls per pod less the test's removal and the driver's 7: nodevol 98 kubelet 57",
+		"RealPods/pods=100..300: file-system system calls per pod less the test's removal and the driver's 7: nodevol 433 kubelet 453",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("table =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
