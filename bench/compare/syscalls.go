@@ -122,7 +122,7 @@ func newRemovalSplit(tmp string) *removalSplit {
 	q := regexp.QuoteMeta(strings.TrimSuffix(tmp, "/"))
 	return &removalSplit{
 		under:  regexp.MustCompile(q + `/([^/"<>]+)/(?:[^"<>]*/)?pods/`),
-		remove: regexp.MustCompile(`^(?:\[?(?:pid\s+)?\d+\]?\s+)?unlinkat\(AT_FDCWD(?:<[^>]*>)?, "` + q + `/([^/"]+)", 0\)`),
+		remove: regexp.MustCompile(`^(?:\[?(?:pid\s+)?\d+\]?\s+)?unlinkat\(AT_FDCWD(?:<[^>]*>)?, "` + q + `/([^/"]+)", 0(?:\)| <unfinished)`),
 		roots:  map[string]bool{},
 	}
 }

@@ -58,8 +58,9 @@ func TestFileCall(t *testing.T) {
 
 // TestParseStrace counts a trace's calls on files, an interrupted call
 // once, and those from the test's first removal call on the directory the
-// pods lived in (right under TMPDIR) apart; an earlier removal of another
-// directory under TMPDIR (mount-utils' probe) is no split.
+// pods lived in (right under TMPDIR; that call interrupted too) apart; an
+// earlier removal of another directory under TMPDIR (mount-utils' probe) is
+// no split.
 func TestParseStrace(t *testing.T) {
 	const tr = `16612 execve("./vm.test", ["./vm.test", "-test.run", "^$"], 0x7ffc429d0f88 /* 41 vars */) = 0
 16612 unlinkat(AT_FDCWD</w/volumemanager>, "/tmp/b/kubelet-detect-safe-umount1888093698", 0) = -1 EISDIR (Is a directory)
@@ -72,7 +73,8 @@ func TestParseStrace(t *testing.T) {
 16614 mkdirat(5</tmp/b/BenchmarkMountPodspods=1001638573850/001/pods/663851d0>, "volumes", 0750) = 0
 16612 close(3</w/a>) = 0
 16613 close(8<socket:[1]>) = 0
-16612 unlinkat(AT_FDCWD</w/volumemanager>, "/tmp/b/BenchmarkMountPodspods=1001638573850", 0) = -1 EISDIR (Is a directory)
+16612 unlinkat(AT_FDCWD</w/volumemanager>, "/tmp/b/BenchmarkMountPodspods=1001638573850", 0 <unfinished ...>
+16612 <... unlinkat resumed>) = -1 EISDIR (Is a directory)
 16612 unlinkat(AT_FDCWD</w/volumemanager>, "/tmp/b/BenchmarkMountPodspods=1001638573850", AT_REMOVEDIR) = -1 ENOTEMPTY (Directory not empty)
 16612 openat(AT_FDCWD</w/volumemanager>, "/tmp/b/BenchmarkMountPodspods=1001638573850", O_RDONLY|O_CLOEXEC|O_DIRECTORY) = 3</tmp/b/BenchmarkMountPodspods=1001638573850>
 16612 getdents64(3</tmp/b/BenchmarkMountPodspods=1001638573850>, 0xc000 /* 3 entries */, 8192) = 80
