@@ -362,7 +362,27 @@ func countSyscalls(names []string, lo, hi int) (nv, kl results, err error) {
 			}
 		}
 	}
+	for _, bench := range want {
+		name := syscallName(bench, lo, hi)
+		zeroMissing(nv[name], kl[name], nv[floorOf(name)])
+	}
 	return nv, kl, nil
+}
+
+// zeroMissing gives each of sets (one benchmark's calls per pod on each
+// side that counted them; nil for one that did not) a 0 for each call
+// another made and it never did: the table then says 0, not "-", which
+// means not counted.
+func zeroMissing(sets ...map[string]float64) {
+	for _, a := range sets {
+		for _, b := range sets {
+			for unit := range a {
+				if _, ok := b[unit]; !ok && b != nil {
+					b[unit] = 0
+				}
+			}
+		}
+	}
 }
 
 // perPodRuns runs bench at lo and at hi pods and returns its calls per pod.

@@ -234,3 +234,17 @@ func TestTableSyscalls(t *testing.T) {
 		t.Errorf("table =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestZeroMissing: a call one side made and another never did is 0 on the
+// other, and a side that counted nothing stays so.
+func TestZeroMissing(t *testing.T) {
+	nv := map[string]float64{syscallUnit: 125, "sys-openat2/pod": 19}
+	kl := map[string]float64{syscallUnit: 83, "sys-fcntl/pod": 16}
+	zeroMissing(nv, kl, nil)
+	if want := map[string]float64{syscallUnit: 125, "sys-openat2/pod": 19, "sys-fcntl/pod": 0}; !maps.Equal(nv, want) {
+		t.Errorf("nodevol's = %v, want %v", nv, want)
+	}
+	if want := map[string]float64{syscallUnit: 83, "sys-fcntl/pod": 16, "sys-openat2/pod": 0}; !maps.Equal(kl, want) {
+		t.Errorf("kubelet's = %v, want %v", kl, want)
+	}
+}
