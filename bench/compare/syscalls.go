@@ -58,8 +58,9 @@ import (
 	"strings"
 )
 
-// syscallUnit is the total's unit in results; syscallUnitPrefix and "/pod"
-// frame each call's.
+// syscallUnit is the total's unit in results, removalUnit that of the
+// test's removal of what the run left; syscallUnitPrefix and "/pod" frame
+// each call's.
 const (
 	syscallUnit       = "fs-syscalls/pod"
 	removalUnit       = "fs-syscalls-removal/pod"
@@ -125,6 +126,7 @@ type removalSplit struct {
 	removed bool
 }
 
+// newRemovalSplit returns the split of a trace whose TMPDIR was tmp.
 func newRemovalSplit(tmp string) *removalSplit {
 	q := regexp.QuoteMeta(strings.TrimSuffix(tmp, "/"))
 	return &removalSplit{
