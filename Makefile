@@ -97,12 +97,22 @@ bench: deps
 # requiring k8s.io/kubernetes) on the same workloads, one table with ratios:
 # each figure's range over RUNS runs per side. Takes about 11 minutes a run
 # (W6, real pods, about 3); PODS, W6_PODS, IDLE_VOLUMES and RUNS shrink it.
+# When strace is in PATH (SYSCALLS=false skips it), W1, W6 and the
+# driver-only floor also get their file-system system calls per pod, mount
+# and unmount, harness included, counted once after the timed runs under
+# strace between SYSCALL_PODS pods (default 100,300; a few minutes), and
+# under the table each side's own (less the test's removal of what the run
+# left and the floor's driver share). Those rows alone, no timed run and no
+# quiet machine needed:
+#   go run ./bench/compare -only-syscalls
 PODS         ?= 10,100,1000,5000,10000
 IDLE_VOLUMES ?= 10000
 W6_PODS      ?= 100,1000,5000
 RUNS         ?= 3
+SYSCALL_PODS ?= 100,300
 bench-compare:
-	$(GO) run ./bench/compare -pods $(PODS) -w6-pods $(W6_PODS) -idle-volumes $(IDLE_VOLUMES) -runs $(RUNS)
+	$(GO) run ./bench/compare -pods $(PODS) -w6-pods $(W6_PODS) -idle-volumes $(IDLE_VOLUMES) -runs $(RUNS) \
+		-syscall-pods $(SYSCALL_PODS) $(if $(SYSCALLS),-syscalls=$(SYSCALLS))
 
 # configMap, secret and projected volumes (issue 26): the stock kubelet
 # v1.37.2 (on a fake container runtime) and the example node agent, each a

@@ -4,11 +4,23 @@
 // invocation, and prints one table with the ratios nodevol/kubelet and
 // nodevol/driver-only. Run it from the repository root (make bench-compare).
 //
-//	compare [-pods 10,100,1000,5000,10000] [-w6-pods 100,1000,5000] [-bench regexp] [-runs 3]
+//	compare [-pods 10,100,1000,5000,10000] [-w6-pods 100,1000,5000] [-bench regexp] [-runs 3] [-syscalls] [-syscall-pods 100,300]
 //
 // Each figure is given as its range over the runs, and each ratio as the
 // range of the ratios of the runs paired in order (nodevol's first run with
 // the kubelet's first, ...).
+//
+// When strace is in PATH (-syscalls=false skips it), W1 (MountPods), W6
+// (RealPods) and the floor (DriverOnly) also get their file-system system
+// calls per pod, mount and unmount, each side's test binary run once under
+// strace at each of two pod counts (-syscall-pods, 100 and 300): rows named
+// MountPods/pods=100..300 and so on, the test's removal of what the run
+// left and the calls one by one below the total, and under the table each
+// side's own, less that removal and the floor's driver share (syscalls.go
+// says what counts and why). These rows alone, a few minutes and no timed
+// run, which need no quiet machine:
+//
+//	go run ./bench/compare -only-syscalls [-bench 'MountPods|RealPods|DriverOnly'] [-syscall-pods 100,300]
 package main
 
 import (
@@ -254,9 +266,18 @@ func main() {
 	re := flag.String("bench", "MountPods|MountPodsClusterInformers|Idle|SharedVolume|AttachRequired|DriverOnly|Reconstruct|RealPods",
 		"benchmarks to run, names separated by |")
 	runs := flag.Int("runs", 3, "runs of each benchmark on each side; the table gives each figure's range over them and the range of the ratios of the runs paired in order")
+	_, straceErr := exec.LookPath("strace")
+	syscalls := flag.Bool("syscalls", straceErr == nil, "count the file-system system calls per pod of W1, W6 and the floor under strace (default: when strace is in PATH)")
+	onlySyscalls := flag.Bool("only-syscalls", false, "count the system calls only (implies -syscalls): no timed runs")
+	syscallPods := flag.String("syscall-pods", "100,300", "the two pod counts the system calls per pod are counted between")
 	flag.Parse()
 	if *runs < 1 {
 		fmt.Fprintln(os.Stderr, "-runs must be at least 1")
+		os.Exit(2)
+	}
+	lo, hi, err := parsePodPair(*syscallPods)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
 
@@ -268,12 +289,32 @@ func main() {
 		os.Setenv("TMPDIR", dir)
 		fmt.Fprintf(os.Stderr, "benchmark directories in %s\n", dir)
 	}
-	nv, kl, err := runAll(strings.Split(*re, "|"), *runs, *pods, *w6)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	names := strings.Split(*re, "|")
+	nv, kl := []results{{}}, []results{{}}
+	if !*onlySyscalls {
+		if nv, kl, err = runAll(names, *runs, *pods, *w6); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	counted := true
+	if *syscalls || *onlySyscalls {
+		// Once, after the timed runs, which strace would slow: nodevol's
+		// counts are the same from run to run (syscalls.go says whose are
+		// not).
+		snv, skl, err := countSyscalls(names, lo, hi)
+		if err != nil {
+			// The timed runs' table is still worth printing.
+			fmt.Fprintln(os.Stderr, "system calls not counted:", err)
+			counted = false
+		}
+		maps.Copy(nv[0], snv)
+		maps.Copy(kl[0], skl)
 	}
 	table(os.Stdout, nv, kl)
+	if !counted {
+		os.Exit(1)
+	}
 }
 
 // runAll runs each benchmark named runs times on both sides and returns
@@ -335,13 +376,10 @@ func table(out io.Writer, nv, kl []results) {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "workload\tmetric\tnodevol\tkubelet\tnodevol/kubelet\tdriver-only\tnodevol/driver-only\t")
 	for _, name := range slices.Sorted(maps.Keys(names)) {
-		floorName := ""
-		if strings.Contains(name, "MountPods/pods=") {
-			floorName = strings.Replace(name, "MountPods/pods=", "DriverOnly/volumes=", 1)
-		}
+		floorName := floorOf(name)
 		units := union(append(slices.Clone(nv), kl...), name)
 		short := strings.TrimPrefix(name, "Benchmark")
-		for _, r := range append(slices.Clone(rows), apiKindRows(union(nv, name), union(kl, name))...) {
+		for _, r := range slices.Concat(rows, apiKindRows(union(nv, name), union(kl, name)), syscallRows(union(nv, name), union(kl, name))) {
 			if _, ok := units[r.unit]; !ok {
 				continue
 			}
@@ -354,4 +392,19 @@ func table(out io.Writer, nv, kl []results) {
 		}
 	}
 	w.Flush()
+	syscallNote(out, nv, kl)
+}
+
+// floorOf names the driver-only floor's benchmark set beside name: the
+// floor of the same size beside W1, and beside W1's and W6's system calls
+// per pod the floor's, counted between the same pod counts (W6's pods have
+// one CSI volume each, as W1's). "" when none.
+func floorOf(name string) string {
+	for _, of := range []string{"MountPods/pods=", "RealPods/pods="} {
+		rest, ok := strings.CutPrefix(name, "Benchmark"+of)
+		if ok && (of == "MountPods/pods=" || strings.Contains(rest, "..")) {
+			return "BenchmarkDriverOnly/volumes=" + rest
+		}
+	}
+	return ""
 }
