@@ -51,9 +51,10 @@ const (
 	fleetClaimBytes = 16 << 20
 	// fleetClaimVolume is the claim's volume name in a pod.
 	fleetClaimVolume = "data"
-	// fleetDriverWait bounds a node's wait for its driver's socket and
-	// for its CSINode to list the driver.
-	fleetDriverWait = 2 * time.Minute
+	// fleetDriverWait bounds the wait for every driver's socket and for
+	// every CSINode to list the driver: startFleetNodes' bound for every
+	// Node Ready (at load 90 a fork's boot took 72 s).
+	fleetDriverWait = 5 * time.Minute
 )
 
 // fleetClaimResources are the requests about claims: the claims, their
