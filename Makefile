@@ -146,7 +146,12 @@ bench-objects: deps testenv-bins
 # FLEET_DIR to start afresh). FLEET_PROFILE (a duration, default 0: none)
 # saves a CPU profile that long of each kubelet from the delete phase's
 # start in FLEET_DIR (its /debug/pprof/profile; the kubelets then allow
-# anonymous requests). Root only; not yet timed (an estimate:
+# anonymous requests). FLEET_CLAIMS=1 (default false) gives each pod a CSI
+# claim too: each node runs the loop driver and its registrar as
+# processes (a loop device per mounted claim: FLEET_NODES*FLEET_PODS at
+# once), each claim a PV of its node's driver created Bound, no attach;
+# the summary then has the claim requests (pvc, pv, va, csidriver) in rows
+# of their own. Root only; not yet timed (an estimate:
 # 2*RUNS*(FLEET_IDLE+3m) a shape at 5 nodes). Not part of make test.
 comma       := ,
 FLEET_NODES ?= 5
@@ -155,6 +160,7 @@ FLEET_IDLE  ?= 2m
 FLEET_DIR   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/nodevol-fleet
 FLEET_LOCK  ?=
 FLEET_PROFILE ?= 0
+FLEET_CLAIMS ?= false
 bench-fleet: deps testenv-bins kubelet-fork
 	cd bench/kubelet && for n in $(subst $(comma), ,$(FLEET_NODES)); do for p in $(subst $(comma), ,$(FLEET_PODS)); do \
 		for r in $$(seq 0 $$(($(RUNS)-1))); do \
@@ -163,7 +169,7 @@ bench-fleet: deps testenv-bins kubelet-fork
 				$(if $(FLEET_LOCK),flock $(FLEET_LOCK)) $(GO) test -run '^$$' -v -bench '^BenchmarkFleet$$' -benchtime 1x -timeout 120m . \
 					-args -fleet.nodes $$n -fleet.pods $$p -fleet.runs $(RUNS) -fleet.run $$r -fleet.side $$side -fleet.idle $(FLEET_IDLE) \
 					-fleet.fork $(CURDIR)/bin/kubelet -fleet.dir $(FLEET_DIR) -fleet.out $(FLEET_DIR)/summary.md \
-					-fleet.profile $(FLEET_PROFILE) || exit 1; \
+					-fleet.profile $(FLEET_PROFILE) -fleet.claims=$(FLEET_CLAIMS) || exit 1; \
 			done; \
 		done; \
 	done; done

@@ -25,11 +25,13 @@ import (
 // runs on the fake runtime: a configMap and a secret of its own, the
 // projected kube-api-access volume (a token, the namespace's
 // kube-root-ca.crt, the namespace), a downwardAPI volume and an emptyDir
-// (no CSI claim: a CSI driver per node is not run). A run has four
+// (no CSI claim unless -fleet.claims: then one more, a claim of its own
+// on a CSI driver each node runs, fleet_claims_test.go). A run has four
 // phases, each measured per node from the audit log (bench/internal/apiaudit),
 // the API server's /metrics and /proc:
 //
-//   - boot: from the kubelets' start until every Node is Ready;
+//   - boot: from the kubelets' start until every Node is Ready (and,
+//     with claims, every node's driver registered);
 //   - start: from the pods' creation until every pod is Running;
 //   - rest: -fleet.idle at rest, extrapolated to an hour; the watches
 //     the nodes hold (apiserver_longrunning_requests, less the
@@ -68,7 +70,7 @@ func BenchmarkFleet(b *testing.B) {
 				}
 				for _, side := range fleetSides(r) {
 					b.Run(fmt.Sprintf("nodes=%d/pods=%d/run=%d/side=%s", n, p, r, side), func(b *testing.B) {
-						spec := fleetSpec{side: side, bin: fleetBinary(b, side), nodes: n, pods: p, run: r}
+						spec := fleetSpec{side: side, bin: fleetBinary(b, side), nodes: n, pods: p, run: r, claims: *fleetClaims}
 						res := runFleet(b, spec)
 						res.report(b)
 						if err := res.save(*fleetDir); err != nil {

@@ -18,6 +18,8 @@ type fleetResult struct {
 	Nodes int    `json:"nodes"`
 	Pods  int    `json:"pods"`
 	Run   int    `json:"run"`
+	// Claims: each pod had a CSI claim too (-fleet.claims).
+	Claims bool `json:"claims,omitempty"`
 	// Figures are by fleetFigures' keys.
 	Figures map[string]float64 `json:"figures"`
 	// Requests are each phase's requests per node by "verb resource"
@@ -65,7 +67,7 @@ var fleetFigures = []struct{ key, what string }{
 }
 
 func newFleetResult(spec fleetSpec) *fleetResult {
-	return &fleetResult{Side: spec.side, Nodes: spec.nodes, Pods: spec.pods, Run: spec.run,
+	return &fleetResult{Side: spec.side, Nodes: spec.nodes, Pods: spec.pods, Run: spec.run, Claims: spec.claims,
 		Figures: map[string]float64{}, Requests: map[string]map[string]float64{}}
 }
 
@@ -80,6 +82,7 @@ func (r *fleetResult) phase(name string, from, to fleetSample, counts nodeCounts
 	all, vol := counts.total()
 	perNode := counts.mean(r.Nodes)
 	f := r.Figures
+	r.claimPhase(name, d, counts)
 	if name != "rest" {
 		f[name+"-s"] = d.Seconds()
 		f[name+"-req/node"] = float64(all) / n
@@ -157,7 +160,7 @@ func (r *fleetResult) wholeCPU(b *testing.B, nodes []fleetNode) {
 
 // report reports the figures as the benchmark's metrics.
 func (r *fleetResult) report(b *testing.B) {
-	for _, f := range fleetFigures {
+	for _, f := range slices.Concat(fleetFigures, fleetClaimFigures) {
 		if v, ok := r.Figures[f.key]; ok {
 			b.ReportMetric(v, f.key)
 		}
@@ -165,13 +168,14 @@ func (r *fleetResult) report(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// save writes the result as {dir}/nodes-{n}-pods-{p}-run-{r}-{side}.json.
+// save writes the result as {dir}/nodes-{n}-pods-{p}-run-{r}-{side}.json
+// ({p}-claims with claims).
 func (r *fleetResult) save(dir string) error {
 	data, err := json.MarshalIndent(r, "", " ")
 	if err != nil {
 		return err
 	}
-	name := fmt.Sprintf("nodes-%d-pods-%d-run-%d-%s.json", r.Nodes, r.Pods, r.Run, r.Side)
+	name := fmt.Sprintf("nodes-%d-pods-%d%s-run-%d-%s.json", r.Nodes, r.Pods, r.claimsSuffix(), r.Run, r.Side)
 	if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 		return fmt.Errorf("saving the run's figures: %w", err)
 	}

@@ -15,6 +15,8 @@ type fleetSpec struct {
 	bin         string
 	nodes, pods int
 	run         int
+	// claims gives each pod a CSI claim too (-fleet.claims).
+	claims bool
 }
 
 const (
@@ -34,6 +36,8 @@ type fleetRun struct {
 	tracker *podTracker
 	api     int
 	res     *fleetResult
+	// drivers are the nodes' CSI drivers (claims only).
+	drivers []fleetDriver
 }
 
 // runFleet runs spec's phases (BenchmarkFleet) and returns their figures.
@@ -47,11 +51,14 @@ func runFleet(b *testing.B, spec fleetSpec) *fleetResult {
 	if err := createFleetObjects(ctx, r.c, spec.nodes, spec.pods); err != nil {
 		b.Fatal(err)
 	}
+	r.claimsBefore(ctx)
 	r.tracker = startPodTracker(b, r.c)
 
 	boot := r.begin()
 	r.nodes = startFleetNodes(b, r.c, spec)
+	r.claimsBoot()
 	r.end("boot", boot)
+	r.claimsProvision(ctx)
 	time.Sleep(objSettle)
 
 	pods := r.pods(0, spec.pods, 0)
@@ -87,6 +94,7 @@ func runFleet(b *testing.B, spec fleetSpec) *fleetResult {
 	r.waitPods(r.tracker.gone, all, "gone", fleetGoneWait)
 	r.end("delete", del)
 	r.must(profiled())
+	r.claimsUnstaged(ctx)
 	r.res.latency("delete-gone", r.tracker.latencies(r.tracker.deleted, r.tracker.gone, all))
 	r.res.wholeCPU(b, r.nodes)
 	return r.res
@@ -97,7 +105,11 @@ func (r *fleetRun) pods(from, to, gen int) [][]*v1.Pod {
 	out := make([][]*v1.Pod, len(r.nodes))
 	for n, node := range r.nodes {
 		for i := from; i < to; i++ {
-			out[n] = append(out[n], fleetPod(node.name, i, gen))
+			p := fleetPod(node.name, i, gen)
+			if r.spec.claims {
+				p = withFleetClaim(p, node.name, i)
+			}
+			out[n] = append(out[n], p)
 		}
 	}
 	return out

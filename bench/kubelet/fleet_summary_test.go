@@ -37,8 +37,12 @@ func loadFleet(dir string) (*fleetSummary, error) {
 	return s, nil
 }
 
-// fleetShape is a run's nodes and pods per node.
-type fleetShape struct{ nodes, pods int }
+// fleetShape is a run's nodes and pods per node, and whether its pods had
+// claims.
+type fleetShape struct {
+	nodes, pods int
+	claims      bool
+}
 
 // markdown is, per shape (nodes, pods per node), a table of each figure's
 // range over the runs per side and the range of the fork/kubelet ratios of
@@ -46,20 +50,23 @@ type fleetShape struct{ nodes, pods int }
 func (s *fleetSummary) markdown() string {
 	var shapes []fleetShape
 	for _, r := range s.results {
-		if sh := (fleetShape{r.Nodes, r.Pods}); !slices.Contains(shapes, sh) {
+		if sh := (fleetShape{r.Nodes, r.Pods, r.Claims}); !slices.Contains(shapes, sh) {
 			shapes = append(shapes, sh)
 		}
 	}
-	slices.SortFunc(shapes, func(a, b fleetShape) int { return cmp.Or(cmp.Compare(a.nodes, b.nodes), cmp.Compare(a.pods, b.pods)) })
+	slices.SortFunc(shapes, func(a, b fleetShape) int {
+		return cmp.Or(cmp.Compare(a.nodes, b.nodes), cmp.Compare(a.pods, b.pods), compareBool(a.claims, b.claims))
+	})
 	var sb strings.Builder
 	for _, sh := range shapes {
 		kubelet, fork := s.runs(sh, "kubelet"), s.runs(sh, "fork")
-		fmt.Fprintf(&sb, "### %d nodes, %d pods each (runs: kubelet %d, fork %d)\n\n", sh.nodes, sh.pods, len(kubelet), len(fork))
+		fmt.Fprintf(&sb, "### %d nodes, %d pods each%s (runs: kubelet %d, fork %d)\n\n", sh.nodes, sh.pods, sh.claimsTitle(), len(kubelet), len(fork))
 		sb.WriteString("| figure | kubelet | fork | fork/kubelet |\n|---|---|---|---|\n")
 		for _, f := range fleetFigures {
 			k, fk := figureRange(kubelet, f.key), figureRange(fork, f.key)
 			fmt.Fprintf(&sb, "| %s | %s | %s | %s |\n", f.what, k, fk, ratioRange(kubelet, fork, f.key))
 		}
+		sb.WriteString(claimRows(sh, kubelet, fork))
 		sb.WriteString("\n")
 		sb.WriteString(requestTable(kubelet, fork))
 		sb.WriteString("\n")
@@ -71,7 +78,7 @@ func (s *fleetSummary) markdown() string {
 func (s *fleetSummary) runs(sh fleetShape, side string) map[int]*fleetResult {
 	out := map[int]*fleetResult{}
 	for _, r := range s.results {
-		if r.Nodes == sh.nodes && r.Pods == sh.pods && r.Side == side {
+		if r.Nodes == sh.nodes && r.Pods == sh.pods && r.Claims == sh.claims && r.Side == side {
 			out[r.Run] = r
 		}
 	}

@@ -51,6 +51,8 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	nodeagentDemo.Remove()
 	nodeagent.Remove()
+	fleetLoopdriverCmd.Remove()
+	fleetRegistrarCmd.Remove()
 	os.Exit(code)
 }
 
