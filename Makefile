@@ -136,8 +136,14 @@ bench-objects: deps testenv-bins
 # FLEET_DIR to start afresh). FLEET_PROFILE (a duration, default 0: none)
 # saves a CPU profile that long of each kubelet from the delete phase's
 # start in FLEET_DIR (its /debug/pprof/profile; the kubelets then allow
-# anonymous requests). Root only; not yet timed (an estimate:
-# 2*RUNS*(FLEET_IDLE+3m) a shape at 5 nodes). Not part of make test.
+# anonymous requests). FLEET_RUNTIME (default fake) is the nodes'
+# container runtime: fake, or containerd for real containers
+# (internal/realnode: containerd and runc started per run in its scratch
+# directory, a busybox image built here, nothing pulled; one node only,
+# FLEET_NODES=1), which adds the runtime's CPU (containerd, its shims and
+# their runc) and memory beside the kubelet's. Root only; not yet timed
+# (an estimate: 2*RUNS*(FLEET_IDLE+3m) a shape at 5 nodes). Not part of
+# make test.
 comma       := ,
 FLEET_NODES ?= 5
 FLEET_PODS  ?= 30
@@ -145,6 +151,7 @@ FLEET_IDLE  ?= 2m
 FLEET_DIR   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/nodevol-fleet
 FLEET_LOCK  ?=
 FLEET_PROFILE ?= 0
+FLEET_RUNTIME ?= fake
 bench-fleet: deps testenv-bins kubelet-fork
 	cd bench/kubelet && for n in $(subst $(comma), ,$(FLEET_NODES)); do for p in $(subst $(comma), ,$(FLEET_PODS)); do \
 		for r in $$(seq 0 $$(($(RUNS)-1))); do \
@@ -153,7 +160,7 @@ bench-fleet: deps testenv-bins kubelet-fork
 				$(if $(FLEET_LOCK),flock $(FLEET_LOCK)) $(GO) test -run '^$$' -v -bench '^BenchmarkFleet$$' -benchtime 1x -timeout 120m . \
 					-args -fleet.nodes $$n -fleet.pods $$p -fleet.runs $(RUNS) -fleet.run $$r -fleet.side $$side -fleet.idle $(FLEET_IDLE) \
 					-fleet.fork $(CURDIR)/bin/kubelet -fleet.dir $(FLEET_DIR) -fleet.out $(FLEET_DIR)/summary.md \
-					-fleet.profile $(FLEET_PROFILE) || exit 1; \
+					-fleet.profile $(FLEET_PROFILE) -fleet.runtime $(FLEET_RUNTIME) || exit 1; \
 			done; \
 		done; \
 	done; done

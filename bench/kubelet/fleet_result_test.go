@@ -18,6 +18,9 @@ type fleetResult struct {
 	Nodes int    `json:"nodes"`
 	Pods  int    `json:"pods"`
 	Run   int    `json:"run"`
+	// Runtime is the nodes' container runtime: fleetFake or
+	// fleetContainerd ("" in runs saved before it was recorded: fake).
+	Runtime string `json:"runtime,omitempty"`
 	// Figures are by fleetFigures' keys.
 	Figures map[string]float64 `json:"figures"`
 	// Requests are each phase's requests per node by "verb resource"
@@ -65,7 +68,7 @@ var fleetFigures = []struct{ key, what string }{
 }
 
 func newFleetResult(spec fleetSpec) *fleetResult {
-	return &fleetResult{Side: spec.side, Nodes: spec.nodes, Pods: spec.pods, Run: spec.run,
+	return &fleetResult{Side: spec.side, Nodes: spec.nodes, Pods: spec.pods, Run: spec.run, Runtime: spec.runtime,
 		Figures: map[string]float64{}, Requests: map[string]map[string]float64{}}
 }
 
@@ -157,7 +160,7 @@ func (r *fleetResult) wholeCPU(b *testing.B, nodes []fleetNode) {
 
 // report reports the figures as the benchmark's metrics.
 func (r *fleetResult) report(b *testing.B) {
-	for _, f := range fleetFigures {
+	for _, f := range figuresOf(r.Runtime) {
 		if v, ok := r.Figures[f.key]; ok {
 			b.ReportMetric(v, f.key)
 		}
@@ -165,13 +168,17 @@ func (r *fleetResult) report(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// save writes the result as {dir}/nodes-{n}-pods-{p}-run-{r}-{side}.json.
+// save writes the result as {dir}/nodes-{n}-pods-{p}-run-{r}-{side}.json,
+// with -{runtime} before .json on a real runtime.
 func (r *fleetResult) save(dir string) error {
 	data, err := json.MarshalIndent(r, "", " ")
 	if err != nil {
 		return err
 	}
 	name := fmt.Sprintf("nodes-%d-pods-%d-run-%d-%s.json", r.Nodes, r.Pods, r.Run, r.Side)
+	if rt := fleetRuntimeOf(r.Runtime); rt != fleetFake {
+		name = strings.TrimSuffix(name, ".json") + "-" + rt + ".json"
+	}
 	if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 		return fmt.Errorf("saving the run's figures: %w", err)
 	}

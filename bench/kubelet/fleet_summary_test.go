@@ -37,26 +37,37 @@ func loadFleet(dir string) (*fleetSummary, error) {
 	return s, nil
 }
 
-// fleetShape is a run's nodes and pods per node.
-type fleetShape struct{ nodes, pods int }
+// fleetShape is a run's nodes, pods per node and runtime.
+type fleetShape struct {
+	nodes, pods int
+	runtime     string
+}
 
-// markdown is, per shape (nodes, pods per node), a table of each figure's
+// markdown is, per shape (nodes, pods per node, runtime), a table of each figure's
 // range over the runs per side and the range of the fork/kubelet ratios of
 // the runs done on both sides; then the requests per node by resource.
 func (s *fleetSummary) markdown() string {
 	var shapes []fleetShape
 	for _, r := range s.results {
-		if sh := (fleetShape{r.Nodes, r.Pods}); !slices.Contains(shapes, sh) {
+		if sh := (fleetShape{r.Nodes, r.Pods, fleetRuntimeOf(r.Runtime)}); !slices.Contains(shapes, sh) {
 			shapes = append(shapes, sh)
 		}
 	}
-	slices.SortFunc(shapes, func(a, b fleetShape) int { return cmp.Or(cmp.Compare(a.nodes, b.nodes), cmp.Compare(a.pods, b.pods)) })
+	// The fake runtime's first (""), then the real ones by name.
+	rt := func(sh fleetShape) string { return strings.TrimPrefix(sh.runtime, fleetFake) }
+	slices.SortFunc(shapes, func(a, b fleetShape) int {
+		return cmp.Or(cmp.Compare(a.nodes, b.nodes), cmp.Compare(a.pods, b.pods), cmp.Compare(rt(a), rt(b)))
+	})
 	var sb strings.Builder
 	for _, sh := range shapes {
 		kubelet, fork := s.runs(sh, "kubelet"), s.runs(sh, "fork")
-		fmt.Fprintf(&sb, "### %d nodes, %d pods each (runs: kubelet %d, fork %d)\n\n", sh.nodes, sh.pods, len(kubelet), len(fork))
+		on := ""
+		if sh.runtime != fleetFake {
+			on = ", on " + sh.runtime
+		}
+		fmt.Fprintf(&sb, "### %d nodes, %d pods each%s (runs: kubelet %d, fork %d)\n\n", sh.nodes, sh.pods, on, len(kubelet), len(fork))
 		sb.WriteString("| figure | kubelet | fork | fork/kubelet |\n|---|---|---|---|\n")
-		for _, f := range fleetFigures {
+		for _, f := range figuresOf(sh.runtime) {
 			k, fk := figureRange(kubelet, f.key), figureRange(fork, f.key)
 			fmt.Fprintf(&sb, "| %s | %s | %s | %s |\n", f.what, k, fk, ratioRange(kubelet, fork, f.key))
 		}
@@ -71,7 +82,7 @@ func (s *fleetSummary) markdown() string {
 func (s *fleetSummary) runs(sh fleetShape, side string) map[int]*fleetResult {
 	out := map[int]*fleetResult{}
 	for _, r := range s.results {
-		if r.Nodes == sh.nodes && r.Pods == sh.pods && r.Side == side {
+		if r.Nodes == sh.nodes && r.Pods == sh.pods && fleetRuntimeOf(r.Runtime) == sh.runtime && r.Side == side {
 			out[r.Run] = r
 		}
 	}
