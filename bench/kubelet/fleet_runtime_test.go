@@ -1,6 +1,7 @@
 package kubeletbench
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -92,8 +93,11 @@ func fleetRealPod(pod *v1.Pod) *v1.Pod {
 // and the runc and CNI commands they and it run, inherit: the runtime's
 // whole CPU, those that exited included.
 type fleetRealNode struct {
-	rt *realnode.Runtime
-	cg cpuCgroup
+	rt  *realnode.Runtime
+	dir string
+	// containerd is its process.
+	containerd int
+	cg         cpuCgroup
 }
 
 // startFleetRuntime starts runtime's containerd in the run's scratch
@@ -115,18 +119,43 @@ func startFleetRuntime(b *testing.B, c *objCluster, runtime string) *fleetRealNo
 			b.Error(err)
 		}
 	})
-	n := &fleetRealNode{cg: cg}
+	n := &fleetRealNode{dir: dir, cg: cg}
 	n.rt = realnode.StartT(b, realnode.Options{Dir: dir})
+	// Registered after StartT, so run before its Stop (and after the
+	// kubelet's stop, registered later).
+	b.Cleanup(n.drain(b))
 	// containerd is the only process naming its directory until a pod
 	// starts a shim.
 	pids := realnode.ProcessesNaming(dir)
 	if len(pids) != 1 {
 		b.Fatalf("containerd in %s: processes %v, want one", dir, pids)
 	}
-	if err := cg.add(pids[0]); err != nil {
+	n.containerd = pids[0]
+	if err := cg.add(n.containerd); err != nil {
 		b.Fatal(err)
 	}
 	return n
+}
+
+// drainWait bounds drain's wait for the shims to exit.
+const drainWait = 5 * time.Minute
+
+// drain removes every sandbox and waits until no shim or runc is left
+// before realnode's Stop looks for leftovers: a shim exits a moment after
+// its task is deleted, and with a hundred of them on a loaded machine the
+// look came too soon (two shims still exiting, called leaked). What is
+// still there after drainWait is Stop's to report.
+func (n *fleetRealNode) drain(b *testing.B) func() {
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), drainWait)
+		defer cancel()
+		if _, err := n.rt.RemoveAll(ctx); err != nil {
+			b.Logf("removing the sandboxes before stopping containerd (Stop tries again): %v", err)
+		}
+		for ctx.Err() == nil && !slices.Equal(realnode.ProcessesNaming(n.dir), []int{n.containerd}) {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 }
 
 // endpoint is the kubelet's runtime endpoint ("": the fake runtime's own).
