@@ -346,3 +346,15 @@ func TestFleetCPUCgroup(t *testing.T) {
 		t.Errorf("the cgroup's CPU time %v: the child's spin not counted", used)
 	}
 }
+
+func TestFleetShimID(t *testing.T) {
+	shim := []string{"/usr/bin/containerd-shim-runc-v2", "-namespace", "k8s.io", "-id", "f9f2cd8c", "-address", "/tmp/x/containerd.sock", ""}
+	if got := shimID(shim); got != "f9f2cd8c" {
+		t.Errorf("shimID(shim) = %q", got)
+	}
+	for _, other := range [][]string{nil, {"/usr/bin/containerd", "--config", "/tmp/x/containerd.toml"}, {"/usr/bin/containerd-shim-runc-v2", "-id"}} {
+		if got := shimID(other); got != "" {
+			t.Errorf("shimID(%q) = %q, want none", other, got)
+		}
+	}
+}
