@@ -151,8 +151,14 @@ bench-objects: deps testenv-bins
 # processes (a loop device per mounted claim: FLEET_NODES*FLEET_PODS at
 # once), each claim a PV of its node's driver created Bound, no attach;
 # the summary then has the claim requests (pvc, pv, va, csidriver) in rows
-# of their own. Root only; not yet timed (an estimate:
-# 2*RUNS*(FLEET_IDLE+3m) a shape at 5 nodes). Not part of make test.
+# of their own. FLEET_RUNTIME (default fake) is the nodes'
+# container runtime: fake, or containerd for real containers
+# (internal/realnode: containerd and runc started per run in its scratch
+# directory, a busybox image built here, nothing pulled; one node only,
+# FLEET_NODES=1), which adds the runtime's CPU (containerd, its shims and
+# their runc) and memory beside the kubelet's. Root only; not yet timed
+# (an estimate: 2*RUNS*(FLEET_IDLE+3m) a shape at 5 nodes). Not part of
+# make test.
 comma       := ,
 FLEET_NODES ?= 5
 FLEET_PODS  ?= 30
@@ -161,6 +167,7 @@ FLEET_DIR   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/nodevol-fleet
 FLEET_LOCK  ?=
 FLEET_PROFILE ?= 0
 FLEET_CLAIMS ?= false
+FLEET_RUNTIME ?= fake
 bench-fleet: deps testenv-bins kubelet-fork
 	cd bench/kubelet && for n in $(subst $(comma), ,$(FLEET_NODES)); do for p in $(subst $(comma), ,$(FLEET_PODS)); do \
 		for r in $$(seq 0 $$(($(RUNS)-1))); do \
@@ -169,7 +176,7 @@ bench-fleet: deps testenv-bins kubelet-fork
 				$(if $(FLEET_LOCK),flock $(FLEET_LOCK)) $(GO) test -run '^$$' -v -bench '^BenchmarkFleet$$' -benchtime 1x -timeout 120m . \
 					-args -fleet.nodes $$n -fleet.pods $$p -fleet.runs $(RUNS) -fleet.run $$r -fleet.side $$side -fleet.idle $(FLEET_IDLE) \
 					-fleet.fork $(CURDIR)/bin/kubelet -fleet.dir $(FLEET_DIR) -fleet.out $(FLEET_DIR)/summary.md \
-					-fleet.profile $(FLEET_PROFILE) -fleet.claims=$(FLEET_CLAIMS) || exit 1; \
+					-fleet.profile $(FLEET_PROFILE) -fleet.claims=$(FLEET_CLAIMS) -fleet.runtime $(FLEET_RUNTIME) || exit 1; \
 			done; \
 		done; \
 	done; done

@@ -48,7 +48,10 @@ import (
 // markdown to -fleet.out when set) is made from every run saved there:
 // each figure's range over the runs per side and the range of the runs'
 // fork/kubelet ratios. -fleet.profile saves a CPU profile of each
-// kubelet from the delete phase's start (fleet_profile_test.go). Root only.
+// kubelet from the delete phase's start (fleet_profile_test.go).
+// -fleet.runtime containerd runs one node on real containers instead
+// (fleet_runtime_test.go): containerd and runc, and the runtime's CPU
+// and memory beside the kubelet's. Root only.
 func BenchmarkFleet(b *testing.B) {
 	roottest.Require(b)
 	nodes, err := intList(*fleetNodes)
@@ -57,6 +60,9 @@ func BenchmarkFleet(b *testing.B) {
 	}
 	pods, err := intList(*fleetPods)
 	if err != nil {
+		b.Fatal(err)
+	}
+	if err := checkFleetRuntime(*fleetRuntime, nodes); err != nil {
 		b.Fatal(err)
 	}
 	if err := os.MkdirAll(*fleetDir, 0o755); err != nil {
@@ -70,7 +76,7 @@ func BenchmarkFleet(b *testing.B) {
 				}
 				for _, side := range fleetSides(r) {
 					b.Run(fmt.Sprintf("nodes=%d/pods=%d/run=%d/side=%s", n, p, r, side), func(b *testing.B) {
-						spec := fleetSpec{side: side, bin: fleetBinary(b, side), nodes: n, pods: p, run: r, claims: *fleetClaims}
+						spec := fleetSpec{side: side, bin: fleetBinary(b, side), nodes: n, pods: p, run: r, claims: *fleetClaims, runtime: *fleetRuntime}
 						res := runFleet(b, spec)
 						res.report(b)
 						if err := res.save(*fleetDir); err != nil {

@@ -30,6 +30,9 @@ type fleetSample struct {
 	at         time.Time
 	apiCPU     time.Duration
 	kubeletCPU []time.Duration
+	// runtimeCPU is a real runtime's (fleetRealNode.sampled); 0 on the
+	// fake one.
+	runtimeCPU time.Duration
 }
 
 // sampleFleet samples the time and the CPU time of the API server (pid

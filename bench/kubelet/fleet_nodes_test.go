@@ -29,8 +29,8 @@ type fleetNode struct {
 func fleetNodeName(i int) string { return fmt.Sprintf("fleet-%03d", i) }
 
 // startFleetNodes starts n kubelets of spec's binary, each its own node
-// with its own scratch directory, client certificate and fake runtime,
-// and waits until every Node is Ready. maxPods leaves room for the pods.
+// with its own scratch directory, client certificate and fake runtime
+// (or spec's real one), and waits until every Node is Ready. maxPods leaves room for the pods.
 func startFleetNodes(b *testing.B, c *objCluster, spec fleetSpec) []fleetNode {
 	b.Helper()
 	maxPods := strconv.Itoa(max(110, spec.pods+10))
@@ -49,7 +49,7 @@ func startFleetNodes(b *testing.B, c *objCluster, spec fleetSpec) []fleetNode {
 			b.Fatal(err)
 		}
 		k, err := kubelettest.New(b, kubelettest.Options{Bin: spec.bin, Dir: filepath.Join(c.scratch, "nodes", name), Env: c.env,
-			Node: name, NodeConfig: cfg, Args: args})
+			Node: name, NodeConfig: cfg, Args: args, RuntimeEndpoint: spec.endpoint})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -20,6 +20,9 @@ type fleetResult struct {
 	Run   int    `json:"run"`
 	// Claims: each pod had a CSI claim too (-fleet.claims).
 	Claims bool `json:"claims,omitempty"`
+	// Runtime is the nodes' container runtime: fleetFake or
+	// fleetContainerd ("" in runs saved before it was recorded: fake).
+	Runtime string `json:"runtime,omitempty"`
 	// Figures are by fleetFigures' keys.
 	Figures map[string]float64 `json:"figures"`
 	// Requests are each phase's requests per node by "verb resource"
@@ -67,7 +70,7 @@ var fleetFigures = []struct{ key, what string }{
 }
 
 func newFleetResult(spec fleetSpec) *fleetResult {
-	return &fleetResult{Side: spec.side, Nodes: spec.nodes, Pods: spec.pods, Run: spec.run, Claims: spec.claims,
+	return &fleetResult{Side: spec.side, Nodes: spec.nodes, Pods: spec.pods, Run: spec.run, Claims: spec.claims, Runtime: spec.runtime,
 		Figures: map[string]float64{}, Requests: map[string]map[string]float64{}}
 }
 
@@ -160,7 +163,7 @@ func (r *fleetResult) wholeCPU(b *testing.B, nodes []fleetNode) {
 
 // report reports the figures as the benchmark's metrics.
 func (r *fleetResult) report(b *testing.B) {
-	for _, f := range slices.Concat(fleetFigures, fleetClaimFigures) {
+	for _, f := range slices.Concat(figuresOf(r.Runtime), fleetClaimFigures) {
 		if v, ok := r.Figures[f.key]; ok {
 			b.ReportMetric(v, f.key)
 		}
@@ -169,13 +172,16 @@ func (r *fleetResult) report(b *testing.B) {
 }
 
 // save writes the result as {dir}/nodes-{n}-pods-{p}-run-{r}-{side}.json
-// ({p}-claims with claims).
+// ({p}-claims with claims), with -{runtime} before .json on a real runtime.
 func (r *fleetResult) save(dir string) error {
 	data, err := json.MarshalIndent(r, "", " ")
 	if err != nil {
 		return err
 	}
 	name := fmt.Sprintf("nodes-%d-pods-%d%s-run-%d-%s.json", r.Nodes, r.Pods, r.claimsSuffix(), r.Run, r.Side)
+	if rt := fleetRuntimeOf(r.Runtime); rt != fleetFake {
+		name = strings.TrimSuffix(name, ".json") + "-" + rt + ".json"
+	}
 	if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 		return fmt.Errorf("saving the run's figures: %w", err)
 	}

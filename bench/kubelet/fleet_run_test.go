@@ -17,6 +17,9 @@ type fleetSpec struct {
 	run         int
 	// claims gives each pod a CSI claim too (-fleet.claims).
 	claims bool
+	// runtime is fleetFake or fleetContainerd; endpoint is the real
+	// runtime's CRI endpoint, once started ("" on the fake one).
+	runtime, endpoint string
 }
 
 const (
@@ -34,6 +37,7 @@ type fleetRun struct {
 	c       *objCluster
 	nodes   []fleetNode
 	tracker *podTracker
+	rt      *fleetRealNode
 	api     int
 	res     *fleetResult
 	// drivers are the nodes' CSI drivers (claims only).
@@ -42,7 +46,10 @@ type fleetRun struct {
 
 // runFleet runs spec's phases (BenchmarkFleet) and returns their figures.
 func runFleet(b *testing.B, spec fleetSpec) *fleetResult {
-	r := &fleetRun{b: b, spec: spec, c: startObjCluster(b), res: newFleetResult(spec)}
+	c := startObjCluster(b)
+	rt := startFleetRuntime(b, c, spec.runtime)
+	spec.endpoint = rt.endpoint()
+	r := &fleetRun{b: b, spec: spec, c: c, rt: rt, res: newFleetResult(spec)}
 	ctx := b.Context()
 	var err error
 	if r.api, err = apiServerPid(r.c.env.Port()); err != nil {
@@ -97,6 +104,7 @@ func runFleet(b *testing.B, spec fleetSpec) *fleetResult {
 	r.claimsUnstaged(ctx)
 	r.res.latency("delete-gone", r.tracker.latencies(r.tracker.deleted, r.tracker.gone, all))
 	r.res.wholeCPU(b, r.nodes)
+	r.rt.whole(b, r.res)
 	return r.res
 }
 
@@ -109,23 +117,23 @@ func (r *fleetRun) pods(from, to, gen int) [][]*v1.Pod {
 			if r.spec.claims {
 				p = withFleetClaim(p, node.name, i)
 			}
-			out[n] = append(out[n], p)
+			out[n] = append(out[n], r.rt.pod(p))
 		}
 	}
 	return out
 }
 
 // begin samples what a phase's figures are differences of: the time, and
-// the CPU time of the API server and of each kubelet.
+// the CPU time of the API server, of each kubelet and of a real runtime.
 func (r *fleetRun) begin() fleetSample {
-	return sampleFleet(r.b, r.api, r.nodes)
+	return r.rt.sampled(r.b, sampleFleet(r.b, r.api, r.nodes))
 }
 
 // end records the phase that began with from: its length, the nodes'
 // requests meanwhile (the audit log), and the CPU the API server and the
 // kubelets used.
 func (r *fleetRun) end(phase string, from fleetSample) {
-	to := sampleFleet(r.b, r.api, r.nodes)
+	to := r.rt.sampled(r.b, sampleFleet(r.b, r.api, r.nodes))
 	if len(from.kubeletCPU) == 0 {
 		// boot: the kubelets started with no CPU time used.
 		from.kubeletCPU = make([]time.Duration, len(to.kubeletCPU))
@@ -139,6 +147,7 @@ func (r *fleetRun) end(phase string, from fleetSample) {
 		r.b.Fatal(err)
 	}
 	r.res.phase(phase, from, to, counts)
+	r.res.runtimePhase(phase, from, to)
 	r.b.Logf("%s: %s took %v; the nodes' requests, per node:\n%s", r.spec.side, phase, to.at.Sub(from.at).Round(time.Millisecond),
 		counts.perNode(len(r.nodes)))
 }
@@ -157,6 +166,7 @@ func (r *fleetRun) sampleRest() {
 	}
 	r.b.Logf("%s: the watches held at rest, per node:\n%s", r.spec.side, watches.perNode(len(r.nodes)))
 	r.res.rest(r.b, r.api, r.nodes, watches)
+	r.rt.rest(r.b, r.res)
 }
 
 // waitPods waits for every pod of pods to have a time in m, or fails.

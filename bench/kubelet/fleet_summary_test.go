@@ -37,32 +37,39 @@ func loadFleet(dir string) (*fleetSummary, error) {
 	return s, nil
 }
 
-// fleetShape is a run's nodes and pods per node, and whether its pods had
-// claims.
+// fleetShape is a run's nodes and pods per node, whether its pods had
+// claims, and its runtime.
 type fleetShape struct {
 	nodes, pods int
 	claims      bool
+	runtime     string
 }
 
-// markdown is, per shape (nodes, pods per node), a table of each figure's
+// markdown is, per shape (nodes, pods per node, runtime), a table of each figure's
 // range over the runs per side and the range of the fork/kubelet ratios of
 // the runs done on both sides; then the requests per node by resource.
 func (s *fleetSummary) markdown() string {
 	var shapes []fleetShape
 	for _, r := range s.results {
-		if sh := (fleetShape{r.Nodes, r.Pods, r.Claims}); !slices.Contains(shapes, sh) {
+		if sh := (fleetShape{r.Nodes, r.Pods, r.Claims, fleetRuntimeOf(r.Runtime)}); !slices.Contains(shapes, sh) {
 			shapes = append(shapes, sh)
 		}
 	}
+	// The fake runtime's first (""), then the real ones by name.
+	rt := func(sh fleetShape) string { return strings.TrimPrefix(sh.runtime, fleetFake) }
 	slices.SortFunc(shapes, func(a, b fleetShape) int {
-		return cmp.Or(cmp.Compare(a.nodes, b.nodes), cmp.Compare(a.pods, b.pods), compareBool(a.claims, b.claims))
+		return cmp.Or(cmp.Compare(a.nodes, b.nodes), cmp.Compare(a.pods, b.pods), compareBool(a.claims, b.claims), cmp.Compare(rt(a), rt(b)))
 	})
 	var sb strings.Builder
 	for _, sh := range shapes {
 		kubelet, fork := s.runs(sh, "kubelet"), s.runs(sh, "fork")
-		fmt.Fprintf(&sb, "### %d nodes, %d pods each%s (runs: kubelet %d, fork %d)\n\n", sh.nodes, sh.pods, sh.claimsTitle(), len(kubelet), len(fork))
+		on := ""
+		if sh.runtime != fleetFake {
+			on = ", on " + sh.runtime
+		}
+		fmt.Fprintf(&sb, "### %d nodes, %d pods each%s%s (runs: kubelet %d, fork %d)\n\n", sh.nodes, sh.pods, sh.claimsTitle(), on, len(kubelet), len(fork))
 		sb.WriteString("| figure | kubelet | fork | fork/kubelet |\n|---|---|---|---|\n")
-		for _, f := range fleetFigures {
+		for _, f := range figuresOf(sh.runtime) {
 			k, fk := figureRange(kubelet, f.key), figureRange(fork, f.key)
 			fmt.Fprintf(&sb, "| %s | %s | %s | %s |\n", f.what, k, fk, ratioRange(kubelet, fork, f.key))
 		}
@@ -78,7 +85,7 @@ func (s *fleetSummary) markdown() string {
 func (s *fleetSummary) runs(sh fleetShape, side string) map[int]*fleetResult {
 	out := map[int]*fleetResult{}
 	for _, r := range s.results {
-		if r.Nodes == sh.nodes && r.Pods == sh.pods && r.Claims == sh.claims && r.Side == side {
+		if r.Nodes == sh.nodes && r.Pods == sh.pods && r.Claims == sh.claims && fleetRuntimeOf(r.Runtime) == sh.runtime && r.Side == side {
 			out[r.Run] = r
 		}
 	}
