@@ -36,6 +36,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 )
 
@@ -104,15 +105,41 @@ func bench(dir, pkg, re, pods, w6Pods string) (results, error) {
 	cmd := exec.Command("go", "test", "-run", "^$", "-bench", re, "-benchtime", "1x", "-timeout", "90m", pkg)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "NODEVOL_BENCH_PODS="+pods, "NODEVOL_BENCH_W6_PODS="+w6Pods)
-	cmd.Stderr = os.Stderr
 	fmt.Fprintf(os.Stderr, "running %s in %s ...\n", strings.Join(cmd.Args, " "), dir)
-	out, err := cmd.Output()
+	out, err := output(cmd, os.Stderr)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out)
+		return nil, fmt.Errorf("%s: %w", strings.Join(cmd.Args, " "), err)
 	}
 	r := parse(out)
 	addTotals(r)
 	return r, nil
+}
+
+// output runs cmd and returns its standard output, which it also copies to
+// log as it comes, with its standard error: the table is printed only
+// once every run is done, so a run that fails (the kubelet's benchmark
+// timing out on a busy machine) must not take the runs before it with it.
+// Their results are in the log, in go test's format (benchstat reads it).
+func output(cmd *exec.Cmd, log io.Writer) ([]byte, error) {
+	var out bytes.Buffer
+	l := &lockedWriter{w: log}
+	cmd.Stdout = io.MultiWriter(&out, l)
+	cmd.Stderr = l
+	err := cmd.Run()
+	return out.Bytes(), err
+}
+
+// lockedWriter serializes the writes of a command's two output streams,
+// which exec copies to it from two goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // rows are the metrics the table shows, in order.

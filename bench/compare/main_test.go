@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"maps"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -130,5 +132,35 @@ func TestTableTwin(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestOutput checks that a run's results reach the log as they come, and
+// are returned, also when the run then fails: a later failure must not
+// lose the runs before it.
+func TestOutput(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		exit    string
+		wantErr bool
+	}{
+		{"passes", "exit 0", false},
+		{"fails after its results", "exit 1", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			result := "BenchmarkMountPods/pods=10-2 \t 1 \t 0.5 mount-s"
+			cmd := exec.Command("sh", "-c", "echo '"+result+"'; echo 'klog line' >&2; "+tc.exit)
+			var log bytes.Buffer
+			out, err := output(cmd, &log)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
+			}
+			if !strings.Contains(log.String(), result) || !strings.Contains(log.String(), "klog line") {
+				t.Errorf("log = %q, want the result and the standard error", log.String())
+			}
+			if got := parse(out)["BenchmarkMountPods/pods=10"]["mount-s"]; got != 0.5 {
+				t.Errorf("parsed mount-s = %v from %q, want 0.5", got, out)
+			}
+		})
 	}
 }
