@@ -70,10 +70,12 @@ const (
 // syscallCounts is how many times each system call was made on a file.
 type syscallCounts map[string]int
 
+// pidPrefix is what strace -f may print before a call: its thread's pid.
+const pidPrefix = `^(?:\[?(?:pid\s+)?\d+\]?\s+)?`
+
 var (
-	// A call's line: an optional pid (strace -f), the call's name and its
-	// arguments.
-	straceCall = regexp.MustCompile(`^(?:\[?(?:pid\s+)?\d+\]?\s+)?([a-z_][a-z0-9_]*)\((.*)$`)
+	// A call's line: an optional pid, the call's name and its arguments.
+	straceCall = regexp.MustCompile(pidPrefix + `([a-z_][a-z0-9_]*)\((.*)$`)
 	// A descriptor decoded by -y: its number and what it refers to.
 	decodedFD = regexp.MustCompile(`\b\d+<([^>]*)>`)
 )
@@ -131,7 +133,7 @@ func newRemovalSplit(tmp string) *removalSplit {
 	q := regexp.QuoteMeta(strings.TrimSuffix(tmp, "/"))
 	return &removalSplit{
 		under:  regexp.MustCompile(q + `/([^/"<>]+)/(?:[^"<>]*/)?pods/`),
-		remove: regexp.MustCompile(`^(?:\[?(?:pid\s+)?\d+\]?\s+)?unlinkat\(AT_FDCWD(?:<[^>]*>)?, "` + q + `/([^/"]+)", 0(?:\)| <unfinished)`),
+		remove: regexp.MustCompile(pidPrefix + `unlinkat\(AT_FDCWD(?:<[^>]*>)?, "` + q + `/([^/"]+)", 0(?:\)| <unfinished)`),
 		roots:  map[string]bool{},
 	}
 }
@@ -351,15 +353,13 @@ func countSyscalls(names []string, lo, hi int) (nv, kl results, err error) {
 		return nil, nil, fmt.Errorf("directory for the test binaries: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	sides := []struct {
+	type counted struct {
 		s   *side
 		out results
-	}{{&side{dir: ".", pkg: "./volumemanager"}, nv}}
+	}
+	sides := []counted{{&side{dir: ".", pkg: "./volumemanager"}, nv}}
 	if kubelet {
-		sides = append(sides, struct {
-			s   *side
-			out results
-		}{&side{dir: "bench/kubelet", pkg: "."}, kl})
+		sides = append(sides, counted{&side{dir: "bench/kubelet", pkg: "."}, kl})
 	}
 	for i, sd := range sides {
 		if err := sd.s.build(tmp, strconv.Itoa(i)); err != nil {
