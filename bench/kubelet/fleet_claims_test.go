@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodevol/nodevol/csiplugin/csitest"
 	loopdriver "github.com/nodevol/nodevol/examples/loopdriver/driver"
 	"github.com/nodevol/nodevol/internal/kubelettest"
 )
@@ -131,13 +132,10 @@ func startFleetDrivers(b *testing.B, c *objCluster, nodes []fleetNode) []fleetDr
 }
 
 // fleetCSIDriver is the loop driver's CSIDriver: no attach (no
-// attach/detach controller runs), persistent volumes only.
+// attach/detach controller runs), no pod info, persistent volumes only
+// (csitest's defaults).
 func fleetCSIDriver() *storagev1.CSIDriver {
-	no := false
-	return &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: fleetDriverName}, Spec: storagev1.CSIDriverSpec{
-		AttachRequired: &no, PodInfoOnMount: &no,
-		VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent},
-	}}
+	return csitest.CSIDriver(fleetDriverName, csitest.CSIDriverSpec{})
 }
 
 // createFleetCSIDriver creates the CSIDriver, before the kubelets start
