@@ -79,7 +79,9 @@ type Config struct {
 	// CSICallTimeout bounds each CSI call. Default 2 minutes, the kubelet's.
 	CSICallTimeout time.Duration
 	// ResyncPeriod is how often every volume is planned again, to catch
-	// changes made behind nodevol's back. Default 1 minute.
+	// changes made behind nodevol's back, and (unless ClusterInformers)
+	// how often a held claim or attachment is read again, plus up to half
+	// as long at random. Default 1 minute.
 	ResyncPeriod time.Duration
 	// Workers is unused: one loop plans every volume (planning is cheap;
 	// operations run concurrently, bounded by MaxConcurrentOperations).
@@ -153,8 +155,11 @@ type Config struct {
 	// time with GET, as the kubelet does, which a node's own credentials
 	// may (get on the three is all the client needs): a pod holds its
 	// claims and the volumes they are bound to, each read when first held
-	// and again every ResyncPeriod while held, and dropped with its last
-	// pod; a VolumeAttachment is read while its volume waits for the
+	// and dropped with its last pod; while held, a claim is read again
+	// every ResyncPeriod to 1.5 ResyncPeriod (the kubelet reads it at each
+	// pod sync, every 60-90 s), and a volume when its claim changed (the
+	// resizer grows the volume, then marks the claim) or a pod newly holds
+	// it; a VolumeAttachment is read while its volume waits for the
 	// attach, every second at first. Either way CSIDrivers come through an
 	// informer.
 	ClusterInformers bool

@@ -143,7 +143,10 @@ func New(cfg Config) (*VolumeManager, error) {
 		vm.factory = informers.NewSharedInformerFactoryWithOptions(cfg.KubeClient, 0, informers.WithTransform(resolve.TrimInformerObject))
 	}
 	vm.objects = objectcache.New(objectcache.Config{Client: cfg.KubeClient, Clock: cfg.Clock, OnChange: vm.in.ObjectChanged,
-		TTL:       cfg.ResyncPeriod, // the refresh of what may only be GET (claims, volumes, attachments)
+		TTL: cfg.ResyncPeriod, // the refresh of what may only be GET (claims, attachments; a volume with its claim)
+		// 60-90 s by default: the kubelet reads a pod's claim at each pod
+		// sync, every syncFrequency with jitter 0.5.
+		TTLJitter: 0.5,
 		Transform: resolve.TrimCachedObject})
 	vm.tokens = tokens.New(cfg.KubeClient, cfg.Clock)
 	if vm.certs, err = podcert.New(podcert.Config{Client: cfg.KubeClient, Clock: cfg.Clock, NodeName: cfg.NodeName,

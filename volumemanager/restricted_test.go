@@ -148,9 +148,10 @@ func gets(c *fake.Clientset, resource string) int {
 }
 
 // TestObjectCacheHoldsWhatPodsUse: the claim and volume of running
-// pods are held by those pods in the object cache and refreshed every
-// resync period however long they run; they are dropped with the last
-// pod that holds them, and no longer read.
+// pods are held by those pods in the object cache; the claim is read
+// again every resync period (to 1.5 periods) however long they run, the
+// volume only when the claim changes; both are dropped with the last pod
+// that holds them, and no longer read.
 func TestObjectCacheHoldsWhatPodsUse(t *testing.T) {
 	const period = 20 * time.Millisecond
 	e := newEnv(t, envOptions{client: restrictedClient(), resyncPeriod: period})
@@ -171,11 +172,24 @@ func TestObjectCacheHoldsWhatPodsUse(t *testing.T) {
 			t.Fatalf("%s held by %v, want both pods %v", r, got, both)
 		}
 	}
-	// Held, not read: refreshed every period, well beyond the three
-	// periods after which an unread object was once dropped.
-	eventually(t, "the claim and volume refreshed", func() bool {
-		return gets(e.client, "persistentvolumeclaims") >= 10 && gets(e.client, "persistentvolumes") >= 10
-	})
+	// Held, not read: the claim refreshed every period, well beyond the
+	// three periods after which an unread object was once dropped; the
+	// volume read when first held and when p2 came, not with the claim.
+	const pvGets = 2
+	eventually(t, "the volume read for each pod", func() bool { return gets(e.client, "persistentvolumes") == pvGets })
+	eventually(t, "the claim refreshed", func() bool { return gets(e.client, "persistentvolumeclaims") >= 10 })
+	if n := gets(e.client, "persistentvolumes"); n != pvGets {
+		t.Fatalf("the volume read %d times, want %d: not with its unchanged claim", n, pvGets)
+	}
+	pvc, err := e.client.CoreV1().PersistentVolumeClaims("ns").Get(context.Background(), "vol", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvc.Labels = map[string]string{"changed": "yes"}
+	if _, err := e.client.CoreV1().PersistentVolumeClaims("ns").Update(context.Background(), pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the volume read again with its changed claim", func() bool { return gets(e.client, "persistentvolumes") == pvGets+1 })
 	e.unmount(p1)
 	eventually(t, "p1's holds released", func() bool { return slices.Equal(e.vm.objects.Holders(claimRef), []string{string(p2.UID)}) })
 	if _, err := e.vm.objects.Peek(pvRef); err != nil {

@@ -72,6 +72,11 @@ type Config struct {
 	Mode Mode
 	// TTL is the refresh period of ModeGet. Default DefaultTTL.
 	TTL time.Duration
+	// TTLJitter spreads ModeGet's refreshes: each waits the TTL plus up
+	// to this fraction of it more, at random (wait.Jitter), so that the
+	// objects of pods started together are not read again together.
+	// Default 0: exactly the TTL.
+	TTLJitter float64
 	// Transform is applied to every object a read gives (a GET, a list's
 	// items, a watch's events) before the cache keeps it, to drop what no
 	// reader needs: a node's claims and volumes are kept as long as its
@@ -85,11 +90,13 @@ type Config struct {
 // per Ref however many holders hold it, kept current while held and
 // dropped with its last holder. Safe for concurrent use.
 type Cache struct {
-	client   kubernetes.Interface
-	clock    clock.WithTicker
-	mode     Mode
-	ttl      time.Duration
-	onChange func(Ref)
+	client kubernetes.Interface
+	clock  clock.WithTicker
+	mode   Mode
+	ttl    time.Duration
+	// ttlJitter is Config.TTLJitter.
+	ttlJitter float64
+	onChange  func(Ref)
 	// transform is Config.Transform; nil: none.
 	transform func(runtime.Object) runtime.Object
 	// retry is the package's retry policy; tests fix its jitter.
@@ -118,6 +125,7 @@ func New(cfg Config) *Cache {
 		clock:     cfg.Clock,
 		mode:      cfg.Mode,
 		ttl:       cfg.TTL,
+		ttlJitter: cfg.TTLJitter,
 		onChange:  cfg.OnChange,
 		transform: cfg.Transform,
 		retry:     retry,
@@ -307,7 +315,9 @@ func (c *Cache) wait(ctx context.Context, r Ref) ([]runtime.Object, *entry, erro
 }
 
 // addLocked adds holder to r's holders, making r's entry, and starting
-// its reads, if it had none.
+// its reads, if it had none. A new holder of an entry read on cue reads
+// it again: it gets the object as the API server has it now, as a pod
+// new to the kubelet reads its claim's volume.
 func (c *Cache) addLocked(r Ref, holder string) {
 	e := c.entries[r]
 	if e == nil {
@@ -317,6 +327,9 @@ func (c *Cache) addLocked(r Ref, holder string) {
 	}
 	if i, ok := slices.BinarySearch(e.holders, holder); !ok {
 		e.holders = slices.Insert(e.holders, i, holder)
+		if len(e.holders) > 1 { // held before: its reads run
+			c.cueLocked(e)
+		}
 	}
 }
 

@@ -31,7 +31,12 @@
 //     (claims, volumes, VolumeAttachments) is read in ModeGet whatever
 //     the Mode, by name only; a VolumeAttachment missing or not attached
 //     yet is read again after 1 s, then half as long again each time up
-//     to 10 s, as the kubelet polls it while waiting for the attach.
+//     to 10 s, as the kubelet polls it while waiting for the attach. A
+//     PersistentVolume, once found, is read again only when cued: when
+//     the claim bound to it changes (the resizer grows a volume and then
+//     marks its claim; the binder sets a volume's claimRef and then binds
+//     the claim), or when a new holder holds it, not every TTL (a missing
+//     one is read every TTL). Config.TTLJitter spreads the TTL's reads.
 //   - A watched entry keeps its watch on a goroutine of its own for as
 //     long as it is held. A ModeGet entry holds no goroutine between its
 //     reads: its next read is a timer on Config.Clock (AfterFunc; a clock

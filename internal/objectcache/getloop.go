@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 )
 
@@ -65,7 +66,15 @@ type getState struct {
 	failures int
 	// poll is the last quick read's delay (see nextPoll); 0: none.
 	poll time.Duration
+	// cued: the entry was cued while a read ran, which may have read
+	// the object before the change the cue is for: it is read again at
+	// once when that read ends. Under mu.
+	cued bool
 }
+
+// untilCued is readOnce's delay for an entry that waits, with no timer,
+// for a cue (kindInfo.onCue).
+const untilCued time.Duration = -1
 
 // stopper is a timer as the schedule uses it.
 type stopper interface{ Stop() bool }
@@ -99,12 +108,19 @@ func (c *Cache) fire(e *entry, n uint64) {
 	}()
 }
 
-// read runs one read of a ModeGet entry, on a goroutine of its own, and
-// then sets the timer of the next one, or ends the entry's reads.
+// read runs one read of a ModeGet entry, on a goroutine of its own (and
+// another at once for each cue that came during it), and then sets the
+// timer of the next one, or ends the entry's reads.
 func (c *Cache) read(ctx context.Context, e *entry) {
 	g := e.get
 	next, again := c.readOnce(ctx, e)
 	g.mu.Lock()
+	for again && g.cued && g.phase != getEnded {
+		g.cued = false
+		g.mu.Unlock()
+		next, again = c.readOnce(ctx, e)
+		g.mu.Lock()
+	}
 	cancel := g.cancel
 	g.cancel = nil
 	if !again || g.phase == getEnded { // immutable, or stopped meanwhile
@@ -119,6 +135,9 @@ func (c *Cache) read(ctx context.Context, e *entry) {
 	n := g.wait
 	g.mu.Unlock()
 	cancel()
+	if next == untilCued {
+		return // the next read is a cue's (c.cue)
+	}
 	// The clock is called outside mu (a fake clock calls fire under its
 	// lock); the timer may fire, or the entry stop, before it is kept.
 	t := c.afterFunc(next, func() { c.fire(e, n) })
@@ -141,8 +160,12 @@ func (c *Cache) readOnce(ctx context.Context, e *entry) (time.Duration, bool) {
 		return 0, false
 	}
 	// After a good read, the next may be served from the API server's
-	// cache (resourceVersion 0), as the kubelet's TTL manager refreshes.
-	cached := e.answeredOK() && g.failures == 0
+	// cache (resourceVersion 0), as the kubelet's TTL manager refreshes;
+	// not a read on cue: the cache of one kind may lag behind another's
+	// (a claim's change seen, its volume's not yet), and a new holder
+	// gets the object as it is now.
+	had := e.answeredOK()
+	cached := had && g.failures == 0 && !e.kind.onCue
 	objs, _, err := c.list(ctx, e, cached)
 	if ctx.Err() != nil {
 		return 0, false
@@ -156,15 +179,71 @@ func (c *Cache) readOnce(ctx context.Context, e *entry) (time.Duration, bool) {
 	g.failures = 0
 	changed := e.replace(objs)
 	c.changed(e, changed)
+	if changed && had && e.kind.cues != nil {
+		for _, o := range objs {
+			c.cue(e.kind.cues(o)...)
+		}
+	}
 	if e.immutableNow() {
 		logger(ctx, e).Info("Object is immutable, no longer read")
 		return 0, false
+	}
+	if e.kind.onCue && e.m.name != "" && len(objs) > 0 {
+		return untilCued, true
 	}
 	g.poll = nextPoll(e, objs, changed, g.poll)
 	if g.poll > 0 {
 		return min(c.ttl, g.poll), true
 	}
-	return c.ttl, true
+	return c.refresh(), true
+}
+
+// refresh is the delay of a ModeGet entry's next read after a good one:
+// the TTL, plus up to Config.TTLJitter of it more, at random.
+func (c *Cache) refresh() time.Duration {
+	if c.ttlJitter <= 0 {
+		return c.ttl
+	}
+	return wait.Jitter(c.ttl, c.ttlJitter)
+}
+
+// cue reads the held entries of refs that are read on cue
+// (kindInfo.onCue) again now, or, where a read runs, once it ends.
+func (c *Cache) cue(refs ...Ref) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range refs {
+		if e := c.entries[r]; e != nil {
+			c.cueLocked(e)
+		}
+	}
+}
+
+// cueLocked is cue of one entry, under the Cache's lock (which orders
+// it after a drop's stop).
+func (c *Cache) cueLocked(e *entry) {
+	g := e.get
+	if g == nil || !e.kind.onCue {
+		return
+	}
+	g.mu.Lock()
+	var t stopper
+	switch g.phase {
+	case getReading:
+		g.cued = true
+		g.mu.Unlock()
+		return
+	case getEnded:
+		g.mu.Unlock()
+		return
+	}
+	t, g.timer = g.timer, nil
+	n := g.wait
+	g.mu.Unlock()
+	if t != nil {
+		t.Stop() // a missing volume's next read: this one replaces it
+	}
+	c.fire(e, n)
 }
 
 // stopGet ends a ModeGet entry's reads: a waiting entry's timer is

@@ -72,6 +72,15 @@ type kindInfo struct {
 	// quick reports an object (nil: missing) that is read again sooner
 	// than the TTL, pollFirst growing to pollMax (nil: none is).
 	quick func(runtime.Object) bool
+	// onCue: an object of this kind, once found, is not read again every
+	// TTL but when cued: when a held object whose kind's cues name it
+	// changes, or when a new holder holds it. A missing one, or one whose
+	// read failed, is read again as any other.
+	onCue bool
+	// cues names the objects read on cue that a change of an object of
+	// this kind may go with (nil: none): a claim's volume, whose size
+	// the resizer changes before it marks the claim.
+	cues  func(runtime.Object) []Ref
 	get   func(ctx context.Context, c kubernetes.Interface, ns, name string, opts metav1.GetOptions) (runtime.Object, error)
 	list  func(ctx context.Context, c kubernetes.Interface, ns string, opts metav1.ListOptions) (runtime.Object, error)
 	watch func(ctx context.Context, c kubernetes.Interface, ns string, opts metav1.ListOptions) (watch.Interface, error)
@@ -151,11 +160,24 @@ var kinds = map[Kind]kindInfo{
 	}, func(c kubernetes.Interface, _ string) typedClient[*certificatesv1.ClusterTrustBundle, *certificatesv1.ClusterTrustBundleList] {
 		return c.CertificatesV1().ClusterTrustBundles()
 	}),
-	PersistentVolumeClaim: reads(kindInfo{resource: corev1.Resource("persistentvolumeclaims"), version: "v1", namespaced: true, getOnly: true},
-		func(c kubernetes.Interface, ns string) typedClient[*corev1.PersistentVolumeClaim, *corev1.PersistentVolumeClaimList] {
-			return c.CoreV1().PersistentVolumeClaims(ns)
-		}),
-	PersistentVolume: reads(kindInfo{resource: corev1.Resource("persistentvolumes"), version: "v1", getOnly: true},
+	PersistentVolumeClaim: reads(kindInfo{
+		resource:   corev1.Resource("persistentvolumeclaims"),
+		version:    "v1",
+		namespaced: true,
+		getOnly:    true,
+		cues: func(o runtime.Object) []Ref {
+			if pvc, ok := o.(*corev1.PersistentVolumeClaim); ok && pvc.Spec.VolumeName != "" {
+				return []Ref{{Kind: PersistentVolume, Name: pvc.Spec.VolumeName}}
+			}
+			return nil
+		},
+	}, func(c kubernetes.Interface, ns string) typedClient[*corev1.PersistentVolumeClaim, *corev1.PersistentVolumeClaimList] {
+		return c.CoreV1().PersistentVolumeClaims(ns)
+	}),
+	// A volume is read on cue: what changes it while a node uses it (the
+	// resizer's new size, the binder's claimRef) changes its claim next,
+	// so re-reading it with its claim every TTL only doubles the reads.
+	PersistentVolume: reads(kindInfo{resource: corev1.Resource("persistentvolumes"), version: "v1", getOnly: true, onCue: true},
 		func(c kubernetes.Interface, _ string) typedClient[*corev1.PersistentVolume, *corev1.PersistentVolumeList] {
 			return c.CoreV1().PersistentVolumes()
 		}),

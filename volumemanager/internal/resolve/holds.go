@@ -27,8 +27,11 @@ import (
 //
 //   - a pod holds its claims and the volumes they are bound to, as it
 //     holds its configMaps and secrets (holdObjects): each is GET when
-//     first held, again every ResyncPeriod while held, and dropped with
-//     its last holder;
+//     first held and dropped with its last holder; while held, a claim
+//     is read again every ResyncPeriod plus up to half of it (as the
+//     kubelet, at each pod sync), a volume when its claim changed (what
+//     changes a used volume, the resizer's size or the binder's
+//     claimRef, changes its claim after it) or a pod newly holds it;
 //   - a read never blocks the loop (objectcache.Peek): before the first
 //     answer it fails saying so, the pod waits, and the answer is
 //     announced like an informer event (a claim: the pods waiting for it
