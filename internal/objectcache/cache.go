@@ -315,9 +315,11 @@ func (c *Cache) wait(ctx context.Context, r Ref) ([]runtime.Object, *entry, erro
 }
 
 // addLocked adds holder to r's holders, making r's entry, and starting
-// its reads, if it had none. A new holder of an entry read on cue reads
-// it again: it gets the object as the API server has it now, as a pod
-// new to the kubelet reads its claim's volume.
+// its reads, if it had none. A new holder of an entry read on cue whose
+// last read is a TTL old reads it again: it gets the object no staler
+// than a TTL's refresh would, as a pod new to the kubelet reads its
+// claim's volume afresh, and the pods that come together (those of one
+// shared claim) share one read.
 func (c *Cache) addLocked(r Ref, holder string) {
 	e := c.entries[r]
 	if e == nil {
@@ -327,7 +329,7 @@ func (c *Cache) addLocked(r Ref, holder string) {
 	}
 	if i, ok := slices.BinarySearch(e.holders, holder); !ok {
 		e.holders = slices.Insert(e.holders, i, holder)
-		if len(e.holders) > 1 { // held before: its reads run
+		if len(e.holders) > 1 && c.staleLocked(e) { // held before: its reads run
 			c.cueLocked(e)
 		}
 	}

@@ -66,6 +66,8 @@ type getState struct {
 	failures int
 	// poll is the last quick read's delay (see nextPoll); 0: none.
 	poll time.Duration
+	// readAt is when the last good read began (zero before one).
+	readAt time.Time
 	// cued: the entry was cued while a read ran, which may have read
 	// the object before the change the cue is for: it is read again at
 	// once when that read ends. Under mu.
@@ -166,6 +168,7 @@ func (c *Cache) readOnce(ctx context.Context, e *entry) (time.Duration, bool) {
 	// gets the object as it is now.
 	had := e.answeredOK()
 	cached := had && g.failures == 0 && !e.kind.onCue
+	began := c.clock.Now()
 	objs, _, err := c.list(ctx, e, cached)
 	if ctx.Err() != nil {
 		return 0, false
@@ -177,6 +180,9 @@ func (c *Cache) readOnce(ctx context.Context, e *entry) (time.Duration, bool) {
 		return c.retry.Delay(g.failures), true
 	}
 	g.failures = 0
+	g.mu.Lock()
+	g.readAt = began
+	g.mu.Unlock()
 	changed := e.replace(objs)
 	c.changed(e, changed)
 	if changed && had && e.kind.cues != nil {
@@ -217,6 +223,21 @@ func (c *Cache) cue(refs ...Ref) {
 			c.cueLocked(e)
 		}
 	}
+}
+
+// staleLocked reports an entry read on cue whose last good read began a
+// TTL ago or more, under the Cache's lock.
+func (c *Cache) staleLocked(e *entry) bool {
+	g := e.get
+	if g == nil || !e.kind.onCue {
+		return false
+	}
+	g.mu.Lock()
+	at := g.readAt
+	g.mu.Unlock()
+	// The clock is called outside g.mu: a fake clock calls fire, which
+	// takes it, under its own lock.
+	return !at.IsZero() && c.clock.Since(at) >= c.ttl
 }
 
 // cueLocked is cue of one entry, under the Cache's lock (which orders
