@@ -159,9 +159,9 @@ type Config struct {
 	// every ResyncPeriod to 1.5 ResyncPeriod (the kubelet reads it at each
 	// pod sync, every 60-90 s), and a volume when its claim changed (the
 	// resizer grows the volume, then marks the claim) or a pod newly holds
-	// it; a VolumeAttachment is read while its volume waits for the
-	// attach, every second at first. Either way CSIDrivers come through an
-	// informer.
+	// it a ResyncPeriod or more after its last read; a VolumeAttachment is
+	// read while its volume waits for the attach, every second at first.
+	// Either way CSIDrivers come through an informer.
 	ClusterInformers bool
 	// NodeRestricted asked for what is now the default: claims, volumes
 	// and attachments read one at a time through the object cache. Kept

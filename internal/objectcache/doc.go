@@ -35,8 +35,9 @@
 //     PersistentVolume, once found, is read again only when cued: when
 //     the claim bound to it changes (the resizer grows a volume and then
 //     marks its claim; the binder sets a volume's claimRef and then binds
-//     the claim), or when a new holder holds it, not every TTL (a missing
-//     one is read every TTL). Config.TTLJitter spreads the TTL's reads.
+//     the claim), or when a new holder holds it a TTL or more after its
+//     last read, not every TTL (a missing one is read every TTL).
+//     Config.TTLJitter spreads the TTL's reads.
 //   - A watched entry keeps its watch on a goroutine of its own for as
 //     long as it is held. A ModeGet entry holds no goroutine between its
 //     reads: its next read is a timer on Config.Clock (AfterFunc; a clock

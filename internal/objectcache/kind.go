@@ -74,8 +74,9 @@ type kindInfo struct {
 	quick func(runtime.Object) bool
 	// onCue: an object of this kind, once found, is not read again every
 	// TTL but when cued: when a held object whose kind's cues name it
-	// changes, or when a new holder holds it. A missing one, or one whose
-	// read failed, is read again as any other.
+	// changes, or when a new holder holds it a TTL after its last read.
+	// A missing one, or one whose read failed, is read again as any
+	// other.
 	onCue bool
 	// cues names the objects read on cue that a change of an object of
 	// this kind may go with (nil: none): a claim's volume, whose size

@@ -31,7 +31,8 @@ import (
 //     is read again every ResyncPeriod plus up to half of it (as the
 //     kubelet, at each pod sync), a volume when its claim changed (what
 //     changes a used volume, the resizer's size or the binder's
-//     claimRef, changes its claim after it) or a pod newly holds it;
+//     claimRef, changes its claim after it) or a pod newly holds it a
+//     ResyncPeriod or more after its last read;
 //   - a read never blocks the loop (objectcache.Peek): before the first
 //     answer it fails saying so, the pod waits, and the answer is
 //     announced like an informer event (a claim: the pods waiting for it
