@@ -81,9 +81,9 @@ func (w *Writer) pruneLinks(paths []string, list entries) (bool, error) {
 // kubelet removes it at once: a reader whose path lookup went through
 // ..data just before the switch then finds the file it looks up in the
 // version it resolved, rather than ENOENT for a file that every version
-// has. With the kubelet's removal a reader racing an update sees that
-// ENOENT about once in two thousand reads (TestConcurrentReader); kept
-// one Write longer, it needs a lookup that spans a whole Write.
+// has (TestTakeOver). Kept one Write longer, a reader sees that ENOENT
+// only if its lookup spans a whole Write: on a busy machine a thread can be
+// descheduled that long, and TestConcurrentReader allows exactly that.
 func (w *Writer) removeOld(current, keep string, list entries) error {
 	for _, name := range slices.Sorted(maps.Keys(list)) {
 		typ := list[name]
