@@ -32,6 +32,12 @@ const (
 // bind mount of the same file system from a directory.
 func (p *plugin) mountsAt(at paths) (mounts, table []mount.MountPoint, err error) {
 	notMnt, err := p.mounter.IsLikelyNotMountPoint(at.abs)
+	return p.mountsAtChecked(at, notMnt, err)
+}
+
+// mountsAtChecked is mountsAt once the mounter has said whether something
+// is mounted at the directory (notMnt, err of IsLikelyNotMountPoint).
+func (p *plugin) mountsAtChecked(at paths, notMnt bool, err error) (mounts, table []mount.MountPoint, _ error) {
 	if errors.Is(err, fs.ErrNotExist) || err == nil && notMnt && p.mountRootsKnown() {
 		return nil, nil, nil
 	}
@@ -47,6 +53,44 @@ func (p *plugin) mountsAt(at paths) (mounts, table []mount.MountPoint, err error
 		}
 	}
 	return mounts, table, nil
+}
+
+// ownMountRoot returns the mount at the volume directory at, the one a
+// lookup of it reaches, when the directory itself says it is the root of a
+// mount of the plugin's own types: a statx that it is a mount's root, and
+// the file system's type from an fstatfs (the kubelet's check of a
+// volume's medium), both on the directory opened without following a
+// symlink. ok is false on any doubt, and the caller reads the mount table:
+// a kernel that does not say which directories are mount roots, a
+// directory that is none (a fake mounter's mount), another type, an error.
+func (p *plugin) ownMountRoot(at paths) (mp mount.MountPoint, ok bool) {
+	if !p.mountRootsKnown() {
+		return mp, false
+	}
+	fd, err := p.rfs.OpenDirFd(at.dir)
+	if err != nil {
+		return mp, false
+	}
+	defer unix.Close(fd)
+	var stx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS, &stx); err != nil ||
+		stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 || stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+		return mp, false
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &sfs); err != nil {
+		return mp, false
+	}
+	switch sfs.Type {
+	case unix.TMPFS_MAGIC:
+		mp.Type = tmpfsType
+	case unix.HUGETLBFS_MAGIC:
+		mp.Type = hugetlbfsType
+	default:
+		return mp, false
+	}
+	mp.Path = at.abs
+	return mp, true
 }
 
 // somethingMountedAt reports whether something is mounted at the volume

@@ -29,11 +29,14 @@ var errOtherMount = errors.New("another file system is mounted there: its data i
 // no symlink (a link the pod planted goes, its target stays). Idempotent:
 // a volume that is gone is not an error.
 //
-// A mount below the directory (found in the node's mount table where the
-// directory is a mount point, else by walking its directories), or one at
-// it that is not a tmpfs or a hugetlbfs, makes it refuse before it changes anything, with an error
-// naming the mount: it never deletes another file system's data. A failure
-// once it has changed something wraps volume.ErrInProgress (Uncertain).
+// A mount below the directory (found by walking its directories, or in
+// the node's mount table where that was read), or one at it that is not a
+// tmpfs or a hugetlbfs, makes it refuse before it changes anything, with
+// an error naming the mount: it never deletes another file system's data.
+// The one exception is a mount stacked under the volume's own tmpfs or
+// hugetlbfs, which only the table shows: it is refused once the volume's
+// own is unmounted. A failure once it has changed something wraps
+// volume.ErrInProgress (Uncertain).
 func (p *plugin) TearDown(ctx context.Context, req volume.MountRequest) error {
 	vol := req.Volume
 	fail := func(err error) error {
@@ -57,10 +60,69 @@ func (p *plugin) tearDownAt(ctx context.Context, at paths) error {
 		return err
 	}
 	defer release()
-	mounts, table, err := p.mountsAt(at)
+	mounts, table, err := p.teardownMounts(at)
 	if err != nil {
 		return err
 	}
+	if err := p.checkMounts(ctx, at, mounts, table); err != nil {
+		return err
+	}
+	if err := p.rfs.RemoveIn(at.readyDir, readyFile); err != nil {
+		return err
+	}
+	// From here on a failure leaves the volume half taken down.
+	uncertain := func(err error) error { return fmt.Errorf("%w: %w", err, volume.ErrInProgress) }
+	for len(mounts) > 0 {
+		for range mounts {
+			if _, err := p.rfs.Verify(at.dir); err != nil {
+				return uncertain(err)
+			}
+			if err := p.mounter.Unmount(at.abs); err != nil {
+				return uncertain(fmt.Errorf("unmounting %s: %w", at.abs, err))
+			}
+		}
+		if table != nil {
+			break // the table listed every mount stacked there
+		}
+		// Only the top mount was seen (teardownMounts): it may have
+		// covered another. Rare, so found only now: what is stacked
+		// there, and below, is refused as before, but Uncertain.
+		if mounts, table, err = p.mountsAt(at); err != nil {
+			return uncertain(err)
+		}
+		if len(mounts) > 0 {
+			if err := p.checkMounts(ctx, at, mounts, table); err != nil {
+				return uncertain(err)
+			}
+		}
+	}
+	if err := p.removeVolumeDir(ctx, at); err != nil {
+		return uncertain(err)
+	}
+	return nil
+}
+
+// teardownMounts returns the mounts at the volume directory at, the lowest
+// first, and the node's mount table when it read it, as mountsAt does; but
+// where the directory is the root of a mount of the plugin's own types
+// (ownMountRoot), that mount alone, from the directory itself: a memory
+// volume's teardown then does not read the table, every mount of the node,
+// which the teardowns of many pods' volumes at once would each read. A
+// mount stacked under that one is found once it is unmounted (tearDownAt).
+func (p *plugin) teardownMounts(at paths) (mounts, table []mount.MountPoint, err error) {
+	notMnt, err := p.mounter.IsLikelyNotMountPoint(at.abs)
+	if err == nil && !notMnt {
+		if mp, ok := p.ownMountRoot(at); ok {
+			return []mount.MountPoint{mp}, nil, nil
+		}
+	}
+	return p.mountsAtChecked(at, notMnt, err)
+}
+
+// checkMounts refuses the teardown of the volume at at when a mount at its
+// directory (mounts) is not of the plugin's own types, or a mount is below
+// it (mountsBelow, from table when it was read).
+func (p *plugin) checkMounts(ctx context.Context, at paths, mounts, table []mount.MountPoint) error {
 	for _, mp := range mounts {
 		if !ownMount(mp) {
 			return fmt.Errorf("%s (%s): %w", at.abs, mp.Type, errOtherMount)
@@ -72,22 +134,6 @@ func (p *plugin) tearDownAt(ctx context.Context, at paths) error {
 	}
 	if len(below) > 0 {
 		return fmt.Errorf("%s: %w", strings.Join(below, ", "), errOtherMount)
-	}
-	if err := p.rfs.RemoveIn(at.readyDir, readyFile); err != nil {
-		return err
-	}
-	// From here on a failure leaves the volume half taken down.
-	uncertain := func(err error) error { return fmt.Errorf("%w: %w", err, volume.ErrInProgress) }
-	for range mounts {
-		if _, err := p.rfs.Verify(at.dir); err != nil {
-			return uncertain(err)
-		}
-		if err := p.mounter.Unmount(at.abs); err != nil {
-			return uncertain(fmt.Errorf("unmounting %s: %w", at.abs, err))
-		}
-	}
-	if err := p.removeVolumeDir(ctx, at); err != nil {
-		return uncertain(err)
 	}
 	return nil
 }

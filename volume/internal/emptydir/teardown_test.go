@@ -189,7 +189,9 @@ func (c *listCounter) List() ([]mount.MountPoint, error) {
 // TestMountTableReads: the node's mount table, which grows with its pods,
 // is read only where a volume's directory is a mount point and its type
 // matters: never for a volume on disk, nor to set a memory volume up or
-// to find it set up (mounted at all is enough); once to tear one down. On
+// to find it set up (mounted at all is enough); once to tear one down
+// whose directory is no mount's root, as a fake mounter's mounts are not
+// (a real tmpfs is known from its directory: TestRootTearDownWithoutTable). On
 // a kernel that does not say which directories are mount roots, it is read
 // as before the statx: at each check of a memory volume and once per tear
 // down.
